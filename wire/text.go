@@ -1,0 +1,187 @@
+package wire
+
+// AppendSummary appends a one-line description of p to dst, without a
+// newline: the opcode name, destination QP, PSN and AckReq bit, the fields of
+// every extension header, and the payload length, as in
+//
+//	RC RDMA Write Only qp=0x000011 psn=0xebcb9b ackreq=1 va=0x0000563c2a3e2000 rkey=0x00005ce0 dmalen=64 payload=64
+//
+// It does not allocate if dst has room. p must hold a decoded packet.
+func (p *Packet) AppendSummary(dst []byte) []byte {
+	op := p.OpCode()
+	dst = op.appendName(dst)
+	dst = append(dst, " qp="...)
+	dst = appendHex(dst, uint64(p.BTH.DestQP()), 6)
+	dst = append(dst, " psn="...)
+	dst = appendHex(dst, uint64(p.BTH.PSN()), 6)
+	dst = append(dst, " ackreq="...)
+	dst = appendBool(dst, p.BTH.AckReq())
+	if p.DETH != nil {
+		dst = append(dst, " qkey="...)
+		dst = appendHex(dst, uint64(p.DETH.QKey()), 8)
+		dst = append(dst, " srcqp="...)
+		dst = appendHex(dst, uint64(p.DETH.SrcQP()), 6)
+	}
+	if p.FETH != nil {
+		dst = append(dst, " plt="...)
+		dst = appendUint(dst, uint64(p.FETH.PlacementType()))
+		dst = append(dst, " sel="...)
+		dst = appendUint(dst, uint64(p.FETH.SelectivityLevel()))
+	}
+	if p.RETH != nil {
+		dst = append(dst, " va="...)
+		dst = appendHex(dst, p.RETH.VA(), 16)
+		dst = append(dst, " rkey="...)
+		dst = appendHex(dst, uint64(p.RETH.RKey()), 8)
+		dst = append(dst, " dmalen="...)
+		dst = appendUint(dst, uint64(p.RETH.DMALen()))
+	}
+	if p.AtomicETH != nil {
+		dst = append(dst, " va="...)
+		dst = appendHex(dst, p.AtomicETH.VA(), 16)
+		dst = append(dst, " rkey="...)
+		dst = appendHex(dst, uint64(p.AtomicETH.RKey()), 8)
+		if op == OpRCFetchAdd {
+			dst = append(dst, " add="...)
+			dst = appendHex(dst, p.AtomicETH.SwapAdd(), 1)
+		} else {
+			dst = append(dst, " swap="...)
+			dst = appendHex(dst, p.AtomicETH.SwapAdd(), 1)
+			dst = append(dst, " compare="...)
+			dst = appendHex(dst, p.AtomicETH.Compare(), 1)
+		}
+	}
+	if p.AETH != nil {
+		dst = append(dst, " syndrome="...)
+		dst = p.AETH.Syndrome().appendText(dst)
+		dst = append(dst, " msn="...)
+		dst = appendUint(dst, uint64(p.AETH.MSN()))
+	}
+	if p.AtomicAckETH != nil {
+		dst = append(dst, " orig="...)
+		dst = appendHex(dst, p.AtomicAckETH.OrigData(), 1)
+	}
+	if p.ImmDT != nil {
+		dst = append(dst, " imm="...)
+		dst = appendHex(dst, uint64(p.ImmDT.Imm()), 8)
+	}
+	if p.IETH != nil {
+		dst = append(dst, " invrkey="...)
+		dst = appendHex(dst, uint64(p.IETH.RKey()), 8)
+	}
+	dst = append(dst, " payload="...)
+	return appendUint(dst, uint64(len(p.Payload)))
+}
+
+// AppendVerbose appends every field of every header of p to dst, one header
+// per line, each line indented by two spaces and ending in a newline, so that
+// it can follow an AppendSummary line. It does not allocate if dst has room.
+// p must hold a decoded packet.
+func (p *Packet) AppendVerbose(dst []byte) []byte {
+	b := p.BTH
+	dst = append(dst, "  BTH opcode="...)
+	dst = appendHex(dst, uint64(b.OpCode()), 2)
+	dst = append(dst, " se="...)
+	dst = appendBool(dst, b.SE())
+	dst = append(dst, " m="...)
+	dst = appendBool(dst, b.MigReq())
+	dst = append(dst, " padcnt="...)
+	dst = appendUint(dst, uint64(b.PadCount()))
+	dst = append(dst, " tver="...)
+	dst = appendUint(dst, uint64(b.TVer()))
+	dst = append(dst, " pkey="...)
+	dst = appendHex(dst, uint64(b.PKey()), 4)
+	dst = append(dst, " fecn="...)
+	dst = appendBool(dst, b.FECN())
+	dst = append(dst, " becn="...)
+	dst = appendBool(dst, b.BECN())
+	dst = append(dst, " resv6a="...)
+	dst = appendHex(dst, uint64(b.Resv6a()), 2)
+	dst = append(dst, " destqp="...)
+	dst = appendHex(dst, uint64(b.DestQP()), 6)
+	dst = append(dst, " ackreq="...)
+	dst = appendBool(dst, b.AckReq())
+	dst = append(dst, " resv7="...)
+	dst = appendHex(dst, uint64(b.Resv7()), 2)
+	dst = append(dst, " psn="...)
+	dst = appendHex(dst, uint64(b.PSN()), 6)
+	dst = append(dst, '\n')
+	if d := p.DETH; d != nil {
+		dst = append(dst, "  DETH qkey="...)
+		dst = appendHex(dst, uint64(d.QKey()), 8)
+		dst = append(dst, " resv8="...)
+		dst = appendHex(dst, uint64(d.Resv8()), 2)
+		dst = append(dst, " srcqp="...)
+		dst = appendHex(dst, uint64(d.SrcQP()), 6)
+		dst = append(dst, '\n')
+	}
+	if f := p.FETH; f != nil {
+		v := f.Fields()
+		dst = append(dst, "  FETH plt="...)
+		dst = appendUint(dst, uint64(v.PlacementType))
+		dst = append(dst, " sel="...)
+		dst = appendUint(dst, uint64(v.SelectivityLevel))
+		dst = append(dst, " resv="...)
+		dst = appendHex(dst, uint64(v.Resv), 8)
+		dst = append(dst, '\n')
+	}
+	if r := p.RETH; r != nil {
+		dst = append(dst, "  RETH va="...)
+		dst = appendHex(dst, r.VA(), 16)
+		dst = append(dst, " rkey="...)
+		dst = appendHex(dst, uint64(r.RKey()), 8)
+		dst = append(dst, " dmalen="...)
+		dst = appendUint(dst, uint64(r.DMALen()))
+		dst = append(dst, '\n')
+	}
+	if a := p.AtomicETH; a != nil {
+		dst = append(dst, "  AtomicETH va="...)
+		dst = appendHex(dst, a.VA(), 16)
+		dst = append(dst, " rkey="...)
+		dst = appendHex(dst, uint64(a.RKey()), 8)
+		dst = append(dst, " swapadd="...)
+		dst = appendHex(dst, a.SwapAdd(), 16)
+		dst = append(dst, " compare="...)
+		dst = appendHex(dst, a.Compare(), 16)
+		dst = append(dst, '\n')
+	}
+	if a := p.AETH; a != nil {
+		dst = append(dst, "  AETH syndrome="...)
+		dst = appendHex(dst, uint64(a.Syndrome()), 2)
+		dst = append(dst, ' ')
+		dst = a.Syndrome().appendText(dst)
+		dst = append(dst, " msn="...)
+		dst = appendUint(dst, uint64(a.MSN()))
+		dst = append(dst, '\n')
+	}
+	if a := p.AtomicAckETH; a != nil {
+		dst = append(dst, "  AtomicAckETH orig="...)
+		dst = appendHex(dst, a.OrigData(), 16)
+		dst = append(dst, '\n')
+	}
+	if i := p.ImmDT; i != nil {
+		dst = append(dst, "  ImmDT imm="...)
+		dst = appendHex(dst, uint64(i.Imm()), 8)
+		dst = append(dst, '\n')
+	}
+	if i := p.IETH; i != nil {
+		dst = append(dst, "  IETH rkey="...)
+		dst = appendHex(dst, uint64(i.RKey()), 8)
+		dst = append(dst, '\n')
+	}
+	dst = append(dst, "  payload="...)
+	dst = appendUint(dst, uint64(len(p.Payload)))
+	dst = append(dst, " pad="...)
+	dst = appendUint(dst, uint64(b.PadCount()))
+	dst = append(dst, " icrc="...)
+	dst = appendHex(dst, uint64(p.ICRC()), 8)
+	return append(dst, '\n')
+}
+
+// appendBool appends 1 or 0.
+func appendBool(dst []byte, v bool) []byte {
+	if v {
+		return append(dst, '1')
+	}
+	return append(dst, '0')
+}
