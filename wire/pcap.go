@@ -1,0 +1,382 @@
+package wire
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// Classic pcap (https://www.tcpdump.org/manpages/pcap-savefile.5.html): a
+// 24-byte file header, then per packet a 16-byte record header and the
+// captured bytes.
+//
+//	file header                          record header
+//	 0: magic 0xa1b2c3d4 (µs)             0: seconds
+//	    or   0xa1b23c4d (ns)              4: microseconds (or nanoseconds)
+//	 4: version 2.4                       8: captured length
+//	 8: thiszone, 12: sigfigs            12: original length
+//	16: snaplen, 20: link type
+const (
+	pcapFileHeaderSize   = 24
+	pcapRecordHeaderSize = 16
+	pcapMagicMicro       = 0xa1b2c3d4
+	pcapMagicNano        = 0xa1b23c4d
+	pcapngMagic          = 0x0a0d0d0a // section header block of pcapng
+	pcapVersionMajor     = 2
+	pcapVersionMinor     = 4
+	pcapSnaplen          = 262144 // tcpdump's largest snapshot length
+	maxPcapRecord        = pcapSnaplen
+)
+
+// Link types (https://www.tcpdump.org/linktypes.html) the reader understands.
+const (
+	linkTypeEthernet = 1
+	linkTypeRaw      = 101 // IPv4 or IPv6, no link header
+	linkTypeLinuxSLL = 113 // tcpdump -i any
+	linkTypeSLL2     = 276 // tcpdump -i any, since libpcap 1.10
+)
+
+// Ethernet and IP constants for framing.
+const (
+	ethHeaderSize  = 14
+	ethTypeIPv4    = 0x0800
+	ethTypeIPv6    = 0x86dd
+	ethTypeVLAN    = 0x8100
+	ethTypeQinQ    = 0x88a8
+	vlanTagSize    = 4
+	sllHeaderSize  = 16
+	sll2HeaderSize = 20
+	ipTTL          = 64
+	maxUDPPayload  = 0xffff - ipv4HeaderSize - udpHeaderSize
+)
+
+// PcapWriter writes RoCEv2 packets to a classic pcap stream (microsecond
+// timestamps, Ethernet link type), each framed in Ethernet, IPv4 or IPv6, and
+// UDP so that Wireshark and tshark dissect it as RoCEv2 ("RRoCE"). The frames
+// carry what the envelope says: addresses, ports and, for IPv4, DF and the
+// IPv4 ID; TTL (hop limit) 64; IPv4 header checksum computed; UDP checksum 0
+// on IPv4 as rxe sends it, computed on IPv6 where it is mandatory; MAC
+// addresses derived from the IP addresses with the locally administered bit
+// set. A PcapWriter is safe for concurrent use.
+type PcapWriter struct {
+	mu  sync.Mutex
+	w   io.Writer
+	buf []byte // record header and frame, reused
+}
+
+// NewPcapWriter writes the pcap file header to w and returns a writer for
+// the packets. It returns the error of w.Write.
+func NewPcapWriter(w io.Writer) (*PcapWriter, error) {
+	var h [pcapFileHeaderSize]byte
+	le := binary.LittleEndian
+	le.PutUint32(h[0:], pcapMagicMicro)
+	le.PutUint16(h[4:], pcapVersionMajor)
+	le.PutUint16(h[6:], pcapVersionMinor)
+	le.PutUint32(h[16:], pcapSnaplen)
+	le.PutUint32(h[20:], linkTypeEthernet)
+	if _, err := w.Write(h[:]); err != nil {
+		return nil, fmt.Errorf("wire: pcap header: %w", err)
+	}
+	return &PcapWriter{w: w}, nil
+}
+
+// WritePacket writes pkt, a RoCEv2 packet from the BTH through the ICRC, sent
+// from env.Src to env.Dst at ts, as one record in a single Write. It returns
+// an error wrapping ErrBadLength if pkt does not fit in a UDP datagram, or
+// the error of the underlying Write. It does not allocate once its buffer
+// has grown to the largest packet.
+func (w *PcapWriter) WritePacket(ts time.Time, env *Envelope, pkt []byte) error {
+	if len(pkt) > maxUDPPayload {
+		return fmt.Errorf("%w: %d bytes do not fit in a UDP datagram", ErrBadLength, len(pkt))
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	b := append(w.buf[:0], make([]byte, pcapRecordHeaderSize)...)
+	b = appendFrame(b, env, pkt)
+	n := uint32(len(b) - pcapRecordHeaderSize)
+	le := binary.LittleEndian
+	le.PutUint32(b[0:], uint32(ts.Unix()))
+	le.PutUint32(b[4:], uint32(ts.Nanosecond()/1000))
+	le.PutUint32(b[8:], n)
+	le.PutUint32(b[12:], n)
+	w.buf = b
+	if _, err := w.w.Write(b); err != nil {
+		return fmt.Errorf("wire: pcap record: %w", err)
+	}
+	return nil
+}
+
+// appendFrame appends the Ethernet frame carrying pkt in the datagram env
+// describes. pkt fits in a UDP datagram.
+func appendFrame(b []byte, env *Envelope, pkt []byte) []byte {
+	udpLen := udpHeaderSize + len(pkt)
+	eth := len(b)
+	b = append(b, make([]byte, ethHeaderSize)...)
+	putMAC(b[eth:eth+6], env.Dst.Addr())
+	putMAC(b[eth+6:eth+12], env.Src.Addr())
+	ip := len(b)
+	if env.is4() {
+		binary.BigEndian.PutUint16(b[eth+12:], ethTypeIPv4)
+		b = append(b, make([]byte, ipv4HeaderSize)...)
+		h := b[ip:]
+		h[0] = ipv4VersionIHL
+		binary.BigEndian.PutUint16(h[2:], uint16(ipv4HeaderSize+udpLen))
+		binary.BigEndian.PutUint16(h[4:], env.IPID)
+		binary.BigEndian.PutUint16(h[6:], ipv4FlagDF)
+		h[8] = ipTTL
+		h[9] = ipProtoUDP
+		src, dst := env.Src.Addr().Unmap().As4(), env.Dst.Addr().Unmap().As4()
+		copy(h[12:16], src[:])
+		copy(h[16:20], dst[:])
+		binary.BigEndian.PutUint16(h[10:], ^onesSum(0, h[:ipv4HeaderSize]))
+	} else {
+		binary.BigEndian.PutUint16(b[eth+12:], ethTypeIPv6)
+		b = append(b, make([]byte, ipv6HeaderSize)...)
+		h := b[ip:]
+		h[0] = ipv6Version
+		binary.BigEndian.PutUint16(h[4:], uint16(udpLen))
+		h[6] = ipProtoUDP
+		h[7] = ipTTL
+		src, dst := env.Src.Addr().As16(), env.Dst.Addr().As16()
+		copy(h[8:24], src[:])
+		copy(h[24:40], dst[:])
+	}
+	udp := len(b)
+	b = append(b, make([]byte, udpHeaderSize)...)
+	binary.BigEndian.PutUint16(b[udp:], env.Src.Port())
+	binary.BigEndian.PutUint16(b[udp+2:], env.Dst.Port())
+	binary.BigEndian.PutUint16(b[udp+4:], uint16(udpLen))
+	b = append(b, pkt...)
+	if !env.is4() {
+		binary.BigEndian.PutUint16(b[udp+6:], udp6Checksum(b[ip:udp], b[udp:]))
+	}
+	return b
+}
+
+// putMAC writes a locally administered unicast MAC address derived from the
+// last five bytes of addr: 02:00:a.b.c.d for IPv4 a.b.c.d.
+func putMAC(mac []byte, addr netip.Addr) {
+	a := addr.Unmap().As16()
+	mac[0] = 0x02
+	copy(mac[1:], a[11:])
+}
+
+// onesSum adds b to the one's complement sum s (RFC 1071).
+func onesSum(s uint32, b []byte) uint16 {
+	for len(b) >= 2 {
+		s += uint32(binary.BigEndian.Uint16(b))
+		b = b[2:]
+	}
+	if len(b) == 1 {
+		s += uint32(b[0]) << 8
+	}
+	for s > 0xffff {
+		s = s>>16 + s&0xffff
+	}
+	return uint16(s)
+}
+
+// udp6Checksum returns the UDP checksum of datagram (header with checksum 0,
+// and payload) under the IPv6 header ip6 (RFC 8200 8.1).
+func udp6Checksum(ip6, datagram []byte) uint16 {
+	var pseudo uint32
+	for i := 8; i < ipv6HeaderSize; i += 2 { // source and destination address
+		pseudo += uint32(binary.BigEndian.Uint16(ip6[i:]))
+	}
+	pseudo += uint32(len(datagram)) + ipProtoUDP
+	c := ^onesSum(pseudo, datagram)
+	if c == 0 {
+		return 0xffff
+	}
+	return c
+}
+
+// PcapReader reads frames from a classic pcap stream in either byte order,
+// with microsecond or nanosecond timestamps. It recognises RoCEv2 datagrams
+// (UDP to port 4791 over IPv4 or IPv6) on Ethernet (with or without VLAN
+// tags), Linux cooked (tcpdump -i any, v1 and v2) and raw IP captures.
+type PcapReader struct {
+	r        io.Reader
+	order    binary.ByteOrder
+	nano     bool
+	linkType uint32
+	hdr      [pcapRecordHeaderSize]byte
+	buf      []byte
+	records  int
+}
+
+// Frame is one record of a pcap file. Its slices point into the reader's
+// buffer and are valid until the next call to Next.
+type Frame struct {
+	Time time.Time
+	Data []byte // the captured link-layer frame
+	// RoCE reports an IPv4 or IPv6 UDP datagram to port 4791 that is not a
+	// fragment; Env, IPUDP and Payload are set only then.
+	RoCE    bool
+	Env     Envelope // addresses, ports and the IPv4 ID as captured
+	IPUDP   []byte   // the captured IP header and UDP header, for ICRCFromHeaders
+	Payload []byte   // the UDP payload (BTH through ICRC); shorter if the capture was cut
+}
+
+// NewPcapReader reads the pcap file header from r. It returns an error
+// wrapping ErrNotPcap if r does not start with one (a pcapng file included),
+// or the read error.
+func NewPcapReader(r io.Reader) (*PcapReader, error) {
+	var h [pcapFileHeaderSize]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, fmt.Errorf("%w: shorter than a pcap file header", ErrNotPcap)
+		}
+		return nil, fmt.Errorf("wire: pcap header: %w", err)
+	}
+	pr := &PcapReader{r: r}
+	switch {
+	case binary.LittleEndian.Uint32(h[:]) == pcapMagicMicro:
+		pr.order = binary.LittleEndian
+	case binary.BigEndian.Uint32(h[:]) == pcapMagicMicro:
+		pr.order = binary.BigEndian
+	case binary.LittleEndian.Uint32(h[:]) == pcapMagicNano:
+		pr.order, pr.nano = binary.LittleEndian, true
+	case binary.BigEndian.Uint32(h[:]) == pcapMagicNano:
+		pr.order, pr.nano = binary.BigEndian, true
+	case binary.LittleEndian.Uint32(h[:]) == pcapngMagic:
+		return nil, fmt.Errorf("%w: pcapng is not supported (convert it with: editcap -F pcap IN OUT)", ErrNotPcap)
+	default:
+		return nil, fmt.Errorf("%w: unknown magic number %#08x", ErrNotPcap, binary.BigEndian.Uint32(h[:]))
+	}
+	pr.linkType = pr.order.Uint32(h[20:]) & 0x0fffffff // the top bits may carry FCS flags
+	return pr, nil
+}
+
+// Next returns the next frame. It returns io.EOF after the last one, an
+// error wrapping io.ErrUnexpectedEOF if the file ends inside a record, one
+// wrapping ErrNotPcap if a record claims more than 256 KiB, or the read
+// error.
+func (r *PcapReader) Next() (Frame, error) {
+	if _, err := io.ReadFull(r.r, r.hdr[:]); err != nil {
+		if errors.Is(err, io.EOF) {
+			return Frame{}, io.EOF
+		}
+		return Frame{}, fmt.Errorf("wire: pcap record %d header: %w", r.records+1, err)
+	}
+	r.records++
+	sec, frac := r.order.Uint32(r.hdr[0:]), r.order.Uint32(r.hdr[4:])
+	n := r.order.Uint32(r.hdr[8:])
+	if n > maxPcapRecord {
+		return Frame{}, fmt.Errorf("%w: record %d claims %d bytes", ErrNotPcap, r.records, n)
+	}
+	if cap(r.buf) < int(n) {
+		r.buf = make([]byte, n)
+	}
+	data := r.buf[:n]
+	if _, err := io.ReadFull(r.r, data); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return Frame{}, fmt.Errorf("wire: pcap record %d: %w", r.records, err)
+	}
+	if !r.nano {
+		frac *= 1000
+	}
+	f := Frame{Time: time.Unix(int64(sec), int64(frac)).UTC(), Data: data}
+	parseFrame(&f, r.linkType, data)
+	return f, nil
+}
+
+// parseFrame fills f's RoCE fields if data, a frame of the given link type,
+// carries a RoCEv2 datagram.
+func parseFrame(f *Frame, linkType uint32, data []byte) {
+	var etherType uint16
+	switch linkType {
+	case linkTypeEthernet:
+		if len(data) < ethHeaderSize {
+			return
+		}
+		etherType = binary.BigEndian.Uint16(data[12:])
+		data = data[ethHeaderSize:]
+		for (etherType == ethTypeVLAN || etherType == ethTypeQinQ) && len(data) >= vlanTagSize {
+			etherType = binary.BigEndian.Uint16(data[2:])
+			data = data[vlanTagSize:]
+		}
+	case linkTypeLinuxSLL:
+		if len(data) < sllHeaderSize {
+			return
+		}
+		etherType = binary.BigEndian.Uint16(data[14:])
+		data = data[sllHeaderSize:]
+	case linkTypeSLL2:
+		if len(data) < sll2HeaderSize {
+			return
+		}
+		etherType = binary.BigEndian.Uint16(data[0:])
+		data = data[sll2HeaderSize:]
+	case linkTypeRaw:
+		if len(data) == 0 {
+			return
+		}
+		switch data[0] >> 4 {
+		case 4:
+			etherType = ethTypeIPv4
+		case 6:
+			etherType = ethTypeIPv6
+		}
+	default:
+		return
+	}
+	var (
+		src, dst netip.Addr
+		ipID     uint16
+		ipLen    int // IP header
+		totalLen int // IP header and payload, as the header says
+	)
+	switch etherType {
+	case ethTypeIPv4:
+		if len(data) < ipv4HeaderSize || data[0]>>4 != 4 {
+			return
+		}
+		ipLen = int(data[0]&0x0f) * 4
+		totalLen = int(binary.BigEndian.Uint16(data[2:]))
+		fragment := binary.BigEndian.Uint16(data[6:])&0x3fff != 0 // MF or an offset
+		if ipLen < ipv4HeaderSize || data[9] != ipProtoUDP || fragment {
+			return
+		}
+		ipID = binary.BigEndian.Uint16(data[4:])
+		src = netip.AddrFrom4([4]byte(data[12:16]))
+		dst = netip.AddrFrom4([4]byte(data[16:20]))
+	case ethTypeIPv6:
+		if len(data) < ipv6HeaderSize || data[0]>>4 != 6 || data[6] != ipProtoUDP {
+			return
+		}
+		ipLen = ipv6HeaderSize
+		totalLen = ipv6HeaderSize + int(binary.BigEndian.Uint16(data[4:]))
+		src = netip.AddrFrom16([16]byte(data[8:24]))
+		dst = netip.AddrFrom16([16]byte(data[24:40]))
+	default:
+		return
+	}
+	if len(data) < ipLen+udpHeaderSize || totalLen < ipLen+udpHeaderSize {
+		return
+	}
+	udp := data[ipLen : ipLen+udpHeaderSize]
+	if binary.BigEndian.Uint16(udp[2:]) != UDPPort {
+		return
+	}
+	udpLen := int(binary.BigEndian.Uint16(udp[4:]))
+	if udpLen < udpHeaderSize || ipLen+udpLen > totalLen {
+		return
+	}
+	end := min(ipLen+udpLen, len(data)) // Ethernet may pad; the capture may cut
+	f.RoCE = true
+	f.Env = Envelope{
+		Src:  netip.AddrPortFrom(src, binary.BigEndian.Uint16(udp[0:])),
+		Dst:  netip.AddrPortFrom(dst, UDPPort),
+		IPID: ipID,
+	}
+	hdrEnd := ipLen + udpHeaderSize
+	f.IPUDP = data[:hdrEnd:hdrEnd]
+	f.Payload = data[hdrEnd:end:end]
+}
