@@ -142,10 +142,9 @@ type opInfo struct {
 // which order, is IBTA 9.2 Table 37 ("Base Transport Header and Extended
 // Transport Headers"); FLUSH and ATOMIC WRITE are Annex A19. The rows match
 // rxe's rxe_opcode table. Names are the ones Wireshark shows in its Info
-// column (packet-infiniband.h OpCodeMap, trailing blanks dropped), except
-// "UC RDMA Write Middle", which Wireshark spells out as "Unreliable Connection
-// RDMA Write Middle", and FLUSH and ATOMIC WRITE, which Wireshark 4.0 does not
-// name.
+// column (OpCodeMap in packet-infiniband.c, trailing blanks dropped; checked
+// against tshark 4.0 by TestTshark), except for FLUSH and ATOMIC WRITE, which
+// Wireshark 4.0 calls "Unknown OpCode".
 var opTable = buildOpTable()
 
 func buildOpTable() *[256]opInfo {
