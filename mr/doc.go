@@ -1,0 +1,50 @@
+// Package mr is softnic's memory-region table: protection domains, memory
+// regions, memory windows and NIC-owned arenas, and the access check every
+// RDMA READ, WRITE and ATOMIC goes through.
+//
+// It owns the memory remote peers reach: caller slices pinned with
+// runtime.Pinner for the life of a registration, or anonymous mappings
+// outside the Go heap (Arena). It must not let any access touch memory
+// outside a registered region, whatever the key, address and length, and it
+// must not pull memory out from under a transfer: a Span keeps its memory
+// pinned or mapped until released. It imports nothing of softnic and knows
+// nothing of packets or QPs beyond a Requester's PD, QPN and P_Key.
+//
+// # Two faces
+//
+// The verbs face follows ibv_reg_mr(3) and the Linux rxe driver:
+// Table.Register, RegisterImplicit, Deregister, Rereg, AllocWindow,
+// BindWindow, Invalidate, Prefetch. The libfabric face follows fi_mr(3):
+// a Domain with an mr_mode registers MRs with Reg, Regv and Regattr
+// (requested keys, iov lists, auth keys, raw keys, counter and endpoint
+// binding, enable, refresh, asynchronous completion on an event queue) and
+// keeps a registration Cache sized by FI_MR_CACHE_*. Both land in the same
+// Table.
+//
+// # Keys
+//
+// A key is index<<8 | variant. The index selects a slot of a two-level
+// array; the 8-bit variant is compared, so a key left over from a
+// deregistered region never matches the region that reuses its index: a
+// slot's first variant is random and each reuse increments it, and a freed
+// index waits behind others before it is reused. lkey and rkey are equal,
+// as in rxe. Region indices and window indices are disjoint ranges, as
+// rxe's MR and MW pools are.
+//
+// # Addresses
+//
+// A region's remote addresses are virtual addresses (the buffer's address,
+// like ibv_reg_mr's iova) or, with ZeroBased, offsets from 0. An iov region
+// (fi_mr_regv) is one contiguous address space over all its buffers. The
+// memory itself is indexed by machine address in google/btree B-trees
+// (BTreeG, one per length class) for RegionAt, implicit on-demand paging and
+// the registration cache. Readers of the index use an immutable
+// copy-on-write snapshot and never wait for registration.
+//
+// # The data path
+//
+// Table.Remote and Table.Local check a key, an address range, the access and
+// the requester, and return a Span or a Reason. Reason.InvalidRequest says
+// which NAK the responder sends, as rxe decides. Neither allocates, and
+// both run concurrently with registration and deregistration.
+package mr
