@@ -1,0 +1,238 @@
+package mr
+
+// Requester identifies who asks for a remote access: the responder QP's PD
+// and number, and the P_Key of the request's BTH.
+type Requester struct {
+	PD   PD
+	QPN  uint32
+	PKey uint16 // regions with an auth key accept only their partition
+}
+
+// Remote is the data-path check of every remote access: rkey, the remote
+// address (a virtual address, or an offset for zero-based regions and
+// windows), the length, the access needed (RemoteRead, RemoteWrite or
+// RemoteAtomic) and who asks. It returns the memory to touch, or a Reason.
+// It does not allocate and is safe concurrently with registration.
+//
+// A READ or WRITE of length 0 is granted without looking at the key: IBTA
+// C9-88 does not require a zero-length RDMA operation to carry a valid R_Key
+// or address, and rxe skips the check. An atomic must cover exactly one
+// 8-byte word, naturally aligned in memory (ReasonMisaligned otherwise).
+//
+// A granted RemoteWrite or RemoteAtomic counts once on every counter bound
+// to an fi_mr region with FI_REMOTE_WRITE: the responder calls Remote once
+// per message.
+func (t *Table) Remote(rkey uint32, addr, length uint64, need Access, who Requester) (Span, error) {
+	if need != RemoteRead && need != RemoteWrite && need != RemoteAtomic {
+		return Span{}, t.reject(ReasonAccess)
+	}
+	if length == 0 && need != RemoteAtomic {
+		return Span{}, nil
+	}
+	var (
+		s   Span
+		r   *Region
+		why Reason
+	)
+	if rkey>>variantBits >= windowIndex {
+		s, r, why = t.remoteWindow(rkey, addr, length, need, who)
+	} else {
+		s, r, why = t.remoteRegion(rkey, addr, length, need, who)
+	}
+	if why != 0 {
+		return Span{}, t.reject(why)
+	}
+	if need != RemoteRead {
+		r.countRemoteWrite()
+	}
+	return s, nil
+}
+
+// remoteRegion checks an access through a region's rkey.
+func (t *Table) remoteRegion(rkey uint32, addr, length uint64, need Access, who Requester) (Span, *Region, Reason) {
+	r, why := t.regions.lookup(rkey)
+	if why != 0 {
+		return Span{}, nil, why
+	}
+	if why := r.admit(who.PD, &who); why != 0 {
+		return Span{}, nil, why
+	}
+	if need&^r.access() != 0 {
+		return Span{}, nil, ReasonAccess
+	}
+	off, ok := r.offset(addr, length)
+	if !ok {
+		return Span{}, nil, ReasonRange
+	}
+	s, why := r.span(off, addr, length, need)
+	return s, r, why
+}
+
+// remoteWindow checks an access through a memory window, as rxe_lookup_mw
+// does, then against the window's range, then against the region.
+func (t *Table) remoteWindow(rkey uint32, addr, length uint64, need Access, who Requester) (Span, *Region, Reason) {
+	w, why := t.windows.lookup(rkey)
+	if why != 0 {
+		return Span{}, nil, why
+	}
+	b := w.bind.Load()
+	switch {
+	case b == nil || b.key != rkey:
+		return Span{}, nil, ReasonStaleKey
+	case w.pd != who.PD:
+		return Span{}, nil, ReasonWrongPD
+	case w.typ == WindowType2 && b.qpn != who.QPN:
+		return Span{}, nil, ReasonWindowQP
+	case need&^b.access != 0:
+		return Span{}, nil, ReasonAccess
+	}
+	if addr < b.base || length > b.length || addr-b.base > b.length-length {
+		return Span{}, nil, ReasonRange
+	}
+	r := b.mr
+	if why := r.admit(who.PD, &who); why != 0 {
+		return Span{}, nil, why
+	}
+	a := b.mrAddr + (addr - b.base)
+	off, ok := r.offset(a, length)
+	if !ok {
+		return Span{}, nil, ReasonRange
+	}
+	s, why := r.span(off, a, length, need)
+	return s, r, why
+}
+
+// Local checks an lkey for a local buffer (an SGE of a work request): need
+// is 0 for local read, which every region allows, or LocalWrite. The
+// address is in the region's address space. A zero-length SGE needs no
+// check, as in rxe. It does not allocate.
+func (t *Table) Local(lkey uint32, addr, length uint64, need Access, pd PD) (Span, error) {
+	if need&^LocalWrite != 0 {
+		return Span{}, t.reject(ReasonAccess)
+	}
+	if length == 0 {
+		return Span{}, nil
+	}
+	r, why := t.regions.lookup(lkey)
+	if why == 0 {
+		why = r.admit(pd, nil)
+	}
+	if why == 0 && need&^r.access() != 0 {
+		why = ReasonAccess
+	}
+	var s Span
+	if why == 0 {
+		if off, ok := r.offset(addr, length); !ok {
+			why = ReasonRange
+		} else {
+			s, why = r.span(off, addr, length, need)
+		}
+	}
+	if why != 0 {
+		return Span{}, t.reject(why)
+	}
+	return s, nil
+}
+
+func (t *Table) reject(why Reason) Reason {
+	t.stats.rejects[why].Add(1)
+	return why
+}
+
+// admit checks the region's state and owner for a request from pd; who is
+// nil for local access, which partitions and endpoints do not restrict.
+func (r *Region) admit(pd PD, who *Requester) Reason {
+	if r.pd() != pd {
+		return ReasonWrongPD
+	}
+	switch f := r.flags.Load(); {
+	case f&regionDead != 0:
+		return ReasonStaleKey
+	case f&regionDisabled != 0:
+		return ReasonDisabled
+	case f&regionRefreshing != 0:
+		return ReasonRefreshing
+	}
+	if who == nil {
+		return 0
+	}
+	if r.pkey != 0 && !pkeyMatch(r.pkey, who.PKey) {
+		return ReasonPartition
+	}
+	if b := r.fi.Load(); b != nil && b.ep != nil && b.ep.QPN != who.QPN {
+		return ReasonEndpoint
+	}
+	return 0
+}
+
+// pkeyMatch applies the IBTA partition key rule: the low 15 bits (the
+// partition) must be equal and at least one of the two keys must be a full
+// member (bit 15 set).
+func pkeyMatch(a, b uint16) bool {
+	return a&0x7fff == b&0x7fff && (a|b)&0x8000 != 0
+}
+
+// span builds the Span for [off, off+length) of r (addr is the same range in
+// r's address space, used by implicit ODP) and takes its reference.
+func (r *Region) span(off, addr, length uint64, need Access) (Span, Reason) {
+	m := &r.mem
+	owner := r
+	if r.implicit {
+		e := r.t.addrView().find(addr, length, findMemory, r.pd())
+		if e == nil {
+			return Span{}, ReasonNotMapped
+		}
+		m, owner, off = e.memory(), e.region, e.offsetOf(addr)
+	}
+	s := Span{mem: m, off: off, n: length, odp: r.odp}
+	if need&(LocalWrite|RemoteWrite|RemoteAtomic) != 0 {
+		s.flags |= spanWritable
+	}
+	if need == RemoteAtomic {
+		if length != 8 || m.word(off) == nil {
+			return Span{}, ReasonMisaligned
+		}
+		s.flags |= spanAtomic
+	}
+	if !m.tryRef() {
+		return Span{}, ReasonStaleKey
+	}
+	// A deregistration that raced with this check has removed the key; the
+	// access is refused rather than served from memory on its way out.
+	if !r.live() || (owner != nil && !owner.live()) {
+		m.unref()
+		if r.implicit {
+			return Span{}, ReasonNotMapped
+		}
+		return Span{}, ReasonStaleKey
+	}
+	return s, 0
+}
+
+// memory returns the memory an extent belongs to.
+func (e *extent) memory() *memory {
+	if e.arena != nil {
+		return &e.arena.mem
+	}
+	return &e.region.mem
+}
+
+// offsetOf returns the offset of machine address addr, inside e, in e's
+// memory.
+func (e *extent) offsetOf(addr uint64) uint64 {
+	if e.arena != nil {
+		return addr - e.start
+	}
+	m := &e.region.mem
+	return m.ends[e.seg] - uint64(len(m.segs[e.seg])) + addr - e.start
+}
+
+// countRemoteWrite counts a granted modifying access on the counters bound
+// with FI_REMOTE_WRITE.
+func (r *Region) countRemoteWrite() {
+	if b := r.fi.Load(); b != nil {
+		for _, c := range b.counters {
+			c.n.Add(1)
+		}
+	}
+}

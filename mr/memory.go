@@ -1,0 +1,215 @@
+package mr
+
+import (
+	"fmt"
+	"runtime"
+	"sort"
+	"sync/atomic"
+	"unsafe"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+)
+
+// memory is the bytes behind a region or an arena: one or more segments
+// seen as one contiguous range of offsets, and a reference count that keeps
+// them valid. The registration (or the arena's owner) holds one reference
+// and every Span in flight holds one; when the count reaches zero the
+// memory is released: caller slices are unpinned, arenas unmapped.
+type memory struct {
+	refs atomic.Int64
+	segs [][]byte
+	ends []uint64 // ends[i] is the offset just past segment i
+	size uint64
+
+	// Exactly one owner: the region or the arena this memory belongs to.
+	region *Region
+	arena  *Arena
+}
+
+func (m *memory) init(segs [][]byte) {
+	m.segs = segs
+	m.ends = make([]uint64, len(segs))
+	for i, s := range segs {
+		m.size += uint64(len(s))
+		m.ends[i] = m.size
+	}
+	m.refs.Store(1)
+}
+
+// tryRef takes a reference unless the memory is already released.
+func (m *memory) tryRef() bool {
+	for {
+		n := m.refs.Load()
+		if n <= 0 {
+			return false
+		}
+		if m.refs.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// unref drops a reference and releases the memory with the last one.
+func (m *memory) unref() {
+	if m.refs.Add(-1) != 0 {
+		return
+	}
+	if m.region != nil {
+		m.region.releaseMemory()
+	} else {
+		m.arena.unmap()
+	}
+}
+
+// locate returns the segment holding offset off and the offset within it.
+func (m *memory) locate(off uint64) (int, uint64) {
+	if len(m.segs) == 1 {
+		return 0, off
+	}
+	i := sort.Search(len(m.ends), func(i int) bool { return m.ends[i] > off })
+	return i, off - (m.ends[i] - uint64(len(m.segs[i])))
+}
+
+// addrOf returns the machine address of offset off.
+func (m *memory) addrOf(off uint64) uint64 {
+	i, o := m.locate(off)
+	return addrOf(m.segs[i]) + o
+}
+
+// copyOut copies [off, off+len(p)) into p; the range is inside the memory.
+func (m *memory) copyOut(p []byte, off uint64) {
+	i, o := m.locate(off)
+	for len(p) > 0 {
+		n := copy(p, m.segs[i][o:])
+		p = p[n:]
+		i, o = i+1, 0
+	}
+}
+
+// copyIn copies p into [off, off+len(p)); the range is inside the memory.
+func (m *memory) copyIn(p []byte, off uint64) {
+	i, o := m.locate(off)
+	for len(p) > 0 {
+		n := copy(m.segs[i][o:], p)
+		p = p[n:]
+		i, o = i+1, 0
+	}
+}
+
+// word returns the 8-byte word at offset off if it lies inside one segment
+// and is naturally aligned in memory, or nil.
+func (m *memory) word(off uint64) *uint64 {
+	i, o := m.locate(off)
+	seg := m.segs[i]
+	if o > uint64(len(seg)) || uint64(len(seg))-o < 8 {
+		return nil
+	}
+	p := unsafe.Pointer(&seg[o])
+	if uintptr(p)&7 != 0 {
+		return nil
+	}
+	return (*uint64)(p)
+}
+
+// addrOf returns the machine address of b's first byte.
+func addrOf(b []byte) uint64 {
+	return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b))))
+}
+
+// PageSize is the page granularity of on-demand paging and arenas.
+const PageSize = 4096
+
+const pageShift = 12
+
+// Arena is NIC-owned memory: an anonymous private mapping outside the Go
+// heap (mmap), for regions a remote peer fills or reads. Regions registered
+// over an arena's bytes keep it mapped, as does every transfer still using
+// it; FreeArena only drops the owner's reference, and the mapping is
+// removed (munmap) when the last reference goes.
+//
+// An arena belongs to a protection domain: implicit ODP regions of that PD
+// resolve addresses inside it.
+type Arena struct {
+	t     *Table
+	pd    PD
+	mem   memory
+	ext   extent
+	freed bool // FreeArena was called; guarded by t.mu
+}
+
+// NewArena maps size bytes of NIC-owned memory (rounded up to whole pages)
+// in protection domain pd.
+func (t *Table) NewArena(pd PD, size uint64) (*Arena, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := t.usableLocked(pd); err != nil {
+		return nil, err
+	}
+	if size == 0 || size > maxArena {
+		return nil, fmt.Errorf("arena of %d bytes: %w", size, ErrInvalid)
+	}
+	mapped := (size + PageSize - 1) &^ (PageSize - 1)
+	b, err := unix.Mmap(-1, 0, int(mapped), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, fmt.Errorf("mmap %d bytes: %v: %w", mapped, err, ErrNoMem)
+	}
+	a := &Arena{t: t, pd: pd}
+	a.mem.arena = a
+	a.mem.init([][]byte{b[:size:size]})
+	a.ext = extent{start: addrOf(b), end: addrOf(b) + size, arena: a}
+	t.addrInsert(&a.ext)
+	t.pds[pd].arenas++
+	t.arenas++
+	return a, nil
+}
+
+// maxArena bounds one mapping so that size arithmetic cannot overflow an int.
+const maxArena = 1 << 46
+
+// Bytes returns the arena's memory. It stays valid until the arena is freed
+// and no region or transfer uses it any more.
+func (a *Arena) Bytes() []byte { return a.mem.segs[0] }
+
+// Addr returns the arena's address, which is also the remote address of a
+// region registered over its start without ZeroBased.
+func (a *Arena) Addr() uint64 { return a.ext.start }
+
+// PD returns the arena's protection domain.
+func (a *Arena) PD() PD { return a.pd }
+
+// FreeArena drops the owner's reference to a. The mapping stays until the
+// regions registered over it are deregistered and their transfers released.
+func (t *Table) FreeArena(a *Arena) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if a.t != t || a.freed {
+		return fmt.Errorf("arena already freed or of another table: %w", ErrInvalid)
+	}
+	a.freed = true
+	t.pds[a.pd].arenas--
+	t.arenas--
+	a.mem.unref()
+	return nil
+}
+
+// unmap removes the mapping once nothing references the arena.
+func (a *Arena) unmap() {
+	t := a.t
+	t.addrRemove(&a.ext)
+	if err := unix.Munmap(a.mem.segs[0][:cap(a.mem.segs[0])]); err != nil {
+		t.log.Error("munmap arena", zap.Uint64("addr", a.ext.start), zap.Error(err))
+	}
+}
+
+// pin pins the segments that are caller memory (not in an arena) for the
+// life of a registration.
+func pin(segs [][]byte, arenas []*Arena) *runtime.Pinner {
+	var p runtime.Pinner
+	for i, s := range segs {
+		if arenas[i] == nil {
+			p.Pin(unsafe.SliceData(s))
+		}
+	}
+	return &p
+}

@@ -1,0 +1,528 @@
+package mr
+
+import (
+	crand "crypto/rand"
+	"fmt"
+	"iter"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+
+	"go.uber.org/zap"
+)
+
+// PD is a protection domain handle allocated by a Table (ibv_alloc_pd).
+type PD uint32
+
+// Config configures a Table.
+type Config struct {
+	// Logger receives control-path events (never per-packet ones); nil
+	// discards them.
+	Logger *zap.Logger
+	// MaxRegions and MaxWindows bound the key indices handed out; zero or
+	// anything above the index space (2^23 each) means the whole space.
+	MaxRegions, MaxWindows int
+}
+
+// Table is a NIC's memory-region table: protection domains, regions,
+// memory windows and arenas, found by key for the data path and by address
+// for local buffers, on-demand paging and the registration cache.
+//
+// All methods are safe for concurrent use. Remote, Local, RegionAt and the
+// Span methods take no lock that registration holds for long: they run
+// concurrently with registration and deregistration.
+type Table struct {
+	mu      sync.Mutex // registration, deregistration, PDs, windows, arenas
+	closed  bool
+	regions keyTable[Region]
+	windows keyTable[Window]
+	pds     map[PD]*pdState
+	nextPD  PD
+	arenas  int
+
+	// The address index: writers change master under addrMu and bump gen;
+	// readers use an immutable snapshot, and the first reader after a change
+	// publishes a new one (see addrView).
+	addrMu     sync.Mutex
+	addrMaster addrIndex
+	addrSeq    uint64
+	addrGen    atomic.Uint64
+	addrSnap   atomic.Pointer[addrSnapshot]
+
+	log   *zap.Logger
+	stats tableCounters
+}
+
+type pdState struct{ regions, windows, arenas int }
+
+type addrSnapshot struct {
+	gen uint64
+	ix  *addrIndex
+}
+
+type tableCounters struct {
+	registered, deregistered atomic.Uint64
+	rejects                  [numReasons]atomic.Uint64
+}
+
+// NewTable returns an empty table.
+func NewTable(cfg Config) *Table {
+	var seed [32]byte
+	if _, err := crand.Read(seed[:]); err != nil {
+		panic(fmt.Sprintf("mr: crypto/rand: %v", err)) // crypto/rand.Read does not fail on Linux
+	}
+	rng := rand.New(rand.NewChaCha8(seed))
+	t := &Table{pds: make(map[PD]*pdState), log: cfg.Logger}
+	if t.log == nil {
+		t.log = zap.NewNop()
+	}
+	t.regions.init(0, limit(cfg.MaxRegions), rng)
+	t.windows.init(windowIndex, limit(cfg.MaxWindows), rng)
+	t.addrSnap.Store(&addrSnapshot{ix: new(addrIndex)})
+	return t
+}
+
+func limit(n int) uint32 {
+	if n <= 0 || n >= indexSpace {
+		return indexSpace
+	}
+	return uint32(n) + 1 // relative index 0 is never handed out
+}
+
+// AllocPD allocates a protection domain (ibv_alloc_pd).
+func (t *Table) AllocPD() (PD, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return 0, fmt.Errorf("table closed: %w", ErrInvalid)
+	}
+	if t.nextPD == math.MaxUint32 {
+		return 0, fmt.Errorf("protection domains exhausted: %w", ErrNoMem)
+	}
+	t.nextPD++
+	t.pds[t.nextPD] = new(pdState)
+	return t.nextPD, nil
+}
+
+// DeallocPD frees a protection domain (ibv_dealloc_pd). It fails with
+// ErrBusy while regions, windows or arenas remain in it.
+func (t *Table) DeallocPD(pd PD) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s, ok := t.pds[pd]
+	if !ok {
+		return fmt.Errorf("PD %d: %w", pd, ErrInvalid)
+	}
+	if s.regions+s.windows+s.arenas != 0 {
+		return fmt.Errorf("PD %d has %d regions, %d windows, %d arenas: %w", pd, s.regions, s.windows, s.arenas, ErrBusy)
+	}
+	delete(t.pds, pd)
+	return nil
+}
+
+// usableLocked checks that the table is open and pd exists.
+func (t *Table) usableLocked(pd PD) error {
+	if t.closed {
+		return fmt.Errorf("table closed: %w", ErrInvalid)
+	}
+	if _, ok := t.pds[pd]; !ok {
+		return fmt.Errorf("PD %d: %w", pd, ErrInvalid)
+	}
+	return nil
+}
+
+// Register registers buf as a memory region of pd (ibv_reg_mr). Unless
+// access has ZeroBased the region's remote address is buf's address. buf
+// is pinned (runtime.Pinner) until the region is deregistered and its last
+// Span released; memory of an Arena is kept mapped instead.
+//
+// Errors: ErrInvalid for an unknown PD, an empty buf, unknown access bits,
+// or REMOTE_WRITE / REMOTE_ATOMIC without LOCAL_WRITE; ErrNoMem when the
+// key space is full.
+func (t *Table) Register(pd PD, buf []byte, access Access) (*Region, error) {
+	return t.register(regSpec{pd: pd, segs: [][]byte{buf}, access: access})
+}
+
+// RegisterImplicit registers an implicit on-demand paging region of pd:
+// ibv_reg_mr(pd, NULL, SIZE_MAX, IBV_ACCESS_ON_DEMAND | ...). Its address
+// space is every address; an access resolves to memory of pd the table
+// knows (other regions' buffers and arenas) or fails with ReasonNotMapped.
+// access must include OnDemand.
+func (t *Table) RegisterImplicit(pd PD, access Access) (*Region, error) {
+	// "To create an implicit ODP MR, IBV_ACCESS_ON_DEMAND should be set,
+	// addr should be 0 and length should be SIZE_MAX."
+	if access&OnDemand == 0 {
+		return nil, fmt.Errorf("implicit region without ON_DEMAND: %w", ErrInvalid)
+	}
+	return t.register(regSpec{pd: pd, access: access, implicit: true})
+}
+
+// regSpec is everything a registration can ask for; the verbs and fi_mr
+// faces fill in what they need.
+type regSpec struct {
+	pd       PD
+	segs     [][]byte
+	access   Access
+	implicit bool
+	// requested is set for an application-chosen key (fi_mr requested_key).
+	requested    bool
+	requestedKey uint32
+	pkey         uint16 // partition the region is reachable from; 0: any
+	disabled     bool   // created disabled (fi_mr RMA_EVENT / ENDPOINT)
+}
+
+func (t *Table) register(spec regSpec) (*Region, error) {
+	if err := spec.access.validate(); err != nil {
+		return nil, err
+	}
+	if !spec.implicit {
+		if len(spec.segs) == 0 {
+			return nil, fmt.Errorf("no buffers: %w", ErrInvalid)
+		}
+		for i, s := range spec.segs {
+			// ib_umem_get() rejects a registration of zero pages.
+			if len(s) == 0 {
+				return nil, fmt.Errorf("buffer %d is empty: %w", i, ErrInvalid)
+			}
+		}
+		// ODP tracks the pages of one buffer; several buffers only come
+		// from fi_mr_regv, which has no on-demand access bit.
+		if spec.access&OnDemand != 0 && len(spec.segs) > 1 {
+			return nil, fmt.Errorf("ON_DEMAND over %d buffers: %w", len(spec.segs), ErrInvalid)
+		}
+	}
+
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := t.usableLocked(spec.pd); err != nil {
+		return nil, err
+	}
+	r := &Region{t: t, implicit: spec.implicit, pkey: spec.pkey}
+	r.pdAcc.Store(uint64(spec.pd)<<32 | uint64(spec.access))
+	if spec.disabled {
+		r.flags.Store(regionDisabled)
+	}
+	if spec.implicit {
+		r.kind, r.length = ImplicitODP, implicitLen
+		r.odp = newSparsePages()
+	} else if err := t.attachMemoryLocked(r, spec); err != nil {
+		return nil, err
+	}
+
+	i, err := t.keyIndexLocked(spec)
+	if err != nil {
+		r.mem.unref()
+		return nil, err
+	}
+	r.index = i
+	for _, e := range r.exts {
+		t.addrInsert(e)
+	}
+	r.key = t.regions.install(i, r, spec.requested, uint8(spec.requestedKey))
+	t.pds[spec.pd].regions++
+	t.stats.registered.Add(1)
+	return r, nil
+}
+
+// attachMemoryLocked sets up r's memory from spec's buffers: the address
+// space, the arenas the buffers lie in (referenced) and the pinned caller
+// memory.
+func (t *Table) attachMemoryLocked(r *Region, spec regSpec) error {
+	r.mem.region = r
+	r.mem.init(spec.segs)
+	r.length = r.mem.size
+	if spec.access&ZeroBased == 0 {
+		r.base = addrOf(spec.segs[0])
+		// The remote address space of an iov region runs on from the first
+		// buffer's address; it must not wrap.
+		if r.length > math.MaxUint64-r.base {
+			return fmt.Errorf("address space [%#x, +%d) wraps: %w", r.base, r.length, ErrInvalid)
+		}
+	}
+	r.arenas = make([]*Arena, len(spec.segs))
+	r.exts = make([]*extent, len(spec.segs))
+	pinned := false
+	for i, s := range spec.segs {
+		r.arenas[i] = t.arenaOf(s)
+		pinned = pinned || r.arenas[i] == nil
+		e := &r.ext0
+		if i > 0 {
+			e = new(extent)
+		}
+		*e = extent{start: addrOf(s), end: addrOf(s) + uint64(len(s)), region: r, seg: i}
+		r.exts[i] = e
+	}
+	r.kind = ArenaMemory
+	if pinned {
+		r.kind = CallerMemory
+		r.pinner = pin(spec.segs, r.arenas)
+	}
+	if spec.access&OnDemand != 0 {
+		r.odp = newDensePages(r.ext0.start, r.length)
+	}
+	return nil
+}
+
+// arenaOf returns the arena holding all of b, with a reference taken, or
+// nil if b is not arena memory.
+func (t *Table) arenaOf(b []byte) *Arena {
+	t.addrMu.Lock()
+	defer t.addrMu.Unlock()
+	e := t.addrMaster.find(addrOf(b), uint64(len(b)), findArena, 0)
+	if e == nil || !e.arena.mem.tryRef() {
+		return nil
+	}
+	return e.arena
+}
+
+// keyIndexLocked takes the key index of a new region: the requested key's,
+// or a free one.
+func (t *Table) keyIndexLocked(spec regSpec) (uint32, error) {
+	if !spec.requested {
+		i, err := t.regions.alloc()
+		if err != nil {
+			return 0, fmt.Errorf("%d regions: %w", t.regions.live, err)
+		}
+		return i, nil
+	}
+	i, ok := t.regions.relIndex(spec.requestedKey)
+	if !ok || i >= t.regions.limit {
+		return 0, fmt.Errorf("key %#x out of range: %w", spec.requestedKey, ErrKeyRejected)
+	}
+	if t.regions.used(i) {
+		return 0, fmt.Errorf("key %#x: %w", spec.requestedKey, ErrNoKey)
+	}
+	return i, nil
+}
+
+// Deregister deregisters r (ibv_dereg_mr). Its keys stop working at once;
+// its memory stays valid for transfers already holding a Span, and is
+// unpinned (or its arena unmapped) when the last one is released. It fails
+// with ErrBusy while a memory window is bound to r ("ibv_dereg_mr() fails if
+// any memory window is still bound to this MR"), and with ErrInvalid if r
+// is already deregistered.
+func (t *Table) Deregister(r *Region) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.deregisterLocked(r)
+}
+
+func (t *Table) deregisterLocked(r *Region) error {
+	if r.t != t || !r.live() {
+		return fmt.Errorf("region not registered: %w", ErrInvalid)
+	}
+	if n := r.windows.Load(); n > 0 {
+		return fmt.Errorf("region %#x has %d windows bound: %w", r.key, n, ErrBusy)
+	}
+	t.regions.remove(r.index)
+	for _, e := range r.exts {
+		t.addrRemove(e)
+	}
+	r.flags.Or(regionDead)
+	t.pds[r.pd()].regions--
+	t.stats.deregistered.Add(1)
+	if !r.implicit {
+		r.mem.unref()
+	}
+	return nil
+}
+
+// ReregFlags says what ibv_rereg_mr changes.
+type ReregFlags uint32
+
+// The ibv_rereg_mr flags, with libibverbs' values.
+const (
+	ReregTranslation ReregFlags = 1 << 0 // IBV_REREG_MR_CHANGE_TRANSLATION
+	ReregPD          ReregFlags = 1 << 1 // IBV_REREG_MR_CHANGE_PD
+	ReregAccess      ReregFlags = 1 << 2 // IBV_REREG_MR_CHANGE_ACCESS
+)
+
+// Rereg changes the protection domain and/or the access flags of r in place
+// (ibv_rereg_mr). As in rxe (rxe_rereg_user_mr) the region object stays the
+// same, so its lkey and rkey stay valid and unchanged: peers need no new key.
+// Like rxe, only ReregPD and ReregAccess are supported:
+//
+//   - flags 0: ErrInvalid (ib_uverbs_rereg_mr);
+//   - ReregTranslation or unknown flags: ErrNotSupported (EOPNOTSUPP); so is
+//     an access change that flips ZeroBased or OnDemand, which changes the
+//     translation rather than the permissions;
+//   - new access breaking ibv_reg_mr's rules, or an unknown PD: ErrInvalid;
+//   - windows bound to r: ErrBusy, as ib_uverbs_rereg_mr answered while the
+//     MR's use count was raised by bound windows.
+func (t *Table) Rereg(r *Region, flags ReregFlags, pd PD, access Access) error {
+	if flags == 0 {
+		return fmt.Errorf("rereg without flags: %w", ErrInvalid)
+	}
+	if flags&^(ReregPD|ReregAccess) != 0 {
+		return fmt.Errorf("rereg flags %#x: %w", uint32(flags&^(ReregPD|ReregAccess)), ErrNotSupported)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if r.t != t || !r.live() {
+		return fmt.Errorf("region not registered: %w", ErrInvalid)
+	}
+	if n := r.windows.Load(); n > 0 {
+		return fmt.Errorf("region %#x has %d windows bound: %w", r.key, n, ErrBusy)
+	}
+	oldPD, oldAccess := r.pd(), r.access()
+	if flags&ReregAccess == 0 {
+		access = oldAccess
+	}
+	if flags&ReregPD == 0 {
+		pd = oldPD
+	}
+	if err := access.validate(); err != nil {
+		return err
+	}
+	if (access^oldAccess)&translation != 0 {
+		return fmt.Errorf("rereg changing %v: %w", (access^oldAccess)&translation, ErrNotSupported)
+	}
+	if err := t.usableLocked(pd); err != nil {
+		return err
+	}
+	r.pdAcc.Store(uint64(pd)<<32 | uint64(access))
+	t.pds[oldPD].regions--
+	t.pds[pd].regions++
+	return nil
+}
+
+// Region returns the live region whose key is key. Like Remote it is
+// lock-free: the key's index selects a slot and the variant is compared.
+func (t *Table) Region(key uint32) (*Region, bool) {
+	r, why := t.regions.lookup(key)
+	return r, why == 0
+}
+
+// RegionAt returns a live region of pd whose memory holds all of
+// [addr, addr+length), searching the address index (B-trees keyed by start
+// address). Addresses are machine addresses of the memory, whatever the
+// region's remote addressing. A zero length is looked up as one byte.
+func (t *Table) RegionAt(pd PD, addr, length uint64) (*Region, bool) {
+	length = max(length, 1)
+	if addr > math.MaxUint64-length {
+		return nil, false
+	}
+	e := t.addrView().find(addr, length, findRegion, pd)
+	if e == nil {
+		return nil, false
+	}
+	return e.region, true
+}
+
+// addrView returns the current read-only address index.
+func (t *Table) addrView() *addrIndex {
+	s := t.addrSnap.Load()
+	if s.gen == t.addrGen.Load() {
+		return s.ix
+	}
+	return t.publishAddr()
+}
+
+// publishAddr snapshots the master index for readers. Only the first reader
+// after a change pays for it; a burst of registrations with no lookups in
+// between clones nothing.
+func (t *Table) publishAddr() *addrIndex {
+	t.addrMu.Lock()
+	defer t.addrMu.Unlock()
+	s := t.addrSnap.Load()
+	gen := t.addrGen.Load()
+	if s.gen == gen {
+		return s.ix
+	}
+	ix := t.addrMaster.snapshot(s.ix)
+	t.addrSnap.Store(&addrSnapshot{gen: gen, ix: ix})
+	return ix
+}
+
+func (t *Table) addrInsert(e *extent) {
+	t.addrMu.Lock()
+	t.addrSeq++
+	e.seq = t.addrSeq
+	t.addrMaster.insert(e)
+	t.addrGen.Add(1)
+	t.addrMu.Unlock()
+}
+
+func (t *Table) addrRemove(e *extent) {
+	t.addrMu.Lock()
+	t.addrMaster.remove(e)
+	t.addrGen.Add(1)
+	t.addrMu.Unlock()
+}
+
+// Regions iterates over the registered regions without blocking the data
+// path or registration: each region is seen as it is when reached.
+func (t *Table) Regions() iter.Seq[RegionInfo] {
+	return func(yield func(RegionInfo) bool) {
+		t.regions.each(func(r *Region) bool { return yield(r.Info()) })
+	}
+}
+
+// Stats are table-wide counters.
+type Stats struct {
+	PDs, Regions, Windows, Arenas int
+	Registered, Deregistered      uint64 // regions registered and deregistered, ever
+	// Rejects counts refused accesses (Remote and Local) by reason.
+	Rejects map[Reason]uint64
+}
+
+// Stats returns the table's counters.
+func (t *Table) Stats() Stats {
+	t.mu.Lock()
+	s := Stats{PDs: len(t.pds), Regions: t.regions.live, Windows: t.windows.live, Arenas: t.arenas}
+	t.mu.Unlock()
+	s.Registered = t.stats.registered.Load()
+	s.Deregistered = t.stats.deregistered.Load()
+	s.Rejects = make(map[Reason]uint64)
+	for r := Reason(1); r < numReasons; r++ {
+		if n := t.stats.rejects[r].Load(); n != 0 {
+			s.Rejects[r] = n
+		}
+	}
+	return s
+}
+
+// Close deallocates every window, deregisters every region and frees every
+// arena, then refuses new objects. Memory still used by a Span stays valid
+// until released. A Table holding pinned memory must be closed (or its
+// regions deregistered) before it is dropped.
+func (t *Table) Close() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil
+	}
+	var ws []*Window
+	t.windows.each(func(w *Window) bool { ws = append(ws, w); return true })
+	for _, w := range ws {
+		t.deallocWindowLocked(w)
+	}
+	var rs []*Region
+	t.regions.each(func(r *Region) bool { rs = append(rs, r); return true })
+	for _, r := range rs {
+		if err := t.deregisterLocked(r); err != nil {
+			return err
+		}
+	}
+	var as []*Arena
+	t.addrMu.Lock()
+	for m := t.addrMaster.mask; m != 0; m &= m - 1 {
+		t.addrMaster.trees[bitIndex(m)].Ascend(func(e *extent) bool {
+			if e.arena != nil && !e.arena.freed {
+				as = append(as, e.arena)
+			}
+			return true
+		})
+	}
+	t.addrMu.Unlock()
+	for _, a := range as {
+		a.freed = true
+		t.pds[a.pd].arenas--
+		t.arenas--
+		a.mem.unref()
+	}
+	t.closed = true
+	t.log.Debug("mr table closed", zap.Int("regions", len(rs)), zap.Int("windows", len(ws)), zap.Int("arenas", len(as)))
+	return nil
+}
