@@ -1,0 +1,172 @@
+// Command softnic is the command-line front end of softnic, the pure-Go
+// RoCEv2 NIC: it runs the daemon and the demos and inspects packets and
+// captures. Each subcommand has its own flags; "softnic help COMMAND" or
+// "softnic COMMAND --help" describes one.
+//
+// Exit status: 0 on success, 1 when a command fails, 2 on a usage error.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// command is one subcommand. Adding a command is adding a line to commands.
+type command struct {
+	name    string
+	args    string // synopsis of the arguments, e.g. "FILE.pcap [-v]"
+	summary string // one line for the command list
+	example string // shown by --help
+	// define registers the command's flags on fs and returns the function
+	// that runs the command.
+	define func(fs *flag.FlagSet) func(inv *invocation) error
+}
+
+var commands = []command{
+	{"decode", "FILE.pcap [-v]", "print every RoCEv2 packet of a pcap file, one line each", "softnic decode -v ../shared/golden/read_large.pcap", defineDecode},
+	{"version", "", "print softnic's version", "softnic version", defineVersion},
+}
+
+// invocation is what a subcommand runs with: its own flag set, the
+// positional arguments once parsed, and where to write.
+type invocation struct {
+	cmd    *command
+	flags  *flag.FlagSet
+	args   []string
+	stdout io.Writer
+	stderr io.Writer
+}
+
+// usageError is a mistake in the command line; it exits with status 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, a ...any) error { return &usageError{fmt.Sprintf(format, a...)} }
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// run executes the command line args and returns the exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		printUsage(stderr)
+		return 2
+	}
+	name := args[0]
+	switch name {
+	case "help", "-h", "-help", "--help":
+		if len(args) > 1 {
+			if c := lookup(args[1]); c != nil {
+				fs := newFlagSet(c)
+				c.define(fs)
+				printCommandUsage(stdout, c, fs)
+				return 0
+			}
+			fmt.Fprintf(stderr, "softnic help: unknown command %q\n", args[1])
+			return 2
+		}
+		printUsage(stdout)
+		return 0
+	}
+	c := lookup(name)
+	if c == nil {
+		fmt.Fprintf(stderr, "softnic: unknown command %q\n\n", name)
+		printUsage(stderr)
+		return 2
+	}
+	inv := &invocation{cmd: c, flags: newFlagSet(c), args: args[1:], stdout: stdout, stderr: stderr}
+	err := c.define(inv.flags)(inv)
+	var uerr *usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		printCommandUsage(stdout, c, inv.flags)
+		return 0
+	case errors.As(err, &uerr):
+		fmt.Fprintf(stderr, "softnic %s: %v\n", c.name, err)
+		printCommandUsage(stderr, c, inv.flags)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "softnic %s: %v\n", c.name, err)
+		return 1
+	}
+}
+
+func lookup(name string) *command {
+	for i := range commands {
+		if commands[i].name == name {
+			return &commands[i]
+		}
+	}
+	return nil
+}
+
+// newFlagSet returns a silent flag set: run prints usage and errors itself.
+func newFlagSet(c *command) *flag.FlagSet {
+	fs := flag.NewFlagSet("softnic "+c.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return fs
+}
+
+// parse parses the flags, which may come before, between or after the
+// positional arguments (up to a "--"), and checks that there are between min
+// and max positional arguments (max < 0: no limit). Errors are usage errors,
+// or flag.ErrHelp for -h/--help.
+func (inv *invocation) parse(min, max int) error {
+	args, rest := inv.args, []string(nil)
+	for i, a := range args {
+		if a == "--" {
+			args, rest = args[:i], args[i+1:]
+			break
+		}
+	}
+	var pos []string
+	for {
+		if err := inv.flags.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return &usageError{err.Error()}
+		}
+		args = inv.flags.Args()
+		if len(args) == 0 {
+			break
+		}
+		pos, args = append(pos, args[0]), args[1:]
+	}
+	inv.args = append(pos, rest...)
+	switch n := len(inv.args); {
+	case n < min:
+		return usagef("missing argument")
+	case max >= 0 && n > max:
+		return usagef("too many arguments: %s", strings.Join(inv.args[max:], " "))
+	}
+	return nil
+}
+
+func printUsage(w io.Writer) {
+	fmt.Fprintf(w, "softnic: a software RDMA NIC speaking RoCEv2\n\nusage: softnic COMMAND [ARGUMENTS]\n\ncommands:\n")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(w, "\nRun \"softnic help COMMAND\" or \"softnic COMMAND --help\" for details.\n")
+}
+
+func printCommandUsage(w io.Writer, c *command, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "usage: softnic %s %s\n\n%s\n", c.name, c.args, c.summary)
+	hasFlags := false
+	fs.VisitAll(func(*flag.Flag) { hasFlags = true })
+	if hasFlags {
+		fmt.Fprintf(w, "\nflags:\n")
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+	fmt.Fprintf(w, "\nexample:\n  %s\n", c.example)
+}

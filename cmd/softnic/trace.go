@@ -1,0 +1,47 @@
+package main
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/softnic/softnic/wire"
+)
+
+// appendPacketLine appends the line softnic prints for a RoCEv2 packet, as
+// decode prints captured packets and a live trace prints packets on the
+// wire:
+//
+//	0.001234 10.77.0.12:49441 → 10.77.0.11:4791 RC RDMA Write Only qp=0x000011 ... payload=64 icrc=ok
+//
+// the time in seconds (relative to whatever the caller chooses) with six
+// decimals, source → destination, the packet summary (wire.Packet.
+// AppendSummary), and icrc=ok or icrc=BAD, then a newline. It does not
+// allocate if b has room.
+func appendPacketLine(b []byte, t time.Duration, env *wire.Envelope, p *wire.Packet, icrcOK bool) []byte {
+	b = appendLinePrefix(b, t, env)
+	b = p.AppendSummary(b)
+	if icrcOK {
+		return append(b, " icrc=ok\n"...)
+	}
+	return append(b, " icrc=BAD\n"...)
+}
+
+// appendErrorLine appends the line for a datagram of n bytes that did not
+// decode: the same time and addresses as appendPacketLine, then the error.
+func appendErrorLine(b []byte, t time.Duration, env *wire.Envelope, n int, err error) []byte {
+	b = appendLinePrefix(b, t, env)
+	b = append(b, "undecodable "...)
+	b = strconv.AppendInt(b, int64(n), 10)
+	b = append(b, "-byte datagram: "...)
+	b = append(b, err.Error()...)
+	return append(b, '\n')
+}
+
+func appendLinePrefix(b []byte, t time.Duration, env *wire.Envelope) []byte {
+	b = strconv.AppendFloat(b, t.Seconds(), 'f', 6, 64)
+	b = append(b, ' ')
+	b = env.Src.AppendTo(b)
+	b = append(b, " → "...)
+	b = env.Dst.AppendTo(b)
+	return append(b, ' ')
+}
