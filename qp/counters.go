@@ -1,0 +1,74 @@
+package qp
+
+import "sync/atomic"
+
+// Counter names one of the device counters. The first ones carry the names
+// of rxe's hw_counters (rdma statistic); the rest count what softnic drops
+// for reasons rxe does not count.
+type Counter int
+
+const (
+	SentPkts            Counter = iota // packets handed to the network
+	RcvdPkts                           // packets delivered to a QP
+	DuplicateRequest                   // responder: request with a PSN already executed
+	OutOfSeqRequest                    // responder: request ahead of the expected PSN (NAKed once)
+	RcvdRNRErr                         // requester: RNR NAKs received
+	SendRNRErr                         // responder: RNR NAKs sent
+	RcvdSeqErr                         // requester: PSN sequence error NAKs received
+	AckDeferred                        // responder: ACKs folded into a later coalesced ACK
+	RetryExceededErr                   // requester: WRs failed with RETRY_EXC_ERR
+	RetryRNRExceededErr                // requester: WRs failed with RNR_RETRY_EXC_ERR
+	CompleterRetryErr                  // requester: go-back-N retries started
+	SendErr                            // packets the NIC failed to send
+	RetransmittedPkts                  // request packets sent again by go-back-N
+	GhostAck                           // responses for PSNs never sent, dropped
+	DuplicateResponse                  // responses for PSNs already completed, dropped
+	BadRequest                         // requests NAKed as invalid (opcode sequence, length, access)
+	RemoteAccessErr                    // requests NAKed with remote access error
+	WrongQPState                       // packets for a QP in a state that cannot take them
+	WrongTransport                     // packets whose opcode does not fit the QP type
+	BadQKey                            // UD datagrams with the wrong Q_Key
+	UCDroppedMsgs                      // UC messages dropped after a PSN gap or without a receive WR
+	UDDropped                          // UD datagrams dropped for want of a receive WR
+	numCounters
+)
+
+var counterNames = [numCounters]string{
+	"sent_pkts", "rcvd_pkts", "duplicate_request", "out_of_seq_request", "rcvd_rnr_err",
+	"send_rnr_err", "rcvd_seq_err", "ack_deferred", "retry_exceeded_err",
+	"retry_rnr_exceeded_err", "completer_retry_err", "send_err", "retransmitted_pkts",
+	"ghost_ack", "duplicate_response", "bad_request", "remote_access_err",
+	"wrong_qp_state", "wrong_transport", "bad_qkey", "uc_dropped_msgs", "ud_dropped",
+}
+
+func (c Counter) String() string {
+	if c >= 0 && c < numCounters {
+		return counterNames[c]
+	}
+	return "unknown"
+}
+
+// Counters is a set of device counters shared by the QPs of a NIC. The zero
+// value is ready; all methods are safe for concurrent use.
+type Counters struct {
+	v [numCounters]atomic.Uint64
+}
+
+// Add adds n to counter c.
+func (cs *Counters) Add(c Counter, n uint64) {
+	if cs != nil {
+		cs.v[c].Add(n)
+	}
+}
+
+func (cs *Counters) inc(c Counter) { cs.Add(c, 1) }
+
+// Get returns the value of counter c.
+func (cs *Counters) Get(c Counter) uint64 { return cs.v[c].Load() }
+
+// Each calls fn with every counter's name and value, in a fixed order.
+func (cs *Counters) Each(fn func(name string, value uint64)) {
+	for c := Counter(0); c < numCounters; c++ {
+		fn(counterNames[c], cs.v[c].Load())
+	}
+}

@@ -1,0 +1,549 @@
+package qp
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/wire"
+)
+
+// Device limits, reported by the NIC as its attributes.
+const (
+	MaxMessageSize   = 1 << 31 // bytes in one message, as the IBTA allows
+	MaxRdAtomicLimit = 128     // max_qp_rd_atom and max_qp_init_rd_atom
+	maxSGELimit      = 32
+	maxInlineLimit   = 4096
+	maxQueueDepth    = 1 << 16
+	minWindow        = 8 // packets in flight after repeated loss
+	// MaxPacketSize is the largest packet a QP encodes: every header an
+	// opcode may carry, a 4096-byte payload, pad and ICRC. Buffers handed
+	// to Transmit must be at least this long.
+	MaxPacketSize = wire.MaxHeaderSize + 4096 + 3 + wire.ICRCSize
+)
+
+// Config is fixed when a QP is created (ibv_qp_init_attr and the device
+// context it lives in).
+type Config struct {
+	Type Type
+	// PD is the protection domain of the QP; Memory is the device's region
+	// table, which checks every lkey and rkey the QP uses.
+	PD     mr.PD
+	Memory *mr.Table
+	// SendCQ and RecvCQ receive the completions; they may be the same CQ.
+	SendCQ, RecvCQ *CQ
+	// SRQ, if set, supplies the receive WRs instead of the QP's own queue.
+	SRQ *SRQ
+	// Queue sizes; zero picks the defaults (256 WRs, 4 SGEs, 256 bytes inline).
+	MaxSendWR, MaxRecvWR   int
+	MaxSendSGE, MaxRecvSGE int
+	MaxInline              int
+	// SignalAll makes every send WR produce a completion (sq_sig_all).
+	SignalAll bool
+	// Window is the most request PSNs an RC requester keeps unacknowledged;
+	// zero picks 256. The requester also halves its congestion window on
+	// every loss, so that it does not overrun a saturated receiver.
+	Window int
+	// Counters receives the QP's counts; nil counts nothing.
+	Counters *Counters
+}
+
+func (c *Config) setDefaults() error {
+	def := func(v *int, d, limit int, name string) error {
+		if *v == 0 {
+			*v = d
+		}
+		if *v < 0 || *v > limit {
+			return fmt.Errorf("%s %d out of range 1..%d: %w", name, *v, limit, ErrInvalid)
+		}
+		return nil
+	}
+	for _, f := range []struct {
+		v        *int
+		d, limit int
+		name     string
+	}{
+		{&c.MaxSendWR, 256, maxQueueDepth, "max_send_wr"},
+		{&c.MaxRecvWR, 256, maxQueueDepth, "max_recv_wr"},
+		{&c.MaxSendSGE, 4, maxSGELimit, "max_send_sge"},
+		{&c.MaxRecvSGE, 4, maxSGELimit, "max_recv_sge"},
+		{&c.MaxInline, 256, maxInlineLimit, "max_inline_data"},
+		{&c.Window, 256, 1 << 20, "window"},
+	} {
+		if err := def(f.v, f.d, f.limit, f.name); err != nil {
+			return err
+		}
+	}
+	if c.Type < RC || c.Type > UD {
+		return fmt.Errorf("QP type %d: %w", c.Type, ErrInvalid)
+	}
+	if c.Memory == nil || c.SendCQ == nil || c.RecvCQ == nil {
+		return fmt.Errorf("QP needs a region table and send and receive CQs: %w", ErrInvalid)
+	}
+	if c.Window < minWindow {
+		c.Window = minWindow
+	}
+	return nil
+}
+
+// QP is one queue pair. See the package documentation for how it is driven.
+type QP struct {
+	num  uint32
+	cfg  Config
+	attr Attr
+	mtu  uint32
+	cnt  *Counters
+
+	sq   sendQueue
+	rq   recvQueue
+	req  requester
+	comp completer
+	resp responder
+
+	// fields is scratch space for encoding one packet.
+	fields wire.Fields
+	// cqLost records a completion the CQ had no room for; the QP then
+	// moves to the error state once the current step is over.
+	cqLost bool
+}
+
+// New creates a QP numbered qpn in the RESET state.
+func New(qpn uint32, cfg Config) (*QP, error) {
+	if qpn == 0 || qpn > 0xFFFFFF {
+		return nil, fmt.Errorf("QP number %#x: %w", qpn, ErrInvalid)
+	}
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	q := &QP{num: qpn, cfg: cfg, cnt: cfg.Counters}
+	q.sq = newSendQueue(cfg.MaxSendWR, cfg.MaxSendSGE, cfg.MaxInline)
+	if cfg.SRQ == nil {
+		q.rq = newRecvQueue(cfg.MaxRecvWR, cfg.MaxRecvSGE)
+	}
+	q.resp.init(cfg)
+	q.resetState()
+	return q, nil
+}
+
+// Num returns the QP number.
+func (q *QP) Num() uint32 { return q.num }
+
+// Type returns the transport service.
+func (q *QP) Type() Type { return q.cfg.Type }
+
+// PD returns the QP's protection domain.
+func (q *QP) PD() mr.PD { return q.cfg.PD }
+
+// Attr returns the current attributes (ibv_query_qp).
+func (q *QP) Attr() Attr { return q.attr }
+
+// State returns the current state.
+func (q *QP) State() State { return q.attr.State }
+
+// Status is a snapshot of the QP's sequence state, for `softnic qp`.
+type Status struct {
+	State        State
+	SendPSN      wire.PSN // next request PSN
+	AckedPSN     wire.PSN // oldest unacknowledged request PSN
+	ExpectedPSN  wire.PSN // responder's expected PSN
+	MSN          uint32
+	SendQueued   int // send WRs posted and not completed
+	RecvQueued   int // receive WRs posted (own queue)
+	Window       int // congestion window, packets
+	RetriesLeft  uint8
+	RNRRetryLeft uint8
+}
+
+// Status returns a snapshot of the sequence state.
+func (q *QP) Status() Status {
+	return Status{
+		State: q.attr.State, SendPSN: q.req.psn, AckedPSN: q.comp.psn,
+		ExpectedPSN: q.resp.epsn, MSN: q.resp.msn,
+		SendQueued: int(q.sq.tail - q.sq.head), RecvQueued: q.rq.count,
+		Window: int(q.req.cwnd), RetriesLeft: q.comp.retryLeft, RNRRetryLeft: q.comp.rnrLeft,
+	}
+}
+
+// resetState puts every piece of transport state back to RESET, dropping
+// queued WRs without completions, as a transition to RESET does.
+func (q *QP) resetState() {
+	q.sq.releaseAll()
+	q.sq.reset()
+	q.rq.head, q.rq.count = 0, 0
+	q.resp.reset()
+	q.req = requester{cwnd: float64(min(q.cfg.Window, 32)), ssthresh: float64(q.cfg.Window)}
+	q.comp = completer{}
+	q.attr = Attr{State: Reset, PKey: 0xFFFF}
+	q.mtu = 0
+}
+
+// Modify changes the QP's attributes and state (ibv_modify_qp). mask says
+// which fields of attr to apply; AttrState in it requests a transition to
+// attr.State. The required and allowed attributes of each transition follow
+// the IBTA (and libibverbs' ibv_modify_qp table), for the QP's type.
+func (q *QP) Modify(attr *Attr, mask AttrMask) error {
+	from, to := q.attr.State, q.attr.State
+	if mask&AttrState != 0 {
+		to = attr.State
+	}
+	req, opt, ok := transitionMasks(q.cfg.Type, from, to)
+	if !ok {
+		return fmt.Errorf("QP %#x: %s QP cannot move from %s to %s: %w", q.num, q.cfg.Type, from, to, ErrInvalid)
+	}
+	given := mask &^ AttrState
+	if missing := req &^ given; missing != 0 {
+		return fmt.Errorf("QP %#x: %s→%s needs %s: %w", q.num, from, to, missing, ErrInvalid)
+	}
+	if extra := given &^ (req | opt); extra != 0 {
+		return fmt.Errorf("QP %#x: %s→%s does not take %s: %w", q.num, from, to, extra, ErrInvalid)
+	}
+	if err := validateAttr(attr, given); err != nil {
+		return fmt.Errorf("QP %#x: %w", q.num, err)
+	}
+
+	switch to {
+	case Reset:
+		q.resetState()
+		return nil
+	case Err:
+		q.applyAttr(attr, given)
+		q.toError()
+		return nil
+	}
+	q.applyAttr(attr, given)
+	q.attr.State = to
+	switch {
+	case from == Init && to == RTR:
+		q.resp.start(q.attr)
+	case from == RTR && to == RTS:
+		q.req.psn, q.req.maxPSN, q.comp.psn = q.attr.SQPSN, q.attr.SQPSN, q.attr.SQPSN
+		q.comp.retryLeft, q.comp.rnrLeft = q.attr.RetryCnt, q.attr.RNRRetry
+	}
+	return nil
+}
+
+func (q *QP) applyAttr(a *Attr, m AttrMask) {
+	if m&AttrAccessFlags != 0 {
+		q.attr.AccessFlags = a.AccessFlags
+	}
+	if m&AttrPKey != 0 {
+		q.attr.PKey = a.PKey
+	}
+	if m&AttrQKey != 0 {
+		q.attr.QKey = a.QKey
+	}
+	if m&AttrRemote != 0 {
+		q.attr.Remote = a.Remote
+	}
+	if m&AttrPathMTU != 0 {
+		q.attr.PathMTU = a.PathMTU
+		q.mtu = uint32(a.PathMTU)
+	}
+	if m&AttrTimeout != 0 {
+		q.attr.Timeout = a.Timeout
+	}
+	if m&AttrRetryCnt != 0 {
+		q.attr.RetryCnt = a.RetryCnt
+		q.comp.retryLeft = a.RetryCnt
+	}
+	if m&AttrRNRRetry != 0 {
+		q.attr.RNRRetry = a.RNRRetry
+		q.comp.rnrLeft = a.RNRRetry
+	}
+	if m&AttrRQPSN != 0 {
+		q.attr.RQPSN = a.RQPSN & wire.PSNMask
+	}
+	if m&AttrMaxRdAtomic != 0 {
+		q.attr.MaxRdAtomic = a.MaxRdAtomic
+	}
+	if m&AttrMinRNRTimer != 0 {
+		q.attr.MinRNRTimer = a.MinRNRTimer
+	}
+	if m&AttrSQPSN != 0 {
+		q.attr.SQPSN = a.SQPSN & wire.PSNMask
+	}
+	if m&AttrMaxDestRdAtomic != 0 {
+		q.attr.MaxDestRdAtomic = a.MaxDestRdAtomic
+	}
+	if m&AttrDestQPN != 0 {
+		q.attr.DestQPN = a.DestQPN
+	}
+	if q.mtu == 0 && q.cfg.Type == UD {
+		// A UD QP never negotiates a path MTU; use the largest.
+		q.mtu = 4096
+	}
+}
+
+func validateAttr(a *Attr, m AttrMask) error {
+	switch {
+	case m&AttrPathMTU != 0 && !validMTU(a.PathMTU):
+		return fmt.Errorf("path MTU %d is not 256, 512, 1024, 2048 or 4096: %w", a.PathMTU, ErrInvalid)
+	case m&AttrTimeout != 0 && a.Timeout > 31:
+		return fmt.Errorf("timeout %d > 31: %w", a.Timeout, ErrInvalid)
+	case m&AttrRetryCnt != 0 && a.RetryCnt > 7:
+		return fmt.Errorf("retry_cnt %d > 7: %w", a.RetryCnt, ErrInvalid)
+	case m&AttrRNRRetry != 0 && a.RNRRetry > 7:
+		return fmt.Errorf("rnr_retry %d > 7: %w", a.RNRRetry, ErrInvalid)
+	case m&AttrMinRNRTimer != 0 && a.MinRNRTimer > 31:
+		return fmt.Errorf("min_rnr_timer %d > 31: %w", a.MinRNRTimer, ErrInvalid)
+	case m&AttrMaxRdAtomic != 0 && a.MaxRdAtomic > MaxRdAtomicLimit:
+		return fmt.Errorf("max_rd_atomic %d > %d: %w", a.MaxRdAtomic, MaxRdAtomicLimit, ErrInvalid)
+	case m&AttrMaxDestRdAtomic != 0 && a.MaxDestRdAtomic > MaxRdAtomicLimit:
+		return fmt.Errorf("max_dest_rd_atomic %d > %d: %w", a.MaxDestRdAtomic, MaxRdAtomicLimit, ErrInvalid)
+	case m&AttrDestQPN != 0 && (a.DestQPN == 0 || a.DestQPN > 0xFFFFFF):
+		return fmt.Errorf("destination QPN %#x: %w", a.DestQPN, ErrInvalid)
+	case m&AttrRemote != 0 && (!a.Remote.IsValid() || a.Remote.Port() == 0):
+		return fmt.Errorf("remote address %v: %w", a.Remote, ErrInvalid)
+	case m&AttrAccessFlags != 0 && a.AccessFlags&^(mr.RemoteWrite|mr.RemoteRead|mr.RemoteAtomic|mr.LocalWrite) != 0:
+		return fmt.Errorf("QP access flags %v: %w", a.AccessFlags, ErrInvalid)
+	case m&AttrRQPSN != 0 && a.RQPSN > wire.PSNMask, m&AttrSQPSN != 0 && a.SQPSN > wire.PSNMask:
+		return fmt.Errorf("PSN beyond 24 bits: %w", ErrInvalid)
+	}
+	return nil
+}
+
+func validMTU(n int) bool {
+	return n == 256 || n == 512 || n == 1024 || n == 2048 || n == 4096
+}
+
+// PostSend queues a send work request (ibv_post_send). The WR is copied:
+// the caller may reuse wr (and, for Inline, its data) at once. It returns
+// ErrNoMem when the send queue is full and ErrInvalid for a WR the QP
+// cannot carry; in the ERR state the WR is accepted and completes at once
+// with WR_FLUSH_ERR.
+func (q *QP) PostSend(wr *SendWR) error {
+	switch q.attr.State {
+	case RTS, SQD, SQE, Err:
+	default:
+		return fmt.Errorf("QP %#x is %s; posting sends needs RTS: %w", q.num, q.attr.State, ErrInvalid)
+	}
+	if err := q.checkSendWR(wr); err != nil {
+		return fmt.Errorf("QP %#x: %w", q.num, err)
+	}
+	w, err := q.sq.post(wr)
+	if err != nil {
+		return fmt.Errorf("QP %#x: %w", q.num, err)
+	}
+	if q.attr.State == Err || q.attr.State == SQE {
+		w.state = wqeFlushed
+		q.completeInOrder()
+	}
+	return nil
+}
+
+func (q *QP) checkSendWR(wr *SendWR) error {
+	op := wr.Opcode
+	ok := false
+	switch q.cfg.Type {
+	case RC:
+		ok = op >= WRWrite && op <= WRBindMW
+	case UC:
+		ok = op.isWrite() || op == WRSend || op == WRSendImm || op.isLocal()
+	case UD:
+		ok = op == WRSend || op == WRSendImm
+	}
+	if !ok {
+		return fmt.Errorf("%s QP cannot post %s: %w", q.cfg.Type, op, ErrInvalid)
+	}
+	if len(wr.SGL) > q.cfg.MaxSendSGE {
+		return fmt.Errorf("%d SGEs, max_send_sge is %d: %w", len(wr.SGL), q.cfg.MaxSendSGE, ErrInvalid)
+	}
+	n := uint64(0)
+	if wr.Flags&Inline != 0 {
+		if op.isReadOrAtomic() || op.isLocal() {
+			return fmt.Errorf("%s cannot be inline: %w", op, ErrInvalid)
+		}
+		if len(wr.Inline) > q.cfg.MaxInline {
+			return fmt.Errorf("%d bytes inline, max_inline_data is %d: %w", len(wr.Inline), q.cfg.MaxInline, ErrInvalid)
+		}
+		n = uint64(len(wr.Inline))
+	} else {
+		for i := range wr.SGL {
+			n += uint64(wr.SGL[i].Length)
+			if wr.SGL[i].Addr+uint64(wr.SGL[i].Length) < wr.SGL[i].Addr {
+				return fmt.Errorf("SGE %d wraps the address space: %w", i, ErrInvalid)
+			}
+		}
+	}
+	switch {
+	case n > MaxMessageSize:
+		return fmt.Errorf("message of %d bytes exceeds %d: %w", n, MaxMessageSize, ErrInvalid)
+	case q.cfg.Type == UD && n > uint64(q.mtu):
+		return fmt.Errorf("UD message of %d bytes exceeds the MTU %d: %w", n, q.mtu, ErrInvalid)
+	case op.isAtomic() && (len(wr.SGL) != 1 || wr.SGL[0].Length != 8):
+		return fmt.Errorf("%s needs one 8-byte SGE for the original value: %w", op, ErrInvalid)
+	case op.isReadOrAtomic() && q.attr.MaxRdAtomic == 0:
+		return fmt.Errorf("%s with max_rd_atomic 0: %w", op, ErrInvalid)
+	case op == WRBindMW && wr.Bind == nil:
+		return fmt.Errorf("BIND_MW without a bind request: %w", ErrInvalid)
+	case q.cfg.Type == UD && (!wr.Dest.IsValid() || wr.DestQPN == 0 || wr.DestQPN > 0xFFFFFF):
+		return fmt.Errorf("UD send needs a destination address and QPN: %w", ErrInvalid)
+	}
+	return nil
+}
+
+// PostRecv queues a receive work request (ibv_post_recv). ErrNoMem when the
+// receive queue is full; in the ERR state the WR completes at once with
+// WR_FLUSH_ERR.
+func (q *QP) PostRecv(wr *RecvWR) error {
+	if q.cfg.SRQ != nil {
+		return fmt.Errorf("QP %#x takes its receive WRs from an SRQ: %w", q.num, ErrInvalid)
+	}
+	if q.attr.State == Reset {
+		return fmt.Errorf("QP %#x is RESET; posting receives needs INIT or later: %w", q.num, ErrInvalid)
+	}
+	if q.attr.State == Err {
+		if len(wr.SGL) > q.rq.maxSGE {
+			return fmt.Errorf("QP %#x: receive WR with %d SGEs: %w", q.num, len(wr.SGL), ErrInvalid)
+		}
+		q.pushRecvWC(&WC{ID: wr.ID, Status: WRFlushErr, Opcode: WCRecv, QPN: q.num})
+		return nil
+	}
+	if err := q.rq.post(wr); err != nil {
+		return fmt.Errorf("QP %#x: %w", q.num, err)
+	}
+	return nil
+}
+
+// Receive hands the QP a packet addressed to it. p has been decoded and its
+// ICRC checked by the driver; env says where it came from. Packets the QP
+// cannot take are dropped and counted, never returned as errors: they come
+// from the network.
+func (q *QP) Receive(p *wire.Packet, env *wire.Envelope, now Time) {
+	op := p.OpCode()
+	if op.Transport() != transportOf(q.cfg.Type) {
+		q.cnt.inc(WrongTransport)
+		return
+	}
+	switch q.attr.State {
+	case RTR, RTS, SQD, SQE:
+	default:
+		q.cnt.inc(WrongQPState)
+		return
+	}
+	if q.cfg.Type != UD && env.Src.Addr().Unmap() != q.attr.Remote.Addr().Unmap() {
+		// rxe checks that a connected QP's packets come from its peer.
+		q.cnt.inc(WrongQPState)
+		return
+	}
+	if p.BTH.PKey()&0x7FFF != q.attr.PKey&0x7FFF {
+		q.cnt.inc(BadRequest)
+		return
+	}
+	if op.IsAck() || op.IsReadResponse() {
+		if q.cfg.Type == RC && q.attr.State != RTR {
+			q.receiveResponse(p, now)
+		} else {
+			q.cnt.inc(WrongQPState)
+		}
+	} else {
+		q.receiveRequest(p, env)
+	}
+	q.afterStep()
+}
+
+func transportOf(t Type) wire.Transport {
+	switch t {
+	case UC:
+		return wire.TransportUC
+	case UD:
+		return wire.TransportUD
+	}
+	return wire.TransportRC
+}
+
+// Transmit encodes the next packet the QP wants to send into buf (at least
+// MaxPacketSize bytes) and returns its length and destination; n is 0 when
+// the QP has nothing to send now. Responses (ACKs, NAKs, READ responses)
+// go before new requests. The ICRC field is left zero for the driver to
+// seal, since only the driver knows the IP header the packet will travel in.
+func (q *QP) Transmit(buf []byte, now Time) (n int, dst netip.AddrPort) {
+	if len(buf) < MaxPacketSize {
+		return 0, netip.AddrPort{}
+	}
+	if n = q.nextResponse(buf); n > 0 {
+		q.cnt.inc(SentPkts)
+		return n, q.attr.Remote
+	}
+	switch q.attr.State {
+	case RTS, SQD:
+		n, dst = q.nextRequest(buf, now)
+	}
+	if n > 0 {
+		q.cnt.inc(SentPkts)
+	}
+	q.afterStep()
+	return n, dst
+}
+
+// Deadline returns when the QP next needs a Tick, if it has a timer running.
+func (q *QP) Deadline() (Time, bool) {
+	switch {
+	case q.req.rnrWait && q.comp.armed:
+		return min(q.req.rnrUntil, q.comp.deadline), true
+	case q.req.rnrWait:
+		return q.req.rnrUntil, true
+	case q.comp.armed:
+		return q.comp.deadline, true
+	}
+	return 0, false
+}
+
+// Tick runs the timers that are due at now: the end of an RNR wait and the
+// local ACK timeout.
+func (q *QP) Tick(now Time) {
+	if q.req.rnrWait && now >= q.req.rnrUntil {
+		q.req.rnrWait = false
+	}
+	if q.comp.armed && now >= q.comp.deadline {
+		q.comp.armed = false
+		q.retry(now, true)
+	}
+	q.afterStep()
+}
+
+// afterStep finishes a step: a completion lost to a full CQ puts the QP in
+// the error state.
+func (q *QP) afterStep() {
+	if q.cqLost {
+		q.cqLost = false
+		q.toError()
+	}
+}
+
+func (q *QP) pushSendWC(wc *WC) {
+	if !q.cfg.SendCQ.push(wc) {
+		q.cqLost = true
+	}
+}
+
+func (q *QP) pushRecvWC(wc *WC) {
+	if !q.cfg.RecvCQ.push(wc) {
+		q.cqLost = true
+	}
+}
+
+// toError moves the QP to ERR: every outstanding send and receive WR
+// completes with WR_FLUSH_ERR and timers stop. NAKs already queued are
+// still sent, so the peer learns why.
+func (q *QP) toError() {
+	if q.attr.State == Err {
+		return
+	}
+	q.attr.State = Err
+	q.comp.armed = false
+	q.req.rnrWait = false
+	for i := q.sq.head; i != q.sq.tail; i++ {
+		if w := q.sq.at(i); w.state != wqeError {
+			w.state = wqeFlushed
+		}
+	}
+	q.sq.next = q.sq.tail
+	q.completeInOrder()
+	q.resp.abort(q)
+	var w recvWQE
+	w.sgl = make([]SGE, 0, q.rq.maxSGE)
+	for q.rq.pop(&w) {
+		q.pushRecvWC(&WC{ID: w.id, Status: WRFlushErr, Opcode: WCRecv, QPN: q.num})
+	}
+}

@@ -1,0 +1,769 @@
+package qp
+
+import (
+	"encoding/binary"
+
+	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/wire"
+)
+
+// respKind is what an entry of the responder's output queue sends.
+type respKind uint8
+
+const (
+	respAck         respKind = iota + 1 // ACKNOWLEDGE with an ACK syndrome
+	respNak                             // ACKNOWLEDGE with an RNR NAK or NAK syndrome
+	respRead                            // READ RESPONSE packets
+	respAtomic                          // ATOMIC ACKNOWLEDGE
+	respAtomicWrite                     // READ RESPONSE ONLY without payload: rxe's ACK of an ATOMIC WRITE
+)
+
+// response is one entry of the responder's output queue. Entries leave in
+// PSN order: an ACK must never overtake the responses of an earlier READ,
+// or the requester would take it for an implied NAK.
+type response struct {
+	kind     respKind
+	psn      wire.PSN // the PSN the packet carries; for READ, of the next response packet
+	syndrome wire.Syndrome
+	msn      uint32
+	orig     uint64 // ATOMIC: the original value
+	// READ: the request's PSN range, the memory and what is left to send.
+	first, last wire.PSN
+	span        mr.Span
+	off, remain uint64
+}
+
+// resource remembers an executed READ or ATOMIC so that a duplicate of it
+// is answered again without executing twice (the IBTA's responder
+// resources, max_dest_rd_atomic of them).
+type resource struct {
+	kind        respKind
+	first, last wire.PSN
+	rkey        uint32
+	va          uint64
+	length      uint64
+	orig        uint64
+}
+
+// msgKind is the multi-packet message a responder is in the middle of.
+type msgKind uint8
+
+const (
+	msgNone msgKind = iota
+	msgSend
+	msgWrite
+)
+
+// responder is the receiving half of a QP.
+type responder struct {
+	epsn    wire.PSN // expected PSN of the next new request
+	msn     uint32   // messages completed, carried in every AETH
+	nakSent bool     // a PSN sequence error (or RNR) NAK went out; stay silent until epsn arrives
+	dropMsg bool     // UC: drop packets until the next FIRST or ONLY
+	msg     msgKind
+
+	// The receive WR a SEND is being placed into.
+	rwqe     recvWQE
+	haveRWQE bool
+	rspans   []mr.Span
+	roff     uint64
+	rcap     uint64
+
+	// The memory an RDMA WRITE is being placed into.
+	wspan mr.Span
+	whave bool
+	woff  uint64
+	wlen  uint64
+
+	res     []resource
+	resNext int
+
+	out       []response
+	outHead   int
+	outCount  int
+	rdPending int // READ/ATOMIC entries in out
+}
+
+func (r *responder) init(cfg Config) {
+	r.rwqe.sgl = make([]SGE, 0, max(cfg.MaxRecvSGE, maxSGEOf(cfg.SRQ)))
+	r.rspans = make([]mr.Span, 0, cap(r.rwqe.sgl))
+}
+
+func maxSGEOf(s *SRQ) int {
+	if s == nil {
+		return 0
+	}
+	return s.q.maxSGE
+}
+
+func (r *responder) reset() {
+	r.releaseMessage()
+	r.clearOut(false)
+	r.epsn, r.msn, r.nakSent, r.dropMsg, r.msg = 0, 0, false, false, msgNone
+	r.haveRWQE = false
+	r.res = r.res[:0]
+}
+
+// start readies the responder for INIT→RTR.
+func (r *responder) start(a Attr) {
+	r.epsn = a.RQPSN
+	n := max(1, int(a.MaxDestRdAtomic))
+	r.res = make([]resource, n)
+	r.resNext = 0
+	r.out = make([]response, 2*n+8)
+	r.outHead, r.outCount, r.rdPending = 0, 0, 0
+}
+
+func (r *responder) releaseMessage() {
+	for i := range r.rspans {
+		r.rspans[i].Release()
+	}
+	r.rspans = r.rspans[:0]
+	if r.whave {
+		r.wspan.Release()
+		r.whave = false
+	}
+}
+
+// clearOut empties the output queue, keeping NAKs when keepNaks is set.
+func (r *responder) clearOut(keepNaks bool) {
+	var kept [4]response
+	k := 0
+	for ; r.outCount > 0; r.outCount-- {
+		e := &r.out[r.outHead]
+		if e.kind == respRead {
+			e.span.Release()
+		}
+		if keepNaks && e.kind == respNak && k < len(kept) {
+			kept[k] = *e
+			k++
+		}
+		*e = response{}
+		r.outHead = (r.outHead + 1) % len(r.out)
+	}
+	r.outHead, r.rdPending = 0, 0
+	for i := 0; i < k; i++ {
+		r.out[i] = kept[i]
+	}
+	r.outCount = k
+}
+
+// abort drops the message in progress and every queued response but NAKs
+// when the QP enters the error state; a half-filled receive WR is flushed.
+func (r *responder) abort(q *QP) {
+	r.releaseMessage()
+	r.clearOut(true)
+	if r.haveRWQE {
+		r.haveRWQE = false
+		q.pushRecvWC(&WC{ID: r.rwqe.id, Status: WRFlushErr, Opcode: WCRecv, QPN: q.num})
+	}
+	r.msg = msgNone
+}
+
+// push appends a response; a full queue drops it (the requester's retry
+// brings the request back).
+func (r *responder) push(e response) {
+	if r.outCount == len(r.out) {
+		if e.kind == respRead {
+			e.span.Release()
+		}
+		return
+	}
+	r.out[(r.outHead+r.outCount)%len(r.out)] = e
+	r.outCount++
+	if e.kind == respRead || e.kind == respAtomic || e.kind == respAtomicWrite {
+		r.rdPending++
+	}
+}
+
+// queueAck acknowledges every request up to psn. Consecutive ACKs fold into
+// one: a later ACK covers the earlier ones.
+func (r *responder) queueAck(psn wire.PSN, cnt *Counters) {
+	if r.outCount > 0 {
+		if tail := &r.out[(r.outHead+r.outCount-1)%len(r.out)]; tail.kind == respAck {
+			tail.psn, tail.msn = psn, r.msn
+			cnt.inc(AckDeferred)
+			return
+		}
+	}
+	r.push(response{kind: respAck, psn: psn, syndrome: wire.ACKSyndrome(31), msn: r.msn})
+}
+
+func (r *responder) queueNak(syn wire.Syndrome, psn wire.PSN) {
+	r.push(response{kind: respNak, psn: psn, syndrome: syn, msn: r.msn})
+}
+
+// failure says how a request failed: the NAK code the requester gets, the
+// status of the responder's own receive completion, and what it counts as.
+type failure struct {
+	code    wire.NakCode
+	status  WCStatus
+	counter Counter
+}
+
+var (
+	invalidRequest = failure{wire.NakInvalidRequest, RemInvReqErr, BadRequest}
+	lengthError    = failure{wire.NakInvalidRequest, LocLenErr, BadRequest}
+	badRecvWR      = failure{wire.NakRemoteOperationalError, LocProtErr, BadRequest}
+)
+
+// accessFailure maps a region table verdict to the NAK rxe sends for it.
+func accessFailure(err error) failure {
+	if r, ok := err.(mr.Reason); ok && r.InvalidRequest() {
+		return failure{wire.NakInvalidRequest, RemInvReqErr, RemoteAccessErr}
+	}
+	return failure{wire.NakRemoteAccessError, RemAccessErr, RemoteAccessErr}
+}
+
+// outcome of executing one request packet.
+type outcome uint8
+
+const (
+	executed outcome = iota
+	noRecvWR         // needs a receive WR and there is none: RNR NAK (RC) or drop (UC)
+	failed
+)
+
+// receiveRequest handles a request packet: RC and UC requests, UD datagrams.
+func (q *QP) receiveRequest(p *wire.Packet, env *wire.Envelope) {
+	switch q.cfg.Type {
+	case UD:
+		q.receiveDatagram(p, env)
+	case UC:
+		q.receiveUC(p)
+	default:
+		q.receiveRC(p)
+	}
+}
+
+func (q *QP) receiveRC(p *wire.Packet) {
+	r := &q.resp
+	psn := p.BTH.PSN()
+	switch d := psn.Sub(r.epsn); {
+	case d > 0:
+		// Ahead of sequence: NAK once, then drop until epsn arrives.
+		q.cnt.inc(OutOfSeqRequest)
+		if !r.nakSent {
+			r.nakSent = true
+			r.queueNak(wire.NakSyndrome(wire.NakPSNSequenceError), r.epsn)
+		}
+		return
+	case d < 0:
+		q.cnt.inc(DuplicateRequest)
+		q.duplicate(p, psn)
+		return
+	}
+	out, f := q.execute(p)
+	switch out {
+	case noRecvWR:
+		// RNR NAK with our timer; the requester resends this PSN later.
+		q.cnt.inc(SendRNRErr)
+		r.queueNak(wire.RNRNakSyndrome(q.attr.MinRNRTimer), psn)
+		r.nakSent = true
+		return
+	case failed:
+		q.cnt.inc(f.counter)
+		r.queueNak(wire.NakSyndrome(f.code), psn)
+		if r.haveRWQE {
+			r.haveRWQE = false
+			q.pushRecvWC(&WC{ID: r.rwqe.id, Status: f.status, Opcode: WCRecv, QPN: q.num})
+		}
+		// Class C errors: the responder's QP goes to the error state too.
+		q.toError()
+		return
+	}
+	r.nakSent = false
+	op := p.OpCode()
+	if !op.IsReadRequest() {
+		r.epsn = psn.Add(1)
+	}
+	if (op.IsSend() || op.IsWrite()) && p.BTH.AckReq() {
+		r.queueAck(psn, q.cnt)
+	}
+}
+
+func (q *QP) receiveUC(p *wire.Packet) {
+	r := &q.resp
+	psn, op := p.BTH.PSN(), p.OpCode()
+	if r.dropMsg || psn != r.epsn {
+		if !op.IsFirst() && !op.IsOnly() {
+			// A gap inside a message: the rest of it is lost.
+			if !r.dropMsg {
+				q.cnt.inc(UCDroppedMsgs)
+				q.dropUCMessage()
+			}
+			r.epsn = psn.Add(1)
+			return
+		}
+		if r.msg != msgNone {
+			q.cnt.inc(UCDroppedMsgs)
+			q.dropUCMessage()
+		}
+		r.dropMsg = false
+	}
+	r.epsn = psn.Add(1)
+	if out, _ := q.execute(p); out != executed {
+		q.cnt.inc(UCDroppedMsgs)
+		q.dropUCMessage()
+	}
+}
+
+// dropUCMessage abandons a UC message; a receive WR it had taken is kept for
+// the next message, as rxe does (class D1).
+func (q *QP) dropUCMessage() {
+	r := &q.resp
+	r.releaseMessage()
+	r.msg = msgNone
+	r.dropMsg = true
+	r.roff = 0
+}
+
+// execute runs a new, in-sequence request packet of an RC or UC QP.
+func (q *QP) execute(p *wire.Packet) (outcome, failure) {
+	r := &q.resp
+	op := p.OpCode()
+	// The opcode must continue the message in progress, or start one.
+	switch r.msg {
+	case msgSend:
+		if !op.IsSend() || op.IsFirst() || op.IsOnly() {
+			return failed, invalidRequest
+		}
+	case msgWrite:
+		if !op.IsWrite() || op.IsFirst() || op.IsOnly() {
+			return failed, invalidRequest
+		}
+	default:
+		if op.IsMiddle() || op.IsLast() {
+			return failed, invalidRequest
+		}
+	}
+	// The QP must grant the operation (rxe: unsupported opcode, a NAK
+	// invalid request).
+	acc := q.attr.AccessFlags
+	switch {
+	case op.IsReadRequest() && acc&mr.RemoteRead == 0,
+		(op.IsWrite() || op == wire.OpRCAtomicWrite) && acc&mr.RemoteWrite == 0,
+		op.IsAtomic() && acc&mr.RemoteAtomic == 0,
+		op == wire.OpRCFlush:
+		return failed, invalidRequest
+	}
+	// Payload sizes against the path MTU (IBTA C9-85/86).
+	n := uint32(len(p.Payload))
+	switch {
+	case op.IsOnly() && n > q.mtu, (op.IsFirst() || op.IsMiddle()) && n != q.mtu,
+		op.IsLast() && (n == 0 || n > q.mtu):
+		return failed, lengthError
+	}
+	switch {
+	case op.IsSend():
+		return q.placeSend(p)
+	case op.IsWrite():
+		return q.placeWrite(p)
+	case op.IsReadRequest():
+		return q.executeRead(p)
+	case op.IsAtomic():
+		return q.executeAtomic(p)
+	case op == wire.OpRCAtomicWrite:
+		return q.executeAtomicWrite(p)
+	}
+	return failed, invalidRequest
+}
+
+// takeRecvWR pops the next receive WR (from the SRQ if the QP has one) and
+// resolves its SGL for local write.
+func (q *QP) takeRecvWR() (outcome, failure) {
+	r := &q.resp
+	ok := false
+	if q.cfg.SRQ != nil {
+		ok = q.cfg.SRQ.pop(&r.rwqe)
+	} else {
+		ok = q.rq.pop(&r.rwqe)
+	}
+	if !ok {
+		return noRecvWR, failure{}
+	}
+	r.haveRWQE, r.roff, r.rcap = true, 0, 0
+	for i := range r.rwqe.sgl {
+		sge := &r.rwqe.sgl[i]
+		s, err := q.cfg.Memory.Local(sge.LKey, sge.Addr, uint64(sge.Length), mr.LocalWrite, q.cfg.PD)
+		if err != nil {
+			r.releaseMessage()
+			return failed, badRecvWR
+		}
+		r.rspans = append(r.rspans, s)
+		r.rcap += s.Len()
+	}
+	return executed, failure{}
+}
+
+// placeSend copies a SEND packet's payload into the receive WR, taking one
+// at the message's first packet, and completes it at the last.
+func (q *QP) placeSend(p *wire.Packet) (outcome, failure) {
+	r := &q.resp
+	op := p.OpCode()
+	if op.IsFirst() || op.IsOnly() {
+		if out, f := q.takeRecvWR(); out != executed {
+			return out, f
+		}
+	}
+	if r.roff+uint64(len(p.Payload)) > r.rcap {
+		return failed, lengthError
+	}
+	copySpans(r.rspans, r.roff, p.Payload, true)
+	r.roff += uint64(len(p.Payload))
+	if op.IsFirst() {
+		r.msg = msgSend
+	}
+	if !op.IsLast() && !op.IsOnly() {
+		return executed, failure{}
+	}
+	wc := WC{ID: r.rwqe.id, Opcode: WCRecv, QPN: q.num, ByteLen: uint32(r.roff)}
+	if p.ImmDT != nil {
+		wc.Flags |= WCWithImm
+		wc.Imm = p.ImmDT.Imm()
+	}
+	if p.IETH != nil {
+		rkey := p.IETH.RKey()
+		if err := q.cfg.Memory.Invalidate(rkey, q.requester(p)); err != nil {
+			return failed, invalidRequest
+		}
+		wc.Flags |= WCWithInv
+		wc.InvalidatedRKey = rkey
+	}
+	q.finishRecv(&wc)
+	return executed, failure{}
+}
+
+// finishRecv completes the receive WR of a finished message.
+func (q *QP) finishRecv(wc *WC) {
+	r := &q.resp
+	r.releaseMessage()
+	r.haveRWQE = false
+	r.msg = msgNone
+	r.msn++
+	q.pushRecvWC(wc)
+}
+
+func (q *QP) requester(p *wire.Packet) mr.Requester {
+	return mr.Requester{PD: q.cfg.PD, QPN: q.num, PKey: p.BTH.PKey()}
+}
+
+// placeWrite writes an RDMA WRITE packet's payload; the first packet's RETH
+// is checked for the whole message.
+func (q *QP) placeWrite(p *wire.Packet) (outcome, failure) {
+	r := &q.resp
+	op := p.OpCode()
+	n := uint64(len(p.Payload))
+	if op.IsFirst() || op.IsOnly() {
+		va, rkey, length := p.RETH.VA(), p.RETH.RKey(), uint64(p.RETH.DMALen())
+		switch {
+		case length > MaxMessageSize,
+			op.IsOnly() && n != length,
+			op.IsFirst() && length <= uint64(q.mtu):
+			return failed, lengthError
+		}
+		r.woff, r.wlen = 0, length
+		if length > 0 { // a zero-length WRITE needs no valid rkey (IBTA 9.4.1.1)
+			s, err := q.cfg.Memory.Remote(rkey, va, length, mr.RemoteWrite, q.requester(p))
+			if err != nil {
+				return failed, accessFailure(err)
+			}
+			r.wspan, r.whave = s, true
+		}
+	}
+	end := r.woff + n
+	if end > r.wlen || ((op.IsLast() || op.IsOnly()) && end != r.wlen) {
+		return failed, lengthError
+	}
+	if p.ImmDT != nil && !r.haveRWQE {
+		// WRITE with immediate consumes a receive WR at its last packet;
+		// without one, RNR before any byte of this packet is placed.
+		if out, f := q.takeRecvWR(); out != executed {
+			return out, f
+		}
+	}
+	if n > 0 {
+		r.wspan.WriteAt(p.Payload, r.woff)
+	}
+	r.woff = end
+	if op.IsFirst() {
+		r.msg = msgWrite
+	}
+	if !op.IsLast() && !op.IsOnly() {
+		return executed, failure{}
+	}
+	if p.ImmDT != nil {
+		q.finishRecv(&WC{ID: r.rwqe.id, Opcode: WCRecvWriteImm, QPN: q.num, ByteLen: uint32(r.wlen),
+			Flags: WCWithImm, Imm: p.ImmDT.Imm()})
+		return executed, failure{}
+	}
+	r.releaseMessage()
+	r.msg = msgNone
+	r.msn++
+	return executed, failure{}
+}
+
+// rdAtomicFull reports that the requester already has max_dest_rd_atomic
+// READ/ATOMIC requests waiting for their responses (IBTA: NAK invalid
+// request; rxe recycles the oldest resource instead).
+func (q *QP) rdAtomicFull() bool {
+	return q.resp.rdPending >= int(q.attr.MaxDestRdAtomic)
+}
+
+func (r *responder) newResource(e resource) {
+	r.res[r.resNext] = e
+	r.resNext = (r.resNext + 1) % len(r.res)
+}
+
+// findResource returns the remembered READ/ATOMIC whose PSNs hold psn.
+func (r *responder) findResource(psn wire.PSN) *resource {
+	for i := range r.res {
+		e := &r.res[i]
+		if e.kind != 0 && !psn.Before(e.first) && !psn.After(e.last) {
+			return e
+		}
+	}
+	return nil
+}
+
+func (q *QP) executeRead(p *wire.Packet) (outcome, failure) {
+	r := &q.resp
+	if q.rdAtomicFull() {
+		return failed, invalidRequest
+	}
+	va, rkey, length := p.RETH.VA(), p.RETH.RKey(), uint64(p.RETH.DMALen())
+	if length > MaxMessageSize {
+		return failed, lengthError
+	}
+	var span mr.Span
+	if length > 0 {
+		s, err := q.cfg.Memory.Remote(rkey, va, length, mr.RemoteRead, q.requester(p))
+		if err != nil {
+			return failed, accessFailure(err)
+		}
+		span = s
+	}
+	npkts := max(1, uint32((length+uint64(q.mtu)-1)/uint64(q.mtu)))
+	psn := p.BTH.PSN()
+	last := psn.Add(npkts - 1)
+	r.msn++ // a READ counts as completed when it is accepted (C9-148), as in rxe
+	r.newResource(resource{kind: respRead, first: psn, last: last, rkey: rkey, va: va, length: length})
+	r.push(response{kind: respRead, psn: psn, first: psn, last: last, span: span, remain: length, msn: r.msn})
+	r.epsn = last.Add(1)
+	return executed, failure{}
+}
+
+func (q *QP) executeAtomic(p *wire.Packet) (outcome, failure) {
+	r := &q.resp
+	if q.rdAtomicFull() {
+		return failed, invalidRequest
+	}
+	a := p.AtomicETH
+	s, err := q.cfg.Memory.Remote(a.RKey(), a.VA(), 8, mr.RemoteAtomic, q.requester(p))
+	if err != nil {
+		return failed, accessFailure(err)
+	}
+	var orig uint64
+	if p.OpCode() == wire.OpRCCompareSwap {
+		orig = s.CompareSwap(a.Compare(), a.SwapAdd())
+	} else {
+		orig = s.FetchAdd(a.SwapAdd())
+	}
+	s.Release()
+	psn := p.BTH.PSN()
+	r.msn++
+	r.newResource(resource{kind: respAtomic, first: psn, last: psn, orig: orig})
+	r.push(response{kind: respAtomic, psn: psn, orig: orig, msn: r.msn})
+	return executed, failure{}
+}
+
+func (q *QP) executeAtomicWrite(p *wire.Packet) (outcome, failure) {
+	r := &q.resp
+	if q.rdAtomicFull() {
+		return failed, invalidRequest
+	}
+	if p.RETH.DMALen() != 8 || len(p.Payload) != 8 {
+		return failed, lengthError
+	}
+	s, err := q.cfg.Memory.Remote(p.RETH.RKey(), p.RETH.VA(), 8, mr.RemoteWrite, q.requester(p))
+	if err != nil {
+		return failed, accessFailure(err)
+	}
+	s.Store(binary.NativeEndian.Uint64(p.Payload))
+	s.Release()
+	psn := p.BTH.PSN()
+	r.msn++
+	r.newResource(resource{kind: respAtomicWrite, first: psn, last: psn})
+	r.push(response{kind: respAtomicWrite, psn: psn, msn: r.msn})
+	return executed, failure{}
+}
+
+// duplicate answers a request whose PSN was already executed: SEND and
+// WRITE are acknowledged again (C9-105), READ is replayed from the PSN asked
+// for with its rkey checked again, ATOMIC gets its saved result: nothing
+// executes twice.
+func (q *QP) duplicate(p *wire.Packet, psn wire.PSN) {
+	r := &q.resp
+	op := p.OpCode()
+	switch {
+	case op.IsSend() || op.IsWrite():
+		r.queueAck(r.epsn.Add(wire.PSNMask), q.cnt)
+	case op.IsReadRequest():
+		res := r.findResource(psn)
+		if res == nil || res.kind != respRead {
+			return // forgotten (resources are recycled): drop, as rxe does
+		}
+		off := uint64(psn.Sub(res.first)) * uint64(q.mtu)
+		va, length := p.RETH.VA(), uint64(p.RETH.DMALen())
+		if p.RETH.RKey() != res.rkey || va != res.va+off || off+length != res.length {
+			return // not a retry of the same READ
+		}
+		var span mr.Span
+		if length > 0 {
+			s, err := q.cfg.Memory.Remote(res.rkey, va, length, mr.RemoteRead, q.requester(p))
+			if err != nil {
+				f := accessFailure(err)
+				q.cnt.inc(f.counter)
+				r.queueNak(wire.NakSyndrome(f.code), psn)
+				q.toError()
+				return
+			}
+			span = s
+		}
+		if e := r.queuedRead(res.first); e != nil {
+			// Still sending this READ: restart it at the PSN asked for.
+			e.span.Release()
+			e.psn, e.span, e.off, e.remain = psn, span, 0, length
+			return
+		}
+		r.push(response{kind: respRead, psn: psn, first: res.first, last: res.last, span: span, remain: length, msn: r.msn})
+	case op.IsAtomic() || op == wire.OpRCAtomicWrite:
+		res := r.findResource(psn)
+		if res == nil || res.first != psn || res.kind == respRead {
+			return
+		}
+		r.push(response{kind: res.kind, psn: psn, orig: res.orig, msn: r.msn})
+	}
+}
+
+// queuedRead returns the queued READ response of the READ starting at first.
+func (r *responder) queuedRead(first wire.PSN) *response {
+	for i := 0; i < r.outCount; i++ {
+		if e := &r.out[(r.outHead+i)%len(r.out)]; e.kind == respRead && e.first == first {
+			return e
+		}
+	}
+	return nil
+}
+
+// nextResponse encodes the next queued response into buf.
+func (q *QP) nextResponse(buf []byte) int {
+	r := &q.resp
+	if r.outCount == 0 {
+		return 0
+	}
+	e := &r.out[r.outHead]
+	f := &q.fields
+	*f = wire.Fields{}
+	f.BTH.PKey, f.BTH.DestQP, f.BTH.PSN = q.attr.PKey, q.attr.DestQPN, e.psn
+	f.AETH = wire.AETHFields{Syndrome: e.syndrome, MSN: e.msn}
+	payload := 0
+	done := true
+	switch e.kind {
+	case respAck, respNak:
+		f.BTH.OpCode = wire.OpRCAck
+	case respAtomic:
+		f.BTH.OpCode = wire.OpRCAtomicAck
+		f.AETH.Syndrome = wire.ACKSyndrome(31)
+		f.AtomicAckETH = wire.AtomicAckETHFields{OrigData: e.orig}
+	case respAtomicWrite:
+		f.BTH.OpCode = wire.OpRCReadResponseOnly
+		f.AETH.Syndrome = wire.ACKSyndrome(31)
+	case respRead:
+		f.AETH.Syndrome = wire.ACKSyndrome(31)
+		payload = int(min(uint64(q.mtu), e.remain))
+		switch {
+		case e.first == e.last:
+			f.BTH.OpCode = wire.OpRCReadResponseOnly
+		case e.psn == e.first:
+			f.BTH.OpCode = wire.OpRCReadResponseFirst
+		case e.psn == e.last:
+			f.BTH.OpCode = wire.OpRCReadResponseLast
+		default:
+			f.BTH.OpCode = wire.OpRCReadResponseMiddle
+		}
+		done = e.psn == e.last
+	}
+	hdr, err := f.EncodeHeaders(buf, payload)
+	if err != nil {
+		q.cnt.inc(SendErr)
+		r.pop()
+		return 0
+	}
+	if payload > 0 {
+		e.span.ReadAt(buf[hdr:hdr+payload], e.off)
+		e.off += uint64(payload)
+		e.remain -= uint64(payload)
+	}
+	e.psn = e.psn.Add(1)
+	if done {
+		r.pop()
+	}
+	return f.Len(payload)
+}
+
+func (r *responder) pop() {
+	e := &r.out[r.outHead]
+	switch e.kind {
+	case respRead:
+		e.span.Release()
+		r.rdPending--
+	case respAtomic, respAtomicWrite:
+		r.rdPending--
+	}
+	*e = response{}
+	r.outHead = (r.outHead + 1) % len(r.out)
+	r.outCount--
+}
+
+// grhSize is the space a UD receive buffer reserves for the GRH; on RoCEv2
+// over IPv4 its last 20 bytes hold the IPv4 header, as rxe writes it.
+const grhSize = 40
+
+// receiveDatagram delivers a UD SEND into the next receive WR.
+func (q *QP) receiveDatagram(p *wire.Packet, env *wire.Envelope) {
+	if p.DETH.QKey() != q.attr.QKey {
+		q.cnt.inc(BadQKey)
+		return
+	}
+	out, f := q.takeRecvWR()
+	r := &q.resp
+	switch out {
+	case noRecvWR:
+		q.cnt.inc(UDDropped)
+		return
+	case failed:
+		q.cnt.inc(f.counter)
+		q.pushRecvWC(&WC{ID: r.rwqe.id, Status: f.status, Opcode: WCRecv, QPN: q.num})
+		r.haveRWQE = false
+		q.toError()
+		return
+	}
+	wc := WC{ID: r.rwqe.id, Opcode: WCRecv, QPN: q.num, Flags: WCGRH, SrcQPN: p.DETH.SrcQP(), Src: env.Src}
+	if grhSize+uint64(len(p.Payload)) > r.rcap {
+		wc.Status = LocLenErr
+	} else {
+		var grh [grhSize]byte
+		env.PutGRH(grh[:], len(p.Raw))
+		copySpans(r.rspans, 0, grh[:], true)
+		copySpans(r.rspans, grhSize, p.Payload, true)
+		wc.ByteLen = grhSize + uint32(len(p.Payload))
+		if p.ImmDT != nil {
+			wc.Flags |= WCWithImm
+			wc.Imm = p.ImmDT.Imm()
+		}
+	}
+	r.releaseMessage()
+	r.haveRWQE = false
+	q.pushRecvWC(&wc)
+}

@@ -1,0 +1,362 @@
+package qp_test
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/wire"
+)
+
+// This file is the test bench of the transport: hosts with a region table,
+// CQs and one QP each, joined by a simulated link with a fake clock. Packets
+// travel as real encoded RoCEv2 with sealed ICRCs, so a corrupted bit is
+// dropped by the receiver's ICRC check, as on the NIC.
+
+const (
+	regionSize = 1 << 20
+	testMTU    = 1024
+)
+
+type host struct {
+	name   string
+	addr   netip.AddrPort
+	mem    *mr.Table
+	pd     mr.PD
+	cq     *qp.CQ // send and receive completions
+	qp     *qp.QP
+	buf    []byte // a registered region, remote read/write/atomic
+	region *mr.Region
+	wcs    []qp.WC // completions polled so far
+	cnt    *qp.Counters
+}
+
+func newHost(t testing.TB, name string, ip string, typ qp.Type, qpn uint32, cfg qp.Config) *host {
+	t.Helper()
+	h := &host{name: name, addr: netip.MustParseAddrPort(ip + ":4791")}
+	h.mem = mr.NewTable(mr.Config{})
+	t.Cleanup(func() { h.mem.Close() })
+	var err error
+	if h.pd, err = h.mem.AllocPD(); err != nil {
+		t.Fatal(err)
+	}
+	if h.cq, err = qp.NewCQ(4096); err != nil {
+		t.Fatal(err)
+	}
+	h.buf = make([]byte, regionSize)
+	h.region, err = h.mem.Register(h.pd, h.buf, mr.LocalWrite|mr.RemoteWrite|mr.RemoteRead|mr.RemoteAtomic|mr.MWBind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Type, cfg.PD, cfg.Memory = typ, h.pd, h.mem
+	if cfg.SendCQ == nil {
+		cfg.SendCQ, cfg.RecvCQ = h.cq, h.cq
+	}
+	if cfg.Counters == nil {
+		cfg.Counters = new(qp.Counters)
+	}
+	h.cnt = cfg.Counters
+	if h.qp, err = qp.New(qpn, cfg); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// va returns the remote address of offset off of the host's region.
+func (h *host) va(off uint64) uint64 { return h.region.Addr() + off }
+
+// sge returns an SGE for n bytes at offset off of the host's region.
+func (h *host) sge(off uint64, n uint32) qp.SGE {
+	return qp.SGE{Addr: h.region.Addr() + off, Length: n, LKey: h.region.LKey()}
+}
+
+func (h *host) counter(c qp.Counter) uint64 { return h.cnt.Get(c) }
+
+// poll moves the host's new completions into h.wcs and returns them.
+func (h *host) poll() []qp.WC {
+	var buf [64]qp.WC
+	start := len(h.wcs)
+	for {
+		n, err := h.cq.Poll(buf[:])
+		if n == 0 || err != nil {
+			break
+		}
+		h.wcs = append(h.wcs, buf[:n]...)
+	}
+	return h.wcs[start:]
+}
+
+type flight struct {
+	at   qp.Time
+	seq  int
+	to   *host
+	data []byte
+	env  wire.Envelope
+}
+
+type sim struct {
+	t       testing.TB
+	now     qp.Time
+	a, b    *host
+	latency time.Duration
+	inj     *qp.Injector
+	flights []flight
+	seq     int
+	// drop, when set, loses the packets it returns true for: scenario tests
+	// use it to lose a chosen PSN.
+	drop    func(from *host, p *wire.Packet) bool
+	trace   strings.Builder
+	tracing bool
+	badICRC int
+	txbuf   []byte
+	pkt     wire.Packet
+}
+
+func newSim(t testing.TB, a, b *host) *sim {
+	return &sim{t: t, a: a, b: b, latency: 5 * time.Microsecond, txbuf: make([]byte, qp.MaxPacketSize), tracing: true}
+}
+
+func (s *sim) logf(format string, args ...any) {
+	if s.tracing {
+		fmt.Fprintf(&s.trace, "%8.3fms ", float64(s.now)/1e6)
+		fmt.Fprintf(&s.trace, format, args...)
+		s.trace.WriteByte('\n')
+	}
+}
+
+// symbolic rewrites the addresses and keys of the hosts' regions in a
+// packet summary (random from run to run) as names: va=b+0x40, rkey=b.
+func (s *sim) symbolic(line string) string {
+	fields := strings.Fields(line)
+	for i, f := range fields {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok || (k != "va" && k != "rkey") {
+			continue
+		}
+		n, err := strconv.ParseUint(v, 0, 64)
+		if err != nil {
+			continue
+		}
+		for _, h := range []*host{s.a, s.b} {
+			switch {
+			case k == "rkey" && uint32(n) == h.region.RKey():
+				fields[i] = "rkey=" + h.name
+			case k == "rkey" && uint32(n)^h.region.RKey() < 0x1000:
+				fields[i] = fmt.Sprintf("rkey=%s^%#x", h.name, uint32(n)^h.region.RKey())
+			case k == "va" && n >= h.region.Addr() && n-h.region.Addr() < 1<<32:
+				fields[i] = fmt.Sprintf("va=%s+%#x", h.name, n-h.region.Addr())
+			}
+		}
+	}
+	return strings.Join(fields, " ")
+}
+
+func (s *sim) peer(h *host) *host {
+	if h == s.a {
+		return s.b
+	}
+	return s.a
+}
+
+// transmitAll drains every packet both QPs want to send onto the link.
+func (s *sim) transmitAll() bool {
+	moved := false
+	for _, h := range []*host{s.a, s.b} {
+		for {
+			n, dst := h.qp.Transmit(s.txbuf, s.now)
+			if n == 0 {
+				break
+			}
+			moved = true
+			data := slices.Clone(s.txbuf[:n])
+			env := wire.Envelope{Src: h.addr, Dst: dst}
+			env.Seal(data)
+			to := s.peer(h)
+			if dst.Addr() != to.addr.Addr() {
+				s.t.Fatalf("%s sent to %v, not to its peer %v", h.name, dst, to.addr)
+			}
+			if err := s.pkt.Decode(data); err != nil {
+				s.t.Fatalf("%s sent an undecodable packet: %v", h.name, err)
+			}
+			line := s.symbolic(string(s.pkt.AppendSummary(nil)))
+			if s.drop != nil && s.drop(h, &s.pkt) {
+				s.logf("%s→%s %s  [dropped]", h.name, to.name, line)
+				continue
+			}
+			fate := qp.Fate{CorruptBit: -1}
+			if s.inj != nil {
+				fate = s.inj.Decide(data)
+			}
+			if fate.Drop {
+				continue
+			}
+			s.logf("%s→%s %s", h.name, to.name, line)
+			if fate.CorruptBit >= 0 {
+				data[fate.CorruptBit/8] ^= 1 << (fate.CorruptBit % 8)
+			}
+			s.send(to, data, env, s.latency+fate.Delay)
+			if fate.Duplicate {
+				s.send(to, slices.Clone(data), env, s.latency+2*time.Microsecond)
+			}
+		}
+	}
+	return moved
+}
+
+func (s *sim) send(to *host, data []byte, env wire.Envelope, delay time.Duration) {
+	s.seq++
+	s.flights = append(s.flights, flight{at: s.now.Add(delay), seq: s.seq, to: to, data: data, env: env})
+}
+
+// deliverDue hands every packet whose time has come to its receiver.
+func (s *sim) deliverDue() bool {
+	slices.SortFunc(s.flights, func(x, y flight) int {
+		if x.at != y.at {
+			return int(x.at - y.at)
+		}
+		return x.seq - y.seq
+	})
+	n := 0
+	for n < len(s.flights) && s.flights[n].at <= s.now {
+		f := &s.flights[n]
+		n++
+		if err := f.env.Check(f.data); err != nil {
+			s.badICRC++
+			continue
+		}
+		if err := s.pkt.Decode(f.data); err != nil {
+			continue // a corrupted byte the ICRC happened to miss cannot get here; be safe
+		}
+		f.to.qp.Receive(&s.pkt, &f.env, s.now)
+	}
+	s.flights = s.flights[n:]
+	return n > 0
+}
+
+// next returns the earliest time anything is due: a packet or a QP timer.
+func (s *sim) next() (qp.Time, bool) {
+	t, ok := qp.Time(0), false
+	consider := func(u qp.Time) {
+		if !ok || u < t {
+			t, ok = u, true
+		}
+	}
+	for _, f := range s.flights {
+		consider(f.at)
+	}
+	for _, h := range []*host{s.a, s.b} {
+		if d, armed := h.qp.Deadline(); armed {
+			consider(d)
+		}
+	}
+	return t, ok
+}
+
+// run advances the simulation until done reports true, failing the test if
+// the link goes idle first or limit of simulated time passes.
+func (s *sim) run(limit time.Duration, done func() bool) {
+	s.t.Helper()
+	end := s.now.Add(limit)
+	for !done() {
+		if s.transmitAll() || s.deliverDue() {
+			continue
+		}
+		t, ok := s.next()
+		if !ok {
+			s.t.Fatalf("link idle before the scenario finished\n%s", s.trace.String())
+		}
+		if t > end {
+			s.t.Fatalf("scenario not finished after %v\n%s", limit, s.trace.String())
+		}
+		if t > s.now {
+			s.now = t
+		}
+		s.a.qp.Tick(s.now)
+		s.b.qp.Tick(s.now)
+	}
+}
+
+// settle runs until nothing is in flight, nothing waits to be sent and no
+// timer is armed.
+func (s *sim) settle(limit time.Duration) {
+	s.t.Helper()
+	s.run(limit, func() bool {
+		if s.transmitAll() || s.deliverDue() {
+			return false
+		}
+		_, busy := s.next()
+		return !busy
+	})
+}
+
+// waitWC runs until h has n completions in total and returns them.
+func (s *sim) waitWC(h *host, n int, limit time.Duration) []qp.WC {
+	s.t.Helper()
+	s.run(limit, func() bool { h.poll(); return len(h.wcs) >= n })
+	return h.wcs
+}
+
+// connect moves both QPs to RTS, each the other's peer.
+func connect(t testing.TB, a, b *host, attr qp.Attr) {
+	t.Helper()
+	pa, pb := wire.PSN(0x100), wire.PSN(0xFFFFF0) // b's PSNs wrap soon
+	for _, x := range []struct {
+		h, peer *host
+		sq, rq  wire.PSN
+	}{{a, b, pa, pb}, {b, a, pb, pa}} {
+		typ := x.h.qp.Type()
+		init := qp.Attr{State: qp.Init, AccessFlags: mr.RemoteWrite | mr.RemoteRead | mr.RemoteAtomic, QKey: 0x11111111}
+		mask := qp.AttrState | qp.AttrAccessFlags
+		if typ == qp.UD {
+			mask = qp.AttrState | qp.AttrQKey
+		}
+		if err := x.h.qp.Modify(&init, mask); err != nil {
+			t.Fatal(err)
+		}
+		rtr := attr
+		rtr.State = qp.RTR
+		rtr.Remote, rtr.DestQPN, rtr.RQPSN = x.peer.addr, x.peer.qp.Num(), x.rq
+		if rtr.PathMTU == 0 {
+			rtr.PathMTU = testMTU
+		}
+		rtrMask := qp.AttrState | qp.AttrRemote | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN
+		if typ == qp.RC {
+			rtrMask |= qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer
+		}
+		if typ == qp.UD {
+			rtrMask = qp.AttrState
+		}
+		if err := x.h.qp.Modify(&rtr, rtrMask); err != nil {
+			t.Fatal(err)
+		}
+		rts := attr
+		rts.State, rts.SQPSN = qp.RTS, x.sq
+		rtsMask := qp.AttrState | qp.AttrSQPSN
+		if typ == qp.RC {
+			rtsMask |= qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxRdAtomic
+		}
+		if err := x.h.qp.Modify(&rts, rtsMask); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// defaultAttr is what the tests connect with unless they say otherwise:
+// a 4 ms ACK timeout (timeout 10), 7 retries, RNR retries forever.
+func defaultAttr() qp.Attr {
+	return qp.Attr{Timeout: 10, RetryCnt: 7, RNRRetry: 7, MinRNRTimer: 1, MaxRdAtomic: 16, MaxDestRdAtomic: 16}
+}
+
+// pair returns two connected RC hosts and their simulation.
+func pair(t testing.TB, attr qp.Attr) (*sim, *host, *host) {
+	a := newHost(t, "a", "10.0.0.1", qp.RC, 0x11, qp.Config{})
+	b := newHost(t, "b", "10.0.0.2", qp.RC, 0x22, qp.Config{})
+	connect(t, a, b, attr)
+	return newSim(t, a, b), a, b
+}

@@ -1,0 +1,105 @@
+package qp
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/wire"
+)
+
+// Type is the transport service of a QP.
+type Type uint8
+
+const (
+	RC Type = iota + 1 // reliable connected
+	UC                 // unreliable connected
+	UD                 // unreliable datagram
+)
+
+func (t Type) String() string {
+	switch t {
+	case RC:
+		return "RC"
+	case UC:
+		return "UC"
+	case UD:
+		return "UD"
+	}
+	return fmt.Sprintf("Type(%d)", uint8(t))
+}
+
+// State is a QP state of the IBTA state machine (ibv_qp_state).
+type State uint8
+
+const (
+	Reset State = iota
+	Init
+	RTR // ready to receive
+	RTS // ready to send
+	SQD // send queue drained
+	SQE // send queue error (UC, UD)
+	Err
+)
+
+var stateNames = [...]string{"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"}
+
+func (s State) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("State(%d)", uint8(s))
+}
+
+// AttrMask selects the fields of [Attr] that a [QP.Modify] call sets, like
+// ibv_qp_attr_mask.
+type AttrMask uint32
+
+const (
+	AttrState AttrMask = 1 << iota
+	AttrAccessFlags
+	AttrPKey
+	AttrQKey
+	AttrRemote // the address vector: the peer's IP address and UDP port
+	AttrPathMTU
+	AttrTimeout
+	AttrRetryCnt
+	AttrRNRRetry
+	AttrRQPSN
+	AttrMaxRdAtomic
+	AttrMinRNRTimer
+	AttrSQPSN
+	AttrMaxDestRdAtomic
+	AttrDestQPN
+)
+
+// Attr holds the QP attributes of ibv_qp_attr that an RoCEv2 QP uses.
+type Attr struct {
+	State State
+	// AccessFlags grants the remote operations the responder executes:
+	// mr.RemoteWrite, mr.RemoteRead, mr.RemoteAtomic.
+	AccessFlags mr.Access
+	PKey        uint16 // BTH partition key; 0xFFFF, the default partition, if never set
+	QKey        uint32 // UD: the Q_Key datagrams must carry
+	// Remote is the peer's IP address and UDP port (the address vector).
+	Remote  netip.AddrPort
+	PathMTU int // 256, 512, 1024, 2048 or 4096 bytes
+	// Timeout is the local ACK timeout exponent: 4.096 µs × 2^Timeout, 0 = infinite.
+	Timeout uint8
+	// RetryCnt is how many times a request is retransmitted after an ACK
+	// timeout or a PSN sequence error NAK before the WR fails with
+	// RETRY_EXC_ERR. Unlike rxe, which treats 7 as infinite, softnic follows
+	// the specification (and mlx5): 7 means seven retries.
+	RetryCnt uint8
+	// RNRRetry is how many times a request is retried after an RNR NAK;
+	// 7 means forever.
+	RNRRetry uint8
+	// MinRNRTimer is the 5-bit RNR timer code this QP's responder puts in
+	// its RNR NAKs (see wire.RNRTimerMicros).
+	MinRNRTimer     uint8
+	RQPSN           wire.PSN // the responder's expected PSN
+	SQPSN           wire.PSN // the requester's first PSN
+	MaxRdAtomic     uint8    // READ/ATOMIC requests outstanding as requester (initiator depth)
+	MaxDestRdAtomic uint8    // READ/ATOMIC requests accepted as responder (responder resources)
+	DestQPN         uint32
+}
