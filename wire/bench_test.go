@@ -50,6 +50,14 @@ func BenchmarkICRC(b *testing.B) {
 			env.Seal(pkt)
 		}
 	})
+	b.Run("SealACK", func(b *testing.B) {
+		ack := encodeSample(b, OpRCAck)
+		b.SetBytes(int64(len(ack)))
+		b.ReportAllocs()
+		for b.Loop() {
+			env.Seal(ack)
+		}
+	})
 	b.Run("Check", func(b *testing.B) {
 		b.SetBytes(int64(len(pkt)))
 		b.ReportAllocs()

@@ -44,18 +44,6 @@ type Envelope struct {
 	IPID     uint16         // IPv4 identification: 0 for senders using unconnected UDP sockets with DF
 }
 
-// The IPv4 header Envelope assumes: version 4, IHL 5, DF, fragment offset 0,
-// protocol UDP. TOS, TTL and checksum are masked by the ICRC.
-const (
-	ipv4HeaderSize = 20
-	ipv6HeaderSize = 40
-	udpHeaderSize  = 8
-	ipv4VersionIHL = 0x45
-	ipv4FlagDF     = 0x4000
-	ipProtoUDP     = 17
-	ipv6Version    = 0x60
-)
-
 // icrcSeed is the CRC after the 8 bytes of 0xFF that stand in for the LRH.
 var icrcSeed = updateIEEE(0, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
 
@@ -69,40 +57,20 @@ func (e *Envelope) is4() bool {
 }
 
 // ICRC returns the ICRC of pkt, a packet from the BTH through the pad without
-// the ICRC field, sent from e.Src to e.Dst in a datagram of the header Envelope
-// assumes. It does not allocate.
+// the ICRC field, sent from e.Src to e.Dst in a datagram with the headers
+// softnic sends (IPv4: no options, DF, e.IPID; see ipudp.go). It does not
+// allocate.
 func (e *Envelope) ICRC(pkt []byte) uint32 {
 	var h pseudoHeader
 	udpLen := udpHeaderSize + len(pkt) + ICRCSize
-	var n int
-	if e.is4() {
-		ip := h[:ipv4HeaderSize]
-		ip[0] = ipv4VersionIHL
-		binary.BigEndian.PutUint16(ip[2:], uint16(ipv4HeaderSize+udpLen))
-		binary.BigEndian.PutUint16(ip[4:], e.IPID)
-		binary.BigEndian.PutUint16(ip[6:], ipv4FlagDF)
-		ip[9] = ipProtoUDP
-		src, dst := e.Src.Addr().Unmap().As4(), e.Dst.Addr().Unmap().As4()
-		copy(ip[12:], src[:])
-		copy(ip[16:], dst[:])
-		maskIPv4(ip)
-		n = ipv4HeaderSize
+	n := e.putIPHeader(h[:], udpLen)
+	if n == ipv4HeaderSize {
+		maskIPv4(h[:n])
 	} else {
-		ip := h[:ipv6HeaderSize]
-		ip[0] = ipv6Version
-		binary.BigEndian.PutUint16(ip[4:], uint16(udpLen))
-		ip[6] = ipProtoUDP
-		src, dst := e.Src.Addr().As16(), e.Dst.Addr().As16()
-		copy(ip[8:], src[:])
-		copy(ip[24:], dst[:])
-		maskIPv6(ip)
-		n = ipv6HeaderSize
+		maskIPv6(h[:n])
 	}
-	udp := h[n : n+udpHeaderSize]
-	binary.BigEndian.PutUint16(udp[0:], e.Src.Port())
-	binary.BigEndian.PutUint16(udp[2:], e.Dst.Port())
-	binary.BigEndian.PutUint16(udp[4:], uint16(udpLen))
-	maskUDP(udp)
+	e.putUDPHeader(h[n:], udpLen)
+	maskUDP(h[n : n+udpHeaderSize])
 	return icrc(&h, n+udpHeaderSize, pkt)
 }
 
@@ -184,16 +152,39 @@ func icrc(h *pseudoHeader, n int, pkt []byte) uint32 {
 	return crc32.Update(crc, crc32.IEEETable, pkt[len(bth):])
 }
 
-// updateIEEE is crc32.Update(crc, crc32.IEEETable, p) one byte at a time. It
-// serves the few dozen header bytes: unlike crc32.Update, whose assembly
-// makes its argument escape, it lets the pseudo-header live on the stack.
+// updateIEEE is crc32.Update(crc, crc32.IEEETable, p) for the few dozen
+// header bytes: unlike crc32.Update, whose assembly makes its argument
+// escape, it lets the pseudo-header live on the stack. It processes eight
+// bytes per step with the slicing-by-8 tables (Intel, "A Systematic Approach
+// to Building High Performance Software-based CRC Generators", 2005).
 func updateIEEE(crc uint32, p []byte) uint32 {
+	t := slicing8
 	crc = ^crc
+	for len(p) >= 8 {
+		crc ^= binary.LittleEndian.Uint32(p)
+		crc = t[0][p[7]] ^ t[1][p[6]] ^ t[2][p[5]] ^ t[3][p[4]] ^
+			t[4][crc>>24] ^ t[5][crc>>16&0xff] ^ t[6][crc>>8&0xff] ^ t[7][crc&0xff]
+		p = p[8:]
+	}
 	for _, b := range p {
-		crc = crc32.IEEETable[byte(crc)^b] ^ crc>>8
+		crc = t[0][byte(crc)^b] ^ crc>>8
 	}
 	return ^crc
 }
+
+// slicing8 holds in t[k][b] the CRC of byte b followed by k zero bytes.
+var slicing8 = func() *[8][256]uint32 {
+	t := new([8][256]uint32)
+	t[0] = *crc32.IEEETable
+	for b := range 256 {
+		crc := t[0][b]
+		for k := 1; k < 8; k++ {
+			crc = t[0][crc&0xff] ^ crc>>8
+			t[k][b] = crc
+		}
+	}
+	return t
+}()
 
 // maskIPv4 sets TOS, TTL and header checksum to all ones.
 func maskIPv4(ip []byte) {

@@ -3,6 +3,7 @@ package wire
 import (
 	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"net/netip"
 	"testing"
 )
@@ -272,5 +273,20 @@ func TestICRCFromHeadersErrors(t *testing.T) {
 				t.Errorf("err = %v, want %v", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestUpdateIEEE compares the slicing-by-8 CRC with hash/crc32 for every
+// length up to 64 and chained calls.
+func TestUpdateIEEE(t *testing.T) {
+	data := samplePayload(64)
+	for n := range len(data) + 1 {
+		if got, want := updateIEEE(0, data[:n]), crc32.ChecksumIEEE(data[:n]); got != want {
+			t.Errorf("length %d: %#08x, want %#08x", n, got, want)
+		}
+		split := n / 3
+		if got, want := updateIEEE(updateIEEE(0, data[:split]), data[split:n]), crc32.ChecksumIEEE(data[:n]); got != want {
+			t.Errorf("length %d split at %d: %#08x, want %#08x", n, split, got, want)
+		}
 	}
 }

@@ -50,7 +50,6 @@ const (
 	vlanTagSize    = 4
 	sllHeaderSize  = 16
 	sll2HeaderSize = 20
-	ipTTL          = 64
 	maxUDPPayload  = 0xffff - ipv4HeaderSize - udpHeaderSize
 )
 
@@ -114,44 +113,20 @@ func (w *PcapWriter) WritePacket(ts time.Time, env *Envelope, pkt []byte) error 
 // describes. pkt fits in a UDP datagram.
 func appendFrame(b []byte, env *Envelope, pkt []byte) []byte {
 	udpLen := udpHeaderSize + len(pkt)
-	eth := len(b)
-	b = append(b, make([]byte, ethHeaderSize)...)
+	eth, ip := len(b), len(b)+ethHeaderSize
+	udp := ip + env.ipHeaderLen()
+	b = append(b, make([]byte, udp+udpHeaderSize-eth)...)
 	putMAC(b[eth:eth+6], env.Dst.Addr())
 	putMAC(b[eth+6:eth+12], env.Src.Addr())
-	ip := len(b)
+	etherType := uint16(ethTypeIPv6)
 	if env.is4() {
-		binary.BigEndian.PutUint16(b[eth+12:], ethTypeIPv4)
-		b = append(b, make([]byte, ipv4HeaderSize)...)
-		h := b[ip:]
-		h[0] = ipv4VersionIHL
-		binary.BigEndian.PutUint16(h[2:], uint16(ipv4HeaderSize+udpLen))
-		binary.BigEndian.PutUint16(h[4:], env.IPID)
-		binary.BigEndian.PutUint16(h[6:], ipv4FlagDF)
-		h[8] = ipTTL
-		h[9] = ipProtoUDP
-		src, dst := env.Src.Addr().Unmap().As4(), env.Dst.Addr().Unmap().As4()
-		copy(h[12:16], src[:])
-		copy(h[16:20], dst[:])
-		binary.BigEndian.PutUint16(h[10:], ^onesSum(0, h[:ipv4HeaderSize]))
-	} else {
-		binary.BigEndian.PutUint16(b[eth+12:], ethTypeIPv6)
-		b = append(b, make([]byte, ipv6HeaderSize)...)
-		h := b[ip:]
-		h[0] = ipv6Version
-		binary.BigEndian.PutUint16(h[4:], uint16(udpLen))
-		h[6] = ipProtoUDP
-		h[7] = ipTTL
-		src, dst := env.Src.Addr().As16(), env.Dst.Addr().As16()
-		copy(h[8:24], src[:])
-		copy(h[24:40], dst[:])
+		etherType = ethTypeIPv4
 	}
-	udp := len(b)
-	b = append(b, make([]byte, udpHeaderSize)...)
-	binary.BigEndian.PutUint16(b[udp:], env.Src.Port())
-	binary.BigEndian.PutUint16(b[udp+2:], env.Dst.Port())
-	binary.BigEndian.PutUint16(b[udp+4:], uint16(udpLen))
+	binary.BigEndian.PutUint16(b[eth+12:], etherType)
+	env.putIPHeader(b[ip:udp], udpLen)
+	env.putUDPHeader(b[udp:], udpLen)
 	b = append(b, pkt...)
-	if !env.is4() {
+	if etherType == ethTypeIPv6 { // the UDP checksum is optional only over IPv4
 		binary.BigEndian.PutUint16(b[udp+6:], udp6Checksum(b[ip:udp], b[udp:]))
 	}
 	return b
@@ -163,36 +138,6 @@ func putMAC(mac []byte, addr netip.Addr) {
 	a := addr.Unmap().As16()
 	mac[0] = 0x02
 	copy(mac[1:], a[11:])
-}
-
-// onesSum adds b to the one's complement sum s (RFC 1071).
-func onesSum(s uint32, b []byte) uint16 {
-	for len(b) >= 2 {
-		s += uint32(binary.BigEndian.Uint16(b))
-		b = b[2:]
-	}
-	if len(b) == 1 {
-		s += uint32(b[0]) << 8
-	}
-	for s > 0xffff {
-		s = s>>16 + s&0xffff
-	}
-	return uint16(s)
-}
-
-// udp6Checksum returns the UDP checksum of datagram (header with checksum 0,
-// and payload) under the IPv6 header ip6 (RFC 8200 8.1).
-func udp6Checksum(ip6, datagram []byte) uint16 {
-	var pseudo uint32
-	for i := 8; i < ipv6HeaderSize; i += 2 { // source and destination address
-		pseudo += uint32(binary.BigEndian.Uint16(ip6[i:]))
-	}
-	pseudo += uint32(len(datagram)) + ipProtoUDP
-	c := ^onesSum(pseudo, datagram)
-	if c == 0 {
-		return 0xffff
-	}
-	return c
 }
 
 // PcapReader reads frames from a classic pcap stream in either byte order,
