@@ -6,6 +6,9 @@ import (
 	"net/netip"
 )
 
+// Envelope is what the invariant CRC needs to know of the IP and UDP headers
+// around a packet: addresses, ports and the IPv4 identification.
+//
 // The invariant CRC (ICRC, IBTA Annex A17.8) protects the fields of a RoCEv2
 // packet that no router may change. It is CRC-32 (the IEEE 802.3 polynomial,
 // as Ethernet's FCS) computed over

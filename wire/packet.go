@@ -120,8 +120,8 @@ func checkPayload(flags opFlags, rest, pad int) error {
 func (p *Packet) OpCode() OpCode { return p.BTH.OpCode() }
 
 // ICRC returns the ICRC stored in the packet's last four bytes, which hold it
-// little-endian (as rxe writes it; IBTA leaves the byte order to the CRC
-// definition).
+// little-endian (as rxe writes it: the CRC's bit-reflected byte order). p
+// must hold a decoded packet.
 func (p *Packet) ICRC() uint32 { return binary.LittleEndian.Uint32(p.Raw[len(p.Raw)-ICRCSize:]) }
 
 // Fields copies the fields of every header p carries into f and zeroes the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 )
@@ -94,7 +95,7 @@ func (w *PcapWriter) WritePacket(ts time.Time, env *Envelope, pkt []byte) error 
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	b := append(w.buf[:0], make([]byte, pcapRecordHeaderSize)...)
+	b := slices.Grow(w.buf[:0], pcapRecordHeaderSize)[:pcapRecordHeaderSize]
 	b = appendFrame(b, env, pkt)
 	n := uint32(len(b) - pcapRecordHeaderSize)
 	le := binary.LittleEndian
@@ -115,7 +116,7 @@ func appendFrame(b []byte, env *Envelope, pkt []byte) []byte {
 	udpLen := udpHeaderSize + len(pkt)
 	eth, ip := len(b), len(b)+ethHeaderSize
 	udp := ip + env.ipHeaderLen()
-	b = append(b, make([]byte, udp+udpHeaderSize-eth)...)
+	b = slices.Grow(b, udp+udpHeaderSize-eth+len(pkt))[:udp+udpHeaderSize]
 	putMAC(b[eth:eth+6], env.Dst.Addr())
 	putMAC(b[eth+6:eth+12], env.Src.Addr())
 	etherType := uint16(ethTypeIPv6)
