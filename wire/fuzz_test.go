@@ -21,11 +21,11 @@ func FuzzDecode(f *testing.F) {
 	for _, op := range validOpCodes() {
 		f.Add(encodeSample(f, op))
 	}
-	if files, _ := filepath.Glob(filepath.Join(goldenDir, "*.pcap")); len(files) > 0 {
-		for _, path := range files {
-			for _, fr := range readGolden(f, path) {
-				f.Add(fr.payload)
-			}
+	shared, _ := filepath.Glob(filepath.Join(goldenDir, "*.pcap"))
+	padded, _ := filepath.Glob(filepath.Join(paddedDir, "*.pcap"))
+	for _, path := range append(padded, shared...) {
+		for _, fr := range readGolden(f, path) {
+			f.Add(fr.payload)
 		}
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -15,6 +15,10 @@ import (
 // with ../shared/lab/rxe; its README.md describes each file.
 var goldenDir = filepath.Join("..", "..", "shared", "golden")
 
+// paddedDir holds captures made with the same lab of what goldenDir lacks:
+// messages whose length is not a multiple of 4 (testdata/rxe/README.md).
+var paddedDir = filepath.Join("testdata", "rxe")
+
 // goldenCounts is the number of RoCEv2 frames in each capture and how many of
 // them carry a bad ICRC, from the table in goldenDir/README.md.
 var goldenCounts = map[string]struct{ roce, bad int }{
@@ -37,6 +41,12 @@ var goldenCounts = map[string]struct{ roce, bad int }{
 	"host_fadd.pcap":           {10, 0},
 	"host_dropack.pcap":        {11, 0},
 	"host_badicrc.pcap":        {580, 290}, // every ACK of the host peer corrupted
+	// paddedDir
+	"write_odd.pcap": {20, 0},
+	"read_odd.pcap":  {20, 0},
+	"send_odd.pcap":  {20, 0},
+	"send_tiny.pcap": {10, 0},
+	"imm_odd.pcap":   {66, 0},
 }
 
 // hostPeer is the address of the userspace RoCEv2 peer in the host_*
@@ -52,18 +62,23 @@ type goldenFrame struct {
 	payload []byte
 }
 
-// goldenFiles returns the paths of the golden captures, or skips the test
-// when the folder is absent.
+// goldenFiles returns the paths of the rxe captures: the padded ones kept
+// here and the shared golden ones, which are left out with a message when
+// the shared folder is absent.
 func goldenFiles(t testing.TB) []string {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(goldenDir, "*.pcap"))
+	padded, err := filepath.Glob(filepath.Join(paddedDir, "*.pcap"))
+	if err != nil || len(padded) == 0 {
+		t.Fatalf("no captures in %s: %v", paddedDir, err)
+	}
+	shared, err := filepath.Glob(filepath.Join(goldenDir, "*.pcap"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(files) == 0 {
-		t.Skipf("no golden captures in %s (the shared folder beside the repository); skipping", goldenDir)
+	if len(shared) == 0 {
+		t.Logf("no golden captures in %s (the shared folder beside the repository): skipping them", goldenDir)
 	}
-	return files
+	return append(padded, shared...)
 }
 
 // readGolden returns the RoCEv2 frames of a capture.
@@ -115,7 +130,7 @@ func TestGolden(t *testing.T) {
 			if len(frames) != want.roce {
 				t.Errorf("%d RoCEv2 frames, README says %d", len(frames), want.roce)
 			}
-			bad := 0
+			bad, padded := 0, 0
 			var p Packet
 			var f Fields
 			buf := make([]byte, 16384)
@@ -137,6 +152,9 @@ func TestGolden(t *testing.T) {
 					}
 				}
 
+				if p.BTH.PadCount() != 0 {
+					padded++
+				}
 				p.Fields(&f)
 				m, err := f.Encode(buf, p.Payload)
 				if err != nil {
@@ -156,6 +174,9 @@ func TestGolden(t *testing.T) {
 			}
 			if bad != want.bad {
 				t.Errorf("%d frames with a bad ICRC, README says %d", bad, want.bad)
+			}
+			if filepath.Dir(path) == paddedDir && padded == 0 {
+				t.Errorf("no padded packet in a capture kept for its padding")
 			}
 		})
 	}
