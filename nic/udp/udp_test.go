@@ -134,9 +134,9 @@ func TestSegmentsDoesNotAllocate(t *testing.T) {
 
 func TestOptionsEnvironment(t *testing.T) {
 	tests := []struct {
-		name             string
-		env              map[string]string
-		opt              Options
+		name                 string
+		env                  map[string]string
+		opt                  Options
 		wantNoGSO, wantNoGRO bool
 	}{
 		{name: "defaults", env: map[string]string{EnvNoGSO: "", EnvNoGRO: ""}},
