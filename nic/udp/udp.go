@@ -10,6 +10,14 @@
 // received datagram carries the local address it was sent to (IP_PKTINFO), the
 // other half of the ICRC's IP header when the socket is bound to a wildcard.
 //
+// GSO changes the IPv4 ID: a coalesced run leaves the socket as one packet
+// with ID 0, and whoever segments it (the kernel for a device without UDP
+// segmentation offload, such as a veth or a tap; the NIC otherwise) numbers
+// its datagrams 0, 1, 2, … On loopback the run stays one packet up to the
+// receiving socket, so no datagram is ever seen with its own ID; on any other
+// device the i-th datagram of a run goes on the wire with ID i, which an ICRC
+// computed with ID 0 does not match. The tests capture both cases.
+//
 // The package owns nothing above the datagram: it does not parse RoCEv2, log,
 // or keep buffers of its own. Buffers belong to the caller; the package only
 // points the kernel at them.
@@ -273,7 +281,8 @@ func (c *Conn) ReadBatch(msgs []Message) (int, error) { return c.readBatch(msgs)
 // WriteBatch sends every message of msgs and returns how many it sent. With
 // GSO on, each run of consecutive datagrams to one destination that have the
 // same length (the last may be shorter) goes to the kernel as one send that
-// the kernel segments, without a copy. When the socket buffer is full it waits
+// the kernel segments, without a copy (see the package doc for what that does
+// to the IPv4 ID). When the socket buffer is full it waits
 // until there is room. On error, n messages were sent and msgs[n] is the one
 // that failed.
 func (c *Conn) WriteBatch(msgs []Message) (int, error) { return c.writeBatch(msgs) }

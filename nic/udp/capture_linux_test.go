@@ -1,0 +1,216 @@
+//go:build linux
+
+package udp
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// capture is a raw AF_PACKET socket on the loopback interface that sees every
+// IPv4 packet as the kernel puts it on the device, IP header first.
+type capture struct {
+	fd  int
+	buf []byte
+}
+
+// openCapture opens the capture, or skips the test where it cannot (not
+// root, no CAP_NET_RAW, no AF_PACKET).
+func openCapture(t *testing.T) *capture {
+	t.Helper()
+	lo, err := net.InterfaceByName("lo")
+	if err != nil {
+		t.Skipf("no loopback interface: %v", err)
+	}
+	proto := int(htons(unix.ETH_P_IP))
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, proto)
+	if err != nil {
+		t.Skipf("cannot open an AF_PACKET socket: %v", err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_IP), Ifindex: lo.Index}); err != nil {
+		t.Skipf("cannot bind the capture to lo: %v", err)
+	}
+	tv := unix.NsecToTimeval(int64(200 * time.Millisecond))
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		t.Fatal(err)
+	}
+	return &capture{fd: fd, buf: make([]byte, 1<<17)}
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// ipv4Packet is what the test reads of one captured IPv4 header.
+type ipv4Packet struct {
+	id       uint16
+	df, mf   bool
+	fragOff  uint16
+	payload  []byte // the UDP payload
+	outgoing bool   // captured on transmit rather than on receive
+}
+
+// udpTo returns the IPv4 UDP packets to port the capture sees until their
+// payloads add up to want bytes in one direction, or fails after watchdog.
+func (c *capture) udpTo(t *testing.T, port uint16, want int) []ipv4Packet {
+	t.Helper()
+	deadline := time.Now().Add(watchdog)
+	var pkts []ipv4Packet
+	bytesIn := map[bool]int{}
+	for bytesIn[true] < want && bytesIn[false] < want {
+		if time.Now().After(deadline) {
+			t.Fatalf("captured %d packets (%v payload bytes out/in) to port %d, want %d bytes", len(pkts), bytesIn, port, want)
+		}
+		n, from, err := unix.Recvfrom(c.fd, c.buf, 0)
+		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := c.buf[:n]
+		if len(b) < 20 || b[0]>>4 != 4 || b[9] != unix.IPPROTO_UDP {
+			continue
+		}
+		ihl := int(b[0]&0x0f) * 4
+		if len(b) < ihl+8 || binary.BigEndian.Uint16(b[ihl+2:]) != port {
+			continue
+		}
+		flags := binary.BigEndian.Uint16(b[6:])
+		ll, _ := from.(*unix.SockaddrLinklayer)
+		p := ipv4Packet{
+			id:       binary.BigEndian.Uint16(b[4:]),
+			df:       flags&0x4000 != 0,
+			mf:       flags&0x2000 != 0,
+			fragOff:  flags & 0x1fff,
+			payload:  bytes.Clone(b[ihl+8:]),
+			outgoing: ll != nil && ll.Pkttype == unix.PACKET_OUTGOING,
+		}
+		pkts = append(pkts, p)
+		bytesIn[p.outgoing] += len(p.payload)
+	}
+	return pkts
+}
+
+// TestWireIPv4IDZeroAndDF captures what a Conn puts on the loopback device:
+// every IPv4 datagram must carry ID 0 and DF, the IP header the ICRC of a
+// RoCEv2 packet is computed over. A GSO send shows on lo as one packet (the
+// device takes it unsegmented); it must carry the same header.
+func TestWireIPv4IDZeroAndDF(t *testing.T) {
+	cpt := openCapture(t)
+	tests := []struct {
+		name  string
+		gso   bool
+		sizes []int
+	}{
+		{name: "single datagram", sizes: []int{100}},
+		{name: "batch without gso", sizes: repeat(4, 1000)},
+		{name: "gso run", gso: true, sizes: repeat(8, 1000)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tx := listen(t, "127.0.0.1:0", Options{DisableGSO: !tt.gso})
+			rx := listen(t, "127.0.0.1:0", Options{DisableGRO: true})
+			requireOffloads(t, tx, tt.gso, false)
+			msgs := outgoing(tt.sizes, rx.LocalAddr(), 3)
+			var want []byte
+			for _, m := range msgs {
+				want = append(want, m.Buf...)
+			}
+			if _, err := tx.WriteBatch(msgs); err != nil {
+				t.Fatal(err)
+			}
+			pkts := cpt.udpTo(t, rx.LocalAddr().Port(), len(want))
+			dir := map[bool][]byte{}
+			for i, p := range pkts {
+				if p.id != 0 || !p.df || p.mf || p.fragOff != 0 {
+					t.Errorf("packet %d: IP ID %d, DF %v, MF %v, offset %d; want ID 0, DF, not fragmented", i, p.id, p.df, p.mf, p.fragOff)
+				}
+				dir[p.outgoing] = append(dir[p.outgoing], p.payload...)
+			}
+			if !bytes.Equal(dir[true], want) && !bytes.Equal(dir[false], want) {
+				t.Errorf("captured payloads (%d bytes out, %d in) differ from the %d bytes sent", len(dir[true]), len(dir[false]), len(want))
+			}
+			t.Logf("%d packets captured for %d datagrams", len(pkts), len(msgs))
+		})
+	}
+}
+
+// TestWireGSOSegmentIPIDs records what a GSO run looks like on a device that
+// cannot segment UDP itself (a veth, a tap, most virtual NICs): the kernel
+// segments it in software and gives the i-th datagram IPv4 ID i, counting up
+// from the ID 0 of the run (inet_gso_segment). So a datagram sent in a run
+// has ID 0 on the wire only if it is the first of its run, and the ICRC of
+// the others must be computed with their index. The test runs in a private
+// network namespace whose loopback has UDP segmentation offload turned off;
+// it skips without root or ethtool.
+func TestWireGSOSegmentIPIDs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for a network namespace")
+	}
+	ethtool, err := exec.LookPath("ethtool")
+	if err != nil {
+		t.Skip("needs ethtool to turn off tx-udp-segmentation")
+	}
+	// The namespace belongs to this thread, and the sockets and the ethtool
+	// child created from it. The thread is never unlocked: it exits with
+	// the test's goroutine and takes the namespace along.
+	runtime.LockOSThread()
+	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+		t.Skipf("cannot create a network namespace: %v", err)
+	}
+	if err := linkUp("lo"); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(ethtool, "-K", "lo", "tx-udp-segmentation", "off").CombinedOutput(); err != nil {
+		t.Skipf("ethtool -K lo tx-udp-segmentation off: %v: %s", err, out)
+	}
+	cpt := openCapture(t)
+	tx := listen(t, "127.0.0.1:0", Options{DisableGRO: true})
+	rx := listen(t, "127.0.0.1:0", Options{DisableGRO: true})
+	requireOffloads(t, tx, true, false)
+	const perRun = 8
+	// The second run is longer, so it cannot join the first as its short tail.
+	msgs := outgoing(append(repeat(perRun, 1000), repeat(perRun, 1100)...), rx.LocalAddr(), 4)
+	if _, err := tx.WriteBatch(msgs); err != nil {
+		t.Fatal(err)
+	}
+	pkts := cpt.udpTo(t, rx.LocalAddr().Port(), perRun*(1000+1100))
+	if len(pkts) != len(msgs) {
+		t.Fatalf("captured %d packets for %d datagrams: the run was not segmented on the device", len(pkts), len(msgs))
+	}
+	for i, p := range pkts {
+		if want := uint16(i % perRun); p.id != want || !p.df {
+			t.Errorf("datagram %d (index %d of its run): IP ID %d, DF %v; want ID %d, DF", i, i%perRun, p.id, p.df, want)
+		}
+		if !bytes.Equal(p.payload, msgs[i].Buf) {
+			t.Errorf("datagram %d: payload differs", i)
+		}
+	}
+}
+
+// linkUp sets the IFF_UP flag of the named interface.
+func linkUp(name string) error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return err
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}
