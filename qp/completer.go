@@ -59,7 +59,7 @@ func (q *QP) receiveResponse(p *wire.Packet, now Time) {
 // including psn. It reports whether it made progress.
 func (q *QP) ackThrough(psn wire.PSN, now Time) bool {
 	progress := uint32(0)
-	for i := q.sq.head; i != q.sq.next; i++ {
+	for i, end := q.sq.head, q.startedEnd(); i != end; i++ {
 		w := q.sq.at(i)
 		if w.state != wqePending {
 			continue // done, failed or flushed: completeInOrder handles it
@@ -136,7 +136,9 @@ func (q *QP) retry(now Time, timeout bool) {
 		q.fail(w, RetryExcErr)
 		return
 	}
-	q.comp.retryLeft--
+	if q.attr.RetryCnt != 7 {
+		q.comp.retryLeft--
+	}
 	q.cnt.inc(CompleterRetryErr)
 	q.comp.retrying = true
 	q.req.ssthresh = max(q.req.cwnd/2, minWindow)
@@ -152,7 +154,7 @@ func (q *QP) goBack() {
 	q.req.psn = q.comp.psn
 	q.req.sinceAck = 0
 	q.req.pkt = 0
-	for i := q.sq.head; i != q.sq.next; i++ {
+	for i, end := q.sq.head, q.startedEnd(); i != end; i++ {
 		w := q.sq.at(i)
 		if w.state != wqePending {
 			continue
@@ -165,9 +167,18 @@ func (q *QP) goBack() {
 	}
 }
 
+// startedEnd returns one past the newest WQE the requester has started:
+// the WQE at sq.next counts once its first packet is out.
+func (q *QP) startedEnd() uint32 {
+	if q.sq.next != q.sq.tail && q.sq.at(q.sq.next).state == wqePending {
+		return q.sq.next + 1
+	}
+	return q.sq.next
+}
+
 // oldestPending returns the oldest WQE still waiting for its response.
 func (q *QP) oldestPending() *sendWQE {
-	for i := q.sq.head; i != q.sq.next; i++ {
+	for i, end := q.sq.head, q.startedEnd(); i != end; i++ {
 		if w := q.sq.at(i); w.state == wqePending {
 			return w
 		}
@@ -177,7 +188,7 @@ func (q *QP) oldestPending() *sendWQE {
 
 // pendingAt returns the started WQE whose PSN range holds psn.
 func (q *QP) pendingAt(psn wire.PSN) *sendWQE {
-	for i := q.sq.head; i != q.sq.next; i++ {
+	for i, end := q.sq.head, q.startedEnd(); i != end; i++ {
 		w := q.sq.at(i)
 		if w.state == wqePending && !psn.Before(w.firstPSN) && !psn.After(w.lastPSN) {
 			return w
@@ -355,7 +366,10 @@ func (q *QP) completeInOrder() {
 		w.release()
 		w.state = wqePosted
 		if q.sq.next == q.sq.head {
+			// Completed before the requester got round to (re)sending it:
+			// a late response overtook a go-back-N.
 			q.sq.next++
+			q.req.pkt = 0
 		}
 		q.sq.head++
 		if status != Success && status != WRFlushErr {

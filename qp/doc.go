@@ -19,8 +19,8 @@
 // that executes each request exactly once and replays READ and ATOMIC
 // responses for duplicates, and a completer that turns ACKs, NAKs and
 // timeouts into completions with ibv_wc_status names. Where softnic departs
-// from rxe (retry_cnt 7 is seven retries as the specification says; the
-// requester paces itself with a congestion window) the code says so.
+// from rxe (the requester paces itself with a congestion window) the code
+// says so.
 //
 // A QP is not safe for concurrent use: the driver serialises every call on
 // one QP. CQs and SRQs are shared by QPs that may be driven from different

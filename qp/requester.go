@@ -34,6 +34,7 @@ func (q *QP) nextRequest(buf []byte, now Time) (int, netip.AddrPort) {
 		case wqeDone, wqeError, wqeFlushed:
 			// A local operation executed before, met again by go-back-N.
 			q.sq.next++
+			q.req.pkt = 0
 			continue
 		case wqePosted:
 			if !q.startWQE(w) {

@@ -726,11 +726,8 @@ func (r *responder) pop() {
 	r.outCount--
 }
 
-// grhSize is the space a UD receive buffer reserves for the GRH; on RoCEv2
-// over IPv4 its last 20 bytes hold the IPv4 header, as rxe writes it.
-const grhSize = 40
-
-// receiveDatagram delivers a UD SEND into the next receive WR.
+// receiveDatagram delivers a UD SEND into the next receive WR, behind the
+// GRH-sized header every UD receive buffer starts with.
 func (q *QP) receiveDatagram(p *wire.Packet, env *wire.Envelope) {
 	if p.DETH.QKey() != q.attr.QKey {
 		q.cnt.inc(BadQKey)
@@ -750,14 +747,14 @@ func (q *QP) receiveDatagram(p *wire.Packet, env *wire.Envelope) {
 		return
 	}
 	wc := WC{ID: r.rwqe.id, Opcode: WCRecv, QPN: q.num, Flags: WCGRH, SrcQPN: p.DETH.SrcQP(), Src: env.Src}
-	if grhSize+uint64(len(p.Payload)) > r.rcap {
+	if wire.GRHSize+uint64(len(p.Payload)) > r.rcap {
 		wc.Status = LocLenErr
 	} else {
-		var grh [grhSize]byte
+		var grh [wire.GRHSize]byte
 		env.PutGRH(grh[:], len(p.Raw))
 		copySpans(r.rspans, 0, grh[:], true)
-		copySpans(r.rspans, grhSize, p.Payload, true)
-		wc.ByteLen = grhSize + uint32(len(p.Payload))
+		copySpans(r.rspans, wire.GRHSize, p.Payload, true)
+		wc.ByteLen = wire.GRHSize + uint32(len(p.Payload))
 		if p.ImmDT != nil {
 			wc.Flags |= WCWithImm
 			wc.Imm = p.ImmDT.Imm()

@@ -41,7 +41,6 @@ func newHost(t testing.TB, name string, ip string, typ qp.Type, qpn uint32, cfg 
 	t.Helper()
 	h := &host{name: name, addr: netip.MustParseAddrPort(ip + ":4791")}
 	h.mem = mr.NewTable(mr.Config{})
-	t.Cleanup(func() { h.mem.Close() })
 	var err error
 	if h.pd, err = h.mem.AllocPD(); err != nil {
 		t.Fatal(err)
@@ -54,6 +53,18 @@ func newHost(t testing.TB, name string, ip string, typ qp.Type, qpn uint32, cfg 
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		// RESET drops the QP's references to the region's memory.
+		if h.qp != nil {
+			if err := h.qp.Modify(&qp.Attr{State: qp.Reset}, qp.AttrState); err != nil {
+				t.Error(err)
+			}
+		}
+		if err := h.mem.Deregister(h.region); err != nil {
+			t.Error(err)
+		}
+		h.mem.Close()
+	})
 	cfg.Type, cfg.PD, cfg.Memory = typ, h.pd, h.mem
 	if cfg.SendCQ == nil {
 		cfg.SendCQ, cfg.RecvCQ = h.cq, h.cq
@@ -259,20 +270,24 @@ func (s *sim) next() (qp.Time, bool) {
 }
 
 // run advances the simulation until done reports true, failing the test if
-// the link goes idle first or limit of simulated time passes.
+// the link goes idle first or limit of simulated time passes. done is asked
+// whenever everything due at the current time has happened.
 func (s *sim) run(limit time.Duration, done func() bool) {
 	s.t.Helper()
 	end := s.now.Add(limit)
-	for !done() {
+	for {
 		if s.transmitAll() || s.deliverDue() {
 			continue
 		}
+		if done() {
+			return
+		}
 		t, ok := s.next()
 		if !ok {
-			s.t.Fatalf("link idle before the scenario finished\n%s", s.trace.String())
+			s.t.Fatalf("link idle before the scenario finished\n%s\na: %+v\nb: %+v\n%s", tail(s.trace.String(), 40), s.a.qp.Status(), s.b.qp.Status(), qp.DumpSQ(s.a.qp))
 		}
 		if t > end {
-			s.t.Fatalf("scenario not finished after %v\n%s", limit, s.trace.String())
+			s.t.Fatalf("scenario not finished after %v\n%s\na: %+v\nb: %+v", limit, tail(s.trace.String(), 40), s.a.qp.Status(), s.b.qp.Status())
 		}
 		if t > s.now {
 			s.now = t
@@ -287,9 +302,6 @@ func (s *sim) run(limit time.Duration, done func() bool) {
 func (s *sim) settle(limit time.Duration) {
 	s.t.Helper()
 	s.run(limit, func() bool {
-		if s.transmitAll() || s.deliverDue() {
-			return false
-		}
 		_, busy := s.next()
 		return !busy
 	})
@@ -359,4 +371,10 @@ func pair(t testing.TB, attr qp.Attr) (*sim, *host, *host) {
 	b := newHost(t, "b", "10.0.0.2", qp.RC, 0x22, qp.Config{})
 	connect(t, a, b, attr)
 	return newSim(t, a, b), a, b
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	return strings.Join(lines[max(0, len(lines)-n-1):], "\n")
 }

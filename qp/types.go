@@ -87,9 +87,11 @@ type Attr struct {
 	// Timeout is the local ACK timeout exponent: 4.096 µs × 2^Timeout, 0 = infinite.
 	Timeout uint8
 	// RetryCnt is how many times a request is retransmitted after an ACK
-	// timeout or a PSN sequence error NAK before the WR fails with
-	// RETRY_EXC_ERR. Unlike rxe, which treats 7 as infinite, softnic follows
-	// the specification (and mlx5): 7 means seven retries.
+	// timeout, a PSN sequence error NAK or a lost response before the WR
+	// fails with RETRY_EXC_ERR; the count starts again whenever the peer
+	// acknowledges something new. 7 retries forever, as rxe does (the IBTA
+	// and mlx5 count seven): a lossy link never fails a QP that is still
+	// making progress, and a dead peer needs a lower count to be noticed.
 	RetryCnt uint8
 	// RNRRetry is how many times a request is retried after an RNR NAK;
 	// 7 means forever.
