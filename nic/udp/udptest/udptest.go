@@ -1,0 +1,280 @@
+// Package udptest holds the raw-UDP baselines softnic's benchmarks are
+// measured against. The runners take a *testing.B so that any package's
+// benchmark can call them, and softnic and raw UDP are measured in the same
+// `go test -bench` run on the same machine: softnic's targets are ratios
+// against these figures.
+//
+// Every runner works on loopback only and finishes at once with
+// -benchtime 1x, as CI runs every benchmark once.
+package udptest
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/softnic/softnic/nic/udp"
+)
+
+// ThroughputConfig selects what Throughput measures. The zero value is 4 KiB
+// datagrams over IPv4 in batches of udp.MaxBatch with no offloads.
+type ThroughputConfig struct {
+	Size     int  // UDP payload bytes per datagram, at least 2; 0 means 4096
+	Batch    int  // messages per WriteBatch and ReadBatch; 0 means udp.MaxBatch
+	GSO, GRO bool // coalesce on send (UDP_SEGMENT), on receive (UDP_GRO); skips if the kernel refuses
+	IPv6     bool // ::1 instead of 127.0.0.1
+}
+
+// ThroughputResult is what one Throughput run measured.
+type ThroughputResult struct {
+	Sent, Received int64         // datagrams
+	Elapsed        time.Duration // from the first send to the last datagram received
+	Gbps           float64       // payload received, in Gbit/s
+	DatagramsPerS  float64       // datagrams received per second
+	LossPercent    float64       // datagrams sent but not received, in percent of those sent
+}
+
+// markerSize is the length of the end-of-run datagrams; data datagrams are longer.
+const markerSize = 1
+
+// Throughput measures one sender goroutine blasting b.N datagrams with
+// udp.Conn.WriteBatch (sendmmsg) at one receiver goroutine reading them with
+// ReadBatch (recvmmsg), over loopback, and reports Gbit/s and datagrams/s of
+// what arrived and the loss.
+//
+// The sender is not paced: loopback UDP drops datagrams when the receiver
+// falls behind, and loss% counts them: every datagram sent and not received.
+// So ns/op and MB/s (b.SetBytes) are the offered load, per datagram sent,
+// while Gbit/s and dgrams/s count what arrived.
+// After the last data datagram the sender repeats a 1-byte marker until the
+// receiver has seen one; the receiving socket is FIFO, so the marker means
+// everything before it has been read or was dropped.
+func Throughput(b *testing.B, cfg ThroughputConfig) ThroughputResult {
+	b.Helper()
+	if cfg.Size == 0 {
+		cfg.Size = 4096
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = udp.MaxBatch
+	}
+	if cfg.Size <= markerSize {
+		b.Fatalf("udptest: datagram size %d, want more than %d", cfg.Size, markerSize)
+	}
+	lo := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), 0)
+	if cfg.IPv6 {
+		lo = netip.AddrPortFrom(netip.IPv6Loopback(), 0)
+	}
+	rx := listen(b, lo, udp.Options{DisableGSO: true, DisableGRO: !cfg.GRO})
+	tx := listen(b, lo, udp.Options{DisableGSO: !cfg.GSO, DisableGRO: true})
+	if cfg.GSO && !tx.Features().GSO || cfg.GRO && !rx.Features().GRO {
+		b.Skipf("udptest: kernel offloads %v / %v, benchmark needs gso=%v gro=%v", tx.Features(), rx.Features(), cfg.GSO, cfg.GRO)
+	}
+
+	out := make([]udp.Message, cfg.Batch)
+	for i := range out {
+		out[i] = udp.Message{Buf: make([]byte, cfg.Size), Addr: rx.LocalAddr()}
+		for j := range out[i].Buf {
+			out[i].Buf[j] = byte(i + j)
+		}
+	}
+	marker := []udp.Message{{Buf: make([]byte, markerSize), Addr: rx.LocalAddr()}}
+	recvBuf := cfg.Size
+	if cfg.GRO {
+		recvBuf = 1 << 16
+	}
+	r := newReceiver(rx, cfg.Batch, recvBuf)
+
+	b.SetBytes(int64(cfg.Size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	go r.run()
+	for sent := 0; sent < b.N; {
+		n, err := tx.WriteBatch(out[:min(cfg.Batch, b.N-sent)])
+		sent += n
+		if err != nil {
+			b.Fatalf("udptest: after %d datagrams: %v", sent, err)
+		}
+	}
+	retry := time.NewTicker(time.Millisecond)
+	defer retry.Stop()
+	for done := false; !done; {
+		if _, err := tx.WriteBatch(marker); err != nil {
+			b.Fatalf("udptest: marker: %v", err)
+		}
+		select {
+		case <-r.done:
+			done = true
+		case <-retry.C:
+		}
+	}
+	b.StopTimer()
+	if r.err != nil {
+		b.Fatalf("udptest: receiver: %v", r.err)
+	}
+	res := throughputResult(int64(b.N), r.datagrams, r.bytes, r.last.Sub(start))
+	b.ReportMetric(res.Gbps, "Gbit/s")
+	b.ReportMetric(res.DatagramsPerS, "dgrams/s")
+	b.ReportMetric(res.LossPercent, "loss%")
+	return res
+}
+
+// throughputResult derives the rates and the loss from the counts.
+func throughputResult(sent, received, bytes int64, elapsed time.Duration) ThroughputResult {
+	res := ThroughputResult{Sent: sent, Received: received, Elapsed: elapsed}
+	if s := elapsed.Seconds(); s > 0 {
+		res.Gbps = float64(bytes) * 8 / s / 1e9
+		res.DatagramsPerS = float64(received) / s
+	}
+	if sent > 0 {
+		res.LossPercent = 100 * float64(sent-received) / float64(sent)
+	}
+	return res
+}
+
+func listen(b *testing.B, addr netip.AddrPort, opt udp.Options) *udp.Conn {
+	b.Helper()
+	c, err := udp.Listen(addr, opt)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	return c
+}
+
+// receiver counts the data datagrams reaching c until a marker arrives.
+type receiver struct {
+	c    *udp.Conn
+	msgs []udp.Message
+	done chan struct{}
+
+	// Written by run, read after done is closed.
+	datagrams, bytes int64
+	last             time.Time // when the last data datagram was read
+	err              error
+}
+
+func newReceiver(c *udp.Conn, batch, bufSize int) *receiver {
+	r := &receiver{c: c, msgs: make([]udp.Message, batch), done: make(chan struct{})}
+	for i := range r.msgs {
+		r.msgs[i].Buf = make([]byte, bufSize)
+	}
+	return r
+}
+
+func (r *receiver) run() {
+	defer close(r.done)
+	for {
+		n, err := r.c.ReadBatch(r.msgs)
+		if err != nil {
+			r.err = err
+			return
+		}
+		marker := false
+		before := r.datagrams
+		for i := range r.msgs[:n] {
+			for d := range udp.Segments(&r.msgs[i]) {
+				if len(d) == markerSize {
+					marker = true
+					continue
+				}
+				r.datagrams++
+				r.bytes += int64(len(d))
+			}
+		}
+		if r.datagrams > before {
+			r.last = time.Now()
+		}
+		if marker {
+			return
+		}
+	}
+}
+
+// PingPongResult is what one PingPong run measured.
+type PingPongResult struct {
+	Median, P99 time.Duration
+}
+
+// PingPong measures b.N round trips of an 8-byte datagram between two plain
+// net.UDPConn sockets on 127.0.0.1, one of them echoing from its own
+// goroutine, and reports the median and 99th percentile in µs. It is the
+// latency floor any UDP protocol in Go pays on this machine.
+func PingPong(b *testing.B) PingPongResult {
+	b.Helper()
+	lo := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)}
+	client, err := net.ListenUDP("udp4", lo)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer client.Close()
+	echo, err := net.ListenUDP("udp4", lo)
+	if err != nil {
+		b.Fatal(err)
+	}
+	echoed := make(chan error, 1)
+	defer func() {
+		echo.Close()
+		if err := <-echoed; !errors.Is(err, net.ErrClosed) {
+			b.Errorf("udptest: echo: %v", err)
+		}
+	}()
+	go func() { echoed <- runEcho(echo) }()
+
+	dst := echo.LocalAddr().(*net.UDPAddr).AddrPort()
+	rtts := make([]time.Duration, b.N)
+	var ping, pong [8]byte
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range rtts {
+		// A lost ping would block forever; loopback at one datagram in
+		// flight does not lose any, so losing one is an error.
+		if err := client.SetReadDeadline(time.Now().Add(time.Second)); err != nil {
+			b.Fatal(err)
+		}
+		ping[0], ping[1], ping[2], ping[3] = byte(i>>24), byte(i>>16), byte(i>>8), byte(i)
+		t0 := time.Now()
+		if _, err := client.WriteToUDPAddrPort(ping[:], dst); err != nil {
+			b.Fatal(err)
+		}
+		n, _, err := client.ReadFromUDPAddrPort(pong[:])
+		rtts[i] = time.Since(t0)
+		if err != nil || n != len(ping) || pong != ping {
+			b.Fatalf("udptest: ping %d: got %d bytes %x, %v", i, n, pong[:n], err)
+		}
+	}
+	b.StopTimer()
+	res := percentiles(rtts)
+	b.ReportMetric(float64(res.Median)/float64(time.Microsecond), "median-µs")
+	b.ReportMetric(float64(res.P99)/float64(time.Microsecond), "p99-µs")
+	return res
+}
+
+// runEcho sends every datagram reaching c back to its sender until c is closed.
+func runEcho(c *net.UDPConn) error {
+	var buf [64]byte
+	for {
+		n, from, err := c.ReadFromUDPAddrPort(buf[:])
+		if err != nil {
+			return err
+		}
+		if _, err := c.WriteToUDPAddrPort(buf[:n], from); err != nil {
+			return fmt.Errorf("echo to %v: %w", from, err)
+		}
+	}
+}
+
+// percentiles returns the median and the 99th percentile (nearest rank) of
+// rtts, which it sorts.
+func percentiles(rtts []time.Duration) PingPongResult {
+	if len(rtts) == 0 {
+		return PingPongResult{}
+	}
+	slices.Sort(rtts)
+	rank := func(p int) time.Duration { return rtts[(len(rtts)*p+99)/100-1] }
+	return PingPongResult{Median: rank(50), P99: rank(99)}
+}
