@@ -145,33 +145,31 @@ func TestWireIPv4IDZeroAndDF(t *testing.T) {
 }
 
 // TestWireGSOSegmentIPIDs records what a GSO run looks like on a device that
-// cannot segment UDP itself (a veth, a tap, most virtual NICs): the kernel
+// does not segment UDP itself (a veth, a tap, most virtual NICs): the kernel
 // segments it in software and gives the i-th datagram IPv4 ID i, counting up
 // from the ID 0 of the run (inet_gso_segment). So a datagram sent in a run
 // has ID 0 on the wire only if it is the first of its run, and the ICRC of
 // the others must be computed with their index. The test runs in a private
-// network namespace whose loopback has UDP segmentation offload turned off;
-// it skips without root or ethtool.
+// network namespace whose loopback takes at most 2 segments per GSO packet,
+// which makes the kernel segment longer runs before the device; it skips
+// without root or iproute2's ip.
 func TestWireGSOSegmentIPIDs(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for a network namespace")
 	}
-	ethtool, err := exec.LookPath("ethtool")
+	ip, err := exec.LookPath("ip")
 	if err != nil {
-		t.Skip("needs ethtool to turn off tx-udp-segmentation")
+		t.Skip("needs iproute2's ip to limit gso_max_segs")
 	}
-	// The namespace belongs to this thread, and the sockets and the ethtool
-	// child created from it. The thread is never unlocked: it exits with
-	// the test's goroutine and takes the namespace along.
+	// The namespace belongs to this thread, and so do the sockets and the
+	// ip child created from it. The thread is never unlocked: it exits
+	// with the test's goroutine and takes the namespace along.
 	runtime.LockOSThread()
 	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 		t.Skipf("cannot create a network namespace: %v", err)
 	}
-	if err := linkUp("lo"); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(ethtool, "-K", "lo", "tx-udp-segmentation", "off").CombinedOutput(); err != nil {
-		t.Skipf("ethtool -K lo tx-udp-segmentation off: %v: %s", err, out)
+	if out, err := exec.Command(ip, "link", "set", "dev", "lo", "up", "gso_max_segs", "2").CombinedOutput(); err != nil {
+		t.Skipf("ip link set dev lo up gso_max_segs 2: %v: %s", err, out)
 	}
 	cpt := openCapture(t)
 	tx := listen(t, "127.0.0.1:0", Options{DisableGRO: true})
@@ -185,7 +183,7 @@ func TestWireGSOSegmentIPIDs(t *testing.T) {
 	}
 	pkts := cpt.udpTo(t, rx.LocalAddr().Port(), perRun*(1000+1100))
 	if len(pkts) != len(msgs) {
-		t.Fatalf("captured %d packets for %d datagrams: the run was not segmented on the device", len(pkts), len(msgs))
+		t.Fatalf("captured %d packets for %d datagrams: the runs were not segmented before the device", len(pkts), len(msgs))
 	}
 	for i, p := range pkts {
 		if want := uint16(i % perRun); p.id != want || !p.df {
@@ -195,22 +193,4 @@ func TestWireGSOSegmentIPIDs(t *testing.T) {
 			t.Errorf("datagram %d: payload differs", i)
 		}
 	}
-}
-
-// linkUp sets the IFF_UP flag of the named interface.
-func linkUp(name string) error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq(name)
-	if err != nil {
-		return err
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return err
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
 }

@@ -11,12 +11,12 @@
 // other half of the ICRC's IP header when the socket is bound to a wildcard.
 //
 // GSO changes the IPv4 ID: a coalesced run leaves the socket as one packet
-// with ID 0, and whoever segments it (the kernel for a device without UDP
-// segmentation offload, such as a veth or a tap; the NIC otherwise) numbers
-// its datagrams 0, 1, 2, … On loopback the run stays one packet up to the
-// receiving socket, so no datagram is ever seen with its own ID; on any other
-// device the i-th datagram of a run goes on the wire with ID i, which an ICRC
-// computed with ID 0 does not match. The tests capture both cases.
+// with ID 0, and the kernel's software segmentation, used before any device
+// without UDP segmentation offload (a tap without offloads, most physical
+// NICs), numbers its datagrams 0, 1, 2, … On loopback the run stays one packet
+// up to the receiving socket, so no datagram is ever seen with its own ID; on
+// a wire the i-th datagram of a run carries ID i, which an ICRC computed with
+// ID 0 does not match. The tests capture both cases.
 //
 // The package owns nothing above the datagram: it does not parse RoCEv2, log,
 // or keep buffers of its own. Buffers belong to the caller; the package only
