@@ -447,8 +447,15 @@ func TestRefusedIsIgnored(t *testing.T) {
 			if n, err := a.WriteBatch(toB); n != 1 || err != nil {
 				t.Fatalf("WriteBatch after ICMP error = %d, %v, want 1, nil", n, err)
 			}
-			if got := readDatagrams(t, b, 1, 2048); !bytes.Equal(got[0].data, toB[0].Buf) {
-				t.Fatalf("b received %x, want %x", got[0].data, toB[0].Buf)
+			// The refused send did not go out, so the next datagram b
+			// sees after toB is the next one a sends, not a copy of toB.
+			next := outgoing([]int{21}, b.LocalAddr(), 3)
+			if _, err := a.WriteBatch(next); err != nil {
+				t.Fatal(err)
+			}
+			got := readDatagrams(t, b, 2, 2048)
+			if !bytes.Equal(got[0].data, toB[0].Buf) || !bytes.Equal(got[1].data, next[0].Buf) {
+				t.Fatalf("b received %x, %x; want %x, %x", got[0].data, got[1].data, toB[0].Buf, next[0].Buf)
 			}
 			if s := a.Stats(); s.Refused != 1 {
 				t.Fatalf("after the write: Stats().Refused = %d, want 1", s.Refused)

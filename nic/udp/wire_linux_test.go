@@ -154,23 +154,7 @@ func TestWireIPv4IDZeroAndDF(t *testing.T) {
 // which makes the kernel segment longer runs before the device; it skips
 // without root or iproute2's ip.
 func TestWireGSOSegmentIPIDs(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for a network namespace")
-	}
-	ip, err := exec.LookPath("ip")
-	if err != nil {
-		t.Skip("needs iproute2's ip to limit gso_max_segs")
-	}
-	// The namespace belongs to this thread, and so do the sockets and the
-	// ip child created from it. The thread is never unlocked: it exits
-	// with the test's goroutine and takes the namespace along.
-	runtime.LockOSThread()
-	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-		t.Skipf("cannot create a network namespace: %v", err)
-	}
-	if out, err := exec.Command(ip, "link", "set", "dev", "lo", "up", "gso_max_segs", "2").CombinedOutput(); err != nil {
-		t.Skipf("ip link set dev lo up gso_max_segs 2: %v: %s", err, out)
-	}
+	privateLoopback(t, "gso_max_segs", "2")
 	cpt := openCapture(t)
 	tx := listen(t, "127.0.0.1:0", Options{DisableGRO: true})
 	rx := listen(t, "127.0.0.1:0", Options{DisableGRO: true})
@@ -192,5 +176,63 @@ func TestWireGSOSegmentIPIDs(t *testing.T) {
 		if !bytes.Equal(p.payload, msgs[i].Buf) {
 			t.Errorf("datagram %d: payload differs", i)
 		}
+	}
+}
+
+// TestGSORefusedByKernel makes the kernel refuse a GSO send for real: in a
+// private namespace whose loopback MTU is 1500, 2000-byte segments exceed the
+// path MTU. The Conn must turn GSO off and try each datagram alone, which DF
+// makes fail with EMSGSIZE too, while a run that fits goes out coalesced.
+func TestGSORefusedByKernel(t *testing.T) {
+	privateLoopback(t, "mtu", "1500")
+	tx := listen(t, "127.0.0.1:0", Options{DisableGRO: true})
+	rx := listen(t, "127.0.0.1:0", Options{DisableGSO: true, DisableGRO: true})
+	requireOffloads(t, tx, true, false)
+
+	fits := outgoing(repeat(4, 1400), rx.LocalAddr(), 1)
+	if n, err := tx.WriteBatch(fits); n != len(fits) || err != nil {
+		t.Fatalf("WriteBatch of 1400-byte datagrams = %d, %v, want %d, nil", n, err, len(fits))
+	}
+	if s := tx.Stats(); s.GSOFallbacks != 0 || !tx.Features().GSO {
+		t.Fatalf("after datagrams within the MTU: %+v, %v; want GSO still on", s, tx.Features())
+	}
+	tooBig := outgoing(repeat(4, 2000), rx.LocalAddr(), 2)
+	n, err := tx.WriteBatch(tooBig)
+	if n != 0 || !errors.Is(err, unix.EMSGSIZE) {
+		t.Fatalf("WriteBatch of 2000-byte datagrams = %d, %v, want 0, EMSGSIZE", n, err)
+	}
+	if s := tx.Stats(); s.GSOFallbacks != 1 || tx.Features().GSO {
+		t.Fatalf("after the refusal: %+v, %v; want one fallback and GSO off", s, tx.Features())
+	}
+	got := readDatagrams(t, rx, len(fits), 2048)
+	for i, r := range got {
+		if !bytes.Equal(r.data, fits[i].Buf) {
+			t.Fatalf("datagram %d differs", i)
+		}
+	}
+}
+
+// privateLoopback moves the calling test into a network namespace of its own
+// whose loopback is up and configured with `ip link set dev lo` and args. It
+// skips without root or iproute2's ip. The namespace belongs to the test's
+// thread, and so do the sockets and the ip child created from it; the thread
+// is never unlocked, so it exits with the test's goroutine and takes the
+// namespace along.
+func privateLoopback(t *testing.T, args ...string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for a network namespace")
+	}
+	ip, err := exec.LookPath("ip")
+	if err != nil {
+		t.Skip("needs iproute2's ip")
+	}
+	runtime.LockOSThread()
+	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+		t.Skipf("cannot create a network namespace: %v", err)
+	}
+	args = append([]string{"link", "set", "dev", "lo", "up"}, args...)
+	if out, err := exec.Command(ip, args...).CombinedOutput(); err != nil {
+		t.Skipf("ip %v: %v: %s", args, err, out)
 	}
 }
