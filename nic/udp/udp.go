@@ -39,9 +39,11 @@ import (
 // many. Slices of this length make the best use of each system call.
 const MaxBatch = 64
 
-// MaxGSOSegments is the kernel's limit on the datagrams one UDP_SEGMENT send may
-// carry (UDP_MAX_SEGMENTS in include/linux/udp.h; 64 since Linux 4.18, raised
-// to 128 in later kernels, so 64 is safe everywhere).
+// MaxGSOSegments is the most datagrams one UDP_SEGMENT send carries: the
+// kernel's UDP_MAX_SEGMENTS was 64 when UDP GSO appeared in Linux 4.18 (newer
+// kernels take more: 6.18 takes 128 and refuses 129 with EINVAL), so 64 is
+// safe everywhere. For datagrams of 1 KiB and more the 64 KiB limit on one
+// send binds first anyway.
 const MaxGSOSegments = 64
 
 // Payload limits of one UDP send, coalesced or not: the IPv4 total length (and
