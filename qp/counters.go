@@ -8,8 +8,8 @@ import "sync/atomic"
 type Counter int
 
 const (
-	SentPkts            Counter = iota // packets handed to the network
-	RcvdPkts                           // packets delivered to a QP
+	SentPkts            Counter = iota // packets handed to the network (counted by the NIC)
+	RcvdPkts                           // packets delivered to a QP (counted by the NIC)
 	DuplicateRequest                   // responder: request with a PSN already executed
 	OutOfSeqRequest                    // responder: request ahead of the expected PSN (NAKed once)
 	RcvdRNRErr                         // requester: RNR NAKs received
@@ -19,7 +19,7 @@ const (
 	RetryExceededErr                   // requester: WRs failed with RETRY_EXC_ERR
 	RetryRNRExceededErr                // requester: WRs failed with RNR_RETRY_EXC_ERR
 	CompleterRetryErr                  // requester: go-back-N retries started
-	SendErr                            // packets the NIC failed to send
+	SendErr                            // packets that could not be built or sent
 	RetransmittedPkts                  // request packets sent again by go-back-N
 	GhostAck                           // responses for PSNs never sent, dropped
 	DuplicateResponse                  // responses for PSNs already completed, dropped

@@ -462,15 +462,11 @@ func (q *QP) Transmit(buf []byte, now Time) (n int, dst netip.AddrPort) {
 		return 0, netip.AddrPort{}
 	}
 	if n = q.nextResponse(buf); n > 0 {
-		q.cnt.inc(SentPkts)
 		return n, q.attr.Remote
 	}
 	switch q.attr.State {
 	case RTS, SQD:
 		n, dst = q.nextRequest(buf, now)
-	}
-	if n > 0 {
-		q.cnt.inc(SentPkts)
 	}
 	q.afterStep()
 	return n, dst

@@ -1,0 +1,56 @@
+package nic
+
+import "sync/atomic"
+
+// DevCounter names a counter of what the device itself drops or injects,
+// beside the transport counters of package qp.
+type DevCounter int
+
+const (
+	BadICRC         DevCounter = iota // packets whose ICRC did not verify
+	Malformed                         // packets that did not decode (wire.Packet.Decode)
+	UnknownQP                         // packets for a QP number the device does not have
+	FaultDropped                      // packets the fault injector dropped
+	FaultDuplicated                   // packets the fault injector sent twice
+	FaultCorrupted                    // packets the fault injector corrupted
+	FaultDelayed                      // packets the fault injector held back
+	numDevCounters
+)
+
+var devCounterNames = [numDevCounters]string{
+	"bad_icrc", "malformed", "unknown_qp", "fault_dropped", "fault_duplicated",
+	"fault_corrupted", "fault_delayed",
+}
+
+func (c DevCounter) String() string { return devCounterNames[c] }
+
+type devCounters struct{ v [numDevCounters]atomic.Uint64 }
+
+func (c *devCounters) inc(k DevCounter) { c.v[k].Add(1) }
+
+// Counter is one named counter value.
+type Counter struct {
+	Name  string
+	Value uint64
+}
+
+// Counters returns every counter of the device: the transport's, named as
+// rxe's hw_counters, then the device's drop and fault counts.
+func (d *Device) Counters() []Counter {
+	var out []Counter
+	d.qpc.Each(func(name string, v uint64) { out = append(out, Counter{name, v}) })
+	for k := DevCounter(0); k < numDevCounters; k++ {
+		out = append(out, Counter{devCounterNames[k], d.devc.v[k].Load()})
+	}
+	return out
+}
+
+// Counter returns the value of one counter by name, and whether it exists.
+func (d *Device) Counter(name string) (uint64, bool) {
+	for _, c := range d.Counters() {
+		if c.Name == name {
+			return c.Value, true
+		}
+	}
+	return 0, false
+}

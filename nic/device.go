@@ -1,0 +1,304 @@
+package nic
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic/udp"
+	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/wire"
+)
+
+// DefaultAddr is where a Device listens when Config.Addr is not set: the
+// RoCEv2 port on loopback, which needs no root and reaches no other host.
+var DefaultAddr = netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), wire.UDPPort)
+
+// EnvFaults names the environment variable read for a fault specification
+// (see qp.ParseFaults) when Config.Faults is nil.
+const EnvFaults = "SOFTNIC_FAULTS"
+
+// Config configures a Device. The zero value is a working device on
+// 127.0.0.1:4791.
+type Config struct {
+	// Addr is the local IP address and UDP port. A port of 0 picks a free
+	// one (see Device.Addr); an unspecified address (0.0.0.0, ::) listens
+	// on every interface.
+	Addr netip.AddrPort
+	// MTU is the largest path MTU the device's QPs use: 256, 512, 1024,
+	// 2048 or 4096 (the default).
+	MTU int
+	// Logger receives control-path events; nil logs nothing.
+	Logger *zap.Logger
+	// Faults injects packet faults into everything the device sends, for
+	// testing error handling. nil reads SOFTNIC_FAULTS from the environment.
+	Faults *qp.Faults
+	// Trace, if set, is called with every packet sent and received, on the
+	// data path: keep it quick. The demo prints from it; PcapTrace writes
+	// a capture.
+	Trace func(*TracePacket)
+	// UDP tunes the socket (buffer sizes, GSO/GRO).
+	UDP udp.Options
+	// MaxQPs bounds the QPs the device holds at once (default 16384).
+	MaxQPs int
+}
+
+// Device is a softnic NIC. Its methods are safe for concurrent use.
+type Device struct {
+	cfg   Config
+	log   *zap.Logger
+	conn  *udp.Conn
+	local netip.AddrPort
+	mem   *mr.Table
+	epoch time.Time
+
+	qpc  qp.Counters
+	devc devCounters
+
+	qpMu    sync.Mutex // QP number allocation
+	qps     []atomic.Pointer[QP]
+	nextQPN uint32
+
+	sources sync.Map // netip.Addr (remote) → netip.Addr (our source toward it)
+
+	inj   *qp.Injector
+	injMu sync.Mutex
+
+	timers timers
+	batches sync.Pool
+
+	closeOnce sync.Once
+	done      chan struct{}
+	wg        sync.WaitGroup
+}
+
+// Open creates a device and starts its goroutines.
+func Open(cfg Config) (*Device, error) {
+	if !cfg.Addr.IsValid() {
+		cfg.Addr = DefaultAddr
+	}
+	if cfg.MTU == 0 {
+		cfg.MTU = 4096
+	}
+	if cfg.MTU != 256 && cfg.MTU != 512 && cfg.MTU != 1024 && cfg.MTU != 2048 && cfg.MTU != 4096 {
+		return nil, fmt.Errorf("softnic: MTU %d is not 256, 512, 1024, 2048 or 4096: %w", cfg.MTU, ErrInvalid)
+	}
+	if cfg.MaxQPs == 0 {
+		cfg.MaxQPs = 1 << 14
+	}
+	if cfg.MaxQPs < 2 || cfg.MaxQPs > 1<<20 {
+		return nil, fmt.Errorf("softnic: MaxQPs %d: %w", cfg.MaxQPs, ErrInvalid)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Faults == nil {
+		if spec := os.Getenv(EnvFaults); spec != "" {
+			f, err := qp.ParseFaults(spec)
+			if err != nil {
+				return nil, fmt.Errorf("softnic: %s: %w", EnvFaults, err)
+			}
+			cfg.Faults = &f
+		}
+	}
+	conn, err := udp.Listen(cfg.Addr, cfg.UDP)
+	if err != nil {
+		return nil, fmt.Errorf("softnic: listen on %v: %w", cfg.Addr, err)
+	}
+	d := &Device{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		conn:    conn,
+		local:   conn.LocalAddr(),
+		mem:     mr.NewTable(mr.Config{Logger: cfg.Logger}),
+		epoch:   time.Now(),
+		qps:     make([]atomic.Pointer[QP], cfg.MaxQPs),
+		nextQPN: firstQPN,
+		done:    make(chan struct{}),
+	}
+	if cfg.Faults != nil && cfg.Faults.Enabled() {
+		d.inj = qp.NewInjector(*cfg.Faults)
+	}
+	d.batches.New = func() any { return newBatch() }
+	d.timers.init()
+	d.log.Info("softnic device open", zap.Stringer("addr", d.local), zap.Int("mtu", cfg.MTU),
+		zap.Stringer("udp", conn.Features()), zap.Bool("faults", d.inj != nil))
+	d.wg.Add(2)
+	go d.readLoop()
+	go d.timerLoop()
+	return d, nil
+}
+
+// firstQPN is the first QP number handed out: 0 and 1 are the IBTA's SMI
+// and GSI QPs, and rxe starts its own at 0x11.
+const firstQPN = 0x11
+
+// Addr returns the address and port the device listens on.
+func (d *Device) Addr() netip.AddrPort { return d.local }
+
+// MTU returns the device's largest path MTU.
+func (d *Device) MTU() int { return d.cfg.MTU }
+
+// Memory returns the device's memory region table.
+func (d *Device) Memory() *mr.Table { return d.mem }
+
+// Features reports the socket offloads in use.
+func (d *Device) Features() udp.Features { return d.conn.Features() }
+
+// now is the device clock the QPs' timers run on.
+func (d *Device) now() qp.Time { return qp.Time(time.Since(d.epoch)) }
+
+// Close stops the device: every QP is moved to the error state (its WRs
+// complete with WR_FLUSH_ERR) and destroyed, the socket is closed and the
+// goroutines exit before Close returns.
+func (d *Device) Close() error {
+	var err error
+	d.closeOnce.Do(func() {
+		close(d.done)
+		for i := range d.qps {
+			if q := d.qps[i].Load(); q != nil {
+				q.Destroy()
+			}
+		}
+		err = d.conn.Close()
+		d.wg.Wait()
+		if cerr := d.mem.Close(); err == nil {
+			err = cerr
+		}
+		d.log.Info("softnic device closed", zap.Stringer("addr", d.local))
+	})
+	return err
+}
+
+func (d *Device) closed() bool {
+	select {
+	case <-d.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// lookup returns the QP numbered qpn, or nil.
+func (d *Device) lookup(qpn uint32) *QP {
+	q := d.qps[qpn%uint32(len(d.qps))].Load()
+	if q == nil || q.num != qpn {
+		return nil
+	}
+	return q
+}
+
+// sourceFor returns the address the device sends from toward dst: the
+// bound address, or for a wildcard bind the address the kernel routes
+// from (asked once per peer with a connected probe socket). The ICRC
+// covers it, so it must be exactly what the kernel will put on the wire.
+func (d *Device) sourceFor(dst netip.AddrPort) netip.AddrPort {
+	if !d.local.Addr().IsUnspecified() {
+		return d.local
+	}
+	if src, ok := d.sources.Load(dst.Addr()); ok {
+		return netip.AddrPortFrom(src.(netip.Addr), d.local.Port())
+	}
+	src := d.local.Addr()
+	if c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(dst)); err == nil {
+		src = c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap()
+		c.Close()
+	}
+	d.sources.Store(dst.Addr(), src)
+	return netip.AddrPortFrom(src, d.local.Port())
+}
+
+// inbound is the reader goroutine's scratch state.
+type inbound struct {
+	pkt   wire.Packet
+	dirty []*QP // QPs that took packets in this batch and may have answers
+}
+
+func (d *Device) readLoop() {
+	defer d.wg.Done()
+	size := qp.MaxPacketSize + 64
+	if d.conn.Features().GRO {
+		size = 64 << 10
+	}
+	msgs := make([]udp.Message, udp.MaxBatch)
+	for i := range msgs {
+		msgs[i].Buf = make([]byte, size)
+	}
+	var in inbound
+	out := newBatch()
+	for {
+		n, err := d.conn.ReadBatch(msgs)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) || d.closed() {
+				return
+			}
+			d.log.Warn("softnic: read", zap.Error(err))
+			continue
+		}
+		now := d.now()
+		for i := range n {
+			m := &msgs[i]
+			local := m.Local
+			if !local.IsValid() {
+				local = d.local.Addr()
+			}
+			dst := netip.AddrPortFrom(local, d.local.Port())
+			for dg := range udp.Segments(m) {
+				d.receive(dg, m.Addr, dst, now, &in)
+			}
+		}
+		for _, q := range in.dirty {
+			q.dirty = false
+			q.mu.Lock()
+			q.flushLocked(out, now)
+			q.mu.Unlock()
+		}
+		clear(in.dirty)
+		in.dirty = in.dirty[:0]
+	}
+}
+
+// receive checks one datagram and hands it to its QP.
+func (d *Device) receive(b []byte, src, dst netip.AddrPort, now qp.Time, in *inbound) {
+	env := wire.Envelope{Src: netip.AddrPortFrom(src.Addr().Unmap(), src.Port()), Dst: dst}
+	verdict := ""
+	defer func() {
+		if d.cfg.Trace != nil {
+			d.cfg.Trace(&TracePacket{Time: time.Now(), Dir: Received, Env: env, Data: b, Note: verdict})
+		}
+	}()
+	if err := env.Check(b); err != nil {
+		d.devc.inc(BadICRC)
+		verdict = "dropped: bad ICRC"
+		return
+	}
+	if err := in.pkt.Decode(b); err != nil {
+		d.devc.inc(Malformed)
+		verdict = "dropped: " + err.Error()
+		return
+	}
+	q := d.lookup(in.pkt.BTH.DestQP())
+	if q == nil {
+		d.devc.inc(UnknownQP)
+		verdict = "dropped: no such QP"
+		return
+	}
+	d.qpc.Add(qp.RcvdPkts, 1)
+	q.mu.Lock()
+	if !q.destroyed {
+		q.qp.Receive(&in.pkt, &env, now)
+	}
+	q.mu.Unlock()
+	if !q.dirty {
+		q.dirty = true
+		in.dirty = append(in.dirty, q)
+	}
+}

@@ -1,0 +1,20 @@
+// Package nic is the softnic device and the client library linked into
+// applications: it owns a UDP socket (port 4791 by default), the memory
+// region table, the protection domains, CQs and QPs, and drives the
+// transport state machines of package qp with packets and time.
+//
+// A Device reads its socket in batches on one goroutine, checks each
+// packet's ICRC, hands it to the QP it is addressed to, and sends what the
+// QP answers; a second goroutine runs the QPs' timers. Posting a work
+// request sends its first packets at once from the caller's goroutine.
+// Every packet a device drops is counted (Device.Counters), never logged
+// one by one; logs go through the zap logger of the Config and are quiet
+// by default.
+//
+// The verbs of libibverbs map onto methods: ibv_alloc_pd → Device.AllocPD,
+// ibv_reg_mr → PD.RegMR, ibv_create_cq → Device.CreateCQ, ibv_create_qp →
+// PD.CreateQP, ibv_modify_qp → QP.Modify (or QP.Connect), ibv_post_send →
+// QP.PostSend, ibv_poll_cq → CQ.Poll (CQ.Wait blocks). Errors are
+// errno-named sentinels of packages mr and qp, re-exported here, and work
+// completions carry ibv_wc_status names (qp.WCStatus).
+package nic

@@ -1,0 +1,365 @@
+package nic
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/qp"
+)
+
+// PD is a protection domain (ibv_pd): regions and QPs of one PD may be used
+// together, and only together.
+type PD struct {
+	dev *Device
+	pd  mr.PD
+}
+
+// AllocPD allocates a protection domain (ibv_alloc_pd).
+func (d *Device) AllocPD() (*PD, error) {
+	if d.closed() {
+		return nil, ErrClosed
+	}
+	pd, err := d.mem.AllocPD()
+	if err != nil {
+		return nil, err
+	}
+	return &PD{dev: d, pd: pd}, nil
+}
+
+// Handle returns the PD's number in the device's region table.
+func (pd *PD) Handle() mr.PD { return pd.pd }
+
+// Dealloc frees the PD (ibv_dealloc_pd); ErrBusy while regions remain.
+func (pd *PD) Dealloc() error { return pd.dev.mem.DeallocPD(pd.pd) }
+
+// MR is a registered memory region (ibv_mr).
+type MR struct {
+	pd    *PD
+	r     *mr.Region
+	buf   []byte
+	arena *mr.Arena
+}
+
+// RegMR registers buf for the device (ibv_reg_mr): its address is buf's,
+// unless access has mr.ZeroBased. buf stays pinned until Dereg.
+func (pd *PD) RegMR(buf []byte, access mr.Access) (*MR, error) {
+	r, err := pd.dev.mem.Register(pd.pd, buf, access)
+	if err != nil {
+		return nil, err
+	}
+	return &MR{pd: pd, r: r, buf: buf}, nil
+}
+
+// AllocMR registers size bytes of device-owned memory, mapped outside the
+// Go heap (the memory a daemon hosts for remote peers).
+func (pd *PD) AllocMR(size int, access mr.Access) (*MR, error) {
+	if size <= 0 {
+		return nil, fmt.Errorf("memory region of %d bytes: %w", size, ErrInvalid)
+	}
+	a, err := pd.dev.mem.NewArena(pd.pd, uint64(size))
+	if err != nil {
+		return nil, err
+	}
+	r, err := pd.dev.mem.Register(pd.pd, a.Bytes(), access)
+	if err != nil {
+		pd.dev.mem.FreeArena(a)
+		return nil, err
+	}
+	return &MR{pd: pd, r: r, buf: a.Bytes(), arena: a}, nil
+}
+
+// LKey and RKey are the region's keys (equal, as in rxe).
+func (m *MR) LKey() uint32 { return m.r.LKey() }
+func (m *MR) RKey() uint32 { return m.r.RKey() }
+
+// Addr is the address peers use for the region's first byte (0 when
+// zero-based).
+func (m *MR) Addr() uint64 { return m.r.Addr() }
+
+// Len is the region's length in bytes.
+func (m *MR) Len() int { return len(m.buf) }
+
+// Bytes returns the region's memory.
+func (m *MR) Bytes() []byte { return m.buf }
+
+// Region returns the region in the device's table.
+func (m *MR) Region() *mr.Region { return m.r }
+
+// SGE returns the scatter/gather element for n bytes at offset off.
+func (m *MR) SGE(off, n int) qp.SGE {
+	return qp.SGE{Addr: m.r.Addr() + uint64(off), Length: uint32(n), LKey: m.r.LKey()}
+}
+
+// Dereg deregisters the region (ibv_dereg_mr); ErrBusy while a memory
+// window is bound to it.
+func (m *MR) Dereg() error {
+	if err := m.pd.dev.mem.Deregister(m.r); err != nil {
+		return err
+	}
+	if m.arena != nil {
+		return m.pd.dev.mem.FreeArena(m.arena)
+	}
+	return nil
+}
+
+// CQ is a completion queue.
+type CQ struct {
+	dev  *Device
+	cq   *qp.CQ
+	wake chan struct{}
+}
+
+// CreateCQ creates a completion queue of depth entries (ibv_create_cq).
+func (d *Device) CreateCQ(depth int) (*CQ, error) {
+	c, err := qp.NewCQ(depth)
+	if err != nil {
+		return nil, err
+	}
+	cq := &CQ{dev: d, cq: c, wake: make(chan struct{}, 1)}
+	c.SetNotify(func() {
+		select {
+		case cq.wake <- struct{}{}:
+		default:
+		}
+	})
+	return cq, nil
+}
+
+// Poll moves up to len(wcs) completions into wcs (ibv_poll_cq) without
+// blocking.
+func (c *CQ) Poll(wcs []qp.WC) (int, error) { return c.cq.Poll(wcs) }
+
+// Wait blocks until at least one completion is available, then polls up to
+// len(wcs) of them. It returns early with ctx's error, or ErrClosed when
+// the device closes.
+func (c *CQ) Wait(ctx context.Context, wcs []qp.WC) (int, error) {
+	for {
+		if n, err := c.cq.Poll(wcs); n > 0 || err != nil {
+			return n, err
+		}
+		select {
+		case <-c.wake:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-c.dev.done:
+			if n, err := c.cq.Poll(wcs); n > 0 || err != nil {
+				return n, err
+			}
+			return 0, ErrClosed
+		}
+	}
+}
+
+// Len returns how many completions wait to be polled.
+func (c *CQ) Len() int { return c.cq.Len() }
+
+// SRQ is a shared receive queue.
+type SRQ struct {
+	pd  *PD
+	srq *qp.SRQ
+}
+
+// CreateSRQ creates a shared receive queue (ibv_create_srq).
+func (pd *PD) CreateSRQ(depth, maxSGE int) (*SRQ, error) {
+	s, err := qp.NewSRQ(pd.pd, depth, maxSGE)
+	if err != nil {
+		return nil, err
+	}
+	return &SRQ{pd: pd, srq: s}, nil
+}
+
+// PostRecv adds a receive WR (ibv_post_srq_recv).
+func (s *SRQ) PostRecv(wr *qp.RecvWR) error { return s.srq.PostRecv(wr) }
+
+// QPConfig creates a QP (ibv_qp_init_attr).
+type QPConfig struct {
+	Type           qp.Type // qp.RC (the default), qp.UC or qp.UD
+	SendCQ, RecvCQ *CQ     // RecvCQ defaults to SendCQ
+	SRQ            *SRQ
+	// Queue sizes; zero picks qp's defaults.
+	MaxSendWR, MaxRecvWR, MaxSendSGE, MaxRecvSGE, MaxInline int
+	// SignalAll makes every send WR complete with a work completion.
+	SignalAll bool
+}
+
+// QP is a queue pair of a device. Its methods are safe for concurrent use.
+type QP struct {
+	dev *Device
+	pd  *PD
+	num uint32
+
+	mu        sync.Mutex
+	qp        *qp.QP
+	destroyed bool
+	timerAt   qp.Time // the earliest Tick queued for this QP, 0 if none
+
+	dirty bool // owned by the reader goroutine
+}
+
+// CreateQP creates a QP in the RESET state (ibv_create_qp).
+func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
+	d := pd.dev
+	if d.closed() {
+		return nil, ErrClosed
+	}
+	if cfg.Type == 0 {
+		cfg.Type = qp.RC
+	}
+	if cfg.SendCQ == nil {
+		return nil, fmt.Errorf("QP needs a send CQ: %w", ErrInvalid)
+	}
+	if cfg.RecvCQ == nil {
+		cfg.RecvCQ = cfg.SendCQ
+	}
+	qc := qp.Config{
+		Type: cfg.Type, PD: pd.pd, Memory: d.mem, SendCQ: cfg.SendCQ.cq, RecvCQ: cfg.RecvCQ.cq,
+		MaxSendWR: cfg.MaxSendWR, MaxRecvWR: cfg.MaxRecvWR, MaxSendSGE: cfg.MaxSendSGE,
+		MaxRecvSGE: cfg.MaxRecvSGE, MaxInline: cfg.MaxInline, SignalAll: cfg.SignalAll,
+		Counters: &d.qpc,
+	}
+	if cfg.SRQ != nil {
+		if cfg.SRQ.pd != pd {
+			return nil, fmt.Errorf("SRQ of another PD: %w", ErrInvalid)
+		}
+		qc.SRQ = cfg.SRQ.srq
+	}
+	d.qpMu.Lock()
+	defer d.qpMu.Unlock()
+	num, ok := d.freeQPN()
+	if !ok {
+		return nil, fmt.Errorf("all %d QPs in use: %w", len(d.qps), ErrNoMem)
+	}
+	inner, err := qp.New(num, qc)
+	if err != nil {
+		return nil, err
+	}
+	q := &QP{dev: d, pd: pd, num: num, qp: inner}
+	d.qps[num%uint32(len(d.qps))].Store(q)
+	return q, nil
+}
+
+// freeQPN finds an unused QP number, counting up from the last one handed
+// out so that a number is not reused soon (as rxe does). d.qpMu is held.
+func (d *Device) freeQPN() (uint32, bool) {
+	n := uint32(len(d.qps))
+	for range n {
+		num := d.nextQPN
+		if d.nextQPN++; d.nextQPN > 0xFFFFFF {
+			d.nextQPN = firstQPN
+		}
+		if d.qps[num%n].Load() == nil {
+			return num, true
+		}
+	}
+	return 0, false
+}
+
+// Num returns the QP number.
+func (q *QP) Num() uint32 { return q.num }
+
+// PD returns the QP's protection domain.
+func (q *QP) PD() *PD { return q.pd }
+
+// Attr returns the QP's attributes (ibv_query_qp).
+func (q *QP) Attr() qp.Attr {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.qp.Attr()
+}
+
+// Status returns a snapshot of the QP's sequence state.
+func (q *QP) Status() qp.Status {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.qp.Status()
+}
+
+// Modify changes the QP's attributes and state (ibv_modify_qp).
+func (q *QP) Modify(attr *qp.Attr, mask qp.AttrMask) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.destroyed {
+		return ErrClosed
+	}
+	if err := q.qp.Modify(attr, mask); err != nil {
+		return err
+	}
+	q.flushNowLocked()
+	return nil
+}
+
+// PostSend posts one send work request (ibv_post_send) and sends what it
+// can at once.
+func (q *QP) PostSend(wr *qp.SendWR) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.destroyed {
+		return ErrClosed
+	}
+	if err := q.qp.PostSend(wr); err != nil {
+		return err
+	}
+	q.flushNowLocked()
+	return nil
+}
+
+// PostSends posts a list of send work requests, then sends; it returns how
+// many were posted before an error (like ibv_post_send's bad_wr).
+func (q *QP) PostSends(wrs []qp.SendWR) (int, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.destroyed {
+		return 0, ErrClosed
+	}
+	n := 0
+	var err error
+	for i := range wrs {
+		if err = q.qp.PostSend(&wrs[i]); err != nil {
+			break
+		}
+		n++
+	}
+	if n > 0 {
+		q.flushNowLocked()
+	}
+	return n, err
+}
+
+// PostRecv posts a receive work request (ibv_post_recv).
+func (q *QP) PostRecv(wr *qp.RecvWR) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.destroyed {
+		return ErrClosed
+	}
+	return q.qp.PostRecv(wr)
+}
+
+// flushNowLocked sends what the QP has to send, from the caller's
+// goroutine.
+func (q *QP) flushNowLocked() {
+	b := q.dev.getBatch()
+	q.flushLocked(b, q.dev.now())
+	q.dev.putBatch(b)
+}
+
+// Destroy moves the QP to the error state, so that its outstanding WRs
+// complete with WR_FLUSH_ERR, and removes it from the device
+// (ibv_destroy_qp). Packets for it are dropped from then on.
+func (q *QP) Destroy() error {
+	q.mu.Lock()
+	if q.destroyed {
+		q.mu.Unlock()
+		return nil
+	}
+	q.qp.Modify(&qp.Attr{State: qp.Err}, qp.AttrState)
+	q.flushNowLocked() // a NAK that explains an error still goes out
+	q.qp.Modify(&qp.Attr{State: qp.Reset}, qp.AttrState)
+	q.destroyed = true
+	q.mu.Unlock()
+	d := q.dev
+	d.qps[q.num%uint32(len(d.qps))].CompareAndSwap(q, nil)
+	return nil
+}

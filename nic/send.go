@@ -1,0 +1,125 @@
+package nic
+
+import (
+	"net/netip"
+	"slices"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/softnic/softnic/nic/udp"
+	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/wire"
+)
+
+// batch is a set of packet buffers filled by QPs and sent with one
+// WriteBatch. Each goroutine that sends uses its own.
+type batch struct {
+	bufs [][]byte
+	msgs []udp.Message
+}
+
+func newBatch() *batch {
+	b := &batch{bufs: make([][]byte, udp.MaxBatch), msgs: make([]udp.Message, udp.MaxBatch)}
+	mem := make([]byte, udp.MaxBatch*qp.MaxPacketSize)
+	for i := range b.bufs {
+		b.bufs[i] = mem[i*qp.MaxPacketSize : (i+1)*qp.MaxPacketSize : (i+1)*qp.MaxPacketSize]
+	}
+	return b
+}
+
+// flushLocked sends everything q wants to send now, in batches, then
+// (re)schedules q's timer. q.mu is held: a QP's packets leave in the order
+// it built them, whichever goroutine drains it.
+func (q *QP) flushLocked(b *batch, now qp.Time) {
+	d := q.dev
+	for {
+		n, dry := 0, false
+		for n < len(b.msgs)-1 { // room for a duplicate
+			l, dst := q.qp.Transmit(b.bufs[n], now)
+			if l == 0 {
+				dry = true
+				break
+			}
+			pkt := b.bufs[n][:l]
+			env := wire.Envelope{Src: d.sourceFor(dst), Dst: dst}
+			env.Seal(pkt)
+			n = d.stage(b, n, pkt, &env)
+		}
+		if n > 0 {
+			d.send(b.msgs[:n])
+		}
+		if dry {
+			break
+		}
+	}
+	d.schedule(q)
+}
+
+// stage puts a sealed packet into the batch at index n, through the fault
+// injector and the trace, and returns the next free index.
+func (d *Device) stage(b *batch, n int, pkt []byte, env *wire.Envelope) int {
+	note := ""
+	copies := 1
+	if d.inj != nil {
+		d.injMu.Lock()
+		fate := d.inj.Decide(pkt)
+		d.injMu.Unlock()
+		switch {
+		case fate.Drop:
+			d.devc.inc(FaultDropped)
+			d.trace(Sent, env, pkt, "dropped by the fault injector")
+			return n
+		case fate.CorruptBit >= 0:
+			pkt[fate.CorruptBit/8] ^= 1 << (fate.CorruptBit % 8)
+			d.devc.inc(FaultCorrupted)
+			note = "corrupted by the fault injector"
+		}
+		if fate.Duplicate {
+			d.devc.inc(FaultDuplicated)
+			copies = 2
+			note = "duplicated by the fault injector"
+		}
+		if fate.Delay > 0 {
+			d.devc.inc(FaultDelayed)
+			d.trace(Sent, env, pkt, "delayed by the fault injector")
+			for range copies {
+				d.timers.delay(d.now().Add(fate.Delay), slices.Clone(pkt), env.Dst)
+			}
+			return n
+		}
+	}
+	d.trace(Sent, env, pkt, note)
+	for range copies {
+		b.msgs[n] = udp.Message{Buf: pkt, Addr: env.Dst}
+		n++
+	}
+	return n
+}
+
+// send writes msgs to the socket and counts the outcome.
+func (d *Device) send(msgs []udp.Message) {
+	sent, err := d.conn.WriteBatch(msgs)
+	d.qpc.Add(qp.SentPkts, uint64(sent))
+	if err != nil {
+		d.qpc.Add(qp.SendErr, uint64(len(msgs)-sent))
+		if !d.closed() {
+			d.log.Debug("softnic: send", zap.Int("unsent", len(msgs)-sent), zap.Error(err))
+		}
+	}
+}
+
+// sendOne sends a single packet outside any QP (delayed by the fault
+// injector).
+func (d *Device) sendOne(pkt []byte, dst netip.AddrPort) {
+	d.send([]udp.Message{{Buf: pkt, Addr: dst}})
+}
+
+func (d *Device) trace(dir Direction, env *wire.Envelope, pkt []byte, note string) {
+	if d.cfg.Trace != nil {
+		d.cfg.Trace(&TracePacket{Time: time.Now(), Dir: dir, Env: *env, Data: pkt, Note: note})
+	}
+}
+
+func (d *Device) getBatch() *batch  { return d.batches.Get().(*batch) }
+func (d *Device) putBatch(b *batch) { d.batches.Put(b) }
