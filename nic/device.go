@@ -72,7 +72,7 @@ type Device struct {
 	inj   *qp.Injector
 	injMu sync.Mutex
 
-	timers timers
+	timers  timers
 	batches sync.Pool
 
 	closeOnce sync.Once
