@@ -166,7 +166,7 @@ func (q *addrQuery) accepts(e *extent) bool {
 		return e.region != nil && e.region.pd() == q.pd && e.region.live()
 	case findMemory:
 		if e.arena != nil {
-			return e.arena.pd == q.pd && e.arena.mem.refs.Load() > 0
+			return e.arena.pd == q.pd && !e.arena.freed.Load()
 		}
 		return e.region != nil && e.region.pd() == q.pd && e.region.live()
 	case findArena:

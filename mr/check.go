@@ -178,7 +178,7 @@ func (r *Region) span(off, addr, length uint64, need Access) (Span, Reason) {
 	m := &r.mem
 	owner := r
 	if r.implicit {
-		e := r.t.addrView().find(addr, length, findMemory, r.pd())
+		e := r.t.addrView().memory(addr, length, r.pd())
 		if e == nil {
 			return Span{}, ReasonNotMapped
 		}
@@ -188,11 +188,12 @@ func (r *Region) span(off, addr, length uint64, need Access) (Span, Reason) {
 	if need&(LocalWrite|RemoteWrite|RemoteAtomic) != 0 {
 		s.flags |= spanWritable
 	}
-	if need == RemoteAtomic {
-		if length != 8 || m.word(off) == nil {
-			return Span{}, ReasonMisaligned
-		}
+	if length == 8 && m.word(off) != nil {
+		// An aligned word: ATOMIC operations, and ATOMIC WRITE (which
+		// needs only remote write access), act on it with sync/atomic.
 		s.flags |= spanAtomic
+	} else if need == RemoteAtomic {
+		return Span{}, ReasonMisaligned
 	}
 	if !m.tryRef() {
 		return Span{}, ReasonStaleKey

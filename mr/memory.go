@@ -135,7 +135,7 @@ type Arena struct {
 	pd    PD
 	mem   memory
 	ext   extent
-	freed bool // FreeArena was called; guarded by t.mu
+	freed atomic.Bool // FreeArena was called
 }
 
 // NewArena maps size bytes of NIC-owned memory (rounded up to whole pages)
@@ -183,10 +183,10 @@ func (a *Arena) PD() PD { return a.pd }
 func (t *Table) FreeArena(a *Arena) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if a.t != t || a.freed {
+	if a.t != t || a.freed.Load() {
 		return fmt.Errorf("arena already freed or of another table: %w", ErrInvalid)
 	}
-	a.freed = true
+	a.freed.Store(true)
 	t.pds[a.pd].arenas--
 	t.arenas--
 	a.mem.unref()

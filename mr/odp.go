@@ -129,7 +129,7 @@ func (t *Table) Prefetch(r *Region, addr, length uint64) error {
 		return fmt.Errorf("prefetch [%#x, +%d) outside the region: %w", addr, length, ErrInvalid)
 	}
 	if r.implicit {
-		if t.addrView().find(addr, length, findMemory, r.pd()) == nil {
+		if t.addrView().memory(addr, length, r.pd()) == nil {
 			return fmt.Errorf("prefetch [%#x, +%d): %w", addr, length, ErrFault)
 		}
 		r.odp.touch(addr, length, true)

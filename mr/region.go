@@ -119,6 +119,9 @@ func (r *Region) offset(addr, length uint64) (uint64, bool) {
 // releaseMemory runs when the last reference to a deregistered region's
 // memory is dropped.
 func (r *Region) releaseMemory() {
+	r.t.drainMu.Lock()
+	delete(r.t.draining, r)
+	r.t.drainMu.Unlock()
 	if r.pinner != nil {
 		r.pinner.Unpin()
 	}

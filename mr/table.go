@@ -41,14 +41,23 @@ type Table struct {
 	nextPD  PD
 	arenas  int
 
-	// The address index: writers change master under addrMu and bump gen;
-	// readers use an immutable snapshot, and the first reader after a change
-	// publishes a new one (see addrView).
-	addrMu     sync.Mutex
-	addrMaster addrIndex
-	addrSeq    uint64
-	addrGen    atomic.Uint64
-	addrSnap   atomic.Pointer[addrSnapshot]
+	// The address indices of region memory and of arenas (apart, so that
+	// finding the arena under a buffer does not wade through regions):
+	// writers change them under addrMu and bump addrGen; readers use an
+	// immutable snapshot, and the first reader after a change publishes a
+	// new one (see addrView).
+	addrMu      sync.Mutex
+	addrRegions addrIndex
+	addrArenas  addrIndex
+	addrSeq     uint64
+	addrGen     atomic.Uint64
+	addrSnap    atomic.Pointer[addrSnapshot]
+
+	// draining holds deregistered regions whose memory Spans still use, so
+	// that a pinned region stays reachable (an unreachable runtime.Pinner
+	// that still pins is a fatal error) even if a Span is never released.
+	drainMu  sync.Mutex
+	draining map[*Region]struct{}
 
 	log   *zap.Logger
 	stats tableCounters
@@ -57,8 +66,17 @@ type Table struct {
 type pdState struct{ regions, windows, arenas int }
 
 type addrSnapshot struct {
-	gen uint64
-	ix  *addrIndex
+	gen             uint64
+	regions, arenas *addrIndex
+}
+
+// memory returns an extent of region or arena memory of pd holding all of
+// [addr, addr+n).
+func (s *addrSnapshot) memory(addr, n uint64, pd PD) *extent {
+	if e := s.regions.find(addr, n, findMemory, pd); e != nil {
+		return e
+	}
+	return s.arenas.find(addr, n, findMemory, pd)
 }
 
 type tableCounters struct {
@@ -73,13 +91,13 @@ func NewTable(cfg Config) *Table {
 		panic(fmt.Sprintf("mr: crypto/rand: %v", err)) // crypto/rand.Read does not fail on Linux
 	}
 	rng := rand.New(rand.NewChaCha8(seed))
-	t := &Table{pds: make(map[PD]*pdState), log: cfg.Logger}
+	t := &Table{pds: make(map[PD]*pdState), draining: make(map[*Region]struct{}), log: cfg.Logger}
 	if t.log == nil {
 		t.log = zap.NewNop()
 	}
 	t.regions.init(0, limit(cfg.MaxRegions), rng)
 	t.windows.init(windowIndex, limit(cfg.MaxWindows), rng)
-	t.addrSnap.Store(&addrSnapshot{ix: new(addrIndex)})
+	t.addrSnap.Store(&addrSnapshot{regions: new(addrIndex), arenas: new(addrIndex)})
 	return t
 }
 
@@ -269,7 +287,7 @@ func (t *Table) attachMemoryLocked(r *Region, spec regSpec) error {
 func (t *Table) arenaOf(b []byte) *Arena {
 	t.addrMu.Lock()
 	defer t.addrMu.Unlock()
-	e := t.addrMaster.find(addrOf(b), uint64(len(b)), findArena, 0)
+	e := t.addrArenas.find(addrOf(b), uint64(len(b)), findArena, 0)
 	if e == nil || !e.arena.mem.tryRef() {
 		return nil
 	}
@@ -323,6 +341,9 @@ func (t *Table) deregisterLocked(r *Region) error {
 	t.pds[r.pd()].regions--
 	t.stats.deregistered.Add(1)
 	if !r.implicit {
+		t.drainMu.Lock()
+		t.draining[r] = struct{}{}
+		t.drainMu.Unlock()
 		r.mem.unref()
 	}
 	return nil
@@ -403,52 +424,59 @@ func (t *Table) RegionAt(pd PD, addr, length uint64) (*Region, bool) {
 	if addr > math.MaxUint64-length {
 		return nil, false
 	}
-	e := t.addrView().find(addr, length, findRegion, pd)
+	e := t.addrView().regions.find(addr, length, findRegion, pd)
 	if e == nil {
 		return nil, false
 	}
 	return e.region, true
 }
 
-// addrView returns the current read-only address index.
-func (t *Table) addrView() *addrIndex {
+// addrView returns the current read-only address indices.
+func (t *Table) addrView() *addrSnapshot {
 	s := t.addrSnap.Load()
 	if s.gen == t.addrGen.Load() {
-		return s.ix
+		return s
 	}
 	return t.publishAddr()
 }
 
-// publishAddr snapshots the master index for readers. Only the first reader
-// after a change pays for it; a burst of registrations with no lookups in
-// between clones nothing.
-func (t *Table) publishAddr() *addrIndex {
+// publishAddr snapshots the indices for readers. Only the first reader after
+// a change pays for it; a burst of registrations with no lookups in between
+// clones nothing.
+func (t *Table) publishAddr() *addrSnapshot {
 	t.addrMu.Lock()
 	defer t.addrMu.Unlock()
 	s := t.addrSnap.Load()
 	gen := t.addrGen.Load()
 	if s.gen == gen {
-		return s.ix
+		return s
 	}
-	ix := t.addrMaster.snapshot(s.ix)
-	t.addrSnap.Store(&addrSnapshot{gen: gen, ix: ix})
-	return ix
+	s = &addrSnapshot{gen: gen, regions: t.addrRegions.snapshot(s.regions), arenas: t.addrArenas.snapshot(s.arenas)}
+	t.addrSnap.Store(s)
+	return s
 }
 
 func (t *Table) addrInsert(e *extent) {
 	t.addrMu.Lock()
 	t.addrSeq++
 	e.seq = t.addrSeq
-	t.addrMaster.insert(e)
+	t.addrIndexOf(e).insert(e)
 	t.addrGen.Add(1)
 	t.addrMu.Unlock()
 }
 
 func (t *Table) addrRemove(e *extent) {
 	t.addrMu.Lock()
-	t.addrMaster.remove(e)
+	t.addrIndexOf(e).remove(e)
 	t.addrGen.Add(1)
 	t.addrMu.Unlock()
+}
+
+func (t *Table) addrIndexOf(e *extent) *addrIndex {
+	if e.arena != nil {
+		return &t.addrArenas
+	}
+	return &t.addrRegions
 }
 
 // Regions iterates over the registered regions without blocking the data
@@ -462,7 +490,10 @@ func (t *Table) Regions() iter.Seq[RegionInfo] {
 // Stats are table-wide counters.
 type Stats struct {
 	PDs, Regions, Windows, Arenas int
-	Registered, Deregistered      uint64 // regions registered and deregistered, ever
+	// Draining counts deregistered regions whose memory Spans in flight
+	// still hold.
+	Draining                 int
+	Registered, Deregistered uint64 // regions registered and deregistered, ever
 	// Rejects counts refused accesses (Remote and Local) by reason.
 	Rejects map[Reason]uint64
 }
@@ -472,6 +503,9 @@ func (t *Table) Stats() Stats {
 	t.mu.Lock()
 	s := Stats{PDs: len(t.pds), Regions: t.regions.live, Windows: t.windows.live, Arenas: t.arenas}
 	t.mu.Unlock()
+	t.drainMu.Lock()
+	s.Draining = len(t.draining)
+	t.drainMu.Unlock()
 	s.Registered = t.stats.registered.Load()
 	s.Deregistered = t.stats.deregistered.Load()
 	s.Rejects = make(map[Reason]uint64)
@@ -507,9 +541,9 @@ func (t *Table) Close() error {
 	}
 	var as []*Arena
 	t.addrMu.Lock()
-	for m := t.addrMaster.mask; m != 0; m &= m - 1 {
-		t.addrMaster.trees[bitIndex(m)].Ascend(func(e *extent) bool {
-			if e.arena != nil && !e.arena.freed {
+	for m := t.addrArenas.mask; m != 0; m &= m - 1 {
+		t.addrArenas.trees[bitIndex(m)].Ascend(func(e *extent) bool {
+			if !e.arena.freed.Load() {
 				as = append(as, e.arena)
 			}
 			return true
@@ -517,7 +551,7 @@ func (t *Table) Close() error {
 	}
 	t.addrMu.Unlock()
 	for _, a := range as {
-		a.freed = true
+		a.freed.Store(true)
 		t.pds[a.pd].arenas--
 		t.arenas--
 		a.mem.unref()

@@ -1,0 +1,76 @@
+package mr
+
+import (
+	"errors"
+	"testing"
+	"unsafe"
+)
+
+// newTable returns a table closed when the test ends.
+func newTable(t testing.TB) *Table {
+	t.Helper()
+	tb := NewTable(Config{})
+	t.Cleanup(func() {
+		if err := tb.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return tb
+}
+
+func allocPD(t testing.TB, tb *Table) PD {
+	t.Helper()
+	pd, err := tb.AllocPD()
+	if err != nil {
+		t.Fatalf("AllocPD: %v", err)
+	}
+	return pd
+}
+
+func register(t testing.TB, tb *Table, pd PD, buf []byte, access Access) *Region {
+	t.Helper()
+	r, err := tb.Register(pd, buf, access)
+	if err != nil {
+		t.Fatalf("Register(%v): %v", access, err)
+	}
+	return r
+}
+
+// aligned returns n bytes starting on an 8-byte boundary (Go allocates
+// larger byte slices aligned; this makes it explicit).
+func aligned(n int) []byte {
+	b := make([]uint64, (n+7)/8)
+	return sliceOf(b)[:n]
+}
+
+func sliceOf(w []uint64) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(w))), len(w)*8)
+}
+
+// wantErr checks err against want (nil: no error), with errors.Is.
+func wantErr(t testing.TB, what string, err, want error) {
+	t.Helper()
+	switch {
+	case want == nil && err != nil:
+		t.Fatalf("%s: unexpected error %v", what, err)
+	case want != nil && !errors.Is(err, want):
+		t.Fatalf("%s: error %v, want %v", what, err, want)
+	}
+}
+
+// wantReason checks that err is the Reason want (0: no error).
+func wantReason(t testing.TB, what string, err error, want Reason) {
+	t.Helper()
+	if want == 0 {
+		if err != nil {
+			t.Fatalf("%s: refused: %v", what, err)
+		}
+		return
+	}
+	var got Reason
+	if !errors.As(err, &got) || got != want {
+		t.Fatalf("%s: error %v, want reason %q", what, err, want)
+	}
+}
+
+const rw = LocalWrite | RemoteRead | RemoteWrite | RemoteAtomic
