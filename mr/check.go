@@ -189,9 +189,13 @@ func (r *Region) span(off, addr, length uint64, need Access) (Span, Reason) {
 		s.flags |= spanWritable
 	}
 	if length == 8 && m.word(off) != nil {
-		// An aligned word: ATOMIC operations, and ATOMIC WRITE (which
-		// needs only remote write access), act on it with sync/atomic.
-		s.flags |= spanAtomic
+		// One aligned word: sync/atomic can act on it. ATOMIC WRITE needs
+		// only remote write access (Store); FETCH_ADD and CMP_SWAP need
+		// remote atomic access.
+		s.flags |= spanWord
+		if need == RemoteAtomic {
+			s.flags |= spanAtomic
+		}
 	} else if need == RemoteAtomic {
 		return Span{}, ReasonMisaligned
 	}

@@ -11,9 +11,10 @@ import "sync/atomic"
 // does nothing.
 //
 // A Span writes only if the access it was granted for writes (LocalWrite,
-// RemoteWrite, RemoteAtomic), and does atomics only if it was granted for
-// RemoteAtomic; otherwise those methods do nothing and return 0. Offsets
-// past the end copy nothing. Touching pages of an ODP region faults them in.
+// RemoteWrite, RemoteAtomic). FetchAdd and CompareSwap act only on a span
+// granted RemoteAtomic, Store only on a writable span that IsWord; otherwise
+// they do nothing and return 0. Offsets past the end copy nothing. Touching
+// pages of an ODP region faults them in.
 type Span struct {
 	mem   *memory
 	off   uint64 // where the span starts in mem
@@ -26,7 +27,8 @@ type spanFlags uint8
 
 const (
 	spanWritable spanFlags = 1 << iota
-	spanAtomic
+	spanWord               // one naturally aligned 8-byte word in one buffer
+	spanAtomic             // granted RemoteAtomic (always a word)
 )
 
 // Len returns the span's length in bytes.
@@ -62,7 +64,7 @@ func (s Span) WriteAt(p []byte, off uint64) int {
 // FetchAdd adds add to the span's 8-byte word (native byte order) and
 // returns the old value: ATOMIC FETCH_AND_ADD.
 func (s Span) FetchAdd(add uint64) (old uint64) {
-	if w := s.word(); w != nil {
+	if w := s.word(spanAtomic); w != nil {
 		return atomic.AddUint64(w, add) - add
 	}
 	return 0
@@ -71,7 +73,7 @@ func (s Span) FetchAdd(add uint64) (old uint64) {
 // CompareSwap stores swap in the span's word if it equals compare, and
 // returns the old value: ATOMIC CMP_AND_SWP.
 func (s Span) CompareSwap(compare, swap uint64) (old uint64) {
-	w := s.word()
+	w := s.word(spanAtomic)
 	if w == nil {
 		return 0
 	}
@@ -83,12 +85,19 @@ func (s Span) CompareSwap(compare, swap uint64) (old uint64) {
 	}
 }
 
-// Store stores v in the span's word: ATOMIC WRITE.
+// Store stores v in the span's word (native byte order): ATOMIC WRITE,
+// which needs remote write access and an aligned word.
 func (s Span) Store(v uint64) {
-	if w := s.word(); w != nil {
+	if w := s.word(spanWord | spanWritable); w != nil {
 		atomic.StoreUint64(w, v)
 	}
 }
+
+// IsWord reports whether the span is one naturally aligned 8-byte word in
+// one buffer: what the atomics act on. The responder of an ATOMIC WRITE
+// (granted RemoteWrite) checks it before Store; an atomic that is not a
+// word is refused by Remote itself (ReasonMisaligned).
+func (s Span) IsWord() bool { return s.flags&spanWord != 0 }
 
 // Release drops the span's reference to its memory.
 func (s Span) Release() {
@@ -112,9 +121,10 @@ func (s Span) fault(off, n uint64) {
 	}
 }
 
-// word returns the atomic word of an atomic span, faulting its page in.
-func (s Span) word() *uint64 {
-	if s.flags&spanAtomic == 0 {
+// word returns the span's word if the span has all the flags need,
+// faulting its page in.
+func (s Span) word(need spanFlags) *uint64 {
+	if s.flags&need != need {
 		return nil
 	}
 	s.fault(0, 8)
