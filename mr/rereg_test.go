@@ -1,0 +1,88 @@
+package mr
+
+import "testing"
+
+// TestRereg checks ibv_rereg_mr as rxe implements it (rxe_rereg_user_mr):
+// PD and access change in place and the keys stay valid.
+func TestRereg(t *testing.T) {
+	tb := newTable(t)
+	pd, pd2 := allocPD(t, tb), allocPD(t, tb)
+	tests := []struct {
+		name     string
+		access   Access // at registration
+		flags    ReregFlags
+		pd       PD
+		newAcc   Access
+		windowed bool
+		want     error
+	}{
+		{"IBV_REREG_MR_CHANGE_PD", rw, ReregPD, pd2, 0, false, nil},
+		{"IBV_REREG_MR_CHANGE_ACCESS: drop remote write", rw, ReregAccess, 0, LocalWrite | RemoteRead, false, nil},
+		{"IBV_REREG_MR_CHANGE_ACCESS: add remote atomic", LocalWrite, ReregAccess, 0, LocalWrite | RemoteAtomic, false, nil},
+		{"PD and access at once", RemoteRead, ReregPD | ReregAccess, pd2, rw, false, nil},
+		{"flags 0 is EINVAL (ib_uverbs_rereg_mr)", rw, 0, pd2, 0, false, ErrInvalid},
+		{"IBV_REREG_MR_CHANGE_TRANSLATION is EOPNOTSUPP in rxe", rw, ReregTranslation, 0, 0, false, ErrNotSupported},
+		{"unknown flags are EOPNOTSUPP", rw, ReregAccess | 1<<3, 0, rw, false, ErrNotSupported},
+		{"new access without LOCAL_WRITE for REMOTE_WRITE", rw, ReregAccess, 0, RemoteWrite, false, ErrInvalid},
+		{"unknown access bits", rw, ReregAccess, 0, rw | 1<<8, false, ErrInvalid},
+		{"flipping ZERO_BASED changes the translation", rw, ReregAccess, 0, rw | ZeroBased, false, ErrNotSupported},
+		{"flipping ON_DEMAND changes the translation", rw, ReregAccess, 0, rw | OnDemand, false, ErrNotSupported},
+		{"unknown PD", rw, ReregPD, 99, 0, false, ErrInvalid},
+		{"a window is bound: EBUSY", rw | MWBind, ReregAccess, 0, rw | MWBind, true, ErrBusy},
+	}
+	who := func(p PD) Requester { return Requester{PD: p, QPN: 1} }
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			buf := aligned(64)
+			r := register(t, tb, pd, buf, tc.access)
+			defer tb.Deregister(r)
+			if tc.windowed {
+				w, err := tb.AllocWindow(pd, WindowType1)
+				wantErr(t, "AllocWindow", err, nil)
+				defer tb.DeallocWindow(w)
+				wantErr(t, "bind", tb.BindWindow(&BindRequest{WindowKey: w.RKey(), NewKey: w.RKey(), RegionKey: r.LKey(), Addr: r.Addr(), Length: 8, Access: RemoteRead}, who(pd)), nil)
+			}
+			key := r.RKey()
+			err := tb.Rereg(r, tc.flags, tc.pd, tc.newAcc)
+			wantErr(t, "Rereg", err, tc.want)
+			wantPD, wantAcc := pd, tc.access
+			if err == nil && tc.flags&ReregPD != 0 {
+				wantPD = tc.pd
+			}
+			if err == nil && tc.flags&ReregAccess != 0 {
+				wantAcc = tc.newAcc
+			}
+			if r.PD() != wantPD || r.Access() != wantAcc {
+				t.Fatalf("after Rereg: PD %d access %v, want PD %d access %v", r.PD(), r.Access(), wantPD, wantAcc)
+			}
+			// rxe keeps the MR object, so lkey and rkey stay the same.
+			if r.RKey() != key || r.LKey() != key {
+				t.Fatalf("keys changed from %#x to %#x/%#x", key, r.LKey(), r.RKey())
+			}
+			// The old key now checks against the new PD and access.
+			for _, need := range []Access{RemoteRead, RemoteWrite, RemoteAtomic} {
+				want := Reason(0)
+				if wantAcc&need == 0 {
+					want = ReasonAccess
+				}
+				s, err := tb.Remote(key, r.Addr(), 8, need, who(wantPD))
+				wantReason(t, need.String()+" with the kept key", err, want)
+				s.Release()
+			}
+			if wantPD != pd {
+				_, err := tb.Remote(key, r.Addr(), 8, RemoteRead, who(pd))
+				wantReason(t, "the old PD", err, ReasonWrongPD)
+			}
+		})
+	}
+	// PD accounting follows the region.
+	wantErr(t, "DeallocPD of an emptied PD", tb.DeallocPD(pd2), nil)
+}
+
+func TestReregDeregistered(t *testing.T) {
+	tb := newTable(t)
+	pd := allocPD(t, tb)
+	r := register(t, tb, pd, make([]byte, 8), rw)
+	wantErr(t, "Deregister", tb.Deregister(r), nil)
+	wantErr(t, "Rereg of a deregistered region", tb.Rereg(r, ReregAccess, 0, LocalWrite), ErrInvalid)
+}
