@@ -69,6 +69,13 @@ type keyTable[T any] struct {
 	head int
 	live int
 	rng  *rand.Rand
+
+	// Requested keys (fi_mr requested_key) are chosen by applications, and
+	// several may share an index: keys 1 and 2 are both index 0. The slot
+	// holds one; the others hang off it in a chain, walked only when the
+	// slot's key differs. nil for a table without requested keys.
+	chain func(*T) *atomic.Pointer[T]
+	keyOf func(*T) uint32
 }
 
 func (kt *keyTable[T]) init(base, limit uint32, rng *rand.Rand) {
@@ -98,9 +105,21 @@ func (kt *keyTable[T]) lookup(key uint32) (*T, Reason) {
 	case p == nil:
 		return nil, ReasonUnknownKey
 	case k != key:
-		return nil, ReasonStaleKey
+		return kt.lookupChain(p, key)
 	}
 	return p, 0
+}
+
+// lookupChain looks for key among the requested keys sharing head's index.
+func (kt *keyTable[T]) lookupChain(head *T, key uint32) (*T, Reason) {
+	if kt.chain != nil {
+		for c := kt.chain(head).Load(); c != nil; c = kt.chain(c).Load() {
+			if kt.keyOf(c) == key {
+				return c, 0
+			}
+		}
+	}
+	return nil, ReasonStaleKey
 }
 
 // loadLocked reads a slot a writer is storing, once the store is done.
@@ -158,17 +177,36 @@ func (kt *keyTable[T]) alloc() (uint32, error) {
 	}
 }
 
-// install publishes p at relative index i. With requested set the key's
-// variant is the requested one; otherwise the slot's next variant.
-func (kt *keyTable[T]) install(i uint32, p *T, requested bool, variant uint8) uint32 {
+// install publishes p at the free relative index i with the slot's next
+// variant, and returns its key.
+func (kt *keyTable[T]) install(i uint32, p *T) uint32 {
 	s, v := kt.slot(i)
-	if requested {
-		*v = variant
-	}
 	key := (kt.base+i)<<variantBits | uint32(*v)
 	kt.store(s, key, p)
 	kt.live++
 	return key
+}
+
+// installKey publishes p under a requested key, chained behind the slot's
+// object if the index is in use. The key must not be in use.
+func (kt *keyTable[T]) installKey(key uint32, p *T) {
+	i := key>>variantBits - kt.base
+	s, v := kt.slot(i)
+	kt.live++
+	head := s.ptr.Load()
+	if head == nil {
+		*v = uint8(key)
+		kt.store(s, key, p)
+		return
+	}
+	kt.chain(p).Store(kt.chain(head).Load())
+	kt.chain(head).Store(p)
+}
+
+// has reports whether key names an object.
+func (kt *keyTable[T]) has(key uint32) bool {
+	_, why := kt.lookup(key)
+	return why == 0
 }
 
 // rekey publishes a new key for the object at relative index i (a window
@@ -181,14 +219,31 @@ func (kt *keyTable[T]) rekey(i uint32, newKey uint32) uint32 {
 	return key
 }
 
-// remove empties relative index i and queues it for reuse with the next
-// variant.
-func (kt *keyTable[T]) remove(i uint32) {
+// remove unpublishes p, at relative index i. When no key uses the index
+// any more it is queued for reuse with the next variant.
+func (kt *keyTable[T]) remove(i uint32, p *T) {
 	s, v := kt.slot(i)
+	kt.live--
+	head := s.ptr.Load()
+	if head != p {
+		// p is chained: unlink it. A reader standing on p still finds the
+		// rest of the chain through it.
+		prev := head
+		for kt.chain(prev).Load() != p {
+			prev = kt.chain(prev).Load()
+		}
+		kt.chain(prev).Store(kt.chain(p).Load())
+		return
+	}
+	if kt.chain != nil {
+		if next := kt.chain(p).Load(); next != nil {
+			kt.store(s, kt.keyOf(next), next)
+			return
+		}
+	}
 	kt.store(s, s.key.Load(), nil)
 	*v++
 	kt.free = append(kt.free, i)
-	kt.live--
 }
 
 func (kt *keyTable[T]) store(s *slot[T], key uint32, p *T) {

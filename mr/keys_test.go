@@ -1,6 +1,9 @@
 package mr
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 func TestKeyFormat(t *testing.T) {
 	tb := newTable(t)
@@ -148,4 +151,51 @@ func TestUnknownKeys(t *testing.T) {
 		_, err := tb.Remote(tc.key, 0, 8, RemoteRead, who)
 		wantReason(t, tc.name, err, ReasonUnknownKey)
 	}
+}
+
+// TestRequestedKeysShareIndices: applications choose fi_mr keys freely, so
+// keys differing only in their low byte (the same index) must coexist.
+func TestRequestedKeysShareIndices(t *testing.T) {
+	tb := newTable(t)
+	pd := allocPD(t, tb)
+	who := Requester{PD: pd}
+	reg := func(key uint32) *Region {
+		t.Helper()
+		r, err := tb.register(regSpec{pd: pd, segs: [][]byte{make([]byte, 8)}, access: rw, requested: true, requestedKey: key})
+		wantErr(t, "register", err, nil)
+		return r
+	}
+	byKey := map[uint32]*Region{}
+	for _, k := range []uint32{0x301, 0x302, 0x303, 0x3ff} {
+		byKey[k] = reg(k)
+	}
+	_, err := tb.register(regSpec{pd: pd, segs: [][]byte{make([]byte, 8)}, access: rw, requested: true, requestedKey: 0x302})
+	wantErr(t, "the exact key again", err, ErrNoKey)
+	check := func(step string) {
+		t.Helper()
+		for k := uint32(0x300); k <= 0x3ff; k++ {
+			want, ok := byKey[k]
+			got, found := tb.Region(k)
+			if found != ok || got != want {
+				t.Errorf("%s: Region(%#x) = %p, %v; want %p", step, k, got, found, want)
+			}
+			_, err := tb.Remote(k, 0, 0x100, RemoteRead, who) // offset past 8 bytes: a range error once found
+			switch {
+			case ok:
+				wantReason(t, step, err, ReasonRange)
+			case len(byKey) == 0:
+				wantReason(t, step, err, ReasonUnknownKey)
+			default:
+				wantReason(t, step, err, ReasonStaleKey)
+			}
+		}
+	}
+	check("four keys on index 3")
+	for _, k := range []uint32{0x302, 0x301, 0x3ff, 0x303} { // a middle one, the head, ...
+		wantErr(t, "Deregister", tb.Deregister(byKey[k]), nil)
+		delete(byKey, k)
+		check(fmt.Sprintf("after removing %#x", k))
+	}
+	byKey[0x302] = reg(0x302)
+	check("the index reused")
 }

@@ -24,15 +24,16 @@ type Region struct {
 	odp    *pageSet                  // nil unless ON_DEMAND
 	mem    memory
 
-	t        *Table
-	index    uint32 // relative index in t.regions
-	implicit bool
-	kind     MemoryKind
-	exts     []*extent // one per segment, the first is ext0
-	ext0     extent
-	arenas   []*Arena // per segment: the arena it lies in, or nil (pinned caller memory)
-	pinner   *runtime.Pinner
-	windows  atomic.Int32 // windows bound to the region; written under t.mu
+	t         *Table
+	index     uint32                 // relative index in t.regions
+	sameIndex atomic.Pointer[Region] // next region whose requested key shares the index
+	implicit  bool
+	kind      MemoryKind
+	exts      []*extent // one per segment, the first is ext0
+	ext0      extent
+	arenas    []*Arena // per segment: the arena it lies in, or nil (pinned caller memory)
+	pinner    *runtime.Pinner
+	windows   atomic.Int32 // windows bound to the region; written under t.mu
 }
 
 const (

@@ -96,6 +96,8 @@ func NewTable(cfg Config) *Table {
 		t.log = zap.NewNop()
 	}
 	t.regions.init(0, limit(cfg.MaxRegions), rng)
+	t.regions.chain = func(r *Region) *atomic.Pointer[Region] { return &r.sameIndex }
+	t.regions.keyOf = func(r *Region) uint32 { return r.key }
 	t.windows.init(windowIndex, limit(cfg.MaxWindows), rng)
 	t.addrSnap.Store(&addrSnapshot{regions: new(addrIndex), arenas: new(addrIndex)})
 	return t
@@ -230,14 +232,21 @@ func (t *Table) register(spec regSpec) (*Region, error) {
 
 	i, err := t.keyIndexLocked(spec)
 	if err != nil {
-		r.mem.unref()
+		if !spec.implicit {
+			r.mem.unref()
+		}
 		return nil, err
 	}
 	r.index = i
 	for _, e := range r.exts {
 		t.addrInsert(e)
 	}
-	r.key = t.regions.install(i, r, spec.requested, uint8(spec.requestedKey))
+	if spec.requested {
+		r.key = spec.requestedKey
+		t.regions.installKey(r.key, r)
+	} else {
+		r.key = t.regions.install(i, r)
+	}
 	t.pds[spec.pd].regions++
 	t.stats.registered.Add(1)
 	return r, nil
@@ -308,7 +317,7 @@ func (t *Table) keyIndexLocked(spec regSpec) (uint32, error) {
 	if !ok || i >= t.regions.limit {
 		return 0, fmt.Errorf("key %#x out of range: %w", spec.requestedKey, ErrKeyRejected)
 	}
-	if t.regions.used(i) {
+	if t.regions.has(spec.requestedKey) {
 		return 0, fmt.Errorf("key %#x: %w", spec.requestedKey, ErrNoKey)
 	}
 	return i, nil
@@ -333,7 +342,7 @@ func (t *Table) deregisterLocked(r *Region) error {
 	if n := r.windows.Load(); n > 0 {
 		return fmt.Errorf("region %#x has %d windows bound: %w", r.key, n, ErrBusy)
 	}
-	t.regions.remove(r.index)
+	t.regions.remove(r.index, r)
 	for _, e := range r.exts {
 		t.addrRemove(e)
 	}

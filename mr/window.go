@@ -58,7 +58,7 @@ func (t *Table) AllocWindow(pd PD, typ WindowType) (*Window, error) {
 		return nil, fmt.Errorf("%d windows: %w", t.windows.live, err)
 	}
 	w := &Window{t: t, typ: typ, pd: pd, index: i}
-	w.key.Store(t.windows.install(i, w, false, 0))
+	w.key.Store(t.windows.install(i, w))
 	t.pds[pd].windows++
 	return w, nil
 }
@@ -85,7 +85,7 @@ func (t *Table) DeallocWindow(w *Window) error {
 
 func (t *Table) deallocWindowLocked(w *Window) {
 	t.unbindLocked(w)
-	t.windows.remove(w.index)
+	t.windows.remove(w.index, w)
 	w.dead = true
 	t.pds[w.pd].windows--
 }
