@@ -87,7 +87,11 @@ type Cache struct {
 	count  int        // cached entries
 	size   uint64     // bytes of cached entries
 	out    int        // entries in use, cached or not
-	stats  CacheStats
+	// lruCount and lruBytes are the cached entries not in use: what
+	// eviction can free.
+	lruCount int
+	lruBytes uint64
+	stats    CacheStats
 }
 
 // CacheStats are a cache's counters.
@@ -138,7 +142,7 @@ func (c *Cache) Get(buf []byte) (*CacheEntry, error) {
 	if ext := c.index.find(start, uint64(len(buf)), findAny, 0); ext != nil {
 		e := ext.entry
 		if e.uses == 0 {
-			e.unlink()
+			c.unlinkLocked(e)
 		}
 		e.uses++
 		c.out++
@@ -206,20 +210,18 @@ func bufs(es []*CacheEntry) [][]byte {
 }
 
 // admitLocked caches a new entry if the limits allow, evicting unused
-// entries as needed.
+// entries as needed. If evicting every unused entry would not make room,
+// nothing is evicted and the entry stays uncached.
 func (c *Cache) admitLocked(e *CacheEntry) {
-	if c.cfg.MaxCount == 0 {
-		return
-	}
 	n := uint64(len(e.buf))
-	for c.lru.next != &c.lru && c.full(n) {
-		victim := c.lru.next
-		c.dropLocked(victim)
-		c.stats.Evictions++
-	}
-	if c.full(n) {
+	if c.cfg.MaxCount == 0 || c.count+1-c.lruCount > c.cfg.MaxCount ||
+		(c.cfg.MaxSize != 0 && c.size+n-c.lruBytes > c.cfg.MaxSize) {
 		c.stats.Uncached++
 		return
+	}
+	for c.full(n) {
+		c.dropLocked(c.lru.next)
+		c.stats.Evictions++
 	}
 	e.cached = true
 	c.seq++
@@ -241,7 +243,7 @@ func (c *Cache) dropLocked(e *CacheEntry) {
 	c.count--
 	c.size -= uint64(len(e.buf))
 	if e.uses == 0 {
-		e.unlink()
+		c.unlinkLocked(e)
 		c.deregister(e)
 	}
 }
@@ -274,12 +276,17 @@ func (c *Cache) Put(e *CacheEntry) error {
 	e.prev, e.next = c.lru.prev, &c.lru
 	c.lru.prev.next = e
 	c.lru.prev = e
+	c.lruCount++
+	c.lruBytes += uint64(len(e.buf))
 	return nil
 }
 
-func (e *CacheEntry) unlink() {
+// unlinkLocked takes an unused entry off the LRU list.
+func (c *Cache) unlinkLocked(e *CacheEntry) {
 	e.prev.next, e.next.prev = e.next, e.prev
 	e.prev, e.next = nil, nil
+	c.lruCount--
+	c.lruBytes -= uint64(len(e.buf))
 }
 
 // Stats returns the cache's counters.
