@@ -177,14 +177,18 @@ func (kt *keyTable[T]) alloc() (uint32, error) {
 	}
 }
 
-// install publishes p at the free relative index i with the slot's next
-// variant, and returns its key.
-func (kt *keyTable[T]) install(i uint32, p *T) uint32 {
-	s, v := kt.slot(i)
-	key := (kt.base+i)<<variantBits | uint32(*v)
+// keyAt returns the key the free relative index i is handed out with: its
+// slot's next variant.
+func (kt *keyTable[T]) keyAt(i uint32) uint32 {
+	_, v := kt.slot(i)
+	return (kt.base+i)<<variantBits | uint32(*v)
+}
+
+// install publishes p at the free relative index i under key (from keyAt).
+func (kt *keyTable[T]) install(i, key uint32, p *T) {
+	s, _ := kt.slot(i)
 	kt.store(s, key, p)
 	kt.live++
-	return key
 }
 
 // installKey publishes p under a requested key, chained behind the slot's

@@ -238,14 +238,18 @@ func (t *Table) register(spec regSpec) (*Region, error) {
 		return nil, err
 	}
 	r.index = i
+	r.key = spec.requestedKey
+	if !spec.requested {
+		r.key = t.regions.keyAt(i)
+	}
+	// r is complete: publish it, by address, then by key.
 	for _, e := range r.exts {
 		t.addrInsert(e)
 	}
 	if spec.requested {
-		r.key = spec.requestedKey
 		t.regions.installKey(r.key, r)
 	} else {
-		r.key = t.regions.install(i, r)
+		t.regions.install(i, r.key, r)
 	}
 	t.pds[spec.pd].regions++
 	t.stats.registered.Add(1)

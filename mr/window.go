@@ -58,7 +58,8 @@ func (t *Table) AllocWindow(pd PD, typ WindowType) (*Window, error) {
 		return nil, fmt.Errorf("%d windows: %w", t.windows.live, err)
 	}
 	w := &Window{t: t, typ: typ, pd: pd, index: i}
-	w.key.Store(t.windows.install(i, w))
+	w.key.Store(t.windows.keyAt(i))
+	t.windows.install(i, w.key.Load(), w)
 	t.pds[pd].windows++
 	return w, nil
 }
