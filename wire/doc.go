@@ -3,6 +3,9 @@
 // IETH, DETH, FETH) that RoCEv2 carries in UDP datagrams to port 4791, the
 // opcode table, 24-bit PSN arithmetic, the invariant CRC (ICRC) over the
 // IP/UDP envelope, and classic pcap files with full Ethernet/IP/UDP framing.
+// It also codes the management datagrams of the connection manager (CM MADs:
+// REQ, REP, RTU, REJ, MRA, DREQ, DREP) that travel to and from QP1, with
+// rdma_cm's service IDs and private-data header.
 //
 // Headers are typed views over byte slices (type BTH []byte and so on) with
 // accessors and setters that do not bounds-check; [Packet.Decode] validates
@@ -11,7 +14,8 @@
 // ICRC do not allocate, so they can run per packet.
 //
 // The layouts and rules follow the InfiniBand Architecture Specification
-// (Volume 1, chapter 9 "Transport layer", and Annex A17 "RoCEv2") as Linux
+// (Volume 1, chapter 9 "Transport layer", chapter 12 "Communication
+// management", 13.4 "Management datagrams", and Annex A17 "RoCEv2") as Linux
 // Soft-RoCE (rdma_rxe) puts them on the wire; packets captured from rxe are
 // decoded and re-encoded byte for byte by the tests.
 //
@@ -49,4 +53,13 @@ var (
 	ErrBadIPHeader = errors.New("wire: not an IPv4 or IPv6 header followed by UDP")
 	// ErrNotPcap: the stream is not a classic pcap file.
 	ErrNotPcap = errors.New("wire: not a pcap file")
+	// ErrBadMAD: a management datagram is not a CM message: wrong base
+	// version, management class, class version or method.
+	ErrBadMAD = errors.New("wire: not a CM MAD")
+	// ErrBadAttr: a CM MAD carries an attribute softnic does not implement
+	// (LAP, APR, SIDR, ClassPortInfo or an unknown one).
+	ErrBadAttr = errors.New("wire: unsupported CM attribute")
+	// ErrBadCMAHeader: REQ private data does not start with an rdma_cm
+	// header of a version and IP version softnic knows.
+	ErrBadCMAHeader = errors.New("wire: bad rdma_cm private data header")
 )
