@@ -23,7 +23,7 @@ func TestZeroAllocs(t *testing.T) {
 	payload := samplePayload(4096)
 	buf := make([]byte, fields.Len(len(payload)))
 	ipudp := appendFrame(nil, &env4, write)[ethHeaderSize : ethHeaderSize+ipv4HeaderSize+udpHeaderSize]
-	text := make([]byte, 0, 1024)
+	text := make([]byte, 0, 4096)
 	var p Packet
 	var f Fields
 	if err := p.Decode(pkts[len(pkts)-1]); err != nil {
@@ -45,6 +45,19 @@ func TestZeroAllocs(t *testing.T) {
 	}
 	pr, err := NewPcapReader(&file)
 	if err != nil {
+		t.Fatal(err)
+	}
+	madFields := sampleMAD(AttrConnectRequest)
+	mad := encodeMAD(t, &madFields)
+	copy(madFields.REQ.PrivateData[:], unhex(t, rpingREQPrivate))
+	cmPkt := encodeUD(t, GSIQPN, encodeMAD(t, &madFields))
+	var m MAD
+	var mf MADFields
+	var cm Packet
+	if err := m.Decode(mad); err != nil {
+		t.Fatal(err)
+	}
+	if err := cm.Decode(cmPkt); err != nil {
 		t.Fatal(err)
 	}
 
@@ -69,6 +82,12 @@ func TestZeroAllocs(t *testing.T) {
 		{"AppendVerbose", func() { _ = p.AppendVerbose(text[:0]) }},
 		{"PcapWriter.WritePacket", func() { _ = pw.WritePacket(time.Time{}, &env4, write) }},
 		{"PcapReader.Next", func() { _, _ = pr.Next() }},
+		{"MAD.Decode", func() { _ = m.Decode(mad) }},
+		{"MAD.Fields", func() { m.Fields(&mf) }},
+		{"MADFields.Encode", func() { _, _ = madFields.Encode(buf) }},
+		{"DecodeCMAHeader", func() { _, _ = DecodeCMAHeader(madFields.REQ.PrivateData[:]) }},
+		{"AppendSummary of a CM MAD", func() { _ = cm.AppendSummary(text[:0]) }},
+		{"AppendVerbose of a CM MAD", func() { _ = cm.AppendVerbose(text[:0]) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -6,6 +6,11 @@ package wire
 //
 //	RC RDMA Write Only qp=0x000011 psn=0xebcb9b ackreq=1 va=0x0000563c2a3e2000 rkey=0x00005ce0 dmalen=64 payload=64
 //
+// A UD packet to QP1 whose payload is a CM MAD is followed by the MAD's
+// summary (MAD.AppendSummary):
+//
+//	UD Send Only qp=0x000001 psn=0x000012 ackreq=1 qkey=0x80010000 srcqp=0x000001 payload=256 CM ConnectRequest comm_id=0x5818c37c qpn=0x00006b psn=0xdc7d75 service_id=0x0000000001061c06
+//
 // It does not allocate if dst has room. p must hold a decoded packet.
 func (p *Packet) AppendSummary(dst []byte) []byte {
 	op := p.OpCode()
@@ -70,13 +75,26 @@ func (p *Packet) AppendSummary(dst []byte) []byte {
 		dst = appendHex(dst, uint64(p.IETH.RKey()), 8)
 	}
 	dst = append(dst, " payload="...)
-	return appendUint(dst, uint64(len(p.Payload)))
+	dst = appendUint(dst, uint64(len(p.Payload)))
+	var m MAD
+	if p.cmMAD(&m) {
+		dst = append(dst, ' ')
+		dst = m.AppendSummary(dst)
+	}
+	return dst
+}
+
+// cmMAD decodes p's payload into m and reports whether it is a CM MAD sent
+// to QP1 in a UD packet.
+func (p *Packet) cmMAD(m *MAD) bool {
+	return p.DETH != nil && p.BTH.DestQP() == GSIQPN && m.Decode(p.Payload) == nil
 }
 
 // AppendVerbose appends every field of every header of p to dst, one header
 // per line, each line indented by two spaces and ending in a newline, so that
-// it can follow an AppendSummary line. It does not allocate if dst has room.
-// p must hold a decoded packet.
+// it can follow an AppendSummary line; a CM MAD to QP1 adds the lines of
+// MAD.AppendVerbose before the payload line. It does not allocate if dst has
+// room. p must hold a decoded packet.
 func (p *Packet) AppendVerbose(dst []byte) []byte {
 	b := p.BTH
 	dst = append(dst, "  BTH opcode="...)
@@ -168,6 +186,9 @@ func (p *Packet) AppendVerbose(dst []byte) []byte {
 		dst = append(dst, "  IETH rkey="...)
 		dst = appendHex(dst, uint64(i.RKey()), 8)
 		dst = append(dst, '\n')
+	}
+	if m := (MAD{}); p.cmMAD(&m) {
+		dst = m.AppendVerbose(dst)
 	}
 	dst = append(dst, "  payload="...)
 	dst = appendUint(dst, uint64(len(p.Payload)))
