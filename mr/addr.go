@@ -23,15 +23,30 @@ type extent struct {
 	entry  *CacheEntry
 }
 
-func extentLess(a, b *extent) bool {
+// extentItem is what the B-trees hold: the start address inline, so that a
+// search compares without chasing a pointer per step (16 bytes, four to a
+// cache line), and the extent. Extents starting at the same address are
+// ordered by their seq, read only for such ties.
+type extentItem struct {
+	start uint64
+	e     *extent
+}
+
+func (e *extent) item() extentItem { return extentItem{e.start, e} }
+
+func itemLess(a, b extentItem) bool {
 	if a.start != b.start {
 		return a.start < b.start
 	}
-	return a.seq < b.seq
+	return a.e.seq < b.e.seq
 }
 
+// lastAt is the pivot's extent: it sorts after every extent starting at the
+// same address.
+var lastAt = &extent{seq: math.MaxUint64}
+
 // btreeDegree trades lookup depth against copy-on-write cost per write.
-const btreeDegree = 16
+const btreeDegree = 32
 
 // addrIndex finds the extents containing an address range. Extents may
 // overlap, so one ordered tree is not enough to stop a search early: the
@@ -41,7 +56,7 @@ const btreeDegree = 16
 // that class could still reach. A lookup costs one short descent per class
 // in use, whatever the number of extents.
 type addrIndex struct {
-	trees [65]*btree.BTreeG[*extent]
+	trees [65]*btree.BTreeG[extentItem]
 	mask  uint64 // bit c-1 set when trees[c] is not empty
 	dirty uint64 // classes changed since the last snapshot (master only)
 }
@@ -54,9 +69,9 @@ func bitIndex(m uint64) int { return bits.TrailingZeros64(m) + 1 }
 func (ix *addrIndex) insert(e *extent) {
 	c := lengthClass(e.end - e.start)
 	if ix.trees[c] == nil {
-		ix.trees[c] = btree.NewG(btreeDegree, extentLess)
+		ix.trees[c] = btree.NewG(btreeDegree, itemLess)
 	}
-	ix.trees[c].ReplaceOrInsert(e)
+	ix.trees[c].ReplaceOrInsert(e.item())
 	ix.mask |= 1 << (c - 1)
 	ix.dirty |= 1 << (c - 1)
 }
@@ -67,7 +82,7 @@ func (ix *addrIndex) remove(e *extent) {
 	if t == nil {
 		return
 	}
-	t.Delete(e)
+	t.Delete(e.item())
 	if t.Len() == 0 {
 		ix.mask &^= 1 << (c - 1)
 	}
@@ -98,23 +113,21 @@ func (ix *addrIndex) snapshot(prev *addrIndex) *addrIndex {
 type addrFilter uint8
 
 const (
-	findRegion addrFilter = iota // a live region of the query's PD
-	findMemory                   // any memory of the query's PD: region or unfreed arena
-	findArena                    // an arena of any PD (it may be freed but still mapped)
-	findAny                      // any extent (registration cache)
+	findAny     addrFilter = iota // any extent
+	findPDArena                   // an arena of the query's PD that is not freed
 )
 
 // addrQuery is the state of one search. Queries are pooled so that a search
-// allocates nothing: its pivot and its iterator (a method value bound once)
-// would escape to the heap if they were made per call.
+// allocates nothing: its iterator (a method value bound once) would escape
+// to the heap if it were made per call.
 type addrQuery struct {
-	pivot  extent
+	pivot  extentItem
 	end    uint64 // the range searched is [pivot.start, end)
 	lo     uint64 // smallest start that can reach end in the current class
 	filter addrFilter
 	pd     PD
 	found  *extent
-	iter   btree.ItemIteratorG[*extent]
+	iter   btree.ItemIteratorG[extentItem]
 }
 
 var queryPool = sync.Pool{New: func() any {
@@ -127,7 +140,7 @@ var queryPool = sync.Pool{New: func() any {
 // or nil. n must be at least 1 and addr+n must not overflow.
 func (ix *addrIndex) find(addr, n uint64, filter addrFilter, pd PD) *extent {
 	q := queryPool.Get().(*addrQuery)
-	q.pivot.start, q.pivot.seq = addr, math.MaxUint64
+	q.pivot = extentItem{addr, lastAt}
 	q.end, q.filter, q.pd, q.found = addr+n, filter, pd, nil
 	for m := ix.mask; m != 0 && q.found == nil; m &= m - 1 {
 		c := bitIndex(m)
@@ -139,7 +152,7 @@ func (ix *addrIndex) find(addr, n uint64, filter addrFilter, pd PD) *extent {
 		if q.end > maxLen {
 			q.lo = q.end - maxLen
 		}
-		ix.trees[c].DescendLessOrEqual(&q.pivot, q.iter)
+		ix.trees[c].DescendLessOrEqual(q.pivot, q.iter)
 	}
 	e := q.found
 	q.found = nil
@@ -149,36 +162,25 @@ func (ix *addrIndex) find(addr, n uint64, filter addrFilter, pd PD) *extent {
 
 // visit is the iterator of find: extents arrive in descending start order,
 // all starting at or below the searched address.
-func (q *addrQuery) visit(e *extent) bool {
-	if e.start < q.lo {
+func (q *addrQuery) visit(it extentItem) bool {
+	if it.start < q.lo {
 		return false
 	}
-	if e.end < q.end || !q.accepts(e) {
+	if it.e.end < q.end || !q.accepts(it.e) {
 		return true
 	}
-	q.found = e
+	q.found = it.e
 	return false
 }
 
 func (q *addrQuery) accepts(e *extent) bool {
-	switch q.filter {
-	case findRegion:
-		return e.region != nil && e.region.pd() == q.pd && e.region.live()
-	case findMemory:
-		if e.arena != nil {
-			return e.arena.pd == q.pd && !e.arena.freed.Load()
-		}
-		return e.region != nil && e.region.pd() == q.pd && e.region.live()
-	case findArena:
-		return e.arena != nil
-	}
-	return true
+	return q.filter == findAny || (e.arena.pd == q.pd && !e.arena.freed.Load())
 }
 
 // overlapping calls fn for every extent that overlaps or touches
 // [start, end), in no particular order, until fn returns false.
 func (ix *addrIndex) overlapping(start, end uint64, fn func(*extent) bool) {
-	pivot := &extent{start: end, seq: math.MaxUint64}
+	pivot := extentItem{end, lastAt}
 	for m := ix.mask; m != 0; m &= m - 1 {
 		c := bitIndex(m)
 		maxLen := uint64(math.MaxUint64)
@@ -190,12 +192,12 @@ func (ix *addrIndex) overlapping(start, end uint64, fn func(*extent) bool) {
 			lo = start - maxLen
 		}
 		more := true
-		ix.trees[c].DescendLessOrEqual(pivot, func(e *extent) bool {
-			if e.start < lo {
+		ix.trees[c].DescendLessOrEqual(pivot, func(it extentItem) bool {
+			if it.start < lo {
 				return false
 			}
-			if e.end >= start {
-				more = fn(e)
+			if it.e.end >= start {
+				more = fn(it.e)
 			}
 			return more
 		})

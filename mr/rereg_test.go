@@ -72,6 +72,12 @@ func TestRereg(t *testing.T) {
 			if wantPD != pd {
 				_, err := tb.Remote(key, r.Addr(), 8, RemoteRead, who(pd))
 				wantReason(t, "the old PD", err, ReasonWrongPD)
+				if _, ok := tb.RegionAt(pd, r.Addr(), 8); ok {
+					t.Error("RegionAt finds the region in its old PD")
+				}
+			}
+			if got, ok := tb.RegionAt(wantPD, r.Addr(), 8); !ok || got != r {
+				t.Error("RegionAt does not find the region in its PD")
 			}
 		})
 	}

@@ -41,13 +41,13 @@ type Table struct {
 	nextPD  PD
 	arenas  int
 
-	// The address indices of region memory and of arenas (apart, so that
-	// finding the arena under a buffer does not wade through regions):
-	// writers change them under addrMu and bump addrGen; readers use an
-	// immutable snapshot, and the first reader after a change publishes a
-	// new one (see addrView).
+	// The address indices: one of region memory per PD (searches are
+	// always within a PD, and need not look at other PDs' regions) and
+	// one of arenas. Writers change them under addrMu and bump addrGen;
+	// readers use an immutable snapshot, and the first reader after a
+	// change publishes a new one (see addrView).
 	addrMu      sync.Mutex
-	addrRegions addrIndex
+	addrRegions map[PD]*addrIndex
 	addrArenas  addrIndex
 	addrSeq     uint64
 	addrGen     atomic.Uint64
@@ -66,17 +66,26 @@ type Table struct {
 type pdState struct{ regions, windows, arenas int }
 
 type addrSnapshot struct {
-	gen             uint64
-	regions, arenas *addrIndex
+	gen     uint64
+	regions map[PD]*addrIndex
+	arenas  *addrIndex
+}
+
+// region returns an extent of a region of pd holding all of [addr, addr+n).
+func (s *addrSnapshot) region(addr, n uint64, pd PD) *extent {
+	if ix := s.regions[pd]; ix != nil {
+		return ix.find(addr, n, findAny, pd)
+	}
+	return nil
 }
 
 // memory returns an extent of region or arena memory of pd holding all of
 // [addr, addr+n).
 func (s *addrSnapshot) memory(addr, n uint64, pd PD) *extent {
-	if e := s.regions.find(addr, n, findMemory, pd); e != nil {
+	if e := s.region(addr, n, pd); e != nil {
 		return e
 	}
-	return s.arenas.find(addr, n, findMemory, pd)
+	return s.arenas.find(addr, n, findPDArena, pd)
 }
 
 type tableCounters struct {
@@ -91,7 +100,7 @@ func NewTable(cfg Config) *Table {
 		panic(fmt.Sprintf("mr: crypto/rand: %v", err)) // crypto/rand.Read does not fail on Linux
 	}
 	rng := rand.New(rand.NewChaCha8(seed))
-	t := &Table{pds: make(map[PD]*pdState), draining: make(map[*Region]struct{}), log: cfg.Logger}
+	t := &Table{pds: make(map[PD]*pdState), draining: make(map[*Region]struct{}), addrRegions: make(map[PD]*addrIndex), log: cfg.Logger}
 	if t.log == nil {
 		t.log = zap.NewNop()
 	}
@@ -99,7 +108,7 @@ func NewTable(cfg Config) *Table {
 	t.regions.chain = func(r *Region) *atomic.Pointer[Region] { return &r.sameIndex }
 	t.regions.keyOf = func(r *Region) uint32 { return r.key }
 	t.windows.init(windowIndex, limit(cfg.MaxWindows), rng)
-	t.addrSnap.Store(&addrSnapshot{regions: new(addrIndex), arenas: new(addrIndex)})
+	t.addrSnap.Store(&addrSnapshot{arenas: new(addrIndex)})
 	return t
 }
 
@@ -300,7 +309,7 @@ func (t *Table) attachMemoryLocked(r *Region, spec regSpec) error {
 func (t *Table) arenaOf(b []byte) *Arena {
 	t.addrMu.Lock()
 	defer t.addrMu.Unlock()
-	e := t.addrArenas.find(addrOf(b), uint64(len(b)), findArena, 0)
+	e := t.addrArenas.find(addrOf(b), uint64(len(b)), findAny, 0)
 	if e == nil || !e.arena.mem.tryRef() {
 		return nil
 	}
@@ -415,7 +424,12 @@ func (t *Table) Rereg(r *Region, flags ReregFlags, pd PD, access Access) error {
 	if err := t.usableLocked(pd); err != nil {
 		return err
 	}
-	r.pdAcc.Store(uint64(pd)<<32 | uint64(access))
+	pdAcc := uint64(pd)<<32 | uint64(access)
+	if pd != oldPD && !r.implicit {
+		t.addrMove(r, oldPD, pdAcc)
+	} else {
+		r.pdAcc.Store(pdAcc)
+	}
 	t.pds[oldPD].regions--
 	t.pds[pd].regions++
 	return nil
@@ -437,7 +451,7 @@ func (t *Table) RegionAt(pd PD, addr, length uint64) (*Region, bool) {
 	if addr > math.MaxUint64-length {
 		return nil, false
 	}
-	e := t.addrView().regions.find(addr, length, findRegion, pd)
+	e := t.addrView().region(addr, length, pd)
 	if e == nil {
 		return nil, false
 	}
@@ -464,32 +478,88 @@ func (t *Table) publishAddr() *addrSnapshot {
 	if s.gen == gen {
 		return s
 	}
-	s = &addrSnapshot{gen: gen, regions: t.addrRegions.snapshot(s.regions), arenas: t.addrArenas.snapshot(s.arenas)}
-	t.addrSnap.Store(s)
-	return s
+	ns := &addrSnapshot{gen: gen, regions: make(map[PD]*addrIndex, len(t.addrRegions)), arenas: s.arenas}
+	for pd, ix := range t.addrRegions {
+		if prev := s.regions[pd]; prev != nil && ix.dirty == 0 {
+			ns.regions[pd] = prev
+		} else {
+			ns.regions[pd] = ix.snapshot(prev)
+		}
+	}
+	if t.addrArenas.dirty != 0 {
+		ns.arenas = t.addrArenas.snapshot(s.arenas)
+	}
+	t.addrSnap.Store(ns)
+	return ns
 }
 
+// addrInsert adds e to the index of its region's PD, or of arenas.
 func (t *Table) addrInsert(e *extent) {
 	t.addrMu.Lock()
-	t.addrSeq++
-	e.seq = t.addrSeq
-	t.addrIndexOf(e).insert(e)
+	t.addrInsertLocked(e, e.regionPD())
 	t.addrGen.Add(1)
 	t.addrMu.Unlock()
 }
 
+func (t *Table) addrInsertLocked(e *extent, pd PD) {
+	// An extent keeps its seq for life: snapshots still holding it compare
+	// it.
+	if e.seq == 0 {
+		t.addrSeq++
+		e.seq = t.addrSeq
+	}
+	if e.arena != nil {
+		t.addrArenas.insert(e)
+		return
+	}
+	ix := t.addrRegions[pd]
+	if ix == nil {
+		ix = new(addrIndex)
+		t.addrRegions[pd] = ix
+	}
+	ix.insert(e)
+}
+
+// addrRemove takes e out of the index it is in.
 func (t *Table) addrRemove(e *extent) {
 	t.addrMu.Lock()
-	t.addrIndexOf(e).remove(e)
+	t.addrRemoveLocked(e, e.regionPD())
 	t.addrGen.Add(1)
 	t.addrMu.Unlock()
 }
 
-func (t *Table) addrIndexOf(e *extent) *addrIndex {
+func (t *Table) addrRemoveLocked(e *extent, pd PD) {
 	if e.arena != nil {
-		return &t.addrArenas
+		t.addrArenas.remove(e)
+		return
 	}
-	return &t.addrRegions
+	ix := t.addrRegions[pd]
+	ix.remove(e)
+	if ix.mask == 0 {
+		delete(t.addrRegions, pd)
+	}
+}
+
+// addrMove gives r a new PD and access (pdAcc) and moves its extents from
+// the index of PD from to the new PD's, at once for address readers.
+func (t *Table) addrMove(r *Region, from PD, pdAcc uint64) {
+	t.addrMu.Lock()
+	for _, e := range r.exts {
+		t.addrRemoveLocked(e, from)
+		t.addrInsertLocked(e, PD(pdAcc>>32))
+	}
+	r.pdAcc.Store(pdAcc)
+	t.addrGen.Add(1)
+	t.addrMu.Unlock()
+}
+
+// regionPD returns the PD of the region an extent belongs to (0 for
+// arenas, which are indexed apart).
+func (e *extent) regionPD() PD {
+	if e.region == nil {
+		return 0
+	}
+	return e.region.pd()
 }
 
 // Regions iterates over the registered regions without blocking the data
@@ -555,9 +625,9 @@ func (t *Table) Close() error {
 	var as []*Arena
 	t.addrMu.Lock()
 	for m := t.addrArenas.mask; m != 0; m &= m - 1 {
-		t.addrArenas.trees[bitIndex(m)].Ascend(func(e *extent) bool {
-			if !e.arena.freed.Load() {
-				as = append(as, e.arena)
+		t.addrArenas.trees[bitIndex(m)].Ascend(func(it extentItem) bool {
+			if a := it.e.arena; !a.freed.Load() {
+				as = append(as, a)
 			}
 			return true
 		})
