@@ -229,7 +229,7 @@ func (e *extent) offsetOf(addr uint64) uint64 {
 		return addr - e.start
 	}
 	m := &e.region.mem
-	return m.ends[e.seg] - uint64(len(m.segs[e.seg])) + addr - e.start
+	return m.segStart(e.seg) + addr - e.start
 }
 
 // countRemoteWrite counts a granted modifying access on the counters bound

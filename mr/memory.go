@@ -19,7 +19,8 @@ import (
 type memory struct {
 	refs atomic.Int64
 	segs [][]byte
-	ends []uint64 // ends[i] is the offset just past segment i
+	one  [1][]byte // segs of single-buffer memory, kept inline
+	ends []uint64  // ends[i] is the offset just past segment i (several buffers only)
 	size uint64
 
 	// Exactly one owner: the region or the arena this memory belongs to.
@@ -28,13 +29,26 @@ type memory struct {
 }
 
 func (m *memory) init(segs [][]byte) {
+	m.refs.Store(1)
+	if len(segs) == 1 {
+		m.one[0] = segs[0]
+		m.segs, m.size = m.one[:], uint64(len(segs[0]))
+		return
+	}
 	m.segs = segs
 	m.ends = make([]uint64, len(segs))
 	for i, s := range segs {
 		m.size += uint64(len(s))
 		m.ends[i] = m.size
 	}
-	m.refs.Store(1)
+}
+
+// segStart returns the offset of segment i's first byte.
+func (m *memory) segStart(i int) uint64 {
+	if m.ends == nil {
+		return 0
+	}
+	return m.ends[i] - uint64(len(m.segs[i]))
 }
 
 // tryRef takes a reference unless the memory is already released.
@@ -68,7 +82,7 @@ func (m *memory) locate(off uint64) (int, uint64) {
 		return 0, off
 	}
 	i := sort.Search(len(m.ends), func(i int) bool { return m.ends[i] > off })
-	return i, off - (m.ends[i] - uint64(len(m.segs[i])))
+	return i, off - m.segStart(i)
 }
 
 // addrOf returns the machine address of offset off.
