@@ -51,6 +51,8 @@ func TestZeroAllocs(t *testing.T) {
 	mad := encodeMAD(t, &madFields)
 	copy(madFields.REQ.PrivateData[:], unhex(t, rpingREQPrivate))
 	cmPkt := encodeUD(t, GSIQPN, encodeMAD(t, &madFields))
+	rxe := env4 // a receiver of a packet sent with a non-zero IPv4 ID
+	rxe.IPID = 0x4e3a
 	var m MAD
 	var mf MADFields
 	var cm Packet
@@ -88,6 +90,7 @@ func TestZeroAllocs(t *testing.T) {
 		{"DecodeCMAHeader", func() { _, _ = DecodeCMAHeader(madFields.REQ.PrivateData[:]) }},
 		{"AppendSummary of a CM MAD", func() { _ = cm.AppendSummary(text[:0]) }},
 		{"AppendVerbose of a CM MAD", func() { _ = cm.AppendVerbose(text[:0]) }},
+		{"Envelope.RecoverIPID", func() { _, _ = rxe.RecoverIPID(write) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
