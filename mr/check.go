@@ -54,10 +54,11 @@ func (t *Table) remoteRegion(rkey uint32, addr, length uint64, need Access, who 
 	if why != 0 {
 		return Span{}, nil, why
 	}
-	if why := r.admit(who.PD, &who); why != 0 {
+	access, why := r.admit(who.PD, &who)
+	if why != 0 {
 		return Span{}, nil, why
 	}
-	if need&^r.access() != 0 {
+	if need&^access != 0 {
 		return Span{}, nil, ReasonAccess
 	}
 	off, ok := r.offset(addr, length)
@@ -90,7 +91,7 @@ func (t *Table) remoteWindow(rkey uint32, addr, length uint64, need Access, who 
 		return Span{}, nil, ReasonRange
 	}
 	r := b.mr
-	if why := r.admit(who.PD, &who); why != 0 {
+	if _, why := r.admit(who.PD, &who); why != 0 {
 		return Span{}, nil, why
 	}
 	a := b.mrAddr + (addr - b.base)
@@ -114,10 +115,11 @@ func (t *Table) Local(lkey uint32, addr, length uint64, need Access, pd PD) (Spa
 		return Span{}, nil
 	}
 	r, why := t.regions.lookup(lkey)
+	var access Access
 	if why == 0 {
-		why = r.admit(pd, nil)
+		access, why = r.admit(pd, nil)
 	}
-	if why == 0 && need&^r.access() != 0 {
+	if why == 0 && need&^access != 0 {
 		why = ReasonAccess
 	}
 	var s Span
@@ -139,30 +141,32 @@ func (t *Table) reject(why Reason) Reason {
 	return why
 }
 
-// admit checks the region's state and owner for a request from pd; who is
-// nil for local access, which partitions and endpoints do not restrict.
-func (r *Region) admit(pd PD, who *Requester) Reason {
-	if r.pd() != pd {
-		return ReasonWrongPD
+// admit checks the region's state and owner for a request from pd, and
+// returns the region's access; who is nil for local access, which
+// partitions and endpoints do not restrict. PD and access are read
+// together, as Rereg changes them together.
+func (r *Region) admit(pd PD, who *Requester) (Access, Reason) {
+	pa := r.pdAcc.Load()
+	if PD(pa>>32) != pd {
+		return 0, ReasonWrongPD
 	}
 	switch f := r.flags.Load(); {
 	case f&regionDead != 0:
-		return ReasonStaleKey
+		return 0, ReasonStaleKey
 	case f&regionDisabled != 0:
-		return ReasonDisabled
+		return 0, ReasonDisabled
 	case f&regionRefreshing != 0:
-		return ReasonRefreshing
+		return 0, ReasonRefreshing
 	}
-	if who == nil {
-		return 0
+	if who != nil {
+		if r.pkey != 0 && !pkeyMatch(r.pkey, who.PKey) {
+			return 0, ReasonPartition
+		}
+		if b := r.fi.Load(); b != nil && b.ep != nil && b.ep.QPN != who.QPN {
+			return 0, ReasonEndpoint
+		}
 	}
-	if r.pkey != 0 && !pkeyMatch(r.pkey, who.PKey) {
-		return ReasonPartition
-	}
-	if b := r.fi.Load(); b != nil && b.ep != nil && b.ep.QPN != who.QPN {
-		return ReasonEndpoint
-	}
-	return 0
+	return Access(uint32(pa)), 0
 }
 
 // pkeyMatch applies the IBTA partition key rule: the low 15 bits (the
@@ -199,17 +203,19 @@ func (r *Region) span(off, addr, length uint64, need Access) (Span, Reason) {
 	} else if need == RemoteAtomic {
 		return Span{}, ReasonMisaligned
 	}
-	if !m.tryRef() {
-		return Span{}, ReasonStaleKey
+	gone := ReasonStaleKey
+	if r.implicit {
+		gone = ReasonNotMapped
 	}
-	// A deregistration that raced with this check has removed the key; the
-	// access is refused rather than served from memory on its way out.
+	if !m.tryRef() {
+		return Span{}, gone
+	}
+	// A deregistration that raced with this check has removed the key (or
+	// the memory); the access is refused rather than served from memory on
+	// its way out.
 	if !r.live() || (owner != nil && !owner.live()) {
 		m.unref()
-		if r.implicit {
-			return Span{}, ReasonNotMapped
-		}
-		return Span{}, ReasonStaleKey
+		return Span{}, gone
 	}
 	return s, 0
 }

@@ -126,6 +126,27 @@ const DefaultIOVLimit = 16
 // Domain is the fi_mr face of a Table: a libfabric resource domain with its
 // own protection domain and mr_mode. It registers regions the way
 // fi_mr_reg / fi_mr_regv / fi_mr_regattr do and maps raw keys.
+//
+// What each mr_mode bit does here:
+//
+//   - none (scalable): regions are addressed from 0 and the application
+//     chooses keys (RequestedKey);
+//   - MRVirtAddr: regions are addressed by the virtual address of their
+//     first buffer;
+//   - MRProvKey: the table chooses keys; a requested key is rejected;
+//   - MRRaw: Key returns KeyNotAvail, keys travel through RawAttr and
+//     MapRaw;
+//   - MRRMAEvent: regions registered with FIRMAEvent start disabled until
+//     Enable, and only they may be bound to counters;
+//   - MREndpoint: every region starts disabled, must be bound to an
+//     endpoint before Enable, and is then reachable only through it;
+//   - MRMMUNotify: Refresh is required after the pages change; it disables
+//     the region while it runs;
+//   - MRLocal: local buffers need a descriptor (Desc, checked by
+//     Table.Local); without it the NIC serves local buffers through the
+//     domain's registration Cache;
+//   - MRAllocated: always true of softnic's memory: a buffer is a Go slice
+//     or an arena, backed when it is registered.
 type Domain struct {
 	t        *Table
 	pd       PD

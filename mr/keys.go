@@ -260,8 +260,8 @@ func (kt *keyTable[T]) store(s *slot[T], key uint32, p *T) {
 	kt.storeMu.Unlock()
 }
 
-// each calls fn for every object in the table without locking; it sees each
-// slot as it is at the moment it is read.
+// each calls fn for every object in the table, chained ones included,
+// without locking; it sees each slot as it is at the moment it is read.
 func (kt *keyTable[T]) each(fn func(*T) bool) {
 	for ci := range kt.chunks {
 		c := kt.chunks[ci].Load()
@@ -269,11 +269,21 @@ func (kt *keyTable[T]) each(fn func(*T) bool) {
 			continue
 		}
 		for j := range c.slots {
-			if p := c.slots[j].ptr.Load(); p != nil && !fn(p) {
-				return
+			for p := c.slots[j].ptr.Load(); p != nil; p = kt.chained(p) {
+				if !fn(p) {
+					return
+				}
 			}
 		}
 	}
+}
+
+// chained returns the object chained after p, if the table chains.
+func (kt *keyTable[T]) chained(p *T) *T {
+	if kt.chain == nil {
+		return nil
+	}
+	return kt.chain(p).Load()
 }
 
 // relIndex returns key's index relative to the table, and whether it lies in

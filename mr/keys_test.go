@@ -191,6 +191,15 @@ func TestRequestedKeysShareIndices(t *testing.T) {
 		}
 	}
 	check("four keys on index 3")
+	listed := 0
+	for info := range tb.Regions() {
+		if info.RKey>>8 == 3 {
+			listed++
+		}
+	}
+	if listed != 4 {
+		t.Errorf("Regions lists %d of the 4 regions sharing index 3", listed)
+	}
 	for _, k := range []uint32{0x302, 0x301, 0x3ff, 0x303} { // a middle one, the head, ...
 		wantErr(t, "Deregister", tb.Deregister(byKey[k]), nil)
 		delete(byKey, k)
