@@ -40,8 +40,9 @@ import (
 // ID 0, DF, no options, and the addresses, ports and length recvmsg
 // reported. That matches softnic peers and any sender that behaves like
 // softnic. rxe itself uses a non-zero, per-packet incrementing ID, so its
-// packets only verify with the ID taken from the real header (a capture, or a
-// raw socket); see ICRCFromHeaders.
+// packets verify only with the ID taken from the real header (a capture or a
+// raw socket, see ICRCFromHeaders) or with the ID RecoverIPID works out from
+// the ICRC, at the price of a weaker check.
 type Envelope struct {
 	Src, Dst netip.AddrPort // IPv4 (4-in-6 mapped addresses count as IPv4) or IPv6
 	IPID     uint16         // IPv4 identification: 0 for senders using unconnected UDP sockets with DF
