@@ -30,11 +30,11 @@ const (
 	cmRemoteCommID = 4
 )
 
-// field returns the width-bit field of b that starts shift bits above bit 0.
-func field(b byte, shift, width uint) uint8 { return b >> shift & (1<<width - 1) }
+// bitfield returns the width-bit field of b that starts shift bits above bit 0.
+func bitfield(b byte, shift, width uint) uint8 { return b >> shift & (1<<width - 1) }
 
-// pack returns v's low width bits moved shift bits up.
-func pack(v uint8, shift, width uint) byte { return v & (1<<width - 1) << shift }
+// packBits returns v's low width bits moved shift bits up.
+func packBits(v uint8, shift, width uint) byte { return v & (1<<width - 1) << shift }
 
 // REQ is a view of a ConnectRequest (IBTA 12.6.5; Table 106 in release
 // 1.4), sent by the active side to open a connection:
@@ -126,7 +126,7 @@ type REQFields struct {
 	InitiatorDepth          uint8  // RDMA READs and atomics the requester issues at once
 	RemoteEECN              uint32 // 24 bits, RD only
 	RemoteCMResponseTimeout uint8  // 5 bits: 4.096 µs × 2^n
-	TransportServiceType    Transport
+	TransportServiceType    uint8  // 2 bits: 0 RC, 1 UC, 2 RD, 3 extended (see below)
 	EndToEndFlowControl     bool
 	StartingPSN             PSN
 	LocalCMResponseTimeout  uint8 // 5 bits: 4.096 µs × 2^n
@@ -137,7 +137,7 @@ type REQFields struct {
 	RNRRetryCount           uint8
 	MaxCMRetries            uint8 // 4 bits
 	SRQ                     bool
-	ExtendedTransportType   uint8 // 3 bits; 0: none (XRC is 1)
+	ExtendedTransportType   uint8 // 3 bits, with transport service type 3: 1 is XRC
 	PrimaryPath             CMPathFields
 	AlternatePath           CMPathFields // all zero when there is none
 	PrivateData             [REQPrivateDataSize]byte
@@ -175,13 +175,13 @@ func (r REQ) RemoteEECN() uint32 { return binary.BigEndian.Uint32(r[reqRemoteEEC
 // RemoteCMResponseTimeout returns the 5-bit exponent of the time within
 // which the receiver is expected to answer.
 func (r REQ) RemoteCMResponseTimeout() uint8 {
-	return field(r[reqRemoteTimeout], reqTimeoutShift, cmTimeoutWidth)
+	return bitfield(r[reqRemoteTimeout], reqTimeoutShift, cmTimeoutWidth)
 }
 
-// TransportServiceType returns the transport of the QP to connect: RC, UC
-// or RD.
-func (r REQ) TransportServiceType() Transport {
-	return Transport(field(r[reqRemoteTimeout], reqTSTShift, transportTypeWidth))
+// TransportServiceType returns the 2-bit transport of the QP to connect:
+// 0 RC, 1 UC, 2 RD, 3 the extended transport type (Linux: XRC).
+func (r REQ) TransportServiceType() uint8 {
+	return bitfield(r[reqRemoteTimeout], reqTSTShift, transportTypeWidth)
 }
 
 // EndToEndFlowControl returns the end-to-end flow control bit.
@@ -193,34 +193,34 @@ func (r REQ) StartingPSN() PSN { return PSN(binary.BigEndian.Uint32(r[reqStartin
 // LocalCMResponseTimeout returns the 5-bit exponent of the time within
 // which the sender answers.
 func (r REQ) LocalCMResponseTimeout() uint8 {
-	return field(r[reqLocalTimeout], reqTimeoutShift, cmTimeoutWidth)
+	return bitfield(r[reqLocalTimeout], reqTimeoutShift, cmTimeoutWidth)
 }
 
 // RetryCount returns how often the sender's QP retransmits on a timeout.
-func (r REQ) RetryCount() uint8 { return field(r[reqLocalTimeout], 0, retryCountWidth) }
+func (r REQ) RetryCount() uint8 { return bitfield(r[reqLocalTimeout], 0, retryCountWidth) }
 
 // PKey returns the partition key.
 func (r REQ) PKey() uint16 { return binary.BigEndian.Uint16(r[reqPKey:]) }
 
 // PathMTU returns the path MTU code.
-func (r REQ) PathMTU() MTU { return MTU(field(r[reqMTU], reqMTUShift, mtuWidth)) }
+func (r REQ) PathMTU() MTU { return MTU(bitfield(r[reqMTU], reqMTUShift, mtuWidth)) }
 
 // RDCExists returns the RDC-exists bit.
 func (r REQ) RDCExists() bool { return r[reqMTU]&reqRDCExists != 0 }
 
 // RNRRetryCount returns how often the receiver's QP may retry after an RNR
 // NAK (7: without limit).
-func (r REQ) RNRRetryCount() uint8 { return field(r[reqMTU], 0, retryCountWidth) }
+func (r REQ) RNRRetryCount() uint8 { return bitfield(r[reqMTU], 0, retryCountWidth) }
 
 // MaxCMRetries returns how often the sender resends a CM message that gets
 // no answer.
-func (r REQ) MaxCMRetries() uint8 { return field(r[reqMaxCMRetries], reqMaxCMShift, 4) }
+func (r REQ) MaxCMRetries() uint8 { return bitfield(r[reqMaxCMRetries], reqMaxCMShift, 4) }
 
 // SRQ returns whether the sender's QP uses a shared receive queue.
 func (r REQ) SRQ() bool { return r[reqMaxCMRetries]&reqSRQ != 0 }
 
 // ExtendedTransportType returns the 3-bit extended transport type.
-func (r REQ) ExtendedTransportType() uint8 { return field(r[reqMaxCMRetries], 0, 3) }
+func (r REQ) ExtendedTransportType() uint8 { return bitfield(r[reqMaxCMRetries], 0, 3) }
 
 // PrimaryPath returns the primary path.
 func (r REQ) PrimaryPath() CMPath { return CMPath(r[reqPrimaryPath:reqAlternatePath:reqAlternatePath]) }
@@ -277,17 +277,17 @@ func (r REQ) Encode(f *REQFields) {
 	be.PutUint32(r[reqLocalQPN:], f.LocalQPN<<qpn24Shift|uint32(f.ResponderResources))
 	be.PutUint32(r[reqLocalEECN:], f.LocalEECN<<qpn24Shift|uint32(f.InitiatorDepth))
 	put24(r[reqRemoteEECN:], f.RemoteEECN)
-	r[reqRemoteTimeout] = pack(f.RemoteCMResponseTimeout, reqTimeoutShift, cmTimeoutWidth) |
-		pack(uint8(f.TransportServiceType), reqTSTShift, transportTypeWidth) |
+	r[reqRemoteTimeout] = packBits(f.RemoteCMResponseTimeout, reqTimeoutShift, cmTimeoutWidth) |
+		packBits(f.TransportServiceType, reqTSTShift, transportTypeWidth) |
 		bit(f.EndToEndFlowControl, reqFlowControl)
 	put24(r[reqStartingPSN:], uint32(f.StartingPSN))
-	r[reqLocalTimeout] = pack(f.LocalCMResponseTimeout, reqTimeoutShift, cmTimeoutWidth) |
-		pack(f.RetryCount, 0, retryCountWidth)
+	r[reqLocalTimeout] = packBits(f.LocalCMResponseTimeout, reqTimeoutShift, cmTimeoutWidth) |
+		packBits(f.RetryCount, 0, retryCountWidth)
 	be.PutUint16(r[reqPKey:], f.PKey)
-	r[reqMTU] = pack(uint8(f.PathMTU), reqMTUShift, mtuWidth) | bit(f.RDCExists, reqRDCExists) |
-		pack(f.RNRRetryCount, 0, retryCountWidth)
-	r[reqMaxCMRetries] = pack(f.MaxCMRetries, reqMaxCMShift, 4) | bit(f.SRQ, reqSRQ) |
-		pack(f.ExtendedTransportType, 0, 3)
+	r[reqMTU] = packBits(uint8(f.PathMTU), reqMTUShift, mtuWidth) | bit(f.RDCExists, reqRDCExists) |
+		packBits(f.RNRRetryCount, 0, retryCountWidth)
+	r[reqMaxCMRetries] = packBits(f.MaxCMRetries, reqMaxCMShift, 4) | bit(f.SRQ, reqSRQ) |
+		packBits(f.ExtendedTransportType, 0, 3)
 	r.PrimaryPath().Encode(&f.PrimaryPath)
 	r.AlternatePath().Encode(&f.AlternatePath)
 	copy(r[reqPrivateData:], f.PrivateData[:])
@@ -380,14 +380,14 @@ func (p CMPath) TrafficClass() uint8 { return p[pathTrafficClass] }
 func (p CMPath) HopLimit() uint8 { return p[pathHopLimit] }
 
 // SL returns the service level.
-func (p CMPath) SL() uint8 { return field(p[pathSL], pathSLShift, 4) }
+func (p CMPath) SL() uint8 { return bitfield(p[pathSL], pathSLShift, 4) }
 
 // SubnetLocal returns whether the path stays in the sender's subnet.
 func (p CMPath) SubnetLocal() bool { return p[pathSL]&pathSubnetLocal != 0 }
 
 // LocalACKTimeout returns the 5-bit exponent of the QP's ACK timeout.
 func (p CMPath) LocalACKTimeout() uint8 {
-	return field(p[pathACKTimeout], reqTimeoutShift, cmTimeoutWidth)
+	return bitfield(p[pathACKTimeout], reqTimeoutShift, cmTimeoutWidth)
 }
 
 // Fields returns every field of the path.
@@ -405,9 +405,9 @@ func (p CMPath) Fields() CMPathFields {
 		HopLimit:        p.HopLimit(),
 		SL:              p.SL(),
 		SubnetLocal:     p.SubnetLocal(),
-		Resv3a:          field(p[pathSL], 0, 3),
+		Resv3a:          bitfield(p[pathSL], 0, 3),
 		LocalACKTimeout: p.LocalACKTimeout(),
-		Resv3b:          field(p[pathACKTimeout], 0, 3),
+		Resv3b:          bitfield(p[pathACKTimeout], 0, 3),
 	}
 }
 
@@ -423,8 +423,8 @@ func (p CMPath) Encode(f *CMPathFields) {
 		uint32(f.Resv6&sixBits)<<pathResv6Shift|uint32(f.PacketRate&sixBits))
 	p[pathTrafficClass] = f.TrafficClass
 	p[pathHopLimit] = f.HopLimit
-	p[pathSL] = pack(f.SL, pathSLShift, 4) | bit(f.SubnetLocal, pathSubnetLocal) | pack(f.Resv3a, 0, 3)
-	p[pathACKTimeout] = pack(f.LocalACKTimeout, reqTimeoutShift, cmTimeoutWidth) | pack(f.Resv3b, 0, 3)
+	p[pathSL] = packBits(f.SL, pathSLShift, 4) | bit(f.SubnetLocal, pathSubnetLocal) | packBits(f.Resv3a, 0, 3)
+	p[pathACKTimeout] = packBits(f.LocalACKTimeout, reqTimeoutShift, cmTimeoutWidth) | packBits(f.Resv3b, 0, 3)
 }
 
 // MRA is a view of a MessageReceiptAcknowledgement (IBTA 12.6.6, Table
@@ -478,7 +478,7 @@ func (m MRA) MessageMRAed() CMMessage { return CMMessage(m[mraMessage] >> cmMess
 // ServiceTimeout returns the 5-bit exponent of the time the sender of the
 // acknowledged message should now wait, on top of its CM response timeout.
 func (m MRA) ServiceTimeout() uint8 {
-	return field(m[mraServiceTimeout], reqTimeoutShift, cmTimeoutWidth)
+	return bitfield(m[mraServiceTimeout], reqTimeoutShift, cmTimeoutWidth)
 }
 
 // PrivateData returns the private data.
@@ -492,7 +492,7 @@ func (m MRA) Fields() MRAFields {
 		MessageMRAed:   m.MessageMRAed(),
 		Resv6:          m[mraMessage] & sixBits,
 		ServiceTimeout: m.ServiceTimeout(),
-		Resv3:          field(m[mraServiceTimeout], 0, 3),
+		Resv3:          bitfield(m[mraServiceTimeout], 0, 3),
 		PrivateData:    [MRAPrivateDataSize]byte(m.PrivateData()),
 	}
 }
@@ -501,8 +501,8 @@ func (m MRA) Fields() MRAFields {
 // truncated to it.
 func (m MRA) Encode(f *MRAFields) {
 	putCommIDs(m, f.LocalCommID, f.RemoteCommID)
-	m[mraMessage] = pack(uint8(f.MessageMRAed), cmMessageShift, 2) | f.Resv6&sixBits
-	m[mraServiceTimeout] = pack(f.ServiceTimeout, reqTimeoutShift, cmTimeoutWidth) | pack(f.Resv3, 0, 3)
+	m[mraMessage] = packBits(uint8(f.MessageMRAed), cmMessageShift, 2) | f.Resv6&sixBits
+	m[mraServiceTimeout] = packBits(f.ServiceTimeout, reqTimeoutShift, cmTimeoutWidth) | packBits(f.Resv3, 0, 3)
 	copy(m[mraPrivateData:], f.PrivateData[:])
 }
 
@@ -594,7 +594,7 @@ func (r REJ) RemoteCommID() uint32 { return binary.BigEndian.Uint32(r[cmRemoteCo
 func (r REJ) MessageRejected() CMMessage { return CMMessage(r[rejMessage] >> cmMessageShift) }
 
 // ARILength returns how many bytes of the ARI are meaningful.
-func (r REJ) ARILength() uint8 { return field(r[rejARILength], rejARILenShift, 7) }
+func (r REJ) ARILength() uint8 { return bitfield(r[rejARILength], rejARILenShift, 7) }
 
 // Reason returns why the message is rejected.
 func (r REJ) Reason() RejectReason { return RejectReason(binary.BigEndian.Uint16(r[rejReason:])) }
@@ -625,8 +625,8 @@ func (r REJ) Fields() REJFields {
 // truncated to it.
 func (r REJ) Encode(f *REJFields) {
 	putCommIDs(r, f.LocalCommID, f.RemoteCommID)
-	r[rejMessage] = pack(uint8(f.MessageRejected), cmMessageShift, 2) | f.Resv6&sixBits
-	r[rejARILength] = pack(f.ARILength, rejARILenShift, 7) | f.Resv1&1
+	r[rejMessage] = packBits(uint8(f.MessageRejected), cmMessageShift, 2) | f.Resv6&sixBits
+	r[rejARILength] = packBits(f.ARILength, rejARILenShift, 7) | f.Resv1&1
 	binary.BigEndian.PutUint16(r[rejReason:], uint16(f.Reason))
 	copy(r[rejARI:], f.ARI[:])
 	copy(r[rejPrivateData:], f.PrivateData[:])
@@ -766,7 +766,6 @@ const (
 	repFailoverShift  = 1
 	repRNRShift       = 5
 	repSRQ            = 0x10
-	lowByte           = 0xff
 )
 
 // REPFields holds every field of a REP, reserved bits included.
@@ -821,19 +820,21 @@ func (r REP) InitiatorDepth() uint8 { return r[repInitiatorDepth] }
 // TargetACKDelay returns the 5-bit exponent of the longest time the sender
 // takes to acknowledge a request.
 func (r REP) TargetACKDelay() uint8 {
-	return field(r[repTargetACKDelay], reqTimeoutShift, cmTimeoutWidth)
+	return bitfield(r[repTargetACKDelay], reqTimeoutShift, cmTimeoutWidth)
 }
 
 // FailoverAccepted returns the 2-bit failover-accepted code (0: the
 // alternate path is accepted).
-func (r REP) FailoverAccepted() uint8 { return field(r[repTargetACKDelay], repFailoverShift, 2) }
+func (r REP) FailoverAccepted() uint8 { return bitfield(r[repTargetACKDelay], repFailoverShift, 2) }
 
 // EndToEndFlowControl returns the end-to-end flow control bit.
 func (r REP) EndToEndFlowControl() bool { return r[repTargetACKDelay]&reqFlowControl != 0 }
 
 // RNRRetryCount returns how often the receiver's QP may retry after an RNR
 // NAK (7: without limit).
-func (r REP) RNRRetryCount() uint8 { return field(r[repRNRRetryCount], repRNRShift, retryCountWidth) }
+func (r REP) RNRRetryCount() uint8 {
+	return bitfield(r[repRNRRetryCount], repRNRShift, retryCountWidth)
+}
 
 // SRQ returns whether the sender's QP uses a shared receive queue.
 func (r REP) SRQ() bool { return r[repRNRRetryCount]&repSRQ != 0 }
@@ -863,7 +864,7 @@ func (r REP) Fields() REPFields {
 		EndToEndFlowControl: r.EndToEndFlowControl(),
 		RNRRetryCount:       r.RNRRetryCount(),
 		SRQ:                 r.SRQ(),
-		Resv4:               field(r[repRNRRetryCount], 0, 4),
+		Resv4:               bitfield(r[repRNRRetryCount], 0, 4),
 		LocalCAGUID:         r.LocalCAGUID(),
 		PrivateData:         [REPPrivateDataSize]byte(r.PrivateData()),
 	}
@@ -880,10 +881,10 @@ func (r REP) Encode(f *REPFields) {
 	be.PutUint32(r[repStartingPSN:], uint32(f.StartingPSN)<<qpn24Shift|uint32(f.Resv8c))
 	r[repResponderRes] = f.ResponderResources
 	r[repInitiatorDepth] = f.InitiatorDepth
-	r[repTargetACKDelay] = pack(f.TargetACKDelay, reqTimeoutShift, cmTimeoutWidth) |
-		pack(f.FailoverAccepted, repFailoverShift, 2) | bit(f.EndToEndFlowControl, reqFlowControl)
-	r[repRNRRetryCount] = pack(f.RNRRetryCount, repRNRShift, retryCountWidth) | bit(f.SRQ, repSRQ) |
-		pack(f.Resv4, 0, 4)
+	r[repTargetACKDelay] = packBits(f.TargetACKDelay, reqTimeoutShift, cmTimeoutWidth) |
+		packBits(f.FailoverAccepted, repFailoverShift, 2) | bit(f.EndToEndFlowControl, reqFlowControl)
+	r[repRNRRetryCount] = packBits(f.RNRRetryCount, repRNRShift, retryCountWidth) | bit(f.SRQ, repSRQ) |
+		packBits(f.Resv4, 0, 4)
 	be.PutUint64(r[repLocalCAGUID:], f.LocalCAGUID)
 	copy(r[repPrivateData:], f.PrivateData[:])
 }
