@@ -177,7 +177,7 @@ func (h CMAHeader) addr(off int) netip.Addr {
 func (h CMAHeader) Fields() CMAHeaderFields {
 	return CMAHeaderFields{
 		Version: h.Version(),
-		Resv4:   field(h[cmaIPVersion], 0, 4),
+		Resv4:   bitfield(h[cmaIPVersion], 0, 4),
 		SrcPort: h.SrcPort(),
 		Src:     h.addr(cmaSrcAddr),
 		Dst:     h.addr(cmaDstAddr),
