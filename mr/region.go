@@ -52,6 +52,7 @@ const (
 	ImplicitODP                        // no memory of its own: implicit ODP resolves each access
 )
 
+// String returns the kind's name as listings show it.
 func (k MemoryKind) String() string {
 	switch k {
 	case CallerMemory:
