@@ -140,15 +140,24 @@ func TestFIAccessMapping(t *testing.T) {
 func TestAddressing(t *testing.T) {
 	tb := newTable(t)
 	for _, tc := range []struct {
-		name string
-		mode MRMode
-	}{{"scalable: offsets from 0", 0}, {"FI_MR_VIRT_ADDR: virtual addresses", MRVirtAddr}} {
+		name      string
+		mode      MRMode
+		requested uint64
+		virt      bool
+	}{
+		{"scalable: offsets from 0, application keys", 0, 0x700, false},
+		{"FI_MR_VIRT_ADDR: virtual addresses", MRVirtAddr, 0x701, true},
+		{"FI_MR_BASIC: virtual addresses, provider keys", MRBasic, 0, true},
+	} {
 		d := openDomain(t, tb, DomainConfig{Mode: tc.mode})
 		iov := [][]byte{[]byte("0123456789"), []byte("abcdefghij")}
-		m, err := d.Regv(iov, FIRemoteRead, 0, 0x700, 0, nil)
+		m, err := d.Regv(iov, FIRemoteRead, 0, tc.requested, 0, nil)
 		wantErr(t, tc.name, err, nil)
+		if tc.requested != 0 && m.Key() != tc.requested {
+			t.Errorf("%s: key %#x, want %#x", tc.name, m.Key(), tc.requested)
+		}
 		base := uint64(0)
-		if tc.mode&MRVirtAddr != 0 {
+		if tc.virt {
 			base = addrOf(iov[0])
 		}
 		raw := make([]byte, RawKeySize)
