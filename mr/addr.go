@@ -53,8 +53,9 @@ const btreeDegree = 32
 // extents are kept in one google/btree BTreeG per length class (class c
 // holds lengths in [2^(c-1), 2^c)), and a search descends each non-empty
 // class from the address (DescendLessOrEqual) only as far as an extent of
-// that class could still reach. A lookup costs one short descent per class
-// in use, whatever the number of extents.
+// that class could still reach. A lookup costs one descent per class in
+// use, O(log n), plus one step per extent of that class overlapping the
+// address (more only when the same memory is registered many times).
 type addrIndex struct {
 	trees [65]*btree.BTreeG[extentItem]
 	mask  uint64 // bit c-1 set when trees[c] is not empty
