@@ -341,7 +341,7 @@ func (q *QP) atomicAck(p *wire.Packet, psn wire.PSN, now Time) {
 // completeInOrder completes the WQEs at the head of the send queue that
 // are finished, in posting order, as the IBTA requires of one QP.
 func (q *QP) completeInOrder() {
-	for q.sq.head != q.sq.next || (q.sq.head != q.sq.tail && q.sq.at(q.sq.head).state == wqeFlushed) {
+	for q.sq.head != q.sq.tail {
 		w := q.sq.at(q.sq.head)
 		status := Success
 		switch w.state {
@@ -352,6 +352,11 @@ func (q *QP) completeInOrder() {
 			status = WRFlushErr
 		default:
 			return
+		}
+		if q.sq.next == q.sq.head {
+			// Finished before the requester got back to it: a late
+			// response overtook a go-back-N.
+			q.passOver(w)
 		}
 		if w.wr.Opcode.isReadOrAtomic() && w.npkts > 0 {
 			q.req.rdAtomic--
@@ -365,15 +370,40 @@ func (q *QP) completeInOrder() {
 		}
 		w.release()
 		w.state = wqePosted
-		if q.sq.next == q.sq.head {
-			// Completed before the requester got round to (re)sending it:
-			// a late response overtook a go-back-N.
-			q.sq.next++
-			q.req.pkt = 0
-		}
 		q.sq.head++
 		if status != Success && status != WRFlushErr {
 			q.toError()
+		}
+	}
+}
+
+// passOver moves the requester past w, the WQE at sq.next, which needs no
+// (more) sending: its PSNs, if it has any, are not used again.
+func (q *QP) passOver(w *sendWQE) {
+	if w.npkts > 0 && w.lastPSN.Add(1).After(q.req.psn) {
+		q.req.psn = w.lastPSN.Add(1)
+	}
+	q.sq.next++
+	q.req.pkt = 0
+}
+
+// catchUp moves the requester forward when acknowledgements overtake a
+// go-back-N (a late ACK or response for packets it was about to resend):
+// what the responder has acknowledged is not sent again.
+func (q *QP) catchUp() {
+	for q.req.psn.Before(q.comp.psn) && q.sq.next != q.sq.tail {
+		w := q.sq.at(q.sq.next)
+		switch w.state {
+		case wqeDone, wqeError, wqeFlushed:
+			q.passOver(w)
+		case wqePending:
+			if !q.comp.psn.After(w.lastPSN) {
+				q.req.pkt = uint32(q.comp.psn.Sub(w.firstPSN))
+				q.req.psn = q.comp.psn
+			}
+			return
+		default:
+			return
 		}
 	}
 }

@@ -28,13 +28,14 @@ type requester struct {
 
 // nextRequest encodes the next request packet into buf.
 func (q *QP) nextRequest(buf []byte, now Time) (int, netip.AddrPort) {
+	q.catchUp()
 	for !q.req.halted && !q.req.rnrWait && q.sq.next != q.sq.tail {
 		w := q.sq.at(q.sq.next)
 		switch w.state {
 		case wqeDone, wqeError, wqeFlushed:
-			// A local operation executed before, met again by go-back-N.
-			q.sq.next++
-			q.req.pkt = 0
+			// Finished already: a local operation met again by go-back-N,
+			// or a WQE whose response overtook the go-back-N.
+			q.passOver(w)
 			continue
 		case wqePosted:
 			if !q.startWQE(w) {

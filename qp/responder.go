@@ -589,6 +589,10 @@ func (q *QP) executeAtomicWrite(p *wire.Packet) (outcome, failure) {
 	if err != nil {
 		return failed, accessFailure(err)
 	}
+	if !s.IsWord() {
+		s.Release()
+		return failed, failure{wire.NakInvalidRequest, RemInvReqErr, RemoteAccessErr} // misaligned, as for the other atomics
+	}
 	s.Store(binary.NativeEndian.Uint64(p.Payload))
 	s.Release()
 	psn := p.BTH.PSN()

@@ -317,7 +317,7 @@ func (s *sim) waitWC(h *host, n int, limit time.Duration) []qp.WC {
 // connect moves both QPs to RTS, each the other's peer.
 func connect(t testing.TB, a, b *host, attr qp.Attr) {
 	t.Helper()
-	pa, pb := wire.PSN(0x100), wire.PSN(0xFFFFF0) // b's PSNs wrap soon
+	pa, pb := psnA, wire.PSN(0xFFFFF0) // b's PSNs wrap soon
 	for _, x := range []struct {
 		h, peer *host
 		sq, rq  wire.PSN
@@ -378,3 +378,6 @@ func tail(s string, n int) string {
 	lines := strings.Split(s, "\n")
 	return strings.Join(lines[max(0, len(lines)-n-1):], "\n")
 }
+
+// psnA is a's first PSN; tests that need b's and a's PSNs to wrap change it.
+var psnA = wire.PSN(0x100)

@@ -200,7 +200,7 @@ func splitRuns(msgs []Message, lim gsoLimits, runs []int) int {
 		first := &msgs[i]
 		seg := len(first.Buf)
 		total, n := seg, 1
-		if seg > 0 {
+		if seg > 0 && idInvisible(first.Addr.Addr()) {
 			for j := i + 1; j < len(msgs) && n < lim.maxSegments; j++ {
 				next := &msgs[j]
 				l := len(next.Buf)
@@ -218,6 +218,17 @@ func splitRuns(msgs []Message, lim gsoLimits, runs []int) int {
 		i += n
 	}
 	return nr
+}
+
+// idInvisible reports whether datagrams to addr may be coalesced: when the
+// kernel (or a NIC) cuts a GSO send into datagrams it numbers their IPv4
+// identifications 0, 1, 2 ..., and RoCEv2's ICRC covers the identification,
+// so every datagram after the first would fail the check of a receiver that
+// sees the real header (rxe, hardware RoCE, Wireshark). IPv6 has no
+// identification; on IPv4 loopback the coalesced send reaches the receiving
+// socket whole and is cut there, where no IP header is left to see.
+func idInvisible(addr netip.Addr) bool {
+	return addr.IsLoopback() || (addr.Is6() && !addr.Is4In6())
 }
 
 // Conn is a UDP socket read and written in batches. ReadBatch and WriteBatch

@@ -10,6 +10,9 @@ import (
 var (
 	dstA = netip.MustParseAddrPort("127.0.0.1:4791")
 	dstB = netip.MustParseAddrPort("127.0.0.1:4792")
+	// Never sent to: splitRuns only looks at the addresses.
+	remote4 = netip.MustParseAddrPort("192.0.2.1:4791")
+	remote6 = netip.MustParseAddrPort("[2001:db8::1]:4791")
 )
 
 // batch builds messages of the given sizes, all to dst unless dsts says
@@ -52,6 +55,8 @@ func TestSplitRuns(t *testing.T) {
 		{name: "byte limit reached exactly", sizes: []int{1000, 1000, 500}, lim: gsoLimits{maxSegments: 64, maxBytes: 2500}, want: []int{3}},
 		{name: "byte limit one short", sizes: []int{1000, 1000, 500}, lim: gsoLimits{maxSegments: 64, maxBytes: 2499}, want: []int{2, 1}},
 		{name: "oversized datagram alone", sizes: []int{70000, 70000}, lim: gso, want: []int{1, 1}},
+		{name: "IPv4 beyond loopback is never coalesced (the IP ID trap)", sizes: repeat(3, 100), dsts: map[int]netip.AddrPort{0: remote4, 1: remote4, 2: remote4}, lim: gso, want: []int{1, 1, 1}},
+		{name: "IPv6 beyond loopback coalesces", sizes: repeat(3, 100), dsts: map[int]netip.AddrPort{0: remote6, 1: remote6, 2: remote6}, lim: gso, want: []int{3}},
 		{name: "runs slice full", sizes: repeat(4, 100), dsts: map[int]netip.AddrPort{1: dstB, 3: dstB}, lim: gso, maxRuns: 2, want: []int{1, 1}},
 	}
 	for _, tt := range tests {

@@ -1,0 +1,92 @@
+package tests
+
+import (
+	"context"
+	"net/netip"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/qp"
+)
+
+var loopback = netip.MustParseAddrPort("127.0.0.1:0")
+
+const allAccess = mr.LocalWrite | mr.RemoteWrite | mr.RemoteRead | mr.RemoteAtomic
+
+// checkLeaks fails the test if goroutines started during it outlive it.
+func checkLeaks(t testing.TB) {
+	before := runtime.NumGoroutine()
+	t.Cleanup(func() {
+		deadline := time.Now().Add(5 * time.Second)
+		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if n := runtime.NumGoroutine(); n > before {
+			buf := make([]byte, 1<<16)
+			buf = buf[:runtime.Stack(buf, true)]
+			t.Errorf("%d goroutines leaked:\n%s", n-before, buf)
+		}
+	})
+}
+
+func openDevice(t testing.TB, cfg nic.Config) *nic.Device {
+	t.Helper()
+	if !cfg.Addr.IsValid() {
+		cfg.Addr = loopback
+	}
+	d, err := nic.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// link is one connected RC QP pair between two devices, with a CQ on each
+// side.
+type link struct {
+	a, b     *nic.QP
+	acq, bcq *nic.CQ
+}
+
+func connectPair(t testing.TB, da, db *nic.Device, pa, pb *nic.PD, opts nic.ConnectOptions, depth int) link {
+	t.Helper()
+	var l link
+	var err error
+	if l.acq, err = da.CreateCQ(depth * 2); err != nil {
+		t.Fatal(err)
+	}
+	if l.bcq, err = db.CreateCQ(depth * 2); err != nil {
+		t.Fatal(err)
+	}
+	if l.a, err = pa.CreateQP(nic.QPConfig{SendCQ: l.acq, MaxSendWR: depth, MaxRecvWR: depth}); err != nil {
+		t.Fatal(err)
+	}
+	if l.b, err = pb.CreateQP(nic.QPConfig{SendCQ: l.bcq, MaxSendWR: depth, MaxRecvWR: depth}); err != nil {
+		t.Fatal(err)
+	}
+	oa, ob := opts, opts
+	oa.LocalPSN, oa.RemotePSN = 0xFFFF00, 0x123 // a's PSNs wrap during the test
+	ob.LocalPSN, ob.RemotePSN = 0x123, 0xFFFF00
+	if err := l.a.Connect(db.Addr(), l.b.Num(), oa); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.b.Connect(da.Addr(), l.a.Num(), ob); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func waitWC(t testing.TB, cq *nic.CQ, timeout time.Duration) qp.WC {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var wc [1]qp.WC
+	if _, err := cq.Wait(ctx, wc[:]); err != nil {
+		t.Fatalf("waiting for a completion: %v", err)
+	}
+	return wc[0]
+}
