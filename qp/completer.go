@@ -372,7 +372,7 @@ func (q *QP) completeInOrder() {
 		w.state = wqePosted
 		q.sq.head++
 		if status != Success && status != WRFlushErr {
-			q.toError()
+			q.toError(status)
 		}
 	}
 }

@@ -105,6 +105,9 @@ type QP struct {
 	// cqLost records a completion the CQ had no room for; the QP then
 	// moves to the error state once the current step is over.
 	cqLost bool
+	// cause is the status of the error completion that moved the QP to
+	// ERR; Success when a verb or a CQ overflow did.
+	cause WCStatus
 }
 
 // New creates a QP numbered qpn in the RESET state.
@@ -152,6 +155,10 @@ type Status struct {
 	Window       int // congestion window, packets
 	RetriesLeft  uint8
 	RNRRetryLeft uint8
+	// Cause is, in the ERR state, the status of the error completion that
+	// moved the QP there (RETRY_EXC_ERR when the peer stopped answering);
+	// SUCCESS when Modify or a CQ overflow did.
+	Cause WCStatus
 }
 
 // Status returns a snapshot of the sequence state.
@@ -161,6 +168,7 @@ func (q *QP) Status() Status {
 		ExpectedPSN: q.resp.epsn, MSN: q.resp.msn,
 		SendQueued: int(q.sq.tail - q.sq.head), RecvQueued: q.rq.count,
 		Window: int(q.req.cwnd), RetriesLeft: q.comp.retryLeft, RNRRetryLeft: q.comp.rnrLeft,
+		Cause: q.cause,
 	}
 }
 
@@ -173,6 +181,7 @@ func (q *QP) resetState() {
 	q.resp.reset()
 	q.req = requester{cwnd: float64(min(q.cfg.Window, 32)), ssthresh: float64(q.cfg.Window)}
 	q.comp = completer{}
+	q.cause = Success
 	q.attr = Attr{State: Reset, PKey: 0xFFFF}
 	q.mtu = 0
 }
@@ -207,7 +216,7 @@ func (q *QP) Modify(attr *Attr, mask AttrMask) error {
 		return nil
 	case Err:
 		q.applyAttr(attr, given)
-		q.toError()
+		q.toError(Success)
 		return nil
 	}
 	q.applyAttr(attr, given)
@@ -503,7 +512,7 @@ func (q *QP) Tick(now Time) {
 func (q *QP) afterStep() {
 	if q.cqLost {
 		q.cqLost = false
-		q.toError()
+		q.toError(Success)
 	}
 }
 
@@ -519,14 +528,16 @@ func (q *QP) pushRecvWC(wc *WC) {
 	}
 }
 
-// toError moves the QP to ERR: every outstanding send and receive WR
-// completes with WR_FLUSH_ERR and timers stop. NAKs already queued are
-// still sent, so the peer learns why.
-func (q *QP) toError() {
+// toError moves the QP to ERR because of an error completion with status
+// cause (Success when a verb or a CQ overflow is the cause): every
+// outstanding send and receive WR completes with WR_FLUSH_ERR and timers
+// stop. NAKs already queued are still sent, so the peer learns why.
+func (q *QP) toError(cause WCStatus) {
 	if q.attr.State == Err {
 		return
 	}
 	q.attr.State = Err
+	q.cause = cause
 	q.comp.armed = false
 	q.req.rnrWait = false
 	for i := q.sq.head; i != q.sq.tail; i++ {

@@ -215,9 +215,14 @@ func (q *QP) encodeRequest(w *sendWQE, buf []byte, now Time) (int, netip.AddrPor
 			dst = w.wr.Dest
 		}
 	}
-	if q.cfg.Type == RC {
+	switch q.cfg.Type {
+	case RC:
 		ackEvery := max(1, min(64, int(q.req.cwnd/2)))
 		f.BTH.AckReq = last || q.req.sinceAck+1 >= ackEvery
+	case UD:
+		// Nothing acknowledges a datagram, but rxe sets AckReq on the last
+		// packet of every message, UD included (the MADs of rping.pcap).
+		f.BTH.AckReq = true
 	}
 	hdr, err := f.EncodeHeaders(buf, payload)
 	if err != nil {

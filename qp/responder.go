@@ -269,7 +269,7 @@ func (q *QP) receiveRC(p *wire.Packet) {
 			q.pushRecvWC(&WC{ID: r.rwqe.id, Status: f.status, Opcode: WCRecv, QPN: q.num})
 		}
 		// Class C errors: the responder's QP goes to the error state too.
-		q.toError()
+		q.toError(f.status)
 		return
 	}
 	r.nakSent = false
@@ -629,7 +629,7 @@ func (q *QP) duplicate(p *wire.Packet, psn wire.PSN) {
 				f := accessFailure(err)
 				q.cnt.inc(f.counter)
 				r.queueNak(wire.NakSyndrome(f.code), psn)
-				q.toError()
+				q.toError(f.status)
 				return
 			}
 			span = s
@@ -747,7 +747,7 @@ func (q *QP) receiveDatagram(p *wire.Packet, env *wire.Envelope) {
 		q.cnt.inc(f.counter)
 		q.pushRecvWC(&WC{ID: r.rwqe.id, Status: f.status, Opcode: WCRecv, QPN: q.num})
 		r.haveRWQE = false
-		q.toError()
+		q.toError(f.status)
 		return
 	}
 	wc := WC{ID: r.rwqe.id, Opcode: WCRecv, QPN: q.num, Flags: WCGRH, SrcQPN: p.DETH.SrcQP(), Src: env.Src}

@@ -60,8 +60,8 @@ func TestScenarioRNRRetryExhausted(t *testing.T) {
 	s.waitWC(a, 2, time.Second)
 	expectWC(t, a.wcs[0], qp.WC{ID: 1, Status: qp.RNRRetryExcErr, Opcode: qp.WCSend, ByteLen: 10, QPN: a.qp.Num()})
 	expectWC(t, a.wcs[1], qp.WC{ID: 2, Status: qp.WRFlushErr, Opcode: qp.WCSend, ByteLen: 10, QPN: a.qp.Num()})
-	if a.qp.State() != qp.Err {
-		t.Errorf("requester QP is %s, want ERR", a.qp.State())
+	if st := a.qp.Status(); st.State != qp.Err || st.Cause != qp.RNRRetryExcErr {
+		t.Errorf("requester QP is %s (cause %s), want ERR (cause RNR_RETRY_EXC_ERR)", st.State, st.Cause)
 	}
 	if got := a.counter(qp.RetryRNRExceededErr); got != 1 {
 		t.Errorf("retry_rnr_exceeded_err = %d, want 1", got)
@@ -98,6 +98,9 @@ func TestScenarioRetryExhausted(t *testing.T) {
 	s.waitWC(a, 2, time.Second)
 	expectWC(t, a.wcs[0], qp.WC{ID: 1, Status: qp.RetryExcErr, Opcode: qp.WCWrite, ByteLen: 8, QPN: a.qp.Num()})
 	expectWC(t, a.wcs[1], qp.WC{ID: 2, Status: qp.WRFlushErr, Opcode: qp.WCRead, ByteLen: 8, QPN: a.qp.Num()})
+	if st := a.qp.Status(); st.State != qp.Err || st.Cause != qp.RetryExcErr {
+		t.Errorf("requester QP is %s (cause %s), want ERR (cause RETRY_EXC_ERR)", st.State, st.Cause)
+	}
 	if got := a.counter(qp.CompleterRetryErr); got != 3 {
 		t.Errorf("completer_retry_err = %d, want 3 (retry_cnt)", got)
 	}
