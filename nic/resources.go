@@ -292,7 +292,17 @@ func (q *QP) Modify(attr *qp.Attr, mask qp.AttrMask) error {
 
 // PostSend posts one send work request (ibv_post_send) and sends what it
 // can at once.
-func (q *QP) PostSend(wr *qp.SendWR) error {
+func (q *QP) PostSend(wr *qp.SendWR) error { return q.postSend(wr, true) }
+
+// PostSendDeferred posts a send work request without ringing the doorbell:
+// this call sends nothing, so that several posts can leave in one batch
+// (what FI_MORE asks for). The queued packets go out with the next
+// PostSend, PostSends or RingDoorbell on the QP, or sooner if the device
+// drains the QP for its own reasons (a response arrives, a timer fires):
+// the deferral is a batching hint, never a promise to hold packets back.
+func (q *QP) PostSendDeferred(wr *qp.SendWR) error { return q.postSend(wr, false) }
+
+func (q *QP) postSend(wr *qp.SendWR, ring bool) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed {
@@ -300,6 +310,20 @@ func (q *QP) PostSend(wr *qp.SendWR) error {
 	}
 	if err := q.qp.PostSend(wr); err != nil {
 		return err
+	}
+	if ring {
+		q.flushNowLocked()
+	}
+	return nil
+}
+
+// RingDoorbell sends what the QP has queued, such as the work requests of
+// PostSendDeferred.
+func (q *QP) RingDoorbell() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.destroyed {
+		return ErrClosed
 	}
 	q.flushNowLocked()
 	return nil
