@@ -64,6 +64,13 @@ func (o *ConnectOptions) setDefaults(d *Device) {
 // perftest does); the connection manager does it over the network.
 func (q *QP) Connect(remote netip.AddrPort, remoteQPN uint32, o ConnectOptions) error {
 	o.setDefaults(q.dev)
+	return q.connect(remote, remoteQPN, &o)
+}
+
+// connect moves the QP from RESET to RTS with exactly the attributes in o
+// (no defaults: the connection manager passes negotiated values, some of
+// which may be zero).
+func (q *QP) connect(remote netip.AddrPort, remoteQPN uint32, o *ConnectOptions) error {
 	if o.MTU > q.dev.cfg.MTU {
 		return fmt.Errorf("path MTU %d exceeds the device MTU %d: %w", o.MTU, q.dev.cfg.MTU, ErrInvalid)
 	}

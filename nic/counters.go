@@ -14,12 +14,23 @@ const (
 	FaultDuplicated                   // packets the fault injector sent twice
 	FaultCorrupted                    // packets the fault injector corrupted
 	FaultDelayed                      // packets the fault injector held back
+	// The connection manager's counts, named after Linux's ib_cm counter
+	// groups (cm_tx_msgs, cm_tx_retries, cm_rx_msgs, cm_rx_duplicates) and
+	// summed over the message types.
+	CMTxMsgs       // CM MADs sent, retransmissions included
+	CMTxRetries    // CM MADs sent again after a timeout
+	CMRxMsgs       // CM MADs received
+	CMRxDuplicates // CM MADs received again (a retransmission or a stale message), answered from state
+	CMRxDropped    // CM MADs that fit no connection or do not decode, or REQs beyond a listener's backlog
+	CMEstablished  // connections that reached the established state
+	CMDisconnected // established connections that ended (DREQ, REJ or DREQ timeout)
 	numDevCounters
 )
 
 var devCounterNames = [numDevCounters]string{
 	"bad_icrc", "malformed", "unknown_qp", "fault_dropped", "fault_duplicated",
-	"fault_corrupted", "fault_delayed",
+	"fault_corrupted", "fault_delayed", "cm_tx_msgs", "cm_tx_retries", "cm_rx_msgs",
+	"cm_rx_duplicates", "cm_rx_dropped", "cm_established", "cm_disconnected",
 }
 
 func (c DevCounter) String() string { return devCounterNames[c] }

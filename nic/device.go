@@ -41,6 +41,13 @@ type Config struct {
 	// Faults injects packet faults into everything the device sends, for
 	// testing error handling. nil reads SOFTNIC_FAULTS from the environment.
 	Faults *qp.Faults
+	// SendHook, if set, is asked about every packet the device sends (the
+	// sealed RoCEv2 packet, BTH to ICRC; it must not keep or modify it) and
+	// may drop or duplicate it: tests use it to lose or repeat one chosen
+	// packet, such as the first ConnectReply. It is called from several
+	// goroutines at once and counts as fault injection (fault_dropped,
+	// fault_duplicated).
+	SendHook func(pkt []byte) SendAction
 	// Trace, if set, is called with every packet sent and received, on the
 	// data path: keep it quick. The demo prints from it; PcapTrace writes
 	// a capture.
@@ -74,6 +81,8 @@ type Device struct {
 
 	timers  timers
 	batches sync.Pool
+
+	cm *cm // the connection manager and its QP1
 
 	closeOnce sync.Once
 	done      chan struct{}
@@ -129,6 +138,11 @@ func Open(cfg Config) (*Device, error) {
 	}
 	d.batches.New = func() any { return newBatch() }
 	d.timers.init()
+	if d.cm, err = newCM(d); err != nil {
+		conn.Close()
+		d.mem.Close()
+		return nil, fmt.Errorf("softnic: QP1: %w", err)
+	}
 	d.log.Info("softnic device open", zap.Stringer("addr", d.local), zap.Int("mtu", cfg.MTU),
 		zap.Stringer("udp", conn.Features()), zap.Bool("faults", d.inj != nil))
 	d.wg.Add(2)
@@ -156,12 +170,15 @@ func (d *Device) Features() udp.Features { return d.conn.Features() }
 // now is the device clock the QPs' timers run on.
 func (d *Device) now() qp.Time { return qp.Time(time.Since(d.epoch)) }
 
-// Close stops the device: every QP is moved to the error state (its WRs
-// complete with WR_FLUSH_ERR) and destroyed, the socket is closed and the
-// goroutines exit before Close returns.
+// Close stops the device: its connections are disconnected (one DREQ
+// each, not waited for) and pending connection requests rejected, every QP
+// is moved to the error state (its WRs complete with WR_FLUSH_ERR) and
+// destroyed, the socket is closed and the goroutines exit before Close
+// returns.
 func (d *Device) Close() error {
 	var err error
 	d.closeOnce.Do(func() {
+		d.cm.shutdown()
 		close(d.done)
 		for i := range d.qps {
 			if q := d.qps[i].Load(); q != nil {
@@ -263,6 +280,7 @@ func (d *Device) readLoop() {
 		}
 		clear(in.dirty)
 		in.dirty = in.dirty[:0]
+		d.cm.poll()
 	}
 }
 

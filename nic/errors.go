@@ -16,4 +16,14 @@ var (
 	ErrOverflow = qp.ErrOverflow // EOVERFLOW: a CQ lost completions
 	// ErrClosed is returned by calls on a closed device or destroyed object.
 	ErrClosed = errors.New("softnic: device closed")
+	// ErrConnRefused (ECONNREFUSED): nothing listens on the rdma_cm port
+	// dialed (the peer's REJ says "invalid service ID"; see RejectError).
+	ErrConnRefused = errors.New("connection refused (ECONNREFUSED)")
+	// ErrTimedOut (ETIMEDOUT): the peer did not answer a connection
+	// manager message after every retry, or a connection's QP exhausted
+	// its transport retries (see QPError).
+	ErrTimedOut = errors.New("connection timed out (ETIMEDOUT)")
+	// ErrConnReset (ECONNRESET): the peer disconnected (DREQ) or gave up
+	// the connection (REJ).
+	ErrConnReset = errors.New("connection reset by peer (ECONNRESET)")
 )

@@ -194,12 +194,21 @@ type QP struct {
 	qp        *qp.QP
 	destroyed bool
 	timerAt   qp.Time // the earliest Tick queued for this QP, 0 if none
+	// onError, if set, is told the cause once the QP enters the error
+	// state (the connection manager ends the QP's connection); it is
+	// called with mu held.
+	onError   func(cause qp.WCStatus)
+	errorSeen bool
 
 	dirty bool // owned by the reader goroutine
 }
 
 // CreateQP creates a QP in the RESET state (ibv_create_qp).
-func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
+func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) { return pd.createQP(cfg, 0) }
+
+// createQP creates a QP numbered num, or with the next free number if num
+// is 0.
+func (pd *PD) createQP(cfg QPConfig, num uint32) (*QP, error) {
 	d := pd.dev
 	if d.closed() {
 		return nil, ErrClosed
@@ -227,9 +236,13 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	}
 	d.qpMu.Lock()
 	defer d.qpMu.Unlock()
-	num, ok := d.freeQPN()
-	if !ok {
-		return nil, fmt.Errorf("all %d QPs in use: %w", len(d.qps), ErrNoMem)
+	if num == 0 {
+		var ok bool
+		if num, ok = d.freeQPN(); !ok {
+			return nil, fmt.Errorf("all %d QPs in use: %w", len(d.qps), ErrNoMem)
+		}
+	} else if d.qps[num%uint32(len(d.qps))].Load() != nil {
+		return nil, fmt.Errorf("QP number %#x in use: %w", num, ErrBusy)
 	}
 	inner, err := qp.New(num, qc)
 	if err != nil {
@@ -367,6 +380,27 @@ func (q *QP) flushNowLocked() {
 	b := q.dev.getBatch()
 	q.flushLocked(b, q.dev.now())
 	q.dev.putBatch(b)
+}
+
+// setOnError installs fn as the QP's error hook (nil removes it); fn runs
+// at once if the QP is already in the error state.
+func (q *QP) setOnError(fn func(cause qp.WCStatus)) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.onError, q.errorSeen = fn, false
+	q.reportErrorLocked()
+}
+
+// reportErrorLocked calls the error hook the first time it finds the QP in
+// the error state.
+func (q *QP) reportErrorLocked() {
+	if q.onError == nil || q.errorSeen {
+		return
+	}
+	if st := q.qp.Status(); st.State == qp.Err {
+		q.errorSeen = true
+		q.onError(st.Cause)
+	}
 }
 
 // Destroy moves the QP to the error state, so that its outstanding WRs

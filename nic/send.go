@@ -54,6 +54,7 @@ func (q *QP) flushLocked(b *batch, now qp.Time) {
 		}
 	}
 	d.schedule(q)
+	q.reportErrorLocked()
 }
 
 // stage puts a sealed packet into the batch at index n, through the fault
@@ -61,10 +62,8 @@ func (q *QP) flushLocked(b *batch, now qp.Time) {
 func (d *Device) stage(b *batch, n int, pkt []byte, env *wire.Envelope) int {
 	note := ""
 	copies := 1
-	if d.inj != nil {
-		d.injMu.Lock()
-		fate := d.inj.Decide(pkt)
-		d.injMu.Unlock()
+	if d.inj != nil || d.cfg.SendHook != nil {
+		fate := d.fate(pkt)
 		switch {
 		case fate.Drop:
 			d.devc.inc(FaultDropped)
@@ -95,6 +94,34 @@ func (d *Device) stage(b *batch, n int, pkt []byte, env *wire.Envelope) int {
 		n++
 	}
 	return n
+}
+
+// SendAction is what Config.SendHook wants done with a packet.
+type SendAction uint8
+
+const (
+	SendPass      SendAction = iota // send it (through the fault injector, if any)
+	SendDrop                        // lose it
+	SendDuplicate                   // send it twice
+)
+
+// fate decides what the fault injector and Config.SendHook do to pkt.
+func (d *Device) fate(pkt []byte) qp.Fate {
+	fate := qp.Fate{CorruptBit: -1}
+	if d.inj != nil {
+		d.injMu.Lock()
+		fate = d.inj.Decide(pkt)
+		d.injMu.Unlock()
+	}
+	if d.cfg.SendHook != nil {
+		switch d.cfg.SendHook(pkt) {
+		case SendDrop:
+			fate.Drop = true
+		case SendDuplicate:
+			fate.Duplicate = true
+		}
+	}
+	return fate
 }
 
 // send writes msgs to the socket and counts the outcome.

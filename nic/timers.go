@@ -9,8 +9,9 @@ import (
 	"github.com/softnic/softnic/qp"
 )
 
-// timers holds the device's pending wakeups: QP timers and packets the
-// fault injector holds back. One goroutine (timerLoop) serves them.
+// timers holds the device's pending wakeups: QP timers, packets the
+// fault injector holds back and the connection manager's timers. One
+// goroutine (timerLoop) serves them.
 type timers struct {
 	mu   sync.Mutex
 	h    timerHeap
@@ -21,7 +22,8 @@ type timerEntry struct {
 	at  qp.Time
 	q   *QP            // a QP whose Deadline is due, or
 	pkt []byte         // a delayed packet
-	dst netip.AddrPort // and where it goes
+	dst netip.AddrPort // and where it goes, or
+	fn  func(qp.Time)  // a function to call with the current time
 }
 
 type timerHeap []timerEntry
@@ -94,7 +96,11 @@ func (d *Device) timerLoop() {
 		due, wait = d.timers.due(now, due[:0])
 		for i := range due {
 			e := &due[i]
-			if e.q == nil {
+			switch {
+			case e.fn != nil:
+				e.fn(now)
+				continue
+			case e.q == nil:
 				d.sendOne(e.pkt, e.dst)
 				continue
 			}

@@ -1,0 +1,543 @@
+package nic
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+
+	"go.uber.org/zap"
+
+	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/wire"
+)
+
+// The connection manager connects RC QPs by address and port, the way
+// rdma_cm does (rdma_listen, rdma_accept, rdma_reject, rdma_connect,
+// rdma_disconnect): REQ, REP and RTU between the devices' QP1s, with the
+// service ID of rdma_cm's TCP port space and its private-data header, so
+// that a softnic peer and a Linux rdma_cm peer understand each other.
+
+// Defaults of the connection manager, those of Linux's rdma_cm.
+const (
+	cmDefaultRdAtomic   = 16 // responder resources and initiator depth asked for
+	cmDefaultRetry      = 7  // transport retry_cnt and rnr_retry
+	cmDefaultAckTimeout = 14 // local ACK timeout: 4.096 µs × 2^14 ≈ 67 ms
+	cmDefaultCMTimeout  = 20 // CM response timeout: 4.096 µs × 2^20 ≈ 4.3 s (CMA_CM_RESPONSE_TIMEOUT)
+	cmDefaultCMRetries  = 15 // CMA_MAX_CM_RETRIES
+	cmDefaultBacklog    = 128
+	// cmMinRNRTimer is the RNR NAK timer of connected QPs, QP.Connect's
+	// default (0.64 ms). Linux's CM leaves it 0, which codes 655 ms.
+	cmMinRNRTimer = 12
+)
+
+// ListenOptions configure a Listener.
+type ListenOptions struct {
+	// PD is the protection domain of the QPs created for accepted
+	// connections (required).
+	PD *PD
+	// QP sizes the accepted QPs; SendCQ is required, RecvCQ defaults to it.
+	// The type is RC.
+	QP QPConfig
+	// Backlog bounds the requests waiting for AcceptRequest (default 128).
+	// A REQ beyond it is dropped without an answer, as Linux does, so that
+	// the requester's retransmission tries again.
+	Backlog int
+}
+
+// Listener accepts connection requests for one rdma_cm port of a device.
+type Listener struct {
+	dev *Device
+	l   *cmListener
+	pd  *PD
+	qp  QPConfig
+}
+
+// Listen starts accepting connection requests for rdma_cm port port: REQs
+// whose service ID is RDMA_PS_TCP's for the port (wire.RDMACMServiceID).
+// It returns ErrBusy if the port is already listened on.
+func (d *Device) Listen(port uint16, opts ListenOptions) (*Listener, error) {
+	switch {
+	case opts.PD == nil || opts.PD.dev != d:
+		return nil, fmt.Errorf("softnic: listen on port %d: ListenOptions.PD of this device is required: %w", port, ErrInvalid)
+	case opts.QP.SendCQ == nil:
+		return nil, fmt.Errorf("softnic: listen on port %d: ListenOptions.QP.SendCQ is required: %w", port, ErrInvalid)
+	case opts.QP.Type != 0 && opts.QP.Type != qp.RC:
+		return nil, fmt.Errorf("softnic: listen on port %d: the connection manager connects RC QPs, not %s: %w", port, opts.QP.Type, ErrInvalid)
+	case opts.Backlog < 0:
+		return nil, fmt.Errorf("softnic: listen on port %d: backlog %d: %w", port, opts.Backlog, ErrInvalid)
+	}
+	var l *cmListener
+	var err error
+	d.cm.run(func(e *cmEngine, _ qp.Time, _ *cmOutput) {
+		l, err = e.listen(port, cmp.Or(opts.Backlog, cmDefaultBacklog))
+	})
+	if err != nil {
+		return nil, fmt.Errorf("softnic: listen: %w", err)
+	}
+	d.log.Debug("cm: listening", zap.Uint16("port", port))
+	return &Listener{dev: d, l: l, pd: opts.PD, qp: opts.QP}, nil
+}
+
+// Port returns the rdma_cm port the listener accepts requests for.
+func (l *Listener) Port() uint16 { return l.l.port }
+
+// Accept waits for the next connection request and accepts it with the
+// default AcceptOptions: it returns a connection whose QP is in RTS. A
+// request whose requester gives up during the handshake is skipped.
+func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
+	for {
+		r, err := l.AcceptRequest(ctx)
+		if err != nil {
+			return nil, err
+		}
+		c, err := r.Accept(AcceptOptions{})
+		if errors.Is(err, ErrConnReset) || errors.Is(err, ErrTimedOut) {
+			l.dev.log.Debug("cm: handshake failed", zap.Stringer("peer", r.RemoteAddr()), zap.Error(err))
+			continue
+		}
+		return c, err
+	}
+}
+
+// AcceptRequest waits for the next connection request and returns it
+// unanswered: the caller accepts or rejects it. A requester that waits
+// meanwhile gets an MRA for each REQ it repeats.
+func (l *Listener) AcceptRequest(ctx context.Context) (*Request, error) {
+	for {
+		select {
+		case <-l.l.closed:
+			return nil, fmt.Errorf("softnic: listener on port %d: %w", l.l.port, ErrClosed)
+		default:
+		}
+		select {
+		case id := <-l.l.backlog:
+			if !l.dev.cm.pending(id) {
+				continue // the requester gave up while the request waited
+			}
+			return &Request{l: l, id: id, private: id.req.PrivateData[wire.CMAHeaderSize:]}, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-l.l.closed:
+			return nil, fmt.Errorf("softnic: listener on port %d: %w", l.l.port, ErrClosed)
+		case <-l.dev.done:
+			return nil, ErrClosed
+		}
+	}
+}
+
+// Close stops listening; requests not yet taken by AcceptRequest are
+// rejected (consumer reject). Connections already made stay.
+func (l *Listener) Close() error {
+	l.dev.cm.run(func(e *cmEngine, now qp.Time, out *cmOutput) { e.unlisten(now, l.l, out) })
+	return nil
+}
+
+// Request is a connection request a Listener received and the application
+// has not answered yet.
+type Request struct {
+	l       *Listener
+	id      *cmID
+	private []byte
+}
+
+// PrivateData returns the requester's private data: the REQ's after the
+// rdma_cm header, all wire.CMAPrivateDataSize bytes of it (the wire
+// carries no length).
+func (r *Request) PrivateData() []byte { return r.private }
+
+// RemoteAddr returns the requesting device's address (IP and UDP port).
+func (r *Request) RemoteAddr() netip.AddrPort { return r.id.peer }
+
+// AcceptOptions answer a connection request. Zero fields take the
+// defaults noted.
+type AcceptOptions struct {
+	// PrivateData goes into the REP (at most wire.REPPrivateDataSize bytes).
+	PrivateData []byte
+	// ResponderResources bounds the RDMA READs and atomics the peer may
+	// have outstanding at this QP (default: the requester's initiator
+	// depth, at most 16); InitiatorDepth bounds this QP's (default and
+	// limit: the requester's responder resources, at most 16 by default).
+	ResponderResources, InitiatorDepth uint8
+	// RNRRetryCount is how often the requester's QP retries after an RNR
+	// NAK from this QP (default 7: forever).
+	RNRRetryCount uint8
+}
+
+// Accept answers the request with a REP, after moving a new QP (from the
+// listener's PD and QPConfig) through INIT, RTR and RTS with the REQ's
+// attributes, as rdma_accept does; it then waits for the RTU (resending
+// the REP per the REQ's CM timeout and retries) and returns the
+// connection. If the QP cannot be made, the request is rejected.
+func (r *Request) Accept(opts AcceptOptions) (*Conn, error) {
+	d := r.l.dev
+	c := d.cm
+	req := r.id.req
+	if len(opts.PrivateData) > wire.REPPrivateDataSize {
+		return nil, fmt.Errorf("softnic: accept %v: %d bytes of private data, a REP carries %d: %w",
+			r.id.peer, len(opts.PrivateData), wire.REPPrivateDataSize, ErrInvalid)
+	}
+	if opts.RNRRetryCount > 7 {
+		return nil, fmt.Errorf("softnic: accept %v: RNR retry count %d > 7: %w", r.id.peer, opts.RNRRetryCount, ErrInvalid)
+	}
+	rr := cmp.Or(opts.ResponderResources, min(cmDefaultRdAtomic, req.InitiatorDepth))
+	rr = min(rr, qp.MaxRdAtomicLimit)
+	depth := min(cmp.Or(opts.InitiatorDepth, cmDefaultRdAtomic), req.ResponderResources)
+	rnr := cmp.Or(opts.RNRRetryCount, cmDefaultRetry)
+
+	q, err := r.l.pd.createConnQP(r.l.qp)
+	if err != nil {
+		r.abandon(wire.RejectNoQP)
+		return nil, fmt.Errorf("softnic: accept %v: %w", r.id.peer, err)
+	}
+	psn := c.randomPSN()
+	err = q.connect(r.id.peer, req.LocalQPN, &ConnectOptions{
+		LocalPSN: psn, RemotePSN: req.StartingPSN, MTU: req.PathMTU.Bytes(), Access: cmAccess(rr),
+		Timeout: req.PrimaryPath.LocalACKTimeout, RetryCnt: req.RetryCount, RNRRetry: req.RNRRetryCount,
+		MinRNRTimer: cmMinRNRTimer, MaxRdAtomic: depth, MaxDestRdAtomic: rr,
+	})
+	if err != nil {
+		q.Destroy()
+		r.abandon(wire.RejectConsumer)
+		return nil, fmt.Errorf("softnic: accept %v: %w", r.id.peer, err)
+	}
+	c.run(func(e *cmEngine, now qp.Time, out *cmOutput) {
+		err = e.accept(now, r.id, &cmAcceptParams{
+			qpn: q.num, psn: psn, private: opts.PrivateData,
+			responderResources: rr, initiatorDepth: depth, rnrRetryCount: rnr,
+		}, out)
+		r.id.qp = q
+	})
+	if err == nil {
+		select {
+		case res := <-r.id.result:
+			err = res.err
+		case <-d.done:
+			err = ErrClosed
+		}
+	}
+	if err != nil {
+		q.Destroy()
+		return nil, err
+	}
+	d.log.Debug("cm: accepted", zap.Stringer("peer", r.id.peer), zap.Uint16("port", r.id.port),
+		zap.Uint32("qpn", q.num), zap.Uint32("remote_qpn", req.LocalQPN))
+	return d.newConn(r.id, q, r.private), nil
+}
+
+// abandon rejects the request after a local failure.
+func (r *Request) abandon(reason wire.RejectReason) {
+	r.l.dev.cm.run(func(e *cmEngine, now qp.Time, out *cmOutput) { e.reject(now, r.id, reason, nil, out) })
+}
+
+// Reject refuses the request with a REJ, reason "consumer reject" (28),
+// carrying privateData (at most wire.REJPrivateDataSize bytes), as
+// rdma_reject does.
+func (r *Request) Reject(privateData []byte) error {
+	if len(privateData) > wire.REJPrivateDataSize {
+		return fmt.Errorf("softnic: reject %v: %d bytes of private data, a REJ carries %d: %w",
+			r.id.peer, len(privateData), wire.REJPrivateDataSize, ErrInvalid)
+	}
+	var err error
+	r.l.dev.cm.run(func(e *cmEngine, now qp.Time, out *cmOutput) {
+		err = e.reject(now, r.id, wire.RejectConsumer, privateData, out)
+	})
+	if err == nil {
+		r.l.dev.log.Debug("cm: rejected", zap.Stringer("peer", r.id.peer), zap.Uint16("port", r.id.port))
+	}
+	return err
+}
+
+// DialOptions configure Dial. Zero fields take the defaults noted, which
+// are rdma_cm's.
+type DialOptions struct {
+	PD *PD      // the protection domain of the QP (required)
+	QP QPConfig // sizes of the QP; SendCQ is required, the type is RC
+	// PrivateData goes into the REQ after rdma_cm's header: at most
+	// wire.CMAPrivateDataSize (56) bytes.
+	PrivateData []byte
+	// ResponderResources and InitiatorDepth bound the RDMA READs and
+	// atomics outstanding at this QP from the peer, and from this QP
+	// (default 16 each); the peer may answer with less.
+	ResponderResources, InitiatorDepth uint8
+	// RetryCount is both QPs' transport retry_cnt (default 7: forever, as
+	// rxe counts it; lower it to notice a vanished peer). RNRRetryCount is
+	// how often the peer's QP retries after an RNR NAK from this one
+	// (default 7: forever).
+	RetryCount, RNRRetryCount uint8
+	// MTU is the path MTU asked for (default: the device's). A softnic
+	// peer with a smaller MTU rejects the REQ naming its own, and Dial
+	// tries once more with that.
+	MTU int
+	// Timeout is both QPs' local ACK timeout exponent: 4.096 µs × 2^Timeout
+	// (default 14, ≈ 67 ms; Linux puts 19 in the REQ's path on RoCE).
+	Timeout uint8
+	// CMRetries is how often the REQ is sent again without an answer
+	// (max_cm_retries, default 15; at most 15).
+	CMRetries uint8
+	// CMTimeout is the CM response timeout exponent, how long each REQ
+	// waits for an answer: 4.096 µs × 2^CMTimeout plus the path's ACK
+	// timeout (default 20, ≈ 4.3 s, as rdma_cm). The peer waits as long
+	// for this side's answers.
+	CMTimeout uint8
+}
+
+func (o *DialOptions) setDefaults(d *Device) error {
+	def := func(v *uint8, x uint8) {
+		if *v == 0 {
+			*v = x
+		}
+	}
+	def(&o.ResponderResources, cmDefaultRdAtomic)
+	def(&o.InitiatorDepth, cmDefaultRdAtomic)
+	def(&o.RetryCount, cmDefaultRetry)
+	def(&o.RNRRetryCount, cmDefaultRetry)
+	def(&o.Timeout, cmDefaultAckTimeout)
+	def(&o.CMTimeout, cmDefaultCMTimeout)
+	def(&o.CMRetries, cmDefaultCMRetries)
+	o.MTU = cmp.Or(o.MTU, d.cfg.MTU)
+	switch {
+	case o.PD == nil || o.PD.dev != d:
+		return fmt.Errorf("DialOptions.PD of this device is required: %w", ErrInvalid)
+	case len(o.PrivateData) > wire.CMAPrivateDataSize:
+		return fmt.Errorf("%d bytes of private data, rdma_cm's REQ carries %d: %w", len(o.PrivateData), wire.CMAPrivateDataSize, ErrInvalid)
+	case o.MTU > d.cfg.MTU:
+		return fmt.Errorf("path MTU %d exceeds the device MTU %d: %w", o.MTU, d.cfg.MTU, ErrInvalid)
+	case o.RetryCount > 7 || o.RNRRetryCount > 7:
+		return fmt.Errorf("retry counts %d and %d: at most 7: %w", o.RetryCount, o.RNRRetryCount, ErrInvalid)
+	case o.Timeout > 31 || o.CMTimeout > 31:
+		return fmt.Errorf("timeout exponents %d and %d: at most 31: %w", o.Timeout, o.CMTimeout, ErrInvalid)
+	case o.CMRetries > 15:
+		return fmt.Errorf("%d CM retries: at most 15: %w", o.CMRetries, ErrInvalid)
+	case o.ResponderResources > qp.MaxRdAtomicLimit || o.InitiatorDepth > qp.MaxRdAtomicLimit:
+		return fmt.Errorf("responder resources %d, initiator depth %d: at most %d: %w",
+			o.ResponderResources, o.InitiatorDepth, qp.MaxRdAtomicLimit, ErrInvalid)
+	}
+	if _, ok := wire.MTUFromBytes(o.MTU); !ok {
+		return fmt.Errorf("path MTU %d is not 256, 512, 1024, 2048 or 4096: %w", o.MTU, ErrInvalid)
+	}
+	return nil
+}
+
+// Dial connects an RC QP to rdma_cm port port of the device at remote (its
+// IP address and UDP port; port 0 means 4791), as rdma_connect does: it
+// creates the QP, sends a REQ (again per the CM timeout and retries),
+// moves the QP through INIT, RTR and RTS with the attributes of the REP,
+// sends the RTU and returns the connection.
+//
+// A REJ ends it with a *RejectError (errors.Is ErrConnRefused when nothing
+// listens on the port), no answer with an error wrapping ErrTimedOut, and
+// the end of ctx with an error wrapping ctx.Err() (the peer is told with a
+// REJ, as Linux does). Every error names the address and port.
+func (d *Device) Dial(ctx context.Context, remote netip.AddrPort, port uint16, opts DialOptions) (*Conn, error) {
+	remote = netip.AddrPortFrom(remote.Addr().Unmap(), cmp.Or(remote.Port(), wire.UDPPort))
+	fail := func(err error) (*Conn, error) {
+		d.log.Debug("cm: dial failed", zap.Stringer("peer", remote), zap.Uint16("port", port), zap.Error(err))
+		return nil, err
+	}
+	if !remote.Addr().IsValid() {
+		return fail(fmt.Errorf("softnic: dial %v port %d: no address: %w", remote, port, ErrInvalid))
+	}
+	if err := opts.setDefaults(d); err != nil {
+		return fail(fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err))
+	}
+	q, err := opts.PD.createConnQP(opts.QP)
+	if err != nil {
+		return fail(fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err))
+	}
+	c, err := d.dial(ctx, q, remote, port, &opts)
+	var rej *RejectError
+	if errors.As(err, &rej) && rej.Reason == wire.RejectInvalidMTU && len(rej.ARI) > 0 {
+		if mtu := wire.MTU(rej.ARI[0]).Bytes(); mtu != 0 && mtu < opts.MTU {
+			d.log.Debug("cm: peer takes a smaller MTU", zap.Stringer("peer", remote), zap.Int("mtu", mtu))
+			opts.MTU = mtu
+			c, err = d.dial(ctx, q, remote, port, &opts)
+		}
+	}
+	if err != nil {
+		q.Destroy()
+		return fail(err)
+	}
+	return c, nil
+}
+
+// dial makes one connection attempt with the QP q, still in RESET.
+func (d *Device) dial(ctx context.Context, q *QP, remote netip.AddrPort, port uint16, o *DialOptions) (*Conn, error) {
+	c := d.cm
+	mtu, _ := wire.MTUFromBytes(o.MTU)
+	psn := c.randomPSN()
+	p := cmDialParams{
+		peer: remote, src: d.sourceFor(remote).Addr().Unmap(), port: port, qpn: q.num, psn: psn,
+		mtu: mtu, private: o.PrivateData,
+		responderResources: o.ResponderResources, initiatorDepth: o.InitiatorDepth,
+		retryCount: o.RetryCount, rnrRetryCount: o.RNRRetryCount,
+		ackTimeout: o.Timeout, cmTimeout: o.CMTimeout, cmRetries: o.CMRetries,
+	}
+	var id *cmID
+	var err error
+	c.run(func(e *cmEngine, now qp.Time, out *cmOutput) {
+		if id, err = e.connect(now, &p, out); err == nil {
+			id.qp = q
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err)
+	}
+	var res cmResult
+	select {
+	case res = <-id.result:
+	case <-ctx.Done():
+		c.run(func(e *cmEngine, now qp.Time, out *cmOutput) { e.abort(now, id, out) })
+		return nil, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, ctx.Err())
+	case <-d.done:
+		return nil, ErrClosed
+	}
+	if res.err != nil {
+		return nil, res.err
+	}
+	rep := res.rep
+	rr := min(o.ResponderResources, rep.InitiatorDepth)
+	err = q.connect(remote, rep.LocalQPN, &ConnectOptions{
+		LocalPSN: psn, RemotePSN: rep.StartingPSN, MTU: o.MTU, Access: cmAccess(rr),
+		Timeout: o.Timeout, RetryCnt: o.RetryCount, RNRRetry: rep.RNRRetryCount, MinRNRTimer: cmMinRNRTimer,
+		MaxRdAtomic: min(o.InitiatorDepth, rep.ResponderResources), MaxDestRdAtomic: rr,
+	})
+	c.run(func(e *cmEngine, now qp.Time, out *cmOutput) {
+		if err != nil {
+			e.abort(now, id, out)
+			return
+		}
+		err = e.establish(id, out)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err)
+	}
+	d.log.Debug("cm: connected", zap.Stringer("peer", remote), zap.Uint16("port", port),
+		zap.Uint32("qpn", q.num), zap.Uint32("remote_qpn", rep.LocalQPN), zap.Int("mtu", o.MTU))
+	return d.newConn(id, q, rep.PrivateData[:]), nil
+}
+
+// cmAccess is the access a connected QP grants its peer, as Linux's CM
+// sets it: remote write, and remote read and atomics if it takes any
+// READ or atomic at all.
+func cmAccess(responderResources uint8) mr.Access {
+	if responderResources == 0 {
+		return mr.RemoteWrite
+	}
+	return mr.RemoteWrite | mr.RemoteRead | mr.RemoteAtomic
+}
+
+// createConnQP creates the RC QP of a connection.
+func (pd *PD) createConnQP(cfg QPConfig) (*QP, error) {
+	if cfg.Type != 0 && cfg.Type != qp.RC {
+		return nil, fmt.Errorf("the connection manager connects RC QPs, not %s: %w", cfg.Type, ErrInvalid)
+	}
+	cfg.Type = qp.RC
+	return pd.CreateQP(cfg)
+}
+
+// QPError is why a connection ended when its QP entered the error state:
+// Status is the error completion that moved it there, RETRY_EXC_ERR when
+// the peer stopped answering (then errors.Is(err, ErrTimedOut)).
+type QPError struct {
+	QPN    uint32
+	Status qp.WCStatus // SUCCESS if a verb (Modify, Destroy) moved the QP
+}
+
+func (e *QPError) Error() string {
+	if e.Status == qp.Success {
+		return fmt.Sprintf("QP %#x was moved to the error state", e.QPN)
+	}
+	return fmt.Sprintf("QP %#x failed: %s (%s)", e.QPN, e.Status, e.Status.Text())
+}
+
+// Is reports ErrTimedOut for a QP that exhausted its transport retries.
+func (e *QPError) Is(target error) bool { return target == ErrTimedOut && e.Status == qp.RetryExcErr }
+
+// Conn is a connected RC QP and the connection manager's state for it.
+type Conn struct {
+	dev       *Device
+	id        *cmID
+	qp        *QP
+	private   []byte
+	closeOnce sync.Once
+}
+
+// newConn wraps an established connection, and ends it when its QP fails.
+func (d *Device) newConn(id *cmID, q *QP, private []byte) *Conn {
+	c := &Conn{dev: d, id: id, qp: q, private: slices.Clone(private)}
+	q.setOnError(func(cause qp.WCStatus) { d.cm.qpFailed(id, q.num, cause) })
+	return c
+}
+
+// QP returns the connection's QP, in RTS.
+func (c *Conn) QP() *QP { return c.qp }
+
+// PrivateData returns the peer's private data: the REP's for the dialer,
+// the REQ's (after rdma_cm's header) for the acceptor; the whole field, as
+// the wire carries no length.
+func (c *Conn) PrivateData() []byte { return c.private }
+
+// RemoteAddr returns the peer device's address (IP and UDP port).
+func (c *Conn) RemoteAddr() netip.AddrPort { return c.id.peer }
+
+// Done is closed when the connection ends: Close, the peer's DREQ, the QP
+// entering the error state, or the device closing.
+func (c *Conn) Done() <-chan struct{} { return c.id.done }
+
+// Err says why the connection ended, once Done is closed: nil after Close,
+// an error wrapping ErrConnReset after the peer's DREQ (or REJ), a
+// *QPError when the QP failed (RETRY_EXC_ERR when the peer vanished;
+// errors.Is ErrTimedOut), ErrClosed when the device closed.
+func (c *Conn) Err() error {
+	c.dev.cm.mu.Lock()
+	defer c.dev.cm.mu.Unlock()
+	return c.id.err
+}
+
+// Close disconnects, as rdma_disconnect and rdma_destroy_qp do: it moves
+// the QP to the error state (its outstanding WRs complete with
+// WR_FLUSH_ERR), sends a DREQ and waits for the DREP, resending the DREQ
+// per the CM timeout and retries, then destroys the QP. It does not wait
+// when the connection had already ended (the peer's DREQ, or a failed QP:
+// the DREQ is still sent). Close always returns nil.
+func (c *Conn) Close() error {
+	c.closeOnce.Do(func() {
+		cm := c.dev.cm
+		c.qp.setOnError(nil)
+		c.qp.Modify(&qp.Attr{State: qp.Err}, qp.AttrState)
+		var wait bool
+		cm.run(func(e *cmEngine, now qp.Time, out *cmOutput) {
+			ended := c.id.ended
+			wait = e.disconnect(now, c.id, out) && !ended
+		})
+		if wait {
+			select {
+			case <-c.id.settled:
+			case <-c.dev.done:
+			}
+		}
+		c.qp.Destroy()
+		c.dev.log.Debug("cm: disconnected", zap.Stringer("peer", c.id.peer), zap.Uint32("qpn", c.qp.num))
+	})
+	return nil
+}
+
+// pending reports whether the request id still waits for an answer.
+func (c *cm) pending(id *cmID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return id.state == cmReqRcvd
+}
+
+// qpFailed ends id's connection because its QP entered the error state.
+// It runs under the QP's lock.
+func (c *cm) qpFailed(id *cmID, qpn uint32, cause qp.WCStatus) {
+	err := &QPError{QPN: qpn, Status: cause}
+	c.run(func(e *cmEngine, _ qp.Time, _ *cmOutput) { e.end(id, err) })
+	c.dev.log.Debug("cm: connection's QP failed", zap.Stringer("peer", id.peer), zap.Error(err))
+}

@@ -1,0 +1,687 @@
+package nic
+
+import (
+	"errors"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/wire"
+)
+
+// The connection manager's engine on a simulated link with a fake clock:
+// two engines, a and b, exchange the MADs their steps output, and the
+// tests compare what crossed the link with what the IBTA and Linux's CM
+// would send.
+
+type cmSide struct {
+	name string
+	addr netip.AddrPort
+	e    *cmEngine
+	cnt  devCounters
+}
+
+type cmFlight struct {
+	at   qp.Time
+	from *cmSide
+	mad  [wire.MADSize]byte
+}
+
+type cmLink struct {
+	t       *testing.T
+	now     qp.Time
+	a, b    *cmSide
+	flights []cmFlight
+	// drop loses the MADs it returns true for.
+	drop    func(from *cmSide, m *wire.MAD) bool
+	log     []string
+	flushed []*cmID
+}
+
+const cmLatency = 10 * time.Microsecond
+
+func newCMSide(name, addr string, mtu wire.MTU, seed uint64) *cmSide {
+	s := &cmSide{name: name, addr: netip.MustParseAddrPort(addr)}
+	s.e = newCMEngine(seed, mtu, rand.New(rand.NewPCG(seed, seed)), &s.cnt)
+	return s
+}
+
+func newCMLink(t *testing.T) *cmLink {
+	return &cmLink{
+		t: t,
+		a: newCMSide("a", "10.0.0.1:4791", wire.MTU4096, 1),
+		b: newCMSide("b", "10.0.0.2:4791", wire.MTU4096, 2),
+	}
+}
+
+func (l *cmLink) peer(s *cmSide) *cmSide {
+	if s == l.a {
+		return l.b
+	}
+	return l.a
+}
+
+// call runs one step of side s at the current time and puts its output on
+// the link.
+func (l *cmLink) call(s *cmSide, f func(e *cmEngine, now qp.Time, out *cmOutput)) {
+	var out cmOutput
+	f(s.e, l.now, &out)
+	l.emit(s, &out)
+}
+
+func (l *cmLink) emit(s *cmSide, out *cmOutput) {
+	l.flushed = append(l.flushed, out.flush...)
+	for _, m := range out.mads {
+		var mad wire.MAD
+		if err := mad.Decode(m.mad[:]); err != nil {
+			l.t.Fatalf("%s sent an undecodable MAD: %v", s.name, err)
+		}
+		if m.dst != l.peer(s).addr {
+			l.t.Fatalf("%s sent %v to %v, not to its peer", s.name, mad.AttrID(), m.dst)
+		}
+		line := s.name + "→" + l.peer(s).name + " " + mad.AttrID().String()
+		if mad.REJ != nil {
+			line += " (" + mad.REJ.Reason().String() + ")"
+		}
+		if l.drop != nil && l.drop(s, &mad) {
+			l.log = append(l.log, line+" (lost)")
+			continue
+		}
+		l.log = append(l.log, line)
+		l.flights = append(l.flights, cmFlight{at: l.now.Add(cmLatency), from: s, mad: m.mad})
+	}
+}
+
+// dropFirst loses the first n MADs of attribute attr that side from sends.
+func dropFirst(from *cmSide, attr wire.AttrID, n int) func(*cmSide, *wire.MAD) bool {
+	return func(s *cmSide, m *wire.MAD) bool {
+		if s == from && m.AttrID() == attr && n > 0 {
+			n--
+			return true
+		}
+		return false
+	}
+}
+
+// run advances the link until done, asked whenever nothing more is due at
+// the current time, returns true; it fails the test if nothing is left to
+// happen or limit passes first.
+func (l *cmLink) run(limit time.Duration, done func() bool) {
+	l.t.Helper()
+	end := l.now.Add(limit)
+	for {
+		if l.deliverDue() {
+			continue
+		}
+		if done() {
+			return
+		}
+		at, ok := l.next()
+		if !ok {
+			l.t.Fatalf("link idle before the scenario finished:\n%s", strings.Join(l.log, "\n"))
+		}
+		if at > end {
+			l.t.Fatalf("scenario not finished after %v:\n%s", limit, strings.Join(l.log, "\n"))
+		}
+		l.now = max(l.now, at)
+		for _, s := range []*cmSide{l.a, l.b} {
+			l.call(s, func(e *cmEngine, now qp.Time, out *cmOutput) { e.tick(now, out) })
+		}
+	}
+}
+
+// settle runs until nothing is in flight and no timer is armed.
+func (l *cmLink) settle(limit time.Duration) {
+	l.t.Helper()
+	l.run(limit, func() bool { _, busy := l.next(); return !busy })
+}
+
+func (l *cmLink) deliverDue() bool {
+	slices.SortStableFunc(l.flights, func(x, y cmFlight) int { return int(x.at - y.at) })
+	n := 0
+	for n < len(l.flights) && l.flights[n].at <= l.now {
+		f := l.flights[n]
+		n++
+		to := l.peer(f.from)
+		var m wire.MAD
+		if err := m.Decode(f.mad[:]); err != nil {
+			l.t.Fatal(err)
+		}
+		l.call(to, func(e *cmEngine, now qp.Time, out *cmOutput) { e.receive(now, f.from.addr, &m, out) })
+	}
+	l.flights = l.flights[n:]
+	return n > 0
+}
+
+func (l *cmLink) next() (qp.Time, bool) {
+	t, ok := qp.Time(0), false
+	consider := func(u qp.Time, armed bool) {
+		if armed && (!ok || u < t) {
+			t, ok = u, true
+		}
+	}
+	for _, f := range l.flights {
+		consider(f.at, true)
+	}
+	consider(l.a.e.deadline())
+	consider(l.b.e.deadline())
+	return t, ok
+}
+
+// expectLog compares what crossed the link with want.
+func (l *cmLink) expectLog(want ...string) {
+	l.t.Helper()
+	if !slices.Equal(l.log, want) {
+		l.t.Errorf("MADs on the link:\n  %s\nwant:\n  %s", strings.Join(l.log, "\n  "), strings.Join(want, "\n  "))
+	}
+}
+
+// dialParams are a's REQ parameters: CM timeout 2^12 × 4.096 µs ≈ 16.8 ms
+// plus an ACK timeout of 2^10 × 4.096 µs ≈ 4.2 ms per try.
+func (l *cmLink) dialParams() *cmDialParams {
+	return &cmDialParams{
+		peer: l.b.addr, src: l.a.addr.Addr(), port: 7471, qpn: 0x11, psn: 0x123456, mtu: wire.MTU1024,
+		private: []byte("hello"), responderResources: 4, initiatorDepth: 2, retryCount: 7, rnrRetryCount: 7,
+		ackTimeout: 10, cmTimeout: 12, cmRetries: 3,
+	}
+}
+
+func (l *cmLink) listen(backlog int) *cmListener {
+	l.t.Helper()
+	ln, err := l.b.e.listen(7471, backlog)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	return ln
+}
+
+func (l *cmLink) connect(p *cmDialParams) *cmID {
+	l.t.Helper()
+	var id *cmID
+	l.call(l.a, func(e *cmEngine, now qp.Time, out *cmOutput) {
+		var err error
+		if id, err = e.connect(now, p, out); err != nil {
+			l.t.Fatal(err)
+		}
+	})
+	return id
+}
+
+func (l *cmLink) acceptParams() *cmAcceptParams {
+	return &cmAcceptParams{qpn: 0x22, psn: 0x654321, private: []byte("welcome"), responderResources: 2, initiatorDepth: 4, rnrRetryCount: 6}
+}
+
+// result returns the handshake result of id, if it has one.
+func result(id *cmID) (cmResult, bool) {
+	select {
+	case r := <-id.result:
+		return r, true
+	default:
+		return cmResult{}, false
+	}
+}
+
+// handshake connects a to b: b accepts the first request, a answers the
+// REP; it returns both sides' communications once both are established.
+func (l *cmLink) handshake(limit time.Duration) (active, passive *cmID) {
+	l.t.Helper()
+	ln := l.listen(8)
+	active = l.connect(l.dialParams())
+	l.run(limit, func() bool {
+		select {
+		case passive = <-ln.backlog:
+			l.call(l.b, func(e *cmEngine, now qp.Time, out *cmOutput) {
+				if err := e.accept(now, passive, l.acceptParams(), out); err != nil {
+					l.t.Fatal(err)
+				}
+			})
+		default:
+		}
+		if r, ok := result(active); ok {
+			if r.err != nil {
+				l.t.Fatalf("dial: %v", r.err)
+			}
+			l.call(l.a, func(e *cmEngine, _ qp.Time, out *cmOutput) {
+				if err := e.establish(active, out); err != nil {
+					l.t.Fatal(err)
+				}
+			})
+		}
+		return active.state == cmEstablished && passive != nil && passive.state == cmEstablished
+	})
+	return active, passive
+}
+
+func TestCMEngineHandshake(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		drop func(l *cmLink) func(*cmSide, *wire.MAD) bool
+		log  []string
+		// retries and dups are the retransmissions of a and b and the
+		// duplicates each received.
+		retries, dups [2]uint64
+	}{
+		{
+			name: "clean",
+			log:  []string{"a→b ConnectRequest", "b→a ConnectReply", "a→b ReadyToUse"},
+		},
+		{
+			name: "REQ lost",
+			drop: func(l *cmLink) func(*cmSide, *wire.MAD) bool {
+				return dropFirst(l.a, wire.AttrConnectRequest, 1)
+			},
+			log:     []string{"a→b ConnectRequest (lost)", "a→b ConnectRequest", "b→a ConnectReply", "a→b ReadyToUse"},
+			retries: [2]uint64{1, 0},
+		},
+		{
+			// b's REP timer (the REQ's CM response timeout) runs out before
+			// a's REQ timer (that plus the ACK timeout): b sends it again.
+			name: "REP lost",
+			drop: func(l *cmLink) func(*cmSide, *wire.MAD) bool {
+				return dropFirst(l.b, wire.AttrConnectReply, 1)
+			},
+			log:     []string{"a→b ConnectRequest", "b→a ConnectReply (lost)", "b→a ConnectReply", "a→b ReadyToUse"},
+			retries: [2]uint64{0, 1},
+		},
+		{
+			// Then a's REQ timer runs out too, and the duplicate REQ has
+			// b send its REP at once.
+			name: "REP lost twice",
+			drop: func(l *cmLink) func(*cmSide, *wire.MAD) bool {
+				return dropFirst(l.b, wire.AttrConnectReply, 2)
+			},
+			log: []string{"a→b ConnectRequest", "b→a ConnectReply (lost)", "b→a ConnectReply (lost)",
+				"a→b ConnectRequest", "b→a ConnectReply", "a→b ReadyToUse"},
+			retries: [2]uint64{1, 1},
+			dups:    [2]uint64{0, 1},
+		},
+		{
+			// b sends its REP again, and a, established, answers the
+			// duplicate with another RTU.
+			name: "RTU lost",
+			drop: func(l *cmLink) func(*cmSide, *wire.MAD) bool {
+				return dropFirst(l.a, wire.AttrReadyToUse, 1)
+			},
+			log: []string{"a→b ConnectRequest", "b→a ConnectReply", "a→b ReadyToUse (lost)",
+				"b→a ConnectReply", "a→b ReadyToUse"},
+			retries: [2]uint64{0, 1},
+			dups:    [2]uint64{1, 0},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newCMLink(t)
+			if tc.drop != nil {
+				l.drop = tc.drop(l)
+			}
+			active, passive := l.handshake(time.Second)
+			l.settle(time.Second)
+			l.expectLog(tc.log...)
+			for i, s := range []*cmSide{l.a, l.b} {
+				if got := s.cnt.v[CMTxRetries].Load(); got != tc.retries[i] {
+					t.Errorf("%s: cm_tx_retries = %d, want %d", s.name, got, tc.retries[i])
+				}
+				if got := s.cnt.v[CMRxDuplicates].Load(); got != tc.dups[i] {
+					t.Errorf("%s: cm_rx_duplicates = %d, want %d", s.name, got, tc.dups[i])
+				}
+				if got := s.cnt.v[CMEstablished].Load(); got != 1 {
+					t.Errorf("%s: cm_established = %d, want 1", s.name, got)
+				}
+			}
+			// What each side learnt of the other.
+			if active.remote != passive.local || passive.remote != active.local {
+				t.Errorf("communication IDs: a %#x→%#x, b %#x→%#x", active.local, active.remote, passive.local, passive.remote)
+			}
+			if active.remoteQPN != 0x22 || passive.remoteQPN != 0x11 || passive.localQPN != 0x22 {
+				t.Errorf("QPNs: a knows %#x, b knows %#x and is %#x", active.remoteQPN, passive.remoteQPN, passive.localQPN)
+			}
+			req := passive.req
+			if req.StartingPSN != 0x123456 || req.ResponderResources != 4 || req.InitiatorDepth != 2 ||
+				req.PathMTU != wire.MTU1024 || req.PrimaryPath.LocalACKTimeout != 10 || req.MaxCMRetries != 3 ||
+				!strings.HasPrefix(string(req.PrivateData[wire.CMAHeaderSize:]), "hello") {
+				t.Errorf("b got REQ %+v", req)
+			}
+		})
+	}
+}
+
+// The REP a dialer waits for carries the acceptor's choices.
+func TestCMEngineREPFields(t *testing.T) {
+	l := newCMLink(t)
+	ln := l.listen(1)
+	active := l.connect(l.dialParams())
+	l.run(time.Second, func() bool { return len(ln.backlog) == 1 })
+	passive := <-ln.backlog
+	l.call(l.b, func(e *cmEngine, now qp.Time, out *cmOutput) { e.accept(now, passive, l.acceptParams(), out) })
+	var r cmResult
+	l.run(time.Second, func() bool { var ok bool; r, ok = result(active); return ok })
+	if r.err != nil || r.rep == nil {
+		t.Fatalf("result %+v", r)
+	}
+	rep := r.rep
+	if rep.LocalQPN != 0x22 || rep.StartingPSN != 0x654321 || rep.ResponderResources != 2 || rep.InitiatorDepth != 4 ||
+		rep.RNRRetryCount != 6 || rep.TargetACKDelay != cmTargetACKDelay || rep.LocalCAGUID != l.b.e.guid ||
+		string(rep.PrivateData[:7]) != "welcome" {
+		t.Errorf("REP %+v", rep)
+	}
+	if active.state != cmRepRcvd {
+		t.Errorf("dialer in %s after the REP, want REP_RCVD", active.state)
+	}
+}
+
+func TestCMEngineNoListener(t *testing.T) {
+	l := newCMLink(t)
+	id := l.connect(l.dialParams())
+	var r cmResult
+	l.run(time.Second, func() bool { var ok bool; r, ok = result(id); return ok })
+	l.expectLog("a→b ConnectRequest", "b→a ConnectReject (invalid service ID)")
+	var rej *RejectError
+	if !errors.As(r.err, &rej) || rej.Reason != wire.RejectInvalidServiceID || !errors.Is(r.err, ErrConnRefused) {
+		t.Fatalf("dial error %v, want a REJ for an invalid service ID", r.err)
+	}
+	if msg := r.err.Error(); !strings.Contains(msg, "10.0.0.2:4791") || !strings.Contains(msg, "port 7471") {
+		t.Errorf("error %q does not name the address and port", msg)
+	}
+	if len(l.a.e.ids) != 0 || len(l.b.e.ids) != 0 {
+		t.Errorf("communications left: a %d, b %d", len(l.a.e.ids), len(l.b.e.ids))
+	}
+}
+
+// A REQ that never gets an answer is sent 1 + max CM retries times, each
+// waiting the CM response timeout plus the path's ACK timeout.
+func TestCMEngineTimeout(t *testing.T) {
+	l := newCMLink(t)
+	l.drop = func(*cmSide, *wire.MAD) bool { return true }
+	p := l.dialParams()
+	id := l.connect(p)
+	var r cmResult
+	l.run(time.Minute, func() bool { var ok bool; r, ok = result(id); return ok })
+	if !errors.Is(r.err, ErrTimedOut) || !strings.Contains(r.err.Error(), "10.0.0.2:4791 port 7471") {
+		t.Fatalf("dial error %v, want a timeout naming 10.0.0.2:4791 port 7471", r.err)
+	}
+	if want := qp.Time(4 * (cmTime(p.cmTimeout) + cmTime(p.ackTimeout))); l.now != want {
+		t.Errorf("gave up at %v, want %v (4 tries)", time.Duration(l.now), time.Duration(want))
+	}
+	if len(l.log) != 4 || l.a.cnt.v[CMTxRetries].Load() != 3 {
+		t.Errorf("%d REQs sent, %d retries; want 4 and 3", len(l.log), l.a.cnt.v[CMTxRetries].Load())
+	}
+	if len(l.a.e.ids) != 0 {
+		t.Errorf("%d communications left", len(l.a.e.ids))
+	}
+}
+
+func TestCMEngineRejectByListener(t *testing.T) {
+	l := newCMLink(t)
+	ln := l.listen(1)
+	id := l.connect(l.dialParams())
+	l.run(time.Second, func() bool { return len(ln.backlog) == 1 })
+	req := <-ln.backlog
+	l.call(l.b, func(e *cmEngine, now qp.Time, out *cmOutput) {
+		if err := e.reject(now, req, wire.RejectConsumer, []byte("go away"), out); err != nil {
+			t.Fatal(err)
+		}
+	})
+	var r cmResult
+	l.run(time.Second, func() bool { var ok bool; r, ok = result(id); return ok })
+	var rej *RejectError
+	if !errors.As(r.err, &rej) || rej.Reason != wire.RejectConsumer || string(rej.PrivateData[:7]) != "go away" ||
+		len(rej.PrivateData) != wire.REJPrivateDataSize || errors.Is(r.err, ErrConnRefused) {
+		t.Fatalf("dial error %#v", r.err)
+	}
+	// The same REQ again (a retransmission that crossed the REJ) gets the
+	// same REJ, not a second request for the listener.
+	l.flights = append(l.flights, cmFlight{at: l.now, from: l.a, mad: reqOf(t, l, req)})
+	l.settle(time.Second)
+	l.expectLog("a→b ConnectRequest", "b→a ConnectReject (consumer reject)", "b→a ConnectReject (consumer reject)")
+	if len(ln.backlog) != 0 {
+		t.Error("the duplicate REQ reached the listener")
+	}
+}
+
+// reqOf rebuilds the REQ b received for req.
+func reqOf(t *testing.T, l *cmLink, req *cmID) [wire.MADSize]byte {
+	f := wire.MADFields{Header: wire.CMHeader(wire.AttrConnectRequest, req.tid), REQ: *req.req}
+	var b [wire.MADSize]byte
+	if _, err := f.Encode(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// A duplicate of a REQ the application has not answered yet gets an MRA,
+// and the requester then waits the MRA's service timeout before trying
+// again; the application's late answer still connects, once.
+func TestCMEngineDuplicateREQWhilePending(t *testing.T) {
+	l := newCMLink(t)
+	ln := l.listen(4)
+	p := l.dialParams()
+	id := l.connect(p)
+	l.run(time.Second, func() bool { return l.a.cnt.v[CMTxRetries].Load() == 1 && len(l.flights) == 0 })
+	l.expectLog("a→b ConnectRequest", "a→b ConnectRequest", "b→a MsgRcptAck")
+	if len(ln.backlog) != 1 || len(l.b.e.ids) != 1 || l.b.cnt.v[CMRxDuplicates].Load() != 1 {
+		t.Fatalf("b holds %d requests and %d communications after a duplicate REQ", len(ln.backlog), len(l.b.e.ids))
+	}
+	at, _ := l.a.e.deadline()
+	if want := l.now.Add(cmTime(cmMRAServiceTimeout) + cmTime(p.ackTimeout)); at != want {
+		t.Errorf("after the MRA a's timer is due at %v, want %v", time.Duration(at), time.Duration(want))
+	}
+	req := <-ln.backlog
+	l.call(l.b, func(e *cmEngine, now qp.Time, out *cmOutput) { e.accept(now, req, l.acceptParams(), out) })
+	l.run(time.Second, func() bool {
+		if _, ok := result(id); ok {
+			l.call(l.a, func(e *cmEngine, _ qp.Time, out *cmOutput) { e.establish(id, out) })
+		}
+		return req.state == cmEstablished
+	})
+	if id.state != cmEstablished {
+		t.Errorf("dialer in %s", id.state)
+	}
+}
+
+func TestCMEngineDisconnect(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		activeEnd bool // the dialer disconnects; else the acceptor
+		drop      string
+		log       []string
+	}{
+		{name: "dialer", activeEnd: true, log: []string{"a→b DisconnectRequest", "b→a DisconnectReply"}},
+		{name: "acceptor", log: []string{"b→a DisconnectRequest", "a→b DisconnectReply"}},
+		{name: "dialer, DREQ lost", activeEnd: true, drop: "DREQ",
+			log: []string{"a→b DisconnectRequest (lost)", "a→b DisconnectRequest", "b→a DisconnectReply"}},
+		{name: "acceptor, DREP lost", drop: "DREP",
+			log: []string{"b→a DisconnectRequest", "a→b DisconnectReply (lost)", "b→a DisconnectRequest", "a→b DisconnectReply"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newCMLink(t)
+			active, passive := l.handshake(time.Second)
+			l.settle(time.Second)
+			l.log = nil
+			closer, closerSide, other := active, l.a, passive
+			if !tc.activeEnd {
+				closer, closerSide, other = passive, l.b, active
+			}
+			switch tc.drop {
+			case "DREQ":
+				l.drop = dropFirst(closerSide, wire.AttrDisconnectRequest, 1)
+			case "DREP":
+				l.drop = dropFirst(l.peer(closerSide), wire.AttrDisconnectReply, 1)
+			}
+			l.call(closerSide, func(e *cmEngine, now qp.Time, out *cmOutput) {
+				if !e.disconnect(now, closer, out) {
+					t.Fatal("disconnect sent no DREQ")
+				}
+			})
+			l.run(time.Second, func() bool { return closer.state == cmTimewait })
+			l.expectLog(tc.log...)
+			select {
+			case <-closer.settled:
+			default:
+				t.Error("Close would still wait after the DREP")
+			}
+			if closer.err != nil || !errors.Is(other.err, ErrConnReset) {
+				t.Errorf("ended with %v and %v; want nil for the closer, ECONNRESET for the peer", closer.err, other.err)
+			}
+			if len(l.flushed) != 1 || l.flushed[0] != other {
+				t.Errorf("QPs flushed: %d, want the peer's", len(l.flushed))
+			}
+			l.settle(time.Second) // timewait ends
+			if closer.state != cmGone || other.state != cmGone || len(l.a.e.ids)+len(l.b.e.ids) != 0 {
+				t.Errorf("after timewait: %s and %s, %d communications left", closer.state, other.state, len(l.a.e.ids)+len(l.b.e.ids))
+			}
+			for _, s := range []*cmSide{l.a, l.b} {
+				if got := s.cnt.v[CMDisconnected].Load(); got != 1 {
+					t.Errorf("%s: cm_disconnected = %d, want 1", s.name, got)
+				}
+			}
+		})
+	}
+}
+
+// A DREQ for no known connection gets a DREP, as Linux answers it; a REQ
+// repeated after its connection ended gets REJ "stale connection".
+func TestCMEngineStaleMessages(t *testing.T) {
+	l := newCMLink(t)
+	active, passive := l.handshake(time.Second)
+	l.settle(time.Second)
+	l.log = nil
+	stale := reqOf(t, l, passive)
+	l.call(l.a, func(e *cmEngine, now qp.Time, out *cmOutput) { e.disconnect(now, active, out) })
+	l.run(time.Second, func() bool { return passive.state == cmTimewait && len(l.flights) == 0 })
+	l.flights = append(l.flights, cmFlight{at: l.now, from: l.a, mad: stale})
+	l.run(time.Second, func() bool { return len(l.flights) == 0 })
+	l.settle(time.Second)
+	dreq := wire.MADFields{Header: wire.CMHeader(wire.AttrDisconnectRequest, 77)}
+	dreq.DREQ = wire.DREQFields{LocalCommID: 0x1234, RemoteCommID: 0x5678, RemoteQPN: 0x99}
+	var b [wire.MADSize]byte
+	if _, err := dreq.Encode(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	l.flights = append(l.flights, cmFlight{at: l.now, from: l.a, mad: b})
+	l.settle(time.Second)
+	l.expectLog("a→b DisconnectRequest", "b→a DisconnectReply", "b→a ConnectReject (stale connection)", "b→a DisconnectReply")
+}
+
+// Beyond the backlog a REQ is dropped without an answer; its
+// retransmission gets in once the application has taken the first.
+func TestCMEngineBacklog(t *testing.T) {
+	l := newCMLink(t)
+	ln := l.listen(1)
+	first := l.connect(l.dialParams())
+	p := l.dialParams()
+	p.qpn = 0x12
+	second := l.connect(p)
+	l.run(time.Second, func() bool { return len(l.flights) == 0 })
+	if got := l.b.cnt.v[CMRxDropped].Load(); len(ln.backlog) != 1 || got != 1 {
+		t.Fatalf("backlog %d, cm_rx_dropped %d; want 1 and 1", len(ln.backlog), got)
+	}
+	if (<-ln.backlog).remote != first.local {
+		t.Fatal("the first REQ is not the one queued")
+	}
+	l.run(time.Second, func() bool { return len(ln.backlog) == 1 })
+	if (<-ln.backlog).remote != second.local {
+		t.Fatal("the retransmitted second REQ is not the one queued")
+	}
+	// Both REQs are sent again at the same time: the first is a duplicate
+	// of a request the application holds, which gets an MRA.
+	l.expectLog("a→b ConnectRequest", "a→b ConnectRequest", "a→b ConnectRequest", "a→b ConnectRequest", "b→a MsgRcptAck")
+}
+
+// A softnic listener with a smaller MTU rejects a REQ asking for more and
+// names its own in the ARI.
+func TestCMEngineMTU(t *testing.T) {
+	l := newCMLink(t)
+	l.b.e.mtu = wire.MTU512
+	l.listen(1)
+	id := l.connect(l.dialParams())
+	var r cmResult
+	l.run(time.Second, func() bool { var ok bool; r, ok = result(id); return ok })
+	var rej *RejectError
+	if !errors.As(r.err, &rej) || rej.Reason != wire.RejectInvalidMTU || !slices.Equal(rej.ARI, []byte{byte(wire.MTU512)}) {
+		t.Fatalf("dial error %#v, want REJ invalid MTU naming 512", r.err)
+	}
+}
+
+// Messages from an address that is not the connection's peer, or naming
+// unknown communication IDs, change nothing.
+func TestCMEngineIgnoresStrangers(t *testing.T) {
+	l := newCMLink(t)
+	ln := l.listen(1)
+	id := l.connect(l.dialParams())
+	l.run(time.Second, func() bool { return len(ln.backlog) == 1 })
+	req := <-ln.backlog
+	var rep cmOutput
+	l.b.e.accept(l.now, req, l.acceptParams(), &rep)
+	var m wire.MAD
+	if err := m.Decode(rep.mads[0].mad[:]); err != nil {
+		t.Fatal(err)
+	}
+	stranger := netip.MustParseAddrPort("10.0.0.3:4791")
+	var out cmOutput
+	l.a.e.receive(l.now, stranger, &m, &out)
+	if _, ok := result(id); ok || len(out.mads) != 0 || id.state != cmReqSent {
+		t.Fatalf("a REP from %v moved the dialer to %s", stranger, id.state)
+	}
+	for _, attr := range []wire.AttrID{wire.AttrReadyToUse, wire.AttrConnectReply, wire.AttrDisconnectReply, wire.AttrMsgRcptAck, wire.AttrConnectReject} {
+		f := wire.MADFields{Header: wire.CMHeader(attr, 1)}
+		var b [wire.MADSize]byte
+		f.Encode(b[:])
+		if err := m.Decode(b[:]); err != nil {
+			t.Fatal(err)
+		}
+		l.a.e.receive(l.now, l.b.addr, &m, &out)
+	}
+	if len(out.mads) != 0 || id.state != cmReqSent || l.a.cnt.v[CMRxDropped].Load() != 6 {
+		t.Errorf("unknown messages: %d answers, state %s, cm_rx_dropped %d", len(out.mads), id.state, l.a.cnt.v[CMRxDropped].Load())
+	}
+}
+
+// A dialer that gives up (its context ends) rejects with reason timeout
+// and its CA GUID, and the listener's pending request is withdrawn.
+func TestCMEngineAbort(t *testing.T) {
+	l := newCMLink(t)
+	ln := l.listen(1)
+	id := l.connect(l.dialParams())
+	l.run(time.Second, func() bool { return len(ln.backlog) == 1 })
+	req := <-ln.backlog
+	l.call(l.a, func(e *cmEngine, now qp.Time, out *cmOutput) { e.abort(now, id, out) })
+	l.settle(time.Second)
+	l.expectLog("a→b ConnectRequest", "a→b ConnectReject (timeout)")
+	if req.state != cmGone || !errors.Is(req.err, ErrConnReset) {
+		t.Fatalf("withdrawn request: %s, %v", req.state, req.err)
+	}
+	var out cmOutput
+	if err := l.b.e.accept(l.now, req, l.acceptParams(), &out); !errors.Is(err, ErrConnReset) || len(out.mads) != 0 {
+		t.Errorf("accepting a withdrawn request: %v", err)
+	}
+}
+
+// Closing the device disconnects established connections (one DREQ, not
+// waited for) and fails every handshake with ErrClosed.
+func TestCMEngineShutdown(t *testing.T) {
+	l := newCMLink(t)
+	active, passive := l.handshake(time.Second)
+	l.settle(time.Second)
+	l.log = nil
+	pending := l.connect(l.dialParams())
+	l.call(l.a, func(e *cmEngine, now qp.Time, out *cmOutput) { e.shutdown(now, out) })
+	slices.Sort(l.log[1:]) // the engine visits its communications in no particular order
+	l.expectLog("a→b ConnectRequest", "a→b ConnectReject (timeout)", "a→b DisconnectRequest")
+	if r, _ := result(pending); !errors.Is(r.err, ErrClosed) || !errors.Is(active.err, ErrClosed) {
+		t.Errorf("after shutdown: handshake %v, connection %v", r.err, active.err)
+	}
+	if len(l.a.e.ids) != 0 {
+		t.Errorf("%d communications left", len(l.a.e.ids))
+	}
+	var out cmOutput
+	if _, err := l.a.e.connect(l.now, l.dialParams(), &out); !errors.Is(err, ErrClosed) {
+		t.Errorf("connect after shutdown: %v", err)
+	}
+	l.run(time.Second, func() bool { return passive.state == cmTimewait })
+	if !errors.Is(passive.err, ErrConnReset) {
+		t.Errorf("peer ended with %v", passive.err)
+	}
+}
