@@ -1,0 +1,656 @@
+package nic_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/wire"
+)
+
+// The connection manager over real UDP sockets on loopback. CM timeouts
+// are short (2^12 × 4.096 µs ≈ 17 ms) so that lost MADs are recovered
+// quickly.
+
+const cmPort = 7471
+
+// cmEnd is one device with what its connections need: a PD, a CQ, a
+// registered buffer.
+type cmEnd struct {
+	dev *nic.Device
+	pd  *nic.PD
+	cq  *nic.CQ
+	mr  *nic.MR
+}
+
+func openCMEnd(t testing.TB, cfg nic.Config) *cmEnd {
+	t.Helper()
+	if !cfg.Addr.IsValid() {
+		cfg.Addr = loopback
+	}
+	dev, err := nic.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	e := &cmEnd{dev: dev}
+	if e.pd, err = dev.AllocPD(); err != nil {
+		t.Fatal(err)
+	}
+	if e.cq, err = dev.CreateCQ(4096); err != nil {
+		t.Fatal(err)
+	}
+	if e.mr, err = e.pd.RegMR(make([]byte, 1<<20), mr.LocalWrite|mr.RemoteWrite|mr.RemoteRead|mr.RemoteAtomic); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (e *cmEnd) dialOptions() nic.DialOptions {
+	return nic.DialOptions{PD: e.pd, QP: nic.QPConfig{SendCQ: e.cq}, CMTimeout: 12, CMRetries: 5}
+}
+
+func (e *cmEnd) listen(t testing.TB, backlog int) *nic.Listener {
+	t.Helper()
+	l, err := e.dev.Listen(cmPort, nic.ListenOptions{PD: e.pd, QP: nic.QPConfig{SendCQ: e.cq}, Backlog: backlog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func cmContext(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// acceptAsync answers the next request on l with f in a goroutine.
+func acceptAsync(t testing.TB, ctx context.Context, l *nic.Listener, f func(*nic.Request) (*nic.Conn, error)) <-chan *nic.Conn {
+	ch := make(chan *nic.Conn, 1)
+	go func() {
+		defer close(ch)
+		r, err := l.AcceptRequest(ctx)
+		if err != nil {
+			t.Errorf("AcceptRequest: %v", err)
+			return
+		}
+		c, err := f(r)
+		if err != nil {
+			if !errors.As(err, new(*nic.RejectError)) {
+				t.Errorf("answering the request: %v", err)
+			}
+			return
+		}
+		ch <- c
+	}()
+	return ch
+}
+
+// connectCM dials from a to b's listener and returns both connections.
+func connectCM(t testing.TB, a, b *cmEnd, l *nic.Listener, dopts nic.DialOptions, aopts nic.AcceptOptions) (*nic.Conn, *nic.Conn) {
+	t.Helper()
+	ctx := cmContext(t)
+	accepted := acceptAsync(t, ctx, l, func(r *nic.Request) (*nic.Conn, error) { return r.Accept(aopts) })
+	c, err := a.dev.Dial(ctx, b.dev.Addr(), l.Port(), dopts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := <-accepted
+	if s == nil {
+		t.FailNow()
+	}
+	t.Cleanup(func() { c.Close(); s.Close() })
+	return c, s
+}
+
+func cmWaitCQ(t testing.TB, cq *nic.CQ) qp.WC {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var wc [1]qp.WC
+	if _, err := cq.Wait(ctx, wc[:]); err != nil {
+		t.Fatalf("waiting for a completion: %v", err)
+	}
+	return wc[0]
+}
+
+func cmCounter(t testing.TB, d *nic.Device, name string) uint64 {
+	t.Helper()
+	v, ok := d.Counter(name)
+	if !ok {
+		t.Fatalf("no counter %s", name)
+	}
+	return v
+}
+
+func TestDialAccept(t *testing.T) {
+	checkLeaks(t)
+	a := openCMEnd(t, nic.Config{})
+	b := openCMEnd(t, nic.Config{MTU: 1024})
+	l := b.listen(t, 0)
+	dopts := a.dialOptions()
+	dopts.PrivateData = []byte("from the dialer")
+	dopts.ResponderResources, dopts.InitiatorDepth = 8, 4
+	dopts.RetryCount, dopts.RNRRetryCount, dopts.Timeout = 5, 6, 12
+	ctx := cmContext(t)
+	accepted := acceptAsync(t, ctx, l, func(r *nic.Request) (*nic.Conn, error) {
+		if got := string(r.PrivateData()[:15]); got != "from the dialer" || len(r.PrivateData()) != wire.CMAPrivateDataSize {
+			t.Errorf("request private data %q (%d bytes)", got, len(r.PrivateData()))
+		}
+		if r.RemoteAddr() != a.dev.Addr() {
+			t.Errorf("request from %v, want %v", r.RemoteAddr(), a.dev.Addr())
+		}
+		return r.Accept(nic.AcceptOptions{PrivateData: []byte("from the acceptor"), RNRRetryCount: 3})
+	})
+	c, err := a.dev.Dial(ctx, b.dev.Addr(), cmPort, dopts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := <-accepted
+	if s == nil {
+		t.FailNow()
+	}
+	if got := string(c.PrivateData()[:17]); got != "from the acceptor" || len(c.PrivateData()) != wire.REPPrivateDataSize {
+		t.Errorf("dialer got private data %q (%d bytes)", got, len(c.PrivateData()))
+	}
+	if c.RemoteAddr() != b.dev.Addr() || s.RemoteAddr() != a.dev.Addr() {
+		t.Errorf("remote addresses %v and %v", c.RemoteAddr(), s.RemoteAddr())
+	}
+	ca, sa := c.QP().Attr(), s.QP().Attr()
+	for _, chk := range []struct {
+		name      string
+		got, want any
+	}{
+		{"dialer state", ca.State, qp.RTS},
+		{"acceptor state", sa.State, qp.RTS},
+		{"dialer's peer QPN", ca.DestQPN, s.QP().Num()},
+		{"acceptor's peer QPN", sa.DestQPN, c.QP().Num()},
+		{"dialer's SQ PSN is the acceptor's RQ PSN", ca.SQPSN, sa.RQPSN},
+		{"acceptor's SQ PSN is the dialer's RQ PSN", sa.SQPSN, ca.RQPSN},
+		{"dialer's path MTU (the smaller device's)", ca.PathMTU, 1024},
+		{"acceptor's path MTU", sa.PathMTU, 1024},
+		{"dialer's initiator depth", ca.MaxRdAtomic, uint8(4)},
+		{"dialer's responder resources (the acceptor's initiator depth)", ca.MaxDestRdAtomic, uint8(8)},
+		{"acceptor's responder resources (the dialer's initiator depth)", sa.MaxDestRdAtomic, uint8(4)},
+		{"acceptor's initiator depth (the dialer's responder resources)", sa.MaxRdAtomic, uint8(8)},
+		{"retry counts", [2]uint8{ca.RetryCnt, sa.RetryCnt}, [2]uint8{5, 5}},
+		{"dialer's RNR retry (from the REP)", ca.RNRRetry, uint8(3)},
+		{"acceptor's RNR retry (from the REQ)", sa.RNRRetry, uint8(6)},
+		{"ACK timeouts (from the path)", [2]uint8{ca.Timeout, sa.Timeout}, [2]uint8{12, 12}},
+		{"dialer's remote", ca.Remote, b.dev.Addr()},
+		{"acceptor's remote", sa.Remote, a.dev.Addr()},
+		{"access", sa.AccessFlags, mr.RemoteWrite | mr.RemoteRead | mr.RemoteAtomic},
+	} {
+		if chk.got != chk.want {
+			t.Errorf("%s: %v, want %v", chk.name, chk.got, chk.want)
+		}
+	}
+	cmExchange(t, a, b, c, s)
+	for _, e := range []*cmEnd{a, b} {
+		if n := cmCounter(t, e.dev, "cm_established"); n != 1 {
+			t.Errorf("cm_established = %d, want 1", n)
+		}
+	}
+	c.Close()
+	s.Close()
+}
+
+// exchange has the two connections' QPs WRITE and SEND to each other and
+// checks the data. Each side's buffer is laid out as: [0,4K) data to send,
+// [4K,8K) WRITE target, [8K,12K) receive buffer, with side-specific offsets
+// base so that several connections can share a buffer.
+func cmExchange(t testing.TB, a, b *cmEnd, c, s *nic.Conn) {
+	t.Helper()
+	cmExchangeAt(t, a, b, c, s, 0)
+}
+
+func cmExchangeAt(t testing.TB, a, b *cmEnd, c, s *nic.Conn, base int) {
+	t.Helper()
+	const n = 4096
+	type side struct {
+		end  *cmEnd
+		conn *nic.Conn
+		peer *cmEnd
+	}
+	sides := []side{{a, c, b}, {b, s, a}}
+	for i, sd := range sides {
+		fill := sd.end.mr.Bytes()[base : base+n]
+		for j := range fill {
+			fill[j] = byte(j*7 + i + base/n)
+		}
+		if err := sd.conn.QP().PostRecv(&qp.RecvWR{ID: 2, SGL: []qp.SGE{sd.end.mr.SGE(base+2*n, n)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, sd := range sides {
+		peer := sd.peer.mr
+		wrs := []qp.SendWR{
+			{ID: 1, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{sd.end.mr.SGE(base, n)}, RemoteAddr: peer.Addr() + uint64(base+n), RKey: peer.RKey()},
+			{ID: 3, Opcode: qp.WRSend, Flags: qp.Signaled, SGL: []qp.SGE{sd.end.mr.SGE(base, n)}},
+		}
+		if _, err := sd.conn.QP().PostSends(wrs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, sd := range sides {
+		got := map[uint64]qp.WCStatus{}
+		for len(got) < 3 {
+			wc := cmWaitCQ(t, sd.end.cq)
+			if wc.QPN != sd.conn.QP().Num() {
+				t.Fatalf("completion of QP %#x on a CQ shared by another connection's test", wc.QPN)
+			}
+			got[wc.ID] = wc.Status
+		}
+		for id, st := range got {
+			if st != qp.Success {
+				t.Fatalf("WR %d: %s", id, st)
+			}
+		}
+	}
+	for _, sd := range sides {
+		sd.conn.QP().Status() // orders the device's writes into the buffer before the reads below
+		mine, theirs := sd.end.mr.Bytes(), sd.peer.mr.Bytes()
+		if !bytes.Equal(mine[base+n:base+2*n], theirs[base:base+n]) || !bytes.Equal(mine[base+2*n:base+3*n], theirs[base:base+n]) {
+			t.Fatalf("QP %#x: WRITE or SEND data differs", sd.conn.QP().Num())
+		}
+	}
+}
+
+func TestDialRejectedByListener(t *testing.T) {
+	checkLeaks(t)
+	a, b := openCMEnd(t, nic.Config{}), openCMEnd(t, nic.Config{})
+	l := b.listen(t, 0)
+	ctx := cmContext(t)
+	done := acceptAsync(t, ctx, l, func(r *nic.Request) (*nic.Conn, error) {
+		return nil, r.Reject([]byte("not today"))
+	})
+	c, err := a.dev.Dial(ctx, b.dev.Addr(), cmPort, a.dialOptions())
+	<-done
+	var rej *nic.RejectError
+	if c != nil || !errors.As(err, &rej) {
+		t.Fatalf("Dial: %v, %v; want a *RejectError", c, err)
+	}
+	if rej.Reason != wire.RejectConsumer || string(rej.PrivateData[:9]) != "not today" || rej.Addr != b.dev.Addr() || rej.Port != cmPort {
+		t.Errorf("REJ %+v", rej)
+	}
+	if errors.Is(err, nic.ErrConnRefused) {
+		t.Error("a consumer reject is not ECONNREFUSED")
+	}
+	want := fmt.Sprintf("connection to %v port %d rejected: consumer reject", b.dev.Addr(), cmPort)
+	if err.Error() != want {
+		t.Errorf("error %q, want %q", err, want)
+	}
+}
+
+func TestDialNoListener(t *testing.T) {
+	checkLeaks(t)
+	a, b := openCMEnd(t, nic.Config{}), openCMEnd(t, nic.Config{})
+	_, err := a.dev.Dial(cmContext(t), b.dev.Addr(), 9999, a.dialOptions())
+	if !errors.Is(err, nic.ErrConnRefused) {
+		t.Fatalf("Dial: %v, want ECONNREFUSED", err)
+	}
+	for _, s := range []string{b.dev.Addr().String(), "port 9999", "invalid service ID"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q does not say %q", err, s)
+		}
+	}
+}
+
+// A dial to an address where no softnic runs gives up after the CM
+// retries, naming the address.
+func TestDialNoDevice(t *testing.T) {
+	checkLeaks(t)
+	a := openCMEnd(t, nic.Config{})
+	nobody := netip.MustParseAddrPort("127.0.0.1:9") // discard: nothing answers
+	opts := a.dialOptions()
+	opts.CMTimeout, opts.CMRetries = 10, 2 // 3 × (4.2 + 67) ms
+	start := time.Now()
+	_, err := a.dev.Dial(cmContext(t), nobody, cmPort, opts)
+	elapsed := time.Since(start)
+	if !errors.Is(err, nic.ErrTimedOut) || !strings.Contains(err.Error(), "127.0.0.1:9 port 7471") {
+		t.Fatalf("Dial: %v, want a timeout naming 127.0.0.1:9 port 7471", err)
+	}
+	if elapsed < 3*(4*time.Millisecond+67*time.Millisecond) {
+		t.Errorf("gave up after %v, before three tries had timed out", elapsed)
+	}
+	if n := cmCounter(t, a.dev, "cm_tx_retries"); n != 2 {
+		t.Errorf("cm_tx_retries = %d, want 2", n)
+	}
+}
+
+func TestDialContextCanceled(t *testing.T) {
+	checkLeaks(t)
+	a := openCMEnd(t, nic.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	opts := a.dialOptions()
+	opts.CMTimeout = 20
+	_, err := a.dev.Dial(ctx, netip.MustParseAddrPort("127.0.0.1:9"), cmPort, opts)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "127.0.0.1:9") {
+		t.Fatalf("Dial: %v", err)
+	}
+}
+
+// cmAttr returns the CM attribute of a packet, if it is a MAD.
+func cmAttr(pkt []byte) (wire.AttrID, bool) {
+	var p wire.Packet
+	var m wire.MAD
+	if p.Decode(pkt) != nil || p.BTH.DestQP() != wire.GSIQPN || m.Decode(p.Payload) != nil {
+		return 0, false
+	}
+	return m.AttrID(), true
+}
+
+// onFirst returns a SendHook that applies action to the first MAD of
+// attribute attr the device sends.
+func cmOnFirst(attr wire.AttrID, action nic.SendAction) func([]byte) nic.SendAction {
+	var done atomic.Bool
+	return func(pkt []byte) nic.SendAction {
+		if a, ok := cmAttr(pkt); ok && a == attr && done.CompareAndSwap(false, true) {
+			return action
+		}
+		return nic.SendPass
+	}
+}
+
+func TestMADLoss(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		attr     wire.AttrID
+		dialer   bool   // the dialer sends it
+		resender string // the side that recovers by retransmitting
+	}{
+		{"REQ", wire.AttrConnectRequest, true, "dialer"},
+		{"REP", wire.AttrConnectReply, false, "acceptor"},
+		{"RTU", wire.AttrReadyToUse, true, "acceptor"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkLeaks(t)
+			hook := cmOnFirst(tc.attr, nic.SendDrop)
+			var acfg, bcfg nic.Config
+			if tc.dialer {
+				acfg.SendHook = hook
+			} else {
+				bcfg.SendHook = hook
+			}
+			a, b := openCMEnd(t, acfg), openCMEnd(t, bcfg)
+			c, s := connectCM(t, a, b, b.listen(t, 0), a.dialOptions(), nic.AcceptOptions{})
+			cmExchange(t, a, b, c, s)
+			sender, resender := a, b
+			if !tc.dialer {
+				sender = b
+			}
+			if tc.resender == "dialer" {
+				resender = a
+			}
+			if n := cmCounter(t, sender.dev, "fault_dropped"); n != 1 {
+				t.Errorf("fault_dropped = %d, want 1", n)
+			}
+			if n := cmCounter(t, resender.dev, "cm_tx_retries"); n == 0 {
+				t.Errorf("the %s retransmitted nothing", tc.resender)
+			}
+		})
+	}
+}
+
+// A REQ that arrives twice makes one connection: the duplicate is answered
+// from the communication the first created.
+func TestDuplicateREQ(t *testing.T) {
+	checkLeaks(t)
+	a := openCMEnd(t, nic.Config{SendHook: cmOnFirst(wire.AttrConnectRequest, nic.SendDuplicate)})
+	b := openCMEnd(t, nic.Config{})
+	l := b.listen(t, 0)
+	c, s := connectCM(t, a, b, l, a.dialOptions(), nic.AcceptOptions{})
+	cmExchange(t, a, b, c, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if r, err := l.AcceptRequest(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a second request from %v reached the listener", r.RemoteAddr())
+	}
+	if n := cmCounter(t, b.dev, "cm_rx_duplicates"); n != 1 {
+		t.Errorf("cm_rx_duplicates = %d, want 1", n)
+	}
+	if n := cmCounter(t, b.dev, "cm_established"); n != 1 {
+		t.Errorf("cm_established = %d, want 1", n)
+	}
+}
+
+func TestDisconnect(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		dialer bool // the dialer closes
+	}{{"dialer closes", true}, {"acceptor closes", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkLeaks(t)
+			a, b := openCMEnd(t, nic.Config{}), openCMEnd(t, nic.Config{})
+			c, s := connectCM(t, a, b, b.listen(t, 0), a.dialOptions(), nic.AcceptOptions{})
+			closer, other, otherEnd := c, s, b
+			if !tc.dialer {
+				closer, other, otherEnd = s, c, a
+			}
+			if err := other.QP().PostRecv(&qp.RecvWR{ID: 42, SGL: []qp.SGE{otherEnd.mr.SGE(0, 64)}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := closer.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if closer.Err() != nil {
+				t.Errorf("closer's Err %v, want nil", closer.Err())
+			}
+			select {
+			case <-closer.Done():
+			default:
+				t.Error("closer's Done is open after Close")
+			}
+			select {
+			case <-other.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatal("the peer's Done did not close")
+			}
+			if !errors.Is(other.Err(), nic.ErrConnReset) {
+				t.Errorf("peer's Err %v, want ECONNRESET", other.Err())
+			}
+			if wc := cmWaitCQ(t, otherEnd.cq); wc.ID != 42 || wc.Status != qp.WRFlushErr {
+				t.Errorf("the peer's posted receive completed as %v, want WR_FLUSH_ERR", &wc)
+			}
+			if st := other.QP().Attr().State; st != qp.Err {
+				t.Errorf("peer's QP is %s, want ERR", st)
+			}
+			for _, e := range []*cmEnd{a, b} {
+				if n := cmCounter(t, e.dev, "cm_disconnected"); n != 1 {
+					t.Errorf("cm_disconnected = %d, want 1", n)
+				}
+			}
+		})
+	}
+}
+
+// Closing a device disconnects its connections: the peer sees the DREQ.
+func TestDeviceCloseDisconnects(t *testing.T) {
+	checkLeaks(t)
+	a, b := openCMEnd(t, nic.Config{}), openCMEnd(t, nic.Config{})
+	c, s := connectCM(t, a, b, b.listen(t, 0), a.dialOptions(), nic.AcceptOptions{})
+	a.dev.Close()
+	select {
+	case <-s.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the peer's Done did not close")
+	}
+	if !errors.Is(s.Err(), nic.ErrConnReset) || !errors.Is(c.Err(), nic.ErrClosed) {
+		t.Errorf("Err: peer %v (want ECONNRESET), closed side %v (want ErrClosed)", s.Err(), c.Err())
+	}
+}
+
+// A peer that vanishes without a word is noticed when the QP runs out of
+// retries: Done closes and Err says RETRY_EXC_ERR.
+func TestPeerVanishes(t *testing.T) {
+	checkLeaks(t)
+	var silent atomic.Bool
+	a := openCMEnd(t, nic.Config{})
+	b := openCMEnd(t, nic.Config{SendHook: func([]byte) nic.SendAction {
+		if silent.Load() {
+			return nic.SendDrop
+		}
+		return nic.SendPass
+	}})
+	opts := a.dialOptions()
+	opts.RetryCount, opts.Timeout = 2, 10 // 3 × 4.2 ms
+	c, _ := connectCM(t, a, b, b.listen(t, 0), opts, nic.AcceptOptions{})
+	silent.Store(true)
+	if err := c.QP().PostSend(&qp.SendWR{ID: 1, Opcode: qp.WRWrite, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Done did not close")
+	}
+	var qerr *nic.QPError
+	if !errors.As(c.Err(), &qerr) || qerr.Status != qp.RetryExcErr || !errors.Is(c.Err(), nic.ErrTimedOut) {
+		t.Fatalf("Err %v, want RETRY_EXC_ERR", c.Err())
+	}
+	if wc := cmWaitCQ(t, a.cq); wc.Status != qp.RetryExcErr {
+		t.Errorf("completion %v, want RETRY_EXC_ERR", &wc)
+	}
+	start := time.Now()
+	c.Close() // sends a DREQ but does not wait for the silent peer
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("Close of a failed connection took %v", d)
+	}
+}
+
+func TestListenBusy(t *testing.T) {
+	checkLeaks(t)
+	b := openCMEnd(t, nic.Config{})
+	l := b.listen(t, 0)
+	if _, err := b.dev.Listen(cmPort, nic.ListenOptions{PD: b.pd, QP: nic.QPConfig{SendCQ: b.cq}}); !errors.Is(err, nic.ErrBusy) {
+		t.Fatalf("second Listen: %v, want EBUSY", err)
+	}
+	l.Close()
+	if _, err := l.AcceptRequest(context.Background()); !errors.Is(err, nic.ErrClosed) {
+		t.Errorf("AcceptRequest after Close: %v", err)
+	}
+	l2 := b.listen(t, 0)
+	if l2.Port() != cmPort {
+		t.Errorf("port %d", l2.Port())
+	}
+}
+
+func TestCMOptionErrors(t *testing.T) {
+	checkLeaks(t)
+	a, b := openCMEnd(t, nic.Config{MTU: 1024}), openCMEnd(t, nic.Config{})
+	ctx := cmContext(t)
+	good := a.dialOptions()
+	for _, tc := range []struct {
+		name string
+		mod  func(*nic.DialOptions)
+	}{
+		{"no PD", func(o *nic.DialOptions) { o.PD = nil }},
+		{"PD of another device", func(o *nic.DialOptions) { o.PD = b.pd }},
+		{"57 bytes of private data", func(o *nic.DialOptions) { o.PrivateData = make([]byte, 57) }},
+		{"MTU above the device's", func(o *nic.DialOptions) { o.MTU = 2048 }},
+		{"MTU not a power of two", func(o *nic.DialOptions) { o.MTU = 1000 }},
+		{"retry count 8", func(o *nic.DialOptions) { o.RetryCount = 8 }},
+		{"16 CM retries", func(o *nic.DialOptions) { o.CMRetries = 16 }},
+		{"CM timeout 32", func(o *nic.DialOptions) { o.CMTimeout = 32 }},
+		{"UD QP", func(o *nic.DialOptions) { o.QP.Type = qp.UD }},
+		{"no send CQ", func(o *nic.DialOptions) { o.QP.SendCQ = nil }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := good
+			tc.mod(&o)
+			if _, err := a.dev.Dial(ctx, b.dev.Addr(), cmPort, o); !errors.Is(err, nic.ErrInvalid) {
+				t.Errorf("Dial: %v, want EINVAL", err)
+			}
+		})
+	}
+	if _, err := b.dev.Listen(1, nic.ListenOptions{QP: nic.QPConfig{SendCQ: b.cq}}); !errors.Is(err, nic.ErrInvalid) {
+		t.Errorf("Listen without a PD: %v", err)
+	}
+}
+
+// A dialer with a larger MTU than the listener's connects at the smaller.
+func TestMTUNegotiation(t *testing.T) {
+	checkLeaks(t)
+	a, b := openCMEnd(t, nic.Config{MTU: 4096}), openCMEnd(t, nic.Config{MTU: 512})
+	c, s := connectCM(t, a, b, b.listen(t, 0), a.dialOptions(), nic.AcceptOptions{})
+	if ca, sa := c.QP().Attr(), s.QP().Attr(); ca.PathMTU != 512 || sa.PathMTU != 512 {
+		t.Fatalf("path MTUs %d and %d, want 512", ca.PathMTU, sa.PathMTU)
+	}
+	cmExchange(t, a, b, c, s)
+}
+
+// 100 dials at once to one listener: every one connects, and every QP pair
+// carries a WRITE and a SEND each way.
+func TestConcurrentDials(t *testing.T) {
+	checkLeaks(t)
+	const n = 100
+	a, b := openCMEnd(t, nic.Config{}), openCMEnd(t, nic.Config{})
+	l := b.listen(t, n)
+	ctx := cmContext(t)
+	accepted := make(chan *nic.Conn, n)
+	opts := a.dialOptions()
+	// The acceptor answers one request at a time: give the dialers time.
+	opts.CMTimeout, opts.CMRetries = 16, 15
+	go func() {
+		for range n {
+			c, err := l.Accept(ctx)
+			if err != nil {
+				t.Errorf("Accept: %v", err)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	dialed := make([]*nic.Conn, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			opts := opts
+			opts.PrivateData = fmt.Appendf(nil, "dial %d", i)
+			c, err := a.dev.Dial(ctx, b.dev.Addr(), cmPort, opts)
+			if err != nil {
+				t.Errorf("dial %d: %v", i, err)
+				return
+			}
+			dialed[i] = c
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	// Pair each accepted connection with its dialer by QP numbers.
+	byQPN := map[uint32]*nic.Conn{}
+	for range n {
+		s := <-accepted
+		byQPN[s.QP().Attr().DestQPN] = s
+		t.Cleanup(func() { s.Close() })
+	}
+	for i, c := range dialed {
+		t.Cleanup(func() { c.Close() })
+		s := byQPN[c.QP().Num()]
+		if s == nil || s.QP().Num() != c.QP().Attr().DestQPN {
+			t.Fatalf("dial %d: no matching accepted connection", i)
+		}
+		if got, want := string(s.PrivateData()[:len(fmt.Sprint("dial ", i))]), fmt.Sprint("dial ", i); got != want {
+			t.Errorf("accepted connection carries %q, want %q", got, want)
+		}
+		cmExchangeAt(t, a, b, c, s, (i%64)*3*4096)
+	}
+	if got := cmCounter(t, b.dev, "cm_established"); got != n {
+		t.Errorf("cm_established = %d, want %d", got, n)
+	}
+}
