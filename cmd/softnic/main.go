@@ -7,6 +7,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -27,6 +28,21 @@ type command struct {
 }
 
 var commands = []command{
+	{"write", "--peer HOST:PORT --rkey K --addr A (--data STRING | --file F) [--cm-port PORT] [--timeout D]",
+		"RDMA WRITE bytes into a daemon's region",
+		"softnic write --peer 127.0.0.1:4791 --rkey 0x1234 --addr 0x7f0000000000 --data hello", defineWrite},
+	{"read", "--peer HOST:PORT --rkey K --addr A --len N [--out F] [--cm-port PORT] [--timeout D]",
+		"RDMA READ bytes from a daemon's region, to stdout or a file",
+		"softnic read --peer 127.0.0.1:4791 --rkey 0x1234 --addr 0x7f0000000000 --len 5", defineRead},
+	{"fadd", "--peer HOST:PORT --rkey K --addr A --add N [--cm-port PORT] [--timeout D]",
+		"ATOMIC FETCH_ADD on an 8-byte word of a daemon's region; prints the original value",
+		"softnic fadd --peer 127.0.0.1:4791 --rkey 0x1234 --addr 0x7f0000000008 --add 1", defineAtomic(false)},
+	{"cswap", "--peer HOST:PORT --rkey K --addr A --compare C --swap S [--cm-port PORT] [--timeout D]",
+		"ATOMIC COMPARE_SWAP on an 8-byte word of a daemon's region; prints the original value",
+		"softnic cswap --peer 127.0.0.1:4791 --rkey 0x1234 --addr 0x7f0000000008 --compare 1 --swap 100", defineAtomic(true)},
+	{"send", "--peer HOST:PORT (--data STRING | --file F) [--cm-port PORT] [--timeout D]",
+		"SEND a message to a daemon, which logs it",
+		"softnic send --peer 127.0.0.1:4791 --data 'hello, daemon'", defineSend},
 	{"decode", "FILE.pcap [-v]", "print every RoCEv2 packet of a pcap file, one line each", "softnic decode -v ../shared/golden/read_large.pcap", defineDecode},
 	{"version", "", "print softnic's version", "softnic version", defineVersion},
 }
@@ -34,6 +50,7 @@ var commands = []command{
 // invocation is what a subcommand runs with: its own flag set, the
 // positional arguments once parsed, and where to write.
 type invocation struct {
+	ctx    context.Context // cancelled to stop the command
 	cmd    *command
 	flags  *flag.FlagSet
 	args   []string
@@ -52,6 +69,11 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 // run executes the command line args and returns the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
+	return runContext(context.Background(), args, stdout, stderr)
+}
+
+// runContext is run with a context whose cancellation stops the command.
+func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		printUsage(stderr)
 		return 2
@@ -78,7 +100,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		printUsage(stderr)
 		return 2
 	}
-	inv := &invocation{cmd: c, flags: newFlagSet(c), args: args[1:], stdout: stdout, stderr: stderr}
+	inv := &invocation{ctx: ctx, cmd: c, flags: newFlagSet(c), args: args[1:], stdout: stdout, stderr: stderr}
 	err := c.define(inv.flags)(inv)
 	var uerr *usageError
 	switch {
