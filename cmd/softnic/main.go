@@ -28,6 +28,9 @@ type command struct {
 }
 
 var commands = []command{
+	{"demo", "[--pcap FILE] [--mtu N]",
+		"two NICs in one process: WRITE, READ, atomics, SEND, WRITE WITH IMMEDIATE and a bad rkey, every packet decoded",
+		"softnic demo --pcap demo.pcap", defineDemo},
 	{"write", "--peer HOST:PORT --rkey K --addr A (--data STRING | --file F) [--cm-port PORT] [--timeout D]",
 		"RDMA WRITE bytes into a daemon's region",
 		"softnic write --peer 127.0.0.1:4791 --rkey 0x1234 --addr 0x7f0000000000 --data hello", defineWrite},

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"os"
+	"sync"
+
+	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/wire"
+)
+
+// capture is a pcap file the devices' goroutines write through a buffer
+// (nic.PcapTrace), which Flush writes out while they do.
+type capture struct {
+	path string
+	f    *os.File
+	mu   sync.Mutex // guards buf: trace writes and Flush come from different goroutines
+	buf  *bufio.Writer
+	err  error // the first error writing a received packet
+	w    *wire.PcapWriter
+}
+
+// createCapture creates (or truncates) the pcap file at path and writes
+// its header.
+func createCapture(path string) (*capture, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	c := &capture{path: path, f: f}
+	c.buf = bufio.NewWriterSize(f, 64<<10)
+	if c.w, err = wire.NewPcapWriter(lockedWriter{c}); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Trace returns the nic.Config.Trace function that captures packets as
+// they leave their sender (nic.PcapTrace): each packet once when the
+// devices of both ends share the capture, as the demo's do.
+func (c *capture) Trace() func(*nic.TracePacket) { return nic.PcapTrace(c.w) }
+
+// TraceBoth returns a Trace function that also captures the packets the
+// device receives, dropped ones included: a daemon's capture of its own
+// traffic, as tcpdump on its interface would show it.
+func (c *capture) TraceBoth() func(*nic.TracePacket) {
+	sent := c.Trace()
+	return func(p *nic.TracePacket) {
+		if p.Dir == nic.Sent {
+			sent(p)
+			return
+		}
+		if err := c.w.WritePacket(p.Time, &p.Env, p.Data); err != nil {
+			c.fail(err)
+		}
+	}
+}
+
+// fail records the first error of a write from a device's goroutine, for
+// Flush and Close to return.
+func (c *capture) fail(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+// Flush writes the buffered packets to the file, so that a capture of a
+// running daemon can be opened.
+func (c *capture) Flush() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return c.err
+	}
+	return c.buf.Flush()
+}
+
+// Close flushes and closes the file. The devices writing to it must be
+// closed first.
+func (c *capture) Close() error {
+	return errors.Join(c.Flush(), c.f.Close())
+}
+
+// lockedWriter writes to the capture's buffer under its lock.
+type lockedWriter struct{ c *capture }
+
+func (w lockedWriter) Write(b []byte) (int, error) {
+	w.c.mu.Lock()
+	defer w.c.mu.Unlock()
+	return w.c.buf.Write(b)
+}
