@@ -654,3 +654,35 @@ func TestConcurrentDials(t *testing.T) {
 		t.Errorf("cm_established = %d, want %d", got, n)
 	}
 }
+
+// The connection manager over IPv6 (rdma_cm's header then carries IPv6
+// addresses), and between two QPs of one device.
+func TestDialFamilies(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		addr string
+		self bool
+	}{
+		{"IPv6", "[::1]:0", false},
+		{"one device", "127.0.0.1:0", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkLeaks(t)
+			cfg := nic.Config{Addr: netip.MustParseAddrPort(tc.addr)}
+			a := openCMEnd(t, cfg)
+			b := a
+			if !tc.self {
+				b = openCMEnd(t, cfg)
+			}
+			c, s := connectCM(t, a, b, b.listen(t, 0), a.dialOptions(), nic.AcceptOptions{})
+			if c.QP().Attr().DestQPN != s.QP().Num() || s.RemoteAddr() != a.dev.Addr() {
+				t.Fatalf("connected to QP %#x at %v", c.QP().Attr().DestQPN, s.RemoteAddr())
+			}
+			if !tc.self { // (the data exchange needs a buffer and a CQ per side)
+				cmExchange(t, a, b, c, s)
+			}
+			c.Close()
+			<-s.Done()
+		})
+	}
+}

@@ -17,4 +17,9 @@
 // QP.PostSend, ibv_poll_cq → CQ.Poll (CQ.Wait blocks). Errors are
 // errno-named sentinels of packages mr and qp, re-exported here, and work
 // completions carry ibv_wc_status names (qp.WCStatus).
+//
+// The connection manager connects RC QPs by address, as rdma_cm does,
+// with the IBTA CM protocol between the devices' QP1s: rdma_listen →
+// Device.Listen, rdma_accept and rdma_reject → Request.Accept and
+// Request.Reject, rdma_connect → Device.Dial, rdma_disconnect → Conn.Close.
 package nic

@@ -1,0 +1,82 @@
+package nic_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net/netip"
+	"time"
+
+	"github.com/softnic/softnic/nic"
+)
+
+// Connect two devices the way rdma_cm applications do: the server listens
+// on an rdma_cm port and accepts, the client dials the server's address
+// and port; each side reads the other's private data, and both QPs end up
+// in RTS, connected to each other. Closing one side disconnects the other.
+func ExampleDevice_Dial() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	open := func() (*nic.Device, *nic.PD, *nic.CQ) {
+		dev, err := nic.Open(nic.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0")})
+		if err != nil {
+			log.Fatal(err)
+		}
+		pd, err := dev.AllocPD()
+		if err != nil {
+			log.Fatal(err)
+		}
+		cq, err := dev.CreateCQ(64)
+		if err != nil {
+			log.Fatal(err)
+		}
+		return dev, pd, cq
+	}
+	server, spd, scq := open()
+	defer server.Close()
+	client, cpd, ccq := open()
+	defer client.Close()
+
+	l, err := server.Listen(7471, nic.ListenOptions{PD: spd, QP: nic.QPConfig{SendCQ: scq}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan *nic.Conn)
+	go func() {
+		req, err := l.AcceptRequest(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		// Private data is a fixed-size field: trim the padding.
+		fmt.Printf("server got %q\n", bytes.TrimRight(req.PrivateData(), "\x00"))
+		conn, err := req.Accept(nic.AcceptOptions{PrivateData: []byte("welcome")})
+		if err != nil {
+			log.Fatal(err)
+		}
+		accepted <- conn
+	}()
+
+	conn, err := client.Dial(ctx, server.Addr(), 7471, nic.DialOptions{
+		PD: cpd, QP: nic.QPConfig{SendCQ: ccq}, PrivateData: []byte("hello"),
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("client got %q\n", bytes.TrimRight(conn.PrivateData(), "\x00"))
+	sconn := <-accepted
+	fmt.Println(conn.QP().Attr().State, sconn.QP().Attr().State,
+		conn.QP().Attr().DestQPN == sconn.QP().Num() && sconn.QP().Attr().DestQPN == conn.QP().Num())
+
+	conn.Close()
+	<-sconn.Done()
+	fmt.Println("server side:", errors.Is(sconn.Err(), nic.ErrConnReset))
+	sconn.Close()
+	// Output:
+	// server got "hello"
+	// client got "welcome"
+	// RTS RTS true
+	// server side: true
+}
