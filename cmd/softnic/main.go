@@ -31,6 +31,17 @@ var commands = []command{
 	{"demo", "[--pcap FILE] [--mtu N]",
 		"two NICs in one process: WRITE, READ, atomics, SEND, WRITE WITH IMMEDIATE and a bad rkey, every packet decoded",
 		"softnic demo --pcap demo.pcap", defineDemo},
+	{"serve", "[--listen ADDR:PORT] [--cm-port PORT] [--region NAME:SIZE[:ACCESS]]... [--pcap FILE] [--control PATH] [--log-level LEVEL] [--faults SPEC]",
+		"run the daemon: host memory regions and accept RDMA connections",
+		"softnic serve --listen 127.0.0.1:4791 --region mem:1m:rwa --pcap serve.pcap", defineServe},
+	{"info", "[--control PATH] [--json]", "show a running daemon's device attributes",
+		"softnic info", defineInspect("info")},
+	{"stat", "[--control PATH] [--json]", "show a running daemon's counters: rxe's, the drop reasons and the refused accesses",
+		"softnic stat --json", defineInspect("stat")},
+	{"mr", "[--control PATH] [--json]", "list a running daemon's memory regions: keys, ranges, access, ODP residency",
+		"softnic mr", defineInspect("mr")},
+	{"qp", "[--control PATH] [--json]", "list a running daemon's connected QPs: state, PSNs, peer",
+		"softnic qp", defineInspect("qp")},
 	{"write", "--peer HOST:PORT --rkey K --addr A (--data STRING | --file F) [--cm-port PORT] [--timeout D]",
 		"RDMA WRITE bytes into a daemon's region",
 		"softnic write --peer 127.0.0.1:4791 --rkey 0x1234 --addr 0x7f0000000000 --data hello", defineWrite},
@@ -53,7 +64,7 @@ var commands = []command{
 // invocation is what a subcommand runs with: its own flag set, the
 // positional arguments once parsed, and where to write.
 type invocation struct {
-	ctx    context.Context // cancelled to stop the command
+	ctx    context.Context // cancelled to stop a long-running command (tests); signals stop serve too
 	cmd    *command
 	flags  *flag.FlagSet
 	args   []string
@@ -67,6 +78,17 @@ type usageError struct{ msg string }
 func (e *usageError) Error() string { return e.msg }
 
 func usagef(format string, a ...any) error { return &usageError{fmt.Sprintf(format, a...)} }
+
+// exitError is a failure with its own exit status, reported in one line
+// without the usage text: a daemon that cannot start (a port in use) exits
+// with status 2 although its command line was well formed.
+type exitError struct {
+	status int
+	err    error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
@@ -105,13 +127,19 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	inv := &invocation{ctx: ctx, cmd: c, flags: newFlagSet(c), args: args[1:], stdout: stdout, stderr: stderr}
 	err := c.define(inv.flags)(inv)
-	var uerr *usageError
+	var (
+		uerr *usageError
+		xerr *exitError
+	)
 	switch {
 	case err == nil:
 		return 0
 	case errors.Is(err, flag.ErrHelp):
 		printCommandUsage(stdout, c, inv.flags)
 		return 0
+	case errors.As(err, &xerr):
+		fmt.Fprintf(stderr, "softnic %s: %v\n", c.name, err)
+		return xerr.status
 	case errors.As(err, &uerr):
 		fmt.Fprintf(stderr, "softnic %s: %v\n", c.name, err)
 		printCommandUsage(stderr, c, inv.flags)

@@ -1,0 +1,222 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// The control protocol of softnic serve: a client connects to the daemon's
+// unix socket, writes one JSON request on a line, {"cmd":"stat"}, and reads
+// one JSON reply on a line, {"result":...} or {"error":"..."}; then the
+// daemon closes the connection. The commands are info, stat, mr and qp;
+// their results are deviceInfo, counterList, []regionRow and []qpRow.
+
+type controlRequest struct {
+	Cmd string `json:"cmd"`
+}
+
+type controlReply struct {
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  string          `json:"error,omitempty"`
+}
+
+// controlTimeout bounds one request on either side: a stuck peer never
+// holds a daemon goroutine or a client for longer.
+const controlTimeout = 5 * time.Second
+
+// deviceInfo is the result of info.
+type deviceInfo struct {
+	Version     string    `json:"version"`
+	PID         int       `json:"pid"`
+	Started     time.Time `json:"started"`
+	Listen      string    `json:"listen"`
+	CMPort      uint16    `json:"cm_port"`
+	MTU         int       `json:"mtu"`
+	UDP         string    `json:"udp"` // socket offloads and buffer sizes
+	Control     string    `json:"control"`
+	Pcap        string    `json:"pcap,omitempty"`
+	Faults      string    `json:"faults,omitempty"`
+	Regions     int       `json:"regions"`
+	Connections int       `json:"connections"`
+	RecvBuffers int       `json:"recv_buffers"`     // receive WRs kept posted for SENDs
+	RecvBufSize int       `json:"recv_buffer_size"` // bytes each
+}
+
+// regionRow is one region of mr's result.
+type regionRow struct {
+	Name    string `json:"name"`
+	LKey    uint32 `json:"lkey"`
+	RKey    uint32 `json:"rkey"`
+	PD      uint32 `json:"pd"`
+	Access  string `json:"access"`       // remote access letters, as --region takes them
+	Flags   string `json:"access_flags"` // every IBV_ACCESS_ flag
+	Addr    uint64 `json:"addr"`
+	Len     uint64 `json:"len"`
+	Kind    string `json:"kind"` // caller, arena or implicit-odp
+	ODP     bool   `json:"odp"`  // on-demand paging: the residency fields mean something
+	Pages   uint64 `json:"resident_pages"`
+	Faults  uint64 `json:"odp_faults"`
+	Windows int    `json:"windows"` // memory windows bound to it
+}
+
+// qpRow is one connected QP of qp's result.
+type qpRow struct {
+	QPN         uint32    `json:"qpn"`
+	Type        string    `json:"type"`
+	State       string    `json:"state"`
+	Peer        string    `json:"peer"`
+	PeerQPN     uint32    `json:"peer_qpn"`
+	MTU         int       `json:"mtu"`
+	SendPSN     uint32    `json:"send_psn"`
+	AckedPSN    uint32    `json:"acked_psn"`
+	ExpectedPSN uint32    `json:"expected_psn"`
+	MSN         uint32    `json:"msn"`
+	SendQueued  int       `json:"send_queued"`
+	Since       time.Time `json:"connected"`
+}
+
+// counter is one named counter of stat's result.
+type counter struct {
+	Name  string
+	Value uint64
+}
+
+// counterList is stat's result: a JSON object of counter names and values
+// in the daemon's order (rxe's names first, then the drop reasons), so that
+// both `jq .sent_pkts` and the table read it.
+type counterList []counter
+
+func (l counterList) MarshalJSON() ([]byte, error) {
+	b := []byte{'{'}
+	for i, c := range l {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendQuote(b, c.Name)
+		b = append(b, ':')
+		b = strconv.AppendUint(b, c.Value, 10)
+	}
+	return append(b, '}'), nil
+}
+
+func (l *counterList) UnmarshalJSON(b []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return errors.New("counters: want a JSON object")
+	}
+	*l = (*l)[:0]
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		var v uint64
+		if err := dec.Decode(&v); err != nil {
+			return fmt.Errorf("counter %v: %w", t, err)
+		}
+		*l = append(*l, counter{Name: t.(string), Value: v})
+	}
+	return nil
+}
+
+// controlServer answers control requests on a unix socket with handle.
+type controlServer struct {
+	l      net.Listener
+	handle func(cmd string) (any, error)
+	wg     sync.WaitGroup
+}
+
+// start answers requests on a goroutine of its own until Close.
+func (s *controlServer) start() {
+	s.wg.Add(1) // before Close can Wait: the accept loop adds a count per request
+	go func() {
+		defer s.wg.Done()
+		s.serve()
+	}()
+}
+
+func (s *controlServer) serve() {
+	for {
+		c, err := s.l.Accept()
+		if err != nil {
+			return // closed
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.answer(c)
+		}()
+	}
+}
+
+// answer reads one request from c and writes its reply.
+func (s *controlServer) answer(c net.Conn) {
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(controlTimeout))
+	var req controlRequest
+	var reply controlReply
+	line, err := bufio.NewReader(io.LimitReader(c, 4096)).ReadBytes('\n')
+	if err == nil {
+		err = json.Unmarshal(line, &req)
+	}
+	if err != nil {
+		reply.Error = "bad request: " + err.Error()
+	} else if res, err := s.handle(req.Cmd); err != nil {
+		reply.Error = err.Error()
+	} else if reply.Result, err = json.Marshal(res); err != nil {
+		reply.Error = err.Error()
+	}
+	b, _ := json.Marshal(&reply)
+	c.Write(append(b, '\n'))
+}
+
+// Close stops accepting and waits for the requests being answered.
+func (s *controlServer) Close() error {
+	err := s.l.Close()
+	s.wg.Wait()
+	return err
+}
+
+// errNoDaemon says nothing answers on the control socket.
+var errNoDaemon = errors.New("no softnic daemon answers")
+
+// controlCall sends cmd to the daemon at path and decodes its result into
+// res.
+func controlCall(ctx context.Context, path, cmd string, res any) error {
+	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		return fmt.Errorf("%w on %s (is softnic serve running? --control names its socket): %v", errNoDaemon, path, err)
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		c.SetDeadline(dl)
+	}
+	req, _ := json.Marshal(controlRequest{Cmd: cmd})
+	if _, err := c.Write(append(req, '\n')); err != nil {
+		return fmt.Errorf("control socket %s: %w", path, err)
+	}
+	line, err := bufio.NewReader(c).ReadBytes('\n')
+	if err != nil {
+		return fmt.Errorf("control socket %s: no reply: %w", path, err)
+	}
+	var reply controlReply
+	if err := json.Unmarshal(line, &reply); err != nil {
+		return fmt.Errorf("control socket %s: bad reply: %w", path, err)
+	}
+	if reply.Error != "" {
+		return fmt.Errorf("daemon: %s", reply.Error)
+	}
+	return json.Unmarshal(reply.Result, res)
+}

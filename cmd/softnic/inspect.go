@@ -1,0 +1,134 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+)
+
+// inspectors are the commands that ask a running daemon over its control
+// socket, each with the way it prints the result as a table.
+var inspectors = map[string]func(w io.Writer, result json.RawMessage) error{
+	"info": printInfo,
+	"stat": printStat,
+	"mr":   printRegions,
+	"qp":   printQPs,
+}
+
+// defineInspect returns the define function of the inspecting command
+// name: info, stat, mr or qp.
+func defineInspect(name string) func(fs *flag.FlagSet) func(*invocation) error {
+	return func(fs *flag.FlagSet) func(*invocation) error {
+		control := fs.String("control", defaultControlPath(), "the daemon's control socket `PATH` (softnic serve --control)")
+		asJSON := fs.Bool("json", false, "print the daemon's answer as one line of JSON")
+		return func(inv *invocation) error {
+			if err := inv.parse(0, 0); err != nil {
+				return err
+			}
+			var result json.RawMessage
+			if err := controlCall(inv.ctx, *control, name, &result); err != nil {
+				return err
+			}
+			if *asJSON {
+				_, err := fmt.Fprintf(inv.stdout, "%s\n", result)
+				return err
+			}
+			return inspectors[name](inv.stdout, result)
+		}
+	}
+}
+
+func printInfo(w io.Writer, result json.RawMessage) error {
+	var in deviceInfo
+	if err := json.Unmarshal(result, &in); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	orNone := func(s string) string {
+		if s == "" {
+			return "-"
+		}
+		return s
+	}
+	for _, kv := range [][2]string{
+		{"version", in.Version},
+		{"pid", strconv.Itoa(in.PID)},
+		{"up since", in.Started.Format(time.RFC3339) + " (" + time.Since(in.Started).Round(time.Second).String() + ")"},
+		{"listen (UDP)", in.Listen},
+		{"rdma_cm port", strconv.Itoa(int(in.CMPort))},
+		{"MTU", strconv.Itoa(in.MTU)},
+		{"UDP socket", in.UDP},
+		{"control socket", in.Control},
+		{"pcap", orNone(in.Pcap)},
+		{"faults", orNone(in.Faults)},
+		{"regions", strconv.Itoa(in.Regions)},
+		{"connections", strconv.Itoa(in.Connections)},
+		{"receive buffers", fmt.Sprintf("%d of %s", in.RecvBuffers, formatSize(in.RecvBufSize))},
+	} {
+		fmt.Fprintf(tw, "%s\t%s\n", kv[0], kv[1])
+	}
+	return tw.Flush()
+}
+
+func printStat(w io.Writer, result json.RawMessage) error {
+	var l counterList
+	if err := json.Unmarshal(result, &l); err != nil {
+		return err
+	}
+	// Names to the left, values aligned on their last digit.
+	nw, vw := 0, 0
+	for _, c := range l {
+		nw, vw = max(nw, len(c.Name)), max(vw, len(strconv.FormatUint(c.Value, 10)))
+	}
+	for _, c := range l {
+		if _, err := fmt.Fprintf(w, "%-*s  %*d\n", nw, c.Name, vw, c.Value); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func printRegions(w io.Writer, result json.RawMessage) error {
+	var rows []regionRow
+	if err := json.Unmarshal(result, &rows); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tLKEY\tRKEY\tPD\tACCESS\tADDR\tLEN\tKIND\tODP RESIDENCY")
+	for _, r := range rows {
+		odp := "-"
+		if r.ODP {
+			odp = fmt.Sprintf("%d pages resident, %d faults", r.Pages, r.Faults)
+		}
+		name := r.Name
+		if name == "" {
+			name = "-" // a region of the device's own, such as the connection manager's buffers
+		}
+		fmt.Fprintf(tw, "%s\t%#x\t%#x\t%d\t%s\t%#x\t%d\t%s\t%s\n",
+			name, r.LKey, r.RKey, r.PD, r.Access, r.Addr, r.Len, r.Kind, odp)
+	}
+	return tw.Flush()
+}
+
+func printQPs(w io.Writer, result json.RawMessage) error {
+	var rows []qpRow
+	if err := json.Unmarshal(result, &rows); err != nil {
+		return err
+	}
+	if len(rows) == 0 {
+		_, err := fmt.Fprintln(w, "no connected QPs")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "QPN\tTYPE\tSTATE\tPEER\tPEER QPN\tMTU\tSEND PSN\tACKED PSN\tEXPECTED PSN\tMSN\tQUEUED\tCONNECTED")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%#x\t%s\t%s\t%s\t%#x\t%d\t0x%06x\t0x%06x\t0x%06x\t%d\t%d\t%s\n",
+			r.QPN, r.Type, r.State, r.Peer, r.PeerQPN, r.MTU, r.SendPSN, r.AckedPSN, r.ExpectedPSN,
+			r.MSN, r.SendQueued, r.Since.Format(time.TimeOnly))
+	}
+	return tw.Flush()
+}

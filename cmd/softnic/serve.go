@@ -1,0 +1,554 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/qp"
+)
+
+// The receive buffers softnic serve keeps posted on a shared receive queue
+// for the SENDs (and the immediates of WRITE WITH IMMEDIATE) its peers
+// send: a SEND longer than one buffer fails at the sender with
+// REM_INV_REQ_ERR.
+const (
+	recvBuffers    = 64
+	recvBufferSize = 64 << 10
+)
+
+// defaultRegion is what serve hosts when no --region is given.
+const defaultRegion = "mem:1m:rwa"
+
+// serveConfig is softnic serve's command line.
+type serveConfig struct {
+	listen   netip.AddrPort
+	cmPort   uint16
+	regions  []regionSpec
+	pcap     string
+	control  string
+	logLevel zapcore.Level
+	faults   *qp.Faults
+	spec     string // the --faults text, for info
+}
+
+func defineServe(fs *flag.FlagSet) func(*invocation) error {
+	listen := fs.String("listen", nic.DefaultAddr.String(), "the device's UDP `ADDR:PORT` (RoCEv2 uses port 4791; port 0 picks a free one)")
+	cmPort := fs.Uint("cm-port", defaultCMPort, "the rdma_cm `PORT` connections are accepted on")
+	var regions regionsFlag
+	fs.Var(&regions, "region", "host a NIC-owned memory region `NAME:SIZE[:ACCESS]`: SIZE in bytes with an optional k, m or g; "+
+		"ACCESS a combination of r (read), w (write), a (atomic), default rw; repeat for more regions (default "+defaultRegion+")")
+	pcap := fs.String("pcap", "", "capture every packet sent and received to `FILE` (flushed each second and on exit)")
+	control := fs.String("control", defaultControlPath(), "the control socket's `PATH`, where info, stat, mr and qp find the daemon")
+	level := fs.String("log-level", "info", "log `LEVEL` on stderr: debug, info, warn or error")
+	faults := fs.String("faults", "", "inject faults into the packets the daemon sends: `SPEC` such as drop=0.01,dup=0.01,seed=7 (see SOFTNIC_FAULTS)")
+	return func(inv *invocation) error {
+		if err := inv.parse(0, 0); err != nil {
+			return err
+		}
+		cfg := serveConfig{pcap: *pcap, control: *control, regions: regions, spec: *faults}
+		var err error
+		if cfg.listen, err = netip.ParseAddrPort(*listen); err != nil {
+			return usagef("--listen %q: want an IP address and a UDP port, such as 127.0.0.1:4791", *listen)
+		}
+		if *cmPort == 0 || *cmPort > 0xFFFF {
+			return usagef("--cm-port %d: want a port from 1 to 65535", *cmPort)
+		}
+		cfg.cmPort = uint16(*cmPort)
+		if cfg.logLevel, err = zapcore.ParseLevel(*level); err != nil {
+			return usagef("--log-level %q: want debug, info, warn or error", *level)
+		}
+		if *faults != "" {
+			f, err := qp.ParseFaults(*faults)
+			if err != nil {
+				return usagef("--faults: %v", err)
+			}
+			cfg.faults = &f
+		}
+		if cfg.control == "" {
+			return usagef("--control: want a path")
+		}
+		if len(cfg.regions) == 0 {
+			r, _ := parseRegionSpec(defaultRegion)
+			cfg.regions = []regionSpec{r}
+		}
+		ctx, stop := signal.NotifyContext(inv.ctx, os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return serve(ctx, &cfg, inv.stdout, inv.stderr)
+	}
+}
+
+// daemon is a running softnic serve.
+type daemon struct {
+	cfg     *serveConfig
+	log     *zap.Logger
+	started time.Time
+	capture *capture
+	dev     *nic.Device
+	pd      *nic.PD
+	regions []servedRegion
+	cq      *nic.CQ // the accepted QPs' completions: only receives, the daemon posts no sends
+	srq     *nic.SRQ
+	recvMR  *nic.MR
+	ln      *nic.Listener
+	ctl     *controlServer
+
+	// quit is cancelled by stop: the accept loop and the capture flusher end.
+	quit       context.Context
+	cancelQuit context.CancelFunc
+	acceptDone chan struct{} // closed when the accept loop has returned
+
+	mu    sync.Mutex
+	conns map[uint32]*servedConn // by local QPN
+
+	accepted, recvMsgs, recvBytes, writeImms, recvErrors atomic.Uint64
+
+	wg sync.WaitGroup // the receive and flush loops, and a watcher per connection
+}
+
+type servedRegion struct {
+	name string
+	mr   *nic.MR
+}
+
+type servedConn struct {
+	conn  *nic.Conn
+	since time.Time
+}
+
+// readyLine is what serve prints on stdout once it accepts connections.
+type readyLine struct {
+	Listen  string        `json:"listen"`
+	Control string        `json:"control"`
+	Regions []readyRegion `json:"regions"`
+	CMPort  uint16        `json:"cm_port"`
+}
+
+type readyRegion struct {
+	Name   string `json:"name"`
+	Addr   uint64 `json:"addr"`
+	Len    int    `json:"len"`
+	RKey   uint32 `json:"rkey"`
+	Access string `json:"access"`
+}
+
+// serve runs the daemon until ctx is cancelled (SIGINT, SIGTERM). Any
+// failure to start is an exitError of status 2.
+func serve(ctx context.Context, cfg *serveConfig, stdout, stderr io.Writer) error {
+	d := &daemon{cfg: cfg, started: time.Now(), conns: make(map[uint32]*servedConn)}
+	d.quit, d.cancelQuit = context.WithCancel(context.Background())
+	d.log = zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(logEncoderConfig()),
+		zapcore.Lock(zapcore.AddSync(stderr)), cfg.logLevel))
+	defer d.log.Sync()
+	if err := d.start(); err != nil {
+		d.stop()
+		return &exitError{status: 2, err: err}
+	}
+	ready := readyLine{Listen: d.dev.Addr().String(), Control: cfg.control, CMPort: d.ln.Port()}
+	for _, r := range d.regions {
+		ready.Regions = append(ready.Regions, readyRegion{Name: r.name, Addr: r.mr.Addr(), Len: r.mr.Len(),
+			RKey: r.mr.RKey(), Access: accessLetters(r.mr.Region().Info().Access)})
+	}
+	d.log.Info("softnic serve ready", zap.Stringer("listen", d.dev.Addr()), zap.Uint16("cm_port", d.ln.Port()),
+		zap.String("control", cfg.control), zap.Int("regions", len(d.regions)))
+	line, _ := json.Marshal(&ready)
+	if _, err := fmt.Fprintf(stdout, "%s\n", line); err != nil {
+		d.stop()
+		return err
+	}
+	<-ctx.Done()
+	d.log.Info("stopping: closing the listener and disconnecting every QP")
+	return d.stop()
+}
+
+func logEncoderConfig() zapcore.EncoderConfig {
+	c := zap.NewProductionEncoderConfig()
+	c.EncodeTime = zapcore.ISO8601TimeEncoder
+	c.EncodeLevel = zapcore.CapitalLevelEncoder
+	return c
+}
+
+// start opens the device, allocates the regions, posts the receive buffers,
+// listens on the rdma_cm port and the control socket, and starts the loops.
+func (d *daemon) start() error {
+	cfg := d.cfg
+	// The control socket first: a second daemon given the same one fails
+	// before it logs anything. It is answered once everything is ready.
+	l, err := listenControl(cfg.control)
+	if err != nil {
+		return err
+	}
+	d.ctl = &controlServer{l: l, handle: d.control}
+	if cfg.pcap != "" {
+		if d.capture, err = createCapture(cfg.pcap); err != nil {
+			return fmt.Errorf("--pcap: %w", err)
+		}
+	}
+	ncfg := nic.Config{Addr: cfg.listen, Logger: d.log, Faults: cfg.faults}
+	if d.capture != nil {
+		ncfg.Trace = d.capture.TraceBoth()
+	}
+	if d.dev, err = nic.Open(ncfg); err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("UDP address %v is already in use (another softnic serve? pick another --listen port)", cfg.listen)
+		}
+		return err
+	}
+	if d.pd, err = d.dev.AllocPD(); err != nil {
+		return err
+	}
+	for _, spec := range cfg.regions {
+		m, err := d.pd.AllocMR(spec.size, spec.access)
+		if err != nil {
+			return fmt.Errorf("region %s of %s: %w", spec.name, formatSize(spec.size), err)
+		}
+		d.regions = append(d.regions, servedRegion{spec.name, m})
+	}
+	if err := d.startReceives(); err != nil {
+		return err
+	}
+	if d.ln, err = d.dev.Listen(cfg.cmPort, nic.ListenOptions{PD: d.pd, QP: nic.QPConfig{SendCQ: d.cq, SRQ: d.srq}}); err != nil {
+		return fmt.Errorf("rdma_cm port %d: %w", cfg.cmPort, err)
+	}
+	d.ctl.start()
+	d.acceptDone = make(chan struct{})
+	go d.acceptLoop()
+	d.wg.Add(1)
+	go d.receiveLoop()
+	if d.capture != nil {
+		d.wg.Add(1)
+		go d.flushLoop()
+	}
+	return nil
+}
+
+// startReceives creates the shared receive queue of the accepted QPs and
+// posts every receive buffer on it.
+func (d *daemon) startReceives() error {
+	var err error
+	if d.cq, err = d.dev.CreateCQ(2 * recvBuffers); err != nil {
+		return err
+	}
+	if d.srq, err = d.pd.CreateSRQ(recvBuffers, 1); err != nil {
+		return err
+	}
+	if d.recvMR, err = d.pd.AllocMR(recvBuffers*recvBufferSize, mr.LocalWrite); err != nil {
+		return fmt.Errorf("receive buffers: %w", err)
+	}
+	for slot := range recvBuffers {
+		if err := d.postRecv(slot); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *daemon) postRecv(slot int) error {
+	return d.srq.PostRecv(&qp.RecvWR{ID: uint64(slot), SGL: []qp.SGE{d.recvMR.SGE(slot*recvBufferSize, recvBufferSize)}})
+}
+
+// listenControl listens on the unix socket at path. A socket file left by a
+// daemon that died is replaced; one a live daemon answers on is not.
+func listenControl(path string) (net.Listener, error) {
+	l, err := net.Listen("unix", path)
+	if err == nil || !errors.Is(err, syscall.EADDRINUSE) {
+		if err != nil {
+			err = fmt.Errorf("control socket: %w", err)
+		}
+		return l, err
+	}
+	if fi, serr := os.Lstat(path); serr != nil || fi.Mode()&os.ModeSocket == 0 {
+		return nil, fmt.Errorf("control socket %s: the path exists and is not a socket", path)
+	}
+	if c, derr := net.DialTimeout("unix", path, time.Second); derr == nil {
+		c.Close()
+		return nil, fmt.Errorf("control socket %s is in use by another softnic serve (stop it, or give this one another --control)", path)
+	}
+	if err := os.Remove(path); err != nil {
+		return nil, fmt.Errorf("control socket: removing a stale %s: %w", path, err)
+	}
+	if l, err = net.Listen("unix", path); err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	return l, nil
+}
+
+// stop shuts down what start set up, in order: no new connections, every
+// connection disconnected (DREQ), the control socket closed, the device
+// closed (its goroutines, and with them the trace, stopped), the capture
+// flushed.
+func (d *daemon) stop() error {
+	d.cancelQuit()
+	if d.ln != nil {
+		d.ln.Close()
+	}
+	if d.acceptDone != nil {
+		<-d.acceptDone // every connection accepted is in d.conns
+	}
+	d.mu.Lock()
+	conns := make([]*servedConn, 0, len(d.conns))
+	for _, c := range d.conns {
+		conns = append(conns, c)
+	}
+	d.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		wg.Go(func() {
+			if err := c.conn.Close(); err != nil {
+				d.log.Warn("disconnect", zap.Stringer("peer", c.conn.RemoteAddr()), zap.Error(err))
+			}
+		})
+	}
+	wg.Wait()
+	if d.ctl != nil {
+		d.ctl.Close()
+	}
+	var err error
+	if d.dev != nil {
+		err = d.dev.Close()
+	}
+	d.wg.Wait()
+	if d.capture != nil {
+		if cerr := d.capture.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("--pcap: %w", cerr))
+		}
+	}
+	if d.ln != nil {
+		d.log.Info("stopped", zap.Uint64("connections_accepted", d.accepted.Load()), zap.Uint64("sends_received", d.recvMsgs.Load()))
+	}
+	return err
+}
+
+// acceptLoop accepts connection requests until the listener closes.
+func (d *daemon) acceptLoop() {
+	defer close(d.acceptDone)
+	for {
+		c, err := d.ln.Accept(d.quit)
+		if err != nil {
+			if d.quit.Err() != nil || errors.Is(err, nic.ErrClosed) {
+				return
+			}
+			d.log.Warn("accepting a connection", zap.Error(err))
+			continue
+		}
+		d.accepted.Add(1)
+		sc := &servedConn{conn: c, since: time.Now()}
+		qpn := c.QP().Num()
+		d.mu.Lock()
+		d.conns[qpn] = sc
+		d.mu.Unlock()
+		d.log.Info("connected", zap.Stringer("peer", c.RemoteAddr()), zap.String("qpn", hex(uint64(qpn))),
+			zap.String("peer_qpn", hex(uint64(c.QP().Attr().DestQPN))))
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			<-c.Done()
+			d.mu.Lock()
+			delete(d.conns, qpn)
+			d.mu.Unlock()
+			peer, q := zap.Stringer("peer", c.RemoteAddr()), zap.String("qpn", hex(uint64(qpn)))
+			switch err := c.Err(); {
+			case err == nil:
+				d.log.Info("disconnected", peer, q)
+			case errors.Is(err, nic.ErrConnReset):
+				d.log.Info("disconnected by the peer", peer, q)
+			default:
+				d.log.Warn("connection lost", peer, q, zap.Error(err))
+			}
+		}()
+	}
+}
+
+// receiveLoop handles the completions of the receive buffers until the
+// device closes: each SEND is logged and counted, and its buffer posted
+// again.
+func (d *daemon) receiveLoop() {
+	defer d.wg.Done()
+	wcs := make([]qp.WC, 16)
+	for {
+		n, err := d.cq.Wait(context.Background(), wcs)
+		if errors.Is(err, nic.ErrClosed) {
+			return
+		}
+		if err != nil {
+			d.log.Error("receive completions", zap.Error(err))
+		}
+		for i := range wcs[:n] {
+			d.received(&wcs[i])
+		}
+	}
+}
+
+// received logs one receive completion and posts its buffer again.
+func (d *daemon) received(wc *qp.WC) {
+	slot := int(wc.ID)
+	peer := zap.Skip()
+	d.mu.Lock()
+	if c := d.conns[wc.QPN]; c != nil {
+		peer = zap.Stringer("peer", c.conn.RemoteAddr())
+	}
+	d.mu.Unlock()
+	qpn := zap.String("qpn", hex(uint64(wc.QPN)))
+	switch {
+	// Each is logged before it is counted: whoever sees the count sees the log.
+	case wc.Status != qp.Success:
+		d.log.Warn("receive failed", peer, qpn, zap.String("status", wc.Status.String()), zap.String("error", wc.Status.Text()))
+		d.recvErrors.Add(1)
+	case wc.Opcode == qp.WCRecvWriteImm:
+		d.log.Info("RDMA WRITE with immediate", peer, qpn, zap.String("imm", hex(uint64(wc.Imm))), zap.Uint32("bytes", wc.ByteLen))
+		d.writeImms.Add(1)
+	default:
+		data := d.recvMR.Bytes()[slot*recvBufferSize:][:wc.ByteLen]
+		fields := []zap.Field{peer, qpn, zap.Uint32("bytes", wc.ByteLen), zap.String("data", excerpt(data))}
+		if wc.Flags&qp.WCWithImm != 0 {
+			fields = append(fields, zap.String("imm", hex(uint64(wc.Imm))))
+		}
+		d.log.Info("SEND received", fields...)
+		d.recvBytes.Add(uint64(wc.ByteLen))
+		d.recvMsgs.Add(1)
+	}
+	if err := d.postRecv(slot); err != nil && !errors.Is(err, nic.ErrClosed) {
+		d.log.Error("reposting a receive buffer", zap.Error(err))
+	}
+}
+
+// excerpt returns the first 64 bytes of b for a log line (which escapes
+// what is not printable), with "…" when there is more.
+func excerpt(b []byte) string {
+	const max = 64
+	if len(b) <= max {
+		return string(b)
+	}
+	return string(b[:max]) + "…"
+}
+
+// flushLoop writes the buffered capture out every second, so that a
+// running daemon's pcap can be opened.
+func (d *daemon) flushLoop() {
+	defer d.wg.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			if err := d.capture.Flush(); err != nil {
+				d.log.Error("--pcap", zap.Error(err))
+			}
+		case <-d.quit.Done():
+			return
+		}
+	}
+}
+
+func hex(v uint64) string { return "0x" + strconv.FormatUint(v, 16) }
+
+// control answers a control request.
+func (d *daemon) control(cmd string) (any, error) {
+	switch cmd {
+	case "info":
+		return d.info(), nil
+	case "stat":
+		return d.counters(), nil
+	case "mr":
+		return d.regionRows(), nil
+	case "qp":
+		return d.qpRows(), nil
+	}
+	return nil, fmt.Errorf("unknown command %q (want info, stat, mr or qp)", cmd)
+}
+
+func (d *daemon) info() *deviceInfo {
+	d.mu.Lock()
+	conns := len(d.conns)
+	d.mu.Unlock()
+	return &deviceInfo{
+		Version: buildVersion(), PID: os.Getpid(), Started: d.started,
+		Listen: d.dev.Addr().String(), CMPort: d.ln.Port(), MTU: d.dev.MTU(), UDP: d.dev.Features().String(),
+		Control: d.cfg.control, Pcap: d.cfg.pcap, Faults: d.cfg.spec,
+		Regions: len(d.regions), Connections: conns, RecvBuffers: recvBuffers, RecvBufSize: recvBufferSize,
+	}
+}
+
+// counters lists the device's counters (rxe's names, then its drop
+// reasons), the refused remote accesses by reason, and the daemon's own.
+func (d *daemon) counters() counterList {
+	var l counterList
+	for _, c := range d.dev.Counters() {
+		l = append(l, counter{c.Name, c.Value})
+	}
+	rejects := d.dev.Memory().Stats().Rejects
+	unknown := mr.Reason(0).String()
+	for r := mr.Reason(1); r.String() != unknown; r++ {
+		l = append(l, counter{"rejected_" + strings.ReplaceAll(strings.ToLower(r.String()), " ", "_"), rejects[r]})
+	}
+	d.mu.Lock()
+	active := uint64(len(d.conns))
+	d.mu.Unlock()
+	return append(l,
+		counter{"connections_accepted", d.accepted.Load()},
+		counter{"connections_active", active},
+		counter{"sends_received", d.recvMsgs.Load()},
+		counter{"send_bytes_received", d.recvBytes.Load()},
+		counter{"write_imms_received", d.writeImms.Load()},
+		counter{"receive_errors", d.recvErrors.Load()},
+	)
+}
+
+func (d *daemon) regionRows() []regionRow {
+	names := map[uint32]string{d.recvMR.RKey(): "(receive buffers)"}
+	for _, r := range d.regions {
+		names[r.mr.RKey()] = r.name
+	}
+	rows := []regionRow{}
+	for ri := range d.dev.Memory().Regions() {
+		rows = append(rows, regionRow{
+			Name: names[ri.RKey], LKey: ri.LKey, RKey: ri.RKey, PD: uint32(ri.PD),
+			Access: accessLetters(ri.Access), Flags: ri.Access.String(), Addr: ri.Addr, Len: ri.Len,
+			Kind: ri.Kind.String(), ODP: ri.Access&mr.OnDemand != 0 || ri.Kind == mr.ImplicitODP,
+			Pages: ri.ODP.ResidentPages, Faults: ri.ODP.Faults, Windows: ri.Windows,
+		})
+	}
+	return rows
+}
+
+func (d *daemon) qpRows() []qpRow {
+	d.mu.Lock()
+	conns := make([]*servedConn, 0, len(d.conns))
+	for _, c := range d.conns {
+		conns = append(conns, c)
+	}
+	d.mu.Unlock()
+	rows := []qpRow{}
+	for _, c := range conns {
+		q := c.conn.QP()
+		st, at := q.Status(), q.Attr()
+		rows = append(rows, qpRow{
+			QPN: q.Num(), Type: qp.RC.String(), State: st.State.String(),
+			Peer: c.conn.RemoteAddr().String(), PeerQPN: at.DestQPN, MTU: at.PathMTU,
+			SendPSN: uint32(st.SendPSN), AckedPSN: uint32(st.AckedPSN), ExpectedPSN: uint32(st.ExpectedPSN),
+			MSN: st.MSN, SendQueued: st.SendQueued, Since: c.since,
+		})
+	}
+	slices.SortFunc(rows, func(a, b qpRow) int { return cmp.Compare(a.QPN, b.QPN) })
+	return rows
+}

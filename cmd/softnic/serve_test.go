@@ -1,0 +1,473 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/qp"
+)
+
+// syncBuffer is a bytes.Buffer for a daemon's stderr, written by its
+// goroutines while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// testDaemon is softnic serve running in the test's process.
+type testDaemon struct {
+	ready   readyLine
+	control string
+	stderr  *syncBuffer
+	stop    context.CancelFunc
+	exit    chan int
+}
+
+// startDaemon runs serve on a free loopback port with a control socket in
+// a temporary directory and the extra arguments, and waits for its ready
+// line. The test's cleanup stops it.
+func startDaemon(t *testing.T, args ...string) *testDaemon {
+	t.Helper()
+	d := &testDaemon{control: filepath.Join(t.TempDir(), "ctl.sock"), stderr: &syncBuffer{}, exit: make(chan int, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	d.stop = cancel
+	pr, pw := io.Pipe()
+	args = append([]string{"serve", "--listen", "127.0.0.1:0", "--control", d.control}, args...)
+	go func() {
+		d.exit <- runContext(ctx, args, pw, d.stderr)
+		pw.Close()
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-d.exit
+	})
+	line, err := bufio.NewReader(pr).ReadBytes('\n')
+	if err != nil {
+		t.Fatalf("no ready line: %v\nstderr:\n%s", err, d.stderr)
+	}
+	if err := json.Unmarshal(line, &d.ready); err != nil {
+		t.Fatalf("ready line %q: %v", line, err)
+	}
+	return d
+}
+
+// shutdown stops the daemon and returns its exit status.
+func (d *testDaemon) shutdown(t *testing.T) int {
+	t.Helper()
+	d.stop()
+	select {
+	case code := <-d.exit:
+		d.exit <- code // for the cleanup
+		return code
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the daemon did not stop; stderr:\n%s", d.stderr)
+		return -1
+	}
+}
+
+// op runs a one-shot command against the daemon's region and returns its
+// exit status, stdout and stderr.
+func (d *testDaemon) op(region int, cmd string, args ...string) (int, string, string) {
+	r := d.ready.Regions[region]
+	return runCmd(append([]string{cmd, "--peer", d.ready.Listen, "--cm-port", fmt.Sprint(d.ready.CMPort),
+		"--rkey", fmt.Sprint(r.RKey), "--timeout", "10s"}, args...)...)
+}
+
+func (d *testDaemon) addr(region, off int) string {
+	return fmt.Sprintf("%#x", d.ready.Regions[region].Addr+uint64(off))
+}
+
+// inspect runs info, stat, mr or qp with --json and decodes the answer.
+func (d *testDaemon) inspect(t *testing.T, cmd string, v any) {
+	t.Helper()
+	code, stdout, stderr := runCmd(cmd, "--control", d.control, "--json")
+	if code != 0 || stderr != "" {
+		t.Fatalf("%s: exit status %d, stderr %q", cmd, code, stderr)
+	}
+	if strings.Count(stdout, "\n") != 1 {
+		t.Errorf("%s --json printed %q, want one line", cmd, stdout)
+	}
+	if err := json.Unmarshal([]byte(stdout), v); err != nil {
+		t.Fatalf("%s --json: %v\n%s", cmd, err, stdout)
+	}
+}
+
+func (d *testDaemon) counter(t *testing.T, name string) uint64 {
+	t.Helper()
+	var m map[string]uint64
+	d.inspect(t, "stat", &m)
+	v, ok := m[name]
+	if !ok {
+		t.Fatalf("stat has no counter %q", name)
+	}
+	return v
+}
+
+func TestServeReadyLine(t *testing.T) {
+	d := startDaemon(t, "--region", "mem:64k", "--region", "ro:4k:r", "--region", "all:1m:awr")
+	if ap := d.ready.Listen; !strings.HasPrefix(ap, "127.0.0.1:") || strings.HasSuffix(ap, ":0") {
+		t.Errorf("listen %q, want 127.0.0.1 and the port picked", ap)
+	}
+	if d.ready.Control != d.control || d.ready.CMPort != defaultCMPort {
+		t.Errorf("control %q cm_port %d", d.ready.Control, d.ready.CMPort)
+	}
+	want := []struct {
+		name   string
+		len    int
+		access string
+	}{{"mem", 64 << 10, "rw"}, {"ro", 4 << 10, "r"}, {"all", 1 << 20, "rwa"}}
+	if len(d.ready.Regions) != len(want) {
+		t.Fatalf("regions %+v", d.ready.Regions)
+	}
+	for i, w := range want {
+		r := d.ready.Regions[i]
+		if r.Name != w.name || r.Len != w.len || r.Access != w.access || r.Addr == 0 || r.RKey == 0 {
+			t.Errorf("region %d: %+v, want %s of %d bytes with access %s", i, r, w.name, w.len, w.access)
+		}
+	}
+	if code := d.shutdown(t); code != 0 {
+		t.Errorf("exit status %d after the signal, want 0; stderr:\n%s", code, d.stderr)
+	}
+	if _, err := os.Stat(d.control); !os.IsNotExist(err) {
+		t.Errorf("the control socket is left behind: %v", err)
+	}
+}
+
+func TestServeDefaultRegion(t *testing.T) {
+	d := startDaemon(t)
+	if r := d.ready.Regions; len(r) != 1 || r[0].Name != "mem" || r[0].Len != 1<<20 || r[0].Access != "rwa" {
+		t.Errorf("regions %+v, want mem:1m:rwa", r)
+	}
+}
+
+// TestServeOperations drives the daemon with every one-shot command and
+// checks the memory through the commands themselves.
+func TestServeOperations(t *testing.T) {
+	d := startDaemon(t, "--region", "mem:64k:rwa")
+	steps := []struct {
+		name   string
+		cmd    string
+		args   []string
+		stdout string
+	}{
+		{"write", "write", []string{"--addr", d.addr(0, 100), "--data", "hello, softnic"},
+			fmt.Sprintf("wrote 14 bytes at %s (rkey %#x) on %s\n", d.addr(0, 100), d.ready.Regions[0].RKey, d.ready.Listen)},
+		{"read", "read", []string{"--addr", d.addr(0, 100), "--len", "14"}, "hello, softnic"},
+		{"read a part", "read", []string{"--addr", d.addr(0, 107), "--len", "0x7"}, "softnic"},
+		{"fadd", "fadd", []string{"--addr", d.addr(0, 4096), "--add", "5"}, "0\n"},
+		{"fadd again", "fadd", []string{"--addr", d.addr(0, 4096), "--add", "0x10"}, "5\n"},
+		{"fadd negative", "fadd", []string{"--addr", d.addr(0, 4096), "--add", "-1"}, "21\n"},
+		{"cswap that misses", "cswap", []string{"--addr", d.addr(0, 4096), "--compare", "7", "--swap", "99"}, "20\n"},
+		{"cswap that swaps", "cswap", []string{"--addr", d.addr(0, 4096), "--compare", "20", "--swap", "99"}, "20\n"},
+		{"fadd after the swap", "fadd", []string{"--addr", d.addr(0, 4096), "--add", "0"}, "99\n"},
+		{"the word in memory", "read", []string{"--addr", d.addr(0, 4096), "--len", "8"}, string(binary.NativeEndian.AppendUint64(nil, 99))},
+	}
+	for _, s := range steps {
+		code, stdout, stderr := d.op(0, s.cmd, s.args...)
+		if code != 0 || stderr != "" || stdout != s.stdout {
+			t.Errorf("%s: exit status %d, stdout %q, stderr %q; want 0 and %q", s.name, code, stdout, stderr, s.stdout)
+		}
+	}
+
+	// --file and --out.
+	dir := t.TempDir()
+	in, out := filepath.Join(dir, "in"), filepath.Join(dir, "out")
+	data := bytes.Repeat([]byte{0, 1, 2, 0xff}, 5000) // several packets
+	if err := os.WriteFile(in, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := d.op(0, "write", "--addr", d.addr(0, 8192), "--file", in); code != 0 {
+		t.Fatalf("write --file: %d %s", code, stderr)
+	}
+	code, stdout, stderr := d.op(0, "read", "--addr", d.addr(0, 8192), "--len", fmt.Sprint(len(data)), "--out", out)
+	if code != 0 || !strings.HasPrefix(stdout, "read 20000 bytes at ") || !strings.HasSuffix(stdout, " into "+out+"\n") {
+		t.Fatalf("read --out: %d %q %q", code, stdout, stderr)
+	}
+	if got, err := os.ReadFile(out); err != nil || !bytes.Equal(got, data) {
+		t.Errorf("read --out wrote %d bytes (%v) that differ from the %d written", len(got), err, len(data))
+	}
+
+	// SEND: the daemon logs and counts it.
+	code, stdout, _ = runCmd("send", "--peer", d.ready.Listen, "--data", "a message for the log")
+	if code != 0 || stdout != "sent 21 bytes to "+d.ready.Listen+"\n" {
+		t.Errorf("send: %d %q", code, stdout)
+	}
+	if n := d.counter(t, "sends_received"); n != 1 {
+		t.Errorf("sends_received %d, want 1", n)
+	}
+	if n := d.counter(t, "send_bytes_received"); n != 21 {
+		t.Errorf("send_bytes_received %d, want 21", n)
+	}
+	if log := d.stderr.String(); !strings.Contains(log, "SEND received") || !strings.Contains(log, `"data": "a message for the log"`) {
+		t.Errorf("the SEND is not logged:\n%s", log)
+	}
+	// Every operation was its own connection, now closed.
+	if n := d.counter(t, "connections_accepted"); n != uint64(len(steps)+3) {
+		t.Errorf("connections_accepted %d, want %d", n, len(steps)+3)
+	}
+	// At least the requests (one per operation, five for the 20000-byte
+	// write) and their responses (five for the 20000-byte read), besides
+	// the connection manager's.
+	if sent, rcvd := d.counter(t, "sent_pkts"), d.counter(t, "rcvd_pkts"); sent < 17 || rcvd < 17 {
+		t.Errorf("sent_pkts %d, rcvd_pkts %d; want at least 17 each", sent, rcvd)
+	}
+}
+
+// TestServeErrors: failed operations exit with status 1 and explain the
+// completion status.
+func TestServeErrors(t *testing.T) {
+	d := startDaemon(t, "--region", "mem:64k", "--region", "ro:4k:r")
+	mem, ro := d.ready.Regions[0], d.ready.Regions[1]
+	tests := []struct {
+		name   string
+		args   []string
+		stderr string
+	}{
+		{"unknown rkey", []string{"read", "--rkey", fmt.Sprint(mem.RKey + 0x10000), "--addr", "0", "--len", "8"},
+			fmt.Sprintf("remote access error: rkey %#x is not valid for 8 bytes at 0x0 on %s (REM_ACCESS_ERR)", mem.RKey+0x10000, d.ready.Listen)},
+		{"beyond the region", []string{"write", "--addr", fmt.Sprint(mem.Addr + 65530), "--data", "too long"},
+			fmt.Sprintf("remote access error: rkey %#x is not valid for 8 bytes at %#x on %s (REM_ACCESS_ERR)", mem.RKey, mem.Addr+65530, d.ready.Listen)},
+		{"write to a read-only region", []string{"write", "--rkey", fmt.Sprint(ro.RKey), "--addr", fmt.Sprint(ro.Addr), "--data", "x"},
+			fmt.Sprintf("remote access error: rkey %#x is not valid for 1 byte at %#x on %s (REM_ACCESS_ERR)", ro.RKey, ro.Addr, d.ready.Listen)},
+		{"atomic without atomic access", []string{"fadd", "--addr", fmt.Sprint(mem.Addr), "--add", "1"},
+			fmt.Sprintf("remote access error: rkey %#x is not valid for 8 bytes at %#x on %s (REM_ACCESS_ERR)", mem.RKey, mem.Addr, d.ready.Listen)},
+		{"a SEND longer than the receive buffers", []string{"send", "--data", strings.Repeat("x", recvBufferSize+1)},
+			fmt.Sprintf("remote invalid request error: %s refused the SEND as invalid", d.ready.Listen)},
+		{"no listener on the CM port", []string{"read", "--cm-port", "7472", "--addr", "0", "--len", "8"},
+			fmt.Sprintf("%s has no listener on rdma_cm port 7472 (see --cm-port)", d.ready.Listen)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := []string{tt.args[0], "--peer", d.ready.Listen, "--timeout", "10s"}
+			if tt.args[0] != "send" {
+				args = append(args, "--rkey", fmt.Sprint(mem.RKey))
+			}
+			args = append(args, tt.args[1:]...)
+			code, stdout, stderr := runCmd(args...)
+			if code != 1 || stdout != "" {
+				t.Errorf("exit status %d, stdout %q; want 1 and nothing", code, stdout)
+			}
+			if want := "softnic " + tt.args[0] + ": " + tt.stderr; !strings.HasPrefix(stderr, want) || strings.Count(stderr, "\n") != 1 {
+				t.Errorf("stderr %q, want one line starting %q", stderr, want)
+			}
+		})
+	}
+	if n := d.counter(t, "rejected_unknown_key"); n != 1 {
+		t.Errorf("rejected_unknown_key %d, want 1", n)
+	}
+	if n := d.counter(t, "rejected_access_not_granted"); n != 2 {
+		t.Errorf("rejected_access_not_granted %d, want 2", n)
+	}
+	if n := d.counter(t, "rejected_out_of_range"); n != 1 {
+		t.Errorf("rejected_out_of_range %d, want 1", n)
+	}
+}
+
+// TestServeInspect checks the control commands, as tables and as JSON,
+// with one connection held open.
+func TestServeInspect(t *testing.T) {
+	d := startDaemon(t, "--region", "mem:64k:rwa", "--faults", "seed=1")
+	conn, local := dialDaemon(t, d)
+
+	// The daemon counts the connection once its Accept has returned, a
+	// moment after the Dial did (on the RTU).
+	var info deviceInfo
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		d.inspect(t, "info", &info)
+		if info.Connections == 1 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if info.Listen != d.ready.Listen || info.CMPort != d.ready.CMPort || info.Control != d.control || info.PID != os.Getpid() ||
+		info.Regions != 1 || info.Connections != 1 || info.MTU != 4096 || info.Faults != "seed=1" || info.RecvBuffers != recvBuffers {
+		t.Errorf("info %+v", info)
+	}
+
+	var regions []regionRow
+	d.inspect(t, "mr", &regions)
+	byName := map[string]regionRow{}
+	for _, r := range regions {
+		byName[r.Name] = r
+	}
+	mem := d.ready.Regions[0]
+	if r := byName["mem"]; r.RKey != mem.RKey || r.LKey != mem.RKey || r.Addr != mem.Addr || r.Len != uint64(mem.Len) ||
+		r.Access != "rwa" || r.Kind != "arena" || r.ODP || r.Flags != "LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ|REMOTE_ATOMIC" {
+		t.Errorf("mem row %+v, ready line %+v", r, mem)
+	}
+	if r, ok := byName["(receive buffers)"]; !ok || r.Len != recvBuffers*recvBufferSize || r.Access != "-" {
+		t.Errorf("receive buffer row %+v (listed: %v)", r, ok)
+	}
+
+	var qps []qpRow
+	d.inspect(t, "qp", &qps)
+	if len(qps) != 1 {
+		t.Fatalf("qp lists %+v, want the one connection", qps)
+	}
+	if q := qps[0]; q.State != "RTS" || q.Type != "RC" || q.PeerQPN != conn.QP().Num() || q.Peer != local.String() || q.MTU != 4096 {
+		t.Errorf("qp row %+v", q)
+	}
+
+	for _, c := range []struct {
+		cmd  string
+		want []string // each a line, as a regular expression
+	}{
+		{"info", []string{`listen \(UDP\) +` + regexp.QuoteMeta(d.ready.Listen), `rdma_cm port +7471`, `faults +seed=1`, `connections +1`}},
+		{"stat", []string{`sent_pkts +\d+`, `bad_icrc +0`, `rejected_unknown_key +0`, `rejected_window_bound_to_another_qp +0`, `connections_active +1`}},
+		{"mr", []string{`NAME +LKEY +RKEY +PD +ACCESS +ADDR +LEN +KIND +ODP RESIDENCY`,
+			fmt.Sprintf(`mem +%#x +%#x +\d+ +rwa +%#x +65536 +arena +-`, mem.RKey, mem.RKey, mem.Addr), `\(receive buffers\) +0x[0-9a-f]+ +0x[0-9a-f]+ +\d+ +- +0x[0-9a-f]+ +4194304 +arena +-`}},
+		{"qp", []string{`QPN +TYPE +STATE +PEER +PEER QPN .*`,
+			fmt.Sprintf(`0x[0-9a-f]+ +RC +RTS +%s +%#x +4096 +0x[0-9a-f]{6} .*`, regexp.QuoteMeta(local.String()), conn.QP().Num())}},
+	} {
+		code, stdout, stderr := runCmd(c.cmd, "--control", d.control)
+		if code != 0 || stderr != "" {
+			t.Errorf("%s: exit status %d, stderr %q", c.cmd, code, stderr)
+		}
+		for _, w := range c.want {
+			if !regexp.MustCompile(`(?m)^` + w + `$`).MatchString(stdout) {
+				t.Errorf("%s has no line matching %s:\n%s", c.cmd, w, stdout)
+			}
+		}
+	}
+
+	// The daemon disconnects the QP when it stops.
+	if code := d.shutdown(t); code != 0 {
+		t.Errorf("exit status %d", code)
+	}
+	select {
+	case <-conn.Done():
+	case <-time.After(10 * time.Second):
+		t.Error("the daemon's shutdown did not disconnect the client")
+	}
+}
+
+// dialDaemon connects a QP of a device of the test's own to the daemon and
+// leaves it connected until the test ends.
+func dialDaemon(t *testing.T, d *testDaemon) (*nic.Conn, netip.AddrPort) {
+	t.Helper()
+	dev, err := nic.Open(nic.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	pd, err := dev.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := dev.CreateCQ(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pd.RegMR(make([]byte, 64), mr.LocalWrite); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	peer, err := resolvePeer(ctx, d.ready.Listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := dev.Dial(ctx, peer, d.ready.CMPort, nic.DialOptions{PD: pd, QP: nic.QPConfig{SendCQ: cq}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := conn.QP().Status().State; st != qp.RTS {
+		t.Fatalf("dialed QP in %v", st)
+	}
+	return conn, dev.Addr()
+}
+
+// TestServeStartErrors: a daemon that cannot start says why in one line
+// and exits with status 2.
+func TestServeStartErrors(t *testing.T) {
+	busy, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	running := startDaemon(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		args   []string
+		stderr string
+	}{
+		{"UDP port in use", []string{"--listen", busy.LocalAddr().String(), "--control", filepath.Join(dir, "a.sock")},
+			"UDP address " + busy.LocalAddr().String() + " is already in use"},
+		{"control socket in use", []string{"--listen", "127.0.0.1:0", "--control", running.control},
+			"control socket " + running.control + " is in use by another softnic serve"},
+		{"control path not a socket", []string{"--listen", "127.0.0.1:0", "--control", file},
+			"control socket " + file + ": the path exists and is not a socket"},
+		{"control directory missing", []string{"--listen", "127.0.0.1:0", "--control", filepath.Join(dir, "no", "a.sock")},
+			"control socket: listen unix " + filepath.Join(dir, "no", "a.sock")},
+		{"pcap directory missing", []string{"--listen", "127.0.0.1:0", "--control", filepath.Join(dir, "b.sock"), "--pcap", filepath.Join(dir, "no", "x.pcap")},
+			"--pcap: open " + filepath.Join(dir, "no", "x.pcap") + ": no such file or directory"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, stdout, stderr := runCmd(append([]string{"serve"}, tt.args...)...)
+			if code != 2 || stdout != "" {
+				t.Errorf("exit status %d, stdout %q; want 2 and nothing", code, stdout)
+			}
+			if lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n"); !strings.HasPrefix(lines[len(lines)-1], "softnic serve: "+tt.stderr) {
+				t.Errorf("stderr %q, want its last line to start %q", stderr, "softnic serve: "+tt.stderr)
+			}
+		})
+	}
+	if _, err := os.Stat(running.control); err != nil {
+		t.Errorf("the running daemon's control socket is gone: %v", err)
+	}
+	if code, _, stderr := runCmd("info", "--control", running.control); code != 0 {
+		t.Errorf("the running daemon no longer answers: %s", stderr)
+	}
+}
+
+// TestServeStaleControlSocket: a socket file left by a daemon that died is
+// replaced.
+func TestServeStaleControlSocket(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "stale.sock")
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.SetUnlinkOnClose(false)
+	l.Close()
+	d := startDaemon(t, "--control", path)
+	if d.ready.Control != path {
+		t.Fatalf("control %q", d.ready.Control)
+	}
+	if code, _, stderr := runCmd("info", "--control", path); code != 0 {
+		t.Errorf("info: %s", stderr)
+	}
+}
