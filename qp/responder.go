@@ -479,6 +479,9 @@ func (q *QP) placeWrite(p *wire.Packet) (outcome, failure) {
 		// WRITE with immediate consumes a receive WR at its last packet;
 		// without one, RNR before any byte of this packet is placed.
 		if out, f := q.takeRecvWR(); out != executed {
+			if op.IsOnly() {
+				r.releaseMessage() // the retry resolves the rkey again
+			}
 			return out, f
 		}
 	}
