@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"math/bits"
 	"math/rand/v2"
 	"net/netip"
@@ -43,6 +44,45 @@ const (
 	// Linux's default ip_local_port_range.
 	cmFirstPort, cmLastPort = 32768, 60999
 )
+
+// A RoCEv2 peer receives on UDP port 4791 whatever port it sends from
+// (Linux's rxe sends QP1's MADs from port 55410, and a connection's
+// packets from a port made from its flow label); a softnic device sends
+// from the port it receives on, which need not be 4791. So that answers
+// reach both, softnic marks its CA GUID: a REQ with a softnic GUID is
+// answered at its source port, any other at port 4791.
+const (
+	softnicGUIDMark  = 0x02736e // "sn", locally administered
+	softnicGUIDShift = 40
+	// eui64FFFE is what the middle of a GUID made from a MAC (EUI-64, as
+	// rxe's are) holds; a softnic GUID never does, so no MAC-made GUID is
+	// taken for one.
+	eui64FFFE  = 0xFFFE
+	eui64Shift = 24
+)
+
+// softnicGUID returns the CA GUID of the device at a: the mark, then a
+// hash of the address.
+func softnicGUID(a netip.AddrPort) uint64 {
+	h := fnv.New64a()
+	b, _ := a.MarshalBinary()
+	h.Write(b)
+	g := softnicGUIDMark<<softnicGUIDShift | h.Sum64()&(1<<softnicGUIDShift-1)
+	if g>>eui64Shift&0xFFFF == eui64FFFE {
+		g ^= 1 << eui64Shift
+	}
+	return g
+}
+
+// cmPeerAddr is where the CM answers a peer whose REQ came from src with
+// CA GUID guid, and where the connection's packets go: src for a softnic
+// peer, port 4791 of its address for any other.
+func cmPeerAddr(src netip.AddrPort, guid uint64) netip.AddrPort {
+	if guid>>softnicGUIDShift == softnicGUIDMark && guid>>eui64Shift&0xFFFF != eui64FFFE {
+		return src
+	}
+	return netip.AddrPortFrom(src.Addr(), wire.UDPPort)
+}
 
 // cmTime converts a 5-bit IBTA time exponent (CM response timeouts, local
 // ACK timeouts, service timeouts) to a duration: 4.096 µs × 2^exp.
@@ -100,11 +140,14 @@ type cmResult struct {
 type cmID struct {
 	state  cmState
 	active bool
-	local  uint32 // our communication ID
-	remote uint32 // the peer's, 0 until known
-	tid    uint64 // transaction ID of our answers
-	peer   netip.AddrPort
-	port   uint16 // the rdma_cm port connected to
+	local  uint32         // our communication ID
+	remote uint32         // the peer's, 0 until known
+	tid    uint64         // transaction ID of our answers
+	peer   netip.AddrPort // where the peer receives (see cmPeerAddr)
+	port   uint16         // the rdma_cm port connected to
+	// remoteSrc is where a passive communication's REQ came from: with
+	// the requester's communication ID, it recognises duplicates.
+	remoteSrc netip.AddrPort
 
 	localQPN, remoteQPN uint32
 
@@ -458,7 +501,7 @@ func (e *cmEngine) remove(id *cmID) {
 	if e.ids[id.local] == id {
 		delete(e.ids, id.local)
 	}
-	key := cmRemoteKey{id.remote, id.peer}
+	key := cmRemoteKey{id.remote, id.remoteSrc}
 	if e.remotes[key] == id {
 		delete(e.remotes, key)
 	}
@@ -476,9 +519,10 @@ func (e *cmEngine) settle(id *cmID) {
 }
 
 // lookup finds the communication a MAD from src names by our local
-// communication ID.
+// communication ID. Only the address is compared: a peer need not send
+// from the port it receives on (see cmPeerAddr).
 func (e *cmEngine) lookup(local uint32, src netip.AddrPort) *cmID {
-	if id := e.ids[local]; id != nil && id.peer == src {
+	if id := e.ids[local]; id != nil && id.peer.Addr() == src.Addr() {
 		return id
 	}
 	return nil
@@ -521,7 +565,7 @@ func (e *cmEngine) issueREJ(src netip.AddrPort, m *wire.MAD, reason wire.RejectR
 		Reason:          reason,
 	}
 	copy(f.REJ.ARI[:], ari)
-	e.send(out, src, &f)
+	e.send(out, cmPeerAddr(src, m.REQ.LocalCAGUID()), &f)
 }
 
 func (e *cmEngine) receiveREQ(src netip.AddrPort, m *wire.MAD, out *cmOutput) {
@@ -552,7 +596,7 @@ func (e *cmEngine) receiveREQ(src netip.AddrPort, m *wire.MAD, out *cmOutput) {
 		return
 	}
 	req := r.Fields()
-	id := e.newID(false, src, port)
+	id := e.newID(false, cmPeerAddr(src, req.LocalCAGUID), port)
 	id.remote, id.tid, id.req = req.LocalCommID, m.Header.TransactionID(), &req
 	id.remoteQPN = req.LocalQPN
 	id.timeout = cmTime(req.LocalCMResponseTimeout)
@@ -568,6 +612,7 @@ func (e *cmEngine) receiveREQ(src netip.AddrPort, m *wire.MAD, out *cmOutput) {
 	}
 	e.ids[id.local] = id
 	e.remotes[cmRemoteKey{id.remote, src}] = id
+	id.remoteSrc = src
 }
 
 // duplicateREQ answers a REQ that is already known.

@@ -733,9 +733,31 @@ func FuzzCMEngine(f *testing.F) {
 			}
 		}
 		for key, id := range l.b.e.remotes {
-			if key.comm != id.remote || key.peer != id.peer || l.b.e.ids[id.local] != id {
+			if key.comm != id.remote || key.peer != id.remoteSrc || l.b.e.ids[id.local] != id {
 				t.Fatalf("remote table entry %+v for %#x is stale", key, id.local)
 			}
 		}
 	})
+}
+
+func TestCMPeerAddr(t *testing.T) {
+	src := netip.MustParseAddrPort("10.0.0.1:40000")
+	at4791 := netip.MustParseAddrPort("10.0.0.1:4791")
+	for _, tc := range []struct {
+		name string
+		guid uint64
+		want netip.AddrPort
+	}{
+		{"softnic device", softnicGUID(src), src},
+		{"another softnic device", softnicGUID(netip.MustParseAddrPort("[fd00::7]:0")), src},
+		{"rxe, GUID from MAC 52:54:00:77:00:0c (rping.pcap)", 0x505400fffe77000c, at4791},
+		{"rxe whose MAC starts 00:73:6e", 0x02736efffe000001, at4791},
+		{"ConnectX GUID", 0x0c42a10300a1b2c3, at4791},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := cmPeerAddr(src, tc.guid); got != tc.want {
+				t.Errorf("cmPeerAddr(%v, %#x) = %v, want %v", src, tc.guid, got, tc.want)
+			}
+		})
+	}
 }

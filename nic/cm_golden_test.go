@@ -13,6 +13,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -216,35 +217,55 @@ func normalizeCM(t *testing.T, who string, c *cmPacket, hs []cmPacket) {
 
 // TestCMGoldenREQReachesListener replays rping.pcap's REQ: a Linux
 // rdma_cm request reaches a softnic listener on rping's port, and the
-// answer goes back to the requester's QP1 in the REQ's transaction.
+// answer goes back in the REQ's transaction to where the requester
+// receives: port 4791 for Linux (whose QP1 sends from port 55410), the
+// source port for a requester whose CA GUID says it is a softnic device.
 func TestCMGoldenREQReachesListener(t *testing.T) {
 	golden := readGoldenHandshake(t)
-	b := openCMEnd(t, nic.Config{})
-	l, err := b.dev.Listen(7174, nic.ListenOptions{PD: b.pd, QP: nic.QPConfig{SendCQ: b.cq}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	// Replay the REQ from a UDP socket standing in for the Linux host.
-	sock := openRawPeer(t)
-	req := golden[0]
-	sock.sendMAD(t, b.dev.Addr(), &req.ud, &req.mad)
-	ctx, cancel := context.WithTimeout(context.Background(), cmTestTimeout)
-	defer cancel()
-	r, err := l.AcceptRequest(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.RemoteAddr() != sock.addr || len(r.PrivateData()) != wire.CMAPrivateDataSize {
-		t.Errorf("request from %v with %d bytes of private data", r.RemoteAddr(), len(r.PrivateData()))
-	}
-	if err := r.Reject(nil); err != nil {
-		t.Fatal(err)
-	}
-	rej := sock.receiveMAD(t)
-	if rej.Header.AttrID != wire.AttrConnectReject || rej.REJ.RemoteCommID != req.mad.REQ.LocalCommID ||
-		rej.REJ.Reason != wire.RejectConsumer || rej.Header.TransactionID != req.mad.Header.TransactionID {
-		t.Errorf("answer %+v", rej)
+	for _, tc := range []struct {
+		name   string
+		guid   uint64 // replaces the REQ's CA GUID if not 0
+		at4791 bool   // the answer goes to port 4791
+	}{
+		{name: "Linux GUID", at4791: true},
+		{name: "softnic GUID", guid: 0x02736e0000000001},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkLeaks(t)
+			b := openCMEnd(t, nic.Config{})
+			l, err := b.dev.Listen(7174, nic.ListenOptions{PD: b.pd, QP: nic.QPConfig{SendCQ: b.cq}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			sock := openRawPeer(t, "127.0.0.1:0")
+			answers := sock
+			if tc.at4791 {
+				answers = openRawPeer(t, "127.0.0.1:4791")
+			}
+			req := golden[0]
+			if tc.guid != 0 {
+				req.mad.REQ.LocalCAGUID = tc.guid
+			}
+			sock.sendMAD(t, b.dev.Addr(), &req.ud, &req.mad)
+			ctx, cancel := context.WithTimeout(context.Background(), cmTestTimeout)
+			defer cancel()
+			r, err := l.AcceptRequest(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.RemoteAddr() != answers.addr || len(r.PrivateData()) != wire.CMAPrivateDataSize {
+				t.Errorf("request from %v with %d bytes of private data, want from %v", r.RemoteAddr(), len(r.PrivateData()), answers.addr)
+			}
+			if err := r.Reject(nil); err != nil {
+				t.Fatal(err)
+			}
+			rej := answers.receiveMAD(t)
+			if rej.Header.AttrID != wire.AttrConnectReject || rej.REJ.RemoteCommID != req.mad.REQ.LocalCommID ||
+				rej.REJ.Reason != wire.RejectConsumer || rej.Header.TransactionID != req.mad.Header.TransactionID {
+				t.Errorf("answer %+v", rej)
+			}
+		})
 	}
 }
 
@@ -257,9 +278,14 @@ type rawPeer struct {
 	addr netip.AddrPort
 }
 
-func openRawPeer(t *testing.T) *rawPeer {
+// openRawPeer opens the socket on addr; the test is skipped if the port is
+// taken (4791 may be, by a softnic daemon).
+func openRawPeer(t *testing.T, addr string) *rawPeer {
 	t.Helper()
-	c, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.1:0")))
+	c, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.MustParseAddrPort(addr)))
+	if errors.Is(err, syscall.EADDRINUSE) {
+		t.Skipf("%s is taken: %v", addr, err)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package nic
 
 import (
-	"hash/fnv"
 	"math/rand/v2"
 	"net/netip"
 	"sync"
@@ -49,10 +48,9 @@ type cm struct {
 // newCM creates QP1 and the connection manager of d.
 func newCM(d *Device) (*cm, error) {
 	mtu, _ := wire.MTUFromBytes(d.cfg.MTU)
-	seed := rand.Uint64()
 	c := &cm{
 		dev: d,
-		e:   newCMEngine(deviceGUID(d.local), mtu, rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), &d.devc),
+		e:   newCMEngine(softnicGUID(d.local), mtu, rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())), &d.devc),
 		buf: make([]byte, gsiRecvBuffers*gsiBufferSize),
 	}
 	pd, err := d.AllocPD()
@@ -81,15 +79,6 @@ func newCM(d *Device) (*cm, error) {
 		}
 	}
 	return c, nil
-}
-
-// deviceGUID makes the CA GUID a device puts in its REQs and REPs from its
-// address, a stable identifier as rxe's GUID (made from the MAC) is.
-func deviceGUID(a netip.AddrPort) uint64 {
-	h := fnv.New64a()
-	b, _ := a.MarshalBinary()
-	h.Write(b)
-	return h.Sum64()
 }
 
 func (c *cm) postRecv(slot uint64) error {
