@@ -220,6 +220,9 @@ func (r *Request) Accept(opts AcceptOptions) (*Conn, error) {
 			err = ErrClosed
 		}
 	}
+	if err == ErrClosed {
+		err = fmt.Errorf("softnic: accept %v: %w", r.id.peer, ErrClosed)
+	}
 	if err != nil {
 		q.Destroy()
 		return nil, err
@@ -394,7 +397,10 @@ func (d *Device) dial(ctx context.Context, q *QP, remote netip.AddrPort, port ui
 		c.run(func(e *cmEngine, now qp.Time, out *cmOutput) { e.abort(now, id, out) })
 		return nil, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, ctx.Err())
 	case <-d.done:
-		return nil, ErrClosed
+		res.err = ErrClosed
+	}
+	if res.err == ErrClosed {
+		return nil, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, ErrClosed)
 	}
 	if res.err != nil {
 		return nil, res.err

@@ -686,3 +686,35 @@ func TestDialFamilies(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkDialAccept measures a whole connection's life on loopback:
+// REQ, REP, RTU, then DREQ and DREP.
+func BenchmarkDialAccept(b *testing.B) {
+	a, s := openCMEnd(b, nic.Config{}), openCMEnd(b, nic.Config{})
+	l := s.listen(b, 0)
+	ctx := cmContext(b)
+	accepted := make(chan *nic.Conn)
+	go func() {
+		for {
+			c, err := l.Accept(ctx)
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	b.ReportAllocs()
+	for b.Loop() {
+		c, err := a.dev.Dial(ctx, s.dev.Addr(), cmPort, a.dialOptions())
+		if err != nil {
+			b.Fatal(err)
+		}
+		sc := <-accepted
+		c.Close()
+		<-sc.Done()
+		sc.Close()
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "conns/s")
+	l.Close()
+}
