@@ -161,7 +161,6 @@ type cmID struct {
 	msg      [wire.MADSize]byte
 	sends    int
 	rejected bool
-	deadline qp.Time
 	timerSeq uint64 // bumped whenever the timer is re-armed or stopped
 
 	req *wire.REQFields // passive: the REQ received
@@ -175,8 +174,7 @@ type cmID struct {
 	err     error
 	settled chan struct{}
 
-	qp       *QP // the driver's: flushed when the peer disconnects
-	listener *cmListener
+	qp *QP // the driver's: flushed when the peer disconnects
 }
 
 // cmRemoteKey identifies a passive communication by the peer's
@@ -601,7 +599,7 @@ func (e *cmEngine) receiveREQ(src netip.AddrPort, m *wire.MAD, out *cmOutput) {
 	id.remoteQPN = req.LocalQPN
 	id.timeout = cmTime(req.LocalCMResponseTimeout)
 	id.retries, id.ackTimeout = req.MaxCMRetries, req.PrimaryPath.LocalACKTimeout
-	id.state, id.listener = cmReqRcvd, l
+	id.state = cmReqRcvd
 	select {
 	case l.backlog <- id:
 	default:
@@ -704,14 +702,12 @@ func (e *RejectError) Is(target error) bool {
 }
 
 func (e *cmEngine) receiveREJ(now qp.Time, src netip.AddrPort, r wire.REJ, out *cmOutput) {
-	var id *cmID
-	if r.Reason() == wire.RejectTimeout {
+	id := e.lookup(r.RemoteCommID(), src)
+	if id == nil && r.Reason() == wire.RejectTimeout {
 		// A requester that gives up before it has our communication ID
 		// names itself only: find it by its own ID, as Linux does (by the
 		// CA GUID in the ARI and that ID).
 		id = e.remotes[cmRemoteKey{r.LocalCommID(), src}]
-	} else {
-		id = e.lookup(r.RemoteCommID(), src)
 	}
 	if id == nil || r.MessageRejected() != wire.CMMessageREQ && id.remote != 0 && id.remote != r.LocalCommID() {
 		e.cnt.inc(CMRxDropped)
@@ -905,7 +901,6 @@ func (e *cmEngine) shutdown(now qp.Time, out *cmOutput) {
 // arm (re)starts id's timer.
 func (e *cmEngine) arm(id *cmID, at qp.Time) {
 	id.timerSeq++
-	id.deadline = at
 	heap.Push(&e.timers, cmTimer{at: at, id: id, seq: id.timerSeq})
 }
 

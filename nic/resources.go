@@ -394,13 +394,11 @@ func (q *QP) setOnError(fn func(cause qp.WCStatus)) {
 // reportErrorLocked calls the error hook the first time it finds the QP in
 // the error state.
 func (q *QP) reportErrorLocked() {
-	if q.onError == nil || q.errorSeen {
+	if q.onError == nil || q.errorSeen || q.qp.State() != qp.Err {
 		return
 	}
-	if st := q.qp.Status(); st.State == qp.Err {
-		q.errorSeen = true
-		q.onError(st.Cause)
-	}
+	q.errorSeen = true
+	q.onError(q.qp.Status().Cause)
 }
 
 // Destroy moves the QP to the error state, so that its outstanding WRs
