@@ -214,6 +214,7 @@ type cmDialParams struct {
 	qpn     uint32
 	psn     wire.PSN
 	mtu     wire.MTU
+	srq     bool   // the QP takes its receive WRs from an SRQ
 	private []byte // at most wire.CMAPrivateDataSize bytes
 
 	responderResources, initiatorDepth uint8
@@ -225,6 +226,7 @@ type cmDialParams struct {
 type cmAcceptParams struct {
 	qpn     uint32
 	psn     wire.PSN
+	srq     bool
 	private []byte // at most wire.REPPrivateDataSize bytes
 
 	responderResources, initiatorDepth, rnrRetryCount uint8
@@ -327,6 +329,7 @@ func (e *cmEngine) connect(now qp.Time, p *cmDialParams, out *cmOutput) (*cmID, 
 		PathMTU:                 p.mtu,
 		RNRRetryCount:           p.rnrRetryCount,
 		MaxCMRetries:            p.cmRetries,
+		SRQ:                     p.srq,
 		PrimaryPath: wire.CMPathFields{
 			LocalLID:        cmPermissiveLID,
 			RemoteLID:       cmPermissiveLID,
@@ -389,6 +392,7 @@ func (e *cmEngine) accept(now qp.Time, id *cmID, p *cmAcceptParams, out *cmOutpu
 		InitiatorDepth:     p.initiatorDepth,
 		TargetACKDelay:     cmTargetACKDelay,
 		RNRRetryCount:      p.rnrRetryCount,
+		SRQ:                p.srq,
 		LocalCAGUID:        e.guid,
 	}
 	copy(f.REP.PrivateData[:], p.private)

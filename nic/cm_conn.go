@@ -207,7 +207,7 @@ func (r *Request) Accept(opts AcceptOptions) (*Conn, error) {
 	}
 	c.run(func(e *cmEngine, now qp.Time, out *cmOutput) {
 		err = e.accept(now, r.id, &cmAcceptParams{
-			qpn: q.num, psn: psn, private: opts.PrivateData,
+			qpn: q.num, psn: psn, srq: r.l.qp.SRQ != nil, private: opts.PrivateData,
 			responderResources: rr, initiatorDepth: depth, rnrRetryCount: rnr,
 		}, out)
 		r.id.qp = q
@@ -375,7 +375,7 @@ func (d *Device) dial(ctx context.Context, q *QP, remote netip.AddrPort, port ui
 	psn := c.randomPSN()
 	p := cmDialParams{
 		peer: remote, src: d.sourceFor(remote).Addr().Unmap(), port: port, qpn: q.num, psn: psn,
-		mtu: mtu, private: o.PrivateData,
+		mtu: mtu, srq: o.QP.SRQ != nil, private: o.PrivateData,
 		responderResources: o.ResponderResources, initiatorDepth: o.InitiatorDepth,
 		retryCount: o.RetryCount, rnrRetryCount: o.RNRRetryCount,
 		ackTimeout: o.Timeout, cmTimeout: o.CMTimeout, cmRetries: o.CMRetries,

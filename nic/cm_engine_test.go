@@ -357,7 +357,9 @@ func TestCMEngineREPFields(t *testing.T) {
 	active := l.connect(l.dialParams())
 	l.run(time.Second, func() bool { return len(ln.backlog) == 1 })
 	passive := <-ln.backlog
-	l.call(l.b, func(e *cmEngine, now qp.Time, out *cmOutput) { e.accept(now, passive, l.acceptParams(), out) })
+	ap := l.acceptParams()
+	ap.srq = true
+	l.call(l.b, func(e *cmEngine, now qp.Time, out *cmOutput) { e.accept(now, passive, ap, out) })
 	var r cmResult
 	l.run(time.Second, func() bool { var ok bool; r, ok = result(active); return ok })
 	if r.err != nil || r.rep == nil {
@@ -365,7 +367,7 @@ func TestCMEngineREPFields(t *testing.T) {
 	}
 	rep := r.rep
 	if rep.LocalQPN != 0x22 || rep.StartingPSN != 0x654321 || rep.ResponderResources != 2 || rep.InitiatorDepth != 4 ||
-		rep.RNRRetryCount != 6 || rep.TargetACKDelay != cmTargetACKDelay || rep.LocalCAGUID != l.b.e.guid ||
+		rep.RNRRetryCount != 6 || rep.TargetACKDelay != cmTargetACKDelay || rep.LocalCAGUID != l.b.e.guid || !rep.SRQ ||
 		string(rep.PrivateData[:7]) != "welcome" {
 		t.Errorf("REP %+v", rep)
 	}

@@ -718,3 +718,33 @@ func BenchmarkDialAccept(b *testing.B) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "conns/s")
 	l.Close()
 }
+
+// An accepted QP may take its receive WRs from an SRQ (the REP says so).
+func TestAcceptWithSRQ(t *testing.T) {
+	checkLeaks(t)
+	a, b := openCMEnd(t, nic.Config{}), openCMEnd(t, nic.Config{})
+	srq, err := b.pd.CreateSRQ(16, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := b.dev.Listen(cmPort, nic.ListenOptions{PD: b.pd, QP: nic.QPConfig{SendCQ: b.cq, SRQ: srq}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	c, s := connectCM(t, a, b, l, a.dialOptions(), nic.AcceptOptions{})
+	if err := srq.PostRecv(&qp.RecvWR{ID: 9, SGL: []qp.SGE{b.mr.SGE(0, 64)}}); err != nil {
+		t.Fatal(err)
+	}
+	copy(a.mr.Bytes(), "through the SRQ")
+	if err := c.QP().PostSend(&qp.SendWR{ID: 1, Opcode: qp.WRSend, SGL: []qp.SGE{a.mr.SGE(0, 15)}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := cmWaitCQ(t, b.cq); wc.ID != 9 || wc.Status != qp.Success || wc.QPN != s.QP().Num() || wc.ByteLen != 15 {
+		t.Fatalf("receive completion %v", &wc)
+	}
+	s.QP().Status()
+	if got := string(b.mr.Bytes()[:15]); got != "through the SRQ" {
+		t.Errorf("received %q", got)
+	}
+}
