@@ -11,16 +11,20 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/wire"
 )
 
 // syncBuffer is a bytes.Buffer for a daemon's stderr, written by its
@@ -56,6 +60,7 @@ type testDaemon struct {
 // line. The test's cleanup stops it.
 func startDaemon(t *testing.T, args ...string) *testDaemon {
 	t.Helper()
+	checkLeaks(t)
 	d := &testDaemon{control: filepath.Join(t.TempDir(), "ctl.sock"), stderr: &syncBuffer{}, exit: make(chan int, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	d.stop = cancel
@@ -77,6 +82,27 @@ func startDaemon(t *testing.T, args ...string) *testDaemon {
 		t.Fatalf("ready line %q: %v", line, err)
 	}
 	return d
+}
+
+// checkLeaks fails the test if goroutines started during it outlive it
+// (its other cleanups, the daemon's stop among them, run first).
+func checkLeaks(t *testing.T) {
+	// os/signal starts its watcher goroutine, for good, on the first
+	// Notify: start it before counting.
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, syscall.SIGUSR2)
+	signal.Stop(c)
+	before := runtime.NumGoroutine()
+	t.Cleanup(func() {
+		deadline := time.Now().Add(5 * time.Second)
+		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if n := runtime.NumGoroutine(); n > before {
+			buf := make([]byte, 1<<16)
+			t.Errorf("%d goroutines leaked:\n%s", n-before, buf[:runtime.Stack(buf, true)])
+		}
+	})
 }
 
 // shutdown stops the daemon and returns its exit status.
@@ -402,6 +428,22 @@ func dialDaemon(t *testing.T, d *testDaemon) (*nic.Conn, netip.AddrPort) {
 		t.Fatalf("dialed QP in %v", st)
 	}
 	return conn, dev.Addr()
+}
+
+// TestServeFaults: --faults reaches the device. Half the READ responses
+// the daemon sends are dropped; every READ still completes, the requester
+// retransmitting after its ACK timeout.
+func TestServeFaults(t *testing.T) {
+	d := startDaemon(t, "--region", "mem:4k", "--faults", fmt.Sprintf("drop=0.5,seed=3,ops=%#x", uint8(wire.OpRCReadResponseOnly)))
+	for i := range 6 {
+		if code, stdout, stderr := d.op(0, "read", "--addr", d.addr(0, 8*i), "--len", "8"); code != 0 || len(stdout) != 8 {
+			t.Fatalf("read %d: exit status %d, %d bytes, stderr %q", i, code, len(stdout), stderr)
+		}
+	}
+	dropped, dup := d.counter(t, "fault_dropped"), d.counter(t, "duplicate_request")
+	if dropped == 0 || dup < dropped {
+		t.Errorf("fault_dropped %d, duplicate_request %d; want some, each drop answered by a retransmitted READ", dropped, dup)
+	}
 }
 
 // TestServeStartErrors: a daemon that cannot start says why in one line
