@@ -33,6 +33,9 @@ type controlReply struct {
 // holds a daemon goroutine or a client for longer.
 const controlTimeout = 5 * time.Second
 
+// controlRequestMax bounds what the daemon reads of a request.
+const controlRequestMax = 4096
+
 // deviceInfo is the result of info.
 type deviceInfo struct {
 	Version     string    `json:"version"`
@@ -164,7 +167,7 @@ func (s *controlServer) answer(c net.Conn) {
 	c.SetDeadline(time.Now().Add(controlTimeout))
 	var req controlRequest
 	var reply controlReply
-	line, err := bufio.NewReader(io.LimitReader(c, 4096)).ReadBytes('\n')
+	line, err := bufio.NewReader(io.LimitReader(c, controlRequestMax)).ReadBytes('\n')
 	if err == nil {
 		err = json.Unmarshal(line, &req)
 	}

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+func TestCounterListJSON(t *testing.T) {
+	l := counterList{{"sent_pkts", 12}, {"rcvd_pkts", 0}, {"bad_icrc", 1<<64 - 1}, {`odd "name"`, 3}}
+	b, err := json.Marshal(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"sent_pkts":12,"rcvd_pkts":0,"bad_icrc":18446744073709551615,"odd \"name\"":3}`; string(b) != want {
+		t.Errorf("Marshal = %s, want %s", b, want)
+	}
+	var back counterList
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if len(back) != len(l) {
+		t.Fatalf("Unmarshal = %v, want %v", back, l)
+	}
+	for i := range l {
+		if back[i] != l[i] {
+			t.Errorf("counter %d = %v, want %v (in order)", i, back[i], l[i])
+		}
+	}
+	for _, bad := range []string{`[]`, `{"a":-1}`, `{"a":"x"}`, `{"a":1`, `7`} {
+		if err := json.Unmarshal([]byte(bad), &back); err == nil {
+			t.Errorf("Unmarshal(%s) succeeded", bad)
+		}
+	}
+}
+
+// ask sends request to a control server answering with handle, ends it
+// (shutdown for writing), and returns the whole reply. A request longer
+// than the server reads may be cut short by a reset (the server closes
+// with bytes unread), and then the reply is nil.
+func ask(t testing.TB, handle func(string) (any, error), request []byte) []byte {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := func(fd int) *net.UnixConn {
+		f := os.NewFile(uintptr(fd), "control")
+		defer f.Close()
+		c, err := net.FileConn(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.(*net.UnixConn)
+	}
+	client, server := conn(fds[0]), conn(fds[1])
+	defer client.Close()
+	s := &controlServer{handle: handle}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.answer(server)
+	}()
+	if _, err := client.Write(request); err != nil {
+		t.Fatal(err)
+	}
+	client.CloseWrite()
+	reply, err := io.ReadAll(client)
+	<-done
+	if errors.Is(err, syscall.ECONNRESET) && len(request) > controlRequestMax {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reply
+}
+
+func TestControlAnswer(t *testing.T) {
+	handle := func(cmd string) (any, error) {
+		if cmd == "stat" {
+			return counterList{{"sent_pkts", 1}}, nil
+		}
+		return nil, errors.New("unknown command " + cmd)
+	}
+	tests := []struct {
+		name, request, reply string
+	}{
+		{"a command", `{"cmd":"stat"}` + "\n", `{"result":{"sent_pkts":1}}` + "\n"},
+		{"an unknown command", `{"cmd":"reboot"}` + "\n", `{"error":"unknown command reboot"}` + "\n"},
+		{"not JSON", "stat\n", `{"error":"bad request: invalid character 's' looking for beginning of value"}` + "\n"},
+		{"no newline", `{"cmd":"stat"}`, `{"error":"bad request: EOF"}` + "\n"},
+		{"nothing", "", `{"error":"bad request: EOF"}` + "\n"},
+		{"too long", `{"cmd":"` + strings.Repeat("x", 4000) + `"}`, `{"error":"bad request: EOF"}` + "\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := ask(t, handle, []byte(tt.request)); string(got) != tt.reply {
+				t.Errorf("reply %q, want %q", got, tt.reply)
+			}
+		})
+	}
+}
+
+// FuzzControlAnswer: whatever a client writes, the daemon answers with one
+// line of JSON holding either a result or an error.
+func FuzzControlAnswer(f *testing.F) {
+	f.Add([]byte(`{"cmd":"info"}` + "\n"))
+	f.Add([]byte(`{"cmd":"` + strings.Repeat("x", 5000) + `"}` + "\n"))
+	f.Add([]byte("\x00\xff\n"))
+	f.Fuzz(func(t *testing.T, request []byte) {
+		echo := func(cmd string) (any, error) { return cmd, nil }
+		reply := ask(t, echo, request)
+		if reply == nil {
+			return // reset: a request longer than the server reads
+		}
+		if n := bytes.Count(reply, []byte("\n")); n != 1 || reply[len(reply)-1] != '\n' {
+			t.Fatalf("reply %q is not one line", reply)
+		}
+		var r controlReply
+		if err := json.Unmarshal(reply, &r); err != nil {
+			t.Fatalf("reply %q: %v", reply, err)
+		}
+		if (r.Error == "") == (r.Result == nil) {
+			t.Errorf("reply %q has both or neither of result and error", reply)
+		}
+	})
+}
