@@ -50,11 +50,41 @@ const markerSize = 1
 // falls behind, and loss% counts them: every datagram sent and not received.
 // So ns/op and MB/s (b.SetBytes) are the offered load, per datagram sent,
 // while Gbit/s and dgrams/s count what arrived.
+func Throughput(b *testing.B, cfg ThroughputConfig) ThroughputResult {
+	b.Helper()
+	b.ReportAllocs()
+	res, err := runThroughput(b.N, cfg, func(size int) {
+		b.SetBytes(int64(size))
+		b.ResetTimer()
+	})
+	b.StopTimer()
+	if errors.Is(err, errNoOffload) {
+		b.Skip(err)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(res.Gbps, "Gbit/s")
+	b.ReportMetric(res.DatagramsPerS, "dgrams/s")
+	b.ReportMetric(res.LossPercent, "loss%")
+	return res
+}
+
+// MeasureThroughput is Throughput outside a benchmark: n datagrams, for a
+// baseline that another benchmark reports a ratio against (testing.Benchmark
+// cannot run inside a benchmark).
+func MeasureThroughput(n int, cfg ThroughputConfig) (ThroughputResult, error) {
+	return runThroughput(n, cfg, nil)
+}
+
+var errNoOffload = errors.New("udptest: the kernel refused an offload the measurement needs")
+
+// runThroughput sends n datagrams; start, if set, is called with the
+// datagram size once the sockets are ready, just before the first send.
 // After the last data datagram the sender repeats a 1-byte marker until the
 // receiver has seen one; the receiving socket is FIFO, so the marker means
 // everything before it has been read or was dropped.
-func Throughput(b *testing.B, cfg ThroughputConfig) ThroughputResult {
-	b.Helper()
+func runThroughput(n int, cfg ThroughputConfig, start func(size int)) (ThroughputResult, error) {
 	if cfg.Size == 0 {
 		cfg.Size = 4096
 	}
@@ -62,16 +92,24 @@ func Throughput(b *testing.B, cfg ThroughputConfig) ThroughputResult {
 		cfg.Batch = udp.MaxBatch
 	}
 	if cfg.Size <= markerSize {
-		b.Fatalf("udptest: datagram size %d, want more than %d", cfg.Size, markerSize)
+		return ThroughputResult{}, fmt.Errorf("udptest: datagram size %d, want more than %d", cfg.Size, markerSize)
 	}
 	lo := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), 0)
 	if cfg.IPv6 {
 		lo = netip.AddrPortFrom(netip.IPv6Loopback(), 0)
 	}
-	rx := listen(b, lo, udp.Options{DisableGSO: true, DisableGRO: !cfg.GRO})
-	tx := listen(b, lo, udp.Options{DisableGSO: !cfg.GSO, DisableGRO: true})
+	rx, err := udp.Listen(lo, udp.Options{DisableGSO: true, DisableGRO: !cfg.GRO})
+	if err != nil {
+		return ThroughputResult{}, err
+	}
+	defer rx.Close()
+	tx, err := udp.Listen(lo, udp.Options{DisableGSO: !cfg.GSO, DisableGRO: true})
+	if err != nil {
+		return ThroughputResult{}, err
+	}
+	defer tx.Close()
 	if cfg.GSO && !tx.Features().GSO || cfg.GRO && !rx.Features().GRO {
-		b.Skipf("udptest: kernel offloads %v / %v, benchmark needs gso=%v gro=%v", tx.Features(), rx.Features(), cfg.GSO, cfg.GRO)
+		return ThroughputResult{}, fmt.Errorf("%w: %v / %v, want gso=%v gro=%v", errNoOffload, tx.Features(), rx.Features(), cfg.GSO, cfg.GRO)
 	}
 
 	out := make([]udp.Message, cfg.Batch)
@@ -88,23 +126,27 @@ func Throughput(b *testing.B, cfg ThroughputConfig) ThroughputResult {
 	}
 	r := newReceiver(rx, cfg.Batch, recvBuf)
 
-	b.SetBytes(int64(cfg.Size))
-	b.ReportAllocs()
-	b.ResetTimer()
-	start := time.Now()
+	if start != nil {
+		start(cfg.Size)
+	}
+	t0 := time.Now()
 	go r.run()
-	for sent := 0; sent < b.N; {
-		n, err := tx.WriteBatch(out[:min(cfg.Batch, b.N-sent)])
-		sent += n
+	for sent := 0; sent < n; {
+		k, err := tx.WriteBatch(out[:min(cfg.Batch, n-sent)])
+		sent += k
 		if err != nil {
-			b.Fatalf("udptest: after %d datagrams: %v", sent, err)
+			rx.Close()
+			<-r.done
+			return ThroughputResult{}, fmt.Errorf("udptest: after %d datagrams: %w", sent, err)
 		}
 	}
 	retry := time.NewTicker(time.Millisecond)
 	defer retry.Stop()
 	for done := false; !done; {
 		if _, err := tx.WriteBatch(marker); err != nil {
-			b.Fatalf("udptest: marker: %v", err)
+			rx.Close()
+			<-r.done
+			return ThroughputResult{}, fmt.Errorf("udptest: marker: %w", err)
 		}
 		select {
 		case <-r.done:
@@ -112,15 +154,10 @@ func Throughput(b *testing.B, cfg ThroughputConfig) ThroughputResult {
 		case <-retry.C:
 		}
 	}
-	b.StopTimer()
 	if r.err != nil {
-		b.Fatalf("udptest: receiver: %v", r.err)
+		return ThroughputResult{}, fmt.Errorf("udptest: receiver: %w", r.err)
 	}
-	res := throughputResult(int64(b.N), r.datagrams, r.bytes, r.last.Sub(start))
-	b.ReportMetric(res.Gbps, "Gbit/s")
-	b.ReportMetric(res.DatagramsPerS, "dgrams/s")
-	b.ReportMetric(res.LossPercent, "loss%")
-	return res
+	return throughputResult(int64(n), r.datagrams, r.bytes, r.last.Sub(t0)), nil
 }
 
 // throughputResult derives the rates and the loss from the counts.
@@ -134,16 +171,6 @@ func throughputResult(sent, received, bytes int64, elapsed time.Duration) Throug
 		res.LossPercent = 100 * float64(sent-received) / float64(sent)
 	}
 	return res
-}
-
-func listen(b *testing.B, addr netip.AddrPort, opt udp.Options) *udp.Conn {
-	b.Helper()
-	c, err := udp.Listen(addr, opt)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { c.Close() })
-	return c
 }
 
 // receiver counts the data datagrams reaching c until a marker arrives.
@@ -206,52 +233,64 @@ type PingPongResult struct {
 // latency floor any UDP protocol in Go pays on this machine.
 func PingPong(b *testing.B) PingPongResult {
 	b.Helper()
+	b.ReportAllocs()
+	res, err := runPingPong(b.N, b.ResetTimer)
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(res.Median)/float64(time.Microsecond), "median-µs")
+	b.ReportMetric(float64(res.P99)/float64(time.Microsecond), "p99-µs")
+	return res
+}
+
+// MeasurePingPong is PingPong outside a benchmark: n round trips.
+func MeasurePingPong(n int) (PingPongResult, error) { return runPingPong(n, nil) }
+
+func runPingPong(n int, start func()) (res PingPongResult, err error) {
 	lo := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)}
 	client, err := net.ListenUDP("udp4", lo)
 	if err != nil {
-		b.Fatal(err)
+		return res, err
 	}
 	defer client.Close()
 	echo, err := net.ListenUDP("udp4", lo)
 	if err != nil {
-		b.Fatal(err)
+		return res, err
 	}
 	echoed := make(chan error, 1)
 	defer func() {
 		echo.Close()
-		if err := <-echoed; !errors.Is(err, net.ErrClosed) {
-			b.Errorf("udptest: echo: %v", err)
+		if eerr := <-echoed; !errors.Is(eerr, net.ErrClosed) && err == nil {
+			err = fmt.Errorf("udptest: echo: %w", eerr)
 		}
 	}()
 	go func() { echoed <- runEcho(echo) }()
 
 	dst := echo.LocalAddr().(*net.UDPAddr).AddrPort()
-	rtts := make([]time.Duration, b.N)
+	rtts := make([]time.Duration, n)
 	var ping, pong [8]byte
-	b.ReportAllocs()
-	b.ResetTimer()
+	if start != nil {
+		start()
+	}
 	for i := range rtts {
 		// A lost ping would block forever; loopback at one datagram in
 		// flight does not lose any, so losing one is an error.
 		if err := client.SetReadDeadline(time.Now().Add(time.Second)); err != nil {
-			b.Fatal(err)
+			return res, err
 		}
 		ping[0], ping[1], ping[2], ping[3] = byte(i>>24), byte(i>>16), byte(i>>8), byte(i)
 		t0 := time.Now()
 		if _, err := client.WriteToUDPAddrPort(ping[:], dst); err != nil {
-			b.Fatal(err)
+			return res, err
 		}
-		n, _, err := client.ReadFromUDPAddrPort(pong[:])
+		k, _, err := client.ReadFromUDPAddrPort(pong[:])
 		rtts[i] = time.Since(t0)
-		if err != nil || n != len(ping) || pong != ping {
-			b.Fatalf("udptest: ping %d: got %d bytes %x, %v", i, n, pong[:n], err)
+		if err != nil || k != len(ping) || pong != ping {
+			return res, fmt.Errorf("udptest: ping %d: got %d bytes %x, %v", i, k, pong[:k], err)
 		}
 	}
-	b.StopTimer()
-	res := percentiles(rtts)
-	b.ReportMetric(float64(res.Median)/float64(time.Microsecond), "median-µs")
-	b.ReportMetric(float64(res.P99)/float64(time.Microsecond), "p99-µs")
-	return res
+	return percentiles(rtts), nil
 }
 
 // runEcho sends every datagram reaching c back to its sender until c is closed.
