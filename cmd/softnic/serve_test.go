@@ -157,6 +157,21 @@ func (d *testDaemon) counter(t *testing.T, name string) uint64 {
 	return v
 }
 
+// counterReaches waits until counter name reaches want: the daemon counts a
+// received SEND on its own goroutine, after the sender's completion may
+// already have arrived.
+func (d *testDaemon) counterReaches(t *testing.T, name string, want uint64) uint64 {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n := d.counter(t, name)
+		if n >= want || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
 func TestServeReadyLine(t *testing.T) {
 	d := startDaemon(t, "--region", "mem:64k", "--region", "ro:4k:r", "--region", "all:1m:awr")
 	if ap := d.ready.Listen; !strings.HasPrefix(ap, "127.0.0.1:") || strings.HasSuffix(ap, ":0") {
@@ -246,10 +261,10 @@ func TestServeOperations(t *testing.T) {
 	if code != 0 || stdout != "sent 21 bytes to "+d.ready.Listen+"\n" {
 		t.Errorf("send: %d %q", code, stdout)
 	}
-	if n := d.counter(t, "sends_received"); n != 1 {
+	if n := d.counterReaches(t, "sends_received", 1); n != 1 {
 		t.Errorf("sends_received %d, want 1", n)
 	}
-	if n := d.counter(t, "send_bytes_received"); n != 21 {
+	if n := d.counterReaches(t, "send_bytes_received", 21); n != 21 {
 		t.Errorf("send_bytes_received %d, want 21", n)
 	}
 	if log := d.stderr.String(); !strings.Contains(log, "SEND received") || !strings.Contains(log, `"data": "a message for the log"`) {
