@@ -31,6 +31,9 @@ type response struct {
 	first, last wire.PSN
 	span        mr.Span
 	off, remain uint64
+	// fresh marks the response to a new request, which holds one of the
+	// max_dest_rd_atomic resources until sent; replays of duplicates do not.
+	fresh bool
 }
 
 // resource remembers an executed READ or ATOMIC so that a duplicate of it
@@ -81,7 +84,7 @@ type responder struct {
 	out       []response
 	outHead   int
 	outCount  int
-	rdPending int // READ/ATOMIC entries in out
+	rdPending int // responses to new READ/ATOMIC requests in out
 }
 
 func (r *responder) init(cfg Config) {
@@ -171,7 +174,7 @@ func (r *responder) push(e response) {
 	}
 	r.out[(r.outHead+r.outCount)%len(r.out)] = e
 	r.outCount++
-	if e.kind == respRead || e.kind == respAtomic || e.kind == respAtomicWrite {
+	if e.fresh {
 		r.rdPending++
 	}
 }
@@ -551,7 +554,7 @@ func (q *QP) executeRead(p *wire.Packet) (outcome, failure) {
 	last := psn.Add(npkts - 1)
 	r.msn++ // a READ counts as completed when it is accepted (C9-148), as in rxe
 	r.newResource(resource{kind: respRead, first: psn, last: last, rkey: rkey, va: va, length: length})
-	r.push(response{kind: respRead, psn: psn, first: psn, last: last, span: span, remain: length, msn: r.msn})
+	r.push(response{kind: respRead, psn: psn, first: psn, last: last, span: span, remain: length, msn: r.msn, fresh: true})
 	r.epsn = last.Add(1)
 	return executed, failure{}
 }
@@ -576,7 +579,7 @@ func (q *QP) executeAtomic(p *wire.Packet) (outcome, failure) {
 	psn := p.BTH.PSN()
 	r.msn++
 	r.newResource(resource{kind: respAtomic, first: psn, last: psn, orig: orig})
-	r.push(response{kind: respAtomic, psn: psn, orig: orig, msn: r.msn})
+	r.push(response{kind: respAtomic, psn: psn, orig: orig, msn: r.msn, fresh: true})
 	return executed, failure{}
 }
 
@@ -601,7 +604,7 @@ func (q *QP) executeAtomicWrite(p *wire.Packet) (outcome, failure) {
 	psn := p.BTH.PSN()
 	r.msn++
 	r.newResource(resource{kind: respAtomicWrite, first: psn, last: psn})
-	r.push(response{kind: respAtomicWrite, psn: psn, msn: r.msn})
+	r.push(response{kind: respAtomicWrite, psn: psn, msn: r.msn, fresh: true})
 	return executed, failure{}
 }
 
@@ -721,11 +724,10 @@ func (q *QP) nextResponse(buf []byte) int {
 
 func (r *responder) pop() {
 	e := &r.out[r.outHead]
-	switch e.kind {
-	case respRead:
+	if e.kind == respRead {
 		e.span.Release()
-		r.rdPending--
-	case respAtomic, respAtomicWrite:
+	}
+	if e.fresh {
 		r.rdPending--
 	}
 	*e = response{}

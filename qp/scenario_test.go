@@ -295,3 +295,58 @@ func TestScenarioDuplicateAtomicReplayed(t *testing.T) {
 	}
 	checkTranscript(t, s)
 }
+
+// TestResponderReplaysDoNotTakeResources: a responder that queues a replay
+// of a duplicate READ must not count it against max_dest_rd_atomic, or a
+// new READ behind it is refused (found by the end-to-end test: the
+// responder NAKed "invalid request" and went to ERR).
+func TestResponderReplaysDoNotTakeResources(t *testing.T) {
+	attr := defaultAttr()
+	attr.MaxRdAtomic, attr.MaxDestRdAtomic = 1, 1
+	s, a, b := pair(t, attr)
+	read := func(psn wire.PSN) {
+		f := wire.Fields{BTH: wire.BTHFields{OpCode: wire.OpRCReadRequest, PKey: 0xFFFF, DestQP: b.qp.Num(), PSN: psn, AckReq: true},
+			RETH: wire.RETHFields{VA: b.va(0), RKey: b.region.RKey(), DMALen: 64}}
+		raw := make([]byte, f.Len(0))
+		if _, err := f.Encode(raw, nil); err != nil {
+			t.Fatal(err)
+		}
+		env := wire.Envelope{Src: a.addr, Dst: b.addr}
+		env.Seal(raw)
+		var p wire.Packet
+		if err := p.Decode(raw); err != nil {
+			t.Fatal(err)
+		}
+		b.qp.Receive(&p, &env, s.now)
+	}
+	var naks, responses int
+	buf := make([]byte, qp.MaxPacketSize)
+	drain := func() {
+		for {
+			n, _ := b.qp.Transmit(buf, s.now)
+			if n == 0 {
+				break
+			}
+			var p wire.Packet
+			if err := p.Decode(buf[:n]); err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case p.OpCode() == wire.OpRCAck && p.AETH.Syndrome().Type() == wire.AckTypeNak:
+				naks++
+			case p.OpCode().IsReadResponse():
+				responses++
+			}
+		}
+	}
+	// A READ answered, its duplicate (the answer was lost) queued for
+	// replay, and the next READ behind it.
+	read(0x100)
+	drain()
+	read(0x100)
+	read(0x101)
+	drain()
+	if naks != 0 || responses != 3 || b.qp.State() != qp.RTS {
+		t.Errorf("b sent %d NAKs and %d READ responses and is %s; want no NAK, three READ responses, RTS", naks, responses, b.qp.State())
+	}
+}

@@ -233,7 +233,7 @@ func (w *worker) run(total int) error {
 		}
 		wc, err := waitWC2(w.l.acq)
 		if err != nil {
-			return fmt.Errorf("after %d ops: %w", done, err)
+			return fmt.Errorf("after %d ops: %w\nrequester %+v\nresponder %+v", done, err, w.l.a.Status(), w.l.b.Status())
 		}
 		o := w.inflight[wc.ID]
 		if wc.Status != qp.Success {
