@@ -143,9 +143,13 @@ func putMAC(mac []byte, addr netip.Addr) {
 
 // PcapReader reads frames from a classic pcap stream in either byte order,
 // with microsecond or nanosecond timestamps. It recognises RoCEv2 datagrams
-// (UDP to port 4791 over IPv4 or IPv6) on Ethernet (with or without VLAN
-// tags), Linux cooked (tcpdump -i any, v1 and v2) and raw IP captures.
+// (UDP from or to port 4791, or a port added with AddPort, over IPv4 or
+// IPv6) on Ethernet (with or without VLAN tags), Linux cooked (tcpdump -i
+// any, v1 and v2) and raw IP captures. Like Wireshark, it takes a datagram
+// from port 4791 to another port for RoCEv2 too: a softnic device answers
+// at the port a peer sent from.
 type PcapReader struct {
+	ports    []uint16 // RoCEv2 ports besides 4791
 	r        io.Reader
 	order    binary.ByteOrder
 	nano     bool
@@ -160,8 +164,8 @@ type PcapReader struct {
 type Frame struct {
 	Time time.Time
 	Data []byte // the captured link-layer frame
-	// RoCE reports an IPv4 or IPv6 UDP datagram to port 4791 that is not a
-	// fragment; Env, IPUDP and Payload are set only then.
+	// RoCE reports an IPv4 or IPv6 UDP datagram from or to a RoCEv2 port
+	// that is not a fragment; Env, IPUDP and Payload are set only then.
 	RoCE    bool
 	Env     Envelope // addresses, ports and the IPv4 ID as captured
 	IPUDP   []byte   // the captured IP header and UDP header, for ICRCFromHeaders
@@ -229,13 +233,21 @@ func (r *PcapReader) Next() (Frame, error) {
 		frac *= 1000
 	}
 	f := Frame{Time: time.Unix(int64(sec), int64(frac)).UTC(), Data: data}
-	parseFrame(&f, r.linkType, data)
+	parseFrame(&f, r.linkType, data, r.isRoCEPort)
 	return f, nil
 }
 
+// AddPort makes the reader take UDP port as a RoCEv2 port too, for captures
+// of devices that listen elsewhere than 4791 (tests, the demo).
+func (r *PcapReader) AddPort(port uint16) { r.ports = append(r.ports, port) }
+
+func (r *PcapReader) isRoCEPort(p uint16) bool {
+	return p == UDPPort || slices.Contains(r.ports, p)
+}
+
 // parseFrame fills f's RoCE fields if data, a frame of the given link type,
-// carries a RoCEv2 datagram.
-func parseFrame(f *Frame, linkType uint32, data []byte) {
+// carries a UDP datagram from or to a port roce accepts.
+func parseFrame(f *Frame, linkType uint32, data []byte, roce func(port uint16) bool) {
 	var etherType uint16
 	switch linkType {
 	case linkTypeEthernet:
@@ -308,7 +320,8 @@ func parseFrame(f *Frame, linkType uint32, data []byte) {
 		return
 	}
 	udp := data[ipLen : ipLen+udpHeaderSize]
-	if binary.BigEndian.Uint16(udp[2:]) != UDPPort {
+	sport, dport := binary.BigEndian.Uint16(udp[0:]), binary.BigEndian.Uint16(udp[2:])
+	if !roce(dport) && !roce(sport) {
 		return
 	}
 	udpLen := int(binary.BigEndian.Uint16(udp[4:]))
@@ -318,8 +331,8 @@ func parseFrame(f *Frame, linkType uint32, data []byte) {
 	end := min(ipLen+udpLen, len(data)) // Ethernet may pad; the capture may cut
 	f.RoCE = true
 	f.Env = Envelope{
-		Src:  netip.AddrPortFrom(src, binary.BigEndian.Uint16(udp[0:])),
-		Dst:  netip.AddrPortFrom(dst, UDPPort),
+		Src:  netip.AddrPortFrom(src, sport),
+		Dst:  netip.AddrPortFrom(dst, dport),
 		IPID: ipID,
 	}
 	hdrEnd := ipLen + udpHeaderSize

@@ -183,6 +183,44 @@ func TestPcapReaderFormats(t *testing.T) {
 	}
 }
 
+// TestPcapReaderPorts: a datagram is RoCEv2 when either port is 4791 (a
+// softnic device answers at the port its peer sent from) or a port added
+// with AddPort (devices listening elsewhere, as in tests and the demo).
+func TestPcapReaderPorts(t *testing.T) {
+	pkt := encodeSample(t, OpRCAck)
+	tests := []struct {
+		name     string
+		src, dst string
+		add      uint16
+		roce     bool
+	}{
+		{"to 4791", "192.0.2.1:49152", "192.0.2.2:4791", 0, true},
+		{"from 4791 to another port", "192.0.2.2:4791", "192.0.2.1:49152", 0, true},
+		{"between other ports", "192.0.2.1:40000", "192.0.2.2:40001", 0, false},
+		{"to an added port", "192.0.2.1:40000", "192.0.2.2:40001", 40001, true},
+		{"from an added port", "192.0.2.1:40000", "192.0.2.2:40001", 40000, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := Envelope{Src: netip.MustParseAddrPort(tt.src), Dst: netip.MustParseAddrPort(tt.dst)}
+			r, err := NewPcapReader(bytes.NewReader(pcapFile(binary.LittleEndian, pcapMagicMicro, linkTypeEthernet, appendFrame(nil, &env, pkt))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.add != 0 {
+				r.AddPort(tt.add)
+			}
+			fr, err := r.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fr.RoCE != tt.roce || (tt.roce && (fr.Env != env || !bytes.Equal(fr.Payload, pkt))) {
+				t.Errorf("RoCE %v env %+v, want RoCE %v env %+v", fr.RoCE, fr.Env, tt.roce, env)
+			}
+		})
+	}
+}
+
 func TestPcapReaderNotRoCE(t *testing.T) {
 	env := Envelope{Src: netip.MustParseAddrPort("192.0.2.1:49152"), Dst: netip.MustParseAddrPort("192.0.2.2:4791")}
 	pkt := encodeSample(t, OpRCAck)
@@ -200,7 +238,7 @@ func TestPcapReaderNotRoCE(t *testing.T) {
 		{"ARP", edit(12, 0x08, 0x06)},
 		{"TCP", edit(ip+9, 6)},
 		{"UDP to another port", edit(udp+2, 0x12, 0xb8)},
-		{"UDP from 4791 to another port", edit(udp, 0x12, 0xb7, 0x12, 0xb8)},
+		{"UDP between two other ports", edit(udp, 0x12, 0xb9, 0x12, 0xb8)},
 		{"IPv4 fragment", edit(ip+6, 0x20, 0x00)},
 		{"IPv4 later fragment", edit(ip+6, 0x00, 0x10)},
 		{"IPv4 IHL 4", edit(ip, 0x44)},

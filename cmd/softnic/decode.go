@@ -7,17 +7,27 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 
 	"github.com/softnic/softnic/wire"
 )
 
 func defineDecode(fs *flag.FlagSet) func(*invocation) error {
 	verbose := fs.Bool("v", false, "also print every field of every header, one header per line")
+	var ports []uint16
+	fs.Func("port", "also take UDP `PORT` for RoCEv2 besides 4791 (repeat for several): for captures of devices listening elsewhere", func(s string) error {
+		p, err := strconv.ParseUint(s, 10, 16)
+		if err != nil || p == 0 {
+			return fmt.Errorf("port %q: want 1..65535", s)
+		}
+		ports = append(ports, uint16(p))
+		return nil
+	})
 	return func(inv *invocation) error {
 		if err := inv.parse(1, 1); err != nil {
 			return err
 		}
-		return decodeFile(inv.stdout, inv.args[0], *verbose)
+		return decodeFile(inv.stdout, inv.args[0], *verbose, ports...)
 	}
 }
 
@@ -28,10 +38,11 @@ type decodeStats struct {
 
 // decodeFile prints one line per RoCEv2 packet of the pcap file at path
 // (see appendPacketLine), with the header fields under it if verbose, and a
-// final line of counts. Frames that are not RoCEv2 are counted and skipped;
-// packets that do not decode are printed with the error and counted. It
-// fails if the file cannot be read or is not a pcap file.
-func decodeFile(w io.Writer, path string, verbose bool) error {
+// final line of counts. UDP from or to port 4791, or one of ports, is
+// RoCEv2; other frames are counted and skipped; packets that do not decode
+// are printed with the error and counted. It fails if the file cannot be
+// read or is not a pcap file.
+func decodeFile(w io.Writer, path string, verbose bool, ports ...uint16) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
@@ -40,6 +51,9 @@ func decodeFile(w io.Writer, path string, verbose bool) error {
 	r, err := wire.NewPcapReader(bufio.NewReader(f))
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
+	}
+	for _, p := range ports {
+		r.AddPort(p)
 	}
 	out := bufio.NewWriter(w)
 	var (

@@ -130,18 +130,19 @@ func runDemo(ctx context.Context, w io.Writer, mtu int, pcap string) (err error)
 			if err == nil {
 				sent, _ := d.counts()
 				sp, cp := d.server.Addr().Port(), d.client.Addr().Port()
-				d.out.say(fmt.Sprintf("\nThe %d packets are in %s. The NICs used UDP ports %d and %d rather than RoCEv2's 4791, "+
-					"so tell Wireshark to decode those ports as InfiniBand (Analyze > Decode As), or run:\n"+
-					"  tshark -r %s -d udp.port==%d,infiniband -d udp.port==%d,infiniband", sent, pcap, sp, cp, pcap, sp, cp))
+				if sp == wire.UDPPort && cp == wire.UDPPort {
+					d.out.say(fmt.Sprintf("\nThe %d packets are in %s: open it in Wireshark, or run softnic decode %s.", sent, pcap, pcap))
+				} else {
+					d.out.say(fmt.Sprintf("\nThe %d packets are in %s. The NICs used UDP ports %d and %d rather than RoCEv2's 4791, "+
+						"so tell Wireshark to decode those ports as InfiniBand (Analyze > Decode As), or run:\n"+
+						"  tshark -r %s -d udp.port==%d,infiniband -d udp.port==%d,infiniband\n"+
+						"  softnic decode --port %d --port %d %s", sent, pcap, sp, cp, pcap, sp, cp, sp, cp, pcap))
+				}
 			}
 		}
 		err = errors.Join(err, d.out.Err())
 	}()
-	cfg := nic.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0"), MTU: mtu, Trace: trace}
-	if d.server, err = nic.Open(cfg); err != nil {
-		return err
-	}
-	if d.client, err = nic.Open(cfg); err != nil {
+	if d.server, d.client, err = openDemoNICs(nic.Config{MTU: mtu, Trace: trace}); err != nil {
 		return err
 	}
 	d.out.say(fmt.Sprintf("softnic demo: two RoCEv2 NICs in one process, on loopback, with a path MTU of %d bytes:\n"+
@@ -504,4 +505,35 @@ func (d *demo) disconnect() (string, error) {
 		}
 	}
 	return "both ends are disconnected.", nil
+}
+
+// Where the demo's NICs listen: RoCEv2's own port on two addresses of the
+// loopback range, so that Wireshark and softnic decode read the capture as
+// they read any RoCEv2 capture; if another program holds one of them,
+// free ports on 127.0.0.1.
+var demoAddrs = [2]netip.AddrPort{
+	netip.MustParseAddrPort("127.77.0.1:4791"),
+	netip.MustParseAddrPort("127.77.0.2:4791"),
+}
+
+func openDemoNICs(cfg nic.Config) (server, client *nic.Device, err error) {
+	open := func(a, b netip.AddrPort) (*nic.Device, *nic.Device, error) {
+		ca, cb := cfg, cfg
+		ca.Addr, cb.Addr = a, b
+		s, err := nic.Open(ca)
+		if err != nil {
+			return nil, nil, err
+		}
+		c, err := nic.Open(cb)
+		if err != nil {
+			s.Close()
+			return nil, nil, err
+		}
+		return s, c, nil
+	}
+	if server, client, err = open(demoAddrs[0], demoAddrs[1]); err == nil {
+		return server, client, nil
+	}
+	free := netip.MustParseAddrPort("127.0.0.1:0")
+	return open(free, free)
 }

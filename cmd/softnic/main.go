@@ -57,7 +57,7 @@ var commands = []command{
 	{"send", "--peer HOST:PORT (--data STRING | --file F) [--cm-port PORT] [--timeout D]",
 		"SEND a message to a daemon, which logs it",
 		"softnic send --peer 127.0.0.1:4791 --data 'hello, daemon'", defineSend},
-	{"decode", "FILE.pcap [-v]", "print every RoCEv2 packet of a pcap file, one line each", "softnic decode -v ../shared/golden/read_large.pcap", defineDecode},
+	{"decode", "FILE.pcap [-v] [--port N]...", "print every RoCEv2 packet of a pcap file, one line each", "softnic decode -v ../shared/golden/read_large.pcap", defineDecode},
 	{"version", "", "print softnic's version", "softnic version", defineVersion},
 }
 
