@@ -80,7 +80,7 @@ func TestDemo(t *testing.T) {
 			if step != len(demoSteps) {
 				t.Errorf("%d steps printed, want %d", step, len(demoSteps))
 			}
-			if hint := lines[len(lines)-1]; !strings.HasPrefix(hint, "  tshark -r "+pcap+" -d udp.port==") {
+			if hint := lines[len(lines)-1]; !strings.Contains(hint, "softnic decode") || !strings.HasSuffix(hint, pcap) && !strings.HasSuffix(hint, pcap+".") {
 				t.Errorf("last line %q does not show how to read the capture", hint)
 			}
 
