@@ -7,13 +7,14 @@ import "sync/atomic"
 type DevCounter int
 
 const (
-	BadICRC         DevCounter = iota // packets whose ICRC did not verify
-	Malformed                         // packets that did not decode (wire.Packet.Decode)
-	UnknownQP                         // packets for a QP number the device does not have
-	FaultDropped                      // packets the fault injector dropped
-	FaultDuplicated                   // packets the fault injector sent twice
-	FaultCorrupted                    // packets the fault injector corrupted
-	FaultDelayed                      // packets the fault injector held back
+	BadICRC           DevCounter = iota // packets whose ICRC did not verify
+	ICRCIPIDRecovered                   // IPv4 packets accepted with a recovered IP identification (Config.RecoverIPID)
+	Malformed                           // packets that did not decode (wire.Packet.Decode)
+	UnknownQP                           // packets for a QP number the device does not have
+	FaultDropped                        // packets the fault injector dropped
+	FaultDuplicated                     // packets the fault injector sent twice
+	FaultCorrupted                      // packets the fault injector corrupted
+	FaultDelayed                        // packets the fault injector held back
 	// The connection manager's counts, named after Linux's ib_cm counter
 	// groups (cm_tx_msgs, cm_tx_retries, cm_rx_msgs, cm_rx_duplicates) and
 	// summed over the message types.
@@ -28,7 +29,7 @@ const (
 )
 
 var devCounterNames = [numDevCounters]string{
-	"bad_icrc", "malformed", "unknown_qp", "fault_dropped", "fault_duplicated",
+	"bad_icrc", "icrc_ipid_recovered", "malformed", "unknown_qp", "fault_dropped", "fault_duplicated",
 	"fault_corrupted", "fault_delayed", "cm_tx_msgs", "cm_tx_retries", "cm_rx_msgs",
 	"cm_rx_duplicates", "cm_rx_dropped", "cm_established", "cm_disconnected",
 }

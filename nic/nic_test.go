@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
+	"net"
 	"net/netip"
 	"runtime"
 	"slices"
@@ -14,6 +16,7 @@ import (
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/wire"
 )
 
 var loopback = netip.MustParseAddrPort("127.0.0.1:0")
@@ -224,5 +227,44 @@ func TestCloseFlushesOutstandingWork(t *testing.T) {
 	}
 	if err := a.qp.PostSend(&qp.SendWR{Opcode: qp.WRWrite}); err == nil {
 		t.Error("posting on a closed device succeeded")
+	}
+}
+
+// TestRecoverIPID: a packet sealed under a non-zero IPv4 identification, as
+// rxe sends them, is dropped as a bad ICRC unless the device recovers the
+// identification.
+func TestRecoverIPID(t *testing.T) {
+	for _, recover := range []bool{false, true} {
+		t.Run(fmt.Sprint("recover=", recover), func(t *testing.T) {
+			checkLeaks(t)
+			e := openEnd(t, nic.Config{RecoverIPID: recover})
+			conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			f := wire.Fields{BTH: wire.BTHFields{OpCode: wire.OpRCAck, PKey: 0xFFFF, DestQP: e.qp.Num(), PSN: 5},
+				AETH: wire.AETHFields{Syndrome: wire.ACKSyndrome(31)}}
+			pkt := make([]byte, f.Len(0))
+			if _, err := f.Encode(pkt, nil); err != nil {
+				t.Fatal(err)
+			}
+			env := wire.Envelope{Src: conn.LocalAddr().(*net.UDPAddr).AddrPort(), Dst: e.dev.Addr(), IPID: 0x4d2}
+			env.Seal(pkt)
+			if _, err := conn.WriteToUDPAddrPort(pkt, e.dev.Addr()); err != nil {
+				t.Fatal(err)
+			}
+			want := "bad_icrc"
+			if recover {
+				want = "icrc_ipid_recovered"
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for n, _ := e.dev.Counter(want); n == 0; n, _ = e.dev.Counter(want) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s not counted", want)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		})
 	}
 }
