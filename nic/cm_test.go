@@ -35,19 +35,12 @@ type cmEnd struct {
 
 func openCMEnd(t testing.TB, cfg nic.Config) *cmEnd {
 	t.Helper()
-	if !cfg.Addr.IsValid() {
-		cfg.Addr = loopback
-	}
-	dev, err := nic.Open(cfg)
-	if err != nil {
+	e := &cmEnd{dev: openDevice(t, cfg)}
+	var err error
+	if e.pd, err = e.dev.AllocPD(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { dev.Close() })
-	e := &cmEnd{dev: dev}
-	if e.pd, err = dev.AllocPD(); err != nil {
-		t.Fatal(err)
-	}
-	if e.cq, err = dev.CreateCQ(4096); err != nil {
+	if e.cq, err = e.dev.CreateCQ(4096); err != nil {
 		t.Fatal(err)
 	}
 	if e.mr, err = e.pd.RegMR(make([]byte, 1<<20), mr.LocalWrite|mr.RemoteWrite|mr.RemoteRead|mr.RemoteAtomic); err != nil {

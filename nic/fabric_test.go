@@ -28,15 +28,9 @@ type epSide struct {
 
 func openEndpoint(t testing.TB, devCfg nic.Config, cfg nic.EndpointConfig) *epSide {
 	t.Helper()
-	if !devCfg.Addr.IsValid() {
-		devCfg.Addr = loopback
-	}
-	dev, err := nic.Open(devCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dev.Close() })
+	dev := openDevice(t, devCfg)
 	s := &epSide{dev: dev}
+	var err error
 	if s.pd, err = dev.AllocPD(); err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,9 @@ type end struct {
 	qp  *nic.QP
 }
 
-func openEnd(t testing.TB, cfg nic.Config) *end {
+// openDevice opens a device (on a free loopback port unless cfg says
+// otherwise) that the test closes when it ends.
+func openDevice(t testing.TB, cfg nic.Config) *nic.Device {
 	t.Helper()
 	if !cfg.Addr.IsValid() {
 		cfg.Addr = loopback
@@ -41,11 +43,17 @@ func openEnd(t testing.TB, cfg nic.Config) *end {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dev.Close() })
-	e := &end{dev: dev}
-	if e.pd, err = dev.AllocPD(); err != nil {
+	return dev
+}
+
+func openEnd(t testing.TB, cfg nic.Config) *end {
+	t.Helper()
+	e := &end{dev: openDevice(t, cfg)}
+	var err error
+	if e.pd, err = e.dev.AllocPD(); err != nil {
 		t.Fatal(err)
 	}
-	if e.cq, err = dev.CreateCQ(1024); err != nil {
+	if e.cq, err = e.dev.CreateCQ(1024); err != nil {
 		t.Fatal(err)
 	}
 	if e.mr, err = e.pd.RegMR(make([]byte, 1<<20), mr.LocalWrite|mr.RemoteWrite|mr.RemoteRead|mr.RemoteAtomic); err != nil {
