@@ -419,3 +419,18 @@ func (q *QP) Destroy() error {
 	d.qps[q.num%uint32(len(d.qps))].CompareAndSwap(q, nil)
 	return nil
 }
+
+// OpenDomain opens the fi_mr face of the device's region table (a
+// libfabric resource domain, see mr.Domain) and returns it with the PD its
+// regions live in: QPs created from that PD reach the domain's regions,
+// with the mr_mode, key and endpoint rules the domain enforces.
+func (d *Device) OpenDomain(cfg mr.DomainConfig) (*mr.Domain, *PD, error) {
+	if d.closed() {
+		return nil, nil, ErrClosed
+	}
+	dom, err := mr.OpenDomain(d.mem, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return dom, &PD{dev: d, pd: dom.PD()}, nil
+}
