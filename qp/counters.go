@@ -30,6 +30,8 @@ const (
 	BadQKey                            // UD datagrams with the wrong Q_Key
 	UCDroppedMsgs                      // UC messages dropped after a PSN gap or without a receive WR
 	UDDropped                          // UD datagrams dropped for want of a receive WR
+	WrongSource                        // RC/UC packets from another address than the QP's peer
+	BadPKey                            // packets of another partition (P_Key)
 	numCounters
 )
 
@@ -39,6 +41,7 @@ var counterNames = [numCounters]string{
 	"retry_rnr_exceeded_err", "completer_retry_err", "send_err", "retransmitted_pkts",
 	"ghost_ack", "duplicate_response", "bad_request", "remote_access_err",
 	"wrong_qp_state", "wrong_transport", "bad_qkey", "uc_dropped_msgs", "ud_dropped",
+	"wrong_source", "bad_pkey",
 }
 
 func (c Counter) String() string {

@@ -432,11 +432,12 @@ func (q *QP) Receive(p *wire.Packet, env *wire.Envelope, now Time) {
 	}
 	if q.cfg.Type != UD && env.Src.Addr().Unmap() != q.attr.Remote.Addr().Unmap() {
 		// rxe checks that a connected QP's packets come from its peer.
-		q.cnt.inc(WrongQPState)
+		q.cnt.inc(WrongSource)
 		return
 	}
 	if p.BTH.PKey()&0x7FFF != q.attr.PKey&0x7FFF {
-		q.cnt.inc(BadRequest)
+		// Another partition (IBTA 10.9.3): dropped silently, as rxe does.
+		q.cnt.inc(BadPKey)
 		return
 	}
 	if op.IsAck() || op.IsReadResponse() {
