@@ -117,7 +117,7 @@ func TestScenarioRetryExhausted(t *testing.T) {
 func TestScenarioSequenceErrorNak(t *testing.T) {
 	s, a, b := pair(t, defaultAttr())
 	fill(a.buf[:3*64], 4)
-	s.drop = dropOnce(a, psnIs(0x100)) // the first of three WRITEs
+	s.drop = dropOnce(a, psnIs(psnA)) // the first of three WRITEs
 	for i := range 3 {
 		post(t, a, &qp.SendWR{ID: uint64(i), Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: sgl(a.sge(uint64(64*i), 64)), RemoteAddr: b.va(uint64(64 * i)), RKey: b.region.RKey()})
 	}
@@ -176,8 +176,8 @@ func TestScenarioGhostAck(t *testing.T) {
 	post(t, a, &qp.SendWR{ID: 1, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: sgl(a.sge(0, 64)), RemoteAddr: b.va(0), RKey: b.region.RKey()})
 	s.waitWC(a, 1, time.Second)
 	expectWC(t, a.wcs[0], qp.WC{ID: 1, Status: qp.Success, Opcode: qp.WCWrite, ByteLen: 64, QPN: a.qp.Num()})
-	if st := a.qp.Status(); st.SendPSN != 0x101 || st.AckedPSN != 0x101 || st.State != qp.RTS {
-		t.Errorf("after ghost ACKs the requester is %+v, want PSNs 0x101 and RTS", st)
+	if st := a.qp.Status(); st.SendPSN != psnA.Add(1) || st.AckedPSN != psnA.Add(1) || st.State != qp.RTS {
+		t.Errorf("after ghost ACKs the requester is %+v, want PSNs %v and RTS", st, psnA.Add(1))
 	}
 	checkTranscript(t, s)
 }
@@ -247,7 +247,7 @@ func TestScenarioPartialRetransmitWrite(t *testing.T) {
 	s, a, b := pair(t, defaultAttr())
 	n := uint32(8 * testMTU)
 	fill(a.buf[:n], 10)
-	s.drop = dropOnce(a, psnIs(0x104)) // the fifth of eight packets
+	s.drop = dropOnce(a, psnIs(psnA.Add(4))) // the fifth of eight packets
 	post(t, a, &qp.SendWR{ID: 1, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: sgl(a.sge(0, n)), RemoteAddr: b.va(0), RKey: b.region.RKey()})
 	s.waitWC(a, 1, time.Second)
 	expectWC(t, a.wcs[0], qp.WC{ID: 1, Status: qp.Success, Opcode: qp.WCWrite, ByteLen: n, QPN: a.qp.Num()})
@@ -264,7 +264,7 @@ func TestScenarioPartialRetransmitRead(t *testing.T) {
 	s, a, b := pair(t, defaultAttr())
 	n := uint32(8 * testMTU)
 	fill(b.buf[:n], 12)
-	s.drop = dropOnce(b, psnIs(0x105)) // the sixth of eight responses
+	s.drop = dropOnce(b, psnIs(psnA.Add(5))) // the sixth of eight responses
 	post(t, a, &qp.SendWR{ID: 1, Opcode: qp.WRRead, Flags: qp.Signaled, SGL: sgl(a.sge(0, n)), RemoteAddr: b.va(0), RKey: b.region.RKey()})
 	s.waitWC(a, 1, time.Second)
 	expectWC(t, a.wcs[0], qp.WC{ID: 1, Status: qp.Success, Opcode: qp.WCRead, ByteLen: n, QPN: a.qp.Num()})
@@ -272,7 +272,7 @@ func TestScenarioPartialRetransmitRead(t *testing.T) {
 		t.Error("read data differs")
 	}
 	if got := b.counter(qp.DuplicateRequest); got != 1 {
-		t.Errorf("duplicate_request = %d, want 1 (the READ asked again from PSN 0x105)", got)
+		t.Errorf("duplicate_request = %d, want 1 (the READ asked again from its sixth PSN)", got)
 	}
 	checkTranscript(t, s)
 }
@@ -341,10 +341,10 @@ func TestResponderReplaysDoNotTakeResources(t *testing.T) {
 	}
 	// A READ answered, its duplicate (the answer was lost) queued for
 	// replay, and the next READ behind it.
-	read(0x100)
+	read(psnA)
 	drain()
-	read(0x100)
-	read(0x101)
+	read(psnA)
+	read(psnA.Add(1))
 	drain()
 	if naks != 0 || responses != 3 || b.qp.State() != qp.RTS {
 		t.Errorf("b sent %d NAKs and %d READ responses and is %s; want no NAK, three READ responses, RTS", naks, responses, b.qp.State())

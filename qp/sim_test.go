@@ -39,6 +39,15 @@ type host struct {
 
 func newHost(t testing.TB, name string, ip string, typ qp.Type, qpn uint32, cfg qp.Config) *host {
 	t.Helper()
+	h := newNode(t, name, ip)
+	h.attach(t, typ, qpn, cfg)
+	return h
+}
+
+// newNode returns a host without a QP yet: its region table, protection
+// domain, CQ and registered region.
+func newNode(t testing.TB, name string, ip string) *host {
+	t.Helper()
 	h := &host{name: name, addr: netip.MustParseAddrPort(ip + ":4791")}
 	h.mem = mr.NewTable(mr.Config{})
 	var err error
@@ -54,17 +63,28 @@ func newHost(t testing.TB, name string, ip string, typ qp.Type, qpn uint32, cfg 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		// RESET drops the QP's references to the region's memory.
-		if h.qp != nil {
-			if err := h.qp.Modify(&qp.Attr{State: qp.Reset}, qp.AttrState); err != nil {
-				t.Error(err)
-			}
-		}
+		h.reset(t)
 		if err := h.mem.Deregister(h.region); err != nil {
 			t.Error(err)
 		}
 		h.mem.Close()
 	})
+	return h
+}
+
+// sibling returns a second host on h's node: another QP sharing h's
+// address, region table, protection domain, CQ and region.
+func (h *host) sibling(t testing.TB, name string, typ qp.Type, qpn uint32, cfg qp.Config) *host {
+	t.Helper()
+	s := &host{name: name, addr: h.addr, mem: h.mem, pd: h.pd, cq: h.cq, buf: h.buf, region: h.region}
+	t.Cleanup(func() { s.reset(t) })
+	s.attach(t, typ, qpn, cfg)
+	return s
+}
+
+// attach creates the host's QP.
+func (h *host) attach(t testing.TB, typ qp.Type, qpn uint32, cfg qp.Config) {
+	t.Helper()
 	cfg.Type, cfg.PD, cfg.Memory = typ, h.pd, h.mem
 	if cfg.SendCQ == nil {
 		cfg.SendCQ, cfg.RecvCQ = h.cq, h.cq
@@ -73,10 +93,20 @@ func newHost(t testing.TB, name string, ip string, typ qp.Type, qpn uint32, cfg 
 		cfg.Counters = new(qp.Counters)
 	}
 	h.cnt = cfg.Counters
+	var err error
 	if h.qp, err = qp.New(qpn, cfg); err != nil {
 		t.Fatal(err)
 	}
-	return h
+}
+
+// reset moves the host's QP to RESET, which drops its references to the
+// region's memory.
+func (h *host) reset(t testing.TB) {
+	if h.qp != nil {
+		if err := h.qp.Modify(&qp.Attr{State: qp.Reset}, qp.AttrState); err != nil {
+			t.Error(err)
+		}
+	}
 }
 
 // va returns the remote address of offset off of the host's region.
@@ -127,10 +157,16 @@ type sim struct {
 	badICRC int
 	txbuf   []byte
 	pkt     wire.Packet
+	// psnShift turns a's PSNs into the ones the golden transcripts were
+	// recorded with (a starting at goldenPSNA); show is scratch for it.
+	psnShift uint32
+	show     []byte
+	showPkt  wire.Packet
 }
 
 func newSim(t testing.TB, a, b *host) *sim {
-	return &sim{t: t, a: a, b: b, latency: 5 * time.Microsecond, txbuf: make([]byte, qp.MaxPacketSize), tracing: true}
+	return &sim{t: t, a: a, b: b, latency: 5 * time.Microsecond, txbuf: make([]byte, qp.MaxPacketSize), tracing: true,
+		psnShift: uint32(goldenPSNA - psnA)}
 }
 
 func (s *sim) logf(format string, args ...any) {
@@ -168,6 +204,23 @@ func (s *sim) symbolic(line string) string {
 	return strings.Join(fields, " ")
 }
 
+// summary describes for the trace a packet h sent (decoded in s.pkt). The
+// PSNs of a's requests and of the responses to them are shown as they would
+// be had a started at goldenPSNA, so that a run whose PSNs wrap
+// (TestPSNWrap) must produce the golden transcript of the same scenario.
+func (s *sim) summary(h *host, data []byte) string {
+	p := &s.pkt
+	if s.psnShift != 0 && (h == s.a) == p.OpCode().IsRequest() {
+		s.show = append(s.show[:0], data...)
+		if err := s.showPkt.Decode(s.show); err != nil {
+			s.t.Fatal(err)
+		}
+		s.showPkt.BTH.SetPSN(p.BTH.PSN().Add(s.psnShift))
+		p = &s.showPkt
+	}
+	return s.symbolic(string(p.AppendSummary(nil)))
+}
+
 func (s *sim) peer(h *host) *host {
 	if h == s.a {
 		return s.b
@@ -195,7 +248,7 @@ func (s *sim) transmitAll() bool {
 			if err := s.pkt.Decode(data); err != nil {
 				s.t.Fatalf("%s sent an undecodable packet: %v", h.name, err)
 			}
-			line := s.symbolic(string(s.pkt.AppendSummary(nil)))
+			line := s.summary(h, data)
 			if s.drop != nil && s.drop(h, &s.pkt) {
 				s.logf("%s→%s %s  [dropped]", h.name, to.name, line)
 				continue
@@ -379,5 +432,8 @@ func tail(s string, n int) string {
 	return strings.Join(lines[max(0, len(lines)-n-1):], "\n")
 }
 
-// psnA is a's first PSN; tests that need b's and a's PSNs to wrap change it.
-var psnA = wire.PSN(0x100)
+// psnA is a's first PSN; TestPSNWrap changes it so that a's PSNs wrap.
+// goldenPSNA is the one the golden transcripts were recorded with.
+var psnA = goldenPSNA
+
+const goldenPSNA = wire.PSN(0x100)
