@@ -267,12 +267,8 @@ func (q *QP) receiveRC(p *wire.Packet) {
 	case failed:
 		q.cnt.inc(f.counter)
 		r.queueNak(wire.NakSyndrome(f.code), psn)
-		if r.haveRWQE {
-			r.haveRWQE = false
-			q.pushRecvWC(&WC{ID: r.rwqe.id, Status: f.status, Opcode: WCRecv, QPN: q.num})
-		}
 		// Class C errors: the responder's QP goes to the error state too.
-		q.toError(f.status)
+		q.failRecv(f.status)
 		return
 	}
 	r.nakSent = false
@@ -305,10 +301,27 @@ func (q *QP) receiveUC(p *wire.Packet) {
 		r.dropMsg = false
 	}
 	r.epsn = psn.Add(1)
-	if out, _ := q.execute(p); out != executed {
+	switch out, f := q.execute(p); {
+	case out == failed && f == badRecvWR:
+		// A receive WR the QP cannot write into is an error of the QP
+		// whatever its transport (class A, as rxe treats it).
+		q.cnt.inc(f.counter)
+		q.failRecv(f.status)
+	case out != executed:
 		q.cnt.inc(UCDroppedMsgs)
 		q.dropUCMessage()
 	}
+}
+
+// failRecv completes the receive WR a failed request had taken, if any,
+// with status, and moves the QP to ERR.
+func (q *QP) failRecv(status WCStatus) {
+	r := &q.resp
+	if r.haveRWQE {
+		r.haveRWQE = false
+		q.pushRecvWC(&WC{ID: r.rwqe.id, Status: status, Opcode: WCRecv, QPN: q.num})
+	}
+	q.toError(status)
 }
 
 // dropUCMessage abandons a UC message; a receive WR it had taken is kept for
@@ -750,9 +763,7 @@ func (q *QP) receiveDatagram(p *wire.Packet, env *wire.Envelope) {
 		return
 	case failed:
 		q.cnt.inc(f.counter)
-		q.pushRecvWC(&WC{ID: r.rwqe.id, Status: f.status, Opcode: WCRecv, QPN: q.num})
-		r.haveRWQE = false
-		q.toError(f.status)
+		q.failRecv(f.status)
 		return
 	}
 	wc := WC{ID: r.rwqe.id, Opcode: WCRecv, QPN: q.num, Flags: WCGRH, SrcQPN: p.DETH.SrcQP(), Src: env.Src}

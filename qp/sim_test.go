@@ -420,8 +420,14 @@ func defaultAttr() qp.Attr {
 
 // pair returns two connected RC hosts and their simulation.
 func pair(t testing.TB, attr qp.Attr) (*sim, *host, *host) {
-	a := newHost(t, "a", "10.0.0.1", qp.RC, 0x11, qp.Config{})
-	b := newHost(t, "b", "10.0.0.2", qp.RC, 0x22, qp.Config{})
+	return pairOf(t, qp.RC, attr)
+}
+
+// pairOf returns two hosts with QPs of type typ, in RTS and, for RC and UC,
+// connected to each other, and their simulation.
+func pairOf(t testing.TB, typ qp.Type, attr qp.Attr) (*sim, *host, *host) {
+	a := newHost(t, "a", "10.0.0.1", typ, 0x11, qp.Config{})
+	b := newHost(t, "b", "10.0.0.2", typ, 0x22, qp.Config{})
 	connect(t, a, b, attr)
 	return newSim(t, a, b), a, b
 }
