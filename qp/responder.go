@@ -386,17 +386,20 @@ func (q *QP) execute(p *wire.Packet) (outcome, failure) {
 }
 
 // takeRecvWR pops the next receive WR (from the SRQ if the QP has one) and
-// resolves its SGL for local write.
+// resolves its SGL for local write. A WR kept from a dropped UC message is
+// used again, from its start, instead.
 func (q *QP) takeRecvWR() (outcome, failure) {
 	r := &q.resp
-	ok := false
-	if q.cfg.SRQ != nil {
-		ok = q.cfg.SRQ.pop(&r.rwqe)
-	} else {
-		ok = q.rq.pop(&r.rwqe)
-	}
-	if !ok {
-		return noRecvWR, failure{}
+	if !r.haveRWQE {
+		ok := false
+		if q.cfg.SRQ != nil {
+			ok = q.cfg.SRQ.pop(&r.rwqe)
+		} else {
+			ok = q.rq.pop(&r.rwqe)
+		}
+		if !ok {
+			return noRecvWR, failure{}
+		}
 	}
 	r.haveRWQE, r.roff, r.rcap = true, 0, 0
 	for i := range r.rwqe.sgl {

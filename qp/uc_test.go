@@ -1,11 +1,226 @@
 package qp_test
 
 import (
+	"bytes"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/wire"
 )
+
+// countFrom returns a drop hook that loses nothing and counts the packets
+// h sends into n.
+func countFrom(h *host, n *int) func(*host, *wire.Packet) bool {
+	return func(from *host, _ *wire.Packet) bool {
+		if from == h {
+			*n++
+		}
+		return false
+	}
+}
+
+// TestUCOperations: an unreliable connected QP carries WRITE, WRITE with
+// immediate, SEND and SEND with immediate (IBTA table 38, the UC opcodes);
+// the responder never answers (UC has no ACKs), and the requester completes
+// each WR as soon as its last packet is sent (rxe: a UC or UD WQE is done
+// once sent).
+func TestUCOperations(t *testing.T) {
+	cases := []struct {
+		name   string
+		op     qp.WROpcode
+		recv   bool        // the message consumes a receive WR
+		recvOp qp.WCOpcode // its opcode at the responder
+		imm    bool
+	}{
+		{"write", qp.WRWrite, false, 0, false},
+		{"write-imm", qp.WRWriteImm, true, qp.WCRecvWriteImm, true},
+		{"send", qp.WRSend, true, qp.WCRecv, false},
+		{"send-imm", qp.WRSendImm, true, qp.WCRecv, true},
+	}
+	for _, c := range cases {
+		for _, n := range []uint32{0, 100, 3*testMTU + 5} {
+			t.Run(c.name+"/"+itoa(n), func(t *testing.T) {
+				s, a, b := pairOf(t, qp.UC, defaultAttr())
+				var fromB int
+				s.drop = countFrom(b, &fromB)
+				fill(a.buf[:n], 7)
+				if c.recv {
+					postRecv(t, b, &qp.RecvWR{ID: 50, SGL: sgl(b.sge(8192, 8192))})
+				}
+				wr := &qp.SendWR{ID: 1, Opcode: c.op, Flags: qp.Signaled, SGL: sgl(a.sge(0, n)), Imm: 0xBEEF}
+				if c.op == qp.WRWrite || c.op == qp.WRWriteImm {
+					wr.RemoteAddr, wr.RKey = b.va(8192), b.region.RKey()
+				}
+				post(t, a, wr)
+				s.transmitAll()
+				if got := a.poll(); len(got) != 1 {
+					t.Fatalf("%d completions once the packets are sent, want 1 before anything arrives", len(got))
+				}
+				want := qp.WC{ID: 1, Status: qp.Success, Opcode: qp.WCSend, ByteLen: n, QPN: a.qp.Num()}
+				if c.op == qp.WRWrite || c.op == qp.WRWriteImm {
+					want.Opcode = qp.WCWrite
+				}
+				if c.imm {
+					want.Flags = qp.WCWithImm
+				}
+				expectWC(t, a.wcs[0], want)
+				s.settle(time.Second)
+				if !bytes.Equal(b.buf[8192:8192+n], a.buf[:n]) {
+					t.Error("target memory differs from the source")
+				}
+				if fromB != 0 {
+					t.Errorf("the UC responder sent %d packets, want none", fromB)
+				}
+				got := b.poll()
+				if !c.recv {
+					if len(got) != 0 {
+						t.Errorf("a plain WRITE produced receive completions %v", got)
+					}
+					return
+				}
+				if len(got) != 1 {
+					t.Fatalf("%d receive completions, want 1", len(got))
+				}
+				want = qp.WC{ID: 50, Status: qp.Success, Opcode: c.recvOp, ByteLen: n, QPN: b.qp.Num()}
+				if c.imm {
+					want.Flags, want.Imm = qp.WCWithImm, 0xBEEF
+				}
+				expectWC(t, got[0], want)
+			})
+		}
+	}
+}
+
+// TestUCGapDropsMessage: a packet lost inside a UC message makes the
+// responder drop the rest of that message and wait for the next FIRST or
+// ONLY (IBTA 9.8.2, class D1 errors): no completion for the broken message,
+// uc_dropped_msgs counts it, and the receive WR it had started to fill is
+// used again, from its start, by the next message, which arrives whole (rxe
+// resets the WQE for the next message rather than consuming it).
+func TestUCGapDropsMessage(t *testing.T) {
+	cases := []struct {
+		name string
+		op   qp.WROpcode
+	}{
+		{"send", qp.WRSend},
+		{"write-imm", qp.WRWriteImm},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s, a, b := pairOf(t, qp.UC, defaultAttr())
+			s.drop = dropOnce(a, psnIs(psnA.Add(1))) // the MIDDLE of the first message
+			first, second := uint32(3*testMTU), uint32(2*testMTU-100)
+			fill(a.buf[:first], 1)
+			fill(a.buf[first:first+second], 2)
+			postRecv(t, b, &qp.RecvWR{ID: 1, SGL: sgl(b.sge(0, 4*testMTU))})
+			postRecv(t, b, &qp.RecvWR{ID: 2, SGL: sgl(b.sge(4*testMTU, 4*testMTU))})
+			const dst = 64 * 1024 // WRITE targets, after the receive buffers
+			post(t, a, &qp.SendWR{ID: 10, Opcode: c.op, SGL: sgl(a.sge(0, first)), RemoteAddr: b.va(dst), RKey: b.region.RKey(), Imm: 1})
+			post(t, a, &qp.SendWR{ID: 11, Opcode: c.op, SGL: sgl(a.sge(uint64(first), second)), RemoteAddr: b.va(dst + 8*testMTU), RKey: b.region.RKey(), Imm: 2})
+			s.settle(time.Second)
+
+			wcs := b.poll()
+			if len(wcs) != 1 {
+				t.Fatalf("b has %d completions %v, want one: the second message's", len(wcs), wcs)
+			}
+			want := qp.WC{ID: 1, Status: qp.Success, Opcode: qp.WCRecv, ByteLen: second, QPN: b.qp.Num()}
+			got := b.buf[0:second]
+			if c.op == qp.WRWriteImm {
+				want.Opcode, want.Flags, want.Imm = qp.WCRecvWriteImm, qp.WCWithImm, 2
+				got = b.buf[dst+8*testMTU : dst+8*testMTU+second]
+				if !bytes.Equal(b.buf[dst+2*testMTU:dst+3*testMTU], make([]byte, testMTU)) {
+					t.Error("the LAST packet of the broken WRITE was placed")
+				}
+			}
+			expectWC(t, wcs[0], want)
+			if !bytes.Equal(got, a.buf[first:first+second]) {
+				t.Error("the message after the gap differs from what was sent")
+			}
+			if n := b.counter(qp.UCDroppedMsgs); n != 1 {
+				t.Errorf("uc_dropped_msgs = %d, want 1", n)
+			}
+			if st := b.qp.Status(); st.RecvQueued != 1 || st.State != qp.RTS {
+				t.Errorf("b is %s with %d receive WRs queued, want RTS with WR 2 still queued", st.State, st.RecvQueued)
+			}
+			checkTranscript(t, s)
+		})
+	}
+}
+
+// TestUCSendWithoutRecvWR: a UC SEND that finds no receive WR is dropped
+// (IBTA class D; rxe drops it), never RNR-NAKed: UC has no NAKs. The next
+// SEND, once a receive WR is posted, is delivered.
+func TestUCSendWithoutRecvWR(t *testing.T) {
+	s, a, b := pairOf(t, qp.UC, defaultAttr())
+	var fromB int
+	s.drop = countFrom(b, &fromB)
+	fill(a.buf[:2*testMTU], 3)
+	post(t, a, &qp.SendWR{ID: 1, Opcode: qp.WRSend, Flags: qp.Signaled, SGL: sgl(a.sge(0, 2*testMTU))})
+	s.settle(time.Second)
+	if n := b.counter(qp.UCDroppedMsgs); n != 1 {
+		t.Errorf("uc_dropped_msgs = %d, want 1", n)
+	}
+	if n := b.counter(qp.SendRNRErr); n != 0 || fromB != 0 {
+		t.Errorf("b sent %d packets (%d RNR NAKs), want none", fromB, n)
+	}
+	postRecv(t, b, &qp.RecvWR{ID: 5, SGL: sgl(b.sge(0, 4096))})
+	post(t, a, &qp.SendWR{ID: 2, Opcode: qp.WRSend, Flags: qp.Signaled, SGL: sgl(a.sge(100, 300))})
+	s.settle(time.Second)
+	for i, wc := range a.poll() {
+		expectWC(t, wc, qp.WC{ID: uint64(i + 1), Status: qp.Success, Opcode: qp.WCSend, ByteLen: [2]uint32{2 * testMTU, 300}[i], QPN: a.qp.Num()})
+	}
+	wcs := b.poll()
+	if len(wcs) != 1 {
+		t.Fatalf("b has %d completions, want 1", len(wcs))
+	}
+	expectWC(t, wcs[0], qp.WC{ID: 5, Status: qp.Success, Opcode: qp.WCRecv, ByteLen: 300, QPN: b.qp.Num()})
+	if !bytes.Equal(b.buf[:300], a.buf[100:400]) {
+		t.Error("received data differs")
+	}
+}
+
+// TestUCRemoteErrorsDropped: a UC WRITE the responder must refuse (bad rkey,
+// no remote write access on the QP) is dropped silently (IBTA class D; rxe
+// drops it): the requester completes it successfully, the responder stays
+// in RTS and takes the next message.
+func TestUCRemoteErrorsDropped(t *testing.T) {
+	s, a, b := pairOf(t, qp.UC, defaultAttr())
+	var fromB int
+	s.drop = countFrom(b, &fromB)
+	fill(a.buf[:64], 9)
+	post(t, a, &qp.SendWR{ID: 1, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: sgl(a.sge(0, 64)), RemoteAddr: b.va(0), RKey: b.region.RKey() ^ 0x100})
+	post(t, a, &qp.SendWR{ID: 2, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: sgl(a.sge(0, 64)), RemoteAddr: b.va(128), RKey: b.region.RKey()})
+	s.settle(time.Second)
+	if got := a.poll(); len(got) != 2 || got[0].Status != qp.Success || got[1].Status != qp.Success {
+		t.Fatalf("requester completions %v, want two successes", got)
+	}
+	if !bytes.Equal(b.buf[:64], make([]byte, 64)) || !bytes.Equal(b.buf[128:192], a.buf[:64]) {
+		t.Error("the bad WRITE was placed or the good one was not")
+	}
+	if b.qp.State() != qp.RTS || fromB != 0 || b.counter(qp.UCDroppedMsgs) != 1 {
+		t.Errorf("b is %s, sent %d packets, dropped %d messages; want RTS, none, 1", b.qp.State(), fromB, b.counter(qp.UCDroppedMsgs))
+	}
+}
+
+// TestUCRefusesReadAndAtomics: UC has no READ, ATOMIC or SEND with
+// invalidate (IBTA table 38 lists them for RC only); posting them fails
+// with EINVAL, as ibv_post_send does on rxe.
+func TestUCRefusesReadAndAtomics(t *testing.T) {
+	_, a, b := pairOf(t, qp.UC, defaultAttr())
+	for _, op := range []qp.WROpcode{qp.WRRead, qp.WRCompareSwap, qp.WRFetchAdd, qp.WRAtomicWrite, qp.WRSendInv} {
+		t.Run(op.String(), func(t *testing.T) {
+			err := a.qp.PostSend(&qp.SendWR{ID: 1, Opcode: op, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(0), RKey: b.region.RKey()})
+			if !errors.Is(err, qp.ErrInvalid) {
+				t.Errorf("PostSend(%s) on UC = %v, want ErrInvalid", op, err)
+			}
+		})
+	}
+	if st := a.qp.Status(); st.SendQueued != 0 || st.State != qp.RTS {
+		t.Errorf("after refused posts a is %+v, want RTS with nothing queued", st)
+	}
+}
 
 // TestUCBadRecvWR: a receive WR whose lkey the responder cannot write
 // through is an error of the QP whatever its transport (IBTA class A; rxe
