@@ -95,7 +95,8 @@ func TestUCOperations(t *testing.T) {
 
 // TestUCGapDropsMessage: a packet lost inside a UC message makes the
 // responder drop the rest of that message and wait for the next FIRST or
-// ONLY (IBTA 9.8.2, class D1 errors): no completion for the broken message,
+// ONLY (IBTA class D1 errors, rxe's do_class_d1e_error): no completion for
+// the broken message,
 // uc_dropped_msgs counts it, and the receive WR it had started to fill is
 // used again, from its start, by the next message, which arrives whole (rxe
 // resets the WQE for the next message rather than consuming it).

@@ -29,8 +29,8 @@ func udSend(a, b *host, n uint32) *qp.SendWR {
 }
 
 // TestUDSend: SEND and SEND with immediate between two UD QPs. The
-// receiver finds the 40-byte GRH in front of the data (IBTA 11.4.1.2; on
-// RoCEv2 rxe puts there the IP header the datagram came in: over IPv4, 20
+// receiver finds the 40-byte GRH in front of the data (ibv_post_recv(3): a
+// UD receive buffer starts with 40 bytes for it; on RoCEv2 rxe puts there the IP header the datagram came in: over IPv4, 20
 // zero bytes then the IPv4 header), and a completion with the sender's QPN
 // and address, IBV_WC_GRH and byte_len = 40 + payload. The sender's WR
 // completes once sent (nothing acknowledges a datagram).
@@ -142,10 +142,10 @@ func onesSum(b []byte) uint16 {
 	return uint16(s)
 }
 
-// TestUDQKey: a UD QP accepts only datagrams carrying its Q_Key (IBTA
-// 10.2.4, C10-15) and counts the others (bad_qkey); a WR whose Q_Key has the
-// high bit set sends the QP's own Q_Key instead (IBTA 10.2.4.1, as rxe
-// does).
+// TestUDQKey: a UD QP accepts only datagrams carrying its Q_Key (the IBTA
+// Q_Key check; rxe drops the others) and counts the others (bad_qkey); a WR
+// whose Q_Key has the high bit set sends the QP's own Q_Key instead (the
+// IBTA rule for privileged Q_Keys in a WR, as rxe applies it).
 func TestUDQKey(t *testing.T) {
 	cases := []struct {
 		name      string
@@ -185,7 +185,7 @@ func TestUDQKey(t *testing.T) {
 // TestUDLimits: what a UD QP refuses or drops.
 func TestUDLimits(t *testing.T) {
 	t.Run("larger-than-MTU-refused-at-post", func(t *testing.T) {
-		// A UD message is one packet (IBTA 9.8.3): ibv_post_send on rxe
+		// A UD message is one packet: ibv_post_send on rxe
 		// refuses one larger than the path MTU with EINVAL.
 		_, a, b := udPair(t, "10.0.0.1", "10.0.0.2")
 		if err := a.qp.PostSend(udSend(a, b, 4097)); !errors.Is(err, qp.ErrInvalid) {

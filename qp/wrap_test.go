@@ -7,8 +7,8 @@ import (
 )
 
 // TestPSNWrap runs the scenarios again with a's PSNs starting just below
-// 2^24, so that they wrap to 0 inside the first multi-packet message (IBTA
-// 9.7.1: PSNs are 24-bit and compared modulo 2^24). Every scenario must
+// 2^24, so that they wrap to 0 inside the first multi-packet message (PSNs
+// are 24 bits and compared modulo 2^24, as rxe's psn_compare does). Every scenario must
 // behave exactly as before: its transcript, with a's PSNs shifted back, is
 // the same golden transcript. b's PSNs start at 0xFFFFF0 in every run.
 func TestPSNWrap(t *testing.T) {
