@@ -49,6 +49,7 @@ func transitionMasks(t Type, from, to State) (required, optional AttrMask, ok bo
 		case UC:
 			return AttrRemote | AttrPathMTU | AttrDestQPN | AttrRQPSN, AttrAccessFlags | AttrPKey, true
 		}
+		// A UD path MTU is softnic's: it bounds a UD message (4096 without it).
 		return 0, AttrQKey | AttrPKey | AttrPathMTU, true
 	case from == RTR && to == RTS:
 		switch t {
@@ -59,7 +60,20 @@ func transitionMasks(t Type, from, to State) (required, optional AttrMask, ok bo
 			return AttrSQPSN, AttrAccessFlags, true
 		}
 		return AttrSQPSN, AttrQKey, true
-	case (from == RTS || from == SQD) && (to == RTS || to == SQD):
+	case from == RTS && to == SQD:
+		return 0, 0, true
+	case (from == RTS || from == SQD) && to == RTS:
+		switch t {
+		case RC:
+			return 0, AttrAccessFlags | AttrMinRNRTimer, true
+		case UC:
+			return 0, AttrAccessFlags, true
+		}
+		return 0, AttrQKey, true
+	case from == SQD && to == SQD:
+		// The retry attributes change only while the send queue is
+		// drained. The IBTA also allows the address vector, P_Key and
+		// the RD/ATOMIC limits here; softnic does not change those.
 		switch t {
 		case RC:
 			return 0, AttrAccessFlags | AttrMinRNRTimer | AttrTimeout | AttrRetryCnt | AttrRNRRetry, true
