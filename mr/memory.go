@@ -168,14 +168,38 @@ func (t *Table) NewArena(pd PD, size uint64) (*Arena, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mmap %d bytes: %v: %w", mapped, err, ErrNoMem)
 	}
+	return t.newArenaLocked(pd, b[:size:size]), nil
+}
+
+// AdoptArena makes an arena of protection domain pd out of mapping, the
+// whole of a mapping made with unix.Mmap elsewhere, such as a file another
+// process shares (the softnic daemon maps an attached process's memfd).
+// The table owns the mapping from then on, as it owns NewArena's: it is
+// unmapped once the arena is freed and the last region and transfer over
+// it are gone, so that memory a transfer still uses is never unmapped
+// under it. On error the caller keeps the mapping.
+func (t *Table) AdoptArena(pd PD, mapping []byte) (*Arena, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := t.usableLocked(pd); err != nil {
+		return nil, err
+	}
+	if len(mapping) == 0 || len(mapping) > maxArena {
+		return nil, fmt.Errorf("arena of %d bytes: %w", len(mapping), ErrInvalid)
+	}
+	return t.newArenaLocked(pd, mapping[:len(mapping):len(mapping)]), nil
+}
+
+// newArenaLocked makes an arena of pd over b, a mapping the arena owns.
+func (t *Table) newArenaLocked(pd PD, b []byte) *Arena {
 	a := &Arena{t: t, pd: pd}
 	a.mem.arena = a
-	a.mem.init([][]byte{b[:size:size]})
-	a.ext = extent{start: addrOf(b), end: addrOf(b) + size, arena: a}
+	a.mem.init([][]byte{b})
+	a.ext = extent{start: addrOf(b), end: addrOf(b) + uint64(len(b)), arena: a}
 	t.addrInsert(&a.ext)
 	t.pds[pd].arenas++
 	t.arenas++
-	return a, nil
+	return a
 }
 
 // maxArena bounds one mapping so that size arithmetic cannot overflow an int.
