@@ -22,6 +22,13 @@ const (
 	MaxPacketSize = wire.MaxHeaderSize + 4096 + 3 + wire.ICRCSize
 )
 
+// The queue sizes a zero field of Config stands for.
+const (
+	DefaultMaxWR     = 256 // MaxSendWR, MaxRecvWR
+	DefaultMaxSGE    = 4   // MaxSendSGE, MaxRecvSGE
+	DefaultMaxInline = 256 // MaxInline
+)
+
 // Config is fixed when a QP is created (ibv_qp_init_attr and the device
 // context it lives in).
 type Config struct {
@@ -34,7 +41,8 @@ type Config struct {
 	SendCQ, RecvCQ *CQ
 	// SRQ, if set, supplies the receive WRs instead of the QP's own queue.
 	SRQ *SRQ
-	// Queue sizes; zero picks the defaults (256 WRs, 4 SGEs, 256 bytes inline).
+	// Queue sizes; zero picks the defaults (DefaultMaxWR, DefaultMaxSGE,
+	// DefaultMaxInline).
 	MaxSendWR, MaxRecvWR   int
 	MaxSendSGE, MaxRecvSGE int
 	MaxInline              int
@@ -63,11 +71,11 @@ func (c *Config) setDefaults() error {
 		d, limit int
 		name     string
 	}{
-		{&c.MaxSendWR, 256, maxQueueDepth, "max_send_wr"},
-		{&c.MaxRecvWR, 256, maxQueueDepth, "max_recv_wr"},
-		{&c.MaxSendSGE, 4, maxSGELimit, "max_send_sge"},
-		{&c.MaxRecvSGE, 4, maxSGELimit, "max_recv_sge"},
-		{&c.MaxInline, 256, maxInlineLimit, "max_inline_data"},
+		{&c.MaxSendWR, DefaultMaxWR, maxQueueDepth, "max_send_wr"},
+		{&c.MaxRecvWR, DefaultMaxWR, maxQueueDepth, "max_recv_wr"},
+		{&c.MaxSendSGE, DefaultMaxSGE, maxSGELimit, "max_send_sge"},
+		{&c.MaxRecvSGE, DefaultMaxSGE, maxSGELimit, "max_recv_sge"},
+		{&c.MaxInline, DefaultMaxInline, maxInlineLimit, "max_inline_data"},
 		{&c.Window, 256, 1 << 20, "window"},
 	} {
 		if err := def(f.v, f.d, f.limit, f.name); err != nil {
