@@ -248,3 +248,28 @@ func TestMemoryWindowBindErrors(t *testing.T) {
 		}
 	})
 }
+
+// TestBindRequestCopiedAtPost: PostSend copies the WR, bind description
+// included (ibv_post_send(3): the WR may be reused once the call returns),
+// so one BindRequest variable can describe several binds in a row.
+func TestBindRequestCopiedAtPost(t *testing.T) {
+	s, a, b := pair(t, defaultAttr())
+	w1, w2 := newWindow(t, b), newWindow(t, b)
+	var req mr.BindRequest
+	for i, w := range []*mr.Window{w1, w2} {
+		req = mr.BindRequest{WindowKey: w.RKey(), NewKey: mr.IncRKey(w.RKey()), RegionKey: b.region.LKey(),
+			Addr: b.va(uint64(winOff + i*winLen)), Length: winLen, Access: mr.RemoteWrite}
+		post(t, b, &qp.SendWR{ID: uint64(i), Opcode: qp.WRBindMW, Flags: qp.Signaled, Bind: &req})
+	}
+	for i, wc := range s.waitWC(b, 2, time.Second) {
+		expectWC(t, wc, qp.WC{ID: uint64(i), Status: qp.Success, Opcode: qp.WCBindMW, QPN: b.qp.Num()})
+	}
+	for i, w := range []*mr.Window{w1, w2} {
+		off := uint64(winOff + i*winLen)
+		fill(a.buf[:8], byte(i+1))
+		post(t, a, &qp.SendWR{ID: uint64(i), Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(off), RKey: w.RKey()})
+		if wc := s.waitWC(a, i+1, time.Second)[i]; wc.Status != qp.Success || !bytes.Equal(b.buf[off:off+8], a.buf[:8]) {
+			t.Errorf("WRITE through window %d completed %v", i+1, &wc)
+		}
+	}
+}

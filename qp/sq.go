@@ -31,6 +31,9 @@ type sendWQE struct {
 	lastPSN  wire.PSN
 	npkts    uint32
 	status   WCStatus
+	// bind is a BIND_MW's description, copied at post time like the
+	// rest of the WR.
+	bind mr.BindRequest
 }
 
 // sendQueue is the ring of send WQEs. Indexes only grow: head is the oldest
@@ -65,6 +68,10 @@ func (q *sendQueue) post(wr *SendWR) (*sendWQE, error) {
 	w := q.at(q.tail)
 	sgl, inline, spans := w.sglBuf, w.inline, w.spans
 	*w = sendWQE{wr: *wr, sglBuf: sgl, inline: inline[:0], spans: spans[:0]}
+	if wr.Bind != nil {
+		w.bind = *wr.Bind
+		w.wr.Bind = &w.bind
+	}
 	if wr.Flags&Inline != 0 {
 		w.inline = append(w.inline, wr.Inline...)
 		w.wr.Inline = w.inline
