@@ -6,11 +6,12 @@ import (
 	"github.com/softnic/softnic/wire"
 )
 
-// TestPSNWrap runs the scenarios again with a's PSNs starting just below
-// 2^24, so that they wrap to 0 inside the first multi-packet message (PSNs
-// are 24 bits and compared modulo 2^24, as rxe's psn_compare does). Every scenario must
-// behave exactly as before: its transcript, with a's PSNs shifted back, is
-// the same golden transcript. b's PSNs start at 0xFFFFF0 in every run.
+// TestPSNWrap runs the scenarios again with a's PSNs starting at 0xFFFFFE
+// and at 0xFFFFFF, so that they wrap to 0 inside the first messages (PSNs
+// are 24 bits and compared modulo 2^24, as rxe's psn_compare does). Every
+// scenario must behave exactly as before: its transcript, with a's PSNs
+// shown as from 0x100, is the same golden transcript. b's PSNs start at
+// 0xFFFFF0 in every run.
 func TestPSNWrap(t *testing.T) {
 	scenarios := []struct {
 		name string
@@ -29,10 +30,31 @@ func TestPSNWrap(t *testing.T) {
 		{"TestScenarioPartialRetransmitRead", TestScenarioPartialRetransmitRead},
 		{"TestScenarioDuplicateAtomicReplayed", TestScenarioDuplicateAtomicReplayed},
 		{"TestResponderReplaysDoNotTakeResources", TestResponderReplaysDoNotTakeResources},
+		{"TestLossyLinkRandomOps", TestLossyLinkRandomOps},
+		{"TestUCOperations", TestUCOperations},
+		{"TestUCGapDropsMessage", TestUCGapDropsMessage},
+		{"TestUCSendWithoutRecvWR", TestUCSendWithoutRecvWR},
+		{"TestUDSend", TestUDSend},
+		{"TestUDQKey", TestUDQKey},
+		{"TestSRQSharedInOrder", TestSRQSharedInOrder},
+		{"TestSRQEmptyRNR", TestSRQEmptyRNR},
+		{"TestFence", TestFence},
+		{"TestMaxRdAtomic", TestMaxRdAtomic},
+		{"TestUnsignaled", TestUnsignaled},
+		{"TestInline", TestInline},
+		{"TestScatterGather", TestScatterGather},
+		{"TestLocalErrors", TestLocalErrors},
+		{"TestMemoryWindowAccess", TestMemoryWindowAccess},
+		{"TestMemoryWindowSendInvalidate", TestMemoryWindowSendInvalidate},
+		{"TestRNRTimer", TestRNRTimer},
 	}
 	defer func(p wire.PSN) { psnA = p }(psnA)
-	psnA = 0xFFFFFE
-	for _, sc := range scenarios {
-		t.Run(sc.name, sc.run)
+	for _, first := range []wire.PSN{0xFFFFFE, 0xFFFFFF} {
+		psnA = first
+		t.Run("psn="+first.String(), func(t *testing.T) {
+			for _, sc := range scenarios {
+				t.Run(sc.name, sc.run)
+			}
+		})
 	}
 }
