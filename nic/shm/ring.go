@@ -1,0 +1,102 @@
+package shm
+
+import (
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+)
+
+// A ring's memory: a header of four words, each alone on a cache line so
+// that the two sides do not write the same line, then the slots.
+//
+//	  0  producer   uint32  slots filled, ever (written by the producer only)
+//	 64  consumer   uint32  slots emptied, ever (written by the consumer only)
+//	128  armed      uint32  completion rings: a waiter asks for an event (Arm)
+//	192  overflow   uint32  completion rings: completions were lost
+//	256  slot 0, slot 1, ... slot n-1
+//
+// Indexes run freely and wrap at 2^32; slot i lives at i mod n, and a ring
+// holds producer - consumer slots, at most n.
+const (
+	offProducer = 0
+	offConsumer = 64
+	offArmed    = 128
+	offOverflow = 192
+	// HeaderSize is the bytes before the first slot.
+	HeaderSize = 256
+)
+
+// RingSize returns the bytes a ring of n slots of slotSize bytes takes,
+// rounded up to whole pages.
+func RingSize(n, slotSize int) int { return RoundUp(HeaderSize + n*slotSize) }
+
+// Ring is a view of a ring in shared memory. It holds no state of its own:
+// each side keeps its private copy of the index it owns and publishes it.
+type Ring struct {
+	mem      []byte
+	n        uint32
+	slotSize uint32
+}
+
+// NewRing returns the ring of n slots of slotSize bytes in mem.
+func NewRing(mem []byte, n, slotSize int) (Ring, error) {
+	if n <= 0 || slotSize <= 0 || slotSize%8 != 0 || n > 1<<24 || slotSize > 1<<16 || len(mem) < HeaderSize+n*slotSize {
+		return Ring{}, fmt.Errorf("ring of %d slots of %d bytes in %d bytes: %w", n, slotSize, len(mem), ErrCorrupt)
+	}
+	return Ring{mem: mem, n: uint32(n), slotSize: uint32(slotSize)}, nil
+}
+
+// Len returns the number of slots.
+func (r Ring) Len() uint32 { return r.n }
+
+// SlotSize returns the bytes of one slot.
+func (r Ring) SlotSize() int { return int(r.slotSize) }
+
+func (r Ring) word(off int) *atomic.Uint32 {
+	return (*atomic.Uint32)(unsafe.Pointer(&r.mem[off]))
+}
+
+// Producer is the count of slots filled; the producer stores it after
+// writing them, the consumer loads it before reading them.
+func (r Ring) Producer() *atomic.Uint32 { return r.word(offProducer) }
+
+// Consumer is the count of slots emptied; the consumer stores it once it
+// no longer needs them, the producer loads it before reusing them.
+func (r Ring) Consumer() *atomic.Uint32 { return r.word(offConsumer) }
+
+// Armed is set by a completion ring's reader before it sleeps, and swapped
+// back to zero by the writer, which then signals the ring's eventfd.
+func (r Ring) Armed() *atomic.Uint32 { return r.word(offArmed) }
+
+// Overflow is set by a completion ring's writer when it found no room for
+// a completion.
+func (r Ring) Overflow() *atomic.Uint32 { return r.word(offOverflow) }
+
+// Slot returns the memory of slot i mod Len.
+func (r Ring) Slot(i uint32) []byte {
+	off := HeaderSize + int(i%r.n)*int(r.slotSize)
+	return r.mem[off : off+int(r.slotSize) : off+int(r.slotSize)]
+}
+
+// Doorbell is the page of an attached process that tells it whether the
+// daemon sleeps: the daemon sets NeedWake before it waits on the process's
+// doorbell eventfd (and looks at the rings once more), and a poster that
+// finds it set swaps it back to zero and signals the eventfd. Posts that
+// find the daemon awake cost no system call.
+type Doorbell struct{ mem []byte }
+
+// DoorbellSize is the bytes of a doorbell page.
+const DoorbellSize = PageSize
+
+// NewDoorbell returns the doorbell in mem.
+func NewDoorbell(mem []byte) (Doorbell, error) {
+	if len(mem) < DoorbellSize {
+		return Doorbell{}, fmt.Errorf("doorbell page of %d bytes: %w", len(mem), ErrCorrupt)
+	}
+	return Doorbell{mem: mem}, nil
+}
+
+// NeedWake is non-zero while the daemon sleeps or is about to.
+func (d Doorbell) NeedWake() *atomic.Uint32 {
+	return (*atomic.Uint32)(unsafe.Pointer(&d.mem[0]))
+}

@@ -1,0 +1,419 @@
+package shm
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"reflect"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/softnic/softnic/qp"
+)
+
+func TestMapSharesMemory(t *testing.T) {
+	m, err := Create("shm-test", 5000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if len(m.Bytes()) != 2*PageSize {
+		t.Fatalf("Create(5000) maps %d bytes, want two pages", len(m.Bytes()))
+	}
+	fd, err := unix.Dup(m.FD())
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, err := Map(fd, 5000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	copy(m.Bytes()[4097:], "shared")
+	if got := string(peer.Bytes()[4097:4103]); got != "shared" {
+		t.Errorf("the second mapping reads %q", got)
+	}
+	// Sealed: the file can no longer shrink under a reader.
+	if err := unix.Ftruncate(m.FD(), 0); err == nil {
+		t.Error("a created memfd can be truncated")
+	}
+}
+
+func TestMapRefuses(t *testing.T) {
+	unsealed := func(t *testing.T) int {
+		fd, err := unix.MemfdCreate("unsealed", unix.MFD_CLOEXEC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Ftruncate(fd, PageSize); err != nil {
+			t.Fatal(err)
+		}
+		return fd
+	}
+	small := func(t *testing.T) int {
+		m, err := Create("small", PageSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd, _ := unix.Dup(m.FD())
+		m.Close()
+		return fd
+	}
+	pipe := func(t *testing.T) int {
+		var p [2]int
+		if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+			t.Fatal(err)
+		}
+		unix.Close(p[1])
+		return p[0]
+	}
+	for _, tc := range []struct {
+		name string
+		fd   func(*testing.T) int
+		size int
+	}{
+		{"memfd without seals", unsealed, PageSize},
+		{"sealed memfd smaller than asked", small, 2 * PageSize},
+		{"a pipe", pipe, PageSize},
+	} {
+		fd := tc.fd(t)
+		if _, err := Map(fd, tc.size); !errors.Is(err, ErrNotShared) {
+			t.Errorf("%s: Map = %v, want ErrNotShared", tc.name, err)
+		}
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil {
+			t.Errorf("%s: Map left the refused descriptor open", tc.name)
+		}
+	}
+}
+
+func TestRing(t *testing.T) {
+	mem := make([]byte, RingSize(3, 64))
+	for _, tc := range []struct {
+		name        string
+		n, slotSize int
+		mem         []byte
+	}{
+		{"no slots", 0, 64, mem},
+		{"unaligned slots", 3, 60, mem},
+		{"memory too small", 3, 64, mem[:HeaderSize+2*64]},
+	} {
+		if _, err := NewRing(tc.mem, tc.n, tc.slotSize); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: NewRing = %v, want ErrCorrupt", tc.name, err)
+		}
+	}
+	r, err := NewRing(mem, 3, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Producer().Store(7)
+	r.Consumer().Store(5)
+	r.Armed().Store(1)
+	r.Overflow().Store(1)
+	for _, w := range []struct {
+		off  int
+		want byte
+	}{{offProducer, 7}, {offConsumer, 5}, {offArmed, 1}, {offOverflow, 1}} {
+		if mem[w.off] != w.want {
+			t.Errorf("word at %d = %d, want %d", w.off, mem[w.off], w.want)
+		}
+	}
+	// Indexes wrap: slot 4 is slot 1, and the index space wraps at 2^32.
+	if &r.Slot(4)[0] != &mem[HeaderSize+64] || &r.Slot(1<<32 - 1)[0] != &mem[HeaderSize+(1<<32-1)%3*64] {
+		t.Error("slots are not at index mod n")
+	}
+	if len(r.Slot(2)) != 64 || cap(r.Slot(2)) != 64 {
+		t.Error("a slot reaches beyond its bytes")
+	}
+}
+
+var (
+	v4 = netip.MustParseAddrPort("192.0.2.1:4791")
+	v6 = netip.MustParseAddrPort("[2001:db8::1]:4791")
+)
+
+func TestSendWQERoundTrip(t *testing.T) {
+	lim := SendLimits{MaxSGE: 4, MaxInline: 64}
+	sgl := []qp.SGE{{Addr: 0x7f0000001000, Length: 4096, LKey: 0x1234}, {Addr: 1, Length: 1, LKey: 2}}
+	for _, tc := range []struct {
+		name string
+		wr   qp.SendWR
+	}{
+		{"write", qp.SendWR{ID: 1, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: sgl, RemoteAddr: 0xdead0000, RKey: 0x99}},
+		{"write with immediate, fenced", qp.SendWR{ID: 2, Opcode: qp.WRWriteImm, Flags: qp.Fence | qp.Solicited, SGL: sgl[:1], Imm: 0xabcdef01, RemoteAddr: 8, RKey: 1}},
+		{"inline send", qp.SendWR{ID: 3, Opcode: qp.WRSend, Flags: qp.Inline, Inline: []byte("in the work request")}},
+		{"empty inline", qp.SendWR{ID: 4, Opcode: qp.WRSend, Flags: qp.Inline, Inline: []byte{}}},
+		{"read", qp.SendWR{ID: 5, Opcode: qp.WRRead, SGL: sgl[:1], RemoteAddr: 1 << 40, RKey: 7}},
+		{"compare and swap", qp.SendWR{ID: 6, Opcode: qp.WRCompareSwap, SGL: []qp.SGE{{Addr: 64, Length: 8, LKey: 3}}, CompareAdd: 5, Swap: 6, RemoteAddr: 16, RKey: 4}},
+		{"fetch and add", qp.SendWR{ID: 7, Opcode: qp.WRFetchAdd, SGL: []qp.SGE{{Addr: 64, Length: 8, LKey: 3}}, CompareAdd: 1 << 63}},
+		{"atomic write", qp.SendWR{ID: 8, Opcode: qp.WRAtomicWrite, Swap: ^uint64(0), RemoteAddr: 24, RKey: 4}},
+		{"send with invalidate", qp.SendWR{ID: 9, Opcode: qp.WRSendInv, InvalidateRKey: 0x5500, SGL: sgl}},
+		{"local invalidate", qp.SendWR{ID: 10, Opcode: qp.WRLocalInv, InvalidateRKey: 0x6600}},
+		{"UD send over IPv4", qp.SendWR{ID: 11, Opcode: qp.WRSendImm, SGL: sgl[:1], Dest: v4, DestQPN: 0x12, QKey: 0x11111111}},
+		{"UD send over IPv6", qp.SendWR{ID: 12, Opcode: qp.WRSend, SGL: sgl, Dest: v6, DestQPN: 1, QKey: 0x80010000}},
+	} {
+		slot := make([]byte, SendSlotSize(lim.MaxSGE, lim.MaxInline))
+		if err := EncodeSend(slot, &tc.wr); err != nil {
+			t.Fatalf("%s: EncodeSend: %v", tc.name, err)
+		}
+		var got qp.SendWR
+		if err := DecodeSend(slot, lim, &got, make([]qp.SGE, 0, lim.MaxSGE), make([]byte, 0, lim.MaxInline)); err != nil {
+			t.Fatalf("%s: DecodeSend: %v", tc.name, err)
+		}
+		want := tc.wr
+		if want.Flags&qp.Inline == 0 {
+			want.SGL = append([]qp.SGE{}, want.SGL...)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: decoded\n%+v\nwant\n%+v", tc.name, got, want)
+		}
+	}
+}
+
+func TestSendWQERefused(t *testing.T) {
+	lim := SendLimits{MaxSGE: 2, MaxInline: 16}
+	good := func() []byte {
+		slot := make([]byte, SendSlotSize(4, 32)) // room for more than the limits allow
+		EncodeSend(slot, &qp.SendWR{ID: 77, Opcode: qp.WRWrite, SGL: []qp.SGE{{Addr: 1, Length: 2, LKey: 3}}})
+		return slot
+	}
+	for _, tc := range []struct {
+		name  string
+		spoil func(s []byte)
+	}{
+		{"opcode zero", func(s []byte) { s[8] = 0 }},
+		{"BIND_MW", func(s []byte) { s[8] = byte(qp.WRBindMW) }},
+		{"opcode beyond the table", func(s []byte) { s[8] = 200 }},
+		{"unknown flag", func(s []byte) { s[9] |= 0x80 }},
+		{"more SGEs than the queue takes", func(s []byte) { s[10] = 3 }},
+		{"255 SGEs", func(s []byte) { s[10] = 255 }},
+		{"inline length without the flag", func(s []byte) { le.PutUint32(s[12:], 4) }},
+		{"inline beyond max_inline", func(s []byte) { s[9] = byte(qp.Inline); s[10] = 0; le.PutUint32(s[12:], 17) }},
+		{"inline with SGEs", func(s []byte) { s[9] = byte(qp.Inline); le.PutUint32(s[12:], 4) }},
+		{"inline length of 4 GiB", func(s []byte) { s[9] = byte(qp.Inline); s[10] = 0; le.PutUint32(s[12:], ^uint32(0)) }},
+		{"reserved half-word", func(s []byte) { s[62] = 1 }},
+		{"reserved tail", func(s []byte) { s[95] = 1 }},
+		{"unknown address family", func(s []byte) { s[11] = 5 }},
+		{"IPv4 that is not IPv4-mapped", func(s []byte) { s[11] = 4; s[64] = 0x20 }},
+		{"address bytes without a family", func(s []byte) { s[70] = 1 }},
+		{"port without a family", func(s []byte) { s[60] = 1 }},
+	} {
+		slot := good()
+		tc.spoil(slot)
+		var wr qp.SendWR
+		err := DecodeSend(slot, lim, &wr, make([]qp.SGE, 0, lim.MaxSGE), make([]byte, 0, lim.MaxInline))
+		if !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: DecodeSend = %v, want ErrCorrupt", tc.name, err)
+		}
+		if wr.ID != 77 {
+			t.Errorf("%s: a refused WQE has ID %d, want 77", tc.name, wr.ID)
+		}
+	}
+	var wr qp.SendWR
+	if err := DecodeSend(make([]byte, 95), lim, &wr, nil, nil); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("short slot: %v", err)
+	}
+	if err := EncodeSend(make([]byte, SendSlotSize(1, 0)), &qp.SendWR{Opcode: qp.WRWrite, SGL: make([]qp.SGE, 2)}); !errors.Is(err, qp.ErrInvalid) {
+		t.Errorf("EncodeSend of too many SGEs = %v, want ErrInvalid", err)
+	}
+	if err := EncodeSend(make([]byte, SendSlotSize(1, 0)), &qp.SendWR{Opcode: qp.WRBindMW}); !errors.Is(err, qp.ErrInvalid) {
+		t.Errorf("EncodeSend of BIND_MW = %v, want ErrInvalid", err)
+	}
+}
+
+func TestRecvWQE(t *testing.T) {
+	slot := make([]byte, RecvSlotSize(3))
+	wr := qp.RecvWR{ID: 42, SGL: []qp.SGE{{Addr: 10, Length: 20, LKey: 30}, {Addr: 40, Length: 50, LKey: 60}}}
+	if err := EncodeRecv(slot, &wr); err != nil {
+		t.Fatal(err)
+	}
+	var got qp.RecvWR
+	if err := DecodeRecv(slot, 3, &got, make([]qp.SGE, 0, 3)); err != nil || !reflect.DeepEqual(got, wr) {
+		t.Fatalf("DecodeRecv = %+v, %v; want %+v", got, err, wr)
+	}
+	if err := DecodeRecv(slot, 1, &got, make([]qp.SGE, 0, 3)); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("two SGEs where one is allowed: %v", err)
+	}
+	slot[12] = 1
+	if err := DecodeRecv(slot, 3, &got, make([]qp.SGE, 0, 3)); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("reserved byte set: %v", err)
+	}
+	if err := EncodeRecv(make([]byte, RecvSlotSize(1)), &wr); !errors.Is(err, qp.ErrInvalid) {
+		t.Errorf("EncodeRecv of two SGEs into a slot for one = %v", err)
+	}
+}
+
+func TestCQE(t *testing.T) {
+	for _, wc := range []qp.WC{
+		{ID: 1, Status: qp.Success, Opcode: qp.WCWrite, ByteLen: 8, QPN: 0x11},
+		{ID: 2, Status: qp.RemAccessErr, Opcode: qp.WCRead, QPN: 0xFFFFFF},
+		{ID: 3, Opcode: qp.WCRecvWriteImm, Flags: qp.WCWithImm, Imm: 0xfeedface, ByteLen: 1 << 31, QPN: 0x12},
+		{ID: 4, Opcode: qp.WCRecv, Flags: qp.WCGRH | qp.WCWithInv, InvalidatedRKey: 9, SrcQPN: 0x13, Src: v4},
+		{ID: 5, Opcode: qp.WCRecv, Flags: qp.WCGRH, SrcQPN: 1, Src: v6},
+	} {
+		slot := make([]byte, CQESize)
+		EncodeCQE(slot, &wc)
+		var got qp.WC
+		if err := DecodeCQE(slot, &got); err != nil || got != wc {
+			t.Errorf("DecodeCQE = %+v, %v; want %+v", got, err, wc)
+		}
+	}
+	slot := make([]byte, CQESize)
+	slot[63] = 1
+	var wc qp.WC
+	if err := DecodeCQE(slot, &wc); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("CQE with reserved bytes set: %v", err)
+	}
+}
+
+// TestCodecsDoNotAllocate: the codecs run once per work request and
+// completion.
+func TestCodecsDoNotAllocate(t *testing.T) {
+	lim := SendLimits{MaxSGE: 4, MaxInline: 64}
+	slot := make([]byte, SendSlotSize(4, 64))
+	wr := qp.SendWR{ID: 1, Opcode: qp.WRWrite, SGL: []qp.SGE{{Addr: 1, Length: 2, LKey: 3}}, Dest: v6}
+	var out qp.SendWR
+	sgl, inline := make([]qp.SGE, 0, 4), make([]byte, 0, 64)
+	cqe := make([]byte, CQESize)
+	wc := qp.WC{ID: 1, Src: v4}
+	var wcOut qp.WC
+	n := testing.AllocsPerRun(100, func() {
+		EncodeSend(slot, &wr)
+		DecodeSend(slot, lim, &out, sgl, inline)
+		EncodeCQE(cqe, &wc)
+		DecodeCQE(cqe, &wcOut)
+	})
+	if n != 0 {
+		t.Errorf("%v allocations per WQE and CQE", n)
+	}
+}
+
+// FuzzDecodeSend: no slot makes the decoder panic or hand out more than the
+// limits; whatever it accepts encodes back to a slot it decodes the same.
+func FuzzDecodeSend(f *testing.F) {
+	lim := SendLimits{MaxSGE: 3, MaxInline: 40}
+	size := SendSlotSize(lim.MaxSGE, lim.MaxInline)
+	for _, wr := range []qp.SendWR{
+		{Opcode: qp.WRWrite, SGL: []qp.SGE{{Addr: 1, Length: 2, LKey: 3}}},
+		{Opcode: qp.WRSend, Flags: qp.Inline, Inline: []byte("x")},
+		{Opcode: qp.WRSend, Dest: v4, DestQPN: 3},
+	} {
+		slot := make([]byte, size)
+		EncodeSend(slot, &wr)
+		f.Add(slot)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var wr qp.SendWR
+		if err := DecodeSend(b, lim, &wr, make([]qp.SGE, 0, lim.MaxSGE), make([]byte, 0, lim.MaxInline)); err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error %v does not wrap ErrCorrupt", err)
+			}
+			return
+		}
+		if len(wr.SGL) > lim.MaxSGE || len(wr.Inline) > lim.MaxInline {
+			t.Fatalf("accepted %d SGEs, %d bytes inline", len(wr.SGL), len(wr.Inline))
+		}
+		again := make([]byte, size)
+		if err := EncodeSend(again, &wr); err != nil {
+			t.Fatalf("re-encoding an accepted WQE: %v", err)
+		}
+		var wr2 qp.SendWR
+		if err := DecodeSend(again, lim, &wr2, make([]qp.SGE, 0, lim.MaxSGE), make([]byte, 0, lim.MaxInline)); err != nil {
+			t.Fatalf("decoding the re-encoded WQE: %v", err)
+		}
+		if !reflect.DeepEqual(wr, wr2) {
+			t.Fatalf("re-encoded WQE decodes to %+v, want %+v", wr2, wr)
+		}
+	})
+}
+
+func socketPair(t *testing.T) (*Conn, *Conn) {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := func(fd int) *Conn {
+		f := os.NewFile(uintptr(fd), "socketpair")
+		c, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return NewConn(c.(*net.UnixConn), 1024)
+	}
+	a, b := conn(fds[0]), conn(fds[1])
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
+}
+
+func TestConnCarriesDescriptors(t *testing.T) {
+	a, b := socketPair(t)
+	m, err := Create("carried", PageSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	copy(m.Bytes(), "through the socket")
+	efd, err := NewEventFD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(efd)
+	// Three messages in a row: the descriptors keep their order and their
+	// message.
+	for _, s := range []struct {
+		line string
+		fds  []int
+	}{{"first", nil}, {"second", []int{m.FD(), efd}}, {"third", nil}} {
+		if err := a.Send([]byte(s.line), s.fds); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, want := range []struct {
+		line string
+		fds  int
+	}{{"first", 0}, {"second", 2}, {"third", 0}} {
+		line, err := b.ReadLine()
+		if err != nil || string(line) != want.line {
+			t.Fatalf("ReadLine = %q, %v; want %q", line, err, want.line)
+		}
+		fds, err := b.TakeFDs(want.fds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want.fds == 0 {
+			continue
+		}
+		peer, err := Map(fds[0], PageSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.HasPrefix(peer.Bytes(), []byte("through the socket")) {
+			t.Error("the received memfd does not share the memory")
+		}
+		peer.Close()
+		Signal(efd)
+		var v [8]byte
+		if n, err := unix.Read(fds[1], v[:]); n != 8 || err != nil || v[0] != 1 {
+			t.Errorf("the received eventfd reads %v, %v after a signal", v, err)
+		}
+		CloseFDs(fds[1:])
+	}
+	if _, err := b.TakeFDs(1); !errors.Is(err, ErrProtocol) {
+		t.Errorf("taking a descriptor that never came: %v", err)
+	}
+}
+
+func TestConnRefusesLongLines(t *testing.T) {
+	a, b := socketPair(t)
+	go a.Send(bytes.Repeat([]byte("x"), 5000), nil)
+	if _, err := b.ReadLine(); !errors.Is(err, ErrProtocol) {
+		t.Errorf("ReadLine of a 5000-byte line with a limit of 1024: %v", err)
+	}
+	if err := a.Send([]byte("two\nlines"), nil); !errors.Is(err, ErrProtocol) {
+		t.Errorf("Send of a line with a newline: %v", err)
+	}
+}
