@@ -3,6 +3,7 @@ package qp_test
 import (
 	"testing"
 
+	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -30,7 +31,9 @@ func TestPSNWrap(t *testing.T) {
 		{"TestScenarioPartialRetransmitRead", TestScenarioPartialRetransmitRead},
 		{"TestScenarioDuplicateAtomicReplayed", TestScenarioDuplicateAtomicReplayed},
 		{"TestResponderReplaysDoNotTakeResources", TestResponderReplaysDoNotTakeResources},
-		{"TestLossyLinkRandomOps", TestLossyLinkRandomOps},
+		{"lossy", func(t *testing.T) {
+			runLossy(t, 1, 300, qp.Faults{Drop: 0.10, Duplicate: 0.05, Reorder: 0.05, Corrupt: 0.01, Seed: 1})
+		}},
 		{"TestUCOperations", TestUCOperations},
 		{"TestUCGapDropsMessage", TestUCGapDropsMessage},
 		{"TestUCSendWithoutRecvWR", TestUCSendWithoutRecvWR},
