@@ -131,23 +131,28 @@ func TestMemoryWindowLocalInvalidate(t *testing.T) {
 // (IBV_WC_WITH_INV, invalidated_rkey); an IETH rkey that names no window
 // bound to the QP is NAKed invalid request.
 func TestMemoryWindowSendInvalidate(t *testing.T) {
-	t.Run("valid", func(t *testing.T) {
-		s, a, b, w := boundWindow(t)
-		rkey := w.RKey()
-		fill(a.buf[:32], 7)
-		postRecv(t, b, &qp.RecvWR{ID: 8, SGL: sgl(b.sge(0, 64))})
-		post(t, a, &qp.SendWR{ID: 1, Opcode: qp.WRSendInv, Flags: qp.Signaled, SGL: sgl(a.sge(0, 32)), InvalidateRKey: rkey})
-		expectWC(t, s.waitWC(a, 1, time.Second)[0], qp.WC{ID: 1, Status: qp.Success, Opcode: qp.WCSend, ByteLen: 32, QPN: a.qp.Num()})
-		expectWC(t, s.waitWC(b, 2, time.Second)[1], qp.WC{ID: 8, Status: qp.Success, Opcode: qp.WCRecv, ByteLen: 32, QPN: b.qp.Num(),
-			Flags: qp.WCWithInv, InvalidatedRKey: rkey})
-		if windowBound(b, w) {
-			t.Error("the window is still bound")
-		}
-		post(t, a, &qp.SendWR{ID: 2, Opcode: qp.WRWrite, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(winOff), RKey: rkey})
-		if wc := s.waitWC(a, 2, time.Second)[1]; wc.Status != qp.RemAccessErr {
-			t.Errorf("WRITE through the invalidated window completed %v, want REM_ACCESS_ERR", &wc)
-		}
-	})
+	for _, n := range []uint32{32, 2*testMTU + 1} { // SEND ONLY or LAST with invalidate
+		t.Run("valid/"+itoa(n), func(t *testing.T) {
+			s, a, b, w := boundWindow(t)
+			rkey := w.RKey()
+			fill(a.buf[:n], 7)
+			postRecv(t, b, &qp.RecvWR{ID: 8, SGL: sgl(b.sge(0, 4*testMTU))})
+			post(t, a, &qp.SendWR{ID: 1, Opcode: qp.WRSendInv, Flags: qp.Signaled, SGL: sgl(a.sge(0, n)), InvalidateRKey: rkey})
+			expectWC(t, s.waitWC(a, 1, time.Second)[0], qp.WC{ID: 1, Status: qp.Success, Opcode: qp.WCSend, ByteLen: n, QPN: a.qp.Num()})
+			expectWC(t, s.waitWC(b, 2, time.Second)[1], qp.WC{ID: 8, Status: qp.Success, Opcode: qp.WCRecv, ByteLen: n, QPN: b.qp.Num(),
+				Flags: qp.WCWithInv, InvalidatedRKey: rkey})
+			if !bytes.Equal(b.buf[:n], a.buf[:n]) {
+				t.Error("received data differs")
+			}
+			if windowBound(b, w) {
+				t.Error("the window is still bound")
+			}
+			post(t, a, &qp.SendWR{ID: 2, Opcode: qp.WRWrite, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(winOff), RKey: rkey})
+			if wc := s.waitWC(a, 2, time.Second)[1]; wc.Status != qp.RemAccessErr {
+				t.Errorf("WRITE through the invalidated window completed %v, want REM_ACCESS_ERR", &wc)
+			}
+		})
+	}
 	badKeys := []struct {
 		name string
 		key  func(b *host, w *mr.Window) uint32
@@ -239,6 +244,16 @@ func TestMemoryWindowBindErrors(t *testing.T) {
 			}
 		})
 	}
+	t.Run("local-invalidate-of-a-free-window", func(t *testing.T) {
+		// rxe completes a LOCAL_INV it cannot execute with LOC_QP_OP_ERR.
+		s, _, b := pair(t, defaultAttr())
+		w := newWindow(t, b)
+		post(t, b, &qp.SendWR{ID: 101, Opcode: qp.WRLocalInv, InvalidateRKey: w.RKey()})
+		expectWC(t, s.waitWC(b, 1, time.Second)[0], qp.WC{ID: 101, Status: qp.LocQPOpErr, Opcode: qp.WCLocalInv, QPN: b.qp.Num()})
+		if b.qp.State() != qp.Err {
+			t.Errorf("b is %s, want ERR", b.qp.State())
+		}
+	})
 	t.Run("already-bound", func(t *testing.T) {
 		// A type 2 window must be free to be bound (rxe; mr tests the rule).
 		s, _, b, w := boundWindow(t)
