@@ -60,7 +60,7 @@ func (c *CQ) Poll(wcs []WC) (int, error) {
 		c.count--
 		n++
 	}
-	if n == 0 && c.overflow {
+	if c.count == 0 && n == 0 && c.overflow {
 		return 0, ErrOverflow
 	}
 	return n, nil

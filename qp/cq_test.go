@@ -111,6 +111,9 @@ func TestCQOverflow(t *testing.T) {
 func checkOverflowed(t *testing.T, cq *qp.CQ, ids []uint64) {
 	t.Helper()
 	var wcs [16]qp.WC
+	if n, err := cq.Poll(wcs[:0]); n != 0 || err != nil {
+		t.Errorf("Poll of no entries = %d, %v; want 0, nil while completions wait", n, err)
+	}
 	n, err := cq.Poll(wcs[:])
 	if err != nil || n != len(ids) {
 		t.Fatalf("first Poll = %d, %v; want the %d completions that fitted and no error yet", n, err, len(ids))
