@@ -38,7 +38,6 @@ func (o WROpcode) String() string {
 	return fmt.Sprintf("WROpcode(%d)", uint8(o))
 }
 
-func (o WROpcode) isSend() bool  { return o == WRSend || o == WRSendImm || o == WRSendInv }
 func (o WROpcode) isWrite() bool { return o == WRWrite || o == WRWriteImm }
 
 // isAtomic reports the operations that come back with an ATOMIC
