@@ -176,7 +176,7 @@ func TestMemoryWindowSendInvalidate(t *testing.T) {
 			if len(naks) != 1 || naks[0] != wire.NakSyndrome(wire.NakInvalidRequest) {
 				t.Errorf("NAKs %v, want one NAK invalid request", naks)
 			}
-			if wc := b.poll()[0]; wc.ID != 8 || wc.Status != qp.RemInvReqErr {
+			if wc := b.onlyWC(t); wc.ID != 8 || wc.Status != qp.RemInvReqErr {
 				t.Errorf("b's receive completed %v, want REM_INV_REQ_ERR", &wc)
 			}
 			if !windowBound(b, w) {

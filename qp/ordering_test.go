@@ -126,16 +126,19 @@ func TestUnsignaled(t *testing.T) {
 // (ibv_post_send(3)); more than max_inline_data bytes are refused with
 // EINVAL.
 func TestInline(t *testing.T) {
-	for _, op := range []qp.WROpcode{qp.WRWrite, qp.WRSend} {
-		t.Run(op.String(), func(t *testing.T) {
+	for _, c := range []struct {
+		op qp.WROpcode
+		wc qp.WCOpcode
+	}{{qp.WRWrite, qp.WCWrite}, {qp.WRSend, qp.WCSend}} {
+		t.Run(c.op.String(), func(t *testing.T) {
 			s, a, b := pair(t, defaultAttr())
 			data := make([]byte, 200)
 			fill(data, 11)
 			want := bytes.Clone(data)
 			postRecv(t, b, &qp.RecvWR{ID: 5, SGL: sgl(b.sge(4096, 4096))})
-			post(t, a, &qp.SendWR{ID: 1, Opcode: op, Flags: qp.Signaled | qp.Inline, Inline: data, RemoteAddr: b.va(4096), RKey: b.region.RKey()})
+			post(t, a, &qp.SendWR{ID: 1, Opcode: c.op, Flags: qp.Signaled | qp.Inline, Inline: data, RemoteAddr: b.va(4096), RKey: b.region.RKey()})
 			fill(data, 99)
-			expectWC(t, s.waitWC(a, 1, time.Second)[0], qp.WC{ID: 1, Status: qp.Success, Opcode: map[qp.WROpcode]qp.WCOpcode{qp.WRWrite: qp.WCWrite, qp.WRSend: qp.WCSend}[op], ByteLen: 200, QPN: a.qp.Num()})
+			expectWC(t, s.waitWC(a, 1, time.Second)[0], qp.WC{ID: 1, Status: qp.Success, Opcode: c.wc, ByteLen: 200, QPN: a.qp.Num()})
 			if !bytes.Equal(b.buf[4096:4296], want) {
 				t.Error("the target got the overwritten buffer, not the data at post time")
 			}
@@ -278,8 +281,8 @@ func TestLocalErrors(t *testing.T) {
 		postRecv(t, b, &qp.RecvWR{ID: 5, SGL: sgl(bad)})
 		post(t, a, &qp.SendWR{ID: 1, Opcode: qp.WRSend, SGL: sgl(a.sge(0, 64))})
 		s.settle(time.Second)
-		expectWC(t, a.poll()[0], qp.WC{ID: 1, Status: qp.RemOpErr, Opcode: qp.WCSend, ByteLen: 64, QPN: a.qp.Num()})
-		expectWC(t, b.poll()[0], qp.WC{ID: 5, Status: qp.LocProtErr, Opcode: qp.WCRecv, QPN: b.qp.Num()})
+		expectWC(t, a.onlyWC(t), qp.WC{ID: 1, Status: qp.RemOpErr, Opcode: qp.WCSend, ByteLen: 64, QPN: a.qp.Num()})
+		expectWC(t, b.onlyWC(t), qp.WC{ID: 5, Status: qp.LocProtErr, Opcode: qp.WCRecv, QPN: b.qp.Num()})
 		if a.qp.State() != qp.Err || b.qp.State() != qp.Err {
 			t.Errorf("states %s and %s, want ERR and ERR", a.qp.State(), b.qp.State())
 		}
@@ -298,8 +301,8 @@ func TestLocalErrors(t *testing.T) {
 			return false
 		}
 		s.settle(time.Second)
-		expectWC(t, a.poll()[0], qp.WC{ID: 1, Status: qp.RemInvReqErr, Opcode: qp.WCSend, ByteLen: 1001, QPN: a.qp.Num()})
-		expectWC(t, b.poll()[0], qp.WC{ID: 5, Status: qp.LocLenErr, Opcode: qp.WCRecv, QPN: b.qp.Num()})
+		expectWC(t, a.onlyWC(t), qp.WC{ID: 1, Status: qp.RemInvReqErr, Opcode: qp.WCSend, ByteLen: 1001, QPN: a.qp.Num()})
+		expectWC(t, b.onlyWC(t), qp.WC{ID: 5, Status: qp.LocLenErr, Opcode: qp.WCRecv, QPN: b.qp.Num()})
 		if len(naks) != 1 || naks[0] != wire.NakSyndrome(wire.NakInvalidRequest) {
 			t.Errorf("NAKs %v, want one NAK invalid request", naks)
 		}

@@ -133,6 +133,17 @@ func (h *host) poll() []qp.WC {
 	return h.wcs[start:]
 }
 
+// onlyWC polls h and returns its one new completion; there must be exactly
+// one.
+func (h *host) onlyWC(t testing.TB) qp.WC {
+	t.Helper()
+	wcs := h.poll()
+	if len(wcs) != 1 {
+		t.Fatalf("%s has %d new completions %v, want one", h.name, len(wcs), wcs)
+	}
+	return wcs[0]
+}
+
 type flight struct {
 	at   qp.Time
 	seq  int
