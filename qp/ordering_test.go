@@ -19,15 +19,26 @@ func TestFence(t *testing.T) {
 		name  string
 		first qp.WROpcode
 		flags qp.SendFlags
+		waits bool
 	}{
-		{"fence-after-read", qp.WRRead, qp.Fence},
-		{"fence-after-atomic", qp.WRFetchAdd, qp.Fence},
-		{"no-fence", qp.WRRead, 0},
-		{"fence-after-write", qp.WRWrite, qp.Fence}, // a WRITE is not waited for
+		{"fence-after-read", qp.WRRead, qp.Fence, true},
+		{"fence-after-atomic", qp.WRFetchAdd, qp.Fence, true},
+		{"no-fence", qp.WRRead, 0, false},
+		{"fence-after-write", qp.WRWrite, qp.Fence, false}, // a WRITE is not waited for
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			s, a, b := pair(t, defaultAttr())
+			writeAt, respAt := qp.Time(-1), qp.Time(-1)
+			s.drop = func(h *host, p *wire.Packet) bool {
+				switch {
+				case h == a && p.BTH.PSN() == psnA.Add(1) && writeAt < 0:
+					writeAt = s.now
+				case h == b && respAt < 0:
+					respAt = s.now
+				}
+				return false
+			}
 			fill(a.buf[:64], 2)
 			post(t, a, &qp.SendWR{ID: 1, Opcode: c.first, Flags: qp.Signaled, SGL: sgl(a.sge(512, 8)), RemoteAddr: b.va(512), RKey: b.region.RKey(), CompareAdd: 1})
 			post(t, a, &qp.SendWR{ID: 2, Opcode: qp.WRWrite, Flags: qp.Signaled | c.flags, SGL: sgl(a.sge(0, 64)), RemoteAddr: b.va(0), RKey: b.region.RKey()})
@@ -36,6 +47,10 @@ func TestFence(t *testing.T) {
 				if wc.ID != uint64(i+1) || wc.Status != qp.Success {
 					t.Errorf("completion %d is %v, want wr_id %d SUCCESS", i, &wc, i+1)
 				}
+			}
+			if arrived := respAt.Add(s.latency); c.waits && writeAt < arrived || !c.waits && writeAt != 0 {
+				t.Errorf("the second WR left at %v, the first response arrived at %v; waiting for it: %v",
+					time.Duration(writeAt), time.Duration(arrived), c.waits)
 			}
 			checkTranscript(t, s)
 		})
@@ -51,7 +66,14 @@ func TestMaxRdAtomic(t *testing.T) {
 	attr.MaxRdAtomic = 2
 	s, a, b := pair(t, attr)
 	fill(b.buf[:3*64], 8)
-	s.drop = dropOnce(b, psnIs(psnA.Add(1))) // the second READ's response
+	lose := dropOnce(b, psnIs(psnA.Add(1))) // the second READ's response
+	var requests []qp.Time                  // when each new READ request left
+	s.drop = func(h *host, p *wire.Packet) bool {
+		if h == a && p.BTH.PSN() == psnA.Add(uint32(len(requests))) {
+			requests = append(requests, s.now)
+		}
+		return lose(h, p)
+	}
 	for i := range 3 {
 		off := uint64(64 * i)
 		post(t, a, &qp.SendWR{ID: uint64(i), Opcode: qp.WRRead, Flags: qp.Signaled, SGL: sgl(a.sge(off, 64)), RemoteAddr: b.va(off), RKey: b.region.RKey()})
@@ -62,6 +84,10 @@ func TestMaxRdAtomic(t *testing.T) {
 	}
 	if !bytes.Equal(a.buf[:3*64], b.buf[:3*64]) {
 		t.Error("read data differs")
+	}
+	firstResponse := 2 * s.latency // sent when the request arrives, back one latency later
+	if len(requests) != 3 || requests[1] != 0 || requests[2] != qp.Time(firstResponse) {
+		t.Errorf("READ requests left at %v, want 0, 0 and when the first response arrived (%v)", requests, firstResponse)
 	}
 	checkTranscript(t, s)
 }
