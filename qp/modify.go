@@ -29,7 +29,9 @@ func (m AttrMask) String() string {
 func transitionMasks(t Type, from, to State) (required, optional AttrMask, ok bool) {
 	connected := t == RC || t == UC
 	switch {
-	case to == Reset || to == Err:
+	case to == Reset || to == Err && from != Reset:
+		// Every state may be reset or fail; a QP in RESET has nothing
+		// to flush and goes to ERR only through INIT (as Linux's table).
 		return 0, 0, true
 	case from == Reset && to == Init:
 		if connected {

@@ -69,10 +69,10 @@ var modifyTable = map[qp.Type]map[edge]masks{
 }
 
 // transition returns the masks of from→to for typ: every state may go to
-// RESET and to ERR (softnic also allows RESET→ERR, which Linux's table
-// leaves out), and nothing enters SQE through Modify.
+// RESET, and every state but RESET to ERR (Linux's table), and nothing
+// enters SQE through Modify.
 func transition(typ qp.Type, from, to qp.State) (masks, bool) {
-	if to == qp.Reset || to == qp.Err {
+	if to == qp.Reset || to == qp.Err && from != qp.Reset {
 		return masks{}, true
 	}
 	m, ok := modifyTable[typ][edge{from, to}]

@@ -219,6 +219,10 @@ func (q *QP) encodeRequest(w *sendWQE, buf []byte, now Time) (int, netip.AddrPor
 	case RC:
 		ackEvery := max(1, min(64, int(q.req.cwnd/2)))
 		f.BTH.AckReq = last || q.req.sinceAck+1 >= ackEvery
+	case UC:
+		// Nothing acknowledges UC, but rxe sets AckReq as on RC (the last
+		// packet and every 64th): the same bits on the wire.
+		f.BTH.AckReq = last || q.req.sinceAck+1 >= 64
 	case UD:
 		// Nothing acknowledges a datagram, but rxe sets AckReq on the last
 		// packet of every message, UD included (the MADs of rping.pcap).
