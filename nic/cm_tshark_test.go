@@ -50,7 +50,7 @@ func TestTsharkCMCapture(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := nic.Config{Trace: nic.PcapTrace(w)}
+	cfg := nic.Config{Trace: nic.PcapTrace(w, false, func(err error) { t.Error(err) })}
 	a, b := openCMEnd(t, cfg), openCMEnd(t, cfg)
 	l := b.listen(t, 0)
 	opts := a.dialOptions()

@@ -67,7 +67,7 @@ func (d *Device) stage(b *batch, n int, pkt []byte, env *wire.Envelope) int {
 		switch {
 		case fate.Drop:
 			d.devc.inc(FaultDropped)
-			d.trace(Sent, env, pkt, "dropped by the fault injector")
+			d.trace(Sent, env, pkt, noteFaultDropped)
 			return n
 		case fate.CorruptBit >= 0:
 			pkt[fate.CorruptBit/8] ^= 1 << (fate.CorruptBit % 8)
@@ -135,6 +135,10 @@ func (d *Device) send(msgs []udp.Message) {
 		}
 	}
 }
+
+// noteFaultDropped is the trace note of a packet the fault injector
+// dropped before it reached the socket.
+const noteFaultDropped = "dropped by the fault injector"
 
 // sendOne sends a single packet outside any QP (delayed by the fault
 // injector).

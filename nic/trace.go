@@ -33,24 +33,21 @@ type TracePacket struct {
 	Note string
 }
 
-// PcapTrace returns a Trace function that writes every packet to w (sent
-// packets the fault injector dropped are left out: they never reached the
-// wire). Several devices may share one writer.
-func PcapTrace(w *wire.PcapWriter) func(*TracePacket) {
-	var mu sync.Mutex
-	var errOnce sync.Once
+// PcapTrace returns a Trace function that writes packets to w as a
+// capture shows them: every packet the device sends (except those the
+// fault injector dropped, which never reached the wire) and, with
+// received, every packet it receives, dropped ones included. Leave
+// received off when the devices at both ends write to one w, so that each
+// packet is captured once. onErr, if set, hears of the first write error;
+// later packets are still attempted.
+func PcapTrace(w *wire.PcapWriter, received bool, onErr func(error)) func(*TracePacket) {
+	var once sync.Once
 	return func(p *TracePacket) {
-		if p.Dir == Sent && p.Note == "dropped by the fault injector" {
+		if p.Dir == Sent && p.Note == noteFaultDropped || p.Dir == Received && !received {
 			return
 		}
-		if p.Dir == Received {
-			return // each packet is captured once, as it leaves its sender
-		}
-		mu.Lock()
-		err := w.WritePacket(p.Time, &p.Env, p.Data)
-		mu.Unlock()
-		if err != nil {
-			errOnce.Do(func() {})
+		if err := w.WritePacket(p.Time, &p.Env, p.Data); err != nil && onErr != nil {
+			once.Do(func() { onErr(err) })
 		}
 	}
 }

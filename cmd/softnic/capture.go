@@ -17,7 +17,7 @@ type capture struct {
 	f    *os.File
 	mu   sync.Mutex // guards buf: trace writes and Flush come from different goroutines
 	buf  *bufio.Writer
-	err  error // the first error writing a received packet
+	err  error // the first error writing a packet
 	w    *wire.PcapWriter
 }
 
@@ -38,25 +38,14 @@ func createCapture(path string) (*capture, error) {
 }
 
 // Trace returns the nic.Config.Trace function that captures packets as
-// they leave their sender (nic.PcapTrace): each packet once when the
-// devices of both ends share the capture, as the demo's do.
-func (c *capture) Trace() func(*nic.TracePacket) { return nic.PcapTrace(c.w) }
+// they leave their sender: each packet once when the devices of both ends
+// share the capture, as the demo's do.
+func (c *capture) Trace() func(*nic.TracePacket) { return nic.PcapTrace(c.w, false, c.fail) }
 
 // TraceBoth returns a Trace function that also captures the packets the
 // device receives, dropped ones included: a daemon's capture of its own
 // traffic, as tcpdump on its interface would show it.
-func (c *capture) TraceBoth() func(*nic.TracePacket) {
-	sent := c.Trace()
-	return func(p *nic.TracePacket) {
-		if p.Dir == nic.Sent {
-			sent(p)
-			return
-		}
-		if err := c.w.WritePacket(p.Time, &p.Env, p.Data); err != nil {
-			c.fail(err)
-		}
-	}
-}
+func (c *capture) TraceBoth() func(*nic.TracePacket) { return nic.PcapTrace(c.w, true, c.fail) }
 
 // fail records the first error of a write from a device's goroutine, for
 // Flush and Close to return.
