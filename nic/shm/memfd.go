@@ -139,3 +139,11 @@ func Signal(fd int) {
 	binary.NativeEndian.PutUint64(one[:], 1)
 	unix.Write(fd, one[:])
 }
+
+// TakeFD returns the descriptor and forgets it: the caller closes it (or
+// sends it and closes its copy); the mapping stays.
+func (m *Mapping) TakeFD() int {
+	fd := m.fd
+	m.fd = -1
+	return fd
+}

@@ -96,6 +96,7 @@ func (c *Conn) ReadLine() ([]byte, error) {
 			c.off = 0
 		}
 		n, oobn, flags, _, err := c.c.ReadMsgUnix(c.rbuf, c.oob)
+		n, oobn = max(n, 0), max(oobn, 0) // both are -1 with some errors
 		if oobn > 0 {
 			if perr := c.takeRights(c.oob[:oobn], flags); perr != nil {
 				return nil, perr
