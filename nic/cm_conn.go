@@ -55,6 +55,7 @@ type Listener struct {
 	l   *cmListener
 	pd  *PD
 	qp  QPConfig
+	ah  uint32 // an attached device's handle of the listener
 }
 
 // Listen starts accepting connection requests for rdma_cm port port: REQs
@@ -70,6 +71,9 @@ func (d *Device) Listen(port uint16, opts ListenOptions) (*Listener, error) {
 		return nil, fmt.Errorf("softnic: listen on port %d: the connection manager connects RC QPs, not %s: %w", port, opts.QP.Type, ErrInvalid)
 	case opts.Backlog < 0:
 		return nil, fmt.Errorf("softnic: listen on port %d: backlog %d: %w", port, opts.Backlog, ErrInvalid)
+	}
+	if d.att != nil {
+		return d.att.listen(port, &opts)
 	}
 	var l *cmListener
 	var err error
@@ -108,6 +112,9 @@ func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 // unanswered: the caller accepts or rejects it. A requester that waits
 // meanwhile gets an MRA for each REQ it repeats.
 func (l *Listener) AcceptRequest(ctx context.Context) (*Request, error) {
+	if l.dev.att != nil {
+		return l.dev.att.acceptRequest(ctx, l)
+	}
 	for {
 		select {
 		case <-l.l.closed:
@@ -133,6 +140,9 @@ func (l *Listener) AcceptRequest(ctx context.Context) (*Request, error) {
 // Close stops listening; requests not yet taken by AcceptRequest are
 // rejected (consumer reject). Connections already made stay.
 func (l *Listener) Close() error {
+	if l.dev.att != nil {
+		return l.dev.att.closeListener(l)
+	}
 	l.dev.cm.run(func(e *cmEngine, now qp.Time, out *cmOutput) { e.unlisten(now, l.l, out) })
 	return nil
 }
@@ -143,6 +153,7 @@ type Request struct {
 	l       *Listener
 	id      *cmID
 	private []byte
+	ah      uint32 // an attached device's handle of the request
 }
 
 // PrivateData returns the requester's private data: the REQ's after the
@@ -174,6 +185,14 @@ type AcceptOptions struct {
 // the REP per the REQ's CM timeout and retries) and returns the
 // connection. If the QP cannot be made, the request is rejected.
 func (r *Request) Accept(opts AcceptOptions) (*Conn, error) {
+	if r.l.dev.att != nil {
+		return r.l.dev.att.accept(r, opts)
+	}
+	return r.accept(opts, r.l.qp)
+}
+
+// accept accepts the request with a QP made with cfg.
+func (r *Request) accept(opts AcceptOptions, cfg QPConfig) (*Conn, error) {
 	d := r.l.dev
 	c := d.cm
 	req := r.id.req
@@ -189,7 +208,7 @@ func (r *Request) Accept(opts AcceptOptions) (*Conn, error) {
 	depth := min(cmp.Or(opts.InitiatorDepth, cmDefaultRdAtomic), req.ResponderResources)
 	rnr := cmp.Or(opts.RNRRetryCount, cmDefaultRetry)
 
-	q, err := r.l.pd.createConnQP(r.l.qp)
+	q, err := r.l.pd.createConnQP(cfg)
 	if err != nil {
 		r.abandon(wire.RejectNoQP)
 		return nil, fmt.Errorf("softnic: accept %v: %w", r.id.peer, err)
@@ -207,7 +226,7 @@ func (r *Request) Accept(opts AcceptOptions) (*Conn, error) {
 	}
 	c.run(func(e *cmEngine, now qp.Time, out *cmOutput) {
 		err = e.accept(now, r.id, &cmAcceptParams{
-			qpn: q.num, psn: psn, srq: r.l.qp.SRQ != nil, private: opts.PrivateData,
+			qpn: q.num, psn: psn, srq: cfg.SRQ != nil, private: opts.PrivateData,
 			responderResources: rr, initiatorDepth: depth, rnrRetryCount: rnr,
 		}, out)
 		r.id.qp = q
@@ -244,6 +263,9 @@ func (r *Request) Reject(privateData []byte) error {
 	if len(privateData) > wire.REJPrivateDataSize {
 		return fmt.Errorf("softnic: reject %v: %d bytes of private data, a REJ carries %d: %w",
 			r.id.peer, len(privateData), wire.REJPrivateDataSize, ErrInvalid)
+	}
+	if r.l.dev.att != nil {
+		return r.l.dev.att.reject(r, privateData)
 	}
 	var err error
 	r.l.dev.cm.run(func(e *cmEngine, now qp.Time, out *cmOutput) {
@@ -347,6 +369,9 @@ func (d *Device) Dial(ctx context.Context, remote netip.AddrPort, port uint16, o
 	}
 	if err := opts.setDefaults(d); err != nil {
 		return fail(fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err))
+	}
+	if d.att != nil {
+		return d.att.dial(ctx, remote, port, &opts)
 	}
 	q, err := opts.PD.createConnQP(opts.QP)
 	if err != nil {
@@ -471,6 +496,7 @@ type Conn struct {
 	qp        *QP
 	private   []byte
 	closeOnce sync.Once
+	ah        uint32 // an attached device's handle of the connection
 }
 
 // newConn wraps an established connection, and ends it when its QP fails.
@@ -500,6 +526,9 @@ func (c *Conn) Done() <-chan struct{} { return c.id.done }
 // *QPError when the QP failed (RETRY_EXC_ERR when the peer vanished;
 // errors.Is ErrTimedOut), ErrClosed when the device closed.
 func (c *Conn) Err() error {
+	if c.dev.att != nil {
+		return c.dev.att.connErr(c)
+	}
 	c.dev.cm.mu.Lock()
 	defer c.dev.cm.mu.Unlock()
 	return c.id.err
@@ -513,6 +542,10 @@ func (c *Conn) Err() error {
 // the DREQ is still sent). Close always returns nil.
 func (c *Conn) Close() error {
 	c.closeOnce.Do(func() {
+		if c.dev.att != nil {
+			c.dev.att.disconnect(c)
+			return
+		}
 		cm := c.dev.cm
 		c.qp.setOnError(nil)
 		c.qp.Modify(&qp.Attr{State: qp.Err}, qp.AttrState)

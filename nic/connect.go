@@ -74,7 +74,7 @@ func (q *QP) connect(remote netip.AddrPort, remoteQPN uint32, o *ConnectOptions)
 	if o.MTU > q.dev.cfg.MTU {
 		return fmt.Errorf("path MTU %d exceeds the device MTU %d: %w", o.MTU, q.dev.cfg.MTU, ErrInvalid)
 	}
-	typ := q.qp.Type()
+	typ := q.Type()
 	steps := []struct {
 		attr qp.Attr
 		mask qp.AttrMask

@@ -26,9 +26,36 @@ var DefaultAddr = netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), wir
 // (see qp.ParseFaults) when Config.Faults is nil.
 const EnvFaults = "SOFTNIC_FAULTS"
 
+// EnvSocket names the environment variable with the control socket of a
+// softnic daemon to attach to when a Config names neither Attach nor Embed
+// (see Config.Attach).
+const EnvSocket = "SOFTNIC_SOCKET"
+
 // Config configures a Device. The zero value is a working device on
-// 127.0.0.1:4791.
+// 127.0.0.1:4791, or, with SOFTNIC_SOCKET set, the device of that daemon.
 type Config struct {
+	// Attach is the control socket of a softnic daemon (softnic serve
+	// --control) to attach to instead of running a NIC in this process.
+	// An attached device is the daemon's device shared with other
+	// processes: its API is the same, its resources (PDs, regions, CQs,
+	// QPs, connections) are the process's own, in the daemon, and are
+	// destroyed when the process closes the device or exits. Its queues
+	// are rings in memory both processes map, and its regions must live
+	// in such memory too: PD.AllocMR allocates it, and PD.RegMR takes
+	// parts of it (other memory is refused with ErrFault).
+	//
+	// Which mode: Attach set attaches; otherwise Embed set embeds;
+	// otherwise SOFTNIC_SOCKET, if set, names the socket to attach to;
+	// otherwise the NIC is embedded. An attached device uses the daemon's
+	// address, MTU, socket, faults and capture: with Attach set, setting
+	// Addr, MTU, Faults, SendHook, Trace, UDP, MaxQPs or RecoverIPID is
+	// an error (ErrInvalid); when SOFTNIC_SOCKET decides, they are
+	// ignored, so that a program written for an embedded NIC runs
+	// attached unchanged.
+	Attach string
+	// Embed runs the NIC in this process whatever SOFTNIC_SOCKET says, as
+	// the daemon itself does.
+	Embed bool
 	// Addr is the local IP address and UDP port. A port of 0 picks a free
 	// one (see Device.Addr); an unspecified address (0.0.0.0, ::) listens
 	// on every interface.
@@ -92,13 +119,22 @@ type Device struct {
 
 	cm *cm // the connection manager and its QP1
 
+	att *attachment // an attached device's session with its daemon; nil if embedded
+
 	closeOnce sync.Once
 	done      chan struct{}
 	wg        sync.WaitGroup
 }
 
-// Open creates a device and starts its goroutines.
+// Open creates a device and starts its goroutines, or attaches to a
+// daemon's device (see Config.Attach).
 func Open(cfg Config) (*Device, error) {
+	if path, err := cfg.attachPath(); err != nil || path != "" {
+		if err != nil {
+			return nil, err
+		}
+		return attach(cfg, path)
+	}
 	if !cfg.Addr.IsValid() {
 		cfg.Addr = DefaultAddr
 	}
@@ -169,11 +205,17 @@ func (d *Device) Addr() netip.AddrPort { return d.local }
 // MTU returns the device's largest path MTU.
 func (d *Device) MTU() int { return d.cfg.MTU }
 
-// Memory returns the device's memory region table.
+// Memory returns the device's memory region table; nil for an attached
+// device, whose regions are in the daemon's table.
 func (d *Device) Memory() *mr.Table { return d.mem }
 
 // Features reports the socket offloads in use.
-func (d *Device) Features() udp.Features { return d.conn.Features() }
+func (d *Device) Features() udp.Features {
+	if d.att != nil {
+		return d.att.hello.Features
+	}
+	return d.conn.Features()
+}
 
 // now is the device clock the QPs' timers run on.
 func (d *Device) now() qp.Time { return qp.Time(time.Since(d.epoch)) }
@@ -184,6 +226,9 @@ func (d *Device) now() qp.Time { return qp.Time(time.Since(d.epoch)) }
 // destroyed, the socket is closed and the goroutines exit before Close
 // returns.
 func (d *Device) Close() error {
+	if d.att != nil {
+		return d.att.close()
+	}
 	var err error
 	d.closeOnce.Do(func() {
 		d.cm.shutdown()
@@ -328,6 +373,9 @@ func (d *Device) receive(b []byte, src, dst netip.AddrPort, now qp.Time, in *inb
 	d.qpc.Add(qp.RcvdPkts, 1)
 	q.mu.Lock()
 	if !q.destroyed {
+		if q.host != nil {
+			q.host.pullRecvLocked()
+		}
 		q.qp.Receive(&in.pkt, &env, now)
 	}
 	q.mu.Unlock()

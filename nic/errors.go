@@ -14,6 +14,12 @@ var (
 	ErrNoMem    = mr.ErrNoMem    // ENOMEM: a queue is full
 	ErrAgain    = mr.ErrAgain    // EAGAIN: the send queue is full (fabric-style calls)
 	ErrOverflow = qp.ErrOverflow // EOVERFLOW: a CQ lost completions
+	// ErrNotSupported (EOPNOTSUPP): a request softnic does not carry out
+	// in this mode, such as an fi_mr domain of an attached device.
+	ErrNotSupported = mr.ErrNotSupported
+	// ErrFault (EFAULT): memory the device cannot reach, such as private
+	// memory of an attached process (see Config.Attach).
+	ErrFault = mr.ErrFault
 	// ErrClosed is returned by calls on a closed device or destroyed object.
 	ErrClosed = errors.New("softnic: device closed")
 	// ErrConnRefused (ECONNREFUSED): nothing listens on the rdma_cm port

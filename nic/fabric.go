@@ -609,18 +609,30 @@ func (ep *Endpoint) localSGE(buf []byte, desc *MR) (qp.SGE, error) {
 		}
 		return qp.SGE{Addr: desc.Addr() + (start - base), Length: uint32(n), LKey: desc.LKey()}, nil
 	}
-	r, ok := ep.pd.dev.mem.RegionAt(ep.pd.pd, start, n)
+	if sge, ok := ep.pd.sgeAt(start, n); ok {
+		return sge, nil
+	}
+	return qp.SGE{}, fmt.Errorf("%d bytes at %#x lie in no region of the endpoint's protection domain: %w", n, start, ErrInvalid)
+}
+
+// sgeAt returns the SGE of the n bytes at machine address start, in a
+// region of pd that holds them all.
+func (pd *PD) sgeAt(start, n uint64) (qp.SGE, bool) {
+	if pd.dev.att != nil {
+		return pd.dev.att.sgeAt(pd, start, n)
+	}
+	r, ok := pd.dev.mem.RegionAt(pd.pd, start, n)
 	if ok {
 		off := uint64(0)
 		for _, seg := range r.Segments() {
 			s := addrOf(seg)
 			if start >= s && start+n <= s+uint64(len(seg)) {
-				return qp.SGE{Addr: r.Addr() + off + (start - s), Length: uint32(n), LKey: r.LKey()}, nil
+				return qp.SGE{Addr: r.Addr() + off + (start - s), Length: uint32(n), LKey: r.LKey()}, true
 			}
 			off += uint64(len(seg))
 		}
 	}
-	return qp.SGE{}, fmt.Errorf("%d bytes at %#x lie in no region of the endpoint's protection domain: %w", n, start, ErrInvalid)
+	return qp.SGE{}, false
 }
 
 // sglCursor walks the call's local SGEs, handing each remote segment the
@@ -706,6 +718,9 @@ func (ep *Endpoint) Wait(ctx context.Context, out []Completion) (int, error) {
 	for {
 		if n, err := ep.Poll(out); n > 0 || err != nil || len(out) == 0 {
 			return n, err
+		}
+		if !ep.cq.arm() {
+			continue
 		}
 		select {
 		case <-ep.cq.wake:

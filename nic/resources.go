@@ -14,10 +14,14 @@ import (
 type PD struct {
 	dev *Device
 	pd  mr.PD
+	ah  uint32 // an attached device's handle of the PD
 }
 
 // AllocPD allocates a protection domain (ibv_alloc_pd).
 func (d *Device) AllocPD() (*PD, error) {
+	if d.att != nil {
+		return d.att.allocPD()
+	}
 	if d.closed() {
 		return nil, ErrClosed
 	}
@@ -32,7 +36,12 @@ func (d *Device) AllocPD() (*PD, error) {
 func (pd *PD) Handle() mr.PD { return pd.pd }
 
 // Dealloc frees the PD (ibv_dealloc_pd); ErrBusy while regions remain.
-func (pd *PD) Dealloc() error { return pd.dev.mem.DeallocPD(pd.pd) }
+func (pd *PD) Dealloc() error {
+	if pd.dev.att != nil {
+		return pd.dev.att.deallocPD(pd)
+	}
+	return pd.dev.mem.DeallocPD(pd.pd)
+}
 
 // MR is a registered memory region (ibv_mr).
 type MR struct {
@@ -40,23 +49,40 @@ type MR struct {
 	r     *mr.Region
 	buf   []byte
 	arena *mr.Arena
+	key   uint32 // lkey == rkey
+	addr  uint64
+	att   *attachedMR
+}
+
+func newMR(pd *PD, r *mr.Region, buf []byte, arena *mr.Arena) *MR {
+	return &MR{pd: pd, r: r, buf: buf, arena: arena, key: r.LKey(), addr: r.Addr()}
 }
 
 // RegMR registers buf for the device (ibv_reg_mr): its address is buf's,
-// unless access has mr.ZeroBased. buf stays pinned until Dereg.
+// unless access has mr.ZeroBased. buf stays pinned until Dereg. An
+// attached device registers only memory of its regions from AllocMR, and
+// refuses other memory with ErrFault; its regions' addresses are the
+// daemon's (use MR.SGE and MR.Addr, not buf's address).
 func (pd *PD) RegMR(buf []byte, access mr.Access) (*MR, error) {
+	if pd.dev.att != nil {
+		return pd.dev.att.regMR(pd, buf, access)
+	}
 	r, err := pd.dev.mem.Register(pd.pd, buf, access)
 	if err != nil {
 		return nil, err
 	}
-	return &MR{pd: pd, r: r, buf: buf}, nil
+	return newMR(pd, r, buf, nil), nil
 }
 
 // AllocMR registers size bytes of device-owned memory, mapped outside the
-// Go heap (the memory a daemon hosts for remote peers).
+// Go heap (the memory a daemon hosts for remote peers). An attached
+// device's is memory the process shares with the daemon.
 func (pd *PD) AllocMR(size int, access mr.Access) (*MR, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("memory region of %d bytes: %w", size, ErrInvalid)
+	}
+	if pd.dev.att != nil {
+		return pd.dev.att.allocMR(pd, size, access)
 	}
 	a, err := pd.dev.mem.NewArena(pd.pd, uint64(size))
 	if err != nil {
@@ -67,16 +93,16 @@ func (pd *PD) AllocMR(size int, access mr.Access) (*MR, error) {
 		pd.dev.mem.FreeArena(a)
 		return nil, err
 	}
-	return &MR{pd: pd, r: r, buf: a.Bytes(), arena: a}, nil
+	return newMR(pd, r, a.Bytes(), a), nil
 }
 
 // LKey and RKey are the region's keys (equal, as in rxe).
-func (m *MR) LKey() uint32 { return m.r.LKey() }
-func (m *MR) RKey() uint32 { return m.r.RKey() }
+func (m *MR) LKey() uint32 { return m.key }
+func (m *MR) RKey() uint32 { return m.key }
 
 // Addr is the address peers use for the region's first byte (0 when
 // zero-based).
-func (m *MR) Addr() uint64 { return m.r.Addr() }
+func (m *MR) Addr() uint64 { return m.addr }
 
 // Len is the region's length in bytes.
 func (m *MR) Len() int { return len(m.buf) }
@@ -84,17 +110,21 @@ func (m *MR) Len() int { return len(m.buf) }
 // Bytes returns the region's memory.
 func (m *MR) Bytes() []byte { return m.buf }
 
-// Region returns the region in the device's table.
+// Region returns the region in the device's table; nil for an attached
+// device's.
 func (m *MR) Region() *mr.Region { return m.r }
 
 // SGE returns the scatter/gather element for n bytes at offset off.
 func (m *MR) SGE(off, n int) qp.SGE {
-	return qp.SGE{Addr: m.r.Addr() + uint64(off), Length: uint32(n), LKey: m.r.LKey()}
+	return qp.SGE{Addr: m.addr + uint64(off), Length: uint32(n), LKey: m.key}
 }
 
 // Dereg deregisters the region (ibv_dereg_mr); ErrBusy while a memory
 // window is bound to it.
 func (m *MR) Dereg() error {
+	if m.att != nil {
+		return m.pd.dev.att.deregMR(m)
+	}
 	if err := m.pd.dev.mem.Deregister(m.r); err != nil {
 		return err
 	}
@@ -109,10 +139,14 @@ type CQ struct {
 	dev  *Device
 	cq   *qp.CQ
 	wake chan struct{}
+	att  *attachedCQ
 }
 
 // CreateCQ creates a completion queue of depth entries (ibv_create_cq).
 func (d *Device) CreateCQ(depth int) (*CQ, error) {
+	if d.att != nil {
+		return d.att.createCQ(depth)
+	}
 	c, err := qp.NewCQ(depth)
 	if err != nil {
 		return nil, err
@@ -129,22 +163,35 @@ func (d *Device) CreateCQ(depth int) (*CQ, error) {
 
 // Poll moves up to len(wcs) completions into wcs (ibv_poll_cq) without
 // blocking.
-func (c *CQ) Poll(wcs []qp.WC) (int, error) { return c.cq.Poll(wcs) }
+func (c *CQ) Poll(wcs []qp.WC) (int, error) {
+	if c.att != nil {
+		return c.att.poll(wcs)
+	}
+	return c.cq.Poll(wcs)
+}
+
+// arm readies the CQ to wake its waiters (c.wake) and reports whether
+// they should sleep: an attached CQ asks the daemon for a wakeup, and
+// says no if completions came meanwhile.
+func (c *CQ) arm() bool { return c.att == nil || c.att.arm() }
 
 // Wait blocks until at least one completion is available, then polls up to
 // len(wcs) of them. It returns early with ctx's error, or ErrClosed when
 // the device closes.
 func (c *CQ) Wait(ctx context.Context, wcs []qp.WC) (int, error) {
 	for {
-		if n, err := c.cq.Poll(wcs); n > 0 || err != nil {
+		if n, err := c.Poll(wcs); n > 0 || err != nil {
 			return n, err
+		}
+		if !c.arm() {
+			continue
 		}
 		select {
 		case <-c.wake:
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		case <-c.dev.done:
-			if n, err := c.cq.Poll(wcs); n > 0 || err != nil {
+			if n, err := c.Poll(wcs); n > 0 || err != nil {
 				return n, err
 			}
 			return 0, ErrClosed
@@ -153,16 +200,25 @@ func (c *CQ) Wait(ctx context.Context, wcs []qp.WC) (int, error) {
 }
 
 // Len returns how many completions wait to be polled.
-func (c *CQ) Len() int { return c.cq.Len() }
+func (c *CQ) Len() int {
+	if c.att != nil {
+		return c.att.len()
+	}
+	return c.cq.Len()
+}
 
 // SRQ is a shared receive queue.
 type SRQ struct {
 	pd  *PD
 	srq *qp.SRQ
+	att *attachedSRQ
 }
 
 // CreateSRQ creates a shared receive queue (ibv_create_srq).
 func (pd *PD) CreateSRQ(depth, maxSGE int) (*SRQ, error) {
+	if pd.dev.att != nil {
+		return pd.dev.att.createSRQ(pd, depth, maxSGE)
+	}
 	s, err := qp.NewSRQ(pd.pd, depth, maxSGE)
 	if err != nil {
 		return nil, err
@@ -171,7 +227,12 @@ func (pd *PD) CreateSRQ(depth, maxSGE int) (*SRQ, error) {
 }
 
 // PostRecv adds a receive WR (ibv_post_srq_recv).
-func (s *SRQ) PostRecv(wr *qp.RecvWR) error { return s.srq.PostRecv(wr) }
+func (s *SRQ) PostRecv(wr *qp.RecvWR) error {
+	if s.att != nil {
+		return s.att.postRecv(s.pd.dev.att, wr)
+	}
+	return s.srq.PostRecv(wr)
+}
 
 // QPConfig creates a QP (ibv_qp_init_attr).
 type QPConfig struct {
@@ -182,6 +243,8 @@ type QPConfig struct {
 	MaxSendWR, MaxRecvWR, MaxSendSGE, MaxRecvSGE, MaxInline int
 	// SignalAll makes every send WR complete with a work completion.
 	SignalAll bool
+
+	host *hostedQP // the rings of an attached process's QP (daemon side)
 }
 
 // QP is a queue pair of a device. Its methods are safe for concurrent use.
@@ -201,10 +264,18 @@ type QP struct {
 	errorSeen bool
 
 	dirty bool // owned by the reader goroutine
+
+	att  *attachedQP // an attached device's QP, in the daemon
+	host *hostedQP   // a QP the daemon runs for an attached process
 }
 
 // CreateQP creates a QP in the RESET state (ibv_create_qp).
-func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) { return pd.createQP(cfg, 0) }
+func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
+	if pd.dev.att != nil {
+		return pd.dev.att.createQP(pd, cfg)
+	}
+	return pd.createQP(cfg, 0)
+}
 
 // createQP creates a QP numbered num, or with the next free number if num
 // is 0.
@@ -248,7 +319,10 @@ func (pd *PD) createQP(cfg QPConfig, num uint32) (*QP, error) {
 	if err != nil {
 		return nil, err
 	}
-	q := &QP{dev: d, pd: pd, num: num, qp: inner}
+	q := &QP{dev: d, pd: pd, num: num, qp: inner, host: cfg.host}
+	if cfg.host != nil {
+		cfg.host.q = q
+	}
 	d.qps[num%uint32(len(d.qps))].Store(q)
 	return q, nil
 }
@@ -275,8 +349,20 @@ func (q *QP) Num() uint32 { return q.num }
 // PD returns the QP's protection domain.
 func (q *QP) PD() *PD { return q.pd }
 
+// Type returns the QP's transport service.
+func (q *QP) Type() qp.Type {
+	if q.att != nil {
+		return q.att.cfg.Type
+	}
+	return q.qp.Type()
+}
+
 // Attr returns the QP's attributes (ibv_query_qp).
 func (q *QP) Attr() qp.Attr {
+	if q.att != nil {
+		a, _ := q.att.query(q.dev.att)
+		return a.Attr
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.qp.Attr()
@@ -284,6 +370,10 @@ func (q *QP) Attr() qp.Attr {
 
 // Status returns a snapshot of the QP's sequence state.
 func (q *QP) Status() qp.Status {
+	if q.att != nil {
+		a, _ := q.att.query(q.dev.att)
+		return a.Status
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.qp.Status()
@@ -291,6 +381,9 @@ func (q *QP) Status() qp.Status {
 
 // Modify changes the QP's attributes and state (ibv_modify_qp).
 func (q *QP) Modify(attr *qp.Attr, mask qp.AttrMask) error {
+	if q.att != nil {
+		return q.att.modify(q.dev.att, attr, mask)
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed {
@@ -316,6 +409,9 @@ func (q *QP) PostSend(wr *qp.SendWR) error { return q.postSend(wr, true) }
 func (q *QP) PostSendDeferred(wr *qp.SendWR) error { return q.postSend(wr, false) }
 
 func (q *QP) postSend(wr *qp.SendWR, ring bool) error {
+	if q.att != nil {
+		return q.att.postSend(q.dev.att, wr, ring)
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed {
@@ -333,6 +429,9 @@ func (q *QP) postSend(wr *qp.SendWR, ring bool) error {
 // RingDoorbell sends what the QP has queued, such as the work requests of
 // PostSendDeferred.
 func (q *QP) RingDoorbell() error {
+	if q.att != nil {
+		return q.att.ringDoorbell(q.dev.att)
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed {
@@ -345,6 +444,9 @@ func (q *QP) RingDoorbell() error {
 // PostSends posts a list of send work requests, then sends; it returns how
 // many were posted before an error (like ibv_post_send's bad_wr).
 func (q *QP) PostSends(wrs []qp.SendWR) (int, error) {
+	if q.att != nil {
+		return q.att.postSends(q.dev.att, wrs)
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed {
@@ -366,6 +468,9 @@ func (q *QP) PostSends(wrs []qp.SendWR) (int, error) {
 
 // PostRecv posts a receive work request (ibv_post_recv).
 func (q *QP) PostRecv(wr *qp.RecvWR) error {
+	if q.att != nil {
+		return q.att.postRecv(q.dev.att, wr)
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed {
@@ -405,6 +510,9 @@ func (q *QP) reportErrorLocked() {
 // complete with WR_FLUSH_ERR, and removes it from the device
 // (ibv_destroy_qp). Packets for it are dropped from then on.
 func (q *QP) Destroy() error {
+	if q.att != nil {
+		return q.att.destroy(q.dev.att)
+	}
 	q.mu.Lock()
 	if q.destroyed {
 		q.mu.Unlock()
@@ -425,6 +533,9 @@ func (q *QP) Destroy() error {
 // regions live in: QPs created from that PD reach the domain's regions,
 // with the mr_mode, key and endpoint rules the domain enforces.
 func (d *Device) OpenDomain(cfg mr.DomainConfig) (*mr.Domain, *PD, error) {
+	if d.att != nil {
+		return nil, nil, fmt.Errorf("an fi_mr domain of an attached device: %w", ErrNotSupported)
+	}
 	if d.closed() {
 		return nil, nil, ErrClosed
 	}

@@ -55,6 +55,9 @@ func (q *QP) flushLocked(b *batch, now qp.Time) {
 	}
 	d.schedule(q)
 	q.reportErrorLocked()
+	if q.host != nil {
+		q.host.publishLocked()
+	}
 }
 
 // stage puts a sealed packet into the batch at index n, through the fault

@@ -1,0 +1,333 @@
+package nic
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/softnic/softnic/nic/shm"
+	"github.com/softnic/softnic/nic/udp"
+)
+
+// attachPath returns the control socket the configuration attaches to, or
+// "" for an embedded NIC (see Config.Attach).
+func (c *Config) attachPath() (string, error) {
+	switch {
+	case c.Attach != "" && c.Embed:
+		return "", fmt.Errorf("softnic: Config.Attach and Config.Embed both set: %w", ErrInvalid)
+	case c.Attach != "":
+		if f := c.embeddedOnly(); f != "" {
+			return "", fmt.Errorf("softnic: Config.%s applies to an embedded NIC; a device attached to %s uses its daemon's: %w", f, c.Attach, ErrInvalid)
+		}
+		return c.Attach, nil
+	case c.Embed:
+		return "", nil
+	}
+	return os.Getenv(EnvSocket), nil
+}
+
+// embeddedOnly names the first field set that only an embedded NIC uses.
+func (c *Config) embeddedOnly() string {
+	switch {
+	case c.Addr.IsValid():
+		return "Addr"
+	case c.MTU != 0:
+		return "MTU"
+	case c.Faults != nil:
+		return "Faults"
+	case c.SendHook != nil:
+		return "SendHook"
+	case c.Trace != nil:
+		return "Trace"
+	case c.UDP != udp.Options{}:
+		return "UDP"
+	case c.MaxQPs != 0:
+		return "MaxQPs"
+	case c.RecoverIPID:
+		return "RecoverIPID"
+	}
+	return ""
+}
+
+// attachment is an attached device's session with its daemon: the control
+// socket, the calls waiting for an answer, and the shared memory the
+// process maps (rings, regions, the doorbell page).
+type attachment struct {
+	d     *Device
+	t     *shm.Conn
+	path  string
+	hello helloResult
+	log   *zap.Logger
+
+	bellFD   int            // the daemon's doorbell eventfd
+	bellMap  *shm.Mapping   // the doorbell page
+	needWake *atomic.Uint32 // in it
+
+	mu     sync.Mutex
+	nextID uint64
+	calls  map[uint64]chan attachReply
+	ended  bool // the session is over: calls fail with ErrClosed
+	conns  map[uint32]*Conn
+	qps    map[*attachedQP]struct{}
+	cqs    map[*attachedCQ]struct{}
+	srqs   map[*attachedSRQ]struct{}
+	mrs    map[*MR]struct{} // for lookups by address
+	bufs   map[*sharedBuf]struct{}
+
+	endOnce   sync.Once
+	closeOnce sync.Once
+	wg        sync.WaitGroup // the reader
+	fwg       sync.WaitGroup // the CQs' event forwarders
+}
+
+type attachReply struct {
+	m   attachMsg
+	fds []int
+}
+
+// attach opens a device attached to the daemon whose control socket is at
+// path.
+func attach(cfg Config, path string) (*Device, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	fail := func(err error) (*Device, error) {
+		return nil, fmt.Errorf("softnic: attach to %s: %w", path, err)
+	}
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return fail(fmt.Errorf("is softnic serve running with --control %s? %w", path, err))
+	}
+	t := shm.NewConn(c, attachMaxLine)
+	m, fds, err := handshake(t)
+	if err == nil && len(fds) != 2 {
+		err = fmt.Errorf("the daemon sent %d descriptors with its answer, want 2: %w", len(fds), shm.ErrProtocol)
+	}
+	var hello helloResult
+	if err == nil {
+		err = json.Unmarshal(m.Result, &hello)
+	}
+	var page *shm.Mapping
+	if err == nil {
+		page, err = shm.Map(fds[1], shm.DoorbellSize)
+		fds = fds[:1]
+	}
+	if err != nil {
+		shm.CloseFDs(fds)
+		t.Close()
+		return fail(err)
+	}
+	bell, _ := shm.NewDoorbell(page.Bytes())
+	cfg.MTU = hello.MTU
+	d := &Device{cfg: cfg, log: cfg.Logger, local: hello.Addr, epoch: time.Now(), done: make(chan struct{})}
+	a := &attachment{
+		d: d, t: t, path: path, hello: hello, log: cfg.Logger,
+		bellFD: fds[0], bellMap: page, needWake: bell.NeedWake(),
+		calls: make(map[uint64]chan attachReply), conns: make(map[uint32]*Conn),
+		qps: make(map[*attachedQP]struct{}), cqs: make(map[*attachedCQ]struct{}),
+		srqs: make(map[*attachedSRQ]struct{}), mrs: make(map[*MR]struct{}), bufs: make(map[*sharedBuf]struct{}),
+	}
+	d.att = a
+	a.wg.Add(1)
+	go a.readLoop()
+	a.log.Info("softnic device attached", zap.String("control", path), zap.Stringer("addr", hello.Addr),
+		zap.Int("mtu", hello.MTU), zap.Int("daemon_pid", hello.PID))
+	return d, nil
+}
+
+// handshake sends the attach line and reads the daemon's answer.
+func handshake(t *shm.Conn) (attachMsg, []int, error) {
+	var m attachMsg
+	if err := t.Send([]byte(attachLine), nil); err != nil {
+		return m, nil, err
+	}
+	t.Unix().SetReadDeadline(time.Now().Add(10 * time.Second))
+	defer t.Unix().SetReadDeadline(time.Time{})
+	line, err := t.ReadLine()
+	if err != nil {
+		return m, nil, fmt.Errorf("no answer to the attach request: %w", err)
+	}
+	if err := json.Unmarshal(line, &m); err != nil {
+		return m, nil, fmt.Errorf("answer %q: %v: %w", line, err, shm.ErrProtocol)
+	}
+	fds, err := t.TakeFDs(m.FDs)
+	if err != nil {
+		return m, nil, err
+	}
+	if err := m.err(); err != nil {
+		shm.CloseFDs(fds)
+		return m, nil, err
+	}
+	return m, fds, nil
+}
+
+// readLoop reads the daemon's replies and events until the session ends.
+func (a *attachment) readLoop() {
+	defer a.wg.Done()
+	var err error
+	for {
+		var line []byte
+		if line, err = a.t.ReadLine(); err != nil {
+			break
+		}
+		var m attachMsg
+		if err = json.Unmarshal(line, &m); err != nil {
+			break
+		}
+		var fds []int
+		if fds, err = a.t.TakeFDs(m.FDs); err != nil {
+			break
+		}
+		if m.ID != 0 {
+			a.mu.Lock()
+			ch := a.calls[m.ID]
+			delete(a.calls, m.ID)
+			a.mu.Unlock()
+			if ch == nil {
+				shm.CloseFDs(fds)
+				continue
+			}
+			ch <- attachReply{m, fds}
+			continue
+		}
+		shm.CloseFDs(fds)
+		if m.Op == evConnEnded {
+			a.connEnded(&m)
+		}
+	}
+	a.t.DropFDs()
+	a.end(err)
+}
+
+// end ends the session: waiting calls fail, waiters on the device see it
+// closed, and connections end with ErrClosed.
+func (a *attachment) end(why error) {
+	a.endOnce.Do(func() {
+		a.mu.Lock()
+		a.ended = true
+		calls := a.calls
+		a.calls = make(map[uint64]chan attachReply)
+		var m attachMsg
+		m.setError(fmt.Errorf("softnic: the session with the daemon at %s ended: %w", a.path, ErrClosed))
+		for _, ch := range calls {
+			ch <- attachReply{m: m}
+		}
+		for _, c := range a.conns {
+			a.endConnLocked(c, ErrClosed)
+		}
+		a.mu.Unlock()
+		close(a.d.done)
+		if why != nil && !errors.Is(why, net.ErrClosed) {
+			a.log.Warn("softnic: the daemon went away", zap.String("control", a.path), zap.Error(why))
+		}
+	})
+}
+
+// close detaches: the daemon destroys everything the process made, and
+// the shared memory is unmapped here.
+func (a *attachment) close() error {
+	a.closeOnce.Do(func() {
+		a.t.Close()
+		a.wg.Wait() // the reader has ended the session; the forwarders stop below
+		a.mu.Lock()
+		qps, cqs, srqs, bufs := a.qps, a.cqs, a.srqs, a.bufs
+		a.qps, a.cqs, a.srqs, a.bufs, a.mrs = nil, nil, nil, nil, nil
+		a.mu.Unlock()
+		for q := range qps {
+			q.close()
+		}
+		for c := range cqs {
+			c.close()
+		}
+		a.fwg.Wait()
+		for s := range srqs {
+			s.close()
+		}
+		for b := range bufs {
+			b.m.Close()
+		}
+		shm.CloseFDs([]int{a.bellFD})
+		a.bellMap.Close()
+		a.log.Info("softnic device detached", zap.String("control", a.path))
+	})
+	return nil
+}
+
+// call sends a request and waits for its answer, decoded into res; it
+// returns the descriptors that came with the answer. A cancelled ctx
+// cancels the request at the daemon, and the call returns once the daemon
+// answers (it answers every request).
+func (a *attachment) call(ctx context.Context, op string, args any, fds []int, res any) ([]int, error) {
+	m := attachMsg{Op: op, FDs: len(fds)}
+	if args != nil {
+		var err error
+		if m.Args, err = json.Marshal(args); err != nil {
+			return nil, fmt.Errorf("softnic: %s: %v: %w", op, err, ErrInvalid)
+		}
+	}
+	ch := make(chan attachReply, 1)
+	a.mu.Lock()
+	if a.ended {
+		a.mu.Unlock()
+		return nil, ErrClosed
+	}
+	a.nextID++
+	m.ID = a.nextID
+	a.calls[m.ID] = ch
+	a.mu.Unlock()
+	line, _ := json.Marshal(&m)
+	if err := a.t.Send(line, fds); err != nil {
+		a.mu.Lock()
+		delete(a.calls, m.ID)
+		a.mu.Unlock()
+		return nil, fmt.Errorf("softnic: %s: %v: %w", op, err, ErrClosed)
+	}
+	var r attachReply
+	select {
+	case r = <-ch:
+	case <-ctx.Done():
+		cancel, _ := json.Marshal(&attachMsg{Op: opCancel, Args: mustJSON(cancelArgs{Target: m.ID})})
+		a.t.Send(cancel, nil)
+		r = <-ch
+	}
+	if err := r.m.err(); err != nil {
+		shm.CloseFDs(r.fds)
+		return nil, err
+	}
+	if res != nil {
+		if err := json.Unmarshal(r.m.Result, res); err != nil {
+			shm.CloseFDs(r.fds)
+			return nil, fmt.Errorf("softnic: %s: answer: %v: %w", op, err, shm.ErrProtocol)
+		}
+	}
+	return r.fds, nil
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, _ := json.Marshal(v)
+	return b
+}
+
+// ringDoorbell wakes the daemon if it sleeps: posts that find it awake
+// cost no system call.
+func (a *attachment) ringDoorbell() {
+	if a.needWake.Load() != 0 && a.needWake.Swap(0) != 0 {
+		shm.Signal(a.bellFD)
+	}
+}
+
+func (a *attachment) counters() []Counter {
+	var cs []Counter
+	if _, err := a.call(context.Background(), opCounters, nil, nil, &cs); err != nil {
+		return nil
+	}
+	return cs
+}

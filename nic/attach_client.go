@@ -1,0 +1,633 @@
+package nic
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic/shm"
+	"github.com/softnic/softnic/qp"
+)
+
+// The verbs of an attached device: PDs, regions, CQs, SRQs and QPs are the
+// daemon's, named by handle; the queues are rings this process fills or
+// drains directly.
+
+func (a *attachment) allocPD() (*PD, error) {
+	var r pdResult
+	if _, err := a.call(context.Background(), opAllocPD, nil, nil, &r); err != nil {
+		return nil, err
+	}
+	return &PD{dev: a.d, pd: r.PD, ah: r.H}, nil
+}
+
+func (a *attachment) deallocPD(pd *PD) error {
+	_, err := a.call(context.Background(), opDeallocPD, handleArgs{pd.ah}, nil, nil)
+	return err
+}
+
+// sharedBuf is memory this process shares with the daemon: a memfd of
+// AllocMR, registered there, and used by its regions.
+type sharedBuf struct {
+	m     *shm.Mapping
+	size  int    // the bytes asked for
+	owner uint32 // the handle of the AllocMR region, which names the memory to the daemon
+	live  bool   // the AllocMR region is registered: RegMR may take parts of the memory
+	refs  int    // regions over the memory; it is unmapped with the last
+}
+
+// attachedMR is a region of an attached device.
+type attachedMR struct {
+	h   uint32
+	buf *sharedBuf
+}
+
+func (a *attachment) allocMR(pd *PD, size int, access mr.Access) (*MR, error) {
+	m, err := shm.Create("softnic-mr", size)
+	if err != nil {
+		return nil, fmt.Errorf("softnic: memory region of %d bytes: %v: %w", size, err, ErrNoMem)
+	}
+	var r mrResult
+	_, err = a.call(context.Background(), opAllocMR, allocMRArgs{PD: pd.ah, Size: size, Access: access}, []int{m.FD()}, &r)
+	m.CloseFD()
+	if err != nil {
+		m.Close()
+		return nil, err
+	}
+	b := &sharedBuf{m: m, size: size, owner: r.H, live: true, refs: 1}
+	mem := m.Bytes()[:size:size]
+	reg := &MR{pd: pd, buf: mem, key: r.LKey, addr: r.Addr, att: &attachedMR{h: r.H, buf: b}}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ended {
+		return nil, ErrClosed
+	}
+	a.bufs[b] = struct{}{}
+	a.mrs[reg] = struct{}{}
+	return reg, nil
+}
+
+func (a *attachment) regMR(pd *PD, buf []byte, access mr.Access) (*MR, error) {
+	if len(buf) == 0 {
+		return nil, fmt.Errorf("softnic: register an empty buffer: %w", ErrInvalid)
+	}
+	start := addrOf(buf)
+	a.mu.Lock()
+	var b *sharedBuf
+	for x := range a.bufs {
+		base := addrOf(x.m.Bytes())
+		if x.live && start >= base && start-base <= uint64(x.size) && uint64(len(buf)) <= uint64(x.size)-(start-base) {
+			b = x
+			break
+		}
+	}
+	if b != nil {
+		b.refs++ // held across the call: the memory stays mapped
+	}
+	a.mu.Unlock()
+	if b == nil {
+		return nil, fmt.Errorf("softnic: register %d bytes at %#x: an attached process registers only memory it shares with the daemon; allocate it with PD.AllocMR (and register parts of it with RegMR): %w",
+			len(buf), start, ErrFault)
+	}
+	var r mrResult
+	off := int(start - addrOf(b.m.Bytes()))
+	_, err := a.call(context.Background(), opRegMR, regMRArgs{PD: pd.ah, Buf: b.owner, Off: off, Len: len(buf), Access: access}, nil, &r)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err != nil {
+		a.unrefLocked(b)
+		return nil, err
+	}
+	reg := &MR{pd: pd, buf: buf, key: r.LKey, addr: r.Addr, att: &attachedMR{h: r.H, buf: b}}
+	if a.mrs != nil {
+		a.mrs[reg] = struct{}{}
+	}
+	return reg, nil
+}
+
+func (a *attachment) deregMR(m *MR) error {
+	if _, err := a.call(context.Background(), opDeregMR, handleArgs{m.att.h}, nil, nil); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.mrs, m)
+	if m.att.h == m.att.buf.owner {
+		m.att.buf.live = false
+	}
+	a.unrefLocked(m.att.buf)
+	return nil
+}
+
+// unrefLocked drops a reference to b and unmaps it with the last.
+func (a *attachment) unrefLocked(b *sharedBuf) {
+	if b.refs--; b.refs == 0 && a.bufs != nil {
+		delete(a.bufs, b)
+		b.m.Close()
+	}
+}
+
+// sgeAt finds the region of pd holding [start, start+n).
+func (a *attachment) sgeAt(pd *PD, start, n uint64) (qp.SGE, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for m := range a.mrs {
+		base := addrOf(m.buf)
+		if m.pd == pd && start >= base && start-base <= uint64(len(m.buf)) && n <= uint64(len(m.buf))-(start-base) {
+			return qp.SGE{Addr: m.addr + (start - base), Length: uint32(n), LKey: m.key}, true
+		}
+	}
+	return qp.SGE{}, false
+}
+
+// attachedCQ is the completion ring of an attached device's CQ: the
+// daemon writes completions, Poll reads them without a system call, and a
+// waiter that finds it empty arms it; the daemon then signals an eventfd,
+// whose forwarder wakes the CQ's waiters.
+type attachedCQ struct {
+	h     uint32
+	depth uint32
+	ev    *os.File
+
+	mu     sync.Mutex
+	m      *shm.Mapping
+	ring   shm.Ring
+	cons   uint32
+	closed bool
+}
+
+func (a *attachment) createCQ(depth int) (*CQ, error) {
+	if depth <= 0 || depth > 1<<20 {
+		return nil, fmt.Errorf("completion queue depth %d: %w", depth, ErrInvalid)
+	}
+	var r cqResult
+	fds, err := a.call(context.Background(), opCreateCQ, createCQArgs{Depth: depth}, nil, &r)
+	if err != nil {
+		return nil, err
+	}
+	if len(fds) != 2 {
+		shm.CloseFDs(fds)
+		return nil, fmt.Errorf("softnic: create CQ: %d descriptors: %w", len(fds), shm.ErrProtocol)
+	}
+	m, err := shm.Map(fds[0], shm.RingSize(depth, shm.CQESize))
+	if err != nil {
+		shm.CloseFDs(fds[1:])
+		return nil, err
+	}
+	ring, err := shm.NewRing(m.Bytes(), depth, shm.CQESize)
+	if err != nil {
+		m.Close()
+		shm.CloseFDs(fds[1:])
+		return nil, err
+	}
+	ac := &attachedCQ{h: r.H, depth: uint32(depth), ev: os.NewFile(uintptr(fds[1]), "softnic-cq-event"), m: m, ring: ring}
+	cq := &CQ{dev: a.d, wake: make(chan struct{}, 1), att: ac}
+	a.mu.Lock()
+	if a.ended {
+		a.mu.Unlock()
+		ac.close()
+		return nil, ErrClosed
+	}
+	a.cqs[ac] = struct{}{}
+	a.fwg.Add(1)
+	a.mu.Unlock()
+	go func() {
+		defer a.fwg.Done()
+		var b [8]byte
+		for {
+			if _, err := ac.ev.Read(b[:]); err != nil {
+				return
+			}
+			select {
+			case cq.wake <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return cq, nil
+}
+
+// poll moves up to len(wcs) completions out of the ring.
+func (c *attachedCQ) poll(wcs []qp.WC) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return 0, ErrClosed
+	}
+	prod := c.ring.Producer().Load()
+	if prod-c.cons > c.depth {
+		return 0, fmt.Errorf("completion ring producer index %d, consumer %d: %w", prod, c.cons, shm.ErrCorrupt)
+	}
+	n := 0
+	for ; n < len(wcs) && c.cons != prod; n++ {
+		if err := shm.DecodeCQE(c.ring.Slot(c.cons), &wcs[n]); err != nil {
+			return n, err
+		}
+		c.cons++
+	}
+	if n > 0 {
+		c.ring.Consumer().Store(c.cons)
+		return n, nil
+	}
+	if c.ring.Overflow().Load() != 0 {
+		return 0, ErrOverflow
+	}
+	return 0, nil
+}
+
+// arm asks the daemon to signal the next completion, and reports whether
+// the ring is still empty.
+func (c *attachedCQ) arm() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return true
+	}
+	c.ring.Armed().Store(1)
+	return c.ring.Producer().Load() == c.cons
+}
+
+func (c *attachedCQ) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return 0
+	}
+	return int(c.ring.Producer().Load() - c.cons)
+}
+
+func (c *attachedCQ) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.closed {
+		c.closed = true
+		c.m.Close()
+		c.ev.Close()
+	}
+}
+
+// attachedSRQ is the ring of an attached device's SRQ.
+type attachedSRQ struct {
+	h      uint32
+	depth  uint32
+	maxSGE int
+
+	mu     sync.Mutex
+	m      *shm.Mapping
+	ring   shm.Ring
+	prod   uint32
+	closed bool
+}
+
+func (a *attachment) createSRQ(pd *PD, depth, maxSGE int) (*SRQ, error) {
+	if depth <= 0 || depth > 1<<20 || maxSGE <= 0 || maxSGE > 255 {
+		return nil, fmt.Errorf("SRQ depth %d, max SGE %d: %w", depth, maxSGE, ErrInvalid)
+	}
+	var r srqResult
+	fds, err := a.call(context.Background(), opCreateSRQ, createSRQArgs{PD: pd.ah, Depth: depth, MaxSGE: maxSGE}, nil, &r)
+	if err != nil {
+		return nil, err
+	}
+	m, ring, err := mapRing(fds, shm.RecvSlotSize(maxSGE), depth)
+	if err != nil {
+		return nil, err
+	}
+	s := &attachedSRQ{h: r.H, depth: uint32(depth), maxSGE: maxSGE, m: m, ring: ring}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ended {
+		s.close()
+		return nil, ErrClosed
+	}
+	a.srqs[s] = struct{}{}
+	return &SRQ{pd: pd, att: s}, nil
+}
+
+// mapRing maps the ring of n slots of size bytes whose memfd is fds[0],
+// the only descriptor expected.
+func mapRing(fds []int, size, n int) (*shm.Mapping, shm.Ring, error) {
+	if len(fds) != 1 {
+		shm.CloseFDs(fds)
+		return nil, shm.Ring{}, fmt.Errorf("softnic: %d descriptors for a ring: %w", len(fds), shm.ErrProtocol)
+	}
+	m, err := shm.Map(fds[0], shm.RingSize(n, size))
+	if err != nil {
+		return nil, shm.Ring{}, err
+	}
+	r, err := shm.NewRing(m.Bytes(), n, size)
+	if err != nil {
+		m.Close()
+		return nil, shm.Ring{}, err
+	}
+	return m, r, nil
+}
+
+func (s *attachedSRQ) postRecv(a *attachment, wr *qp.RecvWR) error {
+	s.mu.Lock()
+	err := postRecvLocked(&s.ring, &s.prod, s.depth, s.maxSGE, s.closed, wr)
+	s.mu.Unlock()
+	if err == nil {
+		a.ringDoorbell()
+	}
+	return err
+}
+
+// postRecvLocked writes a receive WR into the next slot of ring, whose
+// producer index is *prod.
+func postRecvLocked(ring *shm.Ring, prod *uint32, depth uint32, maxSGE int, closed bool, wr *qp.RecvWR) error {
+	switch {
+	case closed:
+		return ErrClosed
+	case len(wr.SGL) > maxSGE:
+		return fmt.Errorf("receive WR with %d SGEs, at most %d: %w", len(wr.SGL), maxSGE, ErrInvalid)
+	case *prod-ring.Consumer().Load() >= depth:
+		return fmt.Errorf("receive queue full (%d WRs): %w", depth, ErrNoMem)
+	}
+	for i := range wr.SGL {
+		if uint64(wr.SGL[i].Length)+wr.SGL[i].Addr < wr.SGL[i].Addr {
+			return fmt.Errorf("receive SGE %d wraps the address space: %w", i, ErrInvalid)
+		}
+	}
+	if err := shm.EncodeRecv(ring.Slot(*prod), wr); err != nil {
+		return err
+	}
+	*prod++
+	ring.Producer().Store(*prod)
+	return nil
+}
+
+func (s *attachedSRQ) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.closed = true
+		s.m.Close()
+	}
+}
+
+// attachedQP is an attached device's QP: its send and receive rings, and
+// what the process knows of its state, from its own Modify calls and
+// queries (posting checks it, as the embedded QP does).
+type attachedQP struct {
+	h     uint32
+	num   uint32
+	cfg   qpConfigArgs
+	state atomic.Uint32 // qp.State
+	rdAtm atomic.Uint32 // max_rd_atomic
+
+	sqMu   sync.Mutex
+	sqMap  *shm.Mapping
+	sq     shm.Ring
+	sqProd uint32
+	rqMu   sync.Mutex
+	rqMap  *shm.Mapping
+	rq     shm.Ring
+	rqProd uint32
+	closed atomic.Bool
+}
+
+func (a *attachment) createQP(pd *PD, cfg QPConfig) (*QP, error) {
+	if err := a.checkQPConfig(pd, &cfg); err != nil {
+		return nil, err
+	}
+	var r qpResult
+	fds, err := a.call(context.Background(), opCreateQP, createQPArgs{PD: pd.ah, Config: cfg.args()}, nil, &r)
+	if err != nil {
+		return nil, err
+	}
+	return a.newQP(pd, &r, fds)
+}
+
+// checkQPConfig checks that cfg names objects of this device.
+func (a *attachment) checkQPConfig(pd *PD, cfg *QPConfig) error {
+	switch {
+	case cfg.SendCQ == nil:
+		return fmt.Errorf("QP needs a send CQ: %w", ErrInvalid)
+	case cfg.SendCQ.att == nil || cfg.SendCQ.dev != a.d, cfg.RecvCQ != nil && (cfg.RecvCQ.att == nil || cfg.RecvCQ.dev != a.d):
+		return fmt.Errorf("CQ of another device: %w", ErrInvalid)
+	case cfg.SRQ != nil && cfg.SRQ.pd != pd:
+		return fmt.Errorf("SRQ of another PD: %w", ErrInvalid)
+	}
+	return nil
+}
+
+// newQP maps the rings of a QP the daemon made.
+func (a *attachment) newQP(pd *PD, r *qpResult, fds []int) (*QP, error) {
+	c := r.Config
+	want := 2
+	if c.SRQ != 0 {
+		want = 1
+	}
+	if len(fds) != want {
+		shm.CloseFDs(fds)
+		return nil, fmt.Errorf("softnic: %d descriptors for a QP's rings, want %d: %w", len(fds), want, shm.ErrProtocol)
+	}
+	q := &attachedQP{h: r.H, num: r.QPN, cfg: c}
+	var err error
+	if q.sqMap, q.sq, err = mapRing(fds[:1], shm.SendSlotSize(c.MaxSendSGE, c.MaxInline), c.MaxSendWR); err != nil {
+		shm.CloseFDs(fds[1:])
+		return nil, err
+	}
+	if want == 2 {
+		if q.rqMap, q.rq, err = mapRing(fds[1:], shm.RecvSlotSize(c.MaxRecvSGE), c.MaxRecvWR); err != nil {
+			q.sqMap.Close()
+			return nil, err
+		}
+	}
+	q.cache(&r.Attr)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ended {
+		q.close()
+		return nil, ErrClosed
+	}
+	a.qps[q] = struct{}{}
+	return &QP{dev: a.d, pd: pd, num: r.QPN, att: q}, nil
+}
+
+// cache records what posting needs to know of the QP's attributes.
+func (q *attachedQP) cache(at *qp.Attr) {
+	q.state.Store(uint32(at.State))
+	q.rdAtm.Store(uint32(at.MaxRdAtomic))
+}
+
+func (q *attachedQP) query(a *attachment) (queryQPResult, error) {
+	var r queryQPResult
+	if _, err := a.call(context.Background(), opQueryQP, handleArgs{q.h}, nil, &r); err != nil {
+		return r, err
+	}
+	q.cache(&r.Attr)
+	return r, nil
+}
+
+func (q *attachedQP) modify(a *attachment, attr *qp.Attr, mask qp.AttrMask) error {
+	var r queryQPResult
+	if _, err := a.call(context.Background(), opModifyQP, modifyQPArgs{H: q.h, Attr: *attr, Mask: mask}, nil, &r); err != nil {
+		return err
+	}
+	q.cache(&r.Attr)
+	return nil
+}
+
+// checkSend refuses, as the embedded QP does, what the QP cannot carry
+// whatever its peer: a post in the wrong state, an opcode of another
+// transport, more SGEs or inline bytes than the QP takes, an atomic
+// without its one 8-byte SGE. What depends on the device's state (keys,
+// addresses) is checked by the daemon, which fails the QP.
+func (q *attachedQP) checkSend(wr *qp.SendWR) error {
+	switch st := qp.State(q.state.Load()); st {
+	case qp.RTS, qp.SQD, qp.SQE, qp.Err:
+	default:
+		return fmt.Errorf("QP %#x is %s; posting sends needs RTS: %w", q.num, st, ErrInvalid)
+	}
+	op := wr.Opcode
+	ok := false
+	switch q.cfg.Type {
+	case qp.RC:
+		ok = op >= qp.WRWrite && op <= qp.WRBindMW
+	case qp.UC:
+		ok = op == qp.WRWrite || op == qp.WRWriteImm || op == qp.WRSend || op == qp.WRSendImm || op == qp.WRLocalInv || op == qp.WRBindMW
+	case qp.UD:
+		ok = op == qp.WRSend || op == qp.WRSendImm
+	}
+	readOrAtomic := op == qp.WRRead || op == qp.WRCompareSwap || op == qp.WRFetchAdd || op == qp.WRAtomicWrite
+	atomic := op == qp.WRCompareSwap || op == qp.WRFetchAdd
+	n := uint64(0)
+	for i := range wr.SGL {
+		n += uint64(wr.SGL[i].Length)
+		if wr.SGL[i].Addr+uint64(wr.SGL[i].Length) < wr.SGL[i].Addr {
+			return fmt.Errorf("SGE %d wraps the address space: %w", i, ErrInvalid)
+		}
+	}
+	switch {
+	case !ok:
+		return fmt.Errorf("%s QP cannot post %s: %w", q.cfg.Type, op, ErrInvalid)
+	case op == qp.WRBindMW:
+		return fmt.Errorf("%s through an attached device: %w", op, ErrNotSupported)
+	case len(wr.SGL) > q.cfg.MaxSendSGE:
+		return fmt.Errorf("%d SGEs, max_send_sge is %d: %w", len(wr.SGL), q.cfg.MaxSendSGE, ErrInvalid)
+	case wr.Flags&qp.Inline != 0 && (readOrAtomic || op == qp.WRLocalInv):
+		return fmt.Errorf("%s cannot be inline: %w", op, ErrInvalid)
+	case wr.Flags&qp.Inline != 0 && len(wr.Inline) > q.cfg.MaxInline:
+		return fmt.Errorf("%d bytes inline, max_inline_data is %d: %w", len(wr.Inline), q.cfg.MaxInline, ErrInvalid)
+	case wr.Flags&qp.Inline == 0 && n > qp.MaxMessageSize:
+		return fmt.Errorf("message of %d bytes exceeds %d: %w", n, qp.MaxMessageSize, ErrInvalid)
+	case atomic && (len(wr.SGL) != 1 || wr.SGL[0].Length != 8):
+		return fmt.Errorf("%s needs one 8-byte SGE for the original value: %w", op, ErrInvalid)
+	case readOrAtomic && q.rdAtm.Load() == 0:
+		return fmt.Errorf("%s with max_rd_atomic 0: %w", op, ErrInvalid)
+	}
+	return nil
+}
+
+// postSendLocked writes wr into the next slot of the send ring.
+func (q *attachedQP) postSendLocked(wr *qp.SendWR) error {
+	if q.closed.Load() {
+		return ErrClosed
+	}
+	if err := q.checkSend(wr); err != nil {
+		return fmt.Errorf("QP %#x: %w", q.num, err)
+	}
+	if q.sqProd-q.sq.Consumer().Load() >= q.sq.Len() {
+		return fmt.Errorf("QP %#x: send queue full (%d WRs): %w", q.num, q.sq.Len(), ErrNoMem)
+	}
+	if err := shm.EncodeSend(q.sq.Slot(q.sqProd), wr); err != nil {
+		return fmt.Errorf("QP %#x: %w", q.num, err)
+	}
+	q.sqProd++
+	return nil
+}
+
+func (q *attachedQP) postSend(a *attachment, wr *qp.SendWR, ring bool) error {
+	q.sqMu.Lock()
+	err := q.postSendLocked(wr)
+	if err == nil {
+		q.sq.Producer().Store(q.sqProd)
+	}
+	q.sqMu.Unlock()
+	if err == nil && ring {
+		a.ringDoorbell()
+	}
+	return err
+}
+
+func (q *attachedQP) postSends(a *attachment, wrs []qp.SendWR) (int, error) {
+	q.sqMu.Lock()
+	n := 0
+	var err error
+	for i := range wrs {
+		if err = q.postSendLocked(&wrs[i]); err != nil {
+			break
+		}
+		n++
+	}
+	if n > 0 {
+		q.sq.Producer().Store(q.sqProd)
+	}
+	q.sqMu.Unlock()
+	if n > 0 {
+		a.ringDoorbell()
+	}
+	return n, err
+}
+
+func (q *attachedQP) ringDoorbell(a *attachment) error {
+	if q.closed.Load() {
+		return ErrClosed
+	}
+	a.ringDoorbell()
+	return nil
+}
+
+func (q *attachedQP) postRecv(a *attachment, wr *qp.RecvWR) error {
+	switch {
+	case q.cfg.SRQ != 0:
+		return fmt.Errorf("QP %#x takes its receive WRs from an SRQ: %w", q.num, ErrInvalid)
+	case qp.State(q.state.Load()) == qp.Reset:
+		return fmt.Errorf("QP %#x is RESET; posting receives needs INIT or later: %w", q.num, ErrInvalid)
+	}
+	q.rqMu.Lock()
+	err := postRecvLocked(&q.rq, &q.rqProd, q.rq.Len(), q.cfg.MaxRecvSGE, q.closed.Load(), wr)
+	q.rqMu.Unlock()
+	if err != nil {
+		return fmt.Errorf("QP %#x: %w", q.num, err)
+	}
+	a.ringDoorbell()
+	return nil
+}
+
+func (q *attachedQP) destroy(a *attachment) error {
+	if q.closed.Load() {
+		return nil
+	}
+	if _, err := a.call(context.Background(), opDestroyQP, handleArgs{q.h}, nil, nil); err != nil {
+		return err
+	}
+	a.forget(q)
+	return nil
+}
+
+// forget unmaps the rings of a QP the daemon destroyed.
+func (a *attachment) forget(q *attachedQP) {
+	a.mu.Lock()
+	delete(a.qps, q)
+	a.mu.Unlock()
+	q.close()
+}
+
+func (q *attachedQP) close() {
+	q.sqMu.Lock()
+	q.rqMu.Lock()
+	defer q.sqMu.Unlock()
+	defer q.rqMu.Unlock()
+	if q.closed.Swap(true) {
+		return
+	}
+	q.sqMap.Close()
+	if q.rqMap != nil {
+		q.rqMap.Close()
+	}
+}

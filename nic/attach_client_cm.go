@@ -1,0 +1,126 @@
+package nic
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+)
+
+// The connection manager of an attached device: the daemon's device makes
+// the connections (its CM on its QP1) on behalf of the process, with QPs
+// whose rings the process maps.
+
+func (a *attachment) listen(port uint16, opts *ListenOptions) (*Listener, error) {
+	if err := a.checkQPConfig(opts.PD, &opts.QP); err != nil {
+		return nil, fmt.Errorf("softnic: listen on port %d: %w", port, err)
+	}
+	var r listenResult
+	args := listenArgs{Port: port, PD: opts.PD.ah, QP: opts.QP.args(), Backlog: opts.Backlog}
+	if _, err := a.call(context.Background(), opListen, args, nil, &r); err != nil {
+		return nil, err
+	}
+	return &Listener{dev: a.d, l: &cmListener{port: r.Port, closed: make(chan struct{})}, pd: opts.PD, qp: opts.QP, ah: r.H}, nil
+}
+
+func (a *attachment) acceptRequest(ctx context.Context, l *Listener) (*Request, error) {
+	var r requestResult
+	if _, err := a.call(ctx, opAcceptRequest, handleArgs{l.ah}, nil, &r); err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	return &Request{l: l, id: &cmID{peer: r.Remote}, private: r.Private, ah: r.H}, nil
+}
+
+func (a *attachment) closeListener(l *Listener) error {
+	_, err := a.call(context.Background(), opCloseListener, handleArgs{l.ah}, nil, nil)
+	return err
+}
+
+func (a *attachment) accept(r *Request, opts AcceptOptions) (*Conn, error) {
+	var res connResult
+	fds, err := a.call(context.Background(), opAccept, acceptArgs{Request: r.ah, Opts: opts}, nil, &res)
+	if err != nil {
+		return nil, err
+	}
+	return a.newConn(r.l.pd, &res, fds)
+}
+
+func (a *attachment) reject(r *Request, private []byte) error {
+	_, err := a.call(context.Background(), opReject, rejectArgs{Request: r.ah, Private: private}, nil, nil)
+	return err
+}
+
+func (a *attachment) dial(ctx context.Context, remote netip.AddrPort, port uint16, o *DialOptions) (*Conn, error) {
+	if err := a.checkQPConfig(o.PD, &o.QP); err != nil {
+		return nil, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err)
+	}
+	var res connResult
+	fds, err := a.call(ctx, opDial, dialArgsOf(remote, port, o), nil, &res)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, ctx.Err())
+		}
+		return nil, err
+	}
+	return a.newConn(o.PD, &res, fds)
+}
+
+// newConn wraps a connection the daemon made, with its QP.
+func (a *attachment) newConn(pd *PD, r *connResult, fds []int) (*Conn, error) {
+	q, err := a.newQP(pd, &r.QP, fds)
+	if err != nil {
+		a.call(context.Background(), opDisconnect, handleArgs{r.H}, nil, nil)
+		return nil, err
+	}
+	c := &Conn{dev: a.d, id: &cmID{peer: r.Remote, done: make(chan struct{})}, qp: q, private: r.Private, ah: r.H}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ended {
+		a.endConnLocked(c, ErrClosed)
+	}
+	a.conns[r.H] = c
+	return c, nil
+}
+
+func (a *attachment) connErr(c *Conn) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return c.id.err
+}
+
+// disconnect closes c at the daemon (DREQ, DREP waited for) and unmaps its
+// QP's rings.
+func (a *attachment) disconnect(c *Conn) {
+	a.call(context.Background(), opDisconnect, handleArgs{c.ah}, nil, nil)
+	a.mu.Lock()
+	a.endConnLocked(c, nil)
+	delete(a.conns, c.ah)
+	a.mu.Unlock()
+	a.forget(c.qp.att)
+}
+
+// connEnded handles the daemon's news that a connection ended.
+func (a *attachment) connEnded(m *attachMsg) {
+	var ev connEndedEvent
+	if json.Unmarshal(m.Args, &ev) != nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if c := a.conns[ev.H]; c != nil {
+		a.endConnLocked(c, m.err())
+	}
+}
+
+// endConnLocked records why c ended, the first reason only, and closes
+// its Done channel.
+func (a *attachment) endConnLocked(c *Conn, err error) {
+	if c.id.ended {
+		return
+	}
+	c.id.ended, c.id.err = true, err
+	close(c.id.done)
+}

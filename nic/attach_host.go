@@ -1,0 +1,543 @@
+package nic
+
+import (
+	"fmt"
+	"sync"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic/shm"
+	"github.com/softnic/softnic/qp"
+)
+
+// This file is the daemon's side of the shared queues: it moves work
+// requests from an attached process's rings into the device's QPs, and
+// completions from the device's CQs into the process's rings. Everything
+// read from a ring is copied out and checked first (shm's decoders); a
+// ring or a work request that does not check fails its QP alone.
+
+// hostedQP is a device QP whose send and receive queues an attached
+// process fills through rings. Its fields are guarded by the QP's lock
+// once the QP exists.
+type hostedQP struct {
+	s    *session
+	q    *QP // set by createQP, before the QP is published
+	cfg  qpConfigArgs
+	scq  *hostedCQ // where failed work requests complete
+	rcq  *hostedCQ
+	srq  *hostedSRQ
+	conn *Conn // the connection the QP was made for, if any
+
+	sqMap, rqMap *shm.Mapping
+	sq, rq       shm.Ring // rq is unused with an SRQ
+	// sqFetched and rqFetched count the work requests taken from the
+	// rings. A ring's consumer index, published for the process, counts
+	// those the QP has finished with: the ring never holds more than the
+	// QP's queue.
+	sqFetched, rqFetched uint32
+	lim                  shm.SendLimits
+	mapped               int64
+
+	// Scratch space for decoding, reused so that the data path does not
+	// allocate.
+	wr     qp.SendWR
+	sgl    []qp.SGE
+	inline []byte
+	rwr    qp.RecvWR
+	rsgl   []qp.SGE
+
+	broken bool // a ring index went wrong: the rings are no longer read
+	closed bool // the rings are unmapped
+}
+
+// newHostedQP makes the rings of a QP of pd with configuration a, and the
+// QPConfig that creates the QP over them.
+func (s *session) newHostedQP(pd *PD, a qpConfigArgs) (*hostedQP, QPConfig, error) {
+	cfg := a.withDefaults()
+	if cfg.MaxSendWR < 0 || cfg.MaxSendWR > 1<<16 || cfg.MaxRecvWR < 0 || cfg.MaxRecvWR > 1<<16 ||
+		cfg.MaxSendSGE < 0 || cfg.MaxSendSGE > 255 || cfg.MaxRecvSGE < 0 || cfg.MaxRecvSGE > 255 ||
+		cfg.MaxInline < 0 || cfg.MaxInline > 1<<16 {
+		return nil, QPConfig{}, fmt.Errorf("QP queue sizes %+v: %w", cfg, ErrInvalid)
+	}
+	scq, err := lookup[*hostedCQ](s, cfg.SendCQ)
+	if err != nil {
+		return nil, QPConfig{}, fmt.Errorf("send CQ: %w", err)
+	}
+	rcq, err := lookup[*hostedCQ](s, cfg.RecvCQ)
+	if err != nil {
+		return nil, QPConfig{}, fmt.Errorf("receive CQ: %w", err)
+	}
+	h := &hostedQP{s: s, cfg: cfg, scq: scq, rcq: rcq, lim: shm.SendLimits{MaxSGE: cfg.MaxSendSGE, MaxInline: cfg.MaxInline}}
+	qc := QPConfig{
+		Type: cfg.Type, SendCQ: scq.cq, RecvCQ: rcq.cq, MaxSendWR: cfg.MaxSendWR, MaxRecvWR: cfg.MaxRecvWR,
+		MaxSendSGE: cfg.MaxSendSGE, MaxRecvSGE: cfg.MaxRecvSGE, MaxInline: cfg.MaxInline, SignalAll: cfg.SignalAll,
+		host: h,
+	}
+	if cfg.SRQ != 0 {
+		if h.srq, err = lookup[*hostedSRQ](s, cfg.SRQ); err != nil {
+			return nil, QPConfig{}, fmt.Errorf("SRQ: %w", err)
+		}
+		qc.SRQ = h.srq.srq
+	}
+	sqSlot := shm.SendSlotSize(cfg.MaxSendSGE, cfg.MaxInline)
+	h.mapped = int64(shm.RingSize(cfg.MaxSendWR, sqSlot))
+	if h.srq == nil {
+		h.mapped += int64(shm.RingSize(cfg.MaxRecvWR, shm.RecvSlotSize(cfg.MaxRecvSGE)))
+	}
+	if err := s.charge(h.mapped); err != nil {
+		return nil, QPConfig{}, err
+	}
+	if h.sqMap, h.sq, err = newRing("softnic-sq", cfg.MaxSendWR, sqSlot); err != nil {
+		h.close()
+		return nil, QPConfig{}, err
+	}
+	if h.srq == nil {
+		if h.rqMap, h.rq, err = newRing("softnic-rq", cfg.MaxRecvWR, shm.RecvSlotSize(cfg.MaxRecvSGE)); err != nil {
+			h.close()
+			return nil, QPConfig{}, err
+		}
+	}
+	h.sgl = make([]qp.SGE, 0, cfg.MaxSendSGE)
+	h.inline = make([]byte, 0, cfg.MaxInline)
+	h.rsgl = make([]qp.SGE, 0, cfg.MaxRecvSGE)
+	return h, qc, nil
+}
+
+// newRing makes a ring of n slots of size bytes in a memfd of its own.
+func newRing(name string, n, size int) (*shm.Mapping, shm.Ring, error) {
+	m, err := shm.Create(name, shm.RingSize(n, size))
+	if err != nil {
+		return nil, shm.Ring{}, err
+	}
+	r, err := shm.NewRing(m.Bytes(), n, size)
+	if err != nil {
+		m.Close()
+		return nil, shm.Ring{}, err
+	}
+	return m, r, nil
+}
+
+// ringFDs returns the descriptors of the QP's rings, for the process to
+// map; the caller closes them once sent.
+func (h *hostedQP) ringFDs() []int {
+	fds := []int{h.sqMap.TakeFD()}
+	if h.rqMap != nil {
+		fds = append(fds, h.rqMap.TakeFD())
+	}
+	return fds
+}
+
+// result describes the QP to the process.
+func (h *hostedQP) result(handle uint32) qpResult {
+	return qpResult{H: handle, QPN: h.q.num, Config: h.cfg, Attr: h.q.Attr()}
+}
+
+// serviceLocked takes the new work requests of the QP's rings into the QP
+// and sends what they start. It reports whether there were any. q.mu is
+// held.
+func (h *hostedQP) serviceLocked() bool {
+	q := h.q
+	if h.closed || h.broken || q.destroyed {
+		return false
+	}
+	worked := h.pullRecvLocked()
+	prod := h.sq.Producer().Load()
+	n := prod - h.sqFetched
+	if n == 0 {
+		return worked
+	}
+	retired := h.sqFetched - uint32(q.qp.Status().SendQueued)
+	if n > h.sq.Len() || prod-retired > h.sq.Len() {
+		h.breakLocked(fmt.Errorf("send ring producer index %d: %d requests fetched, %d finished, %d slots: %w",
+			prod, h.sqFetched, retired, h.sq.Len(), shm.ErrCorrupt))
+		return true
+	}
+	for ; h.sqFetched != prod; h.sqFetched++ {
+		h.s.cnt[cntSendWQEs].Add(1)
+		err := shm.DecodeSend(h.sq.Slot(h.sqFetched), h.lim, &h.wr, h.sgl, h.inline)
+		if err == nil {
+			err = q.qp.PostSend(&h.wr)
+		}
+		if err != nil {
+			h.failLocked(h.wr.ID, qp.WCSend, err)
+		}
+	}
+	q.flushNowLocked()
+	return true
+}
+
+// pullRecvLocked takes the new receive work requests of the QP's ring (or
+// its SRQ's) into the QP, and reports whether there were any. It runs
+// before the QP takes a packet, as rxe's responder reads the receive
+// queue, so that a receive posted before a SEND arrives is found without
+// a doorbell. q.mu is held.
+func (h *hostedQP) pullRecvLocked() bool {
+	if h.closed || h.broken {
+		return false
+	}
+	if h.srq != nil {
+		worked, err := h.srq.pull()
+		if err != nil {
+			h.breakLocked(err)
+		}
+		return worked
+	}
+	prod := h.rq.Producer().Load()
+	n := prod - h.rqFetched
+	if n == 0 {
+		return false
+	}
+	q := h.q
+	retired := h.rqFetched - uint32(q.qp.Status().RecvQueued)
+	if n > h.rq.Len() || prod-retired > h.rq.Len() {
+		h.breakLocked(fmt.Errorf("receive ring producer index %d: %d requests fetched, %d finished, %d slots: %w",
+			prod, h.rqFetched, retired, h.rq.Len(), shm.ErrCorrupt))
+		return true
+	}
+	for ; h.rqFetched != prod; h.rqFetched++ {
+		h.s.cnt[cntRecvWQEs].Add(1)
+		err := shm.DecodeRecv(h.rq.Slot(h.rqFetched), h.cfg.MaxRecvSGE, &h.rwr, h.rsgl)
+		if err == nil {
+			err = q.qp.PostRecv(&h.rwr)
+		}
+		if err != nil {
+			h.failLocked(h.rwr.ID, qp.WCRecv, err)
+		}
+	}
+	return true
+}
+
+// publishLocked tells the process how many slots of each ring the QP is
+// done with; the device calls it whenever the QP has run. q.mu is held.
+func (h *hostedQP) publishLocked() {
+	if h.closed || h.broken {
+		return
+	}
+	st := h.q.qp.Status()
+	h.sq.Consumer().Store(h.sqFetched - uint32(st.SendQueued))
+	if h.srq != nil {
+		h.srq.publish()
+	} else {
+		h.rq.Consumer().Store(h.rqFetched - uint32(st.RecvQueued))
+	}
+}
+
+// failLocked fails the QP for a work request it cannot carry out (id,
+// found corrupt or refused by the QP): the QP moves to the error state,
+// which flushes the work requests before it, then the request completes
+// with LOC_QP_OP_ERR, and those after it are flushed as they come. q.mu
+// is held.
+func (h *hostedQP) failLocked(id uint64, op qp.WCOpcode, why error) {
+	q := h.q
+	h.s.cnt[cntBadQueues].Add(1)
+	h.s.log.Warn("attached QP failed: bad work request", zap.String("qpn", fmt.Sprintf("%#x", q.num)),
+		zap.Uint64("wr_id", id), zap.Error(why))
+	q.qp.Modify(&qp.Attr{State: qp.Err}, qp.AttrState)
+	cq := h.scq
+	if op == qp.WCRecv {
+		cq = h.rcq
+	}
+	cq.push(&qp.WC{ID: id, Status: qp.LocQPOpErr, Opcode: op, QPN: q.num})
+}
+
+// breakLocked fails the QP for a ring whose index cannot be right: its
+// rings are not read any more. q.mu is held.
+func (h *hostedQP) breakLocked(why error) {
+	h.s.cnt[cntBadQueues].Add(1)
+	h.s.log.Warn("attached QP failed: corrupt ring", zap.String("qpn", fmt.Sprintf("%#x", h.q.num)), zap.Error(why))
+	h.broken = true
+	h.q.qp.Modify(&qp.Attr{State: qp.Err}, qp.AttrState)
+	h.scq.push(&qp.WC{Status: qp.LocQPOpErr, Opcode: qp.WCSend, QPN: h.q.num})
+}
+
+// close unmaps the QP's rings; the QP no longer reads or writes them.
+func (h *hostedQP) close() {
+	if h.q != nil {
+		h.q.mu.Lock()
+		defer h.q.mu.Unlock()
+	}
+	if h.closed {
+		return
+	}
+	h.closed = true
+	for _, m := range []*shm.Mapping{h.sqMap, h.rqMap} {
+		if m != nil {
+			m.Close()
+		}
+	}
+	h.s.uncharge(h.mapped)
+}
+
+// hostedCQ is a device CQ whose completions go to a ring the attached
+// process polls. Completions are moved the moment the device pushes them
+// (the CQ's notify function), on the goroutine that pushed them.
+type hostedCQ struct {
+	s     *session
+	cq    *CQ
+	depth uint32
+
+	mu     sync.Mutex
+	m      *shm.Mapping
+	ring   shm.Ring
+	efd    int    // signalled when the process armed the ring
+	prod   uint32 // completions written, ever
+	closed bool
+	wcs    [16]qp.WC
+}
+
+func (s *session) newHostedCQ(depth int) (*hostedCQ, error) {
+	if depth <= 0 || depth > 1<<20 {
+		return nil, fmt.Errorf("completion queue depth %d: %w", depth, ErrInvalid)
+	}
+	size := int64(shm.RingSize(depth, shm.CQESize))
+	if err := s.charge(size); err != nil {
+		return nil, err
+	}
+	cq, err := s.dev.CreateCQ(depth)
+	if err != nil {
+		s.uncharge(size)
+		return nil, err
+	}
+	c := &hostedCQ{s: s, cq: cq, depth: uint32(depth), efd: -1}
+	if c.m, c.ring, err = newRing("softnic-cq", depth, shm.CQESize); err != nil {
+		s.uncharge(size)
+		return nil, err
+	}
+	if c.efd, err = shm.NewEventFD(); err != nil {
+		c.close()
+		return nil, err
+	}
+	cq.cq.SetNotify(c.drain)
+	return c, nil
+}
+
+// drain moves the completions the device pushed into the ring.
+func (c *hostedCQ) drain() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		n, _ := c.cq.cq.Poll(c.wcs[:])
+		if n == 0 {
+			break
+		}
+		if c.closed {
+			continue
+		}
+		for i := range n {
+			c.pushLocked(&c.wcs[i])
+		}
+	}
+	c.publishLocked()
+}
+
+// push writes one completion of the daemon's own into the ring.
+func (c *hostedCQ) push(wc *qp.WC) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.closed {
+		c.pushLocked(wc)
+		c.publishLocked()
+	}
+}
+
+// pushLocked writes wc into the next slot. A full ring, or one whose
+// consumer index the process spoilt, loses it: the ring is marked
+// overflowed, and the QP that completed is moved to the error state, as a
+// CQ overflow does to an embedded device's QPs.
+func (c *hostedCQ) pushLocked(wc *qp.WC) {
+	if used := c.prod - c.ring.Consumer().Load(); used >= c.depth {
+		c.ring.Overflow().Store(1)
+		c.s.cnt[cntCQOverflows].Add(1)
+		if h := c.s.qpByNum(wc.QPN); h != nil {
+			c.s.fail(h)
+		}
+		return
+	}
+	shm.EncodeCQE(c.ring.Slot(c.prod), wc)
+	c.prod++
+	c.s.cnt[cntCQEs].Add(1)
+}
+
+// publishLocked makes the completions written visible and wakes the
+// process if it waits for them.
+func (c *hostedCQ) publishLocked() {
+	c.ring.Producer().Store(c.prod)
+	if armed := c.ring.Armed(); armed.Load() != 0 && armed.Swap(0) != 0 {
+		shm.Signal(c.efd)
+	}
+}
+
+func (c *hostedCQ) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	c.closed = true
+	c.m.Close()
+	if c.efd >= 0 {
+		unix.Close(c.efd)
+	}
+	c.s.uncharge(int64(shm.RingSize(int(c.depth), shm.CQESize)))
+}
+
+// qpByNum returns the process's QP numbered qpn, or nil.
+func (s *session) qpByNum(qpn uint32) *hostedQP {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, h := range s.qps {
+		if h.q != nil && h.q.num == qpn {
+			return h
+		}
+	}
+	return nil
+}
+
+// hostedSRQ is a device SRQ an attached process fills through a ring.
+type hostedSRQ struct {
+	s      *session
+	srq    *SRQ
+	depth  int
+	maxSGE int
+
+	mu      sync.Mutex
+	m       *shm.Mapping
+	ring    shm.Ring
+	fetched uint32
+	rwr     qp.RecvWR
+	rsgl    []qp.SGE
+	broken  error
+	closed  bool
+}
+
+func (s *session) newHostedSRQ(pd *PD, depth, maxSGE int) (*hostedSRQ, error) {
+	if depth <= 0 || depth > 1<<20 || maxSGE <= 0 || maxSGE > 255 {
+		return nil, fmt.Errorf("SRQ depth %d, max SGE %d: %w", depth, maxSGE, ErrInvalid)
+	}
+	size := int64(shm.RingSize(depth, shm.RecvSlotSize(maxSGE)))
+	if err := s.charge(size); err != nil {
+		return nil, err
+	}
+	srq, err := pd.CreateSRQ(depth, maxSGE)
+	if err != nil {
+		s.uncharge(size)
+		return nil, err
+	}
+	r := &hostedSRQ{s: s, srq: srq, depth: depth, maxSGE: maxSGE, rsgl: make([]qp.SGE, 0, maxSGE)}
+	if r.m, r.ring, err = newRing("softnic-srq", depth, shm.RecvSlotSize(maxSGE)); err != nil {
+		s.uncharge(size)
+		return nil, err
+	}
+	return r, nil
+}
+
+// pull takes the new work requests of the ring into the SRQ, and reports
+// whether there were any; an error says the ring is corrupt.
+func (r *hostedSRQ) pull() (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed || r.broken != nil {
+		return false, r.broken
+	}
+	prod := r.ring.Producer().Load()
+	n := prod - r.fetched
+	if n == 0 {
+		return false, nil
+	}
+	retired := r.fetched - uint32(r.srq.srq.Len())
+	if n > r.ring.Len() || prod-retired > r.ring.Len() {
+		r.broken = fmt.Errorf("SRQ ring producer index %d: %d requests fetched, %d finished, %d slots: %w",
+			prod, r.fetched, retired, r.ring.Len(), shm.ErrCorrupt)
+		return true, r.broken
+	}
+	for ; r.fetched != prod; r.fetched++ {
+		r.s.cnt[cntRecvWQEs].Add(1)
+		err := shm.DecodeRecv(r.ring.Slot(r.fetched), r.maxSGE, &r.rwr, r.rsgl)
+		if err == nil {
+			err = r.srq.srq.PostRecv(&r.rwr)
+		}
+		if err != nil {
+			r.broken = fmt.Errorf("SRQ work request %d: %w", r.rwr.ID, err)
+			return true, r.broken
+		}
+	}
+	r.publishLocked()
+	return true, nil
+}
+
+func (r *hostedSRQ) publish() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.closed && r.broken == nil {
+		r.publishLocked()
+	}
+}
+
+func (r *hostedSRQ) publishLocked() {
+	r.ring.Consumer().Store(r.fetched - uint32(r.srq.srq.Len()))
+}
+
+func (r *hostedSRQ) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
+	r.closed = true
+	r.m.Close()
+	r.s.uncharge(int64(shm.RingSize(r.depth, shm.RecvSlotSize(r.maxSGE))))
+}
+
+// hostedBuf is a memfd of an attached process, mapped as an arena of the
+// device's region table; its regions reference it.
+type hostedBuf struct {
+	arena *mr.Arena
+	size  int // the bytes the process asked for
+	refs  int // regions over it, under the session's lock
+}
+
+// hostedMR is a region of an attached process.
+type hostedMR struct {
+	m   *MR
+	buf *hostedBuf
+}
+
+// deregister deregisters m and frees its memory once no region uses it.
+func (s *session) deregister(m *hostedMR) error {
+	if err := m.m.Dereg(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	m.buf.refs--
+	last := m.buf.refs == 0
+	s.mu.Unlock()
+	if last {
+		s.dev.mem.FreeArena(m.buf.arena)
+		s.uncharge(int64(len(m.buf.arena.Bytes())))
+	}
+	return nil
+}
+
+// hostedListener is a listener of an attached process: the QPs of the
+// connections it accepts are made with cfg.
+type hostedListener struct {
+	l   *Listener
+	pd  *PD
+	cfg qpConfigArgs
+}
+
+// hostedRequest is a connection request an attached process took from its
+// listener.
+type hostedRequest struct {
+	r *Request
+	l *hostedListener
+}
+
+// hostedConn is a connection the daemon's connection manager carries for
+// an attached process.
+type hostedConn struct {
+	c  *Conn
+	qp *hostedQP
+}

@@ -1,0 +1,492 @@
+package nic
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic/shm"
+	"github.com/softnic/softnic/wire"
+)
+
+// The operations of the attach protocol, as the daemon carries them out
+// for a process (see sessionOps). Each returns its result, the
+// descriptors to send with it (closed once sent) and an error.
+
+func (s *session) allocPD(_ context.Context, _ json.RawMessage, _ []int) (any, []int, error) {
+	pd, err := s.dev.AllocPD()
+	if err != nil {
+		return nil, nil, err
+	}
+	h, err := s.add(pd)
+	if err != nil {
+		pd.Dealloc()
+		return nil, nil, err
+	}
+	return pdResult{H: h, PD: pd.pd}, nil, nil
+}
+
+func (s *session) deallocPD(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
+	a, err := args[handleArgs](raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	pd, err := lookup[*PD](s, a.H)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := pd.Dealloc(); err != nil {
+		return nil, nil, err
+	}
+	s.remove(a.H)
+	return nil, nil, nil
+}
+
+// allocMR maps the memfd the process sent as an arena of the device's
+// table and registers it.
+func (s *session) allocMR(_ context.Context, raw json.RawMessage, fds []int) (any, []int, error) {
+	a, err := args[allocMRArgs](raw)
+	if err != nil {
+		shm.CloseFDs(fds)
+		return nil, nil, err
+	}
+	pd, err := lookup[*PD](s, a.PD)
+	if err != nil {
+		shm.CloseFDs(fds)
+		return nil, nil, err
+	}
+	if a.Size <= 0 || a.Size > 1<<46 {
+		shm.CloseFDs(fds)
+		return nil, nil, fmt.Errorf("memory region of %d bytes: %w", a.Size, ErrInvalid)
+	}
+	size := int64(shm.RoundUp(a.Size))
+	if err := s.charge(size); err != nil {
+		shm.CloseFDs(fds)
+		return nil, nil, err
+	}
+	m, err := shm.Map(fds[0], a.Size)
+	if err != nil {
+		s.uncharge(size)
+		return nil, nil, fmt.Errorf("memory region: %v: %w", err, ErrFault)
+	}
+	arena, err := s.dev.mem.AdoptArena(pd.pd, m.Bytes())
+	if err != nil {
+		m.Close()
+		s.uncharge(size)
+		return nil, nil, err
+	}
+	m.Release()
+	buf := &hostedBuf{arena: arena, size: a.Size}
+	res, err := s.register(pd, buf, 0, a.Size, a.Access)
+	if err != nil {
+		s.dev.mem.FreeArena(arena)
+		s.uncharge(size)
+	}
+	return res, nil, err
+}
+
+// regMR registers more memory of a region the process allocated.
+func (s *session) regMR(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
+	a, err := args[regMRArgs](raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	pd, err := lookup[*PD](s, a.PD)
+	if err != nil {
+		return nil, nil, err
+	}
+	owner, err := lookup[*hostedMR](s, a.Buf)
+	if err != nil {
+		return nil, nil, err
+	}
+	if a.Off < 0 || a.Len <= 0 || a.Off > owner.buf.size || a.Len > owner.buf.size-a.Off {
+		return nil, nil, fmt.Errorf("%d bytes at offset %d of a %d-byte buffer: %w", a.Len, a.Off, owner.buf.size, ErrFault)
+	}
+	res, err := s.register(pd, owner.buf, a.Off, a.Len, a.Access)
+	return res, nil, err
+}
+
+// register registers n bytes at offset off of buf in pd.
+func (s *session) register(pd *PD, buf *hostedBuf, off, n int, access mr.Access) (any, error) {
+	mem := buf.arena.Bytes()[off : off+n]
+	r, err := s.dev.mem.Register(pd.pd, mem, access)
+	if err != nil {
+		return nil, err
+	}
+	hm := &hostedMR{m: newMR(pd, r, mem, nil), buf: buf}
+	s.mu.Lock()
+	buf.refs++
+	s.mu.Unlock()
+	h, err := s.add(hm)
+	if err != nil {
+		s.deregister(hm)
+		return nil, err
+	}
+	return mrResult{H: h, LKey: r.LKey(), RKey: r.RKey(), Addr: r.Addr()}, nil
+}
+
+func (s *session) deregMR(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
+	a, err := args[handleArgs](raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := lookup[*hostedMR](s, a.H)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := s.deregister(m); err != nil {
+		return nil, nil, err
+	}
+	s.remove(a.H)
+	return nil, nil, nil
+}
+
+// createCQ answers with the CQ's ring and eventfd.
+func (s *session) createCQ(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
+	a, err := args[createCQArgs](raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := s.newHostedCQ(a.Depth)
+	if err != nil {
+		return nil, nil, err
+	}
+	h, err := s.add(c)
+	if err != nil {
+		c.close()
+		return nil, nil, err
+	}
+	efd, err := dupFD(c.efd)
+	if err != nil {
+		s.remove(h)
+		c.close()
+		return nil, nil, err
+	}
+	return cqResult{H: h, Depth: a.Depth}, []int{c.m.TakeFD(), efd}, nil
+}
+
+func (s *session) createSRQ(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
+	a, err := args[createSRQArgs](raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	pd, err := lookup[*PD](s, a.PD)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := s.newHostedSRQ(pd, a.Depth, a.MaxSGE)
+	if err != nil {
+		return nil, nil, err
+	}
+	h, err := s.add(r)
+	if err != nil {
+		r.close()
+		return nil, nil, err
+	}
+	return srqResult{H: h, Depth: a.Depth, MaxSGE: a.MaxSGE}, []int{r.m.TakeFD()}, nil
+}
+
+// createQP answers with the QP's rings.
+func (s *session) createQP(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
+	a, err := args[createQPArgs](raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	pd, err := lookup[*PD](s, a.PD)
+	if err != nil {
+		return nil, nil, err
+	}
+	h, cfg, err := s.newHostedQP(pd, a.Config)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := pd.CreateQP(cfg); err != nil {
+		h.close()
+		return nil, nil, err
+	}
+	handle, err := s.add(h)
+	if err != nil {
+		h.q.Destroy()
+		h.close()
+		return nil, nil, err
+	}
+	return h.result(handle), h.ringFDs(), nil
+}
+
+func (s *session) modifyQP(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
+	a, err := args[modifyQPArgs](raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	h, err := lookup[*hostedQP](s, a.H)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := h.q.Modify(&a.Attr, a.Mask); err != nil {
+		return nil, nil, err
+	}
+	return queryQPResult{Attr: h.q.Attr(), Status: h.q.Status()}, nil, nil
+}
+
+func (s *session) queryQP(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
+	a, err := args[handleArgs](raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	h, err := lookup[*hostedQP](s, a.H)
+	if err != nil {
+		return nil, nil, err
+	}
+	return queryQPResult{Attr: h.q.Attr(), Status: h.q.Status()}, nil, nil
+}
+
+func (s *session) destroyQP(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
+	a, err := args[handleArgs](raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	h, err := lookup[*hostedQP](s, a.H)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.remove(a.H)
+	h.q.Destroy()
+	h.close()
+	return nil, nil, nil
+}
+
+func (s *session) counters(context.Context, json.RawMessage, []int) (any, []int, error) {
+	return s.dev.Counters(), nil, nil
+}
+
+// qpConfig resolves the CQs and SRQ of a listener's QP configuration.
+func (s *session) qpConfig(a qpConfigArgs) (QPConfig, error) {
+	a = a.withDefaults()
+	scq, err := lookup[*hostedCQ](s, a.SendCQ)
+	if err != nil {
+		return QPConfig{}, fmt.Errorf("send CQ: %w", err)
+	}
+	rcq, err := lookup[*hostedCQ](s, a.RecvCQ)
+	if err != nil {
+		return QPConfig{}, fmt.Errorf("receive CQ: %w", err)
+	}
+	cfg := QPConfig{Type: a.Type, SendCQ: scq.cq, RecvCQ: rcq.cq, MaxSendWR: a.MaxSendWR, MaxRecvWR: a.MaxRecvWR,
+		MaxSendSGE: a.MaxSendSGE, MaxRecvSGE: a.MaxRecvSGE, MaxInline: a.MaxInline, SignalAll: a.SignalAll}
+	if a.SRQ != 0 {
+		srq, err := lookup[*hostedSRQ](s, a.SRQ)
+		if err != nil {
+			return QPConfig{}, fmt.Errorf("SRQ: %w", err)
+		}
+		cfg.SRQ = srq.srq
+	}
+	return cfg, nil
+}
+
+func (s *session) listen(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
+	a, err := args[listenArgs](raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	pd, err := lookup[*PD](s, a.PD)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg, err := s.qpConfig(a.QP)
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := s.dev.Listen(a.Port, ListenOptions{PD: pd, QP: cfg, Backlog: a.Backlog})
+	if err != nil {
+		return nil, nil, err
+	}
+	h, err := s.add(&hostedListener{l: l, pd: pd, cfg: a.QP})
+	if err != nil {
+		l.Close()
+		return nil, nil, err
+	}
+	return listenResult{H: h, Port: l.Port()}, nil, nil
+}
+
+func (s *session) closeListener(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
+	a, err := args[handleArgs](raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := lookup[*hostedListener](s, a.H)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.remove(a.H)
+	return nil, nil, l.l.Close()
+}
+
+func (s *session) acceptRequest(ctx context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
+	a, err := args[handleArgs](raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := lookup[*hostedListener](s, a.H)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := l.l.AcceptRequest(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	h, err := s.add(&hostedRequest{r: r, l: l})
+	if err != nil {
+		r.Reject(nil)
+		return nil, nil, err
+	}
+	return requestResult{H: h, Private: r.PrivateData(), Remote: r.RemoteAddr()}, nil, nil
+}
+
+// accept accepts a request with a QP over new rings. The handshake goes on
+// if the process detaches meanwhile; the connection is then closed at
+// once.
+func (s *session) accept(ctx context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
+	a, err := args[acceptArgs](raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := lookup[*hostedRequest](s, a.Request)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.remove(a.Request)
+	h, cfg, err := s.newHostedQP(r.l.pd, r.l.cfg)
+	if err != nil {
+		r.r.abandon(wire.RejectNoQP)
+		return nil, nil, err
+	}
+	type outcome struct {
+		c   *Conn
+		err error
+	}
+	done := make(chan outcome, 1)
+	s.srv.wg.Go(func() {
+		c, err := r.r.accept(a.Opts, cfg)
+		done <- outcome{c, err}
+	})
+	select {
+	case o := <-done:
+		if o.err != nil {
+			h.close()
+			return nil, nil, o.err
+		}
+		return s.hostConn(o.c, h)
+	case <-ctx.Done():
+		s.srv.wg.Go(func() {
+			if o := <-done; o.err == nil {
+				o.c.Close()
+			}
+			h.close()
+		})
+		return nil, nil, ctx.Err()
+	}
+}
+
+func (s *session) reject(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
+	a, err := args[rejectArgs](raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := lookup[*hostedRequest](s, a.Request)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.remove(a.Request)
+	return nil, nil, r.r.Reject(a.Private)
+}
+
+func (s *session) dial(ctx context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
+	a, err := args[dialArgs](raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	pd, err := lookup[*PD](s, a.PD)
+	if err != nil {
+		return nil, nil, err
+	}
+	h, cfg, err := s.newHostedQP(pd, a.QP)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := s.dev.Dial(ctx, a.Remote, a.Port, DialOptions{
+		PD: pd, QP: cfg, PrivateData: a.Private, ResponderResources: a.ResponderResources,
+		InitiatorDepth: a.InitiatorDepth, RetryCount: a.RetryCount, RNRRetryCount: a.RNRRetryCount,
+		MTU: a.MTU, Timeout: a.Timeout, CMRetries: a.CMRetries, CMTimeout: a.CMTimeout,
+	})
+	if err != nil {
+		h.close()
+		return nil, nil, err
+	}
+	return s.hostConn(c, h)
+}
+
+// hostConn hands an established connection to the process, and tells it
+// when the connection ends.
+func (s *session) hostConn(c *Conn, h *hostedQP) (any, []int, error) {
+	h.conn = c
+	qh, err := s.add(h)
+	if err != nil {
+		s.srv.wg.Go(func() { c.Close(); h.close() })
+		return nil, nil, err
+	}
+	ch, err := s.add(&hostedConn{c: c, qp: h})
+	if err != nil {
+		s.remove(qh)
+		s.srv.wg.Go(func() { c.Close(); h.close() })
+		return nil, nil, err
+	}
+	s.srv.wg.Go(func() {
+		select {
+		case <-c.Done():
+			s.event(evConnEnded, connEndedEvent{H: ch}, c.Err())
+		case <-s.ctx.Done():
+		}
+	})
+	return connResult{H: ch, QP: h.result(qh), Private: c.PrivateData(), Remote: c.RemoteAddr()}, h.ringFDs(), nil
+}
+
+// disconnect closes a connection (DREQ, then the DREP is waited for). If
+// the process detaches meanwhile, the wait goes on in the background.
+func (s *session) disconnect(ctx context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
+	a, err := args[handleArgs](raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := lookup[*hostedConn](s, a.H)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.remove(a.H)
+	done := make(chan struct{})
+	s.srv.wg.Go(func() {
+		c.c.Close()
+		close(done)
+	})
+	select {
+	case <-done:
+		return nil, nil, nil
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
+}
+
+type listenResult struct {
+	H    uint32
+	Port uint16
+}
+
+// dupFD returns a copy of fd, closed on exec.
+func dupFD(fd int) (int, error) {
+	d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("dup: %w", err)
+	}
+	return d, nil
+}

@@ -1,0 +1,659 @@
+package nic
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic/shm"
+	"github.com/softnic/softnic/qp"
+)
+
+// AttachServerConfig configures an AttachServer. Zero fields take the
+// defaults noted.
+type AttachServerConfig struct {
+	// Logger receives attach and detach events; nil uses the device's.
+	Logger *zap.Logger
+	// MaxMemory bounds the shared memory one process has the daemon map:
+	// its regions' memory and its rings (default 16 GiB).
+	MaxMemory int64
+	// MaxObjects bounds the PDs, regions, CQs, SRQs, QPs, listeners,
+	// requests and connections of one process (default 4096).
+	MaxObjects int
+}
+
+// AttachServer lets other processes use a device as theirs: it is the
+// daemon side of attach mode (see Config.Attach). Each attached process
+// gets its own protection domains, regions, CQs and QPs on the device,
+// named by handles only it can use; its queues are rings in memory both
+// processes map, which the server moves between the process and the
+// device's QPs; connections it asks for are made by the device's
+// connection manager on its behalf. When the process detaches, exits or
+// dies, everything it made is destroyed: its QPs are flushed, their
+// connections disconnected (the peers get a DREQ), its regions
+// deregistered.
+//
+// The server trusts nothing it reads from a process's memory: a corrupt
+// work request or ring index fails that QP alone (LOC_QP_OP_ERR, QP in
+// the error state), and memory a process offers must be a sealed memfd.
+type AttachServer struct {
+	dev *Device
+	cfg AttachServerConfig
+	log *zap.Logger
+
+	mu       sync.Mutex
+	sessions map[*session]struct{}
+	closed   bool
+	wg       sync.WaitGroup // sessions, and connections still disconnecting
+}
+
+// NewAttachServer returns a server of d's resources to attached processes.
+// Close it before d.
+func NewAttachServer(d *Device, cfg AttachServerConfig) *AttachServer {
+	if cfg.Logger == nil {
+		cfg.Logger = d.log
+	}
+	if cfg.MaxMemory == 0 {
+		cfg.MaxMemory = 16 << 30
+	}
+	if cfg.MaxObjects == 0 {
+		cfg.MaxObjects = 4096
+	}
+	return &AttachServer{dev: d, cfg: cfg, log: cfg.Logger, sessions: make(map[*session]struct{})}
+}
+
+// Serve accepts processes on l, a unix socket listener, until l is closed:
+// each connection must start with the attach line a client sends. It
+// returns the listener's error.
+func (s *AttachServer) Serve(l net.Listener) error {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return err
+		}
+		uc, ok := c.(*net.UnixConn)
+		if !ok {
+			c.Close()
+			continue
+		}
+		s.wg.Go(func() {
+			uc.SetReadDeadline(time.Now().Add(5 * time.Second))
+			line, err := bufio.NewReader(&oneLine{c: uc}).ReadString('\n')
+			uc.SetReadDeadline(time.Time{})
+			if err != nil || strings.TrimSpace(line) != attachLine {
+				uc.Close()
+				return
+			}
+			s.ServeConn(uc)
+		})
+	}
+}
+
+// oneLine reads from c a byte at a time, so that a bufio.Reader over it
+// never reads past the attach line (descriptors may follow).
+type oneLine struct{ c *net.UnixConn }
+
+func (r *oneLine) Read(p []byte) (int, error) { return r.c.Read(p[:min(len(p), 1)]) }
+
+// ServeConn serves the process at the other end of c, which has sent the
+// attach line, until it detaches or the server closes; then it destroys
+// everything the process made and closes c.
+func (s *AttachServer) ServeConn(c *net.UnixConn) error {
+	ss, err := s.newSession(c)
+	if err != nil {
+		s.log.Warn("attach refused", zap.Error(err))
+		m := attachMsg{}
+		m.setError(err)
+		line, _ := json.Marshal(&m)
+		c.Write(append(line, '\n'))
+		c.Close()
+		return err
+	}
+	defer s.wg.Done()
+	ss.serve()
+	return nil
+}
+
+// Close detaches every process and waits until their resources are gone
+// (connections being disconnected for them are not waited for beyond the
+// device's life: closing the device ends them).
+func (s *AttachServer) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	ss := make([]*session, 0, len(s.sessions))
+	for x := range s.sessions {
+		ss = append(ss, x)
+	}
+	s.mu.Unlock()
+	for _, x := range ss {
+		x.t.Close()
+	}
+	s.wg.Wait()
+	return nil
+}
+
+// AttachedProcess describes an attached process and what it owns.
+type AttachedProcess struct {
+	PID, UID int       // from SO_PEERCRED
+	Since    time.Time // when it attached
+	PDs      []mr.PD   // its protection domains: its regions are theirs
+	QPs      []*QP     // its QPs on the device
+	// Counters count its doorbells, work requests and completions through
+	// the shared queues, and its QPs failed for corrupt queues.
+	Counters []Counter
+}
+
+// Processes describes the processes attached now.
+func (s *AttachServer) Processes() []AttachedProcess {
+	s.mu.Lock()
+	ss := make([]*session, 0, len(s.sessions))
+	for x := range s.sessions {
+		ss = append(ss, x)
+	}
+	s.mu.Unlock()
+	out := make([]AttachedProcess, 0, len(ss))
+	for _, x := range ss {
+		out = append(out, x.describe())
+	}
+	slices.SortFunc(out, func(a, b AttachedProcess) int { return a.Since.Compare(b.Since) })
+	return out
+}
+
+// Counters of one attached process.
+const (
+	cntDoorbells   = iota // doorbell wakeups of the daemon
+	cntSendWQEs           // send work requests taken from its send rings
+	cntRecvWQEs           // receive work requests taken from its receive rings
+	cntCQEs               // completions written to its completion rings
+	cntBadQueues          // QPs failed for a corrupt work request or ring index
+	cntCQOverflows        // completions lost to a full completion ring
+	numSessionCounters
+)
+
+var sessionCounterNames = [numSessionCounters]string{
+	"doorbells", "send_wqes", "recv_wqes", "cqes", "bad_queues", "cq_overflows",
+}
+
+// session is one attached process.
+type session struct {
+	srv   *AttachServer
+	dev   *Device
+	t     *shm.Conn
+	pid   int
+	uid   int
+	since time.Time
+	log   *zap.Logger
+
+	ctx    context.Context // cancelled when the process detaches
+	cancel context.CancelFunc
+
+	bell     *os.File // the doorbell eventfd, which the process signals
+	bellPage *shm.Mapping
+	needWake *atomic.Uint32
+
+	mu      sync.Mutex
+	objects map[uint32]any // handle → *PD, *hostedMR, *hostedBuf, *hostedCQ, *hostedSRQ, *hostedQP, *hostedListener, *Request, *hostedConn
+	next    uint32
+	memory  int64                         // bytes mapped for it
+	calls   map[uint64]context.CancelFunc // calls waiting for the network
+	qps     []*hostedQP                   // its QPs, for the doorbell
+	failing []*hostedQP                   // QPs to fail from the doorbell goroutine
+	dead    bool
+
+	scanQPs  []*hostedQP // the doorbell goroutine's copy of qps
+	cnt      [numSessionCounters]atomic.Uint64
+	callWG   sync.WaitGroup // calls in progress
+	bellDone chan struct{}  // closed when the doorbell loop returns
+}
+
+// newSession identifies the process at the other end of c, sets up its
+// doorbell and answers its attach line.
+func (s *AttachServer) newSession(c *net.UnixConn) (*session, error) {
+	cred, err := peerCred(c)
+	if err != nil {
+		return nil, fmt.Errorf("attach: peer credentials: %w", err)
+	}
+	ss := &session{
+		srv: s, dev: s.dev, t: shm.NewConn(c, attachMaxLine), pid: int(cred.Pid), uid: int(cred.Uid),
+		since: time.Now(), objects: make(map[uint32]any), calls: make(map[uint64]context.CancelFunc),
+	}
+	ss.log = s.log.With(zap.Int("pid", ss.pid))
+	ss.ctx, ss.cancel = context.WithCancel(context.Background())
+	if s.dev.closed() {
+		return nil, fmt.Errorf("attach: %w", ErrClosed)
+	}
+	efd, err := shm.NewEventFD()
+	if err != nil {
+		return nil, err
+	}
+	if ss.bellPage, err = shm.Create("softnic-doorbell", shm.DoorbellSize); err != nil {
+		unix.Close(efd)
+		return nil, err
+	}
+	db, _ := shm.NewDoorbell(ss.bellPage.Bytes())
+	ss.needWake = db.NeedWake()
+	ss.bell = os.NewFile(uintptr(efd), "softnic-doorbell")
+	hello := helloResult{Addr: s.dev.local, MTU: s.dev.cfg.MTU, Features: s.dev.conn.Features(), PID: os.Getpid()}
+	err = ss.reply(0, &hello, []int{efd, ss.bellPage.FD()}, nil)
+	ss.bellPage.CloseFD()
+	if err != nil {
+		ss.bell.Close()
+		ss.bellPage.Close()
+		return nil, err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		ss.bell.Close()
+		ss.bellPage.Close()
+		return nil, fmt.Errorf("attach: %w", ErrClosed)
+	}
+	s.sessions[ss] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	ss.log.Info("process attached", zap.Int("uid", ss.uid))
+	ss.bellDone = make(chan struct{})
+	go ss.doorbellLoop()
+	return ss, nil
+}
+
+// peerCred returns the credentials of the process at the other end of c.
+func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	err = raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	})
+	return cred, errors.Join(err, cerr)
+}
+
+// serve reads the process's requests until it detaches, then cleans up.
+func (s *session) serve() {
+	var err error
+	for err == nil {
+		var line []byte
+		if line, err = s.t.ReadLine(); err != nil {
+			break
+		}
+		var m attachMsg
+		if err = json.Unmarshal(line, &m); err != nil {
+			err = fmt.Errorf("%v: %w", err, shm.ErrProtocol)
+			break
+		}
+		var fds []int
+		if fds, err = s.t.TakeFDs(m.FDs); err != nil {
+			break
+		}
+		s.handle(&m, fds)
+	}
+	if errors.Is(err, shm.ErrProtocol) {
+		s.log.Warn("detaching a process that broke the protocol", zap.Error(err))
+	}
+	s.t.Close()
+	s.t.DropFDs()
+	s.cleanup()
+}
+
+// reply answers call id with res or err, sending fds along.
+func (s *session) reply(id uint64, res any, fds []int, err error) error {
+	m := attachMsg{ID: id, FDs: len(fds)}
+	if err != nil {
+		m.setError(err)
+		m.FDs, fds = 0, nil
+	} else if res != nil {
+		m.Result, _ = json.Marshal(res)
+	}
+	line, _ := json.Marshal(&m)
+	return s.t.Send(line, fds)
+}
+
+// event tells the process of something that happened (no reply).
+func (s *session) event(op string, body any, err error) {
+	m := attachMsg{Op: op}
+	m.Args, _ = json.Marshal(body)
+	if err != nil {
+		m.setError(err)
+	}
+	line, _ := json.Marshal(&m)
+	s.t.Send(line, nil)
+}
+
+// add gives obj a handle.
+func (s *session) add(obj any) (uint32, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dead {
+		return 0, ErrClosed
+	}
+	if len(s.objects) >= s.srv.cfg.MaxObjects {
+		return 0, fmt.Errorf("%d objects, the daemon's limit per process: %w", len(s.objects), ErrNoMem)
+	}
+	for {
+		s.next++
+		if _, used := s.objects[s.next]; s.next != 0 && !used {
+			break
+		}
+	}
+	s.objects[s.next] = obj
+	if h, ok := obj.(*hostedQP); ok {
+		s.qps = append(s.qps, h)
+	}
+	return s.next, nil
+}
+
+// remove forgets handle h.
+func (s *session) remove(h uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if q, ok := s.objects[h].(*hostedQP); ok {
+		s.qps = slices.DeleteFunc(s.qps, func(x *hostedQP) bool { return x == q })
+	}
+	delete(s.objects, h)
+}
+
+// lookup returns the process's object of type T with handle h.
+func lookup[T any](s *session, h uint32) (T, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	obj, ok := s.objects[h].(T)
+	if !ok {
+		var zero T
+		return zero, fmt.Errorf("no %T with handle %d: %w", zero, h, ErrInvalid)
+	}
+	return obj, nil
+}
+
+// charge counts n bytes more of shared memory mapped for the process.
+func (s *session) charge(n int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.memory+n > s.srv.cfg.MaxMemory {
+		return fmt.Errorf("%d bytes of shared memory mapped, %d more exceed the daemon's limit of %d: %w",
+			s.memory, n, s.srv.cfg.MaxMemory, ErrNoMem)
+	}
+	s.memory += n
+	return nil
+}
+
+func (s *session) uncharge(n int64) {
+	s.mu.Lock()
+	s.memory -= n
+	s.mu.Unlock()
+}
+
+// describe returns what the process owns.
+func (s *session) describe() AttachedProcess {
+	p := AttachedProcess{PID: s.pid, UID: s.uid, Since: s.since}
+	s.mu.Lock()
+	for _, obj := range s.objects {
+		switch o := obj.(type) {
+		case *PD:
+			p.PDs = append(p.PDs, o.pd)
+		case *hostedQP:
+			p.QPs = append(p.QPs, o.q)
+		}
+	}
+	s.mu.Unlock()
+	slices.Sort(p.PDs)
+	slices.SortFunc(p.QPs, func(a, b *QP) int { return int(a.num) - int(b.num) })
+	for i := range s.cnt {
+		p.Counters = append(p.Counters, Counter{sessionCounterNames[i], s.cnt[i].Load()})
+	}
+	return p
+}
+
+// doorbellLoop serves the process's doorbell: it takes new work requests
+// from every send and receive ring of the process, then sleeps on the
+// doorbell eventfd. NeedWake tells posters whether it sleeps: set before
+// the last look at the rings, so that a post either is seen by that look
+// or finds NeedWake set and signals.
+func (s *session) doorbellLoop() {
+	defer close(s.bellDone)
+	var b [8]byte
+	for {
+		s.needWake.Store(0)
+		for s.scan() {
+		}
+		s.needWake.Store(1)
+		if s.scan() {
+			continue
+		}
+		if _, err := s.bell.Read(b[:]); err != nil {
+			return
+		}
+		s.cnt[cntDoorbells].Add(1)
+	}
+}
+
+// scan services every QP of the process once and reports whether any had
+// new work requests.
+func (s *session) scan() bool {
+	s.mu.Lock()
+	s.scanQPs = append(s.scanQPs[:0], s.qps...)
+	failing := s.failing
+	s.failing = nil
+	s.mu.Unlock()
+	for _, h := range failing {
+		h.q.Modify(&qp.Attr{State: qp.Err}, qp.AttrState)
+	}
+	worked := false
+	for _, h := range s.scanQPs {
+		h.q.mu.Lock()
+		if h.serviceLocked() {
+			worked = true
+		}
+		h.q.mu.Unlock()
+	}
+	clear(s.scanQPs)
+	return worked
+}
+
+// fail has the doorbell goroutine move h's QP to the error state: the
+// caller holds locks Modify takes.
+func (s *session) fail(h *hostedQP) {
+	s.mu.Lock()
+	s.failing = append(s.failing, h)
+	s.mu.Unlock()
+	s.wake()
+}
+
+// wake signals the process's doorbell from the daemon.
+func (s *session) wake() {
+	raw, err := s.bell.SyscallConn()
+	if err == nil {
+		raw.Write(func(fd uintptr) bool { shm.Signal(int(fd)); return true })
+	}
+}
+
+// cleanup destroys everything the process made, once it has detached.
+func (s *session) cleanup() {
+	s.cancel()
+	s.mu.Lock()
+	s.dead = true
+	for _, cancel := range s.calls {
+		cancel()
+	}
+	var (
+		listeners []*hostedListener
+		conns     []*hostedConn
+		qps       []*hostedQP
+		queues    []interface{ close() }
+		regions   []*hostedMR
+		pds       []*PD
+	)
+	for _, obj := range s.objects {
+		switch o := obj.(type) {
+		case *hostedListener:
+			listeners = append(listeners, o)
+		case *hostedConn:
+			conns = append(conns, o)
+		case *hostedQP:
+			qps = append(qps, o)
+		case *hostedCQ:
+			queues = append(queues, o)
+		case *hostedSRQ:
+			queues = append(queues, o)
+		case *hostedMR:
+			regions = append(regions, o)
+		case *PD:
+			pds = append(pds, o)
+		}
+	}
+	s.objects = nil
+	s.qps = nil
+	s.mu.Unlock()
+	s.callWG.Wait()
+
+	// Listeners first (their backlogs are rejected), then connections (a
+	// DREQ each; the wait for the DREP goes on in the background), then
+	// the other QPs and every ring, then regions and PDs.
+	for _, l := range listeners {
+		l.l.Close()
+	}
+	for _, c := range conns {
+		s.srv.wg.Go(func() { c.c.Close() })
+	}
+	for _, h := range qps {
+		if h.conn == nil {
+			h.q.Destroy()
+		}
+		h.close()
+	}
+	for _, q := range queues {
+		q.close()
+	}
+	for _, m := range regions {
+		s.deregister(m)
+	}
+	for _, pd := range pds {
+		if err := pd.Dealloc(); err != nil && !s.dev.closed() {
+			s.log.Warn("detach: PD", zap.Error(err))
+		}
+	}
+	s.bell.Close()
+	<-s.bellDone
+	s.bellPage.Close()
+	s.srv.mu.Lock()
+	delete(s.srv.sessions, s)
+	s.srv.mu.Unlock()
+	s.log.Info("process detached: its resources destroyed",
+		zap.Int("connections", len(conns)), zap.Int("qps", len(qps)), zap.Int("regions", len(regions)))
+}
+
+// handle carries out one request. Calls that wait for the network run on
+// goroutines of their own and answer when done.
+func (s *session) handle(m *attachMsg, fds []int) {
+	op, ok := sessionOps[m.Op]
+	switch {
+	case m.Op == opCancel:
+		var a cancelArgs
+		if json.Unmarshal(m.Args, &a) == nil {
+			s.mu.Lock()
+			if cancel := s.calls[a.Target]; cancel != nil {
+				cancel()
+			}
+			s.mu.Unlock()
+		}
+		shm.CloseFDs(fds)
+		return
+	case !ok:
+		shm.CloseFDs(fds)
+		s.reply(m.ID, nil, nil, fmt.Errorf("unknown operation %q: %w", m.Op, ErrInvalid))
+		return
+	case len(fds) != op.fds:
+		shm.CloseFDs(fds)
+		s.reply(m.ID, nil, nil, fmt.Errorf("%s takes %d descriptors, not %d: %w", m.Op, op.fds, len(fds), ErrInvalid))
+		return
+	}
+	if !op.waits {
+		res, out, err := op.run(s, s.ctx, m.Args, fds)
+		s.answer(m.ID, res, out, err)
+		return
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	s.mu.Lock()
+	if s.dead {
+		s.mu.Unlock()
+		cancel()
+		return
+	}
+	s.calls[m.ID] = cancel
+	s.callWG.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.callWG.Done()
+		res, out, err := op.run(s, ctx, m.Args, fds)
+		s.mu.Lock()
+		delete(s.calls, m.ID)
+		s.mu.Unlock()
+		cancel()
+		s.answer(m.ID, res, out, err)
+	}()
+}
+
+// answer replies to a call and closes the daemon's copies of the
+// descriptors it sent.
+func (s *session) answer(id uint64, res any, fds []int, err error) {
+	s.reply(id, res, fds, err)
+	shm.CloseFDs(fds)
+}
+
+// sessionOp is one operation of the protocol: how many descriptors its
+// request carries, whether it waits for the network, and what it does.
+type sessionOp struct {
+	fds   int
+	waits bool
+	run   func(s *session, ctx context.Context, args json.RawMessage, fds []int) (res any, out []int, err error)
+}
+
+var sessionOps map[string]sessionOp
+
+func init() {
+	sessionOps = map[string]sessionOp{
+		opAllocPD:       {run: (*session).allocPD},
+		opDeallocPD:     {run: (*session).deallocPD},
+		opAllocMR:       {fds: 1, run: (*session).allocMR},
+		opRegMR:         {run: (*session).regMR},
+		opDeregMR:       {run: (*session).deregMR},
+		opCreateCQ:      {run: (*session).createCQ},
+		opCreateSRQ:     {run: (*session).createSRQ},
+		opCreateQP:      {run: (*session).createQP},
+		opModifyQP:      {run: (*session).modifyQP},
+		opQueryQP:       {run: (*session).queryQP},
+		opDestroyQP:     {run: (*session).destroyQP},
+		opCounters:      {run: (*session).counters},
+		opListen:        {run: (*session).listen},
+		opCloseListener: {run: (*session).closeListener},
+		opReject:        {run: (*session).reject},
+		opAcceptRequest: {waits: true, run: (*session).acceptRequest},
+		opAccept:        {waits: true, run: (*session).accept},
+		opDial:          {waits: true, run: (*session).dial},
+		opDisconnect:    {waits: true, run: (*session).disconnect},
+	}
+}
+
+// args decodes a request's arguments.
+func args[T any](raw json.RawMessage) (T, error) {
+	var a T
+	if err := json.Unmarshal(raw, &a); err != nil {
+		return a, fmt.Errorf("arguments: %v: %w", err, ErrInvalid)
+	}
+	return a, nil
+}
