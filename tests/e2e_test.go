@@ -21,8 +21,10 @@ import (
 // successfully; the target memory must equal a reference model byte for
 // byte; every READ must return what the model held when it was posted; and
 // the FETCH_ADDs on the shared counter must add up exactly (each executed
-// once).
-func TestRandomOpsThroughFaults(t *testing.T) {
+// once). It runs with each pairing of embedded and attached devices.
+func TestRandomOpsThroughFaults(t *testing.T) { forEachMode(t, randomOpsThroughFaults) }
+
+func randomOpsThroughFaults(t *testing.T, m mode) {
 	checkLeaks(t)
 	total := 10000
 	if testing.Short() {
@@ -32,8 +34,8 @@ func TestRandomOpsThroughFaults(t *testing.T) {
 	faults := func(seed uint64) *qp.Faults {
 		return &qp.Faults{Drop: 0.10, Duplicate: 0.05, Reorder: 0.05, Corrupt: 0.01, Seed: seed}
 	}
-	da := openDevice(t, nic.Config{Faults: faults(1)})
-	db := openDevice(t, nic.Config{Faults: faults(2)})
+	da := m.a(t, nic.Config{Faults: faults(1)})
+	db := m.b(t, nic.Config{Faults: faults(2)})
 	pa, _ := da.AllocPD()
 	pb, _ := db.AllocPD()
 	// Each QP owns an area of b's memory (operations on different QPs are

@@ -2,7 +2,9 @@ package tests
 
 import (
 	"context"
+	"net"
 	"net/netip"
+	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
@@ -30,6 +32,27 @@ func checkLeaks(t testing.TB) {
 			t.Errorf("%d goroutines leaked:\n%s", n-before, buf)
 		}
 	})
+}
+
+// mode says how a test's two devices are opened: each embedded, or
+// attached to a daemon of its own (in this process, reached through its
+// socket and shared memory only).
+type mode struct {
+	name string
+	a, b func(testing.TB, nic.Config) *nic.Device
+}
+
+var modes = []mode{
+	{"embedded", openDevice, openDevice},
+	{"attached", attachedDevice, attachedDevice},
+	{"attached-embedded", attachedDevice, openDevice},
+}
+
+// forEachMode runs test once per mode.
+func forEachMode(t *testing.T, test func(*testing.T, mode)) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) { test(t, m) })
+	}
 }
 
 func openDevice(t testing.TB, cfg nic.Config) *nic.Device {
@@ -89,4 +112,41 @@ func waitWC(t testing.TB, cq *nic.CQ, timeout time.Duration) qp.WC {
 		t.Fatalf("waiting for a completion: %v", err)
 	}
 	return wc[0]
+}
+
+// startDaemon opens a device with cfg and serves it to attached processes
+// on a unix socket, as softnic serve does; it returns the socket's path.
+func startDaemon(t testing.TB, cfg nic.Config) (string, *nic.Device) {
+	t.Helper()
+	cfg.Embed = true
+	dev := openDevice(t, cfg)
+	srv := nic.NewAttachServer(dev, nic.AttachServerConfig{})
+	path := filepath.Join(t.TempDir(), "softnic.sock")
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		srv.Serve(l)
+	}()
+	t.Cleanup(func() { // before the device's Close, registered earlier
+		l.Close()
+		<-served
+		srv.Close()
+	})
+	return path, dev
+}
+
+// attachedDevice starts a daemon with cfg and attaches to it.
+func attachedDevice(t testing.TB, cfg nic.Config) *nic.Device {
+	t.Helper()
+	path, _ := startDaemon(t, cfg)
+	d, err := nic.Open(nic.Config{Attach: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
 }
