@@ -224,6 +224,29 @@ func (h *hostedQP) publishLocked() {
 	}
 }
 
+// retire publishes, before wc reaches the process, that the work request
+// wc completes no longer holds a slot of the QP's ring: a process that
+// polls a completion and posts again at once must find the room the
+// embedded QP would give it. The QP pushes a send completion just before
+// it retires the WQE (qp's completeInOrder), so the WQE still counts as
+// queued here; a receive WQE left the queue when its message began.
+func (h *hostedQP) retire(wc *qp.WC) {
+	if h.closed || h.broken {
+		return
+	}
+	st := h.q.qp.Status()
+	switch wc.Opcode {
+	case qp.WCRecv, qp.WCRecvWriteImm:
+		if h.srq != nil {
+			h.srq.publish()
+		} else {
+			h.rq.Consumer().Store(h.rqFetched - uint32(st.RecvQueued))
+		}
+	default:
+		h.sq.Consumer().Store(h.sqFetched - uint32(st.SendQueued) + 1)
+	}
+}
+
 // failLocked fails the QP for a work request it cannot carry out (id,
 // found corrupt or refused by the QP): the QP moves to the error state,
 // which flushes the work requests before it, then the request completes
@@ -313,7 +336,10 @@ func (s *session) newHostedCQ(depth int) (*hostedCQ, error) {
 	return c, nil
 }
 
-// drain moves the completions the device pushed into the ring.
+// drain moves the completions the device pushed into the ring. It runs
+// inside the device's push, with the pushing QP's lock held; a completion
+// another QP pushed meanwhile is moved too, while that QP waits in its own
+// drain, its state unchanged.
 func (c *hostedCQ) drain() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -326,6 +352,9 @@ func (c *hostedCQ) drain() {
 			continue
 		}
 		for i := range n {
+			if h := c.s.qpByNum(c.wcs[i].QPN); h != nil {
+				h.retire(&c.wcs[i])
+			}
 			c.pushLocked(&c.wcs[i])
 		}
 	}
@@ -387,12 +416,7 @@ func (c *hostedCQ) close() {
 func (s *session) qpByNum(qpn uint32) *hostedQP {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, h := range s.qps {
-		if h.q != nil && h.q.num == qpn {
-			return h
-		}
-	}
-	return nil
+	return s.byQPN[qpn]
 }
 
 // hostedSRQ is a device SRQ an attached process fills through a ring.

@@ -210,6 +210,7 @@ type session struct {
 	memory  int64                         // bytes mapped for it
 	calls   map[uint64]context.CancelFunc // calls waiting for the network
 	qps     []*hostedQP                   // its QPs, for the doorbell
+	byQPN   map[uint32]*hostedQP          // the same, by number
 	failing []*hostedQP                   // QPs to fail from the doorbell goroutine
 	dead    bool
 
@@ -229,6 +230,7 @@ func (s *AttachServer) newSession(c *net.UnixConn) (*session, error) {
 	ss := &session{
 		srv: s, dev: s.dev, t: shm.NewConn(c, attachMaxLine), pid: int(cred.Pid), uid: int(cred.Uid),
 		since: time.Now(), objects: make(map[uint32]any), calls: make(map[uint64]context.CancelFunc),
+		byQPN: make(map[uint32]*hostedQP),
 	}
 	ss.log = s.log.With(zap.Int("pid", ss.pid))
 	ss.ctx, ss.cancel = context.WithCancel(context.Background())
@@ -354,6 +356,7 @@ func (s *session) add(obj any) (uint32, error) {
 	s.objects[s.next] = obj
 	if h, ok := obj.(*hostedQP); ok {
 		s.qps = append(s.qps, h)
+		s.byQPN[h.q.num] = h
 	}
 	return s.next, nil
 }
@@ -364,6 +367,7 @@ func (s *session) remove(h uint32) {
 	defer s.mu.Unlock()
 	if q, ok := s.objects[h].(*hostedQP); ok {
 		s.qps = slices.DeleteFunc(s.qps, func(x *hostedQP) bool { return x == q })
+		delete(s.byQPN, q.q.num)
 	}
 	delete(s.objects, h)
 }
@@ -518,6 +522,7 @@ func (s *session) cleanup() {
 	}
 	s.objects = nil
 	s.qps = nil
+	s.byQPN = nil
 	s.mu.Unlock()
 	s.callWG.Wait()
 
