@@ -18,7 +18,10 @@ import (
 // unix socket, writes one JSON request on a line, {"cmd":"stat"}, and reads
 // one JSON reply on a line, {"result":...} or {"error":"..."}; then the
 // daemon closes the connection. The commands are info, stat, mr and qp;
-// their results are deviceInfo, counterList, []regionRow and []qpRow.
+// their results are deviceInfo, counterList, []regionRow and []qpRow. The
+// command attach is a process attaching to the device (nic.Config.Attach):
+// the connection then carries the attach protocol of package nic for as
+// long as the process stays attached.
 
 type controlRequest struct {
 	Cmd string `json:"cmd"`
@@ -50,6 +53,7 @@ type deviceInfo struct {
 	Faults      string    `json:"faults,omitempty"`
 	Regions     int       `json:"regions"`
 	Connections int       `json:"connections"`
+	Attached    int       `json:"attached"`         // processes attached to the device
 	RecvBuffers int       `json:"recv_buffers"`     // receive WRs kept posted for SENDs
 	RecvBufSize int       `json:"recv_buffer_size"` // bytes each
 }
@@ -69,6 +73,7 @@ type regionRow struct {
 	Pages   uint64 `json:"resident_pages"`
 	Faults  uint64 `json:"odp_faults"`
 	Windows int    `json:"windows"` // memory windows bound to it
+	PID     int    `json:"pid"`     // the process that owns it: the daemon, or an attached process
 }
 
 // qpRow is one connected QP of qp's result.
@@ -84,7 +89,8 @@ type qpRow struct {
 	ExpectedPSN uint32    `json:"expected_psn"`
 	MSN         uint32    `json:"msn"`
 	SendQueued  int       `json:"send_queued"`
-	Since       time.Time `json:"connected"`
+	Since       time.Time `json:"connected"` // zero for a QP the connection manager did not connect
+	PID         int       `json:"pid"`       // the process that owns it: the daemon, or an attached process
 }
 
 // counter is one named counter of stat's result.
@@ -135,6 +141,9 @@ func (l *counterList) UnmarshalJSON(b []byte) error {
 type controlServer struct {
 	l      net.Listener
 	handle func(cmd string) (any, error)
+	// attach serves a process that sent the attach command, until it
+	// detaches.
+	attach func(c *net.UnixConn)
 	wg     sync.WaitGroup
 }
 
@@ -170,6 +179,11 @@ func (s *controlServer) answer(c net.Conn) {
 	line, err := bufio.NewReader(io.LimitReader(c, controlRequestMax)).ReadBytes('\n')
 	if err == nil {
 		err = json.Unmarshal(line, &req)
+	}
+	if uc, ok := c.(*net.UnixConn); ok && err == nil && req.Cmd == "attach" && s.attach != nil {
+		c.SetDeadline(time.Time{})
+		s.attach(uc)
+		return
 	}
 	if err != nil {
 		reply.Error = "bad request: " + err.Error()

@@ -67,6 +67,7 @@ func printInfo(w io.Writer, result json.RawMessage) error {
 		{"faults", orNone(in.Faults)},
 		{"regions", strconv.Itoa(in.Regions)},
 		{"connections", strconv.Itoa(in.Connections)},
+		{"attached processes", strconv.Itoa(in.Attached)},
 		{"receive buffers", fmt.Sprintf("%d of %s", in.RecvBuffers, formatSize(in.RecvBufSize))},
 	} {
 		fmt.Fprintf(tw, "%s\t%s\n", kv[0], kv[1])
@@ -98,7 +99,7 @@ func printRegions(w io.Writer, result json.RawMessage) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tLKEY\tRKEY\tPD\tACCESS\tADDR\tLEN\tKIND\tODP RESIDENCY")
+	fmt.Fprintln(tw, "NAME\tLKEY\tRKEY\tPD\tACCESS\tADDR\tLEN\tKIND\tPID\tODP RESIDENCY")
 	for _, r := range rows {
 		odp := "-"
 		if r.ODP {
@@ -108,8 +109,8 @@ func printRegions(w io.Writer, result json.RawMessage) error {
 		if name == "" {
 			name = "-" // a region of the device's own, such as the connection manager's buffers
 		}
-		fmt.Fprintf(tw, "%s\t%#x\t%#x\t%d\t%s\t%#x\t%d\t%s\t%s\n",
-			name, r.LKey, r.RKey, r.PD, r.Access, r.Addr, r.Len, r.Kind, odp)
+		fmt.Fprintf(tw, "%s\t%#x\t%#x\t%d\t%s\t%#x\t%d\t%s\t%d\t%s\n",
+			name, r.LKey, r.RKey, r.PD, r.Access, r.Addr, r.Len, r.Kind, r.PID, odp)
 	}
 	return tw.Flush()
 }
@@ -120,15 +121,19 @@ func printQPs(w io.Writer, result json.RawMessage) error {
 		return err
 	}
 	if len(rows) == 0 {
-		_, err := fmt.Fprintln(w, "no connected QPs")
+		_, err := fmt.Fprintln(w, "no QPs")
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "QPN\tTYPE\tSTATE\tPEER\tPEER QPN\tMTU\tSEND PSN\tACKED PSN\tEXPECTED PSN\tMSN\tQUEUED\tCONNECTED")
+	fmt.Fprintln(tw, "QPN\tTYPE\tSTATE\tPEER\tPEER QPN\tMTU\tSEND PSN\tACKED PSN\tEXPECTED PSN\tMSN\tQUEUED\tCONNECTED\tPID")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%#x\t%s\t%s\t%s\t%#x\t%d\t0x%06x\t0x%06x\t0x%06x\t%d\t%d\t%s\n",
+		since := "-"
+		if !r.Since.IsZero() {
+			since = r.Since.Format(time.TimeOnly)
+		}
+		fmt.Fprintf(tw, "%#x\t%s\t%s\t%s\t%#x\t%d\t0x%06x\t0x%06x\t0x%06x\t%d\t%d\t%s\t%d\n",
 			r.QPN, r.Type, r.State, r.Peer, r.PeerQPN, r.MTU, r.SendPSN, r.AckedPSN, r.ExpectedPSN,
-			r.MSN, r.SendQueued, r.Since.Format(time.TimeOnly))
+			r.MSN, r.SendQueued, since, r.PID)
 	}
 	return tw.Flush()
 }

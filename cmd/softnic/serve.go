@@ -112,6 +112,7 @@ type daemon struct {
 	recvMR  *nic.MR
 	ln      *nic.Listener
 	ctl     *controlServer
+	attach  *nic.AttachServer // the processes attached to the device (Config.Attach)
 
 	// quit is cancelled by stop: the accept loop and the capture flusher end.
 	quit       context.Context
@@ -198,13 +199,13 @@ func (d *daemon) start() error {
 	if err != nil {
 		return err
 	}
-	d.ctl = &controlServer{l: l, handle: d.control}
+	d.ctl = &controlServer{l: l, handle: d.control, attach: d.serveAttached}
 	if cfg.pcap != "" {
 		if d.capture, err = createCapture(cfg.pcap); err != nil {
 			return fmt.Errorf("--pcap: %w", err)
 		}
 	}
-	ncfg := nic.Config{Addr: cfg.listen, Logger: d.log, Faults: cfg.faults}
+	ncfg := nic.Config{Addr: cfg.listen, Logger: d.log, Faults: cfg.faults, Embed: true}
 	if d.capture != nil {
 		ncfg.Trace = d.capture.TraceBoth()
 	}
@@ -214,6 +215,7 @@ func (d *daemon) start() error {
 		}
 		return err
 	}
+	d.attach = nic.NewAttachServer(d.dev, nic.AttachServerConfig{Logger: d.log})
 	if d.pd, err = d.dev.AllocPD(); err != nil {
 		return err
 	}
@@ -320,6 +322,9 @@ func (d *daemon) stop() error {
 		})
 	}
 	wg.Wait()
+	if d.attach != nil {
+		d.attach.Close() // every attached process's resources destroyed, its connections disconnected
+	}
 	if d.ctl != nil {
 		d.ctl.Close()
 	}
@@ -486,6 +491,7 @@ func (d *daemon) info() *deviceInfo {
 		Listen: d.dev.Addr().String(), CMPort: d.ln.Port(), MTU: d.dev.MTU(), UDP: d.dev.Features().String(),
 		Control: d.cfg.control, Pcap: d.cfg.pcap, Faults: d.cfg.spec,
 		Regions: len(d.regions), Connections: conns, RecvBuffers: recvBuffers, RecvBufSize: recvBufferSize,
+		Attached: len(d.attach.Processes()),
 	}
 }
 
@@ -504,7 +510,7 @@ func (d *daemon) counters() counterList {
 	d.mu.Lock()
 	active := uint64(len(d.conns))
 	d.mu.Unlock()
-	return append(l,
+	l = append(l,
 		counter{"connections_accepted", d.accepted.Load()},
 		counter{"connections_active", active},
 		counter{"sends_received", d.recvMsgs.Load()},
@@ -512,6 +518,7 @@ func (d *daemon) counters() counterList {
 		counter{"write_imms_received", d.writeImms.Load()},
 		counter{"receive_errors", d.recvErrors.Load()},
 	)
+	return append(l, d.attachedCounters()...)
 }
 
 func (d *daemon) regionRows() []regionRow {
@@ -519,6 +526,7 @@ func (d *daemon) regionRows() []regionRow {
 	for _, r := range d.regions {
 		names[r.mr.RKey()] = r.name
 	}
+	owners := d.attachedPDs()
 	rows := []regionRow{}
 	for ri := range d.dev.Memory().Regions() {
 		rows = append(rows, regionRow{
@@ -526,6 +534,7 @@ func (d *daemon) regionRows() []regionRow {
 			Access: accessLetters(ri.Access), Flags: ri.Access.String(), Addr: ri.Addr, Len: ri.Len,
 			Kind: ri.Kind.String(), ODP: ri.Access&mr.OnDemand != 0 || ri.Kind == mr.ImplicitODP,
 			Pages: ri.ODP.ResidentPages, Faults: ri.ODP.Faults, Windows: ri.Windows,
+			PID: cmp.Or(owners[ri.PD], os.Getpid()),
 		})
 	}
 	return rows
@@ -546,9 +555,10 @@ func (d *daemon) qpRows() []qpRow {
 			QPN: q.Num(), Type: qp.RC.String(), State: st.State.String(),
 			Peer: c.conn.RemoteAddr().String(), PeerQPN: at.DestQPN, MTU: at.PathMTU,
 			SendPSN: uint32(st.SendPSN), AckedPSN: uint32(st.AckedPSN), ExpectedPSN: uint32(st.ExpectedPSN),
-			MSN: st.MSN, SendQueued: st.SendQueued, Since: c.since,
+			MSN: st.MSN, SendQueued: st.SendQueued, Since: c.since, PID: os.Getpid(),
 		})
 	}
+	rows = append(rows, d.attachedQPRows()...)
 	slices.SortFunc(rows, func(a, b qpRow) int { return cmp.Compare(a.QPN, b.QPN) })
 	return rows
 }

@@ -360,7 +360,7 @@ func TestServeInspect(t *testing.T) {
 	}
 	mem := d.ready.Regions[0]
 	if r := byName["mem"]; r.RKey != mem.RKey || r.LKey != mem.RKey || r.Addr != mem.Addr || r.Len != uint64(mem.Len) ||
-		r.Access != "rwa" || r.Kind != "arena" || r.ODP || r.Flags != "LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ|REMOTE_ATOMIC" {
+		r.Access != "rwa" || r.Kind != "arena" || r.ODP || r.Flags != "LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ|REMOTE_ATOMIC" || r.PID != os.Getpid() {
 		t.Errorf("mem row %+v, ready line %+v", r, mem)
 	}
 	if r, ok := byName["(receive buffers)"]; !ok || r.Len != recvBuffers*recvBufferSize || r.Access != "-" {
@@ -372,7 +372,7 @@ func TestServeInspect(t *testing.T) {
 	if len(qps) != 1 {
 		t.Fatalf("qp lists %+v, want the one connection", qps)
 	}
-	if q := qps[0]; q.State != "RTS" || q.Type != "RC" || q.PeerQPN != conn.QP().Num() || q.Peer != local.String() || q.MTU != 4096 {
+	if q := qps[0]; q.State != "RTS" || q.Type != "RC" || q.PeerQPN != conn.QP().Num() || q.Peer != local.String() || q.MTU != 4096 || q.PID != os.Getpid() {
 		t.Errorf("qp row %+v", q)
 	}
 
@@ -380,12 +380,13 @@ func TestServeInspect(t *testing.T) {
 		cmd  string
 		want []string // each a line, as a regular expression
 	}{
-		{"info", []string{`listen \(UDP\) +` + regexp.QuoteMeta(d.ready.Listen), `rdma_cm port +7471`, `faults +seed=1`, `connections +1`}},
+		{"info", []string{`listen \(UDP\) +` + regexp.QuoteMeta(d.ready.Listen), `rdma_cm port +7471`, `faults +seed=1`, `connections +1`, `attached processes +0`}},
 		{"stat", []string{`sent_pkts +\d+`, `bad_icrc +0`, `rejected_unknown_key +0`, `rejected_window_bound_to_another_qp +0`, `connections_active +1`}},
-		{"mr", []string{`NAME +LKEY +RKEY +PD +ACCESS +ADDR +LEN +KIND +ODP RESIDENCY`,
-			fmt.Sprintf(`mem +%#x +%#x +\d+ +rwa +%#x +65536 +arena +-`, mem.RKey, mem.RKey, mem.Addr), `\(receive buffers\) +0x[0-9a-f]+ +0x[0-9a-f]+ +\d+ +- +0x[0-9a-f]+ +4194304 +arena +-`}},
-		{"qp", []string{`QPN +TYPE +STATE +PEER +PEER QPN .*`,
-			fmt.Sprintf(`0x[0-9a-f]+ +RC +RTS +%s +%#x +4096 +0x[0-9a-f]{6} .*`, regexp.QuoteMeta(local.String()), conn.QP().Num())}},
+		{"mr", []string{`NAME +LKEY +RKEY +PD +ACCESS +ADDR +LEN +KIND +PID +ODP RESIDENCY`,
+			fmt.Sprintf(`mem +%#x +%#x +\d+ +rwa +%#x +65536 +arena +%d +-`, mem.RKey, mem.RKey, mem.Addr, os.Getpid()),
+			fmt.Sprintf(`\(receive buffers\) +0x[0-9a-f]+ +0x[0-9a-f]+ +\d+ +- +0x[0-9a-f]+ +4194304 +arena +%d +-`, os.Getpid())}},
+		{"qp", []string{`QPN +TYPE +STATE +PEER +PEER QPN .* +PID`,
+			fmt.Sprintf(`0x[0-9a-f]+ +RC +RTS +%s +%#x +4096 +0x[0-9a-f]{6} .* %d`, regexp.QuoteMeta(local.String()), conn.QP().Num(), os.Getpid())}},
 	} {
 		code, stdout, stderr := runCmd(c.cmd, "--control", d.control)
 		if code != 0 || stderr != "" {

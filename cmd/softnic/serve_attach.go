@@ -1,0 +1,69 @@
+package main
+
+import (
+	"fmt"
+	"net"
+
+	"go.uber.org/zap"
+
+	"github.com/softnic/softnic/mr"
+)
+
+// Attach mode: other processes attach to the daemon's device through the
+// control socket (nic.Config.Attach, SOFTNIC_SOCKET) and own PDs, regions
+// and QPs in it; the listings name each resource's process.
+
+// serveAttached serves a process that sent the attach command until it
+// detaches; then everything it made is gone.
+func (d *daemon) serveAttached(c *net.UnixConn) {
+	if err := d.attach.ServeConn(c); err != nil {
+		d.log.Debug("attach refused", zap.Error(err))
+	}
+}
+
+// attachedPDs maps the protection domains of attached processes to their
+// PIDs.
+func (d *daemon) attachedPDs() map[mr.PD]int {
+	owners := map[mr.PD]int{}
+	for _, p := range d.attach.Processes() {
+		for _, pd := range p.PDs {
+			owners[pd] = p.PID
+		}
+	}
+	return owners
+}
+
+// attachedQPRows lists the QPs of attached processes.
+func (d *daemon) attachedQPRows() []qpRow {
+	var rows []qpRow
+	for _, p := range d.attach.Processes() {
+		for _, q := range p.QPs {
+			st, at := q.Status(), q.Attr()
+			peer := "-"
+			if at.Remote.IsValid() {
+				peer = at.Remote.String()
+			}
+			rows = append(rows, qpRow{
+				QPN: q.Num(), Type: q.Type().String(), State: st.State.String(), Peer: peer, PeerQPN: at.DestQPN,
+				MTU: at.PathMTU, SendPSN: uint32(st.SendPSN), AckedPSN: uint32(st.AckedPSN),
+				ExpectedPSN: uint32(st.ExpectedPSN), MSN: st.MSN, SendQueued: st.SendQueued, PID: p.PID,
+			})
+		}
+	}
+	return rows
+}
+
+// attachedCounters counts the attached processes, and for each its
+// resources and its use of the shared queues, as pid<PID>_<name>.
+func (d *daemon) attachedCounters() counterList {
+	ps := d.attach.Processes()
+	l := counterList{{"attached_processes", uint64(len(ps))}}
+	for _, p := range ps {
+		prefix := fmt.Sprintf("pid%d_", p.PID)
+		l = append(l, counter{prefix + "pds", uint64(len(p.PDs))}, counter{prefix + "qps", uint64(len(p.QPs))})
+		for _, c := range p.Counters {
+			l = append(l, counter{prefix + c.Name, c.Value})
+		}
+	}
+	return l
+}
