@@ -1,0 +1,167 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strings"
+	"syscall"
+
+	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/wire"
+)
+
+// The device of the tools that stand in for rdma-core's (perftest and
+// rping): one RoCEv2 device on a concrete local address, so that every
+// datagram leaves from the address the ICRC was computed with, accepting
+// Linux rxe's numbered IPv4 datagrams.
+
+// rxeHeaderAllowance is what rxe subtracts from its network interface's MTU
+// before it picks the port's active MTU (RXE_MAX_HDR_LENGTH): room for the
+// IP, UDP and InfiniBand headers and the ICRC.
+const rxeHeaderAllowance = 80
+
+// roceMTU returns the largest RoCE path MTU (256 to 4096) whose packets fit
+// a network interface MTU of ifMTU bytes, as rxe chooses its active MTU:
+// 1024 on a 1500-byte Ethernet link, 4096 on a 9000-byte one. It returns 0
+// if not even 256 fits.
+func roceMTU(ifMTU int) int {
+	for m := wire.MTU4096; m >= wire.MTU256; m-- {
+		if m.Bytes() <= ifMTU-rxeHeaderAllowance {
+			return m.Bytes()
+		}
+	}
+	return 0
+}
+
+// interfaceMTU returns the MTU of the network interface that holds addr,
+// or whose network contains it (127.0.0.2 is on lo, whose address is
+// 127.0.0.1/8).
+func interfaceMTU(addr netip.Addr) (int, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return 0, err
+	}
+	mtu := 0
+	for _, ifc := range ifs {
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			p, err := netip.ParsePrefix(a.String())
+			switch {
+			case err != nil:
+			case p.Addr().Unmap() == addr:
+				return ifc.MTU, nil
+			case mtu == 0 && p.Contains(addr):
+				mtu = ifc.MTU
+			}
+		}
+	}
+	if mtu == 0 {
+		return 0, fmt.Errorf("no network interface has the address %v", addr)
+	}
+	return mtu, nil
+}
+
+// toolMTU returns the path MTU a tool's device on local offers: want if
+// given (and then it must be a RoCE MTU), else what the interface of local
+// carries, as rxe derives it.
+func toolMTU(local netip.Addr, want int) (int, error) {
+	if want != 0 {
+		if _, ok := wire.MTUFromBytes(want); !ok {
+			return 0, usagef("--mtu %d: want 256, 512, 1024, 2048 or 4096", want)
+		}
+		return want, nil
+	}
+	ifMTU, err := interfaceMTU(local)
+	if err != nil {
+		return 0, err
+	}
+	m := roceMTU(ifMTU)
+	if m == 0 {
+		return 0, fmt.Errorf("the interface of %v has an MTU of %d bytes: too small for RoCE", local, ifMTU)
+	}
+	return m, nil
+}
+
+// toolDeviceConfig describes the device of a tool.
+type toolDeviceConfig struct {
+	addr netip.AddrPort
+	mtu  int
+	pcap string // capture every packet sent and received to this file
+	// onReceive, if set, is called after the device has handled each
+	// packet it receives (on the device's reader goroutine: keep it quick).
+	onReceive func()
+}
+
+// toolDevice is an open device and its capture, if any.
+type toolDevice struct {
+	*nic.Device
+	capture *capture
+}
+
+// openToolDevice opens the device: RecoverIPID is on, since the peer may
+// be Linux rxe (see nic.Config.RecoverIPID).
+func openToolDevice(c toolDeviceConfig) (*toolDevice, error) {
+	td := &toolDevice{}
+	cfg := nic.Config{Addr: c.addr, MTU: c.mtu, RecoverIPID: true}
+	var trace func(*nic.TracePacket)
+	if c.pcap != "" {
+		var err error
+		if td.capture, err = createCapture(c.pcap); err != nil {
+			return nil, fmt.Errorf("--pcap: %w", err)
+		}
+		trace = td.capture.TraceBoth()
+	}
+	switch {
+	case c.onReceive != nil:
+		cfg.Trace = func(p *nic.TracePacket) {
+			if trace != nil {
+				trace(p)
+			}
+			if p.Dir == nic.Received {
+				c.onReceive()
+			}
+		}
+	case trace != nil:
+		cfg.Trace = trace
+	}
+	dev, err := nic.Open(cfg)
+	if err != nil {
+		if td.capture != nil {
+			td.capture.Close()
+		}
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("UDP %v is in use (Linux rxe holds port 4791 where it runs: pick another --port): %w", c.addr, err)
+		}
+		return nil, err
+	}
+	td.Device = dev
+	return td, nil
+}
+
+// Close closes the device, then its capture.
+func (td *toolDevice) Close() error {
+	err := td.Device.Close()
+	if td.capture != nil {
+		err = errors.Join(err, td.capture.Close())
+	}
+	return err
+}
+
+// printCounters writes the device's counters on one line, "counters:
+// name=value ...", every counter in the device's order.
+func printCounters(w io.Writer, dev *nic.Device) error {
+	var b strings.Builder
+	b.WriteString("counters:")
+	for _, c := range dev.Counters() {
+		fmt.Fprintf(&b, " %s=%d", c.Name, c.Value)
+	}
+	b.WriteByte('\n')
+	_, err := io.WriteString(w, b.String())
+	return err
+}
