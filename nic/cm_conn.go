@@ -213,9 +213,12 @@ func (r *Request) accept(opts AcceptOptions, cfg QPConfig) (*Conn, error) {
 		r.abandon(wire.RejectNoQP)
 		return nil, fmt.Errorf("softnic: accept %v: %w", r.id.peer, err)
 	}
+	// The REQ's Starting PSN is the one this side sends from, the REP's the
+	// one the dialer sends from, as Linux's CM has them (cm_req_handler
+	// makes the REQ's its sq_psn).
 	psn := c.randomPSN()
 	err = q.connect(r.id.peer, req.LocalQPN, &ConnectOptions{
-		LocalPSN: psn, RemotePSN: req.StartingPSN, MTU: req.PathMTU.Bytes(), Access: cmAccess(rr),
+		LocalPSN: req.StartingPSN, RemotePSN: psn, MTU: req.PathMTU.Bytes(), Access: cmAccess(rr),
 		Timeout: req.PrimaryPath.LocalACKTimeout, RetryCnt: req.RetryCount, RNRRetry: req.RNRRetryCount,
 		MinRNRTimer: cmMinRNRTimer, MaxRdAtomic: depth, MaxDestRdAtomic: rr,
 	})
@@ -432,8 +435,10 @@ func (d *Device) dial(ctx context.Context, q *QP, remote netip.AddrPort, port ui
 	}
 	rep := res.rep
 	rr := min(o.ResponderResources, rep.InitiatorDepth)
+	// The dialer sends from the REP's Starting PSN and expects its own
+	// REQ's (see Accept).
 	err = q.connect(remote, rep.LocalQPN, &ConnectOptions{
-		LocalPSN: psn, RemotePSN: rep.StartingPSN, MTU: o.MTU, Access: cmAccess(rr),
+		LocalPSN: rep.StartingPSN, RemotePSN: psn, MTU: o.MTU, Access: cmAccess(rr),
 		Timeout: o.Timeout, RetryCnt: o.RetryCount, RNRRetry: rep.RNRRetryCount, MinRNRTimer: cmMinRNRTimer,
 		MaxRdAtomic: min(o.InitiatorDepth, rep.ResponderResources), MaxDestRdAtomic: rr,
 	})
