@@ -60,6 +60,9 @@ var commands = []command{
 	{"perftest", "TEST [--bind ADDR] [-s SIZE] [-n ITERS] [-A FETCH_AND_ADD|CMP_AND_SWAP] [--mtu N] [--port N] [--oob-port N] [--counters] [--pcap FILE] [HOST]",
 		"run a perftest test (write_bw, read_bw, send_bw, atomic_bw, write_lat) against perftest or softnic: server without HOST, client with it",
 		"softnic perftest write_bw -s 8192 -n 1000 10.77.0.12", definePerftest},
+	{"rping", "(-s | -c) -a ADDR [-C COUNT] [-S SIZE] [-v] [-p PORT] [-I ADDR] [--udp-port N] [--mtu N] [--counters] [--pcap FILE]",
+		"rdma-core's rping over the connection manager, against rping or softnic: a SEND of a buffer, RDMA READ, SEND, RDMA WRITE back, compared",
+		"softnic rping -c -a 10.77.0.12 -C 3 -v", defineRping},
 	{"decode", "FILE.pcap [-v] [--port N]...", "print every RoCEv2 packet of a pcap file, one line each", "softnic decode -v ../shared/golden/read_large.pcap", defineDecode},
 	{"version", "", "print softnic's version", "softnic version", defineVersion},
 }
