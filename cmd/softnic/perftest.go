@@ -163,6 +163,9 @@ func definePerftest(fs *flag.FlagSet) func(*invocation) error {
 			return usagef("--port %d, --oob-port %d: want ports from 1 to 65535", *port, *oobPort)
 		}
 		cfg.port, cfg.oobPort = uint16(*port), uint16(*oobPort)
+		if err := checkMTUFlag(cfg.mtu); err != nil {
+			return err
+		}
 		if err := cfg.setSizes(*size); err != nil {
 			return err
 		}

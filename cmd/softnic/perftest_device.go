@@ -67,14 +67,19 @@ func interfaceMTU(addr netip.Addr) (int, error) {
 	return mtu, nil
 }
 
+// checkMTUFlag checks a tool's --mtu: 0 (not given) or a RoCE MTU.
+func checkMTUFlag(mtu int) error {
+	if _, ok := wire.MTUFromBytes(mtu); !ok && mtu != 0 {
+		return usagef("--mtu %d: want 256, 512, 1024, 2048 or 4096", mtu)
+	}
+	return nil
+}
+
 // toolMTU returns the path MTU a tool's device on local offers: want if
-// given (and then it must be a RoCE MTU), else what the interface of local
+// given (checked by checkMTUFlag), else what the interface of local
 // carries, as rxe derives it.
 func toolMTU(local netip.Addr, want int) (int, error) {
 	if want != 0 {
-		if _, ok := wire.MTUFromBytes(want); !ok {
-			return 0, usagef("--mtu %d: want 256, 512, 1024, 2048 or 4096", want)
-		}
 		return want, nil
 	}
 	ifMTU, err := interfaceMTU(local)

@@ -39,20 +39,21 @@ func bwFigures(size int, posted, completed []time.Duration, cqModeration int) bw
 	if n > noPeakIters {
 		return r
 	}
-	best := elapsed // per message, over the whole run
+	best := elapsed.Seconds() // per message, over the whole run
+	try := func(i, j int) {
+		if per := (completed[j] - posted[i]).Seconds() / float64(j-i+1); per > 0 && per < best {
+			best = per
+		}
+	}
 	for i := range n {
 		// Signaled completions: every cqModeration-th message from the
 		// first at or after i, and the last.
 		for j := (i+cqModeration)/cqModeration*cqModeration - 1; j < n; j += cqModeration {
-			if per := (completed[j] - posted[i]) / time.Duration(j-i+1); per > 0 && per < best {
-				best = per
-			}
+			try(i, j)
 		}
-		if per := (completed[n-1] - posted[i]) / time.Duration(n-i); per > 0 && per < best {
-			best = per
-		}
+		try(i, n-1)
 	}
-	r.PeakMBs = float64(size) / best.Seconds() / mib
+	r.PeakMBs = float64(size) / best / mib
 	return r
 }
 

@@ -101,6 +101,9 @@ func defineRping(fs *flag.FlagSet) func(*invocation) error {
 			return usagef("-p %d, --udp-port %d: want ports from 1 to 65535", *cmPort, *udpPort)
 		}
 		cfg.cmPort, cfg.udpPort = uint16(*cmPort), uint16(*udpPort)
+		if err := checkMTUFlag(cfg.mtu); err != nil {
+			return err
+		}
 		return runRping(inv.ctx, &cfg, inv.stdout)
 	}
 }

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/softnic/softnic/wire"
+)
+
+func TestRpingData(t *testing.T) {
+	tests := []struct {
+		ping, size int
+		want       string
+	}{
+		// ../shared/golden/rping.txt: rping -v -S 64 prints these.
+		{0, 64, "rdma-ping-0: ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqr"},
+		{1, 64, "rdma-ping-1: BCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrs"},
+		{2, 64, "rdma-ping-2: CDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrst"},
+		// The letters run from 'A' to 'z' and start over, and so does
+		// the first letter of each ping.
+		{57, 26, "rdma-ping-57: zABCDEFGHIJ"},
+		{58, 26, "rdma-ping-58: ABCDEFGHIJK"},
+		{0, 80, "rdma-ping-0: ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrstuvwxyzABCDEFGH"},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%d of %d", tt.ping, tt.size), func(t *testing.T) {
+			b := make([]byte, tt.size)
+			rpingData(b, tt.ping)
+			if got := string(cString(b)); got != tt.want || len(got) != tt.size-1 {
+				t.Fatalf("got  %q\nwant %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestRpingInfoGolden: in rping.pcap the client's SENDs name the buffers
+// the server then reads and writes, in rping_rdma_info's layout.
+func TestRpingInfoGolden(t *testing.T) {
+	f, err := os.Open(golden(t, "rping.pcap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := wire.NewPcapReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		p     wire.Packet
+		infos []rpingInfo // from the client's SENDs
+		rdma  []rpingInfo // the server's READs and WRITEs
+	)
+	client := "10.77.0.12"
+	for {
+		fr, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !fr.RoCE || p.Decode(fr.Payload) != nil {
+			continue
+		}
+		switch op := p.BTH.OpCode(); {
+		case op == wire.OpRCSendOnly && fr.Env.Src.Addr().String() == client:
+			if len(p.Payload) != rpingInfoSize {
+				t.Fatalf("the client's SEND has %d bytes", len(p.Payload))
+			}
+			infos = append(infos, parseRpingInfo(p.Payload))
+			if got := infos[len(infos)-1].marshal(); string(got) != string(p.Payload) {
+				t.Fatalf("% x prints back as % x", p.Payload, got)
+			}
+		case op == wire.OpRCReadRequest || op == wire.OpRCWriteOnly:
+			rdma = append(rdma, rpingInfo{p.RETH.VA(), p.RETH.RKey(), p.RETH.DMALen()})
+		}
+	}
+	if len(infos) != 6 || len(rdma) != 6 {
+		t.Fatalf("%d SENDs from the client and %d READs and WRITEs; want 6 of each (3 pings)", len(infos), len(rdma))
+	}
+	for i := range infos {
+		if infos[i] != rdma[i] {
+			t.Errorf("SEND %d names %+v, the server's RDMA operation addresses %+v", i, infos[i], rdma[i])
+		}
+	}
+}
+
+// TestRpingLoopback: a softnic rping client and server, each verifying
+// the data, on loopback.
+func TestRpingLoopback(t *testing.T) {
+	tests := []struct {
+		name  string
+		size  string
+		count int
+		mtu   string
+	}{
+		{"rping's default size", "64", 5, "1024"},
+		{"a READ and WRITE of many packets", "9000", 3, "1024"},
+		{"largest", "65535", 2, "4096"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			udp, tcp := freePorts(t) // tcp: a port for rdma_cm, likely free too
+			common := []string{"-S", tt.size, "-v", "-p", fmt.Sprint(tcp), "--udp-port", fmt.Sprint(udp), "--mtu", tt.mtu, "--counters"}
+			srv, cli := runPair(t,
+				append([]string{"rping", "-s", "-a", "127.0.0.1"}, common...),
+				append([]string{"rping", "-c", "-a", "127.0.0.1", "-I", "127.0.0.2", "-C", fmt.Sprint(tt.count)}, common...),
+				udpBound(udp))
+			if n := strings.Count(srv, "server ping data: rdma-ping-"); n != tt.count {
+				t.Errorf("the server shows %d pings, want %d:\n%s", n, tt.count, srv)
+			}
+			if n := strings.Count(cli, "\nping data: rdma-ping-") + strings.Count(cli[:min(len(cli), 11)], "ping data: "); n != tt.count {
+				t.Errorf("the client shows %d pings, want %d:\n%s", n, tt.count, cli)
+			}
+			cs, cc := counters(t, srv), counters(t, cli)
+			if cs["cm_established"] != 1 || cc["cm_established"] != 1 || cs["cm_disconnected"] != 1 {
+				t.Errorf("server CM counters %v, client %v: want one connection, ended", cs, cc)
+			}
+			for _, name := range []string{"retransmitted_pkts", "bad_icrc", "rcvd_rnr_err"} {
+				if cs[name]+cc[name] != 0 {
+					t.Errorf("%s: server %d, client %d", name, cs[name], cc[name])
+				}
+			}
+		})
+	}
+}
+
+func TestRpingBadUsage(t *testing.T) {
+	tests := []struct {
+		name   string
+		args   []string
+		stderr string
+	}{
+		{"no side", []string{"-a", "127.0.0.1"}, "give either -s (server) or -c (client)"},
+		{"both sides", []string{"-s", "-c", "-a", "127.0.0.1"}, "give either -s (server) or -c (client)"},
+		{"no address", []string{"-c"}, "missing -a ADDR"},
+		{"server source", []string{"-s", "-a", "127.0.0.1", "-I", "127.0.0.2"}, "-I is for the client"},
+		{"negative count", []string{"-c", "-a", "127.0.0.1", "-C", "-1"}, "-C -1: want a count"},
+		{"small", []string{"-c", "-a", "127.0.0.1", "-S", "25"}, "-S 25: want 26 to 65535 bytes"},
+		{"large", []string{"-c", "-a", "127.0.0.1", "-S", "65536"}, "-S 65536: want 26 to 65535 bytes"},
+		{"port", []string{"-c", "-a", "127.0.0.1", "-p", "0"}, "-p 0, --udp-port 4791: want ports"},
+		{"mtu", []string{"-c", "-a", "127.0.0.1", "--mtu", "9000"}, "--mtu 9000: want 256"},
+		{"argument", []string{"-c", "-a", "127.0.0.1", "now"}, "too many arguments: now"},
+		{"server name", []string{"-s", "-a", "localhost"}, `-a "localhost": the server listens on an IP address`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, stdout, stderr := runCmd(append([]string{"rping"}, tt.args...)...)
+			first, _, _ := strings.Cut(stderr, "\n")
+			if code != 2 || stdout != "" || !strings.HasPrefix(first, "softnic rping: ") || !strings.Contains(first, tt.stderr) {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want 2 and %q", code, stdout, first, tt.stderr)
+			}
+		})
+	}
+}
