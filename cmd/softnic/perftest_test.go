@@ -474,4 +474,3 @@ func TestPerftestBadUsage(t *testing.T) {
 		})
 	}
 }
-
