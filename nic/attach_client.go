@@ -325,14 +325,12 @@ func mapRing(fds []int, size, n int) (*shm.Mapping, shm.Ring, error) {
 	return m, r, nil
 }
 
-func (s *attachedSRQ) postRecv(a *attachment, wr *qp.RecvWR) error {
+// postRecv posts a receive WR. It needs no doorbell: the daemon takes an
+// SRQ's WRs as packets arrive.
+func (s *attachedSRQ) postRecv(wr *qp.RecvWR) error {
 	s.mu.Lock()
-	err := postRecvLocked(&s.ring, &s.prod, s.depth, s.maxSGE, s.closed, wr)
-	s.mu.Unlock()
-	if err == nil {
-		a.ringDoorbell()
-	}
-	return err
+	defer s.mu.Unlock()
+	return postRecvLocked(&s.ring, &s.prod, s.depth, s.maxSGE, s.closed, wr)
 }
 
 // postRecvLocked writes a receive WR into the next slot of ring, whose
@@ -549,7 +547,7 @@ func (q *attachedQP) postSend(a *attachment, wr *qp.SendWR, ring bool) error {
 	}
 	q.sqMu.Unlock()
 	if err == nil && ring {
-		a.ringDoorbell()
+		q.ringDoorbell(a)
 	}
 	return err
 }
@@ -569,16 +567,20 @@ func (q *attachedQP) postSends(a *attachment, wrs []qp.SendWR) (int, error) {
 	}
 	q.sqMu.Unlock()
 	if n > 0 {
-		a.ringDoorbell()
+		q.ringDoorbell(a)
 	}
 	return n, err
 }
 
+// ringDoorbell rings the doorbell for the send ring, if the daemon asks
+// for it: a QP with requests outstanding takes new ones without.
 func (q *attachedQP) ringDoorbell(a *attachment) error {
 	if q.closed.Load() {
 		return ErrClosed
 	}
-	a.ringDoorbell()
+	if q.sq.Doorbell().Load() != 0 {
+		a.ringDoorbell()
+	}
 	return nil
 }
 
@@ -595,7 +597,9 @@ func (q *attachedQP) postRecv(a *attachment, wr *qp.RecvWR) error {
 	if err != nil {
 		return fmt.Errorf("QP %#x: %w", q.num, err)
 	}
-	a.ringDoorbell()
+	if q.rq.Doorbell().Load() != 0 {
+		a.ringDoorbell()
+	}
 	return nil
 }
 

@@ -93,6 +93,7 @@ func (s *session) newHostedQP(pd *PD, a qpConfigArgs) (*hostedQP, QPConfig, erro
 		h.close()
 		return nil, QPConfig{}, err
 	}
+	h.sq.Doorbell().Store(1) // an idle QP
 	if h.srq == nil {
 		if h.rqMap, h.rq, err = newRing("softnic-rq", cfg.MaxRecvWR, shm.RecvSlotSize(cfg.MaxRecvSGE)); err != nil {
 			h.close()
@@ -135,18 +136,36 @@ func (h *hostedQP) result(handle uint32) qpResult {
 }
 
 // serviceLocked takes the new work requests of the QP's rings into the QP
-// and sends what they start. It reports whether there were any. q.mu is
-// held.
+// and sends what they start; the doorbell goroutine calls it. It reports
+// whether there were any. q.mu is held.
 func (h *hostedQP) serviceLocked() bool {
-	q := h.q
-	if h.closed || h.broken || q.destroyed {
+	if h.q.destroyed {
 		return false
 	}
 	worked := h.pullRecvLocked()
+	if h.pullSendLocked() {
+		worked = true
+	}
+	if worked {
+		h.q.flushNowLocked()
+	}
+	return worked
+}
+
+// pullSendLocked takes the new send work requests of the QP's ring into
+// the QP, and reports whether there were any. The device calls it each
+// time it runs the QP (flushLocked), so that a QP with requests
+// outstanding takes new ones without a doorbell (see publishLocked).
+// q.mu is held.
+func (h *hostedQP) pullSendLocked() bool {
+	q := h.q
+	if h.closed || h.broken {
+		return false
+	}
 	prod := h.sq.Producer().Load()
 	n := prod - h.sqFetched
 	if n == 0 {
-		return worked
+		return false
 	}
 	retired := h.sqFetched - uint32(q.qp.Status().SendQueued)
 	if n > h.sq.Len() || prod-retired > h.sq.Len() {
@@ -164,7 +183,6 @@ func (h *hostedQP) serviceLocked() bool {
 			h.failLocked(h.wr.ID, qp.WCSend, err)
 		}
 	}
-	q.flushNowLocked()
 	return true
 }
 
@@ -210,17 +228,42 @@ func (h *hostedQP) pullRecvLocked() bool {
 }
 
 // publishLocked tells the process how many slots of each ring the QP is
-// done with; the device calls it whenever the QP has run. q.mu is held.
+// done with, and whether posting needs a doorbell; the device calls it
+// whenever the QP has run. q.mu is held.
+//
+// While the QP has send requests outstanding, the device comes back to it
+// (a response, an ACK, a timer) and takes new requests then: the process
+// need not ring. Receive requests are taken as packets arrive; only a QP
+// in the error state, which completes them at once, needs a doorbell for
+// them.
 func (h *hostedQP) publishLocked() {
 	if h.closed || h.broken {
 		return
 	}
 	st := h.q.qp.Status()
 	h.sq.Consumer().Store(h.sqFetched - uint32(st.SendQueued))
+	h.askDoorbell(h.sq, st.SendQueued == 0, h.sqFetched)
 	if h.srq != nil {
 		h.srq.publish()
 	} else {
 		h.rq.Consumer().Store(h.rqFetched - uint32(st.RecvQueued))
+		h.askDoorbell(h.rq, st.State == qp.Err, h.rqFetched)
+	}
+}
+
+// askDoorbell sets whether posting to r needs a doorbell. Asking for one
+// again, it looks at the ring once more: a request posted while the flag
+// was clear is taken by the doorbell goroutine, woken here.
+func (h *hostedQP) askDoorbell(r shm.Ring, need bool, fetched uint32) {
+	flag := r.Doorbell()
+	switch {
+	case !need:
+		flag.Store(0)
+	case flag.Load() == 0:
+		flag.Store(1)
+		if r.Producer().Load() != fetched {
+			h.s.wake()
+		}
 	}
 }
 

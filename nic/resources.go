@@ -229,7 +229,7 @@ func (pd *PD) CreateSRQ(depth, maxSGE int) (*SRQ, error) {
 // PostRecv adds a receive WR (ibv_post_srq_recv).
 func (s *SRQ) PostRecv(wr *qp.RecvWR) error {
 	if s.att != nil {
-		return s.att.postRecv(s.pd.dev.att, wr)
+		return s.att.postRecv(wr)
 	}
 	return s.srq.PostRecv(wr)
 }

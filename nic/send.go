@@ -33,6 +33,9 @@ func newBatch() *batch {
 // it built them, whichever goroutine drains it.
 func (q *QP) flushLocked(b *batch, now qp.Time) {
 	d := q.dev
+	if q.host != nil {
+		q.host.pullSendLocked()
+	}
 	for {
 		n, dry := 0, false
 		for n < len(b.msgs)-1 { // room for a duplicate

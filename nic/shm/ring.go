@@ -6,14 +6,15 @@ import (
 	"unsafe"
 )
 
-// A ring's memory: a header of four words, each alone on a cache line so
+// A ring's memory: a header of five words, each alone on a cache line so
 // that the two sides do not write the same line, then the slots.
 //
 //	  0  producer   uint32  slots filled, ever (written by the producer only)
 //	 64  consumer   uint32  slots emptied, ever (written by the consumer only)
-//	128  armed      uint32  completion rings: a waiter asks for an event (Arm)
+//	128  armed      uint32  completion rings: the reader asks for an event
 //	192  overflow   uint32  completion rings: completions were lost
-//	256  slot 0, slot 1, ... slot n-1
+//	256  doorbell   uint32  work rings: the reader asks for doorbells
+//	320  slot 0, slot 1, ... slot n-1
 //
 // Indexes run freely and wrap at 2^32; slot i lives at i mod n, and a ring
 // holds producer - consumer slots, at most n.
@@ -22,8 +23,9 @@ const (
 	offConsumer = 64
 	offArmed    = 128
 	offOverflow = 192
+	offDoorbell = 256
 	// HeaderSize is the bytes before the first slot.
-	HeaderSize = 256
+	HeaderSize = 320
 )
 
 // RingSize returns the bytes a ring of n slots of slotSize bytes takes,
@@ -71,6 +73,14 @@ func (r Ring) Armed() *atomic.Uint32 { return r.word(offArmed) }
 // Overflow is set by a completion ring's writer when it found no room for
 // a completion.
 func (r Ring) Overflow() *atomic.Uint32 { return r.word(offOverflow) }
+
+// Doorbell is set by a work ring's reader (the daemon) while it needs the
+// writer to ring the doorbell after filling slots, and cleared while it is
+// sure to look at the ring again anyway (event suppression, as virtio's
+// VRING_USED_F_NO_NOTIFY): a writer that stores the producer index and
+// then finds Doorbell clear may skip the doorbell; a reader that sets it
+// must then load the producer index once more.
+func (r Ring) Doorbell() *atomic.Uint32 { return r.word(offDoorbell) }
 
 // Slot returns the memory of slot i mod Len.
 func (r Ring) Slot(i uint32) []byte {

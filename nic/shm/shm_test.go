@@ -112,10 +112,11 @@ func TestRing(t *testing.T) {
 	r.Consumer().Store(5)
 	r.Armed().Store(1)
 	r.Overflow().Store(1)
+	r.Doorbell().Store(1)
 	for _, w := range []struct {
 		off  int
 		want byte
-	}{{offProducer, 7}, {offConsumer, 5}, {offArmed, 1}, {offOverflow, 1}} {
+	}{{offProducer, 7}, {offConsumer, 5}, {offArmed, 1}, {offOverflow, 1}, {offDoorbell, 1}} {
 		if mem[w.off] != w.want {
 			t.Errorf("word at %d = %d, want %d", w.off, mem[w.off], w.want)
 		}
