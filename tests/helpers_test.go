@@ -1,9 +1,14 @@
 package tests
 
 import (
+	"bufio"
 	"context"
+	"fmt"
+	"io"
 	"net"
 	"net/netip"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -148,5 +153,78 @@ func attachedDevice(t testing.TB, cfg nic.Config) *nic.Device {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// envDaemon is set, to a socket path, in the daemon processes the
+// benchmarks start (TestAttachDaemon).
+const envDaemon = "SOFTNIC_TEST_DAEMON"
+
+// TestAttachDaemon is not a test of its own: it is the body of a daemon
+// process (this test binary run again with -test.run=^TestAttachDaemon$):
+// a device on loopback served to attached processes at the socket
+// SOFTNIC_TEST_DAEMON names, as softnic serve does, until stdin closes.
+func TestAttachDaemon(t *testing.T) {
+	path := os.Getenv(envDaemon)
+	if path == "" {
+		t.Skip("run by the attach benchmarks as a daemon process")
+	}
+	dev, err := nic.Open(nic.Config{Addr: loopback, Embed: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := nic.NewAttachServer(dev, nic.AttachServerConfig{})
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(l)
+	fmt.Println("ready")
+	io.Copy(io.Discard, os.Stdin)
+	l.Close()
+	srv.Close()
+	dev.Close()
+	os.Exit(0)
+}
+
+// daemonProcess starts a daemon in a process of its own and returns its
+// socket.
+func daemonProcess(tb testing.TB) string {
+	tb.Helper()
+	path := filepath.Join(tb.TempDir(), "softnic.sock")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestAttachDaemon$")
+	cmd.Env = append(os.Environ(), envDaemon+"="+path)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		stdin.Close()
+		cmd.Wait()
+	})
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "ready\n" {
+		tb.Fatalf("daemon process: %q, %v", line, err)
+	}
+	return path
+}
+
+// attachedElsewhere attaches to a daemon of its own in another process;
+// cfg must be the zero Config (the daemon's is fixed).
+func attachedElsewhere(tb testing.TB, cfg nic.Config) *nic.Device {
+	tb.Helper()
+	cfg.Attach = daemonProcess(tb)
+	d, err := nic.Open(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { d.Close() })
 	return d
 }
