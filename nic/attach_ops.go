@@ -367,7 +367,7 @@ func (s *session) accept(ctx context.Context, raw json.RawMessage, _ []int) (any
 		err error
 	}
 	done := make(chan outcome, 1)
-	s.srv.wg.Go(func() {
+	background(func() {
 		c, err := r.r.accept(a.Opts, cfg)
 		done <- outcome{c, err}
 	})
@@ -379,7 +379,7 @@ func (s *session) accept(ctx context.Context, raw json.RawMessage, _ []int) (any
 		}
 		return s.hostConn(o.c, h)
 	case <-ctx.Done():
-		s.srv.wg.Go(func() {
+		background(func() {
 			if o := <-done; o.err == nil {
 				o.c.Close()
 			}
@@ -433,13 +433,13 @@ func (s *session) hostConn(c *Conn, h *hostedQP) (any, []int, error) {
 	h.conn = c
 	qh, err := s.add(h)
 	if err != nil {
-		s.srv.wg.Go(func() { c.Close(); h.close() })
+		background(func() { c.Close(); h.close() })
 		return nil, nil, err
 	}
 	ch, err := s.add(&hostedConn{c: c, qp: h})
 	if err != nil {
 		s.remove(qh)
-		s.srv.wg.Go(func() { c.Close(); h.close() })
+		background(func() { c.Close(); h.close() })
 		return nil, nil, err
 	}
 	s.srv.wg.Go(func() {
@@ -452,8 +452,9 @@ func (s *session) hostConn(c *Conn, h *hostedQP) (any, []int, error) {
 	return connResult{H: ch, QP: h.result(qh), Private: c.PrivateData(), Remote: c.RemoteAddr()}, h.ringFDs(), nil
 }
 
-// disconnect closes a connection (DREQ, then the DREP is waited for). If
-// the process detaches meanwhile, the wait goes on in the background.
+// disconnect closes a connection (DREQ, then the DREP is waited for) and
+// forgets its QP, which Close destroys. If the process detaches meanwhile,
+// the wait goes on in the background.
 func (s *session) disconnect(ctx context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
 	a, err := args[handleArgs](raw)
 	if err != nil {
@@ -464,9 +465,11 @@ func (s *session) disconnect(ctx context.Context, raw json.RawMessage, _ []int) 
 		return nil, nil, err
 	}
 	s.remove(a.H)
+	s.forget(c.qp)
 	done := make(chan struct{})
-	s.srv.wg.Go(func() {
+	background(func() {
 		c.c.Close()
+		c.qp.close()
 		close(done)
 	})
 	select {

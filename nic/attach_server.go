@@ -57,8 +57,15 @@ type AttachServer struct {
 	mu       sync.Mutex
 	sessions map[*session]struct{}
 	closed   bool
-	wg       sync.WaitGroup // sessions, and connections still disconnecting
+	wg       sync.WaitGroup // sessions
 }
+
+// background runs f, a connection manager exchange left to finish after
+// its process detached (a DREQ waiting for its DREP, an accept waiting for
+// its RTU). Nothing waits for it: it ends with the exchange, after the
+// CM's retries at the latest, or when the device closes. A peer that
+// vanished must not hold up a detach or the daemon's shutdown.
+func background(f func()) { go f() }
 
 // NewAttachServer returns a server of d's resources to attached processes.
 // Close it before d.
@@ -127,9 +134,9 @@ func (s *AttachServer) ServeConn(c *net.UnixConn) error {
 	return nil
 }
 
-// Close detaches every process and waits until their resources are gone
-// (connections being disconnected for them are not waited for beyond the
-// device's life: closing the device ends them).
+// Close detaches every process and waits until their resources are gone.
+// Connections still being disconnected for them are not waited for: their
+// DREQs go on until answered, or until the device closes.
 func (s *AttachServer) Close() error {
 	s.mu.Lock()
 	s.closed = true
@@ -372,6 +379,21 @@ func (s *session) remove(h uint32) {
 	delete(s.objects, h)
 }
 
+// forget forgets obj, whatever its handle.
+func (s *session) forget(obj any) {
+	s.mu.Lock()
+	var h uint32
+	for k, v := range s.objects {
+		if v == obj {
+			h = k
+		}
+	}
+	s.mu.Unlock()
+	if h != 0 {
+		s.remove(h)
+	}
+}
+
 // lookup returns the process's object of type T with handle h.
 func lookup[T any](s *session, h uint32) (T, error) {
 	s.mu.Lock()
@@ -533,7 +555,7 @@ func (s *session) cleanup() {
 		l.l.Close()
 	}
 	for _, c := range conns {
-		s.srv.wg.Go(func() { c.c.Close() })
+		background(func() { c.c.Close() })
 	}
 	for _, h := range qps {
 		if h.conn == nil {

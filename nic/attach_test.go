@@ -6,7 +6,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"net"
+	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -172,6 +174,385 @@ func TestAttachRefusesPrivateMemory(t *testing.T) {
 	if part.Len() != 6000-4096 || part.LKey() == m.LKey() || part.Addr() != m.Addr()+4096 {
 		t.Errorf("part: %d bytes at %#x key %#x; whole: at %#x key %#x", part.Len(), part.Addr(), part.LKey(), m.Addr(), m.LKey())
 	}
-	_ = context.Background
-	_ = time.Second
+	// The part keeps the memory after the whole is deregistered, as an
+	// embedded arena stays mapped under its regions.
+	if err := m.Dereg(); err != nil {
+		t.Fatal(err)
+	}
+	part.Bytes()[0] = 1
+	if _, err := pd.RegMR(m.Bytes()[:64], mr.LocalWrite); !errors.Is(err, nic.ErrFault) {
+		t.Errorf("RegMR of memory whose AllocMR region is gone: %v, want ErrFault", err)
+	}
+	if err := part.Dereg(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAttachConfig(t *testing.T) {
+	d := startDaemon(t, nic.Config{})
+	for _, tc := range []struct {
+		name     string
+		cfg      nic.Config
+		env      string
+		want     error // nil: opens; attached says which way
+		attached bool
+	}{
+		{"Attach", nic.Config{Attach: d.path}, "", nil, true},
+		{"Attach and Embed", nic.Config{Attach: d.path, Embed: true}, "", nic.ErrInvalid, false},
+		{"Attach with an address of its own", nic.Config{Attach: d.path, Addr: loopback}, "", nic.ErrInvalid, false},
+		{"Attach with an MTU", nic.Config{Attach: d.path, MTU: 1024}, "", nic.ErrInvalid, false},
+		{"SOFTNIC_SOCKET", nic.Config{}, d.path, nil, true},
+		{"SOFTNIC_SOCKET ignores embedded fields", nic.Config{Addr: loopback, MTU: 1024}, d.path, nil, true},
+		{"Embed wins over SOFTNIC_SOCKET", nic.Config{Embed: true, Addr: loopback}, d.path, nil, false},
+		{"Attach wins over SOFTNIC_SOCKET", nic.Config{Attach: d.path}, filepath.Join(t.TempDir(), "nothing"), nil, true},
+		{"no daemon there", nic.Config{Attach: filepath.Join(t.TempDir(), "nothing")}, "", syscall.ENOENT, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(nic.EnvSocket, tc.env)
+			dev, err := nic.Open(tc.cfg)
+			if !errors.Is(err, tc.want) || (err != nil) != (tc.want != nil) {
+				t.Fatalf("Open: %v, want %v", err, tc.want)
+			}
+			if err != nil {
+				return
+			}
+			defer dev.Close()
+			if attached := dev.Memory() == nil; attached != tc.attached {
+				t.Errorf("attached %v, want %v", attached, tc.attached)
+			}
+			if tc.attached && (dev.Addr() != d.dev.Addr() || dev.MTU() != d.dev.MTU()) {
+				t.Errorf("attached device at %v MTU %d, the daemon's at %v MTU %d", dev.Addr(), dev.MTU(), d.dev.Addr(), d.dev.MTU())
+			}
+		})
+	}
+}
+
+// TestAttachIsolation: two processes on one daemon cannot use each
+// other's keys: the daemon's device checks a process's lkeys and rkeys
+// against the PDs it owns.
+func TestAttachIsolation(t *testing.T) {
+	checkLeaks(t)
+	d := startDaemon(t, nic.Config{})
+	a, b := attachedEnd(t, d), attachedEnd(t, d)
+	// b's QP connected to a second QP of b's own.
+	q2, err := b.pd.CreateQP(nic.QPConfig{SendCQ: b.cq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.qp.Connect(d.dev.Addr(), q2.Num(), nic.ConnectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q2.Connect(d.dev.Addr(), b.qp.Num(), nic.ConnectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		wr   qp.SendWR
+		want qp.WCStatus
+	}{
+		{"its own keys", qp.SendWR{Opcode: qp.WRWrite, SGL: []qp.SGE{b.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr() + 64, RKey: b.mr.RKey()}, qp.Success},
+		{"another process's lkey", qp.SendWR{Opcode: qp.WRWrite, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr() + 64, RKey: b.mr.RKey()}, qp.LocProtErr},
+		{"another process's rkey", qp.SendWR{Opcode: qp.WRWrite, SGL: []qp.SGE{b.mr.SGE(0, 8)}, RemoteAddr: a.mr.Addr(), RKey: a.mr.RKey()}, qp.RemAccessErr},
+	} {
+		if tc.want != qp.Success {
+			// The previous case left the QPs usable only if it succeeded.
+			q := b.qp
+			for _, x := range []*nic.QP{q, q2} {
+				x.Modify(&qp.Attr{State: qp.Reset}, qp.AttrState)
+			}
+			b.qp.Connect(d.dev.Addr(), q2.Num(), nic.ConnectOptions{})
+			q2.Connect(d.dev.Addr(), b.qp.Num(), nic.ConnectOptions{})
+		}
+		tc.wr.Flags = qp.Signaled
+		if err := b.qp.PostSend(&tc.wr); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if wc := wait(t, b.cq); wc.Status != tc.want {
+			t.Errorf("%s: %v, want %s", tc.name, &wc, tc.want)
+		}
+	}
+	if !bytes.Equal(a.mr.Bytes()[:8], make([]byte, 8)) {
+		t.Error("another process wrote into a's region")
+	}
+}
+
+// TestAttachDetachCleansUp: when an attached process closes its device
+// (or exits), the daemon destroys everything it made: its connections are
+// disconnected (the peer sees a DREQ), its QPs and regions are gone.
+func TestAttachDetachCleansUp(t *testing.T) {
+	checkLeaks(t)
+	d := startDaemon(t, nic.Config{})
+	regionsBefore := countRegions(d.dev)
+	peer := openCMEnd(t, nic.Config{})
+	l := peer.listen(t, 0)
+	dev := attachTo(t, d)
+	pd, _ := dev.AllocPD()
+	cq, _ := dev.CreateCQ(16)
+	if _, err := pd.AllocMR(1<<16, mr.LocalWrite); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pd.CreateQP(nic.QPConfig{SendCQ: cq}); err != nil {
+		t.Fatal(err)
+	}
+	accepted := acceptAsync(t, cmContext(t), l, func(r *nic.Request) (*nic.Conn, error) { return r.Accept(nic.AcceptOptions{}) })
+	c, err := dev.Dial(cmContext(t), peer.dev.Addr(), l.Port(), nic.DialOptions{PD: pd, QP: nic.QPConfig{SendCQ: cq}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := <-accepted
+	if ps := d.srv.Processes(); len(ps) != 1 || len(ps[0].QPs) != 2 || len(ps[0].PDs) != 1 || ps[0].PID != os.Getpid() {
+		t.Fatalf("processes %+v, want this one with 2 QPs", ps)
+	}
+	qpns := []uint32{c.QP().Num()}
+	if got := countRegions(d.dev); got != regionsBefore+1 {
+		t.Errorf("%d regions with the process attached, want %d", got, regionsBefore+1)
+	}
+	dev.Close()
+	select {
+	case <-s.Done():
+		if !errors.Is(s.Err(), nic.ErrConnReset) {
+			t.Errorf("the peer's connection ended with %v, want ErrConnReset", s.Err())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the peer saw no disconnect")
+	}
+	for deadline := time.Now().Add(10 * time.Second); len(d.srv.Processes()) != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the process is still attached")
+		}
+	}
+	if got := countRegions(d.dev); got != regionsBefore {
+		t.Errorf("%d regions after the process detached, want %d", got, regionsBefore)
+	}
+	_ = qpns
+}
+
+func countRegions(d *nic.Device) int {
+	n := 0
+	for range d.Memory().Regions() {
+		n++
+	}
+	return n
+}
+
+// TestAttachConnectionManager: an attached process dials and listens
+// through the daemon's connection manager; errors keep their sentinels and
+// types across the socket.
+func TestAttachConnectionManager(t *testing.T) {
+	checkLeaks(t)
+	d := startDaemon(t, nic.Config{})
+	dev := attachTo(t, d)
+	pd, _ := dev.AllocPD()
+	cq, _ := dev.CreateCQ(64)
+	m, err := pd.AllocMR(1<<16, mr.LocalWrite|mr.RemoteWrite|mr.RemoteRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := openCMEnd(t, nic.Config{})
+
+	// Nothing listens: ECONNREFUSED, with the REJ's details.
+	_, err = dev.Dial(cmContext(t), peer.dev.Addr(), 5555, nic.DialOptions{PD: pd, QP: nic.QPConfig{SendCQ: cq}})
+	var rej *nic.RejectError
+	if !errors.Is(err, nic.ErrConnRefused) || !errors.As(err, &rej) || rej.Port != 5555 {
+		t.Errorf("dial with no listener: %v, want a RejectError for port 5555 (ErrConnRefused)", err)
+	}
+
+	// The attached process listens; the embedded peer dials; the request
+	// is rejected with private data, then accepted.
+	l, err := dev.Listen(6000, nic.ListenOptions{PD: pd, QP: nic.QPConfig{SendCQ: cq}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dev.Listen(6000, nic.ListenOptions{PD: pd, QP: nic.QPConfig{SendCQ: cq}}); !errors.Is(err, nic.ErrBusy) {
+		t.Errorf("a second listener on the port: %v, want ErrBusy", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	if _, err := l.AcceptRequest(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("AcceptRequest with no request: %v, want the context's deadline", err)
+	}
+	cancel()
+	for _, accept := range []bool{false, true} {
+		dialed := make(chan error, 1)
+		var pc *nic.Conn
+		go func() {
+			var err error
+			pc, err = peer.dev.Dial(cmContext(t), d.dev.Addr(), 6000, peer.dialOptions())
+			dialed <- err
+		}()
+		r, err := l.AcceptRequest(cmContext(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.RemoteAddr() != peer.dev.Addr() {
+			t.Errorf("request from %v, want %v", r.RemoteAddr(), peer.dev.Addr())
+		}
+		if !accept {
+			if err := r.Reject([]byte("not now")); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-dialed; !errors.As(err, &rej) || !bytes.HasPrefix(rej.PrivateData, []byte("not now")) {
+				t.Errorf("the peer's dial after a reject: %v", err)
+			}
+			continue
+		}
+		c, err := r.Accept(nic.AcceptOptions{PrivateData: []byte("welcome")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := <-dialed; err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.HasPrefix(pc.PrivateData(), []byte("welcome")) {
+			t.Errorf("the peer got private data %q", pc.PrivateData()[:8])
+		}
+		// The attached side WRITEs into the peer's region through its
+		// connection; the peer disconnects; the attached side sees it.
+		wr := qp.SendWR{ID: 5, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{m.SGE(0, 16)},
+			RemoteAddr: peer.mr.Addr(), RKey: peer.mr.RKey()}
+		if err := c.QP().PostSend(&wr); err != nil {
+			t.Fatal(err)
+		}
+		if wc := wait(t, cq); wc.Status != qp.Success || wc.ID != 5 {
+			t.Errorf("WRITE over the accepted connection: %v", &wc)
+		}
+		pc.Close()
+		select {
+		case <-c.Done():
+			if !errors.Is(c.Err(), nic.ErrConnReset) {
+				t.Errorf("the attached connection ended with %v, want ErrConnReset", c.Err())
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the attached side saw no disconnect")
+		}
+		c.Close()
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAttachQueueFull: an attached QP's send queue holds max_send_wr WRs
+// as an embedded one does; a process that posts again on each completion
+// never finds it full.
+func TestAttachQueueFull(t *testing.T) {
+	d := startDaemon(t, nic.Config{})
+	a := attachedEnd(t, d)
+	b := openEnd(t, nic.Config{})
+	const depth = 8
+	q, err := a.pd.CreateQP(nic.QPConfig{SendCQ: a.cq, MaxSendWR: depth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bq, err := b.pd.CreateQP(nic.QPConfig{SendCQ: b.cq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Connect(b.dev.Addr(), bq.Num(), nic.ConnectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := bq.Connect(a.dev.Addr(), q.Num(), nic.ConnectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wr := qp.SendWR{Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(0, 4096)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+	// Deferred posts send nothing: the queue fills up.
+	for i := range depth {
+		wr.ID = uint64(i)
+		if err := q.PostSendDeferred(&wr); err != nil {
+			t.Fatalf("post %d of %d: %v", i, depth, err)
+		}
+	}
+	if err := q.PostSendDeferred(&wr); !errors.Is(err, nic.ErrNoMem) {
+		t.Errorf("post beyond max_send_wr: %v, want ErrNoMem", err)
+	}
+	if err := q.RingDoorbell(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 1000 {
+		if wc := wait(t, a.cq); wc.Status != qp.Success {
+			t.Fatalf("completion %d: %v", i, &wc)
+		}
+		wr.ID = uint64(depth + i)
+		if err := q.PostSend(&wr); err != nil {
+			t.Fatalf("posting on completion %d: %v", i, err)
+		}
+	}
+}
+
+// TestAttachNoAllocations: posting and polling an attached QP allocate
+// nothing.
+func TestAttachNoAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's sync.Pool drops packet batches on purpose")
+	}
+	d := startDaemon(t, nic.Config{})
+	a := attachedEnd(t, d)
+	b := openEnd(t, nic.Config{})
+	connectEnds(t, a, b)
+	wr := qp.SendWR{Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+	var wcs [1]qp.WC
+	ctx := context.Background()
+	n := testing.AllocsPerRun(200, func() {
+		if err := a.qp.PostSend(&wr); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.cq.Wait(ctx, wcs[:]); err != nil || wcs[0].Status != qp.Success {
+			t.Fatal(err, wcs[0].String())
+		}
+	})
+	if n != 0 {
+		t.Errorf("%v allocations per WRITE posted and completed", n)
+	}
+}
+
+// TestAttachEndpoint: the fabric-style Endpoint works on an attached
+// device, buffers found by address among the process's regions.
+func TestAttachEndpoint(t *testing.T) {
+	checkLeaks(t)
+	d := startDaemon(t, nic.Config{})
+	dev := attachTo(t, d)
+	pd, _ := dev.AllocPD()
+	ep, err := pd.NewEndpoint(nic.EndpointConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := pd.AllocMR(1<<16, mr.LocalWrite|mr.RemoteWrite|mr.RemoteRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := openEnd(t, nic.Config{})
+	if err := ep.QP().Connect(b.dev.Addr(), b.qp.Num(), nic.ConnectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.qp.Connect(dev.Addr(), ep.QP().Num(), nic.ConnectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	copy(m.Bytes()[100:], "endpoint data")
+	if err := ep.Write(m.Bytes()[100:113], nil, b.mr.Addr()+8, uint64(b.mr.RKey()), "w"); err != nil {
+		t.Fatal(err)
+	}
+	if err := ep.Read(m.Bytes()[200:213], nil, b.mr.Addr()+8, uint64(b.mr.RKey()), "r"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var got []any
+	for len(got) < 2 {
+		var cs [2]nic.Completion
+		n, err := ep.Wait(ctx, cs[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cs[:n] {
+			if c.Err != nil {
+				t.Fatalf("completion %+v", c)
+			}
+			got = append(got, c.Context)
+		}
+	}
+	if string(m.Bytes()[200:213]) != "endpoint data" || got[0] != "w" || got[1] != "r" {
+		t.Errorf("read back %q, contexts %v", m.Bytes()[200:213], got)
+	}
+	if err := ep.Write(make([]byte, 8), nil, b.mr.Addr(), uint64(b.mr.RKey()), nil); !errors.Is(err, nic.ErrInvalid) {
+		t.Errorf("Write of a buffer in no region: %v, want ErrInvalid", err)
+	}
 }

@@ -1,0 +1,223 @@
+package nic
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic/shm"
+	"github.com/softnic/softnic/qp"
+)
+
+// serveTest serves a device on loopback to attached processes from the
+// test process and returns the socket's path.
+func serveTest(t *testing.T) (*Device, string) {
+	t.Helper()
+	dev, err := Open(Config{Addr: netip.MustParseAddrPort("127.0.0.1:0"), Embed: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewAttachServer(dev, AttachServerConfig{})
+	path := filepath.Join(t.TempDir(), "softnic.sock")
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Serve(l)
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		<-done
+		srv.Close()
+		dev.Close()
+	})
+	return dev, path
+}
+
+// loop is two RC QPs of one attached device connected to each other
+// through the daemon's device, with a CQ each and a region.
+type loop struct {
+	dev      *Device
+	pd       *PD
+	m        *MR
+	a, b     *QP
+	acq, bcq *CQ
+	srq      *SRQ
+}
+
+func newLoop(t *testing.T, path string, withSRQ bool) *loop {
+	t.Helper()
+	dev, err := Open(Config{Attach: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	l := &loop{dev: dev}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.pd, err = dev.AllocPD()
+	must(err)
+	l.acq, err = dev.CreateCQ(16)
+	must(err)
+	l.bcq, err = dev.CreateCQ(16)
+	must(err)
+	l.m, err = l.pd.AllocMR(1<<16, mr.LocalWrite|mr.RemoteWrite|mr.RemoteRead)
+	must(err)
+	cfg := QPConfig{SendCQ: l.bcq, MaxSendWR: 8, MaxRecvWR: 8}
+	if withSRQ {
+		l.srq, err = l.pd.CreateSRQ(8, 1)
+		must(err)
+		cfg.SRQ = l.srq
+	}
+	l.a, err = l.pd.CreateQP(QPConfig{SendCQ: l.acq, MaxSendWR: 8, MaxRecvWR: 8})
+	must(err)
+	l.b, err = l.pd.CreateQP(cfg)
+	must(err)
+	must(l.a.Connect(dev.Addr(), l.b.Num(), ConnectOptions{}))
+	must(l.b.Connect(dev.Addr(), l.a.Num(), ConnectOptions{}))
+	return l
+}
+
+func waitWC(t *testing.T, cq *CQ) qp.WC {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var wc [1]qp.WC
+	if _, err := cq.Wait(ctx, wc[:]); err != nil {
+		t.Fatalf("waiting for a completion: %v", err)
+	}
+	return wc[0]
+}
+
+// write makes a signaled WRITE from a to b and returns its completion.
+func (l *loop) write(t *testing.T, id uint64) qp.WC {
+	t.Helper()
+	wr := qp.SendWR{ID: id, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{l.m.SGE(0, 64)}, RemoteAddr: l.m.Addr() + 4096, RKey: l.m.RKey()}
+	if err := l.a.PostSend(&wr); err != nil {
+		t.Fatal(err)
+	}
+	return waitWC(t, l.acq)
+}
+
+// waitState waits until q is in state st.
+func waitState(t *testing.T, q *QP, st qp.State) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); q.Status().State != st; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("QP %#x is %s, want %s", q.Num(), q.Status().State, st)
+		}
+	}
+}
+
+// TestAttachedQueueCorruption: garbage in a shared queue, written as a
+// buggy or hostile process could, fails the QP that owns the queue and
+// nothing else: the QP completes LOC_QP_OP_ERR (or, with its completion
+// ring spoilt, overflows) and enters the error state, while another QP of
+// the process and another process go on.
+func TestAttachedQueueCorruption(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		srq   bool
+		spoil func(t *testing.T, l *loop) (cq *CQ, id uint64)
+	}{
+		{"send WQE with an unknown opcode", false, func(t *testing.T, l *loop) (*CQ, uint64) {
+			q := l.a.att
+			slot := q.sq.Slot(q.sqProd)
+			shm.EncodeSend(slot, &qp.SendWR{ID: 0xbad, Opcode: qp.WRWrite})
+			slot[8] = 99
+			q.sqProd++
+			q.sq.Producer().Store(q.sqProd)
+			return l.acq, 0xbad
+		}},
+		{"send WQE with more SGEs than the QP takes", false, func(t *testing.T, l *loop) (*CQ, uint64) {
+			q := l.a.att
+			slot := q.sq.Slot(q.sqProd)
+			shm.EncodeSend(slot, &qp.SendWR{ID: 0xbad2, Opcode: qp.WRWrite})
+			slot[10] = 200
+			q.sqProd++
+			q.sq.Producer().Store(q.sqProd)
+			return l.acq, 0xbad2
+		}},
+		{"send producer index beyond the ring", false, func(t *testing.T, l *loop) (*CQ, uint64) {
+			l.a.att.sq.Producer().Store(l.a.att.sqProd + 1000)
+			return l.acq, 0
+		}},
+		{"receive WQE with reserved bytes set", false, func(t *testing.T, l *loop) (*CQ, uint64) {
+			q := l.b.att
+			slot := q.rq.Slot(q.rqProd)
+			shm.EncodeRecv(slot, &qp.RecvWR{ID: 0xbad3})
+			slot[15] = 1
+			q.rqProd++
+			q.rq.Producer().Store(q.rqProd)
+			return l.bcq, 0xbad3
+		}},
+		{"SRQ producer index beyond the ring", true, func(t *testing.T, l *loop) (*CQ, uint64) {
+			l.srq.att.ring.Producer().Store(l.srq.att.prod + 77)
+			// The daemon takes SRQ receives as packets arrive: send one.
+			wr := qp.SendWR{ID: 1, Opcode: qp.WRSend, SGL: []qp.SGE{l.m.SGE(0, 8)}}
+			if err := l.a.PostSend(&wr); err != nil {
+				t.Fatal(err)
+			}
+			return l.bcq, 0
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, path := serveTest(t)
+			l, other := newLoop(t, path, tc.srq), newLoop(t, path, false)
+			if wc := l.write(t, 1); wc.Status != qp.Success {
+				t.Fatalf("before: %v", wc.String())
+			}
+			cq, id := tc.spoil(t, l)
+			l.dev.att.needWake.Store(1) // ring whatever the daemon says
+			l.dev.att.ringDoorbell()
+			victim := l.a
+			if cq == l.bcq {
+				victim = l.b
+			}
+			var wc qp.WC
+			for wc = waitWC(t, cq); wc.Status == qp.WRFlushErr; wc = waitWC(t, cq) {
+			}
+			if wc.Status != qp.LocQPOpErr || wc.ID != id || wc.QPN != victim.Num() {
+				t.Errorf("completion %v of QP %#x, want LOC_QP_OP_ERR of WR %#x of QP %#x", wc.String(), wc.QPN, id, victim.Num())
+			}
+			waitState(t, victim, qp.Err)
+			if wc := other.write(t, 2); wc.Status != qp.Success {
+				t.Errorf("another process after the corruption: %v", wc.String())
+			}
+		})
+	}
+}
+
+// TestAttachedCQConsumerSpoilt: a completion ring whose consumer index the
+// process spoils looks full to the daemon: the completion is lost, the
+// ring says so (ErrOverflow once drained) and the QP that completed enters
+// the error state, as a CQ overflow does to an embedded device's QP.
+func TestAttachedCQConsumerSpoilt(t *testing.T) {
+	_, path := serveTest(t)
+	l := newLoop(t, path, false)
+	if wc := l.write(t, 1); wc.Status != qp.Success {
+		t.Fatalf("before: %v", wc.String())
+	}
+	l.acq.att.ring.Consumer().Store(l.acq.att.cons + 12345)
+	wr := qp.SendWR{ID: 2, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{l.m.SGE(0, 8)}, RemoteAddr: l.m.Addr(), RKey: l.m.RKey()}
+	if err := l.a.PostSend(&wr); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, l.a, qp.Err)
+	var wcs [4]qp.WC
+	if n, err := l.acq.Poll(wcs[:]); n != 0 || !errors.Is(err, ErrOverflow) {
+		t.Errorf("Poll after the overflow: %d completions, %v; want ErrOverflow", n, err)
+	}
+}

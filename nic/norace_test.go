@@ -1,0 +1,5 @@
+//go:build !race
+
+package nic_test
+
+const raceEnabled = false
