@@ -184,7 +184,6 @@ func TestAttachDaemon(t *testing.T) {
 	l.Close()
 	srv.Close()
 	dev.Close()
-	os.Exit(0)
 }
 
 // daemonProcess starts a daemon in a process of its own and returns its
