@@ -29,4 +29,24 @@
 // with the IBTA CM protocol between the devices' QP1s: rdma_listen →
 // Device.Listen, rdma_accept and rdma_reject → Request.Accept and
 // Request.Reject, rdma_connect → Device.Dial, rdma_disconnect → Conn.Close.
+//
+// A process may also attach to the device of a softnic daemon (softnic
+// serve) instead of running one (Config.Attach, or SOFTNIC_SOCKET): every
+// process of a host then shares one NIC, one region table and one UDP
+// port, as on a host with a real RDMA NIC, with the same API. The daemon
+// side is AttachServer. Like the rxe userspace provider, an attached
+// process and the daemon share each queue as a ring in memory both map
+// (package shm): posting writes a WQE into the send ring and rings a
+// doorbell eventfd only when the daemon asks for one (while a QP has
+// requests outstanding the daemon takes new ones as it runs the QP), and
+// Poll reads completions from the completion ring without a system call;
+// Wait arms the ring and sleeps on an eventfd the daemon signals. Regions
+// live in memfds the daemon maps too, so that it moves data straight to and
+// from the process's memory; memory that is not shared is refused
+// (ErrFault), because the daemon could not reach it (nor make an atomic
+// atomic with respect to the process) without a system call per access.
+// The daemon copies every WQE out of shared memory and checks it before use:
+// a corrupt one fails its QP alone. Each process has its own PDs and names
+// its objects by handles only it can use; when it detaches, exits or dies,
+// the daemon destroys all of them and disconnects its connections.
 package nic
