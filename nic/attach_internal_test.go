@@ -16,7 +16,7 @@ import (
 
 // serveTest serves a device on loopback to attached processes from the
 // test process and returns the socket's path.
-func serveTest(t *testing.T) (*Device, string) {
+func serveTest(t testing.TB) (*Device, string) {
 	t.Helper()
 	dev, err := Open(Config{Addr: netip.MustParseAddrPort("127.0.0.1:0"), Embed: true})
 	if err != nil {

@@ -1,0 +1,85 @@
+package nic
+
+import (
+	"bytes"
+	"encoding/json"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/softnic/softnic/nic/shm"
+)
+
+// FuzzAttachRequests sends arbitrary request lines to a daemon on its
+// attach socket, as a buggy or hostile process could: the daemon answers
+// or drops the process, and goes on serving others. Requests to dial are
+// left out: their addresses could leave loopback.
+func FuzzAttachRequests(f *testing.F) {
+	for _, s := range []string{
+		`{"id":1,"op":"alloc_pd"}`,
+		`{"id":1,"op":"alloc_pd"}` + "\n" + `{"id":2,"op":"create_cq","args":{"Depth":4}}` + "\n" +
+			`{"id":3,"op":"create_qp","args":{"PD":1,"Config":{"SendCQ":2,"MaxSendWR":4}}}` + "\n" +
+			`{"id":4,"op":"modify_qp","args":{"H":3,"Attr":{"State":1},"Mask":1}}` + "\n" + `{"id":5,"op":"destroy_qp","args":{"H":3}}`,
+		`{"id":1,"op":"alloc_pd"}` + "\n" + `{"id":2,"op":"create_srq","args":{"PD":1,"Depth":2,"MaxSGE":1}}`,
+		`{"id":1,"op":"alloc_pd"}` + "\n" + `{"id":2,"op":"reg_mr","args":{"PD":1,"Buf":1,"Off":-1,"Len":8}}`,
+		`{"id":1,"op":"alloc_mr","args":{"PD":1,"Size":4096},"fds":1}`,
+		`{"id":1,"op":"alloc_pd"}` + "\n" + `{"id":2,"op":"create_cq","args":{"Depth":4}}` + "\n" +
+			`{"id":3,"op":"listen","args":{"Port":9,"PD":1,"QP":{"SendCQ":2}}}` + "\n" + `{"id":4,"op":"accept_request","args":{"H":3}}` + "\n" +
+			`{"op":"cancel","args":{"Target":4}}`,
+		`{"id":1,"op":"counters"}`, `{"id":7,"op":"no_such_op"}`, `{"op":"cancel","args":{"Target":99}}`, `not json`,
+	} {
+		f.Add([]byte(s))
+	}
+	_, path := serveTest(f)
+	f.Fuzz(func(t *testing.T, script []byte) {
+		c := attachRaw(t, path)
+		defer c.Close()
+		for _, line := range bytes.Split(script, []byte("\n")) {
+			var m attachMsg
+			if json.Unmarshal(line, &m) == nil && m.Op == opDial {
+				continue
+			}
+			if c.Send(line, nil) != nil {
+				break
+			}
+		}
+		c.Send([]byte(`{"id":18446744073709551615,"op":"counters"}`), nil)
+		c.Unix().SetReadDeadline(time.Now().Add(5 * time.Second))
+		for {
+			line, err := c.ReadLine()
+			if err != nil {
+				break // the daemon dropped a process that broke the protocol
+			}
+			var m attachMsg
+			if json.Unmarshal(line, &m) != nil {
+				t.Fatalf("the daemon sent %q", line)
+			}
+			if fds, err := c.TakeFDs(m.FDs); err == nil {
+				shm.CloseFDs(fds)
+			}
+			if m.ID == 1<<64-1 {
+				break
+			}
+		}
+		// Whatever happened, the daemon serves another process.
+		other := attachRaw(t, path)
+		other.Close()
+	})
+}
+
+// attachRaw connects to the daemon at path and reads its answer to the
+// attach line.
+func attachRaw(t *testing.T, path string) *shm.Conn {
+	t.Helper()
+	uc, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := shm.NewConn(uc, attachMaxLine)
+	_, fds, err := handshake(c)
+	if err != nil {
+		t.Fatalf("attach: %v", err)
+	}
+	shm.CloseFDs(fds)
+	return c
+}
