@@ -480,11 +480,6 @@ func (s *session) disconnect(ctx context.Context, raw json.RawMessage, _ []int) 
 	}
 }
 
-type listenResult struct {
-	H    uint32
-	Port uint16
-}
-
 // dupFD returns a copy of fd, closed on exec.
 func dupFD(fd int) (int, error) {
 	d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)

@@ -163,6 +163,11 @@ type listenArgs struct {
 	Backlog int
 }
 
+type listenResult struct {
+	H    uint32
+	Port uint16
+}
+
 type requestResult struct {
 	H       uint32
 	Private []byte
@@ -271,7 +276,7 @@ type remoteError struct {
 func (e *remoteError) Error() string { return e.msg }
 func (e *remoteError) Unwrap() error { return e.err }
 
-// configArgs describes cfg with its objects' handles.
+// args describes cfg to the daemon, its CQs and SRQ by handle.
 func (cfg *QPConfig) args() qpConfigArgs {
 	a := qpConfigArgs{
 		Type: cfg.Type, MaxSendWR: cfg.MaxSendWR, MaxRecvWR: cfg.MaxRecvWR, MaxSendSGE: cfg.MaxSendSGE,

@@ -212,7 +212,7 @@ type session struct {
 	needWake *atomic.Uint32
 
 	mu      sync.Mutex
-	objects map[uint32]any // handle → *PD, *hostedMR, *hostedBuf, *hostedCQ, *hostedSRQ, *hostedQP, *hostedListener, *Request, *hostedConn
+	objects map[uint32]any // handle → *PD, *hostedMR, *hostedCQ, *hostedSRQ, *hostedQP, *hostedListener, *hostedRequest, *hostedConn
 	next    uint32
 	memory  int64                         // bytes mapped for it
 	calls   map[uint64]context.CancelFunc // calls waiting for the network
@@ -650,30 +650,26 @@ type sessionOp struct {
 	run   func(s *session, ctx context.Context, args json.RawMessage, fds []int) (res any, out []int, err error)
 }
 
-var sessionOps map[string]sessionOp
-
-func init() {
-	sessionOps = map[string]sessionOp{
-		opAllocPD:       {run: (*session).allocPD},
-		opDeallocPD:     {run: (*session).deallocPD},
-		opAllocMR:       {fds: 1, run: (*session).allocMR},
-		opRegMR:         {run: (*session).regMR},
-		opDeregMR:       {run: (*session).deregMR},
-		opCreateCQ:      {run: (*session).createCQ},
-		opCreateSRQ:     {run: (*session).createSRQ},
-		opCreateQP:      {run: (*session).createQP},
-		opModifyQP:      {run: (*session).modifyQP},
-		opQueryQP:       {run: (*session).queryQP},
-		opDestroyQP:     {run: (*session).destroyQP},
-		opCounters:      {run: (*session).counters},
-		opListen:        {run: (*session).listen},
-		opCloseListener: {run: (*session).closeListener},
-		opReject:        {run: (*session).reject},
-		opAcceptRequest: {waits: true, run: (*session).acceptRequest},
-		opAccept:        {waits: true, run: (*session).accept},
-		opDial:          {waits: true, run: (*session).dial},
-		opDisconnect:    {waits: true, run: (*session).disconnect},
-	}
+var sessionOps = map[string]sessionOp{
+	opAllocPD:       {run: (*session).allocPD},
+	opDeallocPD:     {run: (*session).deallocPD},
+	opAllocMR:       {fds: 1, run: (*session).allocMR},
+	opRegMR:         {run: (*session).regMR},
+	opDeregMR:       {run: (*session).deregMR},
+	opCreateCQ:      {run: (*session).createCQ},
+	opCreateSRQ:     {run: (*session).createSRQ},
+	opCreateQP:      {run: (*session).createQP},
+	opModifyQP:      {run: (*session).modifyQP},
+	opQueryQP:       {run: (*session).queryQP},
+	opDestroyQP:     {run: (*session).destroyQP},
+	opCounters:      {run: (*session).counters},
+	opListen:        {run: (*session).listen},
+	opCloseListener: {run: (*session).closeListener},
+	opReject:        {run: (*session).reject},
+	opAcceptRequest: {waits: true, run: (*session).acceptRequest},
+	opAccept:        {waits: true, run: (*session).accept},
+	opDial:          {waits: true, run: (*session).dial},
+	opDisconnect:    {waits: true, run: (*session).disconnect},
 }
 
 // args decodes a request's arguments.
