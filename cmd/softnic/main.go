@@ -57,7 +57,7 @@ var commands = []command{
 	{"send", "--peer HOST:PORT (--data STRING | --file F) [--cm-port PORT] [--timeout D]",
 		"SEND a message to a daemon, which logs it",
 		"softnic send --peer 127.0.0.1:4791 --data 'hello, daemon'", defineSend},
-	{"perftest", "TEST [--bind ADDR] [-s SIZE] [-n ITERS] [-A FETCH_AND_ADD|CMP_AND_SWAP] [--mtu N] [--port N] [--oob-port N] [--counters] [--pcap FILE] [HOST]",
+	{"perftest", "TEST [--bind ADDR] [-s SIZE] [-n ITERS] [-A FETCH_AND_ADD|CMP_AND_SWAP] [-u TIMEOUT] [--mtu N] [--port N] [--oob-port N] [--counters] [--pcap FILE] [HOST]",
 		"run a perftest test (write_bw, read_bw, send_bw, atomic_bw, write_lat) against perftest or softnic: server without HOST, client with it",
 		"softnic perftest write_bw -s 8192 -n 1000 10.77.0.12", definePerftest},
 	{"rping", "(-s | -c) -a ADDR [-C COUNT] [-S SIZE] [-v] [-p PORT] [-I ADDR] [--udp-port N] [--mtu N] [--counters] [--pcap FILE]",

@@ -8,7 +8,10 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
+	"os/signal"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/softnic/softnic/wire"
@@ -98,6 +101,7 @@ const (
 	defaultTxDepth      = 128 // send WRs outstanding in a bandwidth test
 	defaultRxDepth      = 512 // receive WRs a send_bw server keeps posted
 	defaultCQModeration = 100 // a bandwidth test's client asks for every 100th completion
+	defaultQPTimeout    = 14  // 4.096 µs × 2^14 ≈ 67 ms
 	atomicSize          = 8
 	// maxPerfSize and maxPerfIters bound what a test holds in memory: the
 	// message buffers and two timestamps per iteration.
@@ -114,6 +118,7 @@ type perftestConfig struct {
 	iters    int
 	atomic   atomicOp
 	mtu      int    // 0: what the interface carries
+	timeout  uint8  // the QP's local ACK timeout exponent
 	port     uint16 // the RoCEv2 UDP port of both sides
 	oobPort  uint16 // perftest's TCP port
 	counters bool
@@ -127,6 +132,7 @@ func definePerftest(fs *flag.FlagSet) func(*invocation) error {
 	size := fs.String("s", "", "message `SIZE` in bytes, with an optional k or m (default 65536 for the bandwidth tests, 2 for write_lat; atomics are 8)")
 	iters := fs.Int("n", 0, "`ITERS` messages (default 5000 for the bandwidth tests, 1000 for write_lat)")
 	atomic := fs.String("A", "FETCH_AND_ADD", "the atomic_bw `OPERATION`: FETCH_AND_ADD or CMP_AND_SWAP")
+	timeout := fs.Uint("u", defaultQPTimeout, "the QP's ACK `TIMEOUT` exponent: 4.096 µs × 2^TIMEOUT before it sends again (14: 67 ms)")
 	mtu := fs.Int("mtu", 0, "the path `MTU` offered: 256 to 4096 (default: what the interface carries, as rxe derives it: 1024 on 1500-byte Ethernet)")
 	port := fs.Uint("port", uint(wire.UDPPort), "the RoCEv2 UDP `PORT` of the device, and where the peer's is (Linux rxe's is 4791)")
 	oobPort := fs.Uint("oob-port", defaultOOBPort, "perftest's TCP `PORT` for the out-of-band exchange")
@@ -159,6 +165,10 @@ func definePerftest(fs *flag.FlagSet) func(*invocation) error {
 		default:
 			return usagef("-A %q: want FETCH_AND_ADD or CMP_AND_SWAP", *atomic)
 		}
+		if *timeout > 31 {
+			return usagef("-u %d: want a timeout exponent from 0 to 31", *timeout)
+		}
+		cfg.timeout = uint8(*timeout)
 		if *port == 0 || *port > 0xFFFF || *oobPort == 0 || *oobPort > 0xFFFF {
 			return usagef("--port %d, --oob-port %d: want ports from 1 to 65535", *port, *oobPort)
 		}
@@ -169,7 +179,9 @@ func definePerftest(fs *flag.FlagSet) func(*invocation) error {
 		if err := cfg.setSizes(*size); err != nil {
 			return err
 		}
-		return runPerftest(inv.ctx, &cfg, inv.stdout)
+		ctx, stop := signal.NotifyContext(inv.ctx, os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return runPerftest(ctx, &cfg, inv.stdout)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/softnic/softnic/nic"
@@ -106,7 +107,9 @@ type toolDeviceConfig struct {
 // toolDevice is an open device and its capture, if any.
 type toolDevice struct {
 	*nic.Device
-	capture *capture
+	capture   *capture
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // openToolDevice opens the device: RecoverIPID is on, since the peer may
@@ -149,17 +152,20 @@ func openToolDevice(c toolDeviceConfig) (*toolDevice, error) {
 	return td, nil
 }
 
-// Close closes the device, then its capture.
+// Close closes the device, then its capture; again, it does nothing.
 func (td *toolDevice) Close() error {
-	err := td.Device.Close()
-	if td.capture != nil {
-		err = errors.Join(err, td.capture.Close())
-	}
-	return err
+	td.closeOnce.Do(func() {
+		td.closeErr = td.Device.Close()
+		if td.capture != nil {
+			td.closeErr = errors.Join(td.closeErr, td.capture.Close())
+		}
+	})
+	return td.closeErr
 }
 
 // printCounters writes the device's counters on one line, "counters:
-// name=value ...", every counter in the device's order.
+// name=value ...", every counter in the device's order. Called once the
+// device is closed, it counts every packet the device ever sent.
 func printCounters(w io.Writer, dev *nic.Device) error {
 	var b strings.Builder
 	b.WriteString("counters:")

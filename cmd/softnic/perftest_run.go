@@ -79,7 +79,7 @@ type perfSession struct {
 }
 
 // run runs the test from the opening of the exchange to its close.
-func (s *perfSession) run() error {
+func (s *perfSession) run() (err error) {
 	s.oob.conn.SetDeadline(time.Now().Add(oobTimeout))
 	local := addrOf(s.oob.conn.LocalAddr())
 	mtu, err := toolMTU(local, s.cfg.mtu)
@@ -99,7 +99,14 @@ func (s *perfSession) run() error {
 	if s.dev, err = openToolDevice(dc); err != nil {
 		return err
 	}
-	defer s.dev.Close()
+	defer func() {
+		// Counters once the device is closed, so that they count every
+		// packet it sent; after a failure too, since they help explain it.
+		err = errors.Join(err, s.dev.Close())
+		if s.cfg.counters {
+			err = errors.Join(err, printCounters(s.out, s.dev.Device))
+		}
+	}()
 	code, _ := wire.MTUFromBytes(mtu)
 	if s.params, err = s.oob.open(code); err != nil {
 		return fmt.Errorf("perftest exchange: %w", err)
@@ -128,13 +135,7 @@ func (s *perfSession) run() error {
 	if err := s.printHeader(); err != nil {
 		return err
 	}
-	if err := s.traffic(); err != nil {
-		return err
-	}
-	if s.cfg.counters {
-		return printCounters(s.out, s.dev.Device)
-	}
-	return nil
+	return s.traffic()
 }
 
 // traffic runs the test's traffic, its closing exchange and its checks,
@@ -303,8 +304,9 @@ func fillByte(b []byte, v byte) {
 }
 
 // connect moves the QP to RTS, connected to the peer of the key record,
-// with perftest's attributes: timeout 14, seven retries, the peer's
-// outstanding reads as this side's limit and this side's as the peer's.
+// with perftest's attributes: the timeout of -u (14 by default), seven
+// retries, the peer's outstanding reads as this side's limit and this
+// side's as the peer's.
 func (s *perfSession) connect() error {
 	dst, err := peerAddr(s.remote.GID, s.cfg.port)
 	if err != nil {
@@ -314,7 +316,7 @@ func (s *perfSession) connect() error {
 	err = s.qp.Connect(dst, s.remote.QPN, nic.ConnectOptions{
 		LocalPSN: s.local.PSN, RemotePSN: s.remote.PSN, MTU: mtu,
 		Access:      mr.RemoteRead | mr.RemoteWrite | mr.RemoteAtomic,
-		Timeout:     14,
+		Timeout:     s.cfg.timeout,
 		RetryCnt:    7,
 		RNRRetry:    7,
 		MinRNRTimer: 12,

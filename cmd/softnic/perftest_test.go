@@ -461,6 +461,7 @@ func TestPerftestBadUsage(t *testing.T) {
 		{"iterations", []string{"write_bw", "-n", "-1"}, "-n -1: want 1 to"},
 		{"latency of one", []string{"write_lat", "-n", "1"}, "write_lat: at least 2"},
 		{"port", []string{"write_bw", "--port", "0"}, "--port 0"},
+		{"timeout", []string{"write_bw", "-u", "32"}, "-u 32: want a timeout exponent from 0 to 31"},
 		{"oob port", []string{"write_bw", "--oob-port", "70000"}, "--oob-port 70000"},
 		{"mtu", []string{"write_bw", "--mtu", "1500"}, "--mtu 1500: want 256, 512, 1024, 2048 or 4096"},
 	}

@@ -10,8 +10,11 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
@@ -104,7 +107,9 @@ func defineRping(fs *flag.FlagSet) func(*invocation) error {
 		if err := checkMTUFlag(cfg.mtu); err != nil {
 			return err
 		}
-		return runRping(inv.ctx, &cfg, inv.stdout)
+		ctx, stop := signal.NotifyContext(inv.ctx, os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return runRping(ctx, &cfg, inv.stdout)
 	}
 }
 
@@ -169,7 +174,7 @@ type rpingSession struct {
 }
 
 // runRping opens the device and runs the client or the server.
-func runRping(ctx context.Context, cfg *rpingConfig, stdout io.Writer) error {
+func runRping(ctx context.Context, cfg *rpingConfig, stdout io.Writer) (err error) {
 	local, peer, err := cfg.addresses(ctx)
 	if err != nil {
 		return err
@@ -182,19 +187,21 @@ func runRping(ctx context.Context, cfg *rpingConfig, stdout io.Writer) error {
 	if s.dev, err = openToolDevice(toolDeviceConfig{addr: netip.AddrPortFrom(local, cfg.udpPort), mtu: mtu, pcap: cfg.pcap}); err != nil {
 		return err
 	}
-	defer s.dev.Close()
+	defer func() {
+		// Counters once the device is closed, so that they count every
+		// packet it sent; after a failure too, since they help explain it.
+		err = errors.Join(err, s.dev.Close())
+		if cfg.counters {
+			err = errors.Join(err, printCounters(s.out, s.dev.Device))
+		}
+	}()
 	if err := s.setup(); err != nil {
 		return err
 	}
 	if cfg.server {
-		err = s.serve(ctx)
-	} else {
-		err = s.ping(ctx, peer)
+		return s.serve(ctx)
 	}
-	if err == nil && cfg.counters {
-		err = printCounters(s.out, s.dev.Device)
-	}
-	return err
+	return s.ping(ctx, peer)
 }
 
 // addresses returns the local address of the device and, for the
