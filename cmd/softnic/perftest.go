@@ -231,7 +231,8 @@ func runPerftest(ctx context.Context, cfg *perftestConfig, stdout io.Writer) err
 	defer stop()
 	s := &perfSession{ctx: ctx, cfg: cfg, oob: &oobConn{conn: conn, client: !cfg.server()}, out: stdout}
 	err = s.run()
-	if ctx.Err() != nil {
+	if err != nil && ctx.Err() != nil {
+		// Interrupted: the closed connection is a consequence, not the cause.
 		err = fmt.Errorf("%v: %w", ctx.Err(), err)
 	}
 	return err

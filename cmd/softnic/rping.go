@@ -311,10 +311,8 @@ func (s *rpingSession) await(op qp.WCOpcode) (qp.WC, []byte, error) {
 		if len(s.have) == 0 {
 			n, err := s.cq.Wait(s.ctx, s.wcs[:])
 			if err != nil {
-				select {
-				case <-s.conn.Done():
+				if s.disconnected() {
 					return qp.WC{}, nil, errDisconnected
-				default:
 				}
 				return qp.WC{}, nil, err
 			}
@@ -323,6 +321,10 @@ func (s *rpingSession) await(op qp.WCOpcode) (qp.WC, []byte, error) {
 		wc := s.have[0]
 		s.have = s.have[1:]
 		switch {
+		case wc.Status == qp.WRFlushErr && s.disconnected():
+			// The peer's DREQ moved the QP to the error state, which
+			// flushes what was outstanding, as rping sees it too.
+			return wc, nil, errDisconnected
 		case wc.Status != qp.Success:
 			return wc, nil, fmt.Errorf("%v completed with %v (%s)", wc.Opcode, wc.Status, wc.Status.Text())
 		case wc.Opcode == op && op == qp.WCRecv:
@@ -336,6 +338,16 @@ func (s *rpingSession) await(op qp.WCOpcode) (qp.WC, []byte, error) {
 		case wc.Opcode != qp.WCSend:
 			return wc, nil, fmt.Errorf("a completion of %v while waiting for %v", wc.Opcode, op)
 		}
+	}
+}
+
+// disconnected reports whether the connection has ended.
+func (s *rpingSession) disconnected() bool {
+	select {
+	case <-s.conn.Done():
+		return true
+	default:
+		return false
 	}
 }
 
@@ -365,7 +377,8 @@ func (s *rpingSession) rdmaOp(op qp.WROpcode, info rpingInfo, n int) error {
 }
 
 // serve accepts one connection, as rping -s does, and serves its pings
-// until the client disconnects.
+// until the client disconnects, which ends it with success whenever it
+// comes, as it ends rping's server.
 func (s *rpingSession) serve(ctx context.Context) error {
 	ln, err := s.dev.Listen(s.cfg.cmPort, nic.ListenOptions{PD: s.pd, QP: s.qpConfig()})
 	if err != nil {
@@ -379,52 +392,59 @@ func (s *rpingSession) serve(ctx context.Context) error {
 	cancel := s.connected(ctx, c)
 	defer cancel()
 	defer c.Close()
-	data := s.rdma.Bytes()
 	want := make([]byte, s.cfg.size)
 	for n := 0; ; n++ {
-		_, msg, err := s.await(qp.WCRecv)
-		if errors.Is(err, errDisconnected) {
-			return nil // the client is done
-		}
-		if err != nil {
-			return fmt.Errorf("ping %d: waiting for the source: %w", n, err)
-		}
-		src := parseRpingInfo(msg)
-		if src.size == 0 || int(src.size) > s.cfg.size {
-			return fmt.Errorf("ping %d: the client's %d bytes do not fit the server's %d (-S)", n, src.size, s.cfg.size)
-		}
-		if err := s.rdmaOp(qp.WRRead, src, int(src.size)); err != nil {
-			return fmt.Errorf("ping %d: RDMA READ of the source: %w", n, err)
-		}
-		got := data[:src.size]
-		rpingData(want[:src.size], n)
-		if i := firstDifference(got, want[:src.size]); i >= 0 {
-			return fmt.Errorf("%w: ping %d: byte %d read from the client is %q, rping's data has %q", errDataCheck, n, i, got[i], want[i])
-		}
-		if s.cfg.verbose {
-			fmt.Fprintf(s.out, "server ping data: %s\n", cString(got))
-		}
-		if err := s.send(make([]byte, rpingInfoSize)); err != nil {
-			return err
-		}
-		if _, msg, err = s.await(qp.WCRecv); err != nil {
-			return fmt.Errorf("ping %d: waiting for the sink: %w", n, err)
-		}
-		sink := parseRpingInfo(msg)
-		length := len(cString(got)) + 1 // the string and its NUL, as rping writes it
-		if int(sink.size) < length {
-			return fmt.Errorf("ping %d: the client's sink of %d bytes is shorter than the %d to write", n, sink.size, length)
-		}
-		if err := s.rdmaOp(qp.WRWrite, sink, length); err != nil {
-			return fmt.Errorf("ping %d: RDMA WRITE into the sink: %w", n, err)
-		}
-		if err := s.send(make([]byte, rpingInfoSize)); err != nil {
-			return err
+		if err := s.serveOne(n, want); err != nil {
+			if errors.Is(err, errDisconnected) {
+				return nil // the client is done
+			}
+			return fmt.Errorf("ping %d: %w", n, err)
 		}
 	}
 }
 
+// serveOne serves ping n: the READ of the source, checked against rping's
+// data (want has room for it), the WRITE into the sink.
+func (s *rpingSession) serveOne(n int, want []byte) error {
+	_, msg, err := s.await(qp.WCRecv)
+	if err != nil {
+		return fmt.Errorf("waiting for the source: %w", err)
+	}
+	src := parseRpingInfo(msg)
+	if src.size == 0 || int(src.size) > s.cfg.size {
+		return fmt.Errorf("the client's %d bytes do not fit the server's %d (-S)", src.size, s.cfg.size)
+	}
+	if err := s.rdmaOp(qp.WRRead, src, int(src.size)); err != nil {
+		return fmt.Errorf("RDMA READ of the source: %w", err)
+	}
+	got, want := s.rdma.Bytes()[:src.size], want[:src.size]
+	rpingData(want, n)
+	if i := firstDifference(got, want); i >= 0 {
+		return fmt.Errorf("%w: byte %d read from the client is %q, rping's data has %q", errDataCheck, i, got[i], want[i])
+	}
+	if s.cfg.verbose {
+		fmt.Fprintf(s.out, "server ping data: %s\n", cString(got))
+	}
+	if err := s.send(make([]byte, rpingInfoSize)); err != nil {
+		return err
+	}
+	if _, msg, err = s.await(qp.WCRecv); err != nil {
+		return fmt.Errorf("waiting for the sink: %w", err)
+	}
+	sink := parseRpingInfo(msg)
+	length := len(cString(got)) + 1 // the string and its NUL, as rping writes it
+	if int(sink.size) < length {
+		return fmt.Errorf("the client's sink of %d bytes is shorter than the %d to write", sink.size, length)
+	}
+	if err := s.rdmaOp(qp.WRWrite, sink, length); err != nil {
+		return fmt.Errorf("RDMA WRITE into the sink: %w", err)
+	}
+	return s.send(make([]byte, rpingInfoSize))
+}
+
 // ping connects to the server and runs the pings, then disconnects.
+// Pinging for ever (-C 0) ends with an interrupt, as rping's does, and
+// that is no failure.
 func (s *rpingSession) ping(ctx context.Context, peer netip.AddrPort) error {
 	c, err := s.dev.Dial(ctx, peer, s.cfg.cmPort, nic.DialOptions{PD: s.pd, QP: s.qpConfig(),
 		ResponderResources: rpingResponders, InitiatorDepth: rpingResponders})
@@ -434,27 +454,38 @@ func (s *rpingSession) ping(ctx context.Context, peer netip.AddrPort) error {
 	cancel := s.connected(ctx, c)
 	defer cancel()
 	defer c.Close()
-	src, sink := s.src.Bytes(), s.rdma.Bytes()
 	for n := 0; s.cfg.count == 0 || n < s.cfg.count; n++ {
-		rpingData(src, n)
-		if err := s.send(rpingInfo{s.src.Addr(), s.src.RKey(), uint32(len(src))}.marshal()); err != nil {
-			return err
+		if err := s.pingOnce(n); err != nil {
+			if s.cfg.count == 0 && ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("ping %d: %w", n, err)
 		}
-		if _, _, err := s.await(qp.WCRecv); err != nil {
-			return fmt.Errorf("ping %d: waiting for the server to read: %w", n, err)
-		}
-		if err := s.send(rpingInfo{s.rdma.Addr(), s.rdma.RKey(), uint32(len(sink))}.marshal()); err != nil {
-			return err
-		}
-		if _, _, err := s.await(qp.WCRecv); err != nil {
-			return fmt.Errorf("ping %d: waiting for the server to write: %w", n, err)
-		}
-		if i := firstDifference(sink, src); i >= 0 {
-			return fmt.Errorf("%w: ping %d: byte %d came back as %q, was %q", errDataCheck, n, i, sink[i], src[i])
-		}
-		if s.cfg.verbose {
-			fmt.Fprintf(s.out, "ping data: %s\n", cString(sink))
-		}
+	}
+	return nil
+}
+
+// pingOnce runs ping n: the source out, the sink back, compared.
+func (s *rpingSession) pingOnce(n int) error {
+	src, sink := s.src.Bytes(), s.rdma.Bytes()
+	rpingData(src, n)
+	if err := s.send(rpingInfo{s.src.Addr(), s.src.RKey(), uint32(len(src))}.marshal()); err != nil {
+		return err
+	}
+	if _, _, err := s.await(qp.WCRecv); err != nil {
+		return fmt.Errorf("waiting for the server to read: %w", err)
+	}
+	if err := s.send(rpingInfo{s.rdma.Addr(), s.rdma.RKey(), uint32(len(sink))}.marshal()); err != nil {
+		return err
+	}
+	if _, _, err := s.await(qp.WCRecv); err != nil {
+		return fmt.Errorf("waiting for the server to write: %w", err)
+	}
+	if i := firstDifference(sink, src); i >= 0 {
+		return fmt.Errorf("%w: byte %d came back as %q, was %q", errDataCheck, i, sink[i], src[i])
+	}
+	if s.cfg.verbose {
+		fmt.Fprintf(s.out, "ping data: %s\n", cString(sink))
 	}
 	return nil
 }

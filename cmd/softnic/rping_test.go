@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/softnic/softnic/wire"
 )
@@ -155,4 +157,48 @@ func TestRpingBadUsage(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRpingForever: without -C the client pings until interrupted, which
+// ends both sides with status 0, as rping's does.
+func TestRpingForever(t *testing.T) {
+	udp, cm := freePorts(t)
+	common := []string{"-v", "-p", fmt.Sprint(cm), "--udp-port", fmt.Sprint(udp), "--mtu", "1024"}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var srvOut, cliOut, errs syncBuffer
+	srvExit, cliExit := make(chan int, 1), make(chan int, 1)
+	go func() {
+		srvExit <- runContext(ctx, append([]string{"rping", "-s", "-a", "127.0.0.1"}, common...), &srvOut, &errs)
+	}()
+	if !waitUntil(ctx, udpBound(udp)) {
+		t.Fatal("the server does not listen")
+	}
+	cliCtx, interrupt := context.WithCancel(ctx)
+	defer interrupt()
+	go func() {
+		cliExit <- runContext(cliCtx, append([]string{"rping", "-c", "-a", "127.0.0.1", "-I", "127.0.0.2"}, common...), &cliOut, &errs)
+	}()
+	if !waitUntil(ctx, func() bool { return strings.Count(cliOut.String(), "ping data:") >= 3 }) {
+		t.Fatalf("no pings:\n%s", errs.String())
+	}
+	interrupt()
+	if code := <-cliExit; code != 0 {
+		t.Fatalf("the interrupted client exits %d:\n%s", code, errs.String())
+	}
+	if code := <-srvExit; code != 0 {
+		t.Fatalf("the server exits %d after the client left:\n%s%s", code, srvOut.String(), errs.String())
+	}
+}
+
+// waitUntil polls cond until it holds or ctx ends.
+func waitUntil(ctx context.Context, cond func() bool) bool {
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return true
 }
