@@ -401,7 +401,11 @@ func (c *hostedCQ) drain() {
 			c.pushLocked(&c.wcs[i])
 		}
 	}
-	c.publishLocked()
+	if !c.closed {
+		// A closed CQ's ring is unmapped: a QP flushed after its process
+		// detached (a connection closing in the background) must not touch it.
+		c.publishLocked()
+	}
 }
 
 // push writes one completion of the daemon's own into the ring.
