@@ -94,7 +94,9 @@ func TestServeAttach(t *testing.T) {
 
 	// Detached: the region and the QPs are gone.
 	dev.Close()
-	d.counterReaches(t, "attached_processes", 0)
+	if n := d.counterReaches(t, "attached_processes", 0); n != 0 {
+		t.Fatalf("attached_processes = %d after the process detached", n)
+	}
 	d.inspect(t, "mr", &regions)
 	for _, r := range regions {
 		if r.LKey == m.LKey() {

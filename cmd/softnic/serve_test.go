@@ -157,15 +157,16 @@ func (d *testDaemon) counter(t *testing.T, name string) uint64 {
 	return v
 }
 
-// counterReaches waits until counter name reaches want: the daemon counts a
-// received SEND on its own goroutine, after the sender's completion may
-// already have arrived.
+// counterReaches waits until counter name equals want (or 5 s pass) and
+// returns its value: the daemon counts on its own goroutines, after what
+// the test did may already have completed (a SEND received, a process
+// detached).
 func (d *testDaemon) counterReaches(t *testing.T, name string, want uint64) uint64 {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		n := d.counter(t, name)
-		if n >= want || time.Now().After(deadline) {
+		if n == want || time.Now().After(deadline) {
 			return n
 		}
 		time.Sleep(2 * time.Millisecond)
