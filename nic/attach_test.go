@@ -3,7 +3,6 @@ package nic_test
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"net"
 	"os"
@@ -104,53 +103,7 @@ func TestAttachedOperations(t *testing.T) {
 	a := attachedEnd(t, d)
 	b := openEnd(t, nic.Config{})
 	connectEnds(t, a, b)
-	src := a.mr.Bytes()
-	for i := range 100000 {
-		src[i] = byte(i * 13)
-	}
-	post := func(wr *qp.SendWR) qp.WC {
-		t.Helper()
-		wr.Flags |= qp.Signaled
-		if err := a.qp.PostSend(wr); err != nil {
-			t.Fatal(err)
-		}
-		wc := wait(t, a.cq)
-		if wc.Status != qp.Success || wc.ID != wr.ID {
-			t.Fatalf("%s: completion %v", wr.Opcode, &wc)
-		}
-		return wc
-	}
-	post(&qp.SendWR{ID: 1, Opcode: qp.WRWrite, SGL: []qp.SGE{a.mr.SGE(0, 100000)}, RemoteAddr: b.mr.Addr() + 4096, RKey: b.mr.RKey()})
-	syncMemory(b)
-	if !bytes.Equal(b.mr.Bytes()[4096:4096+100000], src[:100000]) {
-		t.Fatal("WRITE: remote memory differs")
-	}
-	post(&qp.SendWR{ID: 2, Opcode: qp.WRRead, SGL: []qp.SGE{a.mr.SGE(200000, 100000)}, RemoteAddr: b.mr.Addr() + 4096, RKey: b.mr.RKey()})
-	if !bytes.Equal(src[200000:300000], src[:100000]) {
-		t.Fatal("READ: data differs")
-	}
-	binary.NativeEndian.PutUint64(b.mr.Bytes()[8:], 5)
-	syncMemory(b)
-	post(&qp.SendWR{ID: 3, Opcode: qp.WRFetchAdd, SGL: []qp.SGE{a.mr.SGE(512, 8)}, RemoteAddr: b.mr.Addr() + 8, RKey: b.mr.RKey(), CompareAdd: 10})
-	syncMemory(b)
-	if got, orig := binary.NativeEndian.Uint64(b.mr.Bytes()[8:]), binary.NativeEndian.Uint64(src[512:]); got != 15 || orig != 5 {
-		t.Fatalf("FETCH_ADD: target %d (want 15), returned %d (want 5)", got, orig)
-	}
-	// A SEND from b lands in a's receive buffer.
-	if err := a.qp.PostRecv(&qp.RecvWR{ID: 77, SGL: []qp.SGE{a.mr.SGE(500000, 1000)}}); err != nil {
-		t.Fatal(err)
-	}
-	copy(b.mr.Bytes()[700000:], "hello, attached process")
-	if err := b.qp.PostSend(&qp.SendWR{ID: 9, Opcode: qp.WRSendImm, Imm: 7, Flags: qp.Signaled, SGL: []qp.SGE{b.mr.SGE(700000, 23)}}); err != nil {
-		t.Fatal(err)
-	}
-	wc := wait(t, a.cq)
-	if wc.ID != 77 || wc.Status != qp.Success || wc.ByteLen != 23 || wc.Imm != 7 || string(src[500000:500023]) != "hello, attached process" {
-		t.Fatalf("receive: %v imm %d, buffer %q", &wc, wc.Imm, src[500000:500023])
-	}
-	if wc := wait(t, b.cq); wc.Status != qp.Success {
-		t.Fatalf("send: %v", &wc)
-	}
+	exerciseOperations(t, a, b)
 }
 
 func TestAttachRefusesPrivateMemory(t *testing.T) {

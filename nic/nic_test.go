@@ -117,11 +117,27 @@ func wait(t testing.TB, cq *nic.CQ) qp.WC {
 
 func TestLoopbackOperations(t *testing.T) {
 	a, b := connected(t, nic.Config{}, nic.ConnectOptions{})
+	exerciseOperations(t, a, b)
+	if n, _ := a.dev.Counter("sent_pkts"); n == 0 {
+		t.Error("sent_pkts not counted")
+	}
+	for _, c := range []string{"bad_icrc", "malformed", "unknown_qp"} {
+		if n, _ := b.dev.Counter(c); n != 0 {
+			t.Errorf("%s = %d on a clean loopback", c, n)
+		}
+	}
+}
+
+// exerciseOperations runs every kind of operation over the connected QPs
+// of a and b and checks the memory each one changed: a WRITE of 100,000
+// bytes, a READ of them back elsewhere, FETCH_ADD and COMPARE_SWAP, and a
+// SEND with immediate each way.
+func exerciseOperations(t *testing.T, a, b *end) {
+	t.Helper()
 	src := a.mr.Bytes()
 	for i := range 100000 {
 		src[i] = byte(i * 13)
 	}
-	// WRITE 100 000 bytes, READ them back elsewhere, then atomics and SEND.
 	post := func(wr *qp.SendWR) qp.WC {
 		t.Helper()
 		wr.Flags |= qp.Signaled
@@ -151,21 +167,27 @@ func TestLoopbackOperations(t *testing.T) {
 	if got, orig := binary.NativeEndian.Uint64(b.mr.Bytes()[8:]), binary.NativeEndian.Uint64(src[512:]); got != 99 || orig != 5 {
 		t.Fatalf("atomics: target %d (want 99), fetch-add returned %d (want 5)", got, orig)
 	}
+	// SEND with immediate, a to b, then b to a.
 	if err := b.qp.PostRecv(&qp.RecvWR{ID: 77, SGL: []qp.SGE{b.mr.SGE(500000, 1000)}}); err != nil {
 		t.Fatal(err)
 	}
 	post(&qp.SendWR{ID: 5, Opcode: qp.WRSendImm, Imm: 7, SGL: []qp.SGE{a.mr.SGE(0, 1000)}})
 	wc := wait(t, b.cq)
 	if wc.Status != qp.Success || wc.ID != 77 || wc.ByteLen != 1000 || wc.Imm != 7 || !bytes.Equal(b.mr.Bytes()[500000:501000], src[:1000]) {
-		t.Fatalf("receive: %v", &wc)
+		t.Fatalf("receive at b: %v", &wc)
 	}
-	if n, _ := a.dev.Counter("sent_pkts"); n == 0 {
-		t.Error("sent_pkts not counted")
+	if err := a.qp.PostRecv(&qp.RecvWR{ID: 78, SGL: []qp.SGE{a.mr.SGE(600000, 1000)}}); err != nil {
+		t.Fatal(err)
 	}
-	for _, c := range []string{"bad_icrc", "malformed", "unknown_qp"} {
-		if n, _ := b.dev.Counter(c); n != 0 {
-			t.Errorf("%s = %d on a clean loopback", c, n)
-		}
+	copy(b.mr.Bytes()[700000:], "hello from b")
+	if err := b.qp.PostSend(&qp.SendWR{ID: 9, Opcode: qp.WRSendImm, Imm: 8, Flags: qp.Signaled, SGL: []qp.SGE{b.mr.SGE(700000, 12)}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := wait(t, a.cq); wc.ID != 78 || wc.Status != qp.Success || wc.ByteLen != 12 || wc.Imm != 8 || string(src[600000:600012]) != "hello from b" {
+		t.Fatalf("receive at a: %v, buffer %q", &wc, src[600000:600012])
+	}
+	if wc := wait(t, b.cq); wc.ID != 9 || wc.Status != qp.Success {
+		t.Fatalf("send at b: %v", &wc)
 	}
 }
 
