@@ -130,25 +130,18 @@ func (r *responder) releaseMessage() {
 
 // clearOut empties the output queue, keeping NAKs when keepNaks is set.
 func (r *responder) clearOut(keepNaks bool) {
-	var kept [4]response
-	k := 0
-	for ; r.outCount > 0; r.outCount-- {
-		e := &r.out[r.outHead]
+	var kept []response // the error path only: it may allocate
+	for i := range r.outCount {
+		e := &r.out[(r.outHead+i)%len(r.out)]
 		if e.kind == respRead {
 			e.span.Release()
 		}
-		if keepNaks && e.kind == respNak && k < len(kept) {
-			kept[k] = *e
-			k++
+		if keepNaks && e.kind == respNak {
+			kept = append(kept, *e)
 		}
 		*e = response{}
-		r.outHead = (r.outHead + 1) % len(r.out)
 	}
-	r.outHead, r.rdPending = 0, 0
-	for i := 0; i < k; i++ {
-		r.out[i] = kept[i]
-	}
-	r.outCount = k
+	r.outHead, r.outCount, r.rdPending = 0, copy(r.out, kept), 0
 }
 
 // abort drops the message in progress and every queued response but NAKs
