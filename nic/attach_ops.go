@@ -30,18 +30,14 @@ func (s *session) allocPD(_ context.Context, _ json.RawMessage, _ []int) (any, [
 }
 
 func (s *session) deallocPD(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
-	a, err := args[handleArgs](raw)
-	if err != nil {
-		return nil, nil, err
-	}
-	pd, err := lookup[*PD](s, a.H)
+	pd, hnd, err := byHandle[*PD](s, raw)
 	if err != nil {
 		return nil, nil, err
 	}
 	if err := pd.Dealloc(); err != nil {
 		return nil, nil, err
 	}
-	s.remove(a.H)
+	s.remove(hnd)
 	return nil, nil, nil
 }
 
@@ -129,18 +125,14 @@ func (s *session) register(pd *PD, buf *hostedBuf, off, n int, access mr.Access)
 }
 
 func (s *session) deregMR(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
-	a, err := args[handleArgs](raw)
-	if err != nil {
-		return nil, nil, err
-	}
-	m, err := lookup[*hostedMR](s, a.H)
+	m, hnd, err := byHandle[*hostedMR](s, raw)
 	if err != nil {
 		return nil, nil, err
 	}
 	if err := s.deregister(m); err != nil {
 		return nil, nil, err
 	}
-	s.remove(a.H)
+	s.remove(hnd)
 	return nil, nil, nil
 }
 
@@ -232,11 +224,7 @@ func (s *session) modifyQP(_ context.Context, raw json.RawMessage, _ []int) (any
 }
 
 func (s *session) queryQP(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
-	a, err := args[handleArgs](raw)
-	if err != nil {
-		return nil, nil, err
-	}
-	h, err := lookup[*hostedQP](s, a.H)
+	h, _, err := byHandle[*hostedQP](s, raw)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -244,15 +232,11 @@ func (s *session) queryQP(_ context.Context, raw json.RawMessage, _ []int) (any,
 }
 
 func (s *session) destroyQP(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
-	a, err := args[handleArgs](raw)
+	h, hnd, err := byHandle[*hostedQP](s, raw)
 	if err != nil {
 		return nil, nil, err
 	}
-	h, err := lookup[*hostedQP](s, a.H)
-	if err != nil {
-		return nil, nil, err
-	}
-	s.remove(a.H)
+	s.remove(hnd)
 	h.q.Destroy()
 	h.close()
 	return nil, nil, nil
@@ -311,24 +295,16 @@ func (s *session) listen(_ context.Context, raw json.RawMessage, _ []int) (any, 
 }
 
 func (s *session) closeListener(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
-	a, err := args[handleArgs](raw)
+	l, hnd, err := byHandle[*hostedListener](s, raw)
 	if err != nil {
 		return nil, nil, err
 	}
-	l, err := lookup[*hostedListener](s, a.H)
-	if err != nil {
-		return nil, nil, err
-	}
-	s.remove(a.H)
+	s.remove(hnd)
 	return nil, nil, l.l.Close()
 }
 
 func (s *session) acceptRequest(ctx context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
-	a, err := args[handleArgs](raw)
-	if err != nil {
-		return nil, nil, err
-	}
-	l, err := lookup[*hostedListener](s, a.H)
+	l, _, err := byHandle[*hostedListener](s, raw)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -456,15 +432,11 @@ func (s *session) hostConn(c *Conn, h *hostedQP) (any, []int, error) {
 // forgets its QP, which Close destroys. If the process detaches meanwhile,
 // the wait goes on in the background.
 func (s *session) disconnect(ctx context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
-	a, err := args[handleArgs](raw)
+	c, hnd, err := byHandle[*hostedConn](s, raw)
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := lookup[*hostedConn](s, a.H)
-	if err != nil {
-		return nil, nil, err
-	}
-	s.remove(a.H)
+	s.remove(hnd)
 	s.forget(c.qp)
 	done := make(chan struct{})
 	background(func() {

@@ -406,6 +406,18 @@ func lookup[T any](s *session, h uint32) (T, error) {
 	return obj, nil
 }
 
+// byHandle reads a request's handle argument and returns the process's
+// object of type T it names, and the handle.
+func byHandle[T any](s *session, raw json.RawMessage) (T, uint32, error) {
+	a, err := args[handleArgs](raw)
+	if err != nil {
+		var zero T
+		return zero, 0, err
+	}
+	obj, err := lookup[T](s, a.H)
+	return obj, a.H, err
+}
+
 // charge counts n bytes more of shared memory mapped for the process.
 func (s *session) charge(n int64) error {
 	s.mu.Lock()
