@@ -94,8 +94,20 @@ func dataArg(data, file string) ([]byte, error) {
 
 func defineWrite(fs *flag.FlagSet) func(*invocation) error {
 	o := addOpFlags(fs, true)
-	data := fs.String("data", "", "write `STRING`")
-	file := fs.String("file", "", "write the contents of `FILE`")
+	return defineDataOp(fs, "write", func() qp.SendWR {
+		return qp.SendWR{Opcode: qp.WRWrite, RemoteAddr: o.addr.val, RKey: uint32(o.rkey.val)}
+	}, o, func(wr *qp.SendWR, n int, peer netip.AddrPort) string {
+		return fmt.Sprintf("wrote %d bytes at %#x (rkey %#x) on %v", n, wr.RemoteAddr, wr.RKey, peer)
+	})
+}
+
+// defineDataOp defines the --data/--file flags of an operation that
+// carries bytes to the peer (write, send) and runs it: mk builds its WR,
+// report says what was done.
+func defineDataOp(fs *flag.FlagSet, verb string, mk func() qp.SendWR, o *opFlags,
+	report func(wr *qp.SendWR, n int, peer netip.AddrPort) string) func(*invocation) error {
+	data := fs.String("data", "", verb+" `STRING`")
+	file := fs.String("file", "", verb+" the contents of `FILE`")
 	return func(inv *invocation) error {
 		if err := inv.parse(0, 0); err != nil {
 			return err
@@ -107,12 +119,12 @@ func defineWrite(fs *flag.FlagSet) func(*invocation) error {
 		if err != nil {
 			return err
 		}
-		wr := qp.SendWR{Opcode: qp.WRWrite, RemoteAddr: o.addr.val, RKey: uint32(o.rkey.val)}
+		wr := mk()
 		peer, err := o.run(inv.ctx, &wr, buf)
 		if err != nil {
 			return err
 		}
-		_, err = fmt.Fprintf(inv.stdout, "wrote %d bytes at %#x (rkey %#x) on %v\n", len(buf), wr.RemoteAddr, wr.RKey, peer)
+		_, err = fmt.Fprintln(inv.stdout, report(&wr, len(buf), peer))
 		return err
 	}
 }
@@ -199,27 +211,10 @@ func defineAtomic(compare bool) func(fs *flag.FlagSet) func(*invocation) error {
 
 func defineSend(fs *flag.FlagSet) func(*invocation) error {
 	o := addOpFlags(fs, false)
-	data := fs.String("data", "", "send `STRING`")
-	file := fs.String("file", "", "send the contents of `FILE`")
-	return func(inv *invocation) error {
-		if err := inv.parse(0, 0); err != nil {
-			return err
-		}
-		if err := o.check(); err != nil {
-			return err
-		}
-		buf, err := dataArg(*data, *file)
-		if err != nil {
-			return err
-		}
-		wr := qp.SendWR{Opcode: qp.WRSend}
-		peer, err := o.run(inv.ctx, &wr, buf)
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(inv.stdout, "sent %d bytes to %v\n", len(buf), peer)
-		return err
-	}
+	return defineDataOp(fs, "send", func() qp.SendWR { return qp.SendWR{Opcode: qp.WRSend} }, o,
+		func(_ *qp.SendWR, n int, peer netip.AddrPort) string {
+			return fmt.Sprintf("sent %d bytes to %v", n, peer)
+		})
 }
 
 // run connects to the peer through its connection manager, posts wr with
