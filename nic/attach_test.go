@@ -509,3 +509,48 @@ func TestAttachEndpoint(t *testing.T) {
 		t.Errorf("Write of a buffer in no region: %v, want ErrInvalid", err)
 	}
 }
+
+// Two goroutines wait on one CQ and each completion wakes one of them: the
+// second waiter must still be woken by the second completion, although
+// the first waiter took the wakeup that the first completion's arming
+// asked for (an attached CQ's daemon signals once per arming).
+func TestCQConcurrentWaiters(t *testing.T) {
+	for _, mode := range []string{"embedded", "attached"} {
+		t.Run(mode, func(t *testing.T) {
+			checkLeaks(t)
+			var a *end
+			if mode == "attached" {
+				a = attachedEnd(t, startDaemon(t, nic.Config{}))
+			} else {
+				a = openEnd(t, nic.Config{})
+			}
+			b := openEnd(t, nic.Config{})
+			connectEnds(t, a, b)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			got := make(chan uint64, 2)
+			for range 2 {
+				go func() {
+					var wc [1]qp.WC
+					if n, err := a.cq.Wait(ctx, wc[:]); err != nil || n != 1 {
+						t.Errorf("Wait: %d, %v", n, err)
+						got <- 0
+						return
+					}
+					got <- wc[0].ID
+				}()
+			}
+			time.Sleep(50 * time.Millisecond) // both waiters asleep
+			wr := qp.SendWR{Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+			for id := uint64(1); id <= 2; id++ {
+				wr.ID = id
+				if err := a.qp.PostSend(&wr); err != nil {
+					t.Fatal(err)
+				}
+				if w := <-got; w != id {
+					t.Fatalf("a waiter returned WR %d, want %d", w, id)
+				}
+			}
+		})
+	}
+}

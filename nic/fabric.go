@@ -715,24 +715,10 @@ func (ep *Endpoint) Poll(out []Completion) (int, error) {
 // len(out) of them (kfi_cq_sread). It returns early with ctx's error, or
 // ErrClosed when the device closes; with an empty out it returns at once.
 func (ep *Endpoint) Wait(ctx context.Context, out []Completion) (int, error) {
-	for {
-		if n, err := ep.Poll(out); n > 0 || err != nil || len(out) == 0 {
-			return n, err
-		}
-		if !ep.cq.arm() {
-			continue
-		}
-		select {
-		case <-ep.cq.wake:
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-ep.cq.dev.done:
-			if n, err := ep.Poll(out); n > 0 || err != nil {
-				return n, err
-			}
-			return 0, ErrClosed
-		}
+	if len(out) == 0 {
+		return 0, nil
 	}
+	return ep.cq.wait(ctx, func() (int, error) { return ep.Poll(out) })
 }
 
 // completeLocked turns a work completion into out and reports whether the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/qp"
@@ -136,10 +137,11 @@ func (m *MR) Dereg() error {
 
 // CQ is a completion queue.
 type CQ struct {
-	dev  *Device
-	cq   *qp.CQ
-	wake chan struct{}
-	att  *attachedCQ
+	dev     *Device
+	cq      *qp.CQ
+	wake    chan struct{}
+	waiters atomic.Int32 // goroutines in wait
+	att     *attachedCQ
 }
 
 // CreateCQ creates a completion queue of depth entries (ibv_create_cq).
@@ -179,8 +181,28 @@ func (c *CQ) arm() bool { return c.att == nil || c.att.arm() }
 // len(wcs) of them. It returns early with ctx's error, or ErrClosed when
 // the device closes.
 func (c *CQ) Wait(ctx context.Context, wcs []qp.WC) (int, error) {
+	return c.wait(ctx, func() (int, error) { return c.Poll(wcs) })
+}
+
+// wait calls poll until it finds completions (or fails), sleeping between
+// calls until the CQ is written to, ctx ends or the device closes.
+//
+// One write wakes one waiter. An attached CQ's daemon signals once per
+// arming, however many goroutines armed it: a waiter that was woken and
+// returns with completions passes the wakeup on while others wait, so
+// that one of them arms the CQ again.
+func (c *CQ) wait(ctx context.Context, poll func() (int, error)) (int, error) {
+	c.waiters.Add(1)
+	defer c.waiters.Add(-1)
+	woken := false
 	for {
-		if n, err := c.Poll(wcs); n > 0 || err != nil {
+		if n, err := poll(); n > 0 || err != nil {
+			if woken && c.waiters.Load() > 1 {
+				select {
+				case c.wake <- struct{}{}:
+				default:
+				}
+			}
 			return n, err
 		}
 		if !c.arm() {
@@ -188,10 +210,11 @@ func (c *CQ) Wait(ctx context.Context, wcs []qp.WC) (int, error) {
 		}
 		select {
 		case <-c.wake:
+			woken = true
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		case <-c.dev.done:
-			if n, err := c.Poll(wcs); n > 0 || err != nil {
+			if n, err := poll(); n > 0 || err != nil {
 				return n, err
 			}
 			return 0, ErrClosed
