@@ -34,10 +34,16 @@ var (
 func BenchmarkRawUDP4KBatched(b *testing.B) { udptest.Throughput(b, udptest.ThroughputConfig{}) }
 func BenchmarkRawUDPPingPong(b *testing.B)  { udptest.PingPong(b) }
 
-// benchPair opens device a with open (embedded or attached to a daemon)
-// and device b embedded, with one connected RC QP pair and a 64 MiB region
-// on each side.
-func benchPair(tb testing.TB, open func(testing.TB, nic.Config) *nic.Device, depth int) (link, *nic.MR, *nic.MR, *nic.Device, *nic.Device) {
+// pair is a connected RC QP pair between device a, opened embedded or
+// attached to a daemon, and device b, embedded, with a 64 MiB region on
+// each side.
+type pair struct {
+	l      link
+	ma, mb *nic.MR
+	da     *nic.Device
+}
+
+func newPair(tb testing.TB, open func(testing.TB, nic.Config) *nic.Device, depth int) pair {
 	da := open(tb, nic.Config{})
 	db := openDevice(tb, nic.Config{})
 	pa, _ := da.AllocPD()
@@ -51,7 +57,7 @@ func benchPair(tb testing.TB, open func(testing.TB, nic.Config) *nic.Device, dep
 		tb.Fatal(err)
 	}
 	l := connectPair(tb, da, db, pa, pb, nic.ConnectOptions{MTU: 4096, Timeout: 12}, depth)
-	return l, ma, mb, da, db
+	return pair{l: l, ma: ma, mb: mb, da: da}
 }
 
 // streamOps keeps depth operations built by mk in flight until n have
@@ -85,42 +91,37 @@ func streamOps(tb testing.TB, l link, n, depth int, mk func(i int, wr *qp.SendWR
 	}
 }
 
-// throughput runs n 64 KiB operations op, 32 in flight, from a device
-// opened by open, and returns Gbit/s and retransmitted packets per
-// operation; setup is outside the timed part (b.ResetTimer for a
-// benchmark).
-func throughput(tb testing.TB, open func(testing.TB, nic.Config) *nic.Device, op qp.WROpcode, n int) (gbps, retx float64) {
-	const size, depth = 64 << 10, 32
-	l, ma, mb, da, _ := benchPair(tb, open, depth)
-	if b, ok := tb.(*testing.B); ok {
-		b.SetBytes(size)
-		b.ReportAllocs()
-		b.ResetTimer()
-		b.StartTimer() // stopped by an earlier run of the same benchmark
-	}
+// Throughput runs: 64 KiB operations, MTU 4096, 32 in flight.
+const streamSize, streamDepth = 64 << 10, 32
+
+// stream runs n 64 KiB operations op and returns the time they took.
+func (p pair) stream(tb testing.TB, op qp.WROpcode, n int) time.Duration {
 	start := time.Now()
-	streamOps(tb, l, n, depth, func(i int, wr *qp.SendWR) {
-		off := (i % 512) * size
-		wr.ID, wr.Opcode, wr.Flags, wr.RemoteAddr, wr.RKey = uint64(i), op, qp.Signaled, mb.Addr()+uint64(off), mb.RKey()
-		wr.SGL[0] = ma.SGE(off, size)
+	streamOps(tb, p.l, n, streamDepth, func(i int, wr *qp.SendWR) {
+		off := (i % 512) * streamSize
+		wr.ID, wr.Opcode, wr.Flags, wr.RemoteAddr, wr.RKey = uint64(i), op, qp.Signaled, p.mb.Addr()+uint64(off), p.mb.RKey()
+		wr.SGL[0] = p.ma.SGE(off, streamSize)
 	})
-	elapsed := time.Since(start)
-	if b, ok := tb.(*testing.B); ok {
-		b.StopTimer()
-	}
-	r, _ := da.Counter("retransmitted_pkts")
-	return float64(n) * size * 8 / elapsed.Seconds() / 1e9, float64(r) / float64(n)
+	return time.Since(start)
 }
+
+func gbps(n int, d time.Duration) float64 { return float64(n) * streamSize * 8 / d.Seconds() / 1e9 }
 
 func benchThroughput(b *testing.B, op qp.WROpcode) {
 	raw, err := rawThroughput()
 	if err != nil {
 		b.Fatal(err)
 	}
-	gbps, retx := throughput(b, openDevice, op, b.N)
-	b.ReportMetric(gbps, "Gbit/s")
-	b.ReportMetric(gbps/raw.Gbps, "x-raw")
-	b.ReportMetric(retx, "retx/op")
+	p := newPair(b, openDevice, streamDepth)
+	b.SetBytes(streamSize)
+	b.ReportAllocs()
+	b.ResetTimer()
+	g := gbps(b.N, p.stream(b, op, b.N))
+	b.StopTimer()
+	r, _ := p.da.Counter("retransmitted_pkts")
+	b.ReportMetric(g, "Gbit/s")
+	b.ReportMetric(g/raw.Gbps, "x-raw")
+	b.ReportMetric(float64(r)/float64(b.N), "retx/op")
 }
 
 // BenchmarkWrite64K: RDMA WRITE of 64 KiB messages, MTU 4096, 32 in flight.
@@ -129,40 +130,50 @@ func BenchmarkWrite64K(b *testing.B) { benchThroughput(b, qp.WRWrite) }
 // BenchmarkRead64K: RDMA READ of 64 KiB messages, MTU 4096, 32 in flight.
 func BenchmarkRead64K(b *testing.B) { benchThroughput(b, qp.WRRead) }
 
-// write8Latencies returns the time from post to completion of n 8-byte
-// WRITEs, one at a time, from a device opened by open, sorted.
-func write8Latencies(tb testing.TB, open func(testing.TB, nic.Config) *nic.Device, n int) []time.Duration {
-	l, ma, mb, _, _ := benchPair(tb, open, 4)
+// How a latency run learns of its completion: CQ.Wait, which sleeps until
+// the device writes the CQ, or CQ.Poll in a loop (busy polling, what
+// ib_write_lat does unless given -e).
+type completion int
+
+const (
+	byWait completion = iota
+	byPoll
+)
+
+func (c completion) String() string { return [...]string{"wait", "poll"}[c] }
+
+// write8 posts 8-byte WRITEs one at a time and stores in each element of
+// rtts the time from post to completion.
+func (p pair) write8(tb testing.TB, rtts []time.Duration, by completion) {
 	ctx := context.Background()
-	rtts := make([]time.Duration, n)
 	var wc [1]qp.WC
-	wr := qp.SendWR{Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{ma.SGE(0, 8)}, RemoteAddr: mb.Addr(), RKey: mb.RKey()}
-	if b, ok := tb.(*testing.B); ok {
-		b.ReportAllocs()
-		b.ResetTimer()
-		b.StartTimer()
-	}
+	wr := qp.SendWR{Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{p.ma.SGE(0, 8)}, RemoteAddr: p.mb.Addr(), RKey: p.mb.RKey()}
 	for i := range rtts {
 		t0 := time.Now()
-		if err := l.a.PostSend(&wr); err != nil {
+		if err := p.l.a.PostSend(&wr); err != nil {
 			tb.Fatal(err)
 		}
-		if _, err := l.acq.Wait(ctx, wc[:]); err != nil || wc[0].Status != qp.Success {
+		n, err := 0, error(nil)
+		for n == 0 && err == nil {
+			if by == byWait {
+				n, err = p.l.acq.Wait(ctx, wc[:])
+			} else {
+				n, err = p.l.acq.Poll(wc[:])
+			}
+		}
+		if err != nil || wc[0].Status != qp.Success {
 			tb.Fatalf("completion %v, %v", wc[0].String(), err)
 		}
 		rtts[i] = time.Since(t0)
 	}
-	if b, ok := tb.(*testing.B); ok {
-		b.StopTimer()
-	}
-	slices.Sort(rtts)
-	return rtts
 }
 
 // percentile returns the p-th percentile of sorted durations.
 func percentile(sorted []time.Duration, p int) time.Duration {
 	return sorted[(len(sorted)*p+99)/100-1]
 }
+
+func median(sorted []time.Duration) time.Duration { return sorted[len(sorted)/2] }
 
 // BenchmarkWrite8Latency: one 8-byte RDMA WRITE at a time, from post to
 // completion.
@@ -171,19 +182,31 @@ func BenchmarkWrite8Latency(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rtts := write8Latencies(b, openDevice, b.N)
-	median := rtts[len(rtts)/2]
-	b.ReportMetric(float64(median)/1e3, "median-µs")
-	b.ReportMetric(float64(percentile(rtts, 99))/1e3, "p99-µs")
-	b.ReportMetric(float64(median)/float64(raw.Median), "x-raw")
+	for _, by := range []completion{byWait, byPoll} {
+		b.Run("completion="+by.String(), func(b *testing.B) {
+			p := newPair(b, openDevice, 4)
+			rtts := make([]time.Duration, b.N)
+			b.ReportAllocs()
+			b.ResetTimer()
+			p.write8(b, rtts, by)
+			b.StopTimer()
+			slices.Sort(rtts)
+			b.ReportMetric(float64(median(rtts))/1e3, "median-µs")
+			b.ReportMetric(float64(percentile(rtts, 99))/1e3, "p99-µs")
+			b.ReportMetric(float64(median(rtts))/float64(raw.Median), "x-raw")
+		})
+	}
 }
 
-// Attached mode (issue 7): the same WRITEs from a device attached to a
-// daemon (reached through its socket, shared rings and eventfds), against
-// an embedded device, each beside the embedded figure measured right
-// before, in the same invocation, with the same number of operations
-// ("x-embedded"). The daemon runs in a process of its own (as softnic
-// serve does) or inside the benchmark's process.
+// Attached mode (issue 7): the same operations from a device attached to a
+// daemon (reached through its socket, shared rings and eventfds) and from
+// an embedded device, in the same invocation. The daemon runs in a process
+// of its own (as softnic serve does) or inside the benchmark's process.
+//
+// The two devices take turns, in rounds of a tenth of the operations each:
+// this machine's speed drifts by tens of percent within a minute, and
+// alternating puts both under the same drift. "x-embedded" is the attached
+// figure over the embedded one.
 var daemons = []struct {
 	name string
 	open func(testing.TB, nic.Config) *nic.Device
@@ -192,44 +215,94 @@ var daemons = []struct {
 	{"daemon=in-process", attachedDevice},
 }
 
+const rounds = 10
+
+// inRounds splits n operations into rounds and calls run(start, k) for
+// the embedded device, then the attached one, k operations from start,
+// round after round.
+func inRounds(n int, run func(attached bool, start, k int)) {
+	for r := range rounds {
+		start, end := n*r/rounds, n*(r+1)/rounds
+		if end > start {
+			run(false, start, end-start)
+			run(true, start, end-start)
+		}
+	}
+}
+
 // BenchmarkAttachedWrite64K: BenchmarkWrite64K from an attached device
-// (target: at least 80% of the embedded throughput).
+// (target: at least 80% of the embedded throughput). x-embedded is the
+// median of the rounds' ratios.
 func BenchmarkAttachedWrite64K(b *testing.B) {
 	for _, d := range daemons {
 		b.Run(d.name, func(b *testing.B) {
-			embedded, _ := throughput(b, openDevice, qp.WRWrite, b.N)
-			gbps, retx := throughput(b, d.open, qp.WRWrite, b.N)
-			b.ReportMetric(gbps, "Gbit/s")
-			b.ReportMetric(gbps/embedded, "x-embedded")
-			b.ReportMetric(retx, "retx/op")
+			p := [2]pair{newPair(b, openDevice, streamDepth), newPair(b, d.open, streamDepth)}
+			var took [2]time.Duration
+			var last time.Duration // the embedded device's time in this round
+			var ratios []float64
+			b.ReportAllocs()
+			b.ResetTimer()
+			inRounds(b.N, func(attached bool, _, k int) {
+				i := 0
+				if attached {
+					i = 1
+				}
+				t := p[i].stream(b, qp.WRWrite, k)
+				took[i] += t
+				if attached {
+					ratios = append(ratios, last.Seconds()/t.Seconds())
+				}
+				last = t
+			})
+			b.StopTimer()
+			slices.Sort(ratios)
+			b.ReportMetric(gbps(b.N, took[1]), "Gbit/s")
+			b.ReportMetric(gbps(b.N, took[0]), "embedded-Gbit/s")
+			b.ReportMetric(ratios[len(ratios)/2], "x-embedded")
 		})
 	}
 }
 
 // BenchmarkAttachedWrite8Latency: BenchmarkWrite8Latency from an attached
-// device (target: within 1.5× of the embedded latency).
+// device (target: within 1.5× of the embedded latency), each way of
+// learning of completions against the embedded device's same way.
+// x-embedded is the ratio of the medians of all operations.
 func BenchmarkAttachedWrite8Latency(b *testing.B) {
 	for _, d := range daemons {
-		b.Run(d.name, func(b *testing.B) {
-			embedded := write8Latencies(b, openDevice, b.N)
-			rtts := write8Latencies(b, d.open, b.N)
-			median := rtts[len(rtts)/2]
-			b.ReportMetric(float64(median)/1e3, "median-µs")
-			b.ReportMetric(float64(percentile(rtts, 99))/1e3, "p99-µs")
-			b.ReportMetric(float64(median)/float64(embedded[len(embedded)/2]), "x-embedded")
-		})
+		for _, by := range []completion{byWait, byPoll} {
+			b.Run(d.name+"/completion="+by.String(), func(b *testing.B) {
+				p := [2]pair{newPair(b, openDevice, 4), newPair(b, d.open, 4)}
+				rtts := [2][]time.Duration{make([]time.Duration, b.N), make([]time.Duration, b.N)}
+				b.ReportAllocs()
+				b.ResetTimer()
+				inRounds(b.N, func(attached bool, start, k int) {
+					i := 0
+					if attached {
+						i = 1
+					}
+					p[i].write8(b, rtts[i][start:start+k], by)
+				})
+				b.StopTimer()
+				slices.Sort(rtts[0])
+				slices.Sort(rtts[1])
+				b.ReportMetric(float64(median(rtts[1]))/1e3, "median-µs")
+				b.ReportMetric(float64(percentile(rtts[1], 99))/1e3, "p99-µs")
+				b.ReportMetric(float64(median(rtts[0]))/1e3, "embedded-median-µs")
+				b.ReportMetric(float64(median(rtts[1]))/float64(median(rtts[0])), "x-embedded")
+			})
+		}
 	}
 }
 
 // BenchmarkFetchAdd16: FETCH_ADD with 16 outstanding.
 func BenchmarkFetchAdd16(b *testing.B) {
-	l, ma, mb, _, _ := benchPair(b, openDevice, 16)
+	p := newPair(b, openDevice, 16)
 	b.ReportAllocs()
 	b.ResetTimer()
 	start := time.Now()
-	streamOps(b, l, b.N, 16, func(i int, wr *qp.SendWR) {
-		wr.ID, wr.Opcode, wr.Flags, wr.RemoteAddr, wr.RKey, wr.CompareAdd = uint64(i), qp.WRFetchAdd, qp.Signaled, mb.Addr(), mb.RKey(), 1
-		wr.SGL[0] = ma.SGE(8*(i%16), 8)
+	streamOps(b, p.l, b.N, 16, func(i int, wr *qp.SendWR) {
+		wr.ID, wr.Opcode, wr.Flags, wr.RemoteAddr, wr.RKey, wr.CompareAdd = uint64(i), qp.WRFetchAdd, qp.Signaled, p.mb.Addr(), p.mb.RKey(), 1
+		wr.SGL[0] = p.ma.SGE(8*(i%16), 8)
 	})
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
