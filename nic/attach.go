@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -85,7 +87,6 @@ type attachment struct {
 	endOnce   sync.Once
 	closeOnce sync.Once
 	wg        sync.WaitGroup // the reader
-	fwg       sync.WaitGroup // the CQs' event forwarders
 }
 
 type attachReply struct {
@@ -223,8 +224,12 @@ func (a *attachment) end(why error) {
 		for _, c := range a.conns {
 			a.endConnLocked(c, ErrClosed)
 		}
+		cqs := slices.Collect(maps.Keys(a.cqs))
 		a.mu.Unlock()
 		close(a.d.done)
+		for _, c := range cqs {
+			c.interrupt()
+		}
 		if why != nil && !errors.Is(why, net.ErrClosed) {
 			a.log.Warn("softnic: the daemon went away", zap.String("control", a.path), zap.Error(why))
 		}
@@ -236,7 +241,7 @@ func (a *attachment) end(why error) {
 func (a *attachment) close() error {
 	a.closeOnce.Do(func() {
 		a.t.Close()
-		a.wg.Wait() // the reader has ended the session; the forwarders stop below
+		a.wg.Wait() // the reader has ended the session
 		a.mu.Lock()
 		qps, cqs, srqs, bufs := a.qps, a.cqs, a.srqs, a.bufs
 		a.qps, a.cqs, a.srqs, a.bufs, a.mrs = nil, nil, nil, nil, nil
@@ -247,7 +252,6 @@ func (a *attachment) close() error {
 		for c := range cqs {
 			c.close()
 		}
-		a.fwg.Wait()
 		for s := range srqs {
 			s.close()
 		}

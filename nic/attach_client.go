@@ -2,10 +2,12 @@ package nic
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/shm"
@@ -145,12 +147,13 @@ func (a *attachment) sgeAt(pd *PD, start, n uint64) (qp.SGE, bool) {
 
 // attachedCQ is the completion ring of an attached device's CQ: the
 // daemon writes completions, Poll reads them without a system call, and a
-// waiter that finds it empty arms it; the daemon then signals an eventfd,
-// whose forwarder wakes the CQ's waiters.
+// waiter that finds it empty arms it and sleeps reading the CQ's eventfd,
+// which the daemon signals (see CQ.wait).
 type attachedCQ struct {
 	h     uint32
 	depth uint32
 	ev    *os.File
+	lead  sync.Mutex // held by the one waiter that reads ev
 
 	mu     sync.Mutex
 	m      *shm.Mapping
@@ -184,7 +187,6 @@ func (a *attachment) createCQ(depth int) (*CQ, error) {
 		return nil, err
 	}
 	ac := &attachedCQ{h: r.H, depth: uint32(depth), ev: os.NewFile(uintptr(fds[1]), "softnic-cq-event"), m: m, ring: ring}
-	cq := &CQ{dev: a.d, wake: make(chan struct{}, 1), att: ac}
 	a.mu.Lock()
 	if a.ended {
 		a.mu.Unlock()
@@ -192,22 +194,61 @@ func (a *attachment) createCQ(depth int) (*CQ, error) {
 		return nil, ErrClosed
 	}
 	a.cqs[ac] = struct{}{}
-	a.fwg.Add(1)
 	a.mu.Unlock()
-	go func() {
-		defer a.fwg.Done()
-		var b [8]byte
-		for {
-			if _, err := ac.ev.Read(b[:]); err != nil {
-				return
+	return &CQ{dev: a.d, wake: make(chan struct{}, 1), att: ac}, nil
+}
+
+// sleep arms the CQ and, unless completions came meanwhile, blocks reading
+// its eventfd until the daemon signals it, ctx ends or the device closes.
+// The reader runs on the runtime's poller, woken straight from the
+// eventfd. The caller holds c.lead.
+func (c *attachedCQ) sleep(ctx context.Context, done <-chan struct{}) error {
+	if !c.arm() {
+		return nil
+	}
+	select {
+	case <-done:
+		return ErrClosed
+	default:
+	}
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, func() { c.ev.SetReadDeadline(longAgo) })
+		defer func() {
+			if !stop() {
+				c.ev.SetReadDeadline(time.Time{})
 			}
-			select {
-			case cq.wake <- struct{}{}:
-			default:
-			}
+		}()
+	}
+	var b [8]byte
+	_, err := c.ev.Read(b[:])
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		select {
+		case <-done:
+			return ErrClosed
+		default: // a deadline left by an earlier waiter's context
+			c.ev.SetReadDeadline(time.Time{})
+			return nil
 		}
-	}()
-	return cq, nil
+	default:
+		return ErrClosed
+	}
+}
+
+// longAgo is a deadline that has passed.
+var longAgo = time.Unix(1, 0)
+
+// interrupt wakes the CQ's sleeping waiter for good: the session ended.
+func (c *attachedCQ) interrupt() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.closed {
+		c.ev.SetReadDeadline(longAgo)
+	}
 }
 
 // poll moves up to len(wcs) completions out of the ring.

@@ -554,3 +554,45 @@ func TestCQConcurrentWaiters(t *testing.T) {
 		})
 	}
 }
+
+// An attached CQ's waiter leaves when its context ends, the next waiter
+// still sleeps until the daemon signals, and a waiter asleep when the
+// daemon goes away wakes with ErrClosed.
+func TestAttachedCQWaitEnds(t *testing.T) {
+	checkLeaks(t)
+	d := startDaemon(t, nic.Config{})
+	a := attachedEnd(t, d)
+	b := openEnd(t, nic.Config{})
+	connectEnds(t, a, b)
+	var wc [1]qp.WC
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if n, err := a.cq.Wait(ctx, wc[:]); n != 0 || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait with a context that ends: %d, %v", n, err)
+	}
+	wr := qp.SendWR{ID: 7, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		a.qp.PostSend(&wr)
+	}()
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	if n, err := a.cq.Wait(ctx2, wc[:]); n != 1 || err != nil || wc[0].ID != 7 {
+		t.Fatalf("Wait after a cancelled one: %d, %v, WR %d", n, err, wc[0].ID)
+	}
+	errs := make(chan error, 1)
+	go func() {
+		_, err := a.cq.Wait(context.Background(), wc[:])
+		errs <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	d.srv.Close()
+	select {
+	case err := <-errs:
+		if !errors.Is(err, nic.ErrClosed) {
+			t.Errorf("Wait when the daemon went away: %v, want ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait still asleep 10 s after the daemon went away")
+	}
+}

@@ -2,6 +2,7 @@ package nic
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -172,11 +173,6 @@ func (c *CQ) Poll(wcs []qp.WC) (int, error) {
 	return c.cq.Poll(wcs)
 }
 
-// arm readies the CQ to wake its waiters (c.wake) and reports whether
-// they should sleep: an attached CQ asks the daemon for a wakeup, and
-// says no if completions came meanwhile.
-func (c *CQ) arm() bool { return c.att == nil || c.att.arm() }
-
 // Wait blocks until at least one completion is available, then polls up to
 // len(wcs) of them. It returns early with ctx's error, or ErrClosed when
 // the device closes.
@@ -187,26 +183,43 @@ func (c *CQ) Wait(ctx context.Context, wcs []qp.WC) (int, error) {
 // wait calls poll until it finds completions (or fails), sleeping between
 // calls until the CQ is written to, ctx ends or the device closes.
 //
-// One write wakes one waiter. An attached CQ's daemon signals once per
-// arming, however many goroutines armed it: a waiter that was woken and
-// returns with completions passes the wakeup on while others wait, so
-// that one of them arms the CQ again.
+// An embedded CQ's writes wake a waiter through c.wake. An attached CQ's
+// daemon signals an eventfd once per arming: one waiter at a time (the
+// one holding att.lead) arms the CQ and reads the eventfd, the others
+// sleep on c.wake. One write wakes one waiter, so a woken waiter that
+// leaves while others wait passes the wakeup on, and one of them takes
+// its place.
 func (c *CQ) wait(ctx context.Context, poll func() (int, error)) (int, error) {
 	c.waiters.Add(1)
 	defer c.waiters.Add(-1)
 	woken := false
+	passOn := func() {
+		if woken && c.waiters.Load() > 1 {
+			select {
+			case c.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
 	for {
 		if n, err := poll(); n > 0 || err != nil {
-			if woken && c.waiters.Load() > 1 {
-				select {
-				case c.wake <- struct{}{}:
-				default:
-				}
-			}
+			passOn()
 			return n, err
 		}
-		if !c.arm() {
-			continue
+		if c.att != nil && c.att.lead.TryLock() {
+			err := c.att.sleep(ctx, c.dev.done)
+			c.att.lead.Unlock()
+			woken = true
+			if err == nil {
+				continue
+			}
+			passOn()
+			if errors.Is(err, ErrClosed) {
+				if n, err := poll(); n > 0 || err != nil {
+					return n, err
+				}
+			}
+			return 0, err
 		}
 		select {
 		case <-c.wake:
