@@ -2,7 +2,10 @@ package tests
 
 import (
 	"context"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -168,6 +171,23 @@ func (p pair) write8(tb testing.TB, rtts []time.Duration, by completion) {
 	}
 }
 
+// contextSwitches returns how many context switches the machine has made
+// since it booted (the ctxt line of /proc/stat), or -1 where unknown.
+func contextSwitches() int64 {
+	stat, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return -1
+	}
+	for line := range strings.Lines(string(stat)) {
+		if v, ok := strings.CutPrefix(line, "ctxt "); ok {
+			if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
+				return n
+			}
+		}
+	}
+	return -1
+}
+
 // percentile returns the p-th percentile of sorted durations.
 func percentile(sorted []time.Duration, p int) time.Duration {
 	return sorted[(len(sorted)*p+99)/100-1]
@@ -232,12 +252,17 @@ func inRounds(n int, run func(attached bool, start, k int)) {
 
 // BenchmarkAttachedWrite64K: BenchmarkWrite64K from an attached device
 // (target: at least 80% of the embedded throughput). x-embedded is the
-// median of the rounds' ratios.
+// median of the rounds' ratios; ctxsw/op counts the machine's context
+// switches per operation (on Linux), which the process boundary adds: an
+// embedded device's goroutines hand work to each other on running
+// threads, while an attached device's daemon and process sleep and wake
+// each other.
 func BenchmarkAttachedWrite64K(b *testing.B) {
 	for _, d := range daemons {
 		b.Run(d.name, func(b *testing.B) {
 			p := [2]pair{newPair(b, openDevice, streamDepth), newPair(b, d.open, streamDepth)}
 			var took [2]time.Duration
+			var switches [2]int64
 			var last time.Duration // the embedded device's time in this round
 			var ratios []float64
 			b.ReportAllocs()
@@ -247,8 +272,10 @@ func BenchmarkAttachedWrite64K(b *testing.B) {
 				if attached {
 					i = 1
 				}
+				s0 := contextSwitches()
 				t := p[i].stream(b, qp.WRWrite, k)
 				took[i] += t
+				switches[i] += contextSwitches() - s0
 				if attached {
 					ratios = append(ratios, last.Seconds()/t.Seconds())
 				}
@@ -259,6 +286,10 @@ func BenchmarkAttachedWrite64K(b *testing.B) {
 			b.ReportMetric(gbps(b.N, took[1]), "Gbit/s")
 			b.ReportMetric(gbps(b.N, took[0]), "embedded-Gbit/s")
 			b.ReportMetric(ratios[len(ratios)/2], "x-embedded")
+			if contextSwitches() >= 0 {
+				b.ReportMetric(float64(switches[1])/float64(b.N), "ctxsw/op")
+				b.ReportMetric(float64(switches[0])/float64(b.N), "embedded-ctxsw/op")
+			}
 		})
 	}
 }
