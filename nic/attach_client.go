@@ -195,7 +195,23 @@ func (a *attachment) createCQ(depth int) (*CQ, error) {
 	}
 	a.cqs[ac] = struct{}{}
 	a.mu.Unlock()
-	return &CQ{dev: a.d, wake: make(chan struct{}, 1), att: ac}, nil
+	return newCQ(a.d, nil, ac), nil
+}
+
+// destroyCQ has the daemon destroy c, then unmaps its ring; a waiter
+// asleep on it wakes with ErrClosed.
+func (a *attachment) destroyCQ(c *CQ) error {
+	if c.users.gone() {
+		return nil
+	}
+	if _, err := a.call(context.Background(), opDestroyCQ, handleArgs{c.att.h}, nil, nil); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	delete(a.cqs, c.att)
+	a.mu.Unlock()
+	c.att.close()
+	return c.retire()
 }
 
 // sleep arms the CQ and, unless completions came meanwhile, blocks reading
@@ -396,6 +412,21 @@ func postRecvLocked(ring *shm.Ring, prod *uint32, depth uint32, maxSGE int, clos
 	*prod++
 	ring.Producer().Store(*prod)
 	return nil
+}
+
+// destroySRQ has the daemon destroy s, then unmaps its ring.
+func (a *attachment) destroySRQ(s *SRQ) error {
+	if s.users.gone() {
+		return nil
+	}
+	if _, err := a.call(context.Background(), opDestroySRQ, handleArgs{s.att.h}, nil, nil); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	delete(a.srqs, s.att)
+	a.mu.Unlock()
+	s.att.close()
+	return s.retire()
 }
 
 func (s *attachedSRQ) close() {

@@ -242,6 +242,35 @@ func (s *session) destroyQP(_ context.Context, raw json.RawMessage, _ []int) (an
 	return nil, nil, nil
 }
 
+// destroyCQ destroys a CQ of the process, unless one of its QPs uses it.
+func (s *session) destroyCQ(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
+	c, hnd, err := byHandle[*hostedCQ](s, raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := c.cq.Destroy(); err != nil {
+		return nil, nil, err
+	}
+	s.remove(hnd)
+	c.close()
+	return nil, nil, nil
+}
+
+// destroySRQ destroys an SRQ of the process, unless one of its QPs uses
+// it.
+func (s *session) destroySRQ(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
+	r, hnd, err := byHandle[*hostedSRQ](s, raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := r.srq.Destroy(); err != nil {
+		return nil, nil, err
+	}
+	s.remove(hnd)
+	r.close()
+	return nil, nil, nil
+}
+
 func (s *session) counters(context.Context, json.RawMessage, []int) (any, []int, error) {
 	return s.dev.Counters(), nil, nil
 }

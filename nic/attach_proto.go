@@ -60,6 +60,8 @@ const (
 	opModifyQP      = "modify_qp"
 	opQueryQP       = "query_qp"
 	opDestroyQP     = "destroy_qp"
+	opDestroyCQ     = "destroy_cq"
+	opDestroySRQ    = "destroy_srq"
 	opCounters      = "counters"
 	opListen        = "listen"
 	opCloseListener = "close_listener"

@@ -674,6 +674,8 @@ var sessionOps = map[string]sessionOp{
 	opModifyQP:      {run: (*session).modifyQP},
 	opQueryQP:       {run: (*session).queryQP},
 	opDestroyQP:     {run: (*session).destroyQP},
+	opDestroyCQ:     {run: (*session).destroyCQ},
+	opDestroySRQ:    {run: (*session).destroySRQ},
 	opCounters:      {run: (*session).counters},
 	opListen:        {run: (*session).listen},
 	opCloseListener: {run: (*session).closeListener},

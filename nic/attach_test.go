@@ -596,3 +596,82 @@ func TestAttachedCQWaitEnds(t *testing.T) {
 		t.Fatal("Wait still asleep 10 s after the daemon went away")
 	}
 }
+
+// CQs and SRQs are destroyed as ibv_destroy_cq and ibv_destroy_srq do it,
+// embedded and attached alike: EBUSY while a QP uses them, then gone.
+func TestDestroyQueues(t *testing.T) {
+	for _, mode := range []string{"embedded", "attached"} {
+		t.Run(mode, func(t *testing.T) {
+			checkLeaks(t)
+			var dev *nic.Device
+			if mode == "attached" {
+				dev = attachTo(t, startDaemon(t, nic.Config{}))
+			} else {
+				dev = openDevice(t, nic.Config{})
+			}
+			pd, err := dev.AllocPD()
+			if err != nil {
+				t.Fatal(err)
+			}
+			scq, err := dev.CreateCQ(16)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rcq, err := dev.CreateCQ(16)
+			if err != nil {
+				t.Fatal(err)
+			}
+			srq, err := pd.CreateSRQ(16, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			q, err := pd.CreateQP(nic.QPConfig{SendCQ: scq, RecvCQ: rcq, SRQ: srq})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, destroy := range map[string]func() error{"send CQ": scq.Destroy, "receive CQ": rcq.Destroy, "SRQ": srq.Destroy} {
+				if err := destroy(); !errors.Is(err, nic.ErrBusy) {
+					t.Errorf("destroying the %s of a QP: %v, want ErrBusy", name, err)
+				}
+			}
+			waited := make(chan error, 1)
+			go func() {
+				var wc [1]qp.WC
+				_, err := scq.Wait(context.Background(), wc[:])
+				waited <- err
+			}()
+			if err := q.Destroy(); err != nil {
+				t.Fatal(err)
+			}
+			for name, destroy := range map[string]func() error{"send CQ": scq.Destroy, "receive CQ": rcq.Destroy, "SRQ": srq.Destroy} {
+				if err := destroy(); err != nil {
+					t.Errorf("destroying the %s once its QP is gone: %v", name, err)
+				}
+				if err := destroy(); err != nil {
+					t.Errorf("destroying the %s again: %v", name, err)
+				}
+			}
+			select {
+			case err := <-waited:
+				if !errors.Is(err, nic.ErrClosed) {
+					t.Errorf("Wait on a CQ destroyed meanwhile: %v, want ErrClosed", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Wait still asleep 10 s after its CQ was destroyed")
+			}
+			var wc [1]qp.WC
+			if _, err := scq.Poll(wc[:]); !errors.Is(err, nic.ErrClosed) {
+				t.Errorf("Poll of a destroyed CQ: %v, want ErrClosed", err)
+			}
+			if err := srq.PostRecv(&qp.RecvWR{ID: 1}); !errors.Is(err, nic.ErrClosed) {
+				t.Errorf("PostRecv to a destroyed SRQ: %v, want ErrClosed", err)
+			}
+			if _, err := pd.CreateQP(nic.QPConfig{SendCQ: scq}); err == nil {
+				t.Error("CreateQP with a destroyed CQ succeeded")
+			}
+			if _, err := pd.CreateQP(nic.QPConfig{SendCQ: rcq, SRQ: srq}); err == nil {
+				t.Error("CreateQP with a destroyed SRQ succeeded")
+			}
+		})
+	}
+}

@@ -141,8 +141,59 @@ type CQ struct {
 	dev     *Device
 	cq      *qp.CQ
 	wake    chan struct{}
-	waiters atomic.Int32 // goroutines in wait
+	waiters atomic.Int32  // goroutines in wait
+	users   users         // QPs completing to it
+	gone    chan struct{} // closed when the CQ is destroyed
 	att     *attachedCQ
+}
+
+func newCQ(d *Device, c *qp.CQ, att *attachedCQ) *CQ {
+	return &CQ{dev: d, cq: c, wake: make(chan struct{}, 1), gone: make(chan struct{}), att: att}
+}
+
+// users counts the QPs that use a CQ or an SRQ, which cannot be destroyed
+// while any does (EBUSY, as ibv_destroy_cq and ibv_destroy_srq), nor used
+// by a new QP once destroyed.
+type users struct {
+	mu        sync.Mutex
+	n         int
+	destroyed bool
+	dead      atomic.Bool // destroyed, for lock-free checks
+}
+
+// gone reports whether the object was destroyed.
+func (u *users) gone() bool { return u.dead.Load() }
+
+func (u *users) add(what string) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.destroyed {
+		return fmt.Errorf("%s was destroyed: %w", what, ErrInvalid)
+	}
+	u.n++
+	return nil
+}
+
+func (u *users) done() {
+	u.mu.Lock()
+	u.n--
+	u.mu.Unlock()
+}
+
+// destroy marks the object destroyed unless a QP uses it, and reports
+// whether this call did.
+func (u *users) destroy(what string) (bool, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	switch {
+	case u.destroyed:
+		return false, nil
+	case u.n > 0:
+		return false, fmt.Errorf("%s is used by %d QPs; destroy them first: %w", what, u.n, ErrBusy)
+	}
+	u.destroyed = true
+	u.dead.Store(true)
+	return true, nil
 }
 
 // CreateCQ creates a completion queue of depth entries (ibv_create_cq).
@@ -154,7 +205,7 @@ func (d *Device) CreateCQ(depth int) (*CQ, error) {
 	if err != nil {
 		return nil, err
 	}
-	cq := &CQ{dev: d, cq: c, wake: make(chan struct{}, 1)}
+	cq := newCQ(d, c, nil)
 	c.SetNotify(func() {
 		select {
 		case cq.wake <- struct{}{}:
@@ -170,7 +221,30 @@ func (c *CQ) Poll(wcs []qp.WC) (int, error) {
 	if c.att != nil {
 		return c.att.poll(wcs)
 	}
+	if c.users.gone() {
+		return 0, ErrClosed
+	}
 	return c.cq.Poll(wcs)
+}
+
+// Destroy destroys the CQ (ibv_destroy_cq): completions not yet polled are
+// discarded, and Poll and Wait return ErrClosed from then on. It fails
+// with ErrBusy while a QP completes to the CQ.
+func (c *CQ) Destroy() error {
+	if c.att != nil {
+		return c.dev.att.destroyCQ(c)
+	}
+	return c.retire()
+}
+
+// retire marks the CQ destroyed unless a QP uses it, and wakes its
+// waiters.
+func (c *CQ) retire() error {
+	did, err := c.users.destroy("CQ")
+	if did {
+		close(c.gone)
+	}
+	return err
 }
 
 // Wait blocks until at least one completion is available, then polls up to
@@ -231,6 +305,8 @@ func (c *CQ) wait(ctx context.Context, poll func() (int, error)) (int, error) {
 				return n, err
 			}
 			return 0, ErrClosed
+		case <-c.gone:
+			return 0, ErrClosed
 		}
 	}
 }
@@ -245,9 +321,10 @@ func (c *CQ) Len() int {
 
 // SRQ is a shared receive queue.
 type SRQ struct {
-	pd  *PD
-	srq *qp.SRQ
-	att *attachedSRQ
+	pd    *PD
+	srq   *qp.SRQ
+	users users // QPs receiving from it
+	att   *attachedSRQ
 }
 
 // CreateSRQ creates a shared receive queue (ibv_create_srq).
@@ -267,7 +344,26 @@ func (s *SRQ) PostRecv(wr *qp.RecvWR) error {
 	if s.att != nil {
 		return s.att.postRecv(wr)
 	}
+	if s.users.gone() {
+		return fmt.Errorf("posting to a destroyed SRQ: %w", ErrClosed)
+	}
 	return s.srq.PostRecv(wr)
+}
+
+// Destroy destroys the SRQ (ibv_destroy_srq): its receive WRs are
+// discarded, and posting to it fails. It fails with ErrBusy while a QP
+// receives from it.
+func (s *SRQ) Destroy() error {
+	if s.att != nil {
+		return s.pd.dev.att.destroySRQ(s)
+	}
+	return s.retire()
+}
+
+// retire marks the SRQ destroyed unless a QP uses it.
+func (s *SRQ) retire() error {
+	_, err := s.users.destroy("SRQ")
+	return err
 }
 
 // QPConfig creates a QP (ibv_qp_init_attr).
@@ -303,6 +399,8 @@ type QP struct {
 
 	att  *attachedQP // an attached device's QP, in the daemon
 	host *hostedQP   // a QP the daemon runs for an attached process
+
+	uses []*users // of its CQs and SRQ, released by Destroy
 }
 
 // CreateQP creates a QP in the RESET state (ibv_create_qp).
@@ -341,6 +439,43 @@ func (pd *PD) createQP(cfg QPConfig, num uint32) (*QP, error) {
 		}
 		qc.SRQ = cfg.SRQ.srq
 	}
+	uses, err := holdQueues(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	q, err := pd.newQP(cfg, qc, num)
+	if err != nil {
+		for _, u := range uses {
+			u.done()
+		}
+		return nil, err
+	}
+	q.uses = uses
+	return q, nil
+}
+
+// holdQueues counts a new QP among the users of the CQs and SRQ of cfg.
+func holdQueues(cfg *QPConfig) ([]*users, error) {
+	uses := []*users{&cfg.SendCQ.users, &cfg.RecvCQ.users}
+	names := []string{"send CQ", "receive CQ"}
+	if cfg.SRQ != nil {
+		uses, names = append(uses, &cfg.SRQ.users), append(names, "SRQ")
+	}
+	for i, u := range uses {
+		if err := u.add(names[i]); err != nil {
+			for _, held := range uses[:i] {
+				held.done()
+			}
+			return nil, err
+		}
+	}
+	return uses, nil
+}
+
+// newQP installs a QP numbered num (or the next free number) with the
+// transport configuration qc.
+func (pd *PD) newQP(cfg QPConfig, qc qp.Config, num uint32) (*QP, error) {
+	d := pd.dev
 	d.qpMu.Lock()
 	defer d.qpMu.Unlock()
 	if num == 0 {
@@ -559,6 +694,9 @@ func (q *QP) Destroy() error {
 	q.qp.Modify(&qp.Attr{State: qp.Reset}, qp.AttrState)
 	q.destroyed = true
 	q.mu.Unlock()
+	for _, u := range q.uses {
+		u.done()
+	}
 	d := q.dev
 	d.qps[q.num%uint32(len(d.qps))].CompareAndSwap(q, nil)
 	return nil
