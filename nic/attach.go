@@ -82,6 +82,7 @@ type attachment struct {
 	cqs    map[*attachedCQ]struct{}
 	srqs   map[*attachedSRQ]struct{}
 	mrs    map[*MR]struct{} // for lookups by address
+	mws    map[uint32]*MW   // by the index of their keys, for binds posted
 	bufs   map[*sharedBuf]struct{}
 
 	endOnce   sync.Once
@@ -135,6 +136,7 @@ func attach(cfg Config, path string) (*Device, error) {
 		calls: make(map[uint64]chan attachReply), conns: make(map[uint32]*Conn),
 		qps: make(map[*attachedQP]struct{}), cqs: make(map[*attachedCQ]struct{}),
 		srqs: make(map[*attachedSRQ]struct{}), mrs: make(map[*MR]struct{}), bufs: make(map[*sharedBuf]struct{}),
+		mws: make(map[uint32]*MW),
 	}
 	d.att = a
 	a.wg.Add(1)

@@ -414,6 +414,45 @@ func postRecvLocked(ring *shm.Ring, prod *uint32, depth uint32, maxSGE int, clos
 	return nil
 }
 
+// allocMW has the daemon allocate a window in pd.
+func (a *attachment) allocMW(pd *PD, typ mr.WindowType) (*MW, error) {
+	var r mwResult
+	if _, err := a.call(context.Background(), opAllocMW, allocMWArgs{PD: pd.ah, Type: typ}, nil, &r); err != nil {
+		return nil, err
+	}
+	w := &MW{pd: pd, typ: typ, h: r.H}
+	w.key.Store(r.RKey)
+	a.mu.Lock()
+	a.mws[r.RKey>>8] = w
+	a.mu.Unlock()
+	return w, nil
+}
+
+func (a *attachment) deallocMW(w *MW) error {
+	if _, err := a.call(context.Background(), opDeallocMW, handleArgs{w.h}, nil, nil); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	delete(a.mws, w.key.Load()>>8)
+	a.mu.Unlock()
+	return nil
+}
+
+// bindPosted updates the rkey of the window a BIND_MW request posted
+// binds, if the process allocated it.
+func (a *attachment) bindPosted(wr *qp.SendWR) {
+	b := bindOf(wr)
+	if b == nil {
+		return
+	}
+	a.mu.Lock()
+	w := a.mws[b.WindowKey>>8]
+	a.mu.Unlock()
+	if w != nil {
+		w.posted(b)
+	}
+}
+
 // destroySRQ has the daemon destroy s, then unmaps its ring.
 func (a *attachment) destroySRQ(s *SRQ) error {
 	if s.users.gone() {
@@ -575,8 +614,8 @@ func (q *attachedQP) checkSend(wr *qp.SendWR) error {
 	switch {
 	case !ok:
 		return fmt.Errorf("%s QP cannot post %s: %w", q.cfg.Type, op, ErrInvalid)
-	case op == qp.WRBindMW:
-		return fmt.Errorf("%s through an attached device: %w", op, ErrNotSupported)
+	case op == qp.WRBindMW && wr.Bind == nil:
+		return fmt.Errorf("BIND_MW without a bind request: %w", ErrInvalid)
 	case len(wr.SGL) > q.cfg.MaxSendSGE:
 		return fmt.Errorf("%d SGEs, max_send_sge is %d: %w", len(wr.SGL), q.cfg.MaxSendSGE, ErrInvalid)
 	case wr.Flags&qp.Inline != 0 && (readOrAtomic || op == qp.WRLocalInv):
@@ -616,6 +655,7 @@ func (q *attachedQP) postSend(a *attachment, wr *qp.SendWR, ring bool) error {
 	err := q.postSendLocked(wr)
 	if err == nil {
 		q.sq.Producer().Store(q.sqProd)
+		a.bindPosted(wr)
 	}
 	q.sqMu.Unlock()
 	if err == nil && ring {
@@ -632,6 +672,7 @@ func (q *attachedQP) postSends(a *attachment, wrs []qp.SendWR) (int, error) {
 		if err = q.postSendLocked(&wrs[i]); err != nil {
 			break
 		}
+		a.bindPosted(&wrs[i])
 		n++
 	}
 	if n > 0 {

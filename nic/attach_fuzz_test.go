@@ -26,6 +26,12 @@ func FuzzAttachRequests(f *testing.F) {
 		`{"id":1,"op":"alloc_pd"}` + "\n" + `{"id":2,"op":"create_cq","args":{"Depth":4}}` + "\n" +
 			`{"id":3,"op":"listen","args":{"Port":9,"PD":1,"QP":{"SendCQ":2}}}` + "\n" + `{"id":4,"op":"accept_request","args":{"H":3}}` + "\n" +
 			`{"op":"cancel","args":{"Target":4}}`,
+		`{"id":1,"op":"alloc_pd"}` + "\n" + `{"id":2,"op":"create_cq","args":{"Depth":4}}` + "\n" +
+			`{"id":3,"op":"create_srq","args":{"PD":1,"Depth":2,"MaxSGE":1}}` + "\n" +
+			`{"id":4,"op":"create_qp","args":{"PD":1,"Config":{"SendCQ":2,"SRQ":3}}}` + "\n" +
+			`{"id":5,"op":"destroy_cq","args":{"H":2}}` + "\n" + `{"id":6,"op":"destroy_srq","args":{"H":3}}`,
+		`{"id":1,"op":"alloc_pd"}` + "\n" + `{"id":2,"op":"alloc_mw","args":{"PD":1,"Type":2}}` + "\n" +
+			`{"id":3,"op":"dealloc_pd","args":{"H":1}}` + "\n" + `{"id":4,"op":"dealloc_mw","args":{"H":2}}`,
 		`{"id":1,"op":"counters"}`, `{"id":7,"op":"no_such_op"}`, `{"op":"cancel","args":{"Target":99}}`, `not json`,
 	} {
 		f.Add([]byte(s))

@@ -45,6 +45,7 @@ type hostedQP struct {
 	wr     qp.SendWR
 	sgl    []qp.SGE
 	inline []byte
+	bind   mr.BindRequest
 	rwr    qp.RecvWR
 	rsgl   []qp.SGE
 
@@ -175,7 +176,7 @@ func (h *hostedQP) pullSendLocked() bool {
 	}
 	for ; h.sqFetched != prod; h.sqFetched++ {
 		h.s.cnt[cntSendWQEs].Add(1)
-		err := shm.DecodeSend(h.sq.Slot(h.sqFetched), h.lim, &h.wr, h.sgl, h.inline)
+		err := shm.DecodeSend(h.sq.Slot(h.sqFetched), h.lim, &h.wr, h.sgl, h.inline, &h.bind)
 		if err == nil {
 			err = q.qp.PostSend(&h.wr)
 		}

@@ -242,6 +242,40 @@ func (s *session) destroyQP(_ context.Context, raw json.RawMessage, _ []int) (an
 	return nil, nil, nil
 }
 
+// allocMW allocates a memory window in a PD of the process.
+func (s *session) allocMW(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
+	a, err := args[allocMWArgs](raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	pd, err := lookup[*PD](s, a.PD)
+	if err != nil {
+		return nil, nil, err
+	}
+	w, err := pd.AllocMW(a.Type)
+	if err != nil {
+		return nil, nil, err
+	}
+	h, err := s.add(w)
+	if err != nil {
+		w.Dealloc()
+		return nil, nil, err
+	}
+	return mwResult{H: h, RKey: w.RKey()}, nil, nil
+}
+
+func (s *session) deallocMW(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
+	w, hnd, err := byHandle[*MW](s, raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := w.Dealloc(); err != nil {
+		return nil, nil, err
+	}
+	s.remove(hnd)
+	return nil, nil, nil
+}
+
 // destroyCQ destroys a CQ of the process, unless one of its QPs uses it.
 func (s *session) destroyCQ(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
 	c, hnd, err := byHandle[*hostedCQ](s, raw)

@@ -62,6 +62,8 @@ const (
 	opDestroyQP     = "destroy_qp"
 	opDestroyCQ     = "destroy_cq"
 	opDestroySRQ    = "destroy_srq"
+	opAllocMW       = "alloc_mw"
+	opDeallocMW     = "dealloc_mw"
 	opCounters      = "counters"
 	opListen        = "listen"
 	opCloseListener = "close_listener"
@@ -86,6 +88,16 @@ type handleArgs struct{ H uint32 }
 type pdResult struct {
 	H  uint32
 	PD mr.PD
+}
+
+type allocMWArgs struct {
+	PD   uint32
+	Type mr.WindowType
+}
+
+type mwResult struct {
+	H    uint32
+	RKey uint32
 }
 
 type allocMRArgs struct {

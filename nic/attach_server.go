@@ -534,6 +534,7 @@ func (s *session) cleanup() {
 		qps       []*hostedQP
 		queues    []interface{ close() }
 		regions   []*hostedMR
+		windows   []*MW
 		pds       []*PD
 	)
 	for _, obj := range s.objects {
@@ -550,6 +551,8 @@ func (s *session) cleanup() {
 			queues = append(queues, o)
 		case *hostedMR:
 			regions = append(regions, o)
+		case *MW:
+			windows = append(windows, o)
 		case *PD:
 			pds = append(pds, o)
 		}
@@ -562,7 +565,7 @@ func (s *session) cleanup() {
 
 	// Listeners first (their backlogs are rejected), then connections (a
 	// DREQ each; the wait for the DREP goes on in the background), then
-	// the other QPs and every ring, then regions and PDs.
+	// the other QPs and every ring, then windows, regions and PDs.
 	for _, l := range listeners {
 		l.l.Close()
 	}
@@ -577,6 +580,9 @@ func (s *session) cleanup() {
 	}
 	for _, q := range queues {
 		q.close()
+	}
+	for _, w := range windows {
+		w.Dealloc()
 	}
 	for _, m := range regions {
 		s.deregister(m)
@@ -676,6 +682,8 @@ var sessionOps = map[string]sessionOp{
 	opDestroyQP:     {run: (*session).destroyQP},
 	opDestroyCQ:     {run: (*session).destroyCQ},
 	opDestroySRQ:    {run: (*session).destroySRQ},
+	opAllocMW:       {run: (*session).allocMW},
+	opDeallocMW:     {run: (*session).deallocMW},
 	opCounters:      {run: (*session).counters},
 	opListen:        {run: (*session).listen},
 	opCloseListener: {run: (*session).closeListener},

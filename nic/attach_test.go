@@ -675,3 +675,84 @@ func TestDestroyQueues(t *testing.T) {
 		})
 	}
 }
+
+// Memory windows work the same embedded and attached: a BIND_MW posted on
+// the owner's QP opens a range of its region to the peer under the
+// window's new rkey, and a window of another PD (attached: of another
+// process) cannot be bound.
+func TestMemoryWindows(t *testing.T) {
+	for _, mode := range []string{"embedded", "attached"} {
+		t.Run(mode, func(t *testing.T) {
+			checkLeaks(t)
+			var a *end
+			var other *nic.Device // where the foreign window lives
+			if mode == "attached" {
+				d := startDaemon(t, nic.Config{})
+				a, other = attachedEnd(t, d), attachTo(t, d)
+			} else {
+				a = openEnd(t, nic.Config{})
+				other = a.dev
+			}
+			b := openEnd(t, nic.Config{})
+			connectEnds(t, a, b)
+			region, err := a.pd.AllocMR(1<<16, mr.LocalWrite|mr.RemoteWrite|mr.RemoteRead|mr.MWBind)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, err := a.pd.AllocMW(mr.WindowType2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			old := w.RKey()
+			bind := qp.SendWR{ID: 1, Opcode: qp.WRBindMW, Flags: qp.Signaled, Bind: &mr.BindRequest{
+				WindowKey: old, NewKey: mr.IncRKey(old), RegionKey: region.LKey(),
+				Addr: region.Addr() + 4096, Length: 4096, Access: mr.RemoteWrite | mr.RemoteRead}}
+			if err := a.qp.PostSend(&bind); err != nil {
+				t.Fatal(err)
+			}
+			if wc := wait(t, a.cq); wc.Status != qp.Success || wc.Opcode != qp.WCBindMW {
+				t.Fatalf("bind: %v", wc.String())
+			}
+			if w.RKey() != mr.IncRKey(old) {
+				t.Fatalf("after the bind the window's rkey is %#x, want %#x", w.RKey(), mr.IncRKey(old))
+			}
+			copy(b.mr.Bytes(), "windowed")
+			write := qp.SendWR{ID: 2, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{b.mr.SGE(0, 8)},
+				RemoteAddr: region.Addr() + 4096 + 8, RKey: w.RKey()}
+			if err := b.qp.PostSend(&write); err != nil {
+				t.Fatal(err)
+			}
+			if wc := wait(t, b.cq); wc.Status != qp.Success {
+				t.Fatalf("WRITE through the window: %v", wc.String())
+			}
+			syncMemory(a)
+			if got := string(region.Bytes()[4104:4112]); got != "windowed" {
+				t.Errorf("the window's memory holds %q after the WRITE", got)
+			}
+
+			opd, err := other.AllocPD()
+			if err != nil {
+				t.Fatal(err)
+			}
+			foreign, err := opd.AllocMW(mr.WindowType2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bind.ID, bind.Bind.WindowKey, bind.Bind.NewKey = 3, foreign.RKey(), mr.IncRKey(foreign.RKey())
+			if err := a.qp.PostSend(&bind); err != nil {
+				t.Fatal(err)
+			}
+			if wc := wait(t, a.cq); wc.Status != qp.MWBindErr {
+				t.Errorf("binding a window of another PD: %v, want MW_BIND_ERR", wc.String())
+			}
+			if foreign.RKey() == bind.Bind.NewKey {
+				t.Error("the foreign window took the refused bind's key")
+			}
+			for _, x := range []*nic.MW{w, foreign} {
+				if err := x.Dealloc(); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+}

@@ -23,7 +23,8 @@
 // PD.CreateQP, ibv_modify_qp → QP.Modify (or QP.Connect), ibv_post_send →
 // QP.PostSend, ibv_poll_cq → CQ.Poll (CQ.Wait blocks), ibv_destroy_qp,
 // ibv_destroy_cq and ibv_destroy_srq → QP.Destroy, CQ.Destroy and
-// SRQ.Destroy (ErrBusy while a QP uses the CQ or SRQ). Errors are
+// SRQ.Destroy (ErrBusy while a QP uses the CQ or SRQ), ibv_alloc_mw →
+// PD.AllocMW (bound by a qp.WRBindMW work request). Errors are
 // errno-named sentinels of packages mr and qp, re-exported here, and work
 // completions carry ibv_wc_status names (qp.WCStatus).
 //

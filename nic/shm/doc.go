@@ -18,5 +18,6 @@
 // (ErrCorrupt); mappings received from a peer must be memfds sealed against
 // shrinking, so that the peer cannot truncate memory under the reader.
 // Package shm does no I/O on the data path beyond the eventfd writes of
-// doorbells and wakeups, and imports nothing of softnic but qp's types.
+// doorbells and wakeups, and imports nothing of softnic but the types of
+// qp and mr.
 package shm

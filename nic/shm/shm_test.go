@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/qp"
 )
 
@@ -154,17 +155,19 @@ func TestSendWQERoundTrip(t *testing.T) {
 		{"local invalidate", qp.SendWR{ID: 10, Opcode: qp.WRLocalInv, InvalidateRKey: 0x6600}},
 		{"UD send over IPv4", qp.SendWR{ID: 11, Opcode: qp.WRSendImm, SGL: sgl[:1], Dest: v4, DestQPN: 0x12, QKey: 0x11111111}},
 		{"UD send over IPv6", qp.SendWR{ID: 12, Opcode: qp.WRSend, SGL: sgl, Dest: v6, DestQPN: 1, QKey: 0x80010000}},
+		{"bind a window", qp.SendWR{ID: 13, Opcode: qp.WRBindMW, Flags: qp.Signaled | qp.Fence, Bind: &mr.BindRequest{
+			WindowKey: 0x1234, NewKey: 0x1235, RegionKey: 0x5678, Addr: 0x7f0000000000, Length: 1 << 33, Access: mr.RemoteRead | mr.ZeroBased}}},
 	} {
 		slot := make([]byte, SendSlotSize(lim.MaxSGE, lim.MaxInline))
 		if err := EncodeSend(slot, &tc.wr); err != nil {
 			t.Fatalf("%s: EncodeSend: %v", tc.name, err)
 		}
 		var got qp.SendWR
-		if err := DecodeSend(slot, lim, &got, make([]qp.SGE, 0, lim.MaxSGE), make([]byte, 0, lim.MaxInline)); err != nil {
+		if err := DecodeSend(slot, lim, &got, make([]qp.SGE, 0, lim.MaxSGE), make([]byte, 0, lim.MaxInline), new(mr.BindRequest)); err != nil {
 			t.Fatalf("%s: DecodeSend: %v", tc.name, err)
 		}
 		want := tc.wr
-		if want.Flags&qp.Inline == 0 {
+		if want.Flags&qp.Inline == 0 && want.Opcode != qp.WRBindMW {
 			want.SGL = append([]qp.SGE{}, want.SGL...)
 		}
 		if !reflect.DeepEqual(got, want) {
@@ -204,7 +207,7 @@ func TestSendWQERefused(t *testing.T) {
 		slot := good()
 		tc.spoil(slot)
 		var wr qp.SendWR
-		err := DecodeSend(slot, lim, &wr, make([]qp.SGE, 0, lim.MaxSGE), make([]byte, 0, lim.MaxInline))
+		err := DecodeSend(slot, lim, &wr, make([]qp.SGE, 0, lim.MaxSGE), make([]byte, 0, lim.MaxInline), new(mr.BindRequest))
 		if !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%s: DecodeSend = %v, want ErrCorrupt", tc.name, err)
 		}
@@ -213,14 +216,41 @@ func TestSendWQERefused(t *testing.T) {
 		}
 	}
 	var wr qp.SendWR
-	if err := DecodeSend(make([]byte, 95), lim, &wr, nil, nil); !errors.Is(err, ErrCorrupt) {
+	if err := DecodeSend(make([]byte, 95), lim, &wr, nil, nil, nil); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("short slot: %v", err)
 	}
 	if err := EncodeSend(make([]byte, SendSlotSize(1, 0)), &qp.SendWR{Opcode: qp.WRWrite, SGL: make([]qp.SGE, 2)}); !errors.Is(err, qp.ErrInvalid) {
 		t.Errorf("EncodeSend of too many SGEs = %v, want ErrInvalid", err)
 	}
 	if err := EncodeSend(make([]byte, SendSlotSize(1, 0)), &qp.SendWR{Opcode: qp.WRBindMW}); !errors.Is(err, qp.ErrInvalid) {
-		t.Errorf("EncodeSend of BIND_MW = %v, want ErrInvalid", err)
+		t.Errorf("EncodeSend of BIND_MW without a bind request = %v, want ErrInvalid", err)
+	}
+	bind := func() []byte {
+		slot := make([]byte, SendSlotSize(1, 0))
+		EncodeSend(slot, &qp.SendWR{ID: 77, Opcode: qp.WRBindMW, Bind: &mr.BindRequest{WindowKey: 1, Length: 8}})
+		return slot
+	}
+	for _, tc := range []struct {
+		name  string
+		spoil func(s []byte)
+	}{
+		{"inline flag", func(s []byte) { s[9] |= byte(qp.Inline) }},
+		{"an SGE", func(s []byte) { s[10] = 1 }},
+		{"immediate data", func(s []byte) { s[16] = 1 }},
+		{"compare value", func(s []byte) { s[48] = 1 }},
+		{"destination", func(s []byte) { s[11] = 4 }},
+		{"reserved word", func(s []byte) { s[92] = 1 }},
+	} {
+		slot := bind()
+		tc.spoil(slot)
+		var wr qp.SendWR
+		if err := DecodeSend(slot, lim, &wr, make([]qp.SGE, 0, 2), nil, new(mr.BindRequest)); !errors.Is(err, ErrCorrupt) || wr.ID != 77 {
+			t.Errorf("BIND_MW with %s: DecodeSend = %v (WR %d), want ErrCorrupt naming WR 77", tc.name, err, wr.ID)
+		}
+	}
+	var wr2 qp.SendWR
+	if err := DecodeSend(bind(), lim, &wr2, nil, nil, nil); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("BIND_MW where binds are not taken: %v, want ErrCorrupt", err)
 	}
 }
 
@@ -276,13 +306,14 @@ func TestCodecsDoNotAllocate(t *testing.T) {
 	slot := make([]byte, SendSlotSize(4, 64))
 	wr := qp.SendWR{ID: 1, Opcode: qp.WRWrite, SGL: []qp.SGE{{Addr: 1, Length: 2, LKey: 3}}, Dest: v6}
 	var out qp.SendWR
+	var bind mr.BindRequest
 	sgl, inline := make([]qp.SGE, 0, 4), make([]byte, 0, 64)
 	cqe := make([]byte, CQESize)
 	wc := qp.WC{ID: 1, Src: v4}
 	var wcOut qp.WC
 	n := testing.AllocsPerRun(100, func() {
 		EncodeSend(slot, &wr)
-		DecodeSend(slot, lim, &out, sgl, inline)
+		DecodeSend(slot, lim, &out, sgl, inline, &bind)
 		EncodeCQE(cqe, &wc)
 		DecodeCQE(cqe, &wcOut)
 	})
@@ -300,6 +331,7 @@ func FuzzDecodeSend(f *testing.F) {
 		{Opcode: qp.WRWrite, SGL: []qp.SGE{{Addr: 1, Length: 2, LKey: 3}}},
 		{Opcode: qp.WRSend, Flags: qp.Inline, Inline: []byte("x")},
 		{Opcode: qp.WRSend, Dest: v4, DestQPN: 3},
+		{Opcode: qp.WRBindMW, Bind: &mr.BindRequest{WindowKey: 0x100, NewKey: 0x101, RegionKey: 0x200, Addr: 64, Length: 64, Access: mr.RemoteWrite}},
 	} {
 		slot := make([]byte, size)
 		EncodeSend(slot, &wr)
@@ -307,7 +339,7 @@ func FuzzDecodeSend(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var wr qp.SendWR
-		if err := DecodeSend(b, lim, &wr, make([]qp.SGE, 0, lim.MaxSGE), make([]byte, 0, lim.MaxInline)); err != nil {
+		if err := DecodeSend(b, lim, &wr, make([]qp.SGE, 0, lim.MaxSGE), make([]byte, 0, lim.MaxInline), new(mr.BindRequest)); err != nil {
 			if !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("error %v does not wrap ErrCorrupt", err)
 			}
@@ -321,7 +353,7 @@ func FuzzDecodeSend(f *testing.F) {
 			t.Fatalf("re-encoding an accepted WQE: %v", err)
 		}
 		var wr2 qp.SendWR
-		if err := DecodeSend(again, lim, &wr2, make([]qp.SGE, 0, lim.MaxSGE), make([]byte, 0, lim.MaxInline)); err != nil {
+		if err := DecodeSend(again, lim, &wr2, make([]qp.SGE, 0, lim.MaxSGE), make([]byte, 0, lim.MaxInline), new(mr.BindRequest)); err != nil {
 			t.Fatalf("decoding the re-encoded WQE: %v", err)
 		}
 		if !reflect.DeepEqual(wr, wr2) {

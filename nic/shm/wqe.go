@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/qp"
 )
 
@@ -39,6 +40,20 @@ var le = binary.LittleEndian
 //	64  dest_addr    16 bytes (IPv4 as IPv4-mapped IPv6)
 //	80  reserved     16 bytes, zero
 //	96  SGEs or inline data
+//
+// A BIND_MW WQE carries its bind request (mr.BindRequest) in the header
+// instead, the window's range and key where a WR names its remote range,
+// and no SGE or inline data:
+//
+//	24  addr         u64  the window's start in the region's address space
+//	32  window_key   u32
+//	40  length       u64
+//	80  new_key      u32
+//	84  region_key   u32
+//	88  access       u32  mr.Access
+//	92  reserved     u32  zero
+//
+// Every other field of a BIND_MW WQE after the flags is zero.
 const (
 	sendHeaderSize = 96
 	sgeSize        = 16
@@ -58,16 +73,16 @@ type SendLimits struct{ MaxSGE, MaxInline int }
 // sendFlags are the flags a WQE may carry.
 const sendFlags = qp.Signaled | qp.Fence | qp.Solicited | qp.Inline
 
-// EncodeSend writes wr into slot. It refuses a WR the slot cannot hold and
-// the opcode BIND_MW, whose bind request has no place in a WQE.
+// EncodeSend writes wr into slot. It refuses a WR the slot cannot hold.
 func EncodeSend(slot []byte, wr *qp.SendWR) error {
+	if wr.Opcode == qp.WRBindMW {
+		return encodeBind(slot, wr)
+	}
 	n := len(wr.SGL) * sgeSize
 	if wr.Flags&qp.Inline != 0 {
 		n = len(wr.Inline)
 	}
 	switch {
-	case wr.Opcode == qp.WRBindMW:
-		return fmt.Errorf("%s cannot be posted through a shared queue: %w", wr.Opcode, qp.ErrInvalid)
 	case len(wr.SGL) > 255 || sendHeaderSize+n > len(slot):
 		return fmt.Errorf("WR of %d SGEs, %d bytes inline does not fit a %d-byte slot: %w", len(wr.SGL), len(wr.Inline), len(slot), qp.ErrInvalid)
 	}
@@ -94,13 +109,38 @@ func EncodeSend(slot []byte, wr *qp.SendWR) error {
 	return nil
 }
 
+// encodeBind writes a BIND_MW WR into slot.
+func encodeBind(slot []byte, wr *qp.SendWR) error {
+	b := wr.Bind
+	switch {
+	case b == nil:
+		return fmt.Errorf("%s without a bind request: %w", wr.Opcode, qp.ErrInvalid)
+	case len(wr.SGL) != 0 || len(wr.Inline) != 0 || wr.Flags&qp.Inline != 0:
+		return fmt.Errorf("%s with SGEs or inline data: %w", wr.Opcode, qp.ErrInvalid)
+	case len(slot) < sendHeaderSize:
+		return fmt.Errorf("%s does not fit a %d-byte slot: %w", wr.Opcode, len(slot), qp.ErrInvalid)
+	}
+	h := slot[:sendHeaderSize]
+	clear(h)
+	le.PutUint64(h[0:], wr.ID)
+	h[8], h[9] = byte(wr.Opcode), byte(wr.Flags)
+	le.PutUint64(h[24:], b.Addr)
+	le.PutUint32(h[32:], b.WindowKey)
+	le.PutUint64(h[40:], b.Length)
+	le.PutUint32(h[80:], b.NewKey)
+	le.PutUint32(h[84:], b.RegionKey)
+	le.PutUint32(h[88:], uint32(b.Access))
+	return nil
+}
+
 // DecodeSend copies the WQE in slot, shared memory the other side may
 // still be writing, into wr: its SGL into sgl's backing array (capacity at
-// least lim.MaxSGE) and its inline data into inline's (capacity at least
-// lim.MaxInline). Every byte of the slot is read once, into private memory,
-// before it is checked. The WR's ID is set even when the WQE is refused
-// (ErrCorrupt), so that its failure can name it.
-func DecodeSend(slot []byte, lim SendLimits, wr *qp.SendWR, sgl []qp.SGE, inline []byte) error {
+// least lim.MaxSGE), its inline data into inline's (capacity at least
+// lim.MaxInline), a BIND_MW's request into *bind. Every byte of the slot
+// is read once, into private memory, before it is checked. The WR's ID is
+// set even when the WQE is refused (ErrCorrupt), so that its failure can
+// name it.
+func DecodeSend(slot []byte, lim SendLimits, wr *qp.SendWR, sgl []qp.SGE, inline []byte, bind *mr.BindRequest) error {
 	var h [sendHeaderSize]byte
 	if len(slot) < sendHeaderSize {
 		return fmt.Errorf("send slot of %d bytes: %w", len(slot), ErrCorrupt)
@@ -113,6 +153,9 @@ func DecodeSend(slot []byte, lim SendLimits, wr *qp.SendWR, sgl []qp.SGE, inline
 		CompareAdd: le.Uint64(h[40:]), Swap: le.Uint64(h[48:]), QKey: le.Uint32(h[56:]),
 	}
 	nSGE, inlineLen := int(h[10]), le.Uint32(h[12:])
+	if wr.Opcode == qp.WRBindMW {
+		return decodeBind(&h, wr, bind)
+	}
 	switch {
 	case wr.Opcode < qp.WRWrite || wr.Opcode > qp.WRLocalInv:
 		return fmt.Errorf("send WQE opcode %d: %w", h[8], ErrCorrupt)
@@ -139,6 +182,24 @@ func DecodeSend(slot []byte, lim SendLimits, wr *qp.SendWR, sgl []qp.SGE, inline
 		return fmt.Errorf("send WQE with %d SGEs and %d bytes inline, the queue takes %d SGEs: %w", nSGE, inlineLen, lim.MaxSGE, ErrCorrupt)
 	}
 	wr.SGL = getSGEs(body, sgl[:nSGE])
+	return nil
+}
+
+// decodeBind finishes decoding the BIND_MW WQE whose header is h.
+func decodeBind(h *[sendHeaderSize]byte, wr *qp.SendWR, bind *mr.BindRequest) error {
+	switch {
+	case wr.Flags&^(sendFlags&^qp.Inline) != 0:
+		return fmt.Errorf("BIND_MW WQE flags %#x: %w", h[9], ErrCorrupt)
+	case !zero(h[10:24]) || !zero(h[36:40]) || !zero(h[48:80]) || !zero(h[92:96]):
+		return fmt.Errorf("BIND_MW WQE with fields other than its bind request set: %w", ErrCorrupt)
+	case bind == nil:
+		return fmt.Errorf("BIND_MW WQE where binds are not taken: %w", ErrCorrupt)
+	}
+	*bind = mr.BindRequest{
+		Addr: le.Uint64(h[24:]), WindowKey: le.Uint32(h[32:]), Length: le.Uint64(h[40:]),
+		NewKey: le.Uint32(h[80:]), RegionKey: le.Uint32(h[84:]), Access: mr.Access(le.Uint32(h[88:])),
+	}
+	*wr = qp.SendWR{ID: wr.ID, Opcode: wr.Opcode, Flags: wr.Flags, Bind: bind}
 	return nil
 }
 

@@ -1,0 +1,73 @@
+package nic
+
+import (
+	"sync/atomic"
+
+	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/qp"
+)
+
+// MW is a memory window (ibv_mw): remote access to part of a region,
+// granted and revoked by work requests instead of by registration. A
+// BIND_MW work request (qp.WRBindMW) binds it: its Bind names the window
+// by its current rkey and gives the next one (mr.IncRKey of it, as
+// ibv_bind_mw does), the region by its lkey, the range and the access.
+// LOCAL_INV, or a peer's SEND WITH INVALIDATE, invalidates a type 2
+// window. The same calls work on embedded and attached devices.
+type MW struct {
+	pd  *PD
+	typ mr.WindowType
+	w   *mr.Window    // an embedded device's window
+	h   uint32        // an attached device's handle of the window
+	key atomic.Uint32 // an attached device's window: its rkey after the binds posted
+}
+
+// AllocMW allocates a memory window of type 1 or 2 in the PD
+// (ibv_alloc_mw). A type 1 window starts valid and unbound, a type 2
+// window free.
+func (pd *PD) AllocMW(typ mr.WindowType) (*MW, error) {
+	if pd.dev.att != nil {
+		return pd.dev.att.allocMW(pd, typ)
+	}
+	w, err := pd.dev.mem.AllocWindow(pd.pd, typ)
+	if err != nil {
+		return nil, err
+	}
+	return &MW{pd: pd, typ: typ, w: w}, nil
+}
+
+// RKey returns the window's rkey, which each bind changes. An attached
+// device's window reports the key of the last bind posted for it, as
+// libibverbs updates mw->rkey when ibv_bind_mw posts; an embedded one's
+// changes when the bind executes.
+func (w *MW) RKey() uint32 {
+	if w.w != nil {
+		return w.w.RKey()
+	}
+	return w.key.Load()
+}
+
+// Type returns the window's type.
+func (w *MW) Type() mr.WindowType { return w.typ }
+
+// Dealloc frees the window (ibv_dealloc_mw); a binding it has is dropped.
+func (w *MW) Dealloc() error {
+	if w.w == nil {
+		return w.pd.dev.att.deallocMW(w)
+	}
+	return w.pd.dev.mem.DeallocWindow(w.w)
+}
+
+// posted records that a BIND_MW request for the window was posted, for
+// RKey: the window keeps its index and takes the new key's variant.
+func (w *MW) posted(b *mr.BindRequest) {
+	w.key.CompareAndSwap(b.WindowKey, b.WindowKey&^0xff|b.NewKey&0xff)
+}
+
+// bindOf returns the bind request of wr, nil unless it is a BIND_MW.
+func bindOf(wr *qp.SendWR) *mr.BindRequest {
+	if wr.Opcode != qp.WRBindMW {
+		return nil
+	}
+	return wr.Bind
+}
