@@ -231,6 +231,9 @@ func (s *session) queryQP(_ context.Context, raw json.RawMessage, _ []int) (any,
 	return queryQPResult{Attr: h.q.Attr(), Status: h.q.Status()}, nil, nil
 }
 
+// destroyQP destroys a QP of the process. Its handle goes first: the
+// completions it flushes into its CQs no longer retire slots of its own
+// rings, which close after it.
 func (s *session) destroyQP(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
 	h, hnd, err := byHandle[*hostedQP](s, raw)
 	if err != nil {
@@ -265,43 +268,43 @@ func (s *session) allocMW(_ context.Context, raw json.RawMessage, _ []int) (any,
 }
 
 func (s *session) deallocMW(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
-	w, hnd, err := byHandle[*MW](s, raw)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := w.Dealloc(); err != nil {
-		return nil, nil, err
-	}
-	s.remove(hnd)
-	return nil, nil, nil
+	return destroyObject(s, raw, (*MW).Dealloc)
 }
 
 // destroyCQ destroys a CQ of the process, unless one of its QPs uses it.
 func (s *session) destroyCQ(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
-	c, hnd, err := byHandle[*hostedCQ](s, raw)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := c.cq.Destroy(); err != nil {
-		return nil, nil, err
-	}
-	s.remove(hnd)
-	c.close()
-	return nil, nil, nil
+	return destroyObject(s, raw, func(c *hostedCQ) error {
+		if err := c.cq.Destroy(); err != nil {
+			return err
+		}
+		c.close()
+		return nil
+	})
 }
 
 // destroySRQ destroys an SRQ of the process, unless one of its QPs uses
 // it.
 func (s *session) destroySRQ(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
-	r, hnd, err := byHandle[*hostedSRQ](s, raw)
+	return destroyObject(s, raw, func(r *hostedSRQ) error {
+		if err := r.srq.Destroy(); err != nil {
+			return err
+		}
+		r.close()
+		return nil
+	})
+}
+
+// destroyObject destroys the object of type T that a request names, and
+// forgets its handle unless destroy fails.
+func destroyObject[T any](s *session, raw json.RawMessage, destroy func(T) error) (any, []int, error) {
+	obj, hnd, err := byHandle[T](s, raw)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := r.srq.Destroy(); err != nil {
+	if err := destroy(obj); err != nil {
 		return nil, nil, err
 	}
 	s.remove(hnd)
-	r.close()
 	return nil, nil, nil
 }
 

@@ -85,6 +85,17 @@ func attachedEnd(t testing.TB, d *daemon) *end {
 	return e
 }
 
+// attachedToEmbedded returns a daemon, an end attached to it and an
+// embedded end, connected to each other.
+func attachedToEmbedded(t testing.TB) (*daemon, *end, *end) {
+	t.Helper()
+	d := startDaemon(t, nic.Config{})
+	a := attachedEnd(t, d)
+	b := openEnd(t, nic.Config{})
+	connectEnds(t, a, b)
+	return d, a, b
+}
+
 func connectEnds(t testing.TB, a, b *end) {
 	t.Helper()
 	oa := nic.ConnectOptions{LocalPSN: 100, RemotePSN: 2000}
@@ -99,10 +110,7 @@ func connectEnds(t testing.TB, a, b *end) {
 
 func TestAttachedOperations(t *testing.T) {
 	checkLeaks(t)
-	d := startDaemon(t, nic.Config{})
-	a := attachedEnd(t, d)
-	b := openEnd(t, nic.Config{})
-	connectEnds(t, a, b)
+	_, a, b := attachedToEmbedded(t)
 	exerciseOperations(t, a, b)
 }
 
@@ -437,10 +445,7 @@ func TestAttachNoAllocations(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector's sync.Pool drops packet batches on purpose")
 	}
-	d := startDaemon(t, nic.Config{})
-	a := attachedEnd(t, d)
-	b := openEnd(t, nic.Config{})
-	connectEnds(t, a, b)
+	_, a, b := attachedToEmbedded(t)
 	wr := qp.SendWR{Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
 	var wcs [1]qp.WC
 	ctx := context.Background()
@@ -560,10 +565,7 @@ func TestCQConcurrentWaiters(t *testing.T) {
 // daemon goes away wakes with ErrClosed.
 func TestAttachedCQWaitEnds(t *testing.T) {
 	checkLeaks(t)
-	d := startDaemon(t, nic.Config{})
-	a := attachedEnd(t, d)
-	b := openEnd(t, nic.Config{})
-	connectEnds(t, a, b)
+	d, a, b := attachedToEmbedded(t)
 	var wc [1]qp.WC
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
@@ -580,20 +582,35 @@ func TestAttachedCQWaitEnds(t *testing.T) {
 	if n, err := a.cq.Wait(ctx2, wc[:]); n != 1 || err != nil || wc[0].ID != 7 {
 		t.Fatalf("Wait after a cancelled one: %d, %v, WR %d", n, err, wc[0].ID)
 	}
-	errs := make(chan error, 1)
-	go func() {
-		_, err := a.cq.Wait(context.Background(), wc[:])
-		errs <- err
-	}()
+	waited := waitInBackground(a.cq)
 	time.Sleep(20 * time.Millisecond)
 	d.srv.Close()
+	expectClosed(t, waited, "the daemon went away")
+}
+
+// waitInBackground waits on cq in a goroutine of its own and hands over
+// what Wait returned.
+func waitInBackground(cq *nic.CQ) <-chan error {
+	errs := make(chan error, 1)
+	go func() {
+		var wc [1]qp.WC
+		_, err := cq.Wait(context.Background(), wc[:])
+		errs <- err
+	}()
+	return errs
+}
+
+// expectClosed checks that a Wait of waitInBackground returns ErrClosed
+// after what happened to its CQ.
+func expectClosed(t *testing.T, waited <-chan error, what string) {
+	t.Helper()
 	select {
-	case err := <-errs:
+	case err := <-waited:
 		if !errors.Is(err, nic.ErrClosed) {
-			t.Errorf("Wait when the daemon went away: %v, want ErrClosed", err)
+			t.Errorf("Wait when %s: %v, want ErrClosed", what, err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("Wait still asleep 10 s after the daemon went away")
+		t.Fatalf("Wait still asleep 10 s after %s", what)
 	}
 }
 
@@ -634,12 +651,7 @@ func TestDestroyQueues(t *testing.T) {
 					t.Errorf("destroying the %s of a QP: %v, want ErrBusy", name, err)
 				}
 			}
-			waited := make(chan error, 1)
-			go func() {
-				var wc [1]qp.WC
-				_, err := scq.Wait(context.Background(), wc[:])
-				waited <- err
-			}()
+			waited := waitInBackground(scq)
 			if err := q.Destroy(); err != nil {
 				t.Fatal(err)
 			}
@@ -651,14 +663,7 @@ func TestDestroyQueues(t *testing.T) {
 					t.Errorf("destroying the %s again: %v", name, err)
 				}
 			}
-			select {
-			case err := <-waited:
-				if !errors.Is(err, nic.ErrClosed) {
-					t.Errorf("Wait on a CQ destroyed meanwhile: %v, want ErrClosed", err)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("Wait still asleep 10 s after its CQ was destroyed")
-			}
+			expectClosed(t, waited, "its CQ was destroyed")
 			var wc [1]qp.WC
 			if _, err := scq.Poll(wc[:]); !errors.Is(err, nic.ErrClosed) {
 				t.Errorf("Poll of a destroyed CQ: %v, want ErrClosed", err)

@@ -237,15 +237,21 @@ var daemons = []struct {
 
 const rounds = 10
 
-// inRounds splits n operations into rounds and calls run(start, k) for
-// the embedded device, then the attached one, k operations from start,
-// round after round.
-func inRounds(n int, run func(attached bool, start, k int)) {
+// The two devices of an attached benchmark, as indexes.
+const (
+	embedded = iota
+	attached
+)
+
+// inRounds splits n operations into rounds and calls run(dev, start, k)
+// for the embedded device, then the attached one, k operations from
+// start, round after round.
+func inRounds(n int, run func(dev, start, k int)) {
 	for r := range rounds {
 		start, end := n*r/rounds, n*(r+1)/rounds
 		if end > start {
-			run(false, start, end-start)
-			run(true, start, end-start)
+			run(embedded, start, end-start)
+			run(attached, start, end-start)
 		}
 	}
 }
@@ -267,28 +273,24 @@ func BenchmarkAttachedWrite64K(b *testing.B) {
 			var ratios []float64
 			b.ReportAllocs()
 			b.ResetTimer()
-			inRounds(b.N, func(attached bool, _, k int) {
-				i := 0
-				if attached {
-					i = 1
-				}
+			inRounds(b.N, func(dev, _, k int) {
 				s0 := contextSwitches()
-				t := p[i].stream(b, qp.WRWrite, k)
-				took[i] += t
-				switches[i] += contextSwitches() - s0
-				if attached {
+				t := p[dev].stream(b, qp.WRWrite, k)
+				took[dev] += t
+				switches[dev] += contextSwitches() - s0
+				if dev == attached {
 					ratios = append(ratios, last.Seconds()/t.Seconds())
 				}
 				last = t
 			})
 			b.StopTimer()
 			slices.Sort(ratios)
-			b.ReportMetric(gbps(b.N, took[1]), "Gbit/s")
-			b.ReportMetric(gbps(b.N, took[0]), "embedded-Gbit/s")
+			b.ReportMetric(gbps(b.N, took[attached]), "Gbit/s")
+			b.ReportMetric(gbps(b.N, took[embedded]), "embedded-Gbit/s")
 			b.ReportMetric(ratios[len(ratios)/2], "x-embedded")
 			if contextSwitches() >= 0 {
-				b.ReportMetric(float64(switches[1])/float64(b.N), "ctxsw/op")
-				b.ReportMetric(float64(switches[0])/float64(b.N), "embedded-ctxsw/op")
+				b.ReportMetric(float64(switches[attached])/float64(b.N), "ctxsw/op")
+				b.ReportMetric(float64(switches[embedded])/float64(b.N), "embedded-ctxsw/op")
 			}
 		})
 	}
@@ -306,20 +308,16 @@ func BenchmarkAttachedWrite8Latency(b *testing.B) {
 				rtts := [2][]time.Duration{make([]time.Duration, b.N), make([]time.Duration, b.N)}
 				b.ReportAllocs()
 				b.ResetTimer()
-				inRounds(b.N, func(attached bool, start, k int) {
-					i := 0
-					if attached {
-						i = 1
-					}
-					p[i].write8(b, rtts[i][start:start+k], by)
+				inRounds(b.N, func(dev, start, k int) {
+					p[dev].write8(b, rtts[dev][start:start+k], by)
 				})
 				b.StopTimer()
-				slices.Sort(rtts[0])
-				slices.Sort(rtts[1])
-				b.ReportMetric(float64(median(rtts[1]))/1e3, "median-µs")
-				b.ReportMetric(float64(percentile(rtts[1], 99))/1e3, "p99-µs")
-				b.ReportMetric(float64(median(rtts[0]))/1e3, "embedded-median-µs")
-				b.ReportMetric(float64(median(rtts[1]))/float64(median(rtts[0])), "x-embedded")
+				slices.Sort(rtts[embedded])
+				slices.Sort(rtts[attached])
+				b.ReportMetric(float64(median(rtts[attached]))/1e3, "median-µs")
+				b.ReportMetric(float64(percentile(rtts[attached], 99))/1e3, "p99-µs")
+				b.ReportMetric(float64(median(rtts[embedded]))/1e3, "embedded-median-µs")
+				b.ReportMetric(float64(median(rtts[attached]))/float64(median(rtts[embedded])), "x-embedded")
 			})
 		}
 	}

@@ -86,10 +86,7 @@ func EncodeSend(slot []byte, wr *qp.SendWR) error {
 	case len(wr.SGL) > 255 || sendHeaderSize+n > len(slot):
 		return fmt.Errorf("WR of %d SGEs, %d bytes inline does not fit a %d-byte slot: %w", len(wr.SGL), len(wr.Inline), len(slot), qp.ErrInvalid)
 	}
-	h := slot[:sendHeaderSize]
-	clear(h)
-	le.PutUint64(h[0:], wr.ID)
-	h[8], h[9] = byte(wr.Opcode), byte(wr.Flags)
+	h := putHeader(slot, wr)
 	le.PutUint32(h[16:], wr.Imm)
 	le.PutUint32(h[20:], wr.InvalidateRKey)
 	le.PutUint64(h[24:], wr.RemoteAddr)
@@ -109,6 +106,16 @@ func EncodeSend(slot []byte, wr *qp.SendWR) error {
 	return nil
 }
 
+// putHeader clears the header of slot, writes the fields every WR has and
+// returns the header.
+func putHeader(slot []byte, wr *qp.SendWR) []byte {
+	h := slot[:sendHeaderSize]
+	clear(h)
+	le.PutUint64(h[0:], wr.ID)
+	h[8], h[9] = byte(wr.Opcode), byte(wr.Flags)
+	return h
+}
+
 // encodeBind writes a BIND_MW WR into slot.
 func encodeBind(slot []byte, wr *qp.SendWR) error {
 	b := wr.Bind
@@ -120,10 +127,7 @@ func encodeBind(slot []byte, wr *qp.SendWR) error {
 	case len(slot) < sendHeaderSize:
 		return fmt.Errorf("%s does not fit a %d-byte slot: %w", wr.Opcode, len(slot), qp.ErrInvalid)
 	}
-	h := slot[:sendHeaderSize]
-	clear(h)
-	le.PutUint64(h[0:], wr.ID)
-	h[8], h[9] = byte(wr.Opcode), byte(wr.Flags)
+	h := putHeader(slot, wr)
 	le.PutUint64(h[24:], b.Addr)
 	le.PutUint32(h[32:], b.WindowKey)
 	le.PutUint64(h[40:], b.Length)
