@@ -249,7 +249,12 @@ func TestAttachDetachCleansUp(t *testing.T) {
 	dev := attachTo(t, d)
 	pd, _ := dev.AllocPD()
 	cq, _ := dev.CreateCQ(16)
-	if _, err := pd.AllocMR(1<<16, mr.LocalWrite); err != nil {
+	region, err := pd.AllocMR(1<<16, mr.LocalWrite|mr.MWBind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := pd.AllocMW(mr.WindowType2)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pd.CreateQP(nic.QPConfig{SendCQ: cq}); err != nil {
@@ -264,7 +269,17 @@ func TestAttachDetachCleansUp(t *testing.T) {
 	if ps := d.srv.Processes(); len(ps) != 1 || len(ps[0].QPs) != 2 || len(ps[0].PDs) != 1 || ps[0].PID != os.Getpid() {
 		t.Fatalf("processes %+v, want this one with 2 QPs", ps)
 	}
-	qpns := []uint32{c.QP().Num()}
+	// A bound window keeps its region from being deregistered: the daemon
+	// must free the window first.
+	bind := qp.SendWR{Opcode: qp.WRBindMW, Flags: qp.Signaled, Bind: &mr.BindRequest{
+		WindowKey: w.RKey(), NewKey: mr.IncRKey(w.RKey()), RegionKey: region.LKey(),
+		Addr: region.Addr(), Length: 4096, Access: mr.RemoteRead}}
+	if err := c.QP().PostSend(&bind); err != nil {
+		t.Fatal(err)
+	}
+	if wc := wait(t, cq); wc.Status != qp.Success {
+		t.Fatalf("bind: %v", wc.String())
+	}
 	if got := countRegions(d.dev); got != regionsBefore+1 {
 		t.Errorf("%d regions with the process attached, want %d", got, regionsBefore+1)
 	}
@@ -285,7 +300,9 @@ func TestAttachDetachCleansUp(t *testing.T) {
 	if got := countRegions(d.dev); got != regionsBefore {
 		t.Errorf("%d regions after the process detached, want %d", got, regionsBefore)
 	}
-	_ = qpns
+	for wi := range d.dev.Memory().Windows() {
+		t.Errorf("window %#x left after the process detached", wi.RKey)
+	}
 }
 
 func countRegions(d *nic.Device) int {
