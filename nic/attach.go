@@ -55,6 +55,8 @@ func (c *Config) embeddedOnly() string {
 		return "MaxQPs"
 	case c.RecoverIPID:
 		return "RecoverIPID"
+	case c.BusyPoll != 0:
+		return "BusyPoll"
 	}
 	return ""
 }

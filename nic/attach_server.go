@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"slices"
@@ -58,6 +59,12 @@ type AttachServer struct {
 	sessions map[*session]struct{}
 	closed   bool
 	wg       sync.WaitGroup // sessions
+
+	// For a device that busy-polls (Config.BusyPoll): the sessions, as
+	// its reader polls them, and whether it does now.
+	polled  atomic.Pointer[[]*session]
+	busy    atomic.Bool
+	asRings *ringPoller // what the device's reader holds
 }
 
 // background runs f, a connection manager exchange left to finish after
@@ -79,7 +86,48 @@ func NewAttachServer(d *Device, cfg AttachServerConfig) *AttachServer {
 	if cfg.MaxObjects == 0 {
 		cfg.MaxObjects = 4096
 	}
-	return &AttachServer{dev: d, cfg: cfg, log: cfg.Logger, sessions: make(map[*session]struct{})}
+	s := &AttachServer{dev: d, cfg: cfg, log: cfg.Logger, sessions: make(map[*session]struct{})}
+	if d.cfg.BusyPoll > 0 {
+		var r ringPoller = s
+		s.asRings = &r
+		d.rings.Store(s.asRings)
+	}
+	return s
+}
+
+// pollRings is a busy-polling reader's pass over the queues of every
+// attached process (see Config.BusyPoll).
+func (s *AttachServer) pollRings() bool {
+	p := s.polled.Load()
+	if p == nil {
+		return false
+	}
+	worked := false
+	for _, x := range *p {
+		if x.pollQueues(false) {
+			worked = true
+		}
+	}
+	return worked
+}
+
+// busyPolling turns the processes' doorbells off while the reader polls
+// their queues, and back on (then looks at the queues once more, for
+// posts that found them off) when it stops.
+func (s *AttachServer) busyPolling(on bool) {
+	s.busy.Store(on)
+	if p := s.polled.Load(); p != nil {
+		for _, x := range *p {
+			x.pollQueues(!on)
+		}
+	}
+}
+
+// republish refreshes the sessions a busy-polling reader polls; s.mu is
+// held.
+func (s *AttachServer) republish() {
+	ss := slices.Collect(maps.Keys(s.sessions))
+	s.polled.Store(&ss)
 }
 
 // Serve accepts processes on l, a unix socket listener, until l is closed:
@@ -138,6 +186,9 @@ func (s *AttachServer) ServeConn(c *net.UnixConn) error {
 // Connections still being disconnected for them are not waited for: their
 // DREQs go on until answered, or until the device closes.
 func (s *AttachServer) Close() error {
+	if s.asRings != nil {
+		s.dev.rings.CompareAndSwap(s.asRings, nil)
+	}
 	s.mu.Lock()
 	s.closed = true
 	ss := make([]*session, 0, len(s.sessions))
@@ -211,6 +262,12 @@ type session struct {
 	bellPage *shm.Mapping
 	needWake *atomic.Uint32
 
+	// pollMu is held by a busy-polling reader while it polls the process's
+	// queues, and by the detach that unmaps the doorbell page after it.
+	pollMu   sync.Mutex
+	unpolled bool                        // detached: not to be polled
+	qpSnap   atomic.Pointer[[]*hostedQP] // qps, for the reader
+
 	mu      sync.Mutex
 	objects map[uint32]any // handle → *PD, *hostedMR, *hostedCQ, *hostedSRQ, *hostedQP, *hostedListener, *hostedRequest, *hostedConn
 	next    uint32
@@ -271,6 +328,7 @@ func (s *AttachServer) newSession(c *net.UnixConn) (*session, error) {
 		return nil, fmt.Errorf("attach: %w", ErrClosed)
 	}
 	s.sessions[ss] = struct{}{}
+	s.republish()
 	s.wg.Add(1)
 	s.mu.Unlock()
 	ss.log.Info("process attached", zap.Int("uid", ss.uid))
@@ -364,6 +422,7 @@ func (s *session) add(obj any) (uint32, error) {
 	if h, ok := obj.(*hostedQP); ok {
 		s.qps = append(s.qps, h)
 		s.byQPN[h.q.num] = h
+		s.snapQPs()
 	}
 	return s.next, nil
 }
@@ -375,6 +434,7 @@ func (s *session) remove(h uint32) {
 	if q, ok := s.objects[h].(*hostedQP); ok {
 		s.qps = slices.DeleteFunc(s.qps, func(x *hostedQP) bool { return x == q })
 		delete(s.byQPN, q.q.num)
+		s.snapQPs()
 	}
 	delete(s.objects, h)
 }
@@ -469,15 +529,57 @@ func (s *session) doorbellLoop() {
 		s.needWake.Store(0)
 		for s.scan() {
 		}
-		s.needWake.Store(1)
-		if s.scan() {
-			continue
+		if !s.srv.busy.Load() {
+			// While the device busy-polls, its reader takes the posts, and
+			// turns the doorbell on again when it stops.
+			s.needWake.Store(1)
+			if s.scan() {
+				continue
+			}
 		}
 		if _, err := s.bell.Read(b[:]); err != nil {
 			return
 		}
 		s.cnt[cntDoorbells].Add(1)
 	}
+}
+
+// snapQPs publishes qps for a busy-polling reader; s.mu is held.
+func (s *session) snapQPs() {
+	qps := slices.Clone(s.qps)
+	s.qpSnap.Store(&qps)
+}
+
+// pollQueues is a busy-polling reader's look at the process's queues; it
+// reports whether there were new work requests. With doorbell set it
+// turns the process's doorbell on first (the reader stops polling),
+// otherwise off. A QP whose lock is taken is skipped: whoever holds it
+// takes the new requests as it runs the QP.
+func (s *session) pollQueues(doorbell bool) bool {
+	s.pollMu.Lock()
+	defer s.pollMu.Unlock()
+	if s.unpolled {
+		return false
+	}
+	if doorbell {
+		s.needWake.Store(1)
+	} else if s.needWake.Load() != 0 {
+		s.needWake.Store(0)
+	}
+	qps := s.qpSnap.Load()
+	if qps == nil {
+		return false
+	}
+	worked := false
+	for _, h := range *qps {
+		if h.q.mu.TryLock() {
+			if h.serviceLocked() {
+				worked = true
+			}
+			h.q.mu.Unlock()
+		}
+	}
+	return worked
 }
 
 // scan services every QP of the process once and reports whether any had
@@ -560,6 +662,7 @@ func (s *session) cleanup() {
 	s.objects = nil
 	s.qps = nil
 	s.byQPN = nil
+	s.snapQPs()
 	s.mu.Unlock()
 	s.callWG.Wait()
 
@@ -594,10 +697,14 @@ func (s *session) cleanup() {
 	}
 	s.bell.Close()
 	<-s.bellDone
-	s.bellPage.Close()
 	s.srv.mu.Lock()
 	delete(s.srv.sessions, s)
+	s.srv.republish()
 	s.srv.mu.Unlock()
+	s.pollMu.Lock() // a busy-polling reader is done with the doorbell page
+	s.unpolled = true
+	s.pollMu.Unlock()
+	s.bellPage.Close()
 	s.log.Info("process detached: its resources destroyed",
 		zap.Int("connections", len(conns)), zap.Int("qps", len(qps)), zap.Int("regions", len(regions)))
 }

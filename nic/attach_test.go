@@ -162,6 +162,7 @@ func TestAttachConfig(t *testing.T) {
 		{"Attach and Embed", nic.Config{Attach: d.path, Embed: true}, "", nic.ErrInvalid, false},
 		{"Attach with an address of its own", nic.Config{Attach: d.path, Addr: loopback}, "", nic.ErrInvalid, false},
 		{"Attach with an MTU", nic.Config{Attach: d.path, MTU: 1024}, "", nic.ErrInvalid, false},
+		{"Attach with busy polling", nic.Config{Attach: d.path, BusyPoll: time.Millisecond}, "", nic.ErrInvalid, false},
 		{"SOFTNIC_SOCKET", nic.Config{}, d.path, nil, true},
 		{"SOFTNIC_SOCKET ignores embedded fields", nic.Config{Addr: loopback, MTU: 1024}, d.path, nil, true},
 		{"Embed wins over SOFTNIC_SOCKET", nic.Config{Embed: true, Addr: loopback}, d.path, nil, false},
@@ -776,5 +777,64 @@ func TestMemoryWindows(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A busy-polling device (Config.BusyPoll) carries the same operations,
+// embedded and serving attached processes; while its reader polls, an
+// attached process posts without ringing the doorbell, and once the
+// reader has slept, the doorbell is rung again.
+func TestBusyPoll(t *testing.T) {
+	const poll = 200 * time.Millisecond
+	t.Run("embedded", func(t *testing.T) {
+		checkLeaks(t)
+		a, b := openEnd(t, nic.Config{BusyPoll: poll}), openEnd(t, nic.Config{BusyPoll: poll})
+		connectEnds(t, a, b)
+		exerciseOperations(t, a, b)
+	})
+	t.Run("attached", func(t *testing.T) {
+		checkLeaks(t)
+		d := startDaemon(t, nic.Config{BusyPoll: poll})
+		a := attachedEnd(t, d)
+		b := openEnd(t, nic.Config{})
+		connectEnds(t, a, b)
+		exerciseOperations(t, a, b)
+
+		doorbells := func() uint64 {
+			for _, c := range d.srv.Processes()[0].Counters {
+				if c.Name == "doorbells" {
+					return c.Value
+				}
+			}
+			t.Fatal("no doorbells counter")
+			return 0
+		}
+		write := qp.SendWR{Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+		post := func() {
+			t.Helper()
+			if err := a.qp.PostSend(&write); err != nil {
+				t.Fatal(err)
+			}
+			if wc := wait(t, a.cq); wc.Status != qp.Success {
+				t.Fatalf("WRITE: %v", wc.String())
+			}
+		}
+		post() // the reader polls from here on
+		before := doorbells()
+		for range 20 {
+			post()
+		}
+		if rung := doorbells() - before; rung != 0 {
+			t.Errorf("%d doorbells rung while the device polled", rung)
+		}
+		time.Sleep(2 * poll) // the reader sleeps
+		before = doorbells()
+		post()
+		if doorbells() == before {
+			t.Error("no doorbell rung after the device stopped polling")
+		}
+	})
+	if _, err := nic.Open(nic.Config{Addr: loopback, BusyPoll: -time.Microsecond}); !errors.Is(err, nic.ErrInvalid) {
+		t.Errorf("a negative BusyPoll: %v, want ErrInvalid", err)
 	}
 }

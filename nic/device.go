@@ -48,9 +48,9 @@ type Config struct {
 	// otherwise SOFTNIC_SOCKET, if set, names the socket to attach to;
 	// otherwise the NIC is embedded. An attached device uses the daemon's
 	// address, MTU, socket, faults and capture: with Attach set, setting
-	// Addr, MTU, Faults, SendHook, Trace, UDP, MaxQPs or RecoverIPID is
-	// an error (ErrInvalid); when SOFTNIC_SOCKET decides, they are
-	// ignored, so that a program written for an embedded NIC runs
+	// Addr, MTU, Faults, SendHook, Trace, UDP, MaxQPs, RecoverIPID or
+	// BusyPoll is an error (ErrInvalid); when SOFTNIC_SOCKET decides, they
+	// are ignored, so that a program written for an embedded NIC runs
 	// attached unchanged.
 	Attach string
 	// Embed runs the NIC in this process whatever SOFTNIC_SOCKET says, as
@@ -91,6 +91,14 @@ type Config struct {
 	// ICRC's 32 bits of protection on finding the identification; softnic
 	// peers send identification 0 and keep all 32.
 	RecoverIPID bool
+	// BusyPoll keeps the device's receive loop polling, for this long after
+	// the last packet or work request, instead of sleeping until the next
+	// one: the socket and, in a daemon, the queues of the attached
+	// processes, so that neither a packet nor a post waits for a thread to
+	// wake (as Linux's net.core.busy_poll does for sockets). It costs a CPU
+	// while traffic flows and nothing once it stops. 0, the default, sleeps
+	// at once; an attached process posts with a doorbell then.
+	BusyPoll time.Duration
 }
 
 // Device is a softnic NIC. Its methods are safe for concurrent use.
@@ -121,6 +129,10 @@ type Device struct {
 
 	att *attachment // an attached device's session with its daemon; nil if embedded
 
+	// rings, in a daemon that busy-polls, are the attached processes'
+	// queues its reader polls too (the AttachServer).
+	rings atomic.Pointer[ringPoller]
+
 	closeOnce sync.Once
 	done      chan struct{}
 	wg        sync.WaitGroup
@@ -149,6 +161,9 @@ func Open(cfg Config) (*Device, error) {
 	}
 	if cfg.MaxQPs < 2 || cfg.MaxQPs > 1<<20 {
 		return nil, fmt.Errorf("softnic: MaxQPs %d: %w", cfg.MaxQPs, ErrInvalid)
+	}
+	if cfg.BusyPoll < 0 || cfg.BusyPoll > time.Second {
+		return nil, fmt.Errorf("softnic: BusyPoll %v is not within 0 and 1s: %w", cfg.BusyPoll, ErrInvalid)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
@@ -303,9 +318,10 @@ func (d *Device) readLoop() {
 		msgs[i].Buf = make([]byte, size)
 	}
 	var in inbound
+	var poll busyPoll
 	out := newBatch()
 	for {
-		n, err := d.conn.ReadBatch(msgs)
+		n, err := d.read(msgs, &poll)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) || d.closed() {
 				return
@@ -334,6 +350,64 @@ func (d *Device) readLoop() {
 		clear(in.dirty)
 		in.dirty = in.dirty[:0]
 		d.cm.poll()
+	}
+}
+
+// ringPoller is what a busy-polling reader polls besides the socket: the
+// queues of the processes attached to the device.
+type ringPoller interface {
+	// pollRings takes new work requests from every queue, and reports
+	// whether there were any.
+	pollRings() bool
+	// busyPolling tells the processes whether the reader is polling their
+	// queues: while it does, posting needs no doorbell.
+	busyPolling(on bool)
+}
+
+// busyPoll is the state of a busy-polling reader.
+type busyPoll struct {
+	rings     ringPoller // polled, with doorbells off
+	idleSince time.Time  // since when nothing came; zero while work comes
+}
+
+// read returns the next batch of datagrams. It sleeps until one comes,
+// unless the device busy-polls: then it polls the socket and the attached
+// processes' queues until a datagram comes or nothing has for
+// Config.BusyPoll, and only then sleeps.
+func (d *Device) read(msgs []udp.Message, p *busyPoll) (int, error) {
+	if d.cfg.BusyPoll <= 0 {
+		return d.conn.ReadBatch(msgs)
+	}
+	for {
+		n, err := d.conn.TryReadBatch(msgs)
+		if n > 0 || err != nil {
+			p.idleSince = time.Time{}
+			return n, err
+		}
+		if p.rings == nil {
+			if r := d.rings.Load(); r != nil {
+				p.rings = *r
+				p.rings.busyPolling(true)
+			}
+		}
+		if p.rings != nil && p.rings.pollRings() {
+			p.idleSince = time.Time{}
+			continue
+		}
+		now := time.Now()
+		if p.idleSince.IsZero() {
+			p.idleSince = now
+			continue
+		}
+		if now.Sub(p.idleSince) < d.cfg.BusyPoll {
+			continue
+		}
+		if p.rings != nil {
+			p.rings.busyPolling(false)
+			p.rings = nil
+		}
+		p.idleSince = time.Time{}
+		return d.conn.ReadBatch(msgs)
 	}
 }
 

@@ -232,6 +232,7 @@ var daemons = []struct {
 	open func(testing.TB, nic.Config) *nic.Device
 }{
 	{"daemon=process", attachedElsewhere},
+	{"daemon=process,busy-poll=50us", attachedToBusyPoller},
 	{"daemon=in-process", attachedDevice},
 }
 

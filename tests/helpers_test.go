@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -51,6 +52,14 @@ var modes = []mode{
 	{"embedded", openDevice, openDevice},
 	{"attached", attachedDevice, attachedDevice},
 	{"attached-embedded", attachedDevice, openDevice},
+	{"attached-busy-polling", attachedToBusyPollerHere, openDevice},
+}
+
+// attachedToBusyPollerHere is attachedDevice with a daemon that
+// busy-polls (Config.BusyPoll).
+func attachedToBusyPollerHere(t testing.TB, cfg nic.Config) *nic.Device {
+	cfg.BusyPoll = 50 * time.Microsecond
+	return attachedDevice(t, cfg)
 }
 
 // forEachMode runs test once per mode.
@@ -157,8 +166,12 @@ func attachedDevice(t testing.TB, cfg nic.Config) *nic.Device {
 }
 
 // envDaemon is set, to a socket path, in the daemon processes the
-// benchmarks start (TestAttachDaemon).
-const envDaemon = "SOFTNIC_TEST_DAEMON"
+// benchmarks start (TestAttachDaemon); envDaemonBusyPoll to its
+// Config.BusyPoll, if any.
+const (
+	envDaemon         = "SOFTNIC_TEST_DAEMON"
+	envDaemonBusyPoll = "SOFTNIC_TEST_DAEMON_BUSY_POLL"
+)
 
 // TestAttachDaemon is not a test of its own: it is the body of a daemon
 // process (this test binary run again with -test.run=^TestAttachDaemon$):
@@ -169,7 +182,11 @@ func TestAttachDaemon(t *testing.T) {
 	if path == "" {
 		t.Skip("run by the attach benchmarks as a daemon process")
 	}
-	dev, err := nic.Open(nic.Config{Addr: loopback, Embed: true})
+	busyPoll, err := time.ParseDuration(cmp.Or(os.Getenv(envDaemonBusyPoll), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := nic.Open(nic.Config{Addr: loopback, Embed: true, BusyPoll: busyPoll})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,13 +203,13 @@ func TestAttachDaemon(t *testing.T) {
 	dev.Close()
 }
 
-// daemonProcess starts a daemon in a process of its own and returns its
-// socket.
-func daemonProcess(tb testing.TB) string {
+// daemonProcess starts a daemon in a process of its own, busy-polling for
+// busyPoll (Config.BusyPoll), and returns its socket.
+func daemonProcess(tb testing.TB, busyPoll time.Duration) string {
 	tb.Helper()
 	path := filepath.Join(tb.TempDir(), "softnic.sock")
 	cmd := exec.Command(os.Args[0], "-test.run=^TestAttachDaemon$")
-	cmd.Env = append(os.Environ(), envDaemon+"="+path)
+	cmd.Env = append(os.Environ(), envDaemon+"="+path, envDaemonBusyPoll+"="+busyPoll.String())
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -218,8 +235,18 @@ func daemonProcess(tb testing.TB) string {
 // attachedElsewhere attaches to a daemon of its own in another process;
 // cfg must be the zero Config (the daemon's is fixed).
 func attachedElsewhere(tb testing.TB, cfg nic.Config) *nic.Device {
+	return attachedToProcess(tb, cfg, 0)
+}
+
+// attachedToBusyPoller is attachedElsewhere with a daemon that
+// busy-polls for 50 µs (softnic serve --busy-poll 50us).
+func attachedToBusyPoller(tb testing.TB, cfg nic.Config) *nic.Device {
+	return attachedToProcess(tb, cfg, 50*time.Microsecond)
+}
+
+func attachedToProcess(tb testing.TB, cfg nic.Config, busyPoll time.Duration) *nic.Device {
 	tb.Helper()
-	cfg.Attach = daemonProcess(tb)
+	cfg.Attach = daemonProcess(tb, busyPoll)
 	d, err := nic.Open(cfg)
 	if err != nil {
 		tb.Fatal(err)

@@ -50,6 +50,7 @@ type serveConfig struct {
 	logLevel zapcore.Level
 	faults   *qp.Faults
 	spec     string // the --faults text, for info
+	busyPoll time.Duration
 }
 
 func defineServe(fs *flag.FlagSet) func(*invocation) error {
@@ -62,11 +63,16 @@ func defineServe(fs *flag.FlagSet) func(*invocation) error {
 	control := fs.String("control", defaultControlPath(), "the control socket's `PATH`, where info, stat, mr and qp find the daemon")
 	level := fs.String("log-level", "info", "log `LEVEL` on stderr: debug, info, warn or error")
 	faults := fs.String("faults", "", "inject faults into the packets the daemon sends: `SPEC` such as drop=0.01,dup=0.01,seed=7 (see SOFTNIC_FAULTS)")
+	busyPoll := fs.Duration("busy-poll", 0, "keep polling the socket and the attached programs' queues for `DURATION` after the last packet or post "+
+		"(such as 50us) instead of sleeping: lower latency for a CPU while traffic flows; 0 sleeps at once")
 	return func(inv *invocation) error {
 		if err := inv.parse(0, 0); err != nil {
 			return err
 		}
-		cfg := serveConfig{pcap: *pcap, control: *control, regions: regions, spec: *faults}
+		cfg := serveConfig{pcap: *pcap, control: *control, regions: regions, spec: *faults, busyPoll: *busyPoll}
+		if cfg.busyPoll < 0 || cfg.busyPoll > time.Second {
+			return usagef("--busy-poll %v: want a duration from 0 to 1s, such as 50us", cfg.busyPoll)
+		}
 		var err error
 		if cfg.listen, err = netip.ParseAddrPort(*listen); err != nil {
 			return usagef("--listen %q: want an IP address and a UDP port, such as 127.0.0.1:4791", *listen)
@@ -205,7 +211,7 @@ func (d *daemon) start() error {
 			return fmt.Errorf("--pcap: %w", err)
 		}
 	}
-	ncfg := nic.Config{Addr: cfg.listen, Logger: d.log, Faults: cfg.faults, Embed: true}
+	ncfg := nic.Config{Addr: cfg.listen, Logger: d.log, Faults: cfg.faults, Embed: true, BusyPoll: cfg.busyPoll}
 	if d.capture != nil {
 		ncfg.Trace = d.capture.TraceBoth()
 	}

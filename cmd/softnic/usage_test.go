@@ -59,6 +59,7 @@ func TestBadUsage(t *testing.T) {
 		{"serve region twice", []string{"serve", "--region", "mem:1m", "--region", "mem:2m"}, `region name "mem" given twice`},
 		{"serve log level", []string{"serve", "--log-level", "loud"}, `--log-level "loud": want debug, info, warn or error`},
 		{"serve faults", []string{"serve", "--faults", "drop=2"}, "--faults:"},
+		{"serve busy-poll", []string{"serve", "--busy-poll", "2s"}, "--busy-poll 2s:"},
 		{"serve control", []string{"serve", "--control", ""}, "--control: want a path"},
 
 		{"info argument", []string{"info", "x"}, "too many arguments: x"},

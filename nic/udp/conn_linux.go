@@ -39,10 +39,11 @@ type reader struct {
 
 	// recv is r.recvmmsg bound once, for RawConn.Read; vlen is its input,
 	// n and errno its result.
-	recv  func(fd uintptr) bool
-	vlen  int
-	n     int
-	errno syscall.Errno
+	recv   func(fd uintptr) bool
+	vlen   int
+	nowait bool // return at once when nothing is queued
+	n      int
+	errno  syscall.Errno
 }
 
 // writer holds what sendmmsg calls need, built once so WriteBatch does not
@@ -184,7 +185,7 @@ func (c *Conn) ioError(op string, err error) error {
 	return fmt.Errorf("udp: %s on %v: %w", op, c.local, err)
 }
 
-func (c *Conn) readBatch(msgs []Message) (int, error) {
+func (c *Conn) readBatch(msgs []Message, wait bool) (int, error) {
 	msgs = msgs[:min(len(msgs), MaxBatch)]
 	if len(msgs) == 0 {
 		return 0, nil
@@ -193,10 +194,14 @@ func (c *Conn) readBatch(msgs []Message) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	defer clear(r.iovs[:len(msgs)])
+	r.nowait = !wait
 	for {
 		r.prepare(msgs)
 		if err := c.sys.rc.Read(r.recv); err != nil {
 			return 0, c.ioError("recvmmsg", err)
+		}
+		if r.n == 0 && r.errno == syscall.EAGAIN {
+			return 0, nil
 		}
 		switch r.errno {
 		case 0:
@@ -235,7 +240,10 @@ func (r *reader) recvmmsg(fd uintptr) bool {
 		case syscall.EINTR:
 			continue
 		case syscall.EAGAIN:
-			return false
+			if !r.nowait {
+				return false
+			}
+			n = 0
 		}
 		r.n, r.errno = n, errno
 		return true

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"syscall"
+	"time"
 )
 
 // sysConn is empty off Linux: the portable fallback reads and writes one
@@ -26,9 +28,14 @@ func (c *Conn) init(opt Options) error {
 
 func (c *Conn) features() Features { return Features{} }
 
-func (c *Conn) readBatch(msgs []Message) (int, error) {
+func (c *Conn) readBatch(msgs []Message, wait bool) (int, error) {
 	if len(msgs) == 0 {
 		return 0, nil
+	}
+	if !wait {
+		// A deadline already passed: the read takes only what is queued.
+		c.uc.SetReadDeadline(time.Unix(1, 0))
+		defer c.uc.SetReadDeadline(time.Time{})
 	}
 	m := &msgs[0]
 	for {
@@ -45,6 +52,8 @@ func (c *Conn) readBatch(msgs []Message) (int, error) {
 		case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET):
 			// ECONNRESET is how Windows reports an ICMP port unreachable.
 			c.stats.refused.Add(1)
+		case !wait && errors.Is(err, os.ErrDeadlineExceeded):
+			return 0, nil
 		case errors.Is(err, net.ErrClosed):
 			return 0, fmt.Errorf("udp: read on %v: %w", c.local, net.ErrClosed)
 		default:

@@ -96,3 +96,46 @@ func TestUseAfterClose(t *testing.T) {
 		t.Fatalf("ReadBatch after Close = %d, %v, want 0, net.ErrClosed", n, err)
 	}
 }
+
+// TryReadBatch takes what is queued and returns 0 at once when nothing is,
+// without blocking; after Close it fails like ReadBatch.
+func TestTryReadBatch(t *testing.T) {
+	a := listen(t, "127.0.0.1:0", Options{})
+	b := listen(t, "127.0.0.1:0", Options{})
+	msgs := make([]Message, 4)
+	for i := range msgs {
+		msgs[i].Buf = make([]byte, 2048)
+	}
+	start := time.Now()
+	if n, err := b.TryReadBatch(msgs); n != 0 || err != nil {
+		t.Fatalf("TryReadBatch of an empty socket = %d, %v; want 0, nil", n, err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("TryReadBatch of an empty socket took %v", d)
+	}
+	if _, err := a.WriteBatch([]Message{{Buf: []byte("one"), Addr: b.LocalAddr()}, {Buf: []byte("two"), Addr: b.LocalAddr()}}); err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	for deadline := time.Now().Add(watchdog); got < 2 && time.Now().Before(deadline); {
+		n, err := b.TryReadBatch(msgs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range msgs[:n] {
+			for range Segments(&msgs[i]) { // GRO may have joined the two
+				got++
+			}
+		}
+	}
+	if got != 2 {
+		t.Fatalf("TryReadBatch took %d datagrams of 2", got)
+	}
+	if n, err := b.TryReadBatch(msgs); n != 0 || err != nil {
+		t.Errorf("TryReadBatch of a drained socket = %d, %v; want 0, nil", n, err)
+	}
+	b.Close()
+	if _, err := b.TryReadBatch(msgs); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("TryReadBatch after Close = %v, want net.ErrClosed", err)
+	}
+}

@@ -289,7 +289,11 @@ func (c *Conn) Stats() Stats {
 // are dropped and counted; to keep msgs[:n] dense, ReadBatch may swap entries
 // of msgs (every Buf stays in exactly one entry). After Close, or when Close
 // interrupts it, it returns an error matching net.ErrClosed.
-func (c *Conn) ReadBatch(msgs []Message) (int, error) { return c.readBatch(msgs) }
+func (c *Conn) ReadBatch(msgs []Message) (int, error) { return c.readBatch(msgs, true) }
+
+// TryReadBatch is ReadBatch without the wait: it returns 0 at once when no
+// datagram is queued.
+func (c *Conn) TryReadBatch(msgs []Message) (int, error) { return c.readBatch(msgs, false) }
 
 // WriteBatch sends every message of msgs and returns how many it sent. With
 // GSO on, each run of consecutive datagrams to one destination that have the
