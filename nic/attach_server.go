@@ -553,8 +553,8 @@ func (s *session) snapQPs() {
 // pollQueues is a busy-polling reader's look at the process's queues; it
 // reports whether there were new work requests. With doorbell set it
 // turns the process's doorbell on first (the reader stops polling),
-// otherwise off. A QP whose lock is taken is skipped: whoever holds it
-// takes the new requests as it runs the QP.
+// otherwise off; while polling, a QP whose lock is taken is skipped until
+// the next pass.
 func (s *session) pollQueues(doorbell bool) bool {
 	s.pollMu.Lock()
 	defer s.pollMu.Unlock()
@@ -572,12 +572,17 @@ func (s *session) pollQueues(doorbell bool) bool {
 	}
 	worked := false
 	for _, h := range *qps {
-		if h.q.mu.TryLock() {
-			if h.serviceLocked() {
-				worked = true
-			}
-			h.q.mu.Unlock()
+		if doorbell {
+			// The last look before the doorbell takes over must not skip a
+			// QP: a post that found the doorbell off is in its ring.
+			h.q.mu.Lock()
+		} else if !h.q.mu.TryLock() {
+			continue
 		}
+		if h.serviceLocked() {
+			worked = true
+		}
+		h.q.mu.Unlock()
 	}
 	return worked
 }
