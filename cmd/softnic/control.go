@@ -51,6 +51,7 @@ type deviceInfo struct {
 	Control     string    `json:"control"`
 	Pcap        string    `json:"pcap,omitempty"`
 	Faults      string    `json:"faults,omitempty"`
+	BusyPoll    string    `json:"busy_poll,omitempty"` // --busy-poll, if set
 	Regions     int       `json:"regions"`
 	Connections int       `json:"connections"`
 	Attached    int       `json:"attached"`         // processes attached to the device

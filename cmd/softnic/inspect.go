@@ -65,6 +65,7 @@ func printInfo(w io.Writer, result json.RawMessage) error {
 		{"control socket", in.Control},
 		{"pcap", orNone(in.Pcap)},
 		{"faults", orNone(in.Faults)},
+		{"busy polling", orNone(in.BusyPoll)},
 		{"regions", strconv.Itoa(in.Regions)},
 		{"connections", strconv.Itoa(in.Connections)},
 		{"attached processes", strconv.Itoa(in.Attached)},

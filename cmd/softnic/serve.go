@@ -104,6 +104,14 @@ func defineServe(fs *flag.FlagSet) func(*invocation) error {
 	}
 }
 
+// busyPollText is how info shows --busy-poll: empty when it is off.
+func busyPollText(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return d.String()
+}
+
 // daemon is a running softnic serve.
 type daemon struct {
 	cfg     *serveConfig
@@ -495,7 +503,7 @@ func (d *daemon) info() *deviceInfo {
 	return &deviceInfo{
 		Version: buildVersion(), PID: os.Getpid(), Started: d.started,
 		Listen: d.dev.Addr().String(), CMPort: d.ln.Port(), MTU: d.dev.MTU(), UDP: d.dev.Features().String(),
-		Control: d.cfg.control, Pcap: d.cfg.pcap, Faults: d.cfg.spec,
+		Control: d.cfg.control, Pcap: d.cfg.pcap, Faults: d.cfg.spec, BusyPoll: busyPollText(d.cfg.busyPoll),
 		Regions: len(d.regions), Connections: conns, RecvBuffers: recvBuffers, RecvBufSize: recvBufferSize,
 		Attached: len(d.attach.Processes()),
 	}

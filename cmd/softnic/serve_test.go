@@ -336,7 +336,7 @@ func TestServeErrors(t *testing.T) {
 // TestServeInspect checks the control commands, as tables and as JSON,
 // with one connection held open.
 func TestServeInspect(t *testing.T) {
-	d := startDaemon(t, "--region", "mem:64k:rwa", "--faults", "seed=1")
+	d := startDaemon(t, "--region", "mem:64k:rwa", "--faults", "seed=1", "--busy-poll", "100us")
 	conn, local := dialDaemon(t, d)
 
 	// The daemon counts the connection once its Accept has returned, a
@@ -349,7 +349,7 @@ func TestServeInspect(t *testing.T) {
 		}
 	}
 	if info.Listen != d.ready.Listen || info.CMPort != d.ready.CMPort || info.Control != d.control || info.PID != os.Getpid() ||
-		info.Regions != 1 || info.Connections != 1 || info.MTU != 4096 || info.Faults != "seed=1" || info.RecvBuffers != recvBuffers {
+		info.Regions != 1 || info.Connections != 1 || info.MTU != 4096 || info.Faults != "seed=1" || info.BusyPoll != "100µs" || info.RecvBuffers != recvBuffers {
 		t.Errorf("info %+v", info)
 	}
 
@@ -381,7 +381,7 @@ func TestServeInspect(t *testing.T) {
 		cmd  string
 		want []string // each a line, as a regular expression
 	}{
-		{"info", []string{`listen \(UDP\) +` + regexp.QuoteMeta(d.ready.Listen), `rdma_cm port +7471`, `faults +seed=1`, `connections +1`, `attached processes +0`}},
+		{"info", []string{`listen \(UDP\) +` + regexp.QuoteMeta(d.ready.Listen), `rdma_cm port +7471`, `faults +seed=1`, `busy polling +100µs`, `connections +1`, `attached processes +0`}},
 		{"stat", []string{`sent_pkts +\d+`, `bad_icrc +0`, `rejected_unknown_key +0`, `rejected_window_bound_to_another_qp +0`, `connections_active +1`}},
 		{"mr", []string{`NAME +LKEY +RKEY +PD +ACCESS +ADDR +LEN +KIND +PID +ODP RESIDENCY`,
 			fmt.Sprintf(`mem +%#x +%#x +\d+ +rwa +%#x +65536 +arena +%d +-`, mem.RKey, mem.RKey, mem.Addr, os.Getpid()),
