@@ -30,15 +30,7 @@ func (s *session) allocPD(_ context.Context, _ json.RawMessage, _ []int) (any, [
 }
 
 func (s *session) deallocPD(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
-	pd, hnd, err := byHandle[*PD](s, raw)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := pd.Dealloc(); err != nil {
-		return nil, nil, err
-	}
-	s.remove(hnd)
-	return nil, nil, nil
+	return destroyObject(s, raw, (*PD).Dealloc)
 }
 
 // allocMR maps the memfd the process sent as an arena of the device's
@@ -125,15 +117,7 @@ func (s *session) register(pd *PD, buf *hostedBuf, off, n int, access mr.Access)
 }
 
 func (s *session) deregMR(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
-	m, hnd, err := byHandle[*hostedMR](s, raw)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := s.deregister(m); err != nil {
-		return nil, nil, err
-	}
-	s.remove(hnd)
-	return nil, nil, nil
+	return destroyObject(s, raw, s.deregister)
 }
 
 // createCQ answers with the CQ's ring and eventfd.

@@ -62,9 +62,8 @@ type AttachServer struct {
 
 	// For a device that busy-polls (Config.BusyPoll): the sessions, as
 	// its reader polls them, and whether it does now.
-	polled  atomic.Pointer[[]*session]
-	busy    atomic.Bool
-	asRings *ringPoller // what the device's reader holds
+	polled atomic.Pointer[[]*session]
+	busy   atomic.Bool
 }
 
 // background runs f, a connection manager exchange left to finish after
@@ -88,9 +87,7 @@ func NewAttachServer(d *Device, cfg AttachServerConfig) *AttachServer {
 	}
 	s := &AttachServer{dev: d, cfg: cfg, log: cfg.Logger, sessions: make(map[*session]struct{})}
 	if d.cfg.BusyPoll > 0 {
-		var r ringPoller = s
-		s.asRings = &r
-		d.rings.Store(s.asRings)
+		d.rings.Store(s)
 	}
 	return s
 }
@@ -186,9 +183,7 @@ func (s *AttachServer) ServeConn(c *net.UnixConn) error {
 // Connections still being disconnected for them are not waited for: their
 // DREQs go on until answered, or until the device closes.
 func (s *AttachServer) Close() error {
-	if s.asRings != nil {
-		s.dev.rings.CompareAndSwap(s.asRings, nil)
-	}
+	s.dev.rings.CompareAndSwap(s, nil)
 	s.mu.Lock()
 	s.closed = true
 	ss := make([]*session, 0, len(s.sessions))
@@ -266,19 +261,18 @@ type session struct {
 	// queues, and by the detach that unmaps the doorbell page after it.
 	pollMu   sync.Mutex
 	unpolled bool                        // detached: not to be polled
-	qpSnap   atomic.Pointer[[]*hostedQP] // qps, for the reader
+	qpSnap   atomic.Pointer[[]*hostedQP] // a copy of qps, for the goroutines that service them
 
 	mu      sync.Mutex
 	objects map[uint32]any // handle → *PD, *hostedMR, *hostedCQ, *hostedSRQ, *hostedQP, *hostedListener, *hostedRequest, *hostedConn
 	next    uint32
 	memory  int64                         // bytes mapped for it
 	calls   map[uint64]context.CancelFunc // calls waiting for the network
-	qps     []*hostedQP                   // its QPs, for the doorbell
+	qps     []*hostedQP                   // its QPs (qpSnap publishes them)
 	byQPN   map[uint32]*hostedQP          // the same, by number
 	failing []*hostedQP                   // QPs to fail from the doorbell goroutine
 	dead    bool
 
-	scanQPs  []*hostedQP // the doorbell goroutine's copy of qps
 	cnt      [numSessionCounters]atomic.Uint64
 	callWG   sync.WaitGroup // calls in progress
 	bellDone chan struct{}  // closed when the doorbell loop returns
@@ -544,7 +538,8 @@ func (s *session) doorbellLoop() {
 	}
 }
 
-// snapQPs publishes qps for a busy-polling reader; s.mu is held.
+// snapQPs publishes qps for the goroutines that service them (the
+// doorbell goroutine, a busy-polling reader); s.mu is held.
 func (s *session) snapQPs() {
 	qps := slices.Clone(s.qps)
 	s.qpSnap.Store(&qps)
@@ -566,15 +561,22 @@ func (s *session) pollQueues(doorbell bool) bool {
 	} else if s.needWake.Load() != 0 {
 		s.needWake.Store(0)
 	}
+	// The last look before the doorbell takes over must not skip a QP: a
+	// post that found the doorbell off is in its ring.
+	return s.serviceQPs(doorbell)
+}
+
+// serviceQPs services every QP of the process once and reports whether
+// any had new work requests. Unless wait is set, a QP whose lock is taken
+// is skipped.
+func (s *session) serviceQPs(wait bool) bool {
 	qps := s.qpSnap.Load()
 	if qps == nil {
 		return false
 	}
 	worked := false
 	for _, h := range *qps {
-		if doorbell {
-			// The last look before the doorbell takes over must not skip a
-			// QP: a post that found the doorbell off is in its ring.
+		if wait {
 			h.q.mu.Lock()
 		} else if !h.q.mu.TryLock() {
 			continue
@@ -591,23 +593,13 @@ func (s *session) pollQueues(doorbell bool) bool {
 // new work requests.
 func (s *session) scan() bool {
 	s.mu.Lock()
-	s.scanQPs = append(s.scanQPs[:0], s.qps...)
 	failing := s.failing
 	s.failing = nil
 	s.mu.Unlock()
 	for _, h := range failing {
 		h.q.Modify(&qp.Attr{State: qp.Err}, qp.AttrState)
 	}
-	worked := false
-	for _, h := range s.scanQPs {
-		h.q.mu.Lock()
-		if h.serviceLocked() {
-			worked = true
-		}
-		h.q.mu.Unlock()
-	}
-	clear(s.scanQPs)
-	return worked
+	return s.serviceQPs(true)
 }
 
 // fail has the doorbell goroutine move h's QP to the error state: the

@@ -129,9 +129,9 @@ type Device struct {
 
 	att *attachment // an attached device's session with its daemon; nil if embedded
 
-	// rings, in a daemon that busy-polls, are the attached processes'
-	// queues its reader polls too (the AttachServer).
-	rings atomic.Pointer[ringPoller]
+	// rings, in a daemon that busy-polls, serves the attached processes
+	// whose queues its reader polls too.
+	rings atomic.Pointer[AttachServer]
 
 	closeOnce sync.Once
 	done      chan struct{}
@@ -353,21 +353,10 @@ func (d *Device) readLoop() {
 	}
 }
 
-// ringPoller is what a busy-polling reader polls besides the socket: the
-// queues of the processes attached to the device.
-type ringPoller interface {
-	// pollRings takes new work requests from every queue, and reports
-	// whether there were any.
-	pollRings() bool
-	// busyPolling tells the processes whether the reader is polling their
-	// queues: while it does, posting needs no doorbell.
-	busyPolling(on bool)
-}
-
 // busyPoll is the state of a busy-polling reader.
 type busyPoll struct {
-	rings     ringPoller // polled, with doorbells off
-	idleSince time.Time  // since when nothing came; zero while work comes
+	rings     *AttachServer // whose queues are polled, with doorbells off
+	idleSince time.Time     // since when nothing came; zero while work comes
 }
 
 // read returns the next batch of datagrams. It sleeps until one comes,
@@ -385,8 +374,7 @@ func (d *Device) read(msgs []udp.Message, p *busyPoll) (int, error) {
 			return n, err
 		}
 		if p.rings == nil {
-			if r := d.rings.Load(); r != nil {
-				p.rings = *r
+			if p.rings = d.rings.Load(); p.rings != nil {
 				p.rings.busyPolling(true)
 			}
 		}
