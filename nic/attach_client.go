@@ -441,8 +441,8 @@ func (a *attachment) deallocMW(w *MW) error {
 // bindPosted updates the rkey of the window a BIND_MW request posted
 // binds, if the process allocated it.
 func (a *attachment) bindPosted(wr *qp.SendWR) {
-	b := bindOf(wr)
-	if b == nil {
+	b := wr.Bind
+	if wr.Opcode != qp.WRBindMW || b == nil {
 		return
 	}
 	a.mu.Lock()

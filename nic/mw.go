@@ -4,7 +4,6 @@ import (
 	"sync/atomic"
 
 	"github.com/softnic/softnic/mr"
-	"github.com/softnic/softnic/qp"
 )
 
 // MW is a memory window (ibv_mw): remote access to part of a region,
@@ -62,12 +61,4 @@ func (w *MW) Dealloc() error {
 // RKey: the window keeps its index and takes the new key's variant.
 func (w *MW) posted(b *mr.BindRequest) {
 	w.key.CompareAndSwap(b.WindowKey, b.WindowKey&^0xff|b.NewKey&0xff)
-}
-
-// bindOf returns the bind request of wr, nil unless it is a BIND_MW.
-func bindOf(wr *qp.SendWR) *mr.BindRequest {
-	if wr.Opcode != qp.WRBindMW {
-		return nil
-	}
-	return wr.Bind
 }

@@ -155,10 +155,9 @@ func newCQ(d *Device, c *qp.CQ, att *attachedCQ) *CQ {
 // while any does (EBUSY, as ibv_destroy_cq and ibv_destroy_srq), nor used
 // by a new QP once destroyed.
 type users struct {
-	mu        sync.Mutex
-	n         int
-	destroyed bool
-	dead      atomic.Bool // destroyed, for lock-free checks
+	mu   sync.Mutex // orders add and destroy
+	n    int
+	dead atomic.Bool // destroyed; read without mu by Poll and PostRecv
 }
 
 // gone reports whether the object was destroyed.
@@ -167,7 +166,7 @@ func (u *users) gone() bool { return u.dead.Load() }
 func (u *users) add(what string) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.destroyed {
+	if u.dead.Load() {
 		return fmt.Errorf("%s was destroyed: %w", what, ErrInvalid)
 	}
 	u.n++
@@ -186,12 +185,11 @@ func (u *users) destroy(what string) (bool, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	switch {
-	case u.destroyed:
+	case u.dead.Load():
 		return false, nil
 	case u.n > 0:
 		return false, fmt.Errorf("%s is used by %d QPs; destroy them first: %w", what, u.n, ErrBusy)
 	}
-	u.destroyed = true
 	u.dead.Store(true)
 	return true, nil
 }
