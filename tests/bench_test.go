@@ -38,17 +38,17 @@ func BenchmarkRawUDP4KBatched(b *testing.B) { udptest.Throughput(b, udptest.Thro
 func BenchmarkRawUDPPingPong(b *testing.B)  { udptest.PingPong(b) }
 
 // pair is a connected RC QP pair between device a, opened embedded or
-// attached to a daemon, and device b, embedded, with a 64 MiB region on
-// each side.
+// attached to a daemon, and its peer b, with a 64 MiB region on each
+// side.
 type pair struct {
 	l      link
 	ma, mb *nic.MR
 	da     *nic.Device
 }
 
-func newPair(tb testing.TB, open func(testing.TB, nic.Config) *nic.Device, depth int) pair {
+func newPair(tb testing.TB, open, peer func(testing.TB, nic.Config) *nic.Device, depth int) pair {
 	da := open(tb, nic.Config{})
-	db := openDevice(tb, nic.Config{})
+	db := peer(tb, nic.Config{})
 	pa, _ := da.AllocPD()
 	pb, _ := db.AllocPD()
 	ma, err := pa.AllocMR(64<<20, allAccess)
@@ -115,7 +115,7 @@ func benchThroughput(b *testing.B, op qp.WROpcode) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	p := newPair(b, openDevice, streamDepth)
+	p := newPair(b, openDevice, openDevice, streamDepth)
 	b.SetBytes(streamSize)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -204,7 +204,7 @@ func BenchmarkWrite8Latency(b *testing.B) {
 	}
 	for _, by := range []completion{byWait, byPoll} {
 		b.Run("completion="+by.String(), func(b *testing.B) {
-			p := newPair(b, openDevice, 4)
+			p := newPair(b, openDevice, openDevice, 4)
 			rtts := make([]time.Duration, b.N)
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -222,18 +222,23 @@ func BenchmarkWrite8Latency(b *testing.B) {
 // daemon (reached through its socket, shared rings and eventfds) and from
 // an embedded device, in the same invocation. The daemon runs in a process
 // of its own (as softnic serve does) or inside the benchmark's process.
+// The peer is an embedded device in the benchmark's process, or, as a
+// remote host's NIC would be, a daemon in a process of its own (for WRITE
+// its program does nothing): then the embedded device's traffic crosses
+// processes too, and the ratio is what attaching adds alone.
 //
 // The two devices take turns, in rounds of a tenth of the operations each:
 // this machine's speed drifts by tens of percent within a minute, and
 // alternating puts both under the same drift. "x-embedded" is the attached
 // figure over the embedded one.
 var daemons = []struct {
-	name string
-	open func(testing.TB, nic.Config) *nic.Device
+	name       string
+	open, peer func(testing.TB, nic.Config) *nic.Device
 }{
-	{"daemon=process", attachedElsewhere},
-	{"daemon=process,busy-poll=50us", attachedToBusyPoller},
-	{"daemon=in-process", attachedDevice},
+	{"daemon=process", attachedElsewhere, openDevice},
+	{"daemon=process,busy-poll=50us", attachedToBusyPoller, openDevice},
+	{"daemon=in-process", attachedDevice, openDevice},
+	{"daemon=process,peer=process", attachedElsewhere, attachedElsewhere},
 }
 
 const rounds = 10
@@ -267,7 +272,7 @@ func inRounds(n int, run func(dev, start, k int)) {
 func BenchmarkAttachedWrite64K(b *testing.B) {
 	for _, d := range daemons {
 		b.Run(d.name, func(b *testing.B) {
-			p := [2]pair{newPair(b, openDevice, streamDepth), newPair(b, d.open, streamDepth)}
+			p := [2]pair{newPair(b, openDevice, d.peer, streamDepth), newPair(b, d.open, d.peer, streamDepth)}
 			var took [2]time.Duration
 			var switches [2]int64
 			var last time.Duration // the embedded device's time in this round
@@ -305,7 +310,7 @@ func BenchmarkAttachedWrite8Latency(b *testing.B) {
 	for _, d := range daemons {
 		for _, by := range []completion{byWait, byPoll} {
 			b.Run(d.name+"/completion="+by.String(), func(b *testing.B) {
-				p := [2]pair{newPair(b, openDevice, 4), newPair(b, d.open, 4)}
+				p := [2]pair{newPair(b, openDevice, d.peer, 4), newPair(b, d.open, d.peer, 4)}
 				rtts := [2][]time.Duration{make([]time.Duration, b.N), make([]time.Duration, b.N)}
 				b.ReportAllocs()
 				b.ResetTimer()
@@ -326,7 +331,7 @@ func BenchmarkAttachedWrite8Latency(b *testing.B) {
 
 // BenchmarkFetchAdd16: FETCH_ADD with 16 outstanding.
 func BenchmarkFetchAdd16(b *testing.B) {
-	p := newPair(b, openDevice, 16)
+	p := newPair(b, openDevice, openDevice, 16)
 	b.ReportAllocs()
 	b.ResetTimer()
 	start := time.Now()
