@@ -3,6 +3,7 @@ package qp
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 )
 
 // CQ is a completion queue: a bounded ring of work completions that QPs
@@ -13,12 +14,18 @@ import (
 // QP, which moves to the error state: the IBTA treats CQ overflow as an
 // error of the queue and of every QP feeding it.
 type CQ struct {
-	mu       sync.Mutex
-	ring     []WC
-	head     int // oldest completion
-	count    int
-	overflow bool
-	notify   func()
+	mu     sync.Mutex
+	ring   []WC
+	head   int // oldest completion
+	notify func()
+
+	// count and overflow change under mu; they are atomic for Poll's look
+	// at an empty queue without the lock. An application polling in a
+	// loop must not keep taking the lock the pushing QP needs: the pusher,
+	// parked on the lock and readied on the poller's processor, would wait
+	// there until the loop is preempted.
+	count    atomic.Int64
+	overflow atomic.Bool
 }
 
 // NewCQ returns a CQ that holds up to depth completions.
@@ -42,25 +49,26 @@ func (c *CQ) Depth() int { return len(c.ring) }
 
 // Len returns how many completions are waiting to be polled.
 func (c *CQ) Len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.count
+	return int(c.count.Load())
 }
 
 // Poll moves up to len(wcs) completions, oldest first, into wcs and
 // returns how many it moved. Once the queue is empty after an overflow it
 // returns ErrOverflow.
 func (c *CQ) Poll(wcs []WC) (int, error) {
+	if c.count.Load() == 0 && !c.overflow.Load() {
+		return 0, nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := 0
-	for n < len(wcs) && c.count > 0 {
-		wcs[n] = c.ring[c.head]
+	count := int(c.count.Load())
+	n := min(len(wcs), count)
+	for i := range wcs[:n] {
+		wcs[i] = c.ring[c.head]
 		c.head = (c.head + 1) % len(c.ring)
-		c.count--
-		n++
 	}
-	if c.count == 0 && n == 0 && c.overflow {
+	c.count.Store(int64(count - n))
+	if count == 0 && c.overflow.Load() {
 		return 0, ErrOverflow
 	}
 	return n, nil
@@ -69,13 +77,14 @@ func (c *CQ) Poll(wcs []WC) (int, error) {
 // push appends wc and reports whether it fitted.
 func (c *CQ) push(wc *WC) bool {
 	c.mu.Lock()
-	if c.count == len(c.ring) {
-		c.overflow = true
+	count := int(c.count.Load())
+	if count == len(c.ring) {
+		c.overflow.Store(true)
 		c.mu.Unlock()
 		return false
 	}
-	c.ring[(c.head+c.count)%len(c.ring)] = *wc
-	c.count++
+	c.ring[(c.head+count)%len(c.ring)] = *wc
+	c.count.Store(int64(count + 1))
 	notify := c.notify
 	c.mu.Unlock()
 	if notify != nil {
