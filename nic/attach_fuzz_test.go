@@ -36,7 +36,7 @@ func FuzzAttachRequests(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	_, path := serveTest(f)
+	_, _, path := serveTest(f, AttachServerConfig{})
 	f.Fuzz(func(t *testing.T, script []byte) {
 		c := attachRaw(t, path)
 		defer c.Close()

@@ -15,14 +15,14 @@ import (
 )
 
 // serveTest serves a device on loopback to attached processes from the
-// test process and returns the socket's path.
-func serveTest(t testing.TB) (*Device, string) {
+// test process, with cfg, and returns the server and its socket's path.
+func serveTest(t testing.TB, cfg AttachServerConfig) (*Device, *AttachServer, string) {
 	t.Helper()
 	dev, err := Open(Config{Addr: netip.MustParseAddrPort("127.0.0.1:0"), Embed: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewAttachServer(dev, AttachServerConfig{})
+	srv := NewAttachServer(dev, cfg)
 	path := filepath.Join(t.TempDir(), "softnic.sock")
 	l, err := net.Listen("unix", path)
 	if err != nil {
@@ -39,7 +39,7 @@ func serveTest(t testing.TB) (*Device, string) {
 		srv.Close()
 		dev.Close()
 	})
-	return dev, path
+	return dev, srv, path
 }
 
 // loop is two RC QPs of one attached device connected to each other
@@ -174,7 +174,7 @@ func TestAttachedQueueCorruption(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, path := serveTest(t)
+			_, _, path := serveTest(t, AttachServerConfig{})
 			l, other := newLoop(t, path, tc.srq), newLoop(t, path, false)
 			if wc := l.write(t, 1); wc.Status != qp.Success {
 				t.Fatalf("before: %v", wc.String())
@@ -205,7 +205,7 @@ func TestAttachedQueueCorruption(t *testing.T) {
 // ring says so (ErrOverflow once drained) and the QP that completed enters
 // the error state, as a CQ overflow does to an embedded device's QP.
 func TestAttachedCQConsumerSpoilt(t *testing.T) {
-	_, path := serveTest(t)
+	_, _, path := serveTest(t, AttachServerConfig{})
 	l := newLoop(t, path, false)
 	if wc := l.write(t, 1); wc.Status != qp.Success {
 		t.Fatalf("before: %v", wc.String())
@@ -219,5 +219,46 @@ func TestAttachedCQConsumerSpoilt(t *testing.T) {
 	var wcs [4]qp.WC
 	if n, err := l.acq.Poll(wcs[:]); n != 0 || !errors.Is(err, ErrOverflow) {
 		t.Errorf("Poll after the overflow: %d completions, %v; want ErrOverflow", n, err)
+	}
+}
+
+// TestAttachRefusedRegionUncharged: an alloc_mr refused at the process's
+// object limit leaves its shared-memory account as it was. (The refused
+// region's memory was once uncharged twice, so that a process at its
+// object limit could drive its account below zero and then map more than
+// MaxMemory.)
+func TestAttachRefusedRegionUncharged(t *testing.T) {
+	_, srv, path := serveTest(t, AttachServerConfig{MaxObjects: 2})
+	dev, err := Open(Config{Attach: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	pd, err := dev.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pd.AllocMR(1<<16, mr.LocalWrite); err != nil {
+		t.Fatal(err)
+	}
+	account := func() int64 {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		var total int64
+		for s := range srv.sessions {
+			s.mu.Lock()
+			total += s.memory
+			s.mu.Unlock()
+		}
+		return total
+	}
+	before := account()
+	for range 3 {
+		if _, err := pd.AllocMR(1<<16, mr.LocalWrite); !errors.Is(err, ErrNoMem) {
+			t.Fatalf("AllocMR past the object limit: %v, want ErrNoMem", err)
+		}
+	}
+	if after := account(); after != before {
+		t.Errorf("the process's shared memory account went from %d to %d bytes over refused regions", before, after)
 	}
 }

@@ -105,14 +105,16 @@ func (s *session) register(pd *PD, buf *hostedBuf, off, n int, access mr.Access)
 		return nil, err
 	}
 	hm := &hostedMR{m: newMR(pd, r, mem, nil), buf: buf}
+	h, err := s.add(hm)
+	if err != nil {
+		// buf stays the caller's to free: a first region's alloc_mr frees
+		// it, and charged it, alone.
+		hm.m.Dereg()
+		return nil, err
+	}
 	s.mu.Lock()
 	buf.refs++
 	s.mu.Unlock()
-	h, err := s.add(hm)
-	if err != nil {
-		s.deregister(hm)
-		return nil, err
-	}
 	return mrResult{H: h, LKey: r.LKey(), RKey: r.RKey(), Addr: r.Addr()}, nil
 }
 

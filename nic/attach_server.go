@@ -21,6 +21,7 @@ import (
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/wire"
 )
 
 // AttachServerConfig configures an AttachServer. Zero fields take the
@@ -629,6 +630,7 @@ func (s *session) cleanup() {
 	}
 	var (
 		listeners []*hostedListener
+		requests  []*hostedRequest
 		conns     []*hostedConn
 		qps       []*hostedQP
 		queues    []interface{ close() }
@@ -640,6 +642,8 @@ func (s *session) cleanup() {
 		switch o := obj.(type) {
 		case *hostedListener:
 			listeners = append(listeners, o)
+		case *hostedRequest:
+			requests = append(requests, o)
 		case *hostedConn:
 			conns = append(conns, o)
 		case *hostedQP:
@@ -663,9 +667,13 @@ func (s *session) cleanup() {
 	s.mu.Unlock()
 	s.callWG.Wait()
 
-	// Listeners first (their backlogs are rejected), then connections (a
-	// DREQ each; the wait for the DREP goes on in the background), then
+	// Requests taken from listeners but not answered are rejected, then
+	// the listeners closed (their backlogs are rejected), then connections
+	// (a DREQ each; the wait for the DREP goes on in the background), then
 	// the other QPs and every ring, then windows, regions and PDs.
+	for _, r := range requests {
+		r.r.abandon(wire.RejectConsumer)
+	}
 	for _, l := range listeners {
 		l.l.Close()
 	}
@@ -738,11 +746,6 @@ func (s *session) handle(m *attachMsg, fds []int) {
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	s.mu.Lock()
-	if s.dead {
-		s.mu.Unlock()
-		cancel()
-		return
-	}
 	s.calls[m.ID] = cancel
 	s.callWG.Add(1)
 	s.mu.Unlock()
