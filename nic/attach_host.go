@@ -49,6 +49,7 @@ type hostedQP struct {
 	rwr    qp.RecvWR
 	rsgl   []qp.SGE
 
+	failed bool // a bad work request or ring index failed the QP (counted and logged once)
 	broken bool // a ring index went wrong: the rings are no longer read
 	closed bool // the rings are unmapped
 }
@@ -294,13 +295,15 @@ func (h *hostedQP) retire(wc *qp.WC) {
 // failLocked fails the QP for a work request it cannot carry out (id,
 // found corrupt or refused by the QP): the QP moves to the error state,
 // which flushes the work requests before it, then the request completes
-// with LOC_QP_OP_ERR, and those after it are flushed as they come. q.mu
-// is held.
+// with LOC_QP_OP_ERR, and those after it are flushed as they come. Only
+// the first refusal is logged: a process that keeps filling its ring with
+// garbage must not flood the daemon's log. q.mu is held.
 func (h *hostedQP) failLocked(id uint64, op qp.WCOpcode, why error) {
 	q := h.q
-	h.s.cnt[cntBadQueues].Add(1)
-	h.s.log.Warn("attached QP failed: bad work request", zap.String("qpn", fmt.Sprintf("%#x", q.num)),
-		zap.Uint64("wr_id", id), zap.Error(why))
+	if h.firstFailure() {
+		h.s.log.Warn("attached QP failed: bad work request", zap.String("qpn", fmt.Sprintf("%#x", q.num)),
+			zap.Uint64("wr_id", id), zap.Error(why))
+	}
 	q.qp.Modify(&qp.Attr{State: qp.Err}, qp.AttrState)
 	cq := h.scq
 	if op == qp.WCRecv {
@@ -312,11 +315,23 @@ func (h *hostedQP) failLocked(id uint64, op qp.WCOpcode, why error) {
 // breakLocked fails the QP for a ring whose index cannot be right: its
 // rings are not read any more. q.mu is held.
 func (h *hostedQP) breakLocked(why error) {
-	h.s.cnt[cntBadQueues].Add(1)
-	h.s.log.Warn("attached QP failed: corrupt ring", zap.String("qpn", fmt.Sprintf("%#x", h.q.num)), zap.Error(why))
+	if h.firstFailure() {
+		h.s.log.Warn("attached QP failed: corrupt ring", zap.String("qpn", fmt.Sprintf("%#x", h.q.num)), zap.Error(why))
+	}
 	h.broken = true
 	h.q.qp.Modify(&qp.Attr{State: qp.Err}, qp.AttrState)
 	h.scq.push(&qp.WC{Status: qp.LocQPOpErr, Opcode: qp.WCSend, QPN: h.q.num})
+}
+
+// firstFailure reports whether the QP fails for the first time, and
+// counts it if so. q.mu is held.
+func (h *hostedQP) firstFailure() bool {
+	if h.failed {
+		return false
+	}
+	h.failed = true
+	h.s.cnt[cntBadQueues].Add(1)
+	return true
 }
 
 // close unmaps the QP's rings; the QP no longer reads or writes them.
@@ -612,4 +627,24 @@ type hostedRequest struct {
 type hostedConn struct {
 	c  *Conn
 	qp *hostedQP
+	// The watcher tells the process when the connection ends, unless
+	// the process disconnects it: then stop is closed, and the answer to
+	// the disconnect waits for watched, so that no news of the end follows
+	// that answer (the process no longer knows the handle then).
+	stop, watched chan struct{}
+}
+
+// watch tells the process, as handle h, when the connection ends.
+func (c *hostedConn) watch(s *session, h uint32) {
+	defer close(c.watched)
+	select {
+	case <-c.c.Done():
+		select {
+		case <-c.stop:
+		default:
+			s.event(evConnEnded, connEndedEvent{H: h}, c.c.Err())
+		}
+	case <-c.stop:
+	case <-s.ctx.Done():
+	}
 }

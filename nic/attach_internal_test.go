@@ -6,12 +6,15 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // serveTest serves a device on loopback to attached processes from the
@@ -260,5 +263,38 @@ func TestAttachRefusedRegionUncharged(t *testing.T) {
 	}
 	if after := account(); after != before {
 		t.Errorf("the process's shared memory account went from %d to %d bytes over refused regions", before, after)
+	}
+}
+
+// TestAttachedBadWQEsLoggedOnce: every bad work request of a QP completes
+// LOC_QP_OP_ERR, but the QP's failure is counted and logged once: a
+// process that keeps filling its ring with garbage must not flood the
+// daemon's log.
+func TestAttachedBadWQEsLoggedOnce(t *testing.T) {
+	core, logs := observer.New(zap.WarnLevel)
+	_, srv, path := serveTest(t, AttachServerConfig{Logger: zap.New(core)})
+	l := newLoop(t, path, false)
+	q := l.a.att
+	const bad = 6
+	for i := range bad {
+		slot := q.sq.Slot(q.sqProd)
+		shm.EncodeSend(slot, &qp.SendWR{ID: uint64(0xbad0 + i), Opcode: qp.WRWrite})
+		slot[8] = 99 // no such opcode
+		q.sqProd++
+	}
+	q.sq.Producer().Store(q.sqProd)
+	l.dev.att.needWake.Store(1)
+	l.dev.att.ringDoorbell()
+	for i := range bad {
+		if wc := waitWC(t, l.acq); wc.Status != qp.LocQPOpErr || wc.ID != uint64(0xbad0+i) {
+			t.Errorf("completion %d: %v, want LOC_QP_OP_ERR of WR %#x", i, wc.String(), 0xbad0+i)
+		}
+	}
+	if n := logs.FilterMessageSnippet("attached QP failed").Len(); n != 1 {
+		t.Errorf("%d warnings logged for the failed QP, want 1", n)
+	}
+	counters := srv.Processes()[0].Counters
+	if i := slices.IndexFunc(counters, func(c Counter) bool { return c.Name == "bad_queues" }); i < 0 || counters[i].Value != 1 {
+		t.Errorf("counters %v, want bad_queues = 1", counters)
 	}
 }

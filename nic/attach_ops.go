@@ -464,21 +464,27 @@ func (s *session) hostConn(c *Conn, h *hostedQP) (any, []int, error) {
 		background(func() { c.Close(); h.close() })
 		return nil, nil, err
 	}
-	ch, err := s.add(&hostedConn{c: c, qp: h})
+	hc := &hostedConn{c: c, qp: h, stop: make(chan struct{}), watched: make(chan struct{})}
+	ch, err := s.add(hc)
 	if err != nil {
 		s.remove(qh)
 		background(func() { c.Close(); h.close() })
 		return nil, nil, err
 	}
-	s.srv.wg.Go(func() {
-		select {
-		case <-c.Done():
-			s.event(evConnEnded, connEndedEvent{H: ch}, c.Err())
-		case <-s.ctx.Done():
-		}
-	})
-	return connResult{H: ch, QP: h.result(qh), Private: c.PrivateData(), Remote: c.RemoteAddr()}, h.ringFDs(), nil
+	res := connResult{H: ch, QP: h.result(qh), Private: c.PrivateData(), Remote: c.RemoteAddr()}
+	return hostedConnResult{res, func() { s.srv.wg.Go(func() { hc.watch(s, ch) }) }}, h.ringFDs(), nil
 }
+
+// hostedConnResult is the answer to dial and accept. Its connection's
+// watcher starts once the process has the answer: a connection that ends
+// at once must not tell the process of its end before the process knows
+// of the connection.
+type hostedConnResult struct {
+	connResult
+	watch func()
+}
+
+func (r hostedConnResult) answered() { r.watch() }
 
 // disconnect closes a connection (DREQ, then the DREP is waited for) and
 // forgets its QP, which Close destroys. If the process detaches meanwhile,
@@ -490,6 +496,8 @@ func (s *session) disconnect(ctx context.Context, raw json.RawMessage, _ []int) 
 	}
 	s.remove(hnd)
 	s.forget(c.qp)
+	close(c.stop)
+	<-c.watched
 	done := make(chan struct{})
 	background(func() {
 		c.c.Close()

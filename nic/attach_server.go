@@ -128,9 +128,9 @@ func (s *AttachServer) republish() {
 	s.polled.Store(&ss)
 }
 
-// Serve accepts processes on l, a unix socket listener, until l is closed:
-// each connection must start with the attach line a client sends. It
-// returns the listener's error.
+// Serve accepts processes on l, a unix socket listener, until l or the
+// server is closed: each connection must start with the attach line a
+// client sends. It returns the listener's error, or ErrClosed.
 func (s *AttachServer) Serve(l net.Listener) error {
 	for {
 		c, err := l.Accept()
@@ -142,7 +142,16 @@ func (s *AttachServer) Serve(l net.Listener) error {
 			c.Close()
 			continue
 		}
-		s.wg.Go(func() {
+		s.mu.Lock() // Close waits for what was added before it closed
+		if s.closed {
+			s.mu.Unlock()
+			c.Close()
+			return fmt.Errorf("attach server: %w", ErrClosed)
+		}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer s.wg.Done()
 			uc.SetReadDeadline(time.Now().Add(5 * time.Second))
 			line, err := bufio.NewReader(&oneLine{c: uc}).ReadString('\n')
 			uc.SetReadDeadline(time.Time{})
@@ -151,7 +160,7 @@ func (s *AttachServer) Serve(l net.Listener) error {
 				return
 			}
 			s.ServeConn(uc)
-		})
+		}()
 	}
 }
 
@@ -761,11 +770,19 @@ func (s *session) handle(m *attachMsg, fds []int) {
 }
 
 // answer replies to a call and closes the daemon's copies of the
-// descriptors it sent.
+// descriptors it sent; then it starts what res waits to start until the
+// process has the answer.
 func (s *session) answer(id uint64, res any, fds []int, err error) {
 	s.reply(id, res, fds, err)
 	shm.CloseFDs(fds)
+	if then, ok := res.(answeredHook); ok && err == nil {
+		then.answered()
+	}
 }
+
+// answeredHook is a result with something to start once the process has
+// it, such as a watcher whose events must not overtake the answer.
+type answeredHook interface{ answered() }
 
 // sessionOp is one operation of the protocol: how many descriptors its
 // request carries, whether it waits for the network, and what it does.
