@@ -58,9 +58,10 @@ type hostedQP struct {
 // QPConfig that creates the QP over them.
 func (s *session) newHostedQP(pd *PD, a qpConfigArgs) (*hostedQP, QPConfig, error) {
 	cfg := a.withDefaults()
-	if cfg.MaxSendWR < 0 || cfg.MaxSendWR > 1<<16 || cfg.MaxRecvWR < 0 || cfg.MaxRecvWR > 1<<16 ||
-		cfg.MaxSendSGE < 0 || cfg.MaxSendSGE > 255 || cfg.MaxRecvSGE < 0 || cfg.MaxRecvSGE > 255 ||
-		cfg.MaxInline < 0 || cfg.MaxInline > 1<<16 {
+	// The QP's own limits, checked before its rings are made and charged.
+	if cfg.MaxSendWR < 0 || cfg.MaxSendWR > qp.MaxQPWR || cfg.MaxRecvWR < 0 || cfg.MaxRecvWR > qp.MaxQPWR ||
+		cfg.MaxSendSGE < 0 || cfg.MaxSendSGE > qp.MaxSGE || cfg.MaxRecvSGE < 0 || cfg.MaxRecvSGE > qp.MaxSGE ||
+		cfg.MaxInline < 0 || cfg.MaxInline > qp.MaxInlineData {
 		return nil, QPConfig{}, fmt.Errorf("QP queue sizes %+v: %w", cfg, ErrInvalid)
 	}
 	scq, err := lookup[*hostedCQ](s, cfg.SendCQ)
@@ -500,7 +501,7 @@ type hostedSRQ struct {
 }
 
 func (s *session) newHostedSRQ(pd *PD, depth, maxSGE int) (*hostedSRQ, error) {
-	if depth <= 0 || depth > 1<<20 || maxSGE <= 0 || maxSGE > 255 {
+	if depth <= 0 || depth > qp.MaxSRQWR || maxSGE <= 0 || maxSGE > qp.MaxSGE {
 		return nil, fmt.Errorf("SRQ depth %d, max SGE %d: %w", depth, maxSGE, ErrInvalid)
 	}
 	size := int64(shm.RingSize(depth, shm.RecvSlotSize(maxSGE)))

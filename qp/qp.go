@@ -12,10 +12,11 @@ import (
 const (
 	MaxMessageSize   = 1 << 31 // bytes in one message, as the IBTA allows
 	MaxRdAtomicLimit = 128     // max_qp_rd_atom and max_qp_init_rd_atom
-	maxSGELimit      = 32
-	maxInlineLimit   = 4096
-	maxQueueDepth    = 1 << 16
-	minWindow        = 8 // packets in flight after repeated loss
+	MaxQPWR          = 1 << 16 // max_qp_wr: work requests one send or receive queue holds
+	MaxSRQWR         = 1 << 20 // max_srq_wr: work requests one shared receive queue holds
+	MaxSGE           = 32      // max_sge: scatter/gather elements of one work request
+	MaxInlineData    = 4096    // bytes of inline data one send work request carries
+	minWindow        = 8       // packets in flight after repeated loss
 	// MaxPacketSize is the largest packet a QP encodes: every header an
 	// opcode may carry, a 4096-byte payload, pad and ICRC. Buffers handed
 	// to Transmit must be at least this long.
@@ -71,11 +72,11 @@ func (c *Config) setDefaults() error {
 		d, limit int
 		name     string
 	}{
-		{&c.MaxSendWR, DefaultMaxWR, maxQueueDepth, "max_send_wr"},
-		{&c.MaxRecvWR, DefaultMaxWR, maxQueueDepth, "max_recv_wr"},
-		{&c.MaxSendSGE, DefaultMaxSGE, maxSGELimit, "max_send_sge"},
-		{&c.MaxRecvSGE, DefaultMaxSGE, maxSGELimit, "max_recv_sge"},
-		{&c.MaxInline, DefaultMaxInline, maxInlineLimit, "max_inline_data"},
+		{&c.MaxSendWR, DefaultMaxWR, MaxQPWR, "max_send_wr"},
+		{&c.MaxRecvWR, DefaultMaxWR, MaxQPWR, "max_recv_wr"},
+		{&c.MaxSendSGE, DefaultMaxSGE, MaxSGE, "max_send_sge"},
+		{&c.MaxRecvSGE, DefaultMaxSGE, MaxSGE, "max_recv_sge"},
+		{&c.MaxInline, DefaultMaxInline, MaxInlineData, "max_inline_data"},
 		{&c.Window, 256, 1 << 20, "window"},
 	} {
 		if err := def(f.v, f.d, f.limit, f.name); err != nil {

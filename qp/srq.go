@@ -74,7 +74,7 @@ type SRQ struct {
 // NewSRQ returns an SRQ for QPs of protection domain pd, holding up to depth
 // WRs of up to maxSGE elements.
 func NewSRQ(pd mr.PD, depth, maxSGE int) (*SRQ, error) {
-	if depth <= 0 || depth > 1<<20 || maxSGE <= 0 || maxSGE > maxSGELimit {
+	if depth <= 0 || depth > MaxSRQWR || maxSGE <= 0 || maxSGE > MaxSGE {
 		return nil, fmt.Errorf("SRQ depth %d, max SGE %d: %w", depth, maxSGE, ErrInvalid)
 	}
 	return &SRQ{q: newRecvQueue(depth, maxSGE), pd: pd}, nil
