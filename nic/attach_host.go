@@ -165,16 +165,13 @@ func (h *hostedQP) pullSendLocked() bool {
 	if h.closed || h.broken {
 		return false
 	}
-	prod := h.sq.Producer().Load()
-	n := prod - h.sqFetched
-	if n == 0 {
-		return false
-	}
-	retired := h.sqFetched - uint32(q.qp.Status().SendQueued)
-	if n > h.sq.Len() || prod-retired > h.sq.Len() {
-		h.breakLocked(fmt.Errorf("send ring producer index %d: %d requests fetched, %d finished, %d slots: %w",
-			prod, h.sqFetched, retired, h.sq.Len(), shm.ErrCorrupt))
+	prod, err := posted(h.sq, "send", h.sqFetched, q.qp.Status().SendQueued)
+	if err != nil {
+		h.breakLocked(err)
 		return true
+	}
+	if prod == h.sqFetched {
+		return false
 	}
 	for ; h.sqFetched != prod; h.sqFetched++ {
 		h.s.cnt[cntSendWQEs].Add(1)
@@ -187,6 +184,21 @@ func (h *hostedQP) pullSendLocked() bool {
 		}
 	}
 	return true
+}
+
+// posted reads the producer index of a ring the process posts to, which
+// it has fetched requests from up to fetched, queued of them not finished
+// yet. An index more requests ahead of the finished ones than the ring has
+// slots cannot be right (ErrCorrupt): the process wrote over requests the
+// daemon had not read, or garbage.
+func posted(ring shm.Ring, what string, fetched uint32, queued int) (uint32, error) {
+	prod := ring.Producer().Load()
+	retired := fetched - uint32(queued)
+	if prod-fetched > ring.Len() || prod-retired > ring.Len() {
+		return 0, fmt.Errorf("%s ring producer index %d: %d requests fetched, %d finished, %d slots: %w",
+			what, prod, fetched, retired, ring.Len(), shm.ErrCorrupt)
+	}
+	return prod, nil
 }
 
 // pullRecvLocked takes the new receive work requests of the QP's ring (or
@@ -205,17 +217,14 @@ func (h *hostedQP) pullRecvLocked() bool {
 		}
 		return worked
 	}
-	prod := h.rq.Producer().Load()
-	n := prod - h.rqFetched
-	if n == 0 {
-		return false
-	}
 	q := h.q
-	retired := h.rqFetched - uint32(q.qp.Status().RecvQueued)
-	if n > h.rq.Len() || prod-retired > h.rq.Len() {
-		h.breakLocked(fmt.Errorf("receive ring producer index %d: %d requests fetched, %d finished, %d slots: %w",
-			prod, h.rqFetched, retired, h.rq.Len(), shm.ErrCorrupt))
+	prod, err := posted(h.rq, "receive", h.rqFetched, q.qp.Status().RecvQueued)
+	if err != nil {
+		h.breakLocked(err)
 		return true
+	}
+	if prod == h.rqFetched {
+		return false
 	}
 	for ; h.rqFetched != prod; h.rqFetched++ {
 		h.s.cnt[cntRecvWQEs].Add(1)
@@ -529,16 +538,13 @@ func (r *hostedSRQ) pull() (bool, error) {
 	if r.closed || r.broken != nil {
 		return false, r.broken
 	}
-	prod := r.ring.Producer().Load()
-	n := prod - r.fetched
-	if n == 0 {
-		return false, nil
+	prod, err := posted(r.ring, "SRQ", r.fetched, r.srq.srq.Len())
+	if err != nil {
+		r.broken = err
+		return true, err
 	}
-	retired := r.fetched - uint32(r.srq.srq.Len())
-	if n > r.ring.Len() || prod-retired > r.ring.Len() {
-		r.broken = fmt.Errorf("SRQ ring producer index %d: %d requests fetched, %d finished, %d slots: %w",
-			prod, r.fetched, retired, r.ring.Len(), shm.ErrCorrupt)
-		return true, r.broken
+	if prod == r.fetched {
+		return false, nil
 	}
 	for ; r.fetched != prod; r.fetched++ {
 		r.s.cnt[cntRecvWQEs].Add(1)
