@@ -71,9 +71,13 @@ type attachment struct {
 	hello helloResult
 	log   *zap.Logger
 
+	// The doorbell is rung under bellMu's read lock and closed under its
+	// write lock, so that a post racing Close never touches the unmapped
+	// page or a closed (perhaps reused) descriptor.
+	bellMu   sync.RWMutex
 	bellFD   int            // the daemon's doorbell eventfd
 	bellMap  *shm.Mapping   // the doorbell page
-	needWake *atomic.Uint32 // in it
+	needWake *atomic.Uint32 // in it; nil once it is unmapped
 
 	mu     sync.Mutex
 	nextID uint64
@@ -262,8 +266,11 @@ func (a *attachment) close() error {
 		for b := range bufs {
 			b.m.Close()
 		}
+		a.bellMu.Lock()
+		a.needWake = nil
 		shm.CloseFDs([]int{a.bellFD})
 		a.bellMap.Close()
+		a.bellMu.Unlock()
 		a.log.Info("softnic device detached", zap.String("control", a.path))
 	})
 	return nil
@@ -325,9 +332,11 @@ func mustJSON(v any) json.RawMessage {
 }
 
 // ringDoorbell wakes the daemon if it sleeps: posts that find it awake
-// cost no system call.
+// cost no system call. Once the device is closed it does nothing.
 func (a *attachment) ringDoorbell() {
-	if a.needWake.Load() != 0 && a.needWake.Swap(0) != 0 {
+	a.bellMu.RLock()
+	defer a.bellMu.RUnlock()
+	if a.needWake != nil && a.needWake.Load() != 0 && a.needWake.Swap(0) != 0 {
 		shm.Signal(a.bellFD)
 	}
 }

@@ -65,6 +65,7 @@ func (a *attachment) allocMR(pd *PD, size int, access mr.Access) (*MR, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.ended {
+		m.Close()
 		return nil, ErrClosed
 	}
 	a.bufs[b] = struct{}{}
@@ -479,7 +480,9 @@ func (s *attachedSRQ) close() {
 
 // attachedQP is an attached device's QP: its send and receive rings, and
 // what the process knows of its state, from its own Modify calls and
-// queries (posting checks it, as the embedded QP does).
+// queries (posting checks it, as the embedded QP does). A ring is read and
+// written only under its lock with the QP open: close takes both locks to
+// unmap them.
 type attachedQP struct {
 	h     uint32
 	num   uint32
@@ -653,13 +656,15 @@ func (q *attachedQP) postSendLocked(wr *qp.SendWR) error {
 func (q *attachedQP) postSend(a *attachment, wr *qp.SendWR, ring bool) error {
 	q.sqMu.Lock()
 	err := q.postSendLocked(wr)
+	bell := false
 	if err == nil {
 		q.sq.Producer().Store(q.sqProd)
 		a.bindPosted(wr)
+		bell = ring && q.sq.Doorbell().Load() != 0
 	}
 	q.sqMu.Unlock()
-	if err == nil && ring {
-		q.ringDoorbell(a)
+	if bell {
+		a.ringDoorbell()
 	}
 	return err
 }
@@ -675,12 +680,14 @@ func (q *attachedQP) postSends(a *attachment, wrs []qp.SendWR) (int, error) {
 		a.bindPosted(&wrs[i])
 		n++
 	}
+	bell := false
 	if n > 0 {
 		q.sq.Producer().Store(q.sqProd)
+		bell = q.sq.Doorbell().Load() != 0
 	}
 	q.sqMu.Unlock()
-	if n > 0 {
-		q.ringDoorbell(a)
+	if bell {
+		a.ringDoorbell()
 	}
 	return n, err
 }
@@ -688,10 +695,14 @@ func (q *attachedQP) postSends(a *attachment, wrs []qp.SendWR) (int, error) {
 // ringDoorbell rings the doorbell for the send ring, if the daemon asks
 // for it: a QP with requests outstanding takes new ones without.
 func (q *attachedQP) ringDoorbell(a *attachment) error {
-	if q.closed.Load() {
+	q.sqMu.Lock()
+	closed := q.closed.Load()
+	bell := !closed && q.sq.Doorbell().Load() != 0
+	q.sqMu.Unlock()
+	if closed {
 		return ErrClosed
 	}
-	if q.sq.Doorbell().Load() != 0 {
+	if bell {
 		a.ringDoorbell()
 	}
 	return nil
@@ -706,11 +717,12 @@ func (q *attachedQP) postRecv(a *attachment, wr *qp.RecvWR) error {
 	}
 	q.rqMu.Lock()
 	err := postRecvLocked(&q.rq, &q.rqProd, q.rq.Len(), q.cfg.MaxRecvSGE, q.closed.Load(), wr)
+	bell := err == nil && q.rq.Doorbell().Load() != 0
 	q.rqMu.Unlock()
 	if err != nil {
 		return fmt.Errorf("QP %#x: %w", q.num, err)
 	}
-	if q.rq.Doorbell().Load() != 0 {
+	if bell {
 		a.ringDoorbell()
 	}
 	return nil

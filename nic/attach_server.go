@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"os"
@@ -153,9 +154,9 @@ func (s *AttachServer) Serve(l net.Listener) error {
 		go func() {
 			defer s.wg.Done()
 			uc.SetReadDeadline(time.Now().Add(5 * time.Second))
-			line, err := bufio.NewReader(&oneLine{c: uc}).ReadString('\n')
+			line, err := ReadControlLine(uc, len(attachLine)+2)
 			uc.SetReadDeadline(time.Time{})
-			if err != nil || strings.TrimSpace(line) != attachLine {
+			if err != nil || strings.TrimSpace(string(line)) != attachLine {
 				uc.Close()
 				return
 			}
@@ -169,6 +170,14 @@ func (s *AttachServer) Serve(l net.Listener) error {
 type oneLine struct{ c *net.UnixConn }
 
 func (r *oneLine) Read(p []byte) (int, error) { return r.c.Read(p[:min(len(p), 1)]) }
+
+// ReadControlLine reads the first line a client sends on a control socket
+// that takes other commands besides attach, at most max bytes, and not a
+// byte past it (as Serve does): when it is the attach line, the messages
+// that follow and their descriptors stay in c for ServeConn.
+func ReadControlLine(c *net.UnixConn, max int) ([]byte, error) {
+	return bufio.NewReader(io.LimitReader(&oneLine{c: c}, int64(max))).ReadBytes('\n')
+}
 
 // ServeConn serves the process at the other end of c, which has sent the
 // attach line, until it detaches or the server closes; then it destroys

@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -836,5 +838,98 @@ func TestBusyPoll(t *testing.T) {
 	})
 	if _, err := nic.Open(nic.Config{Addr: loopback, BusyPoll: -time.Microsecond}); !errors.Is(err, nic.ErrInvalid) {
 		t.Errorf("a negative BusyPoll: %v, want ErrInvalid", err)
+	}
+}
+
+// Posting to an attached QP, and waiting on its CQ, while another
+// goroutine destroys the QP or closes the device never touches the
+// unmapped rings or doorbell page or the closed doorbell eventfd: every
+// call succeeds or fails with ErrClosed, as on an embedded device.
+func TestAttachPostWhileClosing(t *testing.T) {
+	const posters, quota, rounds = 4, 32, 20
+	d := startDaemon(t, nic.Config{})
+	b := openEnd(t, nic.Config{})
+	for _, tc := range []struct {
+		name  string
+		close func(a *end, q *nic.QP) error
+	}{
+		{"QP destroyed", func(a *end, q *nic.QP) error { return q.Destroy() }},
+		{"device closed", func(a *end, q *nic.QP) error { return a.dev.Close() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkLeaks(t)
+			for round := range rounds {
+				a := attachedEnd(t, d)
+				q, err := a.pd.CreateQP(nic.QPConfig{SendCQ: a.cq, MaxSendWR: posters * quota, MaxRecvWR: posters * quota})
+				if err != nil {
+					t.Fatal(err)
+				}
+				bq, err := b.pd.CreateQP(nic.QPConfig{SendCQ: b.cq})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := q.Connect(b.dev.Addr(), bq.Num(), nic.ConnectOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				if err := bq.Connect(a.dev.Addr(), q.Num(), nic.ConnectOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				// Each poster posts its share of sends and receives, then
+				// rings the doorbell, until a call fails.
+				var ops atomic.Int64
+				posted := make(chan error, posters)
+				for range posters {
+					go func() {
+						wr := qp.SendWR{Opcode: qp.WRWrite, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+						recv := qp.RecvWR{SGL: []qp.SGE{a.mr.SGE(8, 8)}}
+						for i := 0; ; i++ {
+							var err error
+							switch {
+							case i < quota:
+								err = q.PostSend(&wr)
+							case i < 2*quota:
+								err = q.PostRecv(&recv)
+							default:
+								err = q.RingDoorbell()
+							}
+							if err != nil {
+								posted <- err
+								return
+							}
+							ops.Add(1)
+						}
+					}()
+				}
+				ctx, stop := context.WithCancel(context.Background())
+				waited := make(chan error, 1)
+				go func() {
+					var wcs [16]qp.WC
+					for {
+						if _, err := a.cq.Wait(ctx, wcs[:]); err != nil {
+							waited <- err
+							return
+						}
+					}
+				}()
+				// Close at a different point of the posting each round.
+				for target := int64(round * 29 % (2 * posters * quota)); ops.Load() < target; {
+					runtime.Gosched()
+				}
+				if err := tc.close(a, q); err != nil {
+					t.Fatal(err)
+				}
+				for range posters {
+					if err := <-posted; !errors.Is(err, nic.ErrClosed) {
+						t.Errorf("round %d: posting: %v, want ErrClosed", round, err)
+					}
+				}
+				stop()
+				if err := <-waited; !errors.Is(err, nic.ErrClosed) && !errors.Is(err, context.Canceled) {
+					t.Errorf("round %d: Wait: %v, want ErrClosed or the end of its context", round, err)
+				}
+				a.dev.Close()
+				bq.Destroy()
+			}
+		})
 	}
 }

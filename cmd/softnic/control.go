@@ -7,11 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/softnic/softnic/nic"
 )
 
 // The control protocol of softnic serve: a client connects to the daemon's
@@ -163,27 +164,34 @@ func (s *controlServer) serve() {
 		if err != nil {
 			return // closed
 		}
+		uc, ok := c.(*net.UnixConn)
+		if !ok {
+			c.Close()
+			continue
+		}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			s.answer(c)
+			s.answer(uc)
 		}()
 	}
 }
 
-// answer reads one request from c and writes its reply.
-func (s *controlServer) answer(c net.Conn) {
+// answer reads one request from c and writes its reply. It reads nothing
+// past the request's line: after attach, the process's next messages and
+// their descriptors are the attach session's.
+func (s *controlServer) answer(c *net.UnixConn) {
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(controlTimeout))
 	var req controlRequest
 	var reply controlReply
-	line, err := bufio.NewReader(io.LimitReader(c, controlRequestMax)).ReadBytes('\n')
+	line, err := nic.ReadControlLine(c, controlRequestMax)
 	if err == nil {
 		err = json.Unmarshal(line, &req)
 	}
-	if uc, ok := c.(*net.UnixConn); ok && err == nil && req.Cmd == "attach" && s.attach != nil {
+	if err == nil && req.Cmd == "attach" && s.attach != nil {
 		c.SetDeadline(time.Time{})
-		s.attach(uc)
+		s.attach(c)
 		return
 	}
 	if err != nil {

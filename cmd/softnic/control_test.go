@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func TestCounterListJSON(t *testing.T) {
@@ -45,20 +46,7 @@ func TestCounterListJSON(t *testing.T) {
 // than the server reads may be cut short by a reset (the server closes
 // with bytes unread), and then the reply is nil.
 func ask(t testing.TB, handle func(string) (any, error), request []byte) []byte {
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := func(fd int) *net.UnixConn {
-		f := os.NewFile(uintptr(fd), "control")
-		defer f.Close()
-		c, err := net.FileConn(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c.(*net.UnixConn)
-	}
-	client, server := conn(fds[0]), conn(fds[1])
+	client, server := unixPair(t)
 	defer client.Close()
 	s := &controlServer{handle: handle}
 	done := make(chan struct{})
@@ -79,6 +67,24 @@ func ask(t testing.TB, handle func(string) (any, error), request []byte) []byte 
 		t.Fatal(err)
 	}
 	return reply
+}
+
+// unixPair returns the two ends of a connected unix stream socket.
+func unixPair(t testing.TB) (*net.UnixConn, *net.UnixConn) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := func(fd int) *net.UnixConn {
+		f := os.NewFile(uintptr(fd), "control")
+		defer f.Close()
+		c, err := net.FileConn(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.(*net.UnixConn)
+	}
+	return conn(fds[0]), conn(fds[1])
 }
 
 func TestControlAnswer(t *testing.T) {
@@ -104,6 +110,60 @@ func TestControlAnswer(t *testing.T) {
 				t.Errorf("reply %q, want %q", got, tt.reply)
 			}
 		})
+	}
+}
+
+// The attach command hands the connection over with nothing read past its
+// line: a message the process sent right after it, and the descriptor that
+// came with that message, are still there for the attach session.
+func TestControlAttachHandsOver(t *testing.T) {
+	client, server := unixPair(t)
+	defer client.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	next := `{"id":1,"op":"alloc_mr","fds":1}` + "\n"
+	if _, err := client.Write([]byte(`{"cmd":"attach"}` + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := client.WriteMsgUnix([]byte(next), syscall.UnixRights(int(w.Fd())), nil); err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	var fds []int
+	s := &controlServer{
+		handle: func(cmd string) (any, error) { return nil, errors.New("not attach: " + cmd) },
+		attach: func(c *net.UnixConn) {
+			buf, oob := make([]byte, 256), make([]byte, syscall.CmsgSpace(4))
+			c.SetReadDeadline(time.Now().Add(time.Second)) // nothing left to read: fail, not hang
+			n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+			if err != nil {
+				t.Errorf("reading after the attach line: %v", err)
+				return
+			}
+			got = buf[:n]
+			cms, err := syscall.ParseSocketControlMessage(oob[:oobn])
+			if err != nil {
+				t.Error(err)
+			}
+			for _, cm := range cms {
+				rights, err := syscall.ParseUnixRights(&cm)
+				if err != nil {
+					t.Error(err)
+				}
+				fds = append(fds, rights...)
+			}
+		},
+	}
+	s.answer(server)
+	for _, fd := range fds {
+		syscall.Close(fd)
+	}
+	if string(got) != next || len(fds) != 1 {
+		t.Errorf("the attach session read %q with %d descriptors, want %q with 1", got, len(fds), next)
 	}
 }
 
