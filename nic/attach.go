@@ -84,12 +84,16 @@ type attachment struct {
 	calls  map[uint64]chan attachReply
 	ended  bool // the session is over: calls fail with ErrClosed
 	conns  map[uint32]*Conn
-	qps    map[*attachedQP]struct{}
-	cqs    map[*attachedCQ]struct{}
-	srqs   map[*attachedSRQ]struct{}
-	mrs    map[*MR]struct{} // for lookups by address
-	mws    map[uint32]*MW   // by the index of their keys, for binds posted
-	bufs   map[*sharedBuf]struct{}
+	// unknownEnds holds why connections ended that the process does not
+	// know yet: the daemon's news of an end can overtake the answer naming
+	// the connection on its way to the caller (never the answer itself).
+	unknownEnds map[uint32]error
+	qps         map[*attachedQP]struct{}
+	cqs         map[*attachedCQ]struct{}
+	srqs        map[*attachedSRQ]struct{}
+	mrs         map[*MR]struct{} // for lookups by address
+	mws         map[uint32]*MW   // by the index of their keys, for binds posted
+	bufs        map[*sharedBuf]struct{}
 
 	endOnce   sync.Once
 	closeOnce sync.Once
@@ -139,7 +143,7 @@ func attach(cfg Config, path string) (*Device, error) {
 	a := &attachment{
 		d: d, t: t, path: path, hello: hello, log: cfg.Logger,
 		bellFD: fds[0], bellMap: page, needWake: bell.NeedWake(),
-		calls: make(map[uint64]chan attachReply), conns: make(map[uint32]*Conn),
+		calls: make(map[uint64]chan attachReply), conns: make(map[uint32]*Conn), unknownEnds: make(map[uint32]error),
 		qps: make(map[*attachedQP]struct{}), cqs: make(map[*attachedCQ]struct{}),
 		srqs: make(map[*attachedSRQ]struct{}), mrs: make(map[*MR]struct{}), bufs: make(map[*sharedBuf]struct{}),
 		mws: make(map[uint32]*MW),

@@ -45,3 +45,37 @@ func TestAttachDetachRejectsTakenRequests(t *testing.T) {
 		t.Errorf("the REJ came %v after the detach", took)
 	}
 }
+
+// TestAttachConnEndedAtOnce: a connection that ends as soon as it is made
+// (the peer disconnects on accepting) still ends for the attached
+// process: the daemon's news of the end must not reach the process before
+// its answer to the dial, or the process, not knowing the connection yet,
+// drops it and the connection's Done never closes.
+func TestAttachConnEndedAtOnce(t *testing.T) {
+	d := startDaemon(t, nic.Config{})
+	dev := attachTo(t, d)
+	pd, _ := dev.AllocPD()
+	cq, _ := dev.CreateCQ(16)
+	peer := openCMEnd(t, nic.Config{})
+	l := peer.listen(t, 8)
+	for i := range 100 {
+		accepted := acceptAsync(t, cmContext(t), l, func(r *nic.Request) (*nic.Conn, error) {
+			c, err := r.Accept(nic.AcceptOptions{})
+			if err == nil {
+				c.Close()
+			}
+			return c, err
+		})
+		c, err := dev.Dial(cmContext(t), peer.dev.Addr(), cmPort, nic.DialOptions{PD: pd, QP: nic.QPConfig{SendCQ: cq}})
+		if err != nil {
+			t.Fatalf("dial %d: %v", i, err)
+		}
+		<-accepted
+		select {
+		case <-c.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("connection %d: the peer disconnected, Done did not close", i)
+		}
+		c.Close()
+	}
+}

@@ -73,11 +73,18 @@ func (a *attachment) newConn(pd *PD, r *connResult, fds []int) (*Conn, error) {
 	q, err := a.newQP(pd, &r.QP, fds)
 	if err != nil {
 		a.call(context.Background(), opDisconnect, handleArgs{r.H}, nil, nil)
+		a.mu.Lock()
+		delete(a.unknownEnds, r.H)
+		a.mu.Unlock()
 		return nil, err
 	}
 	c := &Conn{dev: a.d, id: &cmID{peer: r.Remote, done: make(chan struct{})}, qp: q, private: r.Private, ah: r.H}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if why, ok := a.unknownEnds[r.H]; ok {
+		delete(a.unknownEnds, r.H)
+		a.endConnLocked(c, why)
+	}
 	if a.ended {
 		a.endConnLocked(c, ErrClosed)
 	}
@@ -112,6 +119,8 @@ func (a *attachment) connEnded(m *attachMsg) {
 	defer a.mu.Unlock()
 	if c := a.conns[ev.H]; c != nil {
 		a.endConnLocked(c, m.err())
+	} else {
+		a.unknownEnds[ev.H] = m.err()
 	}
 }
 
