@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"sync"
@@ -203,6 +204,11 @@ func (s *controlServer) answer(c *net.UnixConn) {
 	}
 	b, _ := json.Marshal(&reply)
 	c.Write(append(b, '\n'))
+	// Whatever the client sent past its line is read and dropped before
+	// the close: a socket closed with bytes unread resets the connection,
+	// and the client could lose the reply.
+	c.CloseWrite()
+	io.Copy(io.Discard, io.LimitReader(c, controlRequestMax))
 }
 
 // Close stops accepting and waits for the requests being answered.
