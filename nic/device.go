@@ -239,7 +239,10 @@ func (d *Device) now() qp.Time { return qp.Time(time.Since(d.epoch)) }
 // each, not waited for) and pending connection requests rejected, every QP
 // is moved to the error state (its WRs complete with WR_FLUSH_ERR) and
 // destroyed, the socket is closed and the goroutines exit before Close
-// returns.
+// returns. An attached device detaches instead: the daemon does the same
+// for everything the process made, but the process's queues are unmapped
+// at once, so the flushed completions are not there to poll (Poll and
+// Wait return ErrClosed); poll what you need before closing.
 func (d *Device) Close() error {
 	if d.att != nil {
 		return d.att.close()
