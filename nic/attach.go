@@ -82,7 +82,7 @@ type attachment struct {
 	mu     sync.Mutex
 	nextID uint64
 	calls  map[uint64]chan attachReply
-	ended  bool // the session is over: calls fail with ErrClosed
+	ended  atomic.Bool // the session is over: calls and posts fail with ErrClosed (set under mu)
 	conns  map[uint32]*Conn
 	// unknownEnds holds why connections ended that the process does not
 	// know yet: the daemon's news of an end can overtake the answer naming
@@ -225,7 +225,7 @@ func (a *attachment) readLoop() {
 func (a *attachment) end(why error) {
 	a.endOnce.Do(func() {
 		a.mu.Lock()
-		a.ended = true
+		a.ended.Store(true)
 		calls := a.calls
 		a.calls = make(map[uint64]chan attachReply)
 		var m attachMsg
@@ -281,9 +281,10 @@ func (a *attachment) close() error {
 }
 
 // call sends a request and waits for its answer, decoded into res; it
-// returns the descriptors that came with the answer. A cancelled ctx
-// cancels the request at the daemon, and the call returns once the daemon
-// answers (it answers every request).
+// returns the descriptors that came with the answer, no more than the
+// request's answer carries (answerFDs). A cancelled ctx cancels the
+// request at the daemon, and the call returns once the daemon answers (it
+// answers every request).
 func (a *attachment) call(ctx context.Context, op string, args any, fds []int, res any) ([]int, error) {
 	m := attachMsg{Op: op, FDs: len(fds)}
 	if args != nil {
@@ -294,7 +295,7 @@ func (a *attachment) call(ctx context.Context, op string, args any, fds []int, r
 	}
 	ch := make(chan attachReply, 1)
 	a.mu.Lock()
-	if a.ended {
+	if a.ended.Load() {
 		a.mu.Unlock()
 		return nil, ErrClosed
 	}
@@ -317,6 +318,10 @@ func (a *attachment) call(ctx context.Context, op string, args any, fds []int, r
 		a.t.Send(cancel, nil)
 		r = <-ch
 	}
+	if n := answerFDs[op]; len(r.fds) > n {
+		shm.CloseFDs(r.fds[n:])
+		r.fds = r.fds[:n]
+	}
 	if err := r.m.err(); err != nil {
 		shm.CloseFDs(r.fds)
 		return nil, err
@@ -329,6 +334,11 @@ func (a *attachment) call(ctx context.Context, op string, args any, fds []int, r
 	}
 	return r.fds, nil
 }
+
+// answerFDs is how many descriptors the answer to each request carries at
+// most: a CQ's ring and eventfd, a QP's or SRQ's rings. call closes any
+// more, which no caller would.
+var answerFDs = map[string]int{opCreateCQ: 2, opCreateSRQ: 1, opCreateQP: 2, opAccept: 2, opDial: 2}
 
 func mustJSON(v any) json.RawMessage {
 	b, _ := json.Marshal(v)

@@ -64,7 +64,7 @@ func (a *attachment) allocMR(pd *PD, size int, access mr.Access) (*MR, error) {
 	reg := &MR{pd: pd, buf: mem, key: r.LKey, addr: r.Addr, att: &attachedMR{h: r.H, buf: b}}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.ended {
+	if a.ended.Load() {
 		m.Close()
 		return nil, ErrClosed
 	}
@@ -79,6 +79,10 @@ func (a *attachment) regMR(pd *PD, buf []byte, access mr.Access) (*MR, error) {
 	}
 	start := addrOf(buf)
 	a.mu.Lock()
+	if a.ended.Load() {
+		a.mu.Unlock()
+		return nil, ErrClosed
+	}
 	var b *sharedBuf
 	for x := range a.bufs {
 		base := addrOf(x.m.Bytes())
@@ -172,24 +176,14 @@ func (a *attachment) createCQ(depth int) (*CQ, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(fds) != 2 {
-		shm.CloseFDs(fds)
-		return nil, fmt.Errorf("softnic: create CQ: %d descriptors: %w", len(fds), shm.ErrProtocol)
-	}
-	m, err := shm.Map(fds[0], shm.RingSize(depth, shm.CQESize))
+	m, ring, err := mapCQ(fds, depth)
 	if err != nil {
-		shm.CloseFDs(fds[1:])
-		return nil, err
-	}
-	ring, err := shm.NewRing(m.Bytes(), depth, shm.CQESize)
-	if err != nil {
-		m.Close()
-		shm.CloseFDs(fds[1:])
+		a.drop(opDestroyCQ, r.H)
 		return nil, err
 	}
 	ac := &attachedCQ{h: r.H, depth: uint32(depth), ev: os.NewFile(uintptr(fds[1]), "softnic-cq-event"), m: m, ring: ring}
 	a.mu.Lock()
-	if a.ended {
+	if a.ended.Load() {
 		a.mu.Unlock()
 		ac.close()
 		return nil, ErrClosed
@@ -197,6 +191,26 @@ func (a *attachment) createCQ(depth int) (*CQ, error) {
 	a.cqs[ac] = struct{}{}
 	a.mu.Unlock()
 	return newCQ(a.d, nil, ac), nil
+}
+
+// mapCQ maps the ring of a CQ of depth entries whose memfd is fds[0]; the
+// CQ's eventfd, fds[1], is left open. On error it closes both.
+func mapCQ(fds []int, depth int) (*shm.Mapping, shm.Ring, error) {
+	if len(fds) != 2 {
+		shm.CloseFDs(fds)
+		return nil, shm.Ring{}, fmt.Errorf("softnic: create CQ: %d descriptors: %w", len(fds), shm.ErrProtocol)
+	}
+	m, ring, err := mapRing(fds[:1], shm.CQESize, depth)
+	if err != nil {
+		shm.CloseFDs(fds[1:])
+	}
+	return m, ring, err
+}
+
+// drop has the daemon destroy (op) the object h it made for a call that
+// then failed here, which would otherwise stay until detach.
+func (a *attachment) drop(op string, h uint32) {
+	a.call(context.Background(), op, handleArgs{h}, nil, nil)
 }
 
 // destroyCQ has the daemon destroy c, then unmaps its ring; a waiter
@@ -314,7 +328,8 @@ func (c *attachedCQ) len() int {
 	if c.closed {
 		return 0
 	}
-	return int(c.ring.Producer().Load() - c.cons)
+	// An index beyond the ring is corrupt, which Poll reports.
+	return int(min(c.ring.Producer().Load()-c.cons, c.depth))
 }
 
 func (c *attachedCQ) close() {
@@ -341,7 +356,7 @@ type attachedSRQ struct {
 }
 
 func (a *attachment) createSRQ(pd *PD, depth, maxSGE int) (*SRQ, error) {
-	if depth <= 0 || depth > 1<<20 || maxSGE <= 0 || maxSGE > 255 {
+	if depth <= 0 || depth > qp.MaxSRQWR || maxSGE <= 0 || maxSGE > qp.MaxSGE {
 		return nil, fmt.Errorf("SRQ depth %d, max SGE %d: %w", depth, maxSGE, ErrInvalid)
 	}
 	var r srqResult
@@ -351,12 +366,13 @@ func (a *attachment) createSRQ(pd *PD, depth, maxSGE int) (*SRQ, error) {
 	}
 	m, ring, err := mapRing(fds, shm.RecvSlotSize(maxSGE), depth)
 	if err != nil {
+		a.drop(opDestroySRQ, r.H)
 		return nil, err
 	}
 	s := &attachedSRQ{h: r.H, depth: uint32(depth), maxSGE: maxSGE, m: m, ring: ring}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.ended {
+	if a.ended.Load() {
 		s.close()
 		return nil, ErrClosed
 	}
@@ -365,7 +381,7 @@ func (a *attachment) createSRQ(pd *PD, depth, maxSGE int) (*SRQ, error) {
 }
 
 // mapRing maps the ring of n slots of size bytes whose memfd is fds[0],
-// the only descriptor expected.
+// the only descriptor expected, and closes it: the mapping stays.
 func mapRing(fds []int, size, n int) (*shm.Mapping, shm.Ring, error) {
 	if len(fds) != 1 {
 		shm.CloseFDs(fds)
@@ -375,6 +391,7 @@ func mapRing(fds []int, size, n int) (*shm.Mapping, shm.Ring, error) {
 	if err != nil {
 		return nil, shm.Ring{}, err
 	}
+	m.CloseFD()
 	r, err := shm.NewRing(m.Bytes(), n, size)
 	if err != nil {
 		m.Close()
@@ -385,10 +402,10 @@ func mapRing(fds []int, size, n int) (*shm.Mapping, shm.Ring, error) {
 
 // postRecv posts a receive WR. It needs no doorbell: the daemon takes an
 // SRQ's WRs as packets arrive.
-func (s *attachedSRQ) postRecv(wr *qp.RecvWR) error {
+func (s *attachedSRQ) postRecv(a *attachment, wr *qp.RecvWR) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return postRecvLocked(&s.ring, &s.prod, s.depth, s.maxSGE, s.closed, wr)
+	return postRecvLocked(&s.ring, &s.prod, s.depth, s.maxSGE, s.closed || a.ended.Load(), wr)
 }
 
 // postRecvLocked writes a receive WR into the next slot of ring, whose
@@ -489,6 +506,10 @@ type attachedQP struct {
 	cfg   qpConfigArgs
 	state atomic.Uint32 // qp.State
 	rdAtm atomic.Uint32 // max_rd_atomic
+	mtu   atomic.Uint32 // the payload of one packet (qp.Attr.PayloadMTU)
+
+	infoMu sync.Mutex
+	last   queryQPResult // what the daemon told last; zero once the QP is closed
 
 	sqMu   sync.Mutex
 	sqMap  *shm.Mapping
@@ -510,7 +531,11 @@ func (a *attachment) createQP(pd *PD, cfg QPConfig) (*QP, error) {
 	if err != nil {
 		return nil, err
 	}
-	return a.newQP(pd, &r, fds)
+	q, err := a.newQP(pd, &r, fds)
+	if err != nil {
+		a.drop(opDestroyQP, r.H)
+	}
+	return q, err
 }
 
 // checkQPConfig checks that cfg names objects of this device.
@@ -549,10 +574,10 @@ func (a *attachment) newQP(pd *PD, r *qpResult, fds []int) (*QP, error) {
 			return nil, err
 		}
 	}
-	q.cache(&r.Attr)
+	q.cache(&queryQPResult{Attr: r.Attr, Status: qp.Status{State: r.Attr.State}})
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.ended {
+	if a.ended.Load() {
 		q.close()
 		return nil, ErrClosed
 	}
@@ -560,19 +585,58 @@ func (a *attachment) newQP(pd *PD, r *qpResult, fds []int) (*QP, error) {
 	return &QP{dev: a.d, pd: pd, num: r.QPN, att: q}, nil
 }
 
-// cache records what posting needs to know of the QP's attributes.
-func (q *attachedQP) cache(at *qp.Attr) {
-	q.state.Store(uint32(at.State))
-	q.rdAtm.Store(uint32(at.MaxRdAtomic))
+// cache records what the daemon told of the QP: posting checks its state
+// and attributes, and Attr and Status fall back on it once the daemon
+// cannot answer.
+func (q *attachedQP) cache(r *queryQPResult) {
+	q.infoMu.Lock()
+	defer q.infoMu.Unlock()
+	if q.closed.Load() {
+		return
+	}
+	q.state.Store(uint32(r.Attr.State))
+	q.rdAtm.Store(uint32(r.Attr.MaxRdAtomic))
+	q.mtu.Store(r.Attr.PayloadMTU(q.cfg.Type))
+	q.last = *r
 }
 
+// query asks the daemon for the QP's attributes and status. When it cannot
+// answer (the session ended), query returns, with the error, what the
+// daemon told last or, once the QP is closed, the zero attributes of a QP
+// in RESET, as an embedded QP has after Destroy. The queue counts come
+// from the rings: the daemon's QP does not count the WRs it has not taken
+// from them yet.
 func (q *attachedQP) query(a *attachment) (queryQPResult, error) {
 	var r queryQPResult
-	if _, err := a.call(context.Background(), opQueryQP, handleArgs{q.h}, nil, &r); err != nil {
-		return r, err
+	_, err := a.call(context.Background(), opQueryQP, handleArgs{q.h}, nil, &r)
+	if err == nil {
+		q.cache(&r)
+	} else {
+		q.infoMu.Lock()
+		r = q.last
+		q.infoMu.Unlock()
 	}
-	q.cache(&r.Attr)
-	return r, nil
+	q.countQueued(&r.Status)
+	return r, err
+}
+
+// countQueued sets the queue counts of st to the WRs posted and not
+// retired, which the rings' indexes tell: this process's producer index
+// minus the daemon's consumer index.
+func (q *attachedQP) countQueued(st *qp.Status) {
+	q.sqMu.Lock()
+	if !q.closed.Load() {
+		st.SendQueued = int(q.sqProd - q.sq.Consumer().Load())
+	}
+	q.sqMu.Unlock()
+	if q.rqMap == nil {
+		return // an SRQ's WRs are no QP's
+	}
+	q.rqMu.Lock()
+	if !q.closed.Load() {
+		st.RecvQueued = int(q.rqProd - q.rq.Consumer().Load())
+	}
+	q.rqMu.Unlock()
 }
 
 func (q *attachedQP) modify(a *attachment, attr *qp.Attr, mask qp.AttrMask) error {
@@ -580,64 +644,26 @@ func (q *attachedQP) modify(a *attachment, attr *qp.Attr, mask qp.AttrMask) erro
 	if _, err := a.call(context.Background(), opModifyQP, modifyQPArgs{H: q.h, Attr: *attr, Mask: mask}, nil, &r); err != nil {
 		return err
 	}
-	q.cache(&r.Attr)
+	q.cache(&r)
 	return nil
 }
 
-// checkSend refuses, as the embedded QP does, what the QP cannot carry
-// whatever its peer: a post in the wrong state, an opcode of another
-// transport, more SGEs or inline bytes than the QP takes, an atomic
-// without its one 8-byte SGE. What depends on the device's state (keys,
-// addresses) is checked by the daemon, which fails the QP.
+// checkSend refuses what the embedded QP refuses (qp.SendCaps.Check):
+// a post in the wrong state, or a WR the QP cannot carry whatever its
+// peer. What depends on the device's state (keys, addresses) is checked by
+// the daemon, which fails the QP.
 func (q *attachedQP) checkSend(wr *qp.SendWR) error {
-	switch st := qp.State(q.state.Load()); st {
-	case qp.RTS, qp.SQD, qp.SQE, qp.Err:
-	default:
-		return fmt.Errorf("QP %#x is %s; posting sends needs RTS: %w", q.num, st, ErrInvalid)
+	if st := qp.State(q.state.Load()); !st.TakesSends() {
+		return fmt.Errorf("the QP is %s; posting sends needs RTS: %w", st, ErrInvalid)
 	}
-	op := wr.Opcode
-	ok := false
-	switch q.cfg.Type {
-	case qp.RC:
-		ok = op >= qp.WRWrite && op <= qp.WRBindMW
-	case qp.UC:
-		ok = op == qp.WRWrite || op == qp.WRWriteImm || op == qp.WRSend || op == qp.WRSendImm || op == qp.WRLocalInv || op == qp.WRBindMW
-	case qp.UD:
-		ok = op == qp.WRSend || op == qp.WRSendImm
-	}
-	readOrAtomic := op == qp.WRRead || op == qp.WRCompareSwap || op == qp.WRFetchAdd || op == qp.WRAtomicWrite
-	atomic := op == qp.WRCompareSwap || op == qp.WRFetchAdd
-	n := uint64(0)
-	for i := range wr.SGL {
-		n += uint64(wr.SGL[i].Length)
-		if wr.SGL[i].Addr+uint64(wr.SGL[i].Length) < wr.SGL[i].Addr {
-			return fmt.Errorf("SGE %d wraps the address space: %w", i, ErrInvalid)
-		}
-	}
-	switch {
-	case !ok:
-		return fmt.Errorf("%s QP cannot post %s: %w", q.cfg.Type, op, ErrInvalid)
-	case op == qp.WRBindMW && wr.Bind == nil:
-		return fmt.Errorf("BIND_MW without a bind request: %w", ErrInvalid)
-	case len(wr.SGL) > q.cfg.MaxSendSGE:
-		return fmt.Errorf("%d SGEs, max_send_sge is %d: %w", len(wr.SGL), q.cfg.MaxSendSGE, ErrInvalid)
-	case wr.Flags&qp.Inline != 0 && (readOrAtomic || op == qp.WRLocalInv):
-		return fmt.Errorf("%s cannot be inline: %w", op, ErrInvalid)
-	case wr.Flags&qp.Inline != 0 && len(wr.Inline) > q.cfg.MaxInline:
-		return fmt.Errorf("%d bytes inline, max_inline_data is %d: %w", len(wr.Inline), q.cfg.MaxInline, ErrInvalid)
-	case wr.Flags&qp.Inline == 0 && n > qp.MaxMessageSize:
-		return fmt.Errorf("message of %d bytes exceeds %d: %w", n, qp.MaxMessageSize, ErrInvalid)
-	case atomic && (len(wr.SGL) != 1 || wr.SGL[0].Length != 8):
-		return fmt.Errorf("%s needs one 8-byte SGE for the original value: %w", op, ErrInvalid)
-	case readOrAtomic && q.rdAtm.Load() == 0:
-		return fmt.Errorf("%s with max_rd_atomic 0: %w", op, ErrInvalid)
-	}
-	return nil
+	caps := qp.SendCaps{Type: q.cfg.Type, MaxSGE: q.cfg.MaxSendSGE, MaxInline: q.cfg.MaxInline,
+		MTU: q.mtu.Load(), MaxRdAtomic: uint8(q.rdAtm.Load())}
+	return caps.Check(wr)
 }
 
 // postSendLocked writes wr into the next slot of the send ring.
-func (q *attachedQP) postSendLocked(wr *qp.SendWR) error {
-	if q.closed.Load() {
+func (q *attachedQP) postSendLocked(a *attachment, wr *qp.SendWR) error {
+	if q.closed.Load() || a.ended.Load() {
 		return ErrClosed
 	}
 	if err := q.checkSend(wr); err != nil {
@@ -655,7 +681,7 @@ func (q *attachedQP) postSendLocked(wr *qp.SendWR) error {
 
 func (q *attachedQP) postSend(a *attachment, wr *qp.SendWR, ring bool) error {
 	q.sqMu.Lock()
-	err := q.postSendLocked(wr)
+	err := q.postSendLocked(a, wr)
 	bell := false
 	if err == nil {
 		q.sq.Producer().Store(q.sqProd)
@@ -674,7 +700,7 @@ func (q *attachedQP) postSends(a *attachment, wrs []qp.SendWR) (int, error) {
 	n := 0
 	var err error
 	for i := range wrs {
-		if err = q.postSendLocked(&wrs[i]); err != nil {
+		if err = q.postSendLocked(a, &wrs[i]); err != nil {
 			break
 		}
 		a.bindPosted(&wrs[i])
@@ -696,7 +722,7 @@ func (q *attachedQP) postSends(a *attachment, wrs []qp.SendWR) (int, error) {
 // for it: a QP with requests outstanding takes new ones without.
 func (q *attachedQP) ringDoorbell(a *attachment) error {
 	q.sqMu.Lock()
-	closed := q.closed.Load()
+	closed := q.closed.Load() || a.ended.Load()
 	bell := !closed && q.sq.Doorbell().Load() != 0
 	q.sqMu.Unlock()
 	if closed {
@@ -716,7 +742,7 @@ func (q *attachedQP) postRecv(a *attachment, wr *qp.RecvWR) error {
 		return fmt.Errorf("QP %#x is RESET; posting receives needs INIT or later: %w", q.num, ErrInvalid)
 	}
 	q.rqMu.Lock()
-	err := postRecvLocked(&q.rq, &q.rqProd, q.rq.Len(), q.cfg.MaxRecvSGE, q.closed.Load(), wr)
+	err := postRecvLocked(&q.rq, &q.rqProd, q.rq.Len(), q.cfg.MaxRecvSGE, q.closed.Load() || a.ended.Load(), wr)
 	bell := err == nil && q.rq.Doorbell().Load() != 0
 	q.rqMu.Unlock()
 	if err != nil {
@@ -759,4 +785,7 @@ func (q *attachedQP) close() {
 	if q.rqMap != nil {
 		q.rqMap.Close()
 	}
+	q.infoMu.Lock()
+	q.last = queryQPResult{}
+	q.infoMu.Unlock()
 }

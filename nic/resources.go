@@ -340,7 +340,7 @@ func (pd *PD) CreateSRQ(depth, maxSGE int) (*SRQ, error) {
 // PostRecv adds a receive WR (ibv_post_srq_recv).
 func (s *SRQ) PostRecv(wr *qp.RecvWR) error {
 	if s.att != nil {
-		return s.att.postRecv(wr)
+		return s.att.postRecv(s.pd.dev.att, wr)
 	}
 	if s.users.gone() {
 		return fmt.Errorf("posting to a destroyed SRQ: %w", ErrClosed)
@@ -529,7 +529,7 @@ func (q *QP) Type() qp.Type {
 // Attr returns the QP's attributes (ibv_query_qp).
 func (q *QP) Attr() qp.Attr {
 	if q.att != nil {
-		a, _ := q.att.query(q.dev.att)
+		a, _ := q.att.query(q.dev.att) // on error, what the daemon told last
 		return a.Attr
 	}
 	q.mu.Lock()
@@ -540,7 +540,7 @@ func (q *QP) Attr() qp.Attr {
 // Status returns a snapshot of the QP's sequence state.
 func (q *QP) Status() qp.Status {
 	if q.att != nil {
-		a, _ := q.att.query(q.dev.att)
+		a, _ := q.att.query(q.dev.att) // on error, what the daemon told last
 		return a.Status
 	}
 	q.mu.Lock()

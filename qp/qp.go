@@ -255,7 +255,6 @@ func (q *QP) applyAttr(a *Attr, m AttrMask) {
 	}
 	if m&AttrPathMTU != 0 {
 		q.attr.PathMTU = a.PathMTU
-		q.mtu = uint32(a.PathMTU)
 	}
 	if m&AttrTimeout != 0 {
 		q.attr.Timeout = a.Timeout
@@ -286,10 +285,17 @@ func (q *QP) applyAttr(a *Attr, m AttrMask) {
 	if m&AttrDestQPN != 0 {
 		q.attr.DestQPN = a.DestQPN
 	}
-	if q.mtu == 0 && q.cfg.Type == UD {
-		// A UD QP never negotiates a path MTU; use the largest.
-		q.mtu = 4096
+	q.mtu = q.attr.PayloadMTU(q.cfg.Type)
+}
+
+// PayloadMTU returns the payload one packet of a QP of type t carries with
+// attributes a: the path MTU or, for a UD QP that has none (it never
+// negotiates one), the largest.
+func (a *Attr) PayloadMTU(t Type) uint32 {
+	if a.PathMTU == 0 && t == UD {
+		return 4096
 	}
+	return uint32(a.PathMTU)
 }
 
 func validateAttr(a *Attr, m AttrMask) error {
@@ -330,12 +336,10 @@ func validMTU(n int) bool {
 // cannot carry; in the ERR state the WR is accepted and completes at once
 // with WR_FLUSH_ERR.
 func (q *QP) PostSend(wr *SendWR) error {
-	switch q.attr.State {
-	case RTS, SQD, SQE, Err:
-	default:
+	if !q.attr.State.TakesSends() {
 		return fmt.Errorf("QP %#x is %s; posting sends needs RTS: %w", q.num, q.attr.State, ErrInvalid)
 	}
-	if err := q.checkSendWR(wr); err != nil {
+	if err := q.sendCaps().Check(wr); err != nil {
 		return fmt.Errorf("QP %#x: %w", q.num, err)
 	}
 	w, err := q.sq.post(wr)
@@ -349,10 +353,35 @@ func (q *QP) PostSend(wr *SendWR) error {
 	return nil
 }
 
-func (q *QP) checkSendWR(wr *SendWR) error {
+// TakesSends reports whether a QP in state s takes send WRs: in RTS, and
+// in SQD, SQE and ERR, where they wait or are flushed.
+func (s State) TakesSends() bool { return s == RTS || s == SQD || s == SQE || s == Err }
+
+// sendCaps returns what the QP's send queue takes now.
+func (q *QP) sendCaps() SendCaps {
+	return SendCaps{Type: q.cfg.Type, MaxSGE: q.cfg.MaxSendSGE, MaxInline: q.cfg.MaxInline, MTU: q.mtu, MaxRdAtomic: q.attr.MaxRdAtomic}
+}
+
+// SendCaps is what a QP's send queue takes, whatever its peer: Check
+// refuses a send WR beyond it. An attached process checks its posts with
+// the same function, so that both refuse the same WRs.
+type SendCaps struct {
+	Type        Type
+	MaxSGE      int    // max_send_sge
+	MaxInline   int    // max_inline_data
+	MTU         uint32 // the payload of one packet: a UD message fits in one
+	MaxRdAtomic uint8  // max_rd_atomic: 0 refuses READ and atomics
+}
+
+// Check returns ErrInvalid for a send WR a QP with capabilities c cannot
+// carry: an opcode of another transport, more SGEs or inline bytes than
+// it takes, a message too long (for UD, longer than the MTU), an atomic
+// without its one 8-byte SGE, a READ or atomic with max_rd_atomic 0, a
+// BIND_MW without its request, a UD send without its destination.
+func (c SendCaps) Check(wr *SendWR) error {
 	op := wr.Opcode
 	ok := false
-	switch q.cfg.Type {
+	switch c.Type {
 	case RC:
 		ok = op >= WRWrite && op <= WRBindMW
 	case UC:
@@ -361,18 +390,18 @@ func (q *QP) checkSendWR(wr *SendWR) error {
 		ok = op == WRSend || op == WRSendImm
 	}
 	if !ok {
-		return fmt.Errorf("%s QP cannot post %s: %w", q.cfg.Type, op, ErrInvalid)
+		return fmt.Errorf("%s QP cannot post %s: %w", c.Type, op, ErrInvalid)
 	}
-	if len(wr.SGL) > q.cfg.MaxSendSGE {
-		return fmt.Errorf("%d SGEs, max_send_sge is %d: %w", len(wr.SGL), q.cfg.MaxSendSGE, ErrInvalid)
+	if len(wr.SGL) > c.MaxSGE {
+		return fmt.Errorf("%d SGEs, max_send_sge is %d: %w", len(wr.SGL), c.MaxSGE, ErrInvalid)
 	}
 	n := uint64(0)
 	if wr.Flags&Inline != 0 {
 		if op.isReadOrAtomic() || op.isLocal() {
 			return fmt.Errorf("%s cannot be inline: %w", op, ErrInvalid)
 		}
-		if len(wr.Inline) > q.cfg.MaxInline {
-			return fmt.Errorf("%d bytes inline, max_inline_data is %d: %w", len(wr.Inline), q.cfg.MaxInline, ErrInvalid)
+		if len(wr.Inline) > c.MaxInline {
+			return fmt.Errorf("%d bytes inline, max_inline_data is %d: %w", len(wr.Inline), c.MaxInline, ErrInvalid)
 		}
 		n = uint64(len(wr.Inline))
 	} else {
@@ -386,15 +415,15 @@ func (q *QP) checkSendWR(wr *SendWR) error {
 	switch {
 	case n > MaxMessageSize:
 		return fmt.Errorf("message of %d bytes exceeds %d: %w", n, MaxMessageSize, ErrInvalid)
-	case q.cfg.Type == UD && n > uint64(q.mtu):
-		return fmt.Errorf("UD message of %d bytes exceeds the MTU %d: %w", n, q.mtu, ErrInvalid)
+	case c.Type == UD && n > uint64(c.MTU):
+		return fmt.Errorf("UD message of %d bytes exceeds the MTU %d: %w", n, c.MTU, ErrInvalid)
 	case op.isAtomic() && (len(wr.SGL) != 1 || wr.SGL[0].Length != 8):
 		return fmt.Errorf("%s needs one 8-byte SGE for the original value: %w", op, ErrInvalid)
-	case op.isReadOrAtomic() && q.attr.MaxRdAtomic == 0:
+	case op.isReadOrAtomic() && c.MaxRdAtomic == 0:
 		return fmt.Errorf("%s with max_rd_atomic 0: %w", op, ErrInvalid)
 	case op == WRBindMW && wr.Bind == nil:
 		return fmt.Errorf("BIND_MW without a bind request: %w", ErrInvalid)
-	case q.cfg.Type == UD && (!wr.Dest.IsValid() || wr.DestQPN == 0 || wr.DestQPN > 0xFFFFFF):
+	case c.Type == UD && (!wr.Dest.IsValid() || wr.DestQPN == 0 || wr.DestQPN > 0xFFFFFF):
 		return fmt.Errorf("UD send needs a destination address and QPN: %w", ErrInvalid)
 	}
 	return nil

@@ -1,0 +1,465 @@
+package nic_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/shm"
+	"github.com/softnic/softnic/qp"
+)
+
+// The same verbs behave the same on an embedded device and on one attached
+// to a daemon. Each test here runs its check against both, or checks an
+// attached device against what the embedded one does.
+
+// endModes open an end, with a device of its own, embedded or attached.
+var endModes = []struct {
+	name string
+	open func(t *testing.T) *end
+}{
+	{"embedded", func(t *testing.T) *end { return openEnd(t, nic.Config{}) }},
+	{"attached", func(t *testing.T) *end { return attachedEnd(t, startDaemon(t, nic.Config{})) }},
+}
+
+// unknownQPN is a QP number no test device hands out: requests to it are
+// dropped unanswered.
+const unknownQPN = 0xFFFFF0
+
+// TestPostAfterSessionEnds: once the device is closed, or the daemon of an
+// attached device is gone, posting fails with ErrClosed rather than
+// queueing WRs nobody will carry out. Attr and Status then tell the QP's
+// last known state: RESET once the device is closed (its QPs destroyed),
+// what the daemon told last once it is gone.
+func TestPostAfterSessionEnds(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		attached  bool
+		end       func(t *testing.T, d *daemon, a *end)
+		wantState qp.State
+	}{
+		{"embedded device closed", false, func(t *testing.T, d *daemon, a *end) { a.dev.Close() }, qp.Reset},
+		{"attached device closed", true, func(t *testing.T, d *daemon, a *end) { a.dev.Close() }, qp.Reset},
+		{"daemon gone", true, func(t *testing.T, d *daemon, a *end) {
+			d.srv.Close()
+			// Wait returns ErrClosed once the device has seen the session end.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			var wc [1]qp.WC
+			if _, err := a.cq.Wait(ctx, wc[:]); !errors.Is(err, nic.ErrClosed) {
+				t.Fatalf("Wait after the daemon went away: %v, want ErrClosed", err)
+			}
+		}, qp.RTS},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var d *daemon
+			var a *end
+			if tc.attached {
+				d = startDaemon(t, nic.Config{})
+				a = attachedEnd(t, d)
+			} else {
+				a = openEnd(t, nic.Config{})
+			}
+			b := openEnd(t, nic.Config{})
+			if err := a.qp.Connect(b.dev.Addr(), unknownQPN, nic.ConnectOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			tc.end(t, d, a)
+			send := qp.SendWR{Opcode: qp.WRWrite, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+			recv := qp.RecvWR{SGL: []qp.SGE{a.mr.SGE(8, 8)}}
+			for _, post := range []struct {
+				name string
+				do   func() error
+			}{
+				{"PostSend", func() error { return a.qp.PostSend(&send) }},
+				{"PostSendDeferred", func() error { return a.qp.PostSendDeferred(&send) }},
+				{"PostSends", func() error { _, err := a.qp.PostSends([]qp.SendWR{send}); return err }},
+				{"RingDoorbell", a.qp.RingDoorbell},
+				{"PostRecv", func() error { return a.qp.PostRecv(&recv) }},
+			} {
+				if err := post.do(); !errors.Is(err, nic.ErrClosed) {
+					t.Errorf("%s: %v, want ErrClosed", post.name, err)
+				}
+			}
+			if st := a.qp.Attr().State; st != tc.wantState {
+				t.Errorf("Attr().State %s, want %s", st, tc.wantState)
+			}
+			if st := a.qp.Status().State; st != tc.wantState {
+				t.Errorf("Status().State %s, want %s", st, tc.wantState)
+			}
+		})
+	}
+}
+
+// TestSRQPostAfterDaemonGone: an attached SRQ refuses WRs with ErrClosed
+// once its daemon is gone.
+func TestSRQPostAfterDaemonGone(t *testing.T) {
+	d := startDaemon(t, nic.Config{})
+	a := attachedEnd(t, d)
+	srq, err := a.pd.CreateSRQ(8, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.srv.Close()
+	expectClosed(t, waitInBackground(a.cq), "the daemon went away")
+	if err := srq.PostRecv(&qp.RecvWR{SGL: []qp.SGE{a.mr.SGE(0, 8)}}); !errors.Is(err, nic.ErrClosed) {
+		t.Errorf("SRQ.PostRecv: %v, want ErrClosed", err)
+	}
+}
+
+// TestUDSendChecks: a UD send the QP cannot carry is refused with
+// ErrInvalid when posted, and the QP stays in RTS.
+func TestUDSendChecks(t *testing.T) {
+	for _, m := range endModes {
+		t.Run(m.name, func(t *testing.T) {
+			a := m.open(t)
+			q, err := a.pd.CreateQP(nic.QPConfig{Type: qp.UD, SendCQ: a.cq})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := q.Connect(netip.AddrPort{}, 0, nic.ConnectOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			mtu := q.Attr().PathMTU
+			dest := a.dev.Addr()
+			for _, tc := range []struct {
+				name string
+				wr   qp.SendWR
+			}{
+				{"longer than the MTU", qp.SendWR{Opcode: qp.WRSend, SGL: []qp.SGE{a.mr.SGE(0, mtu+1)}, Dest: dest, DestQPN: unknownQPN}},
+				{"no destination address", qp.SendWR{Opcode: qp.WRSend, SGL: []qp.SGE{a.mr.SGE(0, 8)}, DestQPN: unknownQPN}},
+				{"no destination QPN", qp.SendWR{Opcode: qp.WRSend, SGL: []qp.SGE{a.mr.SGE(0, 8)}, Dest: dest}},
+				{"QPN beyond 24 bits", qp.SendWR{Opcode: qp.WRSend, SGL: []qp.SGE{a.mr.SGE(0, 8)}, Dest: dest, DestQPN: 1 << 24}},
+			} {
+				if err := q.PostSend(&tc.wr); !errors.Is(err, nic.ErrInvalid) {
+					t.Errorf("%s: %v, want ErrInvalid", tc.name, err)
+				}
+			}
+			ok := qp.SendWR{Opcode: qp.WRSend, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(0, mtu)}, Dest: dest, DestQPN: unknownQPN}
+			if err := q.PostSend(&ok); err != nil {
+				t.Fatalf("a send of the MTU: %v", err)
+			}
+			if wc := wait(t, a.cq); wc.Status != qp.Success {
+				t.Errorf("a send of the MTU: %v", &wc)
+			}
+			if st := q.Status().State; st != qp.RTS {
+				t.Errorf("QP %s after the refused sends, want RTS", st)
+			}
+		})
+	}
+}
+
+// TestStatusCountsQueuedWRs: Status counts the WRs posted and not
+// completed, including those an attached device's daemon has not taken
+// from the rings yet.
+func TestStatusCountsQueuedWRs(t *testing.T) {
+	for _, m := range endModes {
+		t.Run(m.name, func(t *testing.T) {
+			a := m.open(t)
+			b := openEnd(t, nic.Config{})
+			// A peer that never answers: the send stays outstanding.
+			if err := a.qp.Connect(b.dev.Addr(), unknownQPN, nic.ConnectOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 3 {
+				if err := a.qp.PostRecv(&qp.RecvWR{ID: uint64(i), SGL: []qp.SGE{a.mr.SGE(8*i, 8)}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			wr := qp.SendWR{Opcode: qp.WRWrite, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+			if err := a.qp.PostSendDeferred(&wr); err != nil {
+				t.Fatal(err)
+			}
+			if st := a.qp.Status(); st.SendQueued != 1 || st.RecvQueued != 3 {
+				t.Errorf("%d sends and %d receives queued, want 1 and 3", st.SendQueued, st.RecvQueued)
+			}
+		})
+	}
+}
+
+// TestQPRingsHoldNoDescriptors: a QP costs the process no file descriptor,
+// attached (its rings stay mapped without their memfds) as embedded.
+func TestQPRingsHoldNoDescriptors(t *testing.T) {
+	const n = 16
+	for _, m := range endModes {
+		t.Run(m.name, func(t *testing.T) {
+			a := m.open(t)
+			before := openDescriptors(t)
+			for range n {
+				if _, err := a.pd.CreateQP(nic.QPConfig{SendCQ: a.cq}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if more := openDescriptors(t) - before; more >= n {
+				t.Errorf("%d QPs hold %d more descriptors", n, more)
+			}
+		})
+	}
+}
+
+// TestRegMRAfterClose: registering memory on a closed attached device
+// fails with ErrClosed, not as memory the daemon cannot reach.
+func TestRegMRAfterClose(t *testing.T) {
+	a := attachedEnd(t, startDaemon(t, nic.Config{}))
+	buf := make([]byte, 64)
+	a.dev.Close()
+	if _, err := a.pd.RegMR(buf, 0); !errors.Is(err, nic.ErrClosed) {
+		t.Errorf("RegMR after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestAttachCreateFailureDestroys: a CQ, SRQ or QP the daemon made, whose
+// rings the process then cannot map, is destroyed at once, not left to
+// count against the process's limits until it detaches.
+func TestAttachCreateFailureDestroys(t *testing.T) {
+	dropLast := func(fds []int) []int {
+		shm.CloseFDs(fds[len(fds)-1:])
+		return fds[:len(fds)-1]
+	}
+	notShared := func(fds []int) []int {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			panic(err)
+		}
+		defer f.Close()
+		fd, err := syscall.Dup(int(f.Fd()))
+		if err != nil {
+			panic(err)
+		}
+		shm.CloseFDs(fds[:1])
+		fds[0] = fd
+		return fds
+	}
+	for _, tc := range []struct {
+		name   string
+		op     string
+		edit   func([]int) []int
+		limit  int // objects: the PD, a CQ for a QP, and the one created
+		create func(dev *nic.Device, pd *nic.PD, cq *nic.CQ) error
+	}{
+		{"CQ missing a descriptor", "create_cq", dropLast, 2, func(dev *nic.Device, _ *nic.PD, _ *nic.CQ) error {
+			_, err := dev.CreateCQ(16)
+			return err
+		}},
+		{"CQ ring not shared memory", "create_cq", notShared, 2, func(dev *nic.Device, _ *nic.PD, _ *nic.CQ) error {
+			_, err := dev.CreateCQ(16)
+			return err
+		}},
+		{"SRQ missing a descriptor", "create_srq", dropLast, 2, func(_ *nic.Device, pd *nic.PD, _ *nic.CQ) error {
+			_, err := pd.CreateSRQ(16, 1)
+			return err
+		}},
+		{"SRQ ring not shared memory", "create_srq", notShared, 2, func(_ *nic.Device, pd *nic.PD, _ *nic.CQ) error {
+			_, err := pd.CreateSRQ(16, 1)
+			return err
+		}},
+		{"QP missing a descriptor", "create_qp", dropLast, 3, func(_ *nic.Device, pd *nic.PD, cq *nic.CQ) error {
+			_, err := pd.CreateQP(nic.QPConfig{SendCQ: cq})
+			return err
+		}},
+		{"QP ring not shared memory", "create_qp", notShared, 3, func(_ *nic.Device, pd *nic.PD, cq *nic.CQ) error {
+			_, err := pd.CreateQP(nic.QPConfig{SendCQ: cq})
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := serveDevice(t, nic.AttachServerConfig{MaxObjects: tc.limit})
+			var once atomic.Bool
+			path = startProxy(t, path, func(op string, fds []int) []int {
+				if op == tc.op && once.CompareAndSwap(false, true) {
+					return tc.edit(fds)
+				}
+				return fds
+			})
+			dev, err := nic.Open(nic.Config{Attach: path})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dev.Close()
+			pd, err := dev.AllocPD()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var cq *nic.CQ
+			if tc.op == "create_qp" {
+				if cq, err = dev.CreateCQ(16); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := tc.create(dev, pd, cq); !errors.Is(err, shm.ErrProtocol) && !errors.Is(err, shm.ErrNotShared) {
+				t.Fatalf("creating with the answer spoilt: %v, want ErrProtocol or ErrNotShared", err)
+			}
+			if err := tc.create(dev, pd, cq); err != nil {
+				t.Errorf("creating again, within the daemon's limit of %d objects: %v", tc.limit, err)
+			}
+		})
+	}
+}
+
+// TestAttachExtraDescriptorClosed: a descriptor the daemon sends with an
+// answer that carries none is closed, not leaked.
+func TestAttachExtraDescriptorClosed(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	path := startProxy(t, serveDevice(t, nic.AttachServerConfig{}), func(op string, fds []int) []int {
+		if op != "alloc_pd" || w == nil {
+			return fds
+		}
+		fd, err := syscall.Dup(int(w.Fd()))
+		if err != nil {
+			panic(err)
+		}
+		w.Close()
+		w = nil
+		return append(fds, fd)
+	})
+	dev, err := nic.Open(nic.Config{Attach: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	if _, err := dev.AllocPD(); err != nil {
+		t.Fatal(err)
+	}
+	// The pipe reads end of file once every copy of its write end is closed.
+	r.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := r.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("reading the pipe whose write end came with the answer: %v, want EOF (the process keeps it open)", err)
+	}
+}
+
+// serveDevice serves a device of its own to attached processes with cfg,
+// as startDaemon does with the defaults, and returns its socket's path.
+func serveDevice(t *testing.T, cfg nic.AttachServerConfig) string {
+	t.Helper()
+	dev := openDevice(t, nic.Config{Embed: true})
+	srv := nic.NewAttachServer(dev, cfg)
+	path := filepath.Join(t.TempDir(), "softnic.sock")
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		srv.Serve(l)
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		<-served
+		srv.Close()
+	})
+	return path
+}
+
+// startProxy relays the attach protocol between processes and the daemon
+// at daemon, and returns the path of its socket. It lets a test tamper
+// with the daemon's answers: edit gets the op of each request answered and
+// the answer's descriptors, and returns those to pass on (closing those it
+// drops).
+func startProxy(t *testing.T, daemon string, edit func(op string, fds []int) []int) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "proxy.sock")
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		l.Close()
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.AcceptUnix()
+			if err != nil {
+				return
+			}
+			dc, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: daemon, Net: "unix"})
+			if err != nil {
+				c.Close()
+				continue
+			}
+			proc, dmn := shm.NewConn(c, 64<<10), shm.NewConn(dc, 64<<10)
+			var mu sync.Mutex
+			ops := make(map[uint64]string)
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				defer dmn.Close()
+				relay(proc, dmn, func(id uint64, op string, fds []int) []int {
+					mu.Lock()
+					ops[id] = op
+					mu.Unlock()
+					return fds
+				})
+			}()
+			go func() {
+				defer wg.Done()
+				defer proc.Close()
+				relay(dmn, proc, func(id uint64, _ string, fds []int) []int {
+					if id == 0 {
+						return fds // the answer to the attach line, or an event
+					}
+					mu.Lock()
+					op := ops[id]
+					delete(ops, id)
+					mu.Unlock()
+					return edit(op, fds)
+				})
+			}()
+		}
+	}()
+	return path
+}
+
+// relay passes messages and their descriptors from one connection to the
+// other until either fails, the descriptors as change returns them.
+func relay(from, to *shm.Conn, change func(id uint64, op string, fds []int) []int) {
+	defer from.DropFDs()
+	for {
+		line, err := from.ReadLine()
+		if err != nil {
+			return
+		}
+		var m struct {
+			ID  uint64 `json:"id"`
+			Op  string `json:"op"`
+			FDs int    `json:"fds"`
+		}
+		json.Unmarshal(line, &m)
+		fds, err := from.TakeFDs(m.FDs)
+		if err != nil {
+			return
+		}
+		out := change(m.ID, m.Op, fds)
+		if len(out) != len(fds) {
+			var fields map[string]json.RawMessage
+			json.Unmarshal(line, &fields)
+			fields["fds"], _ = json.Marshal(len(out))
+			line, _ = json.Marshal(fields)
+		}
+		fds = out
+		err = to.Send(line, fds)
+		shm.CloseFDs(fds)
+		if err != nil {
+			return
+		}
+	}
+}
