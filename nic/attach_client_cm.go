@@ -23,20 +23,55 @@ func (a *attachment) listen(port uint16, opts *ListenOptions) (*Listener, error)
 	return &Listener{dev: a.d, l: &cmListener{port: r.Port, closed: make(chan struct{})}, pd: opts.PD, qp: opts.QP, ah: r.H}, nil
 }
 
+// acceptRequest asks the daemon for l's next request. A closed listener
+// fails with ErrClosed, as an embedded one does, without asking: the
+// daemon has forgotten its handle. A call that Close overtakes fails at
+// the daemon with ErrClosed or, if the handle went first, ErrInvalid;
+// either is ErrClosed here.
 func (a *attachment) acceptRequest(ctx context.Context, l *Listener) (*Request, error) {
+	closed := func() error { return fmt.Errorf("softnic: listener on port %d: %w", l.l.port, ErrClosed) }
+	if listenerClosed(l) {
+		return nil, closed()
+	}
 	var r requestResult
 	if _, err := a.call(ctx, opAcceptRequest, handleArgs{l.ah}, nil, &r); err != nil {
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			return nil, ctx.Err()
+		case listenerClosed(l):
+			return nil, closed()
 		}
 		return nil, err
 	}
 	return &Request{l: l, id: &cmID{peer: r.Remote}, private: r.Private, ah: r.H}, nil
 }
 
+// closeListener closes l at the daemon, once: closing it again returns nil
+// as an embedded listener's Close does. So does closing it after the
+// session ended, which closed it at the daemon.
 func (a *attachment) closeListener(l *Listener) error {
+	a.mu.Lock()
+	if listenerClosed(l) {
+		a.mu.Unlock()
+		return nil
+	}
+	close(l.l.closed)
+	a.mu.Unlock()
 	_, err := a.call(context.Background(), opCloseListener, handleArgs{l.ah}, nil, nil)
+	if err != nil && a.ended.Load() {
+		return nil
+	}
 	return err
+}
+
+// listenerClosed reports whether Close was called on l.
+func listenerClosed(l *Listener) bool {
+	select {
+	case <-l.l.closed:
+		return true
+	default:
+		return false
+	}
 }
 
 func (a *attachment) accept(r *Request, opts AcceptOptions) (*Conn, error) {
@@ -85,7 +120,7 @@ func (a *attachment) newConn(pd *PD, r *connResult, fds []int) (*Conn, error) {
 		delete(a.unknownEnds, r.H)
 		a.endConnLocked(c, why)
 	}
-	if a.ended {
+	if a.ended.Load() {
 		a.endConnLocked(c, ErrClosed)
 	}
 	a.conns[r.H] = c

@@ -226,9 +226,23 @@ func (s *session) destroyQP(_ context.Context, raw json.RawMessage, _ []int) (an
 		return nil, nil, err
 	}
 	s.remove(hnd)
+	h.takePosted()
 	h.q.Destroy()
 	h.close()
 	return nil, nil, nil
+}
+
+// takePosted takes the work requests still in the QP's rings into the QP,
+// so that they complete with WR_FLUSH_ERR when it is destroyed, as an
+// embedded QP's do: a receive waits in its ring until a packet comes (or
+// the doorbell goroutine passes), and a send until the doorbell is served.
+func (h *hostedQP) takePosted() {
+	h.q.mu.Lock()
+	defer h.q.mu.Unlock()
+	if !h.q.destroyed {
+		h.pullRecvLocked()
+		h.pullSendLocked()
+	}
 }
 
 // allocMW allocates a memory window in a PD of the process.
@@ -496,6 +510,7 @@ func (s *session) disconnect(ctx context.Context, raw json.RawMessage, _ []int) 
 	}
 	s.remove(hnd)
 	s.forget(c.qp)
+	c.qp.takePosted()
 	close(c.stop)
 	<-c.watched
 	done := make(chan struct{})

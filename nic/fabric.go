@@ -254,6 +254,10 @@ type Endpoint struct {
 	rwr    qp.RecvWR
 	rsge   [1]qp.SGE
 	wcs    [16]qp.WC
+	// closed: Close destroyed the QP and the CQ; flushed holds the
+	// completions it reaped that Poll has not returned yet.
+	closed  bool
+	flushed []Completion
 }
 
 // txEntry is an RMA work request in flight.
@@ -287,6 +291,7 @@ func (pd *PD) NewEndpoint(cfg EndpointConfig) (*Endpoint, error) {
 		MaxSendSGE: cfg.IOVLimit, MaxRecvSGE: 1, MaxInline: cfg.InjectSize,
 	})
 	if err != nil {
+		cq.Destroy()
 		return nil, fmt.Errorf("endpoint: %w", err)
 	}
 	return &Endpoint{
@@ -306,9 +311,43 @@ func (ep *Endpoint) QP() *QP { return ep.qp }
 // Config returns the endpoint's configuration with the defaults filled in.
 func (ep *Endpoint) Config() EndpointConfig { return ep.cfg }
 
-// Close destroys the QP (kfi_close): operations in flight complete with
-// WR_FLUSH_ERR and can still be polled.
-func (ep *Endpoint) Close() error { return ep.qp.Destroy() }
+// Close destroys the QP and its CQ (kfi_close): operations in flight
+// complete with WR_FLUSH_ERR, and Poll and Wait return those completions,
+// then ErrClosed. Destroying the QP flushes it at once, so Close reaps
+// every completion there is and keeps them until polled; the CQ goes now
+// rather than when the application has polled them, or never: an attached
+// endpoint's CQ holds a ring and descriptors of the daemon. An error of
+// the CQ while reaping (overflow, a corrupt ring) is Close's.
+func (ep *Endpoint) Close() error {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if ep.closed {
+		return nil
+	}
+	if err := ep.qp.Destroy(); err != nil {
+		return err
+	}
+	ep.closed = true
+	var err error
+	for {
+		var k int
+		k, err = ep.cq.Poll(ep.wcs[:])
+		for i := range k {
+			var c Completion
+			if ep.completeLocked(&ep.wcs[i], &c) {
+				ep.flushed = append(ep.flushed, c)
+			}
+		}
+		if err != nil || k < len(ep.wcs) {
+			break
+		}
+	}
+	if err != nil {
+		ep.cq.Destroy()
+		return fmt.Errorf("endpoint CQ: %w", err)
+	}
+	return ep.cq.Destroy()
+}
 
 // rmaCall is one fabric-style RMA call.
 type rmaCall struct {
@@ -688,10 +727,14 @@ func (ep *Endpoint) Recv(buf []byte, desc *MR, context any) error {
 
 // Poll moves up to len(out) completions into out without blocking
 // (kfi_cq_read) and returns how many. Reaping completions is also what
-// frees room for new operations.
+// frees room for new operations. After Close it returns the flushed
+// completions, then ErrClosed.
 func (ep *Endpoint) Poll(out []Completion) (int, error) {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
+	if ep.closed {
+		return ep.pollFlushedLocked(out)
+	}
 	n := 0
 	for n < len(out) {
 		wcs := ep.wcs[:min(len(ep.wcs), len(out)-n)]
@@ -711,14 +754,40 @@ func (ep *Endpoint) Poll(out []Completion) (int, error) {
 	return n, nil
 }
 
+// pollFlushedLocked moves completions that Close reaped into out.
+func (ep *Endpoint) pollFlushedLocked(out []Completion) (int, error) {
+	if len(ep.flushed) == 0 {
+		if len(out) == 0 {
+			return 0, nil
+		}
+		return 0, fmt.Errorf("endpoint: %w", ErrClosed)
+	}
+	n := copy(out, ep.flushed)
+	clear(ep.flushed[:n])
+	ep.flushed = ep.flushed[n:]
+	return n, nil
+}
+
 // Wait blocks until at least one completion is available, then polls up to
 // len(out) of them (kfi_cq_sread). It returns early with ctx's error, or
-// ErrClosed when the device closes; with an empty out it returns at once.
+// ErrClosed when the device closes, or when the endpoint is closed and its
+// flushed completions are all returned; with an empty out it returns at
+// once.
 func (ep *Endpoint) Wait(ctx context.Context, out []Completion) (int, error) {
 	if len(out) == 0 {
 		return 0, nil
 	}
-	return ep.cq.wait(ctx, func() (int, error) { return ep.Poll(out) })
+	n, err := ep.cq.wait(ctx, func() (int, error) { return ep.Poll(out) })
+	if errors.Is(err, ErrClosed) {
+		// Close may have destroyed the CQ under the wait, after reaping
+		// what this wait is for.
+		ep.mu.Lock()
+		defer ep.mu.Unlock()
+		if ep.closed {
+			return ep.pollFlushedLocked(out)
+		}
+	}
+	return n, err
 }
 
 // completeLocked turns a work completion into out and reports whether the

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net"
+	"slices"
 
 	"go.uber.org/zap"
 
@@ -54,16 +55,41 @@ func (d *daemon) attachedQPRows() []qpRow {
 }
 
 // attachedCounters counts the attached processes, and for each its
-// resources and its use of the shared queues, as pid<PID>_<name>.
+// resources and its use of the shared queues, as pid<PID>_<name>. A
+// process attached more than once (two libraries opening the device, say)
+// counts once, with the sums of its sessions: the other listings name an
+// owner by PID alone, and a session number would name nothing a user can
+// see, nor stay put when an earlier session detaches. A detached session's
+// counts leave the sums, as a detached process's leave the listing.
 func (d *daemon) attachedCounters() counterList {
-	ps := d.attach.Processes()
-	l := counterList{{"attached_processes", uint64(len(ps))}}
-	for _, p := range ps {
-		prefix := fmt.Sprintf("pid%d_", p.PID)
-		l = append(l, counter{prefix + "pds", uint64(len(p.PDs))}, counter{prefix + "qps", uint64(len(p.QPs))})
+	var pids []int
+	sums := map[int]counterList{}
+	for _, p := range d.attach.Processes() {
+		l, ok := sums[p.PID]
+		if !ok {
+			pids = append(pids, p.PID)
+		}
+		l = l.add("pds", uint64(len(p.PDs))).add("qps", uint64(len(p.QPs)))
 		for _, c := range p.Counters {
+			l = l.add(c.Name, c.Value)
+		}
+		sums[p.PID] = l
+	}
+	l := counterList{{"attached_processes", uint64(len(pids))}}
+	for _, pid := range pids {
+		prefix := fmt.Sprintf("pid%d_", pid)
+		for _, c := range sums[pid] {
 			l = append(l, counter{prefix + c.Name, c.Value})
 		}
 	}
 	return l
+}
+
+// add adds v to the counter name, appended to l if it is not there yet.
+func (l counterList) add(name string, v uint64) counterList {
+	if i := slices.IndexFunc(l, func(c counter) bool { return c.Name == name }); i >= 0 {
+		l[i].Value += v
+		return l
+	}
+	return append(l, counter{name, v})
 }

@@ -1,0 +1,177 @@
+package nic_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/qp"
+)
+
+// cmModes open the listening end of a parity test embedded or attached to
+// a daemon: the connection manager's calls must behave alike in both.
+var cmModes = []struct {
+	name string
+	open func(t *testing.T) *cmEnd
+}{
+	{"embedded", func(t *testing.T) *cmEnd { return openCMEnd(t, nic.Config{}) }},
+	{"attached", func(t *testing.T) *cmEnd {
+		e := &cmEnd{dev: attachTo(t, startDaemon(t, nic.Config{}))}
+		var err error
+		if e.pd, err = e.dev.AllocPD(); err != nil {
+			t.Fatal(err)
+		}
+		if e.cq, err = e.dev.CreateCQ(256); err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}},
+}
+
+// takeRequest has peer dial l and returns the request, unanswered, with
+// the dial's outcome to come. A dialed connection stays up until the test
+// ends.
+func takeRequest(t *testing.T, peer, srv *cmEnd, l *nic.Listener) (*nic.Request, <-chan error) {
+	t.Helper()
+	dialed := make(chan error, 1)
+	go func() {
+		c, err := peer.dev.Dial(cmContext(t), srv.dev.Addr(), l.Port(), peer.dialOptions())
+		if err == nil {
+			t.Cleanup(func() { c.Close() })
+		}
+		dialed <- err
+	}()
+	r, err := l.AcceptRequest(cmContext(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, dialed
+}
+
+// TestListenerAfterCloseParity: the calls of a closed listener, of a
+// request it received and of a closed connection return the same errors
+// embedded and attached. Accept loops stop on errors.Is(err, ErrClosed),
+// and deferred Closes expect nil.
+func TestListenerAfterCloseParity(t *testing.T) {
+	tests := []struct {
+		name string
+		run  func(t *testing.T, srv, peer *cmEnd, l *nic.Listener)
+	}{
+		{"close twice", func(t *testing.T, _, _ *cmEnd, l *nic.Listener) {
+			for i := range 2 {
+				if err := l.Close(); err != nil {
+					t.Errorf("Close #%d: %v, want nil", i+1, err)
+				}
+			}
+		}},
+		{"calls after close", func(t *testing.T, _, _ *cmEnd, l *nic.Listener) {
+			l.Close()
+			if _, err := l.AcceptRequest(cmContext(t)); !errors.Is(err, nic.ErrClosed) {
+				t.Errorf("AcceptRequest: %v, want ErrClosed", err)
+			}
+			if _, err := l.Accept(cmContext(t)); !errors.Is(err, nic.ErrClosed) {
+				t.Errorf("Accept: %v, want ErrClosed", err)
+			}
+		}},
+		{"close ends a waiting AcceptRequest", func(t *testing.T, _, _ *cmEnd, l *nic.Listener) {
+			waited := make(chan error, 1)
+			go func() {
+				_, err := l.AcceptRequest(cmContext(t))
+				waited <- err
+			}()
+			time.Sleep(50 * time.Millisecond) // let it wait, mostly
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-waited; !errors.Is(err, nic.ErrClosed) {
+				t.Errorf("AcceptRequest: %v, want ErrClosed", err)
+			}
+		}},
+		{"close after the device closed", func(t *testing.T, srv, _ *cmEnd, l *nic.Listener) {
+			srv.dev.Close()
+			if _, err := l.AcceptRequest(cmContext(t)); !errors.Is(err, nic.ErrClosed) {
+				t.Errorf("AcceptRequest: %v, want ErrClosed", err)
+			}
+			for i := range 2 {
+				if err := l.Close(); err != nil {
+					t.Errorf("Close #%d: %v, want nil", i+1, err)
+				}
+			}
+		}},
+		{"accept a request after close", func(t *testing.T, srv, peer *cmEnd, l *nic.Listener) {
+			r, dialed := takeRequest(t, peer, srv, l)
+			l.Close()
+			c, err := r.Accept(nic.AcceptOptions{})
+			if err != nil {
+				t.Fatalf("Accept of a request taken before Close: %v", err)
+			}
+			defer c.Close()
+			if err := <-dialed; err != nil {
+				t.Errorf("dial: %v", err)
+			}
+			if _, err := r.Accept(nic.AcceptOptions{}); !errors.Is(err, nic.ErrInvalid) {
+				t.Errorf("second Accept: %v, want ErrInvalid", err)
+			}
+			if err := r.Reject(nil); !errors.Is(err, nic.ErrInvalid) {
+				t.Errorf("Reject after Accept: %v, want ErrInvalid", err)
+			}
+		}},
+		{"reject a request after close", func(t *testing.T, srv, peer *cmEnd, l *nic.Listener) {
+			r, dialed := takeRequest(t, peer, srv, l)
+			l.Close()
+			if err := r.Reject(nil); err != nil {
+				t.Fatalf("Reject of a request taken before Close: %v", err)
+			}
+			if err := <-dialed; !errors.As(err, new(*nic.RejectError)) {
+				t.Errorf("dial: %v, want a RejectError", err)
+			}
+			if err := r.Reject(nil); !errors.Is(err, nic.ErrInvalid) {
+				t.Errorf("second Reject: %v, want ErrInvalid", err)
+			}
+		}},
+		{"connection after close", func(t *testing.T, srv, peer *cmEnd, l *nic.Listener) {
+			r, dialed := takeRequest(t, peer, srv, l)
+			c, err := r.Accept(nic.AcceptOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-dialed
+			// A receive still posted when the connection closes is flushed
+			// (attached, it may still wait in its ring).
+			if err := c.QP().PostRecv(&qp.RecvWR{ID: 77}); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 2 {
+				if err := c.Close(); err != nil {
+					t.Errorf("Close #%d: %v, want nil", i+1, err)
+				}
+			}
+			if wc := cmWaitCQ(t, srv.cq); wc.ID != 77 || wc.Status != qp.WRFlushErr {
+				t.Errorf("the receive completed %v, want WR_FLUSH_ERR", &wc)
+			}
+			select {
+			case <-c.Done():
+			default:
+				t.Error("Done is open after Close")
+			}
+			if err := c.Err(); err != nil {
+				t.Errorf("Err after Close: %v, want nil", err)
+			}
+		}},
+	}
+	for _, mode := range cmModes {
+		t.Run(mode.name, func(t *testing.T) {
+			for _, tc := range tests {
+				t.Run(tc.name, func(t *testing.T) {
+					srv, peer := mode.open(t), openCMEnd(t, nic.Config{})
+					l, err := srv.dev.Listen(cmPort, nic.ListenOptions{PD: srv.pd, QP: nic.QPConfig{SendCQ: srv.cq}})
+					if err != nil {
+						t.Fatal(err)
+					}
+					tc.run(t, srv, peer, l)
+				})
+			}
+		})
+	}
+}
