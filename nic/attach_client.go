@@ -168,7 +168,7 @@ type attachedCQ struct {
 }
 
 func (a *attachment) createCQ(depth int) (*CQ, error) {
-	if depth <= 0 || depth > 1<<20 {
+	if depth <= 0 || depth > qp.MaxCQE {
 		return nil, fmt.Errorf("completion queue depth %d: %w", depth, ErrInvalid)
 	}
 	var r cqResult
@@ -640,6 +640,9 @@ func (q *attachedQP) countQueued(st *qp.Status) {
 }
 
 func (q *attachedQP) modify(a *attachment, attr *qp.Attr, mask qp.AttrMask) error {
+	if q.closed.Load() {
+		return ErrClosed // as an embedded QP after Destroy: the daemon forgot its handle
+	}
 	var r queryQPResult
 	if _, err := a.call(context.Background(), opModifyQP, modifyQPArgs{H: q.h, Attr: *attr, Mask: mask}, nil, &r); err != nil {
 		return err

@@ -380,7 +380,7 @@ type hostedCQ struct {
 }
 
 func (s *session) newHostedCQ(depth int) (*hostedCQ, error) {
-	if depth <= 0 || depth > 1<<20 {
+	if depth <= 0 || depth > qp.MaxCQE {
 		return nil, fmt.Errorf("completion queue depth %d: %w", depth, ErrInvalid)
 	}
 	size := int64(shm.RingSize(depth, shm.CQESize))

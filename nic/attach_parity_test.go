@@ -463,3 +463,37 @@ func relay(from, to *shm.Conn, change func(id uint64, op string, fds []int) []in
 		}
 	}
 }
+
+// TestQueueLimitsParity: both modes take the same CQ depths (up to
+// qp.MaxCQE), and a destroyed QP refuses Modify with ErrClosed in both.
+func TestQueueLimitsParity(t *testing.T) {
+	d := startDaemon(t, nic.Config{})
+	for _, mode := range []struct {
+		name string
+		end  func(t *testing.T) *end
+	}{
+		{"embedded", func(t *testing.T) *end { return openEnd(t, nic.Config{}) }},
+		{"attached", func(t *testing.T) *end { return attachedEnd(t, d) }},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			e := mode.end(t)
+			// An attached device once refused more than 1<<20.
+			cq, err := e.dev.CreateCQ(1<<20 + 1)
+			if err != nil {
+				t.Fatalf("CreateCQ(1<<20 + 1): %v", err)
+			}
+			cq.Destroy()
+			if _, err := e.dev.CreateCQ(qp.MaxCQE + 1); !errors.Is(err, nic.ErrInvalid) {
+				t.Errorf("CreateCQ(MaxCQE+1): %v, want ErrInvalid", err)
+			}
+			q, err := e.pd.CreateQP(nic.QPConfig{SendCQ: e.cq})
+			if err != nil {
+				t.Fatal(err)
+			}
+			q.Destroy()
+			if err := q.Modify(&qp.Attr{State: qp.Init}, qp.AttrState); !errors.Is(err, nic.ErrClosed) {
+				t.Errorf("Modify after Destroy: %v, want ErrClosed", err)
+			}
+		})
+	}
+}

@@ -30,7 +30,7 @@ type CQ struct {
 
 // NewCQ returns a CQ that holds up to depth completions.
 func NewCQ(depth int) (*CQ, error) {
-	if depth <= 0 || depth > 1<<22 {
+	if depth <= 0 || depth > MaxCQE {
 		return nil, fmt.Errorf("completion queue depth %d: %w", depth, ErrInvalid)
 	}
 	return &CQ{ring: make([]WC, depth)}, nil

@@ -14,6 +14,7 @@ const (
 	MaxRdAtomicLimit = 128     // max_qp_rd_atom and max_qp_init_rd_atom
 	MaxQPWR          = 1 << 16 // max_qp_wr: work requests one send or receive queue holds
 	MaxSRQWR         = 1 << 20 // max_srq_wr: work requests one shared receive queue holds
+	MaxCQE           = 1 << 22 // max_cqe: completions one CQ holds
 	MaxSGE           = 32      // max_sge: scatter/gather elements of one work request
 	MaxInlineData    = 4096    // bytes of inline data one send work request carries
 	minWindow        = 8       // packets in flight after repeated loss

@@ -505,7 +505,7 @@ func (d *daemon) info() *deviceInfo {
 		Listen: d.dev.Addr().String(), CMPort: d.ln.Port(), MTU: d.dev.MTU(), UDP: d.dev.Features().String(),
 		Control: d.cfg.control, Pcap: d.cfg.pcap, Faults: d.cfg.spec, BusyPoll: busyPollText(d.cfg.busyPoll),
 		Regions: len(d.regions), Connections: conns, RecvBuffers: recvBuffers, RecvBufSize: recvBufferSize,
-		Attached: len(d.attach.Processes()),
+		Attached: attachedPIDs(d.attach.Processes()),
 	}
 }
 

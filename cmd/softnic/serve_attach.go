@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic"
 )
 
 // Attach mode: other processes attach to the daemon's device through the
@@ -92,4 +93,14 @@ func (l counterList) add(name string, v uint64) counterList {
 		return l
 	}
 	return append(l, counter{name, v})
+}
+
+// attachedPIDs counts the processes the sessions ps belong to: one
+// attached twice counts once, as in attachedCounters.
+func attachedPIDs(ps []nic.AttachedProcess) int {
+	pids := map[int]bool{}
+	for _, p := range ps {
+		pids[p.PID] = true
+	}
+	return len(pids)
 }

@@ -11,7 +11,7 @@ import (
 )
 
 // TestServeStatOneProcessTwice: a process attached twice is one process in
-// stat, its counters the sums of its sessions, and no key is repeated;
+// stat and info, its counters the sums of its sessions, and no key is repeated;
 // its sessions detaching one by one leave it, then remove it.
 func TestServeStatOneProcessTwice(t *testing.T) {
 	d := startDaemon(t)
@@ -75,6 +75,11 @@ func TestServeStatOneProcessTwice(t *testing.T) {
 				if got := statValue(stat, name); got != want {
 					t.Errorf("%s = %d, want %d", name, got, want)
 				}
+			}
+			var info deviceInfo
+			d.inspect(t, "info", &info)
+			if info.Attached != int(st.procs) {
+				t.Errorf("info: %d attached processes, want %d as stat says", info.Attached, st.procs)
 			}
 		})
 	}
