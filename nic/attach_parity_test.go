@@ -274,7 +274,7 @@ func TestAttachCreateFailureDestroys(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			path := serveDevice(t, nic.AttachServerConfig{MaxObjects: tc.limit})
+			path := startServer(t, nic.Config{}, nic.AttachServerConfig{MaxObjects: tc.limit}).path
 			var once atomic.Bool
 			path = startProxy(t, path, func(op string, fds []int) []int {
 				if op == tc.op && once.CompareAndSwap(false, true) {
@@ -315,7 +315,7 @@ func TestAttachExtraDescriptorClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	path := startProxy(t, serveDevice(t, nic.AttachServerConfig{}), func(op string, fds []int) []int {
+	path := startProxy(t, startDaemon(t, nic.Config{}).path, func(op string, fds []int) []int {
 		if op != "alloc_pd" || w == nil {
 			return fds
 		}
@@ -340,30 +340,6 @@ func TestAttachExtraDescriptorClosed(t *testing.T) {
 	if _, err := r.Read(make([]byte, 1)); err != io.EOF {
 		t.Errorf("reading the pipe whose write end came with the answer: %v, want EOF (the process keeps it open)", err)
 	}
-}
-
-// serveDevice serves a device of its own to attached processes with cfg,
-// as startDaemon does with the defaults, and returns its socket's path.
-func serveDevice(t *testing.T, cfg nic.AttachServerConfig) string {
-	t.Helper()
-	dev := openDevice(t, nic.Config{Embed: true})
-	srv := nic.NewAttachServer(dev, cfg)
-	path := filepath.Join(t.TempDir(), "softnic.sock")
-	l, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		srv.Serve(l)
-	}()
-	t.Cleanup(func() {
-		l.Close()
-		<-served
-		srv.Close()
-	})
-	return path
 }
 
 // startProxy relays the attach protocol between processes and the daemon

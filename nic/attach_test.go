@@ -28,6 +28,12 @@ type daemon struct {
 
 func startDaemon(t testing.TB, cfg nic.Config) *daemon {
 	t.Helper()
+	return startServer(t, cfg, nic.AttachServerConfig{})
+}
+
+// startServer is startDaemon with the attach server configured by scfg.
+func startServer(t testing.TB, cfg nic.Config, scfg nic.AttachServerConfig) *daemon {
+	t.Helper()
 	if !cfg.Addr.IsValid() {
 		cfg.Addr = loopback
 	}
@@ -36,7 +42,7 @@ func startDaemon(t testing.TB, cfg nic.Config) *daemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &daemon{dev: dev, srv: nic.NewAttachServer(dev, nic.AttachServerConfig{}), path: filepath.Join(t.TempDir(), "softnic.sock")}
+	d := &daemon{dev: dev, srv: nic.NewAttachServer(dev, scfg), path: filepath.Join(t.TempDir(), "softnic.sock")}
 	l, err := net.Listen("unix", d.path)
 	if err != nil {
 		t.Fatal(err)
@@ -108,6 +114,28 @@ func connectEnds(t testing.TB, a, b *end) {
 	if err := b.qp.Connect(a.dev.Addr(), a.qp.Num(), ob); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// newQPPair makes a QP on a with cfg (its CQ a's) and one on b, and
+// connects them.
+func newQPPair(t testing.TB, a, b *end, cfg nic.QPConfig) (*nic.QP, *nic.QP) {
+	t.Helper()
+	cfg.SendCQ = a.cq
+	q, err := a.pd.CreateQP(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bq, err := b.pd.CreateQP(nic.QPConfig{SendCQ: b.cq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Connect(b.dev.Addr(), bq.Num(), nic.ConnectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := bq.Connect(a.dev.Addr(), q.Num(), nic.ConnectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return q, bq
 }
 
 func TestAttachedOperations(t *testing.T) {
@@ -420,20 +448,7 @@ func TestAttachQueueFull(t *testing.T) {
 	a := attachedEnd(t, d)
 	b := openEnd(t, nic.Config{})
 	const depth = 8
-	q, err := a.pd.CreateQP(nic.QPConfig{SendCQ: a.cq, MaxSendWR: depth})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bq, err := b.pd.CreateQP(nic.QPConfig{SendCQ: b.cq})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := q.Connect(b.dev.Addr(), bq.Num(), nic.ConnectOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := bq.Connect(a.dev.Addr(), q.Num(), nic.ConnectOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	q, _ := newQPPair(t, a, b, nic.QPConfig{MaxSendWR: depth})
 	wr := qp.SendWR{Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(0, 4096)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
 	// Deferred posts send nothing: the queue fills up.
 	for i := range depth {
@@ -860,20 +875,7 @@ func TestAttachPostWhileClosing(t *testing.T) {
 			checkLeaks(t)
 			for round := range rounds {
 				a := attachedEnd(t, d)
-				q, err := a.pd.CreateQP(nic.QPConfig{SendCQ: a.cq, MaxSendWR: posters * quota, MaxRecvWR: posters * quota})
-				if err != nil {
-					t.Fatal(err)
-				}
-				bq, err := b.pd.CreateQP(nic.QPConfig{SendCQ: b.cq})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := q.Connect(b.dev.Addr(), bq.Num(), nic.ConnectOptions{}); err != nil {
-					t.Fatal(err)
-				}
-				if err := bq.Connect(a.dev.Addr(), q.Num(), nic.ConnectOptions{}); err != nil {
-					t.Fatal(err)
-				}
+				q, bq := newQPPair(t, a, b, nic.QPConfig{MaxSendWR: posters * quota, MaxRecvWR: posters * quota})
 				// Each poster posts its share of sends and receives, then
 				// rings the doorbell, until a call fails.
 				var ops atomic.Int64
