@@ -40,6 +40,9 @@ const (
 // defaultRegion is what serve hosts when no --region is given.
 const defaultRegion = "mem:1m:rwa"
 
+// disconnectWait is how long a stopping daemon waits for its peers' DREPs.
+const disconnectWait = 2 * time.Second
+
 // serveConfig is softnic serve's command line.
 type serveConfig struct {
 	listen   netip.AddrPort
@@ -100,6 +103,12 @@ func defineServe(fs *flag.FlagSet) func(*invocation) error {
 		}
 		ctx, stop := signal.NotifyContext(inv.ctx, os.Interrupt, syscall.SIGTERM)
 		defer stop()
+		go func() {
+			// The first signal stops the daemon; from then on a second one
+			// ends the process at once, as it would without a handler.
+			<-ctx.Done()
+			stop()
+		}()
 		return serve(ctx, &cfg, inv.stdout, inv.stderr)
 	}
 }
@@ -283,9 +292,25 @@ func (d *daemon) postRecv(slot int) error {
 	return d.srq.PostRecv(&qp.RecvWR{ID: uint64(slot), SGL: []qp.SGE{d.recvMR.SGE(slot*recvBufferSize, recvBufferSize)}})
 }
 
-// listenControl listens on the unix socket at path. A socket file left by a
-// daemon that died is replaced; one a live daemon answers on is not.
+// listenControl listens on the unix socket at path, which only the
+// daemon's user may use (mode 0600): an attached process maps memory
+// through the daemon and can use its device, as a local user can use a
+// host's RDMA device only with access to it.
 func listenControl(path string) (net.Listener, error) {
+	l, err := listenUnix(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	return l, nil
+}
+
+// listenUnix listens on the unix socket at path. A socket file left by a
+// daemon that died is replaced; one a live daemon answers on is not.
+func listenUnix(path string) (net.Listener, error) {
 	l, err := net.Listen("unix", path)
 	if err == nil || !errors.Is(err, syscall.EADDRINUSE) {
 		if err != nil {
@@ -296,9 +321,15 @@ func listenControl(path string) (net.Listener, error) {
 	if fi, serr := os.Lstat(path); serr != nil || fi.Mode()&os.ModeSocket == 0 {
 		return nil, fmt.Errorf("control socket %s: the path exists and is not a socket", path)
 	}
-	if c, derr := net.DialTimeout("unix", path, time.Second); derr == nil {
+	c, derr := net.DialTimeout("unix", path, time.Second)
+	if derr == nil {
 		c.Close()
 		return nil, fmt.Errorf("control socket %s is in use by another softnic serve (stop it, or give this one another --control)", path)
+	}
+	if !errors.Is(derr, syscall.ECONNREFUSED) {
+		// Not answering is not dead: a daemon of another user, or a busy
+		// one, keeps its socket.
+		return nil, fmt.Errorf("control socket %s: cannot tell whether a softnic serve uses it: %w", path, derr)
 	}
 	if err := os.Remove(path); err != nil {
 		return nil, fmt.Errorf("control socket: removing a stale %s: %w", path, err)
@@ -335,7 +366,19 @@ func (d *daemon) stop() error {
 			}
 		})
 	}
-	wg.Wait()
+	// A peer that vanished never answers its DREQ, and the CM's retries
+	// could take minutes: the disconnects get disconnectWait, then closing
+	// the device ends those still waiting.
+	disconnected := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(disconnected)
+	}()
+	select {
+	case <-disconnected:
+	case <-time.After(disconnectWait):
+		d.log.Info("stopping without the DREPs of peers that do not answer", zap.Duration("waited", disconnectWait))
+	}
 	if d.attach != nil {
 		d.attach.Close() // every attached process's resources destroyed, its connections disconnected
 	}
@@ -346,6 +389,7 @@ func (d *daemon) stop() error {
 	if d.dev != nil {
 		err = d.dev.Close()
 	}
+	<-disconnected // the device's closing ended the waits left
 	d.wg.Wait()
 	if d.capture != nil {
 		if cerr := d.capture.Close(); cerr != nil {

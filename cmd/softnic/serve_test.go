@@ -17,6 +17,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -415,7 +416,15 @@ func TestServeInspect(t *testing.T) {
 // leaves it connected until the test ends.
 func dialDaemon(t *testing.T, d *testDaemon) (*nic.Conn, netip.AddrPort) {
 	t.Helper()
-	dev, err := nic.Open(nic.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0")})
+	return dialDaemonFrom(t, d, nic.Config{})
+}
+
+// dialDaemonFrom is dialDaemon from a device opened with cfg (on a free
+// loopback port).
+func dialDaemonFrom(t *testing.T, d *testDaemon, cfg nic.Config) (*nic.Conn, netip.AddrPort) {
+	t.Helper()
+	cfg.Addr = netip.MustParseAddrPort("127.0.0.1:0")
+	dev, err := nic.Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -528,5 +537,40 @@ func TestServeStaleControlSocket(t *testing.T) {
 	}
 	if code, _, stderr := runCmd("info", "--control", path); code != 0 {
 		t.Errorf("info: %s", stderr)
+	}
+}
+
+// TestServeStopsWithoutDREP: a peer that vanished never answers the DREP
+// the stopping daemon sends it; the daemon waits a moment for it, not the
+// minute of CM retries (16 tries of 4.3 s with the peer's REQ's timeouts).
+func TestServeStopsWithoutDREP(t *testing.T) {
+	d := startDaemon(t)
+	var vanished atomic.Bool
+	dialDaemonFrom(t, d, nic.Config{SendHook: func([]byte) nic.SendAction {
+		if vanished.Load() {
+			return nic.SendDrop
+		}
+		return nic.SendPass
+	}})
+	vanished.Store(true)
+	start := time.Now()
+	if code := d.shutdown(t); code != 0 {
+		t.Errorf("exit status %d", code)
+	}
+	if took := time.Since(start); took > disconnectWait+2*time.Second {
+		t.Errorf("the daemon took %v to stop", took)
+	}
+}
+
+// TestServeControlSocketPrivate: the control socket is the daemon's user's
+// alone, whatever the umask: attaching maps memory through the daemon.
+func TestServeControlSocketPrivate(t *testing.T) {
+	d := startDaemon(t)
+	fi, err := os.Stat(d.control)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if perm := fi.Mode().Perm(); perm != 0o600 {
+		t.Errorf("control socket mode %v, want -rw-------", perm)
 	}
 }
