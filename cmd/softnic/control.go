@@ -148,6 +148,10 @@ type controlServer struct {
 	// detaches.
 	attach func(c *net.UnixConn)
 	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	closed  bool
+	reading map[*net.UnixConn]struct{} // connections whose request is awaited
 }
 
 // start answers requests on a goroutine of its own until Close.
@@ -186,7 +190,11 @@ func (s *controlServer) answer(c *net.UnixConn) {
 	c.SetDeadline(time.Now().Add(controlTimeout))
 	var req controlRequest
 	var reply controlReply
+	if !s.awaiting(c, true) {
+		return
+	}
 	line, err := nic.ReadControlLine(c, controlRequestMax)
+	s.awaiting(c, false)
 	if err == nil {
 		err = json.Unmarshal(line, &req)
 	}
@@ -211,9 +219,36 @@ func (s *controlServer) answer(c *net.UnixConn) {
 	io.Copy(io.Discard, io.LimitReader(c, controlRequestMax))
 }
 
-// Close stops accepting and waits for the requests being answered.
+// awaiting records whether the request on c is being read, so that Close
+// need not wait for a client that sends nothing; it reports false if the
+// server is closed.
+func (s *controlServer) awaiting(c *net.UnixConn, on bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !on {
+		delete(s.reading, c)
+		return true
+	}
+	if s.closed {
+		return false
+	}
+	if s.reading == nil {
+		s.reading = make(map[*net.UnixConn]struct{})
+	}
+	s.reading[c] = struct{}{}
+	return true
+}
+
+// Close stops accepting, ends the reads of requests not sent yet, and
+// waits for the requests being answered.
 func (s *controlServer) Close() error {
 	err := s.l.Close()
+	s.mu.Lock()
+	s.closed = true
+	for c := range s.reading {
+		c.SetReadDeadline(time.Now())
+	}
+	s.mu.Unlock()
 	s.wg.Wait()
 	return err
 }

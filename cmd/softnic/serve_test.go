@@ -574,3 +574,23 @@ func TestServeControlSocketPrivate(t *testing.T) {
 		t.Errorf("control socket mode %v, want -rw-------", perm)
 	}
 }
+
+// TestServeStopsWithSilentClient: a client connected to the control socket
+// that sends nothing does not hold up the daemon's shutdown until its
+// read times out.
+func TestServeStopsWithSilentClient(t *testing.T) {
+	d := startDaemon(t)
+	c, err := net.Dial("unix", d.control)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	time.Sleep(50 * time.Millisecond) // the daemon is reading its request
+	start := time.Now()
+	if code := d.shutdown(t); code != 0 {
+		t.Errorf("exit status %d", code)
+	}
+	if took := time.Since(start); took > controlTimeout/2 {
+		t.Errorf("the daemon took %v to stop", took)
+	}
+}
