@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/wire"
@@ -260,10 +261,41 @@ func resolvePeer(ctx context.Context, s string) (netip.AddrPort, error) {
 
 // defaultControlPath is where softnic serve puts its control socket and
 // the inspecting commands look for it: $XDG_RUNTIME_DIR/softnic.sock, or
-// /tmp/softnic-UID.sock without a runtime directory.
+// without a runtime directory softnic.sock in tempControlDir.
 func defaultControlPath() string {
 	if dir := os.Getenv("XDG_RUNTIME_DIR"); dir != "" {
 		return filepath.Join(dir, "softnic.sock")
 	}
-	return filepath.Join(os.TempDir(), fmt.Sprintf("softnic-%d.sock", os.Getuid()))
+	return filepath.Join(tempControlDir(), "softnic.sock")
+}
+
+// tempControlDir is the directory of the user's own, /tmp/softnic-UID,
+// that holds the default control socket without a runtime directory: in
+// the shared temporary directory anyone could have put a socket at the
+// path first, and the inspecting commands would talk to it.
+func tempControlDir() string {
+	return filepath.Join(os.TempDir(), fmt.Sprintf("softnic-%d", os.Getuid()))
+}
+
+// checkControlDir makes sure the directory of the control socket path is
+// the user's alone, when it is tempControlDir; serve (create) makes it.
+func checkControlDir(path string, create bool) error {
+	dir := filepath.Dir(path)
+	if dir != tempControlDir() {
+		return nil // the user's choice, or the runtime directory
+	}
+	if create {
+		if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("control directory: %w", err)
+		}
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("control directory: %w", err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || !ok || int(st.Uid) != os.Getuid() || fi.Mode().Perm()&0o077 != 0 {
+		return fmt.Errorf("control directory %s is not a directory of yours alone (%v): remove it, or give --control another path", dir, fi.Mode())
+	}
+	return nil
 }

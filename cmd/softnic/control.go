@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -259,6 +260,9 @@ var errNoDaemon = errors.New("no softnic daemon answers")
 // controlCall sends cmd to the daemon at path and decodes its result into
 // res.
 func controlCall(ctx context.Context, path, cmd string, res any) error {
+	if err := checkControlDir(path, false); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
 	defer cancel()
 	var d net.Dialer

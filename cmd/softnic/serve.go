@@ -297,6 +297,9 @@ func (d *daemon) postRecv(slot int) error {
 // through the daemon and can use its device, as a local user can use a
 // host's RDMA device only with access to it.
 func listenControl(path string) (net.Listener, error) {
+	if err := checkControlDir(path, true); err != nil {
+		return nil, err
+	}
 	l, err := listenUnix(path)
 	if err != nil {
 		return nil, err
