@@ -201,6 +201,25 @@ func posted(ring shm.Ring, what string, fetched uint32, queued int) (uint32, err
 	return prod, nil
 }
 
+// countPostedLocked adds to st the work requests the process posted that
+// the QP has not taken from its rings yet (it takes receives as packets
+// come), so that the daemon's view of the QP (softnic qp) counts them as
+// the process's own does. An index beyond the ring counts nothing: it is
+// corrupt, which the next pull reports. q.mu is held.
+func (h *hostedQP) countPostedLocked(st *qp.Status) {
+	if h.closed || h.broken {
+		return
+	}
+	if n := h.sq.Producer().Load() - h.sqFetched; n <= h.sq.Len() {
+		st.SendQueued += int(n)
+	}
+	if h.srq == nil {
+		if n := h.rq.Producer().Load() - h.rqFetched; n <= h.rq.Len() {
+			st.RecvQueued += int(n)
+		}
+	}
+}
+
 // pullRecvLocked takes the new receive work requests of the QP's ring (or
 // its SRQ's) into the QP, and reports whether there were any. It runs
 // before the QP takes a packet, as rxe's responder reads the receive

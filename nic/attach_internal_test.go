@@ -298,3 +298,28 @@ func TestAttachedBadWQEsLoggedOnce(t *testing.T) {
 		t.Errorf("counters %v, want bad_queues = 1", counters)
 	}
 }
+
+// TestHostedQPCountsRingWRs: the daemon's view of an attached QP counts
+// the work requests still in its rings, as the process's Status does:
+// receives wait there until a packet comes.
+func TestHostedQPCountsRingWRs(t *testing.T) {
+	dev, _, path := serveTest(t, AttachServerConfig{})
+	l := newLoop(t, path, false)
+	for i := range 3 {
+		if err := l.b.PostRecv(&qp.RecvWR{ID: uint64(i), SGL: []qp.SGE{l.m.SGE(0, 8)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var hosted *QP
+	for i := range dev.qps {
+		if q := dev.qps[i].Load(); q != nil && q.num == l.b.Num() {
+			hosted = q
+		}
+	}
+	if hosted == nil {
+		t.Fatalf("no QP %#x at the daemon", l.b.Num())
+	}
+	if got, want := hosted.Status().RecvQueued, l.b.Status().RecvQueued; got != 3 || want != 3 {
+		t.Errorf("receives queued: %d at the daemon, %d in the process; want 3 and 3", got, want)
+	}
+}

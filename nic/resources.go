@@ -545,7 +545,11 @@ func (q *QP) Status() qp.Status {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.qp.Status()
+	st := q.qp.Status()
+	if q.host != nil {
+		q.host.countPostedLocked(&st)
+	}
+	return st
 }
 
 // Modify changes the QP's attributes and state (ibv_modify_qp).
