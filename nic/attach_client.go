@@ -501,15 +501,13 @@ func (s *attachedSRQ) close() {
 // written only under its lock with the QP open: close takes both locks to
 // unmap them.
 type attachedQP struct {
-	h     uint32
-	num   uint32
-	cfg   qpConfigArgs
-	state atomic.Uint32 // qp.State
-	rdAtm atomic.Uint32 // max_rd_atomic
-	mtu   atomic.Uint32 // the payload of one packet (qp.Attr.PayloadMTU)
-
+	h   uint32
+	num uint32
+	cfg qpConfigArgs
+	// info is what the daemon told of the QP last (zero once the QP is
+	// closed), read by posts without a lock; infoMu orders its writers.
+	info   atomic.Pointer[queryQPResult]
 	infoMu sync.Mutex
-	last   queryQPResult // what the daemon told last; zero once the QP is closed
 
 	sqMu   sync.Mutex
 	sqMap  *shm.Mapping
@@ -594,10 +592,8 @@ func (q *attachedQP) cache(r *queryQPResult) {
 	if q.closed.Load() {
 		return
 	}
-	q.state.Store(uint32(r.Attr.State))
-	q.rdAtm.Store(uint32(r.Attr.MaxRdAtomic))
-	q.mtu.Store(r.Attr.PayloadMTU(q.cfg.Type))
-	q.last = *r
+	c := *r
+	q.info.Store(&c)
 }
 
 // query asks the daemon for the QP's attributes and status. When it cannot
@@ -612,9 +608,7 @@ func (q *attachedQP) query(a *attachment) (queryQPResult, error) {
 	if err == nil {
 		q.cache(&r)
 	} else {
-		q.infoMu.Lock()
-		r = q.last
-		q.infoMu.Unlock()
+		r = *q.info.Load()
 	}
 	q.countQueued(&r.Status)
 	return r, err
@@ -656,11 +650,12 @@ func (q *attachedQP) modify(a *attachment, attr *qp.Attr, mask qp.AttrMask) erro
 // peer. What depends on the device's state (keys, addresses) is checked by
 // the daemon, which fails the QP.
 func (q *attachedQP) checkSend(wr *qp.SendWR) error {
-	if st := qp.State(q.state.Load()); !st.TakesSends() {
-		return fmt.Errorf("the QP is %s; posting sends needs RTS: %w", st, ErrInvalid)
+	at := &q.info.Load().Attr
+	if !at.State.TakesSends() {
+		return fmt.Errorf("the QP is %s; posting sends needs RTS: %w", at.State, ErrInvalid)
 	}
 	caps := qp.SendCaps{Type: q.cfg.Type, MaxSGE: q.cfg.MaxSendSGE, MaxInline: q.cfg.MaxInline,
-		MTU: q.mtu.Load(), MaxRdAtomic: uint8(q.rdAtm.Load())}
+		MTU: at.PayloadMTU(q.cfg.Type), MaxRdAtomic: at.MaxRdAtomic}
 	return caps.Check(wr)
 }
 
@@ -741,7 +736,9 @@ func (q *attachedQP) postRecv(a *attachment, wr *qp.RecvWR) error {
 	switch {
 	case q.cfg.SRQ != 0:
 		return fmt.Errorf("QP %#x takes its receive WRs from an SRQ: %w", q.num, ErrInvalid)
-	case qp.State(q.state.Load()) == qp.Reset:
+	case q.closed.Load() || a.ended.Load():
+		return fmt.Errorf("QP %#x: %w", q.num, ErrClosed)
+	case q.info.Load().Attr.State == qp.Reset:
 		return fmt.Errorf("QP %#x is RESET; posting receives needs INIT or later: %w", q.num, ErrInvalid)
 	}
 	q.rqMu.Lock()
@@ -789,6 +786,6 @@ func (q *attachedQP) close() {
 		q.rqMap.Close()
 	}
 	q.infoMu.Lock()
-	q.last = queryQPResult{}
+	q.info.Store(&queryQPResult{})
 	q.infoMu.Unlock()
 }
