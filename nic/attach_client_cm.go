@@ -29,17 +29,16 @@ func (a *attachment) listen(port uint16, opts *ListenOptions) (*Listener, error)
 // the daemon with ErrClosed or, if the handle went first, ErrInvalid;
 // either is ErrClosed here.
 func (a *attachment) acceptRequest(ctx context.Context, l *Listener) (*Request, error) {
-	closed := func() error { return fmt.Errorf("softnic: listener on port %d: %w", l.l.port, ErrClosed) }
-	if listenerClosed(l) {
-		return nil, closed()
+	if l.l.isClosed() {
+		return nil, l.l.errClosed()
 	}
 	var r requestResult
 	if _, err := a.call(ctx, opAcceptRequest, handleArgs{l.ah}, nil, &r); err != nil {
 		switch {
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
-		case listenerClosed(l):
-			return nil, closed()
+		case l.l.isClosed():
+			return nil, l.l.errClosed()
 		}
 		return nil, err
 	}
@@ -51,7 +50,7 @@ func (a *attachment) acceptRequest(ctx context.Context, l *Listener) (*Request, 
 // session ended, which closed it at the daemon.
 func (a *attachment) closeListener(l *Listener) error {
 	a.mu.Lock()
-	if listenerClosed(l) {
+	if l.l.isClosed() {
 		a.mu.Unlock()
 		return nil
 	}
@@ -62,16 +61,6 @@ func (a *attachment) closeListener(l *Listener) error {
 		return nil
 	}
 	return err
-}
-
-// listenerClosed reports whether Close was called on l.
-func listenerClosed(l *Listener) bool {
-	select {
-	case <-l.l.closed:
-		return true
-	default:
-		return false
-	}
 }
 
 func (a *attachment) accept(r *Request, opts AcceptOptions) (*Conn, error) {

@@ -116,10 +116,8 @@ func (l *Listener) AcceptRequest(ctx context.Context) (*Request, error) {
 		return l.dev.att.acceptRequest(ctx, l)
 	}
 	for {
-		select {
-		case <-l.l.closed:
-			return nil, fmt.Errorf("softnic: listener on port %d: %w", l.l.port, ErrClosed)
-		default:
+		if l.l.isClosed() {
+			return nil, l.l.errClosed()
 		}
 		select {
 		case id := <-l.l.backlog:
@@ -130,11 +128,26 @@ func (l *Listener) AcceptRequest(ctx context.Context) (*Request, error) {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-l.l.closed:
-			return nil, fmt.Errorf("softnic: listener on port %d: %w", l.l.port, ErrClosed)
+			return nil, l.l.errClosed()
 		case <-l.dev.done:
 			return nil, ErrClosed
 		}
 	}
+}
+
+// isClosed reports whether the listener's Close was called.
+func (l *cmListener) isClosed() bool {
+	select {
+	case <-l.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// errClosed is what a call on the listener returns once it is closed.
+func (l *cmListener) errClosed() error {
+	return fmt.Errorf("softnic: listener on port %d: %w", l.port, ErrClosed)
 }
 
 // Close stops listening; requests not yet taken by AcceptRequest are
