@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"os"
@@ -97,6 +98,7 @@ type attachment struct {
 
 	endOnce   sync.Once
 	closeOnce sync.Once
+	detaching atomic.Bool    // close ended the session: the daemon's EOF is expected
 	wg        sync.WaitGroup // the reader
 }
 
@@ -242,7 +244,11 @@ func (a *attachment) end(why error) {
 		for _, c := range cqs {
 			c.interrupt()
 		}
-		if why != nil && !errors.Is(why, net.ErrClosed) {
+		switch {
+		case a.detaching.Load() && errors.Is(why, os.ErrDeadlineExceeded):
+			a.log.Warn("softnic: the daemon did not finish the detach in time: completions of the flushed work requests may be missing",
+				zap.String("control", a.path), zap.Duration("waited", detachWait))
+		case why != nil && !errors.Is(why, net.ErrClosed) && !(a.detaching.Load() && errors.Is(why, io.EOF)):
 			a.log.Warn("softnic: the daemon went away", zap.String("control", a.path), zap.Error(why))
 		}
 	})
@@ -252,8 +258,7 @@ func (a *attachment) end(why error) {
 // the shared memory is unmapped here.
 func (a *attachment) close() error {
 	a.closeOnce.Do(func() {
-		a.t.Close()
-		a.wg.Wait() // the reader has ended the session
+		a.detach()
 		a.mu.Lock()
 		qps, cqs, srqs, bufs := a.qps, a.cqs, a.srqs, a.bufs
 		a.qps, a.cqs, a.srqs, a.bufs, a.mrs = nil, nil, nil, nil, nil
@@ -262,7 +267,7 @@ func (a *attachment) close() error {
 			q.close()
 		}
 		for c := range cqs {
-			c.close()
+			c.close(true)
 		}
 		for s := range srqs {
 			s.close()
@@ -278,6 +283,33 @@ func (a *attachment) close() error {
 		a.log.Info("softnic device detached", zap.String("control", a.path))
 	})
 	return nil
+}
+
+// detachWait bounds how long Close waits for the daemon to destroy what the
+// process made; a daemon that takes longer (stopped, or hung) is cut off.
+var detachWait = 5 * time.Second
+
+// detach ends the session as an embedded device's Close ends its work:
+// posting stops (a post under way finishes first, so the daemon finds it
+// in the ring), the socket's sending side shuts, and the daemon, reading
+// its end, destroys everything the process made, flushing the QPs' work
+// requests into the completion rings, then closes the socket. The rings
+// are still mapped here, so that close keeps those completions.
+func (a *attachment) detach() {
+	a.mu.Lock()
+	a.ended.Store(true)
+	qps := slices.Collect(maps.Keys(a.qps))
+	a.mu.Unlock()
+	for _, q := range qps {
+		q.settle()
+	}
+	a.detaching.Store(true)
+	if a.t.Unix().CloseWrite() == nil {
+		a.t.Unix().SetReadDeadline(time.Now().Add(detachWait))
+		a.wg.Wait() // the reader has read the daemon's end, or given up
+	}
+	a.t.Close()
+	a.wg.Wait()
 }
 
 // call sends a request and waits for its answer, decoded into res; it

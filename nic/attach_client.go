@@ -165,6 +165,7 @@ type attachedCQ struct {
 	ring   shm.Ring
 	cons   uint32
 	closed bool
+	kept   []qp.WC // what the ring held when the device closed, not polled yet
 }
 
 func (a *attachment) createCQ(depth int) (*CQ, error) {
@@ -185,7 +186,7 @@ func (a *attachment) createCQ(depth int) (*CQ, error) {
 	a.mu.Lock()
 	if a.ended.Load() {
 		a.mu.Unlock()
-		ac.close()
+		ac.close(false)
 		return nil, ErrClosed
 	}
 	a.cqs[ac] = struct{}{}
@@ -225,7 +226,7 @@ func (a *attachment) destroyCQ(c *CQ) error {
 	a.mu.Lock()
 	delete(a.cqs, c.att)
 	a.mu.Unlock()
-	c.att.close()
+	c.att.close(false)
 	return c.retire()
 }
 
@@ -287,7 +288,12 @@ func (c *attachedCQ) poll(wcs []qp.WC) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return 0, ErrClosed
+		if len(c.kept) == 0 {
+			return 0, ErrClosed
+		}
+		n := copy(wcs, c.kept)
+		c.kept = c.kept[n:]
+		return n, nil
 	}
 	prod := c.ring.Producer().Load()
 	if prod-c.cons > c.depth {
@@ -326,20 +332,30 @@ func (c *attachedCQ) len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return 0
+		return len(c.kept)
 	}
 	// An index beyond the ring is corrupt, which Poll reports.
 	return int(min(c.ring.Producer().Load()-c.cons, c.depth))
 }
 
-func (c *attachedCQ) close() {
+// close unmaps the ring. With keep (the device closed, as opposed to the
+// CQ destroyed), the completions in it stay for Poll, as an embedded
+// device's do; a corrupt one ends what is kept.
+func (c *attachedCQ) close(keep bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.closed {
-		c.closed = true
-		c.m.Close()
-		c.ev.Close()
+	if c.closed {
+		return
 	}
+	if prod := c.ring.Producer().Load(); keep && prod-c.cons <= c.depth {
+		var wc qp.WC
+		for ; c.cons != prod && shm.DecodeCQE(c.ring.Slot(c.cons), &wc) == nil; c.cons++ {
+			c.kept = append(c.kept, wc)
+		}
+	}
+	c.closed = true
+	c.m.Close()
+	c.ev.Close()
 }
 
 // attachedSRQ is the ring of an attached device's SRQ.
@@ -771,6 +787,14 @@ func (a *attachment) forget(q *attachedQP) {
 	delete(a.qps, q)
 	a.mu.Unlock()
 	q.close()
+}
+
+// settle returns once no post is under way on the QP's rings.
+func (q *attachedQP) settle() {
+	q.sqMu.Lock()
+	q.rqMu.Lock()
+	q.rqMu.Unlock()
+	q.sqMu.Unlock()
 }
 
 func (q *attachedQP) close() {

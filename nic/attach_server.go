@@ -386,9 +386,13 @@ func (s *session) serve() {
 	if errors.Is(err, shm.ErrProtocol) {
 		s.log.Warn("detaching a process that broke the protocol", zap.Error(err))
 	}
-	s.t.Close()
+	// A process that detaches reads on until the socket closes, which
+	// tells it that its QPs' work requests are flushed into its rings; it
+	// reads nothing else, so nothing sent now may wait for it.
+	s.t.Unix().SetWriteDeadline(longAgo)
 	s.t.DropFDs()
 	s.cleanup()
+	s.t.Close()
 }
 
 // reply answers call id with res or err, sending fds along.
@@ -688,7 +692,9 @@ func (s *session) cleanup() {
 	// Requests taken from listeners but not answered are rejected, then
 	// the listeners closed (their backlogs are rejected), then connections
 	// (a DREQ each; the wait for the DREP goes on in the background), then
-	// the other QPs and every ring, then windows, regions and PDs.
+	// the other QPs and every ring, then windows, regions and PDs. Each QP
+	// first takes what is still in its rings and flushes it all while the
+	// completion rings are mapped, as an embedded device's Close does.
 	for _, r := range requests {
 		r.r.abandon(wire.RejectConsumer)
 	}
@@ -696,10 +702,13 @@ func (s *session) cleanup() {
 		l.l.Close()
 	}
 	for _, c := range conns {
+		c.qp.takePosted()
+		c.c.halt()
 		background(func() { c.c.Close() })
 	}
 	for _, h := range qps {
 		if h.conn == nil {
+			h.takePosted()
 			h.q.Destroy()
 		}
 		h.close()

@@ -565,8 +565,7 @@ func (c *Conn) Close() error {
 			return
 		}
 		cm := c.dev.cm
-		c.qp.setOnError(nil)
-		c.qp.Modify(&qp.Attr{State: qp.Err}, qp.AttrState)
+		c.halt()
 		var wait bool
 		cm.run(func(e *cmEngine, now qp.Time, out *cmOutput) {
 			ended := c.id.ended
@@ -582,6 +581,14 @@ func (c *Conn) Close() error {
 		c.dev.log.Debug("cm: disconnected", zap.Stringer("peer", c.id.peer), zap.Uint32("qpn", c.qp.num))
 	})
 	return nil
+}
+
+// halt moves the connection's QP to the error state, which flushes its
+// work requests, without ending the connection as a failure of its QP:
+// Close, which halts it first, then disconnects.
+func (c *Conn) halt() {
+	c.qp.setOnError(nil)
+	c.qp.Modify(&qp.Attr{State: qp.Err}, qp.AttrState)
 }
 
 // pending reports whether the request id still waits for an answer.

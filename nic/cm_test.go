@@ -471,18 +471,32 @@ func TestDisconnect(t *testing.T) {
 }
 
 // Closing a device disconnects its connections: the peer sees the DREQ.
+// TestDeviceCloseDisconnects: closing a device, embedded or attached,
+// disconnects its connections (the peer sees ECONNRESET) and flushes their
+// QPs' work requests, whose completions can be polled after Close.
 func TestDeviceCloseDisconnects(t *testing.T) {
-	checkLeaks(t)
-	a, b := openCMEnd(t, nic.Config{}), openCMEnd(t, nic.Config{})
-	c, s := connectCM(t, a, b, b.listen(t, 0), a.dialOptions(), nic.AcceptOptions{})
-	a.dev.Close()
-	select {
-	case <-s.Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("the peer's Done did not close")
-	}
-	if !errors.Is(s.Err(), nic.ErrConnReset) || !errors.Is(c.Err(), nic.ErrClosed) {
-		t.Errorf("Err: peer %v (want ECONNRESET), closed side %v (want ErrClosed)", s.Err(), c.Err())
+	for _, mode := range cmModes {
+		t.Run(mode.name, func(t *testing.T) {
+			checkLeaks(t)
+			a, b := mode.open(t), openCMEnd(t, nic.Config{})
+			c, s := connectCM(t, a, b, b.listen(t, 0), a.dialOptions(), nic.AcceptOptions{})
+			if err := c.QP().PostRecv(&qp.RecvWR{ID: 9}); err != nil {
+				t.Fatal(err)
+			}
+			a.dev.Close()
+			select {
+			case <-s.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatal("the peer's Done did not close")
+			}
+			if !errors.Is(s.Err(), nic.ErrConnReset) || !errors.Is(c.Err(), nic.ErrClosed) {
+				t.Errorf("Err: peer %v (want ECONNRESET), closed side %v (want ErrClosed)", s.Err(), c.Err())
+			}
+			var wc [2]qp.WC
+			if n, err := a.cq.Poll(wc[:]); n != 1 || wc[0].ID != 9 || wc[0].Status != qp.WRFlushErr {
+				t.Errorf("Poll after Close: %d completions (%v), %v; want WR_FLUSH_ERR for the receive", n, wc[0].String(), err)
+			}
+		})
 	}
 }
 

@@ -239,10 +239,12 @@ func (d *Device) now() qp.Time { return qp.Time(time.Since(d.epoch)) }
 // each, not waited for) and pending connection requests rejected, every QP
 // is moved to the error state (its WRs complete with WR_FLUSH_ERR) and
 // destroyed, the socket is closed and the goroutines exit before Close
-// returns. An attached device detaches instead: the daemon does the same
-// for everything the process made, but the process's queues are unmapped
-// at once, so the flushed completions are not there to poll (Poll and
-// Wait return ErrClosed); poll what you need before closing.
+// returns. The completions not polled yet, the flushed ones included, can
+// still be polled. An attached device detaches instead: the daemon does the
+// same for everything the process made, and Close returns once it has
+// (waiting no more than 5 s for a daemon that does not answer), keeping the
+// completions in the process; once they are polled, an attached CQ's Poll
+// returns ErrClosed where an embedded one's finds nothing.
 func (d *Device) Close() error {
 	if d.att != nil {
 		return d.att.close()

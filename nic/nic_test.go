@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -240,23 +241,51 @@ func TestUnknownQPIsCountedAndTraced(t *testing.T) {
 	}
 }
 
+// TestCloseFlushesOutstandingWork: closing a device, embedded or attached,
+// completes the work requests its QPs still hold with WR_FLUSH_ERR, and
+// those completions can be polled after Close, as the ones before it.
+// The attached device's receive has not left its ring yet when the device
+// closes: no packet came for it.
 func TestCloseFlushesOutstandingWork(t *testing.T) {
-	checkLeaks(t)
-	a := openEnd(t, nic.Config{Addr: loopback})
-	// Connected to a port where nobody listens: the WRITE can never complete.
-	if err := a.qp.Connect(netip.MustParseAddrPort("127.0.0.1:9"), 0x33, nic.ConnectOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.qp.PostSend(&qp.SendWR{ID: 5, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RKey: 1}); err != nil {
-		t.Fatal(err)
-	}
-	a.dev.Close()
-	var wc [1]qp.WC
-	if n, _ := a.cq.Poll(wc[:]); n != 1 || wc[0].Status != qp.WRFlushErr || wc[0].ID != 5 {
-		t.Fatalf("after Close: %d completions %v, want WR_FLUSH_ERR for WR 5", n, wc[0])
-	}
-	if err := a.qp.PostSend(&qp.SendWR{Opcode: qp.WRWrite}); err == nil {
-		t.Error("posting on a closed device succeeded")
+	for _, mode := range endModes {
+		t.Run(mode.name, func(t *testing.T) {
+			checkLeaks(t)
+			a := mode.open(t)
+			// Connected to a port where nobody listens: the WRITE can never complete.
+			if err := a.qp.Connect(netip.MustParseAddrPort("127.0.0.1:9"), 0x33, nic.ConnectOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if err := a.qp.PostSend(&qp.SendWR{ID: 5, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RKey: 1}); err != nil {
+				t.Fatal(err)
+			}
+			if err := a.qp.PostRecv(&qp.RecvWR{ID: 6, SGL: []qp.SGE{a.mr.SGE(8, 8)}}); err != nil {
+				t.Fatal(err)
+			}
+			a.dev.Close()
+			want := map[uint64]bool{5: true, 6: true}
+			var wc [4]qp.WC
+			n, err := a.cq.Poll(wc[:])
+			if err != nil || n != len(want) {
+				t.Fatalf("Poll after Close: %d completions, %v; want %d", n, err, len(want))
+			}
+			for _, c := range wc[:n] {
+				if !want[c.ID] || c.Status != qp.WRFlushErr {
+					t.Errorf("completion %v, want WR_FLUSH_ERR for WRs 5 (the WRITE) and 6 (the receive)", c.String())
+				}
+				delete(want, c.ID)
+			}
+			if n, _ := a.cq.Poll(wc[:]); n != 0 {
+				t.Errorf("a second Poll found %d more completions", n)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if _, err := a.cq.Wait(ctx, wc[:]); !errors.Is(err, nic.ErrClosed) {
+				t.Errorf("Wait on the emptied CQ of a closed device: %v, want ErrClosed", err)
+			}
+			if err := a.qp.PostSend(&qp.SendWR{Opcode: qp.WRWrite}); err == nil {
+				t.Error("posting on a closed device succeeded")
+			}
+		})
 	}
 }
 
