@@ -3,6 +3,7 @@ package nic
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -651,8 +652,9 @@ type hostedRequest struct {
 // hostedConn is a connection the daemon's connection manager carries for
 // an attached process.
 type hostedConn struct {
-	c  *Conn
-	qp *hostedQP
+	c     *Conn
+	qp    *hostedQP
+	since time.Time // when it was established
 	// The watcher tells the process when the connection ends, unless
 	// the process disconnects it: then stop is closed, and the answer to
 	// the disconnect waits for watched, so that no news of the end follows

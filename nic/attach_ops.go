@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -478,7 +479,7 @@ func (s *session) hostConn(c *Conn, h *hostedQP) (any, []int, error) {
 		background(func() { c.Close(); h.close() })
 		return nil, nil, err
 	}
-	hc := &hostedConn{c: c, qp: h, stop: make(chan struct{}), watched: make(chan struct{})}
+	hc := &hostedConn{c: c, qp: h, since: time.Now(), stop: make(chan struct{}), watched: make(chan struct{})}
 	ch, err := s.add(hc)
 	if err != nil {
 		s.remove(qh)

@@ -223,6 +223,9 @@ type AttachedProcess struct {
 	Since    time.Time // when it attached
 	PDs      []mr.PD   // its protection domains: its regions are theirs
 	QPs      []*QP     // its QPs on the device
+	// Connected tells, by QP number, when the connection manager connected
+	// those of its QPs it did.
+	Connected map[uint32]time.Time
 	// Counters count its doorbells, work requests and completions through
 	// the shared queues, and its QPs failed for corrupt queues.
 	Counters []Counter
@@ -515,7 +518,7 @@ func (s *session) uncharge(n int64) {
 
 // describe returns what the process owns.
 func (s *session) describe() AttachedProcess {
-	p := AttachedProcess{PID: s.pid, UID: s.uid, Since: s.since}
+	p := AttachedProcess{PID: s.pid, UID: s.uid, Since: s.since, Connected: map[uint32]time.Time{}}
 	s.mu.Lock()
 	for _, obj := range s.objects {
 		switch o := obj.(type) {
@@ -523,6 +526,8 @@ func (s *session) describe() AttachedProcess {
 			p.PDs = append(p.PDs, o.pd)
 		case *hostedQP:
 			p.QPs = append(p.QPs, o.q)
+		case *hostedConn:
+			p.Connected[o.qp.q.num] = o.since
 		}
 	}
 	s.mu.Unlock()

@@ -48,7 +48,7 @@ func (d *daemon) attachedQPRows() []qpRow {
 			rows = append(rows, qpRow{
 				QPN: q.Num(), Type: q.Type().String(), State: st.State.String(), Peer: peer, PeerQPN: at.DestQPN,
 				MTU: at.PathMTU, SendPSN: uint32(st.SendPSN), AckedPSN: uint32(st.AckedPSN),
-				ExpectedPSN: uint32(st.ExpectedPSN), MSN: st.MSN, SendQueued: st.SendQueued, PID: p.PID,
+				ExpectedPSN: uint32(st.ExpectedPSN), MSN: st.MSN, SendQueued: st.SendQueued, Since: p.Connected[q.Num()], PID: p.PID,
 			})
 		}
 	}

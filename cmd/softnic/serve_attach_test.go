@@ -85,6 +85,25 @@ func TestServeAttach(t *testing.T) {
 	if len(rows) != 2 || rows[0].QPN != qps[0].Num() || rows[1].QPN != qps[1].Num() || rows[0].State != "RTS" || rows[0].PID != pid || !rows[0].Since.IsZero() {
 		t.Errorf("qp lists %+v, want the two QPs of the attached process", rows)
 	}
+	// A QP the connection manager connects (to the daemon's own listener)
+	// is listed with the time it was connected.
+	before := time.Now()
+	conn, err := dev.Dial(ctx, dev.Addr(), defaultCMPort, nic.DialOptions{PD: pd, QP: nic.QPConfig{SendCQ: cq}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := time.Now()
+	d.inspect(t, "qp", &rows)
+	var connected *qpRow
+	for i := range rows {
+		if rows[i].QPN == conn.QP().Num() {
+			connected = &rows[i]
+		}
+	}
+	if connected == nil || connected.PID != pid || connected.Since.Before(before) || connected.Since.After(after) {
+		t.Errorf("qp lists %+v; want QP %#x connected between %v and %v", rows, conn.QP().Num(), before, after)
+	}
+	conn.Close()
 	prefix := fmt.Sprintf("pid%d_", pid)
 	for name, want := range map[string]uint64{"attached_processes": 1, prefix + "qps": 2, prefix + "pds": 1, prefix + "send_wqes": 1, prefix + "cqes": 1} {
 		if got := d.counter(t, name); got != want {
