@@ -64,17 +64,53 @@ func (a *attachment) closeListener(l *Listener) error {
 }
 
 func (a *attachment) accept(r *Request, opts AcceptOptions) (*Conn, error) {
+	r.answerMu.Lock()
+	defer r.answerMu.Unlock()
+	if err := r.answeredLocked(); err != nil {
+		return nil, err
+	}
 	var res connResult
 	fds, err := a.call(context.Background(), opAccept, acceptArgs{Request: r.ah, Opts: opts}, nil, &res)
 	if err != nil {
 		return nil, err
 	}
-	return a.newConn(r.l.pd, &res, fds)
+	c, err := a.newConn(r.l.pd, &res, fds)
+	r.accepted = c
+	return c, err
 }
 
 func (a *attachment) reject(r *Request, private []byte) error {
+	r.answerMu.Lock()
+	defer r.answerMu.Unlock()
+	if err := r.answeredLocked(); err != nil {
+		return err
+	}
 	_, err := a.call(context.Background(), opReject, rejectArgs{Request: r.ah, Private: private}, nil, nil)
+	r.rejected = err == nil
 	return err
+}
+
+// answeredLocked returns the error an embedded device gives a request
+// answered already, as the CM state it left: why the connection ended, or
+// that it is established (or rejected), which is EINVAL.
+func (r *Request) answeredLocked() error {
+	state := ""
+	switch {
+	case r.rejected:
+		state = "rejected"
+	case r.accepted == nil:
+		return nil
+	case r.accepted.Err() != nil:
+		return r.accepted.Err()
+	default:
+		state = "ESTABLISHED"
+		select {
+		case <-r.accepted.Done():
+			state = "closed"
+		default:
+		}
+	}
+	return fmt.Errorf("connection with %v is %s: %w", r.id.peer, state, ErrInvalid)
 }
 
 func (a *attachment) dial(ctx context.Context, remote netip.AddrPort, port uint16, o *DialOptions) (*Conn, error) {

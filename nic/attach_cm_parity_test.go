@@ -2,6 +2,7 @@ package nic_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -115,6 +116,50 @@ func TestListenerAfterCloseParity(t *testing.T) {
 			}
 			if err := r.Reject(nil); !errors.Is(err, nic.ErrInvalid) {
 				t.Errorf("Reject after Accept: %v, want ErrInvalid", err)
+			}
+		}},
+		{"answer a request again", func(t *testing.T, srv, peer *cmEnd, l *nic.Listener) {
+			dialed := make(chan *nic.Conn, 1)
+			go func() {
+				c, err := peer.dev.Dial(cmContext(t), srv.dev.Addr(), l.Port(), peer.dialOptions())
+				if err != nil {
+					t.Error(err)
+				}
+				dialed <- c
+			}()
+			r, err := l.AcceptRequest(cmContext(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := r.Accept(nic.AcceptOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			pc := <-dialed
+			if pc == nil {
+				t.FailNow()
+			}
+			// Established: EINVAL, saying so.
+			_, err = r.Accept(nic.AcceptOptions{})
+			if !errors.Is(err, nic.ErrInvalid) || !strings.Contains(err.Error(), "ESTABLISHED") {
+				t.Errorf("second Accept: %v, want ErrInvalid, ESTABLISHED", err)
+			}
+			if err := r.Reject(nil); !errors.Is(err, nic.ErrInvalid) || !strings.Contains(err.Error(), "ESTABLISHED") {
+				t.Errorf("Reject after Accept: %v, want ErrInvalid, ESTABLISHED", err)
+			}
+			// Disconnected by the peer: why the connection ended.
+			pc.Close()
+			select {
+			case <-c.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatal("the peer's disconnect did not end the connection")
+			}
+			if _, err := r.Accept(nic.AcceptOptions{}); !errors.Is(err, nic.ErrConnReset) {
+				t.Errorf("Accept after the peer disconnected: %v, want ECONNRESET", err)
+			}
+			if err := r.Reject(nil); !errors.Is(err, nic.ErrConnReset) {
+				t.Errorf("Reject after the peer disconnected: %v, want ECONNRESET", err)
 			}
 		}},
 		{"reject a request after close", func(t *testing.T, srv, peer *cmEnd, l *nic.Listener) {

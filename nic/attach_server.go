@@ -481,9 +481,34 @@ func lookup[T any](s *session, h uint32) (T, error) {
 	obj, ok := s.objects[h].(T)
 	if !ok {
 		var zero T
-		return zero, fmt.Errorf("no %T with handle %d: %w", zero, h, ErrInvalid)
+		return zero, fmt.Errorf("no %s with handle %d: %w", kindName(zero), h, ErrInvalid)
 	}
 	return obj, nil
+}
+
+// kindName names the kind of a process's object for its errors.
+func kindName(obj any) string {
+	switch obj.(type) {
+	case *PD:
+		return "PD"
+	case *hostedMR:
+		return "memory region"
+	case *hostedQP:
+		return "QP"
+	case *hostedCQ:
+		return "CQ"
+	case *hostedSRQ:
+		return "SRQ"
+	case *hostedListener:
+		return "listener"
+	case *MW:
+		return "memory window"
+	case *hostedRequest:
+		return "unanswered connection request"
+	case *hostedConn:
+		return "connection"
+	}
+	return fmt.Sprintf("%T", obj)
 }
 
 // byHandle reads a request's handle argument and returns the process's

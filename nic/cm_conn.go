@@ -167,6 +167,12 @@ type Request struct {
 	id      *cmID
 	private []byte
 	ah      uint32 // an attached device's handle of the request
+	// An attached device's answer, once given: the connection accepted,
+	// or rejected. The daemon forgets an answered request; these give a
+	// second answer the embedded device's errors.
+	answerMu sync.Mutex
+	accepted *Conn
+	rejected bool
 }
 
 // PrivateData returns the requester's private data: the REQ's after the
