@@ -140,6 +140,9 @@ func TestListenerAfterCloseParity(t *testing.T) {
 			if pc == nil {
 				t.FailNow()
 			}
+			if err := c.QP().PostRecv(&qp.RecvWR{ID: 88}); err != nil {
+				t.Fatal(err)
+			}
 			// Established: EINVAL, saying so.
 			_, err = r.Accept(nic.AcceptOptions{})
 			if !errors.Is(err, nic.ErrInvalid) || !strings.Contains(err.Error(), "ESTABLISHED") {
@@ -154,6 +157,11 @@ func TestListenerAfterCloseParity(t *testing.T) {
 			case <-c.Done():
 			case <-time.After(5 * time.Second):
 				t.Fatal("the peer's disconnect did not end the connection")
+			}
+			// The refused answers left the connection's QP alone: the
+			// disconnect flushed it.
+			if wc := cmWaitCQ(t, srv.cq); wc.ID != 88 || wc.Status != qp.WRFlushErr {
+				t.Errorf("the receive completed %v, want WR_FLUSH_ERR", &wc)
 			}
 			if _, err := r.Accept(nic.AcceptOptions{}); !errors.Is(err, nic.ErrConnReset) {
 				t.Errorf("Accept after the peer disconnected: %v, want ECONNRESET", err)

@@ -251,7 +251,9 @@ func (r *Request) accept(opts AcceptOptions, cfg QPConfig) (*Conn, error) {
 			qpn: q.num, psn: psn, srq: cfg.SRQ != nil, private: opts.PrivateData,
 			responderResources: rr, initiatorDepth: depth, rnrRetryCount: rnr,
 		}, out)
-		r.id.qp = q
+		if err == nil {
+			r.id.qp = q
+		}
 	})
 	if err == nil {
 		select {

@@ -126,6 +126,12 @@ func (c *cm) run(f func(e *cmEngine, now qp.Time, out *cmOutput)) {
 	c.mu.Lock()
 	now := c.dev.now()
 	f(c.e, now, &out)
+	var ended []endedConn
+	for _, id := range out.flush {
+		if id.qp != nil {
+			ended = append(ended, endedConn{id.peer, id.qp})
+		}
+	}
 	at, ok := c.e.deadline()
 	arm := ok && (c.wakeAt == 0 || at < c.wakeAt)
 	if arm {
@@ -135,7 +141,14 @@ func (c *cm) run(f func(e *cmEngine, now qp.Time, out *cmOutput)) {
 	if arm {
 		c.dev.timers.add(timerEntry{at: at, fn: c.tick})
 	}
-	c.perform(&out)
+	c.perform(ended, out.mads)
+}
+
+// endedConn is a connection the peer ended and its QP, read under c.mu
+// (Accept and Dial set it under it).
+type endedConn struct {
+	peer netip.AddrPort
+	qp   *QP
 }
 
 // tick runs the engine's timers; the device's timer goroutine calls it.
@@ -150,16 +163,13 @@ func (c *cm) tick(now qp.Time) {
 
 // perform flushes the QPs of connections the peer ended, then sends the
 // MADs.
-func (c *cm) perform(out *cmOutput) {
-	for _, id := range out.flush {
-		if id.qp == nil {
-			continue
-		}
-		c.dev.log.Debug("cm: peer disconnected", zap.Stringer("peer", id.peer), zap.Uint32("qpn", id.localQPN))
-		id.qp.Modify(&qp.Attr{State: qp.Err}, qp.AttrState)
+func (c *cm) perform(ended []endedConn, mads []cmMAD) {
+	for _, e := range ended {
+		c.dev.log.Debug("cm: peer disconnected", zap.Stringer("peer", e.peer), zap.Uint32("qpn", e.qp.num))
+		e.qp.Modify(&qp.Attr{State: qp.Err}, qp.AttrState)
 	}
-	for i := range out.mads {
-		m := &out.mads[i]
+	for i := range mads {
+		m := &mads[i]
 		err := c.gsi.PostSend(&qp.SendWR{
 			Opcode: qp.WRSend, Flags: qp.Inline, Inline: m.mad[:],
 			Dest: m.dst, DestQPN: wire.GSIQPN, QKey: wire.GSIQKey,
