@@ -243,10 +243,13 @@ func (s *sim) peer(h *host) *host {
 func (s *sim) transmitAll() bool {
 	moved := false
 	for _, h := range []*host{s.a, s.b} {
-		for {
+		for sent := 0; ; sent++ {
 			n, dst := h.qp.Transmit(s.txbuf, s.now)
 			if n == 0 {
 				break
+			}
+			if sent > 100000 {
+				s.t.Fatalf("%s keeps transmitting at %v: %+v", h.name, s.now, h.qp.Status())
 			}
 			moved = true
 			data := slices.Clone(s.txbuf[:n])
