@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"context"
 	"os"
 	"slices"
 	"strconv"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/nicbench"
 	"github.com/softnic/softnic/nic/udp/udptest"
 	"github.com/softnic/softnic/qp"
 )
@@ -37,91 +37,41 @@ var (
 func BenchmarkRawUDP4KBatched(b *testing.B) { udptest.Throughput(b, udptest.ThroughputConfig{}) }
 func BenchmarkRawUDPPingPong(b *testing.B)  { udptest.PingPong(b) }
 
-// pair is a connected RC QP pair between device a, opened embedded or
-// attached to a daemon, and its peer b, with a 64 MiB region on each
-// side, written all over (fill).
+// pair is nicbench's pair between device a, opened embedded or attached
+// to a daemon, and its peer b, with the device a for its counters.
 type pair struct {
-	l      link
-	ma, mb *nic.MR
-	da     *nic.Device
+	nicbench.Pair
+	da *nic.Device
 }
 
 func newPair(tb testing.TB, open, peer func(testing.TB, nic.Config) *nic.Device, depth int) pair {
 	da := open(tb, nic.Config{})
-	db := peer(tb, nic.Config{})
-	pa, _ := da.AllocPD()
-	pb, _ := db.AllocPD()
-	ma, err := pa.AllocMR(64<<20, allAccess)
+	p, err := nicbench.NewPair(da, peer(tb, nic.Config{}), depth)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	mb, err := pb.AllocMR(64<<20, allAccess)
+	return pair{p, da}
+}
+
+// transfer runs n 64 KiB operations op and returns the time they took.
+func (p pair) transfer(tb testing.TB, op qp.WROpcode, n int) time.Duration {
+	d, err := p.Transfer(op, n)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	fill(ma.Bytes())
-	fill(mb.Bytes())
-	l := connectPair(tb, da, db, pa, pb, nic.ConnectOptions{MTU: 4096, Timeout: 12}, depth)
-	return pair{l: l, ma: ma, mb: mb, da: da}
+	return d
 }
-
-// streamOps keeps depth operations built by mk in flight until n have
-// completed. mk fills in the WR (and its one SGE) for operation i; the
-// harness reuses them, so that the benchmark's allocations are the
-// device's.
-func streamOps(tb testing.TB, l link, n, depth int, mk func(i int, wr *qp.SendWR)) {
-	ctx := context.Background()
-	wcs := make([]qp.WC, depth)
-	posted, done := 0, 0
-	var wr qp.SendWR
-	wr.SGL = make([]qp.SGE, 1)
-	for done < n {
-		for posted < n && posted-done < depth {
-			mk(posted, &wr)
-			if err := l.a.PostSend(&wr); err != nil {
-				tb.Fatal(err)
-			}
-			posted++
-		}
-		k, err := l.acq.Wait(ctx, wcs)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		for i := range wcs[:k] {
-			if wcs[i].Status != qp.Success {
-				tb.Fatalf("completion %v", wcs[i].String())
-			}
-		}
-		done += k
-	}
-}
-
-// Throughput runs: 64 KiB operations, MTU 4096, 32 in flight.
-const streamSize, streamDepth = 64 << 10, 32
-
-// stream runs n 64 KiB operations op and returns the time they took.
-func (p pair) stream(tb testing.TB, op qp.WROpcode, n int) time.Duration {
-	start := time.Now()
-	streamOps(tb, p.l, n, streamDepth, func(i int, wr *qp.SendWR) {
-		off := (i % 512) * streamSize
-		wr.ID, wr.Opcode, wr.Flags, wr.RemoteAddr, wr.RKey = uint64(i), op, qp.Signaled, p.mb.Addr()+uint64(off), p.mb.RKey()
-		wr.SGL[0] = p.ma.SGE(off, streamSize)
-	})
-	return time.Since(start)
-}
-
-func gbps(n int, d time.Duration) float64 { return float64(n) * streamSize * 8 / d.Seconds() / 1e9 }
 
 func benchThroughput(b *testing.B, op qp.WROpcode) {
 	raw, err := rawThroughput()
 	if err != nil {
 		b.Fatal(err)
 	}
-	p := newPair(b, openDevice, openDevice, streamDepth)
-	b.SetBytes(streamSize)
+	p := newPair(b, openDevice, openDevice, nicbench.StreamDepth)
+	b.SetBytes(nicbench.StreamSize)
 	b.ReportAllocs()
 	b.ResetTimer()
-	g := gbps(b.N, p.stream(b, op, b.N))
+	g := nicbench.Gbps(b.N, p.transfer(b, op, b.N))
 	b.StopTimer()
 	r, _ := p.da.Counter("retransmitted_pkts")
 	b.ReportMetric(g, "Gbit/s")
@@ -147,29 +97,10 @@ const (
 
 func (c completion) String() string { return [...]string{"wait", "poll"}[c] }
 
-// write8 posts 8-byte WRITEs one at a time and stores in each element of
-// rtts the time from post to completion.
+// write8 is nicbench's Write8, learning of completions by by.
 func (p pair) write8(tb testing.TB, rtts []time.Duration, by completion) {
-	ctx := context.Background()
-	var wc [1]qp.WC
-	wr := qp.SendWR{Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{p.ma.SGE(0, 8)}, RemoteAddr: p.mb.Addr(), RKey: p.mb.RKey()}
-	for i := range rtts {
-		t0 := time.Now()
-		if err := p.l.a.PostSend(&wr); err != nil {
-			tb.Fatal(err)
-		}
-		n, err := 0, error(nil)
-		for n == 0 && err == nil {
-			if by == byWait {
-				n, err = p.l.acq.Wait(ctx, wc[:])
-			} else {
-				n, err = p.l.acq.Poll(wc[:])
-			}
-		}
-		if err != nil || wc[0].Status != qp.Success {
-			tb.Fatalf("completion %v, %v", wc[0].String(), err)
-		}
-		rtts[i] = time.Since(t0)
+	if err := p.Write8(rtts, by == byPoll); err != nil {
+		tb.Fatal(err)
 	}
 }
 
@@ -190,13 +121,6 @@ func contextSwitches() int64 {
 	return -1
 }
 
-// percentile returns the p-th percentile of sorted durations.
-func percentile(sorted []time.Duration, p int) time.Duration {
-	return sorted[(len(sorted)*p+99)/100-1]
-}
-
-func median(sorted []time.Duration) time.Duration { return sorted[len(sorted)/2] }
-
 // BenchmarkWrite8Latency: one 8-byte RDMA WRITE at a time, from post to
 // completion.
 func BenchmarkWrite8Latency(b *testing.B) {
@@ -212,10 +136,10 @@ func BenchmarkWrite8Latency(b *testing.B) {
 			b.ResetTimer()
 			p.write8(b, rtts, by)
 			b.StopTimer()
-			slices.Sort(rtts)
-			b.ReportMetric(float64(median(rtts))/1e3, "median-µs")
-			b.ReportMetric(float64(percentile(rtts, 99))/1e3, "p99-µs")
-			b.ReportMetric(float64(median(rtts))/float64(raw.Median), "x-raw")
+			l := nicbench.Percentiles(rtts)
+			b.ReportMetric(float64(l.Median)/1e3, "median-µs")
+			b.ReportMetric(float64(l.P99)/1e3, "p99-µs")
+			b.ReportMetric(float64(l.Median)/float64(raw.Median), "x-raw")
 		})
 	}
 }
@@ -243,25 +167,13 @@ var daemons = []struct {
 	{"daemon=process,peer=process", attachedElsewhere, attachedElsewhere},
 }
 
-const rounds = 10
-
-// The two devices of an attached benchmark, as indexes.
-const (
-	embedded = iota
-	attached
-)
-
-// inRounds splits n operations into rounds and calls run(dev, start, k)
-// for the embedded device, then the attached one, k operations from
-// start, round after round.
+// inRounds is nicbench's InRounds, for runs that fail the benchmark
+// themselves.
 func inRounds(n int, run func(dev, start, k int)) {
-	for r := range rounds {
-		start, end := n*r/rounds, n*(r+1)/rounds
-		if end > start {
-			run(embedded, start, end-start)
-			run(attached, start, end-start)
-		}
-	}
+	nicbench.InRounds(n, func(dev, start, k int) error {
+		run(dev, start, k)
+		return nil
+	})
 }
 
 // BenchmarkAttachedWrite64K: BenchmarkWrite64K from an attached device
@@ -274,7 +186,7 @@ func inRounds(n int, run func(dev, start, k int)) {
 func BenchmarkAttachedWrite64K(b *testing.B) {
 	for _, d := range daemons {
 		b.Run(d.name, func(b *testing.B) {
-			p := [2]pair{newPair(b, openDevice, d.peer, streamDepth), newPair(b, d.open, d.peer, streamDepth)}
+			p := [2]pair{newPair(b, openDevice, d.peer, nicbench.StreamDepth), newPair(b, d.open, d.peer, nicbench.StreamDepth)}
 			var took [2]time.Duration
 			var switches [2]int64
 			var last time.Duration // the embedded device's time in this round
@@ -283,22 +195,22 @@ func BenchmarkAttachedWrite64K(b *testing.B) {
 			b.ResetTimer()
 			inRounds(b.N, func(dev, _, k int) {
 				s0 := contextSwitches()
-				t := p[dev].stream(b, qp.WRWrite, k)
+				t := p[dev].transfer(b, qp.WRWrite, k)
 				took[dev] += t
 				switches[dev] += contextSwitches() - s0
-				if dev == attached {
+				if dev == nicbench.Attached {
 					ratios = append(ratios, last.Seconds()/t.Seconds())
 				}
 				last = t
 			})
 			b.StopTimer()
 			slices.Sort(ratios)
-			b.ReportMetric(gbps(b.N, took[attached]), "Gbit/s")
-			b.ReportMetric(gbps(b.N, took[embedded]), "embedded-Gbit/s")
+			b.ReportMetric(nicbench.Gbps(b.N, took[nicbench.Attached]), "Gbit/s")
+			b.ReportMetric(nicbench.Gbps(b.N, took[nicbench.Embedded]), "embedded-Gbit/s")
 			b.ReportMetric(ratios[len(ratios)/2], "x-embedded")
 			if contextSwitches() >= 0 {
-				b.ReportMetric(float64(switches[attached])/float64(b.N), "ctxsw/op")
-				b.ReportMetric(float64(switches[embedded])/float64(b.N), "embedded-ctxsw/op")
+				b.ReportMetric(float64(switches[nicbench.Attached])/float64(b.N), "ctxsw/op")
+				b.ReportMetric(float64(switches[nicbench.Embedded])/float64(b.N), "embedded-ctxsw/op")
 			}
 		})
 	}
@@ -320,12 +232,11 @@ func BenchmarkAttachedWrite8Latency(b *testing.B) {
 					p[dev].write8(b, rtts[dev][start:start+k], by)
 				})
 				b.StopTimer()
-				slices.Sort(rtts[embedded])
-				slices.Sort(rtts[attached])
-				b.ReportMetric(float64(median(rtts[attached]))/1e3, "median-µs")
-				b.ReportMetric(float64(percentile(rtts[attached], 99))/1e3, "p99-µs")
-				b.ReportMetric(float64(median(rtts[embedded]))/1e3, "embedded-median-µs")
-				b.ReportMetric(float64(median(rtts[attached]))/float64(median(rtts[embedded])), "x-embedded")
+				emb, att := nicbench.Percentiles(rtts[nicbench.Embedded]), nicbench.Percentiles(rtts[nicbench.Attached])
+				b.ReportMetric(float64(att.Median)/1e3, "median-µs")
+				b.ReportMetric(float64(att.P99)/1e3, "p99-µs")
+				b.ReportMetric(float64(emb.Median)/1e3, "embedded-median-µs")
+				b.ReportMetric(float64(att.Median)/float64(emb.Median), "x-embedded")
 			})
 		}
 	}
@@ -336,22 +247,10 @@ func BenchmarkFetchAdd16(b *testing.B) {
 	p := newPair(b, openDevice, openDevice, 16)
 	b.ReportAllocs()
 	b.ResetTimer()
-	start := time.Now()
-	streamOps(b, p.l, b.N, 16, func(i int, wr *qp.SendWR) {
-		wr.ID, wr.Opcode, wr.Flags, wr.RemoteAddr, wr.RKey, wr.CompareAdd = uint64(i), qp.WRFetchAdd, qp.Signaled, p.mb.Addr(), p.mb.RKey(), 1
-		wr.SGL[0] = p.ma.SGE(8*(i%16), 8)
-	})
+	d, err := p.FetchAdd(b.N, 16)
 	b.StopTimer()
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
-}
-
-// fill writes a pattern over b, as a program writes the data it sends.
-// Pages never written read from the kernel's one zero page, which stays in
-// the cache however much is sent: an embedded device's regions (Go memory)
-// would send from it, an attached device's (shared memory, which has no
-// zero page) from memory, and the two would not compare.
-func fill(b []byte) {
-	for i := range b {
-		b[i] = byte(i * 7)
+	if err != nil {
+		b.Fatal(err)
 	}
+	b.ReportMetric(float64(b.N)/d.Seconds(), "ops/s")
 }

@@ -150,7 +150,7 @@ func (w *worker) post(i int, seq int, recvs *[][]byte, cas *uint64) (*op, error)
 		o.wr.SGL = []qp.SGE{w.ma.SGE(src, n)}
 		if k == 0 {
 			o.wr.Opcode, o.wr.Imm = qp.WRWriteImm, uint32(seq)
-			if err := w.l.b.PostRecv(&qp.RecvWR{ID: uint64(seq)}); err != nil {
+			if err := w.l.B.PostRecv(&qp.RecvWR{ID: uint64(seq)}); err != nil {
 				return nil, err
 			}
 			*recvs = append(*recvs, nil)
@@ -196,12 +196,12 @@ func (w *worker) post(i int, seq int, recvs *[][]byte, cas *uint64) (*op, error)
 		fillRandom(w.rng, aMem[src:src+n])
 		o.wr.SGL = []qp.SGE{w.ma.SGE(src, n)}
 		buf := w.bOff + recvOff + len(*recvs)%nRecv*recvSize
-		if err := w.l.b.PostRecv(&qp.RecvWR{ID: uint64(seq), SGL: []qp.SGE{w.mb.SGE(buf, recvSize)}}); err != nil {
+		if err := w.l.B.PostRecv(&qp.RecvWR{ID: uint64(seq), SGL: []qp.SGE{w.mb.SGE(buf, recvSize)}}); err != nil {
 			return nil, err
 		}
 		*recvs = append(*recvs, bytes.Clone(aMem[src:src+n]))
 	}
-	if err := w.l.a.PostSend(&o.wr); err != nil {
+	if err := w.l.A.PostSend(&o.wr); err != nil {
 		return nil, fmt.Errorf("post %s: %w", o.wr.Opcode, err)
 	}
 	return o, nil
@@ -233,9 +233,9 @@ func (w *worker) run(total int) error {
 			w.inflight[i] = o
 			posted++
 		}
-		wc, err := waitWC2(w.l.acq)
+		wc, err := waitWC2(w.l.ACQ)
 		if err != nil {
-			return fmt.Errorf("after %d ops: %w\nrequester %+v\nresponder %+v", done, err, w.l.a.Status(), w.l.b.Status())
+			return fmt.Errorf("after %d ops: %w\nrequester %+v\nresponder %+v", done, err, w.l.A.Status(), w.l.B.Status())
 		}
 		o := w.inflight[wc.ID]
 		if wc.Status != qp.Success {
@@ -258,7 +258,7 @@ func (w *worker) run(total int) error {
 		// every receive of a completed SEND is in b's CQ by now.
 		for {
 			var rwc [1]qp.WC
-			n, err := w.l.bcq.Poll(rwc[:])
+			n, err := w.l.BCQ.Poll(rwc[:])
 			if err != nil {
 				return err
 			}
@@ -280,7 +280,7 @@ func (w *worker) run(total int) error {
 	if received != len(recvs) {
 		return fmt.Errorf("%d receives completed, want %d", received, len(recvs))
 	}
-	w.l.b.Status() // orders the check below after b's writes (see syncMemory in package nic's tests)
+	w.l.B.Status() // orders the check below after b's writes (see syncMemory in package nic's tests)
 	if !bytes.Equal(bMem[w.bOff:w.bOff+dataLen], w.model) {
 		return fmt.Errorf("b's memory differs from the model")
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/nicbench"
 	"github.com/softnic/softnic/qp"
 )
 
@@ -84,34 +85,12 @@ func openDevice(t testing.TB, cfg nic.Config) *nic.Device {
 
 // link is one connected RC QP pair between two devices, with a CQ on each
 // side.
-type link struct {
-	a, b     *nic.QP
-	acq, bcq *nic.CQ
-}
+type link = nicbench.Link
 
 func connectPair(t testing.TB, da, db *nic.Device, pa, pb *nic.PD, opts nic.ConnectOptions, depth int) link {
 	t.Helper()
-	var l link
-	var err error
-	if l.acq, err = da.CreateCQ(depth * 2); err != nil {
-		t.Fatal(err)
-	}
-	if l.bcq, err = db.CreateCQ(depth * 2); err != nil {
-		t.Fatal(err)
-	}
-	if l.a, err = pa.CreateQP(nic.QPConfig{SendCQ: l.acq, MaxSendWR: depth, MaxRecvWR: depth}); err != nil {
-		t.Fatal(err)
-	}
-	if l.b, err = pb.CreateQP(nic.QPConfig{SendCQ: l.bcq, MaxSendWR: depth, MaxRecvWR: depth}); err != nil {
-		t.Fatal(err)
-	}
-	oa, ob := opts, opts
-	oa.LocalPSN, oa.RemotePSN = 0xFFFF00, 0x123 // a's PSNs wrap during the test
-	ob.LocalPSN, ob.RemotePSN = 0x123, 0xFFFF00
-	if err := l.a.Connect(db.Addr(), l.b.Num(), oa); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.b.Connect(da.Addr(), l.a.Num(), ob); err != nil {
+	l, err := nicbench.Connect(da, db, pa, pb, opts, depth)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return l
