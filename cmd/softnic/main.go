@@ -63,6 +63,9 @@ var commands = []command{
 	{"rping", "(-s | -c) -a ADDR [-C COUNT] [-S SIZE] [-v] [-p PORT] [-I ADDR] [--udp-port N] [--mtu N] [--counters] [--pcap FILE]",
 		"rdma-core's rping over the connection manager, against rping or softnic: a SEND of a buffer, RDMA READ, SEND, RDMA WRITE back, compared",
 		"softnic rping -c -a 10.77.0.12 -C 3 -v", defineRping},
+	{"bench", "[--ops N] [--attach PATH] [--json]",
+		"measure softnic on this machine against raw UDP in the same run (and an attached device against an embedded one)",
+		"softnic bench --attach /run/user/1000/softnic.sock", defineBench},
 	{"decode", "FILE.pcap [-v] [--port N]...", "print every RoCEv2 packet of a pcap file, one line each", "softnic decode -v ../shared/golden/read_large.pcap", defineDecode},
 	{"version", "", "print softnic's version", "softnic version", defineVersion},
 }

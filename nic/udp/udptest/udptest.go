@@ -2,7 +2,9 @@
 // measured against. The runners take a *testing.B so that any package's
 // benchmark can call them, and softnic and raw UDP are measured in the same
 // `go test -bench` run on the same machine: softnic's targets are ratios
-// against these figures.
+// against these figures. MeasureThroughput and MeasurePingPong take the
+// same measurements outside a benchmark, for ratios measured in one
+// (and for softnic bench).
 //
 // Every runner works on loopback only and finishes at once with
 // -benchtime 1x, as CI runs every benchmark once.
