@@ -177,8 +177,8 @@ func benchAttached(ctx context.Context, devs *benchDevices, ops int, control str
 				return nil, err
 			}
 		}
-		peer, err := devs.open(host)
-		if err != nil {
+		var peer *nic.Device
+		if peer, err = devs.open(host); err != nil {
 			return nil, err
 		}
 		if pairs[dev], err = nicbench.NewPair(a, peer, nicbench.StreamDepth); err != nil {
