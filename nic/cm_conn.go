@@ -592,8 +592,10 @@ func (c *Conn) Close() error {
 }
 
 // halt moves the connection's QP to the error state, which flushes its
-// work requests, without ending the connection as a failure of its QP:
-// Close, which halts it first, then disconnects.
+// work requests, without the QP's error ending the connection as a
+// failure. Close halts the connection before it disconnects it; a daemon
+// whose process detaches halts the process's connections at once and
+// closes them in the background.
 func (c *Conn) halt() {
 	c.qp.setOnError(nil)
 	c.qp.Modify(&qp.Attr{State: qp.Err}, qp.AttrState)
