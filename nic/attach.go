@@ -306,10 +306,11 @@ func (a *attachment) detach() {
 	a.detaching.Store(true)
 	if a.t.Unix().CloseWrite() == nil {
 		a.t.Unix().SetReadDeadline(time.Now().Add(detachWait))
-		a.wg.Wait() // the reader has read the daemon's end, or given up
+	} else {
+		a.t.Close() // no daemon to wait for: the reader ends now
 	}
+	a.wg.Wait() // the reader has read the daemon's end, or given up
 	a.t.Close()
-	a.wg.Wait()
 }
 
 // call sends a request and waits for its answer, decoded into res; it

@@ -224,15 +224,15 @@ func BenchmarkAttachedWrite8Latency(b *testing.B) {
 	for _, d := range daemons {
 		for _, by := range []completion{byWait, byPoll} {
 			b.Run(d.name+"/completion="+by.String(), func(b *testing.B) {
-				p := [2]pair{newPair(b, openDevice, d.peer, 4), newPair(b, d.open, d.peer, 4)}
-				rtts := [2][]time.Duration{make([]time.Duration, b.N), make([]time.Duration, b.N)}
+				p := [2]nicbench.Pair{newPair(b, openDevice, d.peer, 4).Pair, newPair(b, d.open, d.peer, 4).Pair}
 				b.ReportAllocs()
 				b.ResetTimer()
-				inRounds(b.N, func(dev, start, k int) {
-					p[dev].write8(b, rtts[dev][start:start+k], by)
-				})
+				l, err := nicbench.Write8Rounds(&p, b.N, by == byPoll)
 				b.StopTimer()
-				emb, att := nicbench.Percentiles(rtts[nicbench.Embedded]), nicbench.Percentiles(rtts[nicbench.Attached])
+				if err != nil {
+					b.Fatal(err)
+				}
+				emb, att := l[nicbench.Embedded], l[nicbench.Attached]
 				b.ReportMetric(float64(att.Median)/1e3, "median-µs")
 				b.ReportMetric(float64(att.P99)/1e3, "p99-µs")
 				b.ReportMetric(float64(emb.Median)/1e3, "embedded-median-µs")

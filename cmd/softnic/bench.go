@@ -203,14 +203,11 @@ func benchAttached(ctx context.Context, devs *benchDevices, ops int, control str
 		att, emb *benchLatency
 		poll     bool
 	}{{&res.Write8Wait, &res.EmbeddedWait, false}, {&res.Write8Poll, &res.EmbeddedPoll, true}} {
-		rtts := [2][]time.Duration{make([]time.Duration, ops), make([]time.Duration, ops)}
-		err := nicbench.InRounds(ops, func(dev, start, k int) error {
-			return pairs[dev].Write8(rtts[dev][start:start+k], m.poll)
-		})
+		l, err := nicbench.Write8Rounds(&pairs, ops, m.poll)
 		if err != nil {
 			return nil, err
 		}
-		*m.att, *m.emb = latencyOf(nicbench.Percentiles(rtts[nicbench.Attached])), latencyOf(nicbench.Percentiles(rtts[nicbench.Embedded]))
+		*m.att, *m.emb = latencyOf(l[nicbench.Attached]), latencyOf(l[nicbench.Embedded])
 	}
 	return res, nil
 }

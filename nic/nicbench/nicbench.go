@@ -215,6 +215,19 @@ const (
 	Attached
 )
 
+// Write8Rounds runs Write8 n times on each of pairs, the embedded and the
+// attached one, in alternating rounds, and returns each one's latency.
+func Write8Rounds(pairs *[2]Pair, n int, poll bool) ([2]Latency, error) {
+	rtts := [2][]time.Duration{make([]time.Duration, n), make([]time.Duration, n)}
+	err := InRounds(n, func(dev, start, k int) error {
+		return pairs[dev].Write8(rtts[dev][start:start+k], poll)
+	})
+	if err != nil {
+		return [2]Latency{}, err
+	}
+	return [2]Latency{Percentiles(rtts[Embedded]), Percentiles(rtts[Attached])}, nil
+}
+
 // InRounds splits n operations into Rounds and calls run(dev, start, k)
 // for the embedded device, then the attached one, k operations from
 // start, round after round. A machine's speed drifts by tens of percent
