@@ -72,36 +72,64 @@ func numberError(err error, bits int) error {
 	return errors.New("not a number (decimal, or hex with 0x)")
 }
 
-// parseSize parses a byte count with an optional k, m or g suffix (powers
-// of 1024, either case): "4096", "64k", "1m", "2g".
+// parseSize parses a byte count as people write one: a number (decimal, or
+// 0x hex without a unit) with an optional unit k, m or g, in either case,
+// bare or followed by "iB" or "B" ("4096", "64k", "64KiB", "1MB", "1G",
+// "2gib", "512b"). Every unit is a power of 1024, as in free, qemu's -m
+// and systemd's MemoryMax: "1MB" is 1 MiB.
 func parseSize(s string) (int, error) {
-	num, shift := s, 0
-	if n := len(s); n > 0 {
-		switch s[n-1] {
-		case 'k', 'K':
-			num, shift = s[:n-1], 10
-		case 'm', 'M':
-			num, shift = s[:n-1], 20
-		case 'g', 'G':
-			num, shift = s[:n-1], 30
-		}
+	v, err := parseByteCount(s)
+	if err == nil && v == 0 {
+		err = fmt.Errorf("size %q: must be at least one byte", s)
 	}
-	v, err := strconv.ParseUint(num, 10, 63)
-	if err != nil {
-		return 0, fmt.Errorf("size %q: want a number of bytes with an optional k, m or g suffix", s)
+	return v, err
+}
+
+// parseByteCount is parseSize with 0 allowed.
+func parseByteCount(s string) (int, error) {
+	num, base, shift := splitSizeUnit(s)
+	v, err := strconv.ParseUint(num, base, 63)
+	if err != nil || shift < 0 {
+		return 0, fmt.Errorf("size %q: want a number of bytes with an optional unit k, m or g (KiB, MiB, GiB)", s)
 	}
-	if v == 0 {
-		return 0, fmt.Errorf("size %q: must be at least one byte", s)
-	}
-	if v > uint64(maxRegionSize)>>shift {
-		return 0, fmt.Errorf("size %q: larger than %s", s, formatSize(maxRegionSize))
+	if v > uint64(maxSize)>>shift {
+		return 0, fmt.Errorf("size %q: larger than %s", s, formatSize(maxSize))
 	}
 	return int(v << shift), nil
 }
 
-// maxRegionSize bounds a served region: 64 GiB of address space, far more
-// than a test host maps, small enough that a typo is caught before mmap.
-const maxRegionSize = 64 << 30
+// splitSizeUnit splits s into its digits, their base and the shift its
+// unit stands for; the shift is -1 for a unit that is not one. A hex
+// number takes no unit, since b is one of its digits; a decimal one with a
+// leading 0 is still decimal.
+func splitSizeUnit(s string) (num string, base, shift int) {
+	if len(s) > 2 && (s[:2] == "0x" || s[:2] == "0X") {
+		return s[2:], 16, 0
+	}
+	i := len(s)
+	for i > 0 && (s[i-1] < '0' || s[i-1] > '9') {
+		i--
+	}
+	shift, ok := sizeUnits[strings.ToLower(s[i:])]
+	if !ok {
+		return s[:i], 10, -1
+	}
+	return s[:i], 10, shift
+}
+
+// sizeUnits are the units parseSize takes (in lower case) and their
+// shifts.
+var sizeUnits = map[string]int{
+	"": 0, "b": 0,
+	"k": 10, "kb": 10, "kib": 10,
+	"m": 20, "mb": 20, "mib": 20,
+	"g": 30, "gb": 30, "gib": 30,
+}
+
+// maxSize bounds every size given on the command line: 64 GiB of address
+// space, far more than a test host maps, small enough that a typo is
+// caught before mmap.
+const maxSize = 64 << 30
 
 // formatSize writes a byte count the way parseSize reads it, with the
 // largest suffix that divides it exactly.
@@ -115,6 +143,30 @@ func formatSize(n int) string {
 		}
 	}
 	return strconv.Itoa(n)
+}
+
+// sizeFlag is a flag holding a size as parseSize reads it, 0 included;
+// val may hold a default. It remembers whether it was given, for required
+// flags; the command checks the range, so that its message names the flag.
+type sizeFlag struct {
+	val int
+	set bool
+}
+
+func (f *sizeFlag) String() string {
+	if f == nil || f.val == 0 {
+		return ""
+	}
+	return formatSize(f.val)
+}
+
+func (f *sizeFlag) Set(s string) error {
+	v, err := parseByteCount(s)
+	if err != nil {
+		return err
+	}
+	f.val, f.set = v, true
+	return nil
 }
 
 // parseAccess reads a region's remote access as letters: r (remote read),

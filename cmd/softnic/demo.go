@@ -33,17 +33,15 @@ const (
 
 func defineDemo(fs *flag.FlagSet) func(*invocation) error {
 	pcap := fs.String("pcap", "", "also write every packet to `FILE`, for Wireshark")
-	mtu := fs.Int("mtu", 1024, "the NICs' path `MTU`: 256, 512, 1024, 2048 or 4096 (1024 is rxe's on a 1500-byte Ethernet link)")
+	mtu := addMTUFlag(fs, 1024, "the NICs' path `MTU`: 256, 512, 1024, 2048 or 4096 (1024 is rxe's on a 1500-byte Ethernet link)")
 	return func(inv *invocation) error {
 		if err := inv.parse(0, 0); err != nil {
 			return err
 		}
-		switch *mtu {
-		case 256, 512, 1024, 2048, 4096:
-		default:
-			return usagef("--mtu %d: want 256, 512, 1024, 2048 or 4096", *mtu)
+		if _, ok := wire.MTUFromBytes(mtu.val); !ok {
+			return usagef("--mtu %d: want 256, 512, 1024, 2048 or 4096", mtu.val)
 		}
-		return runDemo(inv.ctx, inv.stdout, *mtu, *pcap)
+		return runDemo(inv.ctx, inv.stdout, mtu.val, *pcap)
 	}
 }
 

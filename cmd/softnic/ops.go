@@ -131,8 +131,8 @@ func defineDataOp(fs *flag.FlagSet, verb string, mk func() qp.SendWR, o *opFlags
 
 func defineRead(fs *flag.FlagSet) func(*invocation) error {
 	o := addOpFlags(fs, true)
-	n := numFlag{bits: 64}
-	fs.Var(&n, "len", "read `N` bytes (required)")
+	var n sizeFlag
+	fs.Var(&n, "len", "read `SIZE` bytes, such as 4096, 64k or 1MiB (required)")
 	out := fs.String("out", "", "write the bytes to `FILE` instead of stdout")
 	return func(inv *invocation) error {
 		if err := inv.parse(0, 0); err != nil {

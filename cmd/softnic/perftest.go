@@ -129,11 +129,11 @@ func (c *perftestConfig) server() bool { return c.host == "" }
 
 func definePerftest(fs *flag.FlagSet) func(*invocation) error {
 	bind := fs.String("bind", "", "the local IP `ADDR` for TCP and RoCEv2 (default: the server's any address, the client's route to the server)")
-	size := fs.String("s", "", "message `SIZE` in bytes, with an optional k or m (default 65536 for the bandwidth tests, 2 for write_lat; atomics are 8)")
+	size := fs.String("s", "", "message `SIZE` in bytes, such as 4096, 64k or 1MiB (default 65536 for the bandwidth tests, 2 for write_lat; atomics are 8)")
 	iters := fs.Int("n", 0, "`ITERS` messages (default 5000 for the bandwidth tests, 1000 for write_lat)")
 	atomic := fs.String("A", "FETCH_AND_ADD", "the atomic_bw `OPERATION`: FETCH_AND_ADD or CMP_AND_SWAP")
 	timeout := fs.Uint("u", defaultQPTimeout, "the QP's ACK `TIMEOUT` exponent: 4.096 µs × 2^TIMEOUT before it sends again (14: 67 ms)")
-	mtu := fs.Int("mtu", 0, "the path `MTU` offered: 256 to 4096 (default: what the interface carries, as rxe derives it: 1024 on 1500-byte Ethernet)")
+	mtu := addMTUFlag(fs, 0, "the path `MTU` offered: 256 to 4096 (default: what the interface carries, as rxe derives it: 1024 on 1500-byte Ethernet)")
 	port := fs.Uint("port", uint(wire.UDPPort), "the RoCEv2 UDP `PORT` of the device, and where the peer's is (Linux rxe's is 4791)")
 	oobPort := fs.Uint("oob-port", defaultOOBPort, "perftest's TCP `PORT` for the out-of-band exchange")
 	counters := fs.Bool("counters", false, "print the device's counters after the test")
@@ -142,7 +142,7 @@ func definePerftest(fs *flag.FlagSet) func(*invocation) error {
 		if err := inv.parse(1, 2); err != nil {
 			return err
 		}
-		cfg := perftestConfig{mtu: *mtu, counters: *counters, pcap: *pcap, iters: *iters}
+		cfg := perftestConfig{mtu: mtu.val, counters: *counters, pcap: *pcap, iters: *iters}
 		var ok bool
 		if cfg.test, ok = parsePerfTest(inv.args[0]); !ok {
 			return usagef("unknown test %q: want write_bw, read_bw, send_bw, atomic_bw or write_lat", inv.args[0])

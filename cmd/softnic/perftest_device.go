@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -66,6 +67,14 @@ func interfaceMTU(addr netip.Addr) (int, error) {
 		return 0, fmt.Errorf("no network interface has the address %v", addr)
 	}
 	return mtu, nil
+}
+
+// addMTUFlag defines a command's --mtu, a size (so "4k" is 4096) with
+// the default def; checkMTUFlag checks it.
+func addMTUFlag(fs *flag.FlagSet, def int, usage string) *sizeFlag {
+	f := &sizeFlag{val: def}
+	fs.Var(f, "mtu", usage)
+	return f
 }
 
 // checkMTUFlag checks a tool's --mtu: 0 (not given) or a RoCE MTU.

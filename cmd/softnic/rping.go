@@ -75,20 +75,21 @@ func defineRping(fs *flag.FlagSet) func(*invocation) error {
 	addr := fs.String("a", "", "the server's `ADDR`ess: the client connects to it, the server listens on it (required); a softnic peer on another UDP port as ADDR:PORT")
 	source := fs.String("I", "", "the client's local `ADDR`ess (default: its route to the server)")
 	count := fs.Int("C", 0, "ping `COUNT` times (default: until interrupted)")
-	size := fs.Int("S", rpingSize, fmt.Sprintf("ping data `SIZE` in bytes, %d to %d", rpingMinSize, rpingMaxSize))
+	size := &sizeFlag{val: rpingSize}
+	fs.Var(size, "S", fmt.Sprintf("ping data `SIZE` in bytes, %d to %d", rpingMinSize, rpingMaxSize))
 	verbose := fs.Bool("v", false, "print the ping data")
 	fs.Bool("V", true, "validate the ping data (always done: the client compares what comes back, the server what it reads)")
 	cmPort := fs.Uint("p", rpingPort, "the rdma_cm `PORT`")
 	udpPort := fs.Uint("udp-port", uint(wire.UDPPort), "the RoCEv2 UDP `PORT` of the device (Linux rxe's is 4791)")
-	mtu := fs.Int("mtu", 0, "the largest path `MTU`: 256 to 4096 (default: what the interface carries, as rxe derives it)")
+	mtu := addMTUFlag(fs, 0, "the largest path `MTU`: 256 to 4096 (default: what the interface carries, as rxe derives it)")
 	counters := fs.Bool("counters", false, "print the device's counters at the end")
 	pcap := fs.String("pcap", "", "capture every packet sent and received to `FILE`")
 	return func(inv *invocation) error {
 		if err := inv.parse(0, 0); err != nil {
 			return err
 		}
-		cfg := rpingConfig{server: *server, addr: *addr, source: *source, count: *count, size: *size,
-			verbose: *verbose, mtu: *mtu, counters: *counters, pcap: *pcap}
+		cfg := rpingConfig{server: *server, addr: *addr, source: *source, count: *count, size: size.val,
+			verbose: *verbose, mtu: mtu.val, counters: *counters, pcap: *pcap}
 		switch {
 		case *server == *client:
 			return usagef("give either -s (server) or -c (client)")

@@ -60,7 +60,7 @@ func defineServe(fs *flag.FlagSet) func(*invocation) error {
 	listen := fs.String("listen", nic.DefaultAddr.String(), "the device's UDP `ADDR:PORT` (RoCEv2 uses port 4791; port 0 picks a free one)")
 	cmPort := fs.Uint("cm-port", defaultCMPort, "the rdma_cm `PORT` connections are accepted on")
 	var regions regionsFlag
-	fs.Var(&regions, "region", "host a NIC-owned memory region `NAME:SIZE[:ACCESS]`: SIZE in bytes with an optional k, m or g; "+
+	fs.Var(&regions, "region", "host a NIC-owned memory region `NAME:SIZE[:ACCESS]`: SIZE such as 4096, 64k or 1MiB; "+
 		"ACCESS a combination of r (read), w (write), a (atomic), default rw; repeat for more regions (default "+defaultRegion+")")
 	pcap := fs.String("pcap", "", "capture every packet sent and received to `FILE` (flushed each second and on exit)")
 	control := fs.String("control", defaultControlPath(), "the control socket's `PATH`, where info, stat, mr and qp find the daemon")

@@ -257,6 +257,14 @@ func TestServeOperations(t *testing.T) {
 	if got, err := os.ReadFile(out); err != nil || !bytes.Equal(got, data) {
 		t.Errorf("read --out wrote %d bytes (%v) that differ from the %d written", len(got), err, len(data))
 	}
+	// Sizes as people write them.
+	for _, n := range []string{"1KiB", "4k", "0x800"} {
+		want, _ := parseSize(n)
+		code, stdout, stderr = d.op(0, "read", "--addr", d.addr(0, 8192), "--len", n)
+		if code != 0 || stdout != string(data[:want]) {
+			t.Errorf("read --len %s: exit status %d, %d bytes, stderr %q; want the first %d bytes written", n, code, len(stdout), stderr, want)
+		}
+	}
 
 	// SEND: the daemon logs and counts it.
 	code, stdout, _ = runCmd("send", "--peer", d.ready.Listen, "--data", "a message for the log")
@@ -273,8 +281,8 @@ func TestServeOperations(t *testing.T) {
 		t.Errorf("the SEND is not logged:\n%s", log)
 	}
 	// Every operation was its own connection, now closed.
-	if n := d.counter(t, "connections_accepted"); n != uint64(len(steps)+3) {
-		t.Errorf("connections_accepted %d, want %d", n, len(steps)+3)
+	if n := d.counter(t, "connections_accepted"); n != uint64(len(steps)+6) {
+		t.Errorf("connections_accepted %d, want %d", n, len(steps)+6)
 	}
 	// At least the requests (one per operation, five for the 20000-byte
 	// write) and their responses (five for the 20000-byte read), besides

@@ -61,6 +61,7 @@ func TestBadUsage(t *testing.T) {
 		{"serve faults", []string{"serve", "--faults", "drop=2"}, "--faults:"},
 		{"serve busy-poll", []string{"serve", "--busy-poll", "2s"}, "--busy-poll 2s:"},
 		{"serve control", []string{"serve", "--control", ""}, "--control: want a path"},
+		{"serve region unit", []string{"serve", "--region", "m:1mi"}, `region "m:1mi": size "1mi": want a number of bytes`},
 
 		{"info argument", []string{"info", "x"}, "too many arguments: x"},
 		{"stat flag", []string{"stat", "--yaml"}, "flag provided but not defined: -yaml"},
@@ -86,6 +87,8 @@ func TestBadUsage(t *testing.T) {
 		{"read len zero", with("read", ops, "--len", "0"), "--len 0: want 1 to 1073741824 bytes"},
 		{"read len huge", with("read", ops, "--len", "0x80000000"), "--len 2147483648: want 1 to"},
 		{"read len word", with("read", ops, "--len", "all"), `invalid value "all" for flag -len`},
+		{"read len in GiB", with("read", ops, "--len", "2GiB"), "--len 2147483648: want 1 to 1073741824 bytes"},
+		{"read len bad unit", with("read", ops, "--len", "1mi"), `invalid value "1mi" for flag -len: size "1mi": want a number of bytes`},
 		{"read no rkey", without("read", "--rkey", "--len", "8"), "missing --rkey"},
 
 		{"fadd no add", with("fadd", ops), "missing --add N"},
