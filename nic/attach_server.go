@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/wire"
@@ -57,6 +58,10 @@ type AttachServer struct {
 	cfg AttachServerConfig
 	log *zap.Logger
 
+	// accepts carries Serve through a process out of descriptors.
+	accepts quota.Backoff
+	stop    chan struct{} // closed by Close: Serve returns
+
 	mu       sync.Mutex
 	sessions map[*session]struct{}
 	closed   bool
@@ -87,7 +92,8 @@ func NewAttachServer(d *Device, cfg AttachServerConfig) *AttachServer {
 	if cfg.MaxObjects == 0 {
 		cfg.MaxObjects = 4096
 	}
-	s := &AttachServer{dev: d, cfg: cfg, log: cfg.Logger, sessions: make(map[*session]struct{})}
+	s := &AttachServer{dev: d, cfg: cfg, log: cfg.Logger, sessions: make(map[*session]struct{}), stop: make(chan struct{})}
+	s.accepts.Log = s.log
 	if d.cfg.BusyPoll > 0 {
 		d.rings.Store(s)
 	}
@@ -131,10 +137,13 @@ func (s *AttachServer) republish() {
 
 // Serve accepts processes on l, a unix socket listener, until l or the
 // server is closed: each connection must start with the attach line a
-// client sends. It returns the listener's error, or ErrClosed.
+// client sends. An accept error that passes, such as EMFILE, is waited
+// out (AcceptErrors counts them). It returns the listener's error, or
+// ErrClosed.
 func (s *AttachServer) Serve(l net.Listener) error {
+	s.accepts.What = l.Addr().String()
 	for {
-		c, err := l.Accept()
+		c, err := s.accepts.Accept(l, s.stop)
 		if err != nil {
 			return err
 		}
@@ -204,6 +213,9 @@ func (s *AttachServer) ServeConn(c *net.UnixConn) error {
 func (s *AttachServer) Close() error {
 	s.dev.rings.CompareAndSwap(s, nil)
 	s.mu.Lock()
+	if !s.closed {
+		close(s.stop)
+	}
 	s.closed = true
 	ss := make([]*session, 0, len(s.sessions))
 	for x := range s.sessions {
@@ -216,6 +228,9 @@ func (s *AttachServer) Close() error {
 	s.wg.Wait()
 	return nil
 }
+
+// AcceptErrors counts the accepts of Serve that failed and were retried.
+func (s *AttachServer) AcceptErrors() uint64 { return s.accepts.Errors() }
 
 // AttachedProcess describes an attached process and what it owns.
 type AttachedProcess struct {

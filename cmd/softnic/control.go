@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/quota"
 )
 
 // The control protocol of softnic serve: a client connects to the daemon's
@@ -148,7 +149,11 @@ type controlServer struct {
 	// attach serves a process that sent the attach command, until it
 	// detaches.
 	attach func(c *net.UnixConn)
-	wg     sync.WaitGroup
+	// accepts carries the accept loop through a process out of
+	// descriptors, and counts (accept_errors) and logs it.
+	accepts quota.Backoff
+	done    chan struct{} // closed by Close
+	wg      sync.WaitGroup
 
 	mu      sync.Mutex
 	closed  bool
@@ -157,6 +162,7 @@ type controlServer struct {
 
 // start answers requests on a goroutine of its own until Close.
 func (s *controlServer) start() {
+	s.done = make(chan struct{})
 	s.wg.Add(1) // before Close can Wait: the accept loop adds a count per request
 	go func() {
 		defer s.wg.Done()
@@ -164,9 +170,11 @@ func (s *controlServer) start() {
 	}()
 }
 
+// serve accepts connections until Close: an error that passes, such as
+// EMFILE, is waited out (quota.Backoff).
 func (s *controlServer) serve() {
 	for {
-		c, err := s.l.Accept()
+		c, err := s.accepts.Accept(s.l, s.done)
 		if err != nil {
 			return // closed
 		}
@@ -245,6 +253,9 @@ func (s *controlServer) awaiting(c *net.UnixConn, on bool) bool {
 func (s *controlServer) Close() error {
 	err := s.l.Close()
 	s.mu.Lock()
+	if !s.closed && s.done != nil {
+		close(s.done)
+	}
 	s.closed = true
 	for c := range s.reading {
 		c.SetReadDeadline(time.Now())

@@ -25,6 +25,7 @@ import (
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/qp"
 )
 
@@ -222,7 +223,8 @@ func (d *daemon) start() error {
 	if err != nil {
 		return err
 	}
-	d.ctl = &controlServer{l: l, handle: d.control, attach: d.serveAttached}
+	d.ctl = &controlServer{l: l, handle: d.control, attach: d.serveAttached,
+		accepts: quota.Backoff{Log: d.log, What: cfg.control}}
 	if cfg.pcap != "" {
 		if d.capture, err = createCapture(cfg.pcap); err != nil {
 			return fmt.Errorf("--pcap: %w", err)
@@ -578,6 +580,7 @@ func (d *daemon) counters() counterList {
 		counter{"send_bytes_received", d.recvBytes.Load()},
 		counter{"write_imms_received", d.writeImms.Load()},
 		counter{"receive_errors", d.recvErrors.Load()},
+		counter{"control_accept_errors", d.ctl.accepts.Errors()},
 	)
 	return append(l, d.attachedCounters()...)
 }

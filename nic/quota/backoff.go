@@ -1,0 +1,106 @@
+package quota
+
+import (
+	"errors"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// The waits of Backoff: net/http's Server waits 5 ms after a failed
+// Accept, doubling to 1 s. An episode is logged unless one was less than
+// logEvery ago.
+const (
+	firstBackoff = 5 * time.Millisecond
+	maxBackoff   = time.Second
+	logEvery     = time.Minute
+)
+
+// Backoff carries an accept loop through the errors that pass: a process
+// out of descriptors (EMFILE), a system out of files (ENFILE), of socket
+// buffers (ENOBUFS) or of memory (ENOMEM), a connection aborted before it
+// was accepted. Taking such an error for the listener's end would leave
+// the socket unanswered for good once the pressure is gone; retrying at
+// once would spin. Backoff waits instead, 5 ms doubling to 1 s as net/http
+// does, counts every error, and logs the first of an episode (errors with
+// no connection accepted between them) with the count so far, at most
+// once a minute: a flood neither floods the log nor goes unseen.
+//
+// The zero Backoff logs nothing; it is safe for one accept loop at a time,
+// and Errors for any goroutine.
+type Backoff struct {
+	// Log receives one warning per episode, naming What accepts.
+	Log  *zap.Logger
+	What string
+
+	errors  atomic.Uint64
+	delay   time.Duration // the next wait; 0 outside an episode
+	lastLog time.Time
+	// A test's fake clock: sleep waits d or until done is closed.
+	sleep func(d time.Duration, done <-chan struct{})
+	now   func() time.Time
+}
+
+// Accept returns the next connection of l. It returns an error only once
+// l is closed (net.ErrClosed) or done is: any other error is counted and
+// waited out.
+func (b *Backoff) Accept(l net.Listener, done <-chan struct{}) (net.Conn, error) {
+	for {
+		c, err := l.Accept()
+		if err == nil {
+			b.delay = 0
+			return c, nil
+		}
+		select {
+		case <-done:
+			return nil, net.ErrClosed
+		default:
+		}
+		if errors.Is(err, net.ErrClosed) {
+			return nil, err
+		}
+		n := b.errors.Add(1)
+		if b.delay == 0 {
+			b.delay = firstBackoff
+			b.logEpisode(n, err)
+		} else {
+			b.delay = min(2*b.delay, maxBackoff)
+		}
+		sleep := b.sleep
+		if sleep == nil {
+			sleep = sleepUnless
+		}
+		sleep(b.delay, done)
+	}
+}
+
+// logEpisode logs the start of an episode, the nth error, unless an
+// episode was logged less than a minute ago.
+func (b *Backoff) logEpisode(n uint64, err error) {
+	now := time.Now
+	if b.now != nil {
+		now = b.now
+	}
+	t := now()
+	if b.Log == nil || (!b.lastLog.IsZero() && t.Sub(b.lastLog) < logEvery) {
+		return
+	}
+	b.lastLog = t
+	b.Log.Warn("accept failed: trying again, up to each second, until it succeeds (counted in accept_errors; logged at most once a minute)",
+		zap.String("socket", b.What), zap.Uint64("accept_errors", n), zap.Error(err))
+}
+
+// Errors returns how many accepts failed and were retried.
+func (b *Backoff) Errors() uint64 { return b.errors.Load() }
+
+// sleepUnless waits d or until done is closed.
+func sleepUnless(d time.Duration, done <-chan struct{}) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-done:
+	}
+}
