@@ -438,6 +438,7 @@ func (d *Device) receive(b []byte, src, dst netip.AddrPort, now qp.Time, in *inb
 		return
 	}
 	d.qpc.Add(qp.RcvdPkts, 1)
+	d.qpc.Add(qp.RcvdBytes, uint64(len(b)))
 	q.mu.Lock()
 	if !q.destroyed {
 		if q.host != nil {

@@ -122,6 +122,25 @@ func TestLoopbackOperations(t *testing.T) {
 	if n, _ := a.dev.Counter("sent_pkts"); n == 0 {
 		t.Error("sent_pkts not counted")
 	}
+	// The WRITE took a's 100,000 bytes to b, the READ brought them back;
+	// each side SENT once.
+	for _, c := range []struct {
+		e    *end
+		name string
+		min  uint64
+	}{{a, "sent_bytes", 100000}, {b, "rcvd_bytes", 100000}, {b, "sent_bytes", 100000}, {a, "rcvd_bytes", 100000},
+		{a, "rdma_sends", 1}, {b, "rdma_sends", 1}, {a, "rdma_recvs", 1}, {b, "rdma_recvs", 1}} {
+		if n, _ := c.e.dev.Counter(c.name); n < c.min {
+			t.Errorf("%s = %d, want at least %d", c.name, n, c.min)
+		}
+	}
+	tr, err := a.qp.Traffic()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.SentMsgs != 5 || tr.RcvdMsgs != 1 || tr.SentBytes < 100000 || tr.RcvdBytes < 100000 {
+		t.Errorf("a's QP counted %+v: want 5 messages sent (WRITE, READ, two atomics, SEND), 1 received (b's SEND) and 100,000 bytes each way", tr)
+	}
 	for _, c := range []string{"bad_icrc", "malformed", "unknown_qp"} {
 		if n, _ := b.dev.Counter(c); n != 0 {
 			t.Errorf("%s = %d on a clean loopback", c, n)

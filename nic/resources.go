@@ -552,6 +552,18 @@ func (q *QP) Status() qp.Status {
 	return st
 }
 
+// Traffic returns the packets, bytes and messages the QP has sent and
+// received. An attached device's QPs are counted in the daemon, which
+// shows them (softnic serve --metrics): here they are ErrNotSupported.
+func (q *QP) Traffic() (qp.Traffic, error) {
+	if q.att != nil {
+		return qp.Traffic{}, fmt.Errorf("QP %#x: traffic of an attached device's QP: %w", q.num, ErrNotSupported)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.qp.Traffic(), nil
+}
+
 // Modify changes the QP's attributes and state (ibv_modify_qp).
 func (q *QP) Modify(attr *qp.Attr, mask qp.AttrMask) error {
 	if q.att != nil {

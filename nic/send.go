@@ -134,6 +134,11 @@ func (d *Device) fate(pkt []byte) qp.Fate {
 func (d *Device) send(msgs []udp.Message) {
 	sent, err := d.conn.WriteBatch(msgs)
 	d.qpc.Add(qp.SentPkts, uint64(sent))
+	bytes := 0
+	for i := range msgs[:sent] {
+		bytes += len(msgs[i].Buf)
+	}
+	d.qpc.Add(qp.SentBytes, uint64(bytes))
 	if err != nil {
 		d.qpc.Add(qp.SendErr, uint64(len(msgs)-sent))
 		if !d.closed() {

@@ -361,6 +361,7 @@ func (q *QP) completeInOrder() {
 		if w.wr.Opcode.isReadOrAtomic() && w.npkts > 0 {
 			q.req.rdAtomic--
 		}
+		q.countCompletion(w.wr.Opcode, status)
 		if status != Success || q.cfg.SignalAll || w.wr.Flags&Signaled != 0 {
 			wc := WC{ID: w.wr.ID, Status: status, Opcode: wcOpcodeOf(w.wr.Opcode), QPN: q.num, ByteLen: w.length}
 			if w.wr.Opcode == WRWriteImm || w.wr.Opcode == WRSendImm {
@@ -374,6 +375,18 @@ func (q *QP) completeInOrder() {
 		if status != Success && status != WRFlushErr {
 			q.toError(status)
 		}
+	}
+}
+
+// countCompletion counts a send WR of opcode op completed with status: in
+// the QP's traffic if it succeeded, and as rxe's rdma_sends if it is a
+// SEND that was not flushed (rxe counts those its completer finishes).
+func (q *QP) countCompletion(op WROpcode, status WCStatus) {
+	if status == Success {
+		q.traffic.SentMsgs++
+	}
+	if status != WRFlushErr && (op == WRSend || op == WRSendImm || op == WRSendInv) {
+		q.cnt.inc(RdmaSends)
 	}
 }
 

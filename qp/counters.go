@@ -20,6 +20,10 @@ const (
 	RetryRNRExceededErr                // requester: WRs failed with RNR_RETRY_EXC_ERR
 	CompleterRetryErr                  // requester: go-back-N retries started
 	SendErr                            // packets that could not be built or sent
+	RdmaSends                          // requester: SEND WRs completed, with success or an error but a flush (rxe's rdma_sends)
+	RdmaRecvs                          // responder: receive WRs completed successfully, SENDs and WRITEs with immediate (rxe's rdma_recvs)
+	SentBytes                          // bytes of the packets in sent_pkts, BTH through ICRC (counted by the NIC)
+	RcvdBytes                          // bytes of the packets in rcvd_pkts, BTH through ICRC (counted by the NIC)
 	RetransmittedPkts                  // request packets sent again by go-back-N
 	GhostAck                           // responses for PSNs never sent, dropped
 	DuplicateResponse                  // responses for PSNs already completed, dropped
@@ -38,7 +42,8 @@ const (
 var counterNames = [numCounters]string{
 	"sent_pkts", "rcvd_pkts", "duplicate_request", "out_of_seq_request", "rcvd_rnr_err",
 	"send_rnr_err", "rcvd_seq_err", "ack_deferred", "retry_exceeded_err",
-	"retry_rnr_exceeded_err", "completer_retry_err", "send_err", "retransmitted_pkts",
+	"retry_rnr_exceeded_err", "completer_retry_err", "send_err", "rdma_sends", "rdma_recvs",
+	"sent_bytes", "rcvd_bytes", "retransmitted_pkts",
 	"ghost_ack", "duplicate_response", "bad_request", "remote_access_err",
 	"wrong_qp_state", "wrong_transport", "bad_qkey", "uc_dropped_msgs", "ud_dropped",
 	"wrong_source", "bad_pkey",
@@ -74,4 +79,15 @@ func (cs *Counters) Each(fn func(name string, value uint64)) {
 	for c := Counter(0); c < numCounters; c++ {
 		fn(counterNames[c], cs.v[c].Load())
 	}
+}
+
+// Traffic counts what one QP sent and received over its life, for per-QP
+// statistics (softnic serve --metrics). Packets and bytes are RoCEv2
+// packets, BTH through ICRC. Unlike the device's Counters it is a plain
+// struct: the QP's owner, who serializes its steps, reads it with Traffic.
+type Traffic struct {
+	SentPkts, SentBytes uint64 // packets Transmit built: requests, responses and retransmissions
+	RcvdPkts, RcvdBytes uint64 // packets handed to Receive, dropped ones included
+	SentMsgs            uint64 // send WRs completed successfully
+	RcvdMsgs            uint64 // requests the responder completed (each moves the MSN on) and UD datagrams delivered
 }

@@ -118,6 +118,8 @@ type QP struct {
 	// cause is the status of the error completion that moved the QP to
 	// ERR; Success when a verb or a CQ overflow did.
 	cause WCStatus
+	// traffic counts what the QP sent and received; RESET keeps it.
+	traffic Traffic
 }
 
 // New creates a QP numbered qpn in the RESET state.
@@ -170,6 +172,9 @@ type Status struct {
 	// SUCCESS when Modify or a CQ overflow did.
 	Cause WCStatus
 }
+
+// Traffic returns what the QP has sent and received.
+func (q *QP) Traffic() Traffic { return q.traffic }
 
 // Status returns a snapshot of the sequence state.
 func (q *QP) Status() Status {
@@ -458,6 +463,8 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 // cannot take are dropped and counted, never returned as errors: they come
 // from the network.
 func (q *QP) Receive(p *wire.Packet, env *wire.Envelope, now Time) {
+	q.traffic.RcvdPkts++
+	q.traffic.RcvdBytes += uint64(len(p.Raw))
 	op := p.OpCode()
 	if op.Transport() != transportOf(q.cfg.Type) {
 		q.cnt.inc(WrongTransport)
@@ -486,7 +493,9 @@ func (q *QP) Receive(p *wire.Packet, env *wire.Envelope, now Time) {
 			q.cnt.inc(WrongQPState)
 		}
 	} else {
+		msn := q.resp.msn
 		q.receiveRequest(p, env)
+		q.traffic.RcvdMsgs += uint64(q.resp.msn - msn)
 	}
 	q.afterStep()
 }
@@ -511,13 +520,18 @@ func (q *QP) Transmit(buf []byte, now Time) (n int, dst netip.AddrPort) {
 		return 0, netip.AddrPort{}
 	}
 	if n = q.nextResponse(buf); n > 0 {
-		return n, q.attr.Remote
+		dst = q.attr.Remote
+	} else {
+		switch q.attr.State {
+		case RTS, SQD:
+			n, dst = q.nextRequest(buf, now)
+		}
+		q.afterStep()
 	}
-	switch q.attr.State {
-	case RTS, SQD:
-		n, dst = q.nextRequest(buf, now)
+	if n > 0 {
+		q.traffic.SentPkts++
+		q.traffic.SentBytes += uint64(n)
 	}
-	q.afterStep()
 	return n, dst
 }
 
@@ -563,6 +577,9 @@ func (q *QP) pushSendWC(wc *WC) {
 }
 
 func (q *QP) pushRecvWC(wc *WC) {
+	if wc.Status == Success {
+		q.cnt.inc(RdmaRecvs)
+	}
 	if !q.cfg.RecvCQ.push(wc) {
 		q.cqLost = true
 	}

@@ -778,5 +778,8 @@ func (q *QP) receiveDatagram(p *wire.Packet, env *wire.Envelope) {
 	}
 	r.releaseMessage()
 	r.haveRWQE = false
+	if wc.Status == Success {
+		q.traffic.RcvdMsgs++
+	}
 	q.pushRecvWC(&wc)
 }
