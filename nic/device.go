@@ -437,6 +437,11 @@ func (d *Device) receive(b []byte, src, dst netip.AddrPort, now qp.Time, in *inb
 		verdict = "dropped: no such QP"
 		return
 	}
+	if !d.fromOwnPort(q, env.Src) {
+		d.qpc.Add(qp.WrongSource, 1)
+		verdict = "dropped: not from the QP its receiver is connected to"
+		return
+	}
 	d.qpc.Add(qp.RcvdPkts, 1)
 	d.qpc.Add(qp.RcvdBytes, uint64(len(b)))
 	q.mu.Lock()

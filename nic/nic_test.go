@@ -49,7 +49,13 @@ func openDevice(t testing.TB, cfg nic.Config) *nic.Device {
 
 func openEnd(t testing.TB, cfg nic.Config) *end {
 	t.Helper()
-	e := &end{dev: openDevice(t, cfg)}
+	return endOn(t, openDevice(t, cfg))
+}
+
+// endOn returns an end on an open device.
+func endOn(t testing.TB, dev *nic.Device) *end {
+	t.Helper()
+	e := &end{dev: dev}
 	var err error
 	if e.pd, err = e.dev.AllocPD(); err != nil {
 		t.Fatal(err)

@@ -395,6 +395,11 @@ type QP struct {
 
 	dirty bool // owned by the reader goroutine
 
+	// peer is the connection of an RC or UC QP as the device's other QPs
+	// see it: the QPN it is connected to, with peerLocal set when that
+	// QP is on this device. Written under mu, read by other QPs' senders.
+	peer atomic.Uint32
+
 	att  *attachedQP // an attached device's QP, in the daemon
 	host *hostedQP   // a QP the daemon runs for an attached process
 
@@ -577,6 +582,7 @@ func (q *QP) Modify(attr *qp.Attr, mask qp.AttrMask) error {
 	if err := q.qp.Modify(attr, mask); err != nil {
 		return err
 	}
+	q.notePeerLocked()
 	q.flushNowLocked()
 	return nil
 }

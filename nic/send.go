@@ -47,7 +47,9 @@ func (q *QP) flushLocked(b *batch, now qp.Time) {
 			pkt := b.bufs[n][:l]
 			env := wire.Envelope{Src: d.sourceFor(dst), Dst: dst}
 			env.Seal(pkt)
-			n = d.stage(b, n, pkt, &env)
+			if d.sendsToPeer(q, pkt, &env) {
+				n = d.stage(b, n, pkt, &env)
+			}
 		}
 		if n > 0 {
 			d.send(b.msgs[:n])

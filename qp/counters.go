@@ -34,7 +34,7 @@ const (
 	BadQKey                            // UD datagrams with the wrong Q_Key
 	UCDroppedMsgs                      // UC messages dropped after a PSN gap or without a receive WR
 	UDDropped                          // UD datagrams dropped for want of a receive WR
-	WrongSource                        // RC/UC packets from another address than the QP's peer
+	WrongSource                        // RC/UC packets from another address than the QP's peer (or, on one device, another QP)
 	BadPKey                            // packets of another partition (P_Key)
 	numCounters
 )
