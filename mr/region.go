@@ -84,7 +84,8 @@ func (r *Region) Access() Access { return r.access() }
 
 // Addr returns the remote address of the region's first byte: 0 for
 // zero-based and implicit ODP regions, otherwise the virtual address it was
-// registered at (the address of the first buffer, as ibv_reg_mr's iova).
+// registered at: the address of the first buffer, as ibv_reg_mr's iova,
+// or RegisterIOVA's iova.
 func (r *Region) Addr() uint64 { return r.base }
 
 // Len returns the region's length in bytes (math.MaxUint64 for implicit

@@ -178,3 +178,55 @@ func TestClosedTable(t *testing.T) {
 		t.Error("Close is not idempotent")
 	}
 }
+
+// TestRegisterIOVA checks ibv_reg_mr_iova2's address space: remote and
+// local accesses name the region by iova, not by the buffer's address, and
+// reach the buffer; ZERO_BASED still wins.
+func TestRegisterIOVA(t *testing.T) {
+	tb := newTable(t)
+	pd := allocPD(t, tb)
+	buf := aligned(4096)
+	copy(buf[100:], "iova")
+	const iova = 0x7f00_1234_0000
+	tests := []struct {
+		name   string
+		access Access
+		base   uint64
+	}{
+		{"the region starts at iova", LocalWrite | RemoteRead | RemoteWrite, iova},
+		{"ZERO_BASED: offsets from 0, iova ignored", LocalWrite | RemoteRead | ZeroBased, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := tb.RegisterIOVA(pd, buf, iova, tc.access)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tb.Deregister(r)
+			if r.Addr() != tc.base {
+				t.Fatalf("region at %#x, want %#x", r.Addr(), tc.base)
+			}
+			s, err := tb.Remote(r.RKey(), tc.base+100, 4, RemoteRead, Requester{PD: pd})
+			if err != nil {
+				t.Fatalf("READ at base+100: %v", err)
+			}
+			got := make([]byte, 4)
+			s.ReadAt(got, 0)
+			s.Release()
+			if string(got) != "iova" {
+				t.Errorf("READ at base+100 = %q, want %q", got, "iova")
+			}
+			if _, err := tb.Local(r.LKey(), tc.base+4092, 8, 0, pd); err == nil {
+				t.Error("local SGE past the end of the region was granted")
+			}
+			if tc.base != 0 {
+				if _, err := tb.Remote(r.RKey(), addrOf(buf), 4, RemoteRead, Requester{PD: pd}); err == nil {
+					t.Error("the buffer's own address was granted: the region lives at iova")
+				}
+			}
+		})
+	}
+	if _, err := tb.RegisterIOVA(pd, buf, math.MaxUint64-100, LocalWrite); !errors.Is(err, ErrInvalid) {
+		t.Errorf("an address space that wraps: %v, want ErrInvalid", err)
+	}
+}

@@ -173,6 +173,17 @@ func (t *Table) Register(pd PD, buf []byte, access Access) (*Region, error) {
 	return t.register(regSpec{pd: pd, segs: [][]byte{buf}, access: access})
 }
 
+// RegisterIOVA registers buf as a memory region of pd whose remote address
+// is iova rather than buf's address (ibv_reg_mr_iova2): local SGEs and
+// remote requests address the region from iova, unless access has
+// ZeroBased. It is for memory mapped at another address in the process
+// that uses the region, such as an attached process's pages the daemon
+// maps too. Its errors are Register's, and ErrInvalid for an address space
+// that wraps.
+func (t *Table) RegisterIOVA(pd PD, buf []byte, iova uint64, access Access) (*Region, error) {
+	return t.register(regSpec{pd: pd, segs: [][]byte{buf}, access: access, iova: iova, hasIOVA: true})
+}
+
 // RegisterImplicit registers an implicit on-demand paging region of pd:
 // ibv_reg_mr(pd, NULL, SIZE_MAX, IBV_ACCESS_ON_DEMAND | ...). Its address
 // space is every address; an access resolves to memory of pd the table
@@ -194,6 +205,10 @@ type regSpec struct {
 	segs     [][]byte
 	access   Access
 	implicit bool
+	// hasIOVA sets the region's remote address to iova instead of the
+	// first buffer's address (RegisterIOVA).
+	iova    uint64
+	hasIOVA bool
 	// requested is set for an application-chosen key (fi_mr requested_key).
 	requested    bool
 	requestedKey uint32
@@ -274,6 +289,9 @@ func (t *Table) attachMemoryLocked(r *Region, spec regSpec) error {
 	r.length = r.mem.size
 	if spec.access&ZeroBased == 0 {
 		r.base = addrOf(spec.segs[0])
+		if spec.hasIOVA {
+			r.base = spec.iova
+		}
 		// The remote address space of an iov region runs on from the first
 		// buffer's address; it must not wrap.
 		if r.length > math.MaxUint64-r.base {

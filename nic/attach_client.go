@@ -115,6 +115,30 @@ func (a *attachment) regMR(pd *PD, buf []byte, access mr.Access) (*MR, error) {
 	return reg, nil
 }
 
+// regShared has the daemon map the memfd fd and register n bytes at
+// offset off of it at iova; m, this process's mapping of them (from skip),
+// becomes the region's memory.
+func (a *attachment) regShared(pd *PD, m *shm.Mapping, skip, fd int, off int64, n int, iova uint64, access mr.Access) (*MR, error) {
+	m.CloseFD()
+	var r mrResult
+	args := regSharedArgs{PD: pd.ah, Off: off, Len: n, IOVA: iova, Access: access}
+	if _, err := a.call(context.Background(), opRegShared, args, []int{fd}, &r); err != nil {
+		m.Close()
+		return nil, err
+	}
+	b := &sharedBuf{m: m, size: len(m.Bytes()), owner: r.H, refs: 1}
+	reg := &MR{pd: pd, buf: m.Bytes()[skip : skip+n : skip+n], key: r.LKey, addr: r.Addr, att: &attachedMR{h: r.H, buf: b}}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ended.Load() {
+		m.Close()
+		return nil, ErrClosed
+	}
+	a.bufs[b] = struct{}{}
+	a.mrs[reg] = struct{}{}
+	return reg, nil
+}
+
 func (a *attachment) deregMR(m *MR) error {
 	if _, err := a.call(context.Background(), opDeregMR, handleArgs{m.att.h}, nil, nil); err != nil {
 		return err

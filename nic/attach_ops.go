@@ -69,7 +69,7 @@ func (s *session) allocMR(_ context.Context, raw json.RawMessage, fds []int) (an
 	}
 	m.Release()
 	buf := &hostedBuf{arena: arena, size: a.Size}
-	res, err := s.register(pd, buf, 0, a.Size, a.Access)
+	res, err := s.register(pd, buf, 0, a.Size, a.Access, 0)
 	if err != nil {
 		s.dev.mem.FreeArena(arena)
 		s.uncharge(size)
@@ -94,14 +94,63 @@ func (s *session) regMR(_ context.Context, raw json.RawMessage, _ []int) (any, [
 	if a.Off < 0 || a.Len <= 0 || a.Off > owner.buf.size || a.Len > owner.buf.size-a.Off {
 		return nil, nil, fmt.Errorf("%d bytes at offset %d of a %d-byte buffer: %w", a.Len, a.Off, owner.buf.size, ErrFault)
 	}
-	res, err := s.register(pd, owner.buf, a.Off, a.Len, a.Access)
+	res, err := s.register(pd, owner.buf, a.Off, a.Len, a.Access, 0)
 	return res, nil, err
 }
 
-// register registers n bytes at offset off of buf in pd.
-func (s *session) register(pd *PD, buf *hostedBuf, off, n int, access mr.Access) (any, error) {
+// regShared maps the pages of the memfd the process sent that hold the
+// region, and registers the region at the address the process maps it at.
+func (s *session) regShared(_ context.Context, raw json.RawMessage, fds []int) (any, []int, error) {
+	a, err := args[regSharedArgs](raw)
+	if err != nil {
+		shm.CloseFDs(fds)
+		return nil, nil, err
+	}
+	pd, err := lookup[*PD](s, a.PD)
+	if err != nil {
+		shm.CloseFDs(fds)
+		return nil, nil, err
+	}
+	if a.IOVA == 0 {
+		shm.CloseFDs(fds)
+		return nil, nil, fmt.Errorf("shared region at address 0: %w", ErrInvalid)
+	}
+	m, skip, err := mapShared(fds[0], a.Off, a.Len)
+	if err != nil {
+		return nil, nil, err
+	}
+	size := int64(len(m.Bytes()))
+	if err := s.charge(size); err != nil {
+		m.Close()
+		return nil, nil, err
+	}
+	arena, err := s.dev.mem.AdoptArena(pd.pd, m.Bytes())
+	if err != nil {
+		m.Close()
+		s.uncharge(size)
+		return nil, nil, err
+	}
+	m.Release()
+	buf := &hostedBuf{arena: arena, size: int(size)}
+	res, err := s.register(pd, buf, skip, a.Len, a.Access, a.IOVA)
+	if err != nil {
+		s.dev.mem.FreeArena(arena)
+		s.uncharge(size)
+	}
+	return res, nil, err
+}
+
+// register registers n bytes at offset off of buf in pd, at address iova
+// if it is not 0, else at the memory's own address.
+func (s *session) register(pd *PD, buf *hostedBuf, off, n int, access mr.Access, iova uint64) (any, error) {
 	mem := buf.arena.Bytes()[off : off+n]
-	r, err := s.dev.mem.Register(pd.pd, mem, access)
+	var r *mr.Region
+	var err error
+	if iova != 0 {
+		r, err = s.dev.mem.RegisterIOVA(pd.pd, mem, iova, access)
+	} else {
+		r, err = s.dev.mem.Register(pd.pd, mem, access)
+	}
 	if err != nil {
 		return nil, err
 	}

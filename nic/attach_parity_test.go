@@ -14,7 +14,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
+	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
@@ -469,6 +471,72 @@ func TestQueueLimitsParity(t *testing.T) {
 			q.Destroy()
 			if err := q.Modify(&qp.Attr{State: qp.Init}, qp.AttrState); !errors.Is(err, nic.ErrClosed) {
 				t.Errorf("Modify after Destroy: %v, want ErrClosed", err)
+			}
+		})
+	}
+}
+
+// TestRegShared registers memory the test mapped itself from a memfd, at
+// the address of its own mapping, on an embedded and an attached device:
+// the peer's WRITE to that address lands in the test's mapping, a READ of
+// it brings back what the test wrote there, and local SGEs name it by the
+// same address.
+func TestRegShared(t *testing.T) {
+	for _, mode := range endModes {
+		t.Run(mode.name, func(t *testing.T) {
+			a, b := mode.open(t), openEnd(t, nic.Config{})
+			connectEnds(t, a, b)
+			mem, err := shm.Create("regshared-test", 3*shm.PageSize)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer mem.Close()
+			own := mem.Bytes()[shm.PageSize+100 : 2*shm.PageSize+200]
+			iova := uint64(uintptr(unsafe.Pointer(&own[0])))
+			m, err := a.pd.RegShared(mem.FD(), shm.PageSize+100, len(own), iova, mr.LocalWrite|mr.RemoteWrite|mr.RemoteRead)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.Addr() != iova || m.Len() != len(own) {
+				t.Fatalf("region at %#x of %d bytes, want %#x and %d", m.Addr(), m.Len(), iova, len(own))
+			}
+			copy(own[4000:], "written by the owner")
+			copy(b.mr.Bytes(), "written by the peer!")
+			wrs := []qp.SendWR{
+				{Opcode: qp.WRWrite, SGL: []qp.SGE{b.mr.SGE(0, 20)}, RemoteAddr: iova + 10, RKey: m.RKey(), Flags: qp.Signaled},
+				{Opcode: qp.WRRead, SGL: []qp.SGE{b.mr.SGE(100, 20)}, RemoteAddr: iova + 4000, RKey: m.RKey(), Flags: qp.Signaled},
+			}
+			for i := range wrs {
+				if err := b.qp.PostSend(&wrs[i]); err != nil {
+					t.Fatal(err)
+				}
+				if wc := cmWaitCQ(t, b.cq); wc.Status != qp.Success {
+					t.Fatalf("%v", &wc)
+				}
+			}
+			if got := string(own[10:30]); got != "written by the peer!" {
+				t.Errorf("the owner's mapping holds %q after the WRITE", got)
+			}
+			if got := string(b.mr.Bytes()[100:120]); got != "written by the owner" {
+				t.Errorf("the READ brought %q", got)
+			}
+			// A local SGE by the owner's address: a WRITE from the region.
+			w := qp.SendWR{Opcode: qp.WRWrite, SGL: []qp.SGE{{Addr: iova + 4000, Length: 20, LKey: m.LKey()}},
+				RemoteAddr: b.mr.Addr() + 200, RKey: b.mr.RKey(), Flags: qp.Signaled}
+			if err := a.qp.PostSend(&w); err != nil {
+				t.Fatal(err)
+			}
+			if wc := cmWaitCQ(t, a.cq); wc.Status != qp.Success {
+				t.Fatalf("%v", &wc)
+			}
+			if got := string(b.mr.Bytes()[200:220]); got != "written by the owner" {
+				t.Errorf("the WRITE from the region brought %q", got)
+			}
+			if err := m.Dereg(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.pd.RegShared(mem.FD(), 4*shm.PageSize, 10, iova, 0); !errors.Is(err, nic.ErrFault) {
+				t.Errorf("RegShared past the end of the memfd: %v, want ErrFault", err)
 			}
 		})
 	}

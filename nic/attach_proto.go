@@ -53,6 +53,7 @@ const (
 	opDeallocPD     = "dealloc_pd"
 	opAllocMR       = "alloc_mr"   // with the memfd of the region's memory
 	opRegMR         = "reg_mr"     // over memory of an earlier alloc_mr
+	opRegShared     = "reg_shared" // with the memfd the process maps the region's memory from
 	opDeregMR       = "dereg_mr"   //
 	opCreateCQ      = "create_cq"  // replied with the ring's memfd and the CQ's eventfd
 	opCreateSRQ     = "create_srq" // replied with the ring's memfd
@@ -111,6 +112,16 @@ type regMRArgs struct {
 	Buf    uint32 // the MR whose memory holds the new region
 	Off    int
 	Len    int
+	Access mr.Access
+}
+
+// regSharedArgs registers Len bytes at offset Off of the memfd sent with
+// the request, which the process maps at IOVA (PD.RegShared).
+type regSharedArgs struct {
+	PD     uint32
+	Off    int64
+	Len    int
+	IOVA   uint64
 	Access mr.Access
 }
 

@@ -860,6 +860,7 @@ var sessionOps = map[string]sessionOp{
 	opDeallocPD:     {run: (*session).deallocPD},
 	opAllocMR:       {fds: 1, run: (*session).allocMR},
 	opRegMR:         {run: (*session).regMR},
+	opRegShared:     {fds: 1, run: (*session).regShared},
 	opDeregMR:       {run: (*session).deregMR},
 	opCreateCQ:      {run: (*session).createCQ},
 	opCreateSRQ:     {run: (*session).createSRQ},

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
 )
 
@@ -96,6 +98,60 @@ func (pd *PD) AllocMR(size int, access mr.Access) (*MR, error) {
 		return nil, err
 	}
 	return newMR(pd, r, a.Bytes(), a), nil
+}
+
+// RegShared registers n bytes at offset off of the memfd fd as a region
+// whose address is iova (ibv_reg_mr_iova2 over shared memory): fd must be
+// sealed against shrinking (see shm.MapRange), and iova is where the
+// caller maps those bytes, the address its SGEs and its peers use. The
+// device maps the same pages (the daemon does, for an attached device), so
+// that it moves data straight to and from the caller's mapping: this is
+// how a process registers memory it mapped itself, such as the pages
+// libsoftnic moves onto a memfd for a C program. fd stays the caller's;
+// MR.Bytes is this process's own mapping of the region.
+func (pd *PD) RegShared(fd int, off int64, n int, iova uint64, access mr.Access) (*MR, error) {
+	if iova == 0 {
+		return nil, fmt.Errorf("shared region at address 0: %w", ErrInvalid)
+	}
+	dup, err := dupFD(fd)
+	if err != nil {
+		return nil, fmt.Errorf("shared region: %v: %w", err, ErrInvalid)
+	}
+	m, skip, err := mapShared(dup, off, n)
+	if err != nil {
+		return nil, err
+	}
+	if pd.dev.att != nil {
+		return pd.dev.att.regShared(pd, m, skip, fd, off, n, iova, access)
+	}
+	a, err := pd.dev.mem.AdoptArena(pd.pd, m.Bytes())
+	if err != nil {
+		m.Close()
+		return nil, err
+	}
+	m.Release()
+	r, err := pd.dev.mem.RegisterIOVA(pd.pd, a.Bytes()[skip:skip+n], iova, access)
+	if err != nil {
+		pd.dev.mem.FreeArena(a)
+		return nil, err
+	}
+	return newMR(pd, r, a.Bytes()[skip:skip+n], a), nil
+}
+
+// mapShared maps the pages of the memfd fd that hold n bytes from offset
+// off, and returns the mapping with the offset of the bytes in it. The
+// mapping owns fd; on error fd is closed.
+func mapShared(fd int, off int64, n int) (*shm.Mapping, int, error) {
+	if n <= 0 || off < 0 || int64(n) > math.MaxInt64-off {
+		shm.CloseFDs([]int{fd})
+		return nil, 0, fmt.Errorf("shared region of %d bytes at offset %d: %w", n, off, ErrInvalid)
+	}
+	skip := int(off % shm.PageSize)
+	m, err := shm.MapRange(fd, off-int64(skip), skip+n)
+	if err != nil {
+		return nil, 0, fmt.Errorf("shared region: %v: %w", err, ErrFault)
+	}
+	return m, skip, nil
 }
 
 // LKey and RKey are the region's keys (equal, as in rxe).

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 
 	"golang.org/x/sys/unix"
 )
@@ -62,10 +63,16 @@ func Create(name string, size int) (*Mapping, error) {
 // Map maps size bytes (rounded up to whole pages) of fd, a memfd received
 // from a peer, after checking that it cannot shrink and holds the size.
 // The mapping owns fd; on error fd is closed.
-func Map(fd int, size int) (*Mapping, error) {
-	if size <= 0 {
+func Map(fd int, size int) (*Mapping, error) { return MapRange(fd, 0, size) }
+
+// MapRange maps size bytes (rounded up to whole pages) of fd from offset
+// off, a multiple of PageSize, with Map's checks: fd is a memfd sealed
+// against shrinking that holds the whole range. The mapping owns fd; on
+// error fd is closed.
+func MapRange(fd int, off int64, size int) (*Mapping, error) {
+	if size <= 0 || off < 0 || off%PageSize != 0 || off > math.MaxInt64-int64(RoundUp(size)) {
 		unix.Close(fd)
-		return nil, fmt.Errorf("shared memory of %d bytes: %w", size, unix.EINVAL)
+		return nil, fmt.Errorf("shared memory of %d bytes at offset %d: %w", size, off, unix.EINVAL)
 	}
 	size = RoundUp(size)
 	got, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
@@ -74,11 +81,11 @@ func Map(fd int, size int) (*Mapping, error) {
 		return nil, fmt.Errorf("descriptor %d (seals %#x, %v): %w", fd, got, err, ErrNotShared)
 	}
 	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil || st.Size < int64(size) {
+	if err := unix.Fstat(fd, &st); err != nil || st.Size < off+int64(size) {
 		unix.Close(fd)
-		return nil, fmt.Errorf("descriptor %d holds %d bytes, want %d: %w", fd, st.Size, size, ErrNotShared)
+		return nil, fmt.Errorf("descriptor %d holds %d bytes, want %d from offset %d: %w", fd, st.Size, size, off, ErrNotShared)
 	}
-	b, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	b, err := unix.Mmap(fd, off, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("mmap %d bytes: %w", size, err)

@@ -43,6 +43,47 @@ func TestMapSharesMemory(t *testing.T) {
 	}
 }
 
+// TestMapRange maps the second page of a memfd on its own: it sees what
+// the first mapping wrote there; a range past the end, or at an offset that
+// is not a page boundary, is refused.
+func TestMapRange(t *testing.T) {
+	m, err := Create("shm-range", 3*PageSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	copy(m.Bytes()[PageSize+8:], "second page")
+	dup := func() int {
+		fd, err := unix.Dup(m.FD())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fd
+	}
+	peer, err := MapRange(dup(), PageSize, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	if len(peer.Bytes()) != PageSize || string(peer.Bytes()[8:19]) != "second page" {
+		t.Errorf("MapRange(PageSize, 100) maps %d bytes reading %q", len(peer.Bytes()), peer.Bytes()[8:19])
+	}
+	for _, tc := range []struct {
+		name string
+		off  int64
+		size int
+		want error
+	}{
+		{"past the end", 2 * PageSize, 2 * PageSize, ErrNotShared},
+		{"offset inside a page", 100, PageSize, unix.EINVAL},
+		{"negative offset", -PageSize, PageSize, unix.EINVAL},
+	} {
+		if _, err := MapRange(dup(), tc.off, tc.size); !errors.Is(err, tc.want) {
+			t.Errorf("%s: MapRange(%d, %d) = %v, want %v", tc.name, tc.off, tc.size, err, tc.want)
+		}
+	}
+}
+
 func TestMapRefuses(t *testing.T) {
 	unsealed := func(t *testing.T) int {
 		fd, err := unix.MemfdCreate("unsealed", unix.MFD_CLOEXEC)
