@@ -116,7 +116,10 @@ func attach(cfg Config, path string) (*Device, error) {
 	fail := func(err error) (*Device, error) {
 		return nil, fmt.Errorf("softnic: attach to %s: %w", path, err)
 	}
-	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
+	c, err := DialControl(context.Background(), path)
+	if errors.Is(err, ErrAccess) || errors.Is(err, ErrInvalid) {
+		return fail(err)
+	}
 	if err != nil {
 		return fail(fmt.Errorf("is softnic serve running with --control %s? %w", path, err))
 	}

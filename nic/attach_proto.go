@@ -241,7 +241,7 @@ var attachErrors = []struct {
 	{"ECLOSED", ErrClosed}, {"ECONNREFUSED", ErrConnRefused}, {"ETIMEDOUT", ErrTimedOut},
 	{"ECONNRESET", ErrConnReset}, {"EOVERFLOW", ErrOverflow}, {"EINVAL", ErrInvalid},
 	{"EBUSY", ErrBusy}, {"ENOMEM", ErrNoMem}, {"EAGAIN", ErrAgain}, {"EOPNOTSUPP", ErrNotSupported},
-	{"EFAULT", ErrFault}, {"FI_ENOKEY", mr.ErrNoKey}, {"FI_EKEYREJECTED", mr.ErrKeyRejected},
+	{"EFAULT", ErrFault}, {"EACCES", ErrAccess}, {"FI_ENOKEY", mr.ErrNoKey}, {"FI_EKEYREJECTED", mr.ErrKeyRejected},
 	{"ECANCELED", context.Canceled}, {"EDEADLINE", context.DeadlineExceeded},
 }
 

@@ -37,6 +37,9 @@ type AttachServerConfig struct {
 	// MaxObjects bounds the PDs, regions, CQs, SRQs, QPs, listeners,
 	// requests and connections of one process (default 4096).
 	MaxObjects int
+	// AllowGroups admits the members of these groups besides the
+	// daemon's own user and root, who are always admitted.
+	AllowGroups []int
 }
 
 // AttachServer lets other processes use a device as theirs: it is the
@@ -59,8 +62,10 @@ type AttachServer struct {
 	log *zap.Logger
 
 	// accepts carries Serve through a process out of descriptors.
-	accepts quota.Backoff
-	stop    chan struct{} // closed by Close: Serve returns
+	accepts  quota.Backoff
+	refused  atomic.Uint64   // connections of users not admitted
+	refusals quota.Sometimes // logs refused attaches
+	stop     chan struct{}   // closed by Close: Serve returns
 
 	mu       sync.Mutex
 	sessions map[*session]struct{}
@@ -162,6 +167,10 @@ func (s *AttachServer) Serve(l net.Listener) error {
 		s.mu.Unlock()
 		go func() {
 			defer s.wg.Done()
+			if _, err := s.Admit(uc); err != nil {
+				s.refuse(uc, err)
+				return
+			}
 			uc.SetReadDeadline(time.Now().Add(5 * time.Second))
 			line, err := ReadControlLine(uc, len(attachLine)+2)
 			uc.SetReadDeadline(time.Time{})
@@ -173,6 +182,22 @@ func (s *AttachServer) Serve(l net.Listener) error {
 		}()
 	}
 }
+
+// Admit returns who is at the other end of c, a connection to the
+// control socket, or ErrAccess when the server does not serve that user:
+// the daemon's own user, root and the members of Config.AllowGroups
+// attach. Serve and ServeConn admit every connection; a control socket
+// that answers other commands too admits each before it reads anything.
+func (s *AttachServer) Admit(c *net.UnixConn) (PeerCred, error) {
+	cred, err := admit(c, s.cfg.AllowGroups)
+	if err != nil {
+		s.refused.Add(1)
+	}
+	return cred, err
+}
+
+// RefusedPeers counts the connections Admit refused.
+func (s *AttachServer) RefusedPeers() uint64 { return s.refused.Load() }
 
 // oneLine reads from c a byte at a time, so that a bufio.Reader over it
 // never reads past the attach line (descriptors may follow).
@@ -194,17 +219,28 @@ func ReadControlLine(c *net.UnixConn, max int) ([]byte, error) {
 func (s *AttachServer) ServeConn(c *net.UnixConn) error {
 	ss, err := s.newSession(c)
 	if err != nil {
-		s.log.Warn("attach refused", zap.Error(err))
-		m := attachMsg{}
-		m.setError(err)
-		line, _ := json.Marshal(&m)
-		c.Write(append(line, '\n'))
-		c.Close()
+		s.refuse(c, err)
 		return err
 	}
 	defer s.wg.Done()
 	ss.serve()
 	return nil
+}
+
+// refuse answers the attach line of c with err, and closes c. The client
+// may have sent its line, or more, unread: what it sent is read and
+// dropped before the close, which would otherwise reset the connection
+// under the answer.
+func (s *AttachServer) refuse(c *net.UnixConn, err error) {
+	s.refusals.Log(s.log, "attach refused", zap.Error(err))
+	m := attachMsg{}
+	m.setError(err)
+	line, _ := json.Marshal(&m)
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	c.Write(append(line, '\n'))
+	c.CloseWrite()
+	io.Copy(io.Discard, io.LimitReader(c, attachMaxLine))
+	c.Close()
 }
 
 // Close detaches every process and waits until their resources are gone.
@@ -318,12 +354,12 @@ type session struct {
 // newSession identifies the process at the other end of c, sets up its
 // doorbell and answers its attach line.
 func (s *AttachServer) newSession(c *net.UnixConn) (*session, error) {
-	cred, err := peerCred(c)
+	cred, err := s.Admit(c)
 	if err != nil {
-		return nil, fmt.Errorf("attach: peer credentials: %w", err)
+		return nil, fmt.Errorf("attach: %w", err)
 	}
 	ss := &session{
-		srv: s, dev: s.dev, t: shm.NewConn(c, attachMaxLine), pid: int(cred.Pid), uid: int(cred.Uid),
+		srv: s, dev: s.dev, t: shm.NewConn(c, attachMaxLine), pid: cred.PID, uid: cred.UID,
 		since: time.Now(), objects: make(map[uint32]any), calls: make(map[uint64]context.CancelFunc),
 		byQPN: make(map[uint32]*hostedQP),
 	}
@@ -366,20 +402,6 @@ func (s *AttachServer) newSession(c *net.UnixConn) (*session, error) {
 	ss.bellDone = make(chan struct{})
 	go ss.doorbellLoop()
 	return ss, nil
-}
-
-// peerCred returns the credentials of the process at the other end of c.
-func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	var cred *unix.Ucred
-	var cerr error
-	err = raw.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	})
-	return cred, errors.Join(err, cerr)
 }
 
 // serve reads the process's requests until it detaches, then cleans up.

@@ -20,6 +20,9 @@ var (
 	// ErrFault (EFAULT): memory the device cannot reach, such as private
 	// memory of an attached process (see Config.Attach).
 	ErrFault = mr.ErrFault
+	// ErrAccess (EACCES): a user the daemon does not serve, or a control
+	// socket of a user the client does not trust (see DialControl).
+	ErrAccess = errors.New("permission denied (EACCES)")
 	// ErrClosed is returned by calls on a closed device or destroyed object.
 	ErrClosed = errors.New("softnic: device closed")
 	// ErrConnRefused (ECONNREFUSED): nothing listens on the rdma_cm port

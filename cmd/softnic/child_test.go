@@ -4,10 +4,14 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -30,7 +34,43 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(runChild(os.Args[1:]))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if sharedExeDir != "" {
+		os.RemoveAll(sharedExeDir)
+	}
+	os.Exit(code)
+}
+
+// A copy of the test binary that other users may run: go test builds it
+// in a directory of the user's alone.
+var (
+	sharedExeOnce sync.Once
+	sharedExeDir  string
+	sharedExePath string
+	sharedExeErr  error
+)
+
+// sharedExe returns the path of the test binary's copy for other users.
+func sharedExe() (string, error) {
+	sharedExeOnce.Do(func() {
+		exe, err := os.Executable()
+		if err == nil {
+			sharedExeDir, err = os.MkdirTemp("", "softnic-test-exe")
+		}
+		if err == nil {
+			err = os.Chmod(sharedExeDir, 0o755)
+		}
+		var b []byte
+		if err == nil {
+			b, err = os.ReadFile(exe)
+		}
+		if err == nil {
+			sharedExePath = filepath.Join(sharedExeDir, "softnic.test")
+			err = os.WriteFile(sharedExePath, b, 0o755)
+		}
+		sharedExeErr = err
+	})
+	return sharedExePath, sharedExeErr
 }
 
 // runChild sets the child up as the environment says and runs args.
@@ -53,12 +93,84 @@ func runChild(args []string) int {
 		}
 		syscall.Umask(int(m))
 	}
+	if len(args) > 0 {
+		if f := childModes[args[0]]; f != nil {
+			return f(args[1:])
+		}
+	}
 	return run(args, os.Stdout, os.Stderr)
+}
+
+// childModes are what a child runs instead of a softnic command. Each
+// prints "ready" when it is, runs until its stdin closes, and then prints
+// one line of JSON with what it saw.
+var childModes = map[string]func(args []string) int{
+	"impostor":     runImpostor,
+	"connect-loop": runConnectLoop,
+}
+
+// runImpostor listens on the unix socket args[0], as another user would
+// who created a daemon's control socket path first, and counts the
+// connections it gets and the bytes they send.
+func runImpostor(args []string) int {
+	l, err := net.Listen("unix", args[0])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	os.Chmod(args[0], 0o777)
+	var conns, bytes atomic.Int64
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			go func() {
+				defer c.Close()
+				n, _ := io.Copy(io.Discard, c)
+				bytes.Add(n)
+			}()
+		}
+	}()
+	fmt.Println("ready")
+	io.Copy(io.Discard, os.Stdin)
+	l.Close()
+	json.NewEncoder(os.Stdout).Encode(map[string]int64{"conns": conns.Load(), "bytes": bytes.Load()})
+	return 0
+}
+
+// runConnectLoop connects to the unix socket args[0] again and again, as
+// another user racing a daemon's start would, and counts the connections
+// the kernel let it make.
+func runConnectLoop(args []string) int {
+	stop := make(chan struct{})
+	go func() {
+		io.Copy(io.Discard, os.Stdin)
+		close(stop)
+	}()
+	fmt.Println("ready")
+	tries, conns := 0, 0
+	for {
+		select {
+		case <-stop:
+			json.NewEncoder(os.Stdout).Encode(map[string]int{"tries": tries, "conns": conns})
+			return 0
+		default:
+		}
+		tries++
+		if c, err := net.Dial("unix", args[0]); err == nil {
+			conns++
+			c.Close()
+		}
+	}
 }
 
 // childProc is the test binary running as softnic in a child process.
 type childProc struct {
 	cmd    *exec.Cmd
+	stdin  io.WriteCloser
 	stdout *bufio.Reader
 	stderr *syncBuffer
 	done   chan error // Wait's result, once
@@ -70,6 +182,9 @@ type childProc struct {
 func startChild(t *testing.T, cred *syscall.Credential, env []string, args ...string) *childProc {
 	t.Helper()
 	exe, err := os.Executable()
+	if cred != nil {
+		exe, err = sharedExe()
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,6 +198,9 @@ func startChild(t *testing.T, cred *syscall.Credential, env []string, args ...st
 		t.Fatal(err)
 	}
 	c.stdout = bufio.NewReader(out)
+	if c.stdin, err = cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -124,6 +242,62 @@ func (c *childProc) line(t *testing.T) []byte {
 	}
 }
 
+// finish closes the child's stdin, which ends a child mode, decodes the
+// line it prints into v, and waits for it to exit.
+func (c *childProc) finish(t *testing.T, v any) {
+	t.Helper()
+	c.stdin.Close()
+	if err := json.Unmarshal(c.line(t), v); err != nil {
+		t.Fatalf("child: %v; stderr:\n%s", err, c.stderr)
+	}
+	select {
+	case err := <-c.done:
+		c.done <- err // for the cleanup
+	case <-time.After(10 * time.Second):
+		t.Fatal("child: did not exit")
+	}
+}
+
+// nobody is the credentials of the user nobody, for a child that plays
+// another user; tests that need it skip unless they run as root.
+var nobody = &syscall.Credential{Uid: 65534, Gid: 65534}
+
+// needRoot skips t unless it runs as root, which it needs to run children
+// as another user.
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: runs children as another user (nobody), which takes root")
+	}
+}
+
+// startNobody runs a child mode as nobody (skipping t unless it runs as
+// root) and waits until it is ready.
+func startNobody(t *testing.T, mode string, args ...string) *childProc {
+	t.Helper()
+	needRoot(t)
+	c := startChild(t, nobody, nil, append([]string{mode}, args...)...)
+	if got := string(c.line(t)); got != "ready\n" {
+		t.Fatalf("%s: %q; stderr:\n%s", mode, got, c.stderr)
+	}
+	return c
+}
+
+// sharedDir returns a new directory that every user may reach, with mode
+// (such as 01777, as /tmp), removed by the test's cleanup.
+func sharedDir(t *testing.T, mode os.FileMode) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "softnic-shared")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, mode); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // childDaemon is softnic serve in a child process.
 type childDaemon struct {
 	*childProc
@@ -136,7 +310,12 @@ type childDaemon struct {
 // arguments, and waits for its ready line.
 func startChildDaemon(t *testing.T, env []string, args ...string) *childDaemon {
 	t.Helper()
-	control := filepath.Join(t.TempDir(), "ctl.sock")
+	return startChildDaemonAt(t, filepath.Join(t.TempDir(), "ctl.sock"), env, args...)
+}
+
+// startChildDaemonAt is startChildDaemon with its control socket at path.
+func startChildDaemonAt(t *testing.T, control string, env []string, args ...string) *childDaemon {
+	t.Helper()
 	args = append([]string{"serve", "--listen", "127.0.0.1:0", "--control", control}, args...)
 	d := &childDaemon{childProc: startChild(t, nil, env, args...), control: control}
 	if err := json.Unmarshal(d.line(t), &d.ready); err != nil {

@@ -34,6 +34,9 @@ type controlRequest struct {
 type controlReply struct {
 	Result json.RawMessage `json:"result,omitempty"`
 	Error  string          `json:"error,omitempty"`
+	// Code names the errno of a refusal (EACCES), as the attach
+	// protocol's errors do, for a process that sent attach.
+	Code string `json:"code,omitempty"`
 }
 
 // controlTimeout bounds one request on either side: a stuck peer never
@@ -144,8 +147,10 @@ func (l *counterList) UnmarshalJSON(b []byte) error {
 
 // controlServer answers control requests on a unix socket with handle.
 type controlServer struct {
-	l      net.Listener
-	handle func(cmd string) (any, error)
+	l net.Listener
+	// admit tells who connected, or refuses them, before anything is read.
+	admit  func(c *net.UnixConn) (nic.PeerCred, error)
+	handle func(cmd string, peer nic.PeerCred) (any, error)
 	// attach serves a process that sent the attach command, until it
 	// detaches.
 	attach func(c *net.UnixConn)
@@ -202,6 +207,13 @@ func (s *controlServer) answer(c *net.UnixConn) {
 	if !s.awaiting(c, true) {
 		return
 	}
+	peer, err := s.admit(c)
+	if err != nil {
+		s.awaiting(c, false)
+		reply.Error, reply.Code = err.Error(), "EACCES"
+		s.reply(c, &reply)
+		return
+	}
 	line, err := nic.ReadControlLine(c, controlRequestMax)
 	s.awaiting(c, false)
 	if err == nil {
@@ -214,16 +226,21 @@ func (s *controlServer) answer(c *net.UnixConn) {
 	}
 	if err != nil {
 		reply.Error = "bad request: " + err.Error()
-	} else if res, err := s.handle(req.Cmd); err != nil {
+	} else if res, err := s.handle(req.Cmd, peer); err != nil {
 		reply.Error = err.Error()
 	} else if reply.Result, err = json.Marshal(res); err != nil {
 		reply.Error = err.Error()
 	}
-	b, _ := json.Marshal(&reply)
+	s.reply(c, &reply)
+}
+
+// reply writes r to c. Whatever the client sent past its line (or sent
+// at all, when it is refused) is read and dropped before the close: a
+// socket closed with bytes unread resets the connection, and the client
+// could lose the reply.
+func (s *controlServer) reply(c *net.UnixConn, r *controlReply) {
+	b, _ := json.Marshal(r)
 	c.Write(append(b, '\n'))
-	// Whatever the client sent past its line is read and dropped before
-	// the close: a socket closed with bytes unread resets the connection,
-	// and the client could lose the reply.
 	c.CloseWrite()
 	io.Copy(io.Discard, io.LimitReader(c, controlRequestMax))
 }
@@ -276,8 +293,10 @@ func controlCall(ctx context.Context, path, cmd string, res any) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
 	defer cancel()
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", path)
+	c, err := nic.DialControl(ctx, path)
+	if errors.Is(err, nic.ErrAccess) || errors.Is(err, nic.ErrInvalid) {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("%w on %s (is softnic serve running? --control names its socket): %v", errNoDaemon, path, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/softnic/softnic/nic"
 )
 
 func TestCounterListJSON(t *testing.T) {
@@ -48,7 +51,7 @@ func TestCounterListJSON(t *testing.T) {
 func ask(t testing.TB, handle func(string) (any, error), request []byte) []byte {
 	client, server := unixPair(t)
 	defer client.Close()
-	s := &controlServer{handle: handle}
+	s := &controlServer{admit: nic.PeerCredOf, handle: func(cmd string, _ nic.PeerCred) (any, error) { return handle(cmd) }}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -135,7 +138,8 @@ func TestControlAttachHandsOver(t *testing.T) {
 	var got []byte
 	var fds []int
 	s := &controlServer{
-		handle: func(cmd string) (any, error) { return nil, errors.New("not attach: " + cmd) },
+		admit:  nic.PeerCredOf,
+		handle: func(cmd string, _ nic.PeerCred) (any, error) { return nil, errors.New("not attach: " + cmd) },
 		attach: func(c *net.UnixConn) {
 			buf, oob := make([]byte, 256), make([]byte, syscall.CmsgSpace(4))
 			c.SetReadDeadline(time.Now().Add(time.Second)) // nothing left to read: fail, not hang
@@ -190,4 +194,35 @@ func FuzzControlAnswer(f *testing.F) {
 			t.Errorf("reply %q has both or neither of result and error", reply)
 		}
 	})
+}
+
+// TestControlRefusal: a peer the daemon does not admit gets the refusal,
+// with its errno for an attaching process, and its request is not
+// handled.
+func TestControlRefusal(t *testing.T) {
+	client, server := unixPair(t)
+	defer client.Close()
+	handled := false
+	s := &controlServer{
+		admit: func(*net.UnixConn) (nic.PeerCred, error) {
+			return nic.PeerCred{}, fmt.Errorf("uid 65534 may not use this daemon: %w", nic.ErrAccess)
+		},
+		handle: func(string, nic.PeerCred) (any, error) { handled = true; return nil, nil },
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.answer(server)
+	}()
+	client.Write([]byte(`{"cmd":"info"}` + "\n"))
+	client.CloseWrite()
+	reply, err := io.ReadAll(client)
+	<-done
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"error":"uid 65534 may not use this daemon: permission denied (EACCES)","code":"EACCES"}` + "\n"
+	if string(reply) != want || handled {
+		t.Errorf("reply %q (handled: %v), want %q and nothing handled", reply, handled, want)
+	}
 }

@@ -12,6 +12,8 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"os/user"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -55,6 +57,9 @@ type serveConfig struct {
 	faults   *qp.Faults
 	spec     string // the --faults text, for info
 	busyPoll time.Duration
+	// allowGroup is the group whose members may use the control socket
+	// besides the daemon's user and root; -1 for none.
+	allowGroup int
 }
 
 func defineServe(fs *flag.FlagSet) func(*invocation) error {
@@ -69,11 +74,20 @@ func defineServe(fs *flag.FlagSet) func(*invocation) error {
 	faults := fs.String("faults", "", "inject faults into the packets the daemon sends: `SPEC` such as drop=0.01,dup=0.01,seed=7 (see SOFTNIC_FAULTS)")
 	busyPoll := fs.Duration("busy-poll", 0, "keep polling the socket and the attached programs' queues for `DURATION` after the last packet or post "+
 		"(such as 50us) instead of sleeping: lower latency for a CPU while traffic flows; 0 sleeps at once")
+	allowGroup := fs.String("allow-group", "", "let the members of `GROUP` (a name or a number) use the control socket, attach and inspect "+
+		"their own processes, besides the daemon's user and root")
 	return func(inv *invocation) error {
 		if err := inv.parse(0, 0); err != nil {
 			return err
 		}
-		cfg := serveConfig{pcap: *pcap, control: *control, regions: regions, spec: *faults, busyPoll: *busyPoll}
+		cfg := serveConfig{pcap: *pcap, control: *control, regions: regions, spec: *faults, busyPoll: *busyPoll, allowGroup: -1}
+		if *allowGroup != "" {
+			gid, err := lookupGroup(*allowGroup)
+			if err != nil {
+				return usagef("--allow-group: %v", err)
+			}
+			cfg.allowGroup = gid
+		}
 		if cfg.busyPoll < 0 || cfg.busyPoll > time.Second {
 			return usagef("--busy-poll %v: want a duration from 0 to 1s, such as 50us", cfg.busyPoll)
 		}
@@ -112,6 +126,17 @@ func defineServe(fs *flag.FlagSet) func(*invocation) error {
 		}()
 		return serve(ctx, &cfg, inv.stdout, inv.stderr)
 	}
+}
+
+// lookupGroup returns the number of the group named name, or numbered so.
+func lookupGroup(name string) (int, error) {
+	g, err := user.LookupGroup(name)
+	if err != nil {
+		if g, err = user.LookupGroupId(name); err != nil {
+			return 0, fmt.Errorf("no group %q", name)
+		}
+	}
+	return strconv.Atoi(g.Gid)
 }
 
 // busyPollText is how info shows --busy-poll: empty when it is off.
@@ -219,11 +244,11 @@ func (d *daemon) start() error {
 	cfg := d.cfg
 	// The control socket first: a second daemon given the same one fails
 	// before it logs anything. It is answered once everything is ready.
-	l, err := listenControl(cfg.control)
+	l, err := listenControl(cfg.control, cfg.allowGroup)
 	if err != nil {
 		return err
 	}
-	d.ctl = &controlServer{l: l, handle: d.control, attach: d.serveAttached,
+	d.ctl = &controlServer{l: l, admit: d.admit, handle: d.control, attach: d.serveAttached,
 		accepts: quota.Backoff{Log: d.log, What: cfg.control}}
 	if cfg.pcap != "" {
 		if d.capture, err = createCapture(cfg.pcap); err != nil {
@@ -240,7 +265,11 @@ func (d *daemon) start() error {
 		}
 		return err
 	}
-	d.attach = nic.NewAttachServer(d.dev, nic.AttachServerConfig{Logger: d.log})
+	acfg := nic.AttachServerConfig{Logger: d.log}
+	if cfg.allowGroup >= 0 {
+		acfg.AllowGroups = []int{cfg.allowGroup}
+	}
+	d.attach = nic.NewAttachServer(d.dev, acfg)
 	if d.pd, err = d.dev.AllocPD(); err != nil {
 		return err
 	}
@@ -295,54 +324,98 @@ func (d *daemon) postRecv(slot int) error {
 }
 
 // listenControl listens on the unix socket at path, which only the
-// daemon's user may use (mode 0600): an attached process maps memory
+// daemon's user may use (mode 0600), or with group set (not -1) the
+// members of that group too (0660): an attached process maps memory
 // through the daemon and can use its device, as a local user can use a
-// host's RDMA device only with access to it.
-func listenControl(path string) (net.Listener, error) {
+// host's RDMA device only with access to it. The socket is bound in a
+// private directory beside path, given its mode there, and renamed into
+// place: nobody can connect to it before it has its mode, whatever the
+// umask. (The daemon checks who connected on every connection anyway.)
+func listenControl(path string, group int) (net.Listener, error) {
 	if err := checkControlDir(path, true); err != nil {
 		return nil, err
 	}
-	l, err := listenUnix(path)
-	if err != nil {
+	if err := claimControlPath(path); err != nil {
 		return nil, err
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
+	private, err := os.MkdirTemp(filepath.Dir(path), ".sn")
+	if err != nil {
+		return nil, fmt.Errorf("control socket %s: %w", path, err)
+	}
+	defer os.RemoveAll(private)
+	bound := filepath.Join(private, "s")
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: bound, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	l.SetUnlinkOnClose(false) // the name it was bound to is gone: controlListener unlinks path
+	mode := os.FileMode(0o600)
+	if group >= 0 {
+		mode = 0o660
+		err = os.Chown(bound, -1, group)
+	}
+	if err == nil {
+		err = os.Chmod(bound, mode)
+	}
+	var fi os.FileInfo
+	if err == nil {
+		fi, err = os.Lstat(bound)
+	}
+	if err == nil {
+		err = os.Rename(bound, path)
+	}
+	if err != nil {
 		l.Close()
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
-	return l, nil
+	return &controlListener{UnixListener: l, path: path, file: fi}, nil
 }
 
-// listenUnix listens on the unix socket at path. A socket file left by a
-// daemon that died is replaced; one a live daemon answers on is not.
-func listenUnix(path string) (net.Listener, error) {
-	l, err := net.Listen("unix", path)
-	if err == nil || !errors.Is(err, syscall.EADDRINUSE) {
-		if err != nil {
-			err = fmt.Errorf("control socket: %w", err)
-		}
-		return l, err
+// controlListener is the control socket's listener: closing it removes
+// its path, unless another socket has taken the path since.
+type controlListener struct {
+	*net.UnixListener
+	path string
+	file os.FileInfo
+}
+
+func (l *controlListener) Close() error {
+	err := l.UnixListener.Close()
+	if fi, serr := os.Lstat(l.path); serr == nil && os.SameFile(fi, l.file) {
+		os.Remove(l.path)
 	}
-	if fi, serr := os.Lstat(path); serr != nil || fi.Mode()&os.ModeSocket == 0 {
-		return nil, fmt.Errorf("control socket %s: the path exists and is not a socket", path)
+	return err
+}
+
+// claimControlPath makes sure the daemon may put its socket at path: free,
+// or a socket file left by a daemon that died, which the new one replaces.
+// A socket a live daemon answers on is not taken over.
+func claimControlPath(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("control socket: %w", err)
+	}
+	if fi.Mode()&os.ModeSocket == 0 {
+		return fmt.Errorf("control socket %s: the path exists and is not a socket", path)
 	}
 	c, derr := net.DialTimeout("unix", path, time.Second)
 	if derr == nil {
+		owner := ""
+		if cred, err := nic.PeerCredOf(c.(*net.UnixConn)); err == nil && cred.UID != os.Geteuid() {
+			owner = fmt.Sprintf(" of uid %d", cred.UID)
+		}
 		c.Close()
-		return nil, fmt.Errorf("control socket %s is in use by another softnic serve (stop it, or give this one another --control)", path)
+		return fmt.Errorf("control socket %s is in use by another softnic serve%s, or another program (stop it, or give this one another --control)", path, owner)
 	}
 	if !errors.Is(derr, syscall.ECONNREFUSED) {
 		// Not answering is not dead: a daemon of another user, or a busy
 		// one, keeps its socket.
-		return nil, fmt.Errorf("control socket %s: cannot tell whether a softnic serve uses it: %w", path, derr)
+		return fmt.Errorf("control socket %s: cannot tell whether a softnic serve uses it: %w", path, derr)
 	}
-	if err := os.Remove(path); err != nil {
-		return nil, fmt.Errorf("control socket: removing a stale %s: %w", path, err)
-	}
-	if l, err = net.Listen("unix", path); err != nil {
-		return nil, fmt.Errorf("control socket: %w", err)
-	}
-	return l, nil
+	return nil
 }
 
 // stop shuts down what start set up, in order: no new connections, every
@@ -530,8 +603,12 @@ func (d *daemon) flushLoop() {
 
 func hex(v uint64) string { return "0x" + strconv.FormatUint(v, 16) }
 
+// admit tells who connected to the control socket, or refuses a user the
+// daemon does not serve (nic.AttachServer.Admit).
+func (d *daemon) admit(c *net.UnixConn) (nic.PeerCred, error) { return d.attach.Admit(c) }
+
 // control answers a control request.
-func (d *daemon) control(cmd string) (any, error) {
+func (d *daemon) control(cmd string, peer nic.PeerCred) (any, error) {
 	switch cmd {
 	case "info":
 		return d.info(), nil
@@ -581,6 +658,7 @@ func (d *daemon) counters() counterList {
 		counter{"write_imms_received", d.writeImms.Load()},
 		counter{"receive_errors", d.recvErrors.Load()},
 		counter{"control_accept_errors", d.ctl.accepts.Errors()},
+		counter{"control_refused_peers", d.attach.RefusedPeers()},
 	)
 	return append(l, d.attachedCounters()...)
 }

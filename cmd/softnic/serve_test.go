@@ -506,7 +506,7 @@ func TestServeStartErrors(t *testing.T) {
 		{"control path not a socket", []string{"--listen", "127.0.0.1:0", "--control", file},
 			"control socket " + file + ": the path exists and is not a socket"},
 		{"control directory missing", []string{"--listen", "127.0.0.1:0", "--control", filepath.Join(dir, "no", "a.sock")},
-			"control socket: listen unix " + filepath.Join(dir, "no", "a.sock")},
+			"control socket " + filepath.Join(dir, "no", "a.sock") + ": stat " + filepath.Join(dir, "no") + ": no such file or directory"},
 		{"pcap directory missing", []string{"--listen", "127.0.0.1:0", "--control", filepath.Join(dir, "b.sock"), "--pcap", filepath.Join(dir, "no", "x.pcap")},
 			"--pcap: open " + filepath.Join(dir, "no", "x.pcap") + ": no such file or directory"},
 	}

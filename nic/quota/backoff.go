@@ -10,8 +10,7 @@ import (
 )
 
 // The waits of Backoff: net/http's Server waits 5 ms after a failed
-// Accept, doubling to 1 s. An episode is logged unless one was less than
-// logEvery ago.
+// Accept, doubling to 1 s. Sometimes logs at most once each logEvery.
 const (
 	firstBackoff = 5 * time.Millisecond
 	maxBackoff   = time.Second
@@ -35,12 +34,11 @@ type Backoff struct {
 	Log  *zap.Logger
 	What string
 
-	errors  atomic.Uint64
-	delay   time.Duration // the next wait; 0 outside an episode
-	lastLog time.Time
-	// A test's fake clock: sleep waits d or until done is closed.
+	errors   atomic.Uint64
+	delay    time.Duration // the next wait; 0 outside an episode
+	episodes Sometimes
+	// sleep waits d or until done is closed (a test's fake clock).
 	sleep func(d time.Duration, done <-chan struct{})
-	now   func() time.Time
 }
 
 // Accept returns the next connection of l. It returns an error only once
@@ -64,7 +62,10 @@ func (b *Backoff) Accept(l net.Listener, done <-chan struct{}) (net.Conn, error)
 		n := b.errors.Add(1)
 		if b.delay == 0 {
 			b.delay = firstBackoff
-			b.logEpisode(n, err)
+			if b.Log != nil {
+				b.episodes.Log(b.Log, "accept failed: trying again, up to each second, until it succeeds (counted in accept_errors; logged at most once a minute)",
+					zap.String("socket", b.What), zap.Uint64("accept_errors", n), zap.Error(err))
+			}
 		} else {
 			b.delay = min(2*b.delay, maxBackoff)
 		}
@@ -74,22 +75,6 @@ func (b *Backoff) Accept(l net.Listener, done <-chan struct{}) (net.Conn, error)
 		}
 		sleep(b.delay, done)
 	}
-}
-
-// logEpisode logs the start of an episode, the nth error, unless an
-// episode was logged less than a minute ago.
-func (b *Backoff) logEpisode(n uint64, err error) {
-	now := time.Now
-	if b.now != nil {
-		now = b.now
-	}
-	t := now()
-	if b.Log == nil || (!b.lastLog.IsZero() && t.Sub(b.lastLog) < logEvery) {
-		return
-	}
-	b.lastLog = t
-	b.Log.Warn("accept failed: trying again, up to each second, until it succeeds (counted in accept_errors; logged at most once a minute)",
-		zap.String("socket", b.What), zap.Uint64("accept_errors", n), zap.Error(err))
 }
 
 // Errors returns how many accepts failed and were retried.

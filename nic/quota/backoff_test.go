@@ -50,11 +50,11 @@ func TestBackoffRidesOutErrors(t *testing.T) {
 	core, logs := observer.New(zap.WarnLevel)
 	var waits []time.Duration
 	clock := time.Unix(1e9, 0)
-	b := Backoff{Log: zap.New(core), What: "test socket", now: func() time.Time { return clock },
-		sleep: func(d time.Duration, _ <-chan struct{}) {
-			waits = append(waits, d)
-			clock = clock.Add(d)
-		}}
+	b := Backoff{Log: zap.New(core), What: "test socket", sleep: func(d time.Duration, _ <-chan struct{}) {
+		waits = append(waits, d)
+		clock = clock.Add(d)
+	}}
+	b.episodes.now = func() time.Time { return clock }
 	done := make(chan struct{})
 	accepted := 0
 	for {
@@ -90,6 +90,9 @@ func TestBackoffRidesOutErrors(t *testing.T) {
 		if e["socket"] != "test socket" || e["accept_errors"] != count {
 			t.Errorf("warning %d: %v, want the socket named and accept_errors=%d", i, e, count)
 		}
+	}
+	if skipped := logs.All()[1].ContextMap()["not_logged_since"]; skipped != uint64(1) {
+		t.Errorf("the second warning says %v episodes were not logged, want 1", skipped)
 	}
 }
 

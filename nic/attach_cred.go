@@ -1,0 +1,209 @@
+package nic
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/user"
+	"slices"
+	"strconv"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Who may talk to whom over a daemon's control socket. Whoever attaches
+// can map memory through the daemon and use its device, as whoever opens
+// /dev/infiniband/uverbs0 can: the daemon serves its own user, root, and
+// the members of the groups it was told to admit (AttachServerConfig),
+// and checks the kernel's word for who connected (SO_PEERCRED) on every
+// connection, whatever the socket file's mode. A client, in turn, sends
+// nothing to a socket that neither it nor root owns, nor to a listener
+// running as another user, unless told to trust that user
+// (EnvSocketOwner): whoever created the path first would otherwise
+// receive its regions' memory.
+
+// EnvSocketOwner names the environment variable with the user (a name or
+// a uid) a client trusts to run the daemon besides itself and root, for a
+// daemon of another user that admits the client's group.
+const EnvSocketOwner = "SOFTNIC_SOCKET_OWNER"
+
+// PeerCred is the process at the other end of a unix socket as the kernel
+// saw it when it connected, or listened for a client's connection.
+type PeerCred struct {
+	PID, UID, GID int
+}
+
+// PeerCredOf returns the credentials of the process at the other end of c
+// (SO_PEERCRED).
+func PeerCredOf(c *net.UnixConn) (PeerCred, error) {
+	var cred *unix.Ucred
+	var cerr error
+	err := control(c, func(fd int) {
+		cred, cerr = unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED)
+	})
+	if err = errors.Join(err, cerr); err != nil {
+		return PeerCred{}, fmt.Errorf("peer credentials: %w", err)
+	}
+	return PeerCred{PID: int(cred.Pid), UID: int(cred.Uid), GID: int(cred.Gid)}, nil
+}
+
+// peerGroups returns the supplementary groups of the process at the other
+// end of c (SO_PEERGROUPS).
+func peerGroups(c *net.UnixConn) ([]int, error) {
+	var gids []uint32
+	var gerr error
+	err := control(c, func(fd int) {
+		for n := 64; ; n *= 2 {
+			buf := make([]uint32, n)
+			size := uint32(4 * n)
+			_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_PEERGROUPS,
+				uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&size)), 0)
+			if e == unix.ERANGE && n < 1<<16 {
+				continue
+			}
+			if e != 0 {
+				gerr = e
+				return
+			}
+			gids = buf[:size/4]
+			return
+		}
+	})
+	if err = errors.Join(err, gerr); err != nil {
+		return nil, fmt.Errorf("peer groups: %w", err)
+	}
+	out := make([]int, len(gids))
+	for i, g := range gids {
+		out[i] = int(g)
+	}
+	return out, nil
+}
+
+// control runs f on c's descriptor.
+func control(c *net.UnixConn, f func(fd int)) error {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	return raw.Control(func(fd uintptr) { f(int(fd)) })
+}
+
+// admit returns who is at the other end of c, a connection to the
+// daemon's control socket, or ErrAccess when that is neither the daemon's
+// user nor root nor a member of one of groups.
+func admit(c *net.UnixConn, groups []int) (PeerCred, error) {
+	cred, err := PeerCredOf(c)
+	if err != nil {
+		return cred, err
+	}
+	self := os.Geteuid()
+	if cred.UID == self || cred.UID == 0 || slices.Contains(groups, cred.GID) {
+		return cred, nil
+	}
+	if len(groups) > 0 {
+		if sup, err := peerGroups(c); err == nil && slices.ContainsFunc(sup, func(g int) bool { return slices.Contains(groups, g) }) {
+			return cred, nil
+		}
+	}
+	allowed := "the daemon's user"
+	if len(groups) > 0 {
+		allowed += " and the members of " + groupNames(groups)
+	}
+	return cred, fmt.Errorf("%s (pid %d) may not use this daemon of %s: it serves %s and root (softnic serve --allow-group admits a group): %w",
+		userName(cred.UID), cred.PID, userName(self), allowed, ErrAccess)
+}
+
+// DialControl connects to the control socket of a softnic daemon at path,
+// once it has checked, before sending anything, that the socket file and
+// the process listening on it belong to the caller's user or root, or to
+// the user EnvSocketOwner names. Otherwise it fails with ErrAccess,
+// naming the owner: whoever created the path first would receive what the
+// caller sends, the memory of its regions included.
+func DialControl(ctx context.Context, path string) (*net.UnixConn, error) {
+	trusted, err := trustedOwners()
+	if err != nil {
+		return nil, err
+	}
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return nil, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case fi.Mode()&os.ModeSocket == 0:
+		return nil, fmt.Errorf("%s is not a socket (%v): %w", path, fi.Mode(), ErrInvalid)
+	case !ok || !slices.Contains(trusted, int(st.Uid)):
+		return nil, untrusted(fmt.Sprintf("control socket %s belongs to", path), int(st.Uid), trusted)
+	}
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		return nil, err
+	}
+	c := nc.(*net.UnixConn)
+	cred, err := PeerCredOf(c)
+	if err == nil && !slices.Contains(trusted, cred.UID) {
+		err = untrusted(fmt.Sprintf("the process listening on control socket %s (pid %d) runs as", path, cred.PID), cred.UID, trusted)
+	}
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// trustedOwners returns the users a client trusts to run its daemon: its
+// own, root, and the one EnvSocketOwner names.
+func trustedOwners() ([]int, error) {
+	trusted := []int{os.Geteuid(), 0}
+	name := os.Getenv(EnvSocketOwner)
+	if name == "" {
+		return trusted, nil
+	}
+	if uid, err := strconv.Atoi(name); err == nil {
+		return append(trusted, uid), nil
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		return nil, fmt.Errorf("%s=%s: %v: %w", EnvSocketOwner, name, err, ErrInvalid)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	return append(trusted, uid), nil
+}
+
+// untrusted is the error for a socket or listener of user uid.
+func untrusted(what string, uid int, trusted []int) error {
+	want := "you (" + userName(trusted[0]) + ") or root"
+	if len(trusted) > 2 {
+		want += " or " + userName(trusted[2]) + " (" + EnvSocketOwner + ")"
+	}
+	return fmt.Errorf("%s %s, not %s: not connecting (%s=USER trusts another user's daemon): %w",
+		what, userName(uid), want, EnvSocketOwner, ErrAccess)
+}
+
+// userName names uid as "uid N (name)", or "uid N" when it has no name.
+func userName(uid int) string {
+	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
+		return fmt.Sprintf("uid %d (%s)", uid, u.Username)
+	}
+	return fmt.Sprintf("uid %d", uid)
+}
+
+// groupNames names gids as "group N (name)", joined.
+func groupNames(gids []int) string {
+	s := ""
+	for i, g := range gids {
+		if i > 0 {
+			s += ", "
+		}
+		s += "group " + strconv.Itoa(g)
+		if gr, err := user.LookupGroupId(strconv.Itoa(g)); err == nil {
+			s += " (" + gr.Name + ")"
+		}
+	}
+	return s
+}
