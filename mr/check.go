@@ -34,7 +34,7 @@ func (t *Table) Remote(rkey uint32, addr, length uint64, need Access, who Reques
 		r   *Region
 		why Reason
 	)
-	if rkey>>variantBits >= windowIndex {
+	if rkey&windowBit != 0 {
 		s, r, why = t.remoteWindow(rkey, addr, length, need, who)
 	} else {
 		s, r, why = t.remoteRegion(rkey, addr, length, need, who)
@@ -50,7 +50,7 @@ func (t *Table) Remote(rkey uint32, addr, length uint64, need Access, who Reques
 
 // remoteRegion checks an access through a region's rkey.
 func (t *Table) remoteRegion(rkey uint32, addr, length uint64, need Access, who Requester) (Span, *Region, Reason) {
-	r, why := t.regions.lookup(rkey)
+	r, why := t.region(rkey)
 	if why != 0 {
 		return Span{}, nil, why
 	}
@@ -114,7 +114,7 @@ func (t *Table) Local(lkey uint32, addr, length uint64, need Access, pd PD) (Spa
 	if length == 0 {
 		return Span{}, nil
 	}
-	r, why := t.regions.lookup(lkey)
+	r, why := t.region(lkey)
 	var access Access
 	if why == 0 {
 		access, why = r.admit(pd, nil)

@@ -23,13 +23,18 @@
 //
 // # Keys
 //
-// A key is index<<8 | variant. The index selects a slot of a two-level
-// array; the 8-bit variant is compared, so a key left over from a
-// deregistered region never matches the region that reuses its index: a
-// slot's first variant is random and each reuse increments it, and a freed
-// index waits behind others before it is reused. lkey and rkey are equal,
-// as in rxe. Region indices and window indices are disjoint ranges, as
-// rxe's MR and MW pools are.
+// A key names a slot of a two-level array by its 23-bit index, and the
+// whole key is compared, so that a key left over from a deregistered region
+// never matches the region that reuses its slot: each slot has an 8-bit
+// variant, random at first and changed on every reuse, and a freed index
+// waits behind others before it is reused. lkey and rkey are equal, as in
+// rxe. Unlike rxe's index<<8 | variant, a key the table chooses does not
+// show how it was built: a region's index and variant pass together
+// through a keyed permutation, a window's index through another (its low
+// byte is the consumer's, as the IBTA wants). Bit 31 tells windows from
+// regions, as rxe's MR and MW pools do; keys applications request
+// (fi_mr) are kept as asked, in a table of their own. keys.go has the
+// details.
 //
 // # Addresses
 //

@@ -36,6 +36,13 @@ func register(t testing.TB, tb *Table, pd PD, buf []byte, access Access) *Region
 	return r
 }
 
+// staleKey returns a key of r's slot with another variant: the key a
+// region that had r's slot before (or will have it after) was or will be
+// known by.
+func staleKey(tb *Table, r *Region) uint32 {
+	return tb.regions.keyFor(r.index, uint8(tb.regions.perm.decrypt(r.RKey()))+1)
+}
+
 // aligned returns n bytes starting on an 8-byte boundary (Go allocates
 // larger byte slices aligned; this makes it explicit).
 func aligned(n int) []byte {

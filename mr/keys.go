@@ -6,19 +6,37 @@ import (
 	"sync/atomic"
 )
 
-// Keys are 32 bits: a 24-bit index and an 8-bit variant, index<<8 | variant,
-// as rxe builds them (pool index << 8 | random key byte). lkey == rkey for
-// every region, as in rxe (rxe_mr_init sets both from the same value); the
-// access flags, not the key, say what a remote peer may do.
+// Keys are 32 bits. lkey == rkey for every region, as in rxe (rxe_mr_init
+// sets both from the same value); the access flags, not the key, say what a
+// remote peer may do. Each table keeps its objects in slots found by a
+// 23-bit index, and every slot has an 8-bit variant that changes when the
+// slot is reused, so that a key left over from a freed object does not
+// name the next one. Indices are handed out in order (keeping the slot
+// arrays dense), but a key does not show them: rxe's keys are
+// index<<8 | random byte, so that about 256 guesses next to a key one has
+// seen find a neighbour's; softnic's are built so that a peer cannot tell
+// how, from the bits the IBTA leaves to the device:
 //
-// The index space is split like rxe's MR and MW pools: regions take indices
-// below windowIndex, memory windows take indices from windowIndex up, so a
-// key alone says which table to search.
+//   - a region's key is bit 31 clear and, in the other 31 bits, its index
+//     and variant together passed through a keyed permutation (a Feistel
+//     network whose round keys each table draws at random), so that neither
+//     the index, nor the order of registration, nor a reused slot's next
+//     key can be read off keys one has seen;
+//   - a window's key is bit 31 set, its index through another keyed
+//     permutation in bits 30..8, and its variant in the low byte, which the
+//     IBTA gives to the consumer: ibv_inc_rkey(3) and a bind's new rkey
+//     change only that byte;
+//   - a key an application requests (fi_mr requested_key) is what it asked
+//     for: index<<8 | variant in the clear, in a table of its own.
+//
+// Bit 31 tells the tables apart, as rxe's MR and MW pools have index
+// ranges of their own.
 const (
 	variantBits = 8
 	variantMask = 1<<variantBits - 1
-	windowIndex = 1 << 23 // first index of a memory window key
-	indexSpace  = 1 << 23 // indices per table (regions, windows)
+	windowBit   = 1 << 31 // set in every window key, clear in every region key
+	indexBits   = 23
+	indexSpace  = 1 << indexBits // indices per table
 
 	chunkShift = 10
 	chunkSlots = 1 << chunkShift
@@ -26,9 +44,10 @@ const (
 
 	// reuseDelay is how many freed indices wait before one is handed out
 	// again: like rxe's cyclic index allocation (xa_alloc_cyclic) it keeps a
-	// just-freed index out of use for a while, and with the variant bumped
-	// on every reuse a stale key matches nothing for 256 reuses of its
-	// index after that.
+	// just-freed index out of use for a while. A region's variant is then
+	// bumped, so that a stale region key matches nothing for 256 reuses of
+	// its slot; a window's, which everyone who held the window saw, is drawn
+	// at random (other than the last), as rxe draws every key byte.
 	reuseDelay = 1024
 )
 
@@ -36,6 +55,81 @@ const (
 // computes the new rkey of a memory window bind.
 func IncRKey(key uint32) uint32 {
 	return key&^variantMask | (key+1)&variantMask
+}
+
+// keyLayout is how a table builds its keys from its slots (see the top of
+// this file).
+type keyLayout uint8
+
+const (
+	layoutRequested keyLayout = iota // index<<8 | variant, as the application chose it
+	layoutRegion                     // index<<8 | variant, permuted as a whole
+	layoutWindow                     // windowBit | permuted index<<8 | variant
+)
+
+// feistelRounds is the number of rounds of a feistel permutation: each
+// half is mixed four times.
+const feistelRounds = 8
+
+// feistel is a keyed permutation of the integers below 2^(hi+lo): an
+// alternating Feistel network that splits its input into a high part of
+// hi bits and a low part of lo bits and, round after round, XORs one part
+// with a keyed hash of the other, so that every round, and the whole, can
+// be undone. Its hash (a 64-bit mixer over the round key and the other
+// part) is no vetted cipher: it hides how a key was built from peers that
+// see keys; it is not meant to withstand cryptanalysis. It does not
+// allocate.
+type feistel struct {
+	hi, lo uint8
+	keys   [feistelRounds]uint64
+}
+
+func newFeistel(bits uint8, rng *rand.Rand) feistel {
+	f := feistel{hi: (bits + 1) / 2, lo: bits / 2}
+	for i := range f.keys {
+		f.keys[i] = rng.Uint64()
+	}
+	return f
+}
+
+// round is the keyed hash of round i: murmur3's 64-bit finalizer of the
+// round key mixed with v.
+func (f *feistel) round(i int, v uint32) uint32 {
+	h := f.keys[i] ^ uint64(v)
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
+	return uint32(h)
+}
+
+// encrypt maps x (below 2^(hi+lo)) to its image.
+func (f *feistel) encrypt(x uint32) uint32 {
+	hiMask, loMask := uint32(1)<<f.hi-1, uint32(1)<<f.lo-1
+	h, l := x>>f.lo&hiMask, x&loMask
+	for i := range feistelRounds {
+		if i%2 == 0 {
+			h = (h ^ f.round(i, l)) & hiMask
+		} else {
+			l = (l ^ f.round(i, h)) & loMask
+		}
+	}
+	return h<<f.lo | l
+}
+
+// decrypt undoes encrypt.
+func (f *feistel) decrypt(x uint32) uint32 {
+	hiMask, loMask := uint32(1)<<f.hi-1, uint32(1)<<f.lo-1
+	h, l := x>>f.lo&hiMask, x&loMask
+	for i := feistelRounds - 1; i >= 0; i-- {
+		if i%2 == 0 {
+			h = (h ^ f.round(i, l)) & hiMask
+		} else {
+			l = (l ^ f.round(i, h)) & loMask
+		}
+	}
+	return h<<f.lo | l
 }
 
 // slot is one entry of a key table. Readers take a consistent (key, ptr)
@@ -55,17 +149,18 @@ type keyChunk[T any] struct {
 	variant [chunkSlots]uint8
 }
 
-// keyTable maps key indices to objects: a two-level array indexed by the
-// key's index, the variant compared on lookup. Lookups are lock-free; every
+// keyTable maps keys to objects: a two-level array indexed by the key's
+// index, the whole key compared on lookup. Lookups are lock-free; every
 // other method needs the owning Table's mutex.
 type keyTable[T any] struct {
-	base    uint32 // first index of this table
-	limit   uint32 // indices usable (relative to base)
+	layout  keyLayout
+	perm    feistel // layoutRegion: of 31 bits; layoutWindow: of indexBits
+	limit   uint32  // indices usable
 	chunks  [numChunks]atomic.Pointer[keyChunk[T]]
 	storeMu sync.Mutex // held across a slot store
 
-	next uint32   // relative indices below next have been handed out before
-	free []uint32 // freed relative indices, oldest first from head
+	next uint32   // indices below next have been handed out before
+	free []uint32 // freed indices, oldest first from head
 	head int
 	live int
 	rng  *rand.Rand
@@ -73,22 +168,51 @@ type keyTable[T any] struct {
 	// Requested keys (fi_mr requested_key) are chosen by applications, and
 	// several may share an index: keys 1 and 2 are both index 0. The slot
 	// holds one; the others hang off it in a chain, walked only when the
-	// slot's key differs. nil for a table without requested keys.
+	// slot's key differs. nil but in the table of requested keys.
 	chain func(*T) *atomic.Pointer[T]
 	keyOf func(*T) uint32
 }
 
-func (kt *keyTable[T]) init(base, limit uint32, rng *rand.Rand) {
-	kt.base, kt.limit, kt.rng = base, min(limit, indexSpace), rng
-	// Relative index 0 is never handed out, so the zero key names nothing
-	// that the table chose.
+func (kt *keyTable[T]) init(layout keyLayout, limit uint32, rng *rand.Rand) {
+	kt.layout, kt.limit, kt.rng = layout, min(limit, indexSpace), rng
+	switch layout {
+	case layoutRegion:
+		kt.perm = newFeistel(31, rng)
+	case layoutWindow:
+		kt.perm = newFeistel(indexBits, rng)
+	}
+	// Index 0 is never handed out, so that the table has a key nobody
+	// holds (requested keys may use it).
 	kt.next = 1
+}
+
+// index returns the index of the slot key would be in, and false for a key
+// of another table.
+func (kt *keyTable[T]) index(key uint32) (uint32, bool) {
+	switch kt.layout {
+	case layoutRegion:
+		return kt.perm.decrypt(key) >> variantBits, key&windowBit == 0
+	case layoutWindow:
+		return kt.perm.decrypt(key >> variantBits & (indexSpace - 1)), key&windowBit != 0
+	}
+	return key >> variantBits, key&windowBit == 0
+}
+
+// keyFor returns the key of index i with variant v.
+func (kt *keyTable[T]) keyFor(i uint32, v uint8) uint32 {
+	switch kt.layout {
+	case layoutRegion:
+		return kt.perm.encrypt(i<<variantBits | uint32(v))
+	case layoutWindow:
+		return windowBit | kt.perm.encrypt(i)<<variantBits | uint32(v)
+	}
+	return i<<variantBits | uint32(v)
 }
 
 // lookup returns the object named by key, or why there is none.
 func (kt *keyTable[T]) lookup(key uint32) (*T, Reason) {
-	i := key>>variantBits - kt.base
-	if i >= indexSpace {
+	i, ok := kt.index(key)
+	if !ok {
 		return nil, ReasonUnknownKey
 	}
 	c := kt.chunks[i>>chunkShift].Load()
@@ -129,7 +253,7 @@ func (kt *keyTable[T]) loadLocked(s *slot[T]) (uint32, *T) {
 	return s.key.Load(), s.ptr.Load()
 }
 
-// slot returns relative index i's slot and its variant byte, creating the
+// slot returns index i's slot and its variant byte, creating the
 // chunk (with random first variants) if needed.
 func (kt *keyTable[T]) slot(i uint32) (*slot[T], *uint8) {
 	cp := &kt.chunks[i>>chunkShift]
@@ -145,46 +269,51 @@ func (kt *keyTable[T]) slot(i uint32) (*slot[T], *uint8) {
 	return &c.slots[j], &c.variant[j]
 }
 
-func (kt *keyTable[T]) used(i uint32) bool {
-	s, _ := kt.slot(i)
-	return s.ptr.Load() != nil
-}
-
-// alloc takes a free relative index for a table-chosen key.
+// alloc takes a free index for a table-chosen key.
 func (kt *keyTable[T]) alloc() (uint32, error) {
-	for {
-		var i uint32
-		queued := len(kt.free) - kt.head
-		switch {
-		case queued > reuseDelay || (queued > 0 && kt.next >= kt.limit):
-			i = kt.free[kt.head]
-			kt.head++
-			if kt.head >= reuseDelay && kt.head*2 >= len(kt.free) {
-				kt.free = append(kt.free[:0], kt.free[kt.head:]...)
-				kt.head = 0
-			}
-		case kt.next < kt.limit:
-			i = kt.next
-			kt.next++
-		default:
-			return 0, ErrNoMem
+	queued := len(kt.free) - kt.head
+	switch {
+	case queued > reuseDelay || (queued > 0 && kt.next >= kt.limit):
+		i := kt.free[kt.head]
+		kt.head++
+		if kt.head >= reuseDelay && kt.head*2 >= len(kt.free) {
+			kt.free = append(kt.free[:0], kt.free[kt.head:]...)
+			kt.head = 0
 		}
-		// An index taken by a requested key may still be queued or ahead
-		// of next: skip it.
-		if !kt.used(i) {
-			return i, nil
-		}
+		return i, nil
+	case kt.next < kt.limit:
+		kt.next++
+		return kt.next - 1, nil
 	}
+	return 0, ErrNoMem
 }
 
-// keyAt returns the key the free relative index i is handed out with: its
-// slot's next variant.
+// keyAt returns the key the free index i is handed out with: its slot's
+// next variant.
 func (kt *keyTable[T]) keyAt(i uint32) uint32 {
 	_, v := kt.slot(i)
-	return (kt.base+i)<<variantBits | uint32(*v)
+	return kt.keyFor(i, *v)
 }
 
-// install publishes p at the free relative index i under key (from keyAt).
+// skip moves the free index i on to its next variant, for a key that must
+// not be handed out (see Table.register).
+func (kt *keyTable[T]) skip(i uint32) {
+	_, v := kt.slot(i)
+	kt.nextVariant(v)
+}
+
+// nextVariant changes a slot's variant for its next key: one up for a
+// region, whose keys hide it; at random but never the same for a window,
+// whose keys show it.
+func (kt *keyTable[T]) nextVariant(v *uint8) {
+	if kt.layout == layoutWindow {
+		*v += 1 + uint8(kt.rng.UintN(variantMask))
+		return
+	}
+	*v++
+}
+
+// install publishes p at the free index i under key (from keyAt).
 func (kt *keyTable[T]) install(i, key uint32, p *T) {
 	s, _ := kt.slot(i)
 	kt.store(s, key, p)
@@ -192,9 +321,10 @@ func (kt *keyTable[T]) install(i, key uint32, p *T) {
 }
 
 // installKey publishes p under a requested key, chained behind the slot's
-// object if the index is in use. The key must not be in use.
+// object if the index is in use. The key must not be in use, and must
+// belong to the table (index).
 func (kt *keyTable[T]) installKey(key uint32, p *T) {
-	i := key>>variantBits - kt.base
+	i, _ := kt.index(key)
 	s, v := kt.slot(i)
 	kt.live++
 	head := s.ptr.Load()
@@ -213,18 +343,19 @@ func (kt *keyTable[T]) has(key uint32) bool {
 	return why == 0
 }
 
-// rekey publishes a new key for the object at relative index i (a window
-// bind), keeping only the variant of newKey.
+// rekey publishes a new key for the object at index i (a window bind),
+// keeping only the variant of newKey.
 func (kt *keyTable[T]) rekey(i uint32, newKey uint32) uint32 {
 	s, v := kt.slot(i)
 	*v = uint8(newKey)
-	key := (kt.base+i)<<variantBits | uint32(*v)
+	key := kt.keyFor(i, *v)
 	kt.store(s, key, s.ptr.Load())
 	return key
 }
 
-// remove unpublishes p, at relative index i. When no key uses the index
-// any more it is queued for reuse with the next variant.
+// remove unpublishes p, at index i. When no key uses the index any more
+// it is queued for reuse with its next variant (a table of requested keys
+// hands out no index of its own).
 func (kt *keyTable[T]) remove(i uint32, p *T) {
 	s, v := kt.slot(i)
 	kt.live--
@@ -246,8 +377,10 @@ func (kt *keyTable[T]) remove(i uint32, p *T) {
 		}
 	}
 	kt.store(s, s.key.Load(), nil)
-	*v++
-	kt.free = append(kt.free, i)
+	if kt.layout != layoutRequested {
+		kt.nextVariant(v)
+		kt.free = append(kt.free, i)
+	}
 }
 
 func (kt *keyTable[T]) store(s *slot[T], key uint32, p *T) {
@@ -284,11 +417,4 @@ func (kt *keyTable[T]) chained(p *T) *T {
 		return nil
 	}
 	return kt.chain(p).Load()
-}
-
-// relIndex returns key's index relative to the table, and whether it lies in
-// the table.
-func (kt *keyTable[T]) relIndex(key uint32) (uint32, bool) {
-	i := key>>variantBits - kt.base
-	return i, i < indexSpace
 }

@@ -1,7 +1,10 @@
 package mr
 
 import (
+	"cmp"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -13,13 +16,13 @@ func TestKeyFormat(t *testing.T) {
 	if r.LKey() != r.RKey() {
 		t.Errorf("lkey %#x != rkey %#x", r.LKey(), r.RKey())
 	}
-	if i := r.RKey() >> 8; i == 0 || i >= windowIndex {
-		t.Errorf("region key %#x: index %#x outside the region range", r.RKey(), i)
+	if r.RKey() == 0 || r.RKey()&windowBit != 0 || r.index == 0 {
+		t.Errorf("region key %#x (index %#x): zero, with the window bit, or of index 0", r.RKey(), r.index)
 	}
 	w, err := tb.AllocWindow(pd, WindowType2)
 	wantErr(t, "AllocWindow", err, nil)
-	if i := w.RKey() >> 8; i < windowIndex {
-		t.Errorf("window key %#x: index %#x in the region range", w.RKey(), i)
+	if w.RKey()&windowBit == 0 {
+		t.Errorf("window key %#x without the window bit", w.RKey())
 	}
 	if got, ok := tb.Region(r.RKey()); !ok || got != r {
 		t.Errorf("Region(%#x) = %v, %v", r.RKey(), got, ok)
@@ -69,14 +72,16 @@ func TestFirstVariantRandom(t *testing.T) {
 }
 
 // TestStaleKeyNeverMatches reuses one index many times: every old key is
-// refused as stale, each reuse increments the variant.
+// refused as stale, each reuse increments the variant (inside the key's
+// permutation: the keys themselves show no relation).
 func TestStaleKeyNeverMatches(t *testing.T) {
 	tb := newTable(t)
 	pd := allocPD(t, tb)
 	who := Requester{PD: pd}
 	buf := make([]byte, 64)
 	first := register(t, tb, pd, buf, rw)
-	index := first.RKey() >> 8
+	index := first.index
+	variant := func(r *Region) uint8 { return uint8(tb.regions.perm.decrypt(r.RKey())) }
 	var old []uint32
 	cur := first
 	for reuse := 0; reuse < 5; {
@@ -87,7 +92,7 @@ func TestStaleKeyNeverMatches(t *testing.T) {
 		fillers := 0
 		for {
 			cur = register(t, tb, pd, buf, rw)
-			if cur.RKey()>>8 == index {
+			if cur.index == index {
 				break
 			}
 			wantErr(t, "Deregister filler", tb.Deregister(cur), nil)
@@ -97,8 +102,11 @@ func TestStaleKeyNeverMatches(t *testing.T) {
 			t.Errorf("index reused after %d other registrations, want at least %d", fillers, reuseDelay)
 		}
 		reuse++
-		if want := IncRKey(old[len(old)-1]); cur.RKey() != want {
-			t.Fatalf("reuse %d: key %#x, want the variant incremented: %#x", reuse, cur.RKey(), want)
+		if prev, _ := tb.regions.lookup(old[len(old)-1]); prev != nil {
+			t.Fatalf("reuse %d: the old key %#x still finds a region", reuse, old[len(old)-1])
+		}
+		if got, want := variant(cur), uint8(tb.regions.perm.decrypt(old[len(old)-1]))+1; got != want {
+			t.Fatalf("reuse %d: key %#x has variant %#x, want the last one incremented: %#x", reuse, cur.RKey(), got, want)
 		}
 		for _, k := range old {
 			_, err := tb.Remote(k, cur.Addr(), 8, RemoteRead, who)
@@ -125,8 +133,8 @@ func TestKeySpaceExhausted(t *testing.T) {
 	wantErr(t, "Deregister", tb.Deregister(rs[1]), nil)
 	// With the space used up, a freed index is reused at once.
 	r := register(t, tb, pd, make([]byte, 8), 0)
-	if r.RKey()>>8 != rs[1].RKey()>>8 {
-		t.Errorf("reused index %#x, want %#x", r.RKey()>>8, rs[1].RKey()>>8)
+	if r.index != rs[1].index {
+		t.Errorf("reused index %#x, want %#x", r.index, rs[1].index)
 	}
 	_, err = tb.AllocWindow(pd, WindowType1)
 	wantErr(t, "first window", err, nil)
@@ -207,4 +215,174 @@ func TestRequestedKeysShareIndices(t *testing.T) {
 	}
 	byKey[0x302] = reg(0x302)
 	check("the index reused")
+}
+
+// TestKeysHideTheirMaking checks that the keys the table chooses give a
+// peer nothing to guess with: rxe's keys are index<<8 | random byte with
+// indices handed out in order, so that about 256 guesses next to a key
+// one has seen find another region. Each check would fail for rxe's keys;
+// each bound is many standard deviations from what random keys give, so
+// that a failure is not bad luck.
+func TestKeysHideTheirMaking(t *testing.T) {
+	const n = 4096
+	tb := newTable(t)
+	pd := allocPD(t, tb)
+	regions := make([]uint32, n)
+	for i := range regions {
+		regions[i] = register(t, tb, pd, make([]byte, 8), 0).RKey()
+	}
+	windows := make([]uint32, n)
+	for i := range windows {
+		w, err := tb.AllocWindow(pd, WindowType1)
+		wantErr(t, "AllocWindow", err, nil)
+		windows[i] = w.RKey()
+	}
+	for _, set := range []struct {
+		name string
+		keys []uint32
+		bits int // the bits the table chooses: a window's low byte is the consumer's
+	}{{"regions", regions, 31}, {"windows", windows, 23}} {
+		// What rxe calls the index, and a guesser steps through.
+		index := func(k uint32) int64 { return int64(k >> 8 & (indexSpace - 1)) }
+		shared, near := 0, 0
+		seen := map[int64]int{}
+		for i, k := range set.keys {
+			shared += seen[index(k)]
+			seen[index(k)]++
+			if i > 0 && abs(index(k)-index(set.keys[i-1])) <= 64 {
+				near++
+			}
+		}
+		// Random 23-bit indices: n²/2/2^23 = 1 shared pair and 0.06 near
+		// neighbours expected.
+		if shared > 12 {
+			t.Errorf("%s: %d pairs of keys share their upper bits, want about 1", set.name, shared)
+		}
+		if near > 4 {
+			t.Errorf("%s: %d keys are within 64 indices of the one registered before, want none", set.name, near)
+		}
+		if rho := rankCorrelation(set.keys, index); rho > 0.1 || rho < -0.1 {
+			t.Errorf("%s: key order follows registration order (Spearman %.3f)", set.name, rho)
+		}
+		lo := 31 - set.bits
+		if set.bits == 23 {
+			lo = 8
+		}
+		for b := lo; b < lo+set.bits; b++ {
+			ones := 0
+			for _, k := range set.keys {
+				ones += int(k >> b & 1)
+			}
+			// n/2 ± 8σ, σ = √n/2 = 32.
+			if ones < n/2-256 || ones > n/2+256 {
+				t.Errorf("%s: bit %d is set in %d of %d keys", set.name, b, ones, n)
+			}
+		}
+	}
+}
+
+func abs(x int64) int64 { return max(x, -x) }
+
+// rankCorrelation returns Spearman's rank correlation between the position
+// of each key in keys and the rank of its index.
+func rankCorrelation(keys []uint32, index func(uint32) int64) float64 {
+	order := make([]int, len(keys))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(index(keys[a]), index(keys[b])) })
+	n := float64(len(keys))
+	sum := 0.0
+	for rank, pos := range order {
+		d := float64(rank - pos)
+		sum += d * d
+	}
+	return 1 - 6*sum/(n*(n*n-1))
+}
+
+// TestNeighbourKeyNotGuessed plays the guesser of issue 14 against two
+// regions registered one after the other: knowing its own key, it tries
+// every variant of the 16 indices before it (4096 guesses, which find the
+// other region among rxe's keys); none finds the victim's region.
+func TestNeighbourKeyNotGuessed(t *testing.T) {
+	tb := newTable(t)
+	victimPD, attackerPD := allocPD(t, tb), allocPD(t, tb)
+	victim := register(t, tb, victimPD, make([]byte, 64), LocalWrite|RemoteWrite|RemoteRead)
+	own := register(t, tb, attackerPD, make([]byte, 64), 0).RKey()
+	who := Requester{PD: victimPD}
+	for d := uint32(1); d <= 16; d++ {
+		for v := range uint32(256) {
+			guess := (own>>8-d)<<8 | v
+			if _, err := tb.Remote(guess, victim.Addr(), 8, RemoteRead, who); err == nil {
+				t.Fatalf("guess %#x, %d indices below the attacker's key %#x, reads the victim's region (key %#x)", guess, d, own, victim.RKey())
+			}
+		}
+	}
+	// The victim's next key, once its slot is reused, is no easier.
+	old := victim.RKey()
+	wantErr(t, "Deregister", tb.Deregister(victim), nil)
+	for {
+		r := register(t, tb, victimPD, make([]byte, 64), 0)
+		if r.index == victim.index {
+			if r.RKey()>>8 == old>>8 || r.RKey() == IncRKey(old) {
+				t.Errorf("the slot's next key %#x is next to its last %#x", r.RKey(), old)
+			}
+			break
+		}
+		wantErr(t, "Deregister", tb.Deregister(r), nil)
+	}
+}
+
+// TestWindowKeyByteIsTheConsumers: a window's low byte is the consumer's
+// (ibv_inc_rkey, a bind's new rkey): a bind gives the window exactly the
+// key asked for when only that byte differs, and a reused window slot
+// shows a new byte, never the last.
+func TestWindowKeyByteIsTheConsumers(t *testing.T) {
+	tb := newTable(t)
+	pd := allocPD(t, tb)
+	r := register(t, tb, pd, make([]byte, 64), LocalWrite|RemoteRead|MWBind)
+	w, err := tb.AllocWindow(pd, WindowType2)
+	wantErr(t, "AllocWindow", err, nil)
+	next := IncRKey(w.RKey())
+	req := &BindRequest{WindowKey: w.RKey(), NewKey: next, RegionKey: r.LKey(), Addr: r.Addr(), Length: 64, Access: RemoteRead}
+	wantErr(t, "BindWindow", tb.BindWindow(req, Requester{PD: pd, QPN: 7}), nil)
+	if w.RKey() != next {
+		t.Fatalf("bound with new key %#x: the window's key is %#x", next, w.RKey())
+	}
+	index := w.index
+	wantErr(t, "DeallocWindow", tb.DeallocWindow(w), nil)
+	for {
+		w2, err := tb.AllocWindow(pd, WindowType1)
+		wantErr(t, "AllocWindow", err, nil)
+		if w2.index == index {
+			if w2.RKey()>>8 != next>>8 || w2.RKey() == next {
+				t.Errorf("the slot's key went from %#x to %#x: want the same upper bits and a new byte", next, w2.RKey())
+			}
+			break
+		}
+		wantErr(t, "DeallocWindow", tb.DeallocWindow(w2), nil)
+	}
+}
+
+// TestFeistelIsAPermutation: encrypt and decrypt undo each other, and
+// encrypt maps a whole small domain onto itself.
+func TestFeistelIsAPermutation(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, bits := range []uint8{12, 23, 31} {
+		f := newFeistel(bits, rng)
+		for range 10000 {
+			x := rng.Uint32() & (1<<bits - 1)
+			if y := f.encrypt(x); y>>bits != 0 || f.decrypt(y) != x {
+				t.Fatalf("%d bits: %#x → %#x → %#x", bits, x, y, f.decrypt(y))
+			}
+		}
+	}
+	f := newFeistel(12, rng)
+	seen := make([]bool, 1<<12)
+	for x := range uint32(1 << 12) {
+		seen[f.encrypt(x)] = true
+	}
+	if i := slices.Index(seen, false); i >= 0 {
+		t.Errorf("12 bits: nothing maps to %#x", i)
+	}
 }

@@ -25,7 +25,8 @@ type Region struct {
 	mem    memory
 
 	t         *Table
-	index     uint32                 // relative index in t.regions
+	index     uint32                 // index in t.regions, or in t.requested
+	requested bool                   // its key is an application's (t.requested)
 	sameIndex atomic.Pointer[Region] // next region whose requested key shares the index
 	implicit  bool
 	kind      MemoryKind

@@ -64,7 +64,7 @@ func TestRemote(t *testing.T) {
 		{"an atomic is never zero-length", f.rw.RKey(), va, 0, RemoteAtomic, who, ReasonMisaligned},
 
 		{"unknown key", 0x00abcd00, va, 8, RemoteRead, who, ReasonUnknownKey},
-		{"stale key: right index, wrong variant", IncRKey(f.rw.RKey()), va, 8, RemoteRead, who, ReasonStaleKey},
+		{"stale key: right index, wrong variant", staleKey(f.tb, f.rw), va, 8, RemoteRead, who, ReasonStaleKey},
 		{"wrong PD", f.rw.RKey(), va, 8, RemoteRead, Requester{PD: f.pd2}, ReasonWrongPD},
 		{"region of another PD", f.pd2R.RKey(), f.pd2R.Addr(), 8, RemoteRead, who, ReasonWrongPD},
 
@@ -171,7 +171,7 @@ func TestLocal(t *testing.T) {
 		{"out of range", f.rw.LKey(), f.rw.Addr() + 4000, 100, 0, f.pd, ReasonRange},
 		{"wrapping range", f.rw.LKey(), f.rw.Addr() + 1, math.MaxUint64, 0, f.pd, ReasonRange},
 		{"a window key is no lkey", w.RKey(), 0, 8, 0, f.pd, ReasonUnknownKey},
-		{"stale lkey", IncRKey(f.rw.LKey()), f.rw.Addr(), 8, 0, f.pd, ReasonStaleKey},
+		{"stale lkey", staleKey(f.tb, f.rw), f.rw.Addr(), 8, 0, f.pd, ReasonStaleKey},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

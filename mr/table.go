@@ -33,13 +33,14 @@ type Config struct {
 // Span methods take no lock that registration holds for long: they run
 // concurrently with registration and deregistration.
 type Table struct {
-	mu      sync.Mutex // registration, deregistration, PDs, windows, arenas
-	closed  bool
-	regions keyTable[Region]
-	windows keyTable[Window]
-	pds     map[PD]*pdState
-	nextPD  PD
-	arenas  int
+	mu        sync.Mutex // registration, deregistration, PDs, windows, arenas
+	closed    bool
+	regions   keyTable[Region] // keys the table chose
+	requested keyTable[Region] // keys applications chose (fi_mr requested_key)
+	windows   keyTable[Window]
+	pds       map[PD]*pdState
+	nextPD    PD
+	arenas    int
 
 	// The address indices: one of region memory per PD (searches are
 	// always within a PD, and need not look at other PDs' regions) and
@@ -95,8 +96,9 @@ type tableCounters struct {
 
 // NewTable returns an empty table.
 func NewTable(cfg Config) *Table {
-	// The first key variants come from a generator seeded per table, so
-	// keys are not guessable from a registration count.
+	// The key permutations and the first key variants come from a
+	// generator seeded per table, so that keys are not guessable from a
+	// registration count or from another table's keys.
 	var seed [32]byte
 	crand.Read(seed[:]) // never fails (Go 1.24+)
 	rng := rand.New(rand.NewChaCha8(seed))
@@ -104,10 +106,11 @@ func NewTable(cfg Config) *Table {
 	if t.log == nil {
 		t.log = zap.NewNop()
 	}
-	t.regions.init(0, limit(cfg.MaxRegions), rng)
-	t.regions.chain = func(r *Region) *atomic.Pointer[Region] { return &r.sameIndex }
-	t.regions.keyOf = func(r *Region) uint32 { return r.key }
-	t.windows.init(windowIndex, limit(cfg.MaxWindows), rng)
+	t.regions.init(layoutRegion, limit(cfg.MaxRegions), rng)
+	t.requested.init(layoutRequested, limit(cfg.MaxRegions), rng)
+	t.requested.chain = func(r *Region) *atomic.Pointer[Region] { return &r.sameIndex }
+	t.requested.keyOf = func(r *Region) uint32 { return r.key }
+	t.windows.init(layoutWindow, limit(cfg.MaxWindows), rng)
 	t.addrSnap.Store(&addrSnapshot{arenas: new(addrIndex)})
 	return t
 }
@@ -116,7 +119,7 @@ func limit(n int) uint32 {
 	if n <= 0 || n >= indexSpace {
 		return indexSpace
 	}
-	return uint32(n) + 1 // relative index 0 is never handed out
+	return uint32(n) + 1 // index 0 is never handed out
 }
 
 // AllocPD allocates a protection domain (ibv_alloc_pd).
@@ -261,17 +264,23 @@ func (t *Table) register(spec regSpec) (*Region, error) {
 		}
 		return nil, err
 	}
-	r.index = i
+	r.index, r.requested = i, spec.requested
 	r.key = spec.requestedKey
 	if !spec.requested {
 		r.key = t.regions.keyAt(i)
+		// Key 0 is left out (software takes it for no key at all), and so is
+		// a requested key.
+		for r.key == 0 || t.requested.has(r.key) {
+			t.regions.skip(i)
+			r.key = t.regions.keyAt(i)
+		}
 	}
 	// r is complete: publish it, by address, then by key.
 	for _, e := range r.exts {
 		t.addrInsert(e)
 	}
 	if spec.requested {
-		t.regions.installKey(r.key, r)
+		t.requested.installKey(r.key, r)
 	} else {
 		t.regions.install(i, r.key, r)
 	}
@@ -344,11 +353,11 @@ func (t *Table) keyIndexLocked(spec regSpec) (uint32, error) {
 		}
 		return i, nil
 	}
-	i, ok := t.regions.relIndex(spec.requestedKey)
-	if !ok || i >= t.regions.limit {
+	i, ok := t.requested.index(spec.requestedKey)
+	if !ok || i >= t.requested.limit {
 		return 0, fmt.Errorf("key %#x out of range: %w", spec.requestedKey, ErrKeyRejected)
 	}
-	if t.regions.has(spec.requestedKey) {
+	if _, why := t.region(spec.requestedKey); why == 0 {
 		return 0, fmt.Errorf("key %#x: %w", spec.requestedKey, ErrNoKey)
 	}
 	return i, nil
@@ -373,7 +382,7 @@ func (t *Table) deregisterLocked(r *Region) error {
 	if n := r.windows.Load(); n > 0 {
 		return fmt.Errorf("region %#x has %d windows bound: %w", r.key, n, ErrBusy)
 	}
-	t.regions.remove(r.index, r)
+	t.keysOf(r).remove(r.index, r)
 	for _, e := range r.exts {
 		t.addrRemove(e)
 	}
@@ -454,10 +463,32 @@ func (t *Table) Rereg(r *Region, flags ReregFlags, pd PD, access Access) error {
 }
 
 // Region returns the region whose key is key. Like Remote it is lock-free:
-// the key's index selects a slot and the variant is compared.
+// the key's index selects a slot and the whole key is compared.
 func (t *Table) Region(key uint32) (*Region, bool) {
-	r, why := t.regions.lookup(key)
+	r, why := t.region(key)
 	return r, why == 0
+}
+
+// region finds the region whose key is key: one the table chose or one an
+// application requested. It is lock-free.
+func (t *Table) region(key uint32) (*Region, Reason) {
+	r, why := t.regions.lookup(key)
+	if why == 0 {
+		return r, 0
+	}
+	r, whyRequested := t.requested.lookup(key)
+	if whyRequested == 0 || whyRequested == ReasonStaleKey {
+		return r, whyRequested
+	}
+	return nil, why
+}
+
+// keysOf returns the key table r is in.
+func (t *Table) keysOf(r *Region) *keyTable[Region] {
+	if r.requested {
+		return &t.requested
+	}
+	return &t.regions
 }
 
 // RegionAt returns a region of pd whose memory holds all of
@@ -585,7 +616,16 @@ func (e *extent) regionPD() PD {
 // path or registration: each region is seen as it is when reached.
 func (t *Table) Regions() iter.Seq[RegionInfo] {
 	return func(yield func(RegionInfo) bool) {
-		t.regions.each(func(r *Region) bool { return yield(r.Info()) })
+		for _, kt := range []*keyTable[Region]{&t.regions, &t.requested} {
+			stopped := false
+			kt.each(func(r *Region) bool {
+				stopped = !yield(r.Info())
+				return !stopped
+			})
+			if stopped {
+				return
+			}
+		}
 	}
 }
 
@@ -603,7 +643,7 @@ type Stats struct {
 // Stats returns the table's counters.
 func (t *Table) Stats() Stats {
 	t.mu.Lock()
-	s := Stats{PDs: len(t.pds), Regions: t.regions.live, Windows: t.windows.live, Arenas: t.arenas}
+	s := Stats{PDs: len(t.pds), Regions: t.regions.live + t.requested.live, Windows: t.windows.live, Arenas: t.arenas}
 	t.mu.Unlock()
 	t.drainMu.Lock()
 	s.Draining = len(t.draining)
@@ -635,7 +675,9 @@ func (t *Table) Close() error {
 		t.deallocWindowLocked(w)
 	}
 	var rs []*Region
-	t.regions.each(func(r *Region) bool { rs = append(rs, r); return true })
+	for _, kt := range []*keyTable[Region]{&t.regions, &t.requested} {
+		kt.each(func(r *Region) bool { rs = append(rs, r); return true })
+	}
 	for _, r := range rs {
 		if err := t.deregisterLocked(r); err != nil {
 			return err

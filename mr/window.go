@@ -23,7 +23,7 @@ type Window struct {
 	t     *Table
 	typ   WindowType
 	pd    PD
-	index uint32 // relative index in t.windows
+	index uint32 // index in t.windows
 	key   atomic.Uint32
 	bind  atomic.Pointer[windowBinding] // nil while unbound
 	dead  bool                          // guarded by t.mu
@@ -159,7 +159,7 @@ func (t *Table) BindWindow(req *BindRequest, who Requester) error {
 		if b, err = t.checkBindRegionLocked(req, who); err != nil {
 			return err
 		}
-		b.key = (windowIndex+w.index)<<variantBits | req.NewKey&variantMask
+		b.key = t.windows.keyFor(w.index, uint8(req.NewKey))
 		if w.typ == WindowType2 {
 			b.qpn = who.QPN
 		}
@@ -174,7 +174,7 @@ func (t *Table) BindWindow(req *BindRequest, who Requester) error {
 // checkBindRegionLocked checks the region side of a bind and returns the
 // binding it makes.
 func (t *Table) checkBindRegionLocked(req *BindRequest, who Requester) (*windowBinding, error) {
-	mr, why := t.regions.lookup(req.RegionKey)
+	mr, why := t.region(req.RegionKey)
 	if why != 0 {
 		return nil, fmt.Errorf("bind to region %#x: %v: %w", req.RegionKey, why, ErrInvalid)
 	}
@@ -222,7 +222,7 @@ func (t *Table) windowLocked(key uint32) (*Window, error) {
 func (t *Table) Invalidate(rkey uint32, who Requester) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if rkey>>variantBits < windowIndex {
+	if rkey&windowBit == 0 {
 		return fmt.Errorf("invalidate region key %#x: %w", rkey, ErrInvalid)
 	}
 	w, err := t.windowLocked(rkey)
