@@ -161,7 +161,7 @@ type cmID struct {
 	msg      [wire.MADSize]byte
 	sends    int
 	rejected bool
-	timerSeq uint64 // bumped whenever the timer is re-armed or stopped
+	timerSeq uint64 // the armed timer's sequence number; 0 when none is
 
 	req *wire.REQFields // passive: the REQ received
 
@@ -243,6 +243,7 @@ type cmEngine struct {
 	remotes   map[cmRemoteKey]*cmID
 	listeners map[uint16]*cmListener
 	timers    cmTimers
+	timerSeq  uint64 // the last timer sequence number handed out
 	closed    bool
 }
 
@@ -508,7 +509,7 @@ func (e *cmEngine) remove(id *cmID) {
 		delete(e.remotes, key)
 	}
 	id.state = cmGone
-	id.timerSeq++
+	id.timerSeq = 0
 	e.settle(id)
 }
 
@@ -651,7 +652,7 @@ func (e *cmEngine) receiveREP(src netip.AddrPort, r wire.REP, out *cmOutput) {
 		rep := r.Fields()
 		id.remote, id.remoteQPN = rep.LocalCommID, rep.LocalQPN
 		id.state = cmRepRcvd
-		id.timerSeq++
+		id.timerSeq = 0
 		e.finish(id, cmResult{rep: &rep})
 	case id.remote != r.LocalCommID():
 		e.cnt.inc(CMRxDropped)
@@ -671,7 +672,7 @@ func (e *cmEngine) receiveRTU(src netip.AddrPort, r wire.RTU) {
 		e.cnt.inc(CMRxDropped)
 	case id.state == cmRepSent:
 		id.state = cmEstablished
-		id.timerSeq++
+		id.timerSeq = 0
 		e.cnt.inc(CMEstablished)
 		e.finish(id, cmResult{})
 	default:
@@ -904,15 +905,16 @@ func (e *cmEngine) shutdown(now qp.Time, out *cmOutput) {
 
 // arm (re)starts id's timer.
 func (e *cmEngine) arm(id *cmID, at qp.Time) {
-	id.timerSeq++
-	heap.Push(&e.timers, cmTimer{at: at, id: id, seq: id.timerSeq})
+	e.timerSeq++
+	id.timerSeq = e.timerSeq
+	heap.Push(&e.timers, cmTimer{at: at, local: id.local, seq: id.timerSeq})
 }
 
 // deadline returns when the engine next needs a tick, if ever.
 func (e *cmEngine) deadline() (qp.Time, bool) {
 	for len(e.timers) > 0 {
 		t := e.timers[0]
-		if t.seq == t.id.timerSeq {
+		if e.armed(t) != nil {
 			return t.at, true
 		}
 		heap.Pop(&e.timers) // stopped or re-armed since
@@ -924,18 +926,30 @@ func (e *cmEngine) deadline() (qp.Time, bool) {
 func (e *cmEngine) tick(now qp.Time, out *cmOutput) {
 	for len(e.timers) > 0 && e.timers[0].at <= now {
 		t := heap.Pop(&e.timers).(cmTimer)
-		if t.seq == t.id.timerSeq {
-			t.id.timerSeq++
-			e.expire(now, t.id, out)
+		if id := e.armed(t); id != nil {
+			id.timerSeq = 0
+			e.expire(now, id, out)
 		}
 	}
 }
 
-// cmTimer is one armed timer; it is stale once its id's timerSeq moved on.
+// armed returns the communication whose timer t is, unless the timer was
+// stopped or re-armed since, or the communication is gone.
+func (e *cmEngine) armed(t cmTimer) *cmID {
+	if id := e.ids[t.local]; id != nil && id.timerSeq == t.seq {
+		return id
+	}
+	return nil
+}
+
+// cmTimer is one armed timer of the communication with local ID local; it
+// is stale once that communication's timerSeq moved on. It names the
+// communication rather than points at it, so that a stale timer keeps
+// nothing of a communication that is gone (its QP least of all) alive.
 type cmTimer struct {
-	at  qp.Time
-	id  *cmID
-	seq uint64
+	at    qp.Time
+	local uint32
+	seq   uint64
 }
 
 type cmTimers []cmTimer

@@ -1,11 +1,13 @@
 package nic
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -284,6 +286,22 @@ func (d *Device) lookup(qpn uint32) *QP {
 		return nil
 	}
 	return q
+}
+
+// QPs returns every QP of an embedded device, QP1 (the connection
+// manager's) included, in QP number order; nil for an attached device.
+func (d *Device) QPs() []*QP {
+	if d.att != nil {
+		return nil
+	}
+	var qps []*QP
+	for i := range d.qps {
+		if q := d.qps[i].Load(); q != nil {
+			qps = append(qps, q)
+		}
+	}
+	slices.SortFunc(qps, func(a, b *QP) int { return cmp.Compare(a.num, b.num) })
+	return qps
 }
 
 // sourceFor returns the address the device sends from toward dst: the

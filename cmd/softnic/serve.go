@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"os/user"
 	"path/filepath"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -168,12 +169,42 @@ type daemon struct {
 	cancelQuit context.CancelFunc
 	acceptDone chan struct{} // closed when the accept loop has returned
 
-	mu    sync.Mutex
-	conns map[uint32]*servedConn // by local QPN
+	mu       sync.Mutex
+	conns    map[uint32]*servedConn // by local QPN
+	stopping bool                   // stop has taken its list of connections
 
 	accepted, recvMsgs, recvBytes, writeImms, recvErrors atomic.Uint64
 
-	wg sync.WaitGroup // the receive and flush loops, and a watcher per connection
+	logs daemonLogs
+
+	wg sync.WaitGroup // the receive and flush loops, and a goroutine per handshake and connection
+}
+
+// daemonLogs are the log lines of the events peers cause, each kind
+// rate-limited: a flood of them cannot fill the log.
+type daemonLogs struct {
+	connected, disconnected, disconnectedByPeer, lost *rateLog
+	send, writeImm, recvFailed, acceptErr             *rateLog
+}
+
+func newDaemonLogs(log *zap.Logger) daemonLogs {
+	return daemonLogs{
+		connected:          newRateLog(log, zapcore.InfoLevel, "connected"),
+		disconnected:       newRateLog(log, zapcore.InfoLevel, "disconnected"),
+		disconnectedByPeer: newRateLog(log, zapcore.InfoLevel, "disconnected by the peer"),
+		lost:               newRateLog(log, zapcore.WarnLevel, "connection lost"),
+		send:               newRateLog(log, zapcore.InfoLevel, "SEND received"),
+		writeImm:           newRateLog(log, zapcore.InfoLevel, "RDMA WRITE with immediate"),
+		recvFailed:         newRateLog(log, zapcore.WarnLevel, "receive failed"),
+		acceptErr:          newRateLog(log, zapcore.WarnLevel, "accepting a connection"),
+	}
+}
+
+// flush writes the counts of the lines left out.
+func (l *daemonLogs) flush() {
+	for _, r := range []*rateLog{l.connected, l.disconnected, l.disconnectedByPeer, l.lost, l.send, l.writeImm, l.recvFailed, l.acceptErr} {
+		r.Flush()
+	}
 }
 
 type servedRegion struct {
@@ -210,6 +241,7 @@ func serve(ctx context.Context, cfg *serveConfig, stdout, stderr io.Writer) erro
 	d.log = zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(logEncoderConfig()),
 		zapcore.Lock(zapcore.AddSync(stderr)), cfg.logLevel))
 	defer d.log.Sync()
+	d.logs = newDaemonLogs(d.log)
 	if err := d.start(); err != nil {
 		d.stop()
 		return &exitError{status: 2, err: err}
@@ -428,9 +460,10 @@ func (d *daemon) stop() error {
 		d.ln.Close()
 	}
 	if d.acceptDone != nil {
-		<-d.acceptDone // every connection accepted is in d.conns
+		<-d.acceptDone // no new handshake starts; those under way see d.stopping
 	}
 	d.mu.Lock()
+	d.stopping = true
 	conns := make([]*servedConn, 0, len(d.conns))
 	for _, c := range d.conns {
 		conns = append(conns, c)
@@ -474,49 +507,78 @@ func (d *daemon) stop() error {
 			err = errors.Join(err, fmt.Errorf("--pcap: %w", cerr))
 		}
 	}
+	d.logs.flush()
 	if d.ln != nil {
 		d.log.Info("stopped", zap.Uint64("connections_accepted", d.accepted.Load()), zap.Uint64("sends_received", d.recvMsgs.Load()))
 	}
 	return err
 }
 
-// acceptLoop accepts connection requests until the listener closes.
+// acceptLoop takes connection requests until the listener closes and
+// answers each in a goroutine of its own, so that a handshake waiting for
+// its RTU never holds up another: the connection manager bounds how many
+// requests wait and for how long (nic.Config.CM).
 func (d *daemon) acceptLoop() {
 	defer close(d.acceptDone)
 	for {
-		c, err := d.ln.Accept(d.quit)
+		r, err := d.ln.AcceptRequest(d.quit)
 		if err != nil {
 			if d.quit.Err() != nil || errors.Is(err, nic.ErrClosed) {
 				return
 			}
-			d.log.Warn("accepting a connection", zap.Error(err))
+			d.logs.acceptErr.Log(func() []zap.Field { return []zap.Field{zap.Error(err)} })
 			continue
 		}
-		d.accepted.Add(1)
-		sc := &servedConn{conn: c, since: time.Now()}
-		qpn := c.QP().Num()
-		d.mu.Lock()
-		d.conns[qpn] = sc
-		d.mu.Unlock()
-		d.log.Info("connected", zap.Stringer("peer", c.RemoteAddr()), zap.String("qpn", hex(uint64(qpn))),
-			zap.String("peer_qpn", hex(uint64(c.QP().Attr().DestQPN))))
 		d.wg.Add(1)
-		go func() {
-			defer d.wg.Done()
-			<-c.Done()
-			d.mu.Lock()
-			delete(d.conns, qpn)
-			d.mu.Unlock()
-			peer, q := zap.Stringer("peer", c.RemoteAddr()), zap.String("qpn", hex(uint64(qpn)))
-			switch err := c.Err(); {
-			case err == nil:
-				d.log.Info("disconnected", peer, q)
-			case errors.Is(err, nic.ErrConnReset):
-				d.log.Info("disconnected by the peer", peer, q)
-			default:
-				d.log.Warn("connection lost", peer, q, zap.Error(err))
-			}
-		}()
+		go d.handshake(r)
+	}
+}
+
+// handshake accepts the request r, then serves the connection until it
+// ends.
+func (d *daemon) handshake(r *nic.Request) {
+	defer d.wg.Done()
+	c, err := r.Accept(nic.AcceptOptions{})
+	if err != nil {
+		// The connection manager counts it (cm_rtu_timeouts,
+		// cm_rx_dropped ...).
+		d.log.Debug("handshake failed", zap.Stringer("peer", r.RemoteAddr()), zap.Error(err))
+		return
+	}
+	d.serveConn(c)
+}
+
+// serveConn keeps the connection c in the daemon's table until it ends,
+// by either side or by an error, and then closes it: its QP is destroyed
+// and what it held freed.
+func (d *daemon) serveConn(c *nic.Conn) {
+	qpn := c.QP().Num()
+	d.mu.Lock()
+	if d.stopping {
+		d.mu.Unlock()
+		c.Close() // established as the daemon stops: disconnected at once
+		return
+	}
+	d.conns[qpn] = &servedConn{conn: c, since: time.Now()}
+	d.mu.Unlock()
+	d.accepted.Add(1)
+	peer, q := zap.Stringer("peer", c.RemoteAddr()), zap.String("qpn", hex(uint64(qpn)))
+	d.logs.connected.Log(func() []zap.Field {
+		return []zap.Field{peer, q, zap.String("peer_qpn", hex(uint64(c.QP().Attr().DestQPN)))}
+	})
+	<-c.Done()
+	d.mu.Lock()
+	delete(d.conns, qpn)
+	d.mu.Unlock()
+	c.Close()
+	err := c.Err()
+	switch {
+	case err == nil:
+		d.logs.disconnected.Log(func() []zap.Field { return []zap.Field{peer, q} })
+	case errors.Is(err, nic.ErrConnReset):
+		d.logs.disconnectedByPeer.Log(func() []zap.Field { return []zap.Field{peer, q} })
+	default:
+		d.logs.lost.Log(func() []zap.Field { return []zap.Field{peer, q, zap.Error(err)} })
 	}
 }
 
@@ -553,18 +615,24 @@ func (d *daemon) received(wc *qp.WC) {
 	switch {
 	// Each is logged before it is counted: whoever sees the count sees the log.
 	case wc.Status != qp.Success:
-		d.log.Warn("receive failed", peer, qpn, zap.String("status", wc.Status.String()), zap.String("error", wc.Status.Text()))
+		d.logs.recvFailed.Log(func() []zap.Field {
+			return []zap.Field{peer, qpn, zap.String("status", wc.Status.String()), zap.String("error", wc.Status.Text())}
+		})
 		d.recvErrors.Add(1)
 	case wc.Opcode == qp.WCRecvWriteImm:
-		d.log.Info("RDMA WRITE with immediate", peer, qpn, zap.String("imm", hex(uint64(wc.Imm))), zap.Uint32("bytes", wc.ByteLen))
+		d.logs.writeImm.Log(func() []zap.Field {
+			return []zap.Field{peer, qpn, zap.String("imm", hex(uint64(wc.Imm))), zap.Uint32("bytes", wc.ByteLen)}
+		})
 		d.writeImms.Add(1)
 	default:
-		data := d.recvMR.Bytes()[slot*recvBufferSize:][:wc.ByteLen]
-		fields := []zap.Field{peer, qpn, zap.Uint32("bytes", wc.ByteLen), zap.String("data", excerpt(data))}
-		if wc.Flags&qp.WCWithImm != 0 {
-			fields = append(fields, zap.String("imm", hex(uint64(wc.Imm))))
-		}
-		d.log.Info("SEND received", fields...)
+		d.logs.send.Log(func() []zap.Field {
+			data := d.recvMR.Bytes()[slot*recvBufferSize:][:wc.ByteLen]
+			fields := []zap.Field{peer, qpn, zap.Uint32("bytes", wc.ByteLen), zap.String("data", excerpt(data))}
+			if wc.Flags&qp.WCWithImm != 0 {
+				fields = append(fields, zap.String("imm", hex(uint64(wc.Imm))))
+			}
+			return fields
+		})
 		d.recvBytes.Add(uint64(wc.ByteLen))
 		d.recvMsgs.Add(1)
 	}
@@ -659,8 +727,24 @@ func (d *daemon) counters() counterList {
 		counter{"receive_errors", d.recvErrors.Load()},
 		counter{"control_accept_errors", d.ctl.accepts.Errors()},
 		counter{"control_refused_peers", d.attach.RefusedPeers()},
+		counter{"qps", uint64(len(d.dev.QPs()))},
 	)
+	l = append(l, runtimeCounters()...)
 	return append(l, d.attachedCounters()...)
+}
+
+// runtimeCounters are the daemon process's goroutines and live heap (as
+// of the last garbage collection): what a leak would make grow.
+func runtimeCounters() counterList {
+	samples := []metrics.Sample{{Name: "/sched/goroutines:goroutines"}, {Name: "/gc/heap/live:bytes"}}
+	metrics.Read(samples)
+	l := counterList{}
+	for i, name := range []string{"goroutines", "heap_live_bytes"} {
+		if samples[i].Value.Kind() == metrics.KindUint64 {
+			l = append(l, counter{name, samples[i].Value.Uint64()})
+		}
+	}
+	return l
 }
 
 func (d *daemon) regionRows() []regionRow {
@@ -682,6 +766,9 @@ func (d *daemon) regionRows() []regionRow {
 	return rows
 }
 
+// qpRows lists every QP of the device: the connections the daemon
+// accepted, the attached processes' QPs, and the rest (QP1, the
+// connection manager's) as the daemon's own.
 func (d *daemon) qpRows() []qpRow {
 	d.mu.Lock()
 	conns := make([]*servedConn, 0, len(d.conns))
@@ -691,16 +778,33 @@ func (d *daemon) qpRows() []qpRow {
 	d.mu.Unlock()
 	rows := []qpRow{}
 	for _, c := range conns {
-		q := c.conn.QP()
-		st, at := q.Status(), q.Attr()
-		rows = append(rows, qpRow{
-			QPN: q.Num(), Type: qp.RC.String(), State: st.State.String(),
-			Peer: c.conn.RemoteAddr().String(), PeerQPN: at.DestQPN, MTU: at.PathMTU,
-			SendPSN: uint32(st.SendPSN), AckedPSN: uint32(st.AckedPSN), ExpectedPSN: uint32(st.ExpectedPSN),
-			MSN: st.MSN, SendQueued: st.SendQueued, Since: c.since, PID: os.Getpid(),
-		})
+		rows = append(rows, newQPRow(c.conn.QP(), os.Getpid(), c.since))
 	}
 	rows = append(rows, d.attachedQPRows()...)
+	listed := make(map[uint32]bool, len(rows))
+	for _, r := range rows {
+		listed[r.QPN] = true
+	}
+	for _, q := range d.dev.QPs() {
+		if !listed[q.Num()] {
+			rows = append(rows, newQPRow(q, os.Getpid(), time.Time{}))
+		}
+	}
 	slices.SortFunc(rows, func(a, b qpRow) int { return cmp.Compare(a.QPN, b.QPN) })
 	return rows
+}
+
+// newQPRow is the row of q, owned by the process pid and connected since
+// since (zero if the connection manager did not connect it).
+func newQPRow(q *nic.QP, pid int, since time.Time) qpRow {
+	st, at := q.Status(), q.Attr()
+	peer := "-"
+	if at.Remote.IsValid() {
+		peer = at.Remote.String()
+	}
+	return qpRow{
+		QPN: q.Num(), Type: q.Type().String(), State: st.State.String(), Peer: peer, PeerQPN: at.DestQPN,
+		MTU: at.PathMTU, SendPSN: uint32(st.SendPSN), AckedPSN: uint32(st.AckedPSN),
+		ExpectedPSN: uint32(st.ExpectedPSN), MSN: st.MSN, SendQueued: st.SendQueued, Since: since, PID: pid,
+	}
 }

@@ -40,16 +40,7 @@ func (d *daemon) attachedQPRows() []qpRow {
 	var rows []qpRow
 	for _, p := range d.attach.Processes() {
 		for _, q := range p.QPs {
-			st, at := q.Status(), q.Attr()
-			peer := "-"
-			if at.Remote.IsValid() {
-				peer = at.Remote.String()
-			}
-			rows = append(rows, qpRow{
-				QPN: q.Num(), Type: q.Type().String(), State: st.State.String(), Peer: peer, PeerQPN: at.DestQPN,
-				MTU: at.PathMTU, SendPSN: uint32(st.SendPSN), AckedPSN: uint32(st.AckedPSN),
-				ExpectedPSN: uint32(st.ExpectedPSN), MSN: st.MSN, SendQueued: st.SendQueued, Since: p.Connected[q.Num()], PID: p.PID,
-			})
+			rows = append(rows, newQPRow(q, p.PID, p.Connected[q.Num()]))
 		}
 	}
 	return rows

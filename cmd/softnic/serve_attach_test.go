@@ -80,10 +80,12 @@ func TestServeAttach(t *testing.T) {
 	if !found {
 		t.Errorf("mr does not list the attached process's region %#x: %+v", m.LKey(), regions)
 	}
+	// Besides QP1, the connection manager's, which every device has.
 	var rows []qpRow
 	d.inspect(t, "qp", &rows)
-	if len(rows) != 2 || rows[0].QPN != qps[0].Num() || rows[1].QPN != qps[1].Num() || rows[0].State != "RTS" || rows[0].PID != pid || !rows[0].Since.IsZero() {
-		t.Errorf("qp lists %+v, want the two QPs of the attached process", rows)
+	if len(rows) != 3 || rows[0].QPN != 1 || rows[1].QPN != qps[0].Num() || rows[2].QPN != qps[1].Num() || rows[1].State != "RTS" ||
+		rows[1].PID != pid || !rows[1].Since.IsZero() {
+		t.Errorf("qp lists %+v, want QP1 and the two QPs of the attached process", rows)
 	}
 	// A QP the connection manager connects (to the daemon's own listener)
 	// is listed with the time it was connected.
@@ -123,8 +125,8 @@ func TestServeAttach(t *testing.T) {
 		}
 	}
 	d.inspect(t, "qp", &rows)
-	if len(rows) != 0 {
-		t.Errorf("qp lists %+v after the process detached", rows)
+	if len(rows) != 1 || rows[0].QPN != 1 {
+		t.Errorf("qp lists %+v after the process detached, want QP1 alone", rows)
 	}
 
 	// A process attached when the daemon stops finds its device closed.

@@ -377,12 +377,18 @@ func TestServeInspect(t *testing.T) {
 		t.Errorf("receive buffer row %+v (listed: %v)", r, ok)
 	}
 
+	// Every QP of the device: QP1, the connection manager's, and the one
+	// connection.
 	var qps []qpRow
 	d.inspect(t, "qp", &qps)
-	if len(qps) != 1 {
-		t.Fatalf("qp lists %+v, want the one connection", qps)
+	if len(qps) != 2 {
+		t.Fatalf("qp lists %+v, want QP1 and the one connection", qps)
 	}
-	if q := qps[0]; q.State != "RTS" || q.Type != "RC" || q.PeerQPN != conn.QP().Num() || q.Peer != local.String() || q.MTU != 4096 || q.PID != os.Getpid() {
+	if q := qps[0]; q.QPN != 1 || q.Type != "UD" || q.State != "RTS" || q.Peer != "-" || !q.Since.IsZero() || q.PID != os.Getpid() {
+		t.Errorf("QP1 row %+v", q)
+	}
+	if q := qps[1]; q.State != "RTS" || q.Type != "RC" || q.PeerQPN != conn.QP().Num() || q.Peer != local.String() || q.MTU != 4096 ||
+		q.PID != os.Getpid() || q.Since.IsZero() {
 		t.Errorf("qp row %+v", q)
 	}
 
@@ -601,4 +607,117 @@ func TestServeStopsWithSilentClient(t *testing.T) {
 	if took := time.Since(start); took > controlTimeout/2 {
 		t.Errorf("the daemon took %v to stop", took)
 	}
+}
+
+// TestServeConnectionsFreed: thousands of connections, each ended by the
+// client (its DREQ) or by an error on the daemon's side (a WRITE with a bad
+// rkey fails the daemon's QP, which then disconnects), leave nothing
+// behind: the daemon's QPs, `softnic qp`, its connections, goroutines and
+// live heap are back where they started. Before, every ended connection
+// kept its QP (about 117 KiB and a QP number) until the daemon, after
+// 16,383 of them, refused every new one.
+func TestServeConnectionsFreed(t *testing.T) {
+	const conns, workers = 2000, 8
+	d := startDaemon(t, "--region", "mem:64k:rwa")
+	mem := d.ready.Regions[0]
+	before := d.usage(t)
+	var rows []qpRow
+	d.inspect(t, "qp", &rows)
+
+	dev, err := nic.Open(nic.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	pd, err := dev.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := netip.MustParseAddrPort(d.ready.Listen)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var next atomic.Int64
+	errs := make(chan error, workers)
+	for range workers {
+		go func() {
+			errs <- func() error {
+				cq, err := dev.CreateCQ(4)
+				if err != nil {
+					return err
+				}
+				buf, err := pd.RegMR(make([]byte, 8), mr.LocalWrite)
+				if err != nil {
+					return err
+				}
+				for i := next.Add(1); i <= conns; i = next.Add(1) {
+					c, err := dev.Dial(ctx, peer, d.ready.CMPort, nic.DialOptions{PD: pd, QP: nic.QPConfig{SendCQ: cq}})
+					if err != nil {
+						return fmt.Errorf("connection %d: %w", i, err)
+					}
+					wr := qp.SendWR{Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{buf.SGE(0, 8)}, RemoteAddr: mem.Addr, RKey: mem.RKey}
+					want := qp.Success
+					if i%4 == 0 {
+						wr.RKey, want = mem.RKey+0x10000, qp.RemAccessErr
+					}
+					if err := c.QP().PostSend(&wr); err != nil {
+						return err
+					}
+					var wc [1]qp.WC
+					if _, err := cq.Wait(ctx, wc[:]); err != nil || wc[0].Status != want {
+						return fmt.Errorf("connection %d: %v, %v; want %v", i, wc[0].Status, err, want)
+					}
+					c.Close()
+				}
+				return nil
+			}()
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := d.counterReaches(t, "connections_accepted", conns); n != conns {
+		t.Fatalf("connections_accepted %d, want %d", n, conns)
+	}
+	// A destroyed QP's last timer (its ACK timeout, 67 ms) holds it until
+	// it is due.
+	const heapSlack = 16 << 20
+	deadline := time.Now().Add(10 * time.Second)
+	after := d.usage(t)
+	for (after.qps != before.qps || after.conns != 0 || after.heap > before.heap+heapSlack) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		after = d.usage(t)
+	}
+	if after.qps != before.qps || after.conns != 0 {
+		t.Errorf("after %d connections: %d QPs and %d connections; want %d and 0", conns, after.qps, after.conns, before.qps)
+	}
+	var rowsAfter []qpRow
+	d.inspect(t, "qp", &rowsAfter)
+	if len(rowsAfter) != len(rows) || len(rows) != int(before.qps) {
+		t.Errorf("softnic qp lists %d QPs before, %d after; the device holds %d", len(rows), len(rowsAfter), before.qps)
+	}
+	if after.goroutines > before.goroutines+2 {
+		t.Errorf("%d goroutines before, %d after", before.goroutines, after.goroutines)
+	}
+	if grown := int64(after.heap) - int64(before.heap); grown > heapSlack {
+		t.Errorf("live heap grew by %d bytes over %d connections, from %d", grown, conns, before.heap)
+	}
+}
+
+// daemonUsage is what a leak would make grow.
+type daemonUsage struct {
+	qps, conns, goroutines, heap uint64
+}
+
+// usage reads the daemon's QPs, connections, goroutines and live heap from
+// stat, after garbage collections (the daemon runs in the test's process;
+// the second frees what the first left in sync.Pools).
+func (d *testDaemon) usage(t *testing.T) daemonUsage {
+	t.Helper()
+	runtime.GC()
+	runtime.GC()
+	var m map[string]uint64
+	d.inspect(t, "stat", &m)
+	return daemonUsage{qps: m["qps"], conns: m["connections_active"], goroutines: m["goroutines"], heap: m["heap_live_bytes"]}
 }

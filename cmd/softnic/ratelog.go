@@ -1,0 +1,82 @@
+package main
+
+import (
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// rateLog writes the log lines of one kind of event a peer can cause as
+// often as it likes (a SEND received, a connection made or lost): at most
+// rateLogBurst lines a second. The events left out are counted, and the
+// next line written says how many there were, so that a flood costs the
+// log a few lines a second and still shows its size.
+type rateLog struct {
+	log   *zap.Logger
+	level zapcore.Level
+	msg   string
+	now   func() time.Time // time.Now, or a test's clock
+
+	mu      sync.Mutex
+	window  time.Time // when the current second began
+	lines   int       // lines written in it
+	skipped uint64    // events not logged since the last line
+}
+
+// rateLogBurst is how many lines of one kind a second the log takes.
+const rateLogBurst = 10
+
+// notLoggedKey names the field of the count of events left out.
+const notLoggedKey = "more_not_logged"
+
+func newRateLog(log *zap.Logger, level zapcore.Level, msg string) *rateLog {
+	return &rateLog{log: log, level: level, msg: msg, now: time.Now}
+}
+
+// Log writes the event's line, unless this second's lines are used up;
+// fields is called only for a line that is written, so that a flood does
+// not even build them.
+func (r *rateLog) Log(fields func() []zap.Field) {
+	if ce := r.log.Check(r.level, r.msg); ce != nil {
+		if skipped, ok := r.take(); ok {
+			f := fields()
+			if skipped > 0 {
+				f = append(f, zap.Uint64(notLoggedKey, skipped))
+			}
+			ce.Write(f...)
+		}
+	}
+}
+
+// take reports whether a line may be written now and how many events went
+// unlogged before it.
+func (r *rateLog) take() (uint64, bool) {
+	now := r.now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if now.Sub(r.window) >= time.Second {
+		r.window, r.lines = now, 0
+	}
+	if r.lines >= rateLogBurst {
+		r.skipped++
+		return 0, false
+	}
+	r.lines++
+	skipped := r.skipped
+	r.skipped = 0
+	return skipped, true
+}
+
+// Flush writes one line with the count of the events left out since the
+// last line, if any: the daemon calls it as it stops.
+func (r *rateLog) Flush() {
+	r.mu.Lock()
+	skipped := r.skipped
+	r.skipped = 0
+	r.mu.Unlock()
+	if skipped > 0 {
+		r.log.Log(r.level, r.msg+" (the ones not logged)", zap.Uint64(notLoggedKey, skipped))
+	}
+}

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+// A flood of events writes rateLogBurst lines a second; the first line of
+// the next second counts the events left out, and Flush counts the rest.
+func TestRateLog(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	r := newRateLog(zap.New(core), zapcore.InfoLevel, "SEND received")
+	now := time.Unix(1000, 0)
+	r.now = func() time.Time { return now }
+	built := 0
+	event := func(i int) {
+		r.Log(func() []zap.Field { built++; return []zap.Field{zap.Int("i", i)} })
+	}
+	for i := range 1000 {
+		event(i)
+	}
+	if logs.Len() != rateLogBurst || built != rateLogBurst {
+		t.Fatalf("%d lines written, %d built for 1000 events in one second; want %d", logs.Len(), built, rateLogBurst)
+	}
+	now = now.Add(999 * time.Millisecond)
+	event(1000)
+	if logs.Len() != rateLogBurst {
+		t.Fatalf("%d lines within the second, want %d", logs.Len(), rateLogBurst)
+	}
+	now = now.Add(time.Millisecond)
+	event(1001)
+	last := logs.All()[logs.Len()-1]
+	if got := last.ContextMap(); got["i"] != int64(1001) || got[notLoggedKey] != uint64(991) {
+		t.Errorf("the next second's first line has %v; want i 1001 and %s 991", got, notLoggedKey)
+	}
+	for i := range 20 {
+		event(2000 + i)
+	}
+	r.Flush()
+	last = logs.All()[logs.Len()-1]
+	if last.Message != "SEND received (the ones not logged)" || last.ContextMap()[notLoggedKey] != uint64(11) {
+		t.Errorf("Flush wrote %q %v; want the 11 events left out", last.Message, last.ContextMap())
+	}
+	n := logs.Len()
+	r.Flush()
+	if logs.Len() != n {
+		t.Error("a second Flush with nothing left out wrote a line")
+	}
+}
+
+// Below the logger's level, nothing is built or counted.
+func TestRateLogLevel(t *testing.T) {
+	core, logs := observer.New(zapcore.WarnLevel)
+	r := newRateLog(zap.New(core), zapcore.InfoLevel, "connected")
+	for range 100 {
+		r.Log(func() []zap.Field { t.Fatal("fields built for a level the logger drops"); return nil })
+	}
+	r.Flush()
+	if logs.Len() != 0 {
+		t.Errorf("%d lines", logs.Len())
+	}
+}
