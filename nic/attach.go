@@ -78,6 +78,7 @@ type attachment struct {
 	bellMu   sync.RWMutex
 	bellFD   int            // the daemon's doorbell eventfd
 	bellMap  *shm.Mapping   // the doorbell page
+	bell     shm.Doorbell   // in it
 	needWake *atomic.Uint32 // in it; nil once it is unmapped
 
 	mu     sync.Mutex
@@ -147,7 +148,7 @@ func attach(cfg Config, path string) (*Device, error) {
 	d := &Device{cfg: cfg, log: cfg.Logger, local: hello.Addr, epoch: time.Now(), done: make(chan struct{})}
 	a := &attachment{
 		d: d, t: t, path: path, hello: hello, log: cfg.Logger,
-		bellFD: fds[0], bellMap: page, needWake: bell.NeedWake(),
+		bellFD: fds[0], bellMap: page, bell: bell, needWake: bell.NeedWake(),
 		calls: make(map[uint64]chan attachReply), conns: make(map[uint32]*Conn), unknownEnds: make(map[uint32]error),
 		qps: make(map[*attachedQP]struct{}), cqs: make(map[*attachedCQ]struct{}),
 		srqs: make(map[*attachedSRQ]struct{}), mrs: make(map[*MR]struct{}), bufs: make(map[*sharedBuf]struct{}),
@@ -381,12 +382,17 @@ func mustJSON(v any) json.RawMessage {
 	return b
 }
 
-// ringDoorbell wakes the daemon if it sleeps: posts that find it awake
-// cost no system call. Once the device is closed it does nothing.
-func (a *attachment) ringDoorbell() {
+// ringDoorbell tells the daemon that the QP of doorbell slot slot has new
+// work requests, and wakes it if it sleeps: posts that find it awake cost
+// no system call. Once the device is closed it does nothing.
+func (a *attachment) ringDoorbell(slot uint32) {
 	a.bellMu.RLock()
 	defer a.bellMu.RUnlock()
-	if a.needWake != nil && a.needWake.Load() != 0 && a.needWake.Swap(0) != 0 {
+	if a.needWake == nil {
+		return
+	}
+	a.bell.Mark(slot)
+	if a.needWake.Load() != 0 && a.needWake.Swap(0) != 0 {
 		shm.Signal(a.bellFD)
 	}
 }

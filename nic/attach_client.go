@@ -541,9 +541,10 @@ func (s *attachedSRQ) close() {
 // written only under its lock with the QP open: close takes both locks to
 // unmap them.
 type attachedQP struct {
-	h   uint32
-	num uint32
-	cfg qpConfigArgs
+	h    uint32
+	num  uint32
+	slot uint32 // in the doorbell page
+	cfg  qpConfigArgs
 	// info is what the daemon told of the QP last (zero once the QP is
 	// closed), read by posts without a lock; infoMu orders its writers.
 	info   atomic.Pointer[queryQPResult]
@@ -600,7 +601,7 @@ func (a *attachment) newQP(pd *PD, r *qpResult, fds []int) (*QP, error) {
 		shm.CloseFDs(fds)
 		return nil, fmt.Errorf("softnic: %d descriptors for a QP's rings, want %d: %w", len(fds), want, shm.ErrProtocol)
 	}
-	q := &attachedQP{h: r.H, num: r.QPN, cfg: c}
+	q := &attachedQP{h: r.H, num: r.QPN, slot: r.Slot, cfg: c}
 	var err error
 	if q.sqMap, q.sq, err = mapRing(fds[:1], shm.SendSlotSize(c.MaxSendSGE, c.MaxInline), c.MaxSendWR); err != nil {
 		shm.CloseFDs(fds[1:])
@@ -728,7 +729,7 @@ func (q *attachedQP) postSend(a *attachment, wr *qp.SendWR, ring bool) error {
 	}
 	q.sqMu.Unlock()
 	if bell {
-		a.ringDoorbell()
+		a.ringDoorbell(q.slot)
 	}
 	return err
 }
@@ -751,7 +752,7 @@ func (q *attachedQP) postSends(a *attachment, wrs []qp.SendWR) (int, error) {
 	}
 	q.sqMu.Unlock()
 	if bell {
-		a.ringDoorbell()
+		a.ringDoorbell(q.slot)
 	}
 	return n, err
 }
@@ -767,7 +768,7 @@ func (q *attachedQP) ringDoorbell(a *attachment) error {
 		return ErrClosed
 	}
 	if bell {
-		a.ringDoorbell()
+		a.ringDoorbell(q.slot)
 	}
 	return nil
 }
@@ -789,7 +790,7 @@ func (q *attachedQP) postRecv(a *attachment, wr *qp.RecvWR) error {
 		return fmt.Errorf("QP %#x: %w", q.num, err)
 	}
 	if bell {
-		a.ringDoorbell()
+		a.ringDoorbell(q.slot)
 	}
 	return nil
 }

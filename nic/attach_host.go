@@ -29,7 +29,8 @@ type hostedQP struct {
 	scq  *hostedCQ // where failed work requests complete
 	rcq  *hostedCQ
 	srq  *hostedSRQ
-	conn *Conn // the connection the QP was made for, if any
+	conn *Conn  // the connection the QP was made for, if any
+	slot uint32 // its bit in the process's doorbell page (session.addQPLocked)
 
 	sqMap, rqMap *shm.Mapping
 	sq, rq       shm.Ring // rq is unused with an SRQ
@@ -136,7 +137,7 @@ func (h *hostedQP) ringFDs() []int {
 
 // result describes the QP to the process.
 func (h *hostedQP) result(handle uint32) qpResult {
-	return qpResult{H: handle, QPN: h.q.num, Config: h.cfg, Attr: h.q.Attr()}
+	return qpResult{H: handle, QPN: h.q.num, Slot: h.slot, Config: h.cfg, Attr: h.q.Attr()}
 }
 
 // serviceLocked takes the new work requests of the QP's rings into the QP
@@ -285,7 +286,8 @@ func (h *hostedQP) publishLocked() {
 
 // askDoorbell sets whether posting to r needs a doorbell. Asking for one
 // again, it looks at the ring once more: a request posted while the flag
-// was clear is taken by the doorbell goroutine, woken here.
+// was clear is taken by the doorbell goroutine, for which the QP is
+// marked and woken here.
 func (h *hostedQP) askDoorbell(r shm.Ring, need bool, fetched uint32) {
 	flag := r.Doorbell()
 	switch {
@@ -294,6 +296,7 @@ func (h *hostedQP) askDoorbell(r shm.Ring, need bool, fetched uint32) {
 	case flag.Load() == 0:
 		flag.Store(1)
 		if r.Producer().Load() != fetched {
+			h.s.bell.db.Mark(h.slot)
 			h.s.wake()
 		}
 	}

@@ -184,12 +184,12 @@ func TestAttachedQueueCorruption(t *testing.T) {
 				t.Fatalf("before: %v", wc.String())
 			}
 			cq, id := tc.spoil(t, l)
-			l.dev.att.needWake.Store(1) // ring whatever the daemon says
-			l.dev.att.ringDoorbell()
 			victim := l.a
 			if cq == l.bcq {
 				victim = l.b
 			}
+			l.dev.att.needWake.Store(1) // ring whatever the daemon says
+			l.dev.att.ringDoorbell(victim.att.slot)
 			var wc qp.WC
 			for wc = waitWC(t, cq); wc.Status == qp.WRFlushErr; wc = waitWC(t, cq) {
 			}
@@ -285,7 +285,7 @@ func TestAttachedBadWQEsLoggedOnce(t *testing.T) {
 	}
 	q.sq.Producer().Store(q.sqProd)
 	l.dev.att.needWake.Store(1)
-	l.dev.att.ringDoorbell()
+	l.dev.att.ringDoorbell(q.slot)
 	for i := range bad {
 		if wc := waitWC(t, l.acq); wc.Status != qp.LocQPOpErr || wc.ID != uint64(0xbad0+i) {
 			t.Errorf("completion %d: %v, want LOC_QP_OP_ERR of WR %#x", i, wc.String(), 0xbad0+i)

@@ -161,11 +161,13 @@ type createQPArgs struct {
 	Config qpConfigArgs
 }
 
-// qpResult describes a QP the daemon created: its number, its queue sizes
-// with the defaults filled in, and which descriptors carry its rings.
+// qpResult describes a QP the daemon created: its number, its slot in the
+// doorbell page (shm.Doorbell), its queue sizes with the defaults filled
+// in, and which descriptors carry its rings.
 type qpResult struct {
 	H      uint32
 	QPN    uint32
+	Slot   uint32
 	Config qpConfigArgs
 	Attr   qp.Attr
 }

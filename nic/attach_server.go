@@ -22,7 +22,6 @@ import (
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/nic/shm"
-	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -300,17 +299,21 @@ func (s *AttachServer) Processes() []AttachedProcess {
 
 // Counters of one attached process.
 const (
-	cntDoorbells   = iota // doorbell wakeups of the daemon
-	cntSendWQEs           // send work requests taken from its send rings
-	cntRecvWQEs           // receive work requests taken from its receive rings
-	cntCQEs               // completions written to its completion rings
-	cntBadQueues          // QPs failed for a corrupt work request or ring index
-	cntCQOverflows        // completions lost to a full completion ring
+	cntDoorbells          = iota // doorbell wakeups of the daemon
+	cntSendWQEs                  // send work requests taken from its send rings
+	cntRecvWQEs                  // receive work requests taken from its receive rings
+	cntCQEs                      // completions written to its completion rings
+	cntBadQueues                 // QPs failed for a corrupt work request or ring index
+	cntCQOverflows               // completions lost to a full completion ring
+	cntDoorbellSignals           // signals of its doorbell eventfd, as the wakeups read them
+	cntDoorbellsEmpty            // wakeups that found no new work request
+	cntDoorbellsThrottled        // times its doorbell went unheard for a while: it rang for nothing too often
 	numSessionCounters
 )
 
 var sessionCounterNames = [numSessionCounters]string{
 	"doorbells", "send_wqes", "recv_wqes", "cqes", "bad_queues", "cq_overflows",
+	"doorbell_signals", "doorbells_empty", "doorbells_throttled",
 }
 
 // session is one attached process.
@@ -326,22 +329,20 @@ type session struct {
 	ctx    context.Context // cancelled when the process detaches
 	cancel context.CancelFunc
 
-	bell     *os.File // the doorbell eventfd, which the process signals
-	bellPage *shm.Mapping
-	needWake *atomic.Uint32
+	bell doorbell
 
 	// pollMu is held by a busy-polling reader while it polls the process's
 	// queues, and by the detach that unmaps the doorbell page after it.
 	pollMu   sync.Mutex
 	unpolled bool                        // detached: not to be polled
-	qpSnap   atomic.Pointer[[]*hostedQP] // a copy of qps, for the goroutines that service them
+	qpSnap   atomic.Pointer[[]*hostedQP] // a copy of slots, for the goroutines that service them
 
 	mu      sync.Mutex
 	objects map[uint32]any // handle → *PD, *hostedMR, *hostedCQ, *hostedSRQ, *hostedQP, *hostedListener, *hostedRequest, *hostedConn
 	next    uint32
 	memory  int64                         // bytes mapped for it
 	calls   map[uint64]context.CancelFunc // calls waiting for the network
-	qps     []*hostedQP                   // its QPs (qpSnap publishes them)
+	slots   []*hostedQP                   // its QPs by doorbell slot, nil where free (qpSnap publishes them)
 	byQPN   map[uint32]*hostedQP          // the same, by number
 	failing []*hostedQP                   // QPs to fail from the doorbell goroutine
 	dead    bool
@@ -368,30 +369,20 @@ func (s *AttachServer) newSession(c *net.UnixConn) (*session, error) {
 	if s.dev.closed() {
 		return nil, fmt.Errorf("attach: %w", ErrClosed)
 	}
-	efd, err := shm.NewEventFD()
-	if err != nil {
+	if err := ss.bell.open(); err != nil {
 		return nil, err
 	}
-	if ss.bellPage, err = shm.Create("softnic-doorbell", shm.DoorbellSize); err != nil {
-		unix.Close(efd)
-		return nil, err
-	}
-	db, _ := shm.NewDoorbell(ss.bellPage.Bytes())
-	ss.needWake = db.NeedWake()
-	ss.bell = os.NewFile(uintptr(efd), "softnic-doorbell")
 	hello := helloResult{Addr: s.dev.local, MTU: s.dev.cfg.MTU, Features: s.dev.conn.Features(), PID: os.Getpid()}
-	err = ss.reply(0, &hello, []int{efd, ss.bellPage.FD()}, nil)
-	ss.bellPage.CloseFD()
+	err = ss.reply(0, &hello, ss.bell.fds(), nil)
+	ss.bell.page.CloseFD()
 	if err != nil {
-		ss.bell.Close()
-		ss.bellPage.Close()
+		ss.bell.close()
 		return nil, err
 	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		ss.bell.Close()
-		ss.bellPage.Close()
+		ss.bell.close()
 		return nil, fmt.Errorf("attach: %w", ErrClosed)
 	}
 	s.sessions[ss] = struct{}{}
@@ -469,6 +460,11 @@ func (s *session) add(obj any) (uint32, error) {
 	if len(s.objects) >= s.srv.cfg.MaxObjects {
 		return 0, fmt.Errorf("%d objects, the daemon's limit per process: %w", len(s.objects), ErrNoMem)
 	}
+	if h, ok := obj.(*hostedQP); ok {
+		if err := s.addQPLocked(h); err != nil {
+			return 0, err
+		}
+	}
 	for {
 		s.next++
 		if _, used := s.objects[s.next]; s.next != 0 && !used {
@@ -476,11 +472,6 @@ func (s *session) add(obj any) (uint32, error) {
 		}
 	}
 	s.objects[s.next] = obj
-	if h, ok := obj.(*hostedQP); ok {
-		s.qps = append(s.qps, h)
-		s.byQPN[h.q.num] = h
-		s.snapQPs()
-	}
 	return s.next, nil
 }
 
@@ -489,9 +480,7 @@ func (s *session) remove(h uint32) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if q, ok := s.objects[h].(*hostedQP); ok {
-		s.qps = slices.DeleteFunc(s.qps, func(x *hostedQP) bool { return x == q })
-		delete(s.byQPN, q.q.num)
-		s.snapQPs()
+		s.removeQPLocked(q)
 	}
 	delete(s.objects, h)
 }
@@ -601,114 +590,6 @@ func (s *session) describe() AttachedProcess {
 	return p
 }
 
-// doorbellLoop serves the process's doorbell: it takes new work requests
-// from every send and receive ring of the process, then sleeps on the
-// doorbell eventfd. NeedWake tells posters whether it sleeps: set before
-// the last look at the rings, so that a post either is seen by that look
-// or finds NeedWake set and signals.
-func (s *session) doorbellLoop() {
-	defer close(s.bellDone)
-	var b [8]byte
-	for {
-		s.needWake.Store(0)
-		for s.scan() {
-		}
-		if !s.srv.busy.Load() {
-			// While the device busy-polls, its reader takes the posts, and
-			// turns the doorbell on again when it stops.
-			s.needWake.Store(1)
-			if s.scan() {
-				continue
-			}
-		}
-		if _, err := s.bell.Read(b[:]); err != nil {
-			return
-		}
-		s.cnt[cntDoorbells].Add(1)
-	}
-}
-
-// snapQPs publishes qps for the goroutines that service them (the
-// doorbell goroutine, a busy-polling reader); s.mu is held.
-func (s *session) snapQPs() {
-	qps := slices.Clone(s.qps)
-	s.qpSnap.Store(&qps)
-}
-
-// pollQueues is a busy-polling reader's look at the process's queues; it
-// reports whether there were new work requests. With doorbell set it
-// turns the process's doorbell on first (the reader stops polling),
-// otherwise off; while polling, a QP whose lock is taken is skipped until
-// the next pass.
-func (s *session) pollQueues(doorbell bool) bool {
-	s.pollMu.Lock()
-	defer s.pollMu.Unlock()
-	if s.unpolled {
-		return false
-	}
-	if doorbell {
-		s.needWake.Store(1)
-	} else if s.needWake.Load() != 0 {
-		s.needWake.Store(0)
-	}
-	// The last look before the doorbell takes over must not skip a QP: a
-	// post that found the doorbell off is in its ring.
-	return s.serviceQPs(doorbell)
-}
-
-// serviceQPs services every QP of the process once and reports whether
-// any had new work requests. Unless wait is set, a QP whose lock is taken
-// is skipped.
-func (s *session) serviceQPs(wait bool) bool {
-	qps := s.qpSnap.Load()
-	if qps == nil {
-		return false
-	}
-	worked := false
-	for _, h := range *qps {
-		if wait {
-			h.q.mu.Lock()
-		} else if !h.q.mu.TryLock() {
-			continue
-		}
-		if h.serviceLocked() {
-			worked = true
-		}
-		h.q.mu.Unlock()
-	}
-	return worked
-}
-
-// scan services every QP of the process once and reports whether any had
-// new work requests.
-func (s *session) scan() bool {
-	s.mu.Lock()
-	failing := s.failing
-	s.failing = nil
-	s.mu.Unlock()
-	for _, h := range failing {
-		h.q.Modify(&qp.Attr{State: qp.Err}, qp.AttrState)
-	}
-	return s.serviceQPs(true)
-}
-
-// fail has the doorbell goroutine move h's QP to the error state: the
-// caller holds locks Modify takes.
-func (s *session) fail(h *hostedQP) {
-	s.mu.Lock()
-	s.failing = append(s.failing, h)
-	s.mu.Unlock()
-	s.wake()
-}
-
-// wake signals the process's doorbell from the daemon.
-func (s *session) wake() {
-	raw, err := s.bell.SyscallConn()
-	if err == nil {
-		raw.Write(func(fd uintptr) bool { shm.Signal(int(fd)); return true })
-	}
-}
-
 // cleanup destroys everything the process made, once it has detached.
 func (s *session) cleanup() {
 	s.cancel()
@@ -750,7 +631,7 @@ func (s *session) cleanup() {
 		}
 	}
 	s.objects = nil
-	s.qps = nil
+	s.slots = nil
 	s.byQPN = nil
 	s.snapQPs()
 	s.mu.Unlock()
@@ -794,7 +675,7 @@ func (s *session) cleanup() {
 			s.log.Warn("detach: PD", zap.Error(err))
 		}
 	}
-	s.bell.Close()
+	s.bell.stop()
 	<-s.bellDone
 	s.srv.mu.Lock()
 	delete(s.srv.sessions, s)
@@ -803,7 +684,7 @@ func (s *session) cleanup() {
 	s.pollMu.Lock() // a busy-polling reader is done with the doorbell page
 	s.unpolled = true
 	s.pollMu.Unlock()
-	s.bellPage.Close()
+	s.bell.close()
 	s.log.Info("process detached: its resources destroyed",
 		zap.Int("connections", len(conns)), zap.Int("qps", len(qps)), zap.Int("regions", len(regions)))
 }

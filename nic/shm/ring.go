@@ -2,6 +2,7 @@ package shm
 
 import (
 	"fmt"
+	"math/bits"
 	"sync/atomic"
 	"unsafe"
 )
@@ -88,12 +89,39 @@ func (r Ring) Slot(i uint32) []byte {
 	return r.mem[off : off+int(r.slotSize) : off+int(r.slotSize)]
 }
 
-// Doorbell is the page of an attached process that tells it whether the
-// daemon sleeps: the daemon sets NeedWake before it waits on the process's
-// doorbell eventfd (and looks at the rings once more), and a poster that
-// finds it set swaps it back to zero and signals the eventfd. Posts that
-// find the daemon awake cost no system call.
+// Doorbell is the page of an attached process that tells the daemon
+// which of the process's QPs rang, and the process whether the daemon
+// sleeps:
+//
+//	  0  needWake  uint32       the daemon sleeps, or is about to
+//	 64  summary   [4]uint64    bit i: word i of rung may have bits set
+//	128  rung      [256]uint64  bit j of word i: the QP of slot 64i+j rang
+//
+// Each QP of a process has a slot, 0 to MaxSlots-1, which the daemon hands
+// out. A poster that finds a ring's Doorbell flag set stores the producer
+// index, marks the QP's slot (Mark) and then, if it finds NeedWake set,
+// swaps it back to zero and signals the doorbell eventfd. The daemon sets
+// NeedWake before it sleeps and takes the marks (Take) once more; it
+// looks only at the QPs marked, so that a wakeup costs the daemon what
+// rang, not every QP of the process. Posts that find the daemon awake
+// cost no system call.
+//
+// The daemon trusts none of it: a process can set any bit, clear any bit
+// (its own QPs then wait) or signal the eventfd without posting. A mark
+// names a slot, which the daemon looks up in its own table.
 type Doorbell struct{ mem []byte }
+
+// Offsets of the doorbell page's parts.
+const (
+	offNeedWake  = 0
+	offSummary   = 64
+	offRung      = 128
+	summaryWords = MaxSlots / 64 / 64
+)
+
+// MaxSlots is the number of QPs of one process that a doorbell page tells
+// apart: the device's QPs at most (qp's default MaxQPs).
+const MaxSlots = 16384
 
 // DoorbellSize is the bytes of a doorbell page.
 const DoorbellSize = PageSize
@@ -108,5 +136,50 @@ func NewDoorbell(mem []byte) (Doorbell, error) {
 
 // NeedWake is non-zero while the daemon sleeps or is about to.
 func (d Doorbell) NeedWake() *atomic.Uint32 {
-	return (*atomic.Uint32)(unsafe.Pointer(&d.mem[0]))
+	return (*atomic.Uint32)(unsafe.Pointer(&d.mem[offNeedWake]))
+}
+
+func (d Doorbell) word(off int) *atomic.Uint64 {
+	return (*atomic.Uint64)(unsafe.Pointer(&d.mem[off]))
+}
+
+// Mark records that the QP of slot rang; a slot beyond MaxSlots is
+// ignored. A bit already set is not written again, so that posters to a
+// QP the daemon has not looked at yet do not fight over the line.
+func (d Doorbell) Mark(slot uint32) {
+	if slot >= MaxSlots {
+		return
+	}
+	word, bit := d.word(offRung+int(slot/64)*8), uint64(1)<<(slot%64)
+	if word.Load()&bit == 0 {
+		word.Or(bit)
+	}
+	sum, sbit := d.word(offSummary+int(slot/64/64)*8), uint64(1)<<(slot/64%64)
+	if sum.Load()&sbit == 0 {
+		sum.Or(sbit)
+	}
+}
+
+// Take clears the marks and yields the slot of each, once (use it as
+// "for slot := range d.Take"). A mark made while Take runs is yielded by
+// this Take or by the next; the marks a loop stopped early did not reach
+// are left for the next.
+func (d Doorbell) Take(yield func(slot uint32) bool) {
+	for i := range summaryWords {
+		sum := d.word(offSummary + i*8)
+		if sum.Load() == 0 {
+			continue
+		}
+		for s := sum.Swap(0); s != 0; s &= s - 1 {
+			w := i*64 + bits.TrailingZeros64(s)
+			rung := d.word(offRung + w*8)
+			for r := rung.Swap(0); r != 0; r &= r - 1 {
+				if !yield(uint32(w*64 + bits.TrailingZeros64(r))) {
+					rung.Or(r & (r - 1))
+					sum.Or(s)
+					return
+				}
+			}
+		}
+	}
 }

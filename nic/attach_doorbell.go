@@ -1,0 +1,422 @@
+package nic
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/softnic/softnic/nic/shm"
+	"github.com/softnic/softnic/qp"
+)
+
+// This file is the daemon's side of an attached process's doorbell. A
+// process that posts to a ring whose Doorbell flag is set marks the QP in
+// its doorbell page and, if the daemon sleeps, signals its doorbell
+// eventfd (shm.Doorbell). The daemon then looks at the QPs marked, not at
+// every QP of the process.
+//
+// A process can signal the eventfd and mark QPs without posting anything.
+// Each look that finds nothing (a wakeup with no new work request, a mark
+// of a QP with none) spends a token of the process's doorbell budget,
+// which refills at doorbellRate tokens a second, plus one for each work
+// request taken from its rings, up to doorbellBurst. With the budget
+// spent, the daemon stops listening to the process's eventfd (it leaves
+// the runtime's poller, so that signals wake nothing) and ignores its
+// marks until the budget is back at one token, for a second at most; the
+// process's busy QPs still take new work requests as the device runs them.
+//
+// The bound: a process that rings for nothing costs the daemon at most
+// doorbellBurst, then doorbellRate, wakeups or looks a second (a wakeup
+// is about 10 µs of a CPU, so at most about 1% of one), whatever it does
+// with its eventfd and its page; and the time a look at one of its QPs
+// holds that QP's lock, which no other process's traffic needs. Its own
+// CPU is the kernel's to share out. softnic stat counts, per process, the
+// doorbell's wakeups (doorbells), the signals they read (doorbell_signals),
+// the wakeups that found nothing (doorbells_empty) and the times the
+// doorbell went unheard (doorbells_throttled).
+const (
+	doorbellRate  = 1000 // tokens a second
+	doorbellBurst = 256  // tokens at most
+)
+
+// doorbell is the daemon's side of a process's doorbell: its eventfd, its
+// page, and the budget of the process's looks that found nothing.
+type doorbell struct {
+	page     *shm.Mapping
+	db       shm.Doorbell   // in page
+	needWake *atomic.Uint32 // in page
+
+	// fd is the eventfd, -1 once closed; the daemon signals it under fdMu's
+	// read lock (wake), and closes it under the write lock.
+	fdMu sync.RWMutex
+	fd   int
+
+	// listening is fd as the runtime's poller watches it, nil while the
+	// doorbell goroutine does not listen; stopped once the process
+	// detached.
+	mu        sync.Mutex
+	listening *os.File
+	stopped   bool
+
+	pollingSaid bool // the doorbell goroutine logged that it cannot listen
+
+	budgetMu sync.Mutex
+	budget   doorbellBudget
+	// quietUntil is when the process's marks are looked at again (Unix
+	// nanoseconds), 0 when they are: a busy-polling reader skips them
+	// until then.
+	quietUntil atomic.Int64
+}
+
+// open makes the eventfd and the page.
+func (b *doorbell) open() error {
+	fd, err := shm.NewEventFD()
+	if err != nil {
+		return err
+	}
+	if b.page, err = shm.Create("softnic-doorbell", shm.DoorbellSize); err != nil {
+		unix.Close(fd)
+		return err
+	}
+	b.fd = fd
+	b.db, _ = shm.NewDoorbell(b.page.Bytes())
+	b.needWake = b.db.NeedWake()
+	return nil
+}
+
+// fds returns the descriptors the process maps its doorbell with: the
+// eventfd, then the page.
+func (b *doorbell) fds() []int { return []int{b.fd, b.page.FD()} }
+
+// listen returns the eventfd for the doorbell goroutine to read, in the
+// runtime's poller: a duplicate, which leaves the poller when deafen
+// closes it. It returns nil once the process detached.
+func (b *doorbell) listen() (*os.File, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stopped {
+		return nil, nil
+	}
+	if b.listening == nil {
+		fd, err := unix.FcntlInt(uintptr(b.fd), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("doorbell eventfd: dup: %w", err)
+		}
+		b.listening = os.NewFile(uintptr(fd), "softnic-doorbell")
+	}
+	return b.listening, nil
+}
+
+// deafen stops listening: signals of the eventfd wake nothing until listen.
+func (b *doorbell) deafen() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.listening != nil {
+		b.listening.Close()
+		b.listening = nil
+	}
+}
+
+// stop ends the doorbell goroutine's listening for good: a read under way
+// returns.
+func (b *doorbell) stop() {
+	b.mu.Lock()
+	b.stopped = true
+	b.mu.Unlock()
+	b.deafen()
+}
+
+// signal signals the eventfd, unless it is closed.
+func (b *doorbell) signal() {
+	b.fdMu.RLock()
+	defer b.fdMu.RUnlock()
+	if b.fd >= 0 {
+		shm.Signal(b.fd)
+	}
+}
+
+// close closes the eventfd and unmaps the page, once the doorbell
+// goroutine and the busy-polling readers are done with them.
+func (b *doorbell) close() {
+	b.fdMu.Lock()
+	unix.Close(b.fd)
+	b.fd = -1
+	b.fdMu.Unlock()
+	b.page.Close()
+}
+
+// spend takes n tokens from the budget for looks that found nothing, at
+// now, with work the work requests taken from the process's rings so far.
+// It returns how long to ignore the process's doorbell, 0 if the budget
+// is not spent; then the doorbell is quiet until that time.
+func (b *doorbell) spend(now time.Time, work uint64, n int) time.Duration {
+	b.budgetMu.Lock()
+	pause := b.budget.spend(now, work, n)
+	b.budgetMu.Unlock()
+	if pause > 0 {
+		b.quietUntil.Store(now.Add(pause).UnixNano())
+	}
+	return pause
+}
+
+// quiet reports whether the process's marks are to be ignored now.
+func (b *doorbell) quiet() bool {
+	u := b.quietUntil.Load()
+	return u != 0 && time.Now().UnixNano() < u
+}
+
+// doorbellBudget is a token bucket of looks at a process's queues that
+// find nothing; see doorbellRate.
+type doorbellBudget struct {
+	tokens float64
+	at     time.Time // when tokens was brought up to date; zero: never
+	work   uint64    // the work requests taken then
+}
+
+// spend brings the budget up to date at now, with work the work requests
+// taken so far (each earns a token), and takes n tokens. It returns how
+// long the budget then takes to reach one token again, 0 if it is not
+// below zero. The debt is capped at a second's tokens.
+func (b *doorbellBudget) spend(now time.Time, work uint64, n int) time.Duration {
+	if b.at.IsZero() {
+		b.tokens = doorbellBurst
+	} else if now.After(b.at) {
+		b.tokens += now.Sub(b.at).Seconds()*doorbellRate + float64(work-b.work)
+	} else {
+		b.tokens += float64(work - b.work)
+	}
+	b.at, b.work = now, work
+	b.tokens = max(min(b.tokens, doorbellBurst)-float64(n), -doorbellRate)
+	if b.tokens >= 0 {
+		return 0
+	}
+	return time.Duration(math.Ceil((1 - b.tokens) * float64(time.Second) / doorbellRate))
+}
+
+// doorbellLoop serves the process's doorbell: it takes the new work
+// requests of the QPs marked in the doorbell page, then sleeps on the
+// doorbell eventfd. NeedWake tells posters whether it sleeps: set before
+// the last look at the marks, so that a post either is seen by that look
+// or finds NeedWake set and signals.
+func (s *session) doorbellLoop() {
+	defer close(s.bellDone)
+	defer s.bell.deafen()
+	var b [8]byte
+	woke := false
+	for {
+		s.bell.needWake.Store(0)
+		for {
+			rang, ok := s.pass(woke)
+			if !ok {
+				return
+			}
+			woke = false
+			if !rang {
+				break
+			}
+		}
+		if !s.srv.busy.Load() {
+			// While the device busy-polls, its reader takes the posts, and
+			// turns the doorbell on again when it stops.
+			s.bell.needWake.Store(1)
+			rang, ok := s.pass(false)
+			if !ok {
+				return
+			}
+			if rang {
+				continue
+			}
+		}
+		f, err := s.bell.listen()
+		if f == nil && err == nil {
+			return
+		}
+		if err == nil {
+			_, err = f.Read(b[:])
+		}
+		if err != nil {
+			if s.ctx.Err() != nil {
+				return
+			}
+			// Out of descriptors, say: the process's marks are looked at
+			// every millisecond until the doorbell can be heard again.
+			if !s.bell.pollingSaid {
+				s.bell.pollingSaid = true
+				s.log.Warn("doorbell unheard: polling the process's queues instead", zap.Error(err))
+			}
+			s.bell.deafen()
+			if !s.pause(time.Millisecond) {
+				return
+			}
+			continue
+		}
+		woke = true
+		s.cnt[cntDoorbells].Add(1)
+		s.cnt[cntDoorbellSignals].Add(binary.NativeEndian.Uint64(b[:]))
+	}
+}
+
+// pass is one look of the doorbell goroutine: it fails the QPs to fail,
+// and services the QPs marked. A look just after a wakeup that finds no
+// work request counts as an empty wakeup. Looks that found nothing spend
+// the doorbell's budget; when it is spent, pass waits until it is not.
+// It reports whether any QP was marked, and false ok once the process
+// detached.
+func (s *session) pass(woke bool) (rang, ok bool) {
+	s.mu.Lock()
+	failing := s.failing
+	s.failing = nil
+	s.mu.Unlock()
+	for _, h := range failing {
+		h.q.Modify(&qp.Attr{State: qp.Err}, qp.AttrState)
+	}
+	worked, idle := s.scan(true)
+	worked += len(failing)
+	if woke && worked == 0 {
+		s.cnt[cntDoorbellsEmpty].Add(1)
+		idle = max(idle, 1)
+	}
+	if idle > 0 {
+		if d := s.bell.spend(time.Now(), s.work(), idle); d > 0 {
+			s.cnt[cntDoorbellsThrottled].Add(1)
+			s.bell.deafen()
+			if !s.pause(d) {
+				return false, false
+			}
+		}
+	}
+	return worked+idle > 0, true
+}
+
+// pause waits for d, or until the process detaches (false).
+func (s *session) pause(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-s.ctx.Done():
+		return false
+	}
+}
+
+// work counts the work requests taken from the process's rings.
+func (s *session) work() uint64 {
+	return s.cnt[cntSendWQEs].Load() + s.cnt[cntRecvWQEs].Load()
+}
+
+// addQPLocked gives h a doorbell slot, the lowest free, and publishes it;
+// s.mu is held.
+func (s *session) addQPLocked(h *hostedQP) error {
+	slot := slices.Index(s.slots, nil)
+	if slot < 0 {
+		if len(s.slots) >= shm.MaxSlots {
+			return fmt.Errorf("%d QPs, as many as a process's doorbell tells apart: %w", len(s.slots), ErrNoMem)
+		}
+		slot = len(s.slots)
+		s.slots = append(s.slots, nil)
+	}
+	h.slot = uint32(slot)
+	s.slots[slot] = h
+	s.byQPN[h.q.num] = h
+	s.snapQPs()
+	return nil
+}
+
+// removeQPLocked frees h's slot; s.mu is held.
+func (s *session) removeQPLocked(h *hostedQP) {
+	if int(h.slot) < len(s.slots) && s.slots[h.slot] == h {
+		s.slots[h.slot] = nil
+	}
+	delete(s.byQPN, h.q.num)
+	s.snapQPs()
+}
+
+// snapQPs publishes slots for the goroutines that service the QPs (the
+// doorbell goroutine, a busy-polling reader); s.mu is held.
+func (s *session) snapQPs() {
+	qps := slices.Clone(s.slots)
+	s.qpSnap.Store(&qps)
+}
+
+// pollQueues is a busy-polling reader's look at the process's queues; it
+// reports whether there were new work requests. With doorbell set it
+// turns the process's doorbell on first (the reader stops polling),
+// otherwise off; while polling, a QP whose lock is taken is left marked
+// for the next pass, and a process whose doorbell budget is spent is
+// skipped until it is not.
+func (s *session) pollQueues(doorbell bool) bool {
+	s.pollMu.Lock()
+	defer s.pollMu.Unlock()
+	if s.unpolled {
+		return false
+	}
+	if doorbell {
+		s.bell.needWake.Store(1)
+	} else {
+		if s.bell.needWake.Load() != 0 {
+			s.bell.needWake.Store(0)
+		}
+		if s.bell.quiet() {
+			return false
+		}
+	}
+	// The last look before the doorbell takes over must not skip a QP: a
+	// post that found the doorbell off is in its ring, and marked.
+	worked, idle := s.scan(doorbell)
+	if idle > 0 && s.bell.spend(time.Now(), s.work(), idle) > 0 {
+		s.cnt[cntDoorbellsThrottled].Add(1)
+	}
+	return worked > 0
+}
+
+// scan services each QP marked in the doorbell page once. It returns how
+// many had new work requests, and how many had none (a mark of no QP
+// counts too). Unless wait is set, a QP whose lock is taken is marked
+// again for the next scan, and counts as neither.
+func (s *session) scan(wait bool) (worked, idle int) {
+	qps := s.qpSnap.Load()
+	for slot := range s.bell.db.Take {
+		var h *hostedQP
+		if qps != nil && int(slot) < len(*qps) {
+			h = (*qps)[slot]
+		}
+		switch {
+		case h == nil:
+			idle++
+			continue
+		case wait:
+			h.q.mu.Lock()
+		case !h.q.mu.TryLock():
+			s.bell.db.Mark(slot)
+			continue
+		}
+		if h.serviceLocked() {
+			worked++
+		} else {
+			idle++
+		}
+		h.q.mu.Unlock()
+	}
+	return worked, idle
+}
+
+// fail has the doorbell goroutine move h's QP to the error state: the
+// caller holds locks Modify takes.
+func (s *session) fail(h *hostedQP) {
+	s.mu.Lock()
+	s.failing = append(s.failing, h)
+	s.mu.Unlock()
+	s.wake()
+}
+
+// wake signals the process's doorbell from the daemon.
+func (s *session) wake() { s.bell.signal() }

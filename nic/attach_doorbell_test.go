@@ -1,0 +1,159 @@
+package nic
+
+import (
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/softnic/softnic/nic/shm"
+	"github.com/softnic/softnic/qp"
+)
+
+func TestDoorbellBudget(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ms := func(n float64) time.Time { return t0.Add(time.Duration(n * float64(time.Millisecond))) }
+	type spend struct {
+		at    time.Time
+		work  uint64
+		n     int
+		pause time.Duration
+	}
+	for _, tc := range []struct {
+		name  string
+		steps []spend
+	}{
+		{"a burst is free", []spend{{t0, 0, doorbellBurst, 0}}},
+		{"one past the burst waits for two tokens", []spend{{t0, 0, doorbellBurst + 1, 2 * time.Millisecond}}},
+		{"time refills", []spend{{t0, 0, doorbellBurst, 0}, {ms(10), 0, 10, 0}, {ms(10), 0, 1, 2 * time.Millisecond}}},
+		{"refills no further than the burst", []spend{{t0, 0, 1, 0}, {ms(60000), 0, doorbellBurst, 0}, {ms(60000), 0, 1, 2 * time.Millisecond}}},
+		{"work earns tokens", []spend{{t0, 0, doorbellBurst, 0}, {t0, 50, 50, 0}, {t0, 50, 1, 2 * time.Millisecond}}},
+		{"the debt is a second's at most", []spend{{t0, 0, 1 << 20, time.Second + time.Millisecond}}},
+		{"a clock going back refills nothing", []spend{{t0, 0, doorbellBurst, 0}, {ms(-500), 0, 1, 2 * time.Millisecond}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b doorbellBudget
+			for i, s := range tc.steps {
+				if got := b.spend(s.at, s.work, s.n); got != s.pause {
+					t.Errorf("step %d: spend(%v, work %d, %d) = %v, want %v", i, s.at.Sub(t0), s.work, s.n, got, s.pause)
+				}
+			}
+		})
+	}
+}
+
+// onlySession returns the one session of srv.
+func onlySession(t *testing.T, srv *AttachServer) *session {
+	t.Helper()
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	if len(srv.sessions) != 1 {
+		t.Fatalf("%d sessions, want 1", len(srv.sessions))
+	}
+	for s := range srv.sessions {
+		return s
+	}
+	return nil
+}
+
+// TestDoorbellLooksAtMarkedQPs: a doorbell has the daemon look at the QPs
+// marked in the page and no other, however many the process has; a mark
+// of no QP, or of a QP with nothing new, counts as a look for nothing.
+func TestDoorbellLooksAtMarkedQPs(t *testing.T) {
+	_, srv, path := serveTest(t, AttachServerConfig{})
+	l := newLoop(t, path, false)
+	const others = 100
+	for range others {
+		if _, err := l.pd.CreateQP(QPConfig{SendCQ: l.acq}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if wc := l.write(t, 1); wc.Status != qp.Success {
+		t.Fatalf("before: %v", wc.String())
+	}
+	s := onlySession(t, srv)
+	q := l.a.att
+	wr := qp.SendWR{ID: 2, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{l.m.SGE(0, 64)}, RemoteAddr: l.m.Addr() + 4096, RKey: l.m.RKey()}
+	q.sqMu.Lock()
+	err := q.postSendLocked(l.dev.att, &wr) // in the ring, without a doorbell
+	q.sq.Producer().Store(q.sqProd)
+	q.sqMu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The doorbell goroutine sleeps once it has asked for a doorbell and
+	// looked once more; then nothing wakes it.
+	for s.bell.needWake.Load() == 0 {
+		runtime.Gosched()
+	}
+	var worked, idle int
+	for try := 0; worked+idle < 3 && try < 100; try++ { // it may have been finishing its last look
+		for _, slot := range []uint32{q.slot, l.b.att.slot, shm.MaxSlots - 1} {
+			s.bell.db.Mark(slot)
+		}
+		w, i := s.scan(true)
+		worked, idle = worked+w, idle+i
+	}
+	if worked != 1 || idle != 2 {
+		t.Errorf("the daemon found %d QPs with work and %d without among 3 marks of %d QPs; want 1 and 2", worked, idle, others+2)
+	}
+	if wc := waitWC(t, l.acq); wc.Status != qp.Success || wc.ID != 2 {
+		t.Errorf("the WRITE posted without a doorbell: %v", wc.String())
+	}
+}
+
+// TestDoorbellFloodThrottled: a process that signals its doorbell in a
+// loop without posting wakes the daemon no more than the budget allows,
+// is counted, and then finds its doorbell heard again: its posts complete,
+// as another process's do throughout.
+func TestDoorbellFloodThrottled(t *testing.T) {
+	_, srv, path := serveTest(t, AttachServerConfig{})
+	flooder := newLoop(t, path, false)
+	s := onlySession(t, srv)
+	other := newLoop(t, path, false)
+	began := time.Now()
+	stop := make(chan struct{})
+	flooded := make(chan int)
+	go func() {
+		n := 0
+		for ; ; n++ {
+			select {
+			case <-stop:
+				flooded <- n
+				return
+			default:
+				shm.Signal(flooder.dev.att.bellFD)
+			}
+		}
+	}()
+	// The flood goes on until the daemon has stopped hearing it for a
+	// while, however fast this machine floods, and 100 ms more.
+	var throttled time.Time
+	for id := uint64(1); throttled.IsZero() || time.Since(throttled) < 100*time.Millisecond; id++ {
+		if wc := other.write(t, id); wc.Status != qp.Success {
+			t.Fatalf("another process's WRITE during the flood: %v", wc.String())
+		}
+		if throttled.IsZero() && s.cnt[cntDoorbellsThrottled].Load() > 0 {
+			throttled = time.Now()
+		}
+		if time.Since(began) > 20*time.Second {
+			t.Fatalf("a flood of 20 s is not throttled: %d wakeups", s.cnt[cntDoorbells].Load())
+		}
+	}
+	close(stop)
+	signals := <-flooded
+	took := time.Since(began)
+	c := map[string]uint64{}
+	for _, x := range s.describe().Counters {
+		c[x.Name] = x.Value
+	}
+	t.Logf("%d signals in %v: %v", signals, took, c)
+	if most := doorbellBurst + uint64(took.Seconds()*doorbellRate) + 1; c["doorbells"] > most {
+		t.Errorf("the daemon woke %d times for the flood in %v, more than %d", c["doorbells"], took, most)
+	}
+	if c["doorbells_empty"] == 0 || c["doorbells_throttled"] == 0 || c["doorbell_signals"] < c["doorbells"] {
+		t.Errorf("the flood is not counted as such: %v", c)
+	}
+	if wc := flooder.write(t, 1); wc.Status != qp.Success {
+		t.Errorf("the flooder's own WRITE after the flood: %v", wc.String())
+	}
+}

@@ -1,0 +1,293 @@
+package tests
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/softnic/softnic/nic/shm"
+)
+
+// A hostile process speaks the attach protocol itself, with no library
+// between it and the daemon: it sends what it likes and writes what it
+// likes into the memory it shares with the daemon.
+
+// rawSession is an attach session driven a line at a time.
+type rawSession struct {
+	c    *shm.Conn
+	bell int          // the doorbell eventfd
+	page *shm.Mapping // the doorbell page
+	next uint64
+}
+
+// rawAttach attaches to the daemon at control.
+func rawAttach(control string) (*rawSession, error) {
+	uc, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: control, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	s := &rawSession{c: shm.NewConn(uc, 64<<10)}
+	if err := s.c.Send([]byte(`{"cmd":"attach"}`), nil); err != nil {
+		s.c.Close()
+		return nil, err
+	}
+	fds, err := s.read(0, nil)
+	if err == nil && len(fds) != 2 {
+		shm.CloseFDs(fds)
+		err = fmt.Errorf("%d descriptors with the attach answer, want 2", len(fds))
+	}
+	if err != nil {
+		s.c.Close()
+		return nil, fmt.Errorf("attach: %w", err)
+	}
+	s.bell = fds[0]
+	if s.page, err = shm.Map(fds[1], shm.DoorbellSize); err != nil {
+		unix.Close(s.bell)
+		s.c.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// call sends request op with args and decodes the answer's result into
+// res; it returns the descriptors the answer carried.
+func (s *rawSession) call(op string, args any, res any) ([]int, error) {
+	s.next++
+	a, _ := json.Marshal(args)
+	line, _ := json.Marshal(map[string]any{"id": s.next, "op": op, "args": json.RawMessage(a)})
+	if err := s.c.Send(line, nil); err != nil {
+		return nil, err
+	}
+	return s.read(s.next, res)
+}
+
+// read reads messages until the answer to call id, skipping events.
+func (s *rawSession) read(id uint64, res any) ([]int, error) {
+	for {
+		line, err := s.c.ReadLine()
+		if err != nil {
+			return nil, err
+		}
+		var m struct {
+			ID     uint64
+			FDs    int
+			Result json.RawMessage
+			Error  string
+		}
+		if err := json.Unmarshal(line, &m); err != nil {
+			return nil, fmt.Errorf("%q: %w", line, err)
+		}
+		fds, err := s.c.TakeFDs(m.FDs)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case m.ID != id:
+			shm.CloseFDs(fds)
+		case m.Error != "":
+			shm.CloseFDs(fds)
+			return nil, errors.New(m.Error)
+		case res != nil && json.Unmarshal(m.Result, res) != nil:
+			shm.CloseFDs(fds)
+			return nil, fmt.Errorf("result %s", m.Result)
+		default:
+			return fds, nil
+		}
+	}
+}
+
+// qps creates n RC QPs in a PD and on a CQ of their own, and closes their
+// rings' descriptors (their rings are then the daemon's alone).
+func (s *rawSession) qps(n int) error {
+	var pd, cq struct{ H uint32 }
+	if _, err := s.call("alloc_pd", nil, &pd); err != nil {
+		return err
+	}
+	fds, err := s.call("create_cq", map[string]int{"Depth": 4}, &cq)
+	if err != nil {
+		return err
+	}
+	shm.CloseFDs(fds)
+	for range n {
+		fds, err := s.call("create_qp", map[string]any{"PD": pd.H, "Config": map[string]any{"SendCQ": cq.H, "MaxSendWR": 4, "MaxRecvWR": 4}}, nil)
+		if err != nil {
+			return err
+		}
+		shm.CloseFDs(fds)
+	}
+	return nil
+}
+
+// Close detaches.
+func (s *rawSession) Close() {
+	unix.Close(s.bell)
+	s.page.Close()
+	s.c.Close()
+}
+
+// envAttack is set in the attacker processes (TestAttacker) to the attack
+// they make; envAttackSocket to the daemon's control socket.
+const (
+	envAttack       = "SOFTNIC_TEST_ATTACK"
+	envAttackSocket = "SOFTNIC_TEST_ATTACK_SOCKET"
+)
+
+// attacks are what an attacker process can do, by name: each sets itself
+// up on the daemon at control and returns one step of its attack, which
+// the attacker repeats while attacking.
+var attacks = map[string]func(control string) (step func() error, err error){
+	"doorbell-signals": doorbellFlood(false),
+	"doorbell-marks":   doorbellFlood(true),
+}
+
+// TestAttacker is not a test of its own: it is the body of the attacker
+// processes of the attack tests (this test binary run again with
+// -test.run=^TestAttacker$), which make the attack SOFTNIC_TEST_ATTACK
+// names on the daemon at SOFTNIC_TEST_ATTACK_SOCKET. It prints "ready"
+// once set up, then runs in a tight loop, repeating the attack's step
+// after a line "on" on its stdin and doing nothing after "off" (so that
+// it takes as much of a CPU either way), until stdin closes.
+func TestAttacker(t *testing.T) {
+	setup := attacks[os.Getenv(envAttack)]
+	if setup == nil {
+		t.Skip("run by the attack tests as an attacker process")
+	}
+	step, err := setup(os.Getenv(envAttackSocket))
+	if err != nil {
+		fmt.Println("error:", err)
+		os.Exit(1)
+	}
+	var on atomic.Bool
+	go func() {
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			on.Store(sc.Text() == "on")
+			fmt.Println(sc.Text()) // the test waits for the echo
+		}
+		os.Exit(0)
+	}()
+	fmt.Println("ready")
+	for {
+		if on.Load() {
+			if err := step(); err != nil {
+				fmt.Println("error:", err)
+				os.Exit(1)
+			}
+		}
+	}
+}
+
+// attacker is an attacker process.
+type attacker struct {
+	cmd   *exec.Cmd
+	pid   int
+	stdin io.Writer
+	lines chan string // its stdout
+}
+
+// startAttacker starts an attacker process set up to make attack on the
+// daemon at control, idle (spinning) until told to attack. It is killed
+// when the test ends.
+func startAttacker(t testing.TB, attack, control string) *attacker {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestAttacker$")
+	cmd.Env = append(os.Environ(), envAttack+"="+attack, envAttackSocket+"="+control)
+	cmd.Stderr = os.Stderr
+	a := &attacker{cmd: cmd, lines: make(chan string, 16)}
+	var err error
+	if a.stdin, err = cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	a.pid = cmd.Process.Pid
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	go func() {
+		defer close(a.lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			a.lines <- sc.Text()
+		}
+	}()
+	a.expect(t, "ready")
+	return a
+}
+
+// attack starts or stops the attack, and returns once the attacker has
+// heard.
+func (a *attacker) attack(t testing.TB, on bool) {
+	t.Helper()
+	cmd := map[bool]string{true: "on", false: "off"}[on]
+	if _, err := io.WriteString(a.stdin, cmd+"\n"); err != nil {
+		t.Fatalf("attacker %d: %v", a.pid, err)
+	}
+	a.expect(t, cmd)
+}
+
+// expect waits for the attacker's next line, which must be want.
+func (a *attacker) expect(t testing.TB, want string) {
+	t.Helper()
+	select {
+	case line, ok := <-a.lines:
+		if !ok || line != want {
+			t.Fatalf("attacker %d: %q (ended: %v), want %q", a.pid, line, !ok, want)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("attacker %d: no %q within 30 s", a.pid, want)
+	}
+}
+
+// floodQPs is how many QPs a doorbell flooder owns.
+const floodQPs = 64
+
+// doorbellFlood returns an attack that attaches, makes floodQPs QPs, and
+// signals its doorbell eventfd at each step without posting anything;
+// with marks, its doorbell page says each time that every one of its QPs
+// rang (slots 0 to floodQPs-1: the daemon hands out the lowest free).
+func doorbellFlood(marks bool) func(control string) (func() error, error) {
+	return func(control string) (func() error, error) {
+		s, err := rawAttach(control)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.qps(floodQPs); err != nil {
+			return nil, err
+		}
+		bell, err := shm.NewDoorbell(s.page.Bytes())
+		if err != nil {
+			return nil, err
+		}
+		var one [8]byte
+		binary.NativeEndian.PutUint64(one[:], 1)
+		return func() error {
+			if marks {
+				for slot := range uint32(floodQPs) {
+					bell.Mark(slot)
+				}
+			}
+			if _, err := unix.Write(s.bell, one[:]); err != nil && err != unix.EAGAIN {
+				return err
+			}
+			return nil
+		}, nil
+	}
+}
