@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/quota"
