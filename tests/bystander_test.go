@@ -2,8 +2,10 @@ package tests
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,7 +19,7 @@ import (
 // streams 64 KiB RDMA WRITEs while the attack is off and while it is on,
 // in alternating rounds (this machine's speed drifts within a minute), and
 // its throughput and p99 latency under attack must stay within a factor of
-// those without (checkWithin). Without the attack, the attacker process
+// those without (checkUnderAttack). Without the attack, the attacker process
 // spins in a loop of its own (TestAttacker): on a machine of two cores,
 // any process busy on one slows the bystander by itself (a plain busy
 // loop tripled its p99), which is the kernel's sharing of the CPUs, not
@@ -131,11 +133,36 @@ func (b *bystander) underAttack(t testing.TB, rounds int, per time.Duration, att
 // bystanderRound is one round of underAttack.
 type bystanderRound struct{ quiet, attacked bystanderFigures }
 
-// checkWithin fails the test if the bystander's throughput under attack is
-// below the quiet one over factor, or its p99 latency above the quiet one
-// times factor, in the median of the rounds: other programs on the
-// machine slow a round now and then, an attack that works slows them all.
-func checkWithin(t testing.TB, rounds []bystanderRound, factor float64) {
+// bystanderTries is how many times checkUnderAttack measures at most.
+const bystanderTries = 3
+
+// checkUnderAttack measures the bystander under attack (underAttack) and
+// fails the test unless its throughput under attack is at least the quiet
+// one over factor, and its p99 latency at most the quiet one times
+// factor, in the median of the rounds' ratios. Other programs on the
+// machine slow a round now and then, and now and then most rounds of a
+// try: a try that fails is made again, up to bystanderTries times, as an
+// attack that works slows every try. (On a machine busy with other work,
+// an attacker gets too little CPU to slow anything much: the daemon
+// before its doorbell budget tripled the bystander's p99 on an idle
+// machine, and barely moved it under a load of 15. Attack tests check
+// what the daemon counts as well.)
+func (b *bystander) checkUnderAttack(t testing.TB, rounds int, per time.Duration, factor float64, attack func(on bool)) {
+	t.Helper()
+	var failed []string
+	for try := range bystanderTries {
+		err := within(t, b.underAttack(t, rounds, per, attack), factor)
+		if err == nil {
+			return
+		}
+		failed = append(failed, fmt.Sprintf("try %d: %v", try+1, err))
+	}
+	t.Errorf("the bystander is slowed by the attack:\n%s", strings.Join(failed, "\n"))
+}
+
+// within logs the bystander's figures, and describes how they exceed
+// factor, if they do.
+func within(t testing.TB, rounds []bystanderRound, factor float64) error {
 	t.Helper()
 	var all bystanderRound
 	var slower, later []float64
@@ -152,10 +179,15 @@ func checkWithin(t testing.TB, rounds []bystanderRound, factor float64) {
 	t.Logf("bystander without the attack: %v", all.quiet)
 	t.Logf("bystander under the attack:   %v", all.attacked)
 	t.Logf("rounds' throughput ratios %.2f, p99 ratios %.2f", slower, later)
+	var errs []string
 	if m := slower[len(slower)/2]; m > factor {
-		t.Errorf("the bystander's throughput fell %.2f× under the attack (median of %d rounds), more than %g×", m, len(rounds), factor)
+		errs = append(errs, fmt.Sprintf("its throughput fell %.2f× (median of %d rounds), more than %g×", m, len(rounds), factor))
 	}
 	if m := later[len(later)/2]; m > factor {
-		t.Errorf("the bystander's p99 latency rose %.2f× under the attack (median of %d rounds), more than %g×", m, len(rounds), factor)
+		errs = append(errs, fmt.Sprintf("its p99 latency rose %.2f× (median of %d rounds), more than %g×", m, len(rounds), factor))
 	}
+	if errs != nil {
+		return errors.New(strings.Join(errs, "; "))
+	}
+	return nil
 }
