@@ -61,6 +61,7 @@ type serveConfig struct {
 	// allowGroup is the group whose members may use the control socket
 	// besides the daemon's user and root; -1 for none.
 	allowGroup int
+	web        webConfig // --metrics, --http
 }
 
 func defineServe(fs *flag.FlagSet) func(*invocation) error {
@@ -77,6 +78,7 @@ func defineServe(fs *flag.FlagSet) func(*invocation) error {
 		"(such as 50us) instead of sleeping: lower latency for a CPU while traffic flows; 0 sleeps at once")
 	allowGroup := fs.String("allow-group", "", "let the members of `GROUP` (a name or a number) use the control socket, attach and inspect "+
 		"their own processes, besides the daemon's user and root")
+	web := webFlags(fs)
 	return func(inv *invocation) error {
 		if err := inv.parse(0, 0); err != nil {
 			return err
@@ -112,6 +114,9 @@ func defineServe(fs *flag.FlagSet) func(*invocation) error {
 		}
 		if cfg.control == "" {
 			return usagef("--control: want a path")
+		}
+		if cfg.web, err = web(); err != nil {
+			return err
 		}
 		if len(cfg.regions) == 0 {
 			r, _ := parseRegionSpec(defaultRegion)
@@ -163,6 +168,7 @@ type daemon struct {
 	ln      *nic.Listener
 	ctl     *controlServer
 	attach  *nic.AttachServer // the processes attached to the device (Config.Attach)
+	web     webServers        // --metrics, --http
 
 	// quit is cancelled by stop: the accept loop and the capture flusher end.
 	quit       context.Context
@@ -223,6 +229,7 @@ type readyLine struct {
 	Control string        `json:"control"`
 	Regions []readyRegion `json:"regions"`
 	CMPort  uint16        `json:"cm_port"`
+	Metrics string        `json:"metrics,omitempty"` // --metrics' address, its port picked
 }
 
 type readyRegion struct {
@@ -246,7 +253,7 @@ func serve(ctx context.Context, cfg *serveConfig, stdout, stderr io.Writer) erro
 		d.stop()
 		return &exitError{status: 2, err: err}
 	}
-	ready := readyLine{Listen: d.dev.Addr().String(), Control: cfg.control, CMPort: d.ln.Port()}
+	ready := readyLine{Listen: d.dev.Addr().String(), Control: cfg.control, CMPort: d.ln.Port(), Metrics: d.web.metricsAddr}
 	for _, r := range d.regions {
 		ready.Regions = append(ready.Regions, readyRegion{Name: r.name, Addr: r.mr.Addr(), Len: r.mr.Len(),
 			RKey: r.mr.RKey(), Access: accessLetters(r.mr.Region().Info().Access)})
@@ -282,6 +289,9 @@ func (d *daemon) start() error {
 	}
 	d.ctl = &controlServer{l: l, admit: d.admit, handle: d.control, attach: d.serveAttached,
 		accepts: quota.Backoff{Log: d.log, What: cfg.control}}
+	if err := d.listenWeb(); err != nil {
+		return err
+	}
 	if cfg.pcap != "" {
 		if d.capture, err = createCapture(cfg.pcap); err != nil {
 			return fmt.Errorf("--pcap: %w", err)
@@ -318,6 +328,7 @@ func (d *daemon) start() error {
 	if d.ln, err = d.dev.Listen(cfg.cmPort, nic.ListenOptions{PD: d.pd, QP: nic.QPConfig{SendCQ: d.cq, SRQ: d.srq}}); err != nil {
 		return fmt.Errorf("rdma_cm port %d: %w", cfg.cmPort, err)
 	}
+	d.serveWeb()
 	d.ctl.start()
 	d.acceptDone = make(chan struct{})
 	go d.acceptLoop()
@@ -456,6 +467,7 @@ func claimControlPath(path string) error {
 // flushed.
 func (d *daemon) stop() error {
 	d.cancelQuit()
+	d.stopWeb()
 	if d.ln != nil {
 		d.ln.Close()
 	}
@@ -704,8 +716,14 @@ func (d *daemon) info() *deviceInfo {
 }
 
 // counters lists the device's counters (rxe's names, then its drop
-// reasons), the refused remote accesses by reason, and the daemon's own.
+// reasons), the refused remote accesses by reason, the daemon's own, and
+// the attached processes'.
 func (d *daemon) counters() counterList {
+	return append(d.deviceCounters(), d.attachedCounters()...)
+}
+
+// deviceCounters is counters without the attached processes'.
+func (d *daemon) deviceCounters() counterList {
 	var l counterList
 	for _, c := range d.dev.Counters() {
 		l = append(l, counter{c.Name, c.Value})
@@ -730,7 +748,7 @@ func (d *daemon) counters() counterList {
 		counter{"qps", uint64(len(d.dev.QPs()))},
 	)
 	l = append(l, runtimeCounters()...)
-	return append(l, d.attachedCounters()...)
+	return l
 }
 
 // runtimeCounters are the daemon process's goroutines and live heap (as

@@ -54,27 +54,45 @@ func (d *daemon) attachedQPRows() []qpRow {
 // see, nor stay put when an earlier session detaches. A detached session's
 // counts leave the sums, as a detached process's leave the listing.
 func (d *daemon) attachedCounters() counterList {
-	var pids []int
-	sums := map[int]counterList{}
-	for _, p := range d.attach.Processes() {
-		l, ok := sums[p.PID]
-		if !ok {
-			pids = append(pids, p.PID)
-		}
-		l = l.add("pds", uint64(len(p.PDs))).add("qps", uint64(len(p.QPs)))
-		for _, c := range p.Counters {
-			l = l.add(c.Name, c.Value)
-		}
-		sums[p.PID] = l
-	}
-	l := counterList{{"attached_processes", uint64(len(pids))}}
-	for _, pid := range pids {
-		prefix := fmt.Sprintf("pid%d_", pid)
-		for _, c := range sums[pid] {
+	procs := d.attachedSums()
+	l := counterList{{"attached_processes", uint64(len(procs))}}
+	for _, p := range procs {
+		prefix := fmt.Sprintf("pid%d_", p.pid)
+		for _, c := range p.counters {
 			l = append(l, counter{prefix + c.Name, c.Value})
 		}
 	}
 	return l
+}
+
+// attachedProcess is one attached process's counters, summed over its
+// sessions.
+type attachedProcess struct {
+	pid      int
+	counters counterList // its resources ("pds", "qps"), then its sessions' counters
+}
+
+// attachedResources is how many counters of an attachedProcess count its
+// resources now; the rest are cumulative counts.
+const attachedResources = 2
+
+// attachedSums sums the counters of the attached processes' sessions by
+// process, in the order the processes attached.
+func (d *daemon) attachedSums() []attachedProcess {
+	var procs []attachedProcess
+	for _, p := range d.attach.Processes() {
+		i := slices.IndexFunc(procs, func(a attachedProcess) bool { return a.pid == p.PID })
+		if i < 0 {
+			i = len(procs)
+			procs = append(procs, attachedProcess{pid: p.PID})
+		}
+		l := procs[i].counters.add("pds", uint64(len(p.PDs))).add("qps", uint64(len(p.QPs)))
+		for _, c := range p.Counters {
+			l = l.add(c.Name, c.Value)
+		}
+		procs[i].counters = l
+	}
+	return procs
 }
 
 // add adds v to the counter name, appended to l if it is not there yet.

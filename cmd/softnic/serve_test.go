@@ -437,6 +437,13 @@ func dialDaemon(t *testing.T, d *testDaemon) (*nic.Conn, netip.AddrPort) {
 // loopback port).
 func dialDaemonFrom(t *testing.T, d *testDaemon, cfg nic.Config) (*nic.Conn, netip.AddrPort) {
 	t.Helper()
+	conn, _, local := dialDaemonCQ(t, d, cfg)
+	return conn, local
+}
+
+// dialDaemonCQ is dialDaemonFrom that also returns the QP's CQ.
+func dialDaemonCQ(t *testing.T, d *testDaemon, cfg nic.Config) (*nic.Conn, *nic.CQ, netip.AddrPort) {
+	t.Helper()
 	cfg.Addr = netip.MustParseAddrPort("127.0.0.1:0")
 	dev, err := nic.Open(cfg)
 	if err != nil {
@@ -467,7 +474,7 @@ func dialDaemonFrom(t *testing.T, d *testDaemon, cfg nic.Config) (*nic.Conn, net
 	if st := conn.QP().Status().State; st != qp.RTS {
 		t.Fatalf("dialed QP in %v", st)
 	}
-	return conn, dev.Addr()
+	return conn, cq, dev.Addr()
 }
 
 // TestServeFaults: --faults reaches the device. Half the READ responses
