@@ -4,11 +4,13 @@ import (
 	"fmt"
 	"sync"
 	"time"
+	"unsafe"
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
 )
@@ -40,7 +42,10 @@ type hostedQP struct {
 	// QP's queue.
 	sqFetched, rqFetched uint32
 	lim                  shm.SendLimits
-	mapped               int64
+	// rings is the bill of the rings, released when they are unmapped;
+	// bill the QP's own, released once the device's QP is destroyed.
+	rings, bill quota.Bill
+	released    bool
 
 	// Scratch space for decoding, reused so that the data path does not
 	// allocate.
@@ -87,11 +92,19 @@ func (s *session) newHostedQP(pd *PD, a qpConfigArgs) (*hostedQP, QPConfig, erro
 		qc.SRQ = h.srq.srq
 	}
 	sqSlot := shm.SendSlotSize(cfg.MaxSendSGE, cfg.MaxInline)
-	h.mapped = int64(shm.RingSize(cfg.MaxSendWR, sqSlot))
-	if h.srq == nil {
-		h.mapped += int64(shm.RingSize(cfg.MaxRecvWR, shm.RecvSlotSize(cfg.MaxRecvSGE)))
+	h.rings = ringBill(cfg.MaxSendWR, sqSlot)
+	var srq *qp.SRQ
+	if h.srq != nil {
+		srq = h.srq.srq.srq
+	} else {
+		h.rings = h.rings.Add(ringBill(cfg.MaxRecvWR, shm.RecvSlotSize(cfg.MaxRecvSGE)))
 	}
-	if err := s.charge(h.mapped); err != nil {
+	// The QP's queues and the scratch space of newHostedQP.
+	heap := qp.HeapCost(qp.Config{MaxSendWR: cfg.MaxSendWR, MaxRecvWR: cfg.MaxRecvWR, MaxSendSGE: cfg.MaxSendSGE,
+		MaxRecvSGE: cfg.MaxRecvSGE, MaxInline: cfg.MaxInline, SRQ: srq}) +
+		int64(cfg.MaxInline+(cfg.MaxSendSGE+cfg.MaxRecvSGE)*int(unsafe.Sizeof(qp.SGE{}))+int(unsafe.Sizeof(*h)))
+	h.bill = quota.Of(quota.QPs, 1).Plus(quota.Heap, heap)
+	if err := s.acct.Charge(h.rings.Add(h.bill)); err != nil {
 		return nil, QPConfig{}, err
 	}
 	if h.sqMap, h.sq, err = newRing("softnic-sq", cfg.MaxSendWR, sqSlot); err != nil {
@@ -367,8 +380,22 @@ func (h *hostedQP) firstFailure() bool {
 	return true
 }
 
-// close unmaps the QP's rings; the QP no longer reads or writes them.
+// close unmaps the QP's rings and releases its bill, once the device's
+// QP is destroyed or was never made.
 func (h *hostedQP) close() {
+	h.unmap()
+	if h.q != nil {
+		h.q.mu.Lock()
+		defer h.q.mu.Unlock()
+	}
+	if !h.released {
+		h.released = true
+		h.s.acct.Release(h.bill)
+	}
+}
+
+// unmap unmaps the QP's rings; the QP no longer reads or writes them.
+func (h *hostedQP) unmap() {
 	if h.q != nil {
 		h.q.mu.Lock()
 		defer h.q.mu.Unlock()
@@ -382,7 +409,7 @@ func (h *hostedQP) close() {
 			m.Close()
 		}
 	}
-	h.s.uncharge(h.mapped)
+	h.s.acct.Release(h.rings)
 }
 
 // hostedCQ is a device CQ whose completions go to a ring the attached
@@ -400,24 +427,28 @@ type hostedCQ struct {
 	prod   uint32 // completions written, ever
 	closed bool
 	wcs    [16]qp.WC
+	bill   quota.Bill
 }
 
+// newHostedCQ makes a CQ of depth entries, once its bill is charged: its
+// entries, its array in the daemon's heap, its ring and eventfd.
 func (s *session) newHostedCQ(depth int) (*hostedCQ, error) {
 	if depth <= 0 || depth > qp.MaxCQE {
 		return nil, fmt.Errorf("completion queue depth %d: %w", depth, ErrInvalid)
 	}
-	size := int64(shm.RingSize(depth, shm.CQESize))
-	if err := s.charge(size); err != nil {
+	bill := ringBill(depth, shm.CQESize).Add(quota.Of(quota.CQEntries, int64(depth)).
+		Plus(quota.Heap, qp.CQHeapCost(depth)+int64(unsafe.Sizeof(hostedCQ{}))).Plus(quota.Descriptors, 1))
+	if err := s.acct.Charge(bill); err != nil {
 		return nil, err
 	}
 	cq, err := s.dev.CreateCQ(depth)
 	if err != nil {
-		s.uncharge(size)
+		s.acct.Release(bill)
 		return nil, err
 	}
-	c := &hostedCQ{s: s, cq: cq, depth: uint32(depth), efd: -1}
+	c := &hostedCQ{s: s, cq: cq, depth: uint32(depth), efd: -1, bill: bill}
 	if c.m, c.ring, err = newRing("softnic-cq", depth, shm.CQESize); err != nil {
-		s.uncharge(size)
+		s.acct.Release(bill)
 		return nil, err
 	}
 	if c.efd, err = shm.NewEventFD(); err != nil {
@@ -505,7 +536,7 @@ func (c *hostedCQ) close() {
 	if c.efd >= 0 {
 		unix.Close(c.efd)
 	}
-	c.s.uncharge(int64(shm.RingSize(int(c.depth), shm.CQESize)))
+	c.s.acct.Release(c.bill)
 }
 
 // qpByNum returns the process's QP numbered qpn, or nil.
@@ -530,24 +561,28 @@ type hostedSRQ struct {
 	rsgl    []qp.SGE
 	broken  error
 	closed  bool
+	bill    quota.Bill
 }
 
+// newHostedSRQ makes an SRQ of pd, once its bill is charged: its entries,
+// its array in the daemon's heap and its ring.
 func (s *session) newHostedSRQ(pd *PD, depth, maxSGE int) (*hostedSRQ, error) {
 	if depth <= 0 || depth > qp.MaxSRQWR || maxSGE <= 0 || maxSGE > qp.MaxSGE {
 		return nil, fmt.Errorf("SRQ depth %d, max SGE %d: %w", depth, maxSGE, ErrInvalid)
 	}
-	size := int64(shm.RingSize(depth, shm.RecvSlotSize(maxSGE)))
-	if err := s.charge(size); err != nil {
+	bill := ringBill(depth, shm.RecvSlotSize(maxSGE)).Add(quota.Of(quota.SRQEntries, int64(depth)).
+		Plus(quota.Heap, qp.SRQHeapCost(depth, maxSGE)+int64(maxSGE)*int64(unsafe.Sizeof(qp.SGE{}))))
+	if err := s.acct.Charge(bill); err != nil {
 		return nil, err
 	}
 	srq, err := pd.CreateSRQ(depth, maxSGE)
 	if err != nil {
-		s.uncharge(size)
+		s.acct.Release(bill)
 		return nil, err
 	}
-	r := &hostedSRQ{s: s, srq: srq, depth: depth, maxSGE: maxSGE, rsgl: make([]qp.SGE, 0, maxSGE)}
+	r := &hostedSRQ{s: s, srq: srq, depth: depth, maxSGE: maxSGE, rsgl: make([]qp.SGE, 0, maxSGE), bill: bill}
 	if r.m, r.ring, err = newRing("softnic-srq", depth, shm.RecvSlotSize(maxSGE)); err != nil {
-		s.uncharge(size)
+		s.acct.Release(bill)
 		return nil, err
 	}
 	return r, nil
@@ -604,15 +639,16 @@ func (r *hostedSRQ) close() {
 	}
 	r.closed = true
 	r.m.Close()
-	r.s.uncharge(int64(shm.RingSize(r.depth, shm.RecvSlotSize(r.maxSGE))))
+	r.s.acct.Release(r.bill)
 }
 
 // hostedBuf is a memfd of an attached process, mapped as an arena of the
 // device's region table; its regions reference it.
 type hostedBuf struct {
 	arena *mr.Arena
-	size  int // the bytes the process asked for
-	refs  int // regions over it, under the session's lock
+	size  int        // the bytes the process asked for
+	refs  int        // regions over it, under the session's lock
+	bill  quota.Bill // its memory and mapping, released when it is unmapped
 }
 
 // hostedMR is a region of an attached process.
@@ -632,7 +668,7 @@ func (s *session) deregister(m *hostedMR) error {
 	s.mu.Unlock()
 	if last {
 		s.dev.mem.FreeArena(m.buf.arena)
-		s.uncharge(int64(len(m.buf.arena.Bytes())))
+		s.acct.Release(m.buf.bill)
 	}
 	return nil
 }
@@ -640,9 +676,18 @@ func (s *session) deregister(m *hostedMR) error {
 // hostedListener is a listener of an attached process: the QPs of the
 // connections it accepts are made with cfg.
 type hostedListener struct {
-	l   *Listener
-	pd  *PD
-	cfg qpConfigArgs
+	l    *Listener
+	pd   *PD
+	cfg  qpConfigArgs
+	bill quota.Bill // its backlog
+}
+
+// close closes the listener (its backlog is rejected) and releases its
+// bill.
+func (l *hostedListener) close(s *session) error {
+	err := l.l.Close()
+	s.acct.Release(l.bill)
+	return err
 }
 
 // hostedRequest is a connection request an attached process took from its

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
 	"go.uber.org/zap"
@@ -230,9 +231,11 @@ func TestAttachedCQConsumerSpoilt(t *testing.T) {
 // object limit leaves its shared-memory account as it was. (The refused
 // region's memory was once uncharged twice, so that a process at its
 // object limit could drive its account below zero and then map more than
-// MaxMemory.)
+// its limit.)
 func TestAttachRefusedRegionUncharged(t *testing.T) {
-	_, srv, path := serveTest(t, AttachServerConfig{MaxObjects: 2})
+	limits := quota.DefaultLimits(quota.Probe(1 << 14))
+	limits[quota.Process][quota.Objects] = 2
+	_, srv, path := serveTest(t, AttachServerConfig{Limits: &limits})
 	dev, err := Open(Config{Attach: path})
 	if err != nil {
 		t.Fatal(err)
@@ -245,17 +248,7 @@ func TestAttachRefusedRegionUncharged(t *testing.T) {
 	if _, err := pd.AllocMR(1<<16, mr.LocalWrite); err != nil {
 		t.Fatal(err)
 	}
-	account := func() int64 {
-		srv.mu.Lock()
-		defer srv.mu.Unlock()
-		var total int64
-		for s := range srv.sessions {
-			s.mu.Lock()
-			total += s.memory
-			s.mu.Unlock()
-		}
-		return total
-	}
+	account := func() int64 { return srv.Usage().Total[quota.Memory] }
 	before := account()
 	for range 3 {
 		if _, err := pd.AllocMR(1<<16, mr.LocalWrite); !errors.Is(err, ErrNoMem) {

@@ -1,6 +1,7 @@
 package nic
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/wire"
 )
@@ -51,28 +53,35 @@ func (s *session) allocMR(_ context.Context, raw json.RawMessage, fds []int) (an
 		shm.CloseFDs(fds)
 		return nil, nil, fmt.Errorf("memory region of %d bytes: %w", a.Size, ErrInvalid)
 	}
-	size := int64(shm.RoundUp(a.Size))
-	if err := s.charge(size); err != nil {
+	bill := mappingBill(shm.RoundUp(a.Size))
+	if err := s.acct.Charge(bill); err != nil {
 		shm.CloseFDs(fds)
 		return nil, nil, err
 	}
 	m, err := shm.Map(fds[0], a.Size)
 	if err != nil {
-		s.uncharge(size)
+		s.acct.Release(bill)
 		return nil, nil, fmt.Errorf("memory region: %v: %w", err, ErrFault)
 	}
+	return s.adopt(pd, m, bill, a.Size, 0, a.Size, a.Access, 0)
+}
+
+// adopt makes m, a process's memory mapped and charged with bill, an
+// arena of the device's table, and registers n bytes at off of it (size
+// bytes the process asked for) in pd at iova.
+func (s *session) adopt(pd *PD, m *shm.Mapping, bill quota.Bill, size, off, n int, access mr.Access, iova uint64) (any, []int, error) {
 	arena, err := s.dev.mem.AdoptArena(pd.pd, m.Bytes())
 	if err != nil {
 		m.Close()
-		s.uncharge(size)
+		s.acct.Release(bill)
 		return nil, nil, err
 	}
 	m.Release()
-	buf := &hostedBuf{arena: arena, size: a.Size}
-	res, err := s.register(pd, buf, 0, a.Size, a.Access, 0)
+	buf := &hostedBuf{arena: arena, size: size, bill: bill}
+	res, err := s.register(pd, buf, off, n, access, iova)
 	if err != nil {
 		s.dev.mem.FreeArena(arena)
-		s.uncharge(size)
+		s.acct.Release(bill)
 	}
 	return res, nil, err
 }
@@ -119,25 +128,12 @@ func (s *session) regShared(_ context.Context, raw json.RawMessage, fds []int) (
 	if err != nil {
 		return nil, nil, err
 	}
-	size := int64(len(m.Bytes()))
-	if err := s.charge(size); err != nil {
+	bill := mappingBill(len(m.Bytes()))
+	if err := s.acct.Charge(bill); err != nil {
 		m.Close()
 		return nil, nil, err
 	}
-	arena, err := s.dev.mem.AdoptArena(pd.pd, m.Bytes())
-	if err != nil {
-		m.Close()
-		s.uncharge(size)
-		return nil, nil, err
-	}
-	m.Release()
-	buf := &hostedBuf{arena: arena, size: int(size)}
-	res, err := s.register(pd, buf, skip, a.Len, a.Access, a.IOVA)
-	if err != nil {
-		s.dev.mem.FreeArena(arena)
-		s.uncharge(size)
-	}
-	return res, nil, err
+	return s.adopt(pd, m, bill, len(m.Bytes()), skip, a.Len, a.Access, a.IOVA)
 }
 
 // register registers n bytes at offset off of buf in pd, at address iova
@@ -398,17 +394,34 @@ func (s *session) listen(_ context.Context, raw json.RawMessage, _ []int) (any, 
 	if err != nil {
 		return nil, nil, err
 	}
-	l, err := s.dev.Listen(a.Port, ListenOptions{PD: pd, QP: cfg, Backlog: a.Backlog})
-	if err != nil {
+	// A backlog beyond maxAttachBacklog is cut to it, as listen(2) cuts
+	// one beyond net.core.somaxconn; Listen refuses one below 0.
+	backlog := min(cmp.Or(a.Backlog, cmDefaultBacklog), maxAttachBacklog)
+	bill := quota.Of(quota.Heap, int64(max(backlog, 0))*backlogHeap)
+	if err := s.acct.Charge(bill); err != nil {
 		return nil, nil, err
 	}
-	h, err := s.add(&hostedListener{l: l, pd: pd, cfg: a.QP})
+	l, err := s.dev.Listen(a.Port, ListenOptions{PD: pd, QP: cfg, Backlog: backlog})
 	if err != nil {
-		l.Close()
+		s.acct.Release(bill)
+		return nil, nil, err
+	}
+	hl := &hostedListener{l: l, pd: pd, cfg: a.QP, bill: bill}
+	h, err := s.add(hl)
+	if err != nil {
+		hl.close(s)
 		return nil, nil, err
 	}
 	return listenResult{H: h, Port: l.Port()}, nil, nil
 }
+
+// The backlog of an attached process's listener: at most as long as
+// Linux's default net.core.somaxconn, and charged for what a request
+// waiting in it holds in the daemon.
+const (
+	maxAttachBacklog = 4096
+	backlogHeap      = 1 << 10
+)
 
 func (s *session) closeListener(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
 	l, hnd, err := byHandle[*hostedListener](s, raw)
@@ -416,7 +429,7 @@ func (s *session) closeListener(_ context.Context, raw json.RawMessage, _ []int)
 		return nil, nil, err
 	}
 	s.remove(hnd)
-	return nil, nil, l.l.Close()
+	return nil, nil, l.close(s)
 }
 
 func (s *session) acceptRequest(ctx context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
@@ -523,6 +536,13 @@ func (s *session) dial(ctx context.Context, raw json.RawMessage, _ []int) (any, 
 // when the connection ends.
 func (s *session) hostConn(c *Conn, h *hostedQP) (any, []int, error) {
 	h.conn = c
+	// The watcher's goroutine is billed with the QP, which outlives it.
+	err := s.acct.Charge(watchBill)
+	if err != nil {
+		background(func() { c.Close(); h.close() })
+		return nil, nil, err
+	}
+	h.bill = h.bill.Add(watchBill)
 	qh, err := s.add(h)
 	if err != nil {
 		background(func() { c.Close(); h.close() })

@@ -276,7 +276,7 @@ func TestAttachCreateFailureDestroys(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			path := startServer(t, nic.Config{}, nic.AttachServerConfig{MaxObjects: tc.limit}).path
+			path := startServer(t, nic.Config{}, nic.AttachServerConfig{Limits: limitsWith(t, "process.objects", int64(tc.limit))}).path
 			var once atomic.Bool
 			path = startProxy(t, path, func(op string, fds []int) []int {
 				if op == tc.op && once.CompareAndSwap(false, true) {

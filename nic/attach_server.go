@@ -29,12 +29,15 @@ import (
 type AttachServerConfig struct {
 	// Logger receives attach and detach events; nil uses the device's.
 	Logger *zap.Logger
-	// MaxMemory bounds the shared memory one process has the daemon map:
-	// its regions' memory and its rings (default 16 GiB).
-	MaxMemory int64
-	// MaxObjects bounds the PDs, regions, CQs, SRQs, QPs, listeners,
-	// requests and connections of one process (default 4096).
-	MaxObjects int
+	// Limits bound what attached processes hold in the daemon, each
+	// process (by PID and start time), each user and all of them
+	// together: sessions, waiting calls, objects, QPs, queue entries,
+	// shared memory, mappings, and the heap and descriptors the daemon
+	// spends for them. Nil takes quota.DefaultLimits of the machine.
+	Limits *quota.Limits
+	// LimitFlag is how a refusal names the setting that raises a limit,
+	// such as "softnic serve --limit" (see quota.LimitError).
+	LimitFlag string
 	// AllowGroups admits the members of these groups besides the
 	// daemon's own user and root, who are always admitted.
 	AllowGroups []int
@@ -59,6 +62,8 @@ type AttachServer struct {
 	cfg AttachServerConfig
 	log *zap.Logger
 
+	// ledger keeps what each process and user holds, against the limits.
+	ledger *quota.Ledger
 	// accepts carries Serve through a process out of descriptors.
 	accepts  quota.Backoff
 	refused  atomic.Uint64   // connections of users not admitted
@@ -89,13 +94,13 @@ func NewAttachServer(d *Device, cfg AttachServerConfig) *AttachServer {
 	if cfg.Logger == nil {
 		cfg.Logger = d.log
 	}
-	if cfg.MaxMemory == 0 {
-		cfg.MaxMemory = 16 << 30
+	limits := cfg.Limits
+	if limits == nil {
+		l := quota.DefaultLimits(quota.Probe(d.cfg.MaxQPs))
+		limits = &l
 	}
-	if cfg.MaxObjects == 0 {
-		cfg.MaxObjects = 4096
-	}
-	s := &AttachServer{dev: d, cfg: cfg, log: cfg.Logger, sessions: make(map[*session]struct{}), stop: make(chan struct{})}
+	s := &AttachServer{dev: d, cfg: cfg, log: cfg.Logger, sessions: make(map[*session]struct{}), stop: make(chan struct{}),
+		ledger: quota.NewLedger(*limits, cfg.LimitFlag)}
 	s.accepts.Log = s.log
 	if d.cfg.BusyPoll > 0 {
 		d.rings.Store(s)
@@ -263,6 +268,10 @@ func (s *AttachServer) Close() error {
 	return nil
 }
 
+// Usage returns what the attached processes and their users hold, against
+// the limits.
+func (s *AttachServer) Usage() quota.Usage { return s.ledger.Usage() }
+
 // AcceptErrors counts the accepts of Serve that failed and were retried.
 func (s *AttachServer) AcceptErrors() uint64 { return s.accepts.Errors() }
 
@@ -336,10 +345,14 @@ type session struct {
 	unpolled bool                        // detached: not to be polled
 	qpSnap   atomic.Pointer[[]*hostedQP] // a copy of slots, for the goroutines that service them
 
+	// acct charges what the session holds to its process, its user and
+	// the total (quota.Ledger): every bill below is charged before what
+	// it pays for is made, and released after it is gone.
+	acct *quota.Holder
+
 	mu      sync.Mutex
 	objects map[uint32]any // handle → *PD, *hostedMR, *hostedCQ, *hostedSRQ, *hostedQP, *hostedListener, *hostedRequest, *hostedConn
 	next    uint32
-	memory  int64                         // bytes mapped for it
 	calls   map[uint64]context.CancelFunc // calls waiting for the network
 	slots   []*hostedQP                   // its QPs by doorbell slot, nil where free (qpSnap publishes them)
 	byQPN   map[uint32]*hostedQP          // the same, by number
@@ -368,21 +381,31 @@ func (s *AttachServer) newSession(c *net.UnixConn) (*session, error) {
 	if s.dev.closed() {
 		return nil, fmt.Errorf("attach: %w", ErrClosed)
 	}
-	if err := ss.bell.open(); err != nil {
+	ss.acct = s.ledger.Open(quota.Identify(ss.pid), ss.uid)
+	if err := ss.acct.Charge(sessionBill); err != nil {
+		ss.acct.Close()
+		return nil, fmt.Errorf("attach: %w", err)
+	}
+	fail := func(err error) (*session, error) {
+		ss.acct.Release(sessionBill)
+		ss.acct.Close()
 		return nil, err
+	}
+	if err := ss.bell.open(); err != nil {
+		return fail(err)
 	}
 	hello := helloResult{Addr: s.dev.local, MTU: s.dev.cfg.MTU, Features: s.dev.conn.Features(), PID: os.Getpid()}
 	err = ss.reply(0, &hello, ss.bell.fds(), nil)
 	ss.bell.page.CloseFD()
 	if err != nil {
 		ss.bell.close()
-		return nil, err
+		return fail(err)
 	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		ss.bell.close()
-		return nil, fmt.Errorf("attach: %w", ErrClosed)
+		return fail(fmt.Errorf("attach: %w", ErrClosed))
 	}
 	s.sessions[ss] = struct{}{}
 	s.republish()
@@ -456,11 +479,12 @@ func (s *session) add(obj any) (uint32, error) {
 	if s.dead {
 		return 0, ErrClosed
 	}
-	if len(s.objects) >= s.srv.cfg.MaxObjects {
-		return 0, fmt.Errorf("%d objects, the daemon's limit per process: %w", len(s.objects), ErrNoMem)
+	if err := s.acct.Charge(quota.Of(quota.Objects, 1)); err != nil {
+		return 0, err
 	}
 	if h, ok := obj.(*hostedQP); ok {
 		if err := s.addQPLocked(h); err != nil {
+			s.acct.Release(quota.Of(quota.Objects, 1))
 			return 0, err
 		}
 	}
@@ -478,10 +502,15 @@ func (s *session) add(obj any) (uint32, error) {
 func (s *session) remove(h uint32) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if q, ok := s.objects[h].(*hostedQP); ok {
+	obj, ok := s.objects[h]
+	if !ok {
+		return
+	}
+	if q, ok := obj.(*hostedQP); ok {
 		s.removeQPLocked(q)
 	}
 	delete(s.objects, h)
+	s.acct.Release(quota.Of(quota.Objects, 1))
 }
 
 // forget forgets obj, whatever its handle.
@@ -548,22 +577,34 @@ func byHandle[T any](s *session, raw json.RawMessage) (T, uint32, error) {
 	return obj, a.H, err
 }
 
-// charge counts n bytes more of shared memory mapped for the process.
-func (s *session) charge(n int64) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.memory+n > s.srv.cfg.MaxMemory {
-		return fmt.Errorf("%d bytes of shared memory mapped, %d more exceed the daemon's limit of %d: %w",
-			s.memory, n, s.srv.cfg.MaxMemory, ErrNoMem)
-	}
-	s.memory += n
-	return nil
-}
+// What the daemon spends for a session and a waiting call, beside what
+// their bills count by name: a session's socket buffers (a line of up to
+// attachMaxLine) and its two goroutines; a call's goroutine, and the one
+// an accept leaves to finish the handshake.
+const (
+	sessionHeap = 128 << 10
+	waitHeap    = 16 << 10
+)
 
-func (s *session) uncharge(n int64) {
-	s.mu.Lock()
-	s.memory -= n
-	s.mu.Unlock()
+// sessionBill is what a session holds: its socket, its doorbell eventfd
+// and the duplicate its goroutine reads, the doorbell page, and its heap.
+var sessionBill = quota.Of(quota.Sessions, 1).Plus(quota.Descriptors, 3).Plus(quota.Mappings, 1).
+	Plus(quota.Memory, shm.DoorbellSize).Plus(quota.Heap, sessionHeap)
+
+// waitBill is what a call waiting for the network holds; watchBill the
+// goroutine that watches a connection for its end.
+var (
+	waitBill  = quota.Of(quota.Waits, 1).Plus(quota.Heap, waitHeap)
+	watchBill = quota.Of(quota.Heap, waitHeap)
+)
+
+// ringBill is what a ring of n slots of size bytes costs: its memory and
+// its mapping.
+func ringBill(n, size int) quota.Bill { return mappingBill(shm.RingSize(n, size)) }
+
+// mappingBill is what mapping n bytes of a process's memory costs.
+func mappingBill(n int) quota.Bill {
+	return quota.Of(quota.Memory, int64(n)).Plus(quota.Mappings, 1)
 }
 
 // describe returns what the process owns.
@@ -629,6 +670,7 @@ func (s *session) cleanup() {
 			pds = append(pds, o)
 		}
 	}
+	s.acct.Release(quota.Of(quota.Objects, int64(len(s.objects))))
 	s.objects = nil
 	s.slots = nil
 	s.byQPN = nil
@@ -646,18 +688,23 @@ func (s *session) cleanup() {
 		r.r.abandon(wire.RejectConsumer)
 	}
 	for _, l := range listeners {
-		l.l.Close()
+		l.close(s)
 	}
 	for _, c := range conns {
 		c.qp.takePosted()
 		c.c.halt()
-		background(func() { c.c.Close() })
+		background(func() {
+			c.c.Close()
+			c.qp.close() // the QP is destroyed: its bill is released
+		})
 	}
 	for _, h := range qps {
-		if h.conn == nil {
-			h.takePosted()
-			h.q.Destroy()
+		if h.conn != nil {
+			h.unmap()
+			continue
 		}
+		h.takePosted()
+		h.q.Destroy()
 		h.close()
 	}
 	for _, q := range queues {
@@ -684,6 +731,8 @@ func (s *session) cleanup() {
 	s.unpolled = true
 	s.pollMu.Unlock()
 	s.bell.close()
+	s.acct.Release(sessionBill)
+	s.acct.Close()
 	s.log.Info("process detached: its resources destroyed",
 		zap.Int("connections", len(conns)), zap.Int("qps", len(qps)), zap.Int("regions", len(regions)))
 }
@@ -718,6 +767,11 @@ func (s *session) handle(m *attachMsg, fds []int) {
 		s.answer(m.ID, res, out, err)
 		return
 	}
+	if err := s.acct.Charge(waitBill); err != nil {
+		shm.CloseFDs(fds)
+		s.reply(m.ID, nil, nil, err)
+		return
+	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	s.mu.Lock()
 	s.calls[m.ID] = cancel
@@ -725,6 +779,7 @@ func (s *session) handle(m *attachMsg, fds []int) {
 	s.mu.Unlock()
 	go func() {
 		defer s.callWG.Done()
+		defer s.acct.Release(waitBill)
 		res, out, err := op.run(s, ctx, m.Args, fds)
 		s.mu.Lock()
 		delete(s.calls, m.ID)
