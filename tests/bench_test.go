@@ -2,6 +2,7 @@ package tests
 
 import (
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,93 +16,147 @@ import (
 	"github.com/softnic/softnic/qp"
 )
 
-// The benchmarks measure softnic between two devices on loopback beside a
-// raw-UDP baseline measured in the same process: each softnic benchmark
-// reports its figure and the ratio to the baseline ("x-raw"), so that
-// the targets (issue 4) read directly off one run:
+// The benchmarks measure softnic with nicbench's workloads (fi_rmabw's,
+// the ones softnic bench runs) beside raw-UDP baselines measured in the
+// same process: each reports its figure and the ratio to the baseline
+// ("x-raw"), so that the targets read directly off one run:
 //
-//	go test -run '^$' -bench . -benchtime 2s ./tests
+//	go test -run '^$' -bench BenchmarkWorkloads -benchtime 1s ./tests
 //
 // Throughput baseline: raw UDP, 4 KiB datagrams, sendmmsg/recvmmsg batches,
-// no segmentation offload. Latency baseline: a raw Go UDP ping-pong.
+// no segmentation offload. Latency baseline: a raw Go UDP ping-pong, with
+// an echo socket in the peer's process when it has one.
 
-var (
-	rawThroughput = sync.OnceValues(func() (udptest.ThroughputResult, error) {
-		return udptest.MeasureThroughput(500000, udptest.ThroughputConfig{})
-	})
-	rawPingPong = sync.OnceValues(func() (udptest.PingPongResult, error) {
-		return udptest.MeasurePingPong(20000)
-	})
-)
+var rawThroughput = sync.OnceValues(func() (udptest.ThroughputResult, error) {
+	return udptest.MeasureThroughput(500000, udptest.ThroughputConfig{})
+})
 
 func BenchmarkRawUDP4KBatched(b *testing.B) { udptest.Throughput(b, udptest.ThroughputConfig{}) }
 func BenchmarkRawUDPPingPong(b *testing.B)  { udptest.PingPong(b) }
 
-// pair is nicbench's pair between device a, opened embedded or attached
-// to a daemon, and its peer b, with the device a for its counters.
-type pair struct {
-	nicbench.Pair
-	da *nic.Device
+// envBenchPeer is set in the peer processes BenchmarkWorkloads starts
+// (TestBenchPeer).
+const envBenchPeer = "SOFTNIC_TEST_BENCH_PEER"
+
+// TestBenchPeer is not a test of its own: it is the body of the peer
+// process of BenchmarkWorkloads (this test binary run again with
+// -test.run=^TestBenchPeer$), as softnic bench-peer is softnic bench's.
+func TestBenchPeer(t *testing.T) {
+	if os.Getenv(envBenchPeer) == "" {
+		t.Skip("run by BenchmarkWorkloads as its peer process")
+	}
+	if err := nicbench.ServePeer(os.Stdin, os.Stdout, nic.Config{Addr: loopback}); err != nil {
+		t.Fatal(err)
+	}
 }
 
-func newPair(tb testing.TB, open, peer func(testing.TB, nic.Config) *nic.Device, depth int) pair {
-	da := open(tb, nic.Config{})
-	p, err := nicbench.NewPair(da, peer(tb, nic.Config{}), depth)
+// peerProcess starts a peer device in a process of its own.
+func peerProcess(tb testing.TB) *nicbench.Peer {
+	tb.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestBenchPeer$")
+	cmd.Env = append(os.Environ(), envBenchPeer+"=1")
+	cmd.Stderr = os.Stderr
+	p, err := nicbench.StartPeer(cmd)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return pair{p, da}
+	tb.Cleanup(func() { p.Close() })
+	return p
 }
 
-// transfer runs n 64 KiB operations op and returns the time they took.
-func (p pair) transfer(tb testing.TB, op qp.WROpcode, n int) time.Duration {
-	d, err := p.Transfer(op, n)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return d
-}
-
-func benchThroughput(b *testing.B, op qp.WROpcode) {
+// BenchmarkWorkloads runs every workload of nicbench, from an embedded
+// device to a peer device in a process of its own (peer=process, as
+// softnic bench does by default and fi_rmabw's target is) or in this one
+// (peer=in-process, softnic bench --one-process). A throughput reports
+// Gbit/s (and retransmitted packets per operation), a rate ops/s, a
+// latency its median and p99 in µs; each its ratio to raw UDP.
+func BenchmarkWorkloads(b *testing.B) {
 	raw, err := rawThroughput()
 	if err != nil {
 		b.Fatal(err)
 	}
-	p := newPair(b, openDevice, openDevice, nicbench.StreamDepth)
-	b.SetBytes(nicbench.StreamSize)
-	b.ReportAllocs()
-	b.ResetTimer()
-	g := nicbench.Gbps(b.N, p.transfer(b, op, b.N))
-	b.StopTimer()
-	r, _ := p.da.Counter("retransmitted_pkts")
-	b.ReportMetric(g, "Gbit/s")
-	b.ReportMetric(g/raw.Gbps, "x-raw")
-	b.ReportMetric(float64(r)/float64(b.N), "retx/op")
+	for _, peer := range []string{"process", "in-process"} {
+		b.Run("peer="+peer, func(b *testing.B) {
+			a := openDevice(b, nic.Config{})
+			var target nicbench.Target
+			var ping udptest.PingPongResult
+			if peer == "process" {
+				p := peerProcess(b)
+				target = p
+				ping, err = udptest.MeasurePingPongTo(20000, p.Echo())
+			} else {
+				target, err = nicbench.NewDeviceTarget(openDevice(b, nic.Config{}))
+				if err == nil {
+					ping, err = udptest.MeasurePingPong(20000)
+				}
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			in, err := nicbench.Dial(a, target, nicbench.MaxQPs)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, w := range nicbench.Workloads {
+				b.Run(w.Key, func(b *testing.B) { runWorkload(b, in, w, raw.Gbps, ping.Median) })
+			}
+		})
+	}
 }
 
-// BenchmarkWrite64K: RDMA WRITE of 64 KiB messages, MTU 4096, 32 in flight.
-func BenchmarkWrite64K(b *testing.B) { benchThroughput(b, qp.WRWrite) }
+// runWorkload runs b.N operations of w and reports its figures, with
+// their ratio to rawGbps or rawRTT.
+func runWorkload(b *testing.B, in *nicbench.Initiator, w nicbench.Workload, rawGbps float64, rawRTT time.Duration) {
+	rtts := make([]time.Duration, b.N)
+	retx0, _ := in.Dev.Counter("retransmitted_pkts")
+	b.ReportAllocs()
+	b.ResetTimer()
+	f, err := w.Run(in, nicbench.Limit{Ops: b.N}, rtts)
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	switch w.Kind() {
+	case nicbench.Bandwidth:
+		b.SetBytes(int64(w.Size))
+		retx, _ := in.Dev.Counter("retransmitted_pkts")
+		b.ReportMetric(f.Value, "Gbit/s")
+		b.ReportMetric(f.Value/rawGbps, "x-raw")
+		b.ReportMetric(float64(retx-retx0)/float64(b.N), "retx/op")
+	case nicbench.Rate:
+		b.ReportMetric(f.Value, "ops/s")
+	case nicbench.Delay:
+		b.ReportMetric(f.Value, "median-µs")
+		b.ReportMetric(f.P99, "p99-µs")
+		b.ReportMetric(f.Value/micros(rawRTT), "x-raw")
+	}
+}
 
-// BenchmarkRead64K: RDMA READ of 64 KiB messages, MTU 4096, 32 in flight.
-func BenchmarkRead64K(b *testing.B) { benchThroughput(b, qp.WRRead) }
+func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
-// How a latency run learns of its completion: CQ.Wait, which sleeps until
-// the device writes the CQ, or CQ.Poll in a loop (busy polling, what
-// ib_write_lat does unless given -e).
-type completion int
-
-const (
-	byWait completion = iota
-	byPoll
-)
-
-func (c completion) String() string { return [...]string{"wait", "poll"}[c] }
-
-// write8 is nicbench's Write8, learning of completions by by.
-func (p pair) write8(tb testing.TB, rtts []time.Duration, by completion) {
-	if err := p.Write8(rtts, by == byPoll); err != nil {
+// newInitiator connects an initiator on a device that open opens to a
+// target on one that peer opens.
+func newInitiator(tb testing.TB, open, peer func(testing.TB, nic.Config) *nic.Device) *nicbench.Initiator {
+	tb.Helper()
+	t, err := nicbench.NewDeviceTarget(peer(tb, nic.Config{}))
+	if err != nil {
 		tb.Fatal(err)
 	}
+	in, err := nicbench.Dial(open(tb, nic.Config{}), t, 1)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return in
+}
+
+// transfer runs n 64 KiB WRITEs, 64 in flight, and returns the time they
+// took.
+func transfer(tb testing.TB, in *nicbench.Initiator, n int) time.Duration {
+	_, d, err := in.Throughput(qp.WRWrite, nicbench.LargeSize, nicbench.Window, 1, nicbench.Poll, nicbench.Limit{Ops: n})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return d
 }
 
 // contextSwitches returns how many context switches the machine has made
@@ -119,29 +174,6 @@ func contextSwitches() int64 {
 		}
 	}
 	return -1
-}
-
-// BenchmarkWrite8Latency: one 8-byte RDMA WRITE at a time, from post to
-// completion.
-func BenchmarkWrite8Latency(b *testing.B) {
-	raw, err := rawPingPong()
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, by := range []completion{byWait, byPoll} {
-		b.Run("completion="+by.String(), func(b *testing.B) {
-			p := newPair(b, openDevice, openDevice, 4)
-			rtts := make([]time.Duration, b.N)
-			b.ReportAllocs()
-			b.ResetTimer()
-			p.write8(b, rtts, by)
-			b.StopTimer()
-			l := nicbench.Percentiles(rtts)
-			b.ReportMetric(float64(l.Median)/1e3, "median-µs")
-			b.ReportMetric(float64(l.P99)/1e3, "p99-µs")
-			b.ReportMetric(float64(l.Median)/float64(raw.Median), "x-raw")
-		})
-	}
 }
 
 // Attached mode (issue 7): the same operations from a device attached to a
@@ -176,7 +208,7 @@ func inRounds(n int, run func(dev, start, k int)) {
 	})
 }
 
-// BenchmarkAttachedWrite64K: BenchmarkWrite64K from an attached device
+// BenchmarkAttachedWrite64K: 64 KiB WRITEs, 64 in flight, from an attached device
 // (target: at least 80% of the embedded throughput). x-embedded is the
 // median of the rounds' ratios; ctxsw/op counts the machine's context
 // switches per operation (on Linux), which the process boundary adds: an
@@ -186,7 +218,7 @@ func inRounds(n int, run func(dev, start, k int)) {
 func BenchmarkAttachedWrite64K(b *testing.B) {
 	for _, d := range daemons {
 		b.Run(d.name, func(b *testing.B) {
-			p := [2]pair{newPair(b, openDevice, d.peer, nicbench.StreamDepth), newPair(b, d.open, d.peer, nicbench.StreamDepth)}
+			p := [2]*nicbench.Initiator{newInitiator(b, openDevice, d.peer), newInitiator(b, d.open, d.peer)}
 			var took [2]time.Duration
 			var switches [2]int64
 			var last time.Duration // the embedded device's time in this round
@@ -195,7 +227,7 @@ func BenchmarkAttachedWrite64K(b *testing.B) {
 			b.ResetTimer()
 			inRounds(b.N, func(dev, _, k int) {
 				s0 := contextSwitches()
-				t := p[dev].transfer(b, qp.WRWrite, k)
+				t := transfer(b, p[dev], k)
 				took[dev] += t
 				switches[dev] += contextSwitches() - s0
 				if dev == nicbench.Attached {
@@ -205,8 +237,8 @@ func BenchmarkAttachedWrite64K(b *testing.B) {
 			})
 			b.StopTimer()
 			slices.Sort(ratios)
-			b.ReportMetric(nicbench.Gbps(b.N, took[nicbench.Attached]), "Gbit/s")
-			b.ReportMetric(nicbench.Gbps(b.N, took[nicbench.Embedded]), "embedded-Gbit/s")
+			b.ReportMetric(nicbench.Gbps(b.N, nicbench.LargeSize, took[nicbench.Attached]), "Gbit/s")
+			b.ReportMetric(nicbench.Gbps(b.N, nicbench.LargeSize, took[nicbench.Embedded]), "embedded-Gbit/s")
 			b.ReportMetric(ratios[len(ratios)/2], "x-embedded")
 			if contextSwitches() >= 0 {
 				b.ReportMetric(float64(switches[nicbench.Attached])/float64(b.N), "ctxsw/op")
@@ -216,18 +248,18 @@ func BenchmarkAttachedWrite64K(b *testing.B) {
 	}
 }
 
-// BenchmarkAttachedWrite8Latency: BenchmarkWrite8Latency from an attached
+// BenchmarkAttachedWrite8Latency: 8-byte WRITE latency from an attached
 // device (target: within 1.5× of the embedded latency), each way of
 // learning of completions against the embedded device's same way.
 // x-embedded is the ratio of the medians of all operations.
 func BenchmarkAttachedWrite8Latency(b *testing.B) {
 	for _, d := range daemons {
-		for _, by := range []completion{byWait, byPoll} {
+		for _, by := range []nicbench.Completion{nicbench.Wait, nicbench.Poll} {
 			b.Run(d.name+"/completion="+by.String(), func(b *testing.B) {
-				p := [2]nicbench.Pair{newPair(b, openDevice, d.peer, 4).Pair, newPair(b, d.open, d.peer, 4).Pair}
+				p := [2]*nicbench.Initiator{newInitiator(b, openDevice, d.peer), newInitiator(b, d.open, d.peer)}
 				b.ReportAllocs()
 				b.ResetTimer()
-				l, err := nicbench.Write8Rounds(&p, b.N, by == byPoll)
+				l, err := nicbench.LatencyRounds(&p, qp.WRWrite, by, b.N)
 				b.StopTimer()
 				if err != nil {
 					b.Fatal(err)
@@ -240,17 +272,4 @@ func BenchmarkAttachedWrite8Latency(b *testing.B) {
 			})
 		}
 	}
-}
-
-// BenchmarkFetchAdd16: FETCH_ADD with 16 outstanding.
-func BenchmarkFetchAdd16(b *testing.B) {
-	p := newPair(b, openDevice, openDevice, 16)
-	b.ReportAllocs()
-	b.ResetTimer()
-	d, err := p.FetchAdd(b.N, 16)
-	b.StopTimer()
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ReportMetric(float64(b.N)/d.Seconds(), "ops/s")
 }

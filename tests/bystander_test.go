@@ -32,7 +32,7 @@ const bystanderDepth = 8
 // socket, its QP connected to an embedded device in the same process (as
 // a remote host's NIC would be).
 type bystander struct {
-	p nicbench.Pair
+	in *nicbench.Initiator
 }
 
 // newBystander attaches to the daemon at control; everything it made goes
@@ -44,11 +44,15 @@ func newBystander(t testing.TB, control string) *bystander {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dev.Close() })
-	p, err := nicbench.NewPair(dev, openDevice(t, nic.Config{Embed: true}), bystanderDepth)
+	target, err := nicbench.NewDeviceTarget(openDevice(t, nic.Config{Embed: true}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &bystander{p: p}
+	in, err := nicbench.Dial(dev, target, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &bystander{in: in}
 }
 
 // bystanderFigures is what the bystander measured: the WRITEs' latencies,
@@ -58,7 +62,9 @@ type bystanderFigures struct {
 	took time.Duration
 }
 
-func (f bystanderFigures) gbps() float64 { return nicbench.Gbps(len(f.rtts), f.took) }
+func (f bystanderFigures) gbps() float64 {
+	return nicbench.Gbps(len(f.rtts), nicbench.LargeSize, f.took)
+}
 func (f bystanderFigures) p99() time.Duration {
 	return nicbench.Percentiles(append([]time.Duration(nil), f.rtts...)).P99
 }
@@ -71,18 +77,18 @@ func (f bystanderFigures) String() string {
 func (b *bystander) run(d time.Duration, f *bystanderFigures) error {
 	ctx, cancel := context.WithTimeout(context.Background(), d+30*time.Second)
 	defer cancel()
-	l, mb := b.p.Link, b.p.MB
+	q, cq, remote := b.in.QPs[0], b.in.CQ, b.in.Remote
 	var posted [bystanderDepth]time.Time
 	var wcs [bystanderDepth]qp.WC
-	wr := qp.SendWR{Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: make([]qp.SGE, 1), RKey: mb.RKey()}
+	wr := qp.SendWR{Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: make([]qp.SGE, 1), RKey: remote.RKey}
 	start := time.Now()
 	stop := start.Add(d)
 	for n, done := 0, 0; ; {
 		for n-done < bystanderDepth && time.Now().Before(stop) {
-			off := (n % (nicbench.RegionSize / nicbench.StreamSize / 2)) * nicbench.StreamSize
-			wr.ID, wr.RemoteAddr, wr.SGL[0] = uint64(n), mb.Addr()+uint64(off), b.p.MA.SGE(off, nicbench.StreamSize)
+			off := (n % (nicbench.RegionSize / nicbench.LargeSize / 2)) * nicbench.LargeSize
+			wr.ID, wr.RemoteAddr, wr.SGL[0] = uint64(n), remote.Addr+uint64(off), b.in.MR.SGE(off, nicbench.LargeSize)
 			posted[n%bystanderDepth] = time.Now()
-			if err := l.A.PostSend(&wr); err != nil {
+			if err := q.PostSend(&wr); err != nil {
 				return fmt.Errorf("bystander: post %d: %w", n, err)
 			}
 			n++
@@ -90,7 +96,7 @@ func (b *bystander) run(d time.Duration, f *bystanderFigures) error {
 		if n == done {
 			break
 		}
-		k, err := l.ACQ.Wait(ctx, wcs[:])
+		k, err := cq.Wait(ctx, wcs[:])
 		if err != nil {
 			return fmt.Errorf("bystander: %d of %d WRITEs done: %w", done, n, err)
 		}

@@ -1,13 +1,18 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
+	"os/exec"
 	"runtime"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -18,49 +23,177 @@ import (
 )
 
 // softnic bench measures softnic on this machine as the repository's Go
-// benchmarks do (package nicbench), without a Go toolchain: two embedded
-// devices on loopback in this process, beside raw UDP measured in the
-// same run (package udptest), so that what it prints are ratios that
-// compare across machines. With --attach it also measures a device
-// attached to a running daemon against an embedded one, in alternating
-// rounds, as BenchmarkAttached* do.
+// benchmarks do (package nicbench), without a Go toolchain: fi_rmabw's
+// workloads from a device in this process to a peer device in a process of
+// its own (this binary run again as the hidden command bench-peer, which
+// ends when this process does), or with --one-process to a device in this
+// process, beside raw UDP measured in the same run (package udptest), so
+// that what it prints are ratios that compare across machines and figures
+// that compare with fi_rmabw's line by line. With --attach it also
+// measures a device attached to a running daemon against an embedded one,
+// in alternating rounds, as BenchmarkAttached* do.
 
 func defineBench(fs *flag.FlagSet) func(*invocation) error {
-	ops := fs.Int("ops", 20000, "`N` operations per measurement (raw UDP: 25×N datagrams)")
+	secs := fs.Duration("time", time.Second, "measure each workload for `D`")
+	ops := fs.Int("ops", 0, "and for at most `N` operations (0: no limit; the attached comparison's rounds take 20000 by default)")
+	runs := fs.Int("runs", 1, "measure each workload `R` times and report the median, as fi_rmabw -r does")
+	one := fs.Bool("one-process", false, "put the peer device in this process instead of a process of its own")
+	only := fs.String("only", "", "measure only the workloads named, `KEYS` separated by commas (the keys of --json, raw_udp_gbps and raw_udp_gso_gbps and raw_udp_ping_pong included)")
 	attach := fs.String("attach", "", "also measure a device attached to the daemon whose control socket is `PATH` against an embedded one")
 	asJSON := fs.Bool("json", false, "print the results as one line of JSON")
 	return func(inv *invocation) error {
 		if err := inv.parse(0, 0); err != nil {
 			return err
 		}
-		if *ops < nicbench.Rounds {
-			return usagef("--ops %d: want at least %d", *ops, nicbench.Rounds)
+		cfg := benchConfig{lim: nicbench.Limit{Ops: *ops, Time: *secs}, runs: *runs, oneProcess: *one, attach: *attach}
+		switch {
+		case *secs <= 0 && *ops <= 0:
+			return usagef("--time %v and --ops %d: want a limit", *secs, *ops)
+		case *ops < 0:
+			return usagef("--ops %d: want 0 or more", *ops)
+		case *runs < 1 || *runs > 100:
+			return usagef("--runs %d: want 1 to 100", *runs)
 		}
-		res, err := runBench(inv.ctx, *ops, *attach)
+		if *only != "" {
+			for key := range strings.SplitSeq(*only, ",") {
+				if _, ok := nicbench.Lookup(key); !ok && !slices.Contains(rawKeys, key) {
+					return usagef("--only: no workload %q; the workloads are %s", key, strings.Join(benchKeys(), ", "))
+				}
+				cfg.only = append(cfg.only, key)
+			}
+		}
+		res, err := runBench(inv.ctx, cfg, inv.stderr)
 		if err != nil {
 			return err
 		}
 		if *asJSON {
-			return json.NewEncoder(inv.stdout).Encode(res)
+			return json.NewEncoder(inv.stdout).Encode(res.json())
 		}
 		printBench(inv.stdout, res)
 		return nil
 	}
 }
 
-// benchResult is what softnic bench measured. Throughputs are in Gbit/s
-// of payload, operation rates per second.
+// The raw-UDP limits' keys.
+var rawKeys = []string{"raw_udp_gbps", "raw_udp_gso_gbps", "raw_udp_ping_pong"}
+
+func benchKeys() []string {
+	keys := slices.Clone(rawKeys)
+	for _, w := range nicbench.Workloads {
+		keys = append(keys, w.Key)
+	}
+	return keys
+}
+
+// benchConfig is what softnic bench was asked to do.
+type benchConfig struct {
+	lim        nicbench.Limit
+	runs       int
+	oneProcess bool
+	only       []string // keys; nil: everything
+	attach     string
+}
+
+func (c *benchConfig) wants(key string) bool { return c.only == nil || slices.Contains(c.only, key) }
+
+// benchResult is what softnic bench measured: each workload's figures,
+// one per run, in the order of nicbench.Workloads, and the raw-UDP limits.
 type benchResult struct {
-	Ops         int          `json:"ops"`
-	CPUs        int          `json:"cpus"`
-	RawUDPGbps  float64      `json:"raw_udp_gbps"` // 4 KiB datagrams, sendmmsg/recvmmsg, no offload
-	RawPingPong benchLatency `json:"raw_udp_ping_pong"`
-	WriteGbps   float64      `json:"write_64k_gbps"`
-	ReadGbps    float64      `json:"read_64k_gbps"`
-	Write8Wait  benchLatency `json:"write_8_wait"`
-	Write8Poll  benchLatency `json:"write_8_poll"`
-	FetchAddOps float64      `json:"fetch_add_16_ops"`
-	Attached    *benchAttach `json:"attached,omitempty"`
+	cfg     benchConfig
+	cpus    int
+	figures []benchFigures
+	// The raw-UDP limits: 4 KiB datagrams with sendmmsg/recvmmsg and no
+	// offload, the same coalesced by GSO and GRO, and a ping-pong with the
+	// peer's process (or this one).
+	rawGbps, rawGSOGbps []float64
+	rawPingPong         []udptest.PingPongResult
+	attached            *benchAttach
+}
+
+type benchFigures struct {
+	w    nicbench.Workload
+	runs []nicbench.Figure
+}
+
+// median returns the median of runs of values got from each run by f.
+func median[T any](runs []T, f func(T) float64) (med, lo, hi float64) {
+	v := make([]float64, len(runs))
+	for i, r := range runs {
+		v[i] = f(r)
+	}
+	slices.Sort(v)
+	n := len(v)
+	if n == 0 {
+		return 0, 0, 0
+	}
+	med = v[n/2]
+	if n%2 == 0 {
+		med = (v[n/2-1] + v[n/2]) / 2
+	}
+	return med, v[0], v[n-1]
+}
+
+func (f *benchFigures) value() float64 {
+	m, _, _ := median(f.runs, func(x nicbench.Figure) float64 { return x.Value })
+	return m
+}
+
+func (f *benchFigures) p99() float64 {
+	m, _, _ := median(f.runs, func(x nicbench.Figure) float64 { return x.P99 })
+	return m
+}
+
+func (f *benchFigures) ops() float64 {
+	m, _, _ := median(f.runs, func(x nicbench.Figure) float64 { return float64(x.Ops) })
+	return m
+}
+
+func (r *benchResult) raw() (gbps, gso float64, ping benchLatency) {
+	gbps, _, _ = median(r.rawGbps, func(x float64) float64 { return x })
+	gso, _, _ = median(r.rawGSOGbps, func(x float64) float64 { return x })
+	ping.MedianMicros, _, _ = median(r.rawPingPong, func(x udptest.PingPongResult) float64 { return micros(x.Median) })
+	ping.P99Micros, _, _ = median(r.rawPingPong, func(x udptest.PingPongResult) float64 { return micros(x.P99) })
+	return gbps, gso, ping
+}
+
+// configName names where the peer device was.
+func (c *benchConfig) configName() string {
+	if c.oneProcess {
+		return "one-process"
+	}
+	return "peer-process"
+}
+
+// json returns the result as softnic bench --json prints it: a workload's
+// figure under its key (Gbit/s, operations per second, or a latency's
+// median and 99th percentile in µs), each the median of the runs.
+func (r *benchResult) json() map[string]any {
+	m := map[string]any{
+		"config": r.cfg.configName(), "cpus": r.cpus, "runs": r.cfg.runs,
+		"time_s": r.cfg.lim.Time.Seconds(), "ops": r.cfg.lim.Ops,
+	}
+	gbps, gso, ping := r.raw()
+	if len(r.rawGbps) > 0 {
+		m["raw_udp_gbps"] = gbps
+	}
+	if len(r.rawGSOGbps) > 0 {
+		m["raw_udp_gso_gbps"] = gso
+	}
+	if len(r.rawPingPong) > 0 {
+		m["raw_udp_ping_pong"] = ping
+	}
+	for i := range r.figures {
+		f := &r.figures[i]
+		if f.w.Kind() == nicbench.Delay {
+			m[f.w.Key] = benchLatency{MedianMicros: f.value(), P99Micros: f.p99()}
+		} else {
+			m[f.w.Key] = f.value()
+		}
+	}
+	if r.attached != nil {
+		m["attached"] = r.attached
+	}
+	return m
 }
 
 // benchAttach compares a device attached to a daemon with an embedded one.
@@ -88,77 +221,154 @@ func latencyOf(l nicbench.Latency) benchLatency {
 
 func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
-// runBench takes the measurements, with ops operations each; control, if
-// set, is the daemon to attach to as well.
-func runBench(ctx context.Context, ops int, control string) (*benchResult, error) {
-	res := &benchResult{Ops: ops, CPUs: runtime.NumCPU()}
-	raw, err := udptest.MeasureThroughput(25*ops, udptest.ThroughputConfig{})
-	if err != nil {
-		return nil, fmt.Errorf("raw UDP throughput: %w", err)
-	}
-	res.RawUDPGbps = raw.Gbps
-	ping, err := udptest.MeasurePingPong(ops)
-	if err != nil {
-		return nil, fmt.Errorf("raw UDP ping-pong: %w", err)
-	}
-	res.RawPingPong = benchLatency{MedianMicros: micros(ping.Median), P99Micros: micros(ping.P99)}
+// maxRTTs bounds the round trips a latency keeps, as fi_rmabw's 200000.
+const maxRTTs = 200000
 
+// runBench takes the measurements cfg asks for; the peer process, if any,
+// writes its errors to stderr.
+func runBench(ctx context.Context, cfg benchConfig, stderr io.Writer) (*benchResult, error) {
+	res := &benchResult{cfg: cfg, cpus: runtime.NumCPU()}
 	var devs benchDevices
 	defer devs.close()
-	p, err := devs.pair(nicbench.StreamDepth)
+	a, err := devs.open(nic.DefaultAddr.Addr())
 	if err != nil {
 		return nil, err
 	}
-	steps := []func() error{
-		func() error {
-			return measureGbps(&res.WriteGbps, ops, func() (time.Duration, error) { return p.Transfer(qp.WRWrite, ops) })
-		},
-		func() error {
-			return measureGbps(&res.ReadGbps, ops, func() (time.Duration, error) { return p.Transfer(qp.WRRead, ops) })
-		},
-		func() error { return measureLatency(&res.Write8Wait, p, ops, false) },
-		func() error { return measureLatency(&res.Write8Poll, p, ops, true) },
-		func() error {
-			d, err := p.FetchAdd(ops, 16)
-			res.FetchAddOps = float64(ops) / d.Seconds()
-			return err
-		},
-	}
-	for _, step := range steps {
-		if err := ctx.Err(); err != nil {
+	var target nicbench.Target
+	echo := netip.AddrPort{}
+	if cfg.oneProcess {
+		b, err := devs.open(nic.DefaultAddr.Addr())
+		if err != nil {
 			return nil, err
 		}
-		if err := step(); err != nil {
+		if target, err = nicbench.NewDeviceTarget(b); err != nil {
+			return nil, err
+		}
+	} else {
+		p, err := startBenchPeer(stderr)
+		if err != nil {
+			return nil, err
+		}
+		defer p.Close()
+		target, echo = p, p.Echo()
+	}
+	in, err := nicbench.Dial(a, target, nicbench.MaxQPs)
+	if err != nil {
+		return nil, err
+	}
+	rtts := make([]time.Duration, maxRTTs)
+	for range cfg.runs {
+		if err := res.measureRaw(ctx, echo); err != nil {
 			return nil, err
 		}
 	}
-	if control != "" {
-		if res.Attached, err = benchAttached(ctx, &devs, ops, control); err != nil {
+	for _, w := range nicbench.Workloads {
+		if !cfg.wants(w.Key) {
+			continue
+		}
+		f := benchFigures{w: w}
+		for range cfg.runs {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			fig, err := w.Run(in, cfg.lim, rtts)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", w.Name, err)
+			}
+			f.runs = append(f.runs, fig)
+		}
+		res.figures = append(res.figures, f)
+	}
+	if cfg.attach != "" {
+		n := cmp.Or(cfg.lim.Ops, 20000)
+		if res.attached, err = benchAttached(ctx, &devs, n, cfg.attach); err != nil {
 			return nil, err
 		}
 	}
 	return res, nil
 }
 
-func measureGbps(dst *float64, ops int, run func() (time.Duration, error)) error {
-	d, err := run()
-	*dst = nicbench.Gbps(ops, d)
-	return err
+// rawDatagrams is how many datagrams a raw throughput run sends: about a
+// second's worth on a machine that moves 4 KiB datagrams at 10 Gbit/s
+// (25 per operation, at most, with --ops).
+const rawDatagrams = 300000
+
+// measureRaw measures the raw-UDP limits cfg asks for once; the ping-pong
+// against echo, if valid.
+func (r *benchResult) measureRaw(ctx context.Context, echo netip.AddrPort) error {
+	pings, datagrams := maxRTTs/4, rawDatagrams
+	if r.cfg.lim.Ops > 0 {
+		pings, datagrams = min(pings, r.cfg.lim.Ops), min(datagrams, 25*r.cfg.lim.Ops)
+	}
+	for _, m := range []struct {
+		key string
+		run func() error
+	}{
+		{"raw_udp_gbps", func() error {
+			t, err := udptest.MeasureThroughput(datagrams, udptest.ThroughputConfig{})
+			r.rawGbps = append(r.rawGbps, t.Gbps)
+			return err
+		}},
+		{"raw_udp_gso_gbps", func() error {
+			t, err := udptest.MeasureThroughput(datagrams, udptest.ThroughputConfig{GSO: true, GRO: true})
+			if err == nil {
+				r.rawGSOGbps = append(r.rawGSOGbps, t.Gbps)
+			}
+			return nil // the kernel may not have the offloads
+		}},
+		{"raw_udp_ping_pong", func() error {
+			var p udptest.PingPongResult
+			var err error
+			if echo.IsValid() {
+				p, err = udptest.MeasurePingPongTo(pings, echo)
+			} else {
+				p, err = udptest.MeasurePingPong(pings)
+			}
+			r.rawPingPong = append(r.rawPingPong, p)
+			return err
+		}},
+	} {
+		if !r.cfg.wants(m.key) {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := m.run(); err != nil {
+			return fmt.Errorf("%s: %w", m.key, err)
+		}
+	}
+	return nil
 }
 
-func measureLatency(dst *benchLatency, p nicbench.Pair, ops int, poll bool) error {
-	rtts := make([]time.Duration, ops)
-	if err := p.Write8(rtts, poll); err != nil {
-		return err
+// benchPeerCommand is the hidden command softnic bench runs its peer
+// device with: this binary again.
+const benchPeerCommand = "bench-peer"
+
+// startBenchPeer starts the peer process.
+func startBenchPeer(stderr io.Writer) (*nicbench.Peer, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("the peer process: %w", err)
 	}
-	*dst = latencyOf(nicbench.Percentiles(rtts))
-	return nil
+	cmd := exec.Command(exe, benchPeerCommand)
+	cmd.Stderr = stderr
+	return nicbench.StartPeer(cmd)
+}
+
+func defineBenchPeer(fs *flag.FlagSet) func(*invocation) error {
+	return func(inv *invocation) error {
+		if err := inv.parse(0, 0); err != nil {
+			return err
+		}
+		return nicbench.ServePeer(os.Stdin, inv.stdout, nic.Config{Addr: netip.AddrPortFrom(nic.DefaultAddr.Addr(), 0)})
+	}
 }
 
 // benchAttached measures a device attached to the daemon at control
 // against an embedded one, each toward an embedded peer of its own on the
-// daemon's address, in alternating rounds.
-func benchAttached(ctx context.Context, devs *benchDevices, ops int, control string) (*benchAttach, error) {
+// daemon's address, in alternating rounds of n operations in all.
+func benchAttached(ctx context.Context, devs *benchDevices, n int, control string) (*benchAttach, error) {
 	att, err := nic.Open(nic.Config{Attach: control})
 	if err != nil {
 		return nil, err
@@ -169,41 +379,46 @@ func benchAttached(ctx context.Context, devs *benchDevices, ops int, control str
 		return nil, fmt.Errorf("the daemon at %s listens on %v: give softnic serve an address (--listen) to bench against", control, att.Addr())
 	}
 	res := &benchAttach{Control: control, Daemon: att.Addr().String()}
-	var pairs [2]nicbench.Pair
-	for dev := range pairs {
+	var ins [2]*nicbench.Initiator
+	for dev := range ins {
 		a := att
 		if dev == nicbench.Embedded {
 			if a, err = devs.open(host); err != nil {
 				return nil, err
 			}
 		}
-		var peer *nic.Device
-		if peer, err = devs.open(host); err != nil {
+		peer, err := devs.open(host)
+		if err != nil {
 			return nil, err
 		}
-		if pairs[dev], err = nicbench.NewPair(a, peer, nicbench.StreamDepth); err != nil {
+		t, err := nicbench.NewDeviceTarget(peer)
+		if err != nil {
+			return nil, err
+		}
+		if ins[dev], err = nicbench.Dial(a, t, 1); err != nil {
 			return nil, err
 		}
 	}
 	var took [2]time.Duration
-	err = nicbench.InRounds(ops, func(dev, _, k int) error {
+	err = nicbench.InRounds(n, func(dev, _, k int) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		d, err := pairs[dev].Transfer(qp.WRWrite, k)
+		_, d, err := ins[dev].Throughput(qp.WRWrite, nicbench.LargeSize, nicbench.Window, 1, nicbench.Poll, nicbench.Limit{Ops: k})
 		took[dev] += d
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	res.WriteGbps, res.EmbeddedGbps = nicbench.Gbps(ops, took[nicbench.Attached]), nicbench.Gbps(ops, took[nicbench.Embedded])
+	res.WriteGbps = nicbench.Gbps(n, nicbench.LargeSize, took[nicbench.Attached])
+	res.EmbeddedGbps = nicbench.Gbps(n, nicbench.LargeSize, took[nicbench.Embedded])
 	res.WriteRatio = res.WriteGbps / res.EmbeddedGbps
 	for _, m := range []struct {
 		att, emb *benchLatency
-		poll     bool
-	}{{&res.Write8Wait, &res.EmbeddedWait, false}, {&res.Write8Poll, &res.EmbeddedPoll, true}} {
-		l, err := nicbench.Write8Rounds(&pairs, ops, m.poll)
+		by       nicbench.Completion
+	}{{&res.Write8Wait, &res.EmbeddedWait, nicbench.Wait}, {&res.Write8Poll, &res.EmbeddedPoll, nicbench.Poll}} {
+		l, err := nicbench.LatencyRounds(&ins, qp.WRWrite, m.by, n)
 		if err != nil {
 			return nil, err
 		}
@@ -224,48 +439,99 @@ func (b *benchDevices) open(host netip.Addr) (*nic.Device, error) {
 	return d, err
 }
 
-// pair opens two embedded devices on loopback and connects them.
-func (b *benchDevices) pair(depth int) (nicbench.Pair, error) {
-	var devs [2]*nic.Device
-	for i := range devs {
-		var err error
-		if devs[i], err = b.open(nic.DefaultAddr.Addr()); err != nil {
-			return nicbench.Pair{}, err
-		}
-	}
-	return nicbench.NewPair(devs[0], devs[1], depth)
-}
-
 func (b *benchDevices) close() {
 	for _, d := range b.opened {
 		d.Close()
 	}
 }
 
-// printBench prints res as two tables: softnic against raw UDP, and the
-// attached device against the embedded one.
+// printBench prints res as a table of softnic against raw UDP, fi_rmabw's
+// RESULT lines for the same figures, and the attached device against the
+// embedded one.
 func printBench(w io.Writer, res *benchResult) {
-	fmt.Fprintf(w, "softnic bench: two devices on loopback, %d operations per measurement, raw UDP measured in the same run (%d CPUs)\n\n", res.Ops, res.CPUs)
+	cfg := &res.cfg
+	where := "the peer device in a process of its own"
+	if cfg.oneProcess {
+		where = "both devices in this process"
+	}
+	limit := fmt.Sprintf("%v", cfg.lim.Time)
+	if cfg.lim.Ops > 0 {
+		limit = fmt.Sprintf("%d operations", cfg.lim.Ops)
+		if cfg.lim.Time > 0 {
+			limit += fmt.Sprintf(" or %v", cfg.lim.Time)
+		}
+	}
+	fmt.Fprintf(w, "softnic bench (%s): %s, on loopback; each figure the median of %d runs of %s; raw UDP measured in the same run; %d CPUs\n\n",
+		cfg.configName(), where, cfg.runs, limit, res.cpus)
+	gbps, gso, ping := res.raw()
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "MEASUREMENT\tSOFTNIC\tRAW UDP\tRATIO")
-	raw := fmt.Sprintf("%.1f Gbit/s (4 KiB datagrams, batched)", res.RawUDPGbps)
-	fmt.Fprintf(tw, "RDMA WRITE, 64 KiB, MTU %d, %d in flight\t%.1f Gbit/s\t%s\t%.2f×\n", nicbench.MTU, nicbench.StreamDepth, res.WriteGbps, raw, res.WriteGbps/res.RawUDPGbps)
-	fmt.Fprintf(tw, "RDMA READ, 64 KiB, MTU %d, %d in flight\t%.1f Gbit/s\t%s\t%.2f×\n", nicbench.MTU, nicbench.StreamDepth, res.ReadGbps, raw, res.ReadGbps/res.RawUDPGbps)
-	ping := fmt.Sprintf("ping-pong %s", res.RawPingPong)
-	fmt.Fprintf(tw, "8-byte RDMA WRITE, post to completion, CQ.Wait\t%s\t%s\t%.2f×\n", res.Write8Wait, ping, res.Write8Wait.MedianMicros/res.RawPingPong.MedianMicros)
-	fmt.Fprintf(tw, "the same, busy-polling CQ.Poll\t%s\t%s\t%.2f×\n", res.Write8Poll, ping, res.Write8Poll.MedianMicros/res.RawPingPong.MedianMicros)
-	fmt.Fprintf(tw, "FETCH_ADD, 16 outstanding\t%.0f ops/s\t\t\n", res.FetchAddOps)
+	fmt.Fprintln(tw, "WORKLOAD\tSOFTNIC\tRATIO TO RAW UDP\tOPS")
+	if len(res.rawGbps) > 0 {
+		fmt.Fprintf(tw, "raw UDP: 4 KiB datagrams, sendmmsg/recvmmsg\t%.1f Gbit/s\t\t\n", gbps)
+	}
+	if len(res.rawGSOGbps) > 0 {
+		fmt.Fprintf(tw, "raw UDP: the same coalesced by GSO and GRO\t%.1f Gbit/s\t\t\n", gso)
+	}
+	if len(res.rawPingPong) > 0 {
+		fmt.Fprintf(tw, "raw UDP: 8-byte ping-pong\t%s\t\t\n", ping)
+	}
+	for i := range res.figures {
+		f := &res.figures[i]
+		ops := f.ops()
+		switch f.w.Kind() {
+		case nicbench.Bandwidth:
+			fmt.Fprintf(tw, "%s\t%.1f Gbit/s\t%s\t%.0f\n", f.w.Name, f.value(), ratio(f.value(), gbps, len(res.rawGbps)), ops)
+		case nicbench.Rate:
+			fmt.Fprintf(tw, "%s\t%.3f Mops/s\t\t%.0f\n", f.w.Name, f.value()/1e6, ops)
+		case nicbench.Delay:
+			l := benchLatency{MedianMicros: f.value(), P99Micros: f.p99()}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f\n", f.w.Name, l, ratio(f.value(), ping.MedianMicros, len(res.rawPingPong)), ops)
+		}
+	}
 	tw.Flush()
-	a := res.Attached
+	fmt.Fprintln(w)
+	result := func(what string, runs []float64, unit string) {
+		med, lo, hi := median(runs, func(x float64) float64 { return x })
+		fmt.Fprintf(w, "RESULT softnic %s | median %.3f min %.3f max %.3f %s (runs=%d)\n", what, med, lo, hi, unit, len(runs))
+	}
+	for i := range res.figures {
+		f := &res.figures[i]
+		values := make([]float64, len(f.runs))
+		p99s := make([]float64, len(f.runs))
+		for j, r := range f.runs {
+			values[j], p99s[j] = r.Value, r.P99
+		}
+		switch f.w.Kind() {
+		case nicbench.Bandwidth:
+			result(f.w.Name, values, "Gbit/s")
+		case nicbench.Rate:
+			for j := range values {
+				values[j] /= 1e6
+			}
+			result(f.w.Name, values, "Mops/s")
+		case nicbench.Delay:
+			result(f.w.Name+" median", values, "us")
+			result(f.w.Name+" p99", p99s, "us")
+		}
+	}
+	a := res.attached
 	if a == nil {
 		return
 	}
 	fmt.Fprintf(w, "\nattached to the daemon at %s (its device on %s) against an embedded device, in %d alternating rounds:\n\n", a.Control, a.Daemon, nicbench.Rounds)
-	fmt.Fprintln(tw, "MEASUREMENT\tATTACHED\tEMBEDDED\tRATIO")
-	fmt.Fprintf(tw, "RDMA WRITE, 64 KiB, MTU %d, %d in flight\t%.1f Gbit/s\t%.1f Gbit/s\t%.2f×\n", nicbench.MTU, nicbench.StreamDepth, a.WriteGbps, a.EmbeddedGbps, a.WriteRatio)
-	fmt.Fprintf(tw, "8-byte RDMA WRITE, CQ.Wait\t%s\t%s\t%.2f×\n", a.Write8Wait, a.EmbeddedWait, a.Write8Wait.MedianMicros/a.EmbeddedWait.MedianMicros)
-	fmt.Fprintf(tw, "8-byte RDMA WRITE, CQ.Poll\t%s\t%s\t%.2f×\n", a.Write8Poll, a.EmbeddedPoll, a.Write8Poll.MedianMicros/a.EmbeddedPoll.MedianMicros)
+	fmt.Fprintln(tw, "WORKLOAD\tATTACHED\tEMBEDDED\tRATIO")
+	fmt.Fprintf(tw, "write %dB w=%d\t%.1f Gbit/s\t%.1f Gbit/s\t%.2f×\n", nicbench.LargeSize, nicbench.Window, a.WriteGbps, a.EmbeddedGbps, a.WriteRatio)
+	fmt.Fprintf(tw, "write 8B latency wait\t%s\t%s\t%.2f×\n", a.Write8Wait, a.EmbeddedWait, a.Write8Wait.MedianMicros/a.EmbeddedWait.MedianMicros)
+	fmt.Fprintf(tw, "write 8B latency\t%s\t%s\t%.2f×\n", a.Write8Poll, a.EmbeddedPoll, a.Write8Poll.MedianMicros/a.EmbeddedPoll.MedianMicros)
 	tw.Flush()
+}
+
+// ratio formats v over a raw figure measured n times ("" when it was not).
+func ratio(v, raw float64, n int) string {
+	if n == 0 || raw <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("%.2f×", v/raw)
 }
 
 func (l benchLatency) String() string {

@@ -4,40 +4,94 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/softnic/softnic/nic/nicbench"
 )
 
-// TestBench: softnic bench measures every workload, alone and attached
-// to a daemon against an embedded device, and reports figures that can be
-// right: positive rates, a p99 no shorter than its median. (How fast is
-// not a test's business; see the README's tables.)
-func TestBench(t *testing.T) {
-	d := startDaemon(t)
-	code, stdout, stderr := runCmd("bench", "--ops", "200", "--attach", d.control, "--json")
+// benchJSON is softnic bench --json's output with its figures checked for
+// type: every workload's key and the raw-UDP limits, the configuration and
+// the attached comparison.
+type benchJSON struct {
+	Config   string       `json:"config"`
+	RawGbps  float64      `json:"raw_udp_gbps"`
+	RawPing  benchLatency `json:"raw_udp_ping_pong"`
+	Attached *benchAttach `json:"attached"`
+	figures  map[string]json.RawMessage
+}
+
+// runBenchJSON runs softnic bench --json with args, and checks that it
+// names config and that its figures can be right.
+func runBenchJSON(t *testing.T, config string, args ...string) benchJSON {
+	t.Helper()
+	code, stdout, stderr := runCmd(append([]string{"bench", "--json"}, args...)...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	var res benchResult
+	var res benchJSON
 	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
 		t.Fatalf("%v: %s", err, stdout)
 	}
-	if res.Attached == nil {
-		t.Fatalf("no attached figures: %s", stdout)
+	if err := json.Unmarshal([]byte(stdout), &res.figures); err != nil {
+		t.Fatalf("%v: %s", err, stdout)
+	}
+	if res.Config != config {
+		t.Errorf("config %q, want %s", res.Config, config)
+	}
+	checkFigures(t, res)
+	return res
+}
+
+// checkFigures: every workload has a figure that can be right: a positive
+// rate, or a positive median and a p99 no shorter. (How fast is not a
+// test's business; see the README's tables.)
+func checkFigures(t *testing.T, res benchJSON) {
+	t.Helper()
+	for _, w := range nicbench.Workloads {
+		raw, ok := res.figures[w.Key]
+		if !ok {
+			t.Errorf("no %s (%s)", w.Key, w.Name)
+			continue
+		}
+		if w.Kind() == nicbench.Delay {
+			var l benchLatency
+			if err := json.Unmarshal(raw, &l); err != nil || !(l.MedianMicros > 0) || l.P99Micros < l.MedianMicros {
+				t.Errorf("%s: %s, want a positive median and a p99 no shorter", w.Key, raw)
+			}
+			continue
+		}
+		var v float64
+		if err := json.Unmarshal(raw, &v); err != nil || !(v > 0) {
+			t.Errorf("%s: %s, want a positive figure", w.Key, raw)
+		}
+	}
+	if !(res.RawGbps > 0) || !(res.RawPing.MedianMicros > 0) || res.RawPing.P99Micros < res.RawPing.MedianMicros {
+		t.Errorf("raw UDP: %v Gbit/s, ping-pong %+v", res.RawGbps, res.RawPing)
+	}
+}
+
+// TestBench: softnic bench measures every workload with its peer in a
+// process of its own (this test binary, run as softnic bench-peer), and
+// the attached device against an embedded one; today's keys are there.
+func TestBench(t *testing.T) {
+	t.Setenv(childEnv, "1") // the peer process runs the test binary as softnic
+	d := startDaemon(t)
+	res := runBenchJSON(t, "peer-process", "--ops", "200", "--time", "100ms", "--attach", d.control)
+	for _, key := range []string{"write_64k_gbps", "read_64k_gbps", "write_8_wait", "write_8_poll", "fetch_add_16_ops", "fetch_add_64_ops",
+		"write_4k_gbps", "read_4k_gbps", "read_8_poll", "fetch_add_8_poll", "write_64k_qps16_gbps"} {
+		if _, ok := res.figures[key]; !ok {
+			t.Errorf("no %s", key)
+		}
 	}
 	a := res.Attached
-	rates := map[string]float64{
-		"raw UDP": res.RawUDPGbps, "WRITE": res.WriteGbps, "READ": res.ReadGbps, "FETCH_ADD": res.FetchAddOps,
-		"attached WRITE": a.WriteGbps, "embedded WRITE": a.EmbeddedGbps, "ratio": a.WriteRatio,
+	if a == nil {
+		t.Fatalf("no attached figures: %v", res.figures)
 	}
-	for name, v := range rates {
+	for name, v := range map[string]float64{"attached WRITE": a.WriteGbps, "embedded WRITE": a.EmbeddedGbps, "ratio": a.WriteRatio} {
 		if !(v > 0) {
 			t.Errorf("%s: %v, want a positive figure", name, v)
 		}
 	}
-	latencies := map[string]benchLatency{
-		"ping-pong": res.RawPingPong, "wait": res.Write8Wait, "poll": res.Write8Poll,
-		"attached wait": a.Write8Wait, "embedded wait": a.EmbeddedWait, "attached poll": a.Write8Poll, "embedded poll": a.EmbeddedPoll,
-	}
-	for name, l := range latencies {
+	for name, l := range map[string]benchLatency{"attached wait": a.Write8Wait, "embedded wait": a.EmbeddedWait, "attached poll": a.Write8Poll, "embedded poll": a.EmbeddedPoll} {
 		if !(l.MedianMicros > 0) || l.P99Micros < l.MedianMicros {
 			t.Errorf("%s: %+v, want a positive median and a p99 no shorter", name, l)
 		}
@@ -47,20 +101,35 @@ func TestBench(t *testing.T) {
 	}
 }
 
-// TestBenchTable: without --json the figures come as tables, one row a
-// workload, with their ratios.
+// TestBenchOneProcess: --one-process measures the same workloads with both
+// devices in this process, and says so.
+func TestBenchOneProcess(t *testing.T) {
+	runBenchJSON(t, "one-process", "--one-process", "--ops", "100")
+}
+
+// TestBenchTable: without --json the figures come as a table, one row a
+// workload with its ratio, then fi_rmabw's RESULT lines for the same
+// workloads; --only measures only the workloads it names, over several
+// runs.
 func TestBenchTable(t *testing.T) {
-	code, stdout, stderr := runCmd("bench", "--ops", "100")
+	code, stdout, stderr := runCmd("bench", "--one-process", "--ops", "50", "--runs", "3", "--only", "raw_udp_gbps,write_64k_gbps,read_8_poll,fetch_add_64_ops")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	for _, want := range []string{"RDMA WRITE, 64 KiB", "RDMA READ, 64 KiB", "8-byte RDMA WRITE", "busy-polling CQ.Poll", "FETCH_ADD", "×"} {
+	for _, want := range []string{
+		"one-process", "median of 3 runs", "raw UDP: 4 KiB datagrams", "write 65536B w=64 ", "read 8B latency ", "fetch_sum u64 w=64 ", "×",
+		"RESULT softnic write 65536B w=64 | median ", " Gbit/s (runs=3)\n",
+		"RESULT softnic read 8B latency median | median ", "RESULT softnic read 8B latency p99 | median ", " us (runs=3)\n",
+		"RESULT softnic fetch_sum u64 w=64 | median ", " Mops/s (runs=3)\n",
+	} {
 		if !strings.Contains(stdout, want) {
-			t.Errorf("the table lacks %q:\n%s", want, stdout)
+			t.Errorf("the output lacks %q:\n%s", want, stdout)
 		}
 	}
-	if strings.Contains(stdout, "attached") {
-		t.Errorf("an attached table without --attach:\n%s", stdout)
+	for _, unwanted := range []string{"attached", "read 4096B", "write 8B", "ping-pong", "GSO"} {
+		if strings.Contains(stdout, unwanted) {
+			t.Errorf("the output has %q, which was not asked for:\n%s", unwanted, stdout)
+		}
 	}
 }
 
@@ -72,9 +141,12 @@ func TestBenchUsage(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"bench", "--ops", "5"}, 2, "--ops 5"},
 		{[]string{"bench", "extra"}, 2, ""},
-		{[]string{"bench", "--ops", "100", "--attach", "/nonexistent/softnic.sock"}, 1, "softnic serve"},
+		{[]string{"bench", "--runs", "0"}, 2, "--runs 0"},
+		{[]string{"bench", "--time", "0", "--ops", "0"}, 2, "want a limit"},
+		{[]string{"bench", "--ops", "-1"}, 2, "--ops -1"},
+		{[]string{"bench", "--only", "write_64k_gbps,warp_speed"}, 2, `no workload "warp_speed"; the workloads are raw_udp_gbps,`},
+		{[]string{"bench", "--one-process", "--ops", "100", "--only", "write_8_poll", "--attach", "/nonexistent/softnic.sock"}, 1, "softnic serve"},
 	} {
 		code, _, stderr := runCmd(tc.args...)
 		if code != tc.code || !strings.Contains(stderr, tc.want) {

@@ -63,11 +63,18 @@ var commands = []command{
 	{"rping", "(-s | -c) -a ADDR [-C COUNT] [-S SIZE] [-v] [-p PORT] [-I ADDR] [--udp-port N] [--mtu N] [--counters] [--pcap FILE]",
 		"rdma-core's rping over the connection manager, against rping or softnic: a SEND of a buffer, RDMA READ, SEND, RDMA WRITE back, compared",
 		"softnic rping -c -a 10.77.0.12 -C 3 -v", defineRping},
-	{"bench", "[--ops N] [--attach PATH] [--json]",
-		"measure softnic on this machine against raw UDP in the same run (and an attached device against an embedded one)",
-		"softnic bench --attach /run/user/1000/softnic.sock", defineBench},
+	{"bench", "[--time D] [--ops N] [--runs R] [--one-process] [--only KEYS] [--attach PATH] [--json]",
+		"measure softnic on this machine with fi_rmabw's workloads, its peer in another process, against raw UDP in the same run (and an attached device against an embedded one)",
+		"softnic bench --runs 3", defineBench},
 	{"decode", "FILE.pcap [-v] [--port N]...", "print every RoCEv2 packet of a pcap file, one line each", "softnic decode -v ../shared/golden/read_large.pcap", defineDecode},
 	{"version", "", "print softnic's version", "softnic version", defineVersion},
+}
+
+// hiddenCommands run like commands but are not listed: what softnic runs
+// itself as.
+var hiddenCommands = []command{
+	{benchPeerCommand, "", "the peer device of softnic bench, in a process of its own: it serves on stdin and stdout and ends with stdin",
+		"softnic " + benchPeerCommand + " < requests", defineBenchPeer},
 }
 
 // invocation is what a subcommand runs with: its own flag set, the
@@ -160,9 +167,11 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 }
 
 func lookup(name string) *command {
-	for i := range commands {
-		if commands[i].name == name {
-			return &commands[i]
+	for _, cmds := range [][]command{commands, hiddenCommands} {
+		for i := range cmds {
+			if cmds[i].name == name {
+				return &cmds[i]
+			}
 		}
 	}
 	return nil

@@ -10,9 +10,10 @@ import (
 	"github.com/softnic/softnic/qp"
 )
 
-// Two devices on loopback, a pair between them, and each workload once:
-// what softnic bench does, with figures that depend on the machine (so
-// this example prints what ran, not how fast).
+// Two devices on loopback, an initiator on one and a target on the
+// other, and a few workloads: what softnic bench --one-process does, with
+// figures that depend on the machine (so this example prints what ran,
+// not how fast).
 func Example() {
 	var devs [2]*nic.Device
 	for i := range devs {
@@ -24,36 +25,43 @@ func Example() {
 		defer d.Close()
 		devs[i] = d
 	}
-	p, err := nicbench.NewPair(devs[0], devs[1], nicbench.StreamDepth)
+	t, err := nicbench.NewDeviceTarget(devs[1])
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	clear(p.MB.Bytes()[:nicbench.StreamSize]) // the first WRITE's target
-	if _, err := p.Transfer(qp.WRWrite, 100); err != nil {
+	in, err := nicbench.Dial(devs[0], t, 1)
+	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	fmt.Printf("100 WRITEs of %d KiB\n", nicbench.StreamSize>>10)
-	// The first WRITE put a's first 64 KiB at the start of b's region.
-	fmt.Println("b holds a's data:", string(p.MB.Bytes()[:nicbench.StreamSize]) == string(p.MA.Bytes()[:nicbench.StreamSize]))
+	clear(t.MR.Bytes()[:nicbench.LargeSize]) // the first WRITE's target
+	n, _, err := in.Throughput(qp.WRWrite, nicbench.LargeSize, nicbench.Window, 1, nicbench.Poll, nicbench.Limit{Ops: 100})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("%d WRITEs of %d KiB\n", n, nicbench.LargeSize>>10)
+	// The first WRITE put the initiator's first 64 KiB at the start of
+	// the target's region.
+	fmt.Println("the target holds the data:", string(t.MR.Bytes()[:nicbench.LargeSize]) == string(in.MR.Bytes()[:nicbench.LargeSize]))
 
-	rtts := make([]time.Duration, 100)
-	if err := p.Write8(rtts, false); err != nil {
+	w, _ := nicbench.Lookup("read_8_wait")
+	f, err := w.Run(in, nicbench.Limit{Ops: 100}, make([]time.Duration, 1000))
+	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	l := nicbench.Percentiles(rtts)
-	fmt.Println("8-byte WRITEs: p99 no shorter than the median:", l.P99 >= l.Median && l.Median > 0)
+	fmt.Printf("%s: %d round trips, p99 no shorter than the median: %v\n", w.Name, f.Ops, f.P99 >= f.Value && f.Value > 0)
 
-	if _, err := p.FetchAdd(100, 16); err != nil {
+	if n, _, err = in.FetchAdd(16, nicbench.Wait, nicbench.Limit{Ops: 100}); err != nil {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println("FETCH_ADDs done")
+	fmt.Println(n, "FETCH_ADDs done")
 	// Output:
 	// 100 WRITEs of 64 KiB
-	// b holds a's data: true
-	// 8-byte WRITEs: p99 no shorter than the median: true
-	// FETCH_ADDs done
+	// the target holds the data: true
+	// read 8B latency wait: 100 round trips, p99 no shorter than the median: true
+	// 100 FETCH_ADDs done
 }

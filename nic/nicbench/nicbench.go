@@ -1,8 +1,16 @@
-// Package nicbench runs the workloads softnic is measured by on a pair of
-// devices: streams of 64 KiB RDMA WRITEs and READs, FETCH_ADDs, and 8-byte
-// WRITEs one at a time, timed from post to completion. The repository's Go
-// benchmarks (./tests) and softnic bench both run them, beside the raw-UDP
-// baselines of package udptest, so that what they report compares.
+// Package nicbench runs the workloads softnic is measured by, the workloads
+// of libfabric's fi_rmabw (../shared/perf) so that each figure compares
+// with its line: RDMA WRITE and READ streams of 4 KiB and 64 KiB messages
+// with 64 in flight, FETCH_ADD with 16 and 64 in flight, 64 KiB WRITEs
+// spread over 1 to 64 QPs, and one 8-byte WRITE, READ or FETCH_ADD at a
+// time, timed from post to completion, learnt by busy-polling the CQ or by
+// waiting on it. The repository's Go benchmarks (./tests) and softnic bench
+// both run them, beside the raw-UDP baselines of package udptest.
+//
+// An Initiator posts the operations from one device. They land on a
+// Target: a device in this process (DeviceTarget), or, as fi_rmabw's
+// target is, a device in a process of its own (Peer, which talks to
+// ServePeer over a pipe).
 //
 // It connects QPs directly (as ibv_modify_qp does), without the connection
 // manager, and only measures: ratios and targets are its callers'.
@@ -11,6 +19,7 @@ package nicbench
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
 	"time"
 
@@ -45,155 +54,252 @@ func Connect(da, db *nic.Device, pa, pb *nic.PD, opts nic.ConnectOptions, depth 
 		return l, err
 	}
 	oa, ob := opts, opts
-	oa.LocalPSN, oa.RemotePSN = 0xFFFF00, 0x123
-	ob.LocalPSN, ob.RemotePSN = 0x123, 0xFFFF00
+	oa.LocalPSN, oa.RemotePSN = initiatorPSN, targetPSN
+	ob.LocalPSN, ob.RemotePSN = targetPSN, initiatorPSN
 	if err := l.A.Connect(db.Addr(), l.B.Num(), oa); err != nil {
 		return l, err
 	}
 	return l, l.B.Connect(da.Addr(), l.A.Num(), ob)
 }
 
-// Stream keeps depth operations built by mk in flight on l.A until n have
-// completed, waiting with CQ.Wait. mk fills in the WR (and its one SGE)
-// for operation i; Stream reuses them, so that what allocates is the
-// device.
-func (l Link) Stream(n, depth int, mk func(i int, wr *qp.SendWR)) error {
-	ctx := context.Background()
-	wcs := make([]qp.WC, depth)
-	posted, done := 0, 0
-	var wr qp.SendWR
-	wr.SGL = make([]qp.SGE, 1)
-	for done < n {
-		for posted < n && posted-done < depth {
-			mk(posted, &wr)
-			if err := l.A.PostSend(&wr); err != nil {
-				return fmt.Errorf("post %d: %w", posted, err)
-			}
-			posted++
-		}
-		k, err := l.ACQ.Wait(ctx, wcs)
-		if err != nil {
-			return err
-		}
-		for i := range wcs[:k] {
-			if wcs[i].Status != qp.Success {
-				return fmt.Errorf("completion %v", wcs[i].String())
-			}
-		}
-		done += k
-	}
-	return nil
-}
-
-// Pair is a Link with a region of RegionSize on each side, written all
-// over before any operation: pages never written read from the kernel's
-// one zero page, which stays in the cache however much is sent, so that
-// an embedded device's regions (Go memory) would send from the cache and
-// an attached device's (shared memory, which has no zero page) from
-// memory.
-type Pair struct {
-	Link
-	MA, MB *nic.MR
-}
-
-// The workloads' sizes: 64 KiB messages, 32 in flight, MTU 4096, in
-// regions of 64 MiB.
+// The first PSNs of a connection: the initiator's wraps soon.
 const (
-	StreamSize  = 64 << 10
-	StreamDepth = 32
-	MTU         = 4096
-	RegionSize  = 64 << 20
+	initiatorPSN = 0xFFFF00
+	targetPSN    = 0x123
 )
 
-// NewPair connects device a to device b with depth WRs in flight at most,
-// in a PD and a region of its own on each. Closing the devices releases
-// it all.
-func NewPair(a, b *nic.Device, depth int) (Pair, error) {
-	var p Pair
-	pa, err := a.AllocPD()
-	if err != nil {
-		return p, err
-	}
-	pb, err := b.AllocPD()
-	if err != nil {
-		return p, err
-	}
-	access := mr.LocalWrite | mr.RemoteWrite | mr.RemoteRead | mr.RemoteAtomic
-	if p.MA, err = pa.AllocMR(RegionSize, access); err != nil {
-		return p, err
-	}
-	if p.MB, err = pb.AllocMR(RegionSize, access); err != nil {
-		return p, err
-	}
-	fill(p.MA.Bytes())
-	fill(p.MB.Bytes())
-	p.Link, err = Connect(a, b, pa, pb, nic.ConnectOptions{MTU: MTU, Timeout: 12}, depth)
-	return p, err
+// The workloads' parameters, fi_rmabw's: messages of 4 KiB and 64 KiB, a
+// window of 64 operations in flight, at path MTU 4096, in regions of
+// 64 MiB.
+const (
+	LargeSize  = 64 << 10
+	SmallSize  = 4 << 10
+	Window     = 64
+	MTU        = 4096
+	RegionSize = 64 << 20
+	// MaxQPs is the most QPs a workload spreads its operations over.
+	MaxQPs = 64
+)
+
+// Options are the connection's attributes: path MTU 4096, and as many
+// READs and atomics in flight as the window holds, each way.
+func Options() nic.ConnectOptions {
+	return nic.ConnectOptions{MTU: MTU, Timeout: 12, MaxRdAtomic: Window, MaxDestRdAtomic: Window}
 }
 
-func fill(b []byte) {
+// Region is the target's memory as the initiator addresses it.
+type Region struct {
+	Addr uint64 `json:"addr"`
+	RKey uint32 `json:"rkey"`
+}
+
+// Target is where the workloads' operations land: a device with a region
+// of RegionSize bytes, written all over before any operation (pages never
+// written read from the kernel's one zero page, which stays in the cache
+// however much is sent).
+type Target interface {
+	// Addr is the target device's address.
+	Addr() netip.AddrPort
+	// Region is the memory the operations address.
+	Region() Region
+	// Accept creates a QP with depth send and receive WRs, connects it to
+	// QP qpn of the device at from with opts, and returns its number.
+	Accept(from netip.AddrPort, qpn uint32, opts nic.ConnectOptions, depth int) (uint32, error)
+	// Close releases the target (a Peer's process exits).
+	Close() error
+}
+
+// Initiator posts the workloads' operations from a device, over up to
+// len(QPs) QPs that share one CQ, to a target.
+type Initiator struct {
+	Dev    *nic.Device
+	QPs    []*nic.QP
+	CQ     *nic.CQ
+	MR     *nic.MR // the local memory operations read from and write to
+	Remote Region
+
+	wcs []qp.WC
+	wr  qp.SendWR
+}
+
+// Dial connects nqps QPs of device d to target t, each able to hold
+// Window operations, with a region of RegionSize bytes of its own.
+// Closing the device releases it all.
+func Dial(d *nic.Device, t Target, nqps int) (*Initiator, error) {
+	pd, err := d.AllocPD()
+	if err != nil {
+		return nil, err
+	}
+	in := &Initiator{Dev: d, Remote: t.Region(), wcs: make([]qp.WC, 2*Window)}
+	in.wr.SGL = make([]qp.SGE, 1)
+	if in.MR, err = pd.AllocMR(RegionSize, mr.LocalWrite|mr.RemoteWrite|mr.RemoteRead|mr.RemoteAtomic); err != nil {
+		return nil, err
+	}
+	Fill(in.MR.Bytes())
+	if in.CQ, err = d.CreateCQ(2 * Window); err != nil {
+		return nil, err
+	}
+	for range nqps {
+		q, err := pd.CreateQP(nic.QPConfig{SendCQ: in.CQ, MaxSendWR: Window, MaxRecvWR: 1})
+		if err != nil {
+			return nil, err
+		}
+		o := Options()
+		o.LocalPSN, o.RemotePSN = targetPSN, initiatorPSN
+		remote, err := t.Accept(d.Addr(), q.Num(), o, Window)
+		if err != nil {
+			return nil, fmt.Errorf("target: %w", err)
+		}
+		o.LocalPSN, o.RemotePSN = initiatorPSN, targetPSN
+		if err := q.Connect(t.Addr(), remote, o); err != nil {
+			return nil, err
+		}
+		in.QPs = append(in.QPs, q)
+	}
+	return in, nil
+}
+
+// Fill writes b all over, so that its pages are the process's own.
+func Fill(b []byte) {
 	for i := range b {
 		b[i] = byte(i * 7)
 	}
 }
 
-// Transfer runs n StreamSize operations op (WRITE or READ) from a to b,
-// StreamDepth in flight, and returns the time they took.
-func (p Pair) Transfer(op qp.WROpcode, n int) (time.Duration, error) {
-	start := time.Now()
-	err := p.Stream(n, StreamDepth, func(i int, wr *qp.SendWR) {
-		off := (i % (RegionSize / StreamSize / 2)) * StreamSize
-		wr.ID, wr.Opcode, wr.Flags, wr.RemoteAddr, wr.RKey = uint64(i), op, qp.Signaled, p.MB.Addr()+uint64(off), p.MB.RKey()
-		wr.SGL[0] = p.MA.SGE(off, StreamSize)
-	})
-	return time.Since(start), err
+// Completion says how a workload learns that its operations completed.
+type Completion int
+
+const (
+	// Wait sleeps in CQ.Wait until the device writes the CQ.
+	Wait Completion = iota
+	// Poll calls CQ.Poll in a loop (busy polling: what fi_rmabw does, and
+	// ib_write_lat unless given -e).
+	Poll
+)
+
+func (c Completion) String() string { return [...]string{"wait", "poll"}[c] }
+
+// Limit ends a measurement: after Ops operations, or once Time has
+// passed, whichever comes first (a zero field does not limit).
+type Limit struct {
+	Ops  int
+	Time time.Duration
 }
 
-// FetchAdd runs n FETCH_ADDs on one word of b's region, depth
-// outstanding, and returns the time they took.
-func (p Pair) FetchAdd(n, depth int) (time.Duration, error) {
-	start := time.Now()
-	err := p.Stream(n, depth, func(i int, wr *qp.SendWR) {
-		wr.ID, wr.Opcode, wr.Flags, wr.RemoteAddr, wr.RKey, wr.CompareAdd = uint64(i), qp.WRFetchAdd, qp.Signaled, p.MB.Addr(), p.MB.RKey(), 1
-		wr.SGL[0] = p.MA.SGE(8*(i%depth), 8)
-	})
-	return time.Since(start), err
+// more reports whether an operation numbered done may start at now.
+func (l Limit) more(done int, start, now time.Time) bool {
+	return (l.Ops <= 0 || done < l.Ops) && (l.Time <= 0 || now.Sub(start) < l.Time)
 }
 
-// Write8 posts 8-byte WRITEs one at a time and stores in each element of
-// rtts the time from post to completion, learnt by CQ.Wait, or with poll
-// by CQ.Poll in a loop (busy polling, as ib_write_lat does unless given
-// -e).
-func (p Pair) Write8(rtts []time.Duration, poll bool) error {
+// Stream keeps window operations built by mk in flight over the first
+// nqps QPs, posting to each in turn, until lim ends it and every posted
+// operation has completed; it returns how many completed and the time
+// they took. mk fills in the WR (and its one SGE) for operation i; Stream
+// reuses it, so that what allocates is the device.
+func (in *Initiator) Stream(nqps, window int, by Completion, lim Limit, mk func(i int, wr *qp.SendWR)) (int, time.Duration, error) {
 	ctx := context.Background()
-	var wc [1]qp.WC
-	wr := qp.SendWR{Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{p.MA.SGE(0, 8)}, RemoteAddr: p.MB.Addr(), RKey: p.MB.RKey()}
+	qps := in.QPs[:nqps]
+	wcs := in.wcs[:min(len(in.wcs), window)]
+	posted, done := 0, 0
+	start := time.Now()
+	more := true
+	for more || done < posted {
+		for more && posted-done < window {
+			mk(posted, &in.wr)
+			if err := qps[posted%len(qps)].PostSend(&in.wr); err != nil {
+				return done, time.Since(start), fmt.Errorf("post %d: %w", posted, err)
+			}
+			posted++
+			more = lim.more(posted, start, time.Now())
+		}
+		var k int
+		var err error
+		if by == Poll {
+			k, err = in.CQ.Poll(wcs)
+		} else {
+			k, err = in.CQ.Wait(ctx, wcs)
+		}
+		if err != nil {
+			return done, time.Since(start), err
+		}
+		for i := range wcs[:k] {
+			if wcs[i].Status != qp.Success {
+				return done, time.Since(start), fmt.Errorf("completion %v", wcs[i].String())
+			}
+		}
+		done += k
+		if k > 0 && more {
+			more = lim.more(posted, start, time.Now())
+		}
+	}
+	return done, time.Since(start), nil
+}
+
+// Throughput runs operations op (qp.WRWrite or qp.WRRead) of size bytes,
+// window in flight over nqps QPs, and returns how many completed in how
+// long. Operation i addresses the i-th size-byte slot of the first half of
+// both regions, cyclically.
+func (in *Initiator) Throughput(op qp.WROpcode, size, window, nqps int, by Completion, lim Limit) (int, time.Duration, error) {
+	slots := RegionSize / size / 2
+	return in.Stream(nqps, window, by, lim, func(i int, wr *qp.SendWR) {
+		off := (i % slots) * size
+		wr.ID, wr.Opcode, wr.Flags, wr.RemoteAddr, wr.RKey = uint64(i), op, qp.Signaled, in.Remote.Addr+uint64(off), in.Remote.RKey
+		wr.SGL[0] = in.MR.SGE(off, size)
+	})
+}
+
+// FetchAdd runs FETCH_ADDs of 1 on one word of the target's region,
+// window outstanding, and returns how many completed in how long.
+func (in *Initiator) FetchAdd(window int, by Completion, lim Limit) (int, time.Duration, error) {
+	return in.Stream(1, window, by, lim, func(i int, wr *qp.SendWR) {
+		wr.ID, wr.Opcode, wr.Flags, wr.RemoteAddr, wr.RKey, wr.CompareAdd = uint64(i), qp.WRFetchAdd, qp.Signaled, in.Remote.Addr, in.Remote.RKey, 1
+		wr.SGL[0] = in.MR.SGE(RegionSize-8*(1+i%window), 8)
+	})
+}
+
+// Latency posts 8-byte operations op (qp.WRWrite, qp.WRRead or
+// qp.WRFetchAdd) one at a time on the first QP and stores in rtts the time
+// of each from post to completion, until rtts is full or lim ends it; it
+// returns how many it stored.
+func (in *Initiator) Latency(op qp.WROpcode, by Completion, lim Limit, rtts []time.Duration) (int, error) {
+	ctx := context.Background()
+	wc := in.wcs[:1]
+	wr := &in.wr
+	*wr = qp.SendWR{Opcode: op, Flags: qp.Signaled, SGL: wr.SGL[:1], RemoteAddr: in.Remote.Addr + 8, RKey: in.Remote.RKey, CompareAdd: 1}
+	wr.SGL[0] = in.MR.SGE(8, 8)
+	q := in.QPs[0]
+	start := time.Now()
 	for i := range rtts {
 		t0 := time.Now()
-		if err := p.A.PostSend(&wr); err != nil {
-			return err
+		if !lim.more(i, start, t0) {
+			return i, nil
+		}
+		if err := q.PostSend(wr); err != nil {
+			return i, err
 		}
 		n, err := 0, error(nil)
 		for n == 0 && err == nil {
-			if poll {
-				n, err = p.ACQ.Poll(wc[:])
+			if by == Poll {
+				n, err = in.CQ.Poll(wc)
 			} else {
-				n, err = p.ACQ.Wait(ctx, wc[:])
+				n, err = in.CQ.Wait(ctx, wc)
 			}
 		}
 		if err != nil {
-			return err
+			return i, err
 		}
 		if wc[0].Status != qp.Success {
-			return fmt.Errorf("completion %v", wc[0].String())
+			return i, fmt.Errorf("completion %v", wc[0].String())
 		}
 		rtts[i] = time.Since(t0)
 	}
-	return nil
+	return len(rtts), nil
 }
 
-// Gbps is the throughput of n StreamSize operations done in d.
-func Gbps(n int, d time.Duration) float64 { return float64(n) * StreamSize * 8 / d.Seconds() / 1e9 }
+// Gbps is the throughput of n operations of size bytes done in d.
+func Gbps(n, size int, d time.Duration) float64 {
+	return float64(n) * float64(size) * 8 / d.Seconds() / 1e9
+}
 
 // Latency is the median and 99th percentile of round trips.
 type Latency struct {
@@ -202,6 +308,9 @@ type Latency struct {
 
 // Percentiles sorts rtts and returns their median and 99th percentile.
 func Percentiles(rtts []time.Duration) Latency {
+	if len(rtts) == 0 {
+		return Latency{}
+	}
 	slices.Sort(rtts)
 	return Latency{Median: rtts[len(rtts)/2], P99: rtts[(len(rtts)*99+99)/100-1]}
 }
@@ -209,18 +318,20 @@ func Percentiles(rtts []time.Duration) Latency {
 // Rounds is how many turns InRounds gives each device.
 const Rounds = 10
 
-// The two devices InRounds alternates, as indexes.
+// The two initiators InRounds alternates, as indexes.
 const (
 	Embedded = iota
 	Attached
 )
 
-// Write8Rounds runs Write8 n times on each of pairs, the embedded and the
-// attached one, in alternating rounds, and returns each one's latency.
-func Write8Rounds(pairs *[2]Pair, n int, poll bool) ([2]Latency, error) {
+// LatencyRounds measures Latency of n operations op on each of ins, the
+// embedded and the attached initiator, in alternating rounds, and returns
+// each one's latency.
+func LatencyRounds(ins *[2]*Initiator, op qp.WROpcode, by Completion, n int) ([2]Latency, error) {
 	rtts := [2][]time.Duration{make([]time.Duration, n), make([]time.Duration, n)}
 	err := InRounds(n, func(dev, start, k int) error {
-		return pairs[dev].Write8(rtts[dev][start:start+k], poll)
+		_, err := ins[dev].Latency(op, by, Limit{}, rtts[dev][start:start+k])
+		return err
 	})
 	if err != nil {
 		return [2]Latency{}, err
@@ -229,7 +340,7 @@ func Write8Rounds(pairs *[2]Pair, n int, poll bool) ([2]Latency, error) {
 }
 
 // InRounds splits n operations into Rounds and calls run(dev, start, k)
-// for the embedded device, then the attached one, k operations from
+// for the embedded initiator, then the attached one, k operations from
 // start, round after round. A machine's speed drifts by tens of percent
 // within a minute; alternating puts both under the same drift.
 func InRounds(n int, run func(dev, start, k int) error) error {

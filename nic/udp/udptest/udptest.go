@@ -236,7 +236,7 @@ type PingPongResult struct {
 func PingPong(b *testing.B) PingPongResult {
 	b.Helper()
 	b.ReportAllocs()
-	res, err := runPingPong(b.N, b.ResetTimer)
+	res, err := runPingPong(b.N, netip.AddrPort{}, b.ResetTimer)
 	b.StopTimer()
 	if err != nil {
 		b.Fatal(err)
@@ -247,29 +247,42 @@ func PingPong(b *testing.B) PingPongResult {
 }
 
 // MeasurePingPong is PingPong outside a benchmark: n round trips.
-func MeasurePingPong(n int) (PingPongResult, error) { return runPingPong(n, nil) }
+func MeasurePingPong(n int) (PingPongResult, error) { return runPingPong(n, netip.AddrPort{}, nil) }
 
-func runPingPong(n int, start func()) (res PingPongResult, err error) {
+// MeasurePingPongTo is MeasurePingPong against an echo socket elsewhere,
+// such as one that Echo serves in another process.
+func MeasurePingPongTo(n int, echo netip.AddrPort) (PingPongResult, error) {
+	return runPingPong(n, echo, nil)
+}
+
+// runPingPong measures n round trips to echo, or to an echo socket of its
+// own when echo is not valid.
+func runPingPong(n int, dst netip.AddrPort, start func()) (res PingPongResult, err error) {
 	lo := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)}
-	client, err := net.ListenUDP("udp4", lo)
+	if dst.IsValid() && dst.Addr().Is6() && !dst.Addr().Is4In6() {
+		lo = &net.UDPAddr{IP: net.IPv6loopback}
+	}
+	client, err := net.ListenUDP("udp", lo)
 	if err != nil {
 		return res, err
 	}
 	defer client.Close()
-	echo, err := net.ListenUDP("udp4", lo)
-	if err != nil {
-		return res, err
-	}
-	echoed := make(chan error, 1)
-	defer func() {
-		echo.Close()
-		if eerr := <-echoed; !errors.Is(eerr, net.ErrClosed) && err == nil {
-			err = fmt.Errorf("udptest: echo: %w", eerr)
+	if !dst.IsValid() {
+		echo, err := net.ListenUDP("udp4", lo)
+		if err != nil {
+			return res, err
 		}
-	}()
-	go func() { echoed <- runEcho(echo) }()
+		echoed := make(chan error, 1)
+		defer func() {
+			echo.Close()
+			if eerr := <-echoed; !errors.Is(eerr, net.ErrClosed) && err == nil {
+				err = fmt.Errorf("udptest: echo: %w", eerr)
+			}
+		}()
+		go func() { echoed <- Echo(echo) }()
+		dst = echo.LocalAddr().(*net.UDPAddr).AddrPort()
+	}
 
-	dst := echo.LocalAddr().(*net.UDPAddr).AddrPort()
 	rtts := make([]time.Duration, n)
 	var ping, pong [8]byte
 	if start != nil {
@@ -295,8 +308,9 @@ func runPingPong(n int, start func()) (res PingPongResult, err error) {
 	return percentiles(rtts), nil
 }
 
-// runEcho sends every datagram reaching c back to its sender until c is closed.
-func runEcho(c *net.UDPConn) error {
+// Echo sends every datagram reaching c back to its sender until c is
+// closed, and returns the error that ended it (net.ErrClosed after Close).
+func Echo(c *net.UDPConn) error {
 	var buf [64]byte
 	for {
 		n, from, err := c.ReadFromUDPAddrPort(buf[:])

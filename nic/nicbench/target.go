@@ -1,0 +1,194 @@
+package nicbench
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os/exec"
+	"sync"
+
+	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/udp/udptest"
+)
+
+// DeviceTarget is a target on a device of this process.
+type DeviceTarget struct {
+	Dev *nic.Device
+	PD  *nic.PD
+	MR  *nic.MR
+	CQ  *nic.CQ // every accepted QP's (a responder completes nothing)
+}
+
+// NewDeviceTarget makes device d a target: a PD, a region of RegionSize
+// bytes written all over, and a CQ. Closing the device releases them.
+func NewDeviceTarget(d *nic.Device) (*DeviceTarget, error) {
+	t := &DeviceTarget{Dev: d}
+	var err error
+	if t.PD, err = d.AllocPD(); err != nil {
+		return nil, err
+	}
+	if t.MR, err = t.PD.AllocMR(RegionSize, mr.LocalWrite|mr.RemoteWrite|mr.RemoteRead|mr.RemoteAtomic); err != nil {
+		return nil, err
+	}
+	Fill(t.MR.Bytes())
+	if t.CQ, err = d.CreateCQ(2 * Window); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// Addr is the device's address.
+func (t *DeviceTarget) Addr() netip.AddrPort { return t.Dev.Addr() }
+
+// Region is the target's region.
+func (t *DeviceTarget) Region() Region { return Region{Addr: t.MR.Addr(), RKey: t.MR.RKey()} }
+
+// Accept creates a QP and connects it to QP qpn at from.
+func (t *DeviceTarget) Accept(from netip.AddrPort, qpn uint32, opts nic.ConnectOptions, depth int) (uint32, error) {
+	q, err := t.PD.CreateQP(nic.QPConfig{SendCQ: t.CQ, MaxSendWR: depth, MaxRecvWR: depth})
+	if err != nil {
+		return 0, err
+	}
+	if err := q.Connect(from, qpn, opts); err != nil {
+		q.Destroy()
+		return 0, err
+	}
+	return q.Num(), nil
+}
+
+// Close does nothing: the device is its opener's to close.
+func (t *DeviceTarget) Close() error { return nil }
+
+// The protocol between Peer and ServePeer: one JSON object a line. The
+// peer process says hello; then each accept request gets one reply.
+type (
+	peerHello struct {
+		Addr   netip.AddrPort `json:"addr"`
+		Region Region         `json:"region"`
+		Echo   netip.AddrPort `json:"echo"` // a UDP socket that sends every datagram back
+	}
+	peerAccept struct {
+		From  netip.AddrPort     `json:"from"`
+		QPN   uint32             `json:"qpn"`
+		Opts  nic.ConnectOptions `json:"opts"`
+		Depth int                `json:"depth"`
+	}
+	peerReply struct {
+		QPN uint32 `json:"qpn"`
+		Err string `json:"err,omitempty"`
+	}
+)
+
+// ServePeer is the body of a peer process: it opens a device with cfg,
+// makes it a target, opens a UDP echo socket beside it for the raw
+// ping-pong, says hello on out, and accepts the QPs that in asks for, one
+// request a line, until in ends (as it does when the process that started
+// this one exits: the peer dies with it).
+func ServePeer(in io.Reader, out io.Writer, cfg nic.Config) error {
+	cfg.Embed = true
+	d, err := nic.Open(cfg)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	t, err := NewDeviceTarget(d)
+	if err != nil {
+		return err
+	}
+	echo, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(d.Addr().Addr(), 0)))
+	if err != nil {
+		return err
+	}
+	var echoed sync.WaitGroup
+	echoed.Go(func() { udptest.Echo(echo) })
+	defer echoed.Wait()
+	defer echo.Close()
+	enc := json.NewEncoder(out)
+	if err := enc.Encode(peerHello{Addr: t.Addr(), Region: t.Region(), Echo: echo.LocalAddr().(*net.UDPAddr).AddrPort()}); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(in)
+	for {
+		var req peerAccept
+		if err := dec.Decode(&req); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("peer: %w", err)
+		}
+		var rep peerReply
+		if rep.QPN, err = t.Accept(req.From, req.QPN, req.Opts, req.Depth); err != nil {
+			rep.Err = err.Error()
+		}
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	}
+}
+
+// Peer is a target in another process, which runs ServePeer.
+type Peer struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	dec   *json.Decoder
+	enc   *json.Encoder
+	hello peerHello
+}
+
+// StartPeer starts cmd, a process that runs ServePeer on its standard
+// input and output, and waits for its hello. The process ends when Close
+// closes its input, or when this process exits.
+func StartPeer(cmd *exec.Cmd) (*Peer, error) {
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("peer process: %w", err)
+	}
+	p := &Peer{cmd: cmd, stdin: stdin, dec: json.NewDecoder(bufio.NewReader(stdout)), enc: json.NewEncoder(stdin)}
+	if err := p.dec.Decode(&p.hello); err != nil {
+		p.Close()
+		return nil, fmt.Errorf("peer process: no hello: %w", err)
+	}
+	return p, nil
+}
+
+// Addr is the peer device's address.
+func (p *Peer) Addr() netip.AddrPort { return p.hello.Addr }
+
+// Region is the peer's region.
+func (p *Peer) Region() Region { return p.hello.Region }
+
+// Echo is the peer's UDP echo socket, for udptest.MeasurePingPongTo.
+func (p *Peer) Echo() netip.AddrPort { return p.hello.Echo }
+
+// Accept asks the peer for a QP connected to QP qpn at from.
+func (p *Peer) Accept(from netip.AddrPort, qpn uint32, opts nic.ConnectOptions, depth int) (uint32, error) {
+	if err := p.enc.Encode(peerAccept{From: from, QPN: qpn, Opts: opts, Depth: depth}); err != nil {
+		return 0, fmt.Errorf("peer process: %w", err)
+	}
+	var rep peerReply
+	if err := p.dec.Decode(&rep); err != nil {
+		return 0, fmt.Errorf("peer process: %w", err)
+	}
+	if rep.Err != "" {
+		return 0, fmt.Errorf("peer process: %s", rep.Err)
+	}
+	return rep.QPN, nil
+}
+
+// Close ends the peer process and waits for it.
+func (p *Peer) Close() error {
+	p.stdin.Close()
+	return p.cmd.Wait()
+}
