@@ -2,7 +2,8 @@
 // (BTH and the extension headers RETH, AETH, AtomicETH, AtomicAckETH, ImmDT,
 // IETH, DETH, FETH) that RoCEv2 carries in UDP datagrams to port 4791, the
 // opcode table, 24-bit PSN arithmetic, the invariant CRC (ICRC) over the
-// IP/UDP envelope, and classic pcap files with full Ethernet/IP/UDP framing.
+// IP/UDP envelope, and captures: classic pcap files written with full
+// Ethernet/IP/UDP framing, pcap and pcapng files read.
 // It also codes the management datagrams of the connection manager (CM MADs:
 // REQ, REP, RTU, REJ, MRA, DREQ, DREP) that travel to and from QP1, with
 // rdma_cm's service IDs and private-data header.
@@ -51,7 +52,8 @@ var (
 	// ErrBadIPHeader: bytes meant to be an IPv4 or IPv6 header followed by
 	// a UDP header are not.
 	ErrBadIPHeader = errors.New("wire: not an IPv4 or IPv6 header followed by UDP")
-	// ErrNotPcap: the stream is not a classic pcap file.
+	// ErrNotPcap: the stream is neither a classic pcap nor a pcapng file,
+	// or a record or block of it is malformed.
 	ErrNotPcap = errors.New("wire: not a pcap file")
 	// ErrBadMAD: a management datagram is not a CM message: wrong base
 	// version, management class, class version or method.

@@ -62,9 +62,9 @@ func FuzzDecode(f *testing.F) {
 	})
 }
 
-// FuzzPcapReader feeds arbitrary files to the pcap reader and the packets it
-// finds to Decode and ICRCFromHeaders: no input may panic them, and errors
-// must be typed.
+// FuzzPcapReader feeds arbitrary files to the pcap and pcapng reader and
+// the packets it finds to Decode and ICRCFromHeaders: no input may panic
+// them, and errors must be typed.
 func FuzzPcapReader(f *testing.F) {
 	if files, _ := filepath.Glob(filepath.Join(goldenDir, "*.pcap")); len(files) > 0 {
 		b, err := os.ReadFile(files[0])
@@ -80,6 +80,14 @@ func FuzzPcapReader(f *testing.F) {
 	}
 	f.Add(pcapFile(binary.LittleEndian, pcapMagicMicro, linkTypeEthernet, frames...))
 	f.Add(pcapFile(binary.BigEndian, pcapMagicNano, linkTypeRaw, frames[0][ethHeaderSize:]))
+	le := newPcapng(binary.LittleEndian)
+	le.iface(linkTypeEthernet, 0, le.option(pcapngOptTSResol, []byte{9}))
+	for i, fr := range frames {
+		le.packet(0, uint64(i), fr)
+	}
+	f.Add(le.b)
+	sll2 := append([]byte{0x08, 0x00}, make([]byte, sll2HeaderSize-2)...)
+	f.Add(newPcapng(binary.BigEndian).iface(linkTypeSLL2, 64).simple(append(sll2, frames[1][ethHeaderSize:]...)).b)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := NewPcapReader(bytes.NewReader(b))
 		if err != nil {

@@ -141,13 +141,15 @@ func putMAC(mac []byte, addr netip.Addr) {
 	copy(mac[1:], a[11:])
 }
 
-// PcapReader reads frames from a classic pcap stream in either byte order,
-// with microsecond or nanosecond timestamps. It recognises RoCEv2 datagrams
-// (UDP from or to port 4791, or a port added with AddPort, over IPv4 or
-// IPv6) on Ethernet (with or without VLAN tags), Linux cooked (tcpdump -i
-// any, v1 and v2) and raw IP captures. Like Wireshark, it takes a datagram
-// from port 4791 to another port for RoCEv2 too: a softnic device answers
-// at the port a peer sent from.
+// PcapReader reads frames from a capture file: classic pcap in either byte
+// order, with microsecond or nanosecond timestamps, or pcapng (pcapng.go),
+// the default format of Wireshark and tshark. It recognises RoCEv2
+// datagrams over IPv4 or IPv6 on Ethernet (with or without VLAN tags),
+// Linux cooked (tcpdump -i any, v1 and v2) and raw IP captures: UDP from or
+// to port 4791 or a port added with AddPort, as Wireshark does (a softnic
+// device answers at the port a peer sent from, so a datagram from 4791 to
+// another port counts), and UDP on any other port whose payload decodes as
+// a packet and whose ICRC verifies (see Frame.RoCE).
 type PcapReader struct {
 	ports    []uint16 // RoCEv2 ports besides 4791
 	r        io.Reader
@@ -157,24 +159,66 @@ type PcapReader struct {
 	hdr      [pcapRecordHeaderSize]byte
 	buf      []byte
 	records  int
+	ng       *pcapng // the pcapng state; nil for classic pcap
+	pkt      Packet  // decodes the payloads of datagrams on other ports
 }
 
-// Frame is one record of a pcap file. Its slices point into the reader's
-// buffer and are valid until the next call to Next.
+// Frame is one packet of a capture file. Its slices point into the
+// reader's buffer and are valid until the next call to Next.
 type Frame struct {
-	Time time.Time
-	Data []byte // the captured link-layer frame
-	// RoCE reports an IPv4 or IPv6 UDP datagram from or to a RoCEv2 port
-	// that is not a fragment; Env, IPUDP and Payload are set only then.
+	Time time.Time // the zero Time for a pcapng simple packet block, which has none
+	Data []byte    // the captured link-layer frame
+	// RoCE reports a RoCEv2 packet in an IPv4 or IPv6 UDP datagram that
+	// is not a fragment: one from or to a RoCEv2 port whatever its
+	// contents, or one on other ports whose payload decodes (Packet.Decode)
+	// and whose ICRC verifies with the headers as captured or under IPv4
+	// identification 0, the one softnic seals with. (A checksum that
+	// verifies only under another identification found by
+	// Envelope.RecoverIPID is not enough there: 1 in 65,536 random
+	// datagrams would pass.) Env, IPUDP, Payload and ICRC are set only
+	// when RoCE is.
 	RoCE    bool
 	Env     Envelope // addresses, ports and the IPv4 ID as captured
 	IPUDP   []byte   // the captured IP header and UDP header, for ICRCFromHeaders
 	Payload []byte   // the UDP payload (BTH through ICRC); shorter if the capture was cut
+	// ICRC says whether Payload's ICRC verifies; SealedIPID is the IPv4
+	// identification it verifies under when ICRC is ICRCRecovered.
+	ICRC       ICRCStatus
+	SealedIPID uint16
 }
 
-// NewPcapReader reads the pcap file header from r. It returns an error
-// wrapping ErrNotPcap if r does not start with one (a pcapng file included),
-// or the read error.
+// ICRCStatus says whether a captured packet's ICRC verifies.
+type ICRCStatus uint8
+
+const (
+	// ICRCBad: it does not verify under any IPv4 identification, the
+	// headers cannot carry one (IPv4 options, IPv6 extension headers), or
+	// the packet was cut short by the capture. A receiver drops it.
+	ICRCBad ICRCStatus = iota
+	// ICRCOK: it verifies with the IP and UDP headers as captured.
+	ICRCOK
+	// ICRCRecovered: it verifies only under another IPv4 identification,
+	// Frame.SealedIPID (Envelope.RecoverIPID): the sender sealed it with
+	// that one and something on the way renumbered the datagram, as Linux
+	// does to the segments of a UDP GSO send. A receiver that recovers the
+	// identification (nic.Config.RecoverIPID) accepts it; rxe does not.
+	ICRCRecovered
+)
+
+// String returns "ok", "BAD" or "recovered".
+func (s ICRCStatus) String() string {
+	switch s {
+	case ICRCOK:
+		return "ok"
+	case ICRCRecovered:
+		return "recovered"
+	}
+	return "BAD"
+}
+
+// NewPcapReader reads the file header of a classic pcap file, or the
+// first section header block of a pcapng file, from r. It returns an error
+// wrapping ErrNotPcap if r starts with neither, or the read error.
 func NewPcapReader(r io.Reader) (*PcapReader, error) {
 	var h [pcapFileHeaderSize]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
@@ -194,7 +238,14 @@ func NewPcapReader(r io.Reader) (*PcapReader, error) {
 	case binary.BigEndian.Uint32(h[:]) == pcapMagicNano:
 		pr.order, pr.nano = binary.BigEndian, true
 	case binary.LittleEndian.Uint32(h[:]) == pcapngMagic:
-		return nil, fmt.Errorf("%w: pcapng is not supported (convert it with: editcap -F pcap IN OUT)", ErrNotPcap)
+		pr.ng = &pcapng{blocks: 1}
+		if err := pr.startSection(h[:]); err != nil {
+			if errors.Is(err, io.ErrUnexpectedEOF) {
+				return nil, fmt.Errorf("%w: shorter than its pcapng section header", ErrNotPcap)
+			}
+			return nil, err
+		}
+		return pr, nil
 	default:
 		return nil, fmt.Errorf("%w: unknown magic number %#08x", ErrNotPcap, binary.BigEndian.Uint32(h[:]))
 	}
@@ -203,10 +254,13 @@ func NewPcapReader(r io.Reader) (*PcapReader, error) {
 }
 
 // Next returns the next frame. It returns io.EOF after the last one, an
-// error wrapping io.ErrUnexpectedEOF if the file ends inside a record, one
-// wrapping ErrNotPcap if a record claims more than 256 KiB, or the read
-// error.
+// error wrapping io.ErrUnexpectedEOF if the file ends inside a record or
+// block, one wrapping ErrNotPcap if a record claims more than 256 KiB or a
+// pcapng block is malformed, or the read error.
 func (r *PcapReader) Next() (Frame, error) {
+	if r.ng != nil {
+		return r.nextBlock()
+	}
 	if _, err := io.ReadFull(r.r, r.hdr[:]); err != nil {
 		if errors.Is(err, io.EOF) {
 			return Frame{}, io.EOF
@@ -232,27 +286,63 @@ func (r *PcapReader) Next() (Frame, error) {
 	if !r.nano {
 		frac *= 1000
 	}
-	f := Frame{Time: time.Unix(int64(sec), int64(frac)).UTC(), Data: data}
-	parseFrame(&f, r.linkType, data, r.isRoCEPort)
-	return f, nil
+	return r.frame(time.Unix(int64(sec), int64(frac)).UTC(), r.linkType, data), nil
 }
 
-// AddPort makes the reader take UDP port as a RoCEv2 port too, for captures
-// of devices that listen elsewhere than 4791 (tests, the demo).
+// frame returns the Frame of data, a frame of the given link type
+// captured at t.
+func (r *PcapReader) frame(t time.Time, linkType uint32, data []byte) Frame {
+	f := Frame{Time: t, Data: data}
+	if !parseFrame(&f, linkType, data) {
+		return f
+	}
+	port := r.isRoCEPort(f.Env.Src.Port()) || r.isRoCEPort(f.Env.Dst.Port())
+	if !port && r.pkt.Decode(f.Payload) != nil {
+		return Frame{Time: t, Data: data}
+	}
+	f.ICRC, f.SealedIPID = checkCapturedICRC(f.IPUDP, &f.Env, f.Payload)
+	if !port && f.ICRC != ICRCOK && (f.ICRC != ICRCRecovered || f.SealedIPID != 0) {
+		return Frame{Time: t, Data: data}
+	}
+	f.RoCE = true
+	return f
+}
+
+// checkCapturedICRC returns whether pkt's ICRC verifies with the captured
+// headers ipudp, and else whether, and under which identification, it
+// verifies in env with another IPv4 identification.
+func checkCapturedICRC(ipudp []byte, env *Envelope, pkt []byte) (ICRCStatus, uint16) {
+	if len(pkt) < BTHSize+ICRCSize {
+		return ICRCBad, 0
+	}
+	n := len(pkt) - ICRCSize
+	if icrc, err := ICRCFromHeaders(ipudp, pkt[:n]); err != nil {
+		return ICRCBad, 0 // options or extension headers: no ICRC is defined
+	} else if icrc == binary.LittleEndian.Uint32(pkt[n:]) {
+		return ICRCOK, 0
+	}
+	if id, ok := env.RecoverIPID(pkt); ok && env.is4() {
+		return ICRCRecovered, id
+	}
+	return ICRCBad, 0
+}
+
+// AddPort makes the reader take UDP port as a RoCEv2 port too, whatever
+// the datagrams carry, as Wireshark's Decode As does.
 func (r *PcapReader) AddPort(port uint16) { r.ports = append(r.ports, port) }
 
 func (r *PcapReader) isRoCEPort(p uint16) bool {
 	return p == UDPPort || slices.Contains(r.ports, p)
 }
 
-// parseFrame fills f's RoCE fields if data, a frame of the given link type,
-// carries a UDP datagram from or to a port roce accepts.
-func parseFrame(f *Frame, linkType uint32, data []byte, roce func(port uint16) bool) {
+// parseFrame sets f's Env, IPUDP and Payload and returns true if data, a
+// frame of the given link type, carries an unfragmented UDP datagram.
+func parseFrame(f *Frame, linkType uint32, data []byte) bool {
 	var etherType uint16
 	switch linkType {
 	case linkTypeEthernet:
 		if len(data) < ethHeaderSize {
-			return
+			return false
 		}
 		etherType = binary.BigEndian.Uint16(data[12:])
 		data = data[ethHeaderSize:]
@@ -262,19 +352,19 @@ func parseFrame(f *Frame, linkType uint32, data []byte, roce func(port uint16) b
 		}
 	case linkTypeLinuxSLL:
 		if len(data) < sllHeaderSize {
-			return
+			return false
 		}
 		etherType = binary.BigEndian.Uint16(data[14:])
 		data = data[sllHeaderSize:]
 	case linkTypeSLL2:
 		if len(data) < sll2HeaderSize {
-			return
+			return false
 		}
 		etherType = binary.BigEndian.Uint16(data[0:])
 		data = data[sll2HeaderSize:]
 	case linkTypeRaw:
 		if len(data) == 0 {
-			return
+			return false
 		}
 		switch data[0] >> 4 {
 		case 4:
@@ -283,7 +373,7 @@ func parseFrame(f *Frame, linkType uint32, data []byte, roce func(port uint16) b
 			etherType = ethTypeIPv6
 		}
 	default:
-		return
+		return false
 	}
 	var (
 		src, dst netip.Addr
@@ -294,42 +384,38 @@ func parseFrame(f *Frame, linkType uint32, data []byte, roce func(port uint16) b
 	switch etherType {
 	case ethTypeIPv4:
 		if len(data) < ipv4HeaderSize || data[0]>>4 != 4 {
-			return
+			return false
 		}
 		ipLen = int(data[0]&0x0f) * 4
 		totalLen = int(binary.BigEndian.Uint16(data[2:]))
 		fragment := binary.BigEndian.Uint16(data[6:])&0x3fff != 0 // MF or an offset
 		if ipLen < ipv4HeaderSize || data[9] != ipProtoUDP || fragment {
-			return
+			return false
 		}
 		ipID = binary.BigEndian.Uint16(data[4:])
 		src = netip.AddrFrom4([4]byte(data[12:16]))
 		dst = netip.AddrFrom4([4]byte(data[16:20]))
 	case ethTypeIPv6:
 		if len(data) < ipv6HeaderSize || data[0]>>4 != 6 || data[6] != ipProtoUDP {
-			return
+			return false
 		}
 		ipLen = ipv6HeaderSize
 		totalLen = ipv6HeaderSize + int(binary.BigEndian.Uint16(data[4:]))
 		src = netip.AddrFrom16([16]byte(data[8:24]))
 		dst = netip.AddrFrom16([16]byte(data[24:40]))
 	default:
-		return
+		return false
 	}
 	if len(data) < ipLen+udpHeaderSize || totalLen < ipLen+udpHeaderSize {
-		return
+		return false
 	}
 	udp := data[ipLen : ipLen+udpHeaderSize]
 	sport, dport := binary.BigEndian.Uint16(udp[0:]), binary.BigEndian.Uint16(udp[2:])
-	if !roce(dport) && !roce(sport) {
-		return
-	}
 	udpLen := int(binary.BigEndian.Uint16(udp[4:]))
 	if udpLen < udpHeaderSize || ipLen+udpLen > totalLen {
-		return
+		return false
 	}
 	end := min(ipLen+udpLen, len(data)) // Ethernet may pad; the capture may cut
-	f.RoCE = true
 	f.Env = Envelope{
 		Src:  netip.AddrPortFrom(src, sport),
 		Dst:  netip.AddrPortFrom(dst, dport),
@@ -338,4 +424,5 @@ func parseFrame(f *Frame, linkType uint32, data []byte, roce func(port uint16) b
 	hdrEnd := ipLen + udpHeaderSize
 	f.IPUDP = data[:hdrEnd:hdrEnd]
 	f.Payload = data[hdrEnd:end:end]
+	return true
 }

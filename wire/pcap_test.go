@@ -185,7 +185,8 @@ func TestPcapReaderFormats(t *testing.T) {
 
 // TestPcapReaderPorts: a datagram is RoCEv2 when either port is 4791 (a
 // softnic device answers at the port its peer sent from) or a port added
-// with AddPort (devices listening elsewhere, as in tests and the demo).
+// with AddPort, whatever it carries; between other ports, a packet whose
+// ICRC is wrong is not (TestPcapReaderAnyPort).
 func TestPcapReaderPorts(t *testing.T) {
 	pkt := encodeSample(t, OpRCAck)
 	tests := []struct {
@@ -196,7 +197,7 @@ func TestPcapReaderPorts(t *testing.T) {
 	}{
 		{"to 4791", "192.0.2.1:49152", "192.0.2.2:4791", 0, true},
 		{"from 4791 to another port", "192.0.2.2:4791", "192.0.2.1:49152", 0, true},
-		{"between other ports", "192.0.2.1:40000", "192.0.2.2:40001", 0, false},
+		{"between other ports, ICRC wrong", "192.0.2.1:40000", "192.0.2.2:40001", 0, false},
 		{"to an added port", "192.0.2.1:40000", "192.0.2.2:40001", 40001, true},
 		{"from an added port", "192.0.2.1:40000", "192.0.2.2:40001", 40000, true},
 	}
@@ -216,6 +217,70 @@ func TestPcapReaderPorts(t *testing.T) {
 			}
 			if fr.RoCE != tt.roce || (tt.roce && (fr.Env != env || !bytes.Equal(fr.Payload, pkt))) {
 				t.Errorf("RoCE %v env %+v, want RoCE %v env %+v", fr.RoCE, fr.Env, tt.roce, env)
+			}
+		})
+	}
+}
+
+// TestPcapReaderAnyPort: between ports that are not RoCEv2's, a datagram
+// is RoCEv2 when it decodes as a packet and its ICRC verifies, with the
+// captured IP header or under IPv4 identification 0 (softnic's); on
+// RoCEv2's ports, an ICRC that verifies only under another identification
+// is reported with it.
+func TestPcapReaderAnyPort(t *testing.T) {
+	badOp := encodeSample(t, OpRCAck)
+	badOp[0] = 0xff // no such opcode
+	tests := []struct {
+		name             string
+		src, dst         string
+		wireID, sealedID uint16
+		pkt              []byte
+		corrupt          bool
+		roce             bool
+		icrc             ICRCStatus
+		sealedIPID       uint16
+	}{
+		{"softnic's ID 0", "192.0.2.1:40000", "192.0.2.2:40001", 0, 0, nil, false, true, ICRCOK, 0},
+		{"rxe's numbered ID", "192.0.2.1:40000", "192.0.2.2:40001", 0x1234, 0x1234, nil, false, true, ICRCOK, 0},
+		{"IPv6", "[2001:db8::1]:40000", "[2001:db8::2]:40001", 0, 0, nil, false, true, ICRCOK, 0},
+		{"sealed with 0, renumbered on the way", "192.0.2.1:40000", "192.0.2.2:40001", 5, 0, nil, false, true, ICRCRecovered, 0},
+		{"sealed with 9, renumbered: too weak a check here", "192.0.2.1:40000", "192.0.2.2:40001", 5, 9, nil, false, false, 0, 0},
+		{"sealed with 9, renumbered, to 4791", "192.0.2.1:40000", "192.0.2.2:4791", 5, 9, nil, false, true, ICRCRecovered, 9},
+		{"ICRC wrong", "192.0.2.1:40000", "192.0.2.2:40001", 0, 0, nil, true, false, 0, 0},
+		{"ICRC wrong, to 4791", "192.0.2.1:40000", "192.0.2.2:4791", 0, 0, nil, true, true, ICRCBad, 0},
+		{"ICRC right, not a packet", "192.0.2.1:40000", "192.0.2.2:40001", 0, 0, badOp, false, false, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pkt := tt.pkt
+			if pkt == nil {
+				pkt = encodeSample(t, OpRCWriteOnly)
+			}
+			pkt = bytes.Clone(pkt)
+			sealed := Envelope{Src: netip.MustParseAddrPort(tt.src), Dst: netip.MustParseAddrPort(tt.dst), IPID: tt.sealedID}
+			sealed.Seal(pkt)
+			if tt.corrupt {
+				pkt[len(pkt)-1] ^= 0x40
+			}
+			captured := sealed
+			captured.IPID = tt.wireID
+			r, err := NewPcapReader(bytes.NewReader(pcapFile(binary.LittleEndian, pcapMagicMicro, linkTypeEthernet, appendFrame(nil, &captured, pkt))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			fr, err := r.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fr.RoCE != tt.roce || fr.ICRC != tt.icrc || fr.SealedIPID != tt.sealedIPID {
+				t.Errorf("RoCE %v ICRC %v sealed ID %d, want RoCE %v ICRC %v sealed ID %d",
+					fr.RoCE, fr.ICRC, fr.SealedIPID, tt.roce, tt.icrc, tt.sealedIPID)
+			}
+			if fr.RoCE && (fr.Env != captured || !bytes.Equal(fr.Payload, pkt)) {
+				t.Errorf("env %+v payload %x, want %+v %x", fr.Env, fr.Payload, captured, pkt)
+			}
+			if !fr.RoCE && (fr.Payload != nil || fr.IPUDP != nil) {
+				t.Errorf("not RoCEv2 but the payload is set: %+v", fr)
 			}
 		})
 	}
@@ -310,7 +375,7 @@ func TestPcapReaderErrors(t *testing.T) {
 	}{
 		{"empty", nil, ErrNotPcap, "shorter than", nil},
 		{"text", []byte("this is a text file, not a capture at all\n"), ErrNotPcap, "magic", nil},
-		{"pcapng", append([]byte{0x0a, 0x0d, 0x0d, 0x0a}, make([]byte, 28)...), ErrNotPcap, "pcapng", nil},
+		{"pcapng without a byte-order magic", append([]byte{0x0a, 0x0d, 0x0d, 0x0a}, make([]byte, 28)...), ErrNotPcap, "pcapng block 1: byte-order magic", nil},
 		{"record header cut", good[:pcapFileHeaderSize+10], nil, "", io.ErrUnexpectedEOF},
 		{"record data cut", good[:len(good)-1], nil, "", io.ErrUnexpectedEOF},
 		{"record too large", huge, nil, "", ErrNotPcap},
