@@ -209,29 +209,65 @@ func TestCLI(t *testing.T) {
 		t.Errorf("the daemon's log does not show the shutdown:\n%s", log)
 	}
 
-	// softnic decode reads the capture: every frame is accounted for, and
-	// every packet it decodes has a good ICRC.
+	// softnic decode reads the capture without being told the daemon's
+	// port: every frame is a RoCEv2 packet the daemon counted, with a good
+	// ICRC, and found by it: the daemon and the one-shot commands listen on
+	// free ports, none of them 4791.
 	code, out, errOut = softnicCmd(t, bin, "decode", pcap)
 	if code != 0 || errOut != "" {
 		t.Fatalf("decode: exit status %d, stderr %q", code, errOut)
 	}
 	decoded := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
-	m := regexp.MustCompile(`^(\d+) RoCEv2 packets? \(0 bad ICRC, 0 undecodable\), (\d+) other frames? skipped$`).FindStringSubmatch(decoded[len(decoded)-1])
+	m := regexp.MustCompile(`^(\d+) RoCEv2 packets? \(0 bad ICRC, 0 undecodable\), (\d+) of them found by their ICRC on other UDP ports, (\d+) other frames? skipped$`).FindStringSubmatch(decoded[len(decoded)-1])
 	if m == nil {
 		t.Fatalf("decode summary %q", decoded[len(decoded)-1])
 	}
 	roce, _ := strconv.Atoi(m[1])
-	other, _ := strconv.Atoi(m[2])
-	if roce != len(decoded)-1 {
-		t.Errorf("%d RoCEv2 packets counted, %d printed", roce, len(decoded)-1)
+	byICRC, _ := strconv.Atoi(m[2])
+	other, _ := strconv.Atoi(m[3])
+	if roce != len(decoded)-1 || byICRC != roce {
+		t.Errorf("%d RoCEv2 packets counted, %d printed, %d found by their ICRC", roce, len(decoded)-1, byICRC)
 	}
 	captured := stat["sent_pkts"] + stat["rcvd_pkts"] + stat["unknown_qp"] + stat["bad_icrc"] + stat["malformed"]
-	if uint64(roce+other) != captured {
-		t.Errorf("the capture holds %d frames; the daemon counted %d packets sent and received", roce+other, captured)
+	if uint64(roce) != captured || other != 0 {
+		t.Errorf("decode finds %d RoCEv2 packets and %d other frames; the daemon counted %d packets sent and received", roce, other, captured)
 	}
 	for _, l := range decoded[:roce] {
 		if !strings.HasSuffix(l, " icrc=ok") {
 			t.Errorf("decoded packet without a good ICRC: %s", l)
 		}
 	}
+	code, out, _ = softnicCmd(t, bin, "decode", "--json", pcap)
+	if n := strings.Count(out, "\n"); code != 0 || n != roce {
+		t.Errorf("decode --json: exit status %d, %d objects, want %d", code, n, roce)
+	}
+
+	// tshark reads the same capture, told the daemon's port (Decode As),
+	// and finds the same packets, none malformed.
+	t.Run("tshark", func(t *testing.T) {
+		tshark, err := exec.LookPath("tshark")
+		if err != nil {
+			t.Skip("tshark is not on PATH; install Debian's tshark to run this check")
+		}
+		_, port, _ := strings.Cut(ready.Listen, ":")
+		out, err := exec.Command(tshark, "-n", "-r", pcap, "-d", "udp.port=="+port+",infiniband",
+			"-T", "fields", "-e", "infiniband.bth.opcode", "-e", "_ws.malformed").Output()
+		if err != nil {
+			t.Fatalf("tshark: %v", err)
+		}
+		frames, ib := 0, 0
+		for line := range strings.Lines(string(out)) {
+			frames++
+			opcode, malformed, _ := strings.Cut(strings.TrimSuffix(line, "\n"), "\t")
+			if opcode != "" {
+				ib++
+			}
+			if malformed != "" {
+				t.Errorf("tshark finds frame %d malformed: %q", frames, line)
+			}
+		}
+		if frames != roce || ib != roce {
+			t.Errorf("tshark reads %d frames, %d of them InfiniBand; softnic decode found %d RoCEv2 packets", frames, ib, roce)
+		}
+	})
 }

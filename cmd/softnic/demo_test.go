@@ -173,7 +173,7 @@ func capturedPackets(t *testing.T, path string) []string {
 		if err := p.Decode(pkt); err != nil {
 			t.Fatalf("captured packet %x: %v", pkt, err)
 		}
-		line := string(appendPacketLine(nil, 0, &env, &p, env.Check(pkt) == nil))
+		line := string(appendPacketLine(nil, 0, &env, &p, icrcStatus(env.Check(pkt)), 0))
 		lines = append(lines, strings.TrimSuffix(strings.TrimPrefix(line, "0.000000 "), "\n"))
 	}
 }

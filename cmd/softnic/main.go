@@ -66,7 +66,9 @@ var commands = []command{
 	{"bench", "[--time D] [--ops N] [--runs R] [--one-process] [--only KEYS] [--attach PATH] [--json]",
 		"measure softnic on this machine with fi_rmabw's workloads, its peer in another process, against raw UDP in the same run (and an attached device against an embedded one)",
 		"softnic bench --runs 3", defineBench},
-	{"decode", "FILE.pcap [-v] [--port N]...", "print every RoCEv2 packet of a pcap file, one line each", "softnic decode -v ../shared/golden/read_large.pcap", defineDecode},
+	{"decode", "FILE|- [-v | --json | --ladder] [--html FILE] [--port N]... [--ack-timeout D]",
+		"print every RoCEv2 packet of a pcap or pcapng capture (- reads standard input): one line each, one JSON object each, or a sequence diagram naming what went wrong",
+		"softnic decode --ladder ../shared/golden/host_dropack.pcap", defineDecode},
 	{"version", "", "print softnic's version", "softnic version", defineVersion},
 }
 
@@ -84,6 +86,7 @@ type invocation struct {
 	cmd    *command
 	flags  *flag.FlagSet
 	args   []string
+	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
 }
@@ -115,6 +118,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // runContext is run with a context whose cancellation stops the command.
 func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return runIO(ctx, args, os.Stdin, stdout, stderr)
+}
+
+// runIO is runContext with the standard input given (decode reads "-").
+func runIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		printUsage(stderr)
 		return 2
@@ -141,7 +149,7 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		printUsage(stderr)
 		return 2
 	}
-	inv := &invocation{ctx: ctx, cmd: c, flags: newFlagSet(c), args: args[1:], stdout: stdout, stderr: stderr}
+	inv := &invocation{ctx: ctx, cmd: c, flags: newFlagSet(c), args: args[1:], stdin: stdin, stdout: stdout, stderr: stderr}
 	err := c.define(inv.flags)(inv)
 	var (
 		uerr *usageError

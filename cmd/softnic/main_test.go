@@ -50,7 +50,7 @@ func TestUsage(t *testing.T) {
 		{name: "help unknown", args: []string{"help", "frobnicate"}, code: 2, stderr: `unknown command "frobnicate"`, noStdout: true},
 		{name: "unknown command", args: []string{"frobnicate"}, code: 2, stderr: `unknown command "frobnicate"`, noStdout: true},
 		{name: "decode --help", args: []string{"decode", "--help"}, code: 0, stdout: "example:\n  softnic decode", emptyError: true},
-		{name: "decode -h", args: []string{"decode", "-h"}, code: 0, stdout: "usage: softnic decode FILE.pcap [-v]", emptyError: true},
+		{name: "decode -h", args: []string{"decode", "-h"}, code: 0, stdout: "usage: softnic decode FILE|- [-v | --json | --ladder]", emptyError: true},
 		{name: "decode without file", args: []string{"decode"}, code: 2, stderr: "softnic decode: missing argument\nusage:", noStdout: true},
 		{name: "decode two files", args: []string{"decode", "a.pcap", "b.pcap"}, code: 2, stderr: "too many arguments: b.pcap", noStdout: true},
 		{name: "decode bad flag", args: []string{"decode", "-x", "a.pcap"}, code: 2, stderr: "flag provided but not defined: -x", noStdout: true},
@@ -192,43 +192,7 @@ func TestDecodeVerbose(t *testing.T) {
 // packet, one with a reserved opcode, one with a bad ICRC, and a frame that
 // is not RoCEv2.
 func TestDecodeMixed(t *testing.T) {
-	env := wire.Envelope{Src: netip.MustParseAddrPort("[fd00::1]:49152"), Dst: netip.MustParseAddrPort("[fd00::2]:4791")}
-	ack := func(psn wire.PSN) []byte {
-		f := wire.Fields{BTH: wire.BTHFields{OpCode: wire.OpRCAck, PKey: 0xffff, DestQP: 0x11, PSN: psn}, AETH: wire.AETHFields{Syndrome: wire.NakSyndrome(wire.NakPSNSequenceError), MSN: 3}}
-		b := make([]byte, f.Len(0))
-		if _, err := f.Encode(b, nil); err != nil {
-			t.Fatal(err)
-		}
-		env.Seal(b)
-		return b
-	}
-	good, reserved, corrupt := ack(1), ack(2), ack(3)
-	reserved[0] = 0x15
-	corrupt[len(corrupt)-1] ^= 0xff
-
-	var file bytes.Buffer
-	w, err := wire.NewPcapWriter(&file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t0 := time.Unix(1700000000, 0)
-	for i, p := range [][]byte{good, reserved, corrupt} {
-		if err := w.WritePacket(t0.Add(time.Duration(i)*1500*time.Microsecond), &env, p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// An ARP frame, by hand: record header, then 42 bytes of Ethernet + ARP.
-	arp := make([]byte, 42)
-	copy(arp[12:], []byte{0x08, 0x06})
-	rec := make([]byte, 16)
-	rec[8], rec[12] = byte(len(arp)), byte(len(arp))
-	copy(rec[0:4], []byte{0x00, 0xf1, 0x53, 0x65}) // 1700000000 little-endian
-	file.Write(append(rec, arp...))
-
-	path := filepath.Join(t.TempDir(), "mixed.pcap")
-	if err := os.WriteFile(path, file.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path := mixedCapture(t)
 	lines, summary := decodeLines(t, path)
 	want := []string{
 		"0.000000 [fd00::1]:49152 → [fd00::2]:4791 RC Acknowledge qp=0x000011 psn=0x000001 ackreq=0 syndrome=NAK(PSN sequence error) msn=3 payload=0 icrc=ok",
@@ -289,7 +253,47 @@ func TestAppendPacketLineAllocs(t *testing.T) {
 		t.Fatal(err)
 	}
 	line := make([]byte, 0, 512)
-	if n := testing.AllocsPerRun(100, func() { line = appendPacketLine(line[:0], time.Millisecond, &env, &p, true) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { line = appendPacketLine(line[:0], time.Millisecond, &env, &p, wire.ICRCOK, 0) }); n != 0 {
 		t.Errorf("%v allocations per line, want 0", n)
 	}
+}
+
+// mixedFile returns TestDecodeMixed's capture: three NAKs written by
+// wire.PcapWriter, good, with a reserved opcode and with a bad ICRC, then
+// an ARP frame.
+func mixedFile(t *testing.T) []byte {
+	t.Helper()
+	env := wire.Envelope{Src: netip.MustParseAddrPort("[fd00::1]:49152"), Dst: netip.MustParseAddrPort("[fd00::2]:4791")}
+	ack := func(psn wire.PSN) []byte {
+		f := wire.Fields{BTH: wire.BTHFields{OpCode: wire.OpRCAck, PKey: 0xffff, DestQP: 0x11, PSN: psn}, AETH: wire.AETHFields{Syndrome: wire.NakSyndrome(wire.NakPSNSequenceError), MSN: 3}}
+		b := make([]byte, f.Len(0))
+		if _, err := f.Encode(b, nil); err != nil {
+			t.Fatal(err)
+		}
+		env.Seal(b)
+		return b
+	}
+	good, reserved, corrupt := ack(1), ack(2), ack(3)
+	reserved[0] = 0x15
+	corrupt[len(corrupt)-1] ^= 0xff
+
+	var file bytes.Buffer
+	w, err := wire.NewPcapWriter(&file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(1700000000, 0)
+	for i, p := range [][]byte{good, reserved, corrupt} {
+		if err := w.WritePacket(t0.Add(time.Duration(i)*1500*time.Microsecond), &env, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// An ARP frame, by hand: record header, then 42 bytes of Ethernet + ARP.
+	arp := make([]byte, 42)
+	copy(arp[12:], []byte{0x08, 0x06})
+	rec := make([]byte, 16)
+	rec[8], rec[12] = byte(len(arp)), byte(len(arp))
+	copy(rec[0:4], []byte{0x00, 0xf1, 0x53, 0x65}) // 1700000000 little-endian
+	file.Write(append(rec, arp...))
+	return file.Bytes()
 }

@@ -56,7 +56,7 @@ func (p *printer) trace(tp *nic.TracePacket) {
 	if err != nil {
 		p.line = appendErrorLine(p.line[:0], t, &tp.Env, len(tp.Data), err)
 	} else {
-		p.line = appendPacketLine(p.line[:0], t, &tp.Env, &p.pkt, tp.Env.Check(tp.Data) == nil)
+		p.line = appendPacketLine(p.line[:0], t, &tp.Env, &p.pkt, icrcStatus(tp.Env.Check(tp.Data)), 0)
 	}
 	if tp.Note != "" {
 		p.line = append(p.line, "    ("...)

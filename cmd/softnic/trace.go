@@ -15,15 +15,31 @@ import (
 //
 // the time in seconds (relative to whatever the caller chooses) with six
 // decimals, source → destination, the packet summary (wire.Packet.
-// AppendSummary), and icrc=ok or icrc=BAD, then a newline. It does not
-// allocate if b has room.
-func appendPacketLine(b []byte, t time.Duration, env *wire.Envelope, p *wire.Packet, icrcOK bool) []byte {
+// AppendSummary), and icrc=ok, icrc=BAD, or icrc=ok(ipid=0x0000) for an
+// ICRC that verifies only under another IPv4 identification, sealedID
+// (wire.ICRCRecovered), then a newline. It does not allocate if b has
+// room.
+func appendPacketLine(b []byte, t time.Duration, env *wire.Envelope, p *wire.Packet, icrc wire.ICRCStatus, sealedID uint16) []byte {
 	b = appendLinePrefix(b, t, env)
 	b = p.AppendSummary(b)
-	if icrcOK {
+	switch icrc {
+	case wire.ICRCOK:
 		return append(b, " icrc=ok\n"...)
+	case wire.ICRCRecovered:
+		const hex = "0123456789abcdef"
+		b = append(b, " icrc=ok(ipid=0x"...)
+		b = append(b, hex[sealedID>>12], hex[sealedID>>8&0xf], hex[sealedID>>4&0xf], hex[sealedID&0xf])
+		return append(b, ")\n"...)
 	}
 	return append(b, " icrc=BAD\n"...)
+}
+
+// icrcStatus is the wire.ICRCStatus of a check by a device (Envelope.Check).
+func icrcStatus(err error) wire.ICRCStatus {
+	if err == nil {
+		return wire.ICRCOK
+	}
+	return wire.ICRCBad
 }
 
 // appendErrorLine appends the line for a datagram of n bytes that did not
