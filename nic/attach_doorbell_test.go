@@ -12,6 +12,8 @@ import (
 func TestDoorbellBudget(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	ms := func(n float64) time.Time { return t0.Add(time.Duration(n * float64(time.Millisecond))) }
+	// A token short waits until the budget is back at doorbellResume.
+	short := (doorbellResume + 1) * (time.Second / doorbellRate)
 	type spend struct {
 		at    time.Time
 		work  uint64
@@ -23,12 +25,12 @@ func TestDoorbellBudget(t *testing.T) {
 		steps []spend
 	}{
 		{"a burst is free", []spend{{t0, 0, doorbellBurst, 0}}},
-		{"one past the burst waits for two tokens", []spend{{t0, 0, doorbellBurst + 1, 2 * time.Millisecond}}},
-		{"time refills", []spend{{t0, 0, doorbellBurst, 0}, {ms(10), 0, 10, 0}, {ms(10), 0, 1, 2 * time.Millisecond}}},
-		{"refills no further than the burst", []spend{{t0, 0, 1, 0}, {ms(60000), 0, doorbellBurst, 0}, {ms(60000), 0, 1, 2 * time.Millisecond}}},
-		{"work earns tokens", []spend{{t0, 0, doorbellBurst, 0}, {t0, 50, 50, 0}, {t0, 50, 1, 2 * time.Millisecond}}},
-		{"the debt is a second's at most", []spend{{t0, 0, 1 << 20, time.Second + time.Millisecond}}},
-		{"a clock going back refills nothing", []spend{{t0, 0, doorbellBurst, 0}, {ms(-500), 0, 1, 2 * time.Millisecond}}},
+		{"one past the burst waits", []spend{{t0, 0, doorbellBurst + 1, short}}},
+		{"time refills", []spend{{t0, 0, doorbellBurst, 0}, {ms(10), 0, 10, 0}, {ms(10), 0, 1, short}}},
+		{"refills no further than the burst", []spend{{t0, 0, 1, 0}, {ms(60000), 0, doorbellBurst, 0}, {ms(60000), 0, 1, short}}},
+		{"work earns tokens", []spend{{t0, 0, doorbellBurst, 0}, {t0, 50, 50, 0}, {t0, 50, 1, short}}},
+		{"the pause is a second at most", []spend{{t0, 0, 1 << 20, time.Second}, {t0, 0, 1 << 20, time.Second}}},
+		{"a clock going back refills nothing", []spend{{t0, 0, doorbellBurst, 0}, {ms(-500), 0, 1, short}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b doorbellBudget
