@@ -96,7 +96,7 @@ func NewAttachServer(d *Device, cfg AttachServerConfig) *AttachServer {
 	}
 	limits := cfg.Limits
 	if limits == nil {
-		l := quota.DefaultLimits(quota.Probe(d.cfg.MaxQPs))
+		l := quota.DefaultLimits(quota.Probe(d.MaxQPs()))
 		limits = &l
 	}
 	s := &AttachServer{dev: d, cfg: cfg, log: cfg.Logger, sessions: make(map[*session]struct{}), stop: make(chan struct{}),

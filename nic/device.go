@@ -222,6 +222,10 @@ func (d *Device) Addr() netip.AddrPort { return d.local }
 // MTU returns the device's largest path MTU.
 func (d *Device) MTU() int { return d.cfg.MTU }
 
+// MaxQPs returns how many QPs the device holds at once (Config.MaxQPs);
+// 0 for an attached device, whose QPs are its daemon's.
+func (d *Device) MaxQPs() int { return len(d.qps) }
+
 // Memory returns the device's memory region table; nil for an attached
 // device, whose regions are in the daemon's table.
 func (d *Device) Memory() *mr.Table { return d.mem }

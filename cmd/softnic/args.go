@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -283,6 +285,56 @@ func (f *regionsFlag) Set(s string) error {
 	}
 	*f = append(*f, spec)
 	return nil
+}
+
+// limitsFlag collects repeated --limit SCOPE.RESOURCE=N flags of softnic
+// serve, each checked as it comes. N is a count or a size as parseSize
+// reads them, without its bound, or "unlimited".
+type limitsFlag []limitSetting
+
+type limitSetting struct {
+	key string
+	n   int64
+}
+
+func (f *limitsFlag) String() string {
+	if f == nil {
+		return ""
+	}
+	s := make([]string, len(*f))
+	for i, l := range *f {
+		s[i] = l.key + "=" + strconv.FormatInt(l.n, 10)
+	}
+	return strings.Join(s, " ")
+}
+
+func (f *limitsFlag) Set(s string) error {
+	key, val, ok := strings.Cut(s, "=")
+	if !ok {
+		return fmt.Errorf("%q: want SCOPE.RESOURCE=N, such as process.qps=4096 or uid.memory=64g", s)
+	}
+	n := int64(math.MaxInt64)
+	if val != "unlimited" {
+		num, base, shift := splitSizeUnit(val)
+		v, err := strconv.ParseUint(num, base, 63)
+		if err != nil || shift < 0 || v == 0 || v > math.MaxInt64>>shift {
+			return fmt.Errorf("%q: want a positive number, with an optional unit k, m or g, or unlimited", s)
+		}
+		n = int64(v << shift)
+	}
+	var check quota.Limits
+	if err := check.Set(key, n); err != nil {
+		return err
+	}
+	*f = append(*f, limitSetting{key, n})
+	return nil
+}
+
+// apply sets the limits of f in l.
+func (f limitsFlag) apply(l *quota.Limits) {
+	for _, s := range f {
+		l.Set(s.key, s.n) // checked by Set
+	}
 }
 
 // resolvePeer turns HOST[:PORT] into the address of a softnic device; the

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -81,13 +82,27 @@ func printStat(w io.Writer, result json.RawMessage) error {
 	if err := json.Unmarshal(result, &l); err != nil {
 		return err
 	}
-	// Names to the left, values aligned on their last digit.
+	// Names to the left, values aligned on their last digit; a value
+	// with a limit (the counter NAME_limit follows NAME) shows it on the
+	// same line: 12 of 2048.
+	limited := func(i int) bool { return i+1 < len(l) && l[i+1].Name == l[i].Name+"_limit" }
 	nw, vw := 0, 0
-	for _, c := range l {
-		nw, vw = max(nw, len(c.Name)), max(vw, len(strconv.FormatUint(c.Value, 10)))
+	for i := 0; i < len(l); i++ {
+		nw, vw = max(nw, len(l[i].Name)), max(vw, len(strconv.FormatUint(l[i].Value, 10)))
+		if limited(i) {
+			i++
+		}
 	}
-	for _, c := range l {
-		if _, err := fmt.Fprintf(w, "%-*s  %*d\n", nw, c.Name, vw, c.Value); err != nil {
+	for i := 0; i < len(l); i++ {
+		c, limit := l[i], ""
+		if limited(i) {
+			limit = " of " + strconv.FormatUint(l[i+1].Value, 10)
+			if l[i+1].Value == math.MaxInt64 {
+				limit = " of unlimited"
+			}
+			i++
+		}
+		if _, err := fmt.Fprintf(w, "%-*s  %*d%s\n", nw, c.Name, vw, c.Value, limit); err != nil {
 			return err
 		}
 	}

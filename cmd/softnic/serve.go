@@ -61,7 +61,8 @@ type serveConfig struct {
 	// allowGroup is the group whose members may use the control socket
 	// besides the daemon's user and root; -1 for none.
 	allowGroup int
-	web        webConfig // --metrics, --http
+	web        webConfig  // --metrics, --http
+	limits     limitsFlag // changes to the attached processes' default limits
 }
 
 func defineServe(fs *flag.FlagSet) func(*invocation) error {
@@ -76,6 +77,10 @@ func defineServe(fs *flag.FlagSet) func(*invocation) error {
 	faults := fs.String("faults", "", "inject faults into the packets the daemon sends: `SPEC` such as drop=0.01,dup=0.01,seed=7 (see SOFTNIC_FAULTS)")
 	busyPoll := fs.Duration("busy-poll", 0, "keep polling the socket and the attached programs' queues for `DURATION` after the last packet or post "+
 		"(such as 50us) instead of sleeping: lower latency for a CPU while traffic flows; 0 sleeps at once")
+	var limits limitsFlag
+	fs.Var(&limits, "limit", "set a limit on what attached processes hold, `SCOPE.RESOURCE=N`: SCOPE process, uid or total; "+
+		"RESOURCE sessions, waits, objects, qps, cq_entries, srq_entries, memory, mappings, heap or descriptors; "+
+		"N a number (k, m, g allowed) or unlimited; repeat for more (softnic stat shows each with its use)")
 	allowGroup := fs.String("allow-group", "", "let the members of `GROUP` (a name or a number) use the control socket, attach and inspect "+
 		"their own processes, besides the daemon's user and root")
 	web := webFlags(fs)
@@ -83,7 +88,7 @@ func defineServe(fs *flag.FlagSet) func(*invocation) error {
 		if err := inv.parse(0, 0); err != nil {
 			return err
 		}
-		cfg := serveConfig{pcap: *pcap, control: *control, regions: regions, spec: *faults, busyPoll: *busyPoll, allowGroup: -1}
+		cfg := serveConfig{pcap: *pcap, control: *control, regions: regions, spec: *faults, busyPoll: *busyPoll, allowGroup: -1, limits: limits}
 		if *allowGroup != "" {
 			gid, err := lookupGroup(*allowGroup)
 			if err != nil {
@@ -307,7 +312,9 @@ func (d *daemon) start() error {
 		}
 		return err
 	}
-	acfg := nic.AttachServerConfig{Logger: d.log}
+	limits := quota.DefaultLimits(quota.Probe(d.dev.MaxQPs()))
+	cfg.limits.apply(&limits)
+	acfg := nic.AttachServerConfig{Logger: d.log, Limits: &limits, LimitFlag: "softnic serve --limit"}
 	if cfg.allowGroup >= 0 {
 		acfg.AllowGroups = []int{cfg.allowGroup}
 	}
@@ -689,15 +696,16 @@ func (d *daemon) admit(c *net.UnixConn) (nic.PeerCred, error) { return d.attach.
 
 // control answers a control request.
 func (d *daemon) control(cmd string, peer nic.PeerCred) (any, error) {
+	v := d.viewerOf(peer)
 	switch cmd {
 	case "info":
 		return d.info(), nil
 	case "stat":
-		return d.counters(), nil
+		return d.counters(v), nil
 	case "mr":
-		return d.regionRows(), nil
+		return visible(v, d.regionRows(), func(r regionRow) int { return r.PID }), nil
 	case "qp":
-		return d.qpRows(), nil
+		return visible(v, d.qpRows(), func(r qpRow) int { return r.PID }), nil
 	}
 	return nil, fmt.Errorf("unknown command %q (want info, stat, mr or qp)", cmd)
 }
@@ -718,8 +726,8 @@ func (d *daemon) info() *deviceInfo {
 // counters lists the device's counters (rxe's names, then its drop
 // reasons), the refused remote accesses by reason, the daemon's own, and
 // the attached processes'.
-func (d *daemon) counters() counterList {
-	return append(d.deviceCounters(), d.attachedCounters()...)
+func (d *daemon) counters(v viewer) counterList {
+	return append(d.deviceCounters(), d.attachedCounters(v)...)
 }
 
 // deviceCounters is counters without the attached processes'.

@@ -164,7 +164,41 @@ func exported(s scrape, name string) bool {
 	_, drop := s.value("softnic_dropped_packets_total", "reason", name)
 	_, refused := s.value("softnic_refused_accesses_total", "reason", strings.TrimPrefix(name, "rejected_"))
 	_, fault := s.value("softnic_injected_faults_total", "fault", strings.TrimPrefix(name, "fault_"))
-	return total || gauge || drop || refused && strings.HasPrefix(name, "rejected_") || fault && strings.HasPrefix(name, "fault_")
+	return total || gauge || drop || refused && strings.HasPrefix(name, "rejected_") || fault && strings.HasPrefix(name, "fault_") ||
+		exportedQuota(s, name)
+}
+
+// exportedQuota reports whether stat's quota counter name is in the
+// scrape: quota_refused_RESOURCE as softnic_quota_refused_total{resource},
+// quota_uidUID_refused as softnic_quota_user_refused_total{uid}, and
+// quota_total_RESOURCE or quota_uidUID_RESOURCE (with _limit, its limit)
+// as softnic_quota_used or _limit {scope, uid, resource}.
+func exportedQuota(s scrape, name string) bool {
+	rest, ok := strings.CutPrefix(name, "quota_")
+	if !ok {
+		return false
+	}
+	if res, ok := strings.CutPrefix(rest, "refused_"); ok {
+		_, found := s.value("softnic_quota_refused_total", "resource", res)
+		return found
+	}
+	scope, uid := "total", ""
+	if after, ok := strings.CutPrefix(rest, "uid"); ok {
+		scope = "uid"
+		uid, rest, _ = strings.Cut(after, "_")
+		if rest == "refused" {
+			_, found := s.value("softnic_quota_user_refused_total", "uid", uid)
+			return found
+		}
+	} else {
+		rest = strings.TrimPrefix(rest, "total_")
+	}
+	metric := "softnic_quota_used"
+	if res, ok := strings.CutSuffix(rest, "_limit"); ok {
+		metric, rest = "softnic_quota_limit", res
+	}
+	_, found := s.value(metric, "scope", scope, "uid", uid, "resource", rest)
+	return found
 }
 
 // runtimeHasProcfs says whether the process collector can read this
@@ -192,11 +226,28 @@ func TestServeMetricsAttached(t *testing.T) {
 	if n := s.must(t, "softnic_attached_processes"); n != 1 {
 		t.Errorf("softnic_attached_processes = %v, want 1", n)
 	}
+	uid := fmt.Sprint(os.Geteuid())
+	if n := s.must(t, "softnic_quota_used", "scope", "uid", "uid", uid, "resource", "qps"); n != 1 {
+		t.Errorf("softnic_quota_used{uid=%s,resource=qps} = %v, want 1", uid, n)
+	}
+	s.must(t, "softnic_quota_limit", "scope", "total", "resource", "memory")
 }
 
 // attachedQP attaches a device to the daemon for the test, and creates a
 // QP on it.
 func attachedQP(t *testing.T, d *testDaemon) *nic.QP {
+	t.Helper()
+	pd, cq := attachedPD(t, d)
+	q, err := pd.CreateQP(nic.QPConfig{SendCQ: cq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+// attachedPD attaches a device to the daemon for the test, and allocates
+// a PD and a CQ of 16 on it.
+func attachedPD(t *testing.T, d *testDaemon) (*nic.PD, *nic.CQ) {
 	t.Helper()
 	dev, err := nic.Open(nic.Config{Attach: d.control})
 	if err != nil {
@@ -208,14 +259,10 @@ func attachedQP(t *testing.T, d *testDaemon) *nic.QP {
 	if err == nil {
 		cq, err = dev.CreateCQ(16)
 	}
-	var q *nic.QP
-	if err == nil {
-		q, err = pd.CreateQP(nic.QPConfig{SendCQ: cq})
-	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	return q
+	return pd, cq
 }
 
 // TestServeMetricsFlags: a bad --metrics address is a usage error, one in

@@ -137,6 +137,7 @@ func (d *daemon) metricsSnapshot() *metrics.Snapshot {
 		}
 		s.Processes = append(s.Processes, mp)
 	}
+	d.quotaSnapshot(s)
 	for ri := range d.dev.Memory().Regions() {
 		if ri.Kind != mr.ImplicitODP { // an implicit region spans the address space
 			s.Regions++

@@ -66,6 +66,14 @@ type Process struct {
 	Gauges   []Counter // levels (pds, qps)
 }
 
+// Quota is what an account holds of a resource in the daemon against its
+// limit: all attached processes together (UID "") or one user's.
+type Quota struct {
+	UID         string
+	Resource    string // quota.Resource's name: qps, memory, ...
+	Used, Limit uint64
+}
+
 // Snapshot is what the daemon shows at one scrape.
 type Snapshot struct {
 	// Counters are softnic stat's counters except the per-process ones:
@@ -75,6 +83,11 @@ type Snapshot struct {
 	Processes   []Process
 	Regions     int    // memory regions registered on the device
 	RegionBytes uint64 // their total length
+	// Quotas are softnic stat's quota_total_* and quota_uidUID_*;
+	// QuotaRefused its quota_refused_* by resource, and UserRefused its
+	// quota_uidUID_refused by uid.
+	Quotas                    []Quota
+	QuotaRefused, UserRefused []Counter
 }
 
 // Limits of the per-QP and per-process series.
@@ -177,6 +190,33 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(ch, "region_bytes", "Total length of the memory regions registered on the device.", float64(s.RegionBytes))
 	c.collectQPs(ch, s.QPs)
 	c.collectProcesses(ch, s.Processes)
+	collectQuotas(ch, s)
+}
+
+// collectQuotas exports what the attached processes hold against their
+// limits, with a scope label (total or uid): one series per user and
+// resource, few as users are.
+func collectQuotas(ch chan<- prometheus.Metric, s *Snapshot) {
+	labels := []string{"scope", "uid", "resource"}
+	used := prometheus.NewDesc(ns+"_quota_used",
+		"What attached processes hold in the daemon: all of them (scope total) or one user's (scope uid); memory and heap in bytes (softnic stat's quota_*).", labels, nil)
+	limit := prometheus.NewDesc(ns+"_quota_limit", "The limit of quota_used (softnic serve --limit).", labels, nil)
+	for _, q := range s.Quotas {
+		scope := "uid"
+		if q.UID == "" {
+			scope = "total"
+		}
+		ch <- prometheus.MustNewConstMetric(used, prometheus.GaugeValue, float64(q.Used), scope, q.UID, q.Resource)
+		ch <- prometheus.MustNewConstMetric(limit, prometheus.GaugeValue, float64(q.Limit), scope, q.UID, q.Resource)
+	}
+	refused := prometheus.NewDesc(ns+"_quota_refused_total", "Requests of attached processes refused at a limit, by the resource asked for.", []string{"resource"}, nil)
+	for _, k := range s.QuotaRefused {
+		ch <- prometheus.MustNewConstMetric(refused, prometheus.CounterValue, float64(k.Value), k.Name)
+	}
+	user := prometheus.NewDesc(ns+"_quota_user_refused_total", "Requests of one user's attached processes refused at a limit.", []string{"uid"}, nil)
+	for _, k := range s.UserRefused {
+		ch <- prometheus.MustNewConstMetric(user, prometheus.CounterValue, float64(k.Value), k.Name)
+	}
 }
 
 func (c *Collector) collectDevice(ch chan<- prometheus.Metric, counters []Counter) {
