@@ -26,9 +26,19 @@ func defineInspect(name string) func(fs *flag.FlagSet) func(*invocation) error {
 	return func(fs *flag.FlagSet) func(*invocation) error {
 		control := fs.String("control", defaultControlPath(), "the daemon's control socket `PATH` (softnic serve --control)")
 		asJSON := fs.Bool("json", false, "print the daemon's answer as one line of JSON")
+		var watch *watchFlag
+		if name == "stat" {
+			watch = defineWatch(fs)
+		}
 		return func(inv *invocation) error {
-			if err := inv.parse(0, 0); err != nil {
+			if err := inv.parse(0, 1); err != nil {
 				return err
+			}
+			if watch != nil && watch.on {
+				return watchStat(inv, *control, *asJSON, watch)
+			}
+			if len(inv.args) > 0 {
+				return usagef("too many arguments: %s", inv.args[0])
 			}
 			var result json.RawMessage
 			if err := controlCall(inv.ctx, *control, name, &result); err != nil {

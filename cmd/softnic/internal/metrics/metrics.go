@@ -247,6 +247,14 @@ func (c *Collector) collectDevice(ch chan<- prometheus.Metric, counters []Counte
 	}
 }
 
+// Level reports whether softnic stat's counter name is a level, such as
+// connections_active or qps, rather than a count: it can fall, and a rate
+// of it means nothing.
+func Level(name string) bool {
+	k := kinds[name]
+	return k == kindGauge || k == kindCovered
+}
+
 func helpOf(name string) string {
 	if h, ok := help[name]; ok {
 		return h
