@@ -58,6 +58,8 @@ func (c *Config) embeddedOnly() string {
 		return "RecoverIPID"
 	case c.BusyPoll != 0:
 		return "BusyPoll"
+	case c.CM != CMLimits{}:
+		return "CM"
 	}
 	return ""
 }

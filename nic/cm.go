@@ -1,6 +1,7 @@
 package nic
 
 import (
+	"cmp"
 	"container/heap"
 	"encoding/binary"
 	"fmt"
@@ -161,6 +162,7 @@ type cmID struct {
 	msg      [wire.MADSize]byte
 	sends    int
 	rejected bool
+	halfOpen bool   // counted in the engine's half-open requests
 	timerSeq uint64 // the armed timer's sequence number; 0 when none is
 
 	req *wire.REQFields // passive: the REQ received
@@ -235,8 +237,8 @@ type cmAcceptParams struct {
 // cmEngine holds every communication of one device. It is not safe for
 // concurrent use: the driver serialises calls.
 type cmEngine struct {
-	guid      uint64   // the local CA GUID in REQs and REPs
-	mtu       wire.MTU // the largest path MTU accepted in a REQ
+	guid      uint64 // the local CA GUID in REQs and REPs
+	lim       CMLimits
 	rng       *rand.Rand
 	cnt       *devCounters
 	ids       map[uint32]*cmID
@@ -245,15 +247,83 @@ type cmEngine struct {
 	timers    cmTimers
 	timerSeq  uint64 // the last timer sequence number handed out
 	closed    bool
+
+	// The requests held before their handshake completes (half-open), in
+	// all and by source (cmSourceKey).
+	halfOpen   int
+	halfOpenBy map[netip.Prefix]int
 }
 
-func newCMEngine(guid uint64, mtu wire.MTU, rng *rand.Rand, cnt *devCounters) *cmEngine {
+// newCMEngine returns an engine; lim must have its defaults filled in
+// (CMLimits.withDefaults).
+func newCMEngine(guid uint64, lim CMLimits, rng *rand.Rand, cnt *devCounters) *cmEngine {
 	return &cmEngine{
-		guid: guid, mtu: mtu, rng: rng, cnt: cnt,
-		ids:       make(map[uint32]*cmID),
-		remotes:   make(map[cmRemoteKey]*cmID),
-		listeners: make(map[uint16]*cmListener),
+		guid: guid, lim: lim, rng: rng, cnt: cnt,
+		ids:        make(map[uint32]*cmID),
+		remotes:    make(map[cmRemoteKey]*cmID),
+		listeners:  make(map[uint16]*cmListener),
+		halfOpenBy: make(map[netip.Prefix]int),
 	}
+}
+
+// CMLimits bound what the connection manager holds for the connection
+// requests it receives, whatever the requesters ask for, so that no
+// requester (or address spoofing one) can hold a device's resources for
+// long, lock other requesters out, or have it send more than it receives.
+// Zero fields take the defaults noted.
+type CMLimits struct {
+	// HalfOpen bounds the requests held before their handshake completes,
+	// waiting for the application's answer or for the requester's
+	// ReadyToUse (default 256); HalfOpenPerSource those from one IPv4
+	// address or IPv6 /64 (default 32). A REQ beyond either is rejected,
+	// reason "no resources" (cm_rejected_busy; the dialer's error is
+	// errors.Is ErrAgain).
+	HalfOpen, HalfOpenPerSource int
+	// Handshake bounds how long a request is held before its handshake
+	// completes (default 20 s), however long the REQ's CM response timeout
+	// and retries would have the device wait (rdma_cm's defaults: 69 s; a
+	// REQ may ask for days): then the request is dropped and the QP made
+	// for it destroyed (cm_handshake_timeouts).
+	Handshake time.Duration
+}
+
+// Defaults of CMLimits.
+const (
+	cmDefaultHalfOpen          = 256
+	cmDefaultHalfOpenPerSource = 32
+	cmDefaultHandshake         = 20 * time.Second
+)
+
+func (l CMLimits) withDefaults() CMLimits {
+	l.HalfOpen = cmp.Or(l.HalfOpen, cmDefaultHalfOpen)
+	l.HalfOpenPerSource = cmp.Or(l.HalfOpenPerSource, cmDefaultHalfOpenPerSource)
+	l.Handshake = cmp.Or(l.Handshake, cmDefaultHandshake)
+	return l
+}
+
+func (l CMLimits) check() error {
+	if l.HalfOpen < 0 || l.HalfOpenPerSource < 0 || l.Handshake < 0 {
+		return fmt.Errorf("CM limits %+v: negative: %w", l, ErrInvalid)
+	}
+	return nil
+}
+
+// cmMaxHonouredTimeout is the largest time exponent the engine takes from
+// a peer's REQ for its own waits and for the QP it makes: 4.096 µs × 2^20
+// ≈ 4.3 s, rdma_cm's CM response timeout. A REQ may carry 31 (2.4 hours),
+// which would hold a DREQ's retries, a timewait or a QP's retransmission
+// timer (and the QP with it) for days.
+const cmMaxHonouredTimeout = 20
+
+// cmSourceKey is what the half-open limit per source counts by: the IPv4
+// address, or the IPv6 /64 (a host has a whole /64 to send from).
+func cmSourceKey(a netip.Addr) netip.Prefix {
+	a = a.Unmap()
+	if a.Is4() {
+		return netip.PrefixFrom(a, 32)
+	}
+	p, _ := a.Prefix(64)
+	return p
 }
 
 // randomPSN returns a random starting PSN, as Linux draws one per
@@ -399,7 +469,15 @@ func (e *cmEngine) accept(now qp.Time, id *cmID, p *cmAcceptParams, out *cmOutpu
 	copy(f.REP.PrivateData[:], p.private)
 	id.localQPN = p.qpn
 	id.state = cmRepSent
-	e.sendAwaited(now, id, &f, out)
+	// The REP goes once: it is sent again only in answer to a repeated
+	// REQ, so that a requester gets no more from us than it sends until
+	// its RTU (or its first packet on the QP) shows it receives what we
+	// send: a REQ from a spoofed address brings that address one REP, not
+	// 1 + the REQ's max CM retries of them. (Linux resends the REP on its
+	// own timer, and drops repeated REQs.) The timer armed when the REQ
+	// came bounds the wait for the RTU.
+	copy(id.msg[:], e.send(out, id.peer, &f))
+	id.sends = 1
 	return nil
 }
 
@@ -494,6 +572,7 @@ func (e *cmEngine) enterTimewait(now qp.Time, id *cmID) {
 	if id.state == cmEstablished || id.state == cmDreqSent {
 		e.cnt.inc(CMDisconnected)
 	}
+	e.settleHalfOpen(id)
 	id.state = cmTimewait
 	e.settle(id)
 	e.arm(id, now.Add(cmTime(id.ackTimeout)))
@@ -508,9 +587,37 @@ func (e *cmEngine) remove(id *cmID) {
 	if e.remotes[key] == id {
 		delete(e.remotes, key)
 	}
+	e.settleHalfOpen(id)
 	id.state = cmGone
 	id.timerSeq = 0
 	e.settle(id)
+}
+
+// admit counts a new half-open request from src, unless the limits are
+// reached: then it reports false.
+func (e *cmEngine) admit(id *cmID, src netip.Addr) bool {
+	key := cmSourceKey(src)
+	if e.halfOpen >= e.lim.HalfOpen || e.halfOpenBy[key] >= e.lim.HalfOpenPerSource {
+		return false
+	}
+	e.halfOpen++
+	e.halfOpenBy[key]++
+	id.halfOpen = true
+	return true
+}
+
+// settleHalfOpen stops counting id among the half-open requests: its
+// handshake completed or ended.
+func (e *cmEngine) settleHalfOpen(id *cmID) {
+	if !id.halfOpen {
+		return
+	}
+	id.halfOpen = false
+	e.halfOpen--
+	key := cmSourceKey(id.remoteSrc.Addr())
+	if e.halfOpenBy[key]--; e.halfOpenBy[key] <= 0 {
+		delete(e.halfOpenBy, key)
+	}
 }
 
 func (e *cmEngine) settle(id *cmID) {
@@ -531,8 +638,9 @@ func (e *cmEngine) lookup(local uint32, src netip.AddrPort) *cmID {
 	return nil
 }
 
-// receive handles one CM MAD from the QP1 at src.
-func (e *cmEngine) receive(now qp.Time, src netip.AddrPort, m *wire.MAD, out *cmOutput) {
+// receive handles one CM MAD from the QP1 at src; mtu is the largest path
+// MTU toward src, which a REQ may ask for.
+func (e *cmEngine) receive(now qp.Time, src netip.AddrPort, mtu wire.MTU, m *wire.MAD, out *cmOutput) {
 	e.cnt.inc(CMRxMsgs)
 	if e.closed {
 		e.cnt.inc(CMRxDropped)
@@ -540,7 +648,7 @@ func (e *cmEngine) receive(now qp.Time, src netip.AddrPort, m *wire.MAD, out *cm
 	}
 	switch m.AttrID() {
 	case wire.AttrConnectRequest:
-		e.receiveREQ(src, m, out)
+		e.receiveREQ(now, src, mtu, m, out)
 	case wire.AttrConnectReply:
 		e.receiveREP(src, m.REP, out)
 	case wire.AttrReadyToUse:
@@ -571,7 +679,7 @@ func (e *cmEngine) issueREJ(src netip.AddrPort, m *wire.MAD, reason wire.RejectR
 	e.send(out, cmPeerAddr(src, m.REQ.LocalCAGUID()), &f)
 }
 
-func (e *cmEngine) receiveREQ(src netip.AddrPort, m *wire.MAD, out *cmOutput) {
+func (e *cmEngine) receiveREQ(now qp.Time, src netip.AddrPort, mtu wire.MTU, m *wire.MAD, out *cmOutput) {
 	r := m.REQ
 	if id := e.remotes[cmRemoteKey{r.LocalCommID(), src}]; id != nil {
 		e.cnt.inc(CMRxDuplicates)
@@ -584,11 +692,12 @@ func (e *cmEngine) receiveREQ(src netip.AddrPort, m *wire.MAD, out *cmOutput) {
 		e.issueREJ(src, m, wire.RejectInvalidServiceID, nil, out)
 		return
 	}
-	if mtu := r.PathMTU(); mtu.Bytes() == 0 || mtu > e.mtu {
+	if want := r.PathMTU(); want.Bytes() == 0 || want > mtu {
 		// Linux takes the REQ's MTU whatever its own; softnic refuses a
-		// larger one and names its largest in the first ARI byte, from
-		// which a softnic dialer retries with that MTU.
-		e.issueREJ(src, m, wire.RejectInvalidMTU, []byte{byte(e.mtu)}, out)
+		// larger one than its path toward the requester carries and names
+		// that in the first ARI byte, from which a softnic dialer retries
+		// with it: the connection gets the smaller of both sides' MTUs.
+		e.issueREJ(src, m, wire.RejectInvalidMTU, []byte{byte(mtu)}, out)
 		return
 	}
 	if _, err := wire.DecodeCMAHeader(r.PrivateData()); err != nil || r.TransportServiceType() != 0 {
@@ -600,22 +709,41 @@ func (e *cmEngine) receiveREQ(src netip.AddrPort, m *wire.MAD, out *cmOutput) {
 	}
 	req := r.Fields()
 	id := e.newID(false, cmPeerAddr(src, req.LocalCAGUID), port)
+	if !e.admit(id, src.Addr()) {
+		e.cnt.inc(CMRejectedBusy)
+		e.issueREJ(src, m, wire.RejectNoResources, nil, out)
+		return
+	}
 	id.remote, id.tid, id.req = req.LocalCommID, m.Header.TransactionID(), &req
 	id.remoteQPN = req.LocalQPN
-	id.timeout = cmTime(req.LocalCMResponseTimeout)
-	id.retries, id.ackTimeout = req.MaxCMRetries, req.PrimaryPath.LocalACKTimeout
+	id.remoteSrc = src
+	// The DREQ's wait and the timewait come from the requester's
+	// timeouts, as in Linux, within what the device honours.
+	id.ackTimeout = min(req.PrimaryPath.LocalACKTimeout, cmMaxHonouredTimeout)
+	id.timeout = cmTime(min(req.LocalCMResponseTimeout, cmMaxHonouredTimeout)) + cmTime(id.ackTimeout)
+	id.retries = req.MaxCMRetries
 	id.state = cmReqRcvd
 	select {
 	case l.backlog <- id:
 	default:
 		// A full backlog drops the REQ without a REJ, as Linux does when
 		// the listener has no room (ENOMEM): the requester retries.
+		e.settleHalfOpen(id)
 		e.cnt.inc(CMRxDropped)
 		return
 	}
 	e.ids[id.local] = id
 	e.remotes[cmRemoteKey{id.remote, src}] = id
-	id.remoteSrc = src
+	e.arm(id, now.Add(e.handshakeTime(&req)))
+}
+
+// handshakeTime is how long the request req may take to complete its
+// handshake: as long as the requester keeps trying (each REQ it sends again
+// brings the REP again) and then answers, within CMLimits.Handshake.
+func (e *cmEngine) handshakeTime(req *wire.REQFields) time.Duration {
+	try := cmTime(req.RemoteCMResponseTimeout) + cmTime(req.PrimaryPath.LocalACKTimeout)
+	span := time.Duration(req.MaxCMRetries+1)*try + cmTime(req.LocalCMResponseTimeout)
+	return min(span, e.lim.Handshake)
 }
 
 // duplicateREQ answers a REQ that is already known.
@@ -671,12 +799,28 @@ func (e *cmEngine) receiveRTU(src netip.AddrPort, r wire.RTU) {
 	case id == nil || id.remote != r.LocalCommID():
 		e.cnt.inc(CMRxDropped)
 	case id.state == cmRepSent:
-		id.state = cmEstablished
-		id.timerSeq = 0
-		e.cnt.inc(CMEstablished)
-		e.finish(id, cmResult{})
+		e.established(id)
 	default:
 		e.cnt.inc(CMRxDuplicates)
+	}
+}
+
+// established completes the passive handshake of id.
+func (e *cmEngine) established(id *cmID) {
+	e.settleHalfOpen(id)
+	id.state = cmEstablished
+	id.timerSeq = 0
+	e.cnt.inc(CMEstablished)
+	e.finish(id, cmResult{})
+}
+
+// commEstablished is the QP of id receiving its first request before the
+// RTU came (the RTU was lost, or overtaken): the requester has the REP,
+// and the connection is established, as Linux's CM takes the QP's
+// communication-established event (IB_EVENT_COMM_EST, ib_cm_notify).
+func (e *cmEngine) commEstablished(id *cmID) {
+	if id.state == cmRepSent {
+		e.established(id)
 	}
 }
 
@@ -701,9 +845,12 @@ func (e *RejectError) Error() string {
 }
 
 // Is reports ErrConnRefused for a REJ with reason "invalid service ID":
-// nothing listens on the port, as a TCP RST says.
+// nothing listens on the port, as a TCP RST says; and ErrAgain for "no
+// resources": the peer holds as many requests as it takes (CMLimits), and
+// a later try may get in.
 func (e *RejectError) Is(target error) bool {
-	return target == ErrConnRefused && e.Reason == wire.RejectInvalidServiceID
+	return target == ErrConnRefused && e.Reason == wire.RejectInvalidServiceID ||
+		target == ErrAgain && e.Reason == wire.RejectNoResources
 }
 
 func (e *cmEngine) receiveREJ(now qp.Time, src netip.AddrPort, r wire.REJ, out *cmOutput) {
@@ -826,7 +973,21 @@ func (e *cmEngine) receiveDREP(now qp.Time, src netip.AddrPort, d wire.DREP) {
 // expire handles the timer of id.
 func (e *cmEngine) expire(now qp.Time, id *cmID, out *cmOutput) {
 	switch id.state {
-	case cmReqSent, cmRepSent, cmDreqSent:
+	case cmReqRcvd, cmRepSent:
+		// The handshake took longer than handshakeTime: the application
+		// did not answer, or the requester not with an RTU (it gave up, or
+		// never was: a REQ from a spoofed address). Dropped without a
+		// word: a REJ would be a second message to an address that never
+		// showed it receives.
+		e.cnt.inc(CMHandshakeTimeouts)
+		what := "no answer from the application"
+		if id.state == cmRepSent {
+			what = "no ReadyToUse after the ConnectReply"
+		}
+		id.err = fmt.Errorf("connection from %v: %s in time: %w", id.peer, what, ErrTimedOut)
+		e.remove(id)
+		e.finish(id, cmResult{err: id.err})
+	case cmReqSent, cmDreqSent:
 		if id.sends <= int(id.retries) {
 			e.resend(id, out)
 			e.cnt.inc(CMTxRetries)
@@ -834,18 +995,13 @@ func (e *cmEngine) expire(now qp.Time, id *cmID, out *cmOutput) {
 			e.arm(id, now.Add(id.timeout))
 			return
 		}
-		switch id.state {
-		case cmReqSent:
-			id.err = fmt.Errorf("connection to %v port %d: no reply to %d ConnectRequests: %w", id.peer, id.port, id.sends, ErrTimedOut)
-			e.remove(id)
-			e.finish(id, cmResult{err: id.err})
-		case cmRepSent:
-			id.err = fmt.Errorf("connection from %v: no ReadyToUse after %d ConnectReplies: %w", id.peer, id.sends, ErrTimedOut)
-			e.remove(id)
-			e.finish(id, cmResult{err: id.err})
-		default:
+		if id.state == cmDreqSent {
 			e.enterTimewait(now, id) // Linux, too, gives up on the DREP
+			return
 		}
+		id.err = fmt.Errorf("connection to %v port %d: no reply to %d ConnectRequests: %w", id.peer, id.port, id.sends, ErrTimedOut)
+		e.remove(id)
+		e.finish(id, cmResult{err: id.err})
 	case cmTimewait:
 		e.remove(id)
 	}

@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -200,9 +202,11 @@ type AcceptOptions struct {
 
 // Accept answers the request with a REP, after moving a new QP (from the
 // listener's PD and QPConfig) through INIT, RTR and RTS with the REQ's
-// attributes, as rdma_accept does; it then waits for the RTU (resending
-// the REP per the REQ's CM timeout and retries) and returns the
-// connection. If the QP cannot be made, the request is rejected.
+// attributes, as rdma_accept does; it then waits for the RTU (or the
+// first request on the QP, which shows the requester has the REP) and
+// returns the connection. The REP is sent again only when the requester
+// repeats its REQ, and the wait is bounded by Config.CM (a timeout wraps
+// ErrTimedOut). If the QP cannot be made, the request is rejected.
 func (r *Request) Accept(opts AcceptOptions) (*Conn, error) {
 	if r.l.dev.att != nil {
 		return r.l.dev.att.accept(r, opts)
@@ -238,7 +242,7 @@ func (r *Request) accept(opts AcceptOptions, cfg QPConfig) (*Conn, error) {
 	psn := c.randomPSN()
 	err = q.connect(r.id.peer, req.LocalQPN, &ConnectOptions{
 		LocalPSN: req.StartingPSN, RemotePSN: psn, MTU: req.PathMTU.Bytes(), Access: cmAccess(rr),
-		Timeout: req.PrimaryPath.LocalACKTimeout, RetryCnt: req.RetryCount, RNRRetry: req.RNRRetryCount,
+		Timeout: min(req.PrimaryPath.LocalACKTimeout, cmMaxHonouredTimeout), RetryCnt: req.RetryCount, RNRRetry: req.RNRRetryCount,
 		MinRNRTimer: cmMinRNRTimer, MaxRdAtomic: depth, MaxDestRdAtomic: rr,
 	})
 	if err != nil {
@@ -246,6 +250,12 @@ func (r *Request) accept(opts AcceptOptions, cfg QPConfig) (*Conn, error) {
 		r.abandon(wire.RejectConsumer)
 		return nil, fmt.Errorf("softnic: accept %v: %w", r.id.peer, err)
 	}
+	// The first request the QP takes before the RTU establishes the
+	// connection too (see cmEngine.commEstablished).
+	q.mu.Lock()
+	q.commEstPSN = q.qp.Status().ExpectedPSN
+	q.commEst = func() { c.run(func(e *cmEngine, _ qp.Time, _ *cmOutput) { e.commEstablished(r.id) }) }
+	q.mu.Unlock()
 	c.run(func(e *cmEngine, now qp.Time, out *cmOutput) {
 		err = e.accept(now, r.id, &cmAcceptParams{
 			qpn: q.num, psn: psn, srq: cfg.SRQ != nil, private: opts.PrivateData,
@@ -263,6 +273,9 @@ func (r *Request) accept(opts AcceptOptions, cfg QPConfig) (*Conn, error) {
 			err = ErrClosed
 		}
 	}
+	q.mu.Lock()
+	q.commEst = nil
+	q.mu.Unlock()
 	if err == ErrClosed {
 		err = fmt.Errorf("softnic: accept %v: %w", r.id.peer, ErrClosed)
 	}
@@ -381,7 +394,10 @@ func (o *DialOptions) setDefaults(d *Device) error {
 // A REJ ends it with a *RejectError (errors.Is ErrConnRefused when nothing
 // listens on the port), no answer with an error wrapping ErrTimedOut, and
 // the end of ctx with an error wrapping ctx.Err() (the peer is told with a
-// REJ, as Linux does). Every error names the address and port.
+// REJ, as Linux does). Every error names the address and port. Two REJs
+// are not the end: one naming a smaller path MTU has Dial try again with
+// it, and "no resources" (the peer holds as many requests as it takes)
+// has it try again after a pause, up to CMRetries times.
 func (d *Device) Dial(ctx context.Context, remote netip.AddrPort, port uint16, opts DialOptions) (*Conn, error) {
 	remote = netip.AddrPortFrom(remote.Addr().Unmap(), cmp.Or(remote.Port(), wire.UDPPort))
 	fail := func(err error) (*Conn, error) {
@@ -402,19 +418,44 @@ func (d *Device) Dial(ctx context.Context, remote netip.AddrPort, port uint16, o
 		return fail(fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err))
 	}
 	c, err := d.dial(ctx, q, remote, port, &opts)
-	var rej *RejectError
-	if errors.As(err, &rej) && rej.Reason == wire.RejectInvalidMTU && len(rej.ARI) > 0 {
-		if mtu := wire.MTU(rej.ARI[0]).Bytes(); mtu != 0 && mtu < opts.MTU {
+	for busy := 0; err != nil; busy++ {
+		var rej *RejectError
+		if !errors.As(err, &rej) {
+			break
+		}
+		if rej.Reason == wire.RejectInvalidMTU && len(rej.ARI) > 0 {
+			mtu := wire.MTU(rej.ARI[0]).Bytes()
+			if mtu == 0 || mtu >= opts.MTU {
+				break
+			}
 			d.log.Debug("cm: peer takes a smaller MTU", zap.Stringer("peer", remote), zap.Int("mtu", mtu))
 			opts.MTU = mtu
-			c, err = d.dial(ctx, q, remote, port, &opts)
+		} else if rej.Reason != wire.RejectNoResources || busy >= int(opts.CMRetries) || !cmBackoff(ctx, busy, opts.CMTimeout) {
+			break
 		}
+		c, err = d.dial(ctx, q, remote, port, &opts)
 	}
 	if err != nil {
 		q.Destroy()
 		return fail(err)
 	}
 	return c, nil
+}
+
+// cmBackoff waits before the try after the busy-th REJ "no resources"
+// (the peer holds as many requests as it takes, CMLimits): a random time,
+// doubling with each try, from 10–20 ms up to the CM response timeout. It
+// reports false if ctx ended first.
+func cmBackoff(ctx context.Context, busy int, cmTimeout uint8) bool {
+	d := min(time.Duration(10+rand.IntN(10))*time.Millisecond<<min(busy, 16), cmTime(cmTimeout))
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // dial makes one connection attempt with the QP q, still in RESET.

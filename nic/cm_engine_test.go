@@ -2,6 +2,7 @@ package nic
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
@@ -21,6 +22,7 @@ import (
 type cmSide struct {
 	name string
 	addr netip.AddrPort
+	mtu  wire.MTU // the path MTU toward the other side
 	e    *cmEngine
 	cnt  devCounters
 }
@@ -46,8 +48,8 @@ type cmLink struct {
 const cmLatency = 10 * time.Microsecond
 
 func newCMSide(name, addr string, mtu wire.MTU, seed uint64) *cmSide {
-	s := &cmSide{name: name, addr: netip.MustParseAddrPort(addr)}
-	s.e = newCMEngine(seed, mtu, rand.New(rand.NewPCG(seed, seed)), &s.cnt)
+	s := &cmSide{name: name, addr: netip.MustParseAddrPort(addr), mtu: mtu}
+	s.e = newCMEngine(seed, CMLimits{}.withDefaults(), rand.New(rand.NewPCG(seed, seed)), &s.cnt)
 	return s
 }
 
@@ -153,7 +155,7 @@ func (l *cmLink) deliverDue() bool {
 		if err := m.Decode(f.mad[:]); err != nil {
 			l.t.Fatal(err)
 		}
-		l.call(to, func(e *cmEngine, now qp.Time, out *cmOutput) { e.receive(now, f.from.addr, &m, out) })
+		l.call(to, func(e *cmEngine, now qp.Time, out *cmOutput) { e.receive(now, f.from.addr, to.mtu, &m, out) })
 	}
 	l.flights = l.flights[n:]
 	return n > 0
@@ -280,38 +282,26 @@ func TestCMEngineHandshake(t *testing.T) {
 			retries: [2]uint64{1, 0},
 		},
 		{
-			// b's REP timer (the REQ's CM response timeout) runs out before
-			// a's REQ timer (that plus the ACK timeout): b sends it again.
+			// b sends its REP once: a's REQ timer runs out, and the
+			// repeated REQ has b send the REP again, at once.
 			name: "REP lost",
 			drop: func(l *cmLink) func(*cmSide, *wire.MAD) bool {
 				return dropFirst(l.b, wire.AttrConnectReply, 1)
 			},
-			log:     []string{"a→b ConnectRequest", "b→a ConnectReply (lost)", "b→a ConnectReply", "a→b ReadyToUse"},
-			retries: [2]uint64{0, 1},
+			log: []string{"a→b ConnectRequest", "b→a ConnectReply (lost)",
+				"a→b ConnectRequest", "b→a ConnectReply", "a→b ReadyToUse"},
+			retries: [2]uint64{1, 0},
+			dups:    [2]uint64{0, 1},
 		},
 		{
-			// Then a's REQ timer runs out too, and the duplicate REQ has
-			// b send its REP at once.
 			name: "REP lost twice",
 			drop: func(l *cmLink) func(*cmSide, *wire.MAD) bool {
 				return dropFirst(l.b, wire.AttrConnectReply, 2)
 			},
-			log: []string{"a→b ConnectRequest", "b→a ConnectReply (lost)", "b→a ConnectReply (lost)",
+			log: []string{"a→b ConnectRequest", "b→a ConnectReply (lost)", "a→b ConnectRequest", "b→a ConnectReply (lost)",
 				"a→b ConnectRequest", "b→a ConnectReply", "a→b ReadyToUse"},
-			retries: [2]uint64{1, 1},
-			dups:    [2]uint64{0, 1},
-		},
-		{
-			// b sends its REP again, and a, established, answers the
-			// duplicate with another RTU.
-			name: "RTU lost",
-			drop: func(l *cmLink) func(*cmSide, *wire.MAD) bool {
-				return dropFirst(l.a, wire.AttrReadyToUse, 1)
-			},
-			log: []string{"a→b ConnectRequest", "b→a ConnectReply", "a→b ReadyToUse (lost)",
-				"b→a ConnectReply", "a→b ReadyToUse"},
-			retries: [2]uint64{0, 1},
-			dups:    [2]uint64{1, 0},
+			retries: [2]uint64{2, 0},
+			dups:    [2]uint64{0, 2},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -598,7 +588,7 @@ func TestCMEngineBacklog(t *testing.T) {
 // names its own in the ARI.
 func TestCMEngineMTU(t *testing.T) {
 	l := newCMLink(t)
-	l.b.e.mtu = wire.MTU512
+	l.b.mtu = wire.MTU512
 	l.listen(1)
 	id := l.connect(l.dialParams())
 	var r cmResult
@@ -625,7 +615,7 @@ func TestCMEngineIgnoresStrangers(t *testing.T) {
 	}
 	stranger := netip.MustParseAddrPort("10.0.0.3:4791")
 	var out cmOutput
-	l.a.e.receive(l.now, stranger, &m, &out)
+	l.a.e.receive(l.now, stranger, l.a.mtu, &m, &out)
 	if _, ok := result(id); ok || len(out.mads) != 0 || id.state != cmReqSent {
 		t.Fatalf("a REP from %v moved the dialer to %s", stranger, id.state)
 	}
@@ -636,7 +626,7 @@ func TestCMEngineIgnoresStrangers(t *testing.T) {
 		if err := m.Decode(b[:]); err != nil {
 			t.Fatal(err)
 		}
-		l.a.e.receive(l.now, l.b.addr, &m, &out)
+		l.a.e.receive(l.now, l.b.addr, l.a.mtu, &m, &out)
 	}
 	if len(out.mads) != 0 || id.state != cmReqSent || l.a.cnt.v[CMRxDropped].Load() != 6 {
 		t.Errorf("unknown messages: %d answers, state %s, cm_rx_dropped %d", len(out.mads), id.state, l.a.cnt.v[CMRxDropped].Load())
@@ -721,7 +711,7 @@ func FuzzCMEngine(f *testing.F) {
 			from = netip.MustParseAddrPort("10.0.0.9:4791")
 		}
 		var out cmOutput
-		l.b.e.receive(l.now, from, &m, &out)
+		l.b.e.receive(l.now, from, l.b.mtu, &m, &out)
 		l.b.e.tick(l.now.Add(time.Hour), &out)
 		for _, mad := range out.mads {
 			var a wire.MAD
@@ -761,5 +751,191 @@ func TestCMPeerAddr(t *testing.T) {
 				t.Errorf("cmPeerAddr(%v, %#x) = %v, want %v", src, tc.guid, got, tc.want)
 			}
 		})
+	}
+}
+
+// The RTU is lost: the acceptor does not send its REP again (the
+// requester, established, would not answer it), and the first request on
+// its QP establishes the connection instead, as the QP's
+// communication-established event does in Linux. Without one, the
+// acceptor gives up after the handshake time, without a word.
+func TestCMEngineRTULost(t *testing.T) {
+	for _, firstRequest := range []bool{true, false} {
+		t.Run(fmt.Sprintf("first request %v", firstRequest), func(t *testing.T) {
+			l := newCMLink(t)
+			l.drop = dropFirst(l.a, wire.AttrReadyToUse, 1)
+			ln := l.listen(1)
+			active := l.connect(l.dialParams())
+			var passive *cmID
+			l.run(time.Second, func() bool {
+				select {
+				case passive = <-ln.backlog:
+					l.call(l.b, func(e *cmEngine, now qp.Time, out *cmOutput) { e.accept(now, passive, l.acceptParams(), out) })
+				default:
+				}
+				if _, ok := result(active); ok {
+					l.call(l.a, func(e *cmEngine, _ qp.Time, out *cmOutput) { e.establish(active, out) })
+				}
+				return active.state == cmEstablished && len(l.flights) == 0
+			})
+			if firstRequest {
+				l.call(l.b, func(e *cmEngine, _ qp.Time, _ *cmOutput) { e.commEstablished(passive) })
+				if r, ok := result(passive); !ok || r.err != nil || passive.state != cmEstablished {
+					t.Fatalf("after the first request: %s, result %v", passive.state, r.err)
+				}
+			}
+			l.settle(time.Minute)
+			l.expectLog("a→b ConnectRequest", "b→a ConnectReply", "a→b ReadyToUse (lost)")
+			if firstRequest {
+				if passive.state != cmEstablished || l.b.cnt.v[CMEstablished].Load() != 1 || l.b.e.halfOpen != 0 {
+					t.Errorf("acceptor %s, cm_established %d, %d half-open", passive.state, l.b.cnt.v[CMEstablished].Load(), l.b.e.halfOpen)
+				}
+				return
+			}
+			r, _ := result(passive)
+			if !errors.Is(r.err, ErrTimedOut) || passive.state != cmGone || l.b.cnt.v[CMHandshakeTimeouts].Load() != 1 ||
+				len(l.b.e.ids) != 0 || l.b.e.halfOpen != 0 || len(l.b.e.halfOpenBy) != 0 {
+				t.Errorf("acceptor without RTU: %s, %v, cm_handshake_timeouts %d, %d communications, %d half-open",
+					passive.state, r.err, l.b.cnt.v[CMHandshakeTimeouts].Load(), len(l.b.e.ids), l.b.e.halfOpen)
+			}
+			if want := qp.Time(l.b.e.handshakeTime(passive.req)); l.now < want || l.now > want+qp.Time(time.Millisecond) {
+				t.Errorf("acceptor gave up at %v, want %v", time.Duration(l.now), time.Duration(want))
+			}
+		})
+	}
+}
+
+// A REQ from an address that never answers (spoofed) brings that address
+// one REP per REQ it sends, and nothing more: then, after the handshake
+// time, the request is dropped, counted.
+func TestCMEngineNoAmplification(t *testing.T) {
+	for _, reqs := range []int{1, 4} {
+		t.Run(fmt.Sprintf("%d REQs", reqs), func(t *testing.T) {
+			l := newCMLink(t)
+			l.drop = func(from *cmSide, _ *wire.MAD) bool { return from == l.b } // a never hears b
+			ln := l.listen(1)
+			p := l.dialParams()
+			p.cmRetries = uint8(reqs - 1)
+			l.connect(p)
+			l.run(time.Second, func() bool { return len(ln.backlog) == 1 })
+			req := <-ln.backlog
+			l.call(l.b, func(e *cmEngine, now qp.Time, out *cmOutput) { e.accept(now, req, l.acceptParams(), out) })
+			l.settle(time.Minute)
+			var fromA, fromB int
+			for _, line := range l.log {
+				if strings.HasPrefix(line, "a→b") {
+					fromA++
+				} else {
+					fromB++
+				}
+			}
+			if fromA != reqs || fromB != reqs {
+				t.Errorf("%d MADs to b brought %d from b; want %d each:\n%s", fromA, fromB, reqs, strings.Join(l.log, "\n"))
+			}
+			if got := l.b.cnt.v[CMHandshakeTimeouts].Load(); got != 1 || len(l.b.e.ids) != 0 || l.b.e.halfOpen != 0 {
+				t.Errorf("cm_handshake_timeouts %d, %d communications, %d half-open; want 1, 0, 0", got, len(l.b.e.ids), l.b.e.halfOpen)
+			}
+		})
+	}
+}
+
+// A REQ asking for the longest timeouts and the most retries the wire
+// carries is held no longer than CMLimits.Handshake, and the waits the
+// engine takes from it later are bounded too.
+func TestCMEngineHugeTimeouts(t *testing.T) {
+	l := newCMLink(t)
+	l.drop = func(from *cmSide, _ *wire.MAD) bool { return from == l.b }
+	ln := l.listen(1)
+	p := l.dialParams()
+	p.cmTimeout, p.ackTimeout, p.cmRetries = 31, 31, 15
+	l.connect(p)
+	l.run(time.Second, func() bool { return len(ln.backlog) == 1 })
+	req := <-ln.backlog
+	if req.timeout > 2*cmTime(cmMaxHonouredTimeout) || req.ackTimeout > cmMaxHonouredTimeout {
+		t.Errorf("the acceptor would wait %v per DREQ and a timewait of %v", req.timeout, cmTime(req.ackTimeout))
+	}
+	at, ok := l.b.e.deadline()
+	if !ok || at != l.now.Add(cmDefaultHandshake) {
+		t.Errorf("the request is held until %v, want %v after the REQ", time.Duration(at), cmDefaultHandshake)
+	}
+	l.call(l.b, func(e *cmEngine, now qp.Time, out *cmOutput) { e.accept(now, req, l.acceptParams(), out) })
+	l.run(time.Minute, func() bool { return req.state == cmGone })
+	if l.now > qp.Time(cmDefaultHandshake+time.Second) {
+		t.Errorf("the request was dropped at %v", time.Duration(l.now))
+	}
+}
+
+// Requests beyond the half-open limits are rejected with "no resources",
+// and counted; the limit per source keeps one address from taking every
+// slot, and slots come back when their requests end.
+func TestCMEngineHalfOpenLimits(t *testing.T) {
+	l := newCMLink(t)
+	l.b.e.lim = CMLimits{HalfOpen: 5, HalfOpenPerSource: 3, Handshake: time.Second}
+	ln := l.listen(16)
+	other := netip.MustParseAddrPort("10.0.0.7:4791") // another requester, as b sees it
+	req := func(from netip.AddrPort, comm uint32) wire.RejectReason {
+		t.Helper()
+		f := wire.MADFields{Header: wire.CMHeader(wire.AttrConnectRequest, uint64(comm))}
+		f.REQ = wire.REQFields{
+			LocalCommID: comm, ServiceID: wire.RDMACMServiceID(wire.PortSpaceTCP, 7471), LocalQPN: 0x11,
+			PathMTU: wire.MTU1024, PKey: 0xFFFF, MaxCMRetries: 15, LocalCMResponseTimeout: 20, RemoteCMResponseTimeout: 20,
+		}
+		cma := wire.NewCMAHeader(netip.AddrPortFrom(from.Addr(), 40000), l.b.addr.Addr())
+		wire.CMAHeader(f.REQ.PrivateData[:wire.CMAHeaderSize]).Encode(&cma)
+		var b [wire.MADSize]byte
+		if _, err := f.Encode(b[:]); err != nil {
+			t.Fatal(err)
+		}
+		var m wire.MAD
+		if err := m.Decode(b[:]); err != nil {
+			t.Fatal(err)
+		}
+		var out cmOutput
+		l.b.e.receive(l.now, from, l.b.mtu, &m, &out)
+		if len(out.mads) == 0 {
+			return 0
+		}
+		var a wire.MAD
+		if err := a.Decode(out.mads[0].mad[:]); err != nil || a.REJ == nil {
+			t.Fatalf("answer to REQ %#x: %v", comm, err)
+		}
+		return a.REJ.Reason()
+	}
+	for i := range uint32(4) {
+		want := wire.RejectReason(0)
+		if i == 3 {
+			want = wire.RejectNoResources
+		}
+		if got := req(l.a.addr, 100+i); got != want {
+			t.Errorf("REQ %d from a: answer %v, want %v", i, got, want)
+		}
+	}
+	for i := range uint32(3) {
+		want := wire.RejectReason(0)
+		if i == 2 {
+			want = wire.RejectNoResources // 5 in all
+		}
+		if got := req(other, 200+i); got != want {
+			t.Errorf("REQ %d from %v: answer %v, want %v", i, other, got, want)
+		}
+	}
+	if got := l.b.cnt.v[CMRejectedBusy].Load(); got != 2 || len(ln.backlog) != 5 || l.b.e.halfOpen != 5 {
+		t.Errorf("cm_rejected_busy %d, backlog %d, %d half-open; want 2, 5, 5", got, len(ln.backlog), l.b.e.halfOpen)
+	}
+	// The application takes one of a's and accepts it: still half-open
+	// until the RTU. The others end when the handshake time runs out.
+	first := <-ln.backlog
+	var out cmOutput
+	l.b.e.accept(l.now, first, l.acceptParams(), &out)
+	if got := req(l.a.addr, 300); got != wire.RejectNoResources {
+		t.Errorf("REQ from a while its 3 wait: %v", got)
+	}
+	l.now = l.now.Add(time.Second)
+	l.b.e.tick(l.now, &out)
+	if l.b.e.halfOpen != 0 || len(l.b.e.halfOpenBy) != 0 || l.b.cnt.v[CMHandshakeTimeouts].Load() != 5 {
+		t.Fatalf("after the handshake time: %d half-open (%v), cm_handshake_timeouts %d", l.b.e.halfOpen, l.b.e.halfOpenBy, l.b.cnt.v[CMHandshakeTimeouts].Load())
+	}
+	if got := req(l.a.addr, 400); got != 0 {
+		t.Errorf("REQ from a after its requests ended: %v", got)
 	}
 }

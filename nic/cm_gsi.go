@@ -47,10 +47,9 @@ type cm struct {
 
 // newCM creates QP1 and the connection manager of d.
 func newCM(d *Device) (*cm, error) {
-	mtu, _ := wire.MTUFromBytes(d.cfg.MTU)
 	c := &cm{
 		dev: d,
-		e:   newCMEngine(softnicGUID(d.local), mtu, rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())), &d.devc),
+		e:   newCMEngine(softnicGUID(d.local), d.cfg.CM, rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())), &d.devc),
 		buf: make([]byte, gsiRecvBuffers*gsiBufferSize),
 	}
 	pd, err := d.AllocPD()
@@ -116,7 +115,8 @@ func (c *cm) receive(wc *qp.WC) {
 		c.dev.devc.inc(CMRxDropped)
 		return
 	}
-	c.run(func(e *cmEngine, now qp.Time, out *cmOutput) { e.receive(now, wc.Src, &c.mad, out) })
+	mtu, _ := wire.MTUFromBytes(c.dev.cfg.MTU)
+	c.run(func(e *cmEngine, now qp.Time, out *cmOutput) { e.receive(now, wc.Src, mtu, &c.mad, out) })
 }
 
 // run calls f on the engine with the current time, re-arms the engine's

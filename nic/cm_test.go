@@ -358,16 +358,20 @@ func cmOnFirst(attr wire.AttrID, action nic.SendAction) func([]byte) nic.SendAct
 	}
 }
 
+// A lost REQ, REP or RTU is recovered from: the REQ by the dialer's
+// retransmission, the REP by the same (the acceptor sends its REP again
+// only for a repeated REQ, so that a REQ from a spoofed address brings
+// that address one REP), the RTU by the dialer's first request on the QP,
+// which establishes the connection at the acceptor as the RTU would.
 func TestMADLoss(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		attr     wire.AttrID
-		dialer   bool   // the dialer sends it
-		resender string // the side that recovers by retransmitting
+		name   string
+		attr   wire.AttrID
+		dialer bool // the dialer sends it
 	}{
-		{"REQ", wire.AttrConnectRequest, true, "dialer"},
-		{"REP", wire.AttrConnectReply, false, "acceptor"},
-		{"RTU", wire.AttrReadyToUse, true, "acceptor"},
+		{"REQ", wire.AttrConnectRequest, true},
+		{"REP", wire.AttrConnectReply, false},
+		{"RTU", wire.AttrReadyToUse, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			checkLeaks(t)
@@ -379,20 +383,52 @@ func TestMADLoss(t *testing.T) {
 				bcfg.SendHook = hook
 			}
 			a, b := openCMEnd(t, acfg), openCMEnd(t, bcfg)
-			c, s := connectCM(t, a, b, b.listen(t, 0), a.dialOptions(), nic.AcceptOptions{})
+			l := b.listen(t, 0)
+			ctx := cmContext(t)
+			accepted := acceptAsync(t, ctx, l, func(r *nic.Request) (*nic.Conn, error) { return r.Accept(nic.AcceptOptions{}) })
+			c, err := a.dev.Dial(ctx, b.dev.Addr(), l.Port(), a.dialOptions())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			// The dialer's first request, before the acceptor's Accept
+			// returns: it is what establishes the connection there when
+			// the RTU is lost.
+			const off = 1 << 19 // clear of cmExchange's buffers
+			wr := qp.SendWR{ID: 9, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(off, 8)}, RemoteAddr: b.mr.Addr() + off, RKey: b.mr.RKey()}
+			if err := c.QP().PostSend(&wr); err != nil {
+				t.Fatal(err)
+			}
+			if wc := cmWaitCQ(t, a.cq); wc.ID != 9 || wc.Status != qp.Success {
+				t.Fatalf("first WRITE: %+v", wc)
+			}
+			s := <-accepted
+			if s == nil {
+				t.FailNow()
+			}
+			t.Cleanup(func() { s.Close() })
 			cmExchange(t, a, b, c, s)
-			sender, resender := a, b
+			sender := a
 			if !tc.dialer {
 				sender = b
-			}
-			if tc.resender == "dialer" {
-				resender = a
 			}
 			if n := cmCounter(t, sender.dev, "fault_dropped"); n != 1 {
 				t.Errorf("fault_dropped = %d, want 1", n)
 			}
-			if n := cmCounter(t, resender.dev, "cm_tx_retries"); n == 0 {
-				t.Errorf("the %s retransmitted nothing", tc.resender)
+			retries := map[bool]uint64{true: 0, false: 0} // by dialer
+			if tc.attr != wire.AttrReadyToUse {
+				retries[true] = 1
+			}
+			for _, side := range []struct {
+				dialer bool
+				end    *cmEnd
+			}{{true, a}, {false, b}} {
+				if n := cmCounter(t, side.end.dev, "cm_tx_retries"); n != retries[side.dialer] {
+					t.Errorf("dialer %v: cm_tx_retries = %d, want %d", side.dialer, n, retries[side.dialer])
+				}
+				if n := cmCounter(t, side.end.dev, "cm_established"); n != 1 {
+					t.Errorf("dialer %v: cm_established = %d, want 1", side.dialer, n)
+				}
 			}
 		})
 	}

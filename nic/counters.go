@@ -25,6 +25,9 @@ const (
 	CMRxDropped    // CM MADs that fit no connection or do not decode, or REQs beyond a listener's backlog
 	CMEstablished  // connections that reached the established state
 	CMDisconnected // established connections that ended (DREQ, REJ or DREQ timeout)
+	// The limits on connection requests (CMLimits).
+	CMRejectedBusy      // REQs rejected ("no resources") beyond the half-open limits
+	CMHandshakeTimeouts // requests dropped whose handshake did not complete in time (no RTU: the requester gave up, or never sent the REQ)
 	numDevCounters
 )
 
@@ -32,6 +35,7 @@ var devCounterNames = [numDevCounters]string{
 	"bad_icrc", "icrc_ipid_recovered", "malformed", "unknown_qp", "fault_dropped", "fault_duplicated",
 	"fault_corrupted", "fault_delayed", "cm_tx_msgs", "cm_tx_retries", "cm_rx_msgs",
 	"cm_rx_duplicates", "cm_rx_dropped", "cm_established", "cm_disconnected",
+	"cm_rejected_busy", "cm_handshake_timeouts",
 }
 
 func (c DevCounter) String() string { return devCounterNames[c] }

@@ -50,7 +50,7 @@ type Config struct {
 	// otherwise SOFTNIC_SOCKET, if set, names the socket to attach to;
 	// otherwise the NIC is embedded. An attached device uses the daemon's
 	// address, MTU, socket, faults and capture: with Attach set, setting
-	// Addr, MTU, Faults, SendHook, Trace, UDP, MaxQPs, RecoverIPID or
+	// Addr, MTU, Faults, SendHook, Trace, UDP, MaxQPs, RecoverIPID, CM or
 	// BusyPoll is an error (ErrInvalid); when SOFTNIC_SOCKET decides, they
 	// are ignored, so that a program written for an embedded NIC runs
 	// attached unchanged.
@@ -93,6 +93,9 @@ type Config struct {
 	// ICRC's 32 bits of protection on finding the identification; softnic
 	// peers send identification 0 and keep all 32.
 	RecoverIPID bool
+	// CM bounds what the connection manager holds for the connection
+	// requests it receives (see CMLimits).
+	CM CMLimits
 	// BusyPoll keeps the device's receive loop polling, for this long after
 	// the last packet or work request, instead of sleeping until the next
 	// one: the socket and, in a daemon, the queues of the attached
@@ -164,6 +167,10 @@ func Open(cfg Config) (*Device, error) {
 	if cfg.MaxQPs < 2 || cfg.MaxQPs > 1<<20 {
 		return nil, fmt.Errorf("softnic: MaxQPs %d: %w", cfg.MaxQPs, ErrInvalid)
 	}
+	if err := cfg.CM.check(); err != nil {
+		return nil, fmt.Errorf("softnic: %w", err)
+	}
+	cfg.CM = cfg.CM.withDefaults()
 	if cfg.BusyPoll < 0 || cfg.BusyPoll > time.Second {
 		return nil, fmt.Errorf("softnic: BusyPoll %v is not within 0 and 1s: %w", cfg.BusyPoll, ErrInvalid)
 	}
@@ -472,6 +479,11 @@ func (d *Device) receive(b []byte, src, dst netip.AddrPort, now qp.Time, in *inb
 			q.host.pullRecvLocked()
 		}
 		q.qp.Receive(&in.pkt, &env, now)
+		if q.commEst != nil && q.qp.Status().ExpectedPSN != q.commEstPSN {
+			f := q.commEst
+			q.commEst = nil
+			f()
+		}
 	}
 	q.mu.Unlock()
 	if !q.dirty {

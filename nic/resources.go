@@ -11,6 +11,7 @@ import (
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/wire"
 )
 
 // PD is a protection domain (ibv_pd): regions and QPs of one PD may be used
@@ -448,6 +449,11 @@ type QP struct {
 	// called with mu held.
 	onError   func(cause qp.WCStatus)
 	errorSeen bool
+	// commEst, if set, is called (with mu held) when the QP's responder
+	// takes its first request, and then cleared: the connection manager
+	// waits for it, or the RTU, to establish an accepted connection.
+	commEst    func()
+	commEstPSN wire.PSN // the responder's expected PSN when commEst was set
 
 	dirty bool // owned by the reader goroutine
 

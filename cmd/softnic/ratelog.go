@@ -11,8 +11,8 @@ import (
 // rateLog writes the log lines of one kind of event a peer can cause as
 // often as it likes (a SEND received, a connection made or lost): at most
 // rateLogBurst lines a second. The events left out are counted, and the
-// next line written says how many there were, so that a flood costs the
-// log a few lines a second and still shows its size.
+// next line written (or Flush's) says how many there were, so that a
+// flood costs the log a few lines a second and still shows its size.
 type rateLog struct {
 	log   *zap.Logger
 	level zapcore.Level
@@ -70,7 +70,7 @@ func (r *rateLog) take() (uint64, bool) {
 }
 
 // Flush writes one line with the count of the events left out since the
-// last line, if any: the daemon calls it as it stops.
+// last line, if any: the daemon calls it every second and as it stops.
 func (r *rateLog) Flush() {
 	r.mu.Lock()
 	skipped := r.skipped

@@ -58,6 +58,7 @@ type serveConfig struct {
 	faults   *qp.Faults
 	spec     string // the --faults text, for info
 	busyPoll time.Duration
+	cm       nic.CMLimits
 	// allowGroup is the group whose members may use the control socket
 	// besides the daemon's user and root; -1 for none.
 	allowGroup int
@@ -81,6 +82,11 @@ func defineServe(fs *flag.FlagSet) func(*invocation) error {
 	fs.Var(&limits, "limit", "set a limit on what attached processes hold, `SCOPE.RESOURCE=N`: SCOPE process, uid or total; "+
 		"RESOURCE sessions, waits, objects, qps, cq_entries, srq_entries, memory, mappings, heap or descriptors; "+
 		"N a number (k, m, g allowed) or unlimited; repeat for more (softnic stat shows each with its use)")
+	halfOpen := fs.Int("cm-half-open", 0, "accept at most `N` connection requests at once whose handshake has not completed "+
+		"(default 256); more are rejected, reason no resources")
+	halfOpenPerSource := fs.Int("cm-half-open-per-source", 0, "the same, from one IPv4 address or IPv6 /64: at most `N` (default 32)")
+	handshake := fs.Duration("cm-handshake-timeout", 0, "drop a connection request whose handshake has not completed within `DURATION` "+
+		"(default 20s), whatever timeouts and retries the request asks for")
 	allowGroup := fs.String("allow-group", "", "let the members of `GROUP` (a name or a number) use the control socket, attach and inspect "+
 		"their own processes, besides the daemon's user and root")
 	web := webFlags(fs)
@@ -95,6 +101,11 @@ func defineServe(fs *flag.FlagSet) func(*invocation) error {
 				return usagef("--allow-group: %v", err)
 			}
 			cfg.allowGroup = gid
+		}
+		cfg.cm = nic.CMLimits{HalfOpen: *halfOpen, HalfOpenPerSource: *halfOpenPerSource, Handshake: *handshake}
+		if *halfOpen < 0 || *halfOpenPerSource < 0 || *handshake < 0 {
+			return usagef("--cm-half-open %d, --cm-half-open-per-source %d, --cm-handshake-timeout %v: want 0 (the default) or more",
+				*halfOpen, *halfOpenPerSource, *handshake)
 		}
 		if cfg.busyPoll < 0 || cfg.busyPoll > time.Second {
 			return usagef("--busy-poll %v: want a duration from 0 to 1s, such as 50us", cfg.busyPoll)
@@ -196,6 +207,7 @@ type daemon struct {
 type daemonLogs struct {
 	connected, disconnected, disconnectedByPeer, lost *rateLog
 	send, writeImm, recvFailed, acceptErr             *rateLog
+	handshakeTimeout                                  *rateLog
 }
 
 func newDaemonLogs(log *zap.Logger) daemonLogs {
@@ -208,12 +220,14 @@ func newDaemonLogs(log *zap.Logger) daemonLogs {
 		writeImm:           newRateLog(log, zapcore.InfoLevel, "RDMA WRITE with immediate"),
 		recvFailed:         newRateLog(log, zapcore.WarnLevel, "receive failed"),
 		acceptErr:          newRateLog(log, zapcore.WarnLevel, "accepting a connection"),
+		handshakeTimeout: newRateLog(log, zapcore.InfoLevel,
+			"connection request dropped: the requester did not complete the handshake (it gave up, or its address was spoofed)"),
 	}
 }
 
 // flush writes the counts of the lines left out.
 func (l *daemonLogs) flush() {
-	for _, r := range []*rateLog{l.connected, l.disconnected, l.disconnectedByPeer, l.lost, l.send, l.writeImm, l.recvFailed, l.acceptErr} {
+	for _, r := range []*rateLog{l.connected, l.disconnected, l.disconnectedByPeer, l.lost, l.send, l.writeImm, l.recvFailed, l.acceptErr, l.handshakeTimeout} {
 		r.Flush()
 	}
 }
@@ -302,7 +316,7 @@ func (d *daemon) start() error {
 			return fmt.Errorf("--pcap: %w", err)
 		}
 	}
-	ncfg := nic.Config{Addr: cfg.listen, Logger: d.log, Faults: cfg.faults, Embed: true, BusyPoll: cfg.busyPoll}
+	ncfg := nic.Config{Addr: cfg.listen, Logger: d.log, Faults: cfg.faults, Embed: true, BusyPoll: cfg.busyPoll, CM: cfg.cm}
 	if d.capture != nil {
 		ncfg.Trace = d.capture.TraceBoth()
 	}
@@ -339,12 +353,9 @@ func (d *daemon) start() error {
 	d.ctl.start()
 	d.acceptDone = make(chan struct{})
 	go d.acceptLoop()
-	d.wg.Add(1)
+	d.wg.Add(2)
 	go d.receiveLoop()
-	if d.capture != nil {
-		d.wg.Add(1)
-		go d.flushLoop()
-	}
+	go d.flushLoop()
 	return nil
 }
 
@@ -558,9 +569,14 @@ func (d *daemon) acceptLoop() {
 func (d *daemon) handshake(r *nic.Request) {
 	defer d.wg.Done()
 	c, err := r.Accept(nic.AcceptOptions{})
-	if err != nil {
-		// The connection manager counts it (cm_rtu_timeouts,
-		// cm_rx_dropped ...).
+	switch {
+	case errors.Is(err, nic.ErrTimedOut):
+		// Counted in cm_handshake_timeouts.
+		d.logs.handshakeTimeout.Log(func() []zap.Field {
+			return []zap.Field{zap.Stringer("peer", r.RemoteAddr()), zap.Error(err)}
+		})
+		return
+	case err != nil:
 		d.log.Debug("handshake failed", zap.Stringer("peer", r.RemoteAddr()), zap.Error(err))
 		return
 	}
@@ -671,7 +687,8 @@ func excerpt(b []byte) string {
 }
 
 // flushLoop writes the buffered capture out every second, so that a
-// running daemon's pcap can be opened.
+// running daemon's pcap can be opened, and the counts of the log lines a
+// flood left out, so that the log shows its size as it happens.
 func (d *daemon) flushLoop() {
 	defer d.wg.Done()
 	t := time.NewTicker(time.Second)
@@ -679,6 +696,10 @@ func (d *daemon) flushLoop() {
 	for {
 		select {
 		case <-t.C:
+			d.logs.flush()
+			if d.capture == nil {
+				continue
+			}
 			if err := d.capture.Flush(); err != nil {
 				d.log.Error("--pcap", zap.Error(err))
 			}

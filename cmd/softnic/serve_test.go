@@ -437,12 +437,27 @@ func dialDaemon(t *testing.T, d *testDaemon) (*nic.Conn, netip.AddrPort) {
 // loopback port).
 func dialDaemonFrom(t *testing.T, d *testDaemon, cfg nic.Config) (*nic.Conn, netip.AddrPort) {
 	t.Helper()
-	conn, _, local := dialDaemonCQ(t, d, cfg)
-	return conn, local
+	c := dialDaemonClient(t, d, cfg)
+	return c.conn, c.dev.Addr()
 }
 
 // dialDaemonCQ is dialDaemonFrom that also returns the QP's CQ.
 func dialDaemonCQ(t *testing.T, d *testDaemon, cfg nic.Config) (*nic.Conn, *nic.CQ, netip.AddrPort) {
+	t.Helper()
+	c := dialDaemonClient(t, d, cfg)
+	return c.conn, c.cq, c.dev.Addr()
+}
+
+// daemonClient is a connection of a device of the test's own to the
+// daemon, with its PD and CQ.
+type daemonClient struct {
+	dev  *nic.Device
+	pd   *nic.PD
+	cq   *nic.CQ
+	conn *nic.Conn
+}
+
+func dialDaemonClient(t *testing.T, d *testDaemon, cfg nic.Config) *daemonClient {
 	t.Helper()
 	cfg.Addr = netip.MustParseAddrPort("127.0.0.1:0")
 	dev, err := nic.Open(cfg)
@@ -474,7 +489,7 @@ func dialDaemonCQ(t *testing.T, d *testDaemon, cfg nic.Config) (*nic.Conn, *nic.
 	if st := conn.QP().Status().State; st != qp.RTS {
 		t.Fatalf("dialed QP in %v", st)
 	}
-	return conn, cq, dev.Addr()
+	return &daemonClient{dev: dev, pd: pd, cq: cq, conn: conn}
 }
 
 // TestServeFaults: --faults reaches the device. Half the READ responses
