@@ -49,7 +49,7 @@
 // # The data path
 //
 // Table.Remote and Table.Local check a key, an address range, the access and
-// the requester, and return a Span or a Reason. Reason.InvalidRequest says
-// which NAK the responder sends, as rxe decides. Neither allocates, and
-// both run concurrently with registration and deregistration.
+// the requester, and return a Span or a Reason (for counters: a responder
+// NAKs every reason alike). Neither allocates, and both run concurrently
+// with registration and deregistration.
 package mr

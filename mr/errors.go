@@ -37,16 +37,16 @@ var (
 )
 
 // Reason says why an access check (Table.Remote, Table.Local) failed. It
-// implements error without allocating, and InvalidRequest tells the
-// responder which NAK to send, as rxe maps its responder states.
+// implements error without allocating. The reasons are for counters and
+// for the local side: a responder answers every one with the same NAK,
+// "remote access error", so that a peer learns nothing of the key it tried
+// (see package qp).
 type Reason uint8
 
-// The reasons an access is refused. Every one but ReasonMisaligned is an
-// R_Key (or L_Key) violation: rxe answers those with the NAK "remote access
-// error" (IB_WC_REM_ACCESS_ERR at the requester).
+// The reasons an access is refused.
 const (
-	ReasonUnknownKey Reason = iota + 1 // no region or window has this key's index
-	ReasonStaleKey                     // the index exists but the 8-bit variant differs (deregistered, re-keyed, unbound)
+	ReasonUnknownKey Reason = iota + 1 // no region or window has this key's slot
+	ReasonStaleKey                     // the slot exists but holds another key (deregistered, re-keyed, unbound)
 	ReasonWrongPD                      // the region or window belongs to another protection domain
 	ReasonAccess                       // the region or window does not grant the requested access
 	ReasonRange                        // [addr, addr+length) is not inside the region or window
@@ -85,10 +85,3 @@ func (r Reason) String() string {
 	}
 	return reasonText[r]
 }
-
-// InvalidRequest reports whether the responder answers with the NAK
-// "invalid request" (IB_WC_REM_INV_REQ_ERR) rather than "remote access
-// error". rxe sends it only for a misaligned atomic
-// (RESPST_ERR_MISALIGNED_ATOMIC); every key, PD, access and range failure is
-// an R_Key violation.
-func (r Reason) InvalidRequest() bool { return r == ReasonMisaligned }

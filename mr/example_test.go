@@ -35,10 +35,10 @@ func ExampleTable_Register() {
 	// One byte too far is an R_Key violation: the responder NAKs it.
 	_, err = t.Remote(r.RKey(), r.Addr()+60, 5, mr.RemoteWrite, qp)
 	var why mr.Reason
-	fmt.Println(errors.As(err, &why), why, why.InvalidRequest())
+	fmt.Println(errors.As(err, &why), why)
 	// Output:
 	// "hello"
-	// true out of range false
+	// true out of range
 }
 
 // A zero-based region is addressed by offsets from 0 instead of virtual

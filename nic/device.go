@@ -115,8 +115,9 @@ type Device struct {
 	mem   *mr.Table
 	epoch time.Time
 
-	qpc  qp.Counters
-	devc devCounters
+	qpc   qp.Counters
+	devc  devCounters
+	guard guard // holds back sources that fail too many R_Key checks
 
 	qpMu    sync.Mutex // QP number allocation
 	qps     []atomic.Pointer[QP]
@@ -206,6 +207,7 @@ func Open(cfg Config) (*Device, error) {
 	}
 	d.batches.New = func() any { return newBatch() }
 	d.timers.init()
+	d.guard.init(d)
 	if d.cm, err = newCM(d); err != nil {
 		conn.Close()
 		d.mem.Close()

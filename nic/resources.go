@@ -496,7 +496,7 @@ func (pd *PD) createQP(cfg QPConfig, num uint32) (*QP, error) {
 		Type: cfg.Type, PD: pd.pd, Memory: d.mem, SendCQ: cfg.SendCQ.cq, RecvCQ: cfg.RecvCQ.cq,
 		MaxSendWR: cfg.MaxSendWR, MaxRecvWR: cfg.MaxRecvWR, MaxSendSGE: cfg.MaxSendSGE,
 		MaxRecvSGE: cfg.MaxRecvSGE, MaxInline: cfg.MaxInline, SignalAll: cfg.SignalAll,
-		Counters: &d.qpc,
+		Counters: &d.qpc, Guard: &d.guard,
 	}
 	if cfg.SRQ != nil {
 		if cfg.SRQ.pd != pd {

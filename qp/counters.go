@@ -36,6 +36,7 @@ const (
 	UDDropped                          // UD datagrams dropped for want of a receive WR
 	WrongSource                        // RC/UC packets from another address than the QP's peer (or, on one device, another QP)
 	BadPKey                            // packets of another partition (P_Key)
+	HeldAccess                         // requests needing an R_Key check dropped unanswered: their peer is held back (Guard)
 	numCounters
 )
 
@@ -46,7 +47,7 @@ var counterNames = [numCounters]string{
 	"sent_bytes", "rcvd_bytes", "retransmitted_pkts",
 	"ghost_ack", "duplicate_response", "bad_request", "remote_access_err",
 	"wrong_qp_state", "wrong_transport", "bad_qkey", "uc_dropped_msgs", "ud_dropped",
-	"wrong_source", "bad_pkey",
+	"wrong_source", "bad_pkey", "held_access",
 }
 
 func (c Counter) String() string {

@@ -56,6 +56,9 @@ type Config struct {
 	Window int
 	// Counters receives the QP's counts; nil counts nothing.
 	Counters *Counters
+	// Guard, if set, holds back peers that fail too many R_Key checks
+	// (see Guard); nil holds back nobody.
+	Guard Guard
 }
 
 func (c *Config) setDefaults() error {

@@ -201,15 +201,13 @@ var (
 	invalidRequest = failure{wire.NakInvalidRequest, RemInvReqErr, BadRequest}
 	lengthError    = failure{wire.NakInvalidRequest, LocLenErr, BadRequest}
 	badRecvWR      = failure{wire.NakRemoteOperationalError, LocProtErr, BadRequest}
+	// accessError is every refused R_Key check (see remoteAccess).
+	accessError = failure{wire.NakRemoteAccessError, RemAccessErr, RemoteAccessErr}
+	// misaligned is an atomic whose address is not 8-byte aligned, which
+	// the IBTA forbids (rxe: RESPST_ERR_MISALIGNED_ATOMIC); it is refused
+	// before its key is looked at.
+	misaligned = failure{wire.NakInvalidRequest, RemInvReqErr, BadRequest}
 )
-
-// accessFailure maps a region table verdict to the NAK rxe sends for it.
-func accessFailure(err error) failure {
-	if r, ok := err.(mr.Reason); ok && r.InvalidRequest() {
-		return failure{wire.NakInvalidRequest, RemInvReqErr, RemoteAccessErr}
-	}
-	return failure{wire.NakRemoteAccessError, RemAccessErr, RemoteAccessErr}
-}
 
 // outcome of executing one request packet.
 type outcome uint8
@@ -218,6 +216,7 @@ const (
 	executed outcome = iota
 	noRecvWR         // needs a receive WR and there is none: RNR NAK (RC) or drop (UC)
 	failed
+	held // needs an R_Key check and the Guard holds the peer back: dropped unanswered
 )
 
 // receiveRequest handles a request packet: RC and UC requests, UD datagrams.
@@ -251,6 +250,8 @@ func (q *QP) receiveRC(p *wire.Packet) {
 	}
 	out, f := q.execute(p)
 	switch out {
+	case held:
+		return // as if lost: the requester's retry brings it back
 	case noRecvWR:
 		// RNR NAK with our timer; the requester resends this PSN later.
 		q.cnt.inc(SendRNRErr)
@@ -476,9 +477,9 @@ func (q *QP) placeWrite(p *wire.Packet) (outcome, failure) {
 		}
 		r.woff, r.wlen = 0, length
 		if length > 0 { // a zero-length WRITE needs no valid rkey (IBTA 9.4.1.1)
-			s, err := q.cfg.Memory.Remote(rkey, va, length, mr.RemoteWrite, q.requester(p))
-			if err != nil {
-				return failed, accessFailure(err)
+			s, out, f := q.remoteAccess(p, rkey, va, length, mr.RemoteWrite)
+			if out != executed {
+				return out, f
 			}
 			r.wspan, r.whave = s, true
 		}
@@ -552,9 +553,9 @@ func (q *QP) executeRead(p *wire.Packet) (outcome, failure) {
 	}
 	var span mr.Span
 	if length > 0 {
-		s, err := q.cfg.Memory.Remote(rkey, va, length, mr.RemoteRead, q.requester(p))
-		if err != nil {
-			return failed, accessFailure(err)
+		s, out, f := q.remoteAccess(p, rkey, va, length, mr.RemoteRead)
+		if out != executed {
+			return out, f
 		}
 		span = s
 	}
@@ -574,9 +575,12 @@ func (q *QP) executeAtomic(p *wire.Packet) (outcome, failure) {
 		return failed, invalidRequest
 	}
 	a := p.AtomicETH
-	s, err := q.cfg.Memory.Remote(a.RKey(), a.VA(), 8, mr.RemoteAtomic, q.requester(p))
-	if err != nil {
-		return failed, accessFailure(err)
+	if a.VA()%8 != 0 {
+		return failed, misaligned
+	}
+	s, out, f := q.remoteAccess(p, a.RKey(), a.VA(), 8, mr.RemoteAtomic)
+	if out != executed {
+		return out, f
 	}
 	var orig uint64
 	if p.OpCode() == wire.OpRCCompareSwap {
@@ -600,13 +604,19 @@ func (q *QP) executeAtomicWrite(p *wire.Packet) (outcome, failure) {
 	if p.RETH.DMALen() != 8 || len(p.Payload) != 8 {
 		return failed, lengthError
 	}
-	s, err := q.cfg.Memory.Remote(p.RETH.RKey(), p.RETH.VA(), 8, mr.RemoteWrite, q.requester(p))
-	if err != nil {
-		return failed, accessFailure(err)
+	if p.RETH.VA()%8 != 0 {
+		return failed, misaligned
+	}
+	s, out, f := q.remoteAccess(p, p.RETH.RKey(), p.RETH.VA(), 8, mr.RemoteWrite)
+	if out != executed {
+		return out, f
 	}
 	if !s.IsWord() {
+		// An aligned address on memory that is not (a zero-based or iov
+		// region): refused like any other R_Key check.
 		s.Release()
-		return failed, failure{wire.NakInvalidRequest, RemInvReqErr, RemoteAccessErr} // misaligned, as for the other atomics
+		q.refused()
+		return failed, accessError
 	}
 	s.Store(binary.NativeEndian.Uint64(p.Payload))
 	s.Release()
@@ -639,9 +649,11 @@ func (q *QP) duplicate(p *wire.Packet, psn wire.PSN) {
 		}
 		var span mr.Span
 		if length > 0 {
-			s, err := q.cfg.Memory.Remote(res.rkey, va, length, mr.RemoteRead, q.requester(p))
-			if err != nil {
-				f := accessFailure(err)
+			s, out, f := q.remoteAccess(p, res.rkey, va, length, mr.RemoteRead)
+			switch out {
+			case held:
+				return
+			case failed:
 				q.cnt.inc(f.counter)
 				r.queueNak(wire.NakSyndrome(f.code), psn)
 				q.toError(f.status)

@@ -1,0 +1,91 @@
+package nic_test
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/qp"
+)
+
+// TestGuessingPeerHeldBack repeats the rkey guessing of issue 14: a peer
+// connects again and again, each time trying one more key. Its first
+// guesses are refused with REM_ACCESS_ERR; past the burst its requests that
+// need a key go unanswered, a good key's included, while a peer on another
+// address is served as before.
+func TestGuessingPeerHeldBack(t *testing.T) {
+	checkLeaks(t)
+	server := openEnd(t, nic.Config{})
+	nic.SetGuardRate(server.dev, 0.001) // no refusal is earned back during the test
+	attacker := openEnd(t, nic.Config{})
+	bystanderDev, err := nic.Open(nic.Config{Addr: netip.MustParseAddrPort("127.0.0.2:0")})
+	if err != nil {
+		t.Skipf("a second loopback address: %v", err)
+	}
+	t.Cleanup(func() { bystanderDev.Close() })
+	bystander := endOn(t, bystanderDev)
+
+	// guess connects a new QP of from to a new QP of the server and
+	// writes 8 bytes with rkey.
+	guess := func(from *end, rkey uint32) qp.WCStatus {
+		t.Helper()
+		q, err := from.pd.CreateQP(nic.QPConfig{SendCQ: from.cq})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer q.Destroy()
+		sq, err := server.pd.CreateQP(nic.QPConfig{SendCQ: server.cq})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sq.Destroy()
+		opts := nic.ConnectOptions{LocalPSN: 1, RemotePSN: 1, Timeout: 12, RetryCnt: 3} // 17 ms, 4 times
+		if err := q.Connect(server.dev.Addr(), sq.Num(), opts); err != nil {
+			t.Fatal(err)
+		}
+		if err := sq.Connect(from.dev.Addr(), q.Num(), opts); err != nil {
+			t.Fatal(err)
+		}
+		wr := &qp.SendWR{Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{from.mr.SGE(0, 8)}, RemoteAddr: server.mr.Addr(), RKey: rkey}
+		if err := q.PostSend(wr); err != nil {
+			t.Fatal(err)
+		}
+		return wait(t, from.cq).Status
+	}
+	bad := func(i int) uint32 { return server.mr.RKey() ^ uint32(i+1)<<12 }
+
+	for i := range 16 {
+		if st := guess(attacker, bad(i)); st != qp.RemAccessErr {
+			t.Fatalf("guess %d: %s, want REM_ACCESS_ERR", i, st)
+		}
+	}
+	if st := guess(attacker, bad(16)); st != qp.RetryExcErr {
+		t.Fatalf("guess 16: %s, want no answer (RETRY_EXC_ERR)", st)
+	}
+	copy(attacker.mr.Bytes(), "attacker")
+	if st := guess(attacker, server.mr.RKey()); st != qp.RetryExcErr {
+		t.Fatalf("the held peer's WRITE with the right key: %s, want no answer (RETRY_EXC_ERR)", st)
+	}
+	syncMemory(server)
+	if string(server.mr.Bytes()[:8]) == "attacker" {
+		t.Error("a held peer's WRITE landed")
+	}
+
+	copy(bystander.mr.Bytes(), "bystandr")
+	if st := guess(bystander, server.mr.RKey()); st != qp.Success {
+		t.Fatalf("another peer's WRITE: %s", st)
+	}
+	syncMemory(server)
+	if got := string(server.mr.Bytes()[:8]); got != "bystandr" {
+		t.Errorf("the server's region holds %q after another peer's WRITE", got)
+	}
+	if st := guess(bystander, bad(0)); st != qp.RemAccessErr {
+		t.Errorf("another peer's bad key: %s, want REM_ACCESS_ERR", st)
+	}
+	if n := counter(t, server.dev, "access_holds"); n != 1 {
+		t.Errorf("access_holds = %d, want 1", n)
+	}
+	if n := counter(t, server.dev, "held_access"); n < 2 {
+		t.Errorf("held_access = %d, want at least 2 (each held request and its retries)", n)
+	}
+}
