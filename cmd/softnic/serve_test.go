@@ -678,7 +678,10 @@ func TestServeConnectionsFreed(t *testing.T) {
 					}
 					wr := qp.SendWR{Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{buf.SGE(0, 8)}, RemoteAddr: mem.Addr, RKey: mem.RKey}
 					want := qp.Success
-					if i%4 == 0 {
+					// One connection in 128 ends by the daemon's error: a
+					// peer failing more than 16 R_Key checks in a row is
+					// taken for a key guesser and held back (nic's guard).
+					if i%128 == 0 {
 						wr.RKey, want = mem.RKey+0x10000, qp.RemAccessErr
 					}
 					if err := c.QP().PostSend(&wr); err != nil {
