@@ -107,6 +107,7 @@ func runChild(args []string) int {
 var childModes = map[string]func(args []string) int{
 	"impostor":     runImpostor,
 	"connect-loop": runConnectLoop,
+	"probe":        runProbe,
 }
 
 // runImpostor listens on the unix socket args[0], as another user would
@@ -242,6 +243,20 @@ func (c *childProc) line(t *testing.T) []byte {
 	}
 }
 
+// end closes the child's stdin, which ends a child mode that reads it,
+// and waits for the child to exit: its pipes and the goroutines that
+// read them are gone.
+func (c *childProc) end(t *testing.T) {
+	t.Helper()
+	c.stdin.Close()
+	select {
+	case err := <-c.done:
+		c.done <- err // for the cleanup
+	case <-time.After(10 * time.Second):
+		t.Fatalf("child: did not exit; stderr:\n%s", c.stderr)
+	}
+}
+
 // finish closes the child's stdin, which ends a child mode, decodes the
 // line it prints into v, and waits for it to exit.
 func (c *childProc) finish(t *testing.T, v any) {
@@ -250,12 +265,7 @@ func (c *childProc) finish(t *testing.T, v any) {
 	if err := json.Unmarshal(c.line(t), v); err != nil {
 		t.Fatalf("child: %v; stderr:\n%s", err, c.stderr)
 	}
-	select {
-	case err := <-c.done:
-		c.done <- err // for the cleanup
-	case <-time.After(10 * time.Second):
-		t.Fatal("child: did not exit")
-	}
+	c.end(t)
 }
 
 // nobody is the credentials of the user nobody, for a child that plays
