@@ -331,9 +331,10 @@ type DialOptions struct {
 	// how often the peer's QP retries after an RNR NAK from this one
 	// (default 7: forever).
 	RetryCount, RNRRetryCount uint8
-	// MTU is the path MTU asked for (default: the device's). A softnic
-	// peer with a smaller MTU rejects the REQ naming its own, and Dial
-	// tries once more with that.
+	// MTU is the path MTU asked for (default and limit: Device.PathMTU
+	// toward the peer, what the network interface carries). A softnic peer
+	// whose path carries less rejects the REQ naming its MTU, and Dial
+	// tries once more with that: the connection gets the smaller of both.
 	MTU int
 	// Timeout is both QPs' local ACK timeout exponent: 4.096 µs × 2^Timeout
 	// (default 14, ≈ 67 ms; Linux puts 19 in the REQ's path on RoCE).
@@ -348,7 +349,7 @@ type DialOptions struct {
 	CMTimeout uint8
 }
 
-func (o *DialOptions) setDefaults(d *Device) error {
+func (o *DialOptions) setDefaults(d *Device, remote netip.AddrPort) error {
 	def := func(v *uint8, x uint8) {
 		if *v == 0 {
 			*v = x
@@ -361,14 +362,20 @@ func (o *DialOptions) setDefaults(d *Device) error {
 	def(&o.Timeout, cmDefaultAckTimeout)
 	def(&o.CMTimeout, cmDefaultCMTimeout)
 	def(&o.CMRetries, cmDefaultCMRetries)
-	o.MTU = cmp.Or(o.MTU, d.cfg.MTU)
+	asked := o.MTU
+	if d.att == nil {
+		// The path toward the peer may carry less than the device's MTU
+		// (or than asked): its MTU, as rxe's interface MTU bounds its
+		// own. An attached device leaves it to the daemon.
+		o.MTU = min(cmp.Or(o.MTU, d.cfg.MTU), d.PathMTU(remote))
+	}
 	switch {
 	case o.PD == nil || o.PD.dev != d:
 		return fmt.Errorf("DialOptions.PD of this device is required: %w", ErrInvalid)
 	case len(o.PrivateData) > wire.CMAPrivateDataSize:
 		return fmt.Errorf("%d bytes of private data, rdma_cm's REQ carries %d: %w", len(o.PrivateData), wire.CMAPrivateDataSize, ErrInvalid)
-	case o.MTU > d.cfg.MTU:
-		return fmt.Errorf("path MTU %d exceeds the device MTU %d: %w", o.MTU, d.cfg.MTU, ErrInvalid)
+	case asked > d.cfg.MTU:
+		return fmt.Errorf("path MTU %d exceeds the device MTU %d: %w", asked, d.cfg.MTU, ErrInvalid)
 	case o.RetryCount > 7 || o.RNRRetryCount > 7:
 		return fmt.Errorf("retry counts %d and %d: at most 7: %w", o.RetryCount, o.RNRRetryCount, ErrInvalid)
 	case o.Timeout > 31 || o.CMTimeout > 31:
@@ -379,8 +386,8 @@ func (o *DialOptions) setDefaults(d *Device) error {
 		return fmt.Errorf("responder resources %d, initiator depth %d: at most %d: %w",
 			o.ResponderResources, o.InitiatorDepth, qp.MaxRdAtomicLimit, ErrInvalid)
 	}
-	if _, ok := wire.MTUFromBytes(o.MTU); !ok {
-		return fmt.Errorf("path MTU %d is not 256, 512, 1024, 2048 or 4096: %w", o.MTU, ErrInvalid)
+	if _, ok := wire.MTUFromBytes(o.MTU); !ok && (o.MTU != 0 || d.att == nil) {
+		return fmt.Errorf("path MTU %d is not 256, 512, 1024, 2048 or 4096: %w", cmp.Or(asked, o.MTU), ErrInvalid)
 	}
 	return nil
 }
@@ -407,7 +414,7 @@ func (d *Device) Dial(ctx context.Context, remote netip.AddrPort, port uint16, o
 	if !remote.Addr().IsValid() {
 		return fail(fmt.Errorf("softnic: dial %v port %d: no address: %w", remote, port, ErrInvalid))
 	}
-	if err := opts.setDefaults(d); err != nil {
+	if err := opts.setDefaults(d, remote); err != nil {
 		return fail(fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err))
 	}
 	if d.att != nil {

@@ -115,7 +115,10 @@ func (c *cm) receive(wc *qp.WC) {
 		c.dev.devc.inc(CMRxDropped)
 		return
 	}
-	mtu, _ := wire.MTUFromBytes(c.dev.cfg.MTU)
+	var mtu wire.MTU
+	if c.mad.AttrID() == wire.AttrConnectRequest {
+		mtu, _ = wire.MTUFromBytes(c.dev.PathMTU(wc.Src)) // the most a REQ may ask for
+	}
 	c.run(func(e *cmEngine, now qp.Time, out *cmOutput) { e.receive(now, wc.Src, mtu, &c.mad, out) })
 }
 

@@ -15,7 +15,7 @@ type ConnectOptions struct {
 	// LocalPSN is the first PSN this QP sends; RemotePSN the first it
 	// expects (the peer's LocalPSN).
 	LocalPSN, RemotePSN wire.PSN
-	// MTU is the path MTU (default: the device's).
+	// MTU is the path MTU (default: Device.PathMTU toward the peer).
 	MTU int
 	// Access is what the peer may do to this QP's memory (default remote
 	// read, write and atomic).
@@ -35,7 +35,7 @@ type ConnectOptions struct {
 	QKey uint32
 }
 
-func (o *ConnectOptions) setDefaults(d *Device) {
+func (o *ConnectOptions) setDefaults(d *Device, remote netip.AddrPort) {
 	def := func(v *uint8, x uint8) {
 		if *v == 0 {
 			*v = x
@@ -43,6 +43,9 @@ func (o *ConnectOptions) setDefaults(d *Device) {
 	}
 	if o.MTU == 0 {
 		o.MTU = d.cfg.MTU
+		if remote.IsValid() {
+			o.MTU = d.PathMTU(remote)
+		}
 	}
 	if o.Access == 0 {
 		o.Access = mr.RemoteRead | mr.RemoteWrite | mr.RemoteAtomic
@@ -63,7 +66,7 @@ func (o *ConnectOptions) setDefaults(d *Device) {
 // out-of-band way of connecting (both sides exchange QPN and PSN, as
 // perftest does); the connection manager does it over the network.
 func (q *QP) Connect(remote netip.AddrPort, remoteQPN uint32, o ConnectOptions) error {
-	o.setDefaults(q.dev)
+	o.setDefaults(q.dev, remote)
 	return q.connect(remote, remoteQPN, &o)
 }
 

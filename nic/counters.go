@@ -29,6 +29,7 @@ const (
 	// The limits on connection requests (CMLimits).
 	CMRejectedBusy      // REQs rejected ("no resources") beyond the half-open limits
 	CMHandshakeTimeouts // requests dropped whose handshake did not complete in time (no RTU: the requester gave up, or never sent the REQ)
+	PathMTUExceeded     // packets the kernel refused as larger than the route carries (EMSGSIZE): the path MTU toward that peer is lowered
 	numDevCounters
 )
 
@@ -36,7 +37,7 @@ var devCounterNames = [numDevCounters]string{
 	"bad_icrc", "icrc_ipid_recovered", "malformed", "unknown_qp", "access_holds", "fault_dropped", "fault_duplicated",
 	"fault_corrupted", "fault_delayed", "cm_tx_msgs", "cm_tx_retries", "cm_rx_msgs",
 	"cm_rx_duplicates", "cm_rx_dropped", "cm_established", "cm_disconnected",
-	"cm_rejected_busy", "cm_handshake_timeouts",
+	"cm_rejected_busy", "cm_handshake_timeouts", "path_mtu_exceeded",
 }
 
 func (c DevCounter) String() string { return devCounterNames[c] }

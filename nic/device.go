@@ -62,8 +62,10 @@ type Config struct {
 	// one (see Device.Addr); an unspecified address (0.0.0.0, ::) listens
 	// on every interface.
 	Addr netip.AddrPort
-	// MTU is the largest path MTU the device's QPs use: 256, 512, 1024,
-	// 2048 or 4096 (the default).
+	// MTU caps the path MTU of the device's QPs: 256, 512, 1024, 2048 or
+	// 4096 (the default). Below the cap the path MTU toward a peer is what
+	// the network interface it is reached through carries, as rxe derives
+	// it (1024 on 1500-byte Ethernet; see PathMTU).
 	MTU int
 	// Logger receives control-path events; nil logs nothing.
 	Logger *zap.Logger
@@ -123,7 +125,9 @@ type Device struct {
 	qps     []atomic.Pointer[QP]
 	nextQPN uint32
 
-	sources sync.Map // netip.Addr (remote) → netip.Addr (our source toward it)
+	// routes holds, per peer address, our source address toward it and the
+	// path MTU (see route); bounded (maxRoutes).
+	routes boundedMap[netip.Addr, route]
 
 	inj   *qp.Injector
 	injMu sync.Mutex
@@ -319,22 +323,13 @@ func (d *Device) QPs() []*QP {
 
 // sourceFor returns the address the device sends from toward dst: the
 // bound address, or for a wildcard bind the address the kernel routes
-// from (asked once per peer with a connected probe socket). The ICRC
-// covers it, so it must be exactly what the kernel will put on the wire.
+// from (see route). The ICRC covers it, so it must be exactly what the
+// kernel will put on the wire.
 func (d *Device) sourceFor(dst netip.AddrPort) netip.AddrPort {
 	if !d.local.Addr().IsUnspecified() {
 		return d.local
 	}
-	if src, ok := d.sources.Load(dst.Addr()); ok {
-		return netip.AddrPortFrom(src.(netip.Addr), d.local.Port())
-	}
-	src := d.local.Addr()
-	if c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(dst)); err == nil {
-		src = c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap()
-		c.Close()
-	}
-	d.sources.Store(dst.Addr(), src)
-	return netip.AddrPortFrom(src, d.local.Port())
+	return netip.AddrPortFrom(d.route(dst.Addr()).src, d.local.Port())
 }
 
 // inbound is the reader goroutine's scratch state.

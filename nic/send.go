@@ -52,7 +52,9 @@ func (q *QP) flushLocked(b *batch, now qp.Time) {
 			}
 		}
 		if n > 0 {
-			d.send(b.msgs[:n])
+			if sent, err := d.send(b.msgs[:n]); isMsgSize(err) {
+				d.pathTooBig(q, b.msgs[sent].Addr)
+			}
 		}
 		if dry {
 			break
@@ -132,9 +134,10 @@ func (d *Device) fate(pkt []byte) qp.Fate {
 	return fate
 }
 
-// send writes msgs to the socket and counts the outcome.
-func (d *Device) send(msgs []udp.Message) {
-	sent, err := d.conn.WriteBatch(msgs)
+// send writes msgs to the socket and counts the outcome; on an error,
+// msgs[sent] is the message that failed, and those after it were not sent.
+func (d *Device) send(msgs []udp.Message) (sent int, err error) {
+	sent, err = d.conn.WriteBatch(msgs)
 	d.qpc.Add(qp.SentPkts, uint64(sent))
 	bytes := 0
 	for i := range msgs[:sent] {
@@ -147,6 +150,7 @@ func (d *Device) send(msgs []udp.Message) {
 			d.log.Debug("softnic: send", zap.Int("unsent", len(msgs)-sent), zap.Error(err))
 		}
 	}
+	return sent, err
 }
 
 // noteFaultDropped is the trace note of a packet the fault injector

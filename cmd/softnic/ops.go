@@ -34,6 +34,7 @@ type opFlags struct {
 	peer    *string
 	cmPort  *uint
 	timeout *time.Duration
+	mtu     *sizeFlag
 	remote  bool    // the operation addresses remote memory: --rkey and --addr
 	rkey    numFlag // 32 bits
 	addr    numFlag // 64 bits
@@ -44,6 +45,7 @@ func addOpFlags(fs *flag.FlagSet, remote bool) *opFlags {
 	o.peer = fs.String("peer", "", "the softnic device to reach, `HOST[:PORT]` (port 4791 by default) (required)")
 	o.cmPort = fs.Uint("cm-port", defaultCMPort, "the peer's rdma_cm `PORT`")
 	o.timeout = fs.Duration("timeout", 5*time.Second, "give up after `DURATION` (connecting, the operation and disconnecting)")
+	o.mtu = addMTUFlag(fs, 0, "cap the path `MTU`: 256 to 4096 (default: what the interface toward the peer carries, as rxe derives it)")
 	if remote {
 		fs.Var(&o.rkey, "rkey", "the remote region's `KEY` (decimal or 0x hex) (required)")
 		fs.Var(&o.addr, "addr", "the remote `ADDRESS` (decimal or 0x hex), as serve's ready line gives a region's addr (required)")
@@ -68,7 +70,7 @@ func (o *opFlags) check() error {
 	if *o.timeout <= 0 {
 		return usagef("--timeout %v: want a positive duration such as 2s", *o.timeout)
 	}
-	return nil
+	return checkMTUFlag(o.mtu.val)
 }
 
 // dataArg returns the bytes of --data or --file, exactly one of which must
@@ -227,7 +229,7 @@ func (o *opFlags) run(ctx context.Context, wr *qp.SendWR, buf []byte) (netip.Add
 	if err != nil {
 		return peer, usagef("--peer: %v", err)
 	}
-	s, err := dialSession(ctx, peer, uint16(*o.cmPort), buf)
+	s, err := dialSession(ctx, peer, uint16(*o.cmPort), o.mtu.val, buf)
 	if err != nil {
 		return peer, explainDial(err, peer, uint16(*o.cmPort), *o.timeout)
 	}
@@ -260,9 +262,10 @@ type session struct {
 }
 
 // dialSession opens a device on a free port (on loopback to reach a
-// loopback peer, else on every interface), registers buf and connects a QP
-// to the peer's rdma_cm port.
-func dialSession(ctx context.Context, peer netip.AddrPort, cmPort uint16, buf []byte) (*session, error) {
+// loopback peer, else on every interface) whose path MTU is at most mtu (0:
+// no cap below 4096), registers buf and connects a QP to the peer's
+// rdma_cm port.
+func dialSession(ctx context.Context, peer netip.AddrPort, cmPort uint16, mtu int, buf []byte) (*session, error) {
 	local := netip.IPv4Unspecified()
 	switch {
 	case peer.Addr().IsLoopback():
@@ -270,7 +273,7 @@ func dialSession(ctx context.Context, peer netip.AddrPort, cmPort uint16, buf []
 	case peer.Addr().Is6():
 		local = netip.IPv6Unspecified()
 	}
-	dev, err := nic.Open(nic.Config{Addr: netip.AddrPortFrom(local, 0)})
+	dev, err := nic.Open(nic.Config{Addr: netip.AddrPortFrom(local, 0), MTU: mtu})
 	if err != nil {
 		return nil, err
 	}

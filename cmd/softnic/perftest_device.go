@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
 	"strings"
 	"sync"
@@ -19,55 +18,6 @@ import (
 // rping): one RoCEv2 device on a concrete local address, so that every
 // datagram leaves from the address the ICRC was computed with, accepting
 // Linux rxe's numbered IPv4 datagrams.
-
-// rxeHeaderAllowance is what rxe subtracts from its network interface's MTU
-// before it picks the port's active MTU (RXE_MAX_HDR_LENGTH): room for the
-// IP, UDP and InfiniBand headers and the ICRC.
-const rxeHeaderAllowance = 80
-
-// roceMTU returns the largest RoCE path MTU (256 to 4096) whose packets fit
-// a network interface MTU of ifMTU bytes, as rxe chooses its active MTU:
-// 1024 on a 1500-byte Ethernet link, 4096 on a 9000-byte one. It returns 0
-// if not even 256 fits.
-func roceMTU(ifMTU int) int {
-	for m := wire.MTU4096; m >= wire.MTU256; m-- {
-		if m.Bytes() <= ifMTU-rxeHeaderAllowance {
-			return m.Bytes()
-		}
-	}
-	return 0
-}
-
-// interfaceMTU returns the MTU of the network interface that holds addr,
-// or whose network contains it (127.0.0.2 is on lo, whose address is
-// 127.0.0.1/8).
-func interfaceMTU(addr netip.Addr) (int, error) {
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return 0, err
-	}
-	mtu := 0
-	for _, ifc := range ifs {
-		addrs, err := ifc.Addrs()
-		if err != nil {
-			continue
-		}
-		for _, a := range addrs {
-			p, err := netip.ParsePrefix(a.String())
-			switch {
-			case err != nil:
-			case p.Addr().Unmap() == addr:
-				return ifc.MTU, nil
-			case mtu == 0 && p.Contains(addr):
-				mtu = ifc.MTU
-			}
-		}
-	}
-	if mtu == 0 {
-		return 0, fmt.Errorf("no network interface has the address %v", addr)
-	}
-	return mtu, nil
-}
 
 // addMTUFlag defines a command's --mtu, a size (so "4k" is 4096) with
 // the default def; checkMTUFlag checks it.
@@ -87,20 +37,12 @@ func checkMTUFlag(mtu int) error {
 
 // toolMTU returns the path MTU a tool's device on local offers: want if
 // given (checked by checkMTUFlag), else what the interface of local
-// carries, as rxe derives it.
+// carries, as rxe derives it (nic.LocalMTU).
 func toolMTU(local netip.Addr, want int) (int, error) {
 	if want != 0 {
 		return want, nil
 	}
-	ifMTU, err := interfaceMTU(local)
-	if err != nil {
-		return 0, err
-	}
-	m := roceMTU(ifMTU)
-	if m == 0 {
-		return 0, fmt.Errorf("the interface of %v has an MTU of %d bytes: too small for RoCE", local, ifMTU)
-	}
-	return m, nil
+	return nic.LocalMTU(local)
 }
 
 // toolDeviceConfig describes the device of a tool.

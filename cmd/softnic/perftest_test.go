@@ -17,23 +17,6 @@ import (
 	"time"
 )
 
-func TestRoceMTU(t *testing.T) {
-	tests := []struct{ ifMTU, want int }{
-		{1500, 1024}, // rxe's active_mtu on the lab's Ethernet
-		{9000, 4096}, // and with LAB_MTU=9000
-		{65536, 4096},
-		{1104, 1024},
-		{1103, 512},
-		{576, 256},
-		{335, 0},
-	}
-	for _, tt := range tests {
-		if got := roceMTU(tt.ifMTU); got != tt.want {
-			t.Errorf("roceMTU(%d) = %d, want %d", tt.ifMTU, got, tt.want)
-		}
-	}
-}
-
 func TestCHex(t *testing.T) {
 	// What C's printf("%#0*x") prints, as in perftest's logs.
 	tests := []struct {

@@ -59,6 +59,7 @@ type serveConfig struct {
 	spec     string // the --faults text, for info
 	busyPoll time.Duration
 	cm       nic.CMLimits
+	mtu      int // --mtu: the cap of every path MTU; 0 for none below 4096
 	// allowGroup is the group whose members may use the control socket
 	// besides the daemon's user and root; -1 for none.
 	allowGroup int
@@ -82,6 +83,8 @@ func defineServe(fs *flag.FlagSet) func(*invocation) error {
 	fs.Var(&limits, "limit", "set a limit on what attached processes hold, `SCOPE.RESOURCE=N`: SCOPE process, uid or total; "+
 		"RESOURCE sessions, waits, objects, qps, cq_entries, srq_entries, memory, mappings, heap or descriptors; "+
 		"N a number (k, m, g allowed) or unlimited; repeat for more (softnic stat shows each with its use)")
+	mtu := addMTUFlag(fs, 0, "cap the path `MTU` of every connection: 256 to 4096 (default: what the interface toward each peer carries, "+
+		"as rxe derives it: 1024 on 1500-byte Ethernet)")
 	halfOpen := fs.Int("cm-half-open", 0, "accept at most `N` connection requests at once whose handshake has not completed "+
 		"(default 256); more are rejected, reason no resources")
 	halfOpenPerSource := fs.Int("cm-half-open-per-source", 0, "the same, from one IPv4 address or IPv6 /64: at most `N` (default 32)")
@@ -103,6 +106,10 @@ func defineServe(fs *flag.FlagSet) func(*invocation) error {
 			cfg.allowGroup = gid
 		}
 		cfg.cm = nic.CMLimits{HalfOpen: *halfOpen, HalfOpenPerSource: *halfOpenPerSource, Handshake: *handshake}
+		if err := checkMTUFlag(mtu.val); err != nil {
+			return err
+		}
+		cfg.mtu = mtu.val
 		if *halfOpen < 0 || *halfOpenPerSource < 0 || *handshake < 0 {
 			return usagef("--cm-half-open %d, --cm-half-open-per-source %d, --cm-handshake-timeout %v: want 0 (the default) or more",
 				*halfOpen, *halfOpenPerSource, *handshake)
@@ -316,7 +323,7 @@ func (d *daemon) start() error {
 			return fmt.Errorf("--pcap: %w", err)
 		}
 	}
-	ncfg := nic.Config{Addr: cfg.listen, Logger: d.log, Faults: cfg.faults, Embed: true, BusyPoll: cfg.busyPoll, CM: cfg.cm}
+	ncfg := nic.Config{Addr: cfg.listen, Logger: d.log, Faults: cfg.faults, Embed: true, BusyPoll: cfg.busyPoll, CM: cfg.cm, MTU: cfg.mtu}
 	if d.capture != nil {
 		ncfg.Trace = d.capture.TraceBoth()
 	}
