@@ -147,7 +147,7 @@ func (s *AttachServer) republish() {
 // server is closed: each connection must start with the attach line a
 // client sends. An accept error that passes, such as EMFILE, is waited
 // out (AcceptErrors counts them). It returns the listener's error, or
-// ErrClosed.
+// ErrClosed. A server serves one listener at a time.
 func (s *AttachServer) Serve(l net.Listener) error {
 	s.accepts.What = l.Addr().String()
 	for {
