@@ -674,3 +674,46 @@ func TestAttackSnooping(t *testing.T) {
 		t.Errorf("the other user's stat does not show its own process and uid")
 	}
 }
+
+// TestControlFlood: connections that send nothing, 600 at once, hold at
+// most controlPending of the daemon's descriptors (the rest wait in the
+// kernel's backlog); once they are gone the daemon answers, and counts
+// the accepts it deferred.
+func TestControlFlood(t *testing.T) {
+	d := startChildDaemon(t, nil)
+	pid := d.cmd.Process.Pid
+	before := openFiles(t, pid)
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range 600 {
+		c, err := net.Dial("unix", d.control)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	most := 0
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		most = max(most, openFiles(t, pid)-before)
+	}
+	if most < controlPending || most > controlPending+8 {
+		t.Errorf("600 silent connections held %d more descriptors of the daemon, want about %d", most, controlPending)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	conns = nil
+	var stat map[string]uint64
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := controlCall(ctx, d.control, "stat", &stat); err != nil {
+		t.Fatalf("stat after the flood: %v", err)
+	}
+	if stat["control_accepts_deferred"] == 0 || stat["control_accept_errors"] != 0 {
+		t.Errorf("control_accepts_deferred %d, control_accept_errors %d; want some and none", stat["control_accepts_deferred"], stat["control_accept_errors"])
+	}
+}

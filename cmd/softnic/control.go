@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/softnic/softnic/nic"
@@ -45,6 +46,12 @@ const controlTimeout = 5 * time.Second
 
 // controlRequestMax bounds what the daemon reads of a request.
 const controlRequestMax = 4096
+
+// controlPending bounds the connections the daemon answers at once
+// (attach sessions, limited by their quota, aside): a flood of
+// connections that send nothing waits in the socket's backlog, in the
+// kernel, rather than holding the daemon's descriptors and goroutines.
+const controlPending = 256
 
 // deviceInfo is the result of info.
 type deviceInfo struct {
@@ -159,6 +166,10 @@ type controlServer struct {
 	accepts quota.Backoff
 	done    chan struct{} // closed by Close
 	wg      sync.WaitGroup
+	// pending holds a token for each connection being answered;
+	// deferred counts the accepts that waited for one.
+	pending  chan struct{}
+	deferred atomic.Uint64
 
 	mu      sync.Mutex
 	closed  bool
@@ -168,6 +179,7 @@ type controlServer struct {
 // start answers requests on a goroutine of its own until Close.
 func (s *controlServer) start() {
 	s.done = make(chan struct{})
+	s.pending = make(chan struct{}, controlPending)
 	s.wg.Add(1) // before Close can Wait: the accept loop adds a count per request
 	go func() {
 		defer s.wg.Done()
@@ -176,9 +188,22 @@ func (s *controlServer) start() {
 }
 
 // serve accepts connections until Close: an error that passes, such as
-// EMFILE, is waited out (quota.Backoff).
+// EMFILE, is waited out (quota.Backoff), and with controlPending
+// connections being answered, the next waits for one to end.
 func (s *controlServer) serve() {
 	for {
+		select {
+		case s.pending <- struct{}{}:
+		case <-s.done:
+			return
+		default:
+			s.deferred.Add(1)
+			select {
+			case s.pending <- struct{}{}:
+			case <-s.done:
+				return
+			}
+		}
 		c, err := s.accepts.Accept(s.l, s.done)
 		if err != nil {
 			return // closed
@@ -186,6 +211,7 @@ func (s *controlServer) serve() {
 		uc, ok := c.(*net.UnixConn)
 		if !ok {
 			c.Close()
+			s.release()
 			continue
 		}
 		s.wg.Add(1)
@@ -196,10 +222,24 @@ func (s *controlServer) serve() {
 	}
 }
 
+// release returns the token of a connection answered, or handed to an
+// attach session.
+func (s *controlServer) release() {
+	if s.pending != nil {
+		<-s.pending
+	}
+}
+
 // answer reads one request from c and writes its reply. It reads nothing
 // past the request's line: after attach, the process's next messages and
 // their descriptors are the attach session's.
 func (s *controlServer) answer(c *net.UnixConn) {
+	attached := false
+	defer func() {
+		if !attached {
+			s.release()
+		}
+	}()
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(controlTimeout))
 	var req controlRequest
@@ -221,6 +261,8 @@ func (s *controlServer) answer(c *net.UnixConn) {
 	}
 	if err == nil && req.Cmd == "attach" && s.attach != nil {
 		c.SetDeadline(time.Time{})
+		attached = true
+		s.release()
 		s.attach(c)
 		return
 	}

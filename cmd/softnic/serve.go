@@ -780,6 +780,7 @@ func (d *daemon) deviceCounters() counterList {
 		counter{"write_imms_received", d.writeImms.Load()},
 		counter{"receive_errors", d.recvErrors.Load()},
 		counter{"control_accept_errors", d.ctl.accepts.Errors()},
+		counter{"control_accepts_deferred", d.ctl.deferred.Load()},
 		counter{"control_refused_peers", d.attach.RefusedPeers()},
 		counter{"qps", uint64(len(d.dev.QPs()))},
 	)
