@@ -27,6 +27,32 @@ import (
 // at a scale that reaches the limit it meets, and the daemon's state
 // afterwards.
 
+// conns are connections to a control socket that send nothing.
+type conns []net.Conn
+
+// silentConns opens n connections to the control socket at path, which
+// the test's cleanup closes if close has not.
+func silentConns(t *testing.T, path string, n int) *conns {
+	t.Helper()
+	cs := &conns{}
+	t.Cleanup(cs.close)
+	for range n {
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatalf("connection %d to the control socket: %v", len(*cs), err)
+		}
+		*cs = append(*cs, c)
+	}
+	return cs
+}
+
+func (cs *conns) close() {
+	for _, c := range *cs {
+		c.Close()
+	}
+	*cs = nil
+}
+
 // TestControlSurvivesEMFILE: a daemon whose descriptors run out (a limit
 // of 64, and 200 connections that send nothing) stops accepting while
 // they last and answers again once they are gone: its accept loop waits
@@ -34,29 +60,14 @@ import (
 // (control_accept_errors) and logs it once (at most once a minute).
 func TestControlSurvivesEMFILE(t *testing.T) {
 	d := startChildDaemon(t, []string{childNoFileEnv + "=64"})
-	var conns []net.Conn
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	for range 200 {
-		c, err := net.Dial("unix", d.control)
-		if err != nil {
-			t.Fatalf("connection %d to the control socket: %v", len(conns), err)
-		}
-		conns = append(conns, c)
-	}
+	silent := silentConns(t, d.control, 200)
 	const warning = "accept failed"
 	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(d.stderr.String(), warning); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the daemon did not run out of descriptors with 200 connections and a limit of 64; stderr:\n%s", d.stderr)
 		}
 	}
-	for _, c := range conns {
-		c.Close()
-	}
-	conns = nil
+	silent.close()
 	// The backoff waits at most a second between tries.
 	var info deviceInfo
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -683,19 +694,7 @@ func TestControlFlood(t *testing.T) {
 	d := startChildDaemon(t, nil)
 	pid := d.cmd.Process.Pid
 	before := openFiles(t, pid)
-	var conns []net.Conn
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	for range 600 {
-		c, err := net.Dial("unix", d.control)
-		if err != nil {
-			t.Fatal(err)
-		}
-		conns = append(conns, c)
-	}
+	silent := silentConns(t, d.control, 600)
 	most := 0
 	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		most = max(most, openFiles(t, pid)-before)
@@ -703,10 +702,7 @@ func TestControlFlood(t *testing.T) {
 	if most < controlPending || most > controlPending+8 {
 		t.Errorf("600 silent connections held %d more descriptors of the daemon, want about %d", most, controlPending)
 	}
-	for _, c := range conns {
-		c.Close()
-	}
-	conns = nil
+	silent.close()
 	var stat map[string]uint64
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
