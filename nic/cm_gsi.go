@@ -88,7 +88,7 @@ func (c *cm) postRecv(slot uint64) error {
 // goroutine, which is also the only one to fill QP1's buffers.
 func (c *cm) poll() {
 	for {
-		n, _ := c.cq.Poll(c.wcs[:])
+		n, _ := c.cq.poll(c.wcs[:], false) // it runs in the device's progress
 		if n == 0 {
 			return
 		}

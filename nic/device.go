@@ -2,9 +2,7 @@ package nic
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"slices"
@@ -134,6 +132,7 @@ type Device struct {
 
 	timers  timers
 	batches sync.Pool
+	prog    progress
 
 	cm *cm // the connection manager and its QP1
 
@@ -212,6 +211,7 @@ func Open(cfg Config) (*Device, error) {
 	d.batches.New = func() any { return newBatch() }
 	d.timers.init()
 	d.guard.init(d)
+	d.prog.init(conn.Features().GRO)
 	if d.cm, err = newCM(d); err != nil {
 		conn.Close()
 		d.mem.Close()
@@ -330,104 +330,6 @@ func (d *Device) sourceFor(dst netip.AddrPort) netip.AddrPort {
 		return d.local
 	}
 	return netip.AddrPortFrom(d.route(dst.Addr()).src, d.local.Port())
-}
-
-// inbound is the reader goroutine's scratch state.
-type inbound struct {
-	pkt   wire.Packet
-	dirty []*QP // QPs that took packets in this batch and may have answers
-}
-
-func (d *Device) readLoop() {
-	defer d.wg.Done()
-	size := qp.MaxPacketSize + 64
-	if d.conn.Features().GRO {
-		size = 64 << 10
-	}
-	msgs := make([]udp.Message, udp.MaxBatch)
-	for i := range msgs {
-		msgs[i].Buf = make([]byte, size)
-	}
-	var in inbound
-	var poll busyPoll
-	out := newBatch()
-	for {
-		n, err := d.read(msgs, &poll)
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) || d.closed() {
-				return
-			}
-			d.log.Warn("softnic: read", zap.Error(err))
-			continue
-		}
-		now := d.now()
-		for i := range n {
-			m := &msgs[i]
-			local := m.Local
-			if !local.IsValid() {
-				local = d.local.Addr()
-			}
-			dst := netip.AddrPortFrom(local, d.local.Port())
-			for dg := range udp.Segments(m) {
-				d.receive(dg, m.Addr, dst, now, &in)
-			}
-		}
-		for _, q := range in.dirty {
-			q.dirty = false
-			q.mu.Lock()
-			q.flushLocked(out, now)
-			q.mu.Unlock()
-		}
-		clear(in.dirty)
-		in.dirty = in.dirty[:0]
-		d.cm.poll()
-	}
-}
-
-// busyPoll is the state of a busy-polling reader.
-type busyPoll struct {
-	rings     *AttachServer // whose queues are polled, with doorbells off
-	idleSince time.Time     // since when nothing came; zero while work comes
-}
-
-// read returns the next batch of datagrams. It sleeps until one comes,
-// unless the device busy-polls: then it polls the socket and the attached
-// processes' queues until a datagram comes or nothing has for
-// Config.BusyPoll, and only then sleeps.
-func (d *Device) read(msgs []udp.Message, p *busyPoll) (int, error) {
-	if d.cfg.BusyPoll <= 0 {
-		return d.conn.ReadBatch(msgs)
-	}
-	for {
-		n, err := d.conn.TryReadBatch(msgs)
-		if n > 0 || err != nil {
-			p.idleSince = time.Time{}
-			return n, err
-		}
-		if p.rings == nil {
-			if p.rings = d.rings.Load(); p.rings != nil {
-				p.rings.busyPolling(true)
-			}
-		}
-		if p.rings != nil && p.rings.pollRings() {
-			p.idleSince = time.Time{}
-			continue
-		}
-		now := time.Now()
-		if p.idleSince.IsZero() {
-			p.idleSince = now
-			continue
-		}
-		if now.Sub(p.idleSince) < d.cfg.BusyPoll {
-			continue
-		}
-		if p.rings != nil {
-			p.rings.busyPolling(false)
-			p.rings = nil
-		}
-		p.idleSince = time.Time{}
-		return d.conn.ReadBatch(msgs)
-	}
 }
 
 // receive checks one datagram and hands it to its QP.

@@ -331,7 +331,7 @@ func (ep *Endpoint) Close() error {
 	var err error
 	for {
 		var k int
-		k, err = ep.cq.Poll(ep.wcs[:])
+		k, err = ep.cq.poll(ep.wcs[:], false)
 		for i := range k {
 			var c Completion
 			if ep.completeLocked(&ep.wcs[i], &c) {
@@ -728,8 +728,13 @@ func (ep *Endpoint) Recv(buf []byte, desc *MR, context any) error {
 // Poll moves up to len(out) completions into out without blocking
 // (kfi_cq_read) and returns how many. Reaping completions is also what
 // frees room for new operations. After Close it returns the flushed
-// completions, then ErrClosed.
-func (ep *Endpoint) Poll(out []Completion) (int, error) {
+// completions, then ErrClosed. Like CQ.Poll, a Poll that finds nothing
+// processes the packets the device has received, on the calling goroutine:
+// a caller that polls drives progress, as with libfabric's manual progress.
+func (ep *Endpoint) Poll(out []Completion) (int, error) { return ep.poll(out, true) }
+
+// poll is Poll; drive as for CQ.poll.
+func (ep *Endpoint) poll(out []Completion, drive bool) (int, error) {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	if ep.closed {
@@ -738,7 +743,7 @@ func (ep *Endpoint) Poll(out []Completion) (int, error) {
 	n := 0
 	for n < len(out) {
 		wcs := ep.wcs[:min(len(ep.wcs), len(out)-n)]
-		k, err := ep.cq.Poll(wcs)
+		k, err := ep.cq.poll(wcs, drive && n == 0)
 		for i := range k {
 			if ep.completeLocked(&wcs[i], &out[n]) {
 				n++
@@ -777,7 +782,7 @@ func (ep *Endpoint) Wait(ctx context.Context, out []Completion) (int, error) {
 	if len(out) == 0 {
 		return 0, nil
 	}
-	n, err := ep.cq.wait(ctx, func() (int, error) { return ep.Poll(out) })
+	n, err := ep.cq.wait(ctx, func() (int, error) { return ep.poll(out, false) })
 	if errors.Is(err, ErrClosed) {
 		// Close may have destroyed the CQ under the wait, after reaping
 		// what this wait is for.

@@ -271,15 +271,27 @@ func (d *Device) CreateCQ(depth int) (*CQ, error) {
 }
 
 // Poll moves up to len(wcs) completions into wcs (ibv_poll_cq) without
-// blocking.
-func (c *CQ) Poll(wcs []qp.WC) (int, error) {
+// blocking. When an embedded device's CQ holds none, Poll first processes
+// the packets the device has received, on the calling goroutine (see
+// progress.go): an application that polls in a loop drives the device
+// itself, instead of waiting for the device's goroutine to be scheduled.
+func (c *CQ) Poll(wcs []qp.WC) (int, error) { return c.poll(wcs, true) }
+
+// poll is Poll; drive says whether it may process packets when it finds no
+// completion, as a poll in a loop does (CQ.Wait's do not: the reader
+// stays on the socket for them).
+func (c *CQ) poll(wcs []qp.WC, drive bool) (int, error) {
 	if c.att != nil {
 		return c.att.poll(wcs)
 	}
 	if c.users.gone() {
 		return 0, ErrClosed
 	}
-	return c.cq.Poll(wcs)
+	n, err := c.cq.Poll(wcs)
+	if n == 0 && err == nil && drive && len(wcs) > 0 && c.dev.drive(true) {
+		n, err = c.cq.Poll(wcs)
+	}
+	return n, err
 }
 
 // Destroy destroys the CQ (ibv_destroy_cq): completions not yet polled are
@@ -306,7 +318,7 @@ func (c *CQ) retire() error {
 // len(wcs) of them. It returns early with ctx's error, or ErrClosed when
 // the device closes.
 func (c *CQ) Wait(ctx context.Context, wcs []qp.WC) (int, error) {
-	return c.wait(ctx, func() (int, error) { return c.Poll(wcs) })
+	return c.wait(ctx, func() (int, error) { return c.poll(wcs, false) })
 }
 
 // wait calls poll until it finds completions (or fails), sleeping between
@@ -334,6 +346,9 @@ func (c *CQ) wait(ctx context.Context, poll func() (int, error)) (int, error) {
 		if n, err := poll(); n > 0 || err != nil {
 			passOn()
 			return n, err
+		}
+		if c.att == nil {
+			c.dev.stopPolling()
 		}
 		if c.att != nil && c.att.lead.TryLock() {
 			err := c.att.sleep(ctx, c.dev.done)

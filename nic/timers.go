@@ -1,7 +1,6 @@
 package nic
 
 import (
-	"container/heap"
 	"net/netip"
 	"sync"
 	"time"
@@ -26,17 +25,45 @@ type timerEntry struct {
 	fn  func(qp.Time)  // a function to call with the current time
 }
 
+// timerHeap is a binary min-heap of entries by time, typed so that a push
+// does not box its entry (container/heap's interface would allocate).
 type timerHeap []timerEntry
 
-func (h timerHeap) Len() int           { return len(h) }
-func (h timerHeap) Less(i, j int) bool { return h[i].at < h[j].at }
-func (h timerHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *timerHeap) Push(x any)        { *h = append(*h, x.(timerEntry)) }
-func (h *timerHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	old[len(old)-1] = timerEntry{}
-	*h = old[:len(old)-1]
+func (h *timerHeap) push(e timerEntry) {
+	*h = append(*h, e)
+	s := *h
+	for i := len(s) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if s[parent].at <= s[i].at {
+			break
+		}
+		s[parent], s[i] = s[i], s[parent]
+		i = parent
+	}
+}
+
+func (h *timerHeap) pop() timerEntry {
+	s := *h
+	e := s[0]
+	last := len(s) - 1
+	s[0] = s[last]
+	s[last] = timerEntry{}
+	s = s[:last]
+	for i := 0; ; {
+		least, l, r := i, 2*i+1, 2*i+2
+		if l < len(s) && s[l].at < s[least].at {
+			least = l
+		}
+		if r < len(s) && s[r].at < s[least].at {
+			least = r
+		}
+		if least == i {
+			break
+		}
+		s[i], s[least] = s[least], s[i]
+		i = least
+	}
+	*h = s
 	return e
 }
 
@@ -44,7 +71,7 @@ func (t *timers) init() { t.wake = make(chan struct{}, 1) }
 
 func (t *timers) add(e timerEntry) {
 	t.mu.Lock()
-	heap.Push(&t.h, e)
+	t.h.push(e)
 	first := t.h[0].at == e.at
 	t.mu.Unlock()
 	if first {
@@ -65,7 +92,7 @@ func (t *timers) due(now qp.Time, buf []timerEntry) ([]timerEntry, time.Duration
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for len(t.h) > 0 && t.h[0].at <= now {
-		buf = append(buf, heap.Pop(&t.h).(timerEntry))
+		buf = append(buf, t.h.pop())
 	}
 	if len(t.h) == 0 {
 		return buf, -1

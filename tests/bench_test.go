@@ -45,7 +45,7 @@ func TestBenchPeer(t *testing.T) {
 	if os.Getenv(envBenchPeer) == "" {
 		t.Skip("run by BenchmarkWorkloads as its peer process")
 	}
-	if err := nicbench.ServePeer(os.Stdin, os.Stdout, nic.Config{Addr: loopback}); err != nil {
+	if err := nicbench.ServePeer(os.Stdin, os.Stdout, nic.Config{Addr: loopback}, nicbench.Poll); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -38,6 +38,7 @@ func defineBench(fs *flag.FlagSet) func(*invocation) error {
 	ops := fs.Int("ops", 0, "and for at most `N` operations (0: no limit; the attached comparison's rounds take 20000 by default)")
 	runs := fs.Int("runs", 1, "measure each workload `R` times and report the median, as fi_rmabw -r does")
 	one := fs.Bool("one-process", false, "put the peer device in this process instead of a process of its own")
+	peerWaits := fs.Bool("peer-waits", false, "let the peer process sleep until packets come instead of polling, as fi_rmabw's target does")
 	only := fs.String("only", "", "measure only the workloads named, `KEYS` separated by commas (the keys of --json, raw_udp_gbps and raw_udp_gso_gbps and raw_udp_ping_pong included)")
 	attach := fs.String("attach", "", "also measure a device attached to the daemon whose control socket is `PATH` against an embedded one")
 	asJSON := fs.Bool("json", false, "print the results as one line of JSON")
@@ -45,7 +46,7 @@ func defineBench(fs *flag.FlagSet) func(*invocation) error {
 		if err := inv.parse(0, 0); err != nil {
 			return err
 		}
-		cfg := benchConfig{lim: nicbench.Limit{Ops: *ops, Time: *secs}, runs: *runs, oneProcess: *one, attach: *attach}
+		cfg := benchConfig{lim: nicbench.Limit{Ops: *ops, Time: *secs}, runs: *runs, oneProcess: *one, peerWaits: *peerWaits, attach: *attach}
 		switch {
 		case *secs <= 0 && *ops <= 0:
 			return usagef("--time %v and --ops %d: want a limit", *secs, *ops)
@@ -53,6 +54,8 @@ func defineBench(fs *flag.FlagSet) func(*invocation) error {
 			return usagef("--ops %d: want 0 or more", *ops)
 		case *runs < 1 || *runs > 100:
 			return usagef("--runs %d: want 1 to 100", *runs)
+		case *one && *peerWaits:
+			return usagef("--peer-waits: the peer device in this process (--one-process) always leaves its packets to its goroutines")
 		}
 		if *only != "" {
 			for key := range strings.SplitSeq(*only, ",") {
@@ -90,6 +93,7 @@ type benchConfig struct {
 	lim        nicbench.Limit
 	runs       int
 	oneProcess bool
+	peerWaits  bool
 	only       []string // keys; nil: everything
 	attach     string
 }
@@ -156,10 +160,14 @@ func (r *benchResult) raw() (gbps, gso float64, ping benchLatency) {
 	return gbps, gso, ping
 }
 
-// configName names where the peer device was.
+// configName names where the peer device was, and whether a peer process
+// polled.
 func (c *benchConfig) configName() string {
-	if c.oneProcess {
+	switch {
+	case c.oneProcess:
 		return "one-process"
+	case c.peerWaits:
+		return "peer-process-waiting"
 	}
 	return "peer-process"
 }
@@ -245,7 +253,7 @@ func runBench(ctx context.Context, cfg benchConfig, stderr io.Writer) (*benchRes
 			return nil, err
 		}
 	} else {
-		p, err := startBenchPeer(stderr)
+		p, err := startBenchPeer(stderr, cfg.peerWaits)
 		if err != nil {
 			return nil, err
 		}
@@ -345,23 +353,32 @@ func (r *benchResult) measureRaw(ctx context.Context, echo netip.AddrPort) error
 // device with: this binary again.
 const benchPeerCommand = "bench-peer"
 
-// startBenchPeer starts the peer process.
-func startBenchPeer(stderr io.Writer) (*nicbench.Peer, error) {
+// startBenchPeer starts the peer process; wait says whether it sleeps
+// instead of polling.
+func startBenchPeer(stderr io.Writer, wait bool) (*nicbench.Peer, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("the peer process: %w", err)
 	}
 	cmd := exec.Command(exe, benchPeerCommand)
+	if wait {
+		cmd.Args = append(cmd.Args, "--wait")
+	}
 	cmd.Stderr = stderr
 	return nicbench.StartPeer(cmd)
 }
 
 func defineBenchPeer(fs *flag.FlagSet) func(*invocation) error {
+	wait := fs.Bool("wait", false, "leave the device to its goroutines instead of polling its CQ")
 	return func(inv *invocation) error {
 		if err := inv.parse(0, 0); err != nil {
 			return err
 		}
-		return nicbench.ServePeer(os.Stdin, inv.stdout, nic.Config{Addr: netip.AddrPortFrom(nic.DefaultAddr.Addr(), 0)})
+		by := nicbench.Poll
+		if *wait {
+			by = nicbench.Wait
+		}
+		return nicbench.ServePeer(os.Stdin, inv.stdout, nic.Config{Addr: netip.AddrPortFrom(nic.DefaultAddr.Addr(), 0)}, by)
 	}
 }
 
@@ -450,9 +467,12 @@ func (b *benchDevices) close() {
 // embedded one.
 func printBench(w io.Writer, res *benchResult) {
 	cfg := &res.cfg
-	where := "the peer device in a process of its own"
-	if cfg.oneProcess {
+	where := "the peer device in a process of its own, which polls as fi_rmabw's target does"
+	switch {
+	case cfg.oneProcess:
 		where = "both devices in this process"
+	case cfg.peerWaits:
+		where = "the peer device in a process of its own, which sleeps until packets come"
 	}
 	limit := fmt.Sprintf("%v", cfg.lim.Time)
 	if cfg.lim.Ops > 0 {

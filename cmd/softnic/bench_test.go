@@ -107,6 +107,21 @@ func TestBenchOneProcess(t *testing.T) {
 	runBenchJSON(t, "one-process", "--one-process", "--ops", "100")
 }
 
+// TestBenchPeerWaits: --peer-waits leaves the peer process's device to its
+// goroutines, and says so.
+func TestBenchPeerWaits(t *testing.T) {
+	t.Setenv(childEnv, "1")
+	code, stdout, stderr := runCmd("bench", "--peer-waits", "--ops", "50", "--only", "write_8_poll,read_64k_gbps")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"peer-process-waiting", "sleeps until packets come", "RESULT softnic write 8B latency median", "RESULT softnic read 65536B w=64"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("the output lacks %q:\n%s", want, stdout)
+		}
+	}
+}
+
 // TestBenchTable: without --json the figures come as a table, one row a
 // workload with its ratio, then fi_rmabw's RESULT lines for the same
 // workloads; --only measures only the workloads it names, over several
@@ -145,6 +160,7 @@ func TestBenchUsage(t *testing.T) {
 		{[]string{"bench", "--runs", "0"}, 2, "--runs 0"},
 		{[]string{"bench", "--time", "0", "--ops", "0"}, 2, "want a limit"},
 		{[]string{"bench", "--ops", "-1"}, 2, "--ops -1"},
+		{[]string{"bench", "--one-process", "--peer-waits"}, 2, "--peer-waits: the peer device in this process"},
 		{[]string{"bench", "--only", "write_64k_gbps,warp_speed"}, 2, `no workload "warp_speed"; the workloads are raw_udp_gbps,`},
 		{[]string{"bench", "--one-process", "--ops", "100", "--only", "write_8_poll", "--attach", "/nonexistent/softnic.sock"}, 1, "softnic serve"},
 	} {

@@ -75,7 +75,7 @@ var commands = []command{
 // hiddenCommands run like commands but are not listed: what softnic runs
 // itself as.
 var hiddenCommands = []command{
-	{benchPeerCommand, "", "the peer device of softnic bench, in a process of its own: it serves on stdin and stdout and ends with stdin",
+	{benchPeerCommand, "[--wait]", "the peer device of softnic bench, in a process of its own: it serves on stdin and stdout and ends with stdin",
 		"softnic " + benchPeerCommand + " < requests", defineBenchPeer},
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/udp/udptest"
+	"github.com/softnic/softnic/qp"
 )
 
 // DeviceTarget is a target on a device of this process.
@@ -61,6 +62,23 @@ func (t *DeviceTarget) Accept(from netip.AddrPort, qpn uint32, opts nic.ConnectO
 	return q.Num(), nil
 }
 
+// poll polls the target's CQ until stop is closed.
+func (t *DeviceTarget) poll(stop <-chan struct{}) {
+	var wcs [16]qp.WC
+	for i := 0; ; i++ {
+		if i%1024 == 0 {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+		}
+		if _, err := t.CQ.Poll(wcs[:]); err != nil {
+			return
+		}
+	}
+}
+
 // Close does nothing: the device is its opener's to close.
 func (t *DeviceTarget) Close() error { return nil }
 
@@ -88,8 +106,12 @@ type (
 // makes it a target, opens a UDP echo socket beside it for the raw
 // ping-pong, says hello on out, and accepts the QPs that in asks for, one
 // request a line, until in ends (as it does when the process that started
-// this one exits: the peer dies with it).
-func ServePeer(in io.Reader, out io.Writer, cfg nic.Config) error {
+// this one exits: the peer dies with it). With by Poll, a goroutine polls
+// the target's CQ in a loop all the while, which makes it process the
+// device's packets itself (see nic.CQ.Poll), as fi_rmabw's target drives
+// its provider's progress by reading its CQ; with Wait the device's own
+// goroutines do, as in a program that sleeps.
+func ServePeer(in io.Reader, out io.Writer, cfg nic.Config, by Completion) error {
 	cfg.Embed = true
 	d, err := nic.Open(cfg)
 	if err != nil {
@@ -104,10 +126,15 @@ func ServePeer(in io.Reader, out io.Writer, cfg nic.Config) error {
 	if err != nil {
 		return err
 	}
-	var echoed sync.WaitGroup
-	echoed.Go(func() { udptest.Echo(echo) })
-	defer echoed.Wait()
+	var running sync.WaitGroup
+	defer running.Wait()
+	running.Go(func() { udptest.Echo(echo) })
 	defer echo.Close()
+	if by == Poll {
+		stop := make(chan struct{})
+		defer close(stop)
+		running.Go(func() { t.poll(stop) })
+	}
 	enc := json.NewEncoder(out)
 	if err := enc.Encode(peerHello{Addr: t.Addr(), Region: t.Region(), Echo: echo.LocalAddr().(*net.UDPAddr).AddrPort()}); err != nil {
 		return err

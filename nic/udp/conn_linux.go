@@ -3,7 +3,6 @@
 package udp
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -15,16 +14,55 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// sysConn is the Linux state of a Conn: the raw socket, the offloads, and one
+// sysConn is the Linux state of a Conn: the socket, the offloads, and one
 // preallocated set of kernel structures per direction.
+//
+// The socket is in Go's netpoller only while a goroutine may wait for it.
+// Listen makes it with net.ListenUDP, keeps a duplicate of its descriptor
+// (fd) and closes the net.UDPConn, which takes it out of the runtime's
+// epoll set; every call on fd is a system call that does not wait (the
+// descriptor is non-blocking). A goroutine that waits to read (ReadBatch,
+// ReadBatchTurn) does so in the netpoller, through another duplicate that
+// the first wait registers (waiter) and StopWaiting unregisters. A
+// registered socket wakes a thread of the process at every datagram,
+// whoever reads it: an idle P's thread sleeps in epoll_wait whenever a
+// timer is pending, and Linux reports each arrival on an edge-triggered
+// registration. For an application that busy-polls the socket with
+// TryReadBatch on one CPU, those wakeups would take the other CPU from its
+// peer. (A wait in poll(2) instead, outside the netpoller, costs the
+// waiting thread its P, which the runtime's monitor takes back and hands
+// on at each wait.)
 type sysConn struct {
-	rc             syscall.RawConn
+	fd int
+	// life is read-held by every system call on fd and taken by Close,
+	// which closes fd once no call uses it. closed is set first, and the
+	// socket shut down and the waiter closed, which wake the calls that
+	// wait.
+	life           sync.RWMutex
+	closed         atomic.Bool
 	v6             bool
 	gso            atomic.Bool // cleared for good when the kernel refuses a GSO send
 	gro            bool
 	rcvbuf, sndbuf int
 	rd             *reader
 	wr             *writer
+
+	// wmu is held by a read that waits, and guards wt and the fields of
+	// the wait under way.
+	wmu   sync.Mutex
+	wt    atomic.Pointer[waiter] // swapped under wmu; Close closes it without
+	wread func(fd uintptr) bool  // c.tryReadTurn, bound once so that a wait does not allocate
+	wmsgs []Message
+	wturn sync.Locker
+	wn    int
+	werr  error
+}
+
+// waiter is the socket's registration in the netpoller: a duplicate of its
+// descriptor, as an os.File.
+type waiter struct {
+	f  *os.File
+	rc syscall.RawConn
 }
 
 // reader holds what one recvmmsg call needs, built once so ReadBatch does not
@@ -36,14 +74,6 @@ type reader struct {
 	iovs  [MaxBatch]unix.Iovec
 	names [MaxBatch]unix.RawSockaddrInet6
 	oob   []byte // MaxBatch slots of readOOBSpace bytes
-
-	// recv is r.recvmmsg bound once, for RawConn.Read; vlen is its input,
-	// n and errno its result.
-	recv   func(fd uintptr) bool
-	vlen   int
-	nowait bool // return at once when nothing is queued
-	n      int
-	errno  syscall.Errno
 }
 
 // writer holds what sendmmsg calls need, built once so WriteBatch does not
@@ -56,13 +86,6 @@ type writer struct {
 	names [MaxBatch]unix.RawSockaddrInet6
 	oob   []byte        // MaxBatch slots of writeOOBSpace bytes
 	runs  [MaxBatch]int // messages per entry, from splitRuns
-
-	// send is w.sendmmsg bound once, for RawConn.Write; it sends
-	// hdrs[off:vlen] and leaves its result in n and errno.
-	send      func(fd uintptr) bool
-	off, vlen int
-	n         int
-	errno     syscall.Errno
 
 	// sendmmsgFn is the system call; tests replace it to fake refusals
 	// the loopback device never produces.
@@ -78,7 +101,6 @@ func newReader() *reader {
 		h.SetIovlen(1)
 		h.Control = &r.oob[i*readOOBSpace]
 	}
-	r.recv = r.recvmmsg
 	return r
 }
 
@@ -87,30 +109,112 @@ func newWriter() *writer {
 	for i := range w.hdrs {
 		w.hdrs[i].Hdr.Name = (*byte)(unsafe.Pointer(&w.names[i]))
 	}
-	w.send = w.sendmmsg
 	w.sendmmsgFn = sendmmsg
 	return w
 }
 
-// init configures the socket: buffers, don't-fragment, pktinfo, and the
-// offload probes.
+// init configures the socket (buffers, don't-fragment, pktinfo, the
+// offload probes) and takes it out of the netpoller: the descriptor
+// duplicated, the net.UDPConn closed.
 func (c *Conn) init(opt Options) error {
 	rc, err := c.uc.SyscallConn()
 	if err != nil {
 		return err
 	}
-	c.sys.rc = rc
 	c.sys.v6 = c.local.Addr().Is6()
 	var serr error
-	if err := rc.Control(func(fd uintptr) { serr = c.sys.configure(int(fd), opt) }); err != nil {
+	if err := rc.Control(func(fd uintptr) {
+		if serr = c.sys.configure(int(fd), opt); serr == nil {
+			if c.sys.fd, serr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0); serr != nil {
+				serr = os.NewSyscallError("fcntl F_DUPFD_CLOEXEC", serr)
+			}
+		}
+	}); err != nil {
 		return err
 	}
 	if serr != nil {
 		return serr
 	}
+	if err := c.uc.Close(); err != nil {
+		unix.Close(c.sys.fd)
+		return err
+	}
 	c.sys.rd = newReader()
 	c.sys.wr = newWriter()
+	c.sys.wread = c.tryReadTurn
 	return nil
+}
+
+// control calls f with the socket's descriptor, unless the Conn is closed.
+func (s *sysConn) control(f func(fd int)) error {
+	s.life.RLock()
+	defer s.life.RUnlock()
+	if s.closed.Load() {
+		return net.ErrClosed
+	}
+	f(s.fd)
+	return nil
+}
+
+// waitFor blocks in poll(2) until the socket has one of events, or is
+// closed (net.ErrClosed).
+func (s *sysConn) waitFor(events int16) error {
+	s.life.RLock()
+	defer s.life.RUnlock()
+	fds := [1]unix.PollFd{{Fd: int32(s.fd), Events: events}}
+	for !s.closed.Load() {
+		_, _, errno := unix.Syscall(unix.SYS_POLL, uintptr(unsafe.Pointer(&fds[0])), 1, ^uintptr(0)) // no timeout
+		switch {
+		case errno == 0 && !s.closed.Load():
+			return nil
+		case errno != 0 && errno != syscall.EINTR:
+			return os.NewSyscallError("poll", errno)
+		}
+	}
+	return net.ErrClosed
+}
+
+// register puts the socket into the netpoller. wmu is held.
+func (s *sysConn) register() error {
+	s.life.RLock()
+	defer s.life.RUnlock()
+	if s.closed.Load() {
+		return net.ErrClosed
+	}
+	dup, err := unix.FcntlInt(uintptr(s.fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return os.NewSyscallError("fcntl F_DUPFD_CLOEXEC", err)
+	}
+	w := &waiter{f: os.NewFile(uintptr(dup), "udp")} // non-blocking, so registered
+	if w.rc, err = w.f.SyscallConn(); err != nil {
+		w.f.Close()
+		return err
+	}
+	s.wt.Store(w)
+	return nil
+}
+
+func (c *Conn) stopWaiting() {
+	s := &c.sys
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if w := s.wt.Swap(nil); w != nil {
+		w.f.Close()
+	}
+}
+
+func (c *Conn) close() error {
+	s := &c.sys
+	if s.closed.Swap(true) {
+		return fmt.Errorf("udp: close %v: %w", c.local, net.ErrClosed)
+	}
+	unix.Shutdown(s.fd, unix.SHUT_RDWR) // wakes poll(2); ENOTCONN on an unconnected socket, which it shuts down anyway
+	if w := s.wt.Load(); w != nil {
+		w.f.Close() // wakes a read that waits, which holds wmu
+	}
+	s.life.Lock()
+	defer s.life.Unlock()
+	return os.NewSyscallError("close", unix.Close(s.fd))
 }
 
 func (s *sysConn) configure(fd int, opt Options) error {
@@ -176,43 +280,109 @@ func (c *Conn) features() Features {
 	return f
 }
 
-// ioError turns an error of RawConn.Read/Write into the package's: closing
-// is reported as net.ErrClosed, the rest with the operation and address.
+func (c *Conn) readBatch(msgs []Message, wait bool) (int, error) {
+	if !wait {
+		return c.tryRead(msgs)
+	}
+	return c.readBatchTurn(msgs, noTurn{})
+}
+
+// noTurn is the turn of a reader that takes no turns.
+type noTurn struct{}
+
+func (noTurn) Lock()   {}
+func (noTurn) Unlock() {}
+
+func (c *Conn) readBatchTurn(msgs []Message, turn sync.Locker) (int, error) {
+	s := &c.sys
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	w := s.wt.Load()
+	if w == nil {
+		if err := s.register(); err != nil {
+			return 0, c.ioError("register", err)
+		}
+		w = s.wt.Load()
+	}
+	s.wmsgs, s.wturn, s.wn, s.werr = msgs, turn, 0, nil
+	err := w.rc.Read(s.wread)
+	n, rerr := s.wn, s.werr
+	s.wmsgs, s.wturn, s.werr = nil, nil, nil
+	if err != nil {
+		return 0, c.ioError("wait", err)
+	}
+	return n, rerr
+}
+
+// tryReadTurn is a wait's RawConn callback, called once the registration
+// was reset and again after each readiness event: with the turn held, it
+// reads without waiting, and reports whether it is done (it read, or
+// failed) or waits for the next event with the turn released. The read
+// after the reset is what makes an event that came before the wait
+// harmless: what it announced is read then.
+func (c *Conn) tryReadTurn(uintptr) bool {
+	s := &c.sys
+	s.wturn.Lock()
+	n, err := c.tryRead(s.wmsgs)
+	if n > 0 && err == nil {
+		s.wn = n
+		return true
+	}
+	s.wturn.Unlock()
+	s.werr = err
+	return err != nil
+}
+
+// ioError turns an error of a system call into the package's: with the
+// operation and address, net.ErrClosed once closed.
 func (c *Conn) ioError(op string, err error) error {
-	if errors.Is(err, net.ErrClosed) {
-		return fmt.Errorf("udp: %s on %v: %w", op, c.local, net.ErrClosed)
+	if c.sys.closed.Load() {
+		err = net.ErrClosed
 	}
 	return fmt.Errorf("udp: %s on %v: %w", op, c.local, err)
 }
 
-func (c *Conn) readBatch(msgs []Message, wait bool) (int, error) {
+// tryRead fills msgs with what is queued, without waiting.
+func (c *Conn) tryRead(msgs []Message) (int, error) {
 	msgs = msgs[:min(len(msgs), MaxBatch)]
 	if len(msgs) == 0 {
 		return 0, nil
 	}
-	r := c.sys.rd
+	s := &c.sys
+	r := s.rd
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	defer clear(r.iovs[:len(msgs)])
-	r.nowait = !wait
 	for {
 		r.prepare(msgs)
-		if err := c.sys.rc.Read(r.recv); err != nil {
-			return 0, c.ioError("recvmmsg", err)
-		}
-		if r.n == 0 && r.errno == syscall.EAGAIN {
-			return 0, nil
-		}
-		switch r.errno {
+		n, errno := s.recvmmsg(r.hdrs[:len(msgs)])
+		switch errno {
 		case 0:
+		case syscall.EAGAIN:
+			return 0, nil
 		case syscall.ECONNREFUSED:
 			c.stats.refused.Add(1)
 			continue
 		default:
-			return 0, c.ioError("recvmmsg", r.errno)
+			return 0, c.ioError("recvmmsg", errno)
 		}
-		if n := c.collect(msgs, r.n); n > 0 {
+		if n := c.collect(msgs, n); n > 0 {
 			return n, nil
+		}
+	}
+}
+
+// recvmmsg reads into hdrs without waiting; EBADF once closed.
+func (s *sysConn) recvmmsg(hdrs []unix.Mmsghdr) (int, syscall.Errno) {
+	s.life.RLock()
+	defer s.life.RUnlock()
+	if s.closed.Load() {
+		return 0, syscall.EBADF
+	}
+	for {
+		n, errno := recvmmsg(s.fd, hdrs)
+		if errno != syscall.EINTR {
+			return n, errno
 		}
 	}
 }
@@ -229,24 +399,6 @@ func (r *reader) prepare(msgs []Message) {
 		h.Hdr.Namelen = unix.SizeofSockaddrInet6
 		h.Hdr.SetControllen(readOOBSpace)
 		h.Hdr.Flags = 0
-	}
-	r.vlen = len(msgs)
-}
-
-func (r *reader) recvmmsg(fd uintptr) bool {
-	for {
-		n, errno := recvmmsg(int(fd), r.hdrs[:r.vlen])
-		switch errno {
-		case syscall.EINTR:
-			continue
-		case syscall.EAGAIN:
-			if !r.nowait {
-				return false
-			}
-			n = 0
-		}
-		r.n, r.errno = n, errno
-		return true
 	}
 }
 
@@ -349,21 +501,25 @@ func (w *writer) pack(chunk []Message, nr int, v6 bool) (int, syscall.Errno) {
 func (c *Conn) sendRuns(chunk []Message, nr int) (done int, retry bool, err error) {
 	w := c.sys.wr
 	for k := 0; k < nr; {
-		w.off, w.vlen = k, nr
-		if err := c.sys.rc.Write(w.send); err != nil {
-			return done, false, c.ioError("sendmmsg", err)
+		n, errno := c.sys.sendmmsg(w, w.hdrs[k:nr])
+		if errno == syscall.EAGAIN {
+			// The socket buffer is full: wait for room.
+			if err := c.sys.waitFor(unix.POLLOUT); err != nil {
+				return done, false, c.ioError("poll", err)
+			}
+			continue
 		}
-		for _, n := range w.runs[k : k+w.n] {
+		for _, n := range w.runs[k : k+n] {
 			done += n
 		}
-		k += w.n
+		k += n
 		switch {
-		case w.errno == 0:
-		case w.errno == syscall.ECONNREFUSED:
+		case errno == 0:
+		case errno == syscall.ECONNREFUSED:
 			// A pending ICMP error, reported and cleared instead of
 			// sending this entry: count it and send the entry again.
 			c.stats.refused.Add(1)
-		case w.runs[k] > 1 && (w.errno == syscall.EMSGSIZE || w.errno == syscall.EIO):
+		case w.runs[k] > 1 && (errno == syscall.EMSGSIZE || errno == syscall.EIO):
 			// The kernel refused segmentation: EIO when the route's
 			// device cannot checksum, EMSGSIZE when a segment exceeds
 			// the path MTU (in which case the plain sends fail too and
@@ -371,23 +527,26 @@ func (c *Conn) sendRuns(chunk []Message, nr int) (done int, retry bool, err erro
 			c.sys.gso.Store(false)
 			c.stats.gsoFallbacks.Add(1)
 			return done, true, nil
+		case c.sys.closed.Load():
+			return done, false, c.ioError("sendmmsg", net.ErrClosed)
 		default:
-			return done, false, fmt.Errorf("udp: sendmmsg to %v from %v: %w", chunk[done].Addr, c.local, w.errno)
+			return done, false, fmt.Errorf("udp: sendmmsg to %v from %v: %w", chunk[done].Addr, c.local, errno)
 		}
 	}
 	return done, false, nil
 }
 
-func (w *writer) sendmmsg(fd uintptr) bool {
+// sendmmsg sends hdrs without waiting; EBADF once closed.
+func (s *sysConn) sendmmsg(w *writer, hdrs []unix.Mmsghdr) (int, syscall.Errno) {
+	s.life.RLock()
+	defer s.life.RUnlock()
+	if s.closed.Load() {
+		return 0, syscall.EBADF
+	}
 	for {
-		n, errno := w.sendmmsgFn(int(fd), w.hdrs[w.off:w.vlen])
-		switch errno {
-		case syscall.EINTR:
-			continue
-		case syscall.EAGAIN:
-			return false
+		n, errno := w.sendmmsgFn(s.fd, hdrs)
+		if errno != syscall.EINTR {
+			return n, errno
 		}
-		w.n, w.errno = n, errno
-		return true
 	}
 }

@@ -193,7 +193,7 @@ func sockopt(t *testing.T, c *Conn, level, opt int) int {
 	t.Helper()
 	var v int
 	var serr error
-	if err := c.sys.rc.Control(func(fd uintptr) { v, serr = unix.GetsockoptInt(int(fd), level, opt) }); err != nil {
+	if err := c.sys.control(func(fd int) { v, serr = unix.GetsockoptInt(fd, level, opt) }); err != nil {
 		t.Fatal(err)
 	}
 	if serr != nil {
@@ -417,7 +417,7 @@ func TestRefusedIsIgnored(t *testing.T) {
 			a := listen(t, tt.addr, Options{})
 			b := listen(t, tt.addr, Options{})
 			var serr error
-			if err := a.sys.rc.Control(func(fd uintptr) { serr = tt.opt(int(fd)) }); err != nil || serr != nil {
+			if err := a.sys.control(func(fd int) { serr = tt.opt(fd) }); err != nil || serr != nil {
 				t.Fatal(err, serr)
 			}
 			dead := deadPort(t, tt.addr)

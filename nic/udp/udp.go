@@ -30,6 +30,7 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 )
@@ -292,7 +293,7 @@ func (c *Conn) Stats() Stats {
 func (c *Conn) ReadBatch(msgs []Message) (int, error) { return c.readBatch(msgs, true) }
 
 // TryReadBatch is ReadBatch without the wait: it returns 0 at once when no
-// datagram is queued.
+// datagram is queued (the portable fallback may wait a millisecond).
 func (c *Conn) TryReadBatch(msgs []Message) (int, error) { return c.readBatch(msgs, false) }
 
 // WriteBatch sends every message of msgs and returns how many it sent. With
@@ -304,5 +305,27 @@ func (c *Conn) TryReadBatch(msgs []Message) (int, error) { return c.readBatch(ms
 // that failed.
 func (c *Conn) WriteBatch(msgs []Message) (int, error) { return c.writeBatch(msgs) }
 
-// Close closes the socket and wakes a ReadBatch or WriteBatch blocked on it.
-func (c *Conn) Close() error { return c.uc.Close() }
+// ReadBatchTurn is ReadBatch for a socket that several goroutines read,
+// taking turns through turn: it waits until a datagram (or an error to
+// report, such as a port unreachable) is queued without holding turn, then
+// takes turn and reads without waiting. It returns with turn held when it
+// read datagrams (n > 0), and with turn released otherwise. Goroutines that
+// read only under turn, with ReadBatchTurn or TryReadBatch, each read
+// distinct datagrams in the order they came, and none sleeps holding turn:
+// one may sleep here while others poll with TryReadBatch. After Close, or
+// when Close interrupts it, it returns an error matching net.ErrClosed. One
+// goroutine at a time may call it.
+func (c *Conn) ReadBatchTurn(msgs []Message, turn sync.Locker) (int, error) {
+	return c.readBatchTurn(msgs, turn)
+}
+
+// StopWaiting takes the socket out of Go's netpoller until the next
+// ReadBatch or ReadBatchTurn waits for it: a process that polls the socket
+// with TryReadBatch, and has no goroutine waiting for it, is then not
+// woken by its datagrams (see conn_linux.go). It must not be called during
+// such a wait; elsewhere it does nothing.
+func (c *Conn) StopWaiting() { c.stopWaiting() }
+
+// Close closes the socket and wakes a ReadBatch, ReadBatchTurn or
+// WriteBatch blocked on it.
+func (c *Conn) Close() error { return c.close() }

@@ -1,0 +1,259 @@
+package nic
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/softnic/softnic/nic/udp"
+	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/wire"
+)
+
+// How packets get processed. The device's reader goroutine reads the socket
+// and processes what it reads (checks, hands to QPs, sends their answers),
+// which is all an application that sleeps in CQ.Wait needs. An application
+// that polls a CQ in a loop would compete with that goroutine for a CPU:
+// on two cores its loop takes one, and every packet then waits for the
+// reader to be woken and scheduled on the other, beside the peer's
+// threads. So a poller drives the device itself, as libfabric's manual
+// progress does: when CQ.Poll finds nothing, it reads what the socket holds
+// (without waiting) and processes it on the calling goroutine, run to
+// completion, and finds its completion on its next call, with no
+// goroutine woken on the way.
+//
+// The two hand over through progress.role, a lock whoever reads and
+// processes holds, from the read until the batch's answers are sent; a
+// poller only tries it, and polls again later if it is taken. The kernel's
+// socket queue is the one place packets wait: each read takes distinct
+// datagrams from its head, and one holder at a time reads and processes,
+// so each packet is processed once and in arrival order, by whoever read
+// it. The reader never holds the role while it sleeps: it waits for the
+// socket to become readable without it, then takes it and reads without
+// waiting, like a poller (udp.Conn.ReadBatchTurn).
+// While an application polls, the reader stays off the socket altogether,
+// so that arriving packets do not wake it, nor any thread of the process,
+// for nothing: a poll that finds nothing stamps progress.lastPoll, and the
+// reader takes the socket out of the netpoller (udp.Conn.StopWaiting) and
+// parks until no poll has for pollIdle, or a poller that goes to sleep in
+// CQ.Wait wakes it.
+// Whatever the socket holds when the reader returns is read then: nothing
+// is lost when polling stops, only read by the other party.
+//
+// An attached process's CQs are rings the daemon fills: its polls cannot
+// read the daemon's socket. A daemon serving processes that poll
+// busy-polls instead (Config.BusyPoll, softnic serve --busy-poll), which
+// keeps its reader on the socket and the processes' rings while traffic
+// flows.
+
+// pollIdle is how long after an application's last empty poll the reader
+// goroutine stays parked: longer than the gaps between the polls of an
+// application that polls, short beside the transport's timers (an
+// application that stops polling without going to CQ.Wait delays what
+// arrives meanwhile by this much).
+const pollIdle = 200 * time.Microsecond
+
+// progress is the state of the device's packet processing.
+type progress struct {
+	// role is held by whoever reads the socket and processes what it read:
+	// the reader goroutine or a poller. The fields up to lastPoll are its
+	// holder's.
+	role sync.Mutex
+	msgs []udp.Message
+	in   inbound
+	out  *batch
+
+	// lastPoll is the device time of the last empty poll that drove the
+	// device; 0 when no application polls.
+	lastPoll atomic.Int64
+	resume   chan struct{} // wakes the parked reader
+}
+
+// inbound is the scratch state of one batch of received packets.
+type inbound struct {
+	pkt   wire.Packet
+	dirty []*QP // QPs that took packets in this batch and may have answers
+}
+
+func (p *progress) init(gro bool) {
+	size := qp.MaxPacketSize + 64
+	if gro {
+		size = 64 << 10
+	}
+	p.msgs = make([]udp.Message, udp.MaxBatch)
+	for i := range p.msgs {
+		p.msgs[i].Buf = make([]byte, size)
+	}
+	p.out = newBatch()
+	p.resume = make(chan struct{}, 1)
+}
+
+// drive is a poller's turn: unless another holds the role, it reads what
+// the socket holds, without waiting, and processes it. It reports whether
+// it processed anything. mark says the caller polls in a loop: the reader
+// keeps off the socket while it does.
+func (d *Device) drive(mark bool) bool {
+	p := &d.prog
+	if mark {
+		p.lastPoll.Store(int64(d.now()))
+	}
+	if !p.role.TryLock() {
+		return false
+	}
+	defer p.role.Unlock()
+	n, err := d.conn.TryReadBatch(p.msgs)
+	if err != nil || n == 0 {
+		return false
+	}
+	d.process(n)
+	return true
+}
+
+// stopPolling tells a parked reader that the application no longer polls:
+// it is about to sleep.
+func (d *Device) stopPolling() {
+	p := &d.prog
+	if p.lastPoll.Swap(0) != 0 {
+		select {
+		case p.resume <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// readLoop is the reader goroutine.
+func (d *Device) readLoop() {
+	defer d.wg.Done()
+	p := &d.prog
+	park := time.NewTimer(time.Hour)
+	defer park.Stop()
+	var busy busyPoll
+	for {
+		if !d.parkWhilePolled(park) {
+			return
+		}
+		var n int
+		var err error
+		if d.cfg.BusyPoll > 0 {
+			p.role.Lock()
+			if n, err = d.conn.TryReadBatch(p.msgs); n == 0 {
+				p.role.Unlock()
+			}
+		}
+		if n == 0 && err == nil && !d.spin(&busy) {
+			n, err = d.conn.ReadBatchTurn(p.msgs, &p.role) // the role is held when n > 0
+		}
+		if n > 0 {
+			d.process(n)
+			p.role.Unlock()
+			busy.idleSince = time.Time{}
+		}
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) || d.closed() {
+				return
+			}
+			d.log.Warn("softnic: read", zap.Error(err))
+		}
+	}
+}
+
+// parkWhilePolled keeps the reader off the socket while an application
+// polls. It reports false when the device closes.
+func (d *Device) parkWhilePolled(park *time.Timer) bool {
+	p := &d.prog
+	for parked := false; ; parked = true {
+		last := p.lastPoll.Load()
+		if last == 0 {
+			return true
+		}
+		left := qp.Time(last).Add(pollIdle).Sub(d.now())
+		if left <= 0 {
+			p.lastPoll.CompareAndSwap(last, 0)
+			return true
+		}
+		if parked {
+			// Polled for a while: a streak, not polls between waits.
+			// Registering the socket again costs system calls and
+			// allocations, so it is not done for every poll.
+			d.conn.StopWaiting()
+		}
+		park.Reset(left)
+		select {
+		case <-d.done:
+			return false
+		case <-p.resume:
+		case <-park.C:
+		}
+	}
+}
+
+// process hands the n datagrams of p.msgs to their QPs and sends the QPs'
+// answers. p.role is held.
+func (d *Device) process(n int) {
+	p := &d.prog
+	now := d.now()
+	for i := range n {
+		m := &p.msgs[i]
+		local := m.Local
+		if !local.IsValid() {
+			local = d.local.Addr()
+		}
+		dst := netip.AddrPortFrom(local, d.local.Port())
+		for dg := range udp.Segments(m) {
+			d.receive(dg, m.Addr, dst, now, &p.in)
+		}
+	}
+	for _, q := range p.in.dirty {
+		q.dirty = false
+		q.mu.Lock()
+		q.flushLocked(p.out, now)
+		q.mu.Unlock()
+	}
+	clear(p.in.dirty)
+	p.in.dirty = p.in.dirty[:0]
+	d.cm.poll()
+}
+
+// busyPoll is the state of a busy-polling reader.
+type busyPoll struct {
+	rings     *AttachServer // whose queues are polled, with doorbells off
+	idleSince time.Time     // since when nothing came; zero while work comes
+}
+
+// spin reports whether a reader that found the socket empty polls again
+// instead of sleeping: when the device busy-polls (Config.BusyPoll), it
+// polls the socket and the attached processes' queues until nothing has
+// come for Config.BusyPoll.
+func (d *Device) spin(b *busyPoll) bool {
+	if d.cfg.BusyPoll <= 0 {
+		return false
+	}
+	if b.rings == nil {
+		if b.rings = d.rings.Load(); b.rings != nil {
+			b.rings.busyPolling(true)
+		}
+	}
+	if b.rings != nil && b.rings.pollRings() {
+		b.idleSince = time.Time{}
+		return true
+	}
+	now := time.Now()
+	if b.idleSince.IsZero() {
+		b.idleSince = now
+		return true
+	}
+	if now.Sub(b.idleSince) < d.cfg.BusyPoll {
+		return true
+	}
+	if b.rings != nil {
+		b.rings.busyPolling(false)
+		b.rings = nil
+	}
+	b.idleSince = time.Time{}
+	return false
+}

@@ -1,0 +1,168 @@
+package nic_test
+
+import (
+	"context"
+	"runtime"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/qp"
+)
+
+// noLoss are counters that a lost, repeated or reordered packet moves on
+// one side or the other.
+var noLoss = []string{"retransmitted_pkts", "duplicate_request", "out_of_seq_request", "rcvd_seq_err", "completer_retry_err"}
+
+// Packets are processed by whoever holds the device's progress role: the
+// reader goroutine, or an application polling its CQ. Two applications on
+// one device, one that polls in streaks (and sleeps between them, so the
+// reader takes over) and one that waits, each keep FETCH_ADDs on one word
+// of the peer in flight: every FETCH_ADD completes once, and the values
+// they fetched are each count exactly once, so that no request was
+// executed twice or lost; no packet was resent, repeated or taken out of
+// order.
+func TestPollAndReaderHandOver(t *testing.T) {
+	const (
+		perQP = 600
+		depth = 8
+	)
+	a := openDevice(t, nic.Config{})
+	b := endOn(t, openDevice(t, nic.Config{}))
+	opts := nic.ConnectOptions{Timeout: 20} // 4 s: under -race, nothing resent for being slow
+	ends := []*end{endOn(t, a), endOn(t, a)}
+	for _, e := range ends {
+		peer, err := b.pd.CreateQP(nic.QPConfig{SendCQ: b.cq})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.qp.Connect(b.dev.Addr(), peer.Num(), opts); err != nil {
+			t.Fatal(err)
+		}
+		if err := peer.Connect(a.Addr(), e.qp.Num(), opts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fetched := make([][]uint64, len(ends))
+	var wg sync.WaitGroup
+	for i, e := range ends {
+		polls := i == 0
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			var wcs [depth]qp.WC
+			posted, done := 0, 0
+			for done < perQP {
+				for posted < perQP && posted-done < depth {
+					slot := posted % depth
+					wr := qp.SendWR{ID: uint64(slot), Opcode: qp.WRFetchAdd, Flags: qp.Signaled, SGL: []qp.SGE{e.mr.SGE(8*slot, 8)},
+						RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey(), CompareAdd: 1}
+					if err := e.qp.PostSend(&wr); err != nil {
+						t.Error(err)
+						return
+					}
+					posted++
+				}
+				var n int
+				var err error
+				switch {
+				case polls && done%100 < 50: // a streak of polls
+					n, err = e.cq.Poll(wcs[:])
+				case polls && done%100 == 50:
+					time.Sleep(time.Millisecond) // off: the reader resumes
+					fallthrough
+				default:
+					n, err = e.cq.Wait(ctx, wcs[:])
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				syncMemory(e)
+				for _, wc := range wcs[:n] {
+					if wc.Status != qp.Success {
+						t.Errorf("FETCH_ADD: %v", wc.String())
+						return
+					}
+					fetched[i] = append(fetched[i], leUint64(e.mr.Bytes()[8*wc.ID:]))
+				}
+				done += n
+			}
+		})
+	}
+	wg.Wait()
+	all := slices.Concat(fetched...)
+	slices.Sort(all)
+	if len(all) != len(ends)*perQP {
+		t.Fatalf("%d FETCH_ADDs completed, want %d", len(all), len(ends)*perQP)
+	}
+	for i, v := range all {
+		if v != uint64(i) {
+			t.Fatalf("the %dth value fetched is %d: a FETCH_ADD executed twice or not at all", i, v)
+		}
+	}
+	for _, d := range []*nic.Device{a, b.dev} {
+		for _, name := range noLoss {
+			if v, _ := d.Counter(name); v != 0 {
+				t.Errorf("%v: %s = %d, want 0", d.Addr(), name, v)
+			}
+		}
+	}
+}
+
+func leUint64(b []byte) uint64 {
+	return uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
+}
+
+// A round trip completed by polling, the device's packets processed by the
+// poller, allocates nothing: neither the post, nor the polls that find
+// nothing and read the socket, nor what they process, nor the peer device.
+// What is counted is every goroutine's allocations, which rare events
+// leave at a fraction of one per round trip (the waiter of a contended
+// lock, the socket registered again in the netpoller when the reader comes
+// back between two polls); one on the path would make it one at least.
+func TestPollRoundTripAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's sync.Pool drops packet batches on purpose")
+	}
+	a, b := connected(t, nic.Config{}, nic.ConnectOptions{})
+	for _, op := range []qp.WROpcode{qp.WRWrite, qp.WRRead, qp.WRFetchAdd} {
+		wr := qp.SendWR{Opcode: op, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey(), CompareAdd: 1}
+		var wcs [1]qp.WC
+		roundTrip := func() {
+			if err := a.qp.PostSend(&wr); err != nil {
+				t.Fatal(err)
+			}
+			for {
+				n, err := a.cq.Poll(wcs[:])
+				if err != nil || n == 1 && wcs[0].Status != qp.Success {
+					t.Fatalf("%v: %v, %v", op, wcs[0].String(), err)
+				}
+				if n == 1 {
+					return
+				}
+			}
+		}
+		roundTrip() // the batches' pools fill
+		if n := mallocsPer(200, roundTrip); n >= 1 {
+			t.Errorf("%v: %v allocations per round trip, want 0", op, n)
+		}
+	}
+}
+
+// mallocsPer is testing.AllocsPerRun without its GOMAXPROCS of 1, under
+// which a goroutine that polls in a loop leaves the peer device's
+// goroutines a CPU only when the scheduler preempts it, every 10 ms. It
+// counts every goroutine's allocations.
+func mallocsPer(runs int, f func()) float64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range runs {
+		f()
+	}
+	runtime.ReadMemStats(&after)
+	return float64(after.Mallocs-before.Mallocs) / float64(runs)
+}
