@@ -9,6 +9,7 @@ type DevCounter int
 const (
 	BadICRC           DevCounter = iota // packets whose ICRC did not verify
 	ICRCIPIDRecovered                   // IPv4 packets accepted with a recovered IP identification (Config.RecoverIPID)
+	ICRCIPIDVerified                    // IPv4 packets whose ICRC verified with the identification a raw socket saw them carry (udp.Options.IPIDs)
 	Malformed                           // packets that did not decode (wire.Packet.Decode)
 	UnknownQP                           // packets for a QP number the device does not have
 	AccessHolds                         // times a source was held back for failing too many R_Key checks (held_access counts its dropped requests)
@@ -34,7 +35,7 @@ const (
 )
 
 var devCounterNames = [numDevCounters]string{
-	"bad_icrc", "icrc_ipid_recovered", "malformed", "unknown_qp", "access_holds", "fault_dropped", "fault_duplicated",
+	"bad_icrc", "icrc_ipid_recovered", "icrc_ipid_verified", "malformed", "unknown_qp", "access_holds", "fault_dropped", "fault_duplicated",
 	"fault_corrupted", "fault_delayed", "cm_tx_msgs", "cm_tx_retries", "cm_rx_msgs",
 	"cm_rx_duplicates", "cm_rx_dropped", "cm_established", "cm_disconnected",
 	"cm_rejected_busy", "cm_handshake_timeouts", "path_mtu_exceeded",

@@ -87,11 +87,16 @@ type Config struct {
 	MaxQPs int
 	// RecoverIPID accepts IPv4 packets whose ICRC verifies only under an IP
 	// identification other than 0, which the socket does not show: Linux
-	// rxe numbers its datagrams, and its ICRC covers the number (see
-	// wire.Envelope.RecoverIPID). Such packets are counted as
-	// icrc_ipid_recovered. It is off by default because it spends 16 of the
-	// ICRC's 32 bits of protection on finding the identification; softnic
-	// peers send identification 0 and keep all 32.
+	// rxe numbers its datagrams, and its ICRC covers the number.
+	// RecoverIPID finds the identification the ICRC points at
+	// (wire.Envelope.RecoverIPID, counted as icrc_ipid_recovered), which
+	// spends 16 of the ICRC's 32 bits of protection on it. With
+	// UDP.IPIDs too, where the process may open a raw socket (CAP_NET_RAW),
+	// the device sees the identification a packet carries and checks the
+	// ICRC with it exactly (counted as icrc_ipid_verified), recovering it
+	// only for a packet the raw socket did not see (UDP.IPIDs alone checks
+	// exactly and recovers nothing). It is off by default: softnic peers
+	// send identification 0 and keep all 32 bits.
 	RecoverIPID bool
 	// CM bounds what the connection manager holds for the connection
 	// requests it receives (see CMLimits).
@@ -342,9 +347,21 @@ func (d *Device) receive(b []byte, src, dst netip.AddrPort, now qp.Time, in *inb
 		}
 	}()
 	if err := env.Check(b); err != nil {
-		id, ok := uint16(0), false
-		if d.cfg.RecoverIPID {
-			id, ok = env.RecoverIPID(b)
+		// Not with identification 0: with the one the packet carries, if
+		// the socket saw it (udp.Options.IPIDs); else, with RecoverIPID,
+		// with the one the ICRC points at.
+		id, seen, ok := d.conn.IPIDOf(src, b, func(id uint16) bool {
+			e := env
+			e.IPID = id
+			return e.Check(b) == nil
+		})
+		switch {
+		case ok:
+			d.devc.inc(ICRCIPIDVerified)
+		case !seen && d.cfg.RecoverIPID:
+			if id, ok = env.RecoverIPID(b); ok {
+				d.devc.inc(ICRCIPIDRecovered)
+			}
 		}
 		if !ok {
 			d.devc.inc(BadICRC)
@@ -352,7 +369,6 @@ func (d *Device) receive(b []byte, src, dst netip.AddrPort, now qp.Time, in *inb
 			return
 		}
 		env.IPID = id
-		d.devc.inc(ICRCIPIDRecovered)
 	}
 	if err := in.pkt.Decode(b); err != nil {
 		d.devc.inc(Malformed)

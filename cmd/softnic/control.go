@@ -61,7 +61,8 @@ type deviceInfo struct {
 	Listen      string    `json:"listen"`
 	CMPort      uint16    `json:"cm_port"`
 	MTU         int       `json:"mtu"`
-	UDP         string    `json:"udp"` // socket offloads and buffer sizes
+	UDP         string    `json:"udp"`  // socket offloads and buffer sizes
+	ICRC        string    `json:"icrc"` // how the ICRC of rxe's packets is checked
 	Control     string    `json:"control"`
 	Pcap        string    `json:"pcap,omitempty"`
 	Faults      string    `json:"faults,omitempty"`

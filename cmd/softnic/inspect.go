@@ -73,6 +73,7 @@ func printInfo(w io.Writer, result json.RawMessage) error {
 		{"rdma_cm port", strconv.Itoa(int(in.CMPort))},
 		{"MTU", strconv.Itoa(in.MTU)},
 		{"UDP socket", in.UDP},
+		{"ICRC of rxe's packets", orNone(in.ICRC)},
 		{"control socket", in.Control},
 		{"pcap", orNone(in.Pcap)},
 		{"faults", orNone(in.Faults)},

@@ -29,6 +29,7 @@ import (
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/quota"
+	"github.com/softnic/softnic/nic/udp"
 	"github.com/softnic/softnic/qp"
 )
 
@@ -59,7 +60,8 @@ type serveConfig struct {
 	spec     string // the --faults text, for info
 	busyPoll time.Duration
 	cm       nic.CMLimits
-	mtu      int // --mtu: the cap of every path MTU; 0 for none below 4096
+	mtu      int  // --mtu: the cap of every path MTU; 0 for none below 4096
+	strict   bool // --strict-icrc: no recovery of IPv4 identifications
 	// allowGroup is the group whose members may use the control socket
 	// besides the daemon's user and root; -1 for none.
 	allowGroup int
@@ -85,6 +87,8 @@ func defineServe(fs *flag.FlagSet) func(*invocation) error {
 		"N a number (k, m, g allowed) or unlimited; repeat for more (softnic stat shows each with its use)")
 	mtu := addMTUFlag(fs, 0, "cap the path `MTU` of every connection: 256 to 4096 (default: what the interface toward each peer carries, "+
 		"as rxe derives it: 1024 on 1500-byte Ethernet)")
+	strict := fs.Bool("strict-icrc", false, "accept an IPv4 packet only if its ICRC verifies with identification 0 (softnic's) or with the one "+
+		"a raw socket saw it carry (CAP_NET_RAW): no recovery of Linux rxe's identifications from the ICRC")
 	halfOpen := fs.Int("cm-half-open", 0, "accept at most `N` connection requests at once whose handshake has not completed "+
 		"(default 256); more are rejected, reason no resources")
 	halfOpenPerSource := fs.Int("cm-half-open-per-source", 0, "the same, from one IPv4 address or IPv6 /64: at most `N` (default 32)")
@@ -109,7 +113,7 @@ func defineServe(fs *flag.FlagSet) func(*invocation) error {
 		if err := checkMTUFlag(mtu.val); err != nil {
 			return err
 		}
-		cfg.mtu = mtu.val
+		cfg.mtu, cfg.strict = mtu.val, *strict
 		if *halfOpen < 0 || *halfOpenPerSource < 0 || *handshake < 0 {
 			return usagef("--cm-half-open %d, --cm-half-open-per-source %d, --cm-handshake-timeout %v: want 0 (the default) or more",
 				*halfOpen, *halfOpenPerSource, *handshake)
@@ -166,6 +170,20 @@ func lookupGroup(name string) (int, error) {
 		}
 	}
 	return strconv.Atoi(g.Gid)
+}
+
+// icrcMode says in words how the daemon checks the ICRC of IPv4 packets
+// whose identification is not 0 (Linux rxe's).
+func (d *daemon) icrcMode() string {
+	switch raw := d.dev.Features().IPIDs; {
+	case raw && d.cfg.strict:
+		return "exact: with the identification a raw socket saw (--strict-icrc)"
+	case raw:
+		return "exact: with the identification a raw socket saw; recovered from the ICRC for a packet it missed"
+	case d.cfg.strict:
+		return "identification 0 only (--strict-icrc without CAP_NET_RAW: Linux rxe's packets are dropped)"
+	}
+	return "identification recovered from the ICRC (no CAP_NET_RAW for a raw socket)"
 }
 
 // busyPollText is how info shows --busy-poll: empty when it is off.
@@ -323,7 +341,10 @@ func (d *daemon) start() error {
 			return fmt.Errorf("--pcap: %w", err)
 		}
 	}
-	ncfg := nic.Config{Addr: cfg.listen, Logger: d.log, Faults: cfg.faults, Embed: true, BusyPoll: cfg.busyPoll, CM: cfg.cm, MTU: cfg.mtu}
+	ncfg := nic.Config{Addr: cfg.listen, Logger: d.log, Faults: cfg.faults, Embed: true, BusyPoll: cfg.busyPoll, CM: cfg.cm, MTU: cfg.mtu,
+		// Linux rxe's packets: their IPv4 identifications are checked as
+		// they are where a raw socket shows them, recovered otherwise.
+		RecoverIPID: !cfg.strict, UDP: udp.Options{IPIDs: true}}
 	if d.capture != nil {
 		ncfg.Trace = d.capture.TraceBoth()
 	}
@@ -744,7 +765,7 @@ func (d *daemon) info() *deviceInfo {
 	d.mu.Unlock()
 	return &deviceInfo{
 		Version: buildVersion(), PID: os.Getpid(), Started: d.started,
-		Listen: d.dev.Addr().String(), CMPort: d.ln.Port(), MTU: d.dev.MTU(), UDP: d.dev.Features().String(),
+		Listen: d.dev.Addr().String(), CMPort: d.ln.Port(), MTU: d.dev.MTU(), UDP: d.dev.Features().String(), ICRC: d.icrcMode(),
 		Control: d.cfg.control, Pcap: d.cfg.pcap, Faults: d.cfg.spec, BusyPoll: busyPollText(d.cfg.busyPoll),
 		Regions: len(d.regions), Connections: conns, RecvBuffers: recvBuffers, RecvBufSize: recvBufferSize,
 		Attached: attachedPIDs(d.attach.Processes()),

@@ -74,6 +74,11 @@ type Options struct {
 	// DisableGSO and DisableGRO keep the offloads off even when the kernel has
 	// them. The environment variables EnvNoGSO and EnvNoGRO do the same.
 	DisableGSO, DisableGRO bool
+	// IPIDs has the Conn learn the IPv4 identification of the datagrams it
+	// receives, for Conn.IPIDOf, from a raw socket beside it (Linux, with
+	// CAP_NET_RAW; Features says whether it has one; see ipid.go). Without
+	// the privilege the Conn works as without IPIDs.
+	IPIDs bool
 }
 
 // withDefaults fills in the default buffer sizes and applies the environment
@@ -109,6 +114,9 @@ type Features struct {
 	// RecvBuffer and SendBuffer are the socket buffer sizes the kernel reports
 	// (Linux reports twice the size asked for: half is bookkeeping).
 	RecvBuffer, SendBuffer int
+	// IPIDs is true when Options.IPIDs asked for the identifications of
+	// received IPv4 datagrams and the raw socket that shows them is open.
+	IPIDs bool
 }
 
 // String formats f on one line for logs, e.g. "gso=on(64) gro=on rcvbuf=16777216 sndbuf=16777216".
@@ -121,7 +129,11 @@ func (f Features) String() string {
 	if f.GRO {
 		gro = "on"
 	}
-	return fmt.Sprintf("gso=%s gro=%s rcvbuf=%d sndbuf=%d", gso, gro, f.RecvBuffer, f.SendBuffer)
+	s := fmt.Sprintf("gso=%s gro=%s rcvbuf=%d sndbuf=%d", gso, gro, f.RecvBuffer, f.SendBuffer)
+	if f.IPIDs {
+		s += " ipids=raw"
+	}
+	return s
 }
 
 // Stats counts events the Conn absorbed instead of returning them as errors.
@@ -240,6 +252,7 @@ type Conn struct {
 	local netip.AddrPort
 	stats counters
 	sys   sysConn // the platform's state, see conn_linux.go and conn_other.go
+	ids   *ipids  // with Options.IPIDs and the privilege: see ipid.go
 }
 
 // Listen opens a UDP socket bound to addr (IPv4, or IPv6 only: an IPv6 socket
@@ -265,6 +278,9 @@ func Listen(addr netip.AddrPort, opt Options) (*Conn, error) {
 		uc.Close()
 		return nil, fmt.Errorf("udp: listen on %v: %w", addr, err)
 	}
+	if opt.IPIDs && c.local.Addr().Is4() {
+		c.ids, _ = openIPIDs(c.local) // without the privilege, without
+	}
 	return c, nil
 }
 
@@ -274,7 +290,11 @@ func (c *Conn) LocalAddr() netip.AddrPort { return c.local }
 
 // Features reports the offloads in use; GSO may turn off during the life of
 // the Conn (see Stats.GSOFallbacks).
-func (c *Conn) Features() Features { return c.features() }
+func (c *Conn) Features() Features {
+	f := c.features()
+	f.IPIDs = c.ids != nil
+	return f
+}
 
 // Stats returns a snapshot of the Conn's counters.
 func (c *Conn) Stats() Stats {
@@ -328,4 +348,9 @@ func (c *Conn) StopWaiting() { c.stopWaiting() }
 
 // Close closes the socket and wakes a ReadBatch, ReadBatchTurn or
 // WriteBatch blocked on it.
-func (c *Conn) Close() error { return c.close() }
+func (c *Conn) Close() error {
+	if c.ids != nil {
+		c.ids.close()
+	}
+	return c.close()
+}

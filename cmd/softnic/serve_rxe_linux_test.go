@@ -1,0 +1,56 @@
+//go:build linux
+
+package main
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/softnic/softnic/nic/udp/udptest"
+	"github.com/softnic/softnic/wire"
+)
+
+// TestServeTakesRxePackets: softnic serve takes packets that carry a
+// non-zero IPv4 identification, as Linux rxe's do, and (with the
+// privilege for a raw socket) checks their ICRC with the identification
+// they carry: a packet sealed with another is dropped. The packets are
+// for a QP the daemon does not have, which it counts once the ICRC passed.
+func TestServeTakesRxePackets(t *testing.T) {
+	for _, strict := range []bool{false, true} {
+		args := []string{"--region", "mem:4k"}
+		if strict {
+			args = append(args, "--strict-icrc")
+		}
+		d := startDaemon(t, args...)
+		var info deviceInfo
+		d.inspect(t, "info", &info)
+		f := wire.Fields{BTH: wire.BTHFields{OpCode: wire.OpRCAck, PKey: 0xFFFF, DestQP: 0x999, PSN: 5},
+			AETH: wire.AETHFields{Syndrome: wire.ACKSyndrome(31)}}
+		send := func(sealed, sent uint16) {
+			t.Helper()
+			pkt := make([]byte, f.Len(0))
+			if _, err := f.Encode(pkt, nil); err != nil {
+				t.Fatal(err)
+			}
+			src, dst := netip.MustParseAddrPort("127.0.0.1:40998"), netip.MustParseAddrPort(d.ready.Listen)
+			env := wire.Envelope{Src: src, Dst: dst, IPID: sealed}
+			env.Seal(pkt)
+			if err := udptest.SendIPv4(src, dst, sent, pkt); err != nil {
+				t.Skipf("no raw socket to send rxe's packets with: %v", err)
+			}
+		}
+		send(0x1234, 0x1234)
+		if !waitFor(5*time.Second, func() bool { return d.counter(t, "unknown_qp") == 1 }) {
+			t.Fatalf("strict %v: an rxe packet was not taken: unknown_qp %d, bad_icrc %d", strict, d.counter(t, "unknown_qp"), d.counter(t, "bad_icrc"))
+		}
+		if n := d.counter(t, "icrc_ipid_verified"); n != 1 || info.ICRC == "" {
+			t.Errorf("strict %v: icrc_ipid_verified %d (info says %q), want 1", strict, n, info.ICRC)
+		}
+		send(0x1234, 0x1235)
+		if !waitFor(5*time.Second, func() bool { return d.counter(t, "bad_icrc") == 1 }) || d.counter(t, "unknown_qp") != 1 {
+			t.Errorf("strict %v: a packet sealed with another identification than it carries: bad_icrc %d, unknown_qp %d; want 1 and 1",
+				strict, d.counter(t, "bad_icrc"), d.counter(t, "unknown_qp"))
+		}
+	}
+}
