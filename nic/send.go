@@ -77,7 +77,7 @@ func (d *Device) stage(b *batch, n int, pkt []byte, env *wire.Envelope) int {
 		switch {
 		case fate.Drop:
 			d.devc.inc(FaultDropped)
-			d.trace(Sent, env, pkt, noteFaultDropped)
+			d.trace(Sent, env, pkt, NoteFaultDropped)
 			return n
 		case fate.CorruptBit >= 0:
 			pkt[fate.CorruptBit/8] ^= 1 << (fate.CorruptBit % 8)
@@ -87,13 +87,13 @@ func (d *Device) stage(b *batch, n int, pkt []byte, env *wire.Envelope) int {
 		if fate.Duplicate {
 			d.devc.inc(FaultDuplicated)
 			copies = 2
-			note = "duplicated by the fault injector"
+			note = NoteFaultDuplicated
 		}
 		if fate.Delay > 0 {
 			d.devc.inc(FaultDelayed)
-			d.trace(Sent, env, pkt, "delayed by the fault injector")
+			d.trace(Sent, env, pkt, NoteFaultDelayed)
 			for range copies {
-				d.timers.delay(d.now().Add(fate.Delay), slices.Clone(pkt), env.Dst)
+				d.timers.delay(d.now().Add(fate.Delay), slices.Clone(pkt), env)
 			}
 			return n
 		}
@@ -153,9 +153,24 @@ func (d *Device) send(msgs []udp.Message) (sent int, err error) {
 	return sent, err
 }
 
-// noteFaultDropped is the trace note of a packet the fault injector
-// dropped before it reached the socket.
-const noteFaultDropped = "dropped by the fault injector"
+// NoteFaultDropped is the TracePacket.Note of a packet sent that the fault
+// injector dropped before it reached the socket: a trace of both ends
+// shows it never arrived.
+const NoteFaultDropped = "dropped by the fault injector"
+
+// NoteFaultDuplicated is the TracePacket.Note of a packet sent that the
+// fault injector sends twice (it is traced once).
+const NoteFaultDuplicated = "duplicated by the fault injector"
+
+// NoteFaultDelayed is the TracePacket.Note of a packet sent that the fault
+// injector holds back: it is traced again, with NoteFaultReleased, when it
+// goes to the socket.
+const NoteFaultDelayed = "delayed by the fault injector"
+
+// NoteFaultReleased is the TracePacket.Note of a packet the fault injector
+// held back (NoteFaultDelayed) as it goes to the socket at last: after
+// packets sent later, a reordering.
+const NoteFaultReleased = "released by the fault injector"
 
 // sendOne sends a single packet outside any QP (delayed by the fault
 // injector).

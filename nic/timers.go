@@ -1,11 +1,11 @@
 package nic
 
 import (
-	"net/netip"
 	"sync"
 	"time"
 
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/wire"
 )
 
 // timers holds the device's pending wakeups: QP timers, packets the
@@ -19,10 +19,10 @@ type timers struct {
 
 type timerEntry struct {
 	at  qp.Time
-	q   *QP            // a QP whose Deadline is due, or
-	pkt []byte         // a delayed packet
-	dst netip.AddrPort // and where it goes, or
-	fn  func(qp.Time)  // a function to call with the current time
+	q   *QP           // a QP whose Deadline is due, or
+	pkt []byte        // a delayed packet
+	env wire.Envelope // and its datagram, or
+	fn  func(qp.Time) // a function to call with the current time
 }
 
 // timerHeap is a binary min-heap of entries by time, typed so that a push
@@ -82,8 +82,8 @@ func (t *timers) add(e timerEntry) {
 	}
 }
 
-func (t *timers) delay(at qp.Time, pkt []byte, dst netip.AddrPort) {
-	t.add(timerEntry{at: at, pkt: pkt, dst: dst})
+func (t *timers) delay(at qp.Time, pkt []byte, env *wire.Envelope) {
+	t.add(timerEntry{at: at, pkt: pkt, env: *env})
 }
 
 // due pops the entries due at now into buf and returns them with the time
@@ -128,7 +128,8 @@ func (d *Device) timerLoop() {
 				e.fn(now)
 				continue
 			case e.q == nil:
-				d.sendOne(e.pkt, e.dst)
+				d.trace(Sent, &e.env, e.pkt, NoteFaultReleased)
+				d.sendOne(e.pkt, e.env.Dst)
 				continue
 			}
 			q := e.q

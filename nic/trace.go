@@ -35,7 +35,8 @@ type TracePacket struct {
 
 // PcapTrace returns a Trace function that writes packets to w as a
 // capture shows them: every packet the device sends (except those the
-// fault injector dropped, which never reached the wire) and, with
+// fault injector dropped, which never reached the wire, and those it held
+// back, which it writes when they are released) and, with
 // received, every packet it receives, dropped ones included. Leave
 // received off when the devices at both ends write to one w, so that each
 // packet is captured once. onErr, if set, hears of the first write error;
@@ -43,7 +44,7 @@ type TracePacket struct {
 func PcapTrace(w *wire.PcapWriter, received bool, onErr func(error)) func(*TracePacket) {
 	var once sync.Once
 	return func(p *TracePacket) {
-		if p.Dir == Sent && p.Note == noteFaultDropped || p.Dir == Received && !received {
+		if p.Dir == Sent && (p.Note == NoteFaultDropped || p.Note == NoteFaultDelayed) || p.Dir == Received && !received {
 			return
 		}
 		if err := w.WritePacket(p.Time, &p.Env, p.Data); err != nil && onErr != nil {
