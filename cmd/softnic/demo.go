@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -10,17 +11,14 @@ import (
 	"io"
 	"net/netip"
 	"strings"
-	"time"
 
+	"github.com/softnic/softnic/cmd/softnic/internal/ladder"
+	"github.com/softnic/softnic/cmd/softnic/internal/scenario"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/wire"
 )
-
-// stepTimeout bounds each step of the demo: on loopback each takes well
-// under a millisecond, so a step that takes this long has gone wrong.
-const stepTimeout = 5 * time.Second
 
 // The demo's memory: the server's region, and where in it each step works.
 const (
@@ -34,6 +32,10 @@ const (
 func defineDemo(fs *flag.FlagSet) func(*invocation) error {
 	pcap := fs.String("pcap", "", "also write every packet to `FILE`, for Wireshark")
 	mtu := addMTUFlag(fs, 1024, "the NICs' path `MTU`: 256, 512, 1024, 2048 or 4096 (1024 is rxe's on a 1500-byte Ethernet link)")
+	name := fs.String("scenario", "", "instead of the tour, tell the story of one thing going wrong on the link, `NAME` one of: "+
+		strings.Join(scenario.Names(), ", "))
+	step := fs.Bool("step", false, "wait for Enter before each step")
+	html := fs.String("html", "", "also write the ladder of the packets to `FILE`, one HTML page that needs no network to view")
 	return func(inv *invocation) error {
 		if err := inv.parse(0, 0); err != nil {
 			return err
@@ -41,8 +43,82 @@ func defineDemo(fs *flag.FlagSet) func(*invocation) error {
 		if _, ok := wire.MTUFromBytes(mtu.val); !ok {
 			return usagef("--mtu %d: want 256, 512, 1024, 2048 or 4096", mtu.val)
 		}
-		return runDemo(inv.ctx, inv.stdout, mtu.val, *pcap)
+		o := demoOptions{mtu: mtu.val, pcap: *pcap, html: *html}
+		if *step {
+			o.pause = waitForEnter(inv.stdin)
+		}
+		if *name == "" {
+			return runDemo(inv.ctx, inv.stdout, &o)
+		}
+		s := scenario.Lookup(*name)
+		if s == nil {
+			return usagef("--scenario %q: want one of %s", *name, strings.Join(scenario.Names(), ", "))
+		}
+		return runScenario(inv.ctx, inv.stdout, s, &o)
 	}
+}
+
+// demoOptions are demo's flags.
+type demoOptions struct {
+	mtu        int
+	pcap, html string
+	// pause, if set, is called before each step after the first (--step);
+	// it is given the printer, to say what it waits for.
+	pause func(*printer) error
+}
+
+// waitForEnter returns a pause that waits for a line on in.
+func waitForEnter(in io.Reader) func(*printer) error {
+	r := bufio.NewReader(in)
+	return func(out *printer) error {
+		out.say("(press Enter for the next step)")
+		if _, err := r.ReadString('\n'); err != nil {
+			return fmt.Errorf("waiting for Enter: standard input: %w", err)
+		}
+		return nil
+	}
+}
+
+// runScenario runs one scenario (package scenario) with the demo's output:
+// its packets printed as they leave, captured with --pcap, its ladder
+// written with --html.
+func runScenario(ctx context.Context, w io.Writer, s *scenario.Scenario, o *demoOptions) (err error) {
+	out := newPrinter(w)
+	trace, capture, err := o.capture(out)
+	if err != nil {
+		return err
+	}
+	so := scenario.Options{MTU: o.mtu, Open: openDemoNICs, Say: out.say, Trace: trace}
+	if o.pause != nil {
+		so.Pause = func() error { return o.pause(out) }
+	}
+	l, err := s.Run(ctx, so)
+	if capture != nil {
+		err = errors.Join(err, capture.Close())
+	}
+	if l == nil { // the devices did not open
+		return errors.Join(err, out.Err())
+	}
+	if capture != nil {
+		out.say(fmt.Sprintf("\nThe packets are in %s: softnic decode --ladder %s draws them again.", o.pcap, o.pcap))
+	}
+	if o.html != "" {
+		err = errors.Join(err, writeLadderPage(o.html, l, "softnic demo --scenario "+s.Name+": "+s.Title))
+	}
+	return errors.Join(err, out.Err())
+}
+
+// capture returns the trace that prints packets to out and, with --pcap,
+// captures them too, with the capture to close.
+func (o *demoOptions) capture(out *printer) (func(*nic.TracePacket), *capture, error) {
+	if o.pcap == "" {
+		return out.trace, nil, nil
+	}
+	c, err := createCapture(o.pcap)
+	if err != nil {
+		return nil, nil, err
+	}
+	return teeTrace(out.trace, c.Trace()), c, nil
 }
 
 // demo is the state of a demo run: a server NIC hosting a region and a
@@ -110,16 +186,17 @@ var demoSteps = []demoStep{
 
 // runDemo runs every step, printing as it goes, and fails with the first
 // step that did not behave as expected.
-func runDemo(ctx context.Context, w io.Writer, mtu int, pcap string) (err error) {
-	d := &demo{ctx: ctx, out: newPrinter(w), mtu: mtu, dreps: make(chan struct{}, 1)}
+func runDemo(ctx context.Context, w io.Writer, o *demoOptions) (err error) {
+	d := &demo{ctx: ctx, out: newPrinter(w), mtu: o.mtu, dreps: make(chan struct{}, 1)}
 	d.out.seen = d.seen
-	trace := d.out.trace
-	var capture *capture
-	if pcap != "" {
-		if capture, err = createCapture(pcap); err != nil {
-			return err
-		}
-		trace = teeTrace(trace, capture.Trace())
+	trace, capture, err := o.capture(d.out)
+	if err != nil {
+		return err
+	}
+	var rec *ladder.Recorder
+	if o.html != "" {
+		rec = ladder.NewRecorder(ladder.New(ladder.Options{}), false)
+		trace = teeTrace(trace, rec.Trace)
 	}
 	defer func() {
 		d.close()
@@ -129,25 +206,34 @@ func runDemo(ctx context.Context, w io.Writer, mtu int, pcap string) (err error)
 				sent, _ := d.counts()
 				sp, cp := d.server.Addr().Port(), d.client.Addr().Port()
 				if sp == wire.UDPPort && cp == wire.UDPPort {
-					d.out.say(fmt.Sprintf("\nThe %d packets are in %s: open it in Wireshark, or run softnic decode %s.", sent, pcap, pcap))
+					d.out.say(fmt.Sprintf("\nThe %d packets are in %s: open it in Wireshark, or run softnic decode %s.", sent, o.pcap, o.pcap))
 				} else {
 					d.out.say(fmt.Sprintf("\nThe %d packets are in %s. The NICs used UDP ports %d and %d rather than RoCEv2's 4791, "+
 						"so tell Wireshark to decode those ports as InfiniBand (Analyze > Decode As), or run:\n"+
 						"  tshark -r %s -d udp.port==%d,infiniband -d udp.port==%d,infiniband\n"+
-						"  softnic decode --port %d --port %d %s", sent, pcap, sp, cp, pcap, sp, cp, sp, cp, pcap))
+						"softnic decode %s finds them by their ICRC.", sent, o.pcap, sp, cp, o.pcap, sp, cp, o.pcap))
 				}
 			}
 		}
+		if rec != nil && d.server != nil {
+			rec.Do(func(l *ladder.Ladder) { err = errors.Join(err, writeLadderPage(o.html, l, "softnic demo")) })
+		}
 		err = errors.Join(err, d.out.Err())
 	}()
-	if d.server, d.client, err = openDemoNICs(nic.Config{MTU: mtu, Trace: trace}); err != nil {
+	cfg := nic.Config{MTU: o.mtu, Trace: trace}
+	if d.server, d.client, err = openDemoNICs(cfg, cfg); err != nil {
 		return err
 	}
 	d.out.say(fmt.Sprintf("softnic demo: two RoCEv2 NICs in one process, on loopback, with a path MTU of %d bytes:\n"+
 		"the server at %v and the client at %v. Every packet is printed as it leaves its sender,\n"+
 		"in the format of softnic decode: time, source → destination, transport and opcode, QP, PSN, headers, payload, ICRC.",
-		mtu, d.server.Addr(), d.client.Addr()))
+		o.mtu, d.server.Addr(), d.client.Addr()))
 	for i, s := range demoSteps {
+		if i > 0 && o.pause != nil {
+			if err := o.pause(d.out); err != nil {
+				return err
+			}
+		}
 		d.out.say(fmt.Sprintf("\n== %d. %s\n%s", i+1, s.title, s.explain(d)))
 		result, err := s.run(d)
 		if err != nil {
@@ -212,31 +298,15 @@ func (d *demo) word() uint64 {
 // post posts wr on the client's QP, signalled, and waits for its
 // completion.
 func (d *demo) post(wr *qp.SendWR) (qp.WC, error) {
-	wr.Flags |= qp.Signaled
-	if err := d.cconn.QP().PostSend(wr); err != nil {
-		return qp.WC{}, err
-	}
-	return d.wait(d.ccq, "the client's "+wr.Opcode.String())
-}
-
-func (d *demo) wait(cq *nic.CQ, what string) (qp.WC, error) {
-	ctx, cancel := context.WithTimeout(d.ctx, stepTimeout)
-	defer cancel()
-	var wc [1]qp.WC
-	if _, err := cq.Wait(ctx, wc[:]); err != nil {
-		return qp.WC{}, fmt.Errorf("waiting for the completion of %s: %w", what, err)
-	}
-	return wc[0], nil
+	return scenario.Post(d.ctx, d.cconn.QP(), d.ccq, wr)
 }
 
 // postOK is post for an operation that must succeed.
 func (d *demo) postOK(wr *qp.SendWR) (qp.WC, error) {
-	wc, err := d.post(wr)
-	if err == nil && wc.Status != qp.Success {
-		err = fmt.Errorf("the %v completed with %v (%s)", wr.Opcode, wc.Status, wc.Status.Text())
-	}
-	return wc, err
+	return scenario.PostOK(d.ctx, d.cconn.QP(), d.ccq, wr)
 }
+
+func (d *demo) wait(cq *nic.CQ, what string) (qp.WC, error) { return scenario.Wait(d.ctx, cq, what) }
 
 func (d *demo) explainRegister() string {
 	return fmt.Sprintf("The server registers %d bytes of memory for remote read, write and atomic access; "+
@@ -273,7 +343,7 @@ func (d *demo) explainConnect() string {
 }
 
 func (d *demo) connect() (string, error) {
-	ctx, cancel := context.WithTimeout(d.ctx, stepTimeout)
+	ctx, cancel := context.WithTimeout(d.ctx, scenario.StepTimeout)
 	defer cancel()
 	l, err := d.server.Listen(defaultCMPort, nic.ListenOptions{PD: d.spd, QP: nic.QPConfig{SendCQ: d.scq}})
 	if err != nil {
@@ -493,7 +563,7 @@ func (d *demo) disconnect() (string, error) {
 	if err := d.cconn.Close(); err != nil {
 		return "", err
 	}
-	ctx, cancel := context.WithTimeout(d.ctx, stepTimeout)
+	ctx, cancel := context.WithTimeout(d.ctx, scenario.StepTimeout)
 	defer cancel()
 	for _, c := range []<-chan struct{}{d.sconn.Done(), d.dreps} {
 		select {
@@ -514,9 +584,11 @@ var demoAddrs = [2]netip.AddrPort{
 	netip.MustParseAddrPort("127.77.0.2:4791"),
 }
 
-func openDemoNICs(cfg nic.Config) (server, client *nic.Device, err error) {
+// openDemoNICs opens the server's and the client's devices with their
+// configurations, at demoAddrs or else on free ports of 127.0.0.1.
+func openDemoNICs(scfg, ccfg nic.Config) (server, client *nic.Device, err error) {
 	open := func(a, b netip.AddrPort) (*nic.Device, *nic.Device, error) {
-		ca, cb := cfg, cfg
+		ca, cb := scfg, ccfg
 		ca.Addr, cb.Addr = a, b
 		s, err := nic.Open(ca)
 		if err != nil {

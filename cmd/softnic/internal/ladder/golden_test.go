@@ -22,6 +22,16 @@ var goldenDir = filepath.Join("..", "..", "..", "..", "..", "shared", "golden")
 // readCapture draws every RoCEv2 packet of a capture.
 func readCapture(t testing.TB, path string, o Options) *Ladder {
 	t.Helper()
+	l := New(o)
+	for _, p := range capturePackets(t, path) {
+		l.Add(&p)
+	}
+	return l
+}
+
+// capturePackets returns the RoCEv2 packets of a capture.
+func capturePackets(t testing.TB, path string) []Packet {
+	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
@@ -31,17 +41,17 @@ func readCapture(t testing.TB, path string, o Options) *Ladder {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := New(o)
+	var ps []Packet
 	for {
 		fr, err := r.Next()
 		if errors.Is(err, io.EOF) {
-			return l
+			return ps
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
 		if fr.RoCE {
-			l.Add(&Packet{Time: fr.Time, Env: fr.Env, Data: fr.Payload, ICRC: fr.ICRC})
+			ps = append(ps, Packet{Time: fr.Time, Env: fr.Env, Data: bytes.Clone(fr.Payload), ICRC: fr.ICRC})
 		}
 	}
 }

@@ -85,7 +85,7 @@ td.kind { white-space: nowrap; }
 		fmt.Fprintf(bw, "<li>conversation %d: %s %s ⇄ %s, %d %s", c.ID, e(c.Transport), e(c.A.String()), e(c.B.String()),
 			c.Packets, plural(c.Packets, "packet", "packets"))
 		if c.ACKTimeout > 0 {
-			fmt.Fprintf(bw, ", ACK timeout %s", e(duration(c.ACKTimeout)))
+			fmt.Fprintf(bw, ", ACK timeout %s", e(Duration(c.ACKTimeout)))
 		}
 		fmt.Fprintf(bw, "</li>\n")
 	}
@@ -162,7 +162,7 @@ func WriteSVG(w io.Writer, arrows []Arrow, convs []Conversation) error {
 		}
 		fmt.Fprintf(bw, "<g id=\"a%d\" class=\"%s\"><title>%s</title>\n", a.Seq, class, e(tooltip(a)))
 		if i > 0 && a.Time-arrows[i-1].Time >= gapShown {
-			fmt.Fprintf(bw, "<text class=\"gap\" x=\"%d\" y=\"%d\">⋮ %s</text>\n", svgMargin-10, y-svgRow/2+3, e(duration(a.Time-arrows[i-1].Time)))
+			fmt.Fprintf(bw, "<text class=\"gap\" x=\"%d\" y=\"%d\">⋮ %s</text>\n", svgMargin-10, y-svgRow/2+3, e(Duration(a.Time-arrows[i-1].Time)))
 		}
 		fmt.Fprintf(bw, "<text class=\"when\" x=\"%d\" y=\"%d\">%d  %.6f</text>\n", svgMargin-10, y+4, a.Seq, a.Time.Seconds())
 		fmt.Fprintf(bw, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"%s/>\n", from, y, end, y, head)

@@ -11,17 +11,18 @@
 // they were seen, and it keeps the arrows, the conversations and the
 // anomalies, so that a capture (softnic decode --ladder), a demo scenario
 // and a running daemon's live page (softnic serve --http, through
-// Options.Keep) build it the same way. WriteText and WriteHTML render it:
-// lines for a terminal, or one self-contained page with an SVG drawing that
-// needs no network to view.
+// Options.Keep) build it the same way; a Recorder feeds it from devices'
+// traces. WriteText and WriteHTML render it: lines for a terminal, or one
+// self-contained page with an SVG drawing that needs no network to view.
 //
 // The package lives under cmd/softnic because its users are the command's
-// decode, demo and serve; it reads packets with package wire and imports
-// nothing else of softnic. Its judgements come from the packets alone, as
-// a capture shows them, with what a capture cannot show given by the
-// caller (Packet.Lost, Options.ACKTimeout): they are explanations for
-// people, not the transport's own state (package qp), and they may guess
-// wrong where the capture misses packets.
+// decode, demo and serve. It reads packets with package wire; only the
+// Recorder knows package nic, for its trace. Its judgements come from the
+// packets alone, as a capture shows them, with what a capture cannot show
+// given by the caller (Packet.Lost, Packet.Delayed, Options.ACKTimeout):
+// they are explanations for people, not the transport's own state (package
+// qp), and they may guess wrong where the capture misses packets or orders
+// the two ends' packets otherwise than they happened.
 package ladder
 
 import (
@@ -55,8 +56,13 @@ type Packet struct {
 	// was sent: a fault injector dropped it, as a softnic device's trace
 	// reports. A capture cannot know it.
 	Lost bool
+	// Delayed is how long after it was sent the packet arrived, when the
+	// caller knows it was held back on the way (a fault injector's delay):
+	// the ladder then takes a packet that arrives after PSNs sent later for
+	// the original, late, and not for a retransmission.
+	Delayed time.Duration
 	// Note is what the caller knows of the packet beyond its bytes, shown
-	// with its arrow ("dropped by the fault injector").
+	// with its arrow ("dropped: bad ICRC").
 	Note string
 }
 
@@ -110,6 +116,7 @@ type Arrow struct {
 	Size     int             `json:"size"` // payload bytes
 	ICRC     wire.ICRCStatus `json:"icrc"`
 	Lost     bool            `json:"lost,omitempty"`
+	Delayed  time.Duration   `json:"delayed,omitempty"`
 	Note     string          `json:"note,omitempty"`
 	// Err is why the packet did not decode; its other fields are then
 	// the envelope's alone.
@@ -249,13 +256,14 @@ func (l *Ladder) Add(p *Packet) *Arrow {
 	}
 	l.seq++
 	a := Arrow{
-		Seq:  l.seq,
-		Time: p.Time.Sub(l.start),
-		Src:  p.Env.Src,
-		Dst:  p.Env.Dst,
-		ICRC: p.ICRC,
-		Lost: p.Lost,
-		Note: p.Note,
+		Seq:     l.seq,
+		Time:    p.Time.Sub(l.start),
+		Src:     p.Env.Src,
+		Dst:     p.Env.Dst,
+		ICRC:    p.ICRC,
+		Lost:    p.Lost,
+		Delayed: p.Delayed,
+		Note:    p.Note,
 	}
 	err := l.pkt.Decode(p.Data)
 	if err != nil {

@@ -14,19 +14,20 @@ import (
 
 // step is one packet of a scenario, from A to B unless back is set.
 type step struct {
-	back   bool
-	op     wire.OpCode
-	psn    wire.PSN
-	syn    wire.Syndrome
-	msn    uint32
-	size   int    // payload
-	dmalen uint32 // a READ's length
-	orig   uint64 // an ATOMIC ACKNOWLEDGE's original value
-	lost   bool   // never reached its receiver
-	bad    bool   // bad ICRC
-	after  time.Duration
-	want   []Anomaly // what the ladder names on this arrow (Seq is filled in)
-	text   string    // a phrase the first anomaly's text must contain
+	back    bool
+	op      wire.OpCode
+	psn     wire.PSN
+	syn     wire.Syndrome
+	msn     uint32
+	size    int           // payload
+	dmalen  uint32        // a READ's length
+	orig    uint64        // an ATOMIC ACKNOWLEDGE's original value
+	lost    bool          // never reached its receiver
+	delayed time.Duration // held back on the way this long
+	bad     bool          // bad ICRC
+	after   time.Duration
+	want    []Anomaly // what the ladder names on this arrow (Seq is filled in)
+	text    string    // a phrase the first anomaly's text must contain
 }
 
 // conn is two QPs on two hosts: A (10.0.0.1, QP 0x11) and B (10.0.0.2, QP
@@ -75,7 +76,7 @@ func (c *conn) add(s step) *Arrow {
 	if s.bad {
 		icrc = wire.ICRCBad
 	}
-	return c.l.Add(&Packet{Time: c.now, Env: env, Data: encode(c.t, env, &f, s.size), ICRC: icrc, Lost: s.lost})
+	return c.l.Add(&Packet{Time: c.now, Env: env, Data: encode(c.t, env, &f, s.size), ICRC: icrc, Lost: s.lost, Delayed: s.delayed})
 }
 
 // run plays a scenario and checks that each arrow names exactly the
@@ -187,7 +188,24 @@ func TestAnomalies(t *testing.T) {
 		}},
 		{"PSNs the capture missed", Options{}, []step{
 			{op: wire.OpRCWriteOnly, psn: p, size: 8},
-			{op: wire.OpRCWriteOnly, psn: p + 3, size: 8, want: []Anomaly{an(Missing, 0, p+1), an(OutOfSequence, 0, p+1)}, text: "PSNs 0x000101–0x000102 not in the capture"},
+			{op: wire.OpRCWriteOnly, psn: p + 3, size: 8, want: []Anomaly{an(Missing, 0, p+1), an(OutOfSequence, 0, p+1)}, text: "PSNs 0x000101–0x000102 not seen before PSN 0x000103"},
+		}},
+		{"a packet held back: the NAK, go-back-N, and the late original", Options{}, []step{
+			{op: wire.OpRCWriteFirst, psn: p, size: 1024},
+			{op: wire.OpRCWriteLast, psn: p + 2, size: 100, want: []Anomaly{an(Missing, 0, p+1), an(OutOfSequence, 0, p+1)}},
+			{back: true, op: wire.OpRCAck, psn: p + 1, syn: wire.NakSyndrome(wire.NakPSNSequenceError), want: []Anomaly{an(NAK, 0, p+1)}},
+			{op: wire.OpRCWriteMiddle, psn: p + 1, size: 1024, want: []Anomaly{an(Retransmission, CauseNAK, p+1)}},
+			{op: wire.OpRCWriteLast, psn: p + 2, size: 100, want: []Anomaly{an(Retransmission, CauseNAK, p+2)}},
+			{back: true, op: wire.OpRCAck, psn: p + 2, syn: ack, msn: 1},
+			{op: wire.OpRCWriteMiddle, psn: p + 1, size: 1024, delayed: 20 * time.Millisecond, want: []Anomaly{an(Duplicate, 0, p+1)}, text: "held back 20 ms on the way"},
+			{back: true, op: wire.OpRCAck, psn: p + 2, syn: ack, msn: 1, want: []Anomaly{an(Duplicate, 0, p+2)}},
+		}},
+		{"a packet held back less than its retransmission", Options{}, []step{
+			{op: wire.OpRCWriteFirst, psn: p, size: 1024},
+			{op: wire.OpRCWriteLast, psn: p + 2, size: 100, want: []Anomaly{an(Missing, 0, p+1), an(OutOfSequence, 0, p+1)}},
+			{back: true, op: wire.OpRCAck, psn: p + 1, syn: wire.NakSyndrome(wire.NakPSNSequenceError), want: []Anomaly{an(NAK, 0, p+1)}},
+			{op: wire.OpRCWriteMiddle, psn: p + 1, size: 1024, delayed: time.Millisecond},
+			{op: wire.OpRCWriteMiddle, psn: p + 1, size: 1024, want: []Anomaly{an(Retransmission, CauseNAK, p+1), an(Duplicate, 0, p+1)}},
 		}},
 		{"PSNs wrap", Options{}, []step{
 			{op: wire.OpRCWriteOnly, psn: wire.PSNMask, size: 8},

@@ -124,7 +124,8 @@ func (s *stream) find(psn wire.PSN) *request {
 	return nil
 }
 
-// request follows a request packet.
+// request follows a request packet. A PSN before the next one is a
+// retransmission (resend), or the original arriving late (Delayed).
 func (s *stream) request(c *conv, a *Arrow, p *wire.Packet) {
 	psn := a.PSN
 	s.start(psn)
@@ -135,7 +136,7 @@ func (s *stream) request(c *conv, a *Arrow, p *wire.Packet) {
 				s.reqs[last].span = uint32(psn.Sub(s.reqs[last].psn))
 			}
 		} else if d > 0 {
-			a.note(Missing, 0, s.next, fmt.Sprintf("missing: %s not in the capture; the requester went on with PSN %v",
+			a.note(Missing, 0, s.next, fmt.Sprintf("missing: %s not seen before PSN %v: lost on the way, held back, or not captured",
 				psnRange(s.next, psn.Add(wire.PSNMask)), psn))
 		}
 		s.pending, s.burst = pending{}, burst{}
@@ -148,7 +149,7 @@ func (s *stream) request(c *conv, a *Arrow, p *wire.Packet) {
 		}
 		s.reqs = append(s.reqs, request{psn: psn, op: a.OpCode, span: span, seq: a.Seq, time: a.Time, bad: s.bad})
 		s.next, s.spanOpen = psn.Add(max(span, 1)), span == 0
-	} else {
+	} else if a.Delayed == 0 { // a late original is for arrive to name
 		copied = s.resend(c, a)
 	}
 	if a.reaches() {
@@ -183,7 +184,7 @@ func (s *stream) resend(c *conv, a *Arrow) (copied bool) {
 		s.pending = pending{}
 	case r != nil && a.Time-r.time < c.copyWindow():
 		a.note(Duplicate, 0, psn, fmt.Sprintf("duplicate: a second copy of PSN %v, %s after the first (arrow %d), "+
-			"with nothing that makes a requester resend: copied on the way", psn, duration(a.Time-r.time), r.seq))
+			"with nothing that makes a requester resend: copied on the way", psn, Duration(a.Time-r.time), r.seq))
 		s.burst = burst{}
 		return true
 	default:
@@ -212,7 +213,7 @@ func (p *pending) explain(a *Arrow, psn wire.PSN) string {
 		return fmt.Sprintf("retransmission (NAK): the PSN sequence error NAK of arrow %d asked for PSN %v again; go-back-N resends from there", p.seq, p.psn)
 	case CauseRNR:
 		return fmt.Sprintf("retransmission (RNR NAK): PSN %v resent %s after the RNR NAK of arrow %d, whose timer asks for at least %s",
-			psn, duration(a.Time-p.time), p.seq, duration(wire.RNRTimeout(p.timer)))
+			psn, Duration(a.Time-p.time), p.seq, Duration(wire.RNRTimeout(p.timer)))
 	default:
 		return fmt.Sprintf("retransmission (implied NAK): the response of arrow %d passed PSN %v, which got none; the requester sends it again", p.seq, p.psn)
 	}
@@ -223,14 +224,14 @@ func (s *stream) timeout(c *conv, a *Arrow, r *request) string {
 	text := fmt.Sprintf("retransmission (timeout): PSN %v resent", a.PSN)
 	if r != nil {
 		wait := a.Time - r.time
-		text += fmt.Sprintf(" %s after it was last sent (arrow %d) with no ACK for it", duration(wait), r.seq)
+		text += fmt.Sprintf(" %s after it was last sent (arrow %d) with no ACK for it", Duration(wait), r.seq)
 		if n := s.bad - r.bad; n > 0 {
 			text += fmt.Sprintf("; the %d %s meanwhile could not reach the requester (bad ICRC or lost)", n, plural(n, "response", "responses"))
 		}
 		if c.ACKTimeout > 0 {
-			text += "; the ACK timeout is " + duration(c.ACKTimeout)
+			text += "; the ACK timeout is " + Duration(c.ACKTimeout)
 		} else if exp := nearestExponent(wait); exp > 0 {
-			text += fmt.Sprintf("; the nearest ACK timeout is 4.096 µs × 2^%d = %s", exp, duration(ACKTimeout(exp)))
+			text += fmt.Sprintf("; the nearest ACK timeout is 4.096 µs × 2^%d = %s", exp, Duration(ACKTimeout(exp)))
 		}
 	}
 	return text
@@ -277,6 +278,10 @@ func (s *stream) arrive(a *Arrow, copied bool) {
 		}
 	default:
 		text := fmt.Sprintf("duplicate: the responder has PSN %v already; ", psn)
+		if a.Delayed > 0 {
+			text = fmt.Sprintf("duplicate: PSN %v, held back %s on the way, arrives after the requester sent it again; the responder has it already; ",
+				psn, Duration(a.Delayed))
+		}
 		switch {
 		case a.OpCode.IsAtomic():
 			text += "it sends back the original value it saved, without executing the atomic again"
@@ -315,7 +320,7 @@ func (s *stream) response(c *conv, a *Arrow, p *wire.Packet) {
 			s.ack(a)
 		case wire.AckTypeRNRNak:
 			a.note(RNRWait, 0, psn, fmt.Sprintf("RNR NAK: the receiver of PSN %v had no receive buffer posted; "+
-				"the requester waits at least %s (RNR timer %d) and sends it again", psn, duration(wire.RNRTimeout(syn.RNRTimer())), syn.RNRTimer()))
+				"the requester waits at least %s (RNR timer %d) and sends it again", psn, Duration(wire.RNRTimeout(syn.RNRTimer())), syn.RNRTimer()))
 			s.expected, s.oosNAKed = psn, false
 			if a.reaches() {
 				s.pending = pending{cause: CauseRNR, psn: psn, seq: a.Seq, time: a.Time, timer: syn.RNRTimer()}
@@ -323,7 +328,11 @@ func (s *stream) response(c *conv, a *Arrow, p *wire.Packet) {
 		case wire.AckTypeNak:
 			a.note(NAK, 0, psn, nakText(syn.NakCode(), psn))
 			if syn.NakCode() == wire.NakPSNSequenceError {
-				s.expected = psn
+				// The responder expected psn when it sent the NAK; what
+				// the ladder drew after a gap did not move its expected
+				// PSN. Requests drawn between the gap and the NAK that
+				// the responder took after sending it (a capture of
+				// both ends orders such events as it may) already did.
 				if a.reaches() {
 					s.pending = pending{cause: CauseNAK, psn: psn, seq: a.Seq, time: a.Time}
 				}
@@ -483,8 +492,9 @@ func psnRange(first, last wire.PSN) string {
 	return "PSNs " + first.String() + "–" + last.String()
 }
 
-// duration formats d for people: "67.1 ms", "640 µs", "3 µs".
-func duration(d time.Duration) string {
+// Duration formats d as the ladder does, for people: "1.07 s", "67.1 ms",
+// "640 µs".
+func Duration(d time.Duration) string {
 	switch {
 	case d >= time.Second:
 		return fmt.Sprintf("%.3g s", d.Seconds())

@@ -48,14 +48,14 @@ func WriteText(w io.Writer, l *Ladder) error {
 		fmt.Fprintf(bw, "\n== conversation %d: %s %s ⇄ %s, %d %s\n", c.ID, c.Transport, c.A, c.B,
 			c.Packets, plural(c.Packets, "packet", "packets"))
 		if c.ACKTimeout > 0 {
-			fmt.Fprintf(bw, "   ACK timeout %s\n", duration(c.ACKTimeout))
+			fmt.Fprintf(bw, "   ACK timeout %s\n", Duration(c.ACKTimeout))
 		}
 		left, right := c.A.String(), c.B.String()
 		pad := max(1, arrowWidth+2-utf8.RuneCountInString(right))
 		fmt.Fprintf(bw, "%18s%-*s%s\n", "", pad, left, right)
 		for i, a := range byConv[c.ID] {
 			if i > 0 && a.Time-byConv[c.ID][i-1].Time >= gapShown {
-				fmt.Fprintf(bw, "%17s ⋮ %s later\n", "", duration(a.Time-byConv[c.ID][i-1].Time))
+				fmt.Fprintf(bw, "%17s ⋮ %s later\n", "", Duration(a.Time-byConv[c.ID][i-1].Time))
 			}
 			fmt.Fprintf(bw, "%5d %10.6f  %s\n", a.Seq, a.Time.Seconds(), textArrow(a))
 			for _, an := range a.Anomalies {
