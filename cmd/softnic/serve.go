@@ -810,12 +810,13 @@ func (d *daemon) deviceCounters() counterList {
 }
 
 // runtimeCounters are the daemon process's goroutines and live heap (as
-// of the last garbage collection): what a leak would make grow.
+// of the last garbage collection, counted in gc_cycles): what a leak would
+// make grow.
 func runtimeCounters() counterList {
-	samples := []metrics.Sample{{Name: "/sched/goroutines:goroutines"}, {Name: "/gc/heap/live:bytes"}}
+	samples := []metrics.Sample{{Name: "/sched/goroutines:goroutines"}, {Name: "/gc/heap/live:bytes"}, {Name: "/gc/cycles/total:gc-cycles"}}
 	metrics.Read(samples)
 	l := counterList{}
-	for i, name := range []string{"goroutines", "heap_live_bytes"} {
+	for i, name := range []string{"goroutines", "heap_live_bytes", "gc_cycles"} {
 		if samples[i].Value.Kind() == metrics.KindUint64 {
 			l = append(l, counter{name, samples[i].Value.Uint64()})
 		}

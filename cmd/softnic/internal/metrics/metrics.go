@@ -162,6 +162,10 @@ var help = map[string]string{
 	"remote_access_err":      "Requests NAKed with a remote access error.",
 	"uc_dropped_msgs":        "UC messages dropped after a PSN gap or without a receive WR.",
 	"icrc_ipid_recovered":    "IPv4 packets accepted with a recovered IP identification.",
+	"icrc_ipid_verified":     "IPv4 packets whose ICRC verified with the identification a raw socket saw them carry.",
+	"path_mtu_exceeded":      "Packets the kernel refused as larger than the route carries (EMSGSIZE); the path MTU was lowered.",
+	"cm_rejected_busy":       "Connection requests rejected (no resources) beyond the half-open limits.",
+	"cm_handshake_timeouts":  "Connection requests dropped when their handshake did not complete in time.",
 	"cm_tx_msgs":             "Connection manager MADs sent, retransmissions included.",
 	"cm_tx_retries":          "Connection manager MADs sent again after a timeout.",
 	"cm_rx_msgs":             "Connection manager MADs received.",
@@ -177,6 +181,7 @@ var help = map[string]string{
 	"attached_processes":     "Processes attached to the daemon's device.",
 	"goroutines":             "Goroutines of the daemon.",
 	"heap_live_bytes":        "The daemon's live heap as of the last garbage collection.",
+	"gc_cycles":              "The daemon's garbage collections.",
 }
 
 // Collect exports one snapshot.
