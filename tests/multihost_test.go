@@ -35,11 +35,11 @@ type hostPair struct {
 
 // hostDaemon is a softnic serve in one namespace.
 type hostDaemon struct {
-	cmd     *exec.Cmd
-	ready   cliReady
-	socket  string // the control socket
-	stderr  lockedBuffer
-	exited  chan error
+	cmd    *exec.Cmd
+	ready  cliReady
+	socket string // the control socket
+	stderr lockedBuffer
+	exited chan error
 }
 
 // netnsPair makes the namespaces, or skips the test without root or ip.
@@ -396,4 +396,3 @@ func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
-
