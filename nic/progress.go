@@ -72,6 +72,13 @@ type progress struct {
 	// device; 0 when no application polls.
 	lastPoll atomic.Int64
 	resume   chan struct{} // wakes the parked reader
+
+	// doorbells are the QPs posted to while an application polled: the
+	// next poll sends what they hold (ringDoorbells).
+	doorbells struct {
+		mu  sync.Mutex
+		qps []*QP
+	}
 }
 
 // inbound is the scratch state of one batch of received packets.
@@ -93,6 +100,59 @@ func (p *progress) init(gro bool) {
 	p.resume = make(chan struct{}, 1)
 }
 
+// polled reports whether an application polls the device now.
+func (d *Device) polled() bool {
+	last := d.prog.lastPoll.Load()
+	return last != 0 && d.now().Sub(qp.Time(last)) < pollIdle
+}
+
+// doorbellLocked sends what q has to send, or, while an application polls
+// the device, leaves it for that application's next poll, which sends what
+// every QP was given since, each QP's packets in one system call: a
+// program that posts a few operations between two polls sends them
+// together. q.mu is held.
+func (q *QP) doorbellLocked() {
+	d := q.dev
+	if d.polled() && !q.rung {
+		q.rung = true
+		p := &d.prog
+		p.doorbells.mu.Lock()
+		p.doorbells.qps = append(p.doorbells.qps, q)
+		p.doorbells.mu.Unlock()
+	}
+	if !q.rung || !d.polled() {
+		// Nobody polls, or the poller stopped before it took the QP
+		// (stopPolling and the reader ring what was there when it
+		// stopped): send now.
+		q.flushNowLocked()
+	}
+}
+
+// ringDoorbells sends what the QPs posted to while an application polled
+// hold, through b. No QP lock is held.
+func (d *Device) ringDoorbells(b *batch) {
+	p := &d.prog
+	now := d.now()
+	for {
+		p.doorbells.mu.Lock()
+		n := len(p.doorbells.qps)
+		if n == 0 {
+			p.doorbells.mu.Unlock()
+			return
+		}
+		q := p.doorbells.qps[n-1]
+		p.doorbells.qps[n-1] = nil
+		p.doorbells.qps = p.doorbells.qps[:n-1]
+		p.doorbells.mu.Unlock()
+		q.mu.Lock()
+		q.rung = false
+		if !q.destroyed {
+			q.flushLocked(b, now)
+		}
+		q.mu.Unlock()
+	}
+}
+
 // drive is a poller's turn: unless another holds the role, it reads what
 // the socket holds, without waiting, and processes it. It reports whether
 // it processed anything. mark says the caller polls in a loop: the reader
@@ -106,6 +166,7 @@ func (d *Device) drive(mark bool) bool {
 		return false
 	}
 	defer p.role.Unlock()
+	d.ringDoorbells(p.out)
 	n, err := d.conn.TryReadBatch(p.msgs)
 	if err != nil || n == 0 {
 		return false
@@ -119,6 +180,9 @@ func (d *Device) drive(mark bool) bool {
 func (d *Device) stopPolling() {
 	p := &d.prog
 	if p.lastPoll.Swap(0) != 0 {
+		b := d.getBatch()
+		d.ringDoorbells(b)
+		d.putBatch(b)
 		select {
 		case p.resume <- struct{}{}:
 		default:
@@ -173,7 +237,11 @@ func (d *Device) parkWhilePolled(park *time.Timer) bool {
 		}
 		left := qp.Time(last).Add(pollIdle).Sub(d.now())
 		if left <= 0 {
-			p.lastPoll.CompareAndSwap(last, 0)
+			if p.lastPoll.CompareAndSwap(last, 0) {
+				b := d.getBatch() // the reader's own batch is the role holder's
+				d.ringDoorbells(b)
+				d.putBatch(b)
+			}
 			return true
 		}
 		if parked {
@@ -211,9 +279,11 @@ func (d *Device) process(n int) {
 	for _, q := range p.in.dirty {
 		q.dirty = false
 		q.mu.Lock()
-		q.flushLocked(p.out, now)
+		q.drainLocked(p.out, now, true)
 		q.mu.Unlock()
 	}
+	d.sendStaged(p.out)
+	d.ringDoorbells(p.out)
 	clear(p.in.dirty)
 	p.in.dirty = p.in.dirty[:0]
 	d.cm.poll()

@@ -470,7 +470,8 @@ type QP struct {
 	commEst    func()
 	commEstPSN wire.PSN // the responder's expected PSN when commEst was set
 
-	dirty bool // owned by the reader goroutine
+	dirty bool // owned by the holder of the device's progress role
+	rung  bool // in the device's doorbells to ring; under mu
 
 	// peer is the connection of an RC or UC QP as the device's other QPs
 	// see it: the QPN it is connected to, with peerLocal set when that
@@ -665,7 +666,10 @@ func (q *QP) Modify(attr *qp.Attr, mask qp.AttrMask) error {
 }
 
 // PostSend posts one send work request (ibv_post_send) and sends what it
-// can at once.
+// can at once; while an application polls the device's CQs (see CQ.Poll),
+// what it posts leaves with that application's next poll instead, with
+// everything posted to the device's QPs since, in as few system calls as
+// it takes.
 func (q *QP) PostSend(wr *qp.SendWR) error { return q.postSend(wr, true) }
 
 // PostSendDeferred posts a send work request without ringing the doorbell:
@@ -689,7 +693,7 @@ func (q *QP) postSend(wr *qp.SendWR, ring bool) error {
 		return err
 	}
 	if ring {
-		q.flushNowLocked()
+		q.doorbellLocked()
 	}
 	return nil
 }
@@ -705,7 +709,7 @@ func (q *QP) RingDoorbell() error {
 	if q.destroyed {
 		return ErrClosed
 	}
-	q.flushNowLocked()
+	q.doorbellLocked()
 	return nil
 }
 
@@ -729,7 +733,7 @@ func (q *QP) PostSends(wrs []qp.SendWR) (int, error) {
 		n++
 	}
 	if n > 0 {
-		q.flushNowLocked()
+		q.doorbellLocked()
 	}
 	return n, err
 }

@@ -17,6 +17,7 @@ import (
 type batch struct {
 	bufs [][]byte
 	msgs []udp.Message
+	n    int // messages staged in msgs, not sent yet
 }
 
 func newBatch() *batch {
@@ -31,30 +32,48 @@ func newBatch() *batch {
 // flushLocked sends everything q wants to send now, in batches, then
 // (re)schedules q's timer. q.mu is held: a QP's packets leave in the order
 // it built them, whichever goroutine drains it.
-func (q *QP) flushLocked(b *batch, now qp.Time) {
+func (q *QP) flushLocked(b *batch, now qp.Time) { q.drainLocked(b, now, false) }
+
+// drainLocked is flushLocked for a batch that may hold other QPs'
+// acknowledgements already; with keep, a QP that has nothing but
+// acknowledgements to send leaves them in b too (b.n counts them), for the
+// caller to send with those of other QPs in one system call. An
+// acknowledgement (an ACK, a NAK, an ATOMIC ACKNOWLEDGE) has no payload
+// and no order with the packets of other goroutines: only the goroutine
+// that processes received packets makes them. Every other packet leaves
+// before q.mu is released.
+func (q *QP) drainLocked(b *batch, now qp.Time, keep bool) {
 	d := q.dev
 	if q.host != nil {
 		q.host.pullSendLocked()
 	}
+	others, acks := b.n, true // others: staged by other QPs
 	for {
-		n, dry := 0, false
-		for n < len(b.msgs)-1 { // room for a duplicate
-			l, dst := q.qp.Transmit(b.bufs[n], now)
+		dry := false
+		for b.n < len(b.msgs)-1 { // room for a duplicate
+			l, dst := q.qp.Transmit(b.bufs[b.n], now)
 			if l == 0 {
 				dry = true
 				break
 			}
-			pkt := b.bufs[n][:l]
+			pkt := b.bufs[b.n][:l]
+			if op := wire.BTH(pkt).OpCode(); op != wire.OpRCAck && op != wire.OpRCAtomicAck {
+				acks = false
+			}
 			env := wire.Envelope{Src: d.sourceFor(dst), Dst: dst}
 			env.Seal(pkt)
 			if d.sendsToPeer(q, pkt, &env) {
-				n = d.stage(b, n, pkt, &env)
+				b.n = d.stage(b, b.n, pkt, &env)
 			}
 		}
-		if n > 0 {
-			if sent, err := d.send(b.msgs[:n]); isMsgSize(err) {
+		if dry && keep && acks {
+			break
+		}
+		if b.n > 0 {
+			if sent, err := d.send(b.msgs[:b.n]); isMsgSize(err) && sent >= others {
 				d.pathTooBig(q, b.msgs[sent].Addr)
 			}
+			b.n, others = 0, 0
 		}
 		if dry {
 			break
@@ -64,6 +83,14 @@ func (q *QP) flushLocked(b *batch, now qp.Time) {
 	q.reportErrorLocked()
 	if q.host != nil {
 		q.host.publishLocked()
+	}
+}
+
+// sendStaged sends what b holds.
+func (d *Device) sendStaged(b *batch) {
+	if b.n > 0 {
+		d.send(b.msgs[:b.n])
+		b.n = 0
 	}
 }
 
