@@ -435,29 +435,50 @@ func (c *Conn) writeBatch(msgs []Message) (int, error) {
 	defer w.mu.Unlock()
 	defer clear(w.iovs[:])
 	sent := 0
+	// plain is set after the kernel refused a GSO send with EMSGSIZE: the
+	// chunk goes again one datagram at a time, which tells whether the
+	// kernel refused the segmentation (the datagram goes: GSO is turned
+	// off) or the datagrams are larger than the route carries (it fails
+	// too, and the caller hears of it; GSO stays on).
+	plain := false
 	for sent < len(msgs) {
 		chunk := msgs[sent:min(len(msgs), sent+MaxBatch)]
 		lim := gsoLimits{maxSegments: 1, maxBytes: maxPayloadIPv4}
 		if c.sys.v6 {
 			lim.maxBytes = maxPayloadIPv6
 		}
-		if c.sys.gso.Load() {
+		if c.sys.gso.Load() && !plain {
 			lim.maxSegments = MaxGSOSegments
 		}
 		nr := splitRuns(chunk, lim, w.runs[:])
 		packed, errno := w.pack(chunk, nr, c.sys.v6)
-		done, retry, err := c.sendRuns(chunk, packed)
+		done, refused, err := c.sendRuns(chunk, packed)
+		if plain && done > 0 {
+			c.gsoRefused() // the datagram the GSO send carried went alone
+		}
+		plain = false
 		sent += done
 		switch {
 		case err != nil:
 			return sent, err
-		case retry:
+		case refused == syscall.EIO:
+			c.gsoRefused()
+			continue
+		case refused == syscall.EMSGSIZE:
+			plain = true
 			continue
 		case errno != 0:
 			return sent, fmt.Errorf("udp: send to %v from %v: %w", msgs[sent].Addr, c.local, errno)
 		}
 	}
 	return sent, nil
+}
+
+// gsoRefused turns GSO off for good: the kernel refused a segmentation
+// that the same datagrams sent one by one passed.
+func (c *Conn) gsoRefused() {
+	c.sys.gso.Store(false)
+	c.stats.gsoFallbacks.Add(1)
 }
 
 // pack builds one sendmmsg entry per run of chunk (run lengths in w.runs[:nr])
@@ -495,17 +516,19 @@ func (w *writer) pack(chunk []Message, nr int, v6 bool) (int, syscall.Errno) {
 	return nr, 0
 }
 
-// sendRuns sends the first nr packed entries and returns how many messages of
-// chunk went out. retry means the kernel refused a GSO send: GSO is now off
-// and the caller should pack the rest again.
-func (c *Conn) sendRuns(chunk []Message, nr int) (done int, retry bool, err error) {
+// sendRuns sends the first nr packed entries and returns how many messages
+// of chunk went out. refused is the errno with which the kernel refused a
+// GSO send (EIO when the route's device cannot checksum, EMSGSIZE when a
+// segment exceeds the path MTU or the kernel's limits): the caller packs
+// the rest again.
+func (c *Conn) sendRuns(chunk []Message, nr int) (done int, refused syscall.Errno, err error) {
 	w := c.sys.wr
 	for k := 0; k < nr; {
 		n, errno := c.sys.sendmmsg(w, w.hdrs[k:nr])
 		if errno == syscall.EAGAIN {
 			// The socket buffer is full: wait for room.
 			if err := c.sys.waitFor(unix.POLLOUT); err != nil {
-				return done, false, c.ioError("poll", err)
+				return done, 0, c.ioError("poll", err)
 			}
 			continue
 		}
@@ -520,20 +543,14 @@ func (c *Conn) sendRuns(chunk []Message, nr int) (done int, retry bool, err erro
 			// sending this entry: count it and send the entry again.
 			c.stats.refused.Add(1)
 		case w.runs[k] > 1 && (errno == syscall.EMSGSIZE || errno == syscall.EIO):
-			// The kernel refused segmentation: EIO when the route's
-			// device cannot checksum, EMSGSIZE when a segment exceeds
-			// the path MTU (in which case the plain sends fail too and
-			// report it).
-			c.sys.gso.Store(false)
-			c.stats.gsoFallbacks.Add(1)
-			return done, true, nil
+			return done, errno, nil
 		case c.sys.closed.Load():
-			return done, false, c.ioError("sendmmsg", net.ErrClosed)
+			return done, 0, c.ioError("sendmmsg", net.ErrClosed)
 		default:
-			return done, false, fmt.Errorf("udp: sendmmsg to %v from %v: %w", chunk[done].Addr, c.local, errno)
+			return done, 0, fmt.Errorf("udp: sendmmsg to %v from %v: %w", chunk[done].Addr, c.local, errno)
 		}
 	}
-	return done, false, nil
+	return done, 0, nil
 }
 
 // sendmmsg sends hdrs without waiting; EBADF once closed.

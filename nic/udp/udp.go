@@ -104,7 +104,8 @@ func envTrue(name string) bool {
 // logs and `softnic info`.
 type Features struct {
 	// GSO is true while sends coalesce runs of equal-sized datagrams into one
-	// UDP_SEGMENT send. It turns false for good if the kernel refuses one.
+	// UDP_SEGMENT send. It turns false for good if the kernel refuses one
+	// (see Stats.GSOFallbacks).
 	GSO bool
 	// GRO is true when the kernel may hand ReadBatch several datagrams of one
 	// sender in one Message (see Message.Segment).
@@ -145,8 +146,11 @@ type Stats struct {
 	// Refused counts ECONNREFUSED reports (an ICMP port unreachable from an
 	// earlier send) that were ignored.
 	Refused uint64
-	// GSOFallbacks counts GSO sends the kernel refused (EMSGSIZE, EIO) and that
-	// were sent again one datagram at a time; GSO is off after the first.
+	// GSOFallbacks counts GSO sends the kernel refused (EIO; or EMSGSIZE
+	// where the datagrams passed one at a time: an EMSGSIZE they meet too
+	// means they exceed the route's MTU, which is returned, GSO staying on)
+	// and that were sent again one datagram at a time; GSO is off after the
+	// first.
 	GSOFallbacks uint64
 }
 
