@@ -143,6 +143,13 @@ func (q *QP) retry(now Time, timeout bool) {
 	q.comp.retrying = true
 	q.req.ssthresh = max(q.req.cwnd/2, minWindow)
 	q.req.cwnd = q.req.ssthresh
+	if timeout {
+		// Nothing came back for a whole timeout: the ACKs that would clock
+		// the resend out are gone, so it starts again from the smallest
+		// window instead of bursting half the old one, as TCP does after
+		// its retransmission timeout.
+		q.req.cwnd = minWindow
+	}
 	q.goBack()
 	q.armTimer(now)
 }

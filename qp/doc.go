@@ -19,8 +19,9 @@
 // that executes each request exactly once and replays READ and ATOMIC
 // responses for duplicates, and a completer that turns ACKs, NAKs and
 // timeouts into completions with ibv_wc_status names. Where softnic departs
-// from rxe (the requester paces itself with a congestion window) the code
-// says so.
+// from rxe the code says so: the requester paces itself with a congestion
+// window, the responder paces its READ responses (readPacer), and a
+// refused R_Key check always gets the same NAK (see Guard).
 //
 // A QP is not safe for concurrent use: the driver serialises every call on
 // one QP. CQs and SRQs are shared by QPs that may be driven from different

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/wire"
 )
 
 // TestLossyLinkRandomOps drives thousands of random operations through a
@@ -189,4 +190,128 @@ func overlapsRead(inflight []*pending, dst, n uint64) bool {
 		}
 	}
 	return false
+}
+
+// TestPacedReads runs 1 MiB transfers over links shaped as Linux's netem
+// shapes them (path): a 5 ms path whose queue holds 1000 packets, and the
+// figures of issue 14 (5% loss, 5 ms delay, 10% reorder). Every transfer
+// completes with the right data. On the clean path the first READ's 1024
+// responses overflow the queue; the loss it brings starts the responder's
+// pacer (readPacer), and the second READ loses nothing. The durations are
+// logged in simulated time.
+func TestPacedReads(t *testing.T) {
+	netem := func(loss, reorder float64) *path {
+		return &path{Delay: 5 * time.Millisecond, Loss: loss, Reorder: reorder, Limit: 1000,
+			rng: rand.New(rand.NewPCG(1, 2)), free: map[*host]qp.Time{}, queued: map[*host]int{}}
+	}
+	tests := []struct {
+		name string
+		path *path
+		op   qp.WROpcode
+		n    int
+		// lossFree: the transfers after the first lose nothing to the
+		// queue.
+		lossFree bool
+	}{
+		{"5 ms, queue of 1000: READ", netem(0, 0), qp.WRRead, 2, true},
+		{"5 ms, queue of 1000: WRITE", netem(0, 0), qp.WRWrite, 2, true},
+		{"5% loss, 5 ms, 10% reorder: READ", netem(0.05, 0.10), qp.WRRead, 1, false},
+		{"5% loss, 5 ms, 10% reorder: WRITE", netem(0.05, 0.10), qp.WRWrite, 1, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			attr := defaultAttr()
+			attr.Timeout = 14 // 67 ms, as softnic's commands and rdma_cm use
+			s, a, b := pair(t, attr)
+			s.tracing, s.path = false, tc.path
+			rng := rand.New(rand.NewPCG(3, 4))
+			const size = 1 << 20
+			src, dst := a.buf, b.buf
+			if tc.op == qp.WRRead {
+				src, dst = b.buf, a.buf
+			}
+			full := 0
+			for i := range tc.n {
+				rngFill(rng, src[:size-8])
+				start := s.now
+				post(t, a, &qp.SendWR{ID: uint64(i), Opcode: tc.op, Flags: qp.Signaled, SGL: sgl(a.sge(0, size-8)), RemoteAddr: b.va(0), RKey: b.region.RKey()})
+				if wc := s.waitWC(a, i+1, time.Minute)[i]; wc.Status != qp.Success {
+					t.Fatalf("transfer %d: %s", i, wc.Status)
+				}
+				if !bytes.Equal(src[:size-8], dst[:size-8]) {
+					t.Fatalf("transfer %d: the data differs", i)
+				}
+				took := time.Duration(s.now - start)
+				t.Logf("%s %d: %v, %.2f MB/s; %d lost to the queue, %d to the link", tc.op, i, took, size/took.Seconds()/1e6, tc.path.full-full, tc.path.lost)
+				if i > 0 && tc.lossFree && tc.path.full != full {
+					t.Errorf("transfer %d lost %d packets to the queue, want none", i, tc.path.full-full)
+				}
+				full = tc.path.full
+			}
+		})
+	}
+}
+
+// TestFastPathAllocs: moving a 64 KiB WRITE or READ from post to completion
+// allocates nothing, READ responses paced (after a lost response) or not.
+func TestFastPathAllocs(t *testing.T) {
+	for _, op := range []qp.WROpcode{qp.WRWrite, qp.WRRead} {
+		t.Run(op.String(), func(t *testing.T) {
+			_, a, b := pair(t, defaultAttr())
+			buf := make([]byte, qp.MaxPacketSize)
+			var pkt wire.Packet
+			now := qp.Time(0)
+			dropOne := op == qp.WRRead // lose one READ response, once: the pacer starts
+			move := func(from, to *host) {
+				for {
+					n, dst := from.qp.Transmit(buf, now)
+					if n == 0 {
+						return
+					}
+					env := wire.Envelope{Src: from.addr, Dst: dst}
+					env.Seal(buf[:n])
+					if err := pkt.Decode(buf[:n]); err != nil {
+						t.Fatal(err)
+					}
+					if dropOne && pkt.OpCode() == wire.OpRCReadResponseMiddle {
+						dropOne = false
+						continue
+					}
+					to.qp.Receive(&pkt, &env, now)
+				}
+			}
+			wr := qp.SendWR{Opcode: op, Flags: qp.Signaled, SGL: sgl(a.sge(0, 64<<10)), RemoteAddr: b.va(0), RKey: b.region.RKey()}
+			var wc [1]qp.WC
+			steps := 0 // of the last transfer
+			transfer := func() {
+				if err := a.qp.PostSend(&wr); err != nil {
+					t.Fatal(err)
+				}
+				for steps = 1; ; steps++ {
+					move(a, b)
+					move(b, a)
+					if n, _ := a.cq.Poll(wc[:]); n == 1 {
+						break
+					}
+					now = now.Add(10 * time.Microsecond)
+					a.qp.Tick(now)
+					b.qp.Tick(now)
+				}
+				if wc[0].Status != qp.Success {
+					t.Fatalf("%s completed with %s", op, wc[0].Status)
+				}
+			}
+			transfer()
+			if op == qp.WRRead && b.counter(qp.DuplicateRequest) == 0 {
+				t.Fatal("the lost READ response was not asked for again")
+			}
+			// 64 READ responses, 17 a paced round.
+			if transfer(); op == qp.WRRead && steps < 4 {
+				t.Errorf("a READ took %d steps, want at least 4: its responses were not paced", steps)
+			}
+			if n := testing.AllocsPerRun(20, transfer); n != 0 {
+				t.Errorf("%v allocations a transfer", n)
+			}
+		})
+	}
 }

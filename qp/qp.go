@@ -52,7 +52,8 @@ type Config struct {
 	SignalAll bool
 	// Window is the most request PSNs an RC requester keeps unacknowledged;
 	// zero picks 256. The requester also halves its congestion window on
-	// every loss, so that it does not overrun a saturated receiver.
+	// every loss, so that it does not overrun a saturated receiver, and
+	// starts again from the smallest window after a timeout.
 	Window int
 	// Counters receives the QP's counts; nil counts nothing.
 	Counters *Counters
@@ -497,7 +498,7 @@ func (q *QP) Receive(p *wire.Packet, env *wire.Envelope, now Time) {
 		}
 	} else {
 		msn := q.resp.msn
-		q.receiveRequest(p, env)
+		q.receiveRequest(p, env, now)
 		q.traffic.RcvdMsgs += uint64(q.resp.msn - msn)
 	}
 	q.afterStep()
@@ -522,7 +523,7 @@ func (q *QP) Transmit(buf []byte, now Time) (n int, dst netip.AddrPort) {
 	if len(buf) < MaxPacketSize {
 		return 0, netip.AddrPort{}
 	}
-	if n = q.nextResponse(buf); n > 0 {
+	if n = q.nextResponse(buf, now); n > 0 {
 		dst = q.attr.Remote
 	} else {
 		switch q.attr.State {
@@ -538,17 +539,22 @@ func (q *QP) Transmit(buf []byte, now Time) (n int, dst netip.AddrPort) {
 	return n, dst
 }
 
-// Deadline returns when the QP next needs a Tick, if it has a timer running.
+// Deadline returns when the QP next needs a Tick, if it has a timer running:
+// the end of an RNR wait, the local ACK timeout, or the next round of READ
+// responses the pacer holds back (which the Transmit after the Tick sends).
 func (q *QP) Deadline() (Time, bool) {
-	switch {
-	case q.req.rnrWait && q.comp.armed:
-		return min(q.req.rnrUntil, q.comp.deadline), true
-	case q.req.rnrWait:
-		return q.req.rnrUntil, true
-	case q.comp.armed:
-		return q.comp.deadline, true
+	t, ok := Time(0), false
+	consider := func(u Time, armed bool) {
+		if armed && (!ok || u < t) {
+			t, ok = u, true
+		}
 	}
-	return 0, false
+	consider(q.req.rnrUntil, q.req.rnrWait)
+	consider(q.comp.deadline, q.comp.armed)
+	if q.resp.outCount > 0 && q.resp.out[q.resp.outHead].kind == respRead {
+		consider(q.resp.pace.next())
+	}
+	return t, ok
 }
 
 // Tick runs the timers that are due at now: the end of an RNR wait and the

@@ -85,6 +85,8 @@ type responder struct {
 	outHead   int
 	outCount  int
 	rdPending int // responses to new READ/ATOMIC requests in out
+
+	pace readPacer
 }
 
 func (r *responder) init(cfg Config) {
@@ -109,6 +111,7 @@ func (r *responder) reset() {
 
 // start readies the responder for INIT→RTR.
 func (r *responder) start(a Attr) {
+	r.pace = readPacer{}
 	r.epsn = a.RQPSN
 	n := max(1, int(a.MaxDestRdAtomic))
 	r.res = make([]resource, n)
@@ -219,19 +222,20 @@ const (
 	held // needs an R_Key check and the Guard holds the peer back: dropped unanswered
 )
 
-// receiveRequest handles a request packet: RC and UC requests, UD datagrams.
-func (q *QP) receiveRequest(p *wire.Packet, env *wire.Envelope) {
+// receiveRequest handles a request packet that came at now: RC and UC
+// requests, UD datagrams.
+func (q *QP) receiveRequest(p *wire.Packet, env *wire.Envelope, now Time) {
 	switch q.cfg.Type {
 	case UD:
 		q.receiveDatagram(p, env)
 	case UC:
 		q.receiveUC(p)
 	default:
-		q.receiveRC(p)
+		q.receiveRC(p, now)
 	}
 }
 
-func (q *QP) receiveRC(p *wire.Packet) {
+func (q *QP) receiveRC(p *wire.Packet, now Time) {
 	r := &q.resp
 	psn := p.BTH.PSN()
 	switch d := psn.Sub(r.epsn); {
@@ -245,7 +249,7 @@ func (q *QP) receiveRC(p *wire.Packet) {
 		return
 	case d < 0:
 		q.cnt.inc(DuplicateRequest)
-		q.duplicate(p, psn)
+		q.duplicate(p, psn, now)
 		return
 	}
 	out, f := q.execute(p)
@@ -563,6 +567,7 @@ func (q *QP) executeRead(p *wire.Packet) (outcome, failure) {
 	psn := p.BTH.PSN()
 	last := psn.Add(npkts - 1)
 	r.msn++ // a READ counts as completed when it is accepted (C9-148), as in rxe
+	r.pace.progress()
 	r.newResource(resource{kind: respRead, first: psn, last: last, rkey: rkey, va: va, length: length})
 	r.push(response{kind: respRead, psn: psn, first: psn, last: last, span: span, remain: length, msn: r.msn, fresh: true})
 	r.epsn = last.Add(1)
@@ -631,7 +636,7 @@ func (q *QP) executeAtomicWrite(p *wire.Packet) (outcome, failure) {
 // WRITE are acknowledged again (C9-105), READ is replayed from the PSN asked
 // for with its rkey checked again, ATOMIC gets its saved result: nothing
 // executes twice.
-func (q *QP) duplicate(p *wire.Packet, psn wire.PSN) {
+func (q *QP) duplicate(p *wire.Packet, psn wire.PSN, now Time) {
 	r := &q.resp
 	op := p.OpCode()
 	switch {
@@ -661,6 +666,7 @@ func (q *QP) duplicate(p *wire.Packet, psn wire.PSN) {
 			}
 			span = s
 		}
+		r.pace.lost(now, psn)
 		if e := r.queuedRead(res.first); e != nil {
 			// Still sending this READ: restart it at the PSN asked for.
 			e.span.Release()
@@ -687,13 +693,20 @@ func (r *responder) queuedRead(first wire.PSN) *response {
 	return nil
 }
 
-// nextResponse encodes the next queued response into buf.
-func (q *QP) nextResponse(buf []byte) int {
+// nextResponse encodes the next queued response into buf, unless it is a
+// READ response the pacer holds back at now.
+func (q *QP) nextResponse(buf []byte, now Time) int {
 	r := &q.resp
 	if r.outCount == 0 {
 		return 0
 	}
 	e := &r.out[r.outHead]
+	if e.kind == respRead {
+		if !r.pace.allow(now) {
+			return 0
+		}
+		r.pace.sentAt(now, e.psn)
+	}
 	f := &q.fields
 	*f = wire.Fields{}
 	f.BTH.PKey, f.BTH.DestQP, f.BTH.PSN = q.attr.PKey, q.attr.DestQPN, e.psn

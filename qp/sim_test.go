@@ -2,6 +2,7 @@ package qp_test
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -159,10 +160,14 @@ type sim struct {
 	latency time.Duration
 	inj     *qp.Injector
 	flights []flight
-	seq     int
+	// sorted says flights is in delivery order.
+	sorted bool
+	seq    int
 	// drop, when set, loses the packets it returns true for: scenario tests
 	// use it to lose a chosen PSN.
-	drop    func(from *host, p *wire.Packet) bool
+	drop func(from *host, p *wire.Packet) bool
+	// path, when set, shapes the link instead of latency and inj.
+	path    *path
 	trace   strings.Builder
 	tracing bool
 	badICRC int
@@ -278,6 +283,12 @@ func (s *sim) transmitAll() bool {
 			if fate.CorruptBit >= 0 {
 				data[fate.CorruptBit/8] ^= 1 << (fate.CorruptBit % 8)
 			}
+			if s.path != nil {
+				if at, ok := s.path.admit(s, to, len(data)); ok {
+					s.sendAt(to, data, env, at)
+				}
+				continue
+			}
 			s.send(to, data, env, s.latency+fate.Delay)
 			if fate.Duplicate {
 				s.send(to, slices.Clone(data), env, s.latency+2*time.Microsecond)
@@ -288,22 +299,74 @@ func (s *sim) transmitAll() bool {
 }
 
 func (s *sim) send(to *host, data []byte, env wire.Envelope, delay time.Duration) {
+	s.sendAt(to, data, env, s.now.Add(delay))
+}
+
+func (s *sim) sendAt(to *host, data []byte, env wire.Envelope, at qp.Time) {
 	s.seq++
-	s.flights = append(s.flights, flight{at: s.now.Add(delay), seq: s.seq, to: to, data: data, env: env})
+	s.flights = append(s.flights, flight{at: at, seq: s.seq, to: to, data: data, env: env})
+	s.sorted = false
+}
+
+// path shapes the link as Linux's netem does, for the tests that measure
+// how long transfers take over a bad network: each way, packets leave at
+// Rate bytes a second (0: at once), a Loss share is lost, the rest arrive
+// Delay later but for a Reorder share that arrives without the delay
+// (overtaking the others, as netem's reorder does), and at most Limit
+// packets may be on the way at once (netem's queue limit): the packets of
+// a burst beyond it are lost.
+type path struct {
+	Delay         time.Duration
+	Loss, Reorder float64
+	Limit         int
+	Rate          float64
+	rng           *rand.Rand
+	free          map[*host]qp.Time // when the way to a host is next free to send
+	queued        map[*host]int     // packets on the way to a host
+	lost, full    int
+}
+
+// admit decides the fate of an n-byte packet s sends to host to now: when
+// it arrives, or that it is lost.
+func (p *path) admit(s *sim, to *host, n int) (qp.Time, bool) {
+	if p.queued[to] >= p.Limit {
+		p.full++
+		return 0, false
+	}
+	if p.rng.Float64() < p.Loss {
+		p.lost++
+		return 0, false
+	}
+	at := max(s.now, p.free[to])
+	if p.Rate > 0 {
+		at = at.Add(time.Duration(float64(n) / p.Rate * float64(time.Second)))
+	}
+	p.free[to] = at
+	p.queued[to]++
+	if p.rng.Float64() >= p.Reorder {
+		at = at.Add(p.Delay)
+	}
+	return at, true
 }
 
 // deliverDue hands every packet whose time has come to its receiver.
 func (s *sim) deliverDue() bool {
-	slices.SortFunc(s.flights, func(x, y flight) int {
-		if x.at != y.at {
-			return int(x.at - y.at)
-		}
-		return x.seq - y.seq
-	})
+	if !s.sorted {
+		slices.SortFunc(s.flights, func(x, y flight) int {
+			if x.at != y.at {
+				return int(x.at - y.at)
+			}
+			return x.seq - y.seq
+		})
+		s.sorted = true
+	}
 	n := 0
 	for n < len(s.flights) && s.flights[n].at <= s.now {
 		f := &s.flights[n]
 		n++
+		if s.path != nil {
+			s.path.queued[f.to]--
+		}
 		if err := f.env.Check(f.data); err != nil {
 			s.badICRC++
 			continue
