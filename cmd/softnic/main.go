@@ -31,7 +31,7 @@ var commands = []command{
 	{"demo", "[--scenario NAME] [--step] [--html FILE] [--pcap FILE] [--mtu N]",
 		"two NICs in one process: WRITE, READ, atomics, SEND, WRITE WITH IMMEDIATE and a bad rkey, every packet decoded; or, with --scenario, one thing going wrong on the link (loss, timeout, rnr, seqerr, atomic-replay, bad-rkey), drawn as a ladder",
 		"softnic demo --scenario loss --step --html loss.html", defineDemo},
-	{"serve", "[--listen ADDR:PORT] [--cm-port PORT] [--region NAME:SIZE[:ACCESS]]... [--pcap FILE] [--control PATH] [--log-level LEVEL] [--faults SPEC] [--busy-poll DURATION] [--metrics ADDR:PORT]",
+	{"serve", "[--listen ADDR:PORT] [--cm-port PORT] [--region NAME:SIZE[:ACCESS]]... [--pcap FILE] [--control PATH] [--log-level LEVEL] [--faults SPEC] [--busy-poll DURATION] [--metrics ADDR:PORT] [--http ADDR:PORT [--http-allow-remote]]",
 		"run the daemon: host memory regions and accept RDMA connections",
 		"softnic serve --listen 127.0.0.1:4791 --region mem:1m:rwa --pcap serve.pcap", defineServe},
 	{"info", "[--control PATH] [--json]", "show a running daemon's device attributes",

@@ -274,6 +274,7 @@ type readyLine struct {
 	Regions []readyRegion `json:"regions"`
 	CMPort  uint16        `json:"cm_port"`
 	Metrics string        `json:"metrics,omitempty"` // --metrics' address, its port picked
+	HTTP    string        `json:"http,omitempty"`    // the live page's URL (--http)
 }
 
 type readyRegion struct {
@@ -297,7 +298,7 @@ func serve(ctx context.Context, cfg *serveConfig, stdout, stderr io.Writer) erro
 		d.stop()
 		return &exitError{status: 2, err: err}
 	}
-	ready := readyLine{Listen: d.dev.Addr().String(), Control: cfg.control, CMPort: d.ln.Port(), Metrics: d.web.metricsAddr}
+	ready := readyLine{Listen: d.dev.Addr().String(), Control: cfg.control, CMPort: d.ln.Port(), Metrics: d.web.metricsAddr, HTTP: d.web.httpURL}
 	for _, r := range d.regions {
 		ready.Regions = append(ready.Regions, readyRegion{Name: r.name, Addr: r.mr.Addr(), Len: r.mr.Len(),
 			RKey: r.mr.RKey(), Access: accessLetters(r.mr.Region().Info().Access)})
@@ -345,9 +346,7 @@ func (d *daemon) start() error {
 		// Linux rxe's packets: their IPv4 identifications are checked as
 		// they are where a raw socket shows them, recovered otherwise.
 		RecoverIPID: !cfg.strict, UDP: udp.Options{IPIDs: true}}
-	if d.capture != nil {
-		ncfg.Trace = d.capture.TraceBoth()
-	}
+	ncfg.Trace = d.trace()
 	if d.dev, err = nic.Open(ncfg); err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
 			return fmt.Errorf("UDP address %v is already in use (another softnic serve? pick another --listen port)", cfg.listen)

@@ -13,8 +13,10 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/softnic/softnic/cmd/softnic/internal/live"
 	"github.com/softnic/softnic/cmd/softnic/internal/metrics"
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic"
 )
 
 // The daemon's HTTP servers, both off unless asked for: Prometheus's
@@ -22,35 +24,79 @@ import (
 
 // webConfig is softnic serve's flags for its HTTP servers.
 type webConfig struct {
-	metrics string // --metrics ADDR:PORT; "" for none
+	metrics     string // --metrics ADDR:PORT; "" for none
+	http        string // --http ADDR:PORT; "" for none
+	allowRemote bool   // --http-allow-remote
 }
 
 // webFlags registers the flags of the HTTP servers on fs and returns a
 // function that checks them once parsed.
 func webFlags(fs *flag.FlagSet) func() (webConfig, error) {
 	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://`ADDR:PORT`/metrics, such as 127.0.0.1:9470 (port 0 picks a free one)")
+	httpAddr := fs.String("http", "", "serve the live page (QPs, regions, counters, the last packets as a ladder) at http://`ADDR:PORT`/, "+
+		"such as 127.0.0.1:8080: a loopback address unless --http-allow-remote")
+	allowRemote := fs.Bool("http-allow-remote", false, "let --http listen on an address other hosts reach: the page asks for no password "+
+		"and shows every QP and region (keys included) and the packets to whoever connects")
 	return func() (webConfig, error) {
-		cfg := webConfig{metrics: *metricsAddr}
+		cfg := webConfig{metrics: *metricsAddr, http: *httpAddr, allowRemote: *allowRemote}
 		if cfg.metrics != "" {
 			if _, _, err := net.SplitHostPort(cfg.metrics); err != nil {
 				return cfg, usagef("--metrics %q: want ADDR:PORT, such as 127.0.0.1:9470", cfg.metrics)
+			}
+		}
+		if cfg.http != "" {
+			if err := checkLoopback(cfg.http, cfg.allowRemote); err != nil {
+				return cfg, usagef("--http %q: %v", cfg.http, err)
 			}
 		}
 		return cfg, nil
 	}
 }
 
+// checkLoopback checks that the listening address addr is a loopback one,
+// unless allowRemote: the live page has no authentication.
+func checkLoopback(addr string, allowRemote bool) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return errors.New("want ADDR:PORT, such as 127.0.0.1:8080")
+	}
+	if allowRemote {
+		return nil
+	}
+	const why = "the live page asks for no password: it listens on a loopback address (127.0.0.1, ::1, localhost) unless --http-allow-remote is given"
+	if host == "" {
+		return errors.New("no address is every interface; " + why)
+	}
+	ips := []net.IP{net.ParseIP(host)}
+	if ips[0] == nil {
+		if ips, err = net.LookupIP(host); err != nil {
+			return fmt.Errorf("%v; %s", err, why)
+		}
+	}
+	for _, ip := range ips {
+		if !ip.IsLoopback() {
+			return fmt.Errorf("%s is not a loopback address; %s", ip, why)
+		}
+	}
+	return nil
+}
+
 // webServers are the daemon's HTTP servers.
 type webServers struct {
 	metrics     net.Listener // --metrics
 	metricsAddr string       // its address, port picked
+	http        net.Listener // --http
+	httpURL     string       // the live page's URL
+	feed        *live.Feed   // the packets for the live page's ladder
+	live        *live.Server
 	servers     []*http.Server
 	wg          sync.WaitGroup
 }
 
 // listenWeb listens on the addresses of the HTTP servers the flags ask
 // for, before the device opens: a bad or busy address stops the daemon
-// before it starts anything.
+// before it starts anything. The live page's feed is made here, for the
+// device's trace.
 func (d *daemon) listenWeb() error {
 	w := &d.web
 	if a := d.cfg.web.metrics; a != "" {
@@ -60,7 +106,33 @@ func (d *daemon) listenWeb() error {
 		}
 		w.metrics, w.metricsAddr = l, l.Addr().String()
 	}
+	if a := d.cfg.web.http; a != "" {
+		l, err := net.Listen("tcp", a)
+		if err != nil {
+			return fmt.Errorf("--http: %w", err)
+		}
+		w.http, w.httpURL, w.feed = l, "http://"+l.Addr().String()+"/", live.NewFeed()
+	}
 	return nil
+}
+
+// trace returns the device's trace function: the capture's (--pcap) and
+// the live page's (--http), or nil for neither.
+func (d *daemon) trace() func(*nic.TracePacket) {
+	var fns []func(*nic.TracePacket)
+	if d.capture != nil {
+		fns = append(fns, d.capture.TraceBoth())
+	}
+	if d.web.feed != nil {
+		fns = append(fns, d.web.feed.Trace)
+	}
+	switch len(fns) {
+	case 0:
+		return nil
+	case 1:
+		return fns[0]
+	}
+	return teeTrace(fns...)
 }
 
 // serveWeb starts serving on the listeners of listenWeb, once the device
@@ -71,8 +143,47 @@ func (d *daemon) serveWeb() {
 		logf := func(format string, args ...any) { d.log.Warn("--metrics: " + fmt.Sprintf(format, args...)) }
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", metrics.Handler(metrics.NewCollector(d.metricsSnapshot, 0, 0), logf))
-		w.serve(d.log, w.metrics, mux, 0)
+		w.serve(d.log, w.metrics, mux, 30*time.Second)
 		d.log.Info("serving Prometheus metrics", zap.String("url", "http://"+w.metricsAddr+"/metrics"))
+	}
+	if w.http != nil {
+		w.live = live.NewServer(d.liveSource(), w.feed, !d.cfg.web.allowRemote)
+		w.wg.Go(w.live.Run)
+		// No write timeout: the event stream is long; it bounds each
+		// event's write itself.
+		w.serve(d.log, w.http, w.live.Handler(), 0)
+		d.log.Info("serving the live page", zap.String("url", w.httpURL))
+	}
+}
+
+// showRows is how many QPs and regions the live page lists.
+const showRows = 64
+
+// liveSource is what the live page shows: the daemon as softnic info, qp,
+// mr and stat show it to its owner.
+func (d *daemon) liveSource() live.Source {
+	type rows struct {
+		Rows  any `json:"rows"`
+		Total int `json:"total"`
+	}
+	var levels []string
+	for _, c := range d.deviceCounters() {
+		if statLevel(c.Name) {
+			levels = append(levels, c.Name)
+		}
+	}
+	return live.Source{
+		Info: func() any { return d.info() },
+		QPs: func() any {
+			r := d.qpRows()
+			return rows{r[:min(len(r), showRows)], len(r)}
+		},
+		Regions: func() any {
+			r := d.regionRows()
+			return rows{r[:min(len(r), showRows)], len(r)}
+		},
+		Counters: func() any { return d.deviceCounters() },
+		Levels:   levels,
 	}
 }
 
@@ -95,8 +206,15 @@ func (w *webServers) serve(log *zap.Logger, l net.Listener, h http.Handler, writ
 // not served yet, and waits for them: the device they read is closed next.
 func (d *daemon) stopWeb() {
 	w := &d.web
-	if len(w.servers) == 0 && w.metrics != nil {
-		w.metrics.Close()
+	if len(w.servers) == 0 {
+		for _, l := range []net.Listener{w.metrics, w.http} {
+			if l != nil {
+				l.Close()
+			}
+		}
+	}
+	if w.live != nil {
+		w.live.Close() // its event streams end
 	}
 	for _, srv := range w.servers {
 		srv.Close()

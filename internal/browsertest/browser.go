@@ -286,16 +286,13 @@ func (b *Browser) Open(ctx context.Context, url string) (*Page, error) {
 	b.mu.Lock()
 	b.pages[p.session] = p
 	b.mu.Unlock()
-	for _, m := range []struct {
-		method string
-		params any
-	}{
-		{"Page.enable", nil}, {"Runtime.enable", nil}, {"Log.enable", nil},
-		{"Emulation.setDeviceMetricsOverride", map[string]any{"width": ViewportWidth, "height": ViewportHeight, "deviceScaleFactor": 1, "mobile": false}},
-	} {
-		if err := b.call(ctx, p.session, m.method, m.params, nil); err != nil {
+	for _, method := range []string{"Page.enable", "Runtime.enable", "Log.enable"} {
+		if err := b.call(ctx, p.session, method, nil, nil); err != nil {
 			return nil, err
 		}
+	}
+	if err := p.SetViewport(ctx, ViewportWidth, ViewportHeight); err != nil {
+		return nil, err
 	}
 	var nav struct {
 		ErrorText string `json:"errorText"`
@@ -419,6 +416,12 @@ func (p *Page) WaitFor(ctx context.Context, cond string) error {
 		return fmt.Errorf("waiting for %s: %w", cond, err)
 	}
 	return nil
+}
+
+// SetViewport makes the page's viewport width × height CSS pixels.
+func (p *Page) SetViewport(ctx context.Context, width, height int) error {
+	return p.b.call(ctx, p.session, "Emulation.setDeviceMetricsOverride",
+		map[string]any{"width": width, "height": height, "deviceScaleFactor": 1, "mobile": false}, nil)
 }
 
 // Screenshot returns a PNG of the page's viewport.

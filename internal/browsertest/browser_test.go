@@ -77,6 +77,15 @@ func TestPage(t *testing.T) {
 	if r, g, bl, _ := img.At(ViewportWidth-1, ViewportHeight-1).RGBA(); r>>8 != 0x11 || g>>8 != 0x22 || bl>>8 != 0x33 {
 		t.Errorf("the corner pixel is %x %x %x, want the page's background #112233", r>>8, g>>8, bl>>8)
 	}
+	if err := p.SetViewport(ctx, 640, 480); err != nil {
+		t.Fatal(err)
+	}
+	if shot, err = p.Screenshot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err := png.DecodeConfig(bytes.NewReader(shot)); err != nil || cfg.Width != 640 || cfg.Height != 480 {
+		t.Errorf("screenshot after SetViewport(640, 480): %dx%d, %v", cfg.Width, cfg.Height, err)
+	}
 }
 
 func TestOpenFails(t *testing.T) {
