@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/nic/udp"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/wire"
@@ -72,6 +73,8 @@ type progress struct {
 	// device; 0 when no application polls.
 	lastPoll atomic.Int64
 	resume   chan struct{} // wakes the parked reader
+
+	readErrors quota.Sometimes // a socket that keeps failing is logged once a minute
 
 	// doorbells are the QPs posted to while an application polled: the
 	// next poll sends what they hold (ringDoorbells).
@@ -221,7 +224,7 @@ func (d *Device) readLoop() {
 			if errors.Is(err, net.ErrClosed) || d.closed() {
 				return
 			}
-			d.log.Warn("softnic: read", zap.Error(err))
+			p.readErrors.Log(d.log, "softnic: read", zap.Error(err))
 		}
 	}
 }
