@@ -32,6 +32,10 @@
 // with the IBTA CM protocol between the devices' QP1s: rdma_listen →
 // Device.Listen, rdma_accept and rdma_reject → Request.Accept and
 // Request.Reject, rdma_connect → Device.Dial, rdma_disconnect → Conn.Close.
+// It holds the requests of peers it does not know within CMLimits, and
+// answers a REQ with no more than the REQ until the requester shows it
+// receives. The path MTU toward each peer is the route's, as rxe takes its
+// interface's (Device.PathMTU, RoCEMTU), capped by Config.MTU.
 //
 // A process may also attach to the device of a softnic daemon (softnic
 // serve) instead of running one (Config.Attach, or SOFTNIC_SOCKET): every
