@@ -59,6 +59,14 @@ import (
 // arrives meanwhile by this much).
 const pollIdle = 200 * time.Microsecond
 
+// maxPark is the longest the parked reader sleeps before it looks whether
+// polls still come, which is the longest an application that stops
+// polling without going to CQ.Wait delays what arrives then: far below
+// the shortest ACK timeout softnic's tools use (2^12 × 4.096 µs ≈ 17 ms),
+// long enough that a long poll streak costs a few hundred wakeups a
+// second.
+const maxPark = 16 * pollIdle
+
 // progress is the state of the device's packet processing.
 type progress struct {
 	// role is held by whoever reads the socket and processes what it read:
@@ -233,13 +241,13 @@ func (d *Device) readLoop() {
 // polls. It reports false when the device closes.
 func (d *Device) parkWhilePolled(park *time.Timer) bool {
 	p := &d.prog
-	for parked := false; ; parked = true {
+	for parked := 0; ; parked++ {
 		last := p.lastPoll.Load()
 		if last == 0 {
 			return true
 		}
-		left := qp.Time(last).Add(pollIdle).Sub(d.now())
-		if left <= 0 {
+		idle := qp.Time(last).Add(pollIdle).Sub(d.now()) // until no poll has come for pollIdle
+		if idle <= 0 {
 			if p.lastPoll.CompareAndSwap(last, 0) {
 				b := d.getBatch() // the reader's own batch is the role holder's
 				d.ringDoorbells(b)
@@ -247,13 +255,15 @@ func (d *Device) parkWhilePolled(park *time.Timer) bool {
 			}
 			return true
 		}
-		if parked {
+		if parked > 0 {
 			// Polled for a while: a streak, not polls between waits.
 			// Registering the socket again costs system calls and
 			// allocations, so it is not done for every poll.
 			d.conn.StopWaiting()
 		}
-		park.Reset(left)
+		// While polls keep coming, each look is a wakeup for nothing: the
+		// reader looks less often, up to maxPark.
+		park.Reset(max(idle, min(pollIdle<<min(parked, 4), maxPark)))
 		select {
 		case <-d.done:
 			return false
