@@ -5,7 +5,10 @@
 //
 // A Device reads its socket in batches on one goroutine, checks each
 // packet's ICRC, hands it to the QP it is addressed to, and sends what the
-// QP answers; a second goroutine runs the QPs' timers. Posting a work
+// QP answers; a second goroutine runs the QPs' timers. An application that
+// polls a CQ in a loop does the reading and processing itself, on its own
+// goroutine, whenever its poll finds nothing, and the reader goroutine
+// stays out of its way meanwhile (see progress.go). Posting a work
 // request sends its first packets at once from the caller's goroutine.
 // Each QP has a lock that whoever drives it holds from building its
 // packets until the socket has taken them, so a QP's packets leave in PSN
