@@ -86,6 +86,15 @@ func FuzzPcapReader(f *testing.F) {
 		le.packet(0, uint64(i), fr)
 	}
 	f.Add(le.b)
+	lo := Envelope{Src: netip.MustParseAddrPort("127.0.0.1:40000"), Dst: netip.MustParseAddrPort("127.0.0.1:40001")}
+	var gso []byte
+	for i := range 3 {
+		p := encodeSample(f, OpRCWriteMiddle)
+		BTH(p).SetPSN(PSN(i))
+		lo.Seal(p)
+		gso = append(gso, p...)
+	}
+	f.Add(pcapFile(binary.LittleEndian, pcapMagicMicro, linkTypeEthernet, appendFrame(nil, &lo, gso)))
 	sll2 := append([]byte{0x08, 0x00}, make([]byte, sll2HeaderSize-2)...)
 	f.Add(newPcapng(binary.BigEndian).iface(linkTypeSLL2, 64).simple(append(sll2, frames[1][ethHeaderSize:]...)).b)
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -149,7 +149,9 @@ func putMAC(mac []byte, addr netip.Addr) {
 // to port 4791 or a port added with AddPort, as Wireshark does (a softnic
 // device answers at the port a peer sent from, so a datagram from 4791 to
 // another port counts), and UDP on any other port whose payload decodes as
-// a packet and whose ICRC verifies (see Frame.RoCE).
+// a packet and whose ICRC verifies (see Frame.RoCE). A datagram that
+// carries several packets back to back, a UDP GSO send captured whole, is
+// returned as a frame per packet (Frame.Piece).
 type PcapReader struct {
 	ports    []uint16 // RoCEv2 ports besides 4791
 	r        io.Reader
@@ -159,8 +161,9 @@ type PcapReader struct {
 	hdr      [pcapRecordHeaderSize]byte
 	buf      []byte
 	records  int
-	ng       *pcapng // the pcapng state; nil for classic pcap
-	pkt      Packet  // decodes the payloads of datagrams on other ports
+	ng       *pcapng  // the pcapng state; nil for classic pcap
+	pkt      Packet   // decodes the payloads of datagrams on other ports
+	gso      gsoState // the packets of a UDP GSO datagram not returned yet (gso.go)
 }
 
 // Frame is one packet of a capture file. Its slices point into the
@@ -185,6 +188,12 @@ type Frame struct {
 	// identification it verifies under when ICRC is ICRCRecovered.
 	ICRC       ICRCStatus
 	SealedIPID uint16
+	// Piece and Pieces number the packets of a UDP datagram that carries
+	// several back to back, a UDP GSO send captured before the kernel cut
+	// it (gso.go): Next returns each as a frame of its own, with the same
+	// Data and Time, its own Payload, and IPUDP with its own lengths.
+	// Both are 0 for a datagram that carries one packet.
+	Piece, Pieces int
 }
 
 // ICRCStatus says whether a captured packet's ICRC verifies.
@@ -258,6 +267,9 @@ func NewPcapReader(r io.Reader) (*PcapReader, error) {
 // block, one wrapping ErrNotPcap if a record claims more than 256 KiB or a
 // pcapng block is malformed, or the read error.
 func (r *PcapReader) Next() (Frame, error) {
+	if len(r.gso.rest) > 0 {
+		return r.nextPiece(), nil
+	}
 	if r.ng != nil {
 		return r.nextBlock()
 	}
@@ -296,12 +308,15 @@ func (r *PcapReader) frame(t time.Time, linkType uint32, data []byte) Frame {
 	if !parseFrame(&f, linkType, data) {
 		return f
 	}
-	port := r.isRoCEPort(f.Env.Src.Port()) || r.isRoCEPort(f.Env.Dst.Port())
-	if !port && r.pkt.Decode(f.Payload) != nil {
-		return Frame{Time: t, Data: data}
-	}
 	f.ICRC, f.SealedIPID = checkCapturedICRC(f.IPUDP, &f.Env, f.Payload)
-	if !port && f.ICRC != ICRCOK && (f.ICRC != ICRCRecovered || f.SealedIPID != 0) {
+	if f.ICRC == ICRCBad {
+		if s := gsoSize(f.IPUDP, f.Payload); s > 0 {
+			r.startGSO(&f, s)
+			return r.nextPiece()
+		}
+	}
+	port := r.isRoCEPort(f.Env.Src.Port()) || r.isRoCEPort(f.Env.Dst.Port())
+	if !port && (r.pkt.Decode(f.Payload) != nil || f.ICRC != ICRCOK && (f.ICRC != ICRCRecovered || f.SealedIPID != 0)) {
 		return Frame{Time: t, Data: data}
 	}
 	f.RoCE = true
