@@ -78,6 +78,7 @@ type decodeOptions struct {
 // decodeStats counts what decodeCapture saw.
 type decodeStats struct {
 	roce, badICRC, recovered, undecodable, otherPort, other int
+	gso, pieces                                             int // UDP GSO sends captured whole, and the packets they carried
 }
 
 // decodeCapture prints the RoCEv2 packets of the pcap or pcapng capture
@@ -128,6 +129,12 @@ func decodeCapture(w io.Writer, in io.Reader, name string, o *decodeOptions) err
 		stats.roce++
 		if !isRoCEPort(fr.Env, o.ports) {
 			stats.otherPort++
+		}
+		if fr.Piece == 1 {
+			stats.gso++
+		}
+		if fr.Piece > 0 {
+			stats.pieces++
 		}
 		elapsed := fr.Time.Sub(first.Time)
 		decErr := p.Decode(fr.Payload)
@@ -193,6 +200,9 @@ func (s *decodeStats) summary() string {
 	text += fmt.Sprintf("%d undecodable)", s.undecodable)
 	if s.otherPort > 0 {
 		text += fmt.Sprintf(", %d of them found by their ICRC on other UDP ports", s.otherPort)
+	}
+	if s.gso > 0 {
+		text += fmt.Sprintf(", %d of them cut from %d UDP GSO %s captured whole", s.pieces, s.gso, plural(s.gso, "send", "sends"))
 	}
 	return text + fmt.Sprintf(", %d other %s skipped", s.other, plural(s.other, "frame", "frames"))
 }

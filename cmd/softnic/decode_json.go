@@ -21,14 +21,18 @@ type packetJSON struct {
 	// identification SealedIPID.
 	ICRC       string  `json:"icrc"`
 	SealedIPID *uint16 `json:"sealed_ip_id,omitempty"`
-	Length     int     `json:"length"`          // the UDP payload: BTH through ICRC
-	Error      string  `json:"error,omitempty"` // why it did not decode; nothing below is then set
-	Transport  string  `json:"transport,omitempty"`
-	OpCode     string  `json:"opcode,omitempty"`   // the name the text line shows
-	Syndrome   string  `json:"syndrome,omitempty"` // the AETH syndrome in words
-	Payload    int     `json:"payload"`
-	Pad        int     `json:"pad"`
-	ICRCValue  uint32  `json:"icrc_value"`
+	Length     int     `json:"length"` // the packet: BTH through ICRC
+	// Piece and Pieces number the packets of a UDP GSO send captured
+	// whole (wire.Frame.Piece); absent for a datagram of one packet.
+	Piece     int    `json:"piece,omitempty"`
+	Pieces    int    `json:"pieces,omitempty"`
+	Error     string `json:"error,omitempty"` // why it did not decode; nothing below is then set
+	Transport string `json:"transport,omitempty"`
+	OpCode    string `json:"opcode,omitempty"`   // the name the text line shows
+	Syndrome  string `json:"syndrome,omitempty"` // the AETH syndrome in words
+	Payload   int    `json:"payload"`
+	Pad       int    `json:"pad"`
+	ICRCValue uint32 `json:"icrc_value"`
 
 	BTH          *wire.BTHFields          `json:"bth,omitempty"`
 	RETH         *wire.RETHFields         `json:"reth,omitempty"`
@@ -67,6 +71,8 @@ func newPacketJSON(n int, elapsed time.Duration, fr *wire.Frame, p *wire.Packet,
 		IPID:      fr.Env.IPID,
 		ICRC:      fr.ICRC.String(),
 		Length:    len(fr.Payload),
+		Piece:     fr.Piece,
+		Pieces:    fr.Pieces,
 	}
 	if fr.ICRC == wire.ICRCRecovered {
 		id := fr.SealedIPID

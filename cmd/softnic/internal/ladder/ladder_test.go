@@ -332,3 +332,23 @@ func TestArrowJSON(t *testing.T) {
 		t.Errorf("anomalies %v", back[1]["anomalies"])
 	}
 }
+
+// TestSuggestedExponent: a resend's wait suggests the largest ACK timeout
+// it is at least (timers fire late, not early), with a tenth of slack.
+func TestSuggestedExponent(t *testing.T) {
+	tests := []struct {
+		wait time.Duration
+		exp  uint8
+	}{
+		{67080 * time.Microsecond, 14}, // host_dropack.pcap: rxe, a little under 4.096 µs × 2^14
+		{95700 * time.Microsecond, 14}, // a busy machine's timer, late
+		{134218 * time.Microsecond, 15},
+		{8200 * time.Nanosecond, 1},
+		{5 * time.Microsecond, 0},
+	}
+	for _, tt := range tests {
+		if got := suggestedExponent(tt.wait); got != tt.exp {
+			t.Errorf("suggestedExponent(%v) = %d, want %d", tt.wait, got, tt.exp)
+		}
+	}
+}

@@ -230,25 +230,24 @@ func (s *stream) timeout(c *conv, a *Arrow, r *request) string {
 		}
 		if c.ACKTimeout > 0 {
 			text += "; the ACK timeout is " + Duration(c.ACKTimeout)
-		} else if exp := nearestExponent(wait); exp > 0 {
-			text += fmt.Sprintf("; the nearest ACK timeout is 4.096 µs × 2^%d = %s", exp, Duration(ACKTimeout(exp)))
+		} else if exp := suggestedExponent(wait); exp > 0 {
+			text += fmt.Sprintf("; the ACK timeout it suggests is 4.096 µs × 2^%d = %s", exp, Duration(ACKTimeout(exp)))
 		}
 	}
 	return text
 }
 
-// nearestExponent returns the ACK timeout exponent whose timeout is
-// nearest to d (on a log scale), 0 if none is.
-func nearestExponent(d time.Duration) uint8 {
-	best, bestRatio := uint8(0), 0.0
-	for exp := uint8(1); exp < 32; exp++ {
-		t := ACKTimeout(exp)
-		ratio := float64(max(t, d)) / float64(min(t, d))
-		if d > 0 && (best == 0 || ratio < bestRatio) {
-			best, bestRatio = exp, ratio
-		}
+// suggestedExponent returns the ACK timeout exponent a resend after a
+// wait of d suggests: the largest whose timeout is at most d, since a timer
+// fires at its deadline or later, with a tenth of slack for the capture's
+// clock (rxe's resends come a little under 67.1 ms after the packet they
+// repeat); 0 if none fits.
+func suggestedExponent(d time.Duration) uint8 {
+	exp := uint8(0)
+	for e := uint8(1); e < 32 && ACKTimeout(e) <= d+d/10; e++ {
+		exp = e
 	}
-	return best
+	return exp
 }
 
 // arrive follows a request that reached the responder.
