@@ -514,6 +514,7 @@ func TestRegShared(t *testing.T) {
 					t.Fatalf("%v", &wc)
 				}
 			}
+			syncMemory(a)
 			if got := string(own[10:30]); got != "written by the peer!" {
 				t.Errorf("the owner's mapping holds %q after the WRITE", got)
 			}
@@ -529,6 +530,7 @@ func TestRegShared(t *testing.T) {
 			if wc := cmWaitCQ(t, a.cq); wc.Status != qp.Success {
 				t.Fatalf("%v", &wc)
 			}
+			syncMemory(b)
 			if got := string(b.mr.Bytes()[200:220]); got != "written by the owner" {
 				t.Errorf("the WRITE from the region brought %q", got)
 			}
