@@ -33,9 +33,10 @@ const (
 	// cmTargetACKDelay is the ACK delay a REP advertises: rxe's local CA
 	// ACK delay, 4.096 µs × 2^15 ≈ 134 ms.
 	cmTargetACKDelay = 15
-	// cmMRAServiceTimeout is the service timeout of the MRA that answers a
-	// duplicate REQ the application has not answered yet: rdma_cm's
-	// CMA_CM_MRA_SETTING, 4.096 µs × 2^24 ≈ 69 s.
+	// cmMRAServiceTimeout is the most the MRA that answers a duplicate REQ
+	// the application has not answered yet asks the requester to wait
+	// (see mraServiceTimeout): rdma_cm's CMA_CM_MRA_SETTING, 4.096 µs ×
+	// 2^24 ≈ 69 s.
 	cmMRAServiceTimeout = 24
 	// cmHopLimit is the REQ path's hop limit, Linux's for a RoCE route.
 	cmHopLimit = 64
@@ -165,7 +166,8 @@ type cmID struct {
 	halfOpen bool   // counted in the engine's half-open requests
 	timerSeq uint64 // the armed timer's sequence number; 0 when none is
 
-	req *wire.REQFields // passive: the REQ received
+	req     *wire.REQFields // passive: the REQ received
+	expires qp.Time         // passive: when the request is dropped unless its handshake completed
 
 	// result carries the one cmResult of the handshake; done closes when
 	// an established connection ends, with err saying why; settled closes
@@ -683,7 +685,7 @@ func (e *cmEngine) receiveREQ(now qp.Time, src netip.AddrPort, mtu wire.MTU, m *
 	r := m.REQ
 	if id := e.remotes[cmRemoteKey{r.LocalCommID(), src}]; id != nil {
 		e.cnt.inc(CMRxDuplicates)
-		e.duplicateREQ(id, out)
+		e.duplicateREQ(now, id, out)
 		return
 	}
 	ps, port, ok := r.ServiceID().RDMACM()
@@ -734,7 +736,8 @@ func (e *cmEngine) receiveREQ(now qp.Time, src netip.AddrPort, mtu wire.MTU, m *
 	}
 	e.ids[id.local] = id
 	e.remotes[cmRemoteKey{id.remote, src}] = id
-	e.arm(id, now.Add(e.handshakeTime(&req)))
+	id.expires = now.Add(e.handshakeTime(&req))
+	e.arm(id, id.expires)
 }
 
 // handshakeTime is how long the request req may take to complete its
@@ -747,7 +750,7 @@ func (e *cmEngine) handshakeTime(req *wire.REQFields) time.Duration {
 }
 
 // duplicateREQ answers a REQ that is already known.
-func (e *cmEngine) duplicateREQ(id *cmID, out *cmOutput) {
+func (e *cmEngine) duplicateREQ(now qp.Time, id *cmID, out *cmOutput) {
 	switch id.state {
 	case cmReqRcvd:
 		// rdma_cm marks an unanswered REQ with a delayed MRA; a duplicate
@@ -755,7 +758,7 @@ func (e *cmEngine) duplicateREQ(id *cmID, out *cmOutput) {
 		f := wire.MADFields{Header: wire.CMHeader(wire.AttrMsgRcptAck, id.tid)}
 		f.MRA = wire.MRAFields{
 			LocalCommID: id.local, RemoteCommID: id.remote,
-			MessageMRAed: wire.CMMessageREQ, ServiceTimeout: cmMRAServiceTimeout,
+			MessageMRAed: wire.CMMessageREQ, ServiceTimeout: mraServiceTimeout(now, id),
 		}
 		e.send(out, id.peer, &f)
 	case cmRepSent:
@@ -769,6 +772,22 @@ func (e *cmEngine) duplicateREQ(id *cmID, out *cmOutput) {
 		}
 		e.sendREJ(id, wire.CMMessageOther, wire.RejectStaleConnection, nil, nil, out)
 	}
+}
+
+// mraServiceTimeout is the service timeout of an MRA for the pending
+// request id: rdma_cm's, unless the request is dropped sooner. After the
+// MRA the requester waits the service timeout and its ACK timeout, then
+// sends the REQ again; that REQ must still find the request, for only a
+// repeated REQ brings a lost REP again (see accept). An MRA asking for
+// more than the request's time left would leave such a requester waiting
+// for a REP that never comes (69 s, where the request is held 20 s).
+func mraServiceTimeout(now qp.Time, id *cmID) uint8 {
+	left := id.expires.Sub(now) - cmTime(id.req.PrimaryPath.LocalACKTimeout)
+	exp := uint8(cmMRAServiceTimeout)
+	for exp > 0 && cmTime(exp) > left {
+		exp--
+	}
+	return exp
 }
 
 func (e *cmEngine) receiveREP(src netip.AddrPort, r wire.REP, out *cmOutput) {

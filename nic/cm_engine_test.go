@@ -447,7 +447,8 @@ func reqOf(t *testing.T, l *cmLink, req *cmID) [wire.MADSize]byte {
 
 // A duplicate of a REQ the application has not answered yet gets an MRA,
 // and the requester then waits the MRA's service timeout before trying
-// again; the application's late answer still connects, once.
+// again, coming back while the request is still held; the application's
+// late answer still connects, once.
 func TestCMEngineDuplicateREQWhilePending(t *testing.T) {
 	l := newCMLink(t)
 	ln := l.listen(4)
@@ -458,11 +459,15 @@ func TestCMEngineDuplicateREQWhilePending(t *testing.T) {
 	if len(ln.backlog) != 1 || len(l.b.e.ids) != 1 || l.b.cnt.v[CMRxDuplicates].Load() != 1 {
 		t.Fatalf("b holds %d requests and %d communications after a duplicate REQ", len(ln.backlog), len(l.b.e.ids))
 	}
-	at, _ := l.a.e.deadline()
-	if want := l.now.Add(cmTime(cmMRAServiceTimeout) + cmTime(p.ackTimeout)); at != want {
-		t.Errorf("after the MRA a's timer is due at %v, want %v", time.Duration(at), time.Duration(want))
-	}
+	// b holds the request 4 × (16.8 + 4.2) + 16.8 ≈ 101 ms from its REQ
+	// (handshakeTime); the MRA, 21 ms in, asks for 2^14 × 4.096 µs ≈ 67
+	// ms, the most that with a's ACK timeout brings its next REQ within.
 	req := <-ln.backlog
+	at, _ := l.a.e.deadline()
+	if want := l.now.Add(cmTime(14) + cmTime(p.ackTimeout)); at != want || at > req.expires {
+		t.Errorf("after the MRA a's timer is due at %v, want %v, before b drops the request at %v",
+			time.Duration(at), time.Duration(want), time.Duration(req.expires))
+	}
 	l.call(l.b, func(e *cmEngine, now qp.Time, out *cmOutput) { e.accept(now, req, l.acceptParams(), out) })
 	l.run(time.Second, func() bool {
 		if _, ok := result(id); ok {
@@ -472,6 +477,62 @@ func TestCMEngineDuplicateREQWhilePending(t *testing.T) {
 	})
 	if id.state != cmEstablished {
 		t.Errorf("dialer in %s", id.state)
+	}
+}
+
+// The MRA asks for rdma_cm's service timeout when the request is held
+// longer than that and the requester's ACK timeout, and otherwise for the
+// longest wait that ends before the request is dropped.
+func TestMRAServiceTimeout(t *testing.T) {
+	const ack = 14 // 67 ms
+	for _, tc := range []struct {
+		name string
+		left time.Duration // until the request is dropped
+		want uint8
+	}{
+		{"held longer than rdma_cm asks", cmTime(cmMRAServiceTimeout) + cmTime(ack), cmMRAServiceTimeout},
+		{"held for days", 48 * time.Hour, cmMRAServiceTimeout},
+		{"20 s (the default hold)", 20 * time.Second, 22}, // 17.2 s
+		{"just short of 2^16 after the ACK timeout", cmTime(16) + cmTime(ack) - 1, 15},
+		{"exactly 2^16 after it", cmTime(16) + cmTime(ack), 16},
+		{"less than the ACK timeout", cmTime(ack) / 2, 0},
+		{"already past", -time.Second, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			now := qp.Time(time.Hour)
+			id := &cmID{req: &wire.REQFields{}, expires: now.Add(tc.left)}
+			id.req.PrimaryPath.LocalACKTimeout = ack
+			if got := mraServiceTimeout(now, id); got != tc.want {
+				t.Errorf("service timeout %d (%v), want %d (%v)", got, cmTime(got), tc.want, cmTime(tc.want))
+			}
+		})
+	}
+}
+
+// A REP lost after an MRA goes again in answer to the REQ the requester
+// sends when the MRA's wait is over, which comes while the request is
+// still held: the dialer connects, rather than waiting rdma_cm's 69 s for
+// a request dropped long before.
+func TestCMEngineREPLostAfterMRA(t *testing.T) {
+	l := newCMLink(t)
+	l.drop = dropFirst(l.b, wire.AttrConnectReply, 1)
+	ln := l.listen(4)
+	id := l.connect(l.dialParams())
+	// The application is slow to answer: a sends its REQ again, and b
+	// answers with an MRA.
+	l.run(time.Second, func() bool { return l.a.cnt.v[CMTxRetries].Load() == 1 && len(l.flights) == 0 })
+	req := <-ln.backlog
+	l.call(l.b, func(e *cmEngine, now qp.Time, out *cmOutput) { e.accept(now, req, l.acceptParams(), out) })
+	l.run(time.Second, func() bool {
+		if _, ok := result(id); ok && id.state == cmRepRcvd {
+			l.call(l.a, func(e *cmEngine, _ qp.Time, out *cmOutput) { e.establish(id, out) })
+		}
+		return req.state == cmEstablished && len(l.flights) == 0
+	})
+	l.expectLog("a→b ConnectRequest", "a→b ConnectRequest", "b→a MsgRcptAck", "b→a ConnectReply (lost)",
+		"a→b ConnectRequest", "b→a ConnectReply", "a→b ReadyToUse")
+	if id.state != cmEstablished || l.now > req.expires {
+		t.Errorf("dialer %s at %v; b drops the request at %v", id.state, time.Duration(l.now), time.Duration(req.expires))
 	}
 }
 
