@@ -49,8 +49,15 @@ func openCMEnd(t testing.TB, cfg nic.Config) *cmEnd {
 	return e
 }
 
+// dialOptions are the tests' dial options. Each REQ waits 2^18 × 4.096 µs
+// ≈ 1.07 s plus the ACK timeout, 67 ms, for its answer: a MAD a test loses
+// costs it a second, and a REQ no test lost is seldom sent again, nor
+// does the acceptor's hold on a request (≈ 8 s) run out before the test
+// answers it, even where -race and a loaded machine make a handshake take
+// a second (with CM timeout 12, 84 ms a try, 1 run in 15 of TestDuplicateREQ
+// under -race on a loaded 2-core machine saw its REQ retransmitted).
 func (e *cmEnd) dialOptions() nic.DialOptions {
-	return nic.DialOptions{PD: e.pd, QP: nic.QPConfig{SendCQ: e.cq}, CMTimeout: 12, CMRetries: 5}
+	return nic.DialOptions{PD: e.pd, QP: nic.QPConfig{SendCQ: e.cq}, CMTimeout: 18, CMRetries: 5}
 }
 
 func (e *cmEnd) listen(t testing.TB, backlog int) *nic.Listener {
@@ -94,8 +101,14 @@ func acceptAsync(t testing.TB, ctx context.Context, l *nic.Listener, f func(*nic
 // connectCM dials from a to b's listener and returns both connections.
 func connectCM(t testing.TB, a, b *cmEnd, l *nic.Listener, dopts nic.DialOptions, aopts nic.AcceptOptions) (*nic.Conn, *nic.Conn) {
 	t.Helper()
+	return connectCMAnswer(t, a, b, l, dopts, func(_ context.Context, r *nic.Request) (*nic.Conn, error) { return r.Accept(aopts) })
+}
+
+// connectCMAnswer is connectCM with the request answered by answer.
+func connectCMAnswer(t testing.TB, a, b *cmEnd, l *nic.Listener, dopts nic.DialOptions, answer func(context.Context, *nic.Request) (*nic.Conn, error)) (*nic.Conn, *nic.Conn) {
+	t.Helper()
 	ctx := cmContext(t)
-	accepted := acceptAsync(t, ctx, l, func(r *nic.Request) (*nic.Conn, error) { return r.Accept(aopts) })
+	accepted := acceptAsync(t, ctx, l, func(r *nic.Request) (*nic.Conn, error) { return answer(ctx, r) })
 	c, err := a.dev.Dial(ctx, b.dev.Addr(), l.Port(), dopts)
 	if err != nil {
 		t.Fatal(err)
@@ -435,17 +448,35 @@ func TestMADLoss(t *testing.T) {
 }
 
 // A REQ that arrives twice makes one connection: the duplicate is answered
-// from the communication the first created.
+// from the communication the first created, with an MRA while the
+// application has not answered yet.
 func TestDuplicateREQ(t *testing.T) {
 	checkLeaks(t)
 	a := openCMEnd(t, nic.Config{SendHook: cmOnFirst(wire.AttrConnectRequest, nic.SendDuplicate)})
-	b := openCMEnd(t, nic.Config{})
+	mra := make(chan struct{})
+	var mraOnce sync.Once
+	b := openCMEnd(t, nic.Config{SendHook: func(pkt []byte) nic.SendAction {
+		if attr, ok := cmAttr(pkt); ok && attr == wire.AttrMsgRcptAck {
+			mraOnce.Do(func() { close(mra) })
+		}
+		return nic.SendPass
+	}})
 	l := b.listen(t, 0)
-	c, s := connectCM(t, a, b, l, a.dialOptions(), nic.AcceptOptions{})
+	// The acceptor answers once b has answered the duplicate: answered
+	// sooner, the REP could leave before b's reader reached the
+	// duplicate, which would then bring the REP again, and a second RTU.
+	c, s := connectCMAnswer(t, a, b, l, a.dialOptions(), func(ctx context.Context, r *nic.Request) (*nic.Conn, error) {
+		select {
+		case <-mra:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("no MRA for the duplicate REQ: %w", ctx.Err())
+		}
+		return r.Accept(nic.AcceptOptions{})
+	})
 	cmExchange(t, a, b, c, s)
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	idle, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	if r, err := l.AcceptRequest(ctx); !errors.Is(err, context.DeadlineExceeded) {
+	if r, err := l.AcceptRequest(idle); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a second request from %v reached the listener", r.RemoteAddr())
 	}
 	if n := cmCounter(t, b.dev, "cm_rx_duplicates"); n != 1 {

@@ -39,7 +39,11 @@ func TestGuessingPeerHeldBack(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer sq.Destroy()
-		opts := nic.ConnectOptions{LocalPSN: 1, RemotePSN: 1, Timeout: 12, RetryCnt: 3} // 17 ms, 4 times
+		// A held request goes unanswered through 4 tries of 268 ms (about
+		// a second a test waits, twice); an answered one has that second
+		// to be answered: 4 of 17 ms (Timeout 12) was too short on a 2-core
+		// machine loaded by other tests, where guess 0 ended RETRY_EXC_ERR.
+		opts := nic.ConnectOptions{LocalPSN: 1, RemotePSN: 1, Timeout: 16, RetryCnt: 3}
 		if err := q.Connect(server.dev.Addr(), sq.Num(), opts); err != nil {
 			t.Fatal(err)
 		}
