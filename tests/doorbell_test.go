@@ -44,10 +44,51 @@ func TestDoorbellFlood(t *testing.T) {
 			if most := 256 + uint64(1000*took.Seconds()); c("doorbells") > most {
 				t.Errorf("the daemon woke %d times for the attacker's doorbell in %v, more than %d", c("doorbells"), took, most)
 			}
-			if c("doorbells_empty") == 0 || c("doorbells_throttled") == 0 || c("doorbell_signals") < 10*c("doorbells") {
-				t.Errorf("the flood is not counted as such: %d signals, %d wakeups, %d empty, throttled %d times",
-					c("doorbell_signals"), c("doorbells"), c("doorbells_empty"), c("doorbells_throttled"))
+			if c("doorbells_empty") == 0 || c("doorbell_signals") < 10*c("doorbells") {
+				t.Errorf("the flood is not counted as such: %d signals, %d wakeups, %d empty",
+					c("doorbell_signals"), c("doorbells"), c("doorbells_empty"))
+			}
+			if c("doorbells_throttled") == 0 {
+				floodUntilThrottled(t, d, a)
 			}
 		})
+	}
+}
+
+// floodUntilThrottled floods on until the daemon stops hearing a's
+// doorbell (doorbells_throttled), for 3 s at most. A daemon that the
+// machine's other processes leave fewer wakeups than the budget refills,
+// 1,000 a second, never spends it (under the load of other tests on 2
+// cores, the daemon woke 750 times a second for a signal flood, in rounds
+// too short to spend the burst): such a run, ending unthrottled at less
+// than 900 wakeups a second, is logged. A daemon throttled at the budget
+// wakes at its rate, more than 1,000 a second over 3 s with the burst, so
+// a throttle that works without being counted still fails the test.
+func floodUntilThrottled(t *testing.T, d *serveDaemon, a *attacker) {
+	t.Helper()
+	counters := func() (wakeups, throttled uint64) {
+		var stat map[string]uint64
+		d.inspect(t, "stat", &stat)
+		return stat[fmt.Sprintf("pid%d_doorbells", a.pid)], stat[fmt.Sprintf("pid%d_doorbells_throttled", a.pid)]
+	}
+	before, _ := counters()
+	a.attack(t, true)
+	defer a.attack(t, false)
+	began := time.Now()
+	for {
+		time.Sleep(100 * time.Millisecond) // sampling the daemon's counters
+		wakeups, throttled := counters()
+		if throttled > 0 {
+			return
+		}
+		if took := time.Since(began); took >= 3*time.Second {
+			rate := float64(wakeups-before) / took.Seconds()
+			if rate >= 900 {
+				t.Errorf("the daemon woke %.0f times a second for %v of flood and was never throttled", rate, took.Round(time.Millisecond))
+			} else {
+				t.Logf("the daemon woke %.0f times a second for %v of flood: too few to spend its budget on this loaded machine", rate, took.Round(time.Millisecond))
+			}
+			return
+		}
 	}
 }
