@@ -94,7 +94,11 @@ func (l *Listener) Port() uint16 { return l.l.port }
 
 // Accept waits for the next connection request and accepts it with the
 // default AcceptOptions: it returns a connection whose QP is in RTS. A
-// request whose requester gives up during the handshake is skipped.
+// request whose requester gives up during the handshake is skipped. It
+// answers one request at a time, each handshake taking up to
+// CMLimits.Handshake: a server that must not wait for one requester takes
+// requests with AcceptRequest and accepts each in a goroutine of its own,
+// as softnic serve does.
 func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 	for {
 		r, err := l.AcceptRequest(ctx)
