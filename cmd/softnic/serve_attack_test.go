@@ -157,9 +157,11 @@ func (d *testDaemon) bystander(t *testing.T, limit time.Duration, text string) {
 	if code, stdout, stderr := d.op(0, "read", "--addr", d.addr(0, 0), "--len", fmt.Sprint(len(text))); code != 0 || stdout != text {
 		t.Fatalf("bystander's read: %q, %s", stdout, stderr)
 	}
-	if took := time.Since(start); took > limit {
+	took := time.Since(start)
+	if took > limit {
 		t.Errorf("the bystander's write and read took %v, want under %v", took, limit)
 	}
+	t.Logf("the bystander's write and read took %v", took.Round(time.Millisecond))
 }
 
 // A REQ from an address that never answers (a spoofed one) brings that
@@ -266,9 +268,11 @@ func TestServeStuckHandshake(t *testing.T) {
 	if code := d2.shutdown(t); code != 0 {
 		t.Errorf("exit status %d", code)
 	}
-	if took := time.Since(start); took > disconnectWait+time.Second {
+	took := time.Since(start)
+	if took > disconnectWait+time.Second {
 		t.Errorf("the daemon took %v to stop, want under %v", took, disconnectWait+time.Second)
 	}
+	t.Logf("SIGTERM with 5 handshakes stuck: stopped in %v", took.Round(time.Microsecond))
 }
 
 // A SEND flood fills the log with a few lines a second, whose counts show
@@ -315,6 +319,7 @@ func TestServeSENDFloodLog(t *testing.T) {
 	secs := int(time.Since(start)/time.Second) + 1
 	log := d.stderr.String()
 	lines := strings.Count(log, "SEND received")
+	t.Logf("%d SENDs in %v: %d log lines, %d bytes of log", sends, time.Since(start).Round(time.Millisecond), lines, len(log))
 	if lines > (rateLogBurst+1)*secs || lines == 0 {
 		t.Errorf("%d SENDs in %v wrote %d log lines, want at most %d a second", sends, time.Since(start), lines, rateLogBurst+1)
 	}
