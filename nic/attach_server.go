@@ -56,7 +56,9 @@ type AttachServerConfig struct {
 //
 // The server trusts nothing it reads from a process's memory: a corrupt
 // work request or ring index fails that QP alone (LOC_QP_OP_ERR, QP in
-// the error state), and memory a process offers must be a sealed memfd.
+// the error state), memory a process offers must be a sealed memfd, and a
+// process that rings its doorbell for nothing is throttled (see
+// doorbellRate).
 type AttachServer struct {
 	dev *Device
 	cfg AttachServerConfig
