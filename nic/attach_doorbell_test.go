@@ -87,16 +87,19 @@ func TestDoorbellLooksAtMarkedQPs(t *testing.T) {
 	for s.bell.needWake.Load() == 0 {
 		runtime.Gosched()
 	}
+	// Three marks: the QP with the WRITE (which the device may have taken
+	// already, running the QP for a late ACK), an idle QP and no QP.
 	var worked, idle int
-	for try := 0; worked+idle < 3 && try < 100; try++ { // it may have been finishing its last look
+	for try := 0; try < 100; try++ { // the goroutine may have been finishing its last look
 		for _, slot := range []uint32{q.slot, l.b.att.slot, shm.MaxSlots - 1} {
 			s.bell.db.Mark(slot)
 		}
-		w, i := s.scan(true)
-		worked, idle = worked+w, idle+i
+		if worked, idle = s.scan(true); worked+idle == 3 {
+			break
+		}
 	}
-	if worked != 1 || idle != 2 {
-		t.Errorf("the daemon found %d QPs with work and %d without among 3 marks of %d QPs; want 1 and 2", worked, idle, others+2)
+	if worked+idle != 3 || worked > 1 {
+		t.Errorf("the daemon found %d QPs with work and %d without for 3 marks among %d QPs; want 3 looks, 1 with work at most", worked, idle, others+2)
 	}
 	if wc := waitWC(t, l.acq); wc.Status != qp.Success || wc.ID != 2 {
 		t.Errorf("the WRITE posted without a doorbell: %v", wc.String())
