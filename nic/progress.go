@@ -164,15 +164,13 @@ func (d *Device) ringDoorbells(b *batch) {
 	}
 }
 
-// drive is a poller's turn: unless another holds the role, it reads what
-// the socket holds, without waiting, and processes it. It reports whether
-// it processed anything. mark says the caller polls in a loop: the reader
-// keeps off the socket while it does.
-func (d *Device) drive(mark bool) bool {
+// drive is a poller's turn: it stamps lastPoll, which keeps the reader off
+// the socket, and unless another holds the role it sends what was posted
+// since the last poll and reads what the socket holds, without waiting,
+// and processes it. It reports whether it processed a packet.
+func (d *Device) drive() bool {
 	p := &d.prog
-	if mark {
-		p.lastPoll.Store(int64(d.now()))
-	}
+	p.lastPoll.Store(int64(d.now()))
 	if !p.role.TryLock() {
 		return false
 	}

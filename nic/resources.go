@@ -288,7 +288,7 @@ func (c *CQ) poll(wcs []qp.WC, drive bool) (int, error) {
 		return 0, ErrClosed
 	}
 	n, err := c.cq.Poll(wcs)
-	if n == 0 && err == nil && drive && len(wcs) > 0 && c.dev.drive(true) {
+	if n == 0 && err == nil && drive && len(wcs) > 0 && c.dev.drive() {
 		n, err = c.cq.Poll(wcs)
 	}
 	return n, err

@@ -22,8 +22,8 @@ import (
 // (fd) and closes the net.UDPConn, which takes it out of the runtime's
 // epoll set; every call on fd is a system call that does not wait (the
 // descriptor is non-blocking). A goroutine that waits to read (ReadBatch,
-// ReadBatchTurn) does so in the netpoller, through another duplicate that
-// the first wait registers (waiter) and StopWaiting unregisters. A
+// ReadBatchTurn) does so in the netpoller, through a registration that
+// the first wait makes (waiter) and StopWaiting undoes. A
 // registered socket wakes a thread of the process at every datagram,
 // whoever reads it: an idle P's thread sleeps in epoll_wait whenever a
 // timer is pending, and Linux reports each arrival on an edge-triggered
@@ -58,8 +58,14 @@ type sysConn struct {
 	werr  error
 }
 
-// waiter is the socket's registration in the netpoller: a duplicate of its
-// descriptor, as an os.File.
+// waiter is the socket's registration in the netpoller: an epoll instance
+// of its own that watches the socket for EPOLLIN alone, as an os.File,
+// which the runtime's epoll watches in turn. The runtime registers every
+// descriptor for EPOLLOUT as well, edge-triggered, and Linux signals a
+// socket's write space each time a datagram it sent is freed: registered
+// directly, the socket would wake a thread of the process after every
+// send, for nothing. The inner instance passes its readiness on at each
+// arrival (it is never read: the socket is), and nothing else.
 type waiter struct {
 	f  *os.File
 	rc syscall.RawConn
@@ -181,11 +187,20 @@ func (s *sysConn) register() error {
 	if s.closed.Load() {
 		return net.ErrClosed
 	}
-	dup, err := unix.FcntlInt(uintptr(s.fd), unix.F_DUPFD_CLOEXEC, 0)
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
-		return os.NewSyscallError("fcntl F_DUPFD_CLOEXEC", err)
+		return os.NewSyscallError("epoll_create1", err)
 	}
-	w := &waiter{f: os.NewFile(uintptr(dup), "udp")} // non-blocking, so registered
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(s.fd)}
+	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, s.fd, &ev); err != nil {
+		unix.Close(ep)
+		return os.NewSyscallError("epoll_ctl", err)
+	}
+	if err := unix.SetNonblock(ep, true); err != nil { // so that os.NewFile puts it in the netpoller
+		unix.Close(ep)
+		return os.NewSyscallError("fcntl O_NONBLOCK", err)
+	}
+	w := &waiter{f: os.NewFile(uintptr(ep), "udp epoll")}
 	if w.rc, err = w.f.SyscallConn(); err != nil {
 		w.f.Close()
 		return err
