@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic/cm"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/wire"
 )
@@ -77,10 +78,12 @@ func (d *Device) Listen(port uint16, opts ListenOptions) (*Listener, error) {
 	if d.att != nil {
 		return d.att.listen(port, &opts)
 	}
-	var l *cmListener
+	l := &cmListener{port: port, ready: make(chan struct{}, 1), closed: make(chan struct{})}
 	var err error
-	d.cm.run(func(e *cmEngine, _ qp.Time, _ *cmOutput) {
-		l, err = e.listen(port, cmp.Or(opts.Backlog, cmDefaultBacklog))
+	d.cm.run(func(e *cm.Engine, _ qp.Time, _ *cm.Output) {
+		if l.engine, err = e.Listen(port, cmp.Or(opts.Backlog, cmDefaultBacklog)); err == nil {
+			l.engine.Context = l
+		}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("softnic: listen: %w", err)
@@ -125,12 +128,11 @@ func (l *Listener) AcceptRequest(ctx context.Context) (*Request, error) {
 		if l.l.isClosed() {
 			return nil, l.l.errClosed()
 		}
-		select {
-		case id := <-l.l.backlog:
-			if !l.dev.cm.pending(id) {
-				continue // the requester gave up while the request waited
-			}
+		if id := l.dev.cm.nextRequest(l.l); id != nil {
 			return &Request{l: l, id: id, private: id.req.PrivateData[wire.CMAHeaderSize:]}, nil
+		}
+		select {
+		case <-l.l.ready:
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-l.l.closed:
@@ -162,7 +164,7 @@ func (l *Listener) Close() error {
 	if l.dev.att != nil {
 		return l.dev.att.closeListener(l)
 	}
-	l.dev.cm.run(func(e *cmEngine, now qp.Time, out *cmOutput) { e.unlisten(now, l.l, out) })
+	l.dev.cm.run(func(e *cm.Engine, now qp.Time, out *cm.Output) { e.Unlisten(now, l.l.engine, out) })
 	return nil
 }
 
@@ -246,7 +248,7 @@ func (r *Request) accept(opts AcceptOptions, cfg QPConfig) (*Conn, error) {
 	psn := c.randomPSN()
 	err = q.connect(r.id.peer, req.LocalQPN, &ConnectOptions{
 		LocalPSN: req.StartingPSN, RemotePSN: psn, MTU: req.PathMTU.Bytes(), Access: cmAccess(rr),
-		Timeout: min(req.PrimaryPath.LocalACKTimeout, cmMaxHonouredTimeout), RetryCnt: req.RetryCount, RNRRetry: req.RNRRetryCount,
+		Timeout: min(req.PrimaryPath.LocalACKTimeout, cm.MaxHonouredTimeout), RetryCnt: req.RetryCount, RNRRetry: req.RNRRetryCount,
 		MinRNRTimer: cmMinRNRTimer, MaxRdAtomic: depth, MaxDestRdAtomic: rr,
 	})
 	if err != nil {
@@ -255,15 +257,15 @@ func (r *Request) accept(opts AcceptOptions, cfg QPConfig) (*Conn, error) {
 		return nil, fmt.Errorf("softnic: accept %v: %w", r.id.peer, err)
 	}
 	// The first request the QP takes before the RTU establishes the
-	// connection too (see cmEngine.commEstablished).
+	// connection too (see cm.Engine.CommEstablished).
 	q.mu.Lock()
 	q.commEstPSN = q.qp.Status().ExpectedPSN
-	q.commEst = func() { c.run(func(e *cmEngine, _ qp.Time, _ *cmOutput) { e.commEstablished(r.id) }) }
+	q.commEst = func() { c.run(func(e *cm.Engine, _ qp.Time, out *cm.Output) { e.CommEstablished(r.id.comm, out) }) }
 	q.mu.Unlock()
-	c.run(func(e *cmEngine, now qp.Time, out *cmOutput) {
-		err = e.accept(now, r.id, &cmAcceptParams{
-			qpn: q.num, psn: psn, srq: cfg.SRQ != nil, private: opts.PrivateData,
-			responderResources: rr, initiatorDepth: depth, rnrRetryCount: rnr,
+	c.run(func(e *cm.Engine, now qp.Time, out *cm.Output) {
+		err = e.Accept(now, r.id.comm, &cm.AcceptParams{
+			QPN: q.num, PSN: psn, SRQ: cfg.SRQ != nil, Private: opts.PrivateData,
+			ResponderResources: rr, InitiatorDepth: depth, RNRRetryCount: rnr,
 		}, out)
 		if err == nil {
 			r.id.qp = q
@@ -294,7 +296,7 @@ func (r *Request) accept(opts AcceptOptions, cfg QPConfig) (*Conn, error) {
 
 // abandon rejects the request after a local failure.
 func (r *Request) abandon(reason wire.RejectReason) {
-	r.l.dev.cm.run(func(e *cmEngine, now qp.Time, out *cmOutput) { e.reject(now, r.id, reason, nil, out) })
+	r.l.dev.cm.run(func(e *cm.Engine, now qp.Time, out *cm.Output) { e.Reject(now, r.id.comm, reason, nil, out) })
 }
 
 // Reject refuses the request with a REJ, reason "consumer reject" (28),
@@ -309,8 +311,8 @@ func (r *Request) Reject(privateData []byte) error {
 		return r.l.dev.att.reject(r, privateData)
 	}
 	var err error
-	r.l.dev.cm.run(func(e *cmEngine, now qp.Time, out *cmOutput) {
-		err = e.reject(now, r.id, wire.RejectConsumer, privateData, out)
+	r.l.dev.cm.run(func(e *cm.Engine, now qp.Time, out *cm.Output) {
+		err = e.Reject(now, r.id.comm, wire.RejectConsumer, privateData, out)
 	})
 	if err == nil {
 		r.l.dev.log.Debug("cm: rejected", zap.Stringer("peer", r.id.peer), zap.Uint16("port", r.id.port))
@@ -458,7 +460,7 @@ func (d *Device) Dial(ctx context.Context, remote netip.AddrPort, port uint16, o
 // doubling with each try, from 10–20 ms up to the CM response timeout. It
 // reports false if ctx ended first.
 func cmBackoff(ctx context.Context, busy int, cmTimeout uint8) bool {
-	d := min(time.Duration(10+rand.IntN(10))*time.Millisecond<<min(busy, 16), cmTime(cmTimeout))
+	d := min(time.Duration(10+rand.IntN(10))*time.Millisecond<<min(busy, 16), cm.Duration(cmTimeout))
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -474,17 +476,19 @@ func (d *Device) dial(ctx context.Context, q *QP, remote netip.AddrPort, port ui
 	c := d.cm
 	mtu, _ := wire.MTUFromBytes(o.MTU)
 	psn := c.randomPSN()
-	p := cmDialParams{
-		peer: remote, src: d.sourceFor(remote).Addr().Unmap(), port: port, qpn: q.num, psn: psn,
-		mtu: mtu, srq: o.QP.SRQ != nil, private: o.PrivateData,
-		responderResources: o.ResponderResources, initiatorDepth: o.InitiatorDepth,
-		retryCount: o.RetryCount, rnrRetryCount: o.RNRRetryCount,
-		ackTimeout: o.Timeout, cmTimeout: o.CMTimeout, cmRetries: o.CMRetries,
+	p := cm.DialParams{
+		Peer: remote, Src: d.sourceFor(remote).Addr().Unmap(), Port: port, QPN: q.num, PSN: psn,
+		MTU: mtu, SRQ: o.QP.SRQ != nil, Private: o.PrivateData,
+		ResponderResources: o.ResponderResources, InitiatorDepth: o.InitiatorDepth,
+		RetryCount: o.RetryCount, RNRRetryCount: o.RNRRetryCount,
+		ACKTimeout: o.Timeout, CMTimeout: o.CMTimeout, CMRetries: o.CMRetries,
 	}
 	var id *cmID
 	var err error
-	c.run(func(e *cmEngine, now qp.Time, out *cmOutput) {
-		if id, err = e.connect(now, &p, out); err == nil {
+	c.run(func(e *cm.Engine, now qp.Time, out *cm.Output) {
+		var comm *cm.ID
+		if comm, err = e.Connect(now, &p, out); err == nil {
+			id = newCMID(comm)
 			id.qp = q
 		}
 	})
@@ -495,7 +499,7 @@ func (d *Device) dial(ctx context.Context, q *QP, remote netip.AddrPort, port ui
 	select {
 	case res = <-id.result:
 	case <-ctx.Done():
-		c.run(func(e *cmEngine, now qp.Time, out *cmOutput) { e.abort(now, id, out) })
+		c.run(func(e *cm.Engine, now qp.Time, out *cm.Output) { e.Abort(now, id.comm, out) })
 		return nil, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, ctx.Err())
 	case <-d.done:
 		res.err = ErrClosed
@@ -515,12 +519,12 @@ func (d *Device) dial(ctx context.Context, q *QP, remote netip.AddrPort, port ui
 		Timeout: o.Timeout, RetryCnt: o.RetryCount, RNRRetry: rep.RNRRetryCount, MinRNRTimer: cmMinRNRTimer,
 		MaxRdAtomic: min(o.InitiatorDepth, rep.ResponderResources), MaxDestRdAtomic: rr,
 	})
-	c.run(func(e *cmEngine, now qp.Time, out *cmOutput) {
+	c.run(func(e *cm.Engine, now qp.Time, out *cm.Output) {
 		if err != nil {
-			e.abort(now, id, out)
+			e.Abort(now, id.comm, out)
 			return
 		}
-		err = e.establish(id, out)
+		err = e.Establish(id.comm, out)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err)
@@ -624,12 +628,12 @@ func (c *Conn) Close() error {
 			c.dev.att.disconnect(c)
 			return
 		}
-		cm := c.dev.cm
+		drv := c.dev.cm
 		c.halt()
 		var wait bool
-		cm.run(func(e *cmEngine, now qp.Time, out *cmOutput) {
+		drv.run(func(e *cm.Engine, now qp.Time, out *cm.Output) {
 			ended := c.id.ended
-			wait = e.disconnect(now, c.id, out) && !ended
+			wait = e.Disconnect(now, c.id.comm, out) && !ended
 		})
 		if wait {
 			select {
@@ -653,17 +657,10 @@ func (c *Conn) halt() {
 	c.qp.Modify(&qp.Attr{State: qp.Err}, qp.AttrState)
 }
 
-// pending reports whether the request id still waits for an answer.
-func (c *cm) pending(id *cmID) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return id.state == cmReqRcvd
-}
-
 // qpFailed ends id's connection because its QP entered the error state.
 // It runs under the QP's lock.
-func (c *cm) qpFailed(id *cmID, qpn uint32, cause qp.WCStatus) {
+func (c *cmDriver) qpFailed(id *cmID, qpn uint32, cause qp.WCStatus) {
 	err := &QPError{QPN: qpn, Status: cause}
-	c.run(func(e *cmEngine, _ qp.Time, _ *cmOutput) { e.end(id, err) })
+	c.run(func(e *cm.Engine, _ qp.Time, out *cm.Output) { e.End(id.comm, err, out) })
 	c.dev.log.Debug("cm: connection's QP failed", zap.Stringer("peer", id.peer), zap.Error(err))
 }

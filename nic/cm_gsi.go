@@ -8,9 +8,17 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic/cm"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/wire"
 )
+
+// CMLimits bound what the connection manager holds for the connection
+// requests it receives, whatever the requesters ask for, so that no
+// requester (or address spoofing one) can hold a device's resources for
+// long, lock other requesters out, or have it send more than it receives
+// (package cm's Limits, where the fields and their defaults are described).
+type CMLimits = cm.Limits
 
 // QP1, the General Services Interface, carries the connection manager's
 // MADs: a UD QP numbered 1 with the well-known Q_Key 0x80010000, created
@@ -23,13 +31,15 @@ const (
 	gsiSendDepth   = 1024
 )
 
-// cm drives the connection manager's engine: it feeds it the MADs QP1
-// receives (on the reader goroutine, after each batch) and time (through
-// a timer entry of the device), and carries out what the engine asks.
-// The engine runs under mu; QPs are touched, and MADs sent, only after mu
-// is released, so that a QP's lock may be held while calling into the cm
+// cmDriver drives the connection manager's engine (package cm): it feeds
+// it the MADs QP1 receives (on the reader goroutine, after each batch),
+// time (through a timer entry of the device) and the application's calls,
+// and carries out what the engine's Output asks: it wakes the goroutines
+// that wait, flushes QPs and sends MADs. The engine runs under mu, and so
+// do the wakeups; QPs are touched, and MADs sent, only after mu is
+// released, so that a QP's lock may be held while calling into the driver
 // (the QP error hook does) but never the other way round.
-type cm struct {
+type cmDriver struct {
 	dev *Device
 	gsi *QP
 	cq  *CQ
@@ -37,7 +47,7 @@ type cm struct {
 	mr  *MR
 
 	mu     sync.Mutex
-	e      *cmEngine
+	e      *cm.Engine
 	wakeAt qp.Time // the earliest timer entry queued for the engine, 0 if none
 
 	// Reader goroutine scratch.
@@ -46,10 +56,10 @@ type cm struct {
 }
 
 // newCM creates QP1 and the connection manager of d.
-func newCM(d *Device) (*cm, error) {
-	c := &cm{
+func newCM(d *Device) (*cmDriver, error) {
+	c := &cmDriver{
 		dev: d,
-		e:   newCMEngine(softnicGUID(d.local), d.cfg.CM, rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())), &d.devc),
+		e:   cm.New(cm.GUID(d.local), d.cfg.CM, rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))),
 		buf: make([]byte, gsiRecvBuffers*gsiBufferSize),
 	}
 	pd, err := d.AllocPD()
@@ -80,13 +90,13 @@ func newCM(d *Device) (*cm, error) {
 	return c, nil
 }
 
-func (c *cm) postRecv(slot uint64) error {
+func (c *cmDriver) postRecv(slot uint64) error {
 	return c.gsi.PostRecv(&qp.RecvWR{ID: slot, SGL: []qp.SGE{c.mr.SGE(int(slot)*gsiBufferSize, gsiBufferSize)}})
 }
 
 // poll hands the MADs QP1 received to the engine. It runs on the reader
 // goroutine, which is also the only one to fill QP1's buffers.
-func (c *cm) poll() {
+func (c *cmDriver) poll() {
 	for {
 		n, _ := c.cq.poll(c.wcs[:], false) // it runs in the device's progress
 		if n == 0 {
@@ -105,7 +115,7 @@ func (c *cm) poll() {
 	}
 }
 
-func (c *cm) receive(wc *qp.WC) {
+func (c *cmDriver) receive(wc *qp.WC) {
 	off := int(wc.ID) * gsiBufferSize
 	if wc.Status != qp.Success || wc.Opcode != qp.WCRecv || wc.ByteLen < wire.GRHSize {
 		c.dev.devc.inc(CMRxDropped)
@@ -119,32 +129,73 @@ func (c *cm) receive(wc *qp.WC) {
 	if c.mad.AttrID() == wire.AttrConnectRequest {
 		mtu, _ = wire.MTUFromBytes(c.dev.PathMTU(wc.Src)) // the most a REQ may ask for
 	}
-	c.run(func(e *cmEngine, now qp.Time, out *cmOutput) { e.receive(now, wc.Src, mtu, &c.mad, out) })
+	c.run(func(e *cm.Engine, now qp.Time, out *cm.Output) { e.Receive(now, wc.Src, mtu, &c.mad, out) })
 }
 
-// run calls f on the engine with the current time, re-arms the engine's
-// timer, and then carries out f's output.
-func (c *cm) run(f func(e *cmEngine, now qp.Time, out *cmOutput)) {
-	var out cmOutput
+// run calls f on the engine with the current time, wakes the goroutines
+// its events concern, re-arms the engine's timer, and then carries out
+// the rest of f's output.
+func (c *cmDriver) run(f func(e *cm.Engine, now qp.Time, out *cm.Output)) {
+	var out cm.Output
 	c.mu.Lock()
 	now := c.dev.now()
 	f(c.e, now, &out)
+	c.wakeLocked(out.Events)
 	var ended []endedConn
-	for _, id := range out.flush {
-		if id.qp != nil {
+	for _, comm := range out.Flush {
+		if id, _ := comm.Context.(*cmID); id != nil && id.qp != nil {
 			ended = append(ended, endedConn{id.peer, id.qp})
 		}
 	}
-	at, ok := c.e.deadline()
+	at, ok := c.e.Deadline()
 	arm := ok && (c.wakeAt == 0 || at < c.wakeAt)
 	if arm {
 		c.wakeAt = at
 	}
 	c.mu.Unlock()
+	for k, n := range out.Counts {
+		if n != 0 {
+			c.dev.devc.v[cmCounters[k]].Add(n)
+		}
+	}
 	if arm {
 		c.dev.timers.add(timerEntry{at: at, fn: c.tick})
 	}
-	c.perform(ended, out.mads)
+	c.perform(ended, out.MADs)
+}
+
+// wakeLocked tells the goroutines that wait what the engine's events say:
+// a listener that a request waits, a Dial or an Accept the outcome of its
+// handshake, a Conn that it ended, a Close that its DREQ was answered.
+func (c *cmDriver) wakeLocked(events []cm.Event) {
+	for _, ev := range events {
+		switch ev.Type {
+		case cm.EventRequest:
+			ev.Listener.Context.(*cmListener).signal()
+			continue
+		case cm.EventListenerClosed:
+			close(ev.Listener.Context.(*cmListener).closed)
+			continue
+		}
+		id, _ := ev.ID.Context.(*cmID)
+		if id == nil {
+			continue // a request no AcceptRequest has taken yet
+		}
+		id.err = ev.ID.Err()
+		switch ev.Type {
+		case cm.EventReply:
+			id.finish(cmResult{rep: ev.ID.REP()})
+		case cm.EventEstablished:
+			id.finish(cmResult{})
+		case cm.EventFailed:
+			id.finish(cmResult{err: ev.Err})
+		case cm.EventEnded:
+			id.ended = true
+			close(id.done)
+		case cm.EventSettled:
+			close(id.settled)
+		}
+	}
 }
 
 // endedConn is a connection the peer ended and its QP, read under c.mu
@@ -155,18 +206,18 @@ type endedConn struct {
 }
 
 // tick runs the engine's timers; the device's timer goroutine calls it.
-func (c *cm) tick(now qp.Time) {
-	c.run(func(e *cmEngine, now qp.Time, out *cmOutput) {
+func (c *cmDriver) tick(now qp.Time) {
+	c.run(func(e *cm.Engine, now qp.Time, out *cm.Output) {
 		if c.wakeAt <= now {
 			c.wakeAt = 0
 		}
-		e.tick(now, out)
+		e.Tick(now, out)
 	})
 }
 
 // perform flushes the QPs of connections the peer ended, then sends the
 // MADs.
-func (c *cm) perform(ended []endedConn, mads []cmMAD) {
+func (c *cmDriver) perform(ended []endedConn, mads []cm.MAD) {
 	for _, e := range ended {
 		c.dev.log.Debug("cm: peer disconnected", zap.Stringer("peer", e.peer), zap.Uint32("qpn", e.qp.num))
 		e.qp.Modify(&qp.Attr{State: qp.Err}, qp.AttrState)
@@ -174,8 +225,8 @@ func (c *cm) perform(ended []endedConn, mads []cmMAD) {
 	for i := range mads {
 		m := &mads[i]
 		err := c.gsi.PostSend(&qp.SendWR{
-			Opcode: qp.WRSend, Flags: qp.Inline, Inline: m.mad[:],
-			Dest: m.dst, DestQPN: wire.GSIQPN, QKey: wire.GSIQKey,
+			Opcode: qp.WRSend, Flags: qp.Inline, Inline: m.MAD[:],
+			Dest: m.Dst, DestQPN: wire.GSIQPN, QKey: wire.GSIQKey,
 		})
 		if err != nil {
 			// A full send queue or a closing device: the CM's
@@ -186,13 +237,89 @@ func (c *cm) perform(ended []endedConn, mads []cmMAD) {
 }
 
 // randomPSN draws a starting PSN for a connection.
-func (c *cm) randomPSN() wire.PSN {
+func (c *cmDriver) randomPSN() wire.PSN {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.e.randomPSN()
+	return c.e.RandomPSN()
 }
 
 // shutdown ends every connection and handshake as the device closes.
-func (c *cm) shutdown() {
-	c.run(func(e *cmEngine, now qp.Time, out *cmOutput) { e.shutdown(now, out) })
+func (c *cmDriver) shutdown() {
+	c.run(func(e *cm.Engine, now qp.Time, out *cm.Output) { e.Shutdown(now, out) })
+}
+
+// nextRequest takes the next request waiting at l, nil if none does.
+func (c *cmDriver) nextRequest(l *cmListener) *cmID {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	comm := c.e.NextRequest(l.engine)
+	if comm == nil {
+		return nil
+	}
+	if l.engine.Backlog() > 0 {
+		l.signal() // for another AcceptRequest
+	}
+	return newCMID(comm)
+}
+
+// cmID is the driver's side of one communication, the Context of the
+// engine's: what the goroutines of Dial, Accept and Close wait on. An
+// attached device's Request and Conn hold one too, with peer (and for a
+// Conn done and err) alone set, by the attachment.
+type cmID struct {
+	comm *cm.ID // the engine's communication; nil when attached
+	peer netip.AddrPort
+	port uint16
+	req  *wire.REQFields // the REQ received, for a request
+
+	// result carries the one cmResult of the handshake; done closes when
+	// the connection ends, with err saying why (ended says it has);
+	// settled closes once nothing sent waits for an answer any more
+	// (timewait or gone). The driver mirrors the engine's under its mu.
+	result  chan cmResult
+	done    chan struct{}
+	ended   bool
+	err     error
+	settled chan struct{}
+
+	qp *QP // flushed when the peer disconnects
+}
+
+// cmResult is the outcome of a handshake that a Dial or an Accept waits
+// for: the REP (dialer), nothing (acceptor: the RTU came), or an error.
+type cmResult struct {
+	rep *wire.REPFields
+	err error
+}
+
+// newCMID returns the driver's side of comm and makes it comm's Context.
+func newCMID(comm *cm.ID) *cmID {
+	id := &cmID{
+		comm: comm, peer: comm.Peer(), port: comm.Port(), req: comm.REQ(),
+		result: make(chan cmResult, 1), done: make(chan struct{}), settled: make(chan struct{}),
+	}
+	comm.Context = id
+	return id
+}
+
+// finish hands the handshake's outcome to its waiter. The engine reports
+// it once, and result has room for it: the send never blocks.
+func (id *cmID) finish(r cmResult) { id.result <- r }
+
+// cmListener is the driver's side of a listener: AcceptRequest waits on
+// ready, signalled when a request may wait in the engine's backlog, and on
+// closed. An attached device's holds port and closed alone.
+type cmListener struct {
+	engine *cm.Listener // nil when attached
+	port   uint16
+	ready  chan struct{}
+	closed chan struct{}
+}
+
+// signal wakes one AcceptRequest of the listener.
+func (l *cmListener) signal() {
+	select {
+	case l.ready <- struct{}{}:
+	default:
+	}
 }

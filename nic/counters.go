@@ -1,6 +1,10 @@
 package nic
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/softnic/softnic/nic/cm"
+)
 
 // DevCounter names a counter of what the device itself drops or injects,
 // beside the transport counters of package qp.
@@ -42,6 +46,14 @@ var devCounterNames = [numDevCounters]string{
 }
 
 func (c DevCounter) String() string { return devCounterNames[c] }
+
+// cmCounters are the device's counters of the connection manager engine's
+// counts (cm.Output.Counts).
+var cmCounters = [cm.NumCounters]DevCounter{
+	cm.TxMsgs: CMTxMsgs, cm.TxRetries: CMTxRetries, cm.RxMsgs: CMRxMsgs, cm.RxDuplicates: CMRxDuplicates,
+	cm.RxDropped: CMRxDropped, cm.Connected: CMEstablished, cm.Disconnected: CMDisconnected,
+	cm.RejectedBusy: CMRejectedBusy, cm.HandshakeTimeouts: CMHandshakeTimeouts,
+}
 
 type devCounters struct{ v [numDevCounters]atomic.Uint64 }
 

@@ -139,7 +139,7 @@ type Device struct {
 	batches sync.Pool
 	prog    progress
 
-	cm *cm // the connection manager and its QP1
+	cm *cmDriver // the connection manager and its QP1
 
 	att *attachment // an attached device's session with its daemon; nil if embedded
 
@@ -176,10 +176,10 @@ func Open(cfg Config) (*Device, error) {
 	if cfg.MaxQPs < 2 || cfg.MaxQPs > 1<<20 {
 		return nil, fmt.Errorf("softnic: MaxQPs %d: %w", cfg.MaxQPs, ErrInvalid)
 	}
-	if err := cfg.CM.check(); err != nil {
+	if err := cfg.CM.Check(); err != nil {
 		return nil, fmt.Errorf("softnic: %w", err)
 	}
-	cfg.CM = cfg.CM.withDefaults()
+	cfg.CM = cfg.CM.WithDefaults()
 	if cfg.BusyPoll < 0 || cfg.BusyPoll > time.Second {
 		return nil, fmt.Errorf("softnic: BusyPoll %v is not within 0 and 1s: %w", cfg.BusyPoll, ErrInvalid)
 	}

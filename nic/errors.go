@@ -4,10 +4,11 @@ import (
 	"errors"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic/cm"
 	"github.com/softnic/softnic/qp"
 )
 
-// Errors, for errors.Is. They are the values packages mr and qp return.
+// Errors, for errors.Is. They are the values packages mr, qp and cm return.
 var (
 	ErrInvalid  = mr.ErrInvalid  // EINVAL
 	ErrBusy     = mr.ErrBusy     // EBUSY
@@ -24,15 +25,23 @@ var (
 	// socket of a user the client does not trust (see DialControl).
 	ErrAccess = errors.New("permission denied (EACCES)")
 	// ErrClosed is returned by calls on a closed device or destroyed object.
-	ErrClosed = errors.New("softnic: device closed")
+	ErrClosed = cm.ErrClosed
 	// ErrConnRefused (ECONNREFUSED): nothing listens on the rdma_cm port
 	// dialed (the peer's REJ says "invalid service ID"; see RejectError).
-	ErrConnRefused = errors.New("connection refused (ECONNREFUSED)")
+	ErrConnRefused = cm.ErrConnRefused
 	// ErrTimedOut (ETIMEDOUT): the peer did not answer a connection
 	// manager message after every retry, or a connection's QP exhausted
 	// its transport retries (see QPError).
-	ErrTimedOut = errors.New("connection timed out (ETIMEDOUT)")
+	ErrTimedOut = cm.ErrTimedOut
 	// ErrConnReset (ECONNRESET): the peer disconnected (DREQ) or gave up
 	// the connection (REJ).
-	ErrConnReset = errors.New("connection reset by peer (ECONNRESET)")
+	ErrConnReset = cm.ErrConnReset
 )
+
+// RejectError is a connection attempt refused by the peer's REJ, as Dial
+// returns it: the device and port, the REJ's reason, additional reject
+// information and private data (package cm's). It is errors.Is
+// ErrConnRefused for reason "invalid service ID" (nothing listens on the
+// port) and ErrAgain for "no resources" (the peer holds as many requests
+// as it takes, CMLimits).
+type RejectError = cm.RejectError

@@ -1,4 +1,4 @@
-package nic
+package cm
 
 import (
 	"errors"
@@ -23,8 +23,8 @@ type cmSide struct {
 	name string
 	addr netip.AddrPort
 	mtu  wire.MTU // the path MTU toward the other side
-	e    *cmEngine
-	cnt  devCounters
+	e    *Engine
+	cnt  Counts
 }
 
 type cmFlight struct {
@@ -42,20 +42,27 @@ type cmLink struct {
 	drop    func(from *cmSide, m *wire.MAD) bool
 	log     []string
 	sent    [][wire.MADSize]byte // every MAD put on the link, lost or not
-	flushed []*cmID
+	flushed []*ID
+	results map[*ID]result // handshake outcomes not yet taken (result)
+}
+
+// result is the outcome of a handshake, as the events report it.
+type result struct {
+	rep *wire.REPFields
+	err error
 }
 
 const cmLatency = 10 * time.Microsecond
 
 func newCMSide(name, addr string, mtu wire.MTU, seed uint64) *cmSide {
 	s := &cmSide{name: name, addr: netip.MustParseAddrPort(addr), mtu: mtu}
-	s.e = newCMEngine(seed, CMLimits{}.withDefaults(), rand.New(rand.NewPCG(seed, seed)), &s.cnt)
+	s.e = New(seed, Limits{}, rand.New(rand.NewPCG(seed, seed)))
 	return s
 }
 
 func newCMLink(t testing.TB) *cmLink {
 	return &cmLink{
-		t: t,
+		t: t, results: make(map[*ID]result),
 		a: newCMSide("a", "10.0.0.1:4791", wire.MTU4096, 1),
 		b: newCMSide("b", "10.0.0.2:4791", wire.MTU4096, 2),
 	}
@@ -70,22 +77,47 @@ func (l *cmLink) peer(s *cmSide) *cmSide {
 
 // call runs one step of side s at the current time and puts its output on
 // the link.
-func (l *cmLink) call(s *cmSide, f func(e *cmEngine, now qp.Time, out *cmOutput)) {
-	var out cmOutput
-	f(s.e, l.now, &out)
+func (l *cmLink) call(s *cmSide, f func(e *Engine, now qp.Time, out *Output)) {
+	out := l.step(s, f)
 	l.emit(s, &out)
 }
 
-func (l *cmLink) emit(s *cmSide, out *cmOutput) {
-	l.flushed = append(l.flushed, out.flush...)
-	for _, m := range out.mads {
-		l.sent = append(l.sent, m.mad)
+// step runs one step of side s at the current time, records its counts,
+// flushes and handshake outcomes, and returns its output.
+func (l *cmLink) step(s *cmSide, f func(e *Engine, now qp.Time, out *Output)) Output {
+	var out Output
+	f(s.e, l.now, &out)
+	for k, n := range out.Counts {
+		s.cnt[k] += n
+	}
+	l.flushed = append(l.flushed, out.Flush...)
+	for _, ev := range out.Events {
+		switch ev.Type {
+		case EventReply:
+			l.results[ev.ID] = result{rep: ev.ID.REP()}
+		case EventEstablished, EventFailed:
+			l.results[ev.ID] = result{err: ev.Err}
+		}
+	}
+	return out
+}
+
+// result takes the handshake outcome of id, if it has one.
+func (l *cmLink) result(id *ID) (result, bool) {
+	r, ok := l.results[id]
+	delete(l.results, id)
+	return r, ok
+}
+
+func (l *cmLink) emit(s *cmSide, out *Output) {
+	for _, m := range out.MADs {
+		l.sent = append(l.sent, m.MAD)
 		var mad wire.MAD
-		if err := mad.Decode(m.mad[:]); err != nil {
+		if err := mad.Decode(m.MAD[:]); err != nil {
 			l.t.Fatalf("%s sent an undecodable MAD: %v", s.name, err)
 		}
-		if m.dst != l.peer(s).addr {
-			l.t.Fatalf("%s sent %v to %v, not to its peer", s.name, mad.AttrID(), m.dst)
+		if m.Dst != l.peer(s).addr {
+			l.t.Fatalf("%s sent %v to %v, not to its peer", s.name, mad.AttrID(), m.Dst)
 		}
 		line := s.name + "→" + l.peer(s).name + " " + mad.AttrID().String()
 		if mad.REJ != nil {
@@ -96,7 +128,7 @@ func (l *cmLink) emit(s *cmSide, out *cmOutput) {
 			continue
 		}
 		l.log = append(l.log, line)
-		l.flights = append(l.flights, cmFlight{at: l.now.Add(cmLatency), from: s, mad: m.mad})
+		l.flights = append(l.flights, cmFlight{at: l.now.Add(cmLatency), from: s, mad: m.MAD})
 	}
 }
 
@@ -133,7 +165,7 @@ func (l *cmLink) run(limit time.Duration, done func() bool) {
 		}
 		l.now = max(l.now, at)
 		for _, s := range []*cmSide{l.a, l.b} {
-			l.call(s, func(e *cmEngine, now qp.Time, out *cmOutput) { e.tick(now, out) })
+			l.call(s, func(e *Engine, now qp.Time, out *Output) { e.Tick(now, out) })
 		}
 	}
 }
@@ -155,7 +187,7 @@ func (l *cmLink) deliverDue() bool {
 		if err := m.Decode(f.mad[:]); err != nil {
 			l.t.Fatal(err)
 		}
-		l.call(to, func(e *cmEngine, now qp.Time, out *cmOutput) { e.receive(now, f.from.addr, to.mtu, &m, out) })
+		l.call(to, func(e *Engine, now qp.Time, out *Output) { e.Receive(now, f.from.addr, to.mtu, &m, out) })
 	}
 	l.flights = l.flights[n:]
 	return n > 0
@@ -171,8 +203,8 @@ func (l *cmLink) next() (qp.Time, bool) {
 	for _, f := range l.flights {
 		consider(f.at, true)
 	}
-	consider(l.a.e.deadline())
-	consider(l.b.e.deadline())
+	consider(l.a.e.Deadline())
+	consider(l.b.e.Deadline())
 	return t, ok
 }
 
@@ -186,76 +218,65 @@ func (l *cmLink) expectLog(want ...string) {
 
 // dialParams are a's REQ parameters: CM timeout 2^12 × 4.096 µs ≈ 16.8 ms
 // plus an ACK timeout of 2^10 × 4.096 µs ≈ 4.2 ms per try.
-func (l *cmLink) dialParams() *cmDialParams {
-	return &cmDialParams{
-		peer: l.b.addr, src: l.a.addr.Addr(), port: 7471, qpn: 0x11, psn: 0x123456, mtu: wire.MTU1024,
-		private: []byte("hello"), responderResources: 4, initiatorDepth: 2, retryCount: 7, rnrRetryCount: 7,
-		ackTimeout: 10, cmTimeout: 12, cmRetries: 3,
+func (l *cmLink) dialParams() *DialParams {
+	return &DialParams{
+		Peer: l.b.addr, Src: l.a.addr.Addr(), Port: 7471, QPN: 0x11, PSN: 0x123456, MTU: wire.MTU1024,
+		Private: []byte("hello"), ResponderResources: 4, InitiatorDepth: 2, RetryCount: 7, RNRRetryCount: 7,
+		ACKTimeout: 10, CMTimeout: 12, CMRetries: 3,
 	}
 }
 
-func (l *cmLink) listen(backlog int) *cmListener {
+func (l *cmLink) listen(backlog int) *Listener {
 	l.t.Helper()
-	ln, err := l.b.e.listen(7471, backlog)
+	ln, err := l.b.e.Listen(7471, backlog)
 	if err != nil {
 		l.t.Fatal(err)
 	}
 	return ln
 }
 
-func (l *cmLink) connect(p *cmDialParams) *cmID {
+func (l *cmLink) connect(p *DialParams) *ID {
 	l.t.Helper()
-	var id *cmID
-	l.call(l.a, func(e *cmEngine, now qp.Time, out *cmOutput) {
+	var id *ID
+	l.call(l.a, func(e *Engine, now qp.Time, out *Output) {
 		var err error
-		if id, err = e.connect(now, p, out); err != nil {
+		if id, err = e.Connect(now, p, out); err != nil {
 			l.t.Fatal(err)
 		}
 	})
 	return id
 }
 
-func (l *cmLink) acceptParams() *cmAcceptParams {
-	return &cmAcceptParams{qpn: 0x22, psn: 0x654321, private: []byte("welcome"), responderResources: 2, initiatorDepth: 4, rnrRetryCount: 6}
-}
-
-// result returns the handshake result of id, if it has one.
-func result(id *cmID) (cmResult, bool) {
-	select {
-	case r := <-id.result:
-		return r, true
-	default:
-		return cmResult{}, false
-	}
+func (l *cmLink) acceptParams() *AcceptParams {
+	return &AcceptParams{QPN: 0x22, PSN: 0x654321, Private: []byte("welcome"), ResponderResources: 2, InitiatorDepth: 4, RNRRetryCount: 6}
 }
 
 // handshake connects a to b: b accepts the first request, a answers the
 // REP; it returns both sides' communications once both are established.
-func (l *cmLink) handshake(limit time.Duration) (active, passive *cmID) {
+func (l *cmLink) handshake(limit time.Duration) (active, passive *ID) {
 	l.t.Helper()
 	ln := l.listen(8)
 	active = l.connect(l.dialParams())
 	l.run(limit, func() bool {
-		select {
-		case passive = <-ln.backlog:
-			l.call(l.b, func(e *cmEngine, now qp.Time, out *cmOutput) {
-				if err := e.accept(now, passive, l.acceptParams(), out); err != nil {
+		if id := l.b.e.NextRequest(ln); id != nil {
+			passive = id
+			l.call(l.b, func(e *Engine, now qp.Time, out *Output) {
+				if err := e.Accept(now, passive, l.acceptParams(), out); err != nil {
 					l.t.Fatal(err)
 				}
 			})
-		default:
 		}
-		if r, ok := result(active); ok {
+		if r, ok := l.result(active); ok {
 			if r.err != nil {
 				l.t.Fatalf("dial: %v", r.err)
 			}
-			l.call(l.a, func(e *cmEngine, _ qp.Time, out *cmOutput) {
-				if err := e.establish(active, out); err != nil {
+			l.call(l.a, func(e *Engine, _ qp.Time, out *Output) {
+				if err := e.Establish(active, out); err != nil {
 					l.t.Fatal(err)
 				}
 			})
 		}
-		return active.state == cmEstablished && passive != nil && passive.state == cmEstablished
+		return active.state == Established && passive != nil && passive.state == Established
 	})
 	return active, passive
 }
@@ -313,13 +334,13 @@ func TestCMEngineHandshake(t *testing.T) {
 			l.settle(time.Second)
 			l.expectLog(tc.log...)
 			for i, s := range []*cmSide{l.a, l.b} {
-				if got := s.cnt.v[CMTxRetries].Load(); got != tc.retries[i] {
+				if got := s.cnt[TxRetries]; got != tc.retries[i] {
 					t.Errorf("%s: cm_tx_retries = %d, want %d", s.name, got, tc.retries[i])
 				}
-				if got := s.cnt.v[CMRxDuplicates].Load(); got != tc.dups[i] {
+				if got := s.cnt[RxDuplicates]; got != tc.dups[i] {
 					t.Errorf("%s: cm_rx_duplicates = %d, want %d", s.name, got, tc.dups[i])
 				}
-				if got := s.cnt.v[CMEstablished].Load(); got != 1 {
+				if got := s.cnt[Connected]; got != 1 {
 					t.Errorf("%s: cm_established = %d, want 1", s.name, got)
 				}
 			}
@@ -346,22 +367,22 @@ func TestCMEngineREPFields(t *testing.T) {
 	ln := l.listen(1)
 	active := l.connect(l.dialParams())
 	l.run(time.Second, func() bool { return len(ln.backlog) == 1 })
-	passive := <-ln.backlog
+	passive := l.b.e.NextRequest(ln)
 	ap := l.acceptParams()
-	ap.srq = true
-	l.call(l.b, func(e *cmEngine, now qp.Time, out *cmOutput) { e.accept(now, passive, ap, out) })
-	var r cmResult
-	l.run(time.Second, func() bool { var ok bool; r, ok = result(active); return ok })
+	ap.SRQ = true
+	l.call(l.b, func(e *Engine, now qp.Time, out *Output) { e.Accept(now, passive, ap, out) })
+	var r result
+	l.run(time.Second, func() bool { var ok bool; r, ok = l.result(active); return ok })
 	if r.err != nil || r.rep == nil {
 		t.Fatalf("result %+v", r)
 	}
 	rep := r.rep
 	if rep.LocalQPN != 0x22 || rep.StartingPSN != 0x654321 || rep.ResponderResources != 2 || rep.InitiatorDepth != 4 ||
-		rep.RNRRetryCount != 6 || rep.TargetACKDelay != cmTargetACKDelay || rep.LocalCAGUID != l.b.e.guid || !rep.SRQ ||
+		rep.RNRRetryCount != 6 || rep.TargetACKDelay != TargetACKDelay || rep.LocalCAGUID != l.b.e.guid || !rep.SRQ ||
 		string(rep.PrivateData[:7]) != "welcome" {
 		t.Errorf("REP %+v", rep)
 	}
-	if active.state != cmRepRcvd {
+	if active.state != RepRcvd {
 		t.Errorf("dialer in %s after the REP, want REP_RCVD", active.state)
 	}
 }
@@ -369,8 +390,8 @@ func TestCMEngineREPFields(t *testing.T) {
 func TestCMEngineNoListener(t *testing.T) {
 	l := newCMLink(t)
 	id := l.connect(l.dialParams())
-	var r cmResult
-	l.run(time.Second, func() bool { var ok bool; r, ok = result(id); return ok })
+	var r result
+	l.run(time.Second, func() bool { var ok bool; r, ok = l.result(id); return ok })
 	l.expectLog("a→b ConnectRequest", "b→a ConnectReject (invalid service ID)")
 	var rej *RejectError
 	if !errors.As(r.err, &rej) || rej.Reason != wire.RejectInvalidServiceID || !errors.Is(r.err, ErrConnRefused) {
@@ -391,16 +412,16 @@ func TestCMEngineTimeout(t *testing.T) {
 	l.drop = func(*cmSide, *wire.MAD) bool { return true }
 	p := l.dialParams()
 	id := l.connect(p)
-	var r cmResult
-	l.run(time.Minute, func() bool { var ok bool; r, ok = result(id); return ok })
+	var r result
+	l.run(time.Minute, func() bool { var ok bool; r, ok = l.result(id); return ok })
 	if !errors.Is(r.err, ErrTimedOut) || !strings.Contains(r.err.Error(), "10.0.0.2:4791 port 7471") {
 		t.Fatalf("dial error %v, want a timeout naming 10.0.0.2:4791 port 7471", r.err)
 	}
-	if want := qp.Time(4 * (cmTime(p.cmTimeout) + cmTime(p.ackTimeout))); l.now != want {
+	if want := qp.Time(4 * (Duration(p.CMTimeout) + Duration(p.ACKTimeout))); l.now != want {
 		t.Errorf("gave up at %v, want %v (4 tries)", time.Duration(l.now), time.Duration(want))
 	}
-	if len(l.log) != 4 || l.a.cnt.v[CMTxRetries].Load() != 3 {
-		t.Errorf("%d REQs sent, %d retries; want 4 and 3", len(l.log), l.a.cnt.v[CMTxRetries].Load())
+	if len(l.log) != 4 || l.a.cnt[TxRetries] != 3 {
+		t.Errorf("%d REQs sent, %d retries; want 4 and 3", len(l.log), l.a.cnt[TxRetries])
 	}
 	if len(l.a.e.ids) != 0 {
 		t.Errorf("%d communications left", len(l.a.e.ids))
@@ -412,14 +433,14 @@ func TestCMEngineRejectByListener(t *testing.T) {
 	ln := l.listen(1)
 	id := l.connect(l.dialParams())
 	l.run(time.Second, func() bool { return len(ln.backlog) == 1 })
-	req := <-ln.backlog
-	l.call(l.b, func(e *cmEngine, now qp.Time, out *cmOutput) {
-		if err := e.reject(now, req, wire.RejectConsumer, []byte("go away"), out); err != nil {
+	req := l.b.e.NextRequest(ln)
+	l.call(l.b, func(e *Engine, now qp.Time, out *Output) {
+		if err := e.Reject(now, req, wire.RejectConsumer, []byte("go away"), out); err != nil {
 			t.Fatal(err)
 		}
 	})
-	var r cmResult
-	l.run(time.Second, func() bool { var ok bool; r, ok = result(id); return ok })
+	var r result
+	l.run(time.Second, func() bool { var ok bool; r, ok = l.result(id); return ok })
 	var rej *RejectError
 	if !errors.As(r.err, &rej) || rej.Reason != wire.RejectConsumer || string(rej.PrivateData[:7]) != "go away" ||
 		len(rej.PrivateData) != wire.REJPrivateDataSize || errors.Is(r.err, ErrConnRefused) {
@@ -436,7 +457,7 @@ func TestCMEngineRejectByListener(t *testing.T) {
 }
 
 // reqOf rebuilds the REQ b received for req.
-func reqOf(t *testing.T, l *cmLink, req *cmID) [wire.MADSize]byte {
+func reqOf(t *testing.T, l *cmLink, req *ID) [wire.MADSize]byte {
 	f := wire.MADFields{Header: wire.CMHeader(wire.AttrConnectRequest, req.tid), REQ: *req.req}
 	var b [wire.MADSize]byte
 	if _, err := f.Encode(b[:]); err != nil {
@@ -454,28 +475,28 @@ func TestCMEngineDuplicateREQWhilePending(t *testing.T) {
 	ln := l.listen(4)
 	p := l.dialParams()
 	id := l.connect(p)
-	l.run(time.Second, func() bool { return l.a.cnt.v[CMTxRetries].Load() == 1 && len(l.flights) == 0 })
+	l.run(time.Second, func() bool { return l.a.cnt[TxRetries] == 1 && len(l.flights) == 0 })
 	l.expectLog("a→b ConnectRequest", "a→b ConnectRequest", "b→a MsgRcptAck")
-	if len(ln.backlog) != 1 || len(l.b.e.ids) != 1 || l.b.cnt.v[CMRxDuplicates].Load() != 1 {
+	if len(ln.backlog) != 1 || len(l.b.e.ids) != 1 || l.b.cnt[RxDuplicates] != 1 {
 		t.Fatalf("b holds %d requests and %d communications after a duplicate REQ", len(ln.backlog), len(l.b.e.ids))
 	}
 	// b holds the request 4 × (16.8 + 4.2) + 16.8 ≈ 101 ms from its REQ
 	// (handshakeTime); the MRA, 21 ms in, asks for 2^14 × 4.096 µs ≈ 67
 	// ms, the most that with a's ACK timeout brings its next REQ within.
-	req := <-ln.backlog
-	at, _ := l.a.e.deadline()
-	if want := l.now.Add(cmTime(14) + cmTime(p.ackTimeout)); at != want || at > req.expires {
+	req := l.b.e.NextRequest(ln)
+	at, _ := l.a.e.Deadline()
+	if want := l.now.Add(Duration(14) + Duration(p.ACKTimeout)); at != want || at > req.expires {
 		t.Errorf("after the MRA a's timer is due at %v, want %v, before b drops the request at %v",
 			time.Duration(at), time.Duration(want), time.Duration(req.expires))
 	}
-	l.call(l.b, func(e *cmEngine, now qp.Time, out *cmOutput) { e.accept(now, req, l.acceptParams(), out) })
+	l.call(l.b, func(e *Engine, now qp.Time, out *Output) { e.Accept(now, req, l.acceptParams(), out) })
 	l.run(time.Second, func() bool {
-		if _, ok := result(id); ok {
-			l.call(l.a, func(e *cmEngine, _ qp.Time, out *cmOutput) { e.establish(id, out) })
+		if _, ok := l.result(id); ok {
+			l.call(l.a, func(e *Engine, _ qp.Time, out *Output) { e.Establish(id, out) })
 		}
-		return req.state == cmEstablished
+		return req.state == Established
 	})
-	if id.state != cmEstablished {
+	if id.state != Established {
 		t.Errorf("dialer in %s", id.state)
 	}
 }
@@ -490,20 +511,20 @@ func TestMRAServiceTimeout(t *testing.T) {
 		left time.Duration // until the request is dropped
 		want uint8
 	}{
-		{"held longer than rdma_cm asks", cmTime(cmMRAServiceTimeout) + cmTime(ack), cmMRAServiceTimeout},
-		{"held for days", 48 * time.Hour, cmMRAServiceTimeout},
+		{"held longer than rdma_cm asks", Duration(MRAServiceTimeout) + Duration(ack), MRAServiceTimeout},
+		{"held for days", 48 * time.Hour, MRAServiceTimeout},
 		{"20 s (the default hold)", 20 * time.Second, 22}, // 17.2 s
-		{"just short of 2^16 after the ACK timeout", cmTime(16) + cmTime(ack) - 1, 15},
-		{"exactly 2^16 after it", cmTime(16) + cmTime(ack), 16},
-		{"less than the ACK timeout", cmTime(ack) / 2, 0},
+		{"just short of 2^16 after the ACK timeout", Duration(16) + Duration(ack) - 1, 15},
+		{"exactly 2^16 after it", Duration(16) + Duration(ack), 16},
+		{"less than the ACK timeout", Duration(ack) / 2, 0},
 		{"already past", -time.Second, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			now := qp.Time(time.Hour)
-			id := &cmID{req: &wire.REQFields{}, expires: now.Add(tc.left)}
+			id := &ID{req: &wire.REQFields{}, expires: now.Add(tc.left)}
 			id.req.PrimaryPath.LocalACKTimeout = ack
 			if got := mraServiceTimeout(now, id); got != tc.want {
-				t.Errorf("service timeout %d (%v), want %d (%v)", got, cmTime(got), tc.want, cmTime(tc.want))
+				t.Errorf("service timeout %d (%v), want %d (%v)", got, Duration(got), tc.want, Duration(tc.want))
 			}
 		})
 	}
@@ -520,18 +541,18 @@ func TestCMEngineREPLostAfterMRA(t *testing.T) {
 	id := l.connect(l.dialParams())
 	// The application is slow to answer: a sends its REQ again, and b
 	// answers with an MRA.
-	l.run(time.Second, func() bool { return l.a.cnt.v[CMTxRetries].Load() == 1 && len(l.flights) == 0 })
-	req := <-ln.backlog
-	l.call(l.b, func(e *cmEngine, now qp.Time, out *cmOutput) { e.accept(now, req, l.acceptParams(), out) })
+	l.run(time.Second, func() bool { return l.a.cnt[TxRetries] == 1 && len(l.flights) == 0 })
+	req := l.b.e.NextRequest(ln)
+	l.call(l.b, func(e *Engine, now qp.Time, out *Output) { e.Accept(now, req, l.acceptParams(), out) })
 	l.run(time.Second, func() bool {
-		if _, ok := result(id); ok && id.state == cmRepRcvd {
-			l.call(l.a, func(e *cmEngine, _ qp.Time, out *cmOutput) { e.establish(id, out) })
+		if _, ok := l.result(id); ok && id.state == RepRcvd {
+			l.call(l.a, func(e *Engine, _ qp.Time, out *Output) { e.Establish(id, out) })
 		}
-		return req.state == cmEstablished && len(l.flights) == 0
+		return req.state == Established && len(l.flights) == 0
 	})
 	l.expectLog("a→b ConnectRequest", "a→b ConnectRequest", "b→a MsgRcptAck", "b→a ConnectReply (lost)",
 		"a→b ConnectRequest", "b→a ConnectReply", "a→b ReadyToUse")
-	if id.state != cmEstablished || l.now > req.expires {
+	if id.state != Established || l.now > req.expires {
 		t.Errorf("dialer %s at %v; b drops the request at %v", id.state, time.Duration(l.now), time.Duration(req.expires))
 	}
 }
@@ -565,16 +586,14 @@ func TestCMEngineDisconnect(t *testing.T) {
 			case "DREP":
 				l.drop = dropFirst(l.peer(closerSide), wire.AttrDisconnectReply, 1)
 			}
-			l.call(closerSide, func(e *cmEngine, now qp.Time, out *cmOutput) {
-				if !e.disconnect(now, closer, out) {
+			l.call(closerSide, func(e *Engine, now qp.Time, out *Output) {
+				if !e.Disconnect(now, closer, out) {
 					t.Fatal("disconnect sent no DREQ")
 				}
 			})
-			l.run(time.Second, func() bool { return closer.state == cmTimewait })
+			l.run(time.Second, func() bool { return closer.state == Timewait })
 			l.expectLog(tc.log...)
-			select {
-			case <-closer.settled:
-			default:
+			if !closer.settled {
 				t.Error("Close would still wait after the DREP")
 			}
 			if closer.err != nil || !errors.Is(other.err, ErrConnReset) {
@@ -584,11 +603,11 @@ func TestCMEngineDisconnect(t *testing.T) {
 				t.Errorf("QPs flushed: %d, want the peer's", len(l.flushed))
 			}
 			l.settle(time.Second) // timewait ends
-			if closer.state != cmGone || other.state != cmGone || len(l.a.e.ids)+len(l.b.e.ids) != 0 {
+			if closer.state != Gone || other.state != Gone || len(l.a.e.ids)+len(l.b.e.ids) != 0 {
 				t.Errorf("after timewait: %s and %s, %d communications left", closer.state, other.state, len(l.a.e.ids)+len(l.b.e.ids))
 			}
 			for _, s := range []*cmSide{l.a, l.b} {
-				if got := s.cnt.v[CMDisconnected].Load(); got != 1 {
+				if got := s.cnt[Disconnected]; got != 1 {
 					t.Errorf("%s: cm_disconnected = %d, want 1", s.name, got)
 				}
 			}
@@ -604,8 +623,8 @@ func TestCMEngineStaleMessages(t *testing.T) {
 	l.settle(time.Second)
 	l.log = nil
 	stale := reqOf(t, l, passive)
-	l.call(l.a, func(e *cmEngine, now qp.Time, out *cmOutput) { e.disconnect(now, active, out) })
-	l.run(time.Second, func() bool { return passive.state == cmTimewait && len(l.flights) == 0 })
+	l.call(l.a, func(e *Engine, now qp.Time, out *Output) { e.Disconnect(now, active, out) })
+	l.run(time.Second, func() bool { return passive.state == Timewait && len(l.flights) == 0 })
 	l.flights = append(l.flights, cmFlight{at: l.now, from: l.a, mad: stale})
 	l.run(time.Second, func() bool { return len(l.flights) == 0 })
 	l.settle(time.Second)
@@ -627,17 +646,17 @@ func TestCMEngineBacklog(t *testing.T) {
 	ln := l.listen(1)
 	first := l.connect(l.dialParams())
 	p := l.dialParams()
-	p.qpn = 0x12
+	p.QPN = 0x12
 	second := l.connect(p)
 	l.run(time.Second, func() bool { return len(l.flights) == 0 })
-	if got := l.b.cnt.v[CMRxDropped].Load(); len(ln.backlog) != 1 || got != 1 {
+	if got := l.b.cnt[RxDropped]; len(ln.backlog) != 1 || got != 1 {
 		t.Fatalf("backlog %d, cm_rx_dropped %d; want 1 and 1", len(ln.backlog), got)
 	}
-	if (<-ln.backlog).remote != first.local {
+	if l.b.e.NextRequest(ln).remote != first.local {
 		t.Fatal("the first REQ is not the one queued")
 	}
 	l.run(time.Second, func() bool { return len(ln.backlog) == 1 })
-	if (<-ln.backlog).remote != second.local {
+	if l.b.e.NextRequest(ln).remote != second.local {
 		t.Fatal("the retransmitted second REQ is not the one queued")
 	}
 	// Both REQs are sent again at the same time: the first is a duplicate
@@ -652,8 +671,8 @@ func TestCMEngineMTU(t *testing.T) {
 	l.b.mtu = wire.MTU512
 	l.listen(1)
 	id := l.connect(l.dialParams())
-	var r cmResult
-	l.run(time.Second, func() bool { var ok bool; r, ok = result(id); return ok })
+	var r result
+	l.run(time.Second, func() bool { var ok bool; r, ok = l.result(id); return ok })
 	var rej *RejectError
 	if !errors.As(r.err, &rej) || rej.Reason != wire.RejectInvalidMTU || !slices.Equal(rej.ARI, []byte{byte(wire.MTU512)}) {
 		t.Fatalf("dial error %#v, want REJ invalid MTU naming 512", r.err)
@@ -667,17 +686,15 @@ func TestCMEngineIgnoresStrangers(t *testing.T) {
 	ln := l.listen(1)
 	id := l.connect(l.dialParams())
 	l.run(time.Second, func() bool { return len(ln.backlog) == 1 })
-	req := <-ln.backlog
-	var rep cmOutput
-	l.b.e.accept(l.now, req, l.acceptParams(), &rep)
+	req := l.b.e.NextRequest(ln)
+	rep := l.step(l.b, func(e *Engine, now qp.Time, out *Output) { e.Accept(now, req, l.acceptParams(), out) })
 	var m wire.MAD
-	if err := m.Decode(rep.mads[0].mad[:]); err != nil {
+	if err := m.Decode(rep.MADs[0].MAD[:]); err != nil {
 		t.Fatal(err)
 	}
 	stranger := netip.MustParseAddrPort("10.0.0.3:4791")
-	var out cmOutput
-	l.a.e.receive(l.now, stranger, l.a.mtu, &m, &out)
-	if _, ok := result(id); ok || len(out.mads) != 0 || id.state != cmReqSent {
+	out := l.step(l.a, func(e *Engine, now qp.Time, out *Output) { e.Receive(now, stranger, l.a.mtu, &m, out) })
+	if _, ok := l.result(id); ok || len(out.MADs) != 0 || id.state != ReqSent {
 		t.Fatalf("a REP from %v moved the dialer to %s", stranger, id.state)
 	}
 	for _, attr := range []wire.AttrID{wire.AttrReadyToUse, wire.AttrConnectReply, wire.AttrDisconnectReply, wire.AttrMsgRcptAck, wire.AttrConnectReject} {
@@ -687,10 +704,11 @@ func TestCMEngineIgnoresStrangers(t *testing.T) {
 		if err := m.Decode(b[:]); err != nil {
 			t.Fatal(err)
 		}
-		l.a.e.receive(l.now, l.b.addr, l.a.mtu, &m, &out)
+		more := l.step(l.a, func(e *Engine, now qp.Time, out *Output) { e.Receive(now, l.b.addr, l.a.mtu, &m, out) })
+		out.MADs = append(out.MADs, more.MADs...)
 	}
-	if len(out.mads) != 0 || id.state != cmReqSent || l.a.cnt.v[CMRxDropped].Load() != 6 {
-		t.Errorf("unknown messages: %d answers, state %s, cm_rx_dropped %d", len(out.mads), id.state, l.a.cnt.v[CMRxDropped].Load())
+	if len(out.MADs) != 0 || id.state != ReqSent || l.a.cnt[RxDropped] != 6 {
+		t.Errorf("unknown messages: %d answers, state %s, cm_rx_dropped %d", len(out.MADs), id.state, l.a.cnt[RxDropped])
 	}
 }
 
@@ -701,15 +719,16 @@ func TestCMEngineAbort(t *testing.T) {
 	ln := l.listen(1)
 	id := l.connect(l.dialParams())
 	l.run(time.Second, func() bool { return len(ln.backlog) == 1 })
-	req := <-ln.backlog
-	l.call(l.a, func(e *cmEngine, now qp.Time, out *cmOutput) { e.abort(now, id, out) })
+	req := l.b.e.NextRequest(ln)
+	l.call(l.a, func(e *Engine, now qp.Time, out *Output) { e.Abort(now, id, out) })
 	l.settle(time.Second)
 	l.expectLog("a→b ConnectRequest", "a→b ConnectReject (timeout)")
-	if req.state != cmGone || !errors.Is(req.err, ErrConnReset) {
+	if req.state != Gone || !errors.Is(req.err, ErrConnReset) {
 		t.Fatalf("withdrawn request: %s, %v", req.state, req.err)
 	}
-	var out cmOutput
-	if err := l.b.e.accept(l.now, req, l.acceptParams(), &out); !errors.Is(err, ErrConnReset) || len(out.mads) != 0 {
+	var err error
+	out := l.step(l.b, func(e *Engine, now qp.Time, out *Output) { err = e.Accept(now, req, l.acceptParams(), out) })
+	if !errors.Is(err, ErrConnReset) || len(out.MADs) != 0 {
 		t.Errorf("accepting a withdrawn request: %v", err)
 	}
 }
@@ -722,20 +741,20 @@ func TestCMEngineShutdown(t *testing.T) {
 	l.settle(time.Second)
 	l.log = nil
 	pending := l.connect(l.dialParams())
-	l.call(l.a, func(e *cmEngine, now qp.Time, out *cmOutput) { e.shutdown(now, out) })
+	l.call(l.a, func(e *Engine, now qp.Time, out *Output) { e.Shutdown(now, out) })
 	slices.Sort(l.log[1:]) // the engine visits its communications in no particular order
 	l.expectLog("a→b ConnectRequest", "a→b ConnectReject (timeout)", "a→b DisconnectRequest")
-	if r, _ := result(pending); !errors.Is(r.err, ErrClosed) || !errors.Is(active.err, ErrClosed) {
+	if r, _ := l.result(pending); !errors.Is(r.err, ErrClosed) || !errors.Is(active.err, ErrClosed) {
 		t.Errorf("after shutdown: handshake %v, connection %v", r.err, active.err)
 	}
 	if len(l.a.e.ids) != 0 {
 		t.Errorf("%d communications left", len(l.a.e.ids))
 	}
-	var out cmOutput
-	if _, err := l.a.e.connect(l.now, l.dialParams(), &out); !errors.Is(err, ErrClosed) {
+	var out Output
+	if _, err := l.a.e.Connect(l.now, l.dialParams(), &out); !errors.Is(err, ErrClosed) {
 		t.Errorf("connect after shutdown: %v", err)
 	}
-	l.run(time.Second, func() bool { return passive.state == cmTimewait })
+	l.run(time.Second, func() bool { return passive.state == Timewait })
 	if !errors.Is(passive.err, ErrConnReset) {
 		t.Errorf("peer ended with %v", passive.err)
 	}
@@ -749,10 +768,10 @@ func TestCMEngineShutdown(t *testing.T) {
 func FuzzCMEngine(f *testing.F) {
 	l := newCMLink(f)
 	active, _ := l.handshake(time.Second)
-	l.call(l.a, func(e *cmEngine, now qp.Time, out *cmOutput) { e.disconnect(now, active, out) })
+	l.call(l.a, func(e *Engine, now qp.Time, out *Output) { e.Disconnect(now, active, out) })
 	l.settle(time.Second)
 	p := l.dialParams()
-	p.port = 9999 // no listener: REJ
+	p.Port = 9999 // no listener: REJ
 	l.connect(p)
 	l.settle(time.Second)
 	for _, mad := range l.sent {
@@ -771,17 +790,17 @@ func FuzzCMEngine(f *testing.F) {
 		if stranger {
 			from = netip.MustParseAddrPort("10.0.0.9:4791")
 		}
-		var out cmOutput
-		l.b.e.receive(l.now, from, l.b.mtu, &m, &out)
-		l.b.e.tick(l.now.Add(time.Hour), &out)
-		for _, mad := range out.mads {
+		var out Output
+		l.b.e.Receive(l.now, from, l.b.mtu, &m, &out)
+		l.b.e.Tick(l.now.Add(time.Hour), &out)
+		for _, mad := range out.MADs {
 			var a wire.MAD
-			if err := a.Decode(mad.mad[:]); err != nil || mad.dst != from && mad.dst != l.a.addr {
-				t.Fatalf("answer to %v: %v to %v", from, err, mad.dst)
+			if err := a.Decode(mad.MAD[:]); err != nil || mad.Dst != from && mad.Dst != l.a.addr {
+				t.Fatalf("answer to %v: %v to %v", from, err, mad.Dst)
 			}
 		}
 		for local, id := range l.b.e.ids {
-			if id.local != local || id.state == cmGone {
+			if id.local != local || id.state == Gone {
 				t.Fatalf("table holds %#x as %#x in %s", local, id.local, id.state)
 			}
 		}
@@ -801,15 +820,15 @@ func TestCMPeerAddr(t *testing.T) {
 		guid uint64
 		want netip.AddrPort
 	}{
-		{"softnic device", softnicGUID(src), src},
-		{"another softnic device", softnicGUID(netip.MustParseAddrPort("[fd00::7]:0")), src},
+		{"softnic device", GUID(src), src},
+		{"another softnic device", GUID(netip.MustParseAddrPort("[fd00::7]:0")), src},
 		{"rxe, GUID from MAC 52:54:00:77:00:0c (rping.pcap)", 0x505400fffe77000c, at4791},
 		{"rxe whose MAC starts 00:73:6e", 0x02736efffe000001, at4791},
 		{"ConnectX GUID", 0x0c42a10300a1b2c3, at4791},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := cmPeerAddr(src, tc.guid); got != tc.want {
-				t.Errorf("cmPeerAddr(%v, %#x) = %v, want %v", src, tc.guid, got, tc.want)
+			if got := peerAddr(src, tc.guid); got != tc.want {
+				t.Errorf("peerAddr(%v, %#x) = %v, want %v", src, tc.guid, got, tc.want)
 			}
 		})
 	}
@@ -827,37 +846,36 @@ func TestCMEngineRTULost(t *testing.T) {
 			l.drop = dropFirst(l.a, wire.AttrReadyToUse, 1)
 			ln := l.listen(1)
 			active := l.connect(l.dialParams())
-			var passive *cmID
+			var passive *ID
 			l.run(time.Second, func() bool {
-				select {
-				case passive = <-ln.backlog:
-					l.call(l.b, func(e *cmEngine, now qp.Time, out *cmOutput) { e.accept(now, passive, l.acceptParams(), out) })
-				default:
+				if id := l.b.e.NextRequest(ln); id != nil {
+					passive = id
+					l.call(l.b, func(e *Engine, now qp.Time, out *Output) { e.Accept(now, passive, l.acceptParams(), out) })
 				}
-				if _, ok := result(active); ok {
-					l.call(l.a, func(e *cmEngine, _ qp.Time, out *cmOutput) { e.establish(active, out) })
+				if _, ok := l.result(active); ok {
+					l.call(l.a, func(e *Engine, _ qp.Time, out *Output) { e.Establish(active, out) })
 				}
-				return active.state == cmEstablished && len(l.flights) == 0
+				return active.state == Established && len(l.flights) == 0
 			})
 			if firstRequest {
-				l.call(l.b, func(e *cmEngine, _ qp.Time, _ *cmOutput) { e.commEstablished(passive) })
-				if r, ok := result(passive); !ok || r.err != nil || passive.state != cmEstablished {
+				l.call(l.b, func(e *Engine, _ qp.Time, out *Output) { e.CommEstablished(passive, out) })
+				if r, ok := l.result(passive); !ok || r.err != nil || passive.state != Established {
 					t.Fatalf("after the first request: %s, result %v", passive.state, r.err)
 				}
 			}
 			l.settle(time.Minute)
 			l.expectLog("a→b ConnectRequest", "b→a ConnectReply", "a→b ReadyToUse (lost)")
 			if firstRequest {
-				if passive.state != cmEstablished || l.b.cnt.v[CMEstablished].Load() != 1 || l.b.e.halfOpen != 0 {
-					t.Errorf("acceptor %s, cm_established %d, %d half-open", passive.state, l.b.cnt.v[CMEstablished].Load(), l.b.e.halfOpen)
+				if passive.state != Established || l.b.cnt[Connected] != 1 || l.b.e.halfOpen != 0 {
+					t.Errorf("acceptor %s, cm_established %d, %d half-open", passive.state, l.b.cnt[Connected], l.b.e.halfOpen)
 				}
 				return
 			}
-			r, _ := result(passive)
-			if !errors.Is(r.err, ErrTimedOut) || passive.state != cmGone || l.b.cnt.v[CMHandshakeTimeouts].Load() != 1 ||
+			r, _ := l.result(passive)
+			if !errors.Is(r.err, ErrTimedOut) || passive.state != Gone || l.b.cnt[HandshakeTimeouts] != 1 ||
 				len(l.b.e.ids) != 0 || l.b.e.halfOpen != 0 || len(l.b.e.halfOpenBy) != 0 {
 				t.Errorf("acceptor without RTU: %s, %v, cm_handshake_timeouts %d, %d communications, %d half-open",
-					passive.state, r.err, l.b.cnt.v[CMHandshakeTimeouts].Load(), len(l.b.e.ids), l.b.e.halfOpen)
+					passive.state, r.err, l.b.cnt[HandshakeTimeouts], len(l.b.e.ids), l.b.e.halfOpen)
 			}
 			if want := qp.Time(l.b.e.handshakeTime(passive.req)); l.now < want || l.now > want+qp.Time(time.Millisecond) {
 				t.Errorf("acceptor gave up at %v, want %v", time.Duration(l.now), time.Duration(want))
@@ -876,11 +894,11 @@ func TestCMEngineNoAmplification(t *testing.T) {
 			l.drop = func(from *cmSide, _ *wire.MAD) bool { return from == l.b } // a never hears b
 			ln := l.listen(1)
 			p := l.dialParams()
-			p.cmRetries = uint8(reqs - 1)
+			p.CMRetries = uint8(reqs - 1)
 			l.connect(p)
 			l.run(time.Second, func() bool { return len(ln.backlog) == 1 })
-			req := <-ln.backlog
-			l.call(l.b, func(e *cmEngine, now qp.Time, out *cmOutput) { e.accept(now, req, l.acceptParams(), out) })
+			req := l.b.e.NextRequest(ln)
+			l.call(l.b, func(e *Engine, now qp.Time, out *Output) { e.Accept(now, req, l.acceptParams(), out) })
 			l.settle(time.Minute)
 			var fromA, fromB int
 			for _, line := range l.log {
@@ -893,7 +911,7 @@ func TestCMEngineNoAmplification(t *testing.T) {
 			if fromA != reqs || fromB != reqs {
 				t.Errorf("%d MADs to b brought %d from b; want %d each:\n%s", fromA, fromB, reqs, strings.Join(l.log, "\n"))
 			}
-			if got := l.b.cnt.v[CMHandshakeTimeouts].Load(); got != 1 || len(l.b.e.ids) != 0 || l.b.e.halfOpen != 0 {
+			if got := l.b.cnt[HandshakeTimeouts]; got != 1 || len(l.b.e.ids) != 0 || l.b.e.halfOpen != 0 {
 				t.Errorf("cm_handshake_timeouts %d, %d communications, %d half-open; want 1, 0, 0", got, len(l.b.e.ids), l.b.e.halfOpen)
 			}
 		})
@@ -908,20 +926,20 @@ func TestCMEngineHugeTimeouts(t *testing.T) {
 	l.drop = func(from *cmSide, _ *wire.MAD) bool { return from == l.b }
 	ln := l.listen(1)
 	p := l.dialParams()
-	p.cmTimeout, p.ackTimeout, p.cmRetries = 31, 31, 15
+	p.CMTimeout, p.ACKTimeout, p.CMRetries = 31, 31, 15
 	l.connect(p)
 	l.run(time.Second, func() bool { return len(ln.backlog) == 1 })
-	req := <-ln.backlog
-	if req.timeout > 2*cmTime(cmMaxHonouredTimeout) || req.ackTimeout > cmMaxHonouredTimeout {
-		t.Errorf("the acceptor would wait %v per DREQ and a timewait of %v", req.timeout, cmTime(req.ackTimeout))
+	req := l.b.e.NextRequest(ln)
+	if req.timeout > 2*Duration(MaxHonouredTimeout) || req.ackTimeout > MaxHonouredTimeout {
+		t.Errorf("the acceptor would wait %v per DREQ and a timewait of %v", req.timeout, Duration(req.ackTimeout))
 	}
-	at, ok := l.b.e.deadline()
-	if !ok || at != l.now.Add(cmDefaultHandshake) {
-		t.Errorf("the request is held until %v, want %v after the REQ", time.Duration(at), cmDefaultHandshake)
+	at, ok := l.b.e.Deadline()
+	if !ok || at != l.now.Add(DefaultHandshake) {
+		t.Errorf("the request is held until %v, want %v after the REQ", time.Duration(at), DefaultHandshake)
 	}
-	l.call(l.b, func(e *cmEngine, now qp.Time, out *cmOutput) { e.accept(now, req, l.acceptParams(), out) })
-	l.run(time.Minute, func() bool { return req.state == cmGone })
-	if l.now > qp.Time(cmDefaultHandshake+time.Second) {
+	l.call(l.b, func(e *Engine, now qp.Time, out *Output) { e.Accept(now, req, l.acceptParams(), out) })
+	l.run(time.Minute, func() bool { return req.state == Gone })
+	if l.now > qp.Time(DefaultHandshake+time.Second) {
 		t.Errorf("the request was dropped at %v", time.Duration(l.now))
 	}
 }
@@ -931,7 +949,7 @@ func TestCMEngineHugeTimeouts(t *testing.T) {
 // slot, and slots come back when their requests end.
 func TestCMEngineHalfOpenLimits(t *testing.T) {
 	l := newCMLink(t)
-	l.b.e.lim = CMLimits{HalfOpen: 5, HalfOpenPerSource: 3, Handshake: time.Second}
+	l.b.e.lim = Limits{HalfOpen: 5, HalfOpenPerSource: 3, Handshake: time.Second}
 	ln := l.listen(16)
 	other := netip.MustParseAddrPort("10.0.0.7:4791") // another requester, as b sees it
 	req := func(from netip.AddrPort, comm uint32) wire.RejectReason {
@@ -951,13 +969,12 @@ func TestCMEngineHalfOpenLimits(t *testing.T) {
 		if err := m.Decode(b[:]); err != nil {
 			t.Fatal(err)
 		}
-		var out cmOutput
-		l.b.e.receive(l.now, from, l.b.mtu, &m, &out)
-		if len(out.mads) == 0 {
+		out := l.step(l.b, func(e *Engine, now qp.Time, out *Output) { e.Receive(now, from, l.b.mtu, &m, out) })
+		if len(out.MADs) == 0 {
 			return 0
 		}
 		var a wire.MAD
-		if err := a.Decode(out.mads[0].mad[:]); err != nil || a.REJ == nil {
+		if err := a.Decode(out.MADs[0].MAD[:]); err != nil || a.REJ == nil {
 			t.Fatalf("answer to REQ %#x: %v", comm, err)
 		}
 		return a.REJ.Reason()
@@ -980,21 +997,20 @@ func TestCMEngineHalfOpenLimits(t *testing.T) {
 			t.Errorf("REQ %d from %v: answer %v, want %v", i, other, got, want)
 		}
 	}
-	if got := l.b.cnt.v[CMRejectedBusy].Load(); got != 2 || len(ln.backlog) != 5 || l.b.e.halfOpen != 5 {
+	if got := l.b.cnt[RejectedBusy]; got != 2 || len(ln.backlog) != 5 || l.b.e.halfOpen != 5 {
 		t.Errorf("cm_rejected_busy %d, backlog %d, %d half-open; want 2, 5, 5", got, len(ln.backlog), l.b.e.halfOpen)
 	}
 	// The application takes one of a's and accepts it: still half-open
 	// until the RTU. The others end when the handshake time runs out.
-	first := <-ln.backlog
-	var out cmOutput
-	l.b.e.accept(l.now, first, l.acceptParams(), &out)
+	first := l.b.e.NextRequest(ln)
+	l.step(l.b, func(e *Engine, now qp.Time, out *Output) { e.Accept(now, first, l.acceptParams(), out) })
 	if got := req(l.a.addr, 300); got != wire.RejectNoResources {
 		t.Errorf("REQ from a while its 3 wait: %v", got)
 	}
 	l.now = l.now.Add(time.Second)
-	l.b.e.tick(l.now, &out)
-	if l.b.e.halfOpen != 0 || len(l.b.e.halfOpenBy) != 0 || l.b.cnt.v[CMHandshakeTimeouts].Load() != 5 {
-		t.Fatalf("after the handshake time: %d half-open (%v), cm_handshake_timeouts %d", l.b.e.halfOpen, l.b.e.halfOpenBy, l.b.cnt.v[CMHandshakeTimeouts].Load())
+	l.step(l.b, func(e *Engine, now qp.Time, out *Output) { e.Tick(now, out) })
+	if l.b.e.halfOpen != 0 || len(l.b.e.halfOpenBy) != 0 || l.b.cnt[HandshakeTimeouts] != 5 {
+		t.Fatalf("after the handshake time: %d half-open (%v), cm_handshake_timeouts %d", l.b.e.halfOpen, l.b.e.halfOpenBy, l.b.cnt[HandshakeTimeouts])
 	}
 	if got := req(l.a.addr, 400); got != 0 {
 		t.Errorf("REQ from a after its requests ended: %v", got)
