@@ -178,7 +178,7 @@ type ID struct {
 
 	req     *wire.REQFields // passive: the REQ received
 	expires qp.Time         // passive: when the request is dropped unless its handshake completed
-	rep *wire.REPFields // active: the REP received
+	rep     *wire.REPFields // active: the REP received
 
 	// What the driver has been told (Output.Events), each once: the
 	// handshake's outcome, the connection's end, and that nothing waits
