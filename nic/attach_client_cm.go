@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+
+	"github.com/softnic/softnic/nic/shm"
+	"github.com/softnic/softnic/qp"
 )
 
 // The connection manager of an attached device: the daemon's device makes
@@ -70,11 +73,11 @@ func (a *attachment) accept(r *Request, opts AcceptOptions) (*Conn, error) {
 		return nil, err
 	}
 	var res connResult
-	fds, err := a.call(context.Background(), opAccept, acceptArgs{Request: r.ah, Opts: opts}, nil, &res)
+	fds, err := a.call(context.Background(), opAccept, acceptArgs{Request: r.ah, Opts: opts, UseQP: qpHandle(opts.UseQP)}, nil, &res)
 	if err != nil {
 		return nil, err
 	}
-	c, err := a.newConn(r.l.pd, &res, fds)
+	c, err := a.newConn(r.l.pd, &res, fds, opts.UseQP)
 	r.accepted = c
 	return c, err
 }
@@ -114,7 +117,8 @@ func (r *Request) answeredLocked() error {
 }
 
 func (a *attachment) dial(ctx context.Context, remote netip.AddrPort, port uint16, o *DialOptions) (*Conn, error) {
-	if err := a.checkQPConfig(o.PD, &o.QP); err != nil {
+	// A QP of the caller's is checked by Dial; the daemon checks it too.
+	if err := a.checkQPConfig(o.PD, &o.QP); o.UseQP == nil && err != nil {
 		return nil, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err)
 	}
 	var res connResult
@@ -125,12 +129,19 @@ func (a *attachment) dial(ctx context.Context, remote netip.AddrPort, port uint1
 		}
 		return nil, err
 	}
-	return a.newConn(o.PD, &res, fds)
+	return a.newConn(o.PD, &res, fds, o.UseQP)
 }
 
-// newConn wraps a connection the daemon made, with its QP.
-func (a *attachment) newConn(pd *PD, r *connResult, fds []int) (*Conn, error) {
-	q, err := a.newQP(pd, &r.QP, fds)
+// newConn wraps a connection the daemon made, with its QP: a new one, or
+// use, the caller's, which the daemon has connected.
+func (a *attachment) newConn(pd *PD, r *connResult, fds []int, use *QP) (*Conn, error) {
+	q, err := use, error(nil)
+	if use != nil {
+		shm.CloseFDs(fds)
+		use.att.cache(&queryQPResult{Attr: r.QP.Attr, Status: qp.Status{State: r.QP.Attr.State}})
+	} else {
+		q, err = a.newQP(pd, &r.QP, fds)
+	}
 	if err != nil {
 		a.call(context.Background(), opDisconnect, handleArgs{r.H}, nil, nil)
 		a.mu.Lock()
@@ -138,7 +149,7 @@ func (a *attachment) newConn(pd *PD, r *connResult, fds []int) (*Conn, error) {
 		a.mu.Unlock()
 		return nil, err
 	}
-	c := &Conn{dev: a.d, id: &cmID{peer: r.Remote, done: make(chan struct{})}, qp: q, private: r.Private, ah: r.H}
+	c := &Conn{dev: a.d, id: &cmID{peer: r.Remote, done: make(chan struct{})}, qp: q, private: r.Private, ah: r.H, ownQP: use == nil}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if why, ok := a.unknownEnds[r.H]; ok {
@@ -166,7 +177,9 @@ func (a *attachment) disconnect(c *Conn) {
 	a.endConnLocked(c, nil)
 	delete(a.conns, c.ah)
 	a.mu.Unlock()
-	a.forget(c.qp.att)
+	if c.ownQP {
+		a.forget(c.qp.att)
+	}
 }
 
 // connEnded handles the daemon's news that a connection ended.

@@ -31,8 +31,11 @@ type hostedQP struct {
 	scq  *hostedCQ // where failed work requests complete
 	rcq  *hostedCQ
 	srq  *hostedSRQ
-	conn *Conn  // the connection the QP was made for, if any
+	conn *Conn  // the connection the QP was made for, or the process made it with, if any
 	slot uint32 // its bit in the process's doorbell page (session.addQPLocked)
+	// connecting is set while a dial or accept makes a connection with
+	// the process's QP (DialOptions.UseQP), under the session's lock.
+	connecting bool
 
 	sqMap, rqMap *shm.Mapping
 	sq, rq       shm.Ring // rq is unused with an SRQ

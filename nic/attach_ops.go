@@ -462,10 +462,13 @@ func (s *session) accept(ctx context.Context, raw json.RawMessage, _ []int) (any
 		return nil, nil, err
 	}
 	s.remove(a.Request)
-	h, cfg, err := s.newHostedQP(r.l.pd, r.l.cfg)
+	h, cfg, err := s.connQP(r.l.pd, r.l.cfg, a.UseQP)
 	if err != nil {
 		r.r.abandon(wire.RejectNoQP)
 		return nil, nil, err
+	}
+	if a.UseQP != 0 {
+		a.Opts.UseQP = h.q
 	}
 	type outcome struct {
 		c   *Conn
@@ -479,19 +482,50 @@ func (s *session) accept(ctx context.Context, raw json.RawMessage, _ []int) (any
 	select {
 	case o := <-done:
 		if o.err != nil {
-			h.close()
+			s.dropConnQP(h, a.UseQP)
 			return nil, nil, o.err
 		}
-		return s.hostConn(o.c, h)
+		return s.hostConn(o.c, h, a.UseQP)
 	case <-ctx.Done():
 		background(func() {
 			if o := <-done; o.err == nil {
 				o.c.Close()
 			}
-			h.close()
+			s.dropConnQP(h, a.UseQP)
 		})
 		return nil, nil, ctx.Err()
 	}
+}
+
+// connQP returns the QP a connection is made with: the process's QP
+// named use, which no other connection has, or else new rings with cfg.
+func (s *session) connQP(pd *PD, cfg qpConfigArgs, use uint32) (*hostedQP, QPConfig, error) {
+	if use == 0 {
+		return s.newHostedQP(pd, cfg)
+	}
+	h, err := lookup[*hostedQP](s, use)
+	if err != nil {
+		return nil, QPConfig{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h.connecting || h.conn != nil {
+		return nil, QPConfig{}, fmt.Errorf("QP %#x has a connection already: %w", h.q.num, ErrInvalid)
+	}
+	h.connecting = true
+	return h, QPConfig{}, nil
+}
+
+// dropConnQP undoes connQP after a connection failed: new rings are
+// closed, the process's own QP is free for another connection.
+func (s *session) dropConnQP(h *hostedQP, use uint32) {
+	if use == 0 {
+		h.close()
+		return
+	}
+	s.mu.Lock()
+	h.connecting = false
+	s.mu.Unlock()
 }
 
 func (s *session) reject(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
@@ -516,47 +550,69 @@ func (s *session) dial(ctx context.Context, raw json.RawMessage, _ []int) (any, 
 	if err != nil {
 		return nil, nil, err
 	}
-	h, cfg, err := s.newHostedQP(pd, a.QP)
+	h, cfg, err := s.connQP(pd, a.QP, a.UseQP)
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := s.dev.Dial(ctx, a.Remote, a.Port, DialOptions{
+	o := DialOptions{
 		PD: pd, QP: cfg, PrivateData: a.Private, ResponderResources: a.ResponderResources,
 		InitiatorDepth: a.InitiatorDepth, RetryCount: a.RetryCount, RNRRetryCount: a.RNRRetryCount,
 		MTU: a.MTU, Timeout: a.Timeout, CMRetries: a.CMRetries, CMTimeout: a.CMTimeout,
-	})
+	}
+	if a.UseQP != 0 {
+		o.UseQP = h.q
+	}
+	c, err := s.dev.Dial(ctx, a.Remote, a.Port, o)
 	if err != nil {
-		h.close()
+		s.dropConnQP(h, a.UseQP)
 		return nil, nil, err
 	}
-	return s.hostConn(c, h)
+	return s.hostConn(c, h, a.UseQP)
 }
 
 // hostConn hands an established connection to the process, and tells it
-// when the connection ends.
-func (s *session) hostConn(c *Conn, h *hostedQP) (any, []int, error) {
-	h.conn = c
-	// The watcher's goroutine is billed with the QP, which outlives it.
-	err := s.acct.Charge(watchBill)
-	if err != nil {
-		background(func() { c.Close(); h.close() })
+// when the connection ends. Its QP is new, or the process's QP whose
+// handle is use: then no rings go with the answer.
+func (s *session) hostConn(c *Conn, h *hostedQP, use uint32) (any, []int, error) {
+	s.mu.Lock()
+	h.conn, h.connecting = c, false
+	s.mu.Unlock()
+	// fail closes the connection, and the QP unless it is the process's.
+	fail := func(err error) (any, []int, error) {
+		background(func() {
+			c.Close()
+			if use == 0 {
+				h.close()
+			}
+		})
 		return nil, nil, err
 	}
+	// The watcher's goroutine is billed with the QP, which outlives it.
+	if err := s.acct.Charge(watchBill); err != nil {
+		return fail(err)
+	}
 	h.bill = h.bill.Add(watchBill)
-	qh, err := s.add(h)
-	if err != nil {
-		background(func() { c.Close(); h.close() })
-		return nil, nil, err
+	qh := use
+	if use == 0 {
+		var err error
+		if qh, err = s.add(h); err != nil {
+			return fail(err)
+		}
 	}
 	hc := &hostedConn{c: c, qp: h, since: time.Now(), stop: make(chan struct{}), watched: make(chan struct{})}
 	ch, err := s.add(hc)
 	if err != nil {
-		s.remove(qh)
-		background(func() { c.Close(); h.close() })
-		return nil, nil, err
+		if use == 0 {
+			s.remove(qh)
+		}
+		return fail(err)
 	}
 	res := connResult{H: ch, QP: h.result(qh), Private: c.PrivateData(), Remote: c.RemoteAddr()}
-	return hostedConnResult{res, func() { s.srv.wg.Go(func() { hc.watch(s, ch) }) }}, h.ringFDs(), nil
+	var fds []int
+	if use == 0 {
+		fds = h.ringFDs()
+	}
+	return hostedConnResult{res, func() { s.srv.wg.Go(func() { hc.watch(s, ch) }) }}, fds, nil
 }
 
 // hostedConnResult is the answer to dial and accept. Its connection's
@@ -571,7 +627,8 @@ type hostedConnResult struct {
 func (r hostedConnResult) answered() { r.watch() }
 
 // disconnect closes a connection (DREQ, then the DREP is waited for) and
-// forgets its QP, which Close destroys. If the process detaches meanwhile,
+// forgets its QP, which Close destroys (unless the process brought it:
+// UseQP, then it stays the process's). If the process detaches meanwhile,
 // the wait goes on in the background.
 func (s *session) disconnect(ctx context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
 	c, hnd, err := byHandle[*hostedConn](s, raw)
@@ -579,14 +636,19 @@ func (s *session) disconnect(ctx context.Context, raw json.RawMessage, _ []int) 
 		return nil, nil, err
 	}
 	s.remove(hnd)
-	s.forget(c.qp)
+	own := c.c.ownQP
+	if own {
+		s.forget(c.qp)
+	}
 	c.qp.takePosted()
 	close(c.stop)
 	<-c.watched
 	done := make(chan struct{})
 	background(func() {
 		c.c.Close()
-		c.qp.close()
+		if own {
+			c.qp.close()
+		}
 		close(done)
 	})
 	select {

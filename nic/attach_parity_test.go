@@ -543,3 +543,121 @@ func TestRegShared(t *testing.T) {
 		})
 	}
 }
+
+// TestCQWaitReady: WaitReady returns once a completion arrives and leaves
+// it in the CQ for Poll; on an empty CQ it waits until its context ends.
+func TestCQWaitReady(t *testing.T) {
+	for _, mode := range endModes {
+		t.Run(mode.name, func(t *testing.T) {
+			a, b := mode.open(t), openEnd(t, nic.Config{})
+			connectEnds(t, a, b)
+			short, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+			defer cancel()
+			if err := a.cq.WaitReady(short); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("WaitReady on an empty CQ: %v, want DeadlineExceeded", err)
+			}
+			ready := make(chan error, 1)
+			go func() { ready <- a.cq.WaitReady(context.Background()) }()
+			w := qp.SendWR{Opcode: qp.WRWrite, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey(), Flags: qp.Signaled}
+			if err := a.qp.PostSend(&w); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-ready:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("WaitReady did not return after a completion")
+			}
+			var wc [2]qp.WC
+			if n, err := a.cq.Poll(wc[:]); n != 1 || err != nil || wc[0].Status != qp.Success {
+				t.Fatalf("Poll after WaitReady: %d completions (%v), %v", n, err, &wc[0])
+			}
+		})
+	}
+}
+
+// TestConnectOwnQP connects QPs the caller made first and posted receives
+// to (rdma_create_qp before rdma_connect and rdma_accept), on embedded and
+// attached devices: the dialer's SEND lands in the acceptor's receive
+// posted before the connection existed, and Close leaves each QP in the
+// error state, its owner's to destroy; a QP that has a connection cannot
+// make another.
+func TestConnectOwnQP(t *testing.T) {
+	for _, mode := range endModes {
+		t.Run(mode.name, func(t *testing.T) {
+			a, b := mode.open(t), mode.open(t)
+			ownQP := func(e *end) *nic.QP {
+				q, err := e.pd.CreateQP(nic.QPConfig{SendCQ: e.cq})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := q.Modify(&qp.Attr{State: qp.Init, AccessFlags: mr.RemoteWrite}, qp.AttrState|qp.AttrAccessFlags); err != nil {
+					t.Fatal(err)
+				}
+				return q
+			}
+			aq, bq := ownQP(a), ownQP(b)
+			if err := bq.PostRecv(&qp.RecvWR{ID: 77, SGL: []qp.SGE{b.mr.SGE(0, 64)}}); err != nil {
+				t.Fatal(err)
+			}
+			l, err := b.dev.Listen(0, nic.ListenOptions{PD: b.pd, QP: nic.QPConfig{SendCQ: b.cq}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			accepted := make(chan *nic.Conn, 1)
+			go func() {
+				r, err := l.AcceptRequest(context.Background())
+				if err != nil {
+					t.Error(err)
+					accepted <- nil
+					return
+				}
+				c, err := r.Accept(nic.AcceptOptions{UseQP: bq})
+				if err != nil {
+					t.Error(err)
+				}
+				accepted <- c
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			c, err := a.dev.Dial(ctx, b.dev.Addr(), l.Port(), nic.DialOptions{PD: a.pd, UseQP: aq})
+			if err != nil {
+				t.Fatal(err)
+			}
+			bc := <-accepted
+			if bc == nil {
+				t.FailNow()
+			}
+			if c.QP() != aq || bc.QP() != bq {
+				t.Fatal("the connections do not use the QPs they were given")
+			}
+			if _, err := a.dev.Dial(ctx, b.dev.Addr(), l.Port(), nic.DialOptions{PD: a.pd, UseQP: aq}); !errors.Is(err, nic.ErrInvalid) {
+				t.Errorf("a second connection of a connected QP: %v, want ErrInvalid", err)
+			}
+			copy(a.mr.Bytes(), "sent before nothing")
+			s := qp.SendWR{Opcode: qp.WRSend, SGL: []qp.SGE{a.mr.SGE(0, 19)}, Flags: qp.Signaled}
+			if err := aq.PostSend(&s); err != nil {
+				t.Fatal(err)
+			}
+			if wc := cmWaitCQ(t, a.cq); wc.Status != qp.Success {
+				t.Fatalf("SEND: %v", &wc)
+			}
+			if wc := cmWaitCQ(t, b.cq); wc.Status != qp.Success || wc.ID != 77 || string(b.mr.Bytes()[:19]) != "sent before nothing" {
+				t.Fatalf("receive posted before the connection: %v holding %q", &wc, b.mr.Bytes()[:19])
+			}
+			c.Close()
+			bc.Close()
+			for _, q := range []*nic.QP{aq, bq} {
+				if st := q.Attr().State; st != qp.Err {
+					t.Errorf("QP %#x after Close: %s, want ERR (its owner destroys it)", q.Num(), st)
+				}
+				if err := q.Destroy(); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+}

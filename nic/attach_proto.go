@@ -204,6 +204,7 @@ type requestResult struct {
 type acceptArgs struct {
 	Request uint32
 	Opts    AcceptOptions
+	UseQP   uint32 // AcceptOptions.UseQP's handle, 0 for a new QP
 }
 
 type rejectArgs struct {
@@ -221,6 +222,7 @@ type dialArgs struct {
 	RetryCount, RNRRetryCount          uint8
 	MTU                                int
 	Timeout, CMRetries, CMTimeout      uint8
+	UseQP                              uint32 // DialOptions.UseQP's handle, 0 for a new QP
 }
 
 type connResult struct {
@@ -349,6 +351,14 @@ func dialArgsOf(remote netip.AddrPort, port uint16, o *DialOptions) dialArgs {
 		Remote: remote, Port: port, PD: o.PD.ah, QP: o.QP.args(), Private: o.PrivateData,
 		ResponderResources: o.ResponderResources, InitiatorDepth: o.InitiatorDepth,
 		RetryCount: o.RetryCount, RNRRetryCount: o.RNRRetryCount, MTU: o.MTU,
-		Timeout: o.Timeout, CMRetries: o.CMRetries, CMTimeout: o.CMTimeout,
+		Timeout: o.Timeout, CMRetries: o.CMRetries, CMTimeout: o.CMTimeout, UseQP: qpHandle(o.UseQP),
 	}
+}
+
+// qpHandle is an attached QP's handle at the daemon, 0 for none.
+func qpHandle(q *QP) uint32 {
+	if q == nil || q.att == nil {
+		return 0
+	}
+	return q.att.h
 }

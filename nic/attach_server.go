@@ -701,7 +701,7 @@ func (s *session) cleanup() {
 		})
 	}
 	for _, h := range qps {
-		if h.conn != nil {
+		if h.conn != nil && h.conn.ownQP {
 			h.unmap()
 			continue
 		}

@@ -204,6 +204,13 @@ type AcceptOptions struct {
 	// RNRRetryCount is how often the requester's QP retries after an RNR
 	// NAK from this QP (default 7: forever).
 	RNRRetryCount uint8
+	// UseQP, if set, is the RC QP the connection is made with, one of the
+	// listener's PD in RESET or INIT, instead of a new one: the QP a
+	// program created before it accepted (rdma_create_qp on the
+	// rdma_cm_id, then rdma_accept), which may hold receive WRs already.
+	// Conn.Close then leaves it in the error state for its owner to
+	// destroy.
+	UseQP *QP `json:"-"`
 }
 
 // Accept answers the request with a REP, after moving a new QP (from the
@@ -237,10 +244,21 @@ func (r *Request) accept(opts AcceptOptions, cfg QPConfig) (*Conn, error) {
 	depth := min(cmp.Or(opts.InitiatorDepth, cmDefaultRdAtomic), req.ResponderResources)
 	rnr := cmp.Or(opts.RNRRetryCount, cmDefaultRetry)
 
-	q, err := r.l.pd.createConnQP(cfg)
+	q, err := opts.UseQP, error(nil)
+	if q != nil {
+		err = r.l.pd.checkConnQP(q)
+	} else {
+		q, err = r.l.pd.createConnQP(cfg)
+	}
 	if err != nil {
 		r.abandon(wire.RejectNoQP)
 		return nil, fmt.Errorf("softnic: accept %v: %w", r.id.peer, err)
+	}
+	// A failed accept destroys the QP it made, and leaves the caller's in
+	// the error state.
+	drop := func() { q.Destroy() }
+	if opts.UseQP != nil {
+		drop = q.halt
 	}
 	// The REQ's Starting PSN is the one this side sends from, the REP's the
 	// one the dialer sends from, as Linux's CM has them (cm_req_handler
@@ -252,7 +270,7 @@ func (r *Request) accept(opts AcceptOptions, cfg QPConfig) (*Conn, error) {
 		MinRNRTimer: cmMinRNRTimer, MaxRdAtomic: depth, MaxDestRdAtomic: rr,
 	})
 	if err != nil {
-		q.Destroy()
+		drop()
 		r.abandon(wire.RejectConsumer)
 		return nil, fmt.Errorf("softnic: accept %v: %w", r.id.peer, err)
 	}
@@ -286,12 +304,12 @@ func (r *Request) accept(opts AcceptOptions, cfg QPConfig) (*Conn, error) {
 		err = fmt.Errorf("softnic: accept %v: %w", r.id.peer, ErrClosed)
 	}
 	if err != nil {
-		q.Destroy()
+		drop()
 		return nil, err
 	}
 	d.log.Debug("cm: accepted", zap.Stringer("peer", r.id.peer), zap.Uint16("port", r.id.port),
 		zap.Uint32("qpn", q.num), zap.Uint32("remote_qpn", req.LocalQPN))
-	return d.newConn(r.id, q, r.private), nil
+	return d.newConn(r.id, q, r.private, opts.UseQP == nil), nil
 }
 
 // abandon rejects the request after a local failure.
@@ -353,6 +371,12 @@ type DialOptions struct {
 	// timeout (default 20, ≈ 4.3 s, as rdma_cm). The peer waits as long
 	// for this side's answers.
 	CMTimeout uint8
+	// UseQP, if set, is the RC QP the connection is made with, one of PD
+	// in RESET or INIT, instead of a new one sized by QP: the QP a program
+	// created before it connected (rdma_create_qp on the rdma_cm_id, then
+	// rdma_connect), which may hold receive WRs already. Conn.Close then
+	// leaves it in the error state for its owner to destroy.
+	UseQP *QP
 }
 
 func (o *DialOptions) setDefaults(d *Device, remote netip.AddrPort) error {
@@ -423,10 +447,18 @@ func (d *Device) Dial(ctx context.Context, remote netip.AddrPort, port uint16, o
 	if err := opts.setDefaults(d, remote); err != nil {
 		return fail(fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err))
 	}
+	if opts.UseQP != nil {
+		if err := opts.PD.checkConnQP(opts.UseQP); err != nil {
+			return fail(fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err))
+		}
+	}
 	if d.att != nil {
 		return d.att.dial(ctx, remote, port, &opts)
 	}
-	q, err := opts.PD.createConnQP(opts.QP)
+	q, err := opts.UseQP, error(nil)
+	if q == nil {
+		q, err = opts.PD.createConnQP(opts.QP)
+	}
 	if err != nil {
 		return fail(fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err))
 	}
@@ -449,7 +481,11 @@ func (d *Device) Dial(ctx context.Context, remote netip.AddrPort, port uint16, o
 		c, err = d.dial(ctx, q, remote, port, &opts)
 	}
 	if err != nil {
-		q.Destroy()
+		if opts.UseQP != nil {
+			q.halt()
+		} else {
+			q.Destroy()
+		}
 		return fail(err)
 	}
 	return c, nil
@@ -531,7 +567,7 @@ func (d *Device) dial(ctx context.Context, q *QP, remote netip.AddrPort, port ui
 	}
 	d.log.Debug("cm: connected", zap.Stringer("peer", remote), zap.Uint16("port", port),
 		zap.Uint32("qpn", q.num), zap.Uint32("remote_qpn", rep.LocalQPN), zap.Int("mtu", o.MTU))
-	return d.newConn(id, q, rep.PrivateData[:]), nil
+	return d.newConn(id, q, rep.PrivateData[:], o.UseQP == nil), nil
 }
 
 // cmAccess is the access a connected QP grants its peer, as Linux's CM
@@ -551,6 +587,18 @@ func (pd *PD) createConnQP(cfg QPConfig) (*QP, error) {
 	}
 	cfg.Type = qp.RC
 	return pd.CreateQP(cfg)
+}
+
+// checkConnQP checks that a QP the caller brings to a connection can make
+// one: an RC QP of pd, in RESET or INIT.
+func (pd *PD) checkConnQP(q *QP) error {
+	if q.pd != pd || q.Type() != qp.RC {
+		return fmt.Errorf("a connection's QP must be an RC QP of its PD: %w", ErrInvalid)
+	}
+	if st := q.Attr().State; st != qp.Reset && st != qp.Init {
+		return fmt.Errorf("a connection's QP must be in RESET or INIT, not %s: %w", st, ErrInvalid)
+	}
+	return nil
 }
 
 // QPError is why a connection ended when its QP entered the error state:
@@ -578,12 +626,13 @@ type Conn struct {
 	qp        *QP
 	private   []byte
 	closeOnce sync.Once
+	ownQP     bool   // the QP was made for the connection: Close destroys it
 	ah        uint32 // an attached device's handle of the connection
 }
 
 // newConn wraps an established connection, and ends it when its QP fails.
-func (d *Device) newConn(id *cmID, q *QP, private []byte) *Conn {
-	c := &Conn{dev: d, id: id, qp: q, private: slices.Clone(private)}
+func (d *Device) newConn(id *cmID, q *QP, private []byte, ownQP bool) *Conn {
+	c := &Conn{dev: d, id: id, qp: q, private: slices.Clone(private), ownQP: ownQP}
 	q.setOnError(func(cause qp.WCStatus) { d.cm.qpFailed(id, q.num, cause) })
 	return c
 }
@@ -619,7 +668,8 @@ func (c *Conn) Err() error {
 // Close disconnects, as rdma_disconnect and rdma_destroy_qp do: it moves
 // the QP to the error state (its outstanding WRs complete with
 // WR_FLUSH_ERR), sends a DREQ and waits for the DREP, resending the DREQ
-// per the CM timeout and retries, then destroys the QP. It does not wait
+// per the CM timeout and retries, then destroys the QP, unless the caller
+// brought it (DialOptions.UseQP, AcceptOptions.UseQP). It does not wait
 // when the connection had already ended (the peer's DREQ, or a failed QP:
 // the DREQ is still sent). Close always returns nil.
 func (c *Conn) Close() error {
@@ -641,7 +691,9 @@ func (c *Conn) Close() error {
 			case <-c.dev.done:
 			}
 		}
-		c.qp.Destroy()
+		if c.ownQP {
+			c.qp.Destroy()
+		}
 		c.dev.log.Debug("cm: disconnected", zap.Stringer("peer", c.id.peer), zap.Uint32("qpn", c.qp.num))
 	})
 	return nil
@@ -652,9 +704,13 @@ func (c *Conn) Close() error {
 // failure. Close halts the connection before it disconnects it; a daemon
 // whose process detaches halts the process's connections at once and
 // closes them in the background.
-func (c *Conn) halt() {
-	c.qp.setOnError(nil)
-	c.qp.Modify(&qp.Attr{State: qp.Err}, qp.AttrState)
+func (c *Conn) halt() { c.qp.halt() }
+
+// halt moves the QP to the error state, which flushes its work requests,
+// with no error hook: nothing ends when it fails.
+func (q *QP) halt() {
+	q.setOnError(nil)
+	q.Modify(&qp.Attr{State: qp.Err}, qp.AttrState)
 }
 
 // qpFailed ends id's connection because its QP entered the error state.

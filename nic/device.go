@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +31,24 @@ const EnvFaults = "SOFTNIC_FAULTS"
 // softnic daemon to attach to when a Config names neither Attach nor Embed
 // (see Config.Attach).
 const EnvSocket = "SOFTNIC_SOCKET"
+
+// DefaultSocket is where softnic serve puts its control socket unless told
+// otherwise, and where libsoftnic looks for it without SOFTNIC_SOCKET:
+// $XDG_RUNTIME_DIR/softnic.sock, or softnic.sock in PrivateSocketDir.
+func DefaultSocket() string {
+	if dir := os.Getenv("XDG_RUNTIME_DIR"); dir != "" {
+		return filepath.Join(dir, "softnic.sock")
+	}
+	return filepath.Join(PrivateSocketDir(), "softnic.sock")
+}
+
+// PrivateSocketDir is /tmp/softnic-UID, the directory of the user's own
+// that holds the default control socket without a runtime directory: in
+// the shared temporary directory anyone could have put a socket at the
+// path first.
+func PrivateSocketDir() string {
+	return filepath.Join(os.TempDir(), fmt.Sprintf("softnic-%d", os.Getuid()))
+}
 
 // Config configures a Device. The zero value is a working device on
 // 127.0.0.1:4791, or, with SOFTNIC_SOCKET set, the device of that daemon.

@@ -321,6 +321,16 @@ func (c *CQ) Wait(ctx context.Context, wcs []qp.WC) (int, error) {
 	return c.wait(ctx, func() (int, error) { return c.poll(wcs, false) })
 }
 
+// WaitReady blocks until the CQ holds a completion, which it leaves for
+// Poll to take, or until ctx ends or the device closes: what
+// ibv_req_notify_cq followed by ibv_get_cq_event waits for, save that a
+// completion already in the CQ counts too (a program that polls after each
+// event sees at most one event with nothing new).
+func (c *CQ) WaitReady(ctx context.Context) error {
+	_, err := c.wait(ctx, func() (int, error) { return c.Len(), nil })
+	return err
+}
+
 // wait calls poll until it finds completions (or fails), sleeping between
 // calls until the CQ is written to, ctx ends or the device closes.
 //

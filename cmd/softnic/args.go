@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/wire"
 )
@@ -366,20 +367,13 @@ func resolvePeer(ctx context.Context, s string) (netip.AddrPort, error) {
 // defaultControlPath is where softnic serve puts its control socket and
 // the inspecting commands look for it: $XDG_RUNTIME_DIR/softnic.sock, or
 // without a runtime directory softnic.sock in tempControlDir.
-func defaultControlPath() string {
-	if dir := os.Getenv("XDG_RUNTIME_DIR"); dir != "" {
-		return filepath.Join(dir, "softnic.sock")
-	}
-	return filepath.Join(tempControlDir(), "softnic.sock")
-}
+func defaultControlPath() string { return nic.DefaultSocket() }
 
 // tempControlDir is the directory of the user's own, /tmp/softnic-UID,
 // that holds the default control socket without a runtime directory: in
 // the shared temporary directory anyone could have put a socket at the
 // path first, and the inspecting commands would talk to it.
-func tempControlDir() string {
-	return filepath.Join(os.TempDir(), fmt.Sprintf("softnic-%d", os.Getuid()))
-}
+func tempControlDir() string { return nic.PrivateSocketDir() }
 
 // checkControlDir makes sure the directory of the control socket path is
 // the user's alone, when it is tempControlDir; serve (create) makes it.
