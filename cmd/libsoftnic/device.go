@@ -1,0 +1,306 @@
+//go:build libsoftnic
+
+package main
+
+/*
+#cgo CFLAGS: -Wall -Wextra -Werror
+#include "softnic.h"
+*/
+import "C"
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"runtime/cgo"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/softnic/softnic/cmd/libsoftnic/internal/pages"
+	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/wire"
+)
+
+// The device: one softnic device per daemon, named softnic0, whose
+// contexts are sessions with the daemon.
+
+// socketPath is the control socket of the daemon the library attaches to.
+func socketPath() string {
+	if p := os.Getenv(nic.EnvSocket); p != "" {
+		return p
+	}
+	return nic.DefaultSocket()
+}
+
+var hintOnce sync.Once
+
+// snDeviceCount returns 1 if a daemon listens on the control socket, else
+// 0, saying once on stderr how to start one.
+//
+//export snDeviceCount
+func snDeviceCount() C.int {
+	path := socketPath()
+	c, err := net.DialTimeout("unix", path, 2*time.Second)
+	if err == nil {
+		c.Close()
+		return 1
+	}
+	hintOnce.Do(func() {
+		fmt.Fprintf(os.Stderr, "softnic: no softnic daemon at %s (%v): start one with \"softnic serve --control %s\", or name another with SOFTNIC_SOCKET\n",
+			path, unwrapSyscall(err), path)
+	})
+	return 0
+}
+
+func unwrapSyscall(err error) error {
+	var se syscall.Errno
+	if errors.As(err, &se) {
+		return se
+	}
+	return err
+}
+
+// device is the Go side of an ibv_context: a device attached to the daemon.
+type device struct {
+	dev    *nic.Device
+	ctx    *C.struct_sn_context
+	asyncW int // where async events are written (C owns it)
+}
+
+// snOpen attaches a context to the daemon.
+//
+//export snOpen
+func snOpen(ctx *C.struct_sn_context) C.int {
+	dev, err := nic.Open(nic.Config{Attach: socketPath()})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "softnic: ibv_open_device: %v\n", err)
+		return errnoOf(err)
+	}
+	ctx.h = C.uintptr_t(cgo.NewHandle(&device{dev: dev, ctx: ctx, asyncW: int(ctx.async_w)}))
+	return 0
+}
+
+// snClose detaches a context: the daemon destroys what it still holds.
+//
+//export snClose
+func snClose(ctx *C.struct_sn_context) C.int {
+	h := cgo.Handle(ctx.h)
+	d := h.Value().(*device)
+	d.dev.Close()
+	h.Delete()
+	return 0
+}
+
+// deviceOf is the device of a context, which sits at the end of its
+// sn_context (after the verbs_context, as libibverbs lays them out).
+func deviceOf(ctx *C.struct_ibv_context) *device {
+	c := (*C.struct_sn_context)(unsafe.Add(unsafe.Pointer(ctx), -int(ctxOffset)))
+	return cgo.Handle(c.h).Value().(*device)
+}
+
+const ctxOffset = unsafe.Offsetof(C.struct_sn_context{}.vctx) + unsafe.Offsetof(C.struct_verbs_context{}.context)
+
+// gid is the device's one GID: its IPv4 address mapped into IPv6 (or its
+// IPv6 address), of RoCE v2 type, as rxe's GID table has it.
+func (d *device) gid() [16]byte { return d.dev.Addr().Addr().As16() }
+
+// guid is the node GUID: 0x02 and the device's address, as softnic's
+// connection manager names the device.
+func guidOf(a netip.AddrPort) uint64 {
+	b := a.Addr().As16()
+	return 0x0200_0000_0000_0000 | uint64(binary.BigEndian.Uint32(b[12:]))<<16 | uint64(a.Port())
+}
+
+//export snDeviceGUID
+func snDeviceGUID(ctx *C.struct_ibv_context) C.uint64_t {
+	return C.uint64_t(guidOf(deviceOf(ctx).dev.Addr()))
+}
+
+// mtuEnum is ibv_mtu of a path MTU in bytes.
+func mtuEnum(n int) C.enum_ibv_mtu {
+	if m, ok := wire.MTUFromBytes(n); ok {
+		return C.enum_ibv_mtu(m)
+	}
+	return C.IBV_MTU_1024
+}
+
+//export snQueryDevice
+func snQueryDevice(ctx *C.struct_ibv_context, a *C.struct_ibv_device_attr) C.int {
+	d := deviceOf(ctx)
+	*a = C.struct_ibv_device_attr{}
+	fw := "softnic"
+	for i := 0; i < len(fw) && i < len(a.fw_ver)-1; i++ {
+		a.fw_ver[i] = C.char(fw[i])
+	}
+	guid := guidOf(d.dev.Addr())
+	a.node_guid = C.__be64(htobe64(guid))
+	a.sys_image_guid = a.node_guid
+	a.max_mr_size = 1 << 46
+	a.page_size_cap = C.uint64_t(os.Getpagesize())
+	a.vendor_id = 0xffffff
+	a.max_qp = 1 << 16
+	a.max_qp_wr = qp.MaxQPWR
+	a.device_cap_flags = C.IBV_DEVICE_RC_RNR_NAK_GEN | C.IBV_DEVICE_SRQ_RESIZE | C.IBV_DEVICE_MEM_WINDOW |
+		C.IBV_DEVICE_MEM_WINDOW_TYPE_2B | C.IBV_DEVICE_SYS_IMAGE_GUID
+	a.max_sge = qp.MaxSGE
+	a.max_sge_rd = qp.MaxSGE
+	a.max_cq = 1 << 16
+	a.max_cqe = qp.MaxCQE
+	a.max_mr = 1 << 20
+	a.max_pd = 1 << 16
+	a.max_qp_rd_atom = qp.MaxRdAtomicLimit
+	a.max_qp_init_rd_atom = qp.MaxRdAtomicLimit
+	a.max_res_rd_atom = qp.MaxRdAtomicLimit * (1 << 16)
+	a.atomic_cap = C.IBV_ATOMIC_HCA
+	a.max_mw = 1 << 16
+	a.max_srq = 1 << 16
+	a.max_srq_wr = qp.MaxSRQWR
+	a.max_srq_sge = qp.MaxSGE
+	a.max_pkeys = 1
+	a.local_ca_ack_delay = 15
+	a.phys_port_cnt = 1
+	return 0
+}
+
+//export snQueryPort
+func snQueryPort(ctx *C.struct_ibv_context, port C.uint8_t, a *C.struct_ibv_port_attr) C.int {
+	if port != 1 {
+		return C.EINVAL
+	}
+	d := deviceOf(ctx)
+	*a = C.struct_ibv_port_attr{}
+	a.state = C.IBV_PORT_ACTIVE
+	a.max_mtu = C.IBV_MTU_4096
+	a.active_mtu = mtuEnum(d.dev.MTU())
+	a.gid_tbl_len = 1
+	a.port_cap_flags = C.IBV_PORT_CM_SUP
+	a.max_msg_sz = qp.MaxMessageSize
+	a.pkey_tbl_len = 1
+	a.active_width = 1  // 1X
+	a.active_speed = 32 // EDR: 25 Gbit/s per lane, what a loopback device may well move
+	a.phys_state = 5    // LinkUp
+	a.link_layer = C.IBV_LINK_LAYER_ETHERNET
+	return 0
+}
+
+//export snQueryGID
+func snQueryGID(ctx *C.struct_ibv_context, port C.uint8_t, index C.int, gid *C.union_ibv_gid) C.int {
+	if port != 1 || index != 0 {
+		return C.EINVAL
+	}
+	g := deviceOf(ctx).gid()
+	copy(unsafe.Slice((*byte)(unsafe.Pointer(gid)), 16), g[:])
+	return 0
+}
+
+// htobe64 is the big-endian (network order) representation of v, as
+// stored in a __be64 field on this little- or big-endian host.
+func htobe64(v uint64) uint64 {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], v)
+	return binary.NativeEndian.Uint64(b[:])
+}
+
+// htobe32 is htobe64 for 32 bits; it is its own inverse.
+func htobe32(v uint32) uint32 {
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], v)
+	return binary.NativeEndian.Uint32(b[:])
+}
+
+// peerOf turns the GID of an address vector into the UDP address of the
+// peer's device: its IP address, and RoCEv2's port 4791, or this device's
+// own port when the GID is this device's (two programs on one daemon).
+func (d *device) peerOf(gid *[16]byte) (netip.AddrPort, bool) {
+	a := netip.AddrFrom16(*gid).Unmap()
+	if !a.IsValid() || a.IsUnspecified() {
+		return netip.AddrPort{}, false
+	}
+	if own := d.dev.Addr(); own.Addr().Unmap() == a {
+		return own, true
+	}
+	return netip.AddrPortFrom(a, wire.UDPPort), true
+}
+
+// errnoOf maps an error of package nic (or of the library) to the errno
+// rdma-core returns in its place.
+func errnoOf(err error) C.int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, nic.ErrInvalid):
+		return C.EINVAL
+	case errors.Is(err, nic.ErrNoMem):
+		return C.ENOMEM
+	case errors.Is(err, nic.ErrBusy):
+		return C.EBUSY
+	case errors.Is(err, nic.ErrFault), errors.Is(err, pages.ErrFault):
+		return C.EFAULT
+	case errors.Is(err, nic.ErrNotSupported), errors.Is(err, pages.ErrShared), errors.Is(err, pages.ErrHuge):
+		return C.EOPNOTSUPP
+	case errors.Is(err, nic.ErrAgain):
+		return C.EAGAIN
+	case errors.Is(err, nic.ErrTimedOut):
+		return C.ETIMEDOUT
+	case errors.Is(err, nic.ErrConnRefused):
+		return C.ECONNREFUSED
+	case errors.Is(err, nic.ErrConnReset):
+		return C.ECONNRESET
+	case errors.Is(err, nic.ErrClosed):
+		return C.EIO
+	}
+	var se syscall.Errno
+	if errors.As(err, &se) {
+		return C.int(se)
+	}
+	return C.EIO
+}
+
+var (
+	unsupportedMu   sync.Mutex
+	unsupportedSeen = map[string]bool{}
+)
+
+// unsupported names something softnic does not do, once per process, on
+// stderr.
+func unsupported(what string) {
+	unsupportedMu.Lock()
+	defer unsupportedMu.Unlock()
+	if !unsupportedSeen[what] {
+		unsupportedSeen[what] = true
+		fmt.Fprintf(os.Stderr, "softnic: %s: not supported\n", what)
+	}
+}
+
+// snUnsupported is unsupported for the C layer's calls (sn_unsupported).
+//
+//export snUnsupported
+func snUnsupported(name *C.char) { unsupported(C.GoString(name)) }
+
+var (
+	wcStrOnce sync.Once
+	wcStrs    []*C.char
+)
+
+// snWCStatusStr is ibv_wc_status_str: qp.WCStatus's text, as C strings
+// made once.
+//
+//export snWCStatusStr
+func snWCStatusStr(status C.enum_ibv_wc_status) *C.char {
+	wcStrOnce.Do(func() {
+		for s := qp.Success; s <= qp.GeneralErr; s++ {
+			wcStrs = append(wcStrs, C.CString(s.Text()))
+		}
+		wcStrs = append(wcStrs, C.CString("unknown"))
+	})
+	if int(status) < len(wcStrs)-1 {
+		return wcStrs[status]
+	}
+	return wcStrs[len(wcStrs)-1]
+}

@@ -1,0 +1,59 @@
+// Command libsoftnic is not a command: built with -buildmode=c-shared and
+// the libsoftnic build tag, it is a shared library with the public ABI of
+// rdma-core's libibverbs and librdmacm (rdma-core 44, Debian bookworm),
+// backed by a softnic daemon through the attach protocol, so that
+// unmodified programs built for those libraries (perftest, rping,
+// ibv_devinfo, ibv_rc_pingpong …) run on softnic with no kernel module and
+// no root. Build it with
+//
+//	cmd/libsoftnic/build.sh DIR
+//
+// and run a program on it with softnic run (or LD_LIBRARY_PATH=DIR and
+// SOFTNIC_SOCKET=PATH): see the README's "Running RDMA programs on softnic".
+//
+// # Design
+//
+// One implementation of the attach protocol's client: the verbs are Go
+// over package nic's attach mode (nic.Open with Config.Attach), the same
+// code Go programs use, and a thin C layer owns only the ABI: the
+// structures programs read (ibv_context preceded by its verbs_context, so
+// that the inline verbs of <infiniband/verbs.h> find their ops, those
+// softnic lacks left NULL so that the inlines answer EOPNOTSUPP; ibv_pd,
+// ibv_mr with its keys, ibv_cq, ibv_qp with qp_num and state, ibv_srq,
+// ibv_ah, ibv_comp_channel with a pollable descriptor; rdma_cm_id,
+// rdma_event_channel, rdma_cm_event), the entry points with their symbol
+// versions (libsoftnic.map), and the calls softnic does not support, each
+// answering EOPNOTSUPP (or NULL with errno set) and naming itself once on
+// stderr. Only one Go runtime can live in a process, so one file provides
+// both libraries: its SONAME is libibverbs.so.1, and librdmacm.so.1 is a
+// symbolic link to it, which the dynamic loader maps once (it recognises
+// the file). So are libmlx5.so.1 and libefa.so.1, the two provider
+// libraries Debian's perftest links against: their few entry points answer
+// EOPNOTSUPP, and none of rdma-core's libraries is loaded at all.
+//
+// Memory: a C program registers memory it owns (malloc'd, stack, its data,
+// an anonymous mmap) and passes its own addresses in every work request
+// and to its peers, while the daemon can reach only memory it maps too.
+// ibv_reg_mr therefore moves the pages holding the buffer onto a memfd in
+// place (package pages: the contents are copied into the memfd and the
+// memfd is mapped over the same addresses, so every pointer stays valid)
+// and registers that memfd range at the program's address
+// (nic.PD.RegShared, which the daemon maps): the daemon then moves data
+// straight to and from the program's pages, and its atomics are atomic
+// for the program too. The alternative, the daemon reading and writing the
+// program's memory with process_vm_readv/writev, would cost a system call
+// per access and could not make an atomic atomic. The price of moving is a
+// copy of the registered pages at ibv_reg_mr and at the last ibv_dereg_mr
+// of them (when they move back to private memory), measured in the
+// README; moved pages are not inherited by fork (MADV_DONTFORK, as
+// ibv_fork_init does), and MAP_SHARED mappings and huge pages cannot be
+// registered (see package pages).
+//
+// The connection manager: librdmacm's calls run on package nic's
+// connection manager (Device.Listen, Dial, Request.Accept and Reject,
+// Conn.Close), with the QP the program created on the rdma_cm_id;
+// events reach the program through the event channel, whose descriptor
+// polls readable while events wait.
+package main
+
+func main() {}

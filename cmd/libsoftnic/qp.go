@@ -1,0 +1,390 @@
+//go:build libsoftnic
+
+package main
+
+/*
+#include "softnic.h"
+*/
+import "C"
+
+import (
+	"net/netip"
+	"runtime/cgo"
+	"sync"
+	"unsafe"
+
+	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/wire"
+)
+
+// queuePair is the Go side of an ibv_qp, with the scratch space its posts
+// convert work requests in.
+type queuePair struct {
+	q   *nic.QP
+	dev *device
+
+	mu     sync.Mutex
+	sends  []qp.SendWR
+	sges   []qp.SGE
+	inline []byte
+	binds  []mr.BindRequest
+	recv   qp.RecvWR
+}
+
+// qpTypes maps ibv_qp_type to softnic's transports.
+var qpTypes = map[C.enum_ibv_qp_type]qp.Type{C.IBV_QPT_RC: qp.RC, C.IBV_QPT_UC: qp.UC, C.IBV_QPT_UD: qp.UD}
+
+//export snCreateQP
+func snCreateQP(pd *C.struct_sn_pd, q *C.struct_sn_qp, a *C.struct_ibv_qp_init_attr) C.int {
+	typ, ok := qpTypes[a.qp_type]
+	if !ok {
+		unsupported("QP types other than RC, UC and UD")
+		return C.EOPNOTSUPP
+	}
+	if a.send_cq == nil {
+		return C.EINVAL
+	}
+	cfg := nic.QPConfig{
+		Type: typ, SendCQ: cqOf(a.send_cq).c, MaxSendWR: int(a.cap.max_send_wr), MaxRecvWR: int(a.cap.max_recv_wr),
+		MaxSendSGE: int(a.cap.max_send_sge), MaxRecvSGE: int(a.cap.max_recv_sge), MaxInline: int(a.cap.max_inline_data),
+		SignalAll: a.sq_sig_all != 0,
+	}
+	if a.recv_cq != nil {
+		cfg.RecvCQ = cqOf(a.recv_cq).c
+	}
+	if a.srq != nil {
+		cfg.SRQ = handleOf[*nic.SRQ]((*C.struct_sn_srq)(unsafe.Pointer(a.srq)).h)
+	}
+	p := handleOf[*nic.PD](pd.h)
+	nq, err := p.CreateQP(cfg)
+	if err != nil {
+		return errnoOf(err)
+	}
+	def := func(v *C.uint32_t, d int) {
+		if *v == 0 {
+			*v = C.uint32_t(d)
+		}
+	}
+	def(&a.cap.max_send_wr, qp.DefaultMaxWR)
+	def(&a.cap.max_recv_wr, qp.DefaultMaxWR)
+	def(&a.cap.max_send_sge, qp.DefaultMaxSGE)
+	def(&a.cap.max_recv_sge, qp.DefaultMaxSGE)
+	def(&a.cap.max_inline_data, qp.DefaultMaxInline)
+	q.qp.qp_num = C.uint32_t(nq.Num())
+	q.h = C.uintptr_t(cgo.NewHandle(&queuePair{q: nq, dev: deviceOf(pd.pd.context)}))
+	return 0
+}
+
+func cqOf(c *C.struct_ibv_cq) *cq { return handleOf[*cq]((*C.struct_sn_cq)(unsafe.Pointer(c)).h) }
+
+func qpOf(q *C.struct_ibv_qp) *queuePair {
+	return handleOf[*queuePair]((*C.struct_sn_qp)(unsafe.Pointer(q)).h)
+}
+
+//export snDestroyQP
+func snDestroyQP(q *C.struct_sn_qp) C.int {
+	if err := handleOf[*queuePair](q.h).q.Destroy(); err != nil {
+		return errnoOf(err)
+	}
+	cgo.Handle(q.h).Delete()
+	return 0
+}
+
+// attrMasks maps ibv_qp_attr_mask bits to softnic's; those a softnic QP
+// has no use for (port, P_Key index, alternate path, capabilities …) are
+// accepted and ignored, as on a device with one port and one partition.
+var attrMasks = []struct {
+	ibv  C.int
+	mask qp.AttrMask
+}{
+	{C.IBV_QP_STATE, qp.AttrState}, {C.IBV_QP_ACCESS_FLAGS, qp.AttrAccessFlags}, {C.IBV_QP_QKEY, qp.AttrQKey},
+	{C.IBV_QP_AV, qp.AttrRemote}, {C.IBV_QP_PATH_MTU, qp.AttrPathMTU}, {C.IBV_QP_TIMEOUT, qp.AttrTimeout},
+	{C.IBV_QP_RETRY_CNT, qp.AttrRetryCnt}, {C.IBV_QP_RNR_RETRY, qp.AttrRNRRetry}, {C.IBV_QP_RQ_PSN, qp.AttrRQPSN},
+	{C.IBV_QP_MAX_QP_RD_ATOMIC, qp.AttrMaxRdAtomic}, {C.IBV_QP_MIN_RNR_TIMER, qp.AttrMinRNRTimer},
+	{C.IBV_QP_SQ_PSN, qp.AttrSQPSN}, {C.IBV_QP_MAX_DEST_RD_ATOMIC, qp.AttrMaxDestRdAtomic},
+	{C.IBV_QP_DEST_QPN, qp.AttrDestQPN},
+}
+
+//export snModifyQP
+func snModifyQP(q *C.struct_ibv_qp, a *C.struct_ibv_qp_attr, ibvMask C.int) C.int {
+	p := qpOf(q)
+	var mask qp.AttrMask
+	for _, m := range attrMasks {
+		if ibvMask&m.ibv != 0 {
+			mask |= m.mask
+		}
+	}
+	attr := qp.Attr{
+		State: qp.State(a.qp_state), AccessFlags: mr.Access(a.qp_access_flags), PKey: 0xFFFF, QKey: uint32(a.qkey),
+		Timeout: uint8(a.timeout), RetryCnt: uint8(a.retry_cnt), RNRRetry: uint8(a.rnr_retry),
+		MinRNRTimer: uint8(a.min_rnr_timer), RQPSN: wire.PSN(a.rq_psn) & wire.PSNMask, SQPSN: wire.PSN(a.sq_psn) & wire.PSNMask,
+		MaxRdAtomic: uint8(a.max_rd_atomic), MaxDestRdAtomic: uint8(a.max_dest_rd_atomic), DestQPN: uint32(a.dest_qp_num),
+	}
+	if mask&qp.AttrPathMTU != 0 {
+		attr.PathMTU = wire.MTU(a.path_mtu).Bytes()
+	}
+	if mask&qp.AttrRemote != 0 {
+		if a.ah_attr.is_global == 0 {
+			unsupported("an address vector without a GRH (RoCE addresses peers by GID: set is_global and grh.dgid)")
+			return C.EINVAL
+		}
+		gid := *(*[16]byte)(unsafe.Pointer(&a.ah_attr.grh.dgid))
+		peer, ok := p.dev.peerOf(&gid)
+		if !ok {
+			return C.EINVAL
+		}
+		attr.Remote = peer
+	}
+	if err := p.q.Modify(&attr, mask); err != nil {
+		return errnoOf(err)
+	}
+	if mask&qp.AttrState != 0 {
+		q.state = a.qp_state
+	}
+	return 0
+}
+
+//export snQueryQP
+func snQueryQP(q *C.struct_ibv_qp, a *C.struct_ibv_qp_attr) C.int {
+	p := qpOf(q)
+	at := p.q.Attr()
+	*a = C.struct_ibv_qp_attr{}
+	a.qp_state = C.enum_ibv_qp_state(at.State)
+	a.cur_qp_state = a.qp_state
+	if at.PathMTU != 0 {
+		a.path_mtu = mtuEnum(at.PathMTU)
+	}
+	a.qp_access_flags = C.uint(at.AccessFlags)
+	a.qkey = C.uint32_t(at.QKey)
+	a.rq_psn = C.uint32_t(at.RQPSN)
+	a.sq_psn = C.uint32_t(at.SQPSN)
+	a.dest_qp_num = C.uint32_t(at.DestQPN)
+	a.timeout = C.uint8_t(at.Timeout)
+	a.retry_cnt = C.uint8_t(at.RetryCnt)
+	a.rnr_retry = C.uint8_t(at.RNRRetry)
+	a.min_rnr_timer = C.uint8_t(at.MinRNRTimer)
+	a.max_rd_atomic = C.uint8_t(at.MaxRdAtomic)
+	a.max_dest_rd_atomic = C.uint8_t(at.MaxDestRdAtomic)
+	a.port_num = 1
+	if at.Remote.IsValid() {
+		a.ah_attr.is_global = 1
+		a.ah_attr.port_num = 1
+		gid := at.Remote.Addr().As16()
+		*(*[16]byte)(unsafe.Pointer(&a.ah_attr.grh.dgid)) = gid
+	}
+	q.state = a.qp_state
+	return 0
+}
+
+//export snCreateAH
+func snCreateAH(pd *C.struct_sn_pd, ah *C.struct_sn_ah, a *C.struct_ibv_ah_attr) C.int {
+	if a.is_global == 0 {
+		unsupported("an address handle without a GRH (RoCE addresses peers by GID: set is_global and grh.dgid)")
+		return C.EINVAL
+	}
+	gid := *(*[16]byte)(unsafe.Pointer(&a.grh.dgid))
+	peer, ok := deviceOf(pd.pd.context).peerOf(&gid)
+	if !ok {
+		return C.EINVAL
+	}
+	ip := peer.Addr().As16()
+	*(*[16]byte)(unsafe.Pointer(&ah.ip)) = ip
+	ah.port = C.uint16_t(peer.Port())
+	return 0
+}
+
+//export snCreateSRQ
+func snCreateSRQ(pd *C.struct_sn_pd, s *C.struct_sn_srq, a *C.struct_ibv_srq_init_attr) C.int {
+	wr, sge := int(a.attr.max_wr), int(a.attr.max_sge)
+	if sge == 0 {
+		sge = qp.DefaultMaxSGE
+	}
+	srq, err := handleOf[*nic.PD](pd.h).CreateSRQ(wr, sge)
+	if err != nil {
+		return errnoOf(err)
+	}
+	a.attr.max_sge = C.uint32_t(sge)
+	s.h = C.uintptr_t(cgo.NewHandle(srq))
+	return 0
+}
+
+//export snDestroySRQ
+func snDestroySRQ(s *C.struct_sn_srq) C.int {
+	if err := handleOf[*nic.SRQ](s.h).Destroy(); err != nil {
+		return errnoOf(err)
+	}
+	cgo.Handle(s.h).Delete()
+	return 0
+}
+
+// sgl converts an ibv_sge list into dst's storage.
+func sgl(dst []qp.SGE, list *C.struct_ibv_sge, n C.int) []qp.SGE {
+	if n <= 0 || list == nil {
+		return dst[:0]
+	}
+	for _, s := range unsafe.Slice(list, n) {
+		dst = append(dst, qp.SGE{Addr: uint64(s.addr), Length: uint32(s.length), LKey: uint32(s.lkey)})
+	}
+	return dst
+}
+
+// wrOpcodes maps ibv_wr_opcode to softnic's work request opcodes.
+var wrOpcodes = map[C.enum_ibv_wr_opcode]qp.WROpcode{
+	C.IBV_WR_RDMA_WRITE: qp.WRWrite, C.IBV_WR_RDMA_WRITE_WITH_IMM: qp.WRWriteImm, C.IBV_WR_SEND: qp.WRSend,
+	C.IBV_WR_SEND_WITH_IMM: qp.WRSendImm, C.IBV_WR_RDMA_READ: qp.WRRead, C.IBV_WR_ATOMIC_CMP_AND_SWP: qp.WRCompareSwap,
+	C.IBV_WR_ATOMIC_FETCH_AND_ADD: qp.WRFetchAdd, C.IBV_WR_LOCAL_INV: qp.WRLocalInv, C.IBV_WR_BIND_MW: qp.WRBindMW,
+	C.IBV_WR_SEND_WITH_INV: qp.WRSendInv, C.IBV_WR_ATOMIC_WRITE: qp.WRAtomicWrite,
+}
+
+// snPostSend is ops.post_send (ibv_post_send): the list is converted, then
+// posted in one go; *bad is the first work request not posted.
+//
+//export snPostSend
+func snPostSend(q *C.struct_ibv_qp, wr *C.struct_ibv_send_wr, bad **C.struct_ibv_send_wr) C.int {
+	p := qpOf(q)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sends, p.sges, p.inline, p.binds = p.sends[:0], p.sges[:0], p.inline[:0], p.binds[:0]
+	var rc C.int
+	failed := wr
+	for w := wr; w != nil; w = w.next {
+		op, ok := wrOpcodes[w.opcode]
+		if !ok {
+			rc = C.EINVAL
+			failed = w
+			break
+		}
+		s := qp.SendWR{ID: uint64(w.wr_id), Opcode: op}
+		f := uint(w.send_flags)
+		if f&C.IBV_SEND_SIGNALED != 0 {
+			s.Flags |= qp.Signaled
+		}
+		if f&C.IBV_SEND_FENCE != 0 {
+			s.Flags |= qp.Fence
+		}
+		if f&C.IBV_SEND_SOLICITED != 0 {
+			s.Flags |= qp.Solicited
+		}
+		// The SGL and inline bytes go into scratch arrays reused from call
+		// to call. A slice taken before an array grows keeps the old array,
+		// which keeps its contents.
+		first := len(p.sges)
+		p.sges = sgl(p.sges, w.sg_list, w.num_sge)
+		s.SGL = p.sges[first:len(p.sges):len(p.sges)]
+		if f&C.IBV_SEND_INLINE != 0 && op != qp.WRRead && op != qp.WRCompareSwap && op != qp.WRFetchAdd {
+			s.Flags |= qp.Inline
+			start := len(p.inline)
+			for _, e := range s.SGL {
+				if e.Length > 0 {
+					p.inline = append(p.inline, unsafe.Slice((*byte)(cptr(e.Addr)), e.Length)...)
+				}
+			}
+			s.Inline, s.SGL = p.inline[start:len(p.inline):len(p.inline)], nil
+		}
+		imm := *(*uint32)(unsafe.Pointer(&w.anon0))
+		switch op {
+		case qp.WRWriteImm, qp.WRSendImm:
+			s.Imm = htobe32(imm)
+		case qp.WRSendInv, qp.WRLocalInv:
+			s.InvalidateRKey = imm
+		}
+		switch {
+		case op == qp.WRCompareSwap || op == qp.WRFetchAdd:
+			a := (*C.struct_sn_wr_atomic)(unsafe.Pointer(&w.wr))
+			s.RemoteAddr, s.RKey, s.CompareAdd, s.Swap = uint64(a.remote_addr), uint32(a.rkey), uint64(a.compare_add), uint64(a.swap)
+		case op == qp.WRBindMW:
+			b := (*C.struct_sn_wr_bind)(unsafe.Pointer(&w.anon1))
+			p.binds = append(p.binds, bindRequest(b.mw.rkey, b.rkey, &b.info))
+			s.Bind = &p.binds[len(p.binds)-1]
+		case p.q.Type() == qp.UD:
+			u := (*C.struct_sn_wr_ud)(unsafe.Pointer(&w.wr))
+			if u.ah != nil {
+				ah := (*C.struct_sn_ah)(unsafe.Pointer(u.ah))
+				ip := *(*[16]byte)(unsafe.Pointer(&ah.ip))
+				s.Dest = netip.AddrPortFrom(netip.AddrFrom16(ip).Unmap(), uint16(ah.port))
+			}
+			s.DestQPN, s.QKey = uint32(u.remote_qpn), uint32(u.remote_qkey)
+		default:
+			r := (*C.struct_sn_wr_rdma)(unsafe.Pointer(&w.wr))
+			s.RemoteAddr, s.RKey = uint64(r.remote_addr), uint32(r.rkey)
+		}
+		p.sends = append(p.sends, s)
+	}
+	n, err := p.q.PostSends(p.sends)
+	if err != nil {
+		rc = errnoOf(err)
+		failed = nth(wr, n)
+	}
+	if rc != 0 && bad != nil {
+		*bad = failed
+	}
+	return rc
+}
+
+func nth(wr *C.struct_ibv_send_wr, i int) *C.struct_ibv_send_wr {
+	for ; i > 0 && wr != nil; i-- {
+		wr = wr.next
+	}
+	return wr
+}
+
+// bindRequest describes a bind of the window whose key is key to the new
+// key newKey.
+func bindRequest(key, newKey C.uint32_t, b *C.struct_ibv_mw_bind_info) mr.BindRequest {
+	r := mr.BindRequest{WindowKey: uint32(key), NewKey: uint32(newKey), Addr: uint64(b.addr), Length: uint64(b.length),
+		Access: mr.Access(b.mw_access_flags)}
+	if b.mr != nil {
+		r.RegionKey = uint32(b.mr.lkey)
+	}
+	return r
+}
+
+// snBindMW is ops.bind_mw (ibv_bind_mw, type 1 windows): a BIND_MW work
+// request with the window's next key, which it returns.
+//
+//export snBindMW
+func snBindMW(q *C.struct_ibv_qp, w *C.struct_ibv_mw, b *C.struct_ibv_mw_bind, newKey C.uint32_t) C.int {
+	p := qpOf(q)
+	req := bindRequest(w.rkey, newKey, &b.bind_info)
+	s := qp.SendWR{ID: uint64(b.wr_id), Opcode: qp.WRBindMW, Bind: &req}
+	if uint(b.send_flags)&C.IBV_SEND_SIGNALED != 0 {
+		s.Flags |= qp.Signaled
+	}
+	return errnoOf(p.q.PostSend(&s))
+}
+
+// cptr is the address a (of the program's memory) as a pointer.
+func cptr(a uint64) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&a)) }
+
+//export snPostRecv
+func snPostRecv(q *C.struct_ibv_qp, wr *C.struct_ibv_recv_wr, bad **C.struct_ibv_recv_wr) C.int {
+	p := qpOf(q)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return postRecvs(wr, bad, &p.recv, &p.sges, p.q.PostRecv)
+}
+
+//export snPostSRQRecv
+func snPostSRQRecv(s *C.struct_ibv_srq, wr *C.struct_ibv_recv_wr, bad **C.struct_ibv_recv_wr) C.int {
+	srq := handleOf[*nic.SRQ]((*C.struct_sn_srq)(unsafe.Pointer(s)).h)
+	var r qp.RecvWR
+	var sges []qp.SGE
+	return postRecvs(wr, bad, &r, &sges, srq.PostRecv)
+}
+
+// postRecvs posts each receive work request of the list with post.
+func postRecvs(wr *C.struct_ibv_recv_wr, bad **C.struct_ibv_recv_wr, r *qp.RecvWR, sges *[]qp.SGE, post func(*qp.RecvWR) error) C.int {
+	for w := wr; w != nil; w = w.next {
+		*sges = sgl((*sges)[:0], w.sg_list, w.num_sge)
+		r.ID, r.SGL = uint64(w.wr_id), *sges
+		if err := post(r); err != nil {
+			if bad != nil {
+				*bad = w
+			}
+			return errnoOf(err)
+		}
+	}
+	return 0
+}

@@ -1,0 +1,88 @@
+/*
+ * The objects libsoftnic hands to C programs: each embeds the public
+ * structure of <infiniband/verbs.h> or <rdma/rdma_cma.h> that programs
+ * read (first, so that a pointer to one is a pointer to the other), and
+ * names its Go side by h, a runtime/cgo handle.
+ */
+#ifndef SOFTNIC_H
+#define SOFTNIC_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+struct sn_context {
+	struct verbs_context vctx; /* its ibv_context is what programs hold */
+	uintptr_t h;
+	int async_w; /* the write end of context.async_fd */
+};
+
+/* sn_context_of is the sn_context whose ibv_context is ctx. */
+static inline struct sn_context *sn_context_of(struct ibv_context *ctx)
+{
+	return (struct sn_context *)((char *)ctx - offsetof(struct sn_context, vctx.context));
+}
+
+struct sn_pd { struct ibv_pd pd; uintptr_t h; };
+struct sn_mr { struct ibv_mr mr; uintptr_t h; };
+struct sn_mw { struct ibv_mw mw; uintptr_t h; };
+struct sn_cq {
+	struct ibv_cq cq;
+	uintptr_t h;
+	uint32_t events; /* events ibv_get_cq_event returned, for ibv_destroy_cq */
+};
+struct sn_srq { struct ibv_srq srq; uintptr_t h; };
+struct sn_qp { struct ibv_qp qp; uintptr_t h; };
+
+/* An address handle: the peer's address as the Go side resolved it. */
+struct sn_ah {
+	struct ibv_ah ah;
+	uint8_t ip[16]; /* IPv6, or IPv4-mapped */
+	uint16_t port;
+};
+
+/* A completion channel: the library writes a pointer to each CQ with an
+ * event to w; context.fd, the read end, is what programs poll. */
+struct sn_channel {
+	struct ibv_comp_channel ch;
+	int w;
+};
+
+/* The members of ibv_send_wr's anonymous unions, named for Go. */
+struct sn_wr_rdma { uint64_t remote_addr; uint32_t rkey; };
+struct sn_wr_atomic { uint64_t remote_addr; uint64_t compare_add; uint64_t swap; uint32_t rkey; };
+struct sn_wr_ud { struct ibv_ah *ah; uint32_t remote_qpn; uint32_t remote_qkey; };
+struct sn_wr_bind { struct ibv_mw *mw; uint32_t rkey; struct ibv_mw_bind_info info; };
+
+/* What async_fd carries for each asynchronous event. */
+struct sn_async_event {
+	uint32_t type; /* enum ibv_event_type */
+	uint32_t pad;
+	void *obj;     /* the ibv_qp, ibv_cq or ibv_srq */
+};
+
+/* An rdma_cm event channel: events are queued on the Go side, and one
+ * byte per event is written to w so that channel.fd polls readable. */
+struct sn_event_channel {
+	struct rdma_event_channel ch;
+	uintptr_t h;
+	int w;
+};
+
+struct sn_cm_id { struct rdma_cm_id id; uintptr_t h; };
+
+/* An rdma_cm event with the private data it carries. */
+struct sn_cm_event {
+	struct rdma_cm_event ev;
+	uint8_t private_data[256];
+};
+
+/* sn_unsupported names an unsupported call once on stderr and sets errno
+ * to EOPNOTSUPP. */
+void sn_unsupported(const char *name); /* in unsupported.c */
+
+/* sn_warn writes a line on stderr. */
+void sn_warn(const char *msg);
+
+#endif

@@ -1,0 +1,771 @@
+//go:build libsoftnic
+
+/*
+ * libibverbs' entry points. Each allocates or frees the object the program
+ * sees and leaves the work to the Go side (_cgo_export.h).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "softnic.h"
+#include "_cgo_export.h"
+
+#undef ibv_query_port
+#undef ibv_reg_mr
+#undef ibv_reg_mr_iova
+
+#define EXPORT __attribute__((visibility("default")))
+
+static struct ibv_device sn_device = {
+	.node_type = IBV_NODE_CA,
+	.transport_type = IBV_TRANSPORT_IB,
+	.name = "softnic0",
+	.dev_name = "softnic0",
+};
+
+EXPORT struct ibv_device **ibv_get_device_list(int *num)
+{
+	int n = snDeviceCount();
+	struct ibv_device **list = calloc(2, sizeof(*list));
+
+	if (!list) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (n)
+		list[0] = &sn_device;
+	if (num)
+		*num = n;
+	return list;
+}
+
+EXPORT void ibv_free_device_list(struct ibv_device **list)
+{
+	free(list);
+}
+
+EXPORT const char *ibv_get_device_name(struct ibv_device *device)
+{
+	return device->name;
+}
+
+EXPORT __be64 ibv_get_device_guid(struct ibv_device *device)
+{
+	struct ibv_context *ctx = ibv_open_device(device);
+	__be64 guid = 0;
+
+	if (ctx) {
+		struct ibv_device_attr attr;
+
+		if (!ibv_query_device(ctx, &attr))
+			guid = attr.node_guid;
+		ibv_close_device(ctx);
+	}
+	return guid;
+}
+
+EXPORT int ibv_get_device_index(struct ibv_device *device)
+{
+	(void)device;
+	return 0;
+}
+
+static int sn_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
+{
+	return snPollCQ(cq, n, wc);
+}
+
+static int sn_req_notify_cq(struct ibv_cq *cq, int solicited_only)
+{
+	return snReqNotifyCQ(cq, solicited_only);
+}
+
+static int sn_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	return snPostSend(qp, wr, bad);
+}
+
+static int sn_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	return snPostRecv(qp, wr, bad);
+}
+
+static int sn_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	return snPostSRQRecv(srq, wr, bad);
+}
+
+static struct ibv_mw *sn_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
+{
+	struct sn_mw *mw = calloc(1, sizeof(*mw));
+	int err;
+
+	if (!mw) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	err = snAllocMW((struct sn_pd *)pd, mw, type);
+	if (err) {
+		free(mw);
+		errno = err;
+		return NULL;
+	}
+	mw->mw.context = pd->context;
+	mw->mw.pd = pd;
+	mw->mw.type = type;
+	return &mw->mw;
+}
+
+static int sn_dealloc_mw(struct ibv_mw *mw)
+{
+	int err = snDeallocMW((struct sn_mw *)mw);
+
+	if (!err)
+		free(mw);
+	return err;
+}
+
+static int sn_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind)
+{
+	uint32_t key = ibv_inc_rkey(mw->rkey);
+	int err = snBindMW(qp, mw, bind, key);
+
+	if (!err)
+		mw->rkey = key;
+	return err;
+}
+
+static int sn_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr, size_t len)
+{
+	struct ibv_port_attr a;
+	int err = snQueryPort(ctx, port, &a);
+
+	if (err)
+		return err;
+	memcpy(attr, &a, len < sizeof(a) ? len : sizeof(a));
+	return 0;
+}
+
+EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
+{
+	struct sn_context *c = calloc(1, sizeof(*c));
+	struct ibv_context *ctx;
+	int p[2], err;
+
+	if (!c) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (pipe2(p, O_CLOEXEC)) {
+		free(c);
+		return NULL;
+	}
+	ctx = &c->vctx.context;
+	ctx->device = device;
+	ctx->cmd_fd = -1;
+	ctx->async_fd = p[0];
+	c->async_w = p[1];
+	ctx->num_comp_vectors = 1;
+	pthread_mutex_init(&ctx->mutex, NULL);
+	ctx->abi_compat = __VERBS_ABI_IS_EXTENDED;
+	c->vctx.sz = sizeof(c->vctx);
+	c->vctx.query_port = sn_query_port;
+	ctx->ops.poll_cq = sn_poll_cq;
+	ctx->ops.req_notify_cq = sn_req_notify_cq;
+	ctx->ops.post_send = sn_post_send;
+	ctx->ops.post_recv = sn_post_recv;
+	ctx->ops.post_srq_recv = sn_post_srq_recv;
+	ctx->ops.alloc_mw = sn_alloc_mw;
+	ctx->ops.dealloc_mw = sn_dealloc_mw;
+	ctx->ops.bind_mw = sn_bind_mw;
+	err = snOpen(c);
+	if (err) {
+		close(p[0]);
+		close(p[1]);
+		free(c);
+		errno = err;
+		return NULL;
+	}
+	return ctx;
+}
+
+EXPORT int ibv_close_device(struct ibv_context *ctx)
+{
+	struct sn_context *c = sn_context_of(ctx);
+
+	snClose(c);
+	close(ctx->async_fd);
+	close(c->async_w);
+	pthread_mutex_destroy(&ctx->mutex);
+	free(c);
+	return 0;
+}
+
+EXPORT int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *attr)
+{
+	return snQueryDevice(ctx, attr);
+}
+
+EXPORT int ibv_query_port(struct ibv_context *ctx, uint8_t port, struct _compat_ibv_port_attr *attr)
+{
+	return snQueryPort(ctx, port, (struct ibv_port_attr *)attr);
+}
+
+EXPORT int ibv_query_gid(struct ibv_context *ctx, uint8_t port, int index, union ibv_gid *gid)
+{
+	int err = snQueryGID(ctx, port, index, gid);
+
+	if (err) {
+		errno = err;
+		return -1;
+	}
+	return 0;
+}
+
+EXPORT int _ibv_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index,
+			     struct ibv_gid_entry *entry, uint32_t flags, size_t size)
+{
+	struct ibv_gid_entry e = { .gid_index = index, .port_num = port, .gid_type = IBV_GID_TYPE_ROCE_V2 };
+	int err;
+
+	if (flags)
+		return EINVAL;
+	if (port > 255 || index > 0x7fffffff)
+		return ENODATA;
+	err = snQueryGID(ctx, port, index, &e.gid);
+	if (err)
+		return ENODATA;
+	memcpy(entry, &e, size < sizeof(e) ? size : sizeof(e));
+	return 0;
+}
+
+EXPORT ssize_t _ibv_query_gid_table(struct ibv_context *ctx, struct ibv_gid_entry *entries,
+				    size_t max, uint32_t flags, size_t size)
+{
+	if (flags || size < sizeof(*entries))
+		return -EINVAL;
+	if (max < 1)
+		return -EINVAL;
+	return _ibv_query_gid_ex(ctx, 1, 0, entries, 0, size) ? 0 : 1;
+}
+
+/* ibv_query_gid_type is libibverbs' private call that ibv_devinfo and
+ * perftest use: the type of a GID table entry as sysfs names it. */
+EXPORT int ibv_query_gid_type(struct ibv_context *ctx, uint8_t port, unsigned int index, uint32_t *type)
+{
+	union ibv_gid gid;
+
+	if (snQueryGID(ctx, port, index, &gid)) {
+		errno = EINVAL;
+		return -1;
+	}
+	*type = 1; /* IBV_GID_TYPE_SYSFS_ROCE_V2 */
+	return 0;
+}
+
+EXPORT int ibv_query_pkey(struct ibv_context *ctx, uint8_t port, int index, __be16 *pkey)
+{
+	(void)ctx;
+	if (port != 1 || index != 0)
+		return EINVAL;
+	*pkey = htobe16(0xffff);
+	return 0;
+}
+
+EXPORT int ibv_get_pkey_index(struct ibv_context *ctx, uint8_t port, __be16 pkey)
+{
+	(void)ctx;
+	if (port != 1 || be16toh(pkey) != 0xffff) {
+		errno = ENOENT;
+		return -1;
+	}
+	return 0;
+}
+
+EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *ctx)
+{
+	struct sn_pd *pd = calloc(1, sizeof(*pd));
+	int err;
+
+	if (!pd) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	err = snAllocPD(ctx, pd);
+	if (err) {
+		free(pd);
+		errno = err;
+		return NULL;
+	}
+	pd->pd.context = ctx;
+	return &pd->pd;
+}
+
+EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
+{
+	int err = snDeallocPD((struct sn_pd *)pd);
+
+	if (!err)
+		free(pd);
+	return err;
+}
+
+EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
+				       unsigned int access)
+{
+	struct sn_mr *mr = calloc(1, sizeof(*mr));
+	int err;
+
+	if (!mr) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	err = snRegMR((struct sn_pd *)pd, mr, addr, length, iova, access);
+	if (err) {
+		free(mr);
+		errno = err;
+		return NULL;
+	}
+	mr->mr.context = pd->context;
+	mr->mr.pd = pd;
+	mr->mr.addr = addr;
+	mr->mr.length = length;
+	return &mr->mr;
+}
+
+EXPORT struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access)
+{
+	return ibv_reg_mr_iova2(pd, addr, length, (uintptr_t)addr, access);
+}
+
+EXPORT struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, int access)
+{
+	return ibv_reg_mr_iova2(pd, addr, length, iova, access);
+}
+
+EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
+{
+	int err = snDeregMR((struct sn_mr *)mr);
+
+	if (!err)
+		free(mr);
+	return err;
+}
+
+EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *ctx)
+{
+	struct sn_channel *ch = calloc(1, sizeof(*ch));
+	int p[2];
+
+	if (!ch) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (pipe2(p, O_CLOEXEC)) {
+		free(ch);
+		return NULL;
+	}
+	ch->ch.context = ctx;
+	ch->ch.fd = p[0];
+	ch->w = p[1];
+	return &ch->ch;
+}
+
+EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
+{
+	struct sn_channel *ch = (struct sn_channel *)channel;
+
+	if (channel->refcnt)
+		return EBUSY;
+	close(channel->fd);
+	close(ch->w);
+	free(ch);
+	return 0;
+}
+
+EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
+				    struct ibv_comp_channel *channel, int comp_vector)
+{
+	struct sn_cq *cq;
+	int err;
+
+	if (cqe < 0 || comp_vector < 0 || comp_vector >= ctx->num_comp_vectors) {
+		errno = EINVAL;
+		return NULL;
+	}
+	cq = calloc(1, sizeof(*cq));
+	if (!cq) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	err = snCreateCQ(ctx, cq, cqe);
+	if (err) {
+		free(cq);
+		errno = err;
+		return NULL;
+	}
+	cq->cq.context = ctx;
+	cq->cq.channel = channel;
+	cq->cq.cq_context = cq_context;
+	pthread_mutex_init(&cq->cq.mutex, NULL);
+	pthread_cond_init(&cq->cq.cond, NULL);
+	if (channel) {
+		pthread_mutex_lock(&ctx->mutex);
+		channel->refcnt++;
+		pthread_mutex_unlock(&ctx->mutex);
+	}
+	return &cq->cq;
+}
+
+EXPORT int ibv_resize_cq(struct ibv_cq *cq, int cqe)
+{
+	(void)cq;
+	(void)cqe;
+	sn_unsupported("ibv_resize_cq");
+	return EOPNOTSUPP;
+}
+
+EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
+{
+	struct sn_cq *cq = (struct sn_cq *)ibcq;
+	struct ibv_comp_channel *channel = ibcq->channel;
+	int err = snDestroyCQ(cq);
+
+	if (err)
+		return err;
+	if (channel) {
+		pthread_mutex_lock(&ibcq->context->mutex);
+		channel->refcnt--;
+		pthread_mutex_unlock(&ibcq->context->mutex);
+	}
+	/* As libibverbs: wait until the program acked every event it got. */
+	pthread_mutex_lock(&ibcq->mutex);
+	while (ibcq->comp_events_completed != cq->events)
+		pthread_cond_wait(&ibcq->cond, &ibcq->mutex);
+	pthread_mutex_unlock(&ibcq->mutex);
+	pthread_mutex_destroy(&ibcq->mutex);
+	pthread_cond_destroy(&ibcq->cond);
+	free(cq);
+	return 0;
+}
+
+EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cqp, void **cq_context)
+{
+	struct sn_cq *cq;
+	ssize_t n;
+
+	do
+		n = read(channel->fd, &cq, sizeof(cq));
+	while (n < 0 && errno == EINTR);
+	if (n != sizeof(cq)) {
+		if (n >= 0)
+			errno = EIO;
+		return -1;
+	}
+	pthread_mutex_lock(&cq->cq.mutex);
+	cq->events++;
+	pthread_mutex_unlock(&cq->cq.mutex);
+	*cqp = &cq->cq;
+	*cq_context = cq->cq.cq_context;
+	return 0;
+}
+
+EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
+{
+	pthread_mutex_lock(&cq->mutex);
+	cq->comp_events_completed += nevents;
+	pthread_cond_signal(&cq->cond);
+	pthread_mutex_unlock(&cq->mutex);
+}
+
+EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
+{
+	struct sn_srq *srq = calloc(1, sizeof(*srq));
+	int err;
+
+	if (!srq) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	err = snCreateSRQ((struct sn_pd *)pd, srq, attr);
+	if (err) {
+		free(srq);
+		errno = err;
+		return NULL;
+	}
+	srq->srq.context = pd->context;
+	srq->srq.srq_context = attr->srq_context;
+	srq->srq.pd = pd;
+	pthread_mutex_init(&srq->srq.mutex, NULL);
+	pthread_cond_init(&srq->srq.cond, NULL);
+	return &srq->srq;
+}
+
+EXPORT int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask)
+{
+	(void)srq;
+	(void)attr;
+	(void)mask;
+	sn_unsupported("ibv_modify_srq");
+	return EOPNOTSUPP;
+}
+
+EXPORT int ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr)
+{
+	(void)srq;
+	(void)attr;
+	sn_unsupported("ibv_query_srq");
+	return EOPNOTSUPP;
+}
+
+EXPORT int ibv_destroy_srq(struct ibv_srq *srq)
+{
+	int err = snDestroySRQ((struct sn_srq *)srq);
+
+	if (err)
+		return err;
+	pthread_mutex_destroy(&srq->mutex);
+	pthread_cond_destroy(&srq->cond);
+	free(srq);
+	return 0;
+}
+
+EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	struct sn_qp *qp = calloc(1, sizeof(*qp));
+	int err;
+
+	if (!qp) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	err = snCreateQP((struct sn_pd *)pd, qp, attr);
+	if (err) {
+		free(qp);
+		errno = err;
+		return NULL;
+	}
+	qp->qp.context = pd->context;
+	qp->qp.qp_context = attr->qp_context;
+	qp->qp.pd = pd;
+	qp->qp.send_cq = attr->send_cq;
+	qp->qp.recv_cq = attr->recv_cq ? attr->recv_cq : attr->send_cq;
+	qp->qp.srq = attr->srq;
+	qp->qp.state = IBV_QPS_RESET;
+	qp->qp.qp_type = attr->qp_type;
+	pthread_mutex_init(&qp->qp.mutex, NULL);
+	pthread_cond_init(&qp->qp.cond, NULL);
+	return &qp->qp;
+}
+
+EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
+{
+	return snModifyQP(qp, attr, mask);
+}
+
+EXPORT int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask, struct ibv_qp_init_attr *init)
+{
+	int err;
+
+	(void)mask;
+	err = snQueryQP(qp, attr);
+	if (err)
+		return err;
+	attr->cap.max_send_wr = attr->cap.max_recv_wr = 0;
+	if (init) {
+		memset(init, 0, sizeof(*init));
+		init->qp_context = qp->qp_context;
+		init->send_cq = qp->send_cq;
+		init->recv_cq = qp->recv_cq;
+		init->srq = qp->srq;
+		init->qp_type = qp->qp_type;
+	}
+	return 0;
+}
+
+EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
+{
+	int err = snDestroyQP((struct sn_qp *)qp);
+
+	if (err)
+		return err;
+	pthread_mutex_destroy(&qp->mutex);
+	pthread_cond_destroy(&qp->cond);
+	free(qp);
+	return 0;
+}
+
+EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
+{
+	struct sn_ah *ah = calloc(1, sizeof(*ah));
+	int err;
+
+	if (!ah) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	err = snCreateAH((struct sn_pd *)pd, ah, attr);
+	if (err) {
+		free(ah);
+		errno = err;
+		return NULL;
+	}
+	ah->ah.context = pd->context;
+	ah->ah.pd = pd;
+	return &ah->ah;
+}
+
+EXPORT int ibv_destroy_ah(struct ibv_ah *ah)
+{
+	free(ah);
+	return 0;
+}
+
+/* ibv_init_ah_from_wc: the address vector back to the sender of a UD
+ * receive, whose GRH (the IP header, as RoCEv2 puts it) is in grh. */
+EXPORT int ibv_init_ah_from_wc(struct ibv_context *ctx, uint8_t port, struct ibv_wc *wc,
+			       struct ibv_grh *grh, struct ibv_ah_attr *ah)
+{
+	(void)ctx;
+	memset(ah, 0, sizeof(*ah));
+	ah->port_num = port;
+	if (!(wc->wc_flags & IBV_WC_GRH) || !grh) {
+		errno = EINVAL;
+		return -1;
+	}
+	ah->is_global = 1;
+	ah->grh.hop_limit = 0xff;
+	if ((((const uint8_t *)grh)[20] >> 4) == 4) {
+		/* An IPv4 header in the last 20 bytes of the GRH space. */
+		const uint8_t *ip = (const uint8_t *)grh + 20;
+
+		ah->grh.dgid.raw[10] = ah->grh.dgid.raw[11] = 0xff;
+		memcpy(&ah->grh.dgid.raw[12], ip + 12, 4);
+	} else {
+		ah->grh.dgid = grh->sgid;
+	}
+	return 0;
+}
+
+EXPORT struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc, struct ibv_grh *grh, uint8_t port)
+{
+	struct ibv_ah_attr attr;
+
+	if (ibv_init_ah_from_wc(pd->context, port, wc, grh, &attr))
+		return NULL;
+	return ibv_create_ah(pd, &attr);
+}
+
+EXPORT int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *event)
+{
+	struct sn_async_event e;
+	ssize_t n;
+
+	do
+		n = read(ctx->async_fd, &e, sizeof(e));
+	while (n < 0 && errno == EINTR);
+	if (n != sizeof(e)) {
+		if (n >= 0)
+			errno = EIO;
+		return -1;
+	}
+	memset(event, 0, sizeof(*event));
+	event->event_type = e.type;
+	switch (e.type) {
+	case IBV_EVENT_CQ_ERR:
+		event->element.cq = e.obj;
+		break;
+	case IBV_EVENT_SRQ_ERR:
+	case IBV_EVENT_SRQ_LIMIT_REACHED:
+		event->element.srq = e.obj;
+		break;
+	case IBV_EVENT_PORT_ACTIVE:
+	case IBV_EVENT_PORT_ERR:
+		event->element.port_num = 1;
+		break;
+	default:
+		event->element.qp = e.obj;
+	}
+	return 0;
+}
+
+EXPORT void ibv_ack_async_event(struct ibv_async_event *event)
+{
+	(void)event;
+}
+
+EXPORT int ibv_fork_init(void)
+{
+	/* Registered pages are MADV_DONTFORK already (see package pages). */
+	return 0;
+}
+
+EXPORT enum ibv_fork_status ibv_is_fork_initialized(void)
+{
+	return IBV_FORK_ENABLED;
+}
+
+EXPORT int ibv_dontfork_range(void *base, size_t size)
+{
+	(void)base;
+	(void)size;
+	return 0;
+}
+
+EXPORT int ibv_dofork_range(void *base, size_t size)
+{
+	(void)base;
+	(void)size;
+	return 0;
+}
+
+EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
+{
+	(void)qp;
+	sn_unsupported("ibv_qp_to_qp_ex (the work request API of ibv_wr_*)");
+	return NULL;
+}
+
+EXPORT int ibv_query_qp_data_in_order(struct ibv_qp *qp, enum ibv_wr_opcode op, uint32_t flags)
+{
+	(void)qp;
+	(void)op;
+	(void)flags;
+	return 0;
+}
+
+EXPORT void ibv_register_driver(const char *name, void *init)
+{
+	(void)name;
+	(void)init;
+}
+
+/* The drivers of the libmlx5 and libefa this library stands in for do not
+ * load, and have nothing to register. */
+EXPORT void verbs_register_driver_34(const void *ops)
+{
+	(void)ops;
+}
+
+EXPORT int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, size_t size)
+{
+	(void)dir;
+	(void)file;
+	(void)buf;
+	(void)size;
+	errno = ENOENT;
+	return -1;
+}
+
+EXPORT int ibv_get_sysfs_path(char *buf, size_t size)
+{
+	(void)buf;
+	(void)size;
+	return -1;
+}

@@ -1,0 +1,282 @@
+//go:build libsoftnic
+
+package main
+
+/*
+#include "softnic.h"
+*/
+import "C"
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime/cgo"
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/softnic/softnic/cmd/libsoftnic/internal/pages"
+	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/qp"
+)
+
+// The verbs on PDs, regions, windows, CQs, SRQs and QPs. The C layer
+// allocates each object and frees it; these functions make and destroy
+// its Go side, named by the object's handle.
+
+func handleOf[T any](h C.uintptr_t) T { return cgo.Handle(h).Value().(T) }
+
+//export snAllocPD
+func snAllocPD(ctx *C.struct_ibv_context, pd *C.struct_sn_pd) C.int {
+	p, err := deviceOf(ctx).dev.AllocPD()
+	if err != nil {
+		return errnoOf(err)
+	}
+	pd.h = C.uintptr_t(cgo.NewHandle(p))
+	return 0
+}
+
+//export snDeallocPD
+func snDeallocPD(pd *C.struct_sn_pd) C.int {
+	if err := handleOf[*nic.PD](pd.h).Dealloc(); err != nil {
+		return errnoOf(err)
+	}
+	cgo.Handle(pd.h).Delete()
+	return 0
+}
+
+var (
+	shadowOnce sync.Once
+	shadow     *pages.Shadow
+	shadowErr  error
+)
+
+// region is the Go side of an ibv_mr: the pages it shares and the region.
+type region struct {
+	m    *nic.MR
+	addr uintptr
+	n    uintptr
+}
+
+// snRegMR registers length bytes at addr at address iova (ibv_reg_mr,
+// ibv_reg_mr_iova2): the pages move onto the shadow memfd (package
+// pages), which the daemon maps.
+//
+//export snRegMR
+func snRegMR(pd *C.struct_sn_pd, m *C.struct_sn_mr, addr unsafe.Pointer, length C.size_t, iova C.uint64_t, access C.int) C.int {
+	p := handleOf[*nic.PD](pd.h)
+	a, n := uintptr(addr), uintptr(length)
+	if mr.Access(access)&mr.OnDemand != 0 && a == 0 {
+		unsupported("implicit on-demand paging (ibv_reg_mr of NULL, SIZE_MAX)")
+		return C.EOPNOTSUPP
+	}
+	if n == 0 {
+		return C.EINVAL
+	}
+	shadowOnce.Do(func() { shadow, shadowErr = pages.Open() })
+	if shadowErr != nil {
+		fmt.Fprintf(os.Stderr, "softnic: ibv_reg_mr: %v\n", shadowErr)
+		return C.ENOMEM
+	}
+	if err := shadow.Share(a, n); err != nil {
+		fmt.Fprintf(os.Stderr, "softnic: ibv_reg_mr of %d bytes at %#x: %v\n", n, a, err)
+		return errnoOf(err)
+	}
+	r, err := p.RegShared(shadow.FD(), int64(a), int(n), uint64(iova), mr.Access(access))
+	if err != nil {
+		shadow.Unshare(a, n)
+		return errnoOf(err)
+	}
+	m.mr.lkey, m.mr.rkey = C.uint32_t(r.LKey()), C.uint32_t(r.RKey())
+	m.h = C.uintptr_t(cgo.NewHandle(&region{m: r, addr: a, n: n}))
+	return 0
+}
+
+//export snDeregMR
+func snDeregMR(m *C.struct_sn_mr) C.int {
+	r := handleOf[*region](m.h)
+	if err := r.m.Dereg(); err != nil {
+		return errnoOf(err)
+	}
+	shadow.Unshare(r.addr, r.n)
+	cgo.Handle(m.h).Delete()
+	return 0
+}
+
+//export snAllocMW
+func snAllocMW(pd *C.struct_sn_pd, w *C.struct_sn_mw, typ C.int) C.int {
+	mw, err := handleOf[*nic.PD](pd.h).AllocMW(mr.WindowType(typ))
+	if err != nil {
+		return errnoOf(err)
+	}
+	w.mw.rkey = C.uint32_t(mw.RKey())
+	w.h = C.uintptr_t(cgo.NewHandle(mw))
+	return 0
+}
+
+//export snDeallocMW
+func snDeallocMW(w *C.struct_sn_mw) C.int {
+	if err := handleOf[*nic.MW](w.h).Dealloc(); err != nil {
+		return errnoOf(err)
+	}
+	cgo.Handle(w.h).Delete()
+	return 0
+}
+
+// cq is the Go side of an ibv_cq.
+type cq struct {
+	c  *nic.CQ
+	cq *C.struct_sn_cq
+
+	mu  sync.Mutex
+	wcs []qp.WC // Poll's scratch
+
+	armMu   sync.Mutex
+	armed   bool // a goroutine waits to write an event to the channel
+	stop    context.CancelFunc
+	stopped chan struct{}
+}
+
+//export snCreateCQ
+func snCreateCQ(ctx *C.struct_ibv_context, c *C.struct_sn_cq, cqe C.int) C.int {
+	if cqe <= 0 {
+		cqe = 1
+	}
+	q, err := deviceOf(ctx).dev.CreateCQ(int(cqe))
+	if err != nil {
+		return errnoOf(err)
+	}
+	c.cq.cqe = cqe
+	c.h = C.uintptr_t(cgo.NewHandle(&cq{c: q, cq: c}))
+	return 0
+}
+
+//export snDestroyCQ
+func snDestroyCQ(c *C.struct_sn_cq) C.int {
+	q := handleOf[*cq](c.h)
+	if err := q.c.Destroy(); err != nil {
+		return errnoOf(err)
+	}
+	q.disarm()
+	cgo.Handle(c.h).Delete()
+	return 0
+}
+
+// snPollCQ is ops.poll_cq (ibv_poll_cq).
+//
+//export snPollCQ
+func snPollCQ(c *C.struct_ibv_cq, n C.int, wc *C.struct_ibv_wc) C.int {
+	if n <= 0 {
+		return 0
+	}
+	q := handleOf[*cq]((*C.struct_sn_cq)(unsafe.Pointer(c)).h)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if cap(q.wcs) < int(n) {
+		q.wcs = make([]qp.WC, n)
+	}
+	got, err := q.c.Poll(q.wcs[:n])
+	out := unsafe.Slice(wc, n)
+	for i := range got {
+		fillWC(&out[i], &q.wcs[i])
+	}
+	if got == 0 && err != nil {
+		return -1
+	}
+	if got == 0 {
+		// A program that polls in a loop would otherwise keep its CPU
+		// from the daemon that is to produce the completion; on a host
+		// with few CPUs that costs a scheduler time slice per operation.
+		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+	}
+	return C.int(got)
+}
+
+// wcOpcodes maps softnic's completion opcodes to ibv_wc_opcode.
+var wcOpcodes = [...]C.enum_ibv_wc_opcode{
+	qp.WCSend: C.IBV_WC_SEND, qp.WCWrite: C.IBV_WC_RDMA_WRITE, qp.WCRead: C.IBV_WC_RDMA_READ,
+	qp.WCCompareSwap: C.IBV_WC_COMP_SWAP, qp.WCFetchAdd: C.IBV_WC_FETCH_ADD, qp.WCBindMW: C.IBV_WC_BIND_MW,
+	qp.WCLocalInv: C.IBV_WC_LOCAL_INV, qp.WCAtomicWrite: C.IBV_WC_ATOMIC_WRITE, qp.WCRecv: C.IBV_WC_RECV,
+	qp.WCRecvWriteImm: C.IBV_WC_RECV_RDMA_WITH_IMM,
+}
+
+// fillWC writes w into the program's ibv_wc. The statuses share
+// ibv_wc_status's numbering.
+func fillWC(out *C.struct_ibv_wc, w *qp.WC) {
+	*out = C.struct_ibv_wc{}
+	out.wr_id = C.uint64_t(w.ID)
+	out.status = C.enum_ibv_wc_status(w.Status)
+	if int(w.Opcode) < len(wcOpcodes) {
+		out.opcode = wcOpcodes[w.Opcode]
+	}
+	out.byte_len = C.uint32_t(w.ByteLen)
+	out.qp_num = C.uint32_t(w.QPN)
+	out.src_qp = C.uint32_t(w.SrcQPN)
+	imm := (*C.uint32_t)(unsafe.Pointer(&out.anon0))
+	if w.Flags&qp.WCWithImm != 0 {
+		*imm = C.uint32_t(htobe32(w.Imm))
+		out.wc_flags |= C.IBV_WC_WITH_IMM
+	}
+	if w.Flags&qp.WCWithInv != 0 {
+		*imm = C.uint32_t(w.InvalidatedRKey)
+		out.wc_flags |= C.IBV_WC_WITH_INV
+	}
+	if w.Flags&qp.WCGRH != 0 {
+		out.wc_flags |= C.IBV_WC_GRH
+	}
+}
+
+// snReqNotifyCQ is ops.req_notify_cq: the next time the CQ holds a
+// completion, a goroutine writes the CQ to its channel, for
+// ibv_get_cq_event. Completions already in the CQ count too (see
+// nic.CQ.WaitReady), and solicited_only is taken as any completion: a
+// program polls after each event, so it sees at most an event too many.
+//
+//export snReqNotifyCQ
+func snReqNotifyCQ(c *C.struct_ibv_cq, _ C.int) C.int {
+	if c.channel == nil {
+		return C.EINVAL
+	}
+	q := handleOf[*cq]((*C.struct_sn_cq)(unsafe.Pointer(c)).h)
+	q.armMu.Lock()
+	defer q.armMu.Unlock()
+	if q.armed {
+		return 0
+	}
+	q.armed = true
+	ctx, cancel := context.WithCancel(context.Background())
+	q.stop, q.stopped = cancel, make(chan struct{})
+	w := int((*C.struct_sn_channel)(unsafe.Pointer(c.channel)).w)
+	go q.notify(ctx, w)
+	return 0
+}
+
+// notify waits for the CQ to hold a completion, then writes the CQ's
+// address to the channel's pipe.
+func (q *cq) notify(ctx context.Context, w int) {
+	defer close(q.stopped)
+	err := q.c.WaitReady(ctx)
+	q.armMu.Lock()
+	q.armed = false
+	q.armMu.Unlock()
+	if err != nil && ctx.Err() != nil {
+		return
+	}
+	var b [8]byte
+	*(*uintptr)(unsafe.Pointer(&b)) = uintptr(unsafe.Pointer(q.cq))
+	unix.Write(w, b[:])
+}
+
+// disarm stops the goroutine waiting for the CQ, if any.
+func (q *cq) disarm() {
+	q.armMu.Lock()
+	stop, stopped := q.stop, q.stopped
+	q.armMu.Unlock()
+	if stop != nil {
+		stop()
+		<-stopped
+	}
+}
