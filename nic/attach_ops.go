@@ -63,13 +63,13 @@ func (s *session) allocMR(_ context.Context, raw json.RawMessage, fds []int) (an
 		s.acct.Release(bill)
 		return nil, nil, fmt.Errorf("memory region: %v: %w", err, ErrFault)
 	}
-	return s.adopt(pd, m, bill, a.Size, 0, a.Size, a.Access, 0)
+	return s.adopt(pd, m, bill, a.Size, 0, a.Size, a.Access, nil)
 }
 
 // adopt makes m, a process's memory mapped and charged with bill, an
 // arena of the device's table, and registers n bytes at off of it (size
-// bytes the process asked for) in pd at iova.
-func (s *session) adopt(pd *PD, m *shm.Mapping, bill quota.Bill, size, off, n int, access mr.Access, iova uint64) (any, []int, error) {
+// bytes the process asked for) in pd at *iova (see register).
+func (s *session) adopt(pd *PD, m *shm.Mapping, bill quota.Bill, size, off, n int, access mr.Access, iova *uint64) (any, []int, error) {
 	arena, err := s.dev.mem.AdoptArena(pd.pd, m.Bytes())
 	if err != nil {
 		m.Close()
@@ -103,7 +103,7 @@ func (s *session) regMR(_ context.Context, raw json.RawMessage, _ []int) (any, [
 	if a.Off < 0 || a.Len <= 0 || a.Off > owner.buf.size || a.Len > owner.buf.size-a.Off {
 		return nil, nil, fmt.Errorf("%d bytes at offset %d of a %d-byte buffer: %w", a.Len, a.Off, owner.buf.size, ErrFault)
 	}
-	res, err := s.register(pd, owner.buf, a.Off, a.Len, a.Access, 0)
+	res, err := s.register(pd, owner.buf, a.Off, a.Len, a.Access, nil)
 	return res, nil, err
 }
 
@@ -120,10 +120,6 @@ func (s *session) regShared(_ context.Context, raw json.RawMessage, fds []int) (
 		shm.CloseFDs(fds)
 		return nil, nil, err
 	}
-	if a.IOVA == 0 {
-		shm.CloseFDs(fds)
-		return nil, nil, fmt.Errorf("shared region at address 0: %w", ErrInvalid)
-	}
 	m, skip, err := mapShared(fds[0], a.Off, a.Len)
 	if err != nil {
 		return nil, nil, err
@@ -133,17 +129,17 @@ func (s *session) regShared(_ context.Context, raw json.RawMessage, fds []int) (
 		m.Close()
 		return nil, nil, err
 	}
-	return s.adopt(pd, m, bill, len(m.Bytes()), skip, a.Len, a.Access, a.IOVA)
+	return s.adopt(pd, m, bill, len(m.Bytes()), skip, a.Len, a.Access, &a.IOVA)
 }
 
-// register registers n bytes at offset off of buf in pd, at address iova
-// if it is not 0, else at the memory's own address.
-func (s *session) register(pd *PD, buf *hostedBuf, off, n int, access mr.Access, iova uint64) (any, error) {
+// register registers n bytes at offset off of buf in pd, at address
+// *iova, or at the memory's own address if iova is nil.
+func (s *session) register(pd *PD, buf *hostedBuf, off, n int, access mr.Access, iova *uint64) (any, error) {
 	mem := buf.arena.Bytes()[off : off+n]
 	var r *mr.Region
 	var err error
-	if iova != 0 {
-		r, err = s.dev.mem.RegisterIOVA(pd.pd, mem, iova, access)
+	if iova != nil {
+		r, err = s.dev.mem.RegisterIOVA(pd.pd, mem, *iova, access)
 	} else {
 		r, err = s.dev.mem.Register(pd.pd, mem, access)
 	}

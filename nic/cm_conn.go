@@ -205,7 +205,7 @@ type AcceptOptions struct {
 	// NAK from this QP (default 7: forever).
 	RNRRetryCount uint8
 	// UseQP, if set, is the RC QP the connection is made with, one of the
-	// listener's PD in RESET or INIT, instead of a new one: the QP a
+	// device in RESET or INIT (of any PD), instead of a new one: the QP a
 	// program created before it accepted (rdma_create_qp on the
 	// rdma_cm_id, then rdma_accept), which may hold receive WRs already.
 	// Conn.Close then leaves it in the error state for its owner to
@@ -246,7 +246,7 @@ func (r *Request) accept(opts AcceptOptions, cfg QPConfig) (*Conn, error) {
 
 	q, err := opts.UseQP, error(nil)
 	if q != nil {
-		err = r.l.pd.checkConnQP(q)
+		err = checkConnQP(r.l.dev, q)
 	} else {
 		q, err = r.l.pd.createConnQP(cfg)
 	}
@@ -447,8 +447,12 @@ func (d *Device) Dial(ctx context.Context, remote netip.AddrPort, port uint16, o
 	if err := opts.setDefaults(d, remote); err != nil {
 		return fail(fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err))
 	}
-	if opts.UseQP != nil {
-		if err := opts.PD.checkConnQP(opts.UseQP); err != nil {
+	if q := opts.UseQP; q != nil {
+		err := checkConnQP(d, q)
+		if err == nil && q.pd != opts.PD {
+			err = fmt.Errorf("DialOptions.UseQP is not of DialOptions.PD: %w", ErrInvalid)
+		}
+		if err != nil {
 			return fail(fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err))
 		}
 	}
@@ -590,10 +594,10 @@ func (pd *PD) createConnQP(cfg QPConfig) (*QP, error) {
 }
 
 // checkConnQP checks that a QP the caller brings to a connection can make
-// one: an RC QP of pd, in RESET or INIT.
-func (pd *PD) checkConnQP(q *QP) error {
-	if q.pd != pd || q.Type() != qp.RC {
-		return fmt.Errorf("a connection's QP must be an RC QP of its PD: %w", ErrInvalid)
+// one: an RC QP of device d, in RESET or INIT.
+func checkConnQP(d *Device, q *QP) error {
+	if q.dev != d || q.Type() != qp.RC {
+		return fmt.Errorf("a connection's QP must be an RC QP of its device: %w", ErrInvalid)
 	}
 	if st := q.Attr().State; st != qp.Reset && st != qp.Init {
 		return fmt.Errorf("a connection's QP must be in RESET or INIT, not %s: %w", st, ErrInvalid)

@@ -111,9 +111,6 @@ func (pd *PD) AllocMR(size int, access mr.Access) (*MR, error) {
 // libsoftnic moves onto a memfd for a C program. fd stays the caller's;
 // MR.Bytes is this process's own mapping of the region.
 func (pd *PD) RegShared(fd int, off int64, n int, iova uint64, access mr.Access) (*MR, error) {
-	if iova == 0 {
-		return nil, fmt.Errorf("shared region at address 0: %w", ErrInvalid)
-	}
 	dup, err := dupFD(fd)
 	if err != nil {
 		return nil, fmt.Errorf("shared region: %v: %w", err, ErrInvalid)

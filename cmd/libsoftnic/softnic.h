@@ -33,7 +33,11 @@ struct sn_cq {
 	uint32_t events; /* events ibv_get_cq_event returned, for ibv_destroy_cq */
 };
 struct sn_srq { struct ibv_srq srq; uintptr_t h; };
-struct sn_qp { struct ibv_qp qp; uintptr_t h; };
+struct sn_qp {
+	struct ibv_qp qp;
+	uintptr_t h;
+	struct ibv_qp_cap cap; /* as created, for ibv_query_qp */
+};
 
 /* An address handle: the peer's address as the Go side resolved it. */
 struct sn_ah {
@@ -70,7 +74,21 @@ struct sn_event_channel {
 	int w;
 };
 
-struct sn_cm_id { struct rdma_cm_id id; uintptr_t h; };
+/* An rdma_cm_id. The QP attributes of a passive endpoint (rdma_create_ep
+ * with RAI_PASSIVE) make the QP of each id rdma_get_request returns. */
+struct sn_cm_id {
+	struct rdma_cm_id id;
+	uintptr_t h;
+	int own_cqs; /* rdma_create_qp made id.send_cq and id.recv_cq */
+	int has_qp_attr;
+	struct ibv_qp_init_attr qp_attr;
+};
+
+/* An address as the Go side takes it: IPv6 or IPv4-mapped, and a port. */
+struct sn_addr {
+	uint8_t ip[16];
+	uint16_t port;
+};
 
 /* An rdma_cm event with the private data it carries. */
 struct sn_cm_event {
@@ -82,7 +100,9 @@ struct sn_cm_event {
  * to EOPNOTSUPP. */
 void sn_unsupported(const char *name); /* in unsupported.c */
 
-/* sn_warn writes a line on stderr. */
-void sn_warn(const char *msg);
+/* In rdmacm.c, for the Go side. */
+struct ibv_context *sn_cm_verbs(void);
+struct sn_cm_id *sn_new_child(struct sn_cm_id *listen);
+void sn_set_addr(struct sockaddr_storage *ss, const struct sn_addr *a);
 
 #endif

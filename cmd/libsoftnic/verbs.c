@@ -559,6 +559,7 @@ EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *
 	qp->qp.srq = attr->srq;
 	qp->qp.state = IBV_QPS_RESET;
 	qp->qp.qp_type = attr->qp_type;
+	qp->cap = attr->cap;
 	pthread_mutex_init(&qp->qp.mutex, NULL);
 	pthread_cond_init(&qp->qp.cond, NULL);
 	return &qp->qp;
@@ -577,7 +578,7 @@ EXPORT int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask, s
 	err = snQueryQP(qp, attr);
 	if (err)
 		return err;
-	attr->cap.max_send_wr = attr->cap.max_recv_wr = 0;
+	attr->cap = ((struct sn_qp *)qp)->cap;
 	if (init) {
 		memset(init, 0, sizeof(*init));
 		init->qp_context = qp->qp_context;
@@ -585,6 +586,7 @@ EXPORT int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask, s
 		init->recv_cq = qp->recv_cq;
 		init->srq = qp->srq;
 		init->qp_type = qp->qp_type;
+		init->cap = attr->cap;
 	}
 	return 0;
 }

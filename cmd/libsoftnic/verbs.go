@@ -69,6 +69,9 @@ type region struct {
 func snRegMR(pd *C.struct_sn_pd, m *C.struct_sn_mr, addr unsafe.Pointer, length C.size_t, iova C.uint64_t, access C.int) C.int {
 	p := handleOf[*nic.PD](pd.h)
 	a, n := uintptr(addr), uintptr(length)
+	// The optional access bits (relaxed ordering …) are hints a device
+	// that does not know them ignores.
+	access &^= C.IBV_ACCESS_OPTIONAL_RANGE
 	if mr.Access(access)&mr.OnDemand != 0 && a == 0 {
 		unsupported("implicit on-demand paging (ibv_reg_mr of NULL, SIZE_MAX)")
 		return C.EOPNOTSUPP

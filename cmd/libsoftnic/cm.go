@@ -1,0 +1,527 @@
+//go:build libsoftnic
+
+package main
+
+/*
+#include "softnic.h"
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"runtime/cgo"
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/qp"
+)
+
+// librdmacm over package nic's connection manager: an rdma_cm_id is a
+// cmID, whose listener, request or connection is nic's; events go to the
+// id's event channel or, for a synchronous id (no channel), to the call
+// that waits for them.
+
+// cmEvent is an rdma_cm event on its way to the program.
+type cmEvent struct {
+	id, listen *C.struct_sn_cm_id
+	typ        C.enum_rdma_cm_event_type
+	status     C.int
+	private    []byte
+	// The connection's negotiated parameters, as rdma_conn_param.
+	rr, depth uint8
+}
+
+// eventChannel is the Go side of an rdma_event_channel: its queued events,
+// one byte each in the pipe the program polls.
+type eventChannel struct {
+	w      int
+	mu     sync.Mutex
+	events []cmEvent
+}
+
+//export snCreateEventChannel
+func snCreateEventChannel(ch *C.struct_sn_event_channel) {
+	ch.h = C.uintptr_t(cgo.NewHandle(&eventChannel{w: int(ch.w)}))
+}
+
+//export snDestroyEventChannel
+func snDestroyEventChannel(ch *C.struct_sn_event_channel) { cgo.Handle(ch.h).Delete() }
+
+func (ch *eventChannel) push(ev cmEvent) {
+	ch.mu.Lock()
+	ch.events = append(ch.events, ev)
+	ch.mu.Unlock()
+	unix.Write(ch.w, []byte{1})
+}
+
+// snNextEvent fills ev with the channel's oldest event, whose byte the
+// caller has read.
+//
+//export snNextEvent
+func snNextEvent(c *C.struct_sn_event_channel, ev *C.struct_sn_cm_event) C.int {
+	ch := handleOf[*eventChannel](c.h)
+	ch.mu.Lock()
+	if len(ch.events) == 0 {
+		ch.mu.Unlock()
+		return C.EAGAIN
+	}
+	e := ch.events[0]
+	ch.events = ch.events[1:]
+	ch.mu.Unlock()
+	fillEvent(ev, &e)
+	return 0
+}
+
+func fillEvent(ev *C.struct_sn_cm_event, e *cmEvent) {
+	ev.ev.id = &e.id.id
+	if e.listen != nil {
+		ev.ev.listen_id = &e.listen.id
+	}
+	ev.ev.event = e.typ
+	ev.ev.status = e.status
+	p := (*C.struct_rdma_conn_param)(unsafe.Pointer(&ev.ev.param))
+	if n := copy(unsafe.Slice((*byte)(unsafe.Pointer(&ev.private_data)), len(ev.private_data)), e.private); n > 0 {
+		p.private_data = unsafe.Pointer(&ev.private_data)
+		p.private_data_len = C.uint8_t(n)
+	}
+	p.responder_resources, p.initiator_depth = C.uint8_t(e.rr), C.uint8_t(e.depth)
+	p.retry_count, p.rnr_retry_count = 7, 7
+}
+
+// cmID is the Go side of an rdma_cm_id.
+type cmID struct {
+	cid  *C.struct_sn_cm_id
+	ch   *eventChannel // nil for a synchronous id
+	sync chan cmEvent  // a synchronous id's events
+	dev  *device
+	done chan struct{} // closed by rdma_destroy_id
+
+	mu       sync.Mutex
+	local    netip.AddrPort // the bound address and rdma_cm port
+	peer     netip.AddrPort // the peer's device (its UDP address)
+	rport    uint16         // the peer's rdma_cm port
+	listener *nic.Listener
+	lpd      *nic.PD // the listener's PD and CQ, which no QP uses:
+	lcq      *nic.CQ // accepted connections use the program's QPs
+	req      *nic.Request
+	conn     *nic.Conn
+	cancel   context.CancelFunc // of a connect under way
+	ended    sync.Once          // DISCONNECTED is told once
+}
+
+//export snCreateID
+func snCreateID(c *C.struct_sn_cm_id, ch *C.struct_sn_event_channel) {
+	id := &cmID{cid: c, sync: make(chan cmEvent, 16), done: make(chan struct{})}
+	if ch != nil {
+		id.ch = handleOf[*eventChannel](ch.h)
+	}
+	if c.id.verbs != nil {
+		id.dev = deviceOf(c.id.verbs)
+	}
+	c.h = C.uintptr_t(cgo.NewHandle(id))
+}
+
+func idOf(c *C.struct_sn_cm_id) *cmID { return handleOf[*cmID](c.h) }
+
+// post delivers an event of the id: to its channel, or to the synchronous
+// call waiting for it (dropped if nothing takes a synchronous id's events).
+func (id *cmID) post(ev cmEvent) {
+	ev.id = id.cid
+	if id.ch != nil {
+		id.ch.push(ev)
+		return
+	}
+	select {
+	case id.sync <- ev:
+	default:
+	}
+}
+
+// syncResult waits for a synchronous id's next event and returns its
+// errno: 0 if it is want.
+func (id *cmID) syncResult(want C.enum_rdma_cm_event_type) C.int {
+	ev := <-id.sync
+	if ev.typ == want {
+		return 0
+	}
+	if ev.status < 0 {
+		return -ev.status
+	}
+	return C.ECONNREFUSED
+}
+
+//export snDestroyID
+func snDestroyID(c *C.struct_sn_cm_id) {
+	id := idOf(c)
+	close(id.done)
+	id.mu.Lock()
+	l, pd, cq, req, conn, cancel := id.listener, id.lpd, id.lcq, id.req, id.conn, id.cancel
+	id.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	if l != nil {
+		l.Close()
+		cq.Destroy()
+		pd.Dealloc()
+	}
+	if req != nil && conn == nil {
+		req.Reject(nil)
+	}
+	if conn != nil {
+		conn.Close()
+	}
+	cgo.Handle(c.h).Delete()
+}
+
+// addrOf is an sn_addr as an address and port.
+func addrOf(a *C.struct_sn_addr) netip.AddrPort {
+	ip := *(*[16]byte)(unsafe.Pointer(&a.ip))
+	return netip.AddrPortFrom(netip.AddrFrom16(ip).Unmap(), uint16(a.port))
+}
+
+// setAddr writes ap into a socket address of the id's route.
+func setAddr(ss *C.struct_sockaddr_storage, ap netip.AddrPort) {
+	var a C.struct_sn_addr
+	*(*[16]byte)(unsafe.Pointer(&a.ip)) = ap.Addr().As16()
+	a.port = C.uint16_t(ap.Port())
+	C.sn_set_addr(ss, &a)
+}
+
+func (id *cmID) srcAddr() *C.struct_sockaddr_storage {
+	return (*C.struct_sockaddr_storage)(unsafe.Pointer(&id.cid.id.route.addr.anon0))
+}
+
+func (id *cmID) dstAddr() *C.struct_sockaddr_storage {
+	return (*C.struct_sockaddr_storage)(unsafe.Pointer(&id.cid.id.route.addr.anon1))
+}
+
+// ownAddr checks that a is the device's address (or unspecified).
+func (id *cmID) ownAddr(a netip.Addr) bool {
+	return a.IsUnspecified() || a == id.dev.dev.Addr().Addr().Unmap()
+}
+
+//export snBindAddr
+func snBindAddr(c *C.struct_sn_cm_id, a *C.struct_sn_addr) C.int {
+	id := idOf(c)
+	ap := addrOf(a)
+	if id.dev == nil {
+		return C.ENODEV
+	}
+	if !id.ownAddr(ap.Addr()) {
+		return C.EADDRNOTAVAIL
+	}
+	id.mu.Lock()
+	id.local = ap
+	id.mu.Unlock()
+	setAddr(id.srcAddr(), ap)
+	return 0
+}
+
+//export snListen
+func snListen(c *C.struct_sn_cm_id, backlog C.int) C.int {
+	id := idOf(c)
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.dev == nil || !id.local.IsValid() {
+		return C.EINVAL
+	}
+	if id.listener != nil {
+		return 0
+	}
+	pd, err := id.dev.dev.AllocPD()
+	if err != nil {
+		return errnoOf(err)
+	}
+	cq, err := id.dev.dev.CreateCQ(1)
+	if err != nil {
+		pd.Dealloc()
+		return errnoOf(err)
+	}
+	l, err := id.dev.dev.Listen(id.local.Port(), nic.ListenOptions{PD: pd, QP: nic.QPConfig{SendCQ: cq}, Backlog: max(int(backlog), 0)})
+	if err != nil {
+		cq.Destroy()
+		pd.Dealloc()
+		if errors.Is(err, nic.ErrBusy) {
+			return C.EADDRINUSE
+		}
+		return errnoOf(err)
+	}
+	id.listener, id.lpd, id.lcq = l, pd, cq
+	id.local = netip.AddrPortFrom(id.local.Addr(), l.Port())
+	setAddr(id.srcAddr(), id.local)
+	go id.acceptLoop(l)
+	return 0
+}
+
+// acceptLoop turns each connection request into a new id and a
+// CONNECT_REQUEST event, until the listener closes.
+func (id *cmID) acceptLoop(l *nic.Listener) {
+	for {
+		r, err := l.AcceptRequest(context.Background())
+		if err != nil {
+			return
+		}
+		c := C.sn_new_child(id.cid)
+		if c == nil {
+			r.Reject(nil)
+			continue
+		}
+		child := idOf(c)
+		child.mu.Lock()
+		child.req, child.local, child.peer = r, id.local, r.RemoteAddr()
+		child.mu.Unlock()
+		setAddr(child.dstAddr(), netip.AddrPortFrom(r.RemoteAddr().Addr(), 0))
+		ev := cmEvent{typ: C.RDMA_CM_EVENT_CONNECT_REQUEST, listen: id.cid, private: r.PrivateData(), rr: 16, depth: 16}
+		ev.id = c
+		if id.ch != nil {
+			id.ch.push(ev)
+		} else {
+			id.sync <- ev
+		}
+	}
+}
+
+//export snGetRequest
+func snGetRequest(c *C.struct_sn_cm_id, out **C.struct_sn_cm_id) C.int {
+	id := idOf(c)
+	if id.ch != nil {
+		return C.EINVAL
+	}
+	select {
+	case ev := <-id.sync:
+		if ev.typ != C.RDMA_CM_EVENT_CONNECT_REQUEST {
+			return C.EINVAL
+		}
+		*out = ev.id
+		return 0
+	case <-id.done:
+		return C.EINVAL
+	}
+}
+
+//export snResolveAddr
+func snResolveAddr(c *C.struct_sn_cm_id, src, dst *C.struct_sn_addr, hasSrc C.int) C.int {
+	id := idOf(c)
+	if id.dev == nil {
+		return C.ENODEV
+	}
+	d := addrOf(dst)
+	if hasSrc != 0 && !id.ownAddr(addrOf(src).Addr()) {
+		return C.EADDRNOTAVAIL
+	}
+	gid := d.Addr().As16()
+	peer, ok := id.dev.peerOf(&gid)
+	if !ok {
+		return C.EINVAL
+	}
+	id.mu.Lock()
+	id.peer, id.rport = peer, d.Port()
+	if !id.local.IsValid() {
+		id.local = netip.AddrPortFrom(id.dev.dev.Addr().Addr().Unmap(), 0)
+	}
+	local := id.local
+	id.mu.Unlock()
+	setAddr(id.srcAddr(), local)
+	setAddr(id.dstAddr(), d)
+	if id.ch == nil {
+		return 0
+	}
+	id.post(cmEvent{typ: C.RDMA_CM_EVENT_ADDR_RESOLVED})
+	return 0
+}
+
+//export snResolveRoute
+func snResolveRoute(c *C.struct_sn_cm_id) C.int {
+	id := idOf(c)
+	id.mu.Lock()
+	resolved := id.peer.IsValid()
+	id.mu.Unlock()
+	if !resolved {
+		return C.EINVAL
+	}
+	id.cid.id.route.num_paths = 1
+	if id.ch != nil {
+		id.post(cmEvent{typ: C.RDMA_CM_EVENT_ROUTE_RESOLVED})
+	}
+	return 0
+}
+
+// rdLimit is a responder resources or initiator depth a program asked
+// for, within what a softnic QP takes (RDMA_MAX_RESP_RES, 255, asks for
+// the most).
+func rdLimit(n C.int) uint8 { return uint8(min(int(n), qp.MaxRdAtomicLimit)) }
+
+// programQP is the QP the program created on the id (rdma_create_qp),
+// which the connection uses.
+func (id *cmID) programQP() *nic.QP {
+	if id.cid.id.qp == nil {
+		return nil
+	}
+	return qpOf(id.cid.id.qp).q
+}
+
+//export snConnect
+func snConnect(c *C.struct_sn_cm_id, data unsafe.Pointer, n, rr, depth, retry, rnr C.int) C.int {
+	id := idOf(c)
+	q := id.programQP()
+	if q == nil {
+		unsupported("rdma_connect without a QP made by rdma_create_qp on the id")
+		return C.EOPNOTSUPP
+	}
+	id.mu.Lock()
+	peer, rport := id.peer, id.rport
+	if !peer.IsValid() || id.conn != nil || id.cancel != nil {
+		id.mu.Unlock()
+		return C.EINVAL
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	id.cancel = cancel
+	id.mu.Unlock()
+	opts := nic.DialOptions{
+		PD: q.PD(), UseQP: q, PrivateData: C.GoBytes(data, n), ResponderResources: rdLimit(rr),
+		InitiatorDepth: rdLimit(depth), RetryCount: uint8(min(retry, 7)), RNRRetryCount: uint8(min(rnr, 7)),
+	}
+	dial := func() cmEvent {
+		conn, err := id.dev.dev.Dial(ctx, peer, rport, opts)
+		if err == nil {
+			err = id.connected(conn)
+		}
+		return connectEvent(err, conn, opts.ResponderResources, opts.InitiatorDepth)
+	}
+	if id.ch == nil {
+		ev := dial()
+		if ev.typ == C.RDMA_CM_EVENT_ESTABLISHED {
+			return 0
+		}
+		return -ev.status
+	}
+	go func() { id.post(dial()) }()
+	return 0
+}
+
+// connected records an established connection, unless the id was
+// destroyed meanwhile, and watches for its end.
+func (id *cmID) connected(conn *nic.Conn) error {
+	id.mu.Lock()
+	id.cancel = nil
+	select {
+	case <-id.done:
+		id.mu.Unlock()
+		conn.Close()
+		return nic.ErrClosed
+	default:
+	}
+	id.conn = conn
+	id.mu.Unlock()
+	id.cid.id.qp.state = C.IBV_QPS_RTS
+	go func() {
+		select {
+		case <-conn.Done():
+			id.disconnected()
+		case <-id.done:
+		}
+	}()
+	return nil
+}
+
+// disconnected tells the program once that the connection ended.
+func (id *cmID) disconnected() {
+	id.ended.Do(func() { id.post(cmEvent{typ: C.RDMA_CM_EVENT_DISCONNECTED}) })
+}
+
+// connectEvent is the event that ends a connect or an accept.
+func connectEvent(err error, conn *nic.Conn, rr, depth uint8) cmEvent {
+	var rej *nic.RejectError
+	switch {
+	case err == nil:
+		return cmEvent{typ: C.RDMA_CM_EVENT_ESTABLISHED, private: conn.PrivateData(), rr: rr, depth: depth}
+	case errors.As(err, &rej):
+		return cmEvent{typ: C.RDMA_CM_EVENT_REJECTED, status: C.int(rej.Reason), private: rej.PrivateData}
+	case errors.Is(err, nic.ErrTimedOut):
+		return cmEvent{typ: C.RDMA_CM_EVENT_UNREACHABLE, status: -C.ETIMEDOUT}
+	}
+	return cmEvent{typ: C.RDMA_CM_EVENT_CONNECT_ERROR, status: -errnoOf(err)}
+}
+
+//export snAccept
+func snAccept(c *C.struct_sn_cm_id, data unsafe.Pointer, n, rr, depth, rnr C.int) C.int {
+	id := idOf(c)
+	q := id.programQP()
+	if q == nil {
+		unsupported("rdma_accept without a QP made by rdma_create_qp on the id")
+		return C.EOPNOTSUPP
+	}
+	id.mu.Lock()
+	r := id.req
+	id.mu.Unlock()
+	if r == nil {
+		return C.EINVAL
+	}
+	opts := nic.AcceptOptions{PrivateData: C.GoBytes(data, n), ResponderResources: rdLimit(rr), InitiatorDepth: rdLimit(depth),
+		RNRRetryCount: uint8(min(rnr, 7)), UseQP: q}
+	accept := func() cmEvent {
+		conn, err := r.Accept(opts)
+		if err == nil {
+			err = id.connected(conn)
+		}
+		return connectEvent(err, conn, opts.ResponderResources, opts.InitiatorDepth)
+	}
+	if id.ch == nil {
+		ev := accept()
+		if ev.typ == C.RDMA_CM_EVENT_ESTABLISHED {
+			return 0
+		}
+		return -ev.status
+	}
+	go func() { id.post(accept()) }()
+	return 0
+}
+
+//export snReject
+func snReject(c *C.struct_sn_cm_id, data unsafe.Pointer, n C.int) C.int {
+	id := idOf(c)
+	id.mu.Lock()
+	r := id.req
+	id.mu.Unlock()
+	if r == nil {
+		return C.EINVAL
+	}
+	return errnoOf(r.Reject(C.GoBytes(data, n)))
+}
+
+// snDisconnect ends the connection: Close flushes the QP's work requests
+// and waits for the peer's DREP; DISCONNECTED follows (at once for a
+// synchronous id).
+//
+//export snDisconnect
+func snDisconnect(c *C.struct_sn_cm_id) C.int {
+	id := idOf(c)
+	id.mu.Lock()
+	conn, cancel := id.conn, id.cancel
+	id.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	if conn == nil {
+		if cancel != nil {
+			return 0
+		}
+		return C.EINVAL
+	}
+	end := func() {
+		conn.Close()
+		id.disconnected()
+	}
+	if id.ch == nil {
+		end()
+		return 0
+	}
+	go end()
+	return 0
+}
