@@ -1,0 +1,349 @@
+/*
+ * The man pages of ../shared/seeds, checked through libsoftnic with the
+ * calls a C program makes: seed 001's registration rules (REMOTE_WRITE or
+ * REMOTE_ATOMIC without LOCAL_WRITE is EINVAL, ibv_dereg_mr fails with
+ * EBUSY while a memory window is bound, ZERO_BASED regions are addressed
+ * from 0), memory a program owns (malloc'd, stack, a private file
+ * mapping) registered where it lies, a bad rkey completing with
+ * IBV_WC_REM_ACCESS_ERR, and seed 002's rdma_post_read, whose context
+ * comes back as the completion's wr_id.
+ *
+ * Usage: libsoftnic_seeds IP PORT FILE, where IP is the daemon's address,
+ * PORT a free rdma_cm port and FILE a scratch file. Each check prints a
+ * line; the exit status is 0 only if every check passed.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+#include <rdma/rdma_verbs.h>
+
+static int failures;
+
+#define CHECK(cond, ...)                                   \
+	do {                                               \
+		if (cond) {                                \
+			printf("ok: " __VA_ARGS__);        \
+		} else {                                   \
+			printf("FAIL: " __VA_ARGS__);      \
+			printf(" (errno %d: %s)", errno, strerror(errno)); \
+			failures++;                        \
+		}                                          \
+		printf("\n");                              \
+	} while (0)
+
+#define MUST(x)                                                                 \
+	do {                                                                    \
+		if (!(x)) {                                                     \
+			fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #x, strerror(errno)); \
+			exit(2);                                                \
+		}                                                               \
+	} while (0)
+
+static struct ibv_context *ctx;
+static union ibv_gid gid;
+static struct ibv_pd *pd;
+static struct ibv_cq *cq;
+static struct ibv_qp *qa, *qb; /* connected to each other */
+
+static struct ibv_qp *make_qp(void)
+{
+	struct ibv_qp_init_attr a = {
+		.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1 },
+	};
+	struct ibv_qp *qp = ibv_create_qp(pd, &a);
+
+	MUST(qp);
+	return qp;
+}
+
+static void connect_qp(struct ibv_qp *qp, uint32_t dest, union ibv_gid *gid)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_RESET };
+
+	MUST(!ibv_modify_qp(qp, &a, IBV_QP_STATE));
+	a.qp_state = IBV_QPS_INIT;
+	a.port_num = 1;
+	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	MUST(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS));
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.dest_qp_num = dest;
+	a.rq_psn = 100;
+	a.max_dest_rd_atomic = 4;
+	a.min_rnr_timer = 12;
+	a.ah_attr.is_global = 1;
+	a.ah_attr.grh.dgid = *gid;
+	a.ah_attr.port_num = 1;
+	MUST(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+					    IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER));
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.sq_psn = 100;
+	a.timeout = 14;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.max_rd_atomic = 4;
+	MUST(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+					    IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC));
+}
+
+/* connect_qps (re)connects qa and qb, which a remote access error leaves
+ * in the error state. */
+static void connect_qps(void)
+{
+	struct ibv_wc wc;
+
+	connect_qp(qa, qb->qp_num, &gid);
+	connect_qp(qb, qa->qp_num, &gid);
+	while (ibv_poll_cq(cq, 1, &wc) > 0)
+		;
+}
+
+/* wait_wc polls cq for one completion, for at most ten seconds. */
+static struct ibv_wc wait_wc(void)
+{
+	struct ibv_wc wc;
+
+	for (int i = 0; i < 10000000; i++) {
+		int n = ibv_poll_cq(cq, 1, &wc);
+
+		MUST(n >= 0);
+		if (n == 1)
+			return wc;
+		if (i % 1000 == 999)
+			usleep(1000);
+	}
+	fprintf(stderr, "no completion\n");
+	exit(2);
+}
+
+/* rdma posts one RDMA operation on qa from local (lkey) to remote. */
+static struct ibv_wc rdma(enum ibv_wr_opcode op, void *local, uint32_t len, uint32_t lkey, uint64_t remote, uint32_t rkey)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)local, .length = len, .lkey = lkey };
+	struct ibv_send_wr wr = { .wr_id = 7, .sg_list = &sge, .num_sge = 1, .opcode = op,
+				  .send_flags = IBV_SEND_SIGNALED }, *bad;
+
+	wr.wr.rdma.remote_addr = remote;
+	wr.wr.rdma.rkey = rkey;
+	MUST(!ibv_post_send(qa, &wr, &bad));
+	return wait_wc();
+}
+
+static void registration_rules(struct ibv_mr *src)
+{
+	char buf[64];
+	struct ibv_mr *mr;
+
+	errno = 0;
+	mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_REMOTE_WRITE);
+	CHECK(!mr && errno == EINVAL, "seed 001: REMOTE_WRITE without LOCAL_WRITE is EINVAL");
+	errno = 0;
+	mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_REMOTE_READ);
+	CHECK(!mr && errno == EINVAL, "seed 001: REMOTE_ATOMIC without LOCAL_WRITE is EINVAL");
+
+	/* A window bound to a region keeps it registered. */
+	char *wbuf = malloc(4096);
+	struct ibv_mr *wmr = ibv_reg_mr(pd, wbuf, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_MW_BIND);
+	MUST(wmr);
+	struct ibv_mw *mw = ibv_alloc_mw(pd, IBV_MW_TYPE_1);
+	MUST(mw);
+	struct ibv_mw_bind bind = { .wr_id = 11, .send_flags = IBV_SEND_SIGNALED,
+				    .bind_info = { .mr = wmr, .addr = (uintptr_t)wbuf, .length = 4096,
+						   .mw_access_flags = IBV_ACCESS_REMOTE_READ } };
+	MUST(!ibv_bind_mw(qa, mw, &bind));
+	struct ibv_wc wc = wait_wc();
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_BIND_MW && wc.wr_id == 11, "ibv_bind_mw completes (%s)",
+	      ibv_wc_status_str(wc.status));
+	strcpy(wbuf, "through the window");
+	wc = rdma(IBV_WR_RDMA_READ, src->addr, 19, src->lkey, (uintptr_t)wbuf, mw->rkey);
+	CHECK(wc.status == IBV_WC_SUCCESS && !strcmp(src->addr, "through the window"), "a READ through the window's rkey");
+	int err = ibv_dereg_mr(wmr);
+	CHECK(err == EBUSY, "seed 001: ibv_dereg_mr fails with EBUSY while a window is bound (got %d)", err);
+	MUST(!ibv_dealloc_mw(mw));
+	err = ibv_dereg_mr(wmr);
+	CHECK(err == 0, "ibv_dereg_mr succeeds once the window is gone (got %d)", err);
+	free(wbuf);
+
+	/* ZERO_BASED: the peer addresses the region from 0. */
+	char *zbuf = calloc(1, 4096);
+	struct ibv_mr *zmr = ibv_reg_mr(pd, zbuf, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+					IBV_ACCESS_REMOTE_READ | IBV_ACCESS_ZERO_BASED);
+	MUST(zmr);
+	strcpy(src->addr, "zero-based");
+	wc = rdma(IBV_WR_RDMA_WRITE, src->addr, 11, src->lkey, 100, zmr->rkey);
+	CHECK(wc.status == IBV_WC_SUCCESS && !strcmp(zbuf + 100, "zero-based"), "seed 001: ZERO_BASED: a WRITE at offset 100 lands at byte 100");
+	wc = rdma(IBV_WR_RDMA_WRITE, src->addr, 11, src->lkey, (uintptr_t)zbuf + 100, zmr->rkey);
+	CHECK(wc.status == IBV_WC_REM_ACCESS_ERR, "seed 001: ZERO_BASED: the buffer's virtual address is outside the region (%s)",
+	      ibv_wc_status_str(wc.status));
+	connect_qps();
+	ibv_dereg_mr(zmr);
+	free(zbuf);
+}
+
+/* The memory a program owns, registered where it lies. */
+static void program_memory(struct ibv_mr *src, const char *file)
+{
+	char stack[512];
+	char *heap = malloc(100000);
+	int fd = open(file, O_RDWR | O_CREAT | O_TRUNC, 0600);
+
+	MUST(heap && fd >= 0 && !ftruncate(fd, 8192));
+	char *priv = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+	char *shared = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	MUST(priv != MAP_FAILED && shared != MAP_FAILED);
+	struct { const char *what; char *buf; size_t len; } cases[] = {
+		{ "a buffer on the stack", stack, sizeof(stack) },
+		{ "malloc'd memory", heap + 50000, 1000 },
+		{ "a MAP_PRIVATE file mapping", priv + 4000, 200 },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		memset(cases[i].buf, 'x', cases[i].len);
+		struct ibv_mr *mr = ibv_reg_mr(pd, cases[i].buf, cases[i].len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+		MUST(mr);
+		snprintf(src->addr, 64, "written into %s", cases[i].what);
+		struct ibv_wc wc = rdma(IBV_WR_RDMA_WRITE, src->addr, strlen(src->addr) + 1, src->lkey,
+					(uintptr_t)cases[i].buf + 10, mr->rkey);
+		CHECK(wc.status == IBV_WC_SUCCESS && !strcmp(cases[i].buf + 10, src->addr) && cases[i].buf[9] == 'x',
+		      "a WRITE into %s, registered where it lies", cases[i].what);
+		MUST(!ibv_dereg_mr(mr));
+		CHECK(!strcmp(cases[i].buf + 10, src->addr), "%s keeps its bytes after ibv_dereg_mr", cases[i].what);
+	}
+	errno = 0;
+	struct ibv_mr *mr = ibv_reg_mr(pd, shared, 4096, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(!mr && errno == EOPNOTSUPP, "a MAP_SHARED file mapping is refused with EOPNOTSUPP");
+	munmap(priv, 8192);
+	munmap(shared, 8192);
+	close(fd);
+	free(heap);
+}
+
+static void bad_rkey(struct ibv_mr *src, struct ibv_mr *dst)
+{
+	struct ibv_wc wc = rdma(IBV_WR_RDMA_WRITE, src->addr, 8, src->lkey, (uintptr_t)dst->addr, dst->rkey + 1);
+
+	CHECK(wc.status == IBV_WC_REM_ACCESS_ERR, "a WRITE with a bad rkey completes with IBV_WC_REM_ACCESS_ERR (%s)",
+	      ibv_wc_status_str(wc.status));
+	connect_qps();
+}
+
+/* Seed 002: rdma_post_read on a connected rdma_cm_id. */
+static const char *cm_ip, *cm_port;
+static char server_buf[256] = "read by rdma_post_read";
+static struct ibv_mr *server_mr;
+static pthread_mutex_t server_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t server_cond = PTHREAD_COND_INITIALIZER;
+static int server_ready, server_done;
+
+static void *server(void *arg)
+{
+	struct rdma_addrinfo hints = { .ai_flags = RAI_PASSIVE, .ai_port_space = RDMA_PS_TCP }, *res;
+	struct ibv_qp_init_attr attr = { .cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 },
+					 .sq_sig_all = 1 };
+	struct rdma_cm_id *listen, *id;
+
+	(void)arg;
+	MUST(!rdma_getaddrinfo(cm_ip, cm_port, &hints, &res));
+	MUST(!rdma_create_ep(&listen, res, NULL, &attr));
+	rdma_freeaddrinfo(res);
+	MUST(!rdma_listen(listen, 1));
+	pthread_mutex_lock(&server_mu);
+	server_ready = 1;
+	pthread_cond_signal(&server_cond);
+	pthread_mutex_unlock(&server_mu);
+	MUST(!rdma_get_request(listen, &id));
+	server_mr = ibv_reg_mr(id->pd, server_buf, sizeof(server_buf), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+	MUST(server_mr);
+	MUST(!rdma_accept(id, NULL));
+	pthread_mutex_lock(&server_mu);
+	while (!server_done)
+		pthread_cond_wait(&server_cond, &server_mu);
+	pthread_mutex_unlock(&server_mu);
+	rdma_disconnect(id);
+	rdma_dereg_mr(server_mr);
+	rdma_destroy_ep(id);
+	rdma_destroy_ep(listen);
+	return NULL;
+}
+
+static void post_read(void)
+{
+	struct rdma_addrinfo hints = { .ai_port_space = RDMA_PS_TCP }, *res;
+	struct ibv_qp_init_attr attr = { .cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 } };
+	struct rdma_cm_id *id;
+	pthread_t t;
+	char buf[256] = "";
+	struct ibv_wc wc;
+
+	MUST(!pthread_create(&t, NULL, server, NULL));
+	pthread_mutex_lock(&server_mu);
+	while (!server_ready)
+		pthread_cond_wait(&server_cond, &server_mu);
+	pthread_mutex_unlock(&server_mu);
+	MUST(!rdma_getaddrinfo(cm_ip, cm_port, &hints, &res));
+	MUST(!rdma_create_ep(&id, res, NULL, &attr));
+	rdma_freeaddrinfo(res);
+	struct ibv_mr *mr = rdma_reg_read(id, buf, sizeof(buf));
+	MUST(mr);
+	MUST(!rdma_connect(id, NULL));
+	void *context = (void *)(uintptr_t)0x5eed0002;
+	MUST(!rdma_post_read(id, context, buf, 23, mr, IBV_SEND_SIGNALED, (uintptr_t)server_buf, server_mr->rkey));
+	int n = rdma_get_send_comp(id, &wc);
+	CHECK(n == 1 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RDMA_READ,
+	      "seed 002: rdma_post_read completes (%s)", ibv_wc_status_str(wc.status));
+	CHECK(wc.wr_id == (uintptr_t)context, "seed 002: the context comes back as the completion's wr_id (%#llx)",
+	      (unsigned long long)wc.wr_id);
+	CHECK(!strcmp(buf, server_buf), "seed 002: the READ brought the remote bytes");
+	pthread_mutex_lock(&server_mu);
+	server_done = 1;
+	pthread_cond_signal(&server_cond);
+	pthread_mutex_unlock(&server_mu);
+	rdma_disconnect(id);
+	rdma_dereg_mr(mr);
+	rdma_destroy_ep(id);
+	pthread_join(t, NULL);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 4) {
+		fprintf(stderr, "usage: %s IP PORT FILE\n", argv[0]);
+		return 2;
+	}
+	cm_ip = argv[1];
+	cm_port = argv[2];
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	struct ibv_device **list = ibv_get_device_list(NULL);
+	MUST(list && list[0]);
+	MUST((ctx = ibv_open_device(list[0])));
+	ibv_free_device_list(list);
+	MUST((pd = ibv_alloc_pd(ctx)));
+	MUST((cq = ibv_create_cq(ctx, 64, NULL, NULL, 0)));
+	MUST(!ibv_query_gid(ctx, 1, 0, &gid));
+	qa = make_qp();
+	qb = make_qp();
+	connect_qps();
+	char *sbuf = calloc(1, 4096), *dbuf = calloc(1, 4096);
+	struct ibv_mr *src = ibv_reg_mr(pd, sbuf, 4096, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_mr *dst = ibv_reg_mr(pd, dbuf, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	MUST(src && dst);
+
+	registration_rules(src);
+	program_memory(src, argv[3]);
+	bad_rkey(src, dst);
+	post_read();
+
+	printf("%d failed\n", failures);
+	return failures ? 1 : 0;
+}
