@@ -78,6 +78,11 @@ func TestPostAfterSessionEnds(t *testing.T) {
 				t.Fatal(err)
 			}
 			tc.end(t, d, a)
+			select {
+			case <-a.dev.Done():
+			case <-time.After(10 * time.Second):
+				t.Fatal("Done is not closed once the device is closed or its daemon gone")
+			}
 			send := qp.SendWR{Opcode: qp.WRWrite, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
 			recv := qp.RecvWR{SGL: []qp.SGE{a.mr.SGE(8, 8)}}
 			for _, post := range []struct {

@@ -375,7 +375,9 @@ type DialOptions struct {
 	// in RESET or INIT, instead of a new one sized by QP: the QP a program
 	// created before it connected (rdma_create_qp on the rdma_cm_id, then
 	// rdma_connect), which may hold receive WRs already. Conn.Close then
-	// leaves it in the error state for its owner to destroy.
+	// leaves it in the error state for its owner to destroy; a Dial that
+	// fails before the QP is connected (a REJ, no answer) leaves it as it
+	// was.
 	UseQP *QP
 }
 
@@ -485,10 +487,14 @@ func (d *Device) Dial(ctx context.Context, remote netip.AddrPort, port uint16, o
 		c, err = d.dial(ctx, q, remote, port, &opts)
 	}
 	if err != nil {
-		if opts.UseQP != nil {
-			q.halt()
-		} else {
+		switch st := q.Attr().State; {
+		case opts.UseQP == nil:
 			q.Destroy()
+		case st != qp.Reset && st != qp.Init:
+			// The caller's QP, connected before the handshake failed.
+			// One the handshake never reached (a REJ, no answer) stays
+			// as it was, for the caller to try again.
+			q.halt()
 		}
 		return fail(err)
 	}

@@ -256,6 +256,11 @@ const firstQPN = 0x11
 // Addr returns the address and port the device listens on.
 func (d *Device) Addr() netip.AddrPort { return d.local }
 
+// Done is closed when the device closes or, for an attached device, when
+// its session with the daemon ends (the daemon stopped): its verbs fail
+// from then on, and Poll finds only the completions it already holds.
+func (d *Device) Done() <-chan struct{} { return d.done }
+
 // MTU returns the device's largest path MTU.
 func (d *Device) MTU() int { return d.cfg.MTU }
 

@@ -13,12 +13,14 @@ import (
 	"net/netip"
 	"runtime/cgo"
 	"sync"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/wire"
 )
 
 // librdmacm over package nic's connection manager: an rdma_cm_id is a
@@ -122,8 +124,19 @@ func snCreateID(c *C.struct_sn_cm_id, ch *C.struct_sn_event_channel) {
 	}
 	if c.id.verbs != nil {
 		id.dev = deviceOf(c.id.verbs)
+		go id.watchDevice()
 	}
 	c.h = C.uintptr_t(cgo.NewHandle(id))
+}
+
+// watchDevice tells the program, with DEVICE_REMOVAL, that the daemon is
+// gone, unless the id is destroyed first.
+func (id *cmID) watchDevice() {
+	select {
+	case <-id.dev.dev.Done():
+		id.post(cmEvent{typ: C.RDMA_CM_EVENT_DEVICE_REMOVAL})
+	case <-id.done:
+	}
 }
 
 func idOf(c *C.struct_sn_cm_id) *cmID { return handleOf[*cmID](c.h) }
@@ -387,21 +400,54 @@ func snConnect(c *C.struct_sn_cm_id, data unsafe.Pointer, n, rr, depth, retry, r
 		PD: q.PD(), UseQP: q, PrivateData: C.GoBytes(data, n), ResponderResources: rdLimit(rr),
 		InitiatorDepth: rdLimit(depth), RetryCount: uint8(min(retry, 7)), RNRRetryCount: uint8(min(rnr, 7)),
 	}
-	dial := func() cmEvent {
-		conn, err := id.dev.dev.Dial(ctx, peer, rport, opts)
+	return id.establish(func() (*nic.Conn, error) { return dialListening(ctx, id.dev.dev, peer, rport, opts) },
+		opts.ResponderResources, opts.InitiatorDepth)
+}
+
+// listenGrace is how long a connect goes on asking a port nothing listens
+// on (REJ "invalid service ID"). A program may stop listening on a port
+// and listen on it again between two connections, as perftest -R's
+// server does, and its client's second connect may come in between; with
+// rdma_cm over a kernel that race is rarely lost, with a daemon close by
+// it often is.
+const listenGrace = time.Second
+
+// dialListening dials, and dials again while the port has no listener,
+// for at most listenGrace.
+func dialListening(ctx context.Context, d *nic.Device, peer netip.AddrPort, port uint16, opts nic.DialOptions) (*nic.Conn, error) {
+	deadline := time.Now().Add(listenGrace)
+	for {
+		conn, err := d.Dial(ctx, peer, port, opts)
+		var rej *nic.RejectError
+		if err == nil || !errors.As(err, &rej) || rej.Reason != wire.RejectInvalidServiceID || time.Now().After(deadline) {
+			return conn, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// establish makes a connection with connect: a synchronous id waits for
+// it, an id with a channel is told with an event.
+func (id *cmID) establish(connect func() (*nic.Conn, error), rr, depth uint8) C.int {
+	result := func() cmEvent {
+		conn, err := connect()
 		if err == nil {
 			err = id.connected(conn)
 		}
-		return connectEvent(err, conn, opts.ResponderResources, opts.InitiatorDepth)
+		return connectEvent(err, conn, rr, depth)
 	}
 	if id.ch == nil {
-		ev := dial()
+		ev := result()
 		if ev.typ == C.RDMA_CM_EVENT_ESTABLISHED {
 			return 0
 		}
 		return -ev.status
 	}
-	go func() { id.post(dial()) }()
+	go func() { id.post(result()) }()
 	return 0
 }
 
@@ -465,22 +511,17 @@ func snAccept(c *C.struct_sn_cm_id, data unsafe.Pointer, n, rr, depth, rnr C.int
 	}
 	opts := nic.AcceptOptions{PrivateData: C.GoBytes(data, n), ResponderResources: rdLimit(rr), InitiatorDepth: rdLimit(depth),
 		RNRRetryCount: uint8(min(rnr, 7)), UseQP: q}
-	accept := func() cmEvent {
-		conn, err := r.Accept(opts)
-		if err == nil {
-			err = id.connected(conn)
-		}
-		return connectEvent(err, conn, opts.ResponderResources, opts.InitiatorDepth)
+	// rdma_accept returns with the QP ready to send, as librdmacm's does
+	// (programs post at once, before ESTABLISHED): Accept returns once the
+	// peer's RTU came, a round trip after the REP, and the event follows.
+	conn, err := r.Accept(opts)
+	if err == nil {
+		err = id.connected(conn)
 	}
-	if id.ch == nil {
-		ev := accept()
-		if ev.typ == C.RDMA_CM_EVENT_ESTABLISHED {
-			return 0
-		}
-		return -ev.status
+	if id.ch != nil && err == nil {
+		id.post(connectEvent(nil, conn, opts.ResponderResources, opts.InitiatorDepth))
 	}
-	go func() { id.post(accept()) }()
-	return 0
+	return errnoOf(err)
 }
 
 //export snReject

@@ -131,8 +131,9 @@ func snDeallocMW(w *C.struct_sn_mw) C.int {
 
 // cq is the Go side of an ibv_cq.
 type cq struct {
-	c  *nic.CQ
-	cq *C.struct_sn_cq
+	c   *nic.CQ
+	cq  *C.struct_sn_cq
+	dev *nic.Device
 
 	mu  sync.Mutex
 	wcs []qp.WC // Poll's scratch
@@ -148,12 +149,13 @@ func snCreateCQ(ctx *C.struct_ibv_context, c *C.struct_sn_cq, cqe C.int) C.int {
 	if cqe <= 0 {
 		cqe = 1
 	}
-	q, err := deviceOf(ctx).dev.CreateCQ(int(cqe))
+	d := deviceOf(ctx).dev
+	q, err := d.CreateCQ(int(cqe))
 	if err != nil {
 		return errnoOf(err)
 	}
 	c.cq.cqe = cqe
-	c.h = C.uintptr_t(cgo.NewHandle(&cq{c: q, cq: c}))
+	c.h = C.uintptr_t(cgo.NewHandle(&cq{c: q, cq: c, dev: d}))
 	return 0
 }
 
@@ -190,6 +192,12 @@ func snPollCQ(c *C.struct_ibv_cq, n C.int, wc *C.struct_ibv_wc) C.int {
 		return -1
 	}
 	if got == 0 {
+		select {
+		case <-q.dev.Done():
+			// The daemon is gone: no completion will come.
+			return -1
+		default:
+		}
 		// A program that polls in a loop would otherwise keep its CPU
 		// from the daemon that is to produce the completion; on a host
 		// with few CPUs that costs a scheduler time slice per operation.

@@ -1,0 +1,614 @@
+package tests
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Unmodified RDMA programs on softnic: Debian's perftest, rping,
+// ibv_devinfo, ibv_rc_pingpong and rdma_client/rdma_server, and a C
+// program of the seeds' rules, each run through libsoftnic (softnic run)
+// on a daemon; on one daemon on loopback, and on two daemons in two
+// network namespaces the test makes (root). The library is built once per
+// go test run.
+
+// libsoftnic is the softnic binary and libsoftnic, built once per run.
+var libsoftnic struct {
+	once     sync.Once
+	dir      string
+	bin, lib string
+	skip     string // why the tests cannot run here
+	err      error  // the build failed
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if libsoftnic.dir != "" {
+		os.RemoveAll(libsoftnic.dir)
+	}
+	os.Exit(code)
+}
+
+// needLibsoftnic builds softnic and libsoftnic, or skips the test saying
+// what is missing; it also skips unless every program named is installed.
+func needLibsoftnic(t *testing.T, programs ...string) (bin, lib string) {
+	t.Helper()
+	libsoftnic.once.Do(buildLibsoftnic)
+	if libsoftnic.skip != "" {
+		t.Skip(libsoftnic.skip)
+	}
+	if libsoftnic.err != nil {
+		t.Fatal(libsoftnic.err)
+	}
+	for _, p := range programs {
+		if _, err := exec.LookPath(p); err != nil {
+			t.Skipf("%s is not installed (Debian: apt-get install perftest rdmacm-utils ibverbs-utils): %v", p, err)
+		}
+	}
+	return libsoftnic.bin, libsoftnic.lib
+}
+
+func buildLibsoftnic() {
+	for _, need := range []struct{ path, what string }{
+		{"/usr/include/infiniband/verbs.h", "libibverbs-dev"},
+		{"/usr/include/rdma/rdma_cma.h", "librdmacm-dev"},
+	} {
+		if _, err := os.Stat(need.path); err != nil {
+			libsoftnic.skip = fmt.Sprintf("libsoftnic needs %s (Debian: apt-get install %s)", need.path, need.what)
+			return
+		}
+	}
+	for _, tool := range []string{"go", "gcc"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			libsoftnic.skip = fmt.Sprintf("libsoftnic is built with %s, which is not installed", tool)
+			return
+		}
+	}
+	dir, err := os.MkdirTemp("", "libsoftnic-test-")
+	if err != nil {
+		libsoftnic.skip = err.Error()
+		return
+	}
+	libsoftnic.dir, libsoftnic.bin, libsoftnic.lib = dir, filepath.Join(dir, "softnic"), filepath.Join(dir, "libsoftnic")
+	root, err := filepath.Abs("..")
+	if err == nil {
+		err = run(exec.Command("go", "build", "-o", libsoftnic.bin, "./cmd/softnic"), root)
+	}
+	if err == nil {
+		err = run(exec.Command(filepath.Join(root, "cmd", "libsoftnic", "build.sh"), libsoftnic.lib), root)
+	}
+	// A build that fails is a failure, not a reason to skip.
+	libsoftnic.err = err
+}
+
+func run(cmd *exec.Cmd, dir string) error {
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out)
+	}
+	return nil
+}
+
+// verbsHost is a softnic daemon, in a network namespace of its own or in
+// the test's.
+type verbsHost struct {
+	ns      string // "" for the test's own namespace
+	control string
+	addr    netip.AddrPort
+	mtu     int
+	bin     string
+	lib     string
+	serve   *exec.Cmd
+	exited  chan error
+	stderr  lockedBuffer
+}
+
+// startVerbsHost starts softnic serve in ns (or here) listening on listen.
+func startVerbsHost(t *testing.T, bin, lib, ns, listen string) *verbsHost {
+	t.Helper()
+	h := &verbsHost{ns: ns, control: filepath.Join(t.TempDir(), "ctl.sock"), bin: bin, lib: lib, exited: make(chan error, 1)}
+	h.serve = h.command(context.Background(), bin, "serve", "--listen", listen, "--control", h.control)
+	stdout, err := h.serve.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.serve.Stderr = &h.stderr
+	if err := h.serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { h.exited <- h.serve.Wait() }()
+	t.Cleanup(func() { h.stop() })
+	lines := make(chan string, 1)
+	go func() {
+		l, _ := bufio.NewReader(stdout).ReadString('\n')
+		lines <- l
+		io.Copy(io.Discard, stdout)
+	}()
+	var ready cliReady
+	select {
+	case l := <-lines:
+		if err := json.Unmarshal([]byte(l), &ready); err != nil {
+			t.Fatalf("softnic serve: ready line %q: %v\nstderr:\n%s", l, err, h.stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("softnic serve: no ready line\nstderr:\n%s", h.stderr.String())
+	}
+	if h.addr, err = netip.ParseAddrPort(ready.Listen); err != nil {
+		t.Fatal(err)
+	}
+	var info struct{ MTU int }
+	h.inspect(t, "info", &info)
+	h.mtu = info.MTU
+	return h
+}
+
+// stop kills the daemon, if it still runs.
+func (h *verbsHost) stop() {
+	h.serve.Process.Kill()
+	if err := <-h.exited; err != nil {
+		h.exited <- err
+	} else {
+		h.exited <- nil
+	}
+}
+
+// command is the command line args run in the host's namespace.
+func (h *verbsHost) command(ctx context.Context, args ...string) *exec.Cmd {
+	if h.ns != "" {
+		args = append([]string{"ip", "netns", "exec", h.ns}, args...)
+	}
+	return exec.CommandContext(ctx, args[0], args[1:]...)
+}
+
+// program is an RDMA program on the host, through softnic run.
+func (h *verbsHost) program(ctx context.Context, args ...string) *exec.Cmd {
+	return h.command(ctx, append([]string{h.bin, "run", "--control", h.control, "--lib", h.lib, "--"}, args...)...)
+}
+
+// inspect asks the daemon with softnic info, stat, qp or mr --json.
+func (h *verbsHost) inspect(t *testing.T, what string, v any) {
+	t.Helper()
+	out, err := exec.Command(h.bin, what, "--control", h.control, "--json").Output()
+	if err != nil {
+		t.Fatalf("softnic %s: %v", what, err)
+	}
+	if err := json.Unmarshal(out, v); err != nil {
+		t.Fatalf("softnic %s --json: %v: %s", what, err, out)
+	}
+}
+
+// ip is the host's address as programs name it.
+func (h *verbsHost) ip() string { return h.addr.Addr().String() }
+
+// verbsTopology is where a test's two programs run.
+type verbsTopology struct {
+	name           string
+	server, client *verbsHost
+}
+
+// oneDaemon is one daemon on loopback, both programs attached to it.
+func oneDaemon(t *testing.T, bin, lib string) verbsTopology {
+	h := startVerbsHost(t, bin, lib, "", "127.0.0.1:0")
+	return verbsTopology{"one daemon", h, h}
+}
+
+var nsSeq atomic.Int32
+
+// twoNamespaces makes two network namespaces joined by a veth pair, at
+// 10.99.N.1 and 10.99.N.2: two hosts. It needs root; the namespaces are
+// the test's own and go with it.
+func twoNamespaces(t *testing.T) (nsA, nsB, ipA, ipB string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("two hosts in two network namespaces need root")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("two hosts in two network namespaces need ip (iproute2)")
+	}
+	n := int(nsSeq.Add(1))
+	id := os.Getpid()%100000*100 + n%100
+	nsA, nsB = fmt.Sprintf("snv-%d-a", id), fmt.Sprintf("snv-%d-b", id)
+	vethA, vethB := fmt.Sprintf("snv%da", id), fmt.Sprintf("snv%db", id)
+	t.Cleanup(func() {
+		exec.Command("ip", "netns", "del", nsA).Run()
+		exec.Command("ip", "netns", "del", nsB).Run()
+	})
+	ipA, ipB = fmt.Sprintf("10.99.%d.1", n%250), fmt.Sprintf("10.99.%d.2", n%250)
+	for _, c := range [][]string{
+		{"netns", "add", nsA}, {"netns", "add", nsB},
+		{"link", "add", vethA, "type", "veth", "peer", "name", vethB},
+		{"link", "set", vethA, "netns", nsA}, {"link", "set", vethB, "netns", nsB},
+		{"-n", nsA, "addr", "add", ipA + "/24", "dev", vethA}, {"-n", nsB, "addr", "add", ipB + "/24", "dev", vethB},
+		// A jumbo link: the daemons' MTU is 4096 (softnic serve does not
+		// take it from the interface), and a datagram of a full packet
+		// must not exceed the link's.
+		{"-n", nsA, "link", "set", vethA, "mtu", "9000", "up"}, {"-n", nsB, "link", "set", vethB, "mtu", "9000", "up"},
+		{"-n", nsA, "link", "set", "lo", "up"}, {"-n", nsB, "link", "set", "lo", "up"},
+	} {
+		if out, err := exec.Command("ip", c...).CombinedOutput(); err != nil {
+			t.Skipf("cannot make network namespaces: ip %s: %v: %s", strings.Join(c, " "), err, out)
+		}
+	}
+	return nsA, nsB, ipA, ipB
+}
+
+// twoDaemons is a daemon in each of two network namespaces, on RoCEv2's
+// port: two hosts.
+func twoDaemons(t *testing.T, bin, lib string) verbsTopology {
+	nsA, nsB, ipA, ipB := twoNamespaces(t)
+	a := startVerbsHost(t, bin, lib, nsA, ipA+":4791")
+	b := startVerbsHost(t, bin, lib, nsB, ipB+":4791")
+	return verbsTopology{"two daemons", a, b}
+}
+
+var portSeq atomic.Int32
+
+// freePort is a TCP or rdma_cm port for one pair of programs, distinct
+// within the run and unlikely to meet another run's.
+func freePort() string {
+	return fmt.Sprint(20000 + (os.Getpid()*37+int(portSeq.Add(1)))%20000)
+}
+
+// notYetListening tells a client that found no server yet: perftest's
+// TCP connection refused, or rping's rdma_cm connection rejected for want
+// of a listener.
+var notYetListening = regexp.MustCompile(`Couldn't connect to|cma event RDMA_CM_EVENT_REJECTED`)
+
+// perftestReady is what a perftest server prints as it starts waiting for
+// its client. A perftest client over rdma_cm (-R) must not start before
+// the server listens: one that is rejected retries with the rdma_cm_ids it
+// destroyed (perftest's error path), and crashes.
+var perftestReady = regexp.MustCompile(`Waiting for client to connect`)
+
+// runPair runs a server program on tp.server, then its client on
+// tp.client, until both exit; both must exit with status 0 within limit.
+// A perftest client waits for its server to say it is ready.
+func runPair(t *testing.T, tp verbsTopology, limit time.Duration, server, client []string) (sout, cout string) {
+	t.Helper()
+	return runCmds(t, limit, tp.server.program, server, tp.client.program, client)
+}
+
+// runCmds runs server with the command maker srv, then client with cli,
+// as runPair does. A perftest server's output is line-buffered (stdbuf),
+// and its client starts once it says it waits; other clients that find
+// no server listening yet are started again.
+func runCmds(t *testing.T, limit time.Duration, srv func(context.Context, ...string) *exec.Cmd, server []string,
+	cli func(context.Context, ...string) *exec.Cmd, client []string) (sout, cout string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	perftest := strings.HasPrefix(server[0], "ib_")
+	var sbuf lockedBuffer
+	s := srv(ctx, server...)
+	if perftest {
+		s = srv(ctx, append([]string{"stdbuf", "-oL"}, server...)...)
+	}
+	s.Stdout, s.Stderr = &sbuf, &sbuf
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Wait() }()
+	for perftest && !perftestReady.MatchString(sbuf.String()) {
+		select {
+		case err := <-done:
+			t.Fatalf("server %s exited (%v) before it waited for its client:\n%s", strings.Join(server, " "), err, sbuf.String())
+		case <-ctx.Done():
+			t.Fatalf("server %s did not wait for its client:\n%s", strings.Join(server, " "), sbuf.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if perftest {
+		// perftest says it waits a moment before it listens over rdma_cm
+		// (-R), and nothing else tells when it does.
+		time.Sleep(200 * time.Millisecond)
+	}
+	var out []byte
+	var err error
+	for {
+		out, err = cli(ctx, client...).CombinedOutput()
+		if err == nil || !notYetListening.Match(out) || ctx.Err() != nil {
+			break
+		}
+		select {
+		case serverErr := <-done:
+			t.Fatalf("%s: server exited (%v) before a client reached it:\n%s", server[0], serverErr, sbuf.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if err != nil {
+		cancel()
+		<-done
+		t.Fatalf("client %s: %v\n%s\nserver %s:\n%s", strings.Join(client, " "), err, out, strings.Join(server, " "), sbuf.String())
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("server %s: %v\n%s\nclient:\n%s", strings.Join(server, " "), err, sbuf.String(), out)
+	}
+	return sbuf.String(), string(out)
+}
+
+// TestVerbsDevices: ibv_devices and ibv_devinfo -v list the daemon's
+// device, port active on Ethernet, its MTU and its address in the GID
+// table; with no daemon, no device and one line on stderr saying how to
+// start one.
+func TestVerbsDevices(t *testing.T) {
+	bin, lib := needLibsoftnic(t, "ibv_devices", "ibv_devinfo")
+	h := startVerbsHost(t, bin, lib, "", "127.0.0.1:0")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := h.program(ctx, "ibv_devices").CombinedOutput()
+	if err != nil || !regexp.MustCompile(`(?m)^\s+softnic0\s+02[0-9a-f]{14}$`).Match(out) {
+		t.Errorf("ibv_devices: %v\n%s", err, out)
+	}
+	out, err = h.program(ctx, "ibv_devinfo", "-v").CombinedOutput()
+	mtu := fmt.Sprintf("%d (", h.mtu)
+	for _, want := range []string{"hca_id:\tsoftnic0", "PORT_ACTIVE (4)", "link_layer:\t\tEthernet", "active_mtu:\t\t" + mtu,
+		"GID[  0]:\t\t::ffff:127.0.0.1, RoCE v2", "phys_state:\t\tLINK_UP (5)"} {
+		if err != nil || !strings.Contains(string(out), want) {
+			t.Errorf("ibv_devinfo -v (%v) does not say %q:\n%s", err, want, out)
+			break
+		}
+	}
+	cmd := exec.CommandContext(ctx, bin, "run", "--control", filepath.Join(t.TempDir(), "nobody.sock"), "--lib", lib, "--", "ibv_devices")
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	if err != nil || strings.Contains(stdout.String(), "softnic0") || strings.Count(stderr.String(), "softnic serve --control") != 1 {
+		t.Errorf("ibv_devices without a daemon: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+}
+
+// perftestCase is one run of a perftest tool.
+type perftestCase struct {
+	tool string
+	args []string
+}
+
+// perftestCases are perftest's bandwidth and latency tests at the sizes
+// that matter at path MTU mtu: 1 byte, one packet, several packets and a
+// pad, 1 MiB; the atomics, which have one size; and, with
+// rdma_cm (-R) and with four QPs (-q 4), the bandwidth tests.
+func perftestCases(mtu int) []perftestCase {
+	var cs []perftestCase
+	sizes := []int{1, mtu, 3*mtu + 3, 1 << 20}
+	for _, tool := range []string{"ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_write_lat", "ib_read_lat", "ib_send_lat"} {
+		for _, s := range sizes {
+			// Few iterations: a latency test's sides both spin, and on a
+			// small machine share the daemon's CPUs.
+			n := 100
+			switch {
+			case s == 1<<20:
+				n = 5
+			case strings.HasSuffix(tool, "_lat"):
+				n = 20
+			}
+			cs = append(cs, perftestCase{tool, []string{"-s", fmt.Sprint(s), "-n", fmt.Sprint(n)}})
+		}
+	}
+	cs = append(cs,
+		perftestCase{"ib_atomic_bw", []string{"-A", "FETCH_AND_ADD", "-n", "100"}},
+		perftestCase{"ib_atomic_bw", []string{"-A", "CMP_AND_SWAP", "-n", "100"}},
+		perftestCase{"ib_atomic_lat", []string{"-A", "FETCH_AND_ADD", "-n", "20"}},
+		perftestCase{"ib_atomic_lat", []string{"-A", "CMP_AND_SWAP", "-n", "20"}},
+	)
+	for _, tool := range []string{"ib_write_bw", "ib_read_bw", "ib_send_bw"} {
+		cs = append(cs, perftestCase{tool, []string{"-s", fmt.Sprint(3*mtu + 3), "-n", "100", "-R"}},
+			perftestCase{tool, []string{"-s", fmt.Sprint(3*mtu + 3), "-n", "100", "-q", "4"}})
+	}
+	return append(cs, perftestCase{"ib_write_lat", []string{"-s", "8", "-n", "20", "-R"}})
+}
+
+// TestVerbsPerftest runs perftest's tests, both sides through libsoftnic,
+// on one daemon and on two; every run must exit with status 0 and report
+// its figures.
+func TestVerbsPerftest(t *testing.T) {
+	bin, lib := needLibsoftnic(t, "ib_write_bw")
+	for _, topology := range []func(*testing.T, string, string) verbsTopology{oneDaemon, twoDaemons} {
+		tp := topology(t, bin, lib)
+		t.Run(tp.name, func(t *testing.T) {
+			for _, c := range perftestCases(tp.server.mtu) {
+				t.Run(c.tool+strings.Join(c.args, ""), func(t *testing.T) {
+					port := freePort()
+					args := append([]string{c.tool, "-F", "-p", port}, c.args...)
+					_, out := runPair(t, tp, 30*time.Second, args, append(args, tp.server.ip()))
+					if !regexp.MustCompile(`(?m)^ *#bytes`).MatchString(out) {
+						t.Errorf("%s reported no figures:\n%s", c.tool, out)
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestVerbsRping: rping -s and rping -c -V -C 100, at 64 bytes and at
+// 65535, the most rping takes (its -S must be below its 64 KiB buffer).
+func TestVerbsRping(t *testing.T) {
+	bin, lib := needLibsoftnic(t, "rping")
+	for _, topology := range []func(*testing.T, string, string) verbsTopology{oneDaemon, twoDaemons} {
+		tp := topology(t, bin, lib)
+		t.Run(tp.name, func(t *testing.T) {
+			for _, size := range []string{"64", "65535"} {
+				t.Run(size, func(t *testing.T) {
+					port := freePort()
+					_, out := runPair(t, tp, time.Minute,
+						[]string{"rping", "-s", "-a", tp.server.ip(), "-p", port, "-S", size, "-C", "100", "-V"},
+						[]string{"rping", "-c", "-a", tp.server.ip(), "-p", port, "-S", size, "-C", "100", "-V"})
+					if !strings.Contains(out, "client DISCONNECT EVENT") {
+						t.Errorf("rping -c did not end with the disconnect:\n%s", out)
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestVerbsPingpong: ibv_rc_pingpong over GID 0, polling and with
+// completion events (-e); and the rdma_client/rdma_server examples.
+func TestVerbsPingpong(t *testing.T) {
+	bin, lib := needLibsoftnic(t, "ibv_rc_pingpong", "rdma_server")
+	for _, topology := range []func(*testing.T, string, string) verbsTopology{oneDaemon, twoDaemons} {
+		tp := topology(t, bin, lib)
+		t.Run(tp.name, func(t *testing.T) {
+			for _, events := range []bool{false, true} {
+				args := []string{"ibv_rc_pingpong", "-g", "0", "-n", "200", "-p", freePort()}
+				if events {
+					args = append(args, "-e")
+				}
+				_, out := runPair(t, tp, time.Minute, args, append(args, tp.server.ip()))
+				if !strings.Contains(out, "200 iters in") {
+					t.Errorf("%s:\n%s", strings.Join(args, " "), out)
+				}
+			}
+			port := freePort()
+			sout, cout := runPair(t, tp, time.Minute, []string{"rdma_server", "-p", port},
+				[]string{"rdma_client", "-s", tp.server.ip(), "-p", port})
+			if !strings.Contains(sout, "rdma_server: end 0") || !strings.Contains(cout, "rdma_client: end 0") {
+				t.Errorf("rdma_server:\n%s\nrdma_client:\n%s", sout, cout)
+			}
+		})
+	}
+}
+
+// TestVerbsSeeds compiles the C program of the seeds' rules
+// (testdata/libsoftnic_seeds.c) against Debian's headers and libraries,
+// and runs it on libsoftnic: every check must pass.
+func TestVerbsSeeds(t *testing.T) {
+	bin, lib := needLibsoftnic(t)
+	prog := filepath.Join(t.TempDir(), "seeds")
+	if out, err := exec.Command("gcc", "-Wall", "-Wextra", "-Werror", "-o", prog, "testdata/libsoftnic_seeds.c",
+		"-libverbs", "-lrdmacm", "-lpthread").CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	h := startVerbsHost(t, bin, lib, "", "127.0.0.1:0")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := h.program(ctx, prog, h.ip(), freePort(), filepath.Join(t.TempDir(), "scratch")).Output()
+	t.Logf("%s", out)
+	if err != nil || !strings.Contains(string(out), "\n0 failed\n") {
+		t.Fatalf("the seeds' checks: %v", err)
+	}
+}
+
+// TestVerbsMixed pairs perftest through libsoftnic with softnic perftest,
+// softnic's own Go implementation of perftest's protocol, in both
+// directions: a daemon in one network namespace, softnic perftest's
+// embedded device in the other.
+func TestVerbsMixed(t *testing.T) {
+	bin, lib := needLibsoftnic(t, "ib_write_bw")
+	nsA, nsB, ipA, ipB := twoNamespaces(t)
+	h := startVerbsHost(t, bin, lib, nsA, ipA+":4791")
+	goPerftest := func(ctx context.Context, args ...string) *exec.Cmd {
+		return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", nsB, bin, "perftest"}, args...)...)
+	}
+	size := fmt.Sprint(3*h.mtu + 3)
+	for _, c := range []struct {
+		test, tool string
+		args       []string
+	}{
+		{"write_bw", "ib_write_bw", []string{"-s", size}},
+		{"read_bw", "ib_read_bw", []string{"-s", size}},
+		{"send_bw", "ib_send_bw", []string{"-s", size}},
+		{"atomic_bw", "ib_atomic_bw", []string{"-A", "FETCH_AND_ADD"}},
+		{"write_lat", "ib_write_lat", []string{"-s", size}},
+	} {
+		t.Run(c.test, func(t *testing.T) {
+			port := freePort()
+			lib := append([]string{c.tool, "-F", "-n", "100", "-p", port}, c.args...)
+			gop := append([]string{c.test, "--bind", ipB, "-n", "100", "--oob-port", port}, c.args...)
+			runCmds(t, 30*time.Second, goPerftest, gop, h.program, append(lib, ipB))
+			port = freePort()
+			lib[5], gop[6] = port, port
+			runCmds(t, 30*time.Second, h.program, lib, goPerftest, append(gop, ipA))
+		})
+	}
+}
+
+// TestVerbsFaults: a program killed in the middle of a transfer leaves
+// nothing in the daemon, and a daemon that stops in the middle of one
+// makes the programs' verbs fail, so that they end instead of hanging.
+func TestVerbsFaults(t *testing.T) {
+	bin, lib := needLibsoftnic(t, "ib_write_bw")
+	// transfer starts a 30-second ib_write_bw pair and returns once the
+	// daemon has moved a thousand packets for it.
+	transfer := func(t *testing.T, h *verbsHost) (server, client *exec.Cmd, done chan error) {
+		port := freePort()
+		args := []string{"ib_write_bw", "-F", "-p", port, "-D", "30", "-s", "4096"}
+		server, client = h.program(context.Background(), args...), h.program(context.Background(), append(args, h.ip())...)
+		done = make(chan error, 2)
+		for _, c := range []*exec.Cmd{server, client} {
+			if err := c.Start(); err != nil {
+				t.Fatal(err)
+			}
+			go func() { done <- c.Wait() }()
+			time.Sleep(300 * time.Millisecond) // the server listens first; a client too early fails, and the wait below says so
+		}
+		t.Cleanup(func() { server.Process.Kill(); client.Process.Kill() })
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			var stat map[string]uint64
+			h.inspect(t, "stat", &stat)
+			if stat["sent_pkts"] > 1000 {
+				return server, client, done
+			}
+			if time.Now().After(deadline) || len(done) > 0 {
+				t.Fatalf("the transfer did not start: %d packets sent", stat["sent_pkts"])
+			}
+		}
+	}
+	t.Run("program killed", func(t *testing.T) {
+		h := startVerbsHost(t, bin, lib, "", "127.0.0.1:0")
+		// The daemon's own QP and regions, which stay.
+		var qps0, regions0 []json.RawMessage
+		h.inspect(t, "qp", &qps0)
+		h.inspect(t, "mr", &regions0)
+		server, client, done := transfer(t, h)
+		client.Process.Kill()
+		server.Process.Kill()
+		<-done
+		<-done
+		type info struct{ Attached, Regions, Connections int }
+		var in info
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			h.inspect(t, "info", &in)
+			if in == (info{Regions: 1}) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after the programs were killed the daemon still has %+v, want its own region alone", in)
+			}
+		}
+		var qps, regions []json.RawMessage
+		h.inspect(t, "qp", &qps)
+		h.inspect(t, "mr", &regions)
+		if len(qps) != len(qps0) || len(regions) != len(regions0) {
+			t.Errorf("softnic qp lists %d QPs, softnic mr %d regions; want the daemon's own, %d and %d", len(qps), len(regions), len(qps0), len(regions0))
+		}
+	})
+	t.Run("daemon stopped", func(t *testing.T) {
+		h := startVerbsHost(t, bin, lib, "", "127.0.0.1:0")
+		_, _, done := transfer(t, h)
+		h.stop()
+		for range 2 {
+			select {
+			case err := <-done:
+				if err == nil {
+					t.Error("a program whose daemon stopped in the middle of a transfer exited with status 0")
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("a program whose daemon stopped is still running 20 s later")
+			}
+		}
+	})
+}
