@@ -443,11 +443,14 @@ func TestVerbsRping(t *testing.T) {
 			for _, size := range []string{"64", "65535"} {
 				t.Run(size, func(t *testing.T) {
 					port := freePort()
-					_, out := runPair(t, tp, time.Minute,
+					// -V: each side compares what it received, and fails
+					// on a difference. The server ends when the client
+					// disconnects.
+					out, _ := runPair(t, tp, time.Minute,
 						[]string{"rping", "-s", "-a", tp.server.ip(), "-p", port, "-S", size, "-C", "100", "-V"},
 						[]string{"rping", "-c", "-a", tp.server.ip(), "-p", port, "-S", size, "-C", "100", "-V"})
-					if !strings.Contains(out, "client DISCONNECT EVENT") {
-						t.Errorf("rping -c did not end with the disconnect:\n%s", out)
+					if !strings.Contains(out, "server DISCONNECT EVENT") {
+						t.Errorf("rping -s did not end with the client's disconnect:\n%s", out)
 					}
 				})
 			}
