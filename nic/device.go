@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/netem"
 	"github.com/softnic/softnic/nic/udp"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/wire"
@@ -24,7 +25,7 @@ import (
 var DefaultAddr = netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), wire.UDPPort)
 
 // EnvFaults names the environment variable read for a fault specification
-// (see qp.ParseFaults) when Config.Faults is nil.
+// (see netem.ParseFaults) when Config.Faults is nil.
 const EnvFaults = "SOFTNIC_FAULTS"
 
 // EnvSocket names the environment variable with the control socket of a
@@ -88,7 +89,7 @@ type Config struct {
 	Logger *zap.Logger
 	// Faults injects packet faults into everything the device sends, for
 	// testing error handling. nil reads SOFTNIC_FAULTS from the environment.
-	Faults *qp.Faults
+	Faults *netem.Faults
 	// SendHook, if set, is asked about every packet the device sends (the
 	// sealed RoCEv2 packet, BTH to ICRC; it must not keep or modify it) and
 	// may drop or duplicate it: tests use it to lose or repeat one chosen
@@ -151,7 +152,7 @@ type Device struct {
 	// path MTU (see route); bounded (maxRoutes).
 	routes boundedMap[netip.Addr, route]
 
-	inj   *qp.Injector
+	inj   *netem.Injector
 	injMu sync.Mutex
 
 	timers  timers
@@ -207,7 +208,7 @@ func Open(cfg Config) (*Device, error) {
 	}
 	if cfg.Faults == nil {
 		if spec := os.Getenv(EnvFaults); spec != "" {
-			f, err := qp.ParseFaults(spec)
+			f, err := netem.ParseFaults(spec)
 			if err != nil {
 				return nil, fmt.Errorf("softnic: %s: %w", EnvFaults, err)
 			}
@@ -230,7 +231,7 @@ func Open(cfg Config) (*Device, error) {
 		done:    make(chan struct{}),
 	}
 	if cfg.Faults != nil && cfg.Faults.Enabled() {
-		d.inj = qp.NewInjector(*cfg.Faults)
+		d.inj = netem.NewInjector(*cfg.Faults)
 	}
 	d.batches.New = func() any { return newBatch() }
 	d.timers.init()

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softnic/softnic/netem"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/wire"
@@ -32,7 +33,7 @@ func TestFaultRuleHoldsBack(t *testing.T) {
 	capture := nic.PcapTrace(w, false, func(err error) { t.Error(err) })
 	cfg := nic.Config{
 		MTU: 1024,
-		Faults: &qp.Faults{Rules: []qp.Rule{{Action: qp.ActionDelay, OpCodes: []wire.OpCode{wire.OpRCWriteMiddle},
+		Faults: &netem.Faults{Rules: []netem.Rule{{Action: netem.ActionDelay, OpCodes: []wire.OpCode{wire.OpRCWriteMiddle},
 			PSN: 101, MatchPSN: true, Hold: 20 * time.Millisecond}}},
 		Trace: func(tp *nic.TracePacket) {
 			capture(tp)

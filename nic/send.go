@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/softnic/softnic/netem"
 	"github.com/softnic/softnic/nic/udp"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/wire"
@@ -143,8 +144,8 @@ const (
 )
 
 // fate decides what the fault injector and Config.SendHook do to pkt.
-func (d *Device) fate(pkt []byte) qp.Fate {
-	fate := qp.Fate{CorruptBit: -1}
+func (d *Device) fate(pkt []byte) netem.Fate {
+	fate := netem.Fate{CorruptBit: -1}
 	if d.inj != nil {
 		d.injMu.Lock()
 		fate = d.inj.Decide(pkt)

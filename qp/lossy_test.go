@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softnic/softnic/netem"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/wire"
 )
@@ -25,7 +26,7 @@ func TestLossyLinkRandomOps(t *testing.T) {
 			if testing.Short() {
 				ops = 300
 			}
-			runLossy(t, seed, ops, qp.Faults{Drop: 0.10, Duplicate: 0.05, Reorder: 0.05, Corrupt: 0.01, Seed: seed})
+			runLossy(t, seed, ops, netem.Faults{Drop: 0.10, Duplicate: 0.05, Reorder: 0.05, Corrupt: 0.01, Seed: seed})
 		})
 	}
 }
@@ -45,12 +46,12 @@ type pending struct {
 	off, n   uint64 // the remote range, as an offset in b's region
 }
 
-func runLossy(t *testing.T, seed uint64, total int, faults qp.Faults) {
+func runLossy(t *testing.T, seed uint64, total int, faults netem.Faults) {
 	attr := defaultAttr()
 	attr.Timeout = 8 // 1 ms
 	s, a, b := pair(t, attr)
 	s.tracing = true
-	s.inj = qp.NewInjector(faults)
+	s.inj = netem.NewInjector(faults)
 	rng := rand.New(rand.NewPCG(seed, 99))
 	model := make([]byte, regionSize)
 	counter := uint64(0)

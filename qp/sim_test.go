@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/netem"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/wire"
 )
@@ -158,7 +159,7 @@ type sim struct {
 	now     qp.Time
 	a, b    *host
 	latency time.Duration
-	inj     *qp.Injector
+	inj     *netem.Injector
 	flights []flight
 	// sorted says flights is in delivery order.
 	sorted bool
@@ -272,7 +273,7 @@ func (s *sim) transmitAll() bool {
 				s.logf("%s→%s %s  [dropped]", h.name, to.name, line)
 				continue
 			}
-			fate := qp.Fate{CorruptBit: -1}
+			fate := netem.Fate{CorruptBit: -1}
 			if s.inj != nil {
 				fate = s.inj.Decide(data)
 			}

@@ -3,7 +3,7 @@ package qp_test
 import (
 	"testing"
 
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/netem"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -32,7 +32,7 @@ func TestPSNWrap(t *testing.T) {
 		{"TestScenarioDuplicateAtomicReplayed", TestScenarioDuplicateAtomicReplayed},
 		{"TestResponderReplaysDoNotTakeResources", TestResponderReplaysDoNotTakeResources},
 		{"lossy", func(t *testing.T) {
-			runLossy(t, 1, 300, qp.Faults{Drop: 0.10, Duplicate: 0.05, Reorder: 0.05, Corrupt: 0.01, Seed: 1})
+			runLossy(t, 1, 300, netem.Faults{Drop: 0.10, Duplicate: 0.05, Reorder: 0.05, Corrupt: 0.01, Seed: 1})
 		}},
 		{"TestUCOperations", TestUCOperations},
 		{"TestUCGapDropsMessage", TestUCGapDropsMessage},

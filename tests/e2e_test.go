@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softnic/softnic/netem"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/qp"
 )
@@ -31,8 +32,8 @@ func randomOpsThroughFaults(t *testing.T, m mode) {
 		total = 1000
 	}
 	const nQPs = 4
-	faults := func(seed uint64) *qp.Faults {
-		return &qp.Faults{Drop: 0.10, Duplicate: 0.05, Reorder: 0.05, Corrupt: 0.01, Seed: seed}
+	faults := func(seed uint64) *netem.Faults {
+		return &netem.Faults{Drop: 0.10, Duplicate: 0.05, Reorder: 0.05, Corrupt: 0.01, Seed: seed}
 	}
 	da := m.a(t, nic.Config{Faults: faults(1)})
 	db := m.b(t, nic.Config{Faults: faults(2)})

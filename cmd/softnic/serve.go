@@ -27,6 +27,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/netem"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/nic/udp"
@@ -56,7 +57,7 @@ type serveConfig struct {
 	pcap     string
 	control  string
 	logLevel zapcore.Level
-	faults   *qp.Faults
+	faults   *netem.Faults
 	spec     string // the --faults text, for info
 	busyPoll time.Duration
 	cm       nic.CMLimits
@@ -133,7 +134,7 @@ func defineServe(fs *flag.FlagSet) func(*invocation) error {
 			return usagef("--log-level %q: want debug, info, warn or error", *level)
 		}
 		if *faults != "" {
-			f, err := qp.ParseFaults(*faults)
+			f, err := netem.ParseFaults(*faults)
 			if err != nil {
 				return usagef("--faults: %v", err)
 			}

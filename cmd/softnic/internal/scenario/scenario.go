@@ -6,7 +6,7 @@
 // anomalies the story is about.
 //
 // The faults are targeted, not drawn by chance: the QPs are connected with
-// known first PSNs, and a fault rule of the link (qp.Rule in
+// known first PSNs, and a fault rule of the link (netem.Rule in
 // nic.Config.Faults) hits exactly the packet of one PSN, once, so that a
 // run shows the same ladder every time. Where a step races a timer (the
 // RNR wait), the checks take what may vary (how many RNR NAKs) as it
@@ -27,6 +27,7 @@ import (
 
 	"github.com/softnic/softnic/cmd/softnic/internal/ladder"
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/netem"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/wire"
@@ -56,7 +57,7 @@ type Scenario struct {
 	Title string // what it shows, in a line
 	intro func(r *run) string
 	// faults are the fault rules of the server's and the client's links.
-	faults func(r *run) (server, client []qp.Rule)
+	faults func(r *run) (server, client []netem.Rule)
 	// ackTimeout is the QPs' local ACK timeout exponent; 0 means
 	// slowTimeout.
 	ackTimeout uint8
@@ -144,8 +145,8 @@ func (s *Scenario) Run(ctx context.Context, o Options) (*ladder.Ladder, error) {
 	r.rec = ladder.NewRecorder(r.lad, false)
 	r.rec.OnAdd = r.drawn
 	serverRules, clientRules := s.faults(r)
-	cfg := func(rules []qp.Rule) nic.Config {
-		return nic.Config{MTU: o.MTU, Trace: r.trace, Faults: &qp.Faults{Rules: rules}}
+	cfg := func(rules []netem.Rule) nic.Config {
+		return nic.Config{MTU: o.MTU, Trace: r.trace, Faults: &netem.Faults{Rules: rules}}
 	}
 	var err error
 	if r.server, r.client, err = o.Open(cfg(serverRules), cfg(clientRules)); err != nil {

@@ -9,13 +9,14 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/cmd/softnic/internal/ladder"
+	"github.com/softnic/softnic/netem"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/wire"
 )
 
 // rule returns a rule that hits the packet of one opcode and PSN, once.
-func rule(a qp.Action, op wire.OpCode, psn wire.PSN) qp.Rule {
-	return qp.Rule{Action: a, OpCodes: []wire.OpCode{op}, PSN: psn, MatchPSN: true}
+func rule(a netem.Action, op wire.OpCode, psn wire.PSN) netem.Rule {
+	return netem.Rule{Action: a, OpCodes: []wire.OpCode{op}, PSN: psn, MatchPSN: true}
 }
 
 // pattern returns n bytes the server's memory can be compared with.
@@ -53,8 +54,8 @@ var loss = &Scenario{
 			"with a PSN sequence error NAK for it and drops what follows; the client goes back to PSN %v and sends "+
 			"it and everything after it again (go-back-N).", clientPSN+1, clientPSN+1, clientPSN+1)
 	},
-	faults: func(r *run) (server, client []qp.Rule) {
-		return nil, []qp.Rule{rule(qp.ActionDrop, wire.OpRCWriteMiddle, clientPSN+1)}
+	faults: func(r *run) (server, client []netem.Rule) {
+		return nil, []netem.Rule{rule(netem.ActionDrop, wire.OpRCWriteMiddle, clientPSN+1)}
 	},
 	steps: []step{{
 		"RDMA WRITE, one packet lost",
@@ -118,8 +119,8 @@ var timeout = &Scenario{
 			"a lost ACK from a lost request: it waits its local ACK timeout, %s, and sends the WRITE again. The server "+
 			"has it already: it acknowledges it again without writing twice.", ladder.Duration(ladder.ACKTimeout(ackTimeout)))
 	},
-	faults: func(r *run) (server, client []qp.Rule) {
-		return []qp.Rule{rule(qp.ActionDrop, wire.OpRCAck, clientPSN)}, nil
+	faults: func(r *run) (server, client []netem.Rule) {
+		return []netem.Rule{rule(netem.ActionDrop, wire.OpRCAck, clientPSN)}, nil
 	},
 	steps: []step{{
 		"RDMA WRITE, its ACK lost",
@@ -170,7 +171,7 @@ var rnr = &Scenario{
 			"the server answers with an RNR NAK (receiver not ready) that asks the client to wait its RNR timer, %s, and try again. "+
 			"The server posts a receive meanwhile, and the next try succeeds.", ladder.Duration(wire.RNRTimeout(rnrTimer)))
 	},
-	faults: func(r *run) (server, client []qp.Rule) { return nil, nil },
+	faults: func(r *run) (server, client []netem.Rule) { return nil, nil },
 	steps: []step{{
 		"SEND before a receive is posted",
 		func(r *run) string {
@@ -236,10 +237,10 @@ var seqerr = &Scenario{
 			"and the client sends PSN %v and %v again. When the held-back packet arrives at last, the server has it already.",
 			clientPSN+1, ladder.Duration(seqerrHold), clientPSN+1, clientPSN+1, clientPSN+2)
 	},
-	faults: func(r *run) (server, client []qp.Rule) {
-		hold := rule(qp.ActionDelay, wire.OpRCWriteMiddle, clientPSN+1)
+	faults: func(r *run) (server, client []netem.Rule) {
+		hold := rule(netem.ActionDelay, wire.OpRCWriteMiddle, clientPSN+1)
 		hold.Hold = seqerrHold
-		return nil, []qp.Rule{hold}
+		return nil, []netem.Rule{hold}
 	},
 	steps: []step{{
 		"RDMA WRITE, one packet overtaken",
@@ -302,8 +303,8 @@ var atomicReplay = &Scenario{
 			"An atomic must not run twice: the server executes the first copy and answers the second from the result it saved, " +
 			"so both ATOMIC ACKNOWLEDGEs carry 40, and the word holds 42."
 	},
-	faults: func(r *run) (server, client []qp.Rule) {
-		return nil, []qp.Rule{rule(qp.ActionDuplicate, wire.OpRCFetchAdd, clientPSN)}
+	faults: func(r *run) (server, client []netem.Rule) {
+		return nil, []netem.Rule{rule(netem.ActionDuplicate, wire.OpRCFetchAdd, clientPSN)}
 	},
 	steps: []step{{
 		"ATOMIC FETCH_ADD, delivered twice",
@@ -358,7 +359,7 @@ var badRKey = &Scenario{
 			"(remote access error); the WRITE completes with REM_ACCESS_ERR, and both QPs move to the error state: " +
 			"an access violation ends an RC connection."
 	},
-	faults: func(r *run) (server, client []qp.Rule) { return nil, nil },
+	faults: func(r *run) (server, client []netem.Rule) { return nil, nil },
 	steps: []step{{
 		"RDMA WRITE with a bad rkey",
 		func(r *run) string {
