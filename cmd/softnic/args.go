@@ -7,11 +7,8 @@ import (
 	"math"
 	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
@@ -368,32 +365,3 @@ func resolvePeer(ctx context.Context, s string) (netip.AddrPort, error) {
 // the inspecting commands look for it: $XDG_RUNTIME_DIR/softnic.sock, or
 // without a runtime directory softnic.sock in tempControlDir.
 func defaultControlPath() string { return nic.DefaultSocket() }
-
-// tempControlDir is the directory of the user's own, /tmp/softnic-UID,
-// that holds the default control socket without a runtime directory: in
-// the shared temporary directory anyone could have put a socket at the
-// path first, and the inspecting commands would talk to it.
-func tempControlDir() string { return nic.PrivateSocketDir() }
-
-// checkControlDir makes sure the directory of the control socket path is
-// the user's alone, when it is tempControlDir; serve (create) makes it.
-func checkControlDir(path string, create bool) error {
-	dir := filepath.Dir(path)
-	if dir != tempControlDir() {
-		return nil // the user's choice, or the runtime directory
-	}
-	if create {
-		if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("control directory: %w", err)
-		}
-	}
-	fi, err := os.Lstat(dir)
-	if err != nil {
-		return fmt.Errorf("control directory: %w", err)
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !fi.IsDir() || !ok || int(st.Uid) != os.Getuid() || fi.Mode().Perm()&0o077 != 0 {
-		return fmt.Errorf("control directory %s is not a directory of yours alone (%v): remove it, or give --control another path", dir, fi.Mode())
-	}
-	return nil
-}

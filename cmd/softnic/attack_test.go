@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softnic/softnic/cmd/softnic/internal/control"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/quota"
@@ -69,17 +70,17 @@ func TestControlSurvivesEMFILE(t *testing.T) {
 	}
 	silent.close()
 	// The backoff waits at most a second between tries.
-	var info deviceInfo
+	var info control.Info
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := controlCall(ctx, d.control, "info", &info); err != nil {
+	if err := control.Call(ctx, d.control, "info", &info); err != nil {
 		t.Fatalf("info once the connections are gone: %v; stderr:\n%s", err, d.stderr)
 	}
 	if info.PID != d.cmd.Process.Pid {
 		t.Errorf("info answers pid %d, want the daemon's %d", info.PID, d.cmd.Process.Pid)
 	}
 	var stat map[string]uint64
-	if err := controlCall(ctx, d.control, "stat", &stat); err != nil {
+	if err := control.Call(ctx, d.control, "stat", &stat); err != nil {
 		t.Fatal(err)
 	}
 	if stat["control_accept_errors"] == 0 {
@@ -201,7 +202,7 @@ func (a *attacker) waits(n int) (int, error) {
 		default:
 		}
 		var stat map[string]int
-		if err := controlCall(context.Background(), a.path, "stat", &stat); err != nil {
+		if err := control.Call(context.Background(), a.path, "stat", &stat); err != nil {
 			return 0, err
 		}
 		if stat[key]+nrefused == n {
@@ -323,17 +324,17 @@ func (l daemonLoad) String() string {
 		l.goroutines, quota.FormatSize(int64(l.heap)), l.fds, l.shared, l.qps, l.held)
 }
 
-// loadOf reads the load of the daemon at control, process pid: its
+// loadOf reads the load of the daemon at ctlPath, process pid: its
 // stat, and its descriptors and mappings in /proc. A daemon in the test's
 // process is collected first, so that its live heap is now's.
-func loadOf(t *testing.T, control string, pid int) daemonLoad {
+func loadOf(t *testing.T, ctlPath string, pid int) daemonLoad {
 	t.Helper()
 	if pid == os.Getpid() {
 		runtime.GC()
 		runtime.GC() // what the first left in sync.Pools
 	}
 	var m map[string]uint64
-	if err := controlCall(context.Background(), control, "stat", &m); err != nil {
+	if err := control.Call(context.Background(), ctlPath, "stat", &m); err != nil {
 		t.Fatalf("stat: %v", err)
 	}
 	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
@@ -348,7 +349,7 @@ func loadOf(t *testing.T, control string, pid int) daemonLoad {
 // settles waits until the daemon's load is back near before (a detach is
 // the daemon's to finish) and fails t if it is not within 10 s. The heap
 // is compared only for a daemon in the test's process, collected.
-func settles(t *testing.T, control string, pid int, before daemonLoad) {
+func settles(t *testing.T, ctlPath string, pid int, before daemonLoad) {
 	t.Helper()
 	near := func(l daemonLoad) bool {
 		return l.goroutines <= before.goroutines+8 && l.fds <= before.fds+8 && l.shared == before.shared && l.qps == before.qps &&
@@ -356,15 +357,15 @@ func settles(t *testing.T, control string, pid int, before daemonLoad) {
 	}
 	var l daemonLoad
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if l = loadOf(t, control, pid); near(l) || time.Now().After(deadline) {
+		if l = loadOf(t, ctlPath, pid); near(l) || time.Now().After(deadline) {
 			break
 		}
 	}
 	if !near(l) {
 		t.Errorf("the daemon's load did not come back:\nbefore: %v\nafter:  %v", before, l)
 	}
-	var info deviceInfo
-	if err := controlCall(context.Background(), control, "info", &info); err != nil || info.PID != pid {
+	var info control.Info
+	if err := control.Call(context.Background(), ctlPath, "info", &info); err != nil || info.PID != pid {
 		t.Errorf("info after the attack: pid %d, %v", info.PID, err)
 	}
 }
@@ -438,12 +439,12 @@ func TestAttackSessions(t *testing.T) {
 	}
 	refused(t, "one more session", err, "ENOMEM", "process.descriptors")
 	probes := fromUser(t, d.control, n, per, "sessions 10000", "ENOMEM", "descriptors")
-	var info deviceInfo
-	if err := controlCall(context.Background(), d.control, "info", &info); err != nil || info.Attached != 4 {
+	var info control.Info
+	if err := control.Call(context.Background(), d.control, "info", &info); err != nil || info.Attached != 4 {
 		t.Errorf("info under attack: %d processes attached, %v; want 4", info.Attached, err)
 	}
 	var stat map[string]uint64
-	controlCall(context.Background(), d.control, "stat", &stat)
+	control.Call(context.Background(), d.control, "stat", &stat)
 	if stat["quota_refused_descriptors"] != 5 || stat["control_accept_errors"] != 0 {
 		t.Errorf("stat counts %d refusals and %d accept errors, want 5 and 0", stat["quota_refused_descriptors"], stat["control_accept_errors"])
 	}
@@ -605,7 +606,7 @@ func TestAttackWaits(t *testing.T) {
 		t.Errorf("%d goroutines under attack, from %d, with %d calls waiting", under.goroutines, before.goroutines, 4*per)
 	}
 	var stat map[string]uint64
-	controlCall(context.Background(), d.control, "stat", &stat)
+	control.Call(context.Background(), d.control, "stat", &stat)
 	if want := uint64(5*calls - 4*per); stat["quota_refused_waits"] != want {
 		t.Errorf("quota_refused_waits = %d, want %d", stat["quota_refused_waits"], want)
 	}
@@ -646,11 +647,11 @@ func TestAttackSnooping(t *testing.T) {
 		}
 		pids := map[int]bool{}
 		switch r := rows.(type) {
-		case *[]qpRow:
+		case *[]control.QPRow:
 			for _, x := range *r {
 				pids[x.PID] = true
 			}
-		case *[]regionRow:
+		case *[]control.RegionRow:
 			for _, x := range *r {
 				pids[x.PID] = true
 			}
@@ -658,9 +659,9 @@ func TestAttackSnooping(t *testing.T) {
 		return pids
 	}
 	for _, cmd := range []string{"qp", "mr"} {
-		var rows any = &[]qpRow{}
+		var rows any = &[]control.QPRow{}
 		if cmd == "mr" {
-			rows = &[]regionRow{}
+			rows = &[]control.RegionRow{}
 		}
 		r := p.do(t, "run "+cmd+" --json --control "+path)
 		if seen := pidsOf(r.Stdout, rows); r.N != 0 || len(seen) != 1 || !seen[other] {
@@ -687,7 +688,7 @@ func TestAttackSnooping(t *testing.T) {
 }
 
 // TestControlFlood: connections that send nothing, 600 at once, hold at
-// most controlPending of the daemon's descriptors (the rest wait in the
+// most control.Pending of the daemon's descriptors (the rest wait in the
 // kernel's backlog); once they are gone the daemon answers, and counts
 // the accepts it deferred.
 func TestControlFlood(t *testing.T) {
@@ -699,14 +700,14 @@ func TestControlFlood(t *testing.T) {
 	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		most = max(most, openFiles(t, pid)-before)
 	}
-	if most < controlPending || most > controlPending+8 {
-		t.Errorf("600 silent connections held %d more descriptors of the daemon, want about %d", most, controlPending)
+	if most < control.Pending || most > control.Pending+8 {
+		t.Errorf("600 silent connections held %d more descriptors of the daemon, want about %d", most, control.Pending)
 	}
 	silent.close()
 	var stat map[string]uint64
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := controlCall(ctx, d.control, "stat", &stat); err != nil {
+	if err := control.Call(ctx, d.control, "stat", &stat); err != nil {
 		t.Fatalf("stat after the flood: %v", err)
 	}
 	if stat["control_accepts_deferred"] == 0 || stat["control_accept_errors"] != 0 {

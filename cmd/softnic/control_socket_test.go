@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/softnic/softnic/cmd/softnic/internal/control"
 	"github.com/softnic/softnic/nic"
 )
 
@@ -65,8 +66,8 @@ func TestControlSocketUmaskRace(t *testing.T) {
 	path := filepath.Join(sharedDir(t, 0o1777), "ctl.sock")
 	racer := startNobody(t, "connect-loop", path)
 	d := startChildDaemonAt(t, path, []string{childUmaskEnv + "=0"})
-	var info deviceInfo
-	if err := controlCall(context.Background(), d.control, "info", &info); err != nil {
+	var info control.Info
+	if err := control.Call(context.Background(), d.control, "info", &info); err != nil {
 		t.Fatal(err)
 	}
 	var seen struct{ Tries, Conns int }

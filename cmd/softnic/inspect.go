@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"text/tabwriter"
 	"time"
+
+	"github.com/softnic/softnic/cmd/softnic/internal/control"
 )
 
 // inspectors are the commands that ask a running daemon over its control
@@ -24,7 +26,7 @@ var inspectors = map[string]func(w io.Writer, result json.RawMessage) error{
 // name: info, stat, mr or qp.
 func defineInspect(name string) func(fs *flag.FlagSet) func(*invocation) error {
 	return func(fs *flag.FlagSet) func(*invocation) error {
-		control := fs.String("control", defaultControlPath(), "the daemon's control socket `PATH` (softnic serve --control)")
+		controlPath := fs.String("control", defaultControlPath(), "the daemon's control socket `PATH` (softnic serve --control)")
 		asJSON := fs.Bool("json", false, "print the daemon's answer as one line of JSON")
 		var watch *watchFlag
 		if name == "stat" {
@@ -35,13 +37,13 @@ func defineInspect(name string) func(fs *flag.FlagSet) func(*invocation) error {
 				return err
 			}
 			if watch != nil && watch.on {
-				return watchStat(inv, *control, *asJSON, watch)
+				return watchStat(inv, *controlPath, *asJSON, watch)
 			}
 			if len(inv.args) > 0 {
 				return usagef("too many arguments: %s", inv.args[0])
 			}
 			var result json.RawMessage
-			if err := controlCall(inv.ctx, *control, name, &result); err != nil {
+			if err := control.Call(inv.ctx, *controlPath, name, &result); err != nil {
 				return err
 			}
 			if *asJSON {
@@ -54,7 +56,7 @@ func defineInspect(name string) func(fs *flag.FlagSet) func(*invocation) error {
 }
 
 func printInfo(w io.Writer, result json.RawMessage) error {
-	var in deviceInfo
+	var in control.Info
 	if err := json.Unmarshal(result, &in); err != nil {
 		return err
 	}
@@ -89,7 +91,7 @@ func printInfo(w io.Writer, result json.RawMessage) error {
 }
 
 func printStat(w io.Writer, result json.RawMessage) error {
-	var l counterList
+	var l control.Counters
 	if err := json.Unmarshal(result, &l); err != nil {
 		return err
 	}
@@ -121,7 +123,7 @@ func printStat(w io.Writer, result json.RawMessage) error {
 }
 
 func printRegions(w io.Writer, result json.RawMessage) error {
-	var rows []regionRow
+	var rows []control.RegionRow
 	if err := json.Unmarshal(result, &rows); err != nil {
 		return err
 	}
@@ -143,7 +145,7 @@ func printRegions(w io.Writer, result json.RawMessage) error {
 }
 
 func printQPs(w io.Writer, result json.RawMessage) error {
-	var rows []qpRow
+	var rows []control.QPRow
 	if err := json.Unmarshal(result, &rows); err != nil {
 		return err
 	}

@@ -26,6 +26,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/softnic/softnic/cmd/softnic/internal/control"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/netem"
 	"github.com/softnic/softnic/nic"
@@ -77,7 +78,7 @@ func defineServe(fs *flag.FlagSet) func(*invocation) error {
 	fs.Var(&regions, "region", "host a NIC-owned memory region `NAME:SIZE[:ACCESS]`: SIZE such as 4096, 64k or 1MiB; "+
 		"ACCESS a combination of r (read), w (write), a (atomic), default rw; repeat for more regions (default "+defaultRegion+")")
 	pcap := fs.String("pcap", "", "capture every packet sent and received to `FILE` (flushed each second and on exit)")
-	control := fs.String("control", defaultControlPath(), "the control socket's `PATH`, where info, stat, mr and qp find the daemon")
+	controlPath := fs.String("control", defaultControlPath(), "the control socket's `PATH`, where info, stat, mr and qp find the daemon")
 	level := fs.String("log-level", "info", "log `LEVEL` on stderr: debug, info, warn or error")
 	faults := fs.String("faults", "", "inject faults into the packets the daemon sends: `SPEC` such as drop=0.01,dup=0.01,seed=7 (see SOFTNIC_FAULTS)")
 	busyPoll := fs.Duration("busy-poll", 0, "keep polling the socket and the attached programs' queues for `DURATION` after the last packet or post "+
@@ -102,7 +103,7 @@ func defineServe(fs *flag.FlagSet) func(*invocation) error {
 		if err := inv.parse(0, 0); err != nil {
 			return err
 		}
-		cfg := serveConfig{pcap: *pcap, control: *control, regions: regions, spec: *faults, busyPoll: *busyPoll, allowGroup: -1, limits: limits}
+		cfg := serveConfig{pcap: *pcap, control: *controlPath, regions: regions, spec: *faults, busyPoll: *busyPoll, allowGroup: -1, limits: limits}
 		if *allowGroup != "" {
 			gid, err := lookupGroup(*allowGroup)
 			if err != nil {
@@ -208,7 +209,7 @@ type daemon struct {
 	srq     *nic.SRQ
 	recvMR  *nic.MR
 	ln      *nic.Listener
-	ctl     *controlServer
+	ctl     *control.Server
 	attach  *nic.AttachServer // the processes attached to the device (Config.Attach)
 	web     webServers        // --metrics, --http
 
@@ -333,8 +334,8 @@ func (d *daemon) start() error {
 	if err != nil {
 		return err
 	}
-	d.ctl = &controlServer{l: l, admit: d.admit, handle: d.control, attach: d.serveAttached,
-		accepts: quota.Backoff{Log: d.log, What: cfg.control}}
+	d.ctl = &control.Server{Listener: l, Admit: d.admit, Handle: d.control, Attach: d.serveAttached,
+		Accepts: quota.Backoff{Log: d.log, What: cfg.control}}
 	if err := d.listenWeb(); err != nil {
 		return err
 	}
@@ -378,7 +379,7 @@ func (d *daemon) start() error {
 		return fmt.Errorf("rdma_cm port %d: %w", cfg.cmPort, err)
 	}
 	d.serveWeb()
-	d.ctl.start()
+	d.ctl.Start()
 	d.acceptDone = make(chan struct{})
 	go d.acceptLoop()
 	d.wg.Add(2)
@@ -421,7 +422,7 @@ func (d *daemon) postRecv(slot int) error {
 // place: nobody can connect to it before it has its mode, whatever the
 // umask. (The daemon checks who connected on every connection anyway.)
 func listenControl(path string, group int) (net.Listener, error) {
-	if err := checkControlDir(path, true); err != nil {
+	if err := control.CheckDir(path, true); err != nil {
 		return nil, err
 	}
 	if err := claimControlPath(path); err != nil {
@@ -752,18 +753,18 @@ func (d *daemon) control(cmd string, peer nic.PeerCred) (any, error) {
 	case "stat":
 		return d.counters(v), nil
 	case "mr":
-		return visible(v, d.regionRows(), func(r regionRow) int { return r.PID }), nil
+		return visible(v, d.regionRows(), func(r control.RegionRow) int { return r.PID }), nil
 	case "qp":
-		return visible(v, d.qpRows(), func(r qpRow) int { return r.PID }), nil
+		return visible(v, d.qpRows(), func(r control.QPRow) int { return r.PID }), nil
 	}
 	return nil, fmt.Errorf("unknown command %q (want info, stat, mr or qp)", cmd)
 }
 
-func (d *daemon) info() *deviceInfo {
+func (d *daemon) info() *control.Info {
 	d.mu.Lock()
 	conns := len(d.conns)
 	d.mu.Unlock()
-	return &deviceInfo{
+	return &control.Info{
 		Version: buildVersion(), PID: os.Getpid(), Started: d.started,
 		Listen: d.dev.Addr().String(), CMPort: d.ln.Port(), MTU: d.dev.MTU(), UDP: d.dev.Features().String(), ICRC: d.icrcMode(),
 		Control: d.cfg.control, Pcap: d.cfg.pcap, Faults: d.cfg.spec, BusyPoll: busyPollText(d.cfg.busyPoll),
@@ -775,35 +776,35 @@ func (d *daemon) info() *deviceInfo {
 // counters lists the device's counters (rxe's names, then its drop
 // reasons), the refused remote accesses by reason, the daemon's own, and
 // the attached processes'.
-func (d *daemon) counters(v viewer) counterList {
+func (d *daemon) counters(v viewer) control.Counters {
 	return append(d.deviceCounters(), d.attachedCounters(v)...)
 }
 
 // deviceCounters is counters without the attached processes'.
-func (d *daemon) deviceCounters() counterList {
-	var l counterList
+func (d *daemon) deviceCounters() control.Counters {
+	var l control.Counters
 	for _, c := range d.dev.Counters() {
-		l = append(l, counter{c.Name, c.Value})
+		l = append(l, control.Counter{Name: c.Name, Value: c.Value})
 	}
 	rejects := d.dev.Memory().Stats().Rejects
 	unknown := mr.Reason(0).String()
 	for r := mr.Reason(1); r.String() != unknown; r++ {
-		l = append(l, counter{"rejected_" + strings.ReplaceAll(strings.ToLower(r.String()), " ", "_"), rejects[r]})
+		l = append(l, control.Counter{Name: "rejected_" + strings.ReplaceAll(strings.ToLower(r.String()), " ", "_"), Value: rejects[r]})
 	}
 	d.mu.Lock()
 	active := uint64(len(d.conns))
 	d.mu.Unlock()
 	l = append(l,
-		counter{"connections_accepted", d.accepted.Load()},
-		counter{"connections_active", active},
-		counter{"sends_received", d.recvMsgs.Load()},
-		counter{"send_bytes_received", d.recvBytes.Load()},
-		counter{"write_imms_received", d.writeImms.Load()},
-		counter{"receive_errors", d.recvErrors.Load()},
-		counter{"control_accept_errors", d.ctl.accepts.Errors()},
-		counter{"control_accepts_deferred", d.ctl.deferred.Load()},
-		counter{"control_refused_peers", d.attach.RefusedPeers()},
-		counter{"qps", uint64(len(d.dev.QPs()))},
+		control.Counter{Name: "connections_accepted", Value: d.accepted.Load()},
+		control.Counter{Name: "connections_active", Value: active},
+		control.Counter{Name: "sends_received", Value: d.recvMsgs.Load()},
+		control.Counter{Name: "send_bytes_received", Value: d.recvBytes.Load()},
+		control.Counter{Name: "write_imms_received", Value: d.writeImms.Load()},
+		control.Counter{Name: "receive_errors", Value: d.recvErrors.Load()},
+		control.Counter{Name: "control_accept_errors", Value: d.ctl.Accepts.Errors()},
+		control.Counter{Name: "control_accepts_deferred", Value: d.ctl.Deferred()},
+		control.Counter{Name: "control_refused_peers", Value: d.attach.RefusedPeers()},
+		control.Counter{Name: "qps", Value: uint64(len(d.dev.QPs()))},
 	)
 	l = append(l, runtimeCounters()...)
 	return l
@@ -812,27 +813,27 @@ func (d *daemon) deviceCounters() counterList {
 // runtimeCounters are the daemon process's goroutines and live heap (as
 // of the last garbage collection, counted in gc_cycles): what a leak would
 // make grow.
-func runtimeCounters() counterList {
+func runtimeCounters() control.Counters {
 	samples := []metrics.Sample{{Name: "/sched/goroutines:goroutines"}, {Name: "/gc/heap/live:bytes"}, {Name: "/gc/cycles/total:gc-cycles"}}
 	metrics.Read(samples)
-	l := counterList{}
+	l := control.Counters{}
 	for i, name := range []string{"goroutines", "heap_live_bytes", "gc_cycles"} {
 		if samples[i].Value.Kind() == metrics.KindUint64 {
-			l = append(l, counter{name, samples[i].Value.Uint64()})
+			l = append(l, control.Counter{Name: name, Value: samples[i].Value.Uint64()})
 		}
 	}
 	return l
 }
 
-func (d *daemon) regionRows() []regionRow {
+func (d *daemon) regionRows() []control.RegionRow {
 	names := map[uint32]string{d.recvMR.RKey(): "(receive buffers)"}
 	for _, r := range d.regions {
 		names[r.mr.RKey()] = r.name
 	}
 	owners := d.attachedPDs()
-	rows := []regionRow{}
+	rows := []control.RegionRow{}
 	for ri := range d.dev.Memory().Regions() {
-		rows = append(rows, regionRow{
+		rows = append(rows, control.RegionRow{
 			Name: names[ri.RKey], LKey: ri.LKey, RKey: ri.RKey, PD: uint32(ri.PD),
 			Access: accessLetters(ri.Access), Flags: ri.Access.String(), Addr: ri.Addr, Len: ri.Len,
 			Kind: ri.Kind.String(), ODP: ri.Access&mr.OnDemand != 0 || ri.Kind == mr.ImplicitODP,
@@ -846,14 +847,14 @@ func (d *daemon) regionRows() []regionRow {
 // qpRows lists every QP of the device: the connections the daemon
 // accepted, the attached processes' QPs, and the rest (QP1, the
 // connection manager's) as the daemon's own.
-func (d *daemon) qpRows() []qpRow {
+func (d *daemon) qpRows() []control.QPRow {
 	d.mu.Lock()
 	conns := make([]*servedConn, 0, len(d.conns))
 	for _, c := range d.conns {
 		conns = append(conns, c)
 	}
 	d.mu.Unlock()
-	rows := []qpRow{}
+	rows := []control.QPRow{}
 	for _, c := range conns {
 		rows = append(rows, newQPRow(c.conn.QP(), os.Getpid(), c.since))
 	}
@@ -867,19 +868,19 @@ func (d *daemon) qpRows() []qpRow {
 			rows = append(rows, newQPRow(q, os.Getpid(), time.Time{}))
 		}
 	}
-	slices.SortFunc(rows, func(a, b qpRow) int { return cmp.Compare(a.QPN, b.QPN) })
+	slices.SortFunc(rows, func(a, b control.QPRow) int { return cmp.Compare(a.QPN, b.QPN) })
 	return rows
 }
 
 // newQPRow is the row of q, owned by the process pid and connected since
 // since (zero if the connection manager did not connect it).
-func newQPRow(q *nic.QP, pid int, since time.Time) qpRow {
+func newQPRow(q *nic.QP, pid int, since time.Time) control.QPRow {
 	st, at := q.Status(), q.Attr()
 	peer := "-"
 	if at.Remote.IsValid() {
 		peer = at.Remote.String()
 	}
-	return qpRow{
+	return control.QPRow{
 		QPN: q.Num(), Type: q.Type().String(), State: st.State.String(), Peer: peer, PeerQPN: at.DestQPN,
 		MTU: at.PathMTU, SendPSN: uint32(st.SendPSN), AckedPSN: uint32(st.AckedPSN),
 		ExpectedPSN: uint32(st.ExpectedPSN), MSN: st.MSN, SendQueued: st.SendQueued, Since: since, PID: pid,

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/softnic/softnic/cmd/softnic/internal/control"
 	"github.com/softnic/softnic/cmd/softnic/internal/metrics"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
@@ -76,8 +77,8 @@ func (d *daemon) attachedPDs() map[mr.PD]int {
 }
 
 // attachedQPRows lists the QPs of attached processes.
-func (d *daemon) attachedQPRows() []qpRow {
-	var rows []qpRow
+func (d *daemon) attachedQPRows() []control.QPRow {
+	var rows []control.QPRow
 	for _, p := range d.attach.Processes() {
 		for _, q := range p.QPs {
 			rows = append(rows, newQPRow(q, p.PID, p.Connected[q.Num()]))
@@ -101,13 +102,13 @@ func (d *daemon) attachedQPRows() []qpRow {
 // refused by the resource they asked for (quota_refused_<resource>). A
 // viewer who is not the daemon's owner sees their own uid and processes
 // only.
-func (d *daemon) attachedCounters(v viewer) counterList {
+func (d *daemon) attachedCounters(v viewer) control.Counters {
 	procs := d.attachedSums()
 	u := d.attach.Usage()
-	l := counterList{{"attached_processes", uint64(len(procs))}}
+	l := control.Counters{{Name: "attached_processes", Value: uint64(len(procs))}}
 	l = append(l, quotaCounters("quota_total_", u.Total, u.Limits[quota.Total], nil)...)
 	for r := range quota.NumResources {
-		l = append(l, counter{"quota_refused_" + r.String(), u.Refused[r]})
+		l = append(l, control.Counter{Name: "quota_refused_" + r.String(), Value: u.Refused[r]})
 	}
 	for _, a := range u.Users {
 		if v.all || a.UID == v.uid {
@@ -137,14 +138,14 @@ func (d *daemon) attachedCounters(v viewer) counterList {
 			continue
 		}
 		prefix := fmt.Sprintf("pid%d_", pid)
-		var sums counterList
+		var sums control.Counters
 		if i >= 0 {
 			sums = procs[i].counters
-			l = append(l, counter{prefix + "pds", sums[0].Value})
+			l = append(l, control.Counter{Name: prefix + "pds", Value: sums[0].Value})
 		}
 		l = append(l, quotaCounters(prefix, h.Used, u.Limits[quota.Process], &h.Refused)...)
 		for _, c := range sums[min(len(sums), attachedResources):] {
-			l = append(l, counter{prefix + c.Name, c.Value})
+			l = append(l, control.Counter{Name: prefix + c.Name, Value: c.Value})
 		}
 	}
 	return l
@@ -171,13 +172,13 @@ func (d *daemon) quotaSnapshot(s *metrics.Snapshot) {
 
 // quotaCounters are what one account holds against its limits, and its
 // refusals if it counts them, each named with prefix.
-func quotaCounters(prefix string, used quota.Bill, limits quota.Bill, refused *uint64) counterList {
-	var l counterList
+func quotaCounters(prefix string, used quota.Bill, limits quota.Bill, refused *uint64) control.Counters {
+	var l control.Counters
 	for r := range quota.NumResources {
-		l = append(l, counter{prefix + r.String(), uint64(used[r])}, counter{prefix + r.String() + "_limit", uint64(limits[r])})
+		l = append(l, control.Counter{Name: prefix + r.String(), Value: uint64(used[r])}, control.Counter{Name: prefix + r.String() + "_limit", Value: uint64(limits[r])})
 	}
 	if refused != nil {
-		l = append(l, counter{prefix + "refused", *refused})
+		l = append(l, control.Counter{Name: prefix + "refused", Value: *refused})
 	}
 	return l
 }
@@ -186,7 +187,7 @@ func quotaCounters(prefix string, used quota.Bill, limits quota.Bill, refused *u
 // sessions.
 type attachedProcess struct {
 	pid, uid int
-	counters counterList // its resources ("pds", "qps"), then its sessions' counters
+	counters control.Counters // its resources ("pds", "qps"), then its sessions' counters
 }
 
 // attachedResources is how many counters of an attachedProcess count its
@@ -203,22 +204,13 @@ func (d *daemon) attachedSums() []attachedProcess {
 			i = len(procs)
 			procs = append(procs, attachedProcess{pid: p.PID, uid: p.UID})
 		}
-		l := procs[i].counters.add("pds", uint64(len(p.PDs))).add("qps", uint64(len(p.QPs)))
+		l := procs[i].counters.Add("pds", uint64(len(p.PDs))).Add("qps", uint64(len(p.QPs)))
 		for _, c := range p.Counters {
-			l = l.add(c.Name, c.Value)
+			l = l.Add(c.Name, c.Value)
 		}
 		procs[i].counters = l
 	}
 	return procs
-}
-
-// add adds v to the counter name, appended to l if it is not there yet.
-func (l counterList) add(name string, v uint64) counterList {
-	if i := slices.IndexFunc(l, func(c counter) bool { return c.Name == name }); i >= 0 {
-		l[i].Value += v
-		return l
-	}
-	return append(l, counter{name, v})
 }
 
 // attachedPIDs counts the processes the sessions ps belong to: one

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softnic/softnic/cmd/softnic/internal/control"
 	"github.com/softnic/softnic/nic"
 )
 
@@ -53,7 +54,7 @@ func TestServeStatOneProcessTwice(t *testing.T) {
 			for _, i := range st.detach {
 				devs[i].Close()
 			}
-			var stat counterList
+			var stat control.Counters
 			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(2 * time.Millisecond) {
 				d.inspect(t, "stat", &stat)
 				settled := statValue(stat, "attached_processes") == st.procs && statValue(stat, prefix+"qps") == st.qps
@@ -76,7 +77,7 @@ func TestServeStatOneProcessTwice(t *testing.T) {
 					t.Errorf("%s = %d, want %d", name, got, want)
 				}
 			}
-			var info deviceInfo
+			var info control.Info
 			d.inspect(t, "info", &info)
 			if info.Attached != int(st.procs) {
 				t.Errorf("info: %d attached processes, want %d as stat says", info.Attached, st.procs)
@@ -86,7 +87,7 @@ func TestServeStatOneProcessTwice(t *testing.T) {
 }
 
 // statValue returns the value of the counter name in l, 0 if it is not there.
-func statValue(l counterList, name string) uint64 {
+func statValue(l control.Counters, name string) uint64 {
 	for _, c := range l {
 		if c.Name == name {
 			return c.Value

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softnic/softnic/cmd/softnic/internal/control"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/qp"
@@ -69,7 +70,7 @@ func TestServeAttach(t *testing.T) {
 	}
 
 	pid := os.Getpid() // the daemon runs in the test process too
-	var regions []regionRow
+	var regions []control.RegionRow
 	d.inspect(t, "mr", &regions)
 	found := false
 	for _, r := range regions {
@@ -81,7 +82,7 @@ func TestServeAttach(t *testing.T) {
 		t.Errorf("mr does not list the attached process's region %#x: %+v", m.LKey(), regions)
 	}
 	// Besides QP1, the connection manager's, which every device has.
-	var rows []qpRow
+	var rows []control.QPRow
 	d.inspect(t, "qp", &rows)
 	if len(rows) != 3 || rows[0].QPN != 1 || rows[1].QPN != qps[0].Num() || rows[2].QPN != qps[1].Num() || rows[1].State != "RTS" ||
 		rows[1].PID != pid || !rows[1].Since.IsZero() {
@@ -96,7 +97,7 @@ func TestServeAttach(t *testing.T) {
 	}
 	after := time.Now()
 	d.inspect(t, "qp", &rows)
-	var connected *qpRow
+	var connected *control.QPRow
 	for i := range rows {
 		if rows[i].QPN == conn.QP().Num() {
 			connected = &rows[i]

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/softnic/softnic/cmd/softnic/internal/control"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/quota"
 )
@@ -37,8 +38,8 @@ func TestLimitsFlag(t *testing.T) {
 // line, "used of limit".
 func TestPrintStatLimits(t *testing.T) {
 	var b strings.Builder
-	l := counterList{{"sent_pkts", 7}, {"quota_total_qps", 12}, {"quota_total_qps_limit", 2048}, {"quota_total_waits", 0},
-		{"quota_total_waits_limit", math.MaxInt64}}
+	l := control.Counters{{Name: "sent_pkts", Value: 7}, {Name: "quota_total_qps", Value: 12}, {Name: "quota_total_qps_limit", Value: 2048}, {Name: "quota_total_waits", Value: 0},
+		{Name: "quota_total_waits_limit", Value: math.MaxInt64}}
 	j, _ := l.MarshalJSON()
 	if err := printStat(&b, j); err != nil {
 		t.Fatal(err)

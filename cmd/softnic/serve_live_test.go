@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softnic/softnic/cmd/softnic/internal/control"
 	"github.com/softnic/softnic/internal/browsertest"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/qp"
@@ -147,9 +148,9 @@ func TestServeLiveHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	var snap struct {
-		Info    deviceInfo
-		QPs     struct{ Rows []qpRow }
-		Regions struct{ Rows []regionRow }
+		Info    control.Info
+		QPs     struct{ Rows []control.QPRow }
+		Regions struct{ Rows []control.RegionRow }
 		Ladder  struct{ Packets int }
 	}
 	err = json.NewDecoder(resp.Body).Decode(&snap)

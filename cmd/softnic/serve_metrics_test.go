@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/softnic/softnic/cmd/softnic/internal/control"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/qp"
 )
@@ -143,7 +144,7 @@ func TestServeMetrics(t *testing.T) {
 	}
 
 	// Every counter softnic stat has, under its name or as a reason.
-	var stat counterList
+	var stat control.Counters
 	d.inspect(t, "stat", &stat)
 	for _, c := range stat {
 		if strings.HasPrefix(c.Name, "pid") {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softnic/softnic/cmd/softnic/internal/control"
 	"github.com/softnic/softnic/nic/udp/udptest"
 	"github.com/softnic/softnic/wire"
 )
@@ -23,7 +24,7 @@ func TestServeTakesRxePackets(t *testing.T) {
 			args = append(args, "--strict-icrc")
 		}
 		d := startDaemon(t, args...)
-		var info deviceInfo
+		var info control.Info
 		d.inspect(t, "info", &info)
 		f := wire.Fields{BTH: wire.BTHFields{OpCode: wire.OpRCAck, PKey: 0xFFFF, DestQP: 0x999, PSN: 5},
 			AETH: wire.AETHFields{Syndrome: wire.ACKSyndrome(31)}}

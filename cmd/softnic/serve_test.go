@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softnic/softnic/cmd/softnic/internal/control"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/qp"
@@ -352,7 +353,7 @@ func TestServeInspect(t *testing.T) {
 
 	// The daemon counts the connection once its Accept has returned, a
 	// moment after the Dial did (on the RTU).
-	var info deviceInfo
+	var info control.Info
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		d.inspect(t, "info", &info)
 		if info.Connections == 1 || time.Now().After(deadline) {
@@ -364,9 +365,9 @@ func TestServeInspect(t *testing.T) {
 		t.Errorf("info %+v", info)
 	}
 
-	var regions []regionRow
+	var regions []control.RegionRow
 	d.inspect(t, "mr", &regions)
-	byName := map[string]regionRow{}
+	byName := map[string]control.RegionRow{}
 	for _, r := range regions {
 		byName[r.Name] = r
 	}
@@ -381,7 +382,7 @@ func TestServeInspect(t *testing.T) {
 
 	// Every QP of the device: QP1, the connection manager's, and the one
 	// connection.
-	var qps []qpRow
+	var qps []control.QPRow
 	d.inspect(t, "qp", &qps)
 	if len(qps) != 2 {
 		t.Fatalf("qp lists %+v, want QP1 and the one connection", qps)
@@ -628,7 +629,7 @@ func TestServeStopsWithSilentClient(t *testing.T) {
 	if code := d.shutdown(t); code != 0 {
 		t.Errorf("exit status %d", code)
 	}
-	if took := time.Since(start); took > controlTimeout/2 {
+	if took := time.Since(start); took > control.Timeout/2 {
 		t.Errorf("the daemon took %v to stop", took)
 	}
 }
@@ -645,7 +646,7 @@ func TestServeConnectionsFreed(t *testing.T) {
 	d := startDaemon(t, "--region", "mem:64k:rwa")
 	mem := d.ready.Regions[0]
 	before := d.usage(t)
-	var rows []qpRow
+	var rows []control.QPRow
 	d.inspect(t, "qp", &rows)
 
 	dev, err := nic.Open(nic.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0")})
@@ -719,7 +720,7 @@ func TestServeConnectionsFreed(t *testing.T) {
 	if after.qps != before.qps || after.conns != 0 {
 		t.Errorf("after %d connections: %d QPs and %d connections; want %d and 0", conns, after.qps, after.conns, before.qps)
 	}
-	var rowsAfter []qpRow
+	var rowsAfter []control.QPRow
 	d.inspect(t, "qp", &rowsAfter)
 	if len(rowsAfter) != len(rows) || len(rows) != int(before.qps) {
 		t.Errorf("softnic qp lists %d QPs before, %d after; the device holds %d", len(rows), len(rowsAfter), before.qps)

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/softnic/softnic/cmd/softnic/internal/control"
 	"github.com/softnic/softnic/cmd/softnic/internal/metrics"
 )
 
@@ -74,7 +75,7 @@ func (w *watchFlag) setInterval(s string) error {
 }
 
 // watchStat runs stat --watch until the context ends or a signal comes.
-func watchStat(inv *invocation, control string, asJSON bool, w *watchFlag) error {
+func watchStat(inv *invocation, controlPath string, asJSON bool, w *watchFlag) error {
 	if len(inv.args) == 1 {
 		if err := w.setInterval(inv.args[0]); err != nil {
 			return usagef("--watch: %v", err)
@@ -91,9 +92,9 @@ func watchStat(inv *invocation, control string, asJSON bool, w *watchFlag) error
 	}
 	t := time.NewTicker(w.interval)
 	defer t.Stop()
-	fetch := func(ctx context.Context) (counterList, error) {
-		var l counterList
-		return l, controlCall(ctx, control, "stat", &l)
+	fetch := func(ctx context.Context) (control.Counters, error) {
+		var l control.Counters
+		return l, control.Call(ctx, controlPath, "stat", &l)
 	}
 	return (&statWatcher{out: inv.stdout, mode: mode, interval: w.interval}).run(ctx, fetch, t.C)
 }
@@ -131,7 +132,7 @@ type statWatcher struct {
 
 // run shows a sample now and one at each tick, until ctx ends. A daemon
 // that stops answering ends it with an error.
-func (s *statWatcher) run(ctx context.Context, fetch func(context.Context) (counterList, error), ticks <-chan time.Time) error {
+func (s *statWatcher) run(ctx context.Context, fetch func(context.Context) (control.Counters, error), ticks <-chan time.Time) error {
 	now := time.Now()
 	for {
 		l, err := fetch(ctx)
@@ -154,10 +155,10 @@ func (s *statWatcher) run(ctx context.Context, fetch func(context.Context) (coun
 
 // sample shows the counters l as of now, with their rates since the
 // previous sample.
-func (s *statWatcher) sample(now time.Time, l counterList) error {
+func (s *statWatcher) sample(now time.Time, l control.Counters) error {
 	dt := now.Sub(s.prevAt).Seconds()
 	first := s.prev == nil
-	rate := func(c counter) (float64, bool) {
+	rate := func(c control.Counter) (float64, bool) {
 		prev, ok := s.prev[c.Name]
 		if first || !ok || dt <= 0 || c.Value < prev || statLevel(c.Name) {
 			return 0, false
@@ -169,7 +170,7 @@ func (s *statWatcher) sample(now time.Time, l counterList) error {
 	case watchJSON:
 		type sampleJSON struct {
 			Time     time.Time          `json:"time"`
-			Counters counterList        `json:"counters"`
+			Counters control.Counters   `json:"counters"`
 			Rates    map[string]float64 `json:"rates"` // per second, of the counts (not the levels) since the last sample
 		}
 		js := sampleJSON{Time: now, Counters: l, Rates: map[string]float64{}}

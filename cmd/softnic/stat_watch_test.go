@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/softnic/softnic/cmd/softnic/internal/control"
 )
 
 func TestWatchFlag(t *testing.T) {
@@ -57,10 +59,10 @@ func TestWatchFlag(t *testing.T) {
 // TestStatWatcher shows three samples, 2 s apart, in each mode.
 func TestStatWatcher(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 15, 4, 5, 0, time.UTC)
-	samples := []counterList{
-		{{"sent_pkts", 10}, {"bad_icrc", 0}, {"connections_active", 1}, {"pid7_qps", 2}},
-		{{"sent_pkts", 30}, {"bad_icrc", 0}, {"connections_active", 3}, {"pid7_qps", 2}},
-		{{"sent_pkts", 30}, {"bad_icrc", 0}, {"connections_active", 3}},
+	samples := []control.Counters{
+		{{Name: "sent_pkts", Value: 10}, {Name: "bad_icrc", Value: 0}, {Name: "connections_active", Value: 1}, {Name: "pid7_qps", Value: 2}},
+		{{Name: "sent_pkts", Value: 30}, {Name: "bad_icrc", Value: 0}, {Name: "connections_active", Value: 3}, {Name: "pid7_qps", Value: 2}},
+		{{Name: "sent_pkts", Value: 30}, {Name: "bad_icrc", Value: 0}, {Name: "connections_active", Value: 3}},
 	}
 	tests := []struct {
 		mode watchMode
@@ -114,9 +116,9 @@ func TestServeStatWatch(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	w := &statWatcher{out: pw, mode: watchLines, interval: 2 * time.Second}
-	fetch := func(ctx context.Context) (counterList, error) {
-		var l counterList
-		return l, controlCall(ctx, d.control, "stat", &l)
+	fetch := func(ctx context.Context) (control.Counters, error) {
+		var l control.Counters
+		return l, control.Call(ctx, d.control, "stat", &l)
 	}
 	go func() { done <- w.run(ctx, fetch, ticks) }()
 	// sample reads the lines of one sample: up to the one of counter last.

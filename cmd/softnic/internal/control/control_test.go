@@ -1,4 +1,4 @@
-package main
+package control
 
 import (
 	"bytes"
@@ -17,7 +17,7 @@ import (
 )
 
 func TestCounterListJSON(t *testing.T) {
-	l := counterList{{"sent_pkts", 12}, {"rcvd_pkts", 0}, {"bad_icrc", 1<<64 - 1}, {`odd "name"`, 3}}
+	l := Counters{{"sent_pkts", 12}, {"rcvd_pkts", 0}, {"bad_icrc", 1<<64 - 1}, {`odd "name"`, 3}}
 	b, err := json.Marshal(l)
 	if err != nil {
 		t.Fatal(err)
@@ -25,7 +25,7 @@ func TestCounterListJSON(t *testing.T) {
 	if want := `{"sent_pkts":12,"rcvd_pkts":0,"bad_icrc":18446744073709551615,"odd \"name\"":3}`; string(b) != want {
 		t.Errorf("Marshal = %s, want %s", b, want)
 	}
-	var back counterList
+	var back Counters
 	if err := json.Unmarshal(b, &back); err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestCounterListJSON(t *testing.T) {
 func ask(t testing.TB, handle func(string) (any, error), request []byte) []byte {
 	client, server := unixPair(t)
 	defer client.Close()
-	s := &controlServer{admit: nic.PeerCredOf, handle: func(cmd string, _ nic.PeerCred) (any, error) { return handle(cmd) }}
+	s := &Server{Admit: nic.PeerCredOf, Handle: func(cmd string, _ nic.PeerCred) (any, error) { return handle(cmd) }}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -63,7 +63,7 @@ func ask(t testing.TB, handle func(string) (any, error), request []byte) []byte 
 	client.CloseWrite()
 	reply, err := io.ReadAll(client)
 	<-done
-	if errors.Is(err, syscall.ECONNRESET) && len(request) > controlRequestMax {
+	if errors.Is(err, syscall.ECONNRESET) && len(request) > RequestMax {
 		return nil
 	}
 	if err != nil {
@@ -93,7 +93,7 @@ func unixPair(t testing.TB) (*net.UnixConn, *net.UnixConn) {
 func TestControlAnswer(t *testing.T) {
 	handle := func(cmd string) (any, error) {
 		if cmd == "stat" {
-			return counterList{{"sent_pkts", 1}}, nil
+			return Counters{{"sent_pkts", 1}}, nil
 		}
 		return nil, errors.New("unknown command " + cmd)
 	}
@@ -137,10 +137,10 @@ func TestControlAttachHandsOver(t *testing.T) {
 	}
 	var got []byte
 	var fds []int
-	s := &controlServer{
-		admit:  nic.PeerCredOf,
-		handle: func(cmd string, _ nic.PeerCred) (any, error) { return nil, errors.New("not attach: " + cmd) },
-		attach: func(c *net.UnixConn) {
+	s := &Server{
+		Admit:  nic.PeerCredOf,
+		Handle: func(cmd string, _ nic.PeerCred) (any, error) { return nil, errors.New("not attach: " + cmd) },
+		Attach: func(c *net.UnixConn) {
 			buf, oob := make([]byte, 256), make([]byte, syscall.CmsgSpace(4))
 			c.SetReadDeadline(time.Now().Add(time.Second)) // nothing left to read: fail, not hang
 			n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
@@ -186,7 +186,7 @@ func FuzzControlAnswer(f *testing.F) {
 		if n := bytes.Count(reply, []byte("\n")); n != 1 || reply[len(reply)-1] != '\n' {
 			t.Fatalf("reply %q is not one line", reply)
 		}
-		var r controlReply
+		var r Reply
 		if err := json.Unmarshal(reply, &r); err != nil {
 			t.Fatalf("reply %q: %v", reply, err)
 		}
@@ -203,11 +203,11 @@ func TestControlRefusal(t *testing.T) {
 	client, server := unixPair(t)
 	defer client.Close()
 	handled := false
-	s := &controlServer{
-		admit: func(*net.UnixConn) (nic.PeerCred, error) {
+	s := &Server{
+		Admit: func(*net.UnixConn) (nic.PeerCred, error) {
 			return nic.PeerCred{}, fmt.Errorf("uid 65534 may not use this daemon: %w", nic.ErrAccess)
 		},
-		handle: func(string, nic.PeerCred) (any, error) { handled = true; return nil, nil },
+		Handle: func(string, nic.PeerCred) (any, error) { handled = true; return nil, nil },
 	}
 	done := make(chan struct{})
 	go func() {

@@ -1,4 +1,18 @@
-package main
+// Package control is the control protocol of softnic serve, both sides:
+// the Server the daemon answers on its unix socket and Call, the client
+// of the inspecting commands (info, stat, mr, qp), with the results they
+// exchange (Info, Counters, RegionRow, QPRow).
+//
+// A client connects to the daemon's unix socket, writes one JSON request
+// on a line, {"cmd":"stat"}, and reads one JSON reply on a line,
+// {"result":...} or {"error":"..."}; then the daemon closes the
+// connection. The commands are info, stat, mr and qp; their results are
+// Info, Counters, []RegionRow and []QPRow. The command attach is a process
+// attaching to the device (nic.Config.Attach): the connection then carries
+// the attach protocol of package nic for as long as the process stays
+// attached. What the commands answer is the daemon's business (Server's
+// Handle); this package owns the framing, its bounds and its timeouts.
+package control
 
 import (
 	"bufio"
@@ -10,29 +24,25 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/quota"
 )
 
-// The control protocol of softnic serve: a client connects to the daemon's
-// unix socket, writes one JSON request on a line, {"cmd":"stat"}, and reads
-// one JSON reply on a line, {"result":...} or {"error":"..."}; then the
-// daemon closes the connection. The commands are info, stat, mr and qp;
-// their results are deviceInfo, counterList, []regionRow and []qpRow. The
-// command attach is a process attaching to the device (nic.Config.Attach):
-// the connection then carries the attach protocol of package nic for as
-// long as the process stays attached.
-
-type controlRequest struct {
+// Request is what a client sends, on one line.
+type Request struct {
 	Cmd string `json:"cmd"`
 }
 
-type controlReply struct {
+// Reply is the daemon's answer, on one line.
+type Reply struct {
 	Result json.RawMessage `json:"result,omitempty"`
 	Error  string          `json:"error,omitempty"`
 	// Code names the errno of a refusal (EACCES), as the attach
@@ -40,21 +50,21 @@ type controlReply struct {
 	Code string `json:"code,omitempty"`
 }
 
-// controlTimeout bounds one request on either side: a stuck peer never
+// Timeout bounds one request on either side: a stuck peer never
 // holds a daemon goroutine or a client for longer.
-const controlTimeout = 5 * time.Second
+const Timeout = 5 * time.Second
 
-// controlRequestMax bounds what the daemon reads of a request.
-const controlRequestMax = 4096
+// RequestMax bounds what the daemon reads of a request.
+const RequestMax = 4096
 
-// controlPending bounds the connections the daemon answers at once
+// Pending bounds the connections the daemon answers at once
 // (attach sessions, limited by their quota, aside): a flood of
 // connections that send nothing waits in the socket's backlog, in the
 // kernel, rather than holding the daemon's descriptors and goroutines.
-const controlPending = 256
+const Pending = 256
 
-// deviceInfo is the result of info.
-type deviceInfo struct {
+// Info is the result of info.
+type Info struct {
 	Version     string    `json:"version"`
 	PID         int       `json:"pid"`
 	Started     time.Time `json:"started"`
@@ -74,8 +84,8 @@ type deviceInfo struct {
 	RecvBufSize int       `json:"recv_buffer_size"` // bytes each
 }
 
-// regionRow is one region of mr's result.
-type regionRow struct {
+// RegionRow is one region of mr's result.
+type RegionRow struct {
 	Name    string `json:"name"`
 	LKey    uint32 `json:"lkey"`
 	RKey    uint32 `json:"rkey"`
@@ -92,8 +102,8 @@ type regionRow struct {
 	PID     int    `json:"pid"`     // the process that owns it: the daemon, or an attached process
 }
 
-// qpRow is one connected QP of qp's result.
-type qpRow struct {
+// QPRow is one connected QP of qp's result.
+type QPRow struct {
 	QPN         uint32    `json:"qpn"`
 	Type        string    `json:"type"`
 	State       string    `json:"state"`
@@ -109,18 +119,18 @@ type qpRow struct {
 	PID         int       `json:"pid"`       // the process that owns it: the daemon, or an attached process
 }
 
-// counter is one named counter of stat's result.
-type counter struct {
+// Counter is one named counter of stat's result.
+type Counter struct {
 	Name  string
 	Value uint64
 }
 
-// counterList is stat's result: a JSON object of counter names and values
+// Counters is stat's result: a JSON object of counter names and values
 // in the daemon's order (rxe's names first, then the drop reasons), so that
 // both `jq .sent_pkts` and the table read it.
-type counterList []counter
+type Counters []Counter
 
-func (l counterList) MarshalJSON() ([]byte, error) {
+func (l Counters) MarshalJSON() ([]byte, error) {
 	b := []byte{'{'}
 	for i, c := range l {
 		if i > 0 {
@@ -133,7 +143,7 @@ func (l counterList) MarshalJSON() ([]byte, error) {
 	return append(b, '}'), nil
 }
 
-func (l *counterList) UnmarshalJSON(b []byte) error {
+func (l *Counters) UnmarshalJSON(b []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
 		return errors.New("counters: want a JSON object")
@@ -148,25 +158,28 @@ func (l *counterList) UnmarshalJSON(b []byte) error {
 		if err := dec.Decode(&v); err != nil {
 			return fmt.Errorf("counter %v: %w", t, err)
 		}
-		*l = append(*l, counter{Name: t.(string), Value: v})
+		*l = append(*l, Counter{Name: t.(string), Value: v})
 	}
 	return nil
 }
 
-// controlServer answers control requests on a unix socket with handle.
-type controlServer struct {
-	l net.Listener
-	// admit tells who connected, or refuses them, before anything is read.
-	admit  func(c *net.UnixConn) (nic.PeerCred, error)
-	handle func(cmd string, peer nic.PeerCred) (any, error)
-	// attach serves a process that sent the attach command, until it
-	// detaches.
-	attach func(c *net.UnixConn)
-	// accepts carries the accept loop through a process out of
-	// descriptors, and counts (accept_errors) and logs it.
-	accepts quota.Backoff
-	done    chan struct{} // closed by Close
-	wg      sync.WaitGroup
+// Server answers control requests on a unix socket with Handle.
+type Server struct {
+	Listener net.Listener
+	// Admit tells who connected, or refuses them, before anything is read.
+	Admit func(c *net.UnixConn) (nic.PeerCred, error)
+	// Handle answers the command cmd of peer with a result to marshal.
+	Handle func(cmd string, peer nic.PeerCred) (any, error)
+	// Attach serves a process that sent the attach command, until it
+	// detaches; nil: attach is a command like the others, for Handle.
+	Attach func(c *net.UnixConn)
+	// Accepts carries the accept loop through a process out of
+	// descriptors, and counts (Accepts.Errors) and logs it: the caller
+	// sets its Log and What.
+	Accepts quota.Backoff
+
+	done chan struct{} // closed by Close
+	wg   sync.WaitGroup
 	// pending holds a token for each connection being answered;
 	// deferred counts the accepts that waited for one.
 	pending  chan struct{}
@@ -177,10 +190,14 @@ type controlServer struct {
 	reading map[*net.UnixConn]struct{} // connections whose request is awaited
 }
 
-// start answers requests on a goroutine of its own until Close.
-func (s *controlServer) start() {
+// Deferred counts the accepts that waited for one of the Pending
+// connections being answered to end.
+func (s *Server) Deferred() uint64 { return s.deferred.Load() }
+
+// Start answers requests on a goroutine of its own until Close.
+func (s *Server) Start() {
 	s.done = make(chan struct{})
-	s.pending = make(chan struct{}, controlPending)
+	s.pending = make(chan struct{}, Pending)
 	s.wg.Add(1) // before Close can Wait: the accept loop adds a count per request
 	go func() {
 		defer s.wg.Done()
@@ -189,9 +206,9 @@ func (s *controlServer) start() {
 }
 
 // serve accepts connections until Close: an error that passes, such as
-// EMFILE, is waited out (quota.Backoff), and with controlPending
+// EMFILE, is waited out (quota.Backoff), and with Pending
 // connections being answered, the next waits for one to end.
-func (s *controlServer) serve() {
+func (s *Server) serve() {
 	for {
 		select {
 		case s.pending <- struct{}{}:
@@ -205,7 +222,7 @@ func (s *controlServer) serve() {
 				return
 			}
 		}
-		c, err := s.accepts.Accept(s.l, s.done)
+		c, err := s.Accepts.Accept(s.Listener, s.done)
 		if err != nil {
 			return // closed
 		}
@@ -225,7 +242,7 @@ func (s *controlServer) serve() {
 
 // release returns the token of a connection answered, or handed to an
 // attach session.
-func (s *controlServer) release() {
+func (s *Server) release() {
 	if s.pending != nil {
 		<-s.pending
 	}
@@ -234,7 +251,7 @@ func (s *controlServer) release() {
 // answer reads one request from c and writes its reply. It reads nothing
 // past the request's line: after attach, the process's next messages and
 // their descriptors are the attach session's.
-func (s *controlServer) answer(c *net.UnixConn) {
+func (s *Server) answer(c *net.UnixConn) {
 	attached := false
 	defer func() {
 		if !attached {
@@ -242,34 +259,34 @@ func (s *controlServer) answer(c *net.UnixConn) {
 		}
 	}()
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(controlTimeout))
-	var req controlRequest
-	var reply controlReply
+	c.SetDeadline(time.Now().Add(Timeout))
+	var req Request
+	var reply Reply
 	if !s.awaiting(c, true) {
 		return
 	}
-	peer, err := s.admit(c)
+	peer, err := s.Admit(c)
 	if err != nil {
 		s.awaiting(c, false)
 		reply.Error, reply.Code = err.Error(), "EACCES"
 		s.reply(c, &reply)
 		return
 	}
-	line, err := nic.ReadControlLine(c, controlRequestMax)
+	line, err := nic.ReadControlLine(c, RequestMax)
 	s.awaiting(c, false)
 	if err == nil {
 		err = json.Unmarshal(line, &req)
 	}
-	if err == nil && req.Cmd == "attach" && s.attach != nil {
+	if err == nil && req.Cmd == "attach" && s.Attach != nil {
 		c.SetDeadline(time.Time{})
 		attached = true
 		s.release()
-		s.attach(c)
+		s.Attach(c)
 		return
 	}
 	if err != nil {
 		reply.Error = "bad request: " + err.Error()
-	} else if res, err := s.handle(req.Cmd, peer); err != nil {
+	} else if res, err := s.Handle(req.Cmd, peer); err != nil {
 		reply.Error = err.Error()
 	} else if reply.Result, err = json.Marshal(res); err != nil {
 		reply.Error = err.Error()
@@ -281,17 +298,17 @@ func (s *controlServer) answer(c *net.UnixConn) {
 // at all, when it is refused) is read and dropped before the close: a
 // socket closed with bytes unread resets the connection, and the client
 // could lose the reply.
-func (s *controlServer) reply(c *net.UnixConn, r *controlReply) {
+func (s *Server) reply(c *net.UnixConn, r *Reply) {
 	b, _ := json.Marshal(r)
 	c.Write(append(b, '\n'))
 	c.CloseWrite()
-	io.Copy(io.Discard, io.LimitReader(c, controlRequestMax))
+	io.Copy(io.Discard, io.LimitReader(c, RequestMax))
 }
 
 // awaiting records whether the request on c is being read, so that Close
 // need not wait for a client that sends nothing; it reports false if the
 // server is closed.
-func (s *controlServer) awaiting(c *net.UnixConn, on bool) bool {
+func (s *Server) awaiting(c *net.UnixConn, on bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !on {
@@ -310,8 +327,8 @@ func (s *controlServer) awaiting(c *net.UnixConn, on bool) bool {
 
 // Close stops accepting, ends the reads of requests not sent yet, and
 // waits for the requests being answered.
-func (s *controlServer) Close() error {
-	err := s.l.Close()
+func (s *Server) Close() error {
+	err := s.Listener.Close()
 	s.mu.Lock()
 	if !s.closed && s.done != nil {
 		close(s.done)
@@ -325,29 +342,29 @@ func (s *controlServer) Close() error {
 	return err
 }
 
-// errNoDaemon says nothing answers on the control socket.
-var errNoDaemon = errors.New("no softnic daemon answers")
+// ErrNoDaemon says nothing answers on the control socket.
+var ErrNoDaemon = errors.New("no softnic daemon answers")
 
-// controlCall sends cmd to the daemon at path and decodes its result into
+// Call sends cmd to the daemon at path and decodes its result into
 // res.
-func controlCall(ctx context.Context, path, cmd string, res any) error {
-	if err := checkControlDir(path, false); err != nil && !errors.Is(err, os.ErrNotExist) {
+func Call(ctx context.Context, path, cmd string, res any) error {
+	if err := CheckDir(path, false); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
 	c, err := nic.DialControl(ctx, path)
 	if errors.Is(err, nic.ErrAccess) || errors.Is(err, nic.ErrInvalid) {
 		return err
 	}
 	if err != nil {
-		return fmt.Errorf("%w on %s (is softnic serve running? --control names its socket): %v", errNoDaemon, path, err)
+		return fmt.Errorf("%w on %s (is softnic serve running? --control names its socket): %v", ErrNoDaemon, path, err)
 	}
 	defer c.Close()
 	if dl, ok := ctx.Deadline(); ok {
 		c.SetDeadline(dl)
 	}
-	req, _ := json.Marshal(controlRequest{Cmd: cmd})
+	req, _ := json.Marshal(Request{Cmd: cmd})
 	if _, err := c.Write(append(req, '\n')); err != nil {
 		return fmt.Errorf("control socket %s: %w", path, err)
 	}
@@ -355,7 +372,7 @@ func controlCall(ctx context.Context, path, cmd string, res any) error {
 	if err != nil {
 		return fmt.Errorf("control socket %s: no reply: %w", path, err)
 	}
-	var reply controlReply
+	var reply Reply
 	if err := json.Unmarshal(line, &reply); err != nil {
 		return fmt.Errorf("control socket %s: bad reply: %w", path, err)
 	}
@@ -363,4 +380,39 @@ func controlCall(ctx context.Context, path, cmd string, res any) error {
 		return fmt.Errorf("daemon: %s", reply.Error)
 	}
 	return json.Unmarshal(reply.Result, res)
+}
+
+// CheckDir makes sure the directory of the control socket path is the
+// user's alone, when it is nic.PrivateSocketDir (/tmp/softnic-UID, the
+// default without a runtime directory: in the shared temporary directory
+// anyone could have put a socket at the path first, and the inspecting
+// commands would talk to it); serve (create) makes it.
+func CheckDir(path string, create bool) error {
+	dir := filepath.Dir(path)
+	if dir != nic.PrivateSocketDir() {
+		return nil // the user's choice, or the runtime directory
+	}
+	if create {
+		if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("control directory: %w", err)
+		}
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("control directory: %w", err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || !ok || int(st.Uid) != os.Getuid() || fi.Mode().Perm()&0o077 != 0 {
+		return fmt.Errorf("control directory %s is not a directory of yours alone (%v): remove it, or give --control another path", dir, fi.Mode())
+	}
+	return nil
+}
+
+// Add adds v to the counter name, appended to l if it is not there yet.
+func (l Counters) Add(name string, v uint64) Counters {
+	if i := slices.IndexFunc(l, func(c Counter) bool { return c.Name == name }); i >= 0 {
+		l[i].Value += v
+		return l
+	}
+	return append(l, Counter{name, v})
 }
