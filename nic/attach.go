@@ -92,7 +92,7 @@ type attachment struct {
 	// know yet: the daemon's news of an end can overtake the answer naming
 	// the connection on its way to the caller (never the answer itself).
 	unknownEnds map[uint32]error
-	qps         map[*attachedQP]struct{}
+	qps         map[*attachedQP]*QP
 	cqs         map[*attachedCQ]struct{}
 	srqs        map[*attachedSRQ]struct{}
 	mrs         map[*MR]struct{} // for lookups by address
@@ -102,7 +102,7 @@ type attachment struct {
 	endOnce   sync.Once
 	closeOnce sync.Once
 	detaching atomic.Bool    // close ended the session: the daemon's EOF is expected
-	wg        sync.WaitGroup // the reader
+	wg        sync.WaitGroup // the reader, and the goroutine of Config.OnQPError
 }
 
 type attachReply struct {
@@ -152,13 +152,14 @@ func attach(cfg Config, path string) (*Device, error) {
 		d: d, t: t, path: path, hello: hello, log: cfg.Logger,
 		bellFD: fds[0], bellMap: page, bell: bell, needWake: bell.NeedWake(),
 		calls: make(map[uint64]chan attachReply), conns: make(map[uint32]*Conn), unknownEnds: make(map[uint32]error),
-		qps: make(map[*attachedQP]struct{}), cqs: make(map[*attachedCQ]struct{}),
+		qps: make(map[*attachedQP]*QP), cqs: make(map[*attachedCQ]struct{}),
 		srqs: make(map[*attachedSRQ]struct{}), mrs: make(map[*MR]struct{}), bufs: make(map[*sharedBuf]struct{}),
 		mws: make(map[uint32]*MW),
 	}
 	d.att = a
 	a.wg.Add(1)
 	go a.readLoop()
+	d.reportQPErrors(&a.wg)
 	a.log.Info("softnic device attached", zap.String("control", path), zap.Stringer("addr", hello.Addr),
 		zap.Int("mtu", hello.MTU), zap.Int("daemon_pid", hello.PID))
 	return d, nil
@@ -220,8 +221,11 @@ func (a *attachment) readLoop() {
 			continue
 		}
 		shm.CloseFDs(fds)
-		if m.Op == evConnEnded {
+		switch m.Op {
+		case evConnEnded:
 			a.connEnded(&m)
+		case evQPError:
+			a.qpError(&m)
 		}
 	}
 	a.t.DropFDs()

@@ -2,6 +2,7 @@ package nic
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -620,8 +621,29 @@ func (a *attachment) newQP(pd *PD, r *qpResult, fds []int) (*QP, error) {
 		q.close()
 		return nil, ErrClosed
 	}
-	a.qps[q] = struct{}{}
-	return &QP{dev: a.d, pd: pd, num: r.QPN, att: q}, nil
+	nq := &QP{dev: a.d, pd: pd, num: r.QPN, att: q}
+	a.qps[q] = nq
+	return nq, nil
+}
+
+// qpError passes the daemon's news of a QP's error on to Config.OnQPError.
+func (a *attachment) qpError(m *attachMsg) {
+	var ev qpErrorEvent
+	if a.d.qpErrors == nil || json.Unmarshal(m.Args, &ev) != nil {
+		return
+	}
+	a.mu.Lock()
+	var q *QP
+	for aq, nq := range a.qps {
+		if aq.h == ev.H {
+			q = nq
+			break
+		}
+	}
+	a.mu.Unlock()
+	if q != nil {
+		a.d.qpErrors.post(qpError{q, ev.Cause})
+	}
 }
 
 // cache records what the daemon told of the QP: posting checks its state

@@ -23,7 +23,8 @@ import (
 // an error. Replies come in any order: calls that wait for the network
 // (dial, accept_request, accept, disconnect) are answered when done, and
 // the client may cancel one ({"op":"cancel"}). The daemon also sends events
-// (no id): "conn_ended" when a connection it carries for the client ends.
+// (no id): "conn_ended" when a connection it carries for the client ends,
+// "qp_error" when one of the client's QPs enters the error state by itself.
 //
 // Objects are named by handles the daemon hands out per process; a process
 // can name only its own, which is what keeps processes apart.
@@ -75,6 +76,7 @@ const (
 	opDisconnect    = "disconnect"
 	opCancel        = "cancel"
 	evConnEnded     = "conn_ended"
+	evQPError       = "qp_error"
 )
 
 type helloResult struct {
@@ -235,6 +237,13 @@ type connResult struct {
 type cancelArgs struct{ Target uint64 }
 
 type connEndedEvent struct{ H uint32 }
+
+// qpErrorEvent tells that QP H entered the error state by itself, with the
+// status of the error completion that moved it there (Config.OnQPError).
+type qpErrorEvent struct {
+	H     uint32
+	Cause qp.WCStatus
+}
 
 // attachErrors names the sentinel errors that cross the socket, so that
 // errors.Is holds for an attached device's errors as for an embedded one's.

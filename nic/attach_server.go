@@ -361,8 +361,10 @@ type session struct {
 	failing []*hostedQP                   // QPs to fail from the doorbell goroutine
 	dead    bool
 
+	qpErrors *qpErrorQueue // its QPs' errors, told to the process (qp_error)
+
 	cnt      [numSessionCounters]atomic.Uint64
-	callWG   sync.WaitGroup // calls in progress
+	callWG   sync.WaitGroup // calls in progress, and the goroutine that tells QP errors
 	bellDone chan struct{}  // closed when the doorbell loop returns
 }
 
@@ -376,7 +378,7 @@ func (s *AttachServer) newSession(c *net.UnixConn) (*session, error) {
 	ss := &session{
 		srv: s, dev: s.dev, t: shm.NewConn(c, attachMaxLine), pid: cred.PID, uid: cred.UID,
 		since: time.Now(), objects: make(map[uint32]any), calls: make(map[uint64]context.CancelFunc),
-		byQPN: make(map[uint32]*hostedQP),
+		byQPN: make(map[uint32]*hostedQP), qpErrors: newQPErrorQueue(),
 	}
 	ss.log = s.log.With(zap.Int("pid", ss.pid))
 	ss.ctx, ss.cancel = context.WithCancel(context.Background())
@@ -416,6 +418,11 @@ func (s *AttachServer) newSession(c *net.UnixConn) (*session, error) {
 	ss.log.Info("process attached", zap.Int("uid", ss.uid))
 	ss.bellDone = make(chan struct{})
 	go ss.doorbellLoop()
+	ss.callWG.Add(1)
+	go func() {
+		defer ss.callWG.Done()
+		ss.qpErrors.run(ss.ctx.Done(), ss.tellQPError)
+	}()
 	return ss, nil
 }
 
@@ -472,6 +479,23 @@ func (s *session) event(op string, body any, err error) {
 	}
 	line, _ := json.Marshal(&m)
 	s.t.Send(line, nil)
+}
+
+// tellQPError tells the process that its QP entered the error state, unless
+// the process destroyed it meanwhile.
+func (s *session) tellQPError(e qpError) {
+	s.mu.Lock()
+	var h uint32
+	for k, obj := range s.objects {
+		if obj == e.q.host {
+			h = k
+			break
+		}
+	}
+	s.mu.Unlock()
+	if h != 0 {
+		s.event(evQPError, qpErrorEvent{H: h, Cause: e.cause}, nil)
+	}
 }
 
 // add gives obj a handle.

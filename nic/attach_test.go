@@ -75,7 +75,12 @@ func attachTo(t testing.TB, d *daemon) *nic.Device {
 // in shared memory.
 func attachedEnd(t testing.TB, d *daemon) *end {
 	t.Helper()
-	dev := attachTo(t, d)
+	return attachedEndOn(t, attachTo(t, d))
+}
+
+// attachedEndOn is attachedEnd on an attached device.
+func attachedEndOn(t testing.TB, dev *nic.Device) *end {
+	t.Helper()
 	e := &end{dev: dev}
 	var err error
 	if e.pd, err = dev.AllocPD(); err != nil {

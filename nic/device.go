@@ -129,6 +129,16 @@ type Config struct {
 	// while traffic flows and nothing once it stops. 0, the default, sleeps
 	// at once; an attached process posts with a doorbell then.
 	BusyPoll time.Duration
+	// OnQPError, if set, is called each time one of the device's QPs
+	// enters the error state by itself: an error completion moved it
+	// there (a retry count exceeded, a remote access error, a bad work
+	// request), not Modify, Destroy or a CQ overflow. It is what
+	// ibv_get_async_event reports as IBV_EVENT_QP_FATAL. It is called
+	// from a goroutine of the device, one call at a time, in order, after
+	// the QP's error completions are on its CQs; calls made while it has
+	// not returned wait (up to a thousand, then they are dropped). Close
+	// waits for the call under way.
+	OnQPError func(q *QP, cause qp.WCStatus)
 }
 
 // Device is a softnic NIC. Its methods are safe for concurrent use.
@@ -162,6 +172,8 @@ type Device struct {
 	cm *cmDriver // the connection manager and its QP1
 
 	att *attachment // an attached device's session with its daemon; nil if embedded
+
+	qpErrors *qpErrorQueue // for Config.OnQPError; nil without it
 
 	// rings, in a daemon that busy-polls, serves the attached processes
 	// whose queues its reader polls too.
@@ -247,7 +259,22 @@ func Open(cfg Config) (*Device, error) {
 	d.wg.Add(2)
 	go d.readLoop()
 	go d.timerLoop()
+	d.reportQPErrors(&d.wg)
 	return d, nil
+}
+
+// reportQPErrors starts, with Config.OnQPError, the goroutine that calls
+// it, counted in wg, until the device is done.
+func (d *Device) reportQPErrors(wg *sync.WaitGroup) {
+	if d.cfg.OnQPError == nil {
+		return
+	}
+	d.qpErrors = newQPErrorQueue()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		d.qpErrors.run(d.done, func(e qpError) { d.cfg.OnQPError(e.q, e.cause) })
+	}()
 }
 
 // firstQPN is the first QP number handed out: 0 and 1 are the IBTA's SMI

@@ -471,6 +471,9 @@ type QP struct {
 	// called with mu held.
 	onError   func(cause qp.WCStatus)
 	errorSeen bool
+	// errorNoted is set while the QP is in the error state and
+	// noteErrorLocked has seen it there.
+	errorNoted bool
 	// commEst, if set, is called (with mu held) when the QP's responder
 	// takes its first request, and then cleared: the connection manager
 	// waits for it, or the RTU, to establish an accepted connection.

@@ -82,6 +82,7 @@ func (q *QP) drainLocked(b *batch, now qp.Time, keep bool) {
 	}
 	d.schedule(q)
 	q.reportErrorLocked()
+	q.noteErrorLocked()
 	if q.host != nil {
 		q.host.publishLocked()
 	}

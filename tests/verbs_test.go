@@ -495,11 +495,7 @@ func TestVerbsPingpong(t *testing.T) {
 // and runs it on libsoftnic: every check must pass.
 func TestVerbsSeeds(t *testing.T) {
 	bin, lib := needLibsoftnic(t)
-	prog := filepath.Join(t.TempDir(), "seeds")
-	if out, err := exec.Command("gcc", "-Wall", "-Wextra", "-Werror", "-o", prog, "testdata/libsoftnic_seeds.c",
-		"-libverbs", "-lrdmacm", "-lpthread").CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
+	prog := compileC(t, "testdata/libsoftnic_seeds.c")
 	h := startVerbsHost(t, bin, lib, "", "127.0.0.1:0")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -508,6 +504,18 @@ func TestVerbsSeeds(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "\n0 failed\n") {
 		t.Fatalf("the seeds' checks: %v", err)
 	}
+}
+
+// compileC compiles a C program of testdata against Debian's libibverbs
+// and librdmacm.
+func compileC(t *testing.T, src string) string {
+	t.Helper()
+	prog := filepath.Join(t.TempDir(), strings.TrimSuffix(filepath.Base(src), ".c"))
+	if out, err := exec.Command("gcc", "-Wall", "-Wextra", "-Werror", "-o", prog, src,
+		"-libverbs", "-lrdmacm", "-lpthread").CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	return prog
 }
 
 // TestVerbsMixed pairs perftest through libsoftnic with softnic perftest,
@@ -546,7 +554,8 @@ func TestVerbsMixed(t *testing.T) {
 
 // TestVerbsFaults: a program killed in the middle of a transfer leaves
 // nothing in the daemon, and a daemon that stops in the middle of one
-// makes the programs' verbs fail, so that they end instead of hanging.
+// makes the programs' verbs fail, so that they end instead of hanging,
+// and raises IBV_EVENT_DEVICE_FATAL for a program waiting for events.
 func TestVerbsFaults(t *testing.T) {
 	bin, lib := needLibsoftnic(t, "ib_write_bw")
 	// transfer starts a 30-second ib_write_bw pair and returns once the
@@ -602,6 +611,31 @@ func TestVerbsFaults(t *testing.T) {
 		h.inspect(t, "mr", &regions)
 		if len(qps) != len(qps0) || len(regions) != len(regions0) {
 			t.Errorf("softnic qp lists %d QPs, softnic mr %d regions; want the daemon's own, %d and %d", len(qps), len(regions), len(qps0), len(regions0))
+		}
+	})
+	t.Run("daemon stopped: IBV_EVENT_DEVICE_FATAL", func(t *testing.T) {
+		prog := compileC(t, "testdata/libsoftnic_device_fatal.c")
+		h := startVerbsHost(t, bin, lib, "", "127.0.0.1:0")
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := h.program(ctx, prog)
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stderr lockedBuffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		r := bufio.NewReader(stdout)
+		if l, err := r.ReadString('\n'); l != "ready\n" {
+			t.Fatalf("the program did not open the device: %q %v\n%s", l, err, stderr.String())
+		}
+		h.stop()
+		rest, _ := io.ReadAll(r)
+		if err := cmd.Wait(); err != nil || string(rest) != "event: local catastrophic error\n" {
+			t.Fatalf("a program waiting in ibv_get_async_event when the daemon stopped: %v: %q\n%s", err, rest, stderr.String())
 		}
 	})
 	t.Run("daemon stopped", func(t *testing.T) {

@@ -68,21 +68,23 @@ func unwrapSyscall(err error) error {
 
 // device is the Go side of an ibv_context: a device attached to the daemon.
 type device struct {
-	dev    *nic.Device
-	ctx    *C.struct_sn_context
-	asyncW int // where async events are written (C owns it)
+	dev   *nic.Device
+	ctx   *C.struct_sn_context
+	async *asyncEvents
 }
 
 // snOpen attaches a context to the daemon.
 //
 //export snOpen
 func snOpen(ctx *C.struct_sn_context) C.int {
-	dev, err := nic.Open(nic.Config{Attach: socketPath()})
+	async := newAsyncEvents(int(ctx.vctx.context.async_fd), int(ctx.async_w))
+	dev, err := nic.Open(nic.Config{Attach: socketPath(), OnQPError: async.qpError})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "softnic: ibv_open_device: %v\n", err)
 		return errnoOf(err)
 	}
-	ctx.h = C.uintptr_t(cgo.NewHandle(&device{dev: dev, ctx: ctx, asyncW: int(ctx.async_w)}))
+	go async.watch(dev)
+	ctx.h = C.uintptr_t(cgo.NewHandle(&device{dev: dev, ctx: ctx, async: async}))
 	return 0
 }
 
@@ -92,6 +94,8 @@ func snOpen(ctx *C.struct_sn_context) C.int {
 func snClose(ctx *C.struct_sn_context) C.int {
 	h := cgo.Handle(ctx.h)
 	d := h.Value().(*device)
+	close(d.async.stop)
+	<-d.async.closed
 	d.dev.Close()
 	h.Delete()
 	return 0

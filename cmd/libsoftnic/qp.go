@@ -73,7 +73,9 @@ func snCreateQP(pd *C.struct_sn_pd, q *C.struct_sn_qp, a *C.struct_ibv_qp_init_a
 	def(&a.cap.max_recv_sge, qp.DefaultMaxSGE)
 	def(&a.cap.max_inline_data, qp.DefaultMaxInline)
 	q.qp.qp_num = C.uint32_t(nq.Num())
-	q.h = C.uintptr_t(cgo.NewHandle(&queuePair{q: nq, dev: deviceOf(pd.pd.context)}))
+	d := deviceOf(pd.pd.context)
+	q.h = C.uintptr_t(cgo.NewHandle(&queuePair{q: nq, dev: d}))
+	d.async.addQP(nq, q)
 	return 0
 }
 
@@ -83,11 +85,17 @@ func qpOf(q *C.struct_ibv_qp) *queuePair {
 	return handleOf[*queuePair]((*C.struct_sn_qp)(unsafe.Pointer(q)).h)
 }
 
+// snDestroyQP destroys the QP and sets *read to the number of its
+// asynchronous events the program has read, whose acknowledgements
+// ibv_destroy_qp waits for.
+//
 //export snDestroyQP
-func snDestroyQP(q *C.struct_sn_qp) C.int {
-	if err := handleOf[*queuePair](q.h).q.Destroy(); err != nil {
+func snDestroyQP(q *C.struct_sn_qp, read *C.uint32_t) C.int {
+	p := handleOf[*queuePair](q.h)
+	if err := p.q.Destroy(); err != nil {
 		return errnoOf(err)
 	}
+	*read = p.dev.async.removeQP(p.q)
 	cgo.Handle(q.h).Delete()
 	return 0
 }

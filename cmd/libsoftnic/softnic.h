@@ -37,6 +37,7 @@ struct sn_qp {
 	struct ibv_qp qp;
 	uintptr_t h;
 	struct ibv_qp_cap cap; /* as created, for ibv_query_qp */
+	uint32_t async_events; /* events ibv_get_async_event returned, for ibv_destroy_qp */
 };
 
 /* An address handle: the peer's address as the Go side resolved it. */

@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -166,6 +167,7 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 		free(c);
 		return NULL;
 	}
+	fcntl(p[1], F_SETFL, O_NONBLOCK); /* the library writes one byte at most */
 	ctx = &c->vctx.context;
 	ctx->device = device;
 	ctx->cmd_fd = -1;
@@ -545,13 +547,18 @@ EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *
 		errno = ENOMEM;
 		return NULL;
 	}
+	/* Ready for ibv_ack_async_event before the QP can have an event. */
+	pthread_mutex_init(&qp->qp.mutex, NULL);
+	pthread_cond_init(&qp->qp.cond, NULL);
+	qp->qp.context = pd->context;
 	err = snCreateQP((struct sn_pd *)pd, qp, attr);
 	if (err) {
+		pthread_mutex_destroy(&qp->qp.mutex);
+		pthread_cond_destroy(&qp->qp.cond);
 		free(qp);
 		errno = err;
 		return NULL;
 	}
-	qp->qp.context = pd->context;
 	qp->qp.qp_context = attr->qp_context;
 	qp->qp.pd = pd;
 	qp->qp.send_cq = attr->send_cq;
@@ -560,8 +567,6 @@ EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *
 	qp->qp.state = IBV_QPS_RESET;
 	qp->qp.qp_type = attr->qp_type;
 	qp->cap = attr->cap;
-	pthread_mutex_init(&qp->qp.mutex, NULL);
-	pthread_cond_init(&qp->qp.cond, NULL);
 	return &qp->qp;
 }
 
@@ -593,10 +598,16 @@ EXPORT int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask, s
 
 EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
 {
-	int err = snDestroyQP((struct sn_qp *)qp);
+	uint32_t read;
+	int err = snDestroyQP((struct sn_qp *)qp, &read);
 
 	if (err)
 		return err;
+	/* As libibverbs: the events the program read must be acknowledged. */
+	pthread_mutex_lock(&qp->mutex);
+	while (qp->events_completed != read)
+		pthread_cond_wait(&qp->cond, &qp->mutex);
+	pthread_mutex_unlock(&qp->mutex);
 	pthread_mutex_destroy(&qp->mutex);
 	pthread_cond_destroy(&qp->cond);
 	free(qp);
@@ -667,15 +678,16 @@ EXPORT struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc
 EXPORT int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *event)
 {
 	struct sn_async_event e;
-	ssize_t n;
 
-	do
-		n = read(ctx->async_fd, &e, sizeof(e));
-	while (n < 0 && errno == EINTR);
-	if (n != sizeof(e)) {
-		if (n >= 0)
-			errno = EIO;
-		return -1;
+	while (!snNextAsyncEvent(ctx, &e)) {
+		struct pollfd p = { .fd = ctx->async_fd, .events = POLLIN };
+
+		if (fcntl(ctx->async_fd, F_GETFL) & O_NONBLOCK) {
+			errno = EAGAIN;
+			return -1;
+		}
+		if (poll(&p, 1, -1) < 0 && errno != EINTR)
+			return -1;
 	}
 	memset(event, 0, sizeof(*event));
 	event->event_type = e.type;
@@ -699,7 +711,14 @@ EXPORT int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *
 
 EXPORT void ibv_ack_async_event(struct ibv_async_event *event)
 {
-	(void)event;
+	struct ibv_qp *qp = event->element.qp;
+
+	if (event->event_type != IBV_EVENT_QP_FATAL)
+		return;
+	pthread_mutex_lock(&qp->mutex);
+	qp->events_completed++;
+	pthread_cond_signal(&qp->cond);
+	pthread_mutex_unlock(&qp->mutex);
 }
 
 EXPORT int ibv_fork_init(void)

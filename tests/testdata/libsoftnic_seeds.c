@@ -5,7 +5,8 @@
  * EBUSY while a memory window is bound, ZERO_BASED regions are addressed
  * from 0), memory a program owns (malloc'd, stack, a private file
  * mapping) registered where it lies, a bad rkey completing with
- * IBV_WC_REM_ACCESS_ERR, and seed 002's rdma_post_read, whose context
+ * IBV_WC_REM_ACCESS_ERR and raising IBV_EVENT_QP_FATAL for both QPs
+ * (ibv_get_async_event), and seed 002's rdma_post_read, whose context
  * comes back as the completion's wr_id.
  *
  * Usage: libsoftnic_seeds IP PORT FILE, where IP is the daemon's address,
@@ -14,6 +15,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -229,13 +231,52 @@ static void program_memory(struct ibv_mr *src, const char *file)
 	free(heap);
 }
 
+/* next_async_event waits up to timeout_ms for an asynchronous event,
+ * which it acknowledges; it returns 0 if none came. */
+static int next_async_event(struct ibv_async_event *ev, int timeout_ms)
+{
+	struct pollfd p = { .fd = ctx->async_fd, .events = POLLIN };
+
+	for (;;) {
+		if (!ibv_get_async_event(ctx, ev)) {
+			ibv_ack_async_event(ev);
+			return 1;
+		}
+		MUST(errno == EAGAIN);
+		if (poll(&p, 1, timeout_ms) <= 0)
+			return 0;
+	}
+}
+
+/* A bad rkey: the requester's completion is IBV_WC_REM_ACCESS_ERR, and
+ * both QPs, the requester and the responder, go to the error state, each
+ * with an IBV_EVENT_QP_FATAL. */
 static void bad_rkey(struct ibv_mr *src, struct ibv_mr *dst)
 {
+	struct ibv_async_event ev;
+	int fatal_a = 0, fatal_b = 0, others = 0;
+
+	/* The earlier checks' remote access errors raised events too. */
+	MUST(!fcntl(ctx->async_fd, F_SETFL, fcntl(ctx->async_fd, F_GETFL) | O_NONBLOCK));
+	while (next_async_event(&ev, 0))
+		;
 	struct ibv_wc wc = rdma(IBV_WR_RDMA_WRITE, src->addr, 8, src->lkey, (uintptr_t)dst->addr, dst->rkey + 1);
 
 	CHECK(wc.status == IBV_WC_REM_ACCESS_ERR, "a WRITE with a bad rkey completes with IBV_WC_REM_ACCESS_ERR (%s)",
 	      ibv_wc_status_str(wc.status));
+	while (fatal_a + fatal_b + others < 2 && next_async_event(&ev, 10000)) {
+		if (ev.event_type == IBV_EVENT_QP_FATAL && ev.element.qp == qa)
+			fatal_a++;
+		else if (ev.event_type == IBV_EVENT_QP_FATAL && ev.element.qp == qb)
+			fatal_b++;
+		else
+			others++;
+	}
+	CHECK(fatal_a == 1 && fatal_b == 1 && others == 0,
+	      "the bad rkey raises IBV_EVENT_QP_FATAL for the requester's QP and the responder's (%d, %d, %d others)",
+	      fatal_a, fatal_b, others);
 	connect_qps();
+	CHECK(!next_async_event(&ev, 100), "no event after the QPs are connected again");
 }
 
 /* Seed 002: rdma_post_read on a connected rdma_cm_id. */

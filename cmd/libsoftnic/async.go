@@ -1,0 +1,135 @@
+//go:build libsoftnic
+
+package main
+
+/*
+#include "softnic.h"
+*/
+import "C"
+
+import (
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/qp"
+)
+
+// Asynchronous events (ibv_get_async_event): IBV_EVENT_QP_FATAL when a QP
+// enters the error state by itself (nic.Config.OnQPError: a retry count
+// exceeded, a remote access error …), IBV_EVENT_DEVICE_FATAL when the
+// daemon goes away. They wait in the context's queue, here, so that
+// ibv_destroy_qp can take back those of its QP that the program has not
+// read; the context's async_fd, a pipe, holds one byte while the queue is
+// not empty, so that the program can poll it.
+
+// asyncEvents is a context's queue of asynchronous events.
+type asyncEvents struct {
+	mu     sync.Mutex
+	queue  []C.struct_sn_async_event
+	qps    map[*nic.QP]*C.struct_sn_qp // the context's QPs, for OnQPError
+	r, w   int                         // the pipe: async_fd and async_w
+	stop   chan struct{}               // closed by ibv_close_device
+	closed chan struct{}               // closed when the watcher returns
+}
+
+func newAsyncEvents(r, w int) *asyncEvents {
+	return &asyncEvents{qps: make(map[*nic.QP]*C.struct_sn_qp), r: r, w: w, stop: make(chan struct{}), closed: make(chan struct{})}
+}
+
+// pushLocked queues an event, making the pipe readable if it was not.
+func (e *asyncEvents) pushLocked(ev C.struct_sn_async_event) {
+	if len(e.queue) == 0 {
+		unix.Write(e.w, []byte{0})
+	}
+	e.queue = append(e.queue, ev)
+}
+
+// drainedLocked takes the pipe's byte once the queue is empty.
+func (e *asyncEvents) drainedLocked() {
+	if len(e.queue) == 0 {
+		var b [1]byte
+		unix.Read(e.r, b[:])
+	}
+}
+
+// qpError is nic.Config.OnQPError: the QP's IBV_EVENT_QP_FATAL.
+func (e *asyncEvents) qpError(q *nic.QP, _ qp.WCStatus) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if sq := e.qps[q]; sq != nil {
+		e.pushLocked(C.struct_sn_async_event{_type: C.IBV_EVENT_QP_FATAL, obj: unsafe.Pointer(&sq.qp)})
+	}
+}
+
+// watch raises IBV_EVENT_DEVICE_FATAL when the daemon goes away, unless
+// the context is closed first.
+func (e *asyncEvents) watch(dev *nic.Device) {
+	defer close(e.closed)
+	select {
+	case <-dev.Done():
+		select {
+		case <-e.stop:
+			return
+		default:
+		}
+		e.mu.Lock()
+		e.pushLocked(C.struct_sn_async_event{_type: C.IBV_EVENT_DEVICE_FATAL})
+		e.mu.Unlock()
+	case <-e.stop:
+	}
+}
+
+// addQP makes the QP's errors events of the context.
+func (e *asyncEvents) addQP(q *nic.QP, sq *C.struct_sn_qp) {
+	e.mu.Lock()
+	e.qps[q] = sq
+	e.mu.Unlock()
+}
+
+// removeQP forgets a QP being destroyed and takes back its events the
+// program has not read; it returns how many it has read, for which
+// ibv_destroy_qp waits for ibv_ack_async_event.
+func (e *asyncEvents) removeQP(q *nic.QP) C.uint32_t {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	sq := e.qps[q]
+	delete(e.qps, q)
+	if sq == nil {
+		return 0
+	}
+	kept := e.queue[:0]
+	for _, ev := range e.queue {
+		if ev.obj != unsafe.Pointer(&sq.qp) {
+			kept = append(kept, ev)
+		}
+	}
+	if len(kept) < len(e.queue) {
+		clear(e.queue[len(kept):])
+		e.queue = kept
+		e.drainedLocked()
+	}
+	return sq.async_events
+}
+
+// snNextAsyncEvent takes the oldest event into ev, counting it as read
+// for its QP; it returns 0 if there is none.
+//
+//export snNextAsyncEvent
+func snNextAsyncEvent(ctx *C.struct_ibv_context, ev *C.struct_sn_async_event) C.int {
+	e := deviceOf(ctx).async
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.queue) == 0 {
+		return 0
+	}
+	*ev = e.queue[0]
+	e.queue = e.queue[1:]
+	e.drainedLocked()
+	if ev._type == C.IBV_EVENT_QP_FATAL {
+		(*C.struct_sn_qp)(ev.obj).async_events++
+	}
+	return 1
+}
