@@ -27,6 +27,9 @@ import (
 //     are 8 bytes), with perftest in the guest as client and softnic
 //     perftest as server, then the other way round;
 //   - rping in both directions, validating its data (-V);
+//   - at MTU 1024, Debian's ib_write_bw, ib_read_bw and ib_write_lat
+//     through libsoftnic on a softnic daemon (softnic run) against rxe's,
+//     in both directions, with the same checks on the daemon's counters;
 //
 // at path MTU 1024 (Ethernet MTU 1500) and 4096 (9000). Every run must
 // exit 0 on both sides; softnic's side checks the data it can (see
@@ -59,6 +62,7 @@ func TestInteropRxe(t *testing.T) {
 				t.Run(c.name, func(t *testing.T) { lab.runPair(t, bin, c) })
 			}
 			if m.path == 1024 {
+				t.Run("libsoftnic", func(t *testing.T) { lab.libsoftnicPairs(t, m.path) })
 				t.Run("side-by-side", func(t *testing.T) { lab.sideBySide(t, bin) })
 			}
 		})
@@ -217,6 +221,10 @@ type interopCase struct {
 	softnic       []string // softnic's command line, without the host for the client
 	guest         string   // the guest's command line, without the host for the client
 	rping         bool
+	// daemon, if set, is the daemon softnic's command line (softnic run)
+	// runs on, whose counters are the ones checked; otherwise softnic
+	// prints its own (--counters).
+	daemon *verbsHost
 }
 
 // interopCases are the runs at one path MTU.
@@ -293,6 +301,34 @@ func interopCases(mtu int) []interopCase {
 		}
 	}
 	return cases
+}
+
+// libsoftnicPairs runs Debian's perftest through libsoftnic, on a softnic
+// daemon on the host, against rxe's perftest in g2, in both directions:
+// ib_write_bw, ib_read_bw and ib_write_lat with a message of several
+// packets and a pad, with the checks of runPair on the daemon's counters.
+func (l *rxeLab) libsoftnicPairs(t *testing.T, mtu int) {
+	bin, lib := needLibsoftnic(t, "ib_write_bw", "ib_read_bw", "ib_write_lat")
+	h := startVerbsHost(t, bin, lib, labNS, labHost+":4791")
+	args := fmt.Sprintf("-F -s %d -n 100 -u 20", 4*mtu+3) // the timeout as in interopCases
+	for _, softnicServer := range []bool{true, false} {
+		for _, tool := range []string{"ib_write_bw", "ib_read_bw", "ib_write_lat"} {
+			c := interopCase{
+				name:          fmt.Sprintf("softnic_client/%s", tool),
+				softnicServer: softnicServer,
+				softnic:       append([]string{"run", "--control", h.control, "--lib", lib, "--", tool, "-x", "0"}, strings.Fields(args)...),
+				guest:         fmt.Sprintf("%s -d rxe0 -x 1 %s", tool, args),
+				daemon:        h,
+			}
+			if softnicServer {
+				c.name = fmt.Sprintf("softnic_server/%s", tool)
+				c.guest += " " + labHost
+			} else {
+				c.softnic = append(c.softnic, labGuest2)
+			}
+			t.Run(c.name, func(t *testing.T) { l.runPair(t, bin, c) })
+		}
+	}
 }
 
 // rxeCounters reads rxe0's counters in guest g (rdma statistic).
@@ -383,6 +419,7 @@ func waitFor(timeout time.Duration, cond func() bool) bool {
 type interopResult struct {
 	softnicOut, guestOut string
 	before, after        map[string]uint64 // rxe's counters in g2
+	daemon               map[string]uint64 // with interopCase.daemon, what its counters rose by
 }
 
 // attempt runs a case once: the server first, then the client once the
@@ -393,13 +430,19 @@ func (l *rxeLab) attempt(bin string, c interopCase) (*interopResult, error) {
 	if r.before, err = l.rxeCounters("g2"); err != nil {
 		return nil, err
 	}
+	var daemonBefore map[string]uint64
+	if c.daemon != nil {
+		if daemonBefore, err = c.daemon.counters(); err != nil {
+			return nil, err
+		}
+	}
 	var guestErr, softnicErr error
 	if c.softnicServer {
 		h, err := startSoftnic(bin, c.softnic)
 		if err != nil {
 			return nil, err
 		}
-		listening := "ss -ltn | grep -q '" + labHost + ":18515 '"
+		listening := "ss -ltn | grep -q ':18515 '" // softnic perftest on labHost, Debian's on any address
 		if c.rping {
 			listening = "ss -uln | grep -q '" + labHost + ":4791 '"
 		}
@@ -434,6 +477,16 @@ func (l *rxeLab) attempt(bin string, c interopCase) (*interopResult, error) {
 	}
 	if r.after, err = l.rxeCounters("g2"); err != nil {
 		return nil, err
+	}
+	if c.daemon != nil {
+		after, err := c.daemon.counters()
+		if err != nil {
+			return nil, err
+		}
+		r.daemon = map[string]uint64{}
+		for k, v := range after {
+			r.daemon[k] = v - daemonBefore[k]
+		}
 	}
 	return r, nil
 }
@@ -515,7 +568,10 @@ func (l *rxeLab) runPair(t *testing.T, bin string, c interopCase) {
 	if c.rping && strings.Count(r.guestOut, "ping data: rdma-ping-") != 3 {
 		t.Fatalf("rping in g2 did not show 3 pings:\n%s", r.report(c))
 	}
-	sn := softnicCounters(t, r.softnicOut)
+	sn := r.daemon
+	if c.daemon == nil {
+		sn = softnicCounters(t, r.softnicOut)
+	}
 	delta := func(name string) uint64 { return r.after[name] - r.before[name] }
 	var problems []string
 	if delta("rcvd_pkts") != sn["sent_pkts"] {
@@ -535,13 +591,14 @@ func (l *rxeLab) runPair(t *testing.T, bin string, c interopCase) {
 			problems = append(problems, fmt.Sprintf("softnic's %s is %d", name, sn[name]))
 		}
 	}
-	if sn["icrc_ipid_recovered"] == 0 {
-		problems = append(problems, "softnic recovered no rxe IP identification: did it see rxe's packets?")
+	if sn["icrc_ipid_recovered"]+sn["icrc_ipid_verified"] == 0 {
+		problems = append(problems, "softnic recovered or verified no rxe IP identification: did it see rxe's packets?")
 	}
 	if len(problems) > 0 {
 		t.Fatalf("%s\n%s", strings.Join(problems, "\n"), r.report(c))
 	}
-	t.Logf("rxe sent %d, received %d; softnic recovered the IP ID of %d packets", delta("sent_pkts"), delta("rcvd_pkts"), sn["icrc_ipid_recovered"])
+	t.Logf("rxe sent %d, received %d; softnic recovered the IP ID of %d packets and verified that of %d",
+		delta("sent_pkts"), delta("rcvd_pkts"), sn["icrc_ipid_recovered"], sn["icrc_ipid_verified"])
 }
 
 // clip shortens the long lines of an output (rping -v prints each ping's

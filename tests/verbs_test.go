@@ -190,6 +190,19 @@ func (h *verbsHost) inspect(t *testing.T, what string, v any) {
 	}
 }
 
+// counters returns the daemon's counters (softnic stat --json).
+func (h *verbsHost) counters() (map[string]uint64, error) {
+	out, err := exec.Command(h.bin, "stat", "--control", h.control, "--json").Output()
+	if err != nil {
+		return nil, fmt.Errorf("softnic stat: %v", err)
+	}
+	var m map[string]uint64
+	if err := json.Unmarshal(out, &m); err != nil {
+		return nil, fmt.Errorf("softnic stat --json: %v: %s", err, out)
+	}
+	return m, nil
+}
+
 // ip is the host's address as programs name it.
 func (h *verbsHost) ip() string { return h.addr.Addr().String() }
 
