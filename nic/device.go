@@ -162,8 +162,7 @@ type Device struct {
 	// path MTU (see route); bounded (maxRoutes).
 	routes boundedMap[netip.Addr, route]
 
-	inj   *netem.Injector
-	injMu sync.Mutex
+	faults faultState // the fault injector of Config.Faults or SetFaults
 
 	timers  timers
 	batches sync.Pool
@@ -243,7 +242,7 @@ func Open(cfg Config) (*Device, error) {
 		done:    make(chan struct{}),
 	}
 	if cfg.Faults != nil && cfg.Faults.Enabled() {
-		d.inj = netem.NewInjector(*cfg.Faults)
+		d.faults.set(netem.NewInjector(*cfg.Faults))
 	}
 	d.batches.New = func() any { return newBatch() }
 	d.timers.init()
@@ -255,7 +254,7 @@ func Open(cfg Config) (*Device, error) {
 		return nil, fmt.Errorf("softnic: QP1: %w", err)
 	}
 	d.log.Info("softnic device open", zap.Stringer("addr", d.local), zap.Int("mtu", cfg.MTU),
-		zap.Stringer("udp", conn.Features()), zap.Bool("faults", d.inj != nil))
+		zap.Stringer("udp", conn.Features()), zap.Bool("faults", d.faults.on.Load()))
 	d.wg.Add(2)
 	go d.readLoop()
 	go d.timerLoop()

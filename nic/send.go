@@ -1,8 +1,11 @@
 package nic
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -101,7 +104,7 @@ func (d *Device) sendStaged(b *batch) {
 func (d *Device) stage(b *batch, n int, pkt []byte, env *wire.Envelope) int {
 	note := ""
 	copies := 1
-	if d.inj != nil || d.cfg.SendHook != nil {
+	if d.faults.on.Load() || d.cfg.SendHook != nil {
 		fate := d.fate(pkt)
 		switch {
 		case fate.Drop:
@@ -144,14 +147,56 @@ const (
 	SendDuplicate                   // send it twice
 )
 
+// FaultInjector decides the fate of each packet a device sends: a
+// netem.Injector (what Config.Faults makes), or a test's own that switches
+// faults on and off as it runs (package nictest). The device calls Decide
+// for one packet at a time, so it needs no lock of its own; it must not
+// keep or modify pkt.
+type FaultInjector interface {
+	Decide(pkt []byte) netem.Fate
+}
+
+// SetFaults replaces the injector that decides the fate of the packets
+// the device sends (Config.Faults at first); nil sends every packet as it
+// is. The packets it holds back meanwhile are still released. An attached
+// device's packets are sent by its daemon, whose device takes the faults:
+// SetFaults returns ErrNotSupported there.
+func (d *Device) SetFaults(in FaultInjector) error {
+	if d.att != nil {
+		return fmt.Errorf("softnic: the faults of an attached device are its daemon's: %w", ErrNotSupported)
+	}
+	d.faults.set(in)
+	return nil
+}
+
+// faultState is a device's fault injector and the lock its Decide runs
+// under; on spares the data path that lock while there is none.
+type faultState struct {
+	on atomic.Bool
+	mu sync.Mutex
+	in FaultInjector
+}
+
+func (f *faultState) set(in FaultInjector) {
+	f.mu.Lock()
+	f.in = in
+	f.on.Store(in != nil)
+	f.mu.Unlock()
+}
+
+// decide asks the injector, if any, for pkt's fate.
+func (f *faultState) decide(pkt []byte) netem.Fate {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.in == nil {
+		return netem.Fate{CorruptBit: -1}
+	}
+	return f.in.Decide(pkt)
+}
+
 // fate decides what the fault injector and Config.SendHook do to pkt.
 func (d *Device) fate(pkt []byte) netem.Fate {
-	fate := netem.Fate{CorruptBit: -1}
-	if d.inj != nil {
-		d.injMu.Lock()
-		fate = d.inj.Decide(pkt)
-		d.injMu.Unlock()
-	}
+	fate := d.faults.decide(pkt)
 	if d.cfg.SendHook != nil {
 		switch d.cfg.SendHook(pkt) {
 		case SendDrop:
