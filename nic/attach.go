@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"net"
+	"net/netip"
 	"os"
 	"slices"
 	"sync"
@@ -64,15 +65,16 @@ func (c *Config) embeddedOnly() string {
 	return ""
 }
 
-// attachment is an attached device's session with its daemon: the control
-// socket, the calls waiting for an answer, and the shared memory the
-// process maps (rings, regions, the doorbell page).
+// attachment is the attached provider: an attached device's session with
+// its daemon, the control socket, the calls waiting for an answer, and the
+// shared memory the process maps (rings, regions, the doorbell page).
 type attachment struct {
-	d     *Device
-	t     *shm.Conn
-	path  string
-	hello helloResult
-	log   *zap.Logger
+	d       *Device
+	t       *shm.Conn
+	path    string
+	hello   helloResult
+	log     *zap.Logger
+	closing chan struct{} // closed when the session ends
 
 	// The doorbell is rung under bellMu's read lock and closed under its
 	// write lock, so that a post racing Close never touches the unmapped
@@ -87,7 +89,7 @@ type attachment struct {
 	nextID uint64
 	calls  map[uint64]chan attachReply
 	ended  atomic.Bool // the session is over: calls and posts fail with ErrClosed (set under mu)
-	conns  map[uint32]*Conn
+	conns  map[uint32]*attachedConn
 	// unknownEnds holds why connections ended that the process does not
 	// know yet: the daemon's news of an end can overtake the answer naming
 	// the connection on its way to the caller (never the answer itself).
@@ -95,8 +97,8 @@ type attachment struct {
 	qps         map[*attachedQP]*QP
 	cqs         map[*attachedCQ]struct{}
 	srqs        map[*attachedSRQ]struct{}
-	mrs         map[*MR]struct{} // for lookups by address
-	mws         map[uint32]*MW   // by the index of their keys, for binds posted
+	mrs         map[*MR]struct{}       // for lookups by address
+	mws         map[uint32]*attachedMW // by the index of their keys, for binds posted
 	bufs        map[*sharedBuf]struct{}
 
 	endOnce   sync.Once
@@ -146,20 +148,19 @@ func attach(cfg Config, path string) (*Device, error) {
 		return fail(err)
 	}
 	bell, _ := shm.NewDoorbell(page.Bytes())
-	cfg.MTU = hello.MTU
-	d := &Device{cfg: cfg, log: cfg.Logger, local: hello.Addr, epoch: time.Now(), done: make(chan struct{})}
 	a := &attachment{
-		d: d, t: t, path: path, hello: hello, log: cfg.Logger,
+		t: t, path: path, hello: hello, log: cfg.Logger, closing: make(chan struct{}),
 		bellFD: fds[0], bellMap: page, bell: bell, needWake: bell.NeedWake(),
-		calls: make(map[uint64]chan attachReply), conns: make(map[uint32]*Conn), unknownEnds: make(map[uint32]error),
+		calls: make(map[uint64]chan attachReply), conns: make(map[uint32]*attachedConn), unknownEnds: make(map[uint32]error),
 		qps: make(map[*attachedQP]*QP), cqs: make(map[*attachedCQ]struct{}),
 		srqs: make(map[*attachedSRQ]struct{}), mrs: make(map[*MR]struct{}), bufs: make(map[*sharedBuf]struct{}),
-		mws: make(map[uint32]*MW),
+		mws: make(map[uint32]*attachedMW),
 	}
-	d.att = a
+	d := &Device{prov: a, log: cfg.Logger}
+	a.d = d
 	a.wg.Add(1)
 	go a.readLoop()
-	d.reportQPErrors(&a.wg)
+	d.reportQPErrors(cfg.OnQPError, &a.wg)
 	a.log.Info("softnic device attached", zap.String("control", path), zap.Stringer("addr", hello.Addr),
 		zap.Int("mtu", hello.MTU), zap.Int("daemon_pid", hello.PID))
 	return d, nil
@@ -246,11 +247,11 @@ func (a *attachment) end(why error) {
 			ch <- attachReply{m: m}
 		}
 		for _, c := range a.conns {
-			a.endConnLocked(c, ErrClosed)
+			c.endLocked(ErrClosed)
 		}
 		cqs := slices.Collect(maps.Keys(a.cqs))
 		a.mu.Unlock()
-		close(a.d.done)
+		close(a.closing)
 		for _, c := range cqs {
 			c.interrupt()
 		}
@@ -402,6 +403,15 @@ func (a *attachment) ringDoorbell(slot uint32) {
 		shm.Signal(a.bellFD)
 	}
 }
+
+func (a *attachment) addr() netip.AddrPort   { return a.hello.Addr }
+func (a *attachment) mtu() int               { return a.hello.MTU }
+func (a *attachment) done() <-chan struct{}  { return a.closing }
+func (a *attachment) features() udp.Features { return a.hello.Features }
+
+// pathMTU is the daemon's MTU: the daemon picks the path MTU of the
+// connections it makes.
+func (a *attachment) pathMTU(netip.AddrPort) int { return a.hello.MTU }
 
 func (a *attachment) counters() []Counter {
 	var cs []Counter

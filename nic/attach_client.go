@@ -19,17 +19,52 @@ import (
 // daemon's, named by handle; the queues are rings this process fills or
 // drains directly.
 
-func (a *attachment) allocPD() (*PD, error) {
+// attachedPD is a PD of the daemon's, named by handle h.
+type attachedPD struct {
+	a  *attachment
+	h  uint32
+	pd mr.PD // its number in the daemon's region table
+}
+
+func (a *attachment) allocPD(d *Device) (*PD, error) {
 	var r pdResult
 	if _, err := a.call(context.Background(), opAllocPD, nil, nil, &r); err != nil {
 		return nil, err
 	}
-	return &PD{dev: a.d, pd: r.PD, ah: r.H}, nil
+	return &PD{dev: d, prov: &attachedPD{a: a, h: r.H, pd: r.PD}}, nil
 }
 
-func (a *attachment) deallocPD(pd *PD) error {
-	_, err := a.call(context.Background(), opDeallocPD, handleArgs{pd.ah}, nil, nil)
+func (p *attachedPD) handle() mr.PD { return p.pd }
+
+func (p *attachedPD) dealloc() error {
+	_, err := p.a.call(context.Background(), opDeallocPD, handleArgs{p.h}, nil, nil)
 	return err
+}
+
+// named is an attached device's object, which the daemon names by a
+// handle.
+type named interface{ daemonHandle() uint32 }
+
+func (p *attachedPD) daemonHandle() uint32  { return p.h }
+func (c *attachedCQ) daemonHandle() uint32  { return c.h }
+func (s *attachedSRQ) daemonHandle() uint32 { return s.h }
+func (q *attachedQP) daemonHandle() uint32  { return q.h }
+
+// daemonHandle is the daemon's handle of the object whose provider is prov,
+// 0 for another device's (which the daemon refuses).
+func daemonHandle(prov any) uint32 {
+	if n, ok := prov.(named); ok {
+		return n.daemonHandle()
+	}
+	return 0
+}
+
+// qpHandle is the daemon's handle of q, 0 for none.
+func qpHandle(q *QP) uint32 {
+	if q == nil {
+		return 0
+	}
+	return daemonHandle(q.prov)
 }
 
 // sharedBuf is memory this process shares with the daemon: a memfd of
@@ -44,17 +79,27 @@ type sharedBuf struct {
 
 // attachedMR is a region of an attached device.
 type attachedMR struct {
+	a   *attachment
+	pub *MR
 	h   uint32
 	buf *sharedBuf
 }
 
-func (a *attachment) allocMR(pd *PD, size int, access mr.Access) (*MR, error) {
+// newMR returns the region the daemon registered as r over b's memory mem.
+func (a *attachment) newMR(pd *PD, mem []byte, r *mrResult, b *sharedBuf) *MR {
+	m := &attachedMR{a: a, h: r.H, buf: b}
+	m.pub = &MR{pd: pd, buf: mem, key: r.LKey, addr: r.Addr, prov: m}
+	return m.pub
+}
+
+func (p *attachedPD) allocMR(pd *PD, size int, access mr.Access) (*MR, error) {
+	a := p.a
 	m, err := shm.Create("softnic-mr", size)
 	if err != nil {
 		return nil, fmt.Errorf("softnic: memory region of %d bytes: %v: %w", size, err, ErrNoMem)
 	}
 	var r mrResult
-	_, err = a.call(context.Background(), opAllocMR, allocMRArgs{PD: pd.ah, Size: size, Access: access}, []int{m.FD()}, &r)
+	_, err = a.call(context.Background(), opAllocMR, allocMRArgs{PD: p.h, Size: size, Access: access}, []int{m.FD()}, &r)
 	m.CloseFD()
 	if err != nil {
 		m.Close()
@@ -62,7 +107,7 @@ func (a *attachment) allocMR(pd *PD, size int, access mr.Access) (*MR, error) {
 	}
 	b := &sharedBuf{m: m, size: size, owner: r.H, live: true, refs: 1}
 	mem := m.Bytes()[:size:size]
-	reg := &MR{pd: pd, buf: mem, key: r.LKey, addr: r.Addr, att: &attachedMR{h: r.H, buf: b}}
+	reg := a.newMR(pd, mem, &r, b)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.ended.Load() {
@@ -74,7 +119,8 @@ func (a *attachment) allocMR(pd *PD, size int, access mr.Access) (*MR, error) {
 	return reg, nil
 }
 
-func (a *attachment) regMR(pd *PD, buf []byte, access mr.Access) (*MR, error) {
+func (p *attachedPD) regMR(pd *PD, buf []byte, access mr.Access) (*MR, error) {
+	a := p.a
 	if len(buf) == 0 {
 		return nil, fmt.Errorf("softnic: register an empty buffer: %w", ErrInvalid)
 	}
@@ -102,14 +148,14 @@ func (a *attachment) regMR(pd *PD, buf []byte, access mr.Access) (*MR, error) {
 	}
 	var r mrResult
 	off := int(start - addrOf(b.m.Bytes()))
-	_, err := a.call(context.Background(), opRegMR, regMRArgs{PD: pd.ah, Buf: b.owner, Off: off, Len: len(buf), Access: access}, nil, &r)
+	_, err := a.call(context.Background(), opRegMR, regMRArgs{PD: p.h, Buf: b.owner, Off: off, Len: len(buf), Access: access}, nil, &r)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if err != nil {
 		a.unrefLocked(b)
 		return nil, err
 	}
-	reg := &MR{pd: pd, buf: buf, key: r.LKey, addr: r.Addr, att: &attachedMR{h: r.H, buf: b}}
+	reg := a.newMR(pd, buf, &r, b)
 	if a.mrs != nil {
 		a.mrs[reg] = struct{}{}
 	}
@@ -119,16 +165,17 @@ func (a *attachment) regMR(pd *PD, buf []byte, access mr.Access) (*MR, error) {
 // regShared has the daemon map the memfd fd and register n bytes at
 // offset off of it at iova; m, this process's mapping of them (from skip),
 // becomes the region's memory.
-func (a *attachment) regShared(pd *PD, m *shm.Mapping, skip, fd int, off int64, n int, iova uint64, access mr.Access) (*MR, error) {
+func (p *attachedPD) regShared(pd *PD, m *shm.Mapping, skip, fd int, off int64, n int, iova uint64, access mr.Access) (*MR, error) {
+	a := p.a
 	m.CloseFD()
 	var r mrResult
-	args := regSharedArgs{PD: pd.ah, Off: off, Len: n, IOVA: iova, Access: access}
+	args := regSharedArgs{PD: p.h, Off: off, Len: n, IOVA: iova, Access: access}
 	if _, err := a.call(context.Background(), opRegShared, args, []int{fd}, &r); err != nil {
 		m.Close()
 		return nil, err
 	}
 	b := &sharedBuf{m: m, size: len(m.Bytes()), owner: r.H, refs: 1}
-	reg := &MR{pd: pd, buf: m.Bytes()[skip : skip+n : skip+n], key: r.LKey, addr: r.Addr, att: &attachedMR{h: r.H, buf: b}}
+	reg := a.newMR(pd, m.Bytes()[skip:skip+n:skip+n], &r, b)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.ended.Load() {
@@ -140,17 +187,18 @@ func (a *attachment) regShared(pd *PD, m *shm.Mapping, skip, fd int, off int64, 
 	return reg, nil
 }
 
-func (a *attachment) deregMR(m *MR) error {
-	if _, err := a.call(context.Background(), opDeregMR, handleArgs{m.att.h}, nil, nil); err != nil {
+func (m *attachedMR) dereg() error {
+	a := m.a
+	if _, err := a.call(context.Background(), opDeregMR, handleArgs{m.h}, nil, nil); err != nil {
 		return err
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	delete(a.mrs, m)
-	if m.att.h == m.att.buf.owner {
-		m.att.buf.live = false
+	delete(a.mrs, m.pub)
+	if m.h == m.buf.owner {
+		m.buf.live = false
 	}
-	a.unrefLocked(m.att.buf)
+	a.unrefLocked(m.buf)
 	return nil
 }
 
@@ -162,13 +210,13 @@ func (a *attachment) unrefLocked(b *sharedBuf) {
 	}
 }
 
-// sgeAt finds the region of pd holding [start, start+n).
-func (a *attachment) sgeAt(pd *PD, start, n uint64) (qp.SGE, bool) {
+func (p *attachedPD) sgeAt(start, n uint64) (qp.SGE, bool) {
+	a := p.a
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for m := range a.mrs {
 		base := addrOf(m.buf)
-		if m.pd == pd && start >= base && start-base <= uint64(len(m.buf)) && n <= uint64(len(m.buf))-(start-base) {
+		if m.pd.prov == p && start >= base && start-base <= uint64(len(m.buf)) && n <= uint64(len(m.buf))-(start-base) {
 			return qp.SGE{Addr: m.addr + (start - base), Length: uint32(n), LKey: m.key}, true
 		}
 	}
@@ -180,6 +228,7 @@ func (a *attachment) sgeAt(pd *PD, start, n uint64) (qp.SGE, bool) {
 // waiter that finds it empty arms it and sleeps reading the CQ's eventfd,
 // which the daemon signals (see CQ.wait).
 type attachedCQ struct {
+	a     *attachment
 	h     uint32
 	depth uint32
 	ev    *os.File
@@ -193,7 +242,7 @@ type attachedCQ struct {
 	kept   []qp.WC // what the ring held when the device closed, not polled yet
 }
 
-func (a *attachment) createCQ(depth int) (*CQ, error) {
+func (a *attachment) createCQ(d *Device, depth int) (*CQ, error) {
 	if depth <= 0 || depth > qp.MaxCQE {
 		return nil, fmt.Errorf("completion queue depth %d: %w", depth, ErrInvalid)
 	}
@@ -207,7 +256,7 @@ func (a *attachment) createCQ(depth int) (*CQ, error) {
 		a.drop(opDestroyCQ, r.H)
 		return nil, err
 	}
-	ac := &attachedCQ{h: r.H, depth: uint32(depth), ev: os.NewFile(uintptr(fds[1]), "softnic-cq-event"), m: m, ring: ring}
+	ac := &attachedCQ{a: a, h: r.H, depth: uint32(depth), ev: os.NewFile(uintptr(fds[1]), "softnic-cq-event"), m: m, ring: ring}
 	a.mu.Lock()
 	if a.ended.Load() {
 		a.mu.Unlock()
@@ -216,7 +265,7 @@ func (a *attachment) createCQ(depth int) (*CQ, error) {
 	}
 	a.cqs[ac] = struct{}{}
 	a.mu.Unlock()
-	return newCQ(a.d, nil, ac), nil
+	return newCQ(d, ac), nil
 }
 
 // mapCQ maps the ring of a CQ of depth entries whose memfd is fds[0]; the
@@ -239,20 +288,31 @@ func (a *attachment) drop(op string, h uint32) {
 	a.call(context.Background(), op, handleArgs{h}, nil, nil)
 }
 
-// destroyCQ has the daemon destroy c, then unmaps its ring; a waiter
+// destroy has the daemon destroy the CQ, then unmaps its ring; a waiter
 // asleep on it wakes with ErrClosed.
-func (a *attachment) destroyCQ(c *CQ) error {
-	if c.users.gone() {
+func (c *attachedCQ) destroy(pub *CQ) error {
+	if pub.users.gone() {
 		return nil
 	}
-	if _, err := a.call(context.Background(), opDestroyCQ, handleArgs{c.att.h}, nil, nil); err != nil {
+	a := c.a
+	if _, err := a.call(context.Background(), opDestroyCQ, handleArgs{c.h}, nil, nil); err != nil {
 		return err
 	}
 	a.mu.Lock()
-	delete(a.cqs, c.att)
+	delete(a.cqs, c)
 	a.mu.Unlock()
-	c.att.close(false)
-	return c.retire()
+	c.close(false)
+	return pub.retire()
+}
+
+// park lets one waiter at a time, the one holding c.lead, arm the CQ and
+// sleep on its eventfd; the others sleep on CQ.wake.
+func (c *attachedCQ) park(ctx context.Context, done <-chan struct{}) (bool, error) {
+	if !c.lead.TryLock() {
+		return false, nil
+	}
+	defer c.lead.Unlock()
+	return true, c.sleep(ctx, done)
 }
 
 // sleep arms the CQ and, unless completions came meanwhile, blocks reading
@@ -308,8 +368,9 @@ func (c *attachedCQ) interrupt() {
 	}
 }
 
-// poll moves up to len(wcs) completions out of the ring.
-func (c *attachedCQ) poll(wcs []qp.WC) (int, error) {
+// poll moves up to len(wcs) completions out of the ring; the daemon
+// processes the packets, so drive has nothing to do.
+func (c *attachedCQ) poll(wcs []qp.WC, _ bool) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -385,6 +446,7 @@ func (c *attachedCQ) close(keep bool) {
 
 // attachedSRQ is the ring of an attached device's SRQ.
 type attachedSRQ struct {
+	a      *attachment
 	h      uint32
 	depth  uint32
 	maxSGE int
@@ -396,12 +458,13 @@ type attachedSRQ struct {
 	closed bool
 }
 
-func (a *attachment) createSRQ(pd *PD, depth, maxSGE int) (*SRQ, error) {
+func (p *attachedPD) createSRQ(pd *PD, depth, maxSGE int) (*SRQ, error) {
+	a := p.a
 	if depth <= 0 || depth > qp.MaxSRQWR || maxSGE <= 0 || maxSGE > qp.MaxSGE {
 		return nil, fmt.Errorf("SRQ depth %d, max SGE %d: %w", depth, maxSGE, ErrInvalid)
 	}
 	var r srqResult
-	fds, err := a.call(context.Background(), opCreateSRQ, createSRQArgs{PD: pd.ah, Depth: depth, MaxSGE: maxSGE}, nil, &r)
+	fds, err := a.call(context.Background(), opCreateSRQ, createSRQArgs{PD: p.h, Depth: depth, MaxSGE: maxSGE}, nil, &r)
 	if err != nil {
 		return nil, err
 	}
@@ -410,7 +473,7 @@ func (a *attachment) createSRQ(pd *PD, depth, maxSGE int) (*SRQ, error) {
 		a.drop(opDestroySRQ, r.H)
 		return nil, err
 	}
-	s := &attachedSRQ{h: r.H, depth: uint32(depth), maxSGE: maxSGE, m: m, ring: ring}
+	s := &attachedSRQ{a: a, h: r.H, depth: uint32(depth), maxSGE: maxSGE, m: m, ring: ring}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.ended.Load() {
@@ -418,7 +481,7 @@ func (a *attachment) createSRQ(pd *PD, depth, maxSGE int) (*SRQ, error) {
 		return nil, ErrClosed
 	}
 	a.srqs[s] = struct{}{}
-	return &SRQ{pd: pd, att: s}, nil
+	return &SRQ{pd: pd, prov: s}, nil
 }
 
 // mapRing maps the ring of n slots of size bytes whose memfd is fds[0],
@@ -443,10 +506,10 @@ func mapRing(fds []int, size, n int) (*shm.Mapping, shm.Ring, error) {
 
 // postRecv posts a receive WR. It needs no doorbell: the daemon takes an
 // SRQ's WRs as packets arrive.
-func (s *attachedSRQ) postRecv(a *attachment, wr *qp.RecvWR) error {
+func (s *attachedSRQ) postRecv(wr *qp.RecvWR) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return postRecvLocked(&s.ring, &s.prod, s.depth, s.maxSGE, s.closed || a.ended.Load(), wr)
+	return postRecvLocked(&s.ring, &s.prod, s.depth, s.maxSGE, s.closed || s.a.ended.Load(), wr)
 }
 
 // postRecvLocked writes a receive WR into the next slot of ring, whose
@@ -473,21 +536,34 @@ func postRecvLocked(ring *shm.Ring, prod *uint32, depth uint32, maxSGE int, clos
 	return nil
 }
 
+// attachedMW is a window of the daemon's, named by handle h.
+type attachedMW struct {
+	a   *attachment
+	h   uint32
+	key atomic.Uint32 // its rkey after the binds posted
+}
+
 // allocMW has the daemon allocate a window in pd.
-func (a *attachment) allocMW(pd *PD, typ mr.WindowType) (*MW, error) {
+func (p *attachedPD) allocMW(pd *PD, typ mr.WindowType) (*MW, error) {
+	a := p.a
 	var r mwResult
-	if _, err := a.call(context.Background(), opAllocMW, allocMWArgs{PD: pd.ah, Type: typ}, nil, &r); err != nil {
+	if _, err := a.call(context.Background(), opAllocMW, allocMWArgs{PD: p.h, Type: typ}, nil, &r); err != nil {
 		return nil, err
 	}
-	w := &MW{pd: pd, typ: typ, h: r.H}
+	w := &attachedMW{a: a, h: r.H}
 	w.key.Store(r.RKey)
 	a.mu.Lock()
 	a.mws[r.RKey>>8] = w
 	a.mu.Unlock()
-	return w, nil
+	return &MW{pd: pd, typ: typ, prov: w}, nil
 }
 
-func (a *attachment) deallocMW(w *MW) error {
+// rkey is the key of the last bind posted for the window, as libibverbs
+// updates mw->rkey when ibv_bind_mw posts.
+func (w *attachedMW) rkey() uint32 { return w.key.Load() }
+
+func (w *attachedMW) dealloc() error {
+	a := w.a
 	if _, err := a.call(context.Background(), opDeallocMW, handleArgs{w.h}, nil, nil); err != nil {
 		return err
 	}
@@ -495,6 +571,12 @@ func (a *attachment) deallocMW(w *MW) error {
 	delete(a.mws, w.key.Load()>>8)
 	a.mu.Unlock()
 	return nil
+}
+
+// posted records that a BIND_MW request for the window was posted, for
+// rkey: the window keeps its index and takes the new key's variant.
+func (w *attachedMW) posted(b *mr.BindRequest) {
+	w.key.CompareAndSwap(b.WindowKey, b.WindowKey&^0xff|b.NewKey&0xff)
 }
 
 // bindPosted updates the rkey of the window a BIND_MW request posted
@@ -512,19 +594,20 @@ func (a *attachment) bindPosted(wr *qp.SendWR) {
 	}
 }
 
-// destroySRQ has the daemon destroy s, then unmaps its ring.
-func (a *attachment) destroySRQ(s *SRQ) error {
-	if s.users.gone() {
+// destroy has the daemon destroy the SRQ, then unmaps its ring.
+func (s *attachedSRQ) destroy(pub *SRQ) error {
+	if pub.users.gone() {
 		return nil
 	}
-	if _, err := a.call(context.Background(), opDestroySRQ, handleArgs{s.att.h}, nil, nil); err != nil {
+	a := s.a
+	if _, err := a.call(context.Background(), opDestroySRQ, handleArgs{s.h}, nil, nil); err != nil {
 		return err
 	}
 	a.mu.Lock()
-	delete(a.srqs, s.att)
+	delete(a.srqs, s)
 	a.mu.Unlock()
-	s.att.close()
-	return s.retire()
+	s.close()
+	return pub.retire()
 }
 
 func (s *attachedSRQ) close() {
@@ -542,6 +625,7 @@ func (s *attachedSRQ) close() {
 // written only under its lock with the QP open: close takes both locks to
 // unmap them.
 type attachedQP struct {
+	a    *attachment
 	h    uint32
 	num  uint32
 	slot uint32 // in the doorbell page
@@ -562,12 +646,13 @@ type attachedQP struct {
 	closed atomic.Bool
 }
 
-func (a *attachment) createQP(pd *PD, cfg QPConfig) (*QP, error) {
+func (p *attachedPD) createQP(pd *PD, cfg QPConfig) (*QP, error) {
+	a := p.a
 	if err := a.checkQPConfig(pd, &cfg); err != nil {
 		return nil, err
 	}
 	var r qpResult
-	fds, err := a.call(context.Background(), opCreateQP, createQPArgs{PD: pd.ah, Config: cfg.args()}, nil, &r)
+	fds, err := a.call(context.Background(), opCreateQP, createQPArgs{PD: p.h, Config: cfg.args()}, nil, &r)
 	if err != nil {
 		return nil, err
 	}
@@ -583,12 +668,18 @@ func (a *attachment) checkQPConfig(pd *PD, cfg *QPConfig) error {
 	switch {
 	case cfg.SendCQ == nil:
 		return fmt.Errorf("QP needs a send CQ: %w", ErrInvalid)
-	case cfg.SendCQ.att == nil || cfg.SendCQ.dev != a.d, cfg.RecvCQ != nil && (cfg.RecvCQ.att == nil || cfg.RecvCQ.dev != a.d):
+	case !a.ownCQ(cfg.SendCQ), cfg.RecvCQ != nil && !a.ownCQ(cfg.RecvCQ):
 		return fmt.Errorf("CQ of another device: %w", ErrInvalid)
 	case cfg.SRQ != nil && cfg.SRQ.pd != pd:
 		return fmt.Errorf("SRQ of another PD: %w", ErrInvalid)
 	}
 	return nil
+}
+
+// ownCQ reports whether c is a CQ of this device.
+func (a *attachment) ownCQ(c *CQ) bool {
+	ac, ok := c.prov.(*attachedCQ)
+	return ok && ac.a == a
 }
 
 // newQP maps the rings of a QP the daemon made.
@@ -602,7 +693,7 @@ func (a *attachment) newQP(pd *PD, r *qpResult, fds []int) (*QP, error) {
 		shm.CloseFDs(fds)
 		return nil, fmt.Errorf("softnic: %d descriptors for a QP's rings, want %d: %w", len(fds), want, shm.ErrProtocol)
 	}
-	q := &attachedQP{h: r.H, num: r.QPN, slot: r.Slot, cfg: c}
+	q := &attachedQP{a: a, h: r.H, num: r.QPN, slot: r.Slot, cfg: c}
 	var err error
 	if q.sqMap, q.sq, err = mapRing(fds[:1], shm.SendSlotSize(c.MaxSendSGE, c.MaxInline), c.MaxSendWR); err != nil {
 		shm.CloseFDs(fds[1:])
@@ -621,7 +712,7 @@ func (a *attachment) newQP(pd *PD, r *qpResult, fds []int) (*QP, error) {
 		q.close()
 		return nil, ErrClosed
 	}
-	nq := &QP{dev: a.d, pd: pd, num: r.QPN, att: q}
+	nq := &QP{dev: a.d, pd: pd, num: r.QPN, prov: q}
 	a.qps[q] = nq
 	return nq, nil
 }
@@ -665,9 +756,9 @@ func (q *attachedQP) cache(r *queryQPResult) {
 // in RESET, as an embedded QP has after Destroy. The queue counts come
 // from the rings: the daemon's QP does not count the WRs it has not taken
 // from them yet.
-func (q *attachedQP) query(a *attachment) (queryQPResult, error) {
+func (q *attachedQP) query() (queryQPResult, error) {
 	var r queryQPResult
-	_, err := a.call(context.Background(), opQueryQP, handleArgs{q.h}, nil, &r)
+	_, err := q.a.call(context.Background(), opQueryQP, handleArgs{q.h}, nil, &r)
 	if err == nil {
 		q.cache(&r)
 	} else {
@@ -696,12 +787,24 @@ func (q *attachedQP) countQueued(st *qp.Status) {
 	q.rqMu.Unlock()
 }
 
-func (q *attachedQP) modify(a *attachment, attr *qp.Attr, mask qp.AttrMask) error {
+func (q *attachedQP) typ() qp.Type { return q.cfg.Type }
+
+func (q *attachedQP) attr() qp.Attr {
+	a, _ := q.query() // on error, what the daemon told last
+	return a.Attr
+}
+
+func (q *attachedQP) status() qp.Status {
+	a, _ := q.query() // on error, what the daemon told last
+	return a.Status
+}
+
+func (q *attachedQP) modify(attr *qp.Attr, mask qp.AttrMask) error {
 	if q.closed.Load() {
 		return ErrClosed // as an embedded QP after Destroy: the daemon forgot its handle
 	}
 	var r queryQPResult
-	if _, err := a.call(context.Background(), opModifyQP, modifyQPArgs{H: q.h, Attr: *attr, Mask: mask}, nil, &r); err != nil {
+	if _, err := q.a.call(context.Background(), opModifyQP, modifyQPArgs{H: q.h, Attr: *attr, Mask: mask}, nil, &r); err != nil {
 		return err
 	}
 	q.cache(&r)
@@ -723,8 +826,8 @@ func (q *attachedQP) checkSend(wr *qp.SendWR) error {
 }
 
 // postSendLocked writes wr into the next slot of the send ring.
-func (q *attachedQP) postSendLocked(a *attachment, wr *qp.SendWR) error {
-	if q.closed.Load() || a.ended.Load() {
+func (q *attachedQP) postSendLocked(wr *qp.SendWR) error {
+	if q.closed.Load() || q.a.ended.Load() {
 		return ErrClosed
 	}
 	if err := q.checkSend(wr); err != nil {
@@ -740,9 +843,10 @@ func (q *attachedQP) postSendLocked(a *attachment, wr *qp.SendWR) error {
 	return nil
 }
 
-func (q *attachedQP) postSend(a *attachment, wr *qp.SendWR, ring bool) error {
+func (q *attachedQP) postSend(wr *qp.SendWR, ring bool) error {
+	a := q.a
 	q.sqMu.Lock()
-	err := q.postSendLocked(a, wr)
+	err := q.postSendLocked(wr)
 	bell := false
 	if err == nil {
 		q.sq.Producer().Store(q.sqProd)
@@ -756,12 +860,13 @@ func (q *attachedQP) postSend(a *attachment, wr *qp.SendWR, ring bool) error {
 	return err
 }
 
-func (q *attachedQP) postSends(a *attachment, wrs []qp.SendWR) (int, error) {
+func (q *attachedQP) postSends(wrs []qp.SendWR) (int, error) {
+	a := q.a
 	q.sqMu.Lock()
 	n := 0
 	var err error
 	for i := range wrs {
-		if err = q.postSendLocked(a, &wrs[i]); err != nil {
+		if err = q.postSendLocked(&wrs[i]); err != nil {
 			break
 		}
 		a.bindPosted(&wrs[i])
@@ -781,7 +886,8 @@ func (q *attachedQP) postSends(a *attachment, wrs []qp.SendWR) (int, error) {
 
 // ringDoorbell rings the doorbell for the send ring, if the daemon asks
 // for it: a QP with requests outstanding takes new ones without.
-func (q *attachedQP) ringDoorbell(a *attachment) error {
+func (q *attachedQP) ringDoorbell() error {
+	a := q.a
 	q.sqMu.Lock()
 	closed := q.closed.Load() || a.ended.Load()
 	bell := !closed && q.sq.Doorbell().Load() != 0
@@ -795,7 +901,8 @@ func (q *attachedQP) ringDoorbell(a *attachment) error {
 	return nil
 }
 
-func (q *attachedQP) postRecv(a *attachment, wr *qp.RecvWR) error {
+func (q *attachedQP) postRecv(wr *qp.RecvWR) error {
+	a := q.a
 	switch {
 	case q.cfg.SRQ != 0:
 		return fmt.Errorf("QP %#x takes its receive WRs from an SRQ: %w", q.num, ErrInvalid)
@@ -817,7 +924,8 @@ func (q *attachedQP) postRecv(a *attachment, wr *qp.RecvWR) error {
 	return nil
 }
 
-func (q *attachedQP) destroy(a *attachment) error {
+func (q *attachedQP) destroy() error {
+	a := q.a
 	if q.closed.Load() {
 		return nil
 	}

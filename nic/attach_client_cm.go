@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"sync"
 
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
@@ -14,16 +15,25 @@ import (
 // the connections (its CM on its QP1) on behalf of the process, with QPs
 // whose rings the process maps.
 
-func (a *attachment) listen(port uint16, opts *ListenOptions) (*Listener, error) {
+// attachedListener is a listener of the daemon's, named by handle h.
+type attachedListener struct {
+	a      *attachment
+	h      uint32
+	closed chan struct{} // closed by Close
+}
+
+func (a *attachment) listen(l *Listener, opts *ListenOptions) (listenerProvider, error) {
+	port := l.port
 	if err := a.checkQPConfig(opts.PD, &opts.QP); err != nil {
 		return nil, fmt.Errorf("softnic: listen on port %d: %w", port, err)
 	}
 	var r listenResult
-	args := listenArgs{Port: port, PD: opts.PD.ah, QP: opts.QP.args(), Backlog: opts.Backlog}
+	args := listenArgs{Port: port, PD: daemonHandle(opts.PD.prov), QP: opts.QP.args(), Backlog: opts.Backlog}
 	if _, err := a.call(context.Background(), opListen, args, nil, &r); err != nil {
 		return nil, err
 	}
-	return &Listener{dev: a.d, l: &cmListener{port: r.Port, closed: make(chan struct{})}, pd: opts.PD, qp: opts.QP, ah: r.H}, nil
+	l.port = r.Port
+	return &attachedListener{a: a, h: r.H, closed: make(chan struct{})}, nil
 }
 
 // acceptRequest asks the daemon for l's next request. A closed listener
@@ -31,72 +41,86 @@ func (a *attachment) listen(port uint16, opts *ListenOptions) (*Listener, error)
 // daemon has forgotten its handle. A call that Close overtakes fails at
 // the daemon with ErrClosed or, if the handle went first, ErrInvalid;
 // either is ErrClosed here.
-func (a *attachment) acceptRequest(ctx context.Context, l *Listener) (*Request, error) {
-	if l.l.isClosed() {
-		return nil, l.l.errClosed()
+func (al *attachedListener) acceptRequest(ctx context.Context, l *Listener) (*Request, error) {
+	if isClosed(al.closed) {
+		return nil, l.errClosed()
 	}
 	var r requestResult
-	if _, err := a.call(ctx, opAcceptRequest, handleArgs{l.ah}, nil, &r); err != nil {
+	if _, err := al.a.call(ctx, opAcceptRequest, handleArgs{al.h}, nil, &r); err != nil {
 		switch {
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
-		case l.l.isClosed():
-			return nil, l.l.errClosed()
+		case isClosed(al.closed):
+			return nil, l.errClosed()
 		}
 		return nil, err
 	}
-	return &Request{l: l, id: &cmID{peer: r.Remote}, private: r.Private, ah: r.H}, nil
+	return &Request{l: l, peer: r.Remote, private: r.Private, prov: &attachedRequest{a: al.a, h: r.H}}, nil
 }
 
 // closeListener closes l at the daemon, once: closing it again returns nil
 // as an embedded listener's Close does. So does closing it after the
 // session ended, which closed it at the daemon.
-func (a *attachment) closeListener(l *Listener) error {
+func (al *attachedListener) close() error {
+	a := al.a
 	a.mu.Lock()
-	if l.l.isClosed() {
+	if isClosed(al.closed) {
 		a.mu.Unlock()
 		return nil
 	}
-	close(l.l.closed)
+	close(al.closed)
 	a.mu.Unlock()
-	_, err := a.call(context.Background(), opCloseListener, handleArgs{l.ah}, nil, nil)
+	_, err := a.call(context.Background(), opCloseListener, handleArgs{al.h}, nil, nil)
 	if err != nil && a.ended.Load() {
 		return nil
 	}
 	return err
 }
 
-func (a *attachment) accept(r *Request, opts AcceptOptions) (*Conn, error) {
-	r.answerMu.Lock()
-	defer r.answerMu.Unlock()
-	if err := r.answeredLocked(); err != nil {
+// attachedRequest is a request the daemon's listener received, named by
+// handle h, and the process's answer once given: the connection accepted,
+// or rejected. The daemon forgets an answered request; these give a second
+// answer the embedded device's errors.
+type attachedRequest struct {
+	a        *attachment
+	h        uint32
+	answerMu sync.Mutex
+	accepted *Conn
+	rejected bool
+}
+
+func (ar *attachedRequest) accept(r *Request, opts AcceptOptions) (*Conn, error) {
+	ar.answerMu.Lock()
+	defer ar.answerMu.Unlock()
+	if err := ar.answeredLocked(r.peer); err != nil {
 		return nil, err
 	}
+	a := ar.a
 	var res connResult
-	fds, err := a.call(context.Background(), opAccept, acceptArgs{Request: r.ah, Opts: opts, UseQP: qpHandle(opts.UseQP)}, nil, &res)
+	fds, err := a.call(context.Background(), opAccept, acceptArgs{Request: ar.h, Opts: opts, UseQP: qpHandle(opts.UseQP)}, nil, &res)
 	if err != nil {
 		return nil, err
 	}
 	c, err := a.newConn(r.l.pd, &res, fds, opts.UseQP)
-	r.accepted = c
+	ar.accepted = c
 	return c, err
 }
 
-func (a *attachment) reject(r *Request, private []byte) error {
-	r.answerMu.Lock()
-	defer r.answerMu.Unlock()
-	if err := r.answeredLocked(); err != nil {
+func (ar *attachedRequest) reject(r *Request, private []byte) error {
+	ar.answerMu.Lock()
+	defer ar.answerMu.Unlock()
+	if err := ar.answeredLocked(r.peer); err != nil {
 		return err
 	}
-	_, err := a.call(context.Background(), opReject, rejectArgs{Request: r.ah, Private: private}, nil, nil)
-	r.rejected = err == nil
+	_, err := ar.a.call(context.Background(), opReject, rejectArgs{Request: ar.h, Private: private}, nil, nil)
+	ar.rejected = err == nil
 	return err
 }
 
 // answeredLocked returns the error an embedded device gives a request
-// answered already, as the CM state it left: why the connection ended, or
-// that it is established (or rejected), which is EINVAL.
-func (r *Request) answeredLocked() error {
+// from peer answered already, as the CM state it left: why the connection
+// ended, or that it is established (or rejected), which is EINVAL.
+func (r *attachedRequest) answeredLocked(peer netip.AddrPort) error {
 	state := ""
 	switch {
 	case r.rejected:
@@ -113,10 +137,14 @@ func (r *Request) answeredLocked() error {
 		default:
 		}
 	}
-	return fmt.Errorf("connection with %v is %s: %w", r.id.peer, state, ErrInvalid)
+	return fmt.Errorf("connection with %v is %s: %w", peer, state, ErrInvalid)
 }
 
-func (a *attachment) dial(ctx context.Context, remote netip.AddrPort, port uint16, o *DialOptions) (*Conn, error) {
+// dialMTU leaves the path MTU to the daemon, unless the options ask for
+// one.
+func (a *attachment) dialMTU(asked int, _ netip.AddrPort) int { return asked }
+
+func (a *attachment) dial(ctx context.Context, _ *Device, remote netip.AddrPort, port uint16, o *DialOptions) (*Conn, error) {
 	// A QP of the caller's is checked by Dial; the daemon checks it too.
 	if err := a.checkQPConfig(o.PD, &o.QP); o.UseQP == nil && err != nil {
 		return nil, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err)
@@ -138,7 +166,7 @@ func (a *attachment) newConn(pd *PD, r *connResult, fds []int, use *QP) (*Conn, 
 	q, err := use, error(nil)
 	if use != nil {
 		shm.CloseFDs(fds)
-		use.att.cache(&queryQPResult{Attr: r.QP.Attr, Status: qp.Status{State: r.QP.Attr.State}})
+		use.prov.(*attachedQP).cache(&queryQPResult{Attr: r.QP.Attr, Status: qp.Status{State: r.QP.Attr.State}})
 	} else {
 		q, err = a.newQP(pd, &r.QP, fds)
 	}
@@ -149,36 +177,51 @@ func (a *attachment) newConn(pd *PD, r *connResult, fds []int, use *QP) (*Conn, 
 		a.mu.Unlock()
 		return nil, err
 	}
-	c := &Conn{dev: a.d, id: &cmID{peer: r.Remote, done: make(chan struct{})}, qp: q, private: r.Private, ah: r.H, ownQP: use == nil}
+	ac := &attachedConn{a: a, h: r.H, closed: make(chan struct{})}
+	c := &Conn{dev: a.d, qp: q, peer: r.Remote, private: r.Private, ownQP: use == nil, prov: ac}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if why, ok := a.unknownEnds[r.H]; ok {
 		delete(a.unknownEnds, r.H)
-		a.endConnLocked(c, why)
+		ac.endLocked(why)
 	}
 	if a.ended.Load() {
-		a.endConnLocked(c, ErrClosed)
+		ac.endLocked(ErrClosed)
 	}
-	a.conns[r.H] = c
+	a.conns[r.H] = ac
 	return c, nil
 }
 
-func (a *attachment) connErr(c *Conn) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return c.id.err
+// attachedConn is a connection the daemon's connection manager made,
+// named by handle h; ended and why say whether and why it ended, under
+// the attachment's lock.
+type attachedConn struct {
+	a      *attachment
+	h      uint32
+	closed chan struct{} // closed when it ends
+	ended  bool
+	why    error
 }
 
-// disconnect closes c at the daemon (DREQ, DREP waited for) and unmaps its
-// QP's rings.
-func (a *attachment) disconnect(c *Conn) {
-	a.call(context.Background(), opDisconnect, handleArgs{c.ah}, nil, nil)
+func (c *attachedConn) done() <-chan struct{} { return c.closed }
+
+func (c *attachedConn) err() error {
+	c.a.mu.Lock()
+	defer c.a.mu.Unlock()
+	return c.why
+}
+
+// disconnect closes the connection at the daemon (DREQ, DREP waited for)
+// and unmaps its QP's rings.
+func (c *attachedConn) disconnect(pub *Conn) {
+	a := c.a
+	a.call(context.Background(), opDisconnect, handleArgs{c.h}, nil, nil)
 	a.mu.Lock()
-	a.endConnLocked(c, nil)
-	delete(a.conns, c.ah)
+	c.endLocked(nil)
+	delete(a.conns, c.h)
 	a.mu.Unlock()
-	if c.ownQP {
-		a.forget(c.qp.att)
+	if pub.ownQP {
+		a.forget(pub.qp.prov.(*attachedQP))
 	}
 }
 
@@ -191,18 +234,18 @@ func (a *attachment) connEnded(m *attachMsg) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if c := a.conns[ev.H]; c != nil {
-		a.endConnLocked(c, m.err())
+		c.endLocked(m.err())
 	} else {
 		a.unknownEnds[ev.H] = m.err()
 	}
 }
 
-// endConnLocked records why c ended, the first reason only, and closes
-// its Done channel.
-func (a *attachment) endConnLocked(c *Conn, err error) {
-	if c.id.ended {
+// endLocked records why the connection ended, the first reason only, and
+// closes its Done channel.
+func (c *attachedConn) endLocked(err error) {
+	if c.ended {
 		return
 	}
-	c.id.ended, c.id.err = true, err
-	close(c.id.done)
+	c.ended, c.why = true, err
+	close(c.closed)
 }

@@ -284,7 +284,7 @@ func (s *session) pass(woke bool) (rang, ok bool) {
 	s.failing = nil
 	s.mu.Unlock()
 	for _, h := range failing {
-		h.q.Modify(&qp.Attr{State: qp.Err}, qp.AttrState)
+		h.q.modify(&qp.Attr{State: qp.Err}, qp.AttrState)
 	}
 	worked, idle := s.scan(true)
 	worked += len(failing)

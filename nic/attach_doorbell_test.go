@@ -73,10 +73,10 @@ func TestDoorbellLooksAtMarkedQPs(t *testing.T) {
 		t.Fatalf("before: %v", wc.String())
 	}
 	s := onlySession(t, srv)
-	q := l.a.att
+	q := l.a.prov.(*attachedQP)
 	wr := qp.SendWR{ID: 2, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{l.m.SGE(0, 64)}, RemoteAddr: l.m.Addr() + 4096, RKey: l.m.RKey()}
 	q.sqMu.Lock()
-	err := q.postSendLocked(l.dev.att, &wr) // in the ring, without a doorbell
+	err := q.postSendLocked(&wr) // in the ring, without a doorbell
 	q.sq.Producer().Store(q.sqProd)
 	q.sqMu.Unlock()
 	if err != nil {
@@ -91,7 +91,7 @@ func TestDoorbellLooksAtMarkedQPs(t *testing.T) {
 	// already, running the QP for a late ACK), an idle QP and no QP.
 	var worked, idle int
 	for try := 0; try < 100; try++ { // the goroutine may have been finishing its last look
-		for _, slot := range []uint32{q.slot, l.b.att.slot, shm.MaxSlots - 1} {
+		for _, slot := range []uint32{q.slot, l.b.prov.(*attachedQP).slot, shm.MaxSlots - 1} {
 			s.bell.db.Mark(slot)
 		}
 		if worked, idle = s.scan(true); worked+idle == 3 {
@@ -126,7 +126,7 @@ func TestDoorbellFloodThrottled(t *testing.T) {
 				flooded <- n
 				return
 			default:
-				shm.Signal(flooder.dev.att.bellFD)
+				shm.Signal(flooder.dev.prov.(*attachment).bellFD)
 			}
 		}
 	}()

@@ -479,7 +479,7 @@ func (s *fuzzSession) setIndex(in *fuzzInput) error {
 // edge value: slot 200 stands for every bit of the page) and signals the
 // doorbell eventfd a few times.
 func (s *fuzzSession) doorbell(in *fuzzInput) error {
-	victim := []uint32{s.fz.victim.a.att.slot, s.fz.victim.b.att.slot, shm.MaxSlots - 1, 1 << 31}
+	victim := []uint32{s.fz.victim.a.prov.(*attachedQP).slot, s.fz.victim.b.prov.(*attachedQP).slot, shm.MaxSlots - 1, 1 << 31}
 	slot := pick(in, s.slots, victim, fuzzEdges)
 	signals := int(in.byte() % 16)
 	if slot == 200 {

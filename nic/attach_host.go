@@ -26,7 +26,7 @@ import (
 // once the QP exists.
 type hostedQP struct {
 	s    *session
-	q    *QP // set by createQP, before the QP is published
+	q    *embeddedQP // set by createQP, before the QP is published
 	cfg  qpConfigArgs
 	scq  *hostedCQ // where failed work requests complete
 	rcq  *hostedCQ
@@ -98,7 +98,7 @@ func (s *session) newHostedQP(pd *PD, a qpConfigArgs) (*hostedQP, QPConfig, erro
 	h.rings = ringBill(cfg.MaxSendWR, sqSlot)
 	var srq *qp.SRQ
 	if h.srq != nil {
-		srq = h.srq.srq.srq
+		srq = h.srq.qsrq
 	} else {
 		h.rings = h.rings.Add(ringBill(cfg.MaxRecvWR, shm.RecvSlotSize(cfg.MaxRecvSGE)))
 	}
@@ -153,7 +153,7 @@ func (h *hostedQP) ringFDs() []int {
 
 // result describes the QP to the process.
 func (h *hostedQP) result(handle uint32) qpResult {
-	return qpResult{H: handle, QPN: h.q.num, Slot: h.slot, Config: h.cfg, Attr: h.q.Attr()}
+	return qpResult{H: handle, QPN: h.q.num, Slot: h.slot, Config: h.cfg, Attr: h.q.attr()}
 }
 
 // serviceLocked takes the new work requests of the QP's rings into the QP
@@ -421,6 +421,7 @@ func (h *hostedQP) unmap() {
 type hostedCQ struct {
 	s     *session
 	cq    *CQ
+	qcq   *qp.CQ // cq's, in the embedded device
 	depth uint32
 
 	mu     sync.Mutex
@@ -449,7 +450,7 @@ func (s *session) newHostedCQ(depth int) (*hostedCQ, error) {
 		s.acct.Release(bill)
 		return nil, err
 	}
-	c := &hostedCQ{s: s, cq: cq, depth: uint32(depth), efd: -1, bill: bill}
+	c := &hostedCQ{s: s, cq: cq, qcq: cq.prov.(*embeddedCQ).cq, depth: uint32(depth), efd: -1, bill: bill}
 	if c.m, c.ring, err = newRing("softnic-cq", depth, shm.CQESize); err != nil {
 		s.acct.Release(bill)
 		return nil, err
@@ -458,7 +459,7 @@ func (s *session) newHostedCQ(depth int) (*hostedCQ, error) {
 		c.close()
 		return nil, err
 	}
-	cq.cq.SetNotify(c.drain)
+	c.qcq.SetNotify(c.drain)
 	return c, nil
 }
 
@@ -470,7 +471,7 @@ func (c *hostedCQ) drain() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for {
-		n, _ := c.cq.cq.Poll(c.wcs[:])
+		n, _ := c.qcq.Poll(c.wcs[:])
 		if n == 0 {
 			break
 		}
@@ -553,6 +554,7 @@ func (s *session) qpByNum(qpn uint32) *hostedQP {
 type hostedSRQ struct {
 	s      *session
 	srq    *SRQ
+	qsrq   *qp.SRQ // srq's, in the embedded device
 	depth  int
 	maxSGE int
 
@@ -583,7 +585,7 @@ func (s *session) newHostedSRQ(pd *PD, depth, maxSGE int) (*hostedSRQ, error) {
 		s.acct.Release(bill)
 		return nil, err
 	}
-	r := &hostedSRQ{s: s, srq: srq, depth: depth, maxSGE: maxSGE, rsgl: make([]qp.SGE, 0, maxSGE), bill: bill}
+	r := &hostedSRQ{s: s, srq: srq, qsrq: srq.prov.(*embeddedSRQ).srq, depth: depth, maxSGE: maxSGE, rsgl: make([]qp.SGE, 0, maxSGE), bill: bill}
 	if r.m, r.ring, err = newRing("softnic-srq", depth, shm.RecvSlotSize(maxSGE)); err != nil {
 		s.acct.Release(bill)
 		return nil, err
@@ -599,7 +601,7 @@ func (r *hostedSRQ) pull() (bool, error) {
 	if r.closed || r.broken != nil {
 		return false, r.broken
 	}
-	prod, err := posted(r.ring, "SRQ", r.fetched, r.srq.srq.Len())
+	prod, err := posted(r.ring, "SRQ", r.fetched, r.qsrq.Len())
 	if err != nil {
 		r.broken = err
 		return true, err
@@ -611,7 +613,7 @@ func (r *hostedSRQ) pull() (bool, error) {
 		r.s.cnt[cntRecvWQEs].Add(1)
 		err := shm.DecodeRecv(r.ring.Slot(r.fetched), r.maxSGE, &r.rwr, r.rsgl)
 		if err == nil {
-			err = r.srq.srq.PostRecv(&r.rwr)
+			err = r.qsrq.PostRecv(&r.rwr)
 		}
 		if err != nil {
 			r.broken = fmt.Errorf("SRQ work request %d: %w", r.rwr.ID, err)
@@ -631,7 +633,7 @@ func (r *hostedSRQ) publish() {
 }
 
 func (r *hostedSRQ) publishLocked() {
-	r.ring.Consumer().Store(r.fetched - uint32(r.srq.srq.Len()))
+	r.ring.Consumer().Store(r.fetched - uint32(r.qsrq.Len()))
 }
 
 func (r *hostedSRQ) close() {
@@ -670,7 +672,7 @@ func (s *session) deregister(m *hostedMR) error {
 	last := m.buf.refs == 0
 	s.mu.Unlock()
 	if last {
-		s.dev.mem.FreeArena(m.buf.arena)
+		s.dev.Memory().FreeArena(m.buf.arena)
 		s.acct.Release(m.buf.bill)
 	}
 	return nil

@@ -138,7 +138,7 @@ func TestAttachedQueueCorruption(t *testing.T) {
 		spoil func(t *testing.T, l *loop) (cq *CQ, id uint64)
 	}{
 		{"send WQE with an unknown opcode", false, func(t *testing.T, l *loop) (*CQ, uint64) {
-			q := l.a.att
+			q := l.a.prov.(*attachedQP)
 			slot := q.sq.Slot(q.sqProd)
 			shm.EncodeSend(slot, &qp.SendWR{ID: 0xbad, Opcode: qp.WRWrite})
 			slot[8] = 99
@@ -147,7 +147,7 @@ func TestAttachedQueueCorruption(t *testing.T) {
 			return l.acq, 0xbad
 		}},
 		{"send WQE with more SGEs than the QP takes", false, func(t *testing.T, l *loop) (*CQ, uint64) {
-			q := l.a.att
+			q := l.a.prov.(*attachedQP)
 			slot := q.sq.Slot(q.sqProd)
 			shm.EncodeSend(slot, &qp.SendWR{ID: 0xbad2, Opcode: qp.WRWrite})
 			slot[10] = 200
@@ -156,11 +156,11 @@ func TestAttachedQueueCorruption(t *testing.T) {
 			return l.acq, 0xbad2
 		}},
 		{"send producer index beyond the ring", false, func(t *testing.T, l *loop) (*CQ, uint64) {
-			l.a.att.sq.Producer().Store(l.a.att.sqProd + 1000)
+			l.a.prov.(*attachedQP).sq.Producer().Store(l.a.prov.(*attachedQP).sqProd + 1000)
 			return l.acq, 0
 		}},
 		{"receive WQE with reserved bytes set", false, func(t *testing.T, l *loop) (*CQ, uint64) {
-			q := l.b.att
+			q := l.b.prov.(*attachedQP)
 			slot := q.rq.Slot(q.rqProd)
 			shm.EncodeRecv(slot, &qp.RecvWR{ID: 0xbad3})
 			slot[15] = 1
@@ -169,7 +169,7 @@ func TestAttachedQueueCorruption(t *testing.T) {
 			return l.bcq, 0xbad3
 		}},
 		{"SRQ producer index beyond the ring", true, func(t *testing.T, l *loop) (*CQ, uint64) {
-			l.srq.att.ring.Producer().Store(l.srq.att.prod + 77)
+			l.srq.prov.(*attachedSRQ).ring.Producer().Store(l.srq.prov.(*attachedSRQ).prod + 77)
 			// The daemon takes SRQ receives as packets arrive: send one.
 			wr := qp.SendWR{ID: 1, Opcode: qp.WRSend, SGL: []qp.SGE{l.m.SGE(0, 8)}}
 			if err := l.a.PostSend(&wr); err != nil {
@@ -189,8 +189,8 @@ func TestAttachedQueueCorruption(t *testing.T) {
 			if cq == l.bcq {
 				victim = l.b
 			}
-			l.dev.att.needWake.Store(1) // ring whatever the daemon says
-			l.dev.att.ringDoorbell(victim.att.slot)
+			l.dev.prov.(*attachment).needWake.Store(1) // ring whatever the daemon says
+			l.dev.prov.(*attachment).ringDoorbell(victim.prov.(*attachedQP).slot)
 			var wc qp.WC
 			for wc = waitWC(t, cq); wc.Status == qp.WRFlushErr; wc = waitWC(t, cq) {
 			}
@@ -215,7 +215,7 @@ func TestAttachedCQConsumerSpoilt(t *testing.T) {
 	if wc := l.write(t, 1); wc.Status != qp.Success {
 		t.Fatalf("before: %v", wc.String())
 	}
-	l.acq.att.ring.Consumer().Store(l.acq.att.cons + 12345)
+	l.acq.prov.(*attachedCQ).ring.Consumer().Store(l.acq.prov.(*attachedCQ).cons + 12345)
 	wr := qp.SendWR{ID: 2, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{l.m.SGE(0, 8)}, RemoteAddr: l.m.Addr(), RKey: l.m.RKey()}
 	if err := l.a.PostSend(&wr); err != nil {
 		t.Fatal(err)
@@ -268,7 +268,7 @@ func TestAttachedBadWQEsLoggedOnce(t *testing.T) {
 	core, logs := observer.New(zap.WarnLevel)
 	_, srv, path := serveTest(t, AttachServerConfig{Logger: zap.New(core)})
 	l := newLoop(t, path, false)
-	q := l.a.att
+	q := l.a.prov.(*attachedQP)
 	const bad = 6
 	for i := range bad {
 		slot := q.sq.Slot(q.sqProd)
@@ -277,8 +277,8 @@ func TestAttachedBadWQEsLoggedOnce(t *testing.T) {
 		q.sqProd++
 	}
 	q.sq.Producer().Store(q.sqProd)
-	l.dev.att.needWake.Store(1)
-	l.dev.att.ringDoorbell(q.slot)
+	l.dev.prov.(*attachment).needWake.Store(1)
+	l.dev.prov.(*attachment).ringDoorbell(q.slot)
 	for i := range bad {
 		if wc := waitWC(t, l.acq); wc.Status != qp.LocQPOpErr || wc.ID != uint64(0xbad0+i) {
 			t.Errorf("completion %d: %v, want LOC_QP_OP_ERR of WR %#x", i, wc.String(), 0xbad0+i)
@@ -305,8 +305,8 @@ func TestHostedQPCountsRingWRs(t *testing.T) {
 		}
 	}
 	var hosted *QP
-	for i := range dev.qps {
-		if q := dev.qps[i].Load(); q != nil && q.num == l.b.Num() {
+	for _, q := range dev.QPs() {
+		if q.Num() == l.b.Num() {
 			hosted = q
 		}
 	}

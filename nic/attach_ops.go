@@ -29,7 +29,7 @@ func (s *session) allocPD(_ context.Context, _ json.RawMessage, _ []int) (any, [
 		pd.Dealloc()
 		return nil, nil, err
 	}
-	return pdResult{H: h, PD: pd.pd}, nil, nil
+	return pdResult{H: h, PD: pd.Handle()}, nil, nil
 }
 
 func (s *session) deallocPD(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
@@ -70,7 +70,7 @@ func (s *session) allocMR(_ context.Context, raw json.RawMessage, fds []int) (an
 // arena of the device's table, and registers n bytes at off of it (size
 // bytes the process asked for) in pd at *iova (see register).
 func (s *session) adopt(pd *PD, m *shm.Mapping, bill quota.Bill, size, off, n int, access mr.Access, iova *uint64) (any, []int, error) {
-	arena, err := s.dev.mem.AdoptArena(pd.pd, m.Bytes())
+	arena, err := s.dev.Memory().AdoptArena(pd.Handle(), m.Bytes())
 	if err != nil {
 		m.Close()
 		s.acct.Release(bill)
@@ -80,7 +80,7 @@ func (s *session) adopt(pd *PD, m *shm.Mapping, bill quota.Bill, size, off, n in
 	buf := &hostedBuf{arena: arena, size: size, bill: bill}
 	res, err := s.register(pd, buf, off, n, access, iova)
 	if err != nil {
-		s.dev.mem.FreeArena(arena)
+		s.dev.Memory().FreeArena(arena)
 		s.acct.Release(bill)
 	}
 	return res, nil, err
@@ -139,14 +139,14 @@ func (s *session) register(pd *PD, buf *hostedBuf, off, n int, access mr.Access,
 	var r *mr.Region
 	var err error
 	if iova != nil {
-		r, err = s.dev.mem.RegisterIOVA(pd.pd, mem, *iova, access)
+		r, err = s.dev.Memory().RegisterIOVA(pd.Handle(), mem, *iova, access)
 	} else {
-		r, err = s.dev.mem.Register(pd.pd, mem, access)
+		r, err = s.dev.Memory().Register(pd.Handle(), mem, access)
 	}
 	if err != nil {
 		return nil, err
 	}
-	hm := &hostedMR{m: newMR(pd, r, mem, nil), buf: buf}
+	hm := &hostedMR{m: pd.prov.(*embeddedPD).newMR(pd, r, mem, nil), buf: buf}
 	h, err := s.add(hm)
 	if err != nil {
 		// buf stays the caller's to free: a first region's alloc_mr frees
@@ -229,7 +229,7 @@ func (s *session) createQP(_ context.Context, raw json.RawMessage, _ []int) (any
 	}
 	handle, err := s.add(h)
 	if err != nil {
-		h.q.Destroy()
+		h.q.destroy()
 		h.close()
 		return nil, nil, err
 	}
@@ -245,10 +245,10 @@ func (s *session) modifyQP(_ context.Context, raw json.RawMessage, _ []int) (any
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := h.q.Modify(&a.Attr, a.Mask); err != nil {
+	if err := h.q.modify(&a.Attr, a.Mask); err != nil {
 		return nil, nil, err
 	}
-	return queryQPResult{Attr: h.q.Attr(), Status: h.q.Status()}, nil, nil
+	return queryQPResult{Attr: h.q.attr(), Status: h.q.status()}, nil, nil
 }
 
 func (s *session) queryQP(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
@@ -256,7 +256,7 @@ func (s *session) queryQP(_ context.Context, raw json.RawMessage, _ []int) (any,
 	if err != nil {
 		return nil, nil, err
 	}
-	return queryQPResult{Attr: h.q.Attr(), Status: h.q.Status()}, nil, nil
+	return queryQPResult{Attr: h.q.attr(), Status: h.q.status()}, nil, nil
 }
 
 // destroyQP destroys a QP of the process. Its handle goes first: the
@@ -269,7 +269,7 @@ func (s *session) destroyQP(_ context.Context, raw json.RawMessage, _ []int) (an
 	}
 	s.remove(hnd)
 	h.takePosted()
-	h.q.Destroy()
+	h.q.destroy()
 	h.close()
 	return nil, nil, nil
 }
@@ -460,11 +460,11 @@ func (s *session) accept(ctx context.Context, raw json.RawMessage, _ []int) (any
 	s.remove(a.Request)
 	h, cfg, err := s.connQP(r.l.pd, r.l.cfg, a.UseQP)
 	if err != nil {
-		r.r.abandon(wire.RejectNoQP)
+		r.r.prov.(*embeddedRequest).abandon(wire.RejectNoQP)
 		return nil, nil, err
 	}
 	if a.UseQP != 0 {
-		a.Opts.UseQP = h.q
+		a.Opts.UseQP = h.q.pub
 	}
 	type outcome struct {
 		c   *Conn
@@ -472,7 +472,7 @@ func (s *session) accept(ctx context.Context, raw json.RawMessage, _ []int) (any
 	}
 	done := make(chan outcome, 1)
 	background(func() {
-		c, err := r.r.accept(a.Opts, cfg)
+		c, err := r.r.prov.(*embeddedRequest).acceptWith(r.r, a.Opts, cfg)
 		done <- outcome{c, err}
 	})
 	select {
@@ -556,7 +556,7 @@ func (s *session) dial(ctx context.Context, raw json.RawMessage, _ []int) (any, 
 		MTU: a.MTU, Timeout: a.Timeout, CMRetries: a.CMRetries, CMTimeout: a.CMTimeout,
 	}
 	if a.UseQP != 0 {
-		o.UseQP = h.q
+		o.UseQP = h.q.pub
 	}
 	c, err := s.dev.Dial(ctx, a.Remote, a.Port, o)
 	if err != nil {

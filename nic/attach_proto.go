@@ -320,14 +320,14 @@ func (cfg *QPConfig) args() qpConfigArgs {
 		Type: cfg.Type, MaxSendWR: cfg.MaxSendWR, MaxRecvWR: cfg.MaxRecvWR, MaxSendSGE: cfg.MaxSendSGE,
 		MaxRecvSGE: cfg.MaxRecvSGE, MaxInline: cfg.MaxInline, SignalAll: cfg.SignalAll,
 	}
-	if cfg.SendCQ != nil && cfg.SendCQ.att != nil {
-		a.SendCQ = cfg.SendCQ.att.h
+	if cfg.SendCQ != nil {
+		a.SendCQ = daemonHandle(cfg.SendCQ.prov)
 	}
-	if cfg.RecvCQ != nil && cfg.RecvCQ.att != nil {
-		a.RecvCQ = cfg.RecvCQ.att.h
+	if cfg.RecvCQ != nil {
+		a.RecvCQ = daemonHandle(cfg.RecvCQ.prov)
 	}
-	if cfg.SRQ != nil && cfg.SRQ.att != nil {
-		a.SRQ = cfg.SRQ.att.h
+	if cfg.SRQ != nil {
+		a.SRQ = daemonHandle(cfg.SRQ.prov)
 	}
 	return a
 }
@@ -357,17 +357,9 @@ func (a qpConfigArgs) withDefaults() qpConfigArgs {
 // dialArgsOf describes a Dial's options.
 func dialArgsOf(remote netip.AddrPort, port uint16, o *DialOptions) dialArgs {
 	return dialArgs{
-		Remote: remote, Port: port, PD: o.PD.ah, QP: o.QP.args(), Private: o.PrivateData,
+		Remote: remote, Port: port, PD: daemonHandle(o.PD.prov), QP: o.QP.args(), Private: o.PrivateData,
 		ResponderResources: o.ResponderResources, InitiatorDepth: o.InitiatorDepth,
 		RetryCount: o.RetryCount, RNRRetryCount: o.RNRRetryCount, MTU: o.MTU,
 		Timeout: o.Timeout, CMRetries: o.CMRetries, CMTimeout: o.CMTimeout, UseQP: qpHandle(o.UseQP),
 	}
-}
-
-// qpHandle is an attached QP's handle at the daemon, 0 for none.
-func qpHandle(q *QP) uint32 {
-	if q == nil || q.att == nil {
-		return 0
-	}
-	return q.att.h
 }

@@ -61,6 +61,7 @@ type AttachServerConfig struct {
 // doorbellRate).
 type AttachServer struct {
 	dev *Device
+	nic *embeddedDevice // dev's provider; nil if dev is attached itself
 	cfg AttachServerConfig
 	log *zap.Logger
 
@@ -91,7 +92,8 @@ type AttachServer struct {
 func background(f func()) { go f() }
 
 // NewAttachServer returns a server of d's resources to attached processes.
-// Close it before d.
+// Close it before d. d is an embedded device: a server of an attached one
+// refuses every process with ErrNotSupported.
 func NewAttachServer(d *Device, cfg AttachServerConfig) *AttachServer {
 	if cfg.Logger == nil {
 		cfg.Logger = d.log
@@ -101,11 +103,12 @@ func NewAttachServer(d *Device, cfg AttachServerConfig) *AttachServer {
 		l := quota.DefaultLimits(quota.Probe(d.MaxQPs()))
 		limits = &l
 	}
-	s := &AttachServer{dev: d, cfg: cfg, log: cfg.Logger, sessions: make(map[*session]struct{}), stop: make(chan struct{}),
+	nic, _ := d.prov.(*embeddedDevice)
+	s := &AttachServer{dev: d, nic: nic, cfg: cfg, log: cfg.Logger, sessions: make(map[*session]struct{}), stop: make(chan struct{}),
 		ledger: quota.NewLedger(*limits, cfg.LimitFlag)}
 	s.accepts.Log = s.log
-	if d.cfg.BusyPoll > 0 {
-		d.rings.Store(s)
+	if nic != nil && nic.cfg.BusyPoll > 0 {
+		nic.rings.Store(s)
 	}
 	return s
 }
@@ -252,7 +255,9 @@ func (s *AttachServer) refuse(c *net.UnixConn, err error) {
 // Connections still being disconnected for them are not waited for: their
 // DREQs go on until answered, or until the device closes.
 func (s *AttachServer) Close() error {
-	s.dev.rings.CompareAndSwap(s, nil)
+	if s.nic != nil {
+		s.nic.rings.CompareAndSwap(s, nil)
+	}
 	s.mu.Lock()
 	if !s.closed {
 		close(s.stop)
@@ -382,7 +387,10 @@ func (s *AttachServer) newSession(c *net.UnixConn) (*session, error) {
 	}
 	ss.log = s.log.With(zap.Int("pid", ss.pid))
 	ss.ctx, ss.cancel = context.WithCancel(context.Background())
-	if s.dev.closed() {
+	switch {
+	case s.nic == nil:
+		return nil, fmt.Errorf("attach: %w", unsupported("an attach server"))
+	case isClosed(s.dev.Done()):
 		return nil, fmt.Errorf("attach: %w", ErrClosed)
 	}
 	ss.acct = s.ledger.Open(quota.Identify(ss.pid), ss.uid)
@@ -398,7 +406,7 @@ func (s *AttachServer) newSession(c *net.UnixConn) (*session, error) {
 	if err := ss.bell.open(); err != nil {
 		return fail(err)
 	}
-	hello := helloResult{Addr: s.dev.local, MTU: s.dev.cfg.MTU, Features: s.dev.conn.Features(), PID: os.Getpid()}
+	hello := helloResult{Addr: s.dev.Addr(), MTU: s.dev.MTU(), Features: s.dev.Features(), PID: os.Getpid()}
 	err = ss.reply(0, &hello, ss.bell.fds(), nil)
 	ss.bell.page.CloseFD()
 	if err != nil {
@@ -487,7 +495,7 @@ func (s *session) tellQPError(e qpError) {
 	s.mu.Lock()
 	var h uint32
 	for k, obj := range s.objects {
-		if obj == e.q.host {
+		if obj == e.q.prov.(*embeddedQP).host { // the daemon's QPs are embedded
 			h = k
 			break
 		}
@@ -640,9 +648,9 @@ func (s *session) describe() AttachedProcess {
 	for _, obj := range s.objects {
 		switch o := obj.(type) {
 		case *PD:
-			p.PDs = append(p.PDs, o.pd)
+			p.PDs = append(p.PDs, o.Handle())
 		case *hostedQP:
-			p.QPs = append(p.QPs, o.q)
+			p.QPs = append(p.QPs, o.q.pub)
 		case *hostedConn:
 			p.Connected[o.qp.q.num] = o.since
 		}
@@ -711,14 +719,14 @@ func (s *session) cleanup() {
 	// first takes what is still in its rings and flushes it all while the
 	// completion rings are mapped, as an embedded device's Close does.
 	for _, r := range requests {
-		r.r.abandon(wire.RejectConsumer)
+		r.r.prov.(*embeddedRequest).abandon(wire.RejectConsumer)
 	}
 	for _, l := range listeners {
 		l.close(s)
 	}
 	for _, c := range conns {
 		c.qp.takePosted()
-		c.c.halt()
+		halt(c.c)
 		background(func() {
 			c.c.Close()
 			c.qp.close() // the QP is destroyed: its bill is released
@@ -730,7 +738,7 @@ func (s *session) cleanup() {
 			continue
 		}
 		h.takePosted()
-		h.q.Destroy()
+		h.q.destroy()
 		h.close()
 	}
 	for _, q := range queues {
@@ -743,7 +751,7 @@ func (s *session) cleanup() {
 		s.deregister(m)
 	}
 	for _, pd := range pds {
-		if err := pd.Dealloc(); err != nil && !s.dev.closed() {
+		if err := pd.Dealloc(); err != nil && !isClosed(s.dev.Done()) {
 			s.log.Warn("detach: PD", zap.Error(err))
 		}
 	}

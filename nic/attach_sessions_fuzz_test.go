@@ -241,7 +241,7 @@ type fuzzHoldings struct {
 }
 
 func (fz *sessionFuzz) holdings() fuzzHoldings {
-	st := fz.dev.mem.Stats()
+	st := fz.dev.Memory().Stats()
 	fz.srv.mu.Lock()
 	sessions := len(fz.srv.sessions)
 	fz.srv.mu.Unlock()
@@ -345,7 +345,7 @@ func newFuzzVictim(f *testing.F, path string) *fuzzVictim {
 	for i := 0; i < len(v.secretMR.Bytes()); i += len(v.secret) {
 		copy(v.secretMR.Bytes()[i:], v.secret[:])
 	}
-	v.handles = []uint32{pd.ah, v.secretMR.att.h, v.mr.att.h, v.cq.att.h, v.a.att.h, v.b.att.h}
+	v.handles = []uint32{daemonHandle(pd.prov), v.secretMR.prov.(*attachedMR).h, v.mr.prov.(*attachedMR).h, v.cq.prov.(*attachedCQ).h, v.a.prov.(*attachedQP).h, v.b.prov.(*attachedQP).h}
 	return v
 }
 

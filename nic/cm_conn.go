@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
-	"slices"
 	"sync"
 	"time"
 
@@ -54,11 +53,11 @@ type ListenOptions struct {
 
 // Listener accepts connection requests for one rdma_cm port of a device.
 type Listener struct {
-	dev *Device
-	l   *cmListener
-	pd  *PD
-	qp  QPConfig
-	ah  uint32 // an attached device's handle of the listener
+	dev  *Device
+	port uint16
+	pd   *PD
+	qp   QPConfig
+	prov listenerProvider
 }
 
 // Listen starts accepting connection requests for rdma_cm port port: REQs
@@ -75,25 +74,17 @@ func (d *Device) Listen(port uint16, opts ListenOptions) (*Listener, error) {
 	case opts.Backlog < 0:
 		return nil, fmt.Errorf("softnic: listen on port %d: backlog %d: %w", port, opts.Backlog, ErrInvalid)
 	}
-	if d.att != nil {
-		return d.att.listen(port, &opts)
-	}
-	l := &cmListener{port: port, ready: make(chan struct{}, 1), closed: make(chan struct{})}
-	var err error
-	d.cm.run(func(e *cm.Engine, _ qp.Time, _ *cm.Output) {
-		if l.engine, err = e.Listen(port, cmp.Or(opts.Backlog, cmDefaultBacklog)); err == nil {
-			l.engine.Context = l
-		}
-	})
+	l := &Listener{dev: d, port: port, pd: opts.PD, qp: opts.QP}
+	p, err := d.prov.listen(l, &opts)
 	if err != nil {
-		return nil, fmt.Errorf("softnic: listen: %w", err)
+		return nil, err
 	}
-	d.log.Debug("cm: listening", zap.Uint16("port", port))
-	return &Listener{dev: d, l: l, pd: opts.PD, qp: opts.QP}, nil
+	l.prov = p
+	return l, nil
 }
 
 // Port returns the rdma_cm port the listener accepts requests for.
-func (l *Listener) Port() uint16 { return l.l.port }
+func (l *Listener) Port() uint16 { return l.port }
 
 // Accept waits for the next connection request and accepts it with the
 // default AcceptOptions: it returns a connection whose QP is in RTS. A
@@ -121,32 +112,14 @@ func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 // unanswered: the caller accepts or rejects it. A requester that waits
 // meanwhile gets an MRA for each REQ it repeats.
 func (l *Listener) AcceptRequest(ctx context.Context) (*Request, error) {
-	if l.dev.att != nil {
-		return l.dev.att.acceptRequest(ctx, l)
-	}
-	for {
-		if l.l.isClosed() {
-			return nil, l.l.errClosed()
-		}
-		if id := l.dev.cm.nextRequest(l.l); id != nil {
-			return &Request{l: l, id: id, private: id.req.PrivateData[wire.CMAHeaderSize:]}, nil
-		}
-		select {
-		case <-l.l.ready:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-l.l.closed:
-			return nil, l.l.errClosed()
-		case <-l.dev.done:
-			return nil, ErrClosed
-		}
-	}
+	return l.prov.acceptRequest(ctx, l)
 }
 
-// isClosed reports whether the listener's Close was called.
-func (l *cmListener) isClosed() bool {
+// isClosed reports whether closed, a listener's channel closed by its
+// Close, is closed.
+func isClosed(closed <-chan struct{}) bool {
 	select {
-	case <-l.closed:
+	case <-closed:
 		return true
 	default:
 		return false
@@ -154,33 +127,21 @@ func (l *cmListener) isClosed() bool {
 }
 
 // errClosed is what a call on the listener returns once it is closed.
-func (l *cmListener) errClosed() error {
+func (l *Listener) errClosed() error {
 	return fmt.Errorf("softnic: listener on port %d: %w", l.port, ErrClosed)
 }
 
 // Close stops listening; requests not yet taken by AcceptRequest are
 // rejected (consumer reject). Connections already made stay.
-func (l *Listener) Close() error {
-	if l.dev.att != nil {
-		return l.dev.att.closeListener(l)
-	}
-	l.dev.cm.run(func(e *cm.Engine, now qp.Time, out *cm.Output) { e.Unlisten(now, l.l.engine, out) })
-	return nil
-}
+func (l *Listener) Close() error { return l.prov.close() }
 
 // Request is a connection request a Listener received and the application
 // has not answered yet.
 type Request struct {
 	l       *Listener
-	id      *cmID
+	peer    netip.AddrPort
 	private []byte
-	ah      uint32 // an attached device's handle of the request
-	// An attached device's answer, once given: the connection accepted,
-	// or rejected. The daemon forgets an answered request; these give a
-	// second answer the embedded device's errors.
-	answerMu sync.Mutex
-	accepted *Conn
-	rejected bool
+	prov    requestProvider
 }
 
 // PrivateData returns the requester's private data: the REQ's after the
@@ -189,7 +150,7 @@ type Request struct {
 func (r *Request) PrivateData() []byte { return r.private }
 
 // RemoteAddr returns the requesting device's address (IP and UDP port).
-func (r *Request) RemoteAddr() netip.AddrPort { return r.id.peer }
+func (r *Request) RemoteAddr() netip.AddrPort { return r.peer }
 
 // AcceptOptions answer a connection request. Zero fields take the
 // defaults noted.
@@ -220,102 +181,7 @@ type AcceptOptions struct {
 // returns the connection. The REP is sent again only when the requester
 // repeats its REQ, and the wait is bounded by Config.CM (a timeout wraps
 // ErrTimedOut). If the QP cannot be made, the request is rejected.
-func (r *Request) Accept(opts AcceptOptions) (*Conn, error) {
-	if r.l.dev.att != nil {
-		return r.l.dev.att.accept(r, opts)
-	}
-	return r.accept(opts, r.l.qp)
-}
-
-// accept accepts the request with a QP made with cfg.
-func (r *Request) accept(opts AcceptOptions, cfg QPConfig) (*Conn, error) {
-	d := r.l.dev
-	c := d.cm
-	req := r.id.req
-	if len(opts.PrivateData) > wire.REPPrivateDataSize {
-		return nil, fmt.Errorf("softnic: accept %v: %d bytes of private data, a REP carries %d: %w",
-			r.id.peer, len(opts.PrivateData), wire.REPPrivateDataSize, ErrInvalid)
-	}
-	if opts.RNRRetryCount > 7 {
-		return nil, fmt.Errorf("softnic: accept %v: RNR retry count %d > 7: %w", r.id.peer, opts.RNRRetryCount, ErrInvalid)
-	}
-	rr := cmp.Or(opts.ResponderResources, min(cmDefaultRdAtomic, req.InitiatorDepth))
-	rr = min(rr, qp.MaxRdAtomicLimit)
-	depth := min(cmp.Or(opts.InitiatorDepth, cmDefaultRdAtomic), req.ResponderResources)
-	rnr := cmp.Or(opts.RNRRetryCount, cmDefaultRetry)
-
-	q, err := opts.UseQP, error(nil)
-	if q != nil {
-		err = checkConnQP(r.l.dev, q)
-	} else {
-		q, err = r.l.pd.createConnQP(cfg)
-	}
-	if err != nil {
-		r.abandon(wire.RejectNoQP)
-		return nil, fmt.Errorf("softnic: accept %v: %w", r.id.peer, err)
-	}
-	// A failed accept destroys the QP it made, and leaves the caller's in
-	// the error state.
-	drop := func() { q.Destroy() }
-	if opts.UseQP != nil {
-		drop = q.halt
-	}
-	// The REQ's Starting PSN is the one this side sends from, the REP's the
-	// one the dialer sends from, as Linux's CM has them (cm_req_handler
-	// makes the REQ's its sq_psn).
-	psn := c.randomPSN()
-	err = q.connect(r.id.peer, req.LocalQPN, &ConnectOptions{
-		LocalPSN: req.StartingPSN, RemotePSN: psn, MTU: req.PathMTU.Bytes(), Access: cmAccess(rr),
-		Timeout: min(req.PrimaryPath.LocalACKTimeout, cm.MaxHonouredTimeout), RetryCnt: req.RetryCount, RNRRetry: req.RNRRetryCount,
-		MinRNRTimer: cmMinRNRTimer, MaxRdAtomic: depth, MaxDestRdAtomic: rr,
-	})
-	if err != nil {
-		drop()
-		r.abandon(wire.RejectConsumer)
-		return nil, fmt.Errorf("softnic: accept %v: %w", r.id.peer, err)
-	}
-	// The first request the QP takes before the RTU establishes the
-	// connection too (see cm.Engine.CommEstablished).
-	q.mu.Lock()
-	q.commEstPSN = q.qp.Status().ExpectedPSN
-	q.commEst = func() { c.run(func(e *cm.Engine, _ qp.Time, out *cm.Output) { e.CommEstablished(r.id.comm, out) }) }
-	q.mu.Unlock()
-	c.run(func(e *cm.Engine, now qp.Time, out *cm.Output) {
-		err = e.Accept(now, r.id.comm, &cm.AcceptParams{
-			QPN: q.num, PSN: psn, SRQ: cfg.SRQ != nil, Private: opts.PrivateData,
-			ResponderResources: rr, InitiatorDepth: depth, RNRRetryCount: rnr,
-		}, out)
-		if err == nil {
-			r.id.qp = q
-		}
-	})
-	if err == nil {
-		select {
-		case res := <-r.id.result:
-			err = res.err
-		case <-d.done:
-			err = ErrClosed
-		}
-	}
-	q.mu.Lock()
-	q.commEst = nil
-	q.mu.Unlock()
-	if err == ErrClosed {
-		err = fmt.Errorf("softnic: accept %v: %w", r.id.peer, ErrClosed)
-	}
-	if err != nil {
-		drop()
-		return nil, err
-	}
-	d.log.Debug("cm: accepted", zap.Stringer("peer", r.id.peer), zap.Uint16("port", r.id.port),
-		zap.Uint32("qpn", q.num), zap.Uint32("remote_qpn", req.LocalQPN))
-	return d.newConn(r.id, q, r.private, opts.UseQP == nil), nil
-}
-
-// abandon rejects the request after a local failure.
-func (r *Request) abandon(reason wire.RejectReason) {
-	r.l.dev.cm.run(func(e *cm.Engine, now qp.Time, out *cm.Output) { e.Reject(now, r.id.comm, reason, nil, out) })
-}
+func (r *Request) Accept(opts AcceptOptions) (*Conn, error) { return r.prov.accept(r, opts) }
 
 // Reject refuses the request with a REJ, reason "consumer reject" (28),
 // carrying privateData (at most wire.REJPrivateDataSize bytes), as
@@ -323,19 +189,9 @@ func (r *Request) abandon(reason wire.RejectReason) {
 func (r *Request) Reject(privateData []byte) error {
 	if len(privateData) > wire.REJPrivateDataSize {
 		return fmt.Errorf("softnic: reject %v: %d bytes of private data, a REJ carries %d: %w",
-			r.id.peer, len(privateData), wire.REJPrivateDataSize, ErrInvalid)
+			r.peer, len(privateData), wire.REJPrivateDataSize, ErrInvalid)
 	}
-	if r.l.dev.att != nil {
-		return r.l.dev.att.reject(r, privateData)
-	}
-	var err error
-	r.l.dev.cm.run(func(e *cm.Engine, now qp.Time, out *cm.Output) {
-		err = e.Reject(now, r.id.comm, wire.RejectConsumer, privateData, out)
-	})
-	if err == nil {
-		r.l.dev.log.Debug("cm: rejected", zap.Stringer("peer", r.id.peer), zap.Uint16("port", r.id.port))
-	}
-	return err
+	return r.prov.reject(r, privateData)
 }
 
 // DialOptions configure Dial. Zero fields take the defaults noted, which
@@ -395,19 +251,14 @@ func (o *DialOptions) setDefaults(d *Device, remote netip.AddrPort) error {
 	def(&o.CMTimeout, cmDefaultCMTimeout)
 	def(&o.CMRetries, cmDefaultCMRetries)
 	asked := o.MTU
-	if d.att == nil {
-		// The path toward the peer may carry less than the device's MTU
-		// (or than asked): its MTU, as rxe's interface MTU bounds its
-		// own. An attached device leaves it to the daemon.
-		o.MTU = min(cmp.Or(o.MTU, d.cfg.MTU), d.PathMTU(remote))
-	}
+	o.MTU = d.prov.dialMTU(o.MTU, remote)
 	switch {
 	case o.PD == nil || o.PD.dev != d:
 		return fmt.Errorf("DialOptions.PD of this device is required: %w", ErrInvalid)
 	case len(o.PrivateData) > wire.CMAPrivateDataSize:
 		return fmt.Errorf("%d bytes of private data, rdma_cm's REQ carries %d: %w", len(o.PrivateData), wire.CMAPrivateDataSize, ErrInvalid)
-	case asked > d.cfg.MTU:
-		return fmt.Errorf("path MTU %d exceeds the device MTU %d: %w", asked, d.cfg.MTU, ErrInvalid)
+	case asked > d.MTU():
+		return fmt.Errorf("path MTU %d exceeds the device MTU %d: %w", asked, d.MTU(), ErrInvalid)
 	case o.RetryCount > 7 || o.RNRRetryCount > 7:
 		return fmt.Errorf("retry counts %d and %d: at most 7: %w", o.RetryCount, o.RNRRetryCount, ErrInvalid)
 	case o.Timeout > 31 || o.CMTimeout > 31:
@@ -418,7 +269,8 @@ func (o *DialOptions) setDefaults(d *Device, remote netip.AddrPort) error {
 		return fmt.Errorf("responder resources %d, initiator depth %d: at most %d: %w",
 			o.ResponderResources, o.InitiatorDepth, qp.MaxRdAtomicLimit, ErrInvalid)
 	}
-	if _, ok := wire.MTUFromBytes(o.MTU); !ok && (o.MTU != 0 || d.att == nil) {
+	// 0 leaves the path MTU to an attached device's daemon.
+	if _, ok := wire.MTUFromBytes(o.MTU); !ok && o.MTU != 0 {
 		return fmt.Errorf("path MTU %d is not 256, 512, 1024, 2048 or 4096: %w", cmp.Or(asked, o.MTU), ErrInvalid)
 	}
 	return nil
@@ -458,44 +310,8 @@ func (d *Device) Dial(ctx context.Context, remote netip.AddrPort, port uint16, o
 			return fail(fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err))
 		}
 	}
-	if d.att != nil {
-		return d.att.dial(ctx, remote, port, &opts)
-	}
-	q, err := opts.UseQP, error(nil)
-	if q == nil {
-		q, err = opts.PD.createConnQP(opts.QP)
-	}
+	c, err := d.prov.dial(ctx, d, remote, port, &opts)
 	if err != nil {
-		return fail(fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err))
-	}
-	c, err := d.dial(ctx, q, remote, port, &opts)
-	for busy := 0; err != nil; busy++ {
-		var rej *RejectError
-		if !errors.As(err, &rej) {
-			break
-		}
-		if rej.Reason == wire.RejectInvalidMTU && len(rej.ARI) > 0 {
-			mtu := wire.MTU(rej.ARI[0]).Bytes()
-			if mtu == 0 || mtu >= opts.MTU {
-				break
-			}
-			d.log.Debug("cm: peer takes a smaller MTU", zap.Stringer("peer", remote), zap.Int("mtu", mtu))
-			opts.MTU = mtu
-		} else if rej.Reason != wire.RejectNoResources || busy >= int(opts.CMRetries) || !cmBackoff(ctx, busy, opts.CMTimeout) {
-			break
-		}
-		c, err = d.dial(ctx, q, remote, port, &opts)
-	}
-	if err != nil {
-		switch st := q.Attr().State; {
-		case opts.UseQP == nil:
-			q.Destroy()
-		case st != qp.Reset && st != qp.Init:
-			// The caller's QP, connected before the handshake failed.
-			// One the handshake never reached (a REJ, no answer) stays
-			// as it was, for the caller to try again.
-			q.halt()
-		}
 		return fail(err)
 	}
 	return c, nil
@@ -517,69 +333,6 @@ func cmBackoff(ctx context.Context, busy int, cmTimeout uint8) bool {
 	}
 }
 
-// dial makes one connection attempt with the QP q, still in RESET.
-func (d *Device) dial(ctx context.Context, q *QP, remote netip.AddrPort, port uint16, o *DialOptions) (*Conn, error) {
-	c := d.cm
-	mtu, _ := wire.MTUFromBytes(o.MTU)
-	psn := c.randomPSN()
-	p := cm.DialParams{
-		Peer: remote, Src: d.sourceFor(remote).Addr().Unmap(), Port: port, QPN: q.num, PSN: psn,
-		MTU: mtu, SRQ: o.QP.SRQ != nil, Private: o.PrivateData,
-		ResponderResources: o.ResponderResources, InitiatorDepth: o.InitiatorDepth,
-		RetryCount: o.RetryCount, RNRRetryCount: o.RNRRetryCount,
-		ACKTimeout: o.Timeout, CMTimeout: o.CMTimeout, CMRetries: o.CMRetries,
-	}
-	var id *cmID
-	var err error
-	c.run(func(e *cm.Engine, now qp.Time, out *cm.Output) {
-		var comm *cm.ID
-		if comm, err = e.Connect(now, &p, out); err == nil {
-			id = newCMID(comm)
-			id.qp = q
-		}
-	})
-	if err != nil {
-		return nil, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err)
-	}
-	var res cmResult
-	select {
-	case res = <-id.result:
-	case <-ctx.Done():
-		c.run(func(e *cm.Engine, now qp.Time, out *cm.Output) { e.Abort(now, id.comm, out) })
-		return nil, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, ctx.Err())
-	case <-d.done:
-		res.err = ErrClosed
-	}
-	if res.err == ErrClosed {
-		return nil, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, ErrClosed)
-	}
-	if res.err != nil {
-		return nil, res.err
-	}
-	rep := res.rep
-	rr := min(o.ResponderResources, rep.InitiatorDepth)
-	// The dialer sends from the REP's Starting PSN and expects its own
-	// REQ's (see Accept).
-	err = q.connect(remote, rep.LocalQPN, &ConnectOptions{
-		LocalPSN: rep.StartingPSN, RemotePSN: psn, MTU: o.MTU, Access: cmAccess(rr),
-		Timeout: o.Timeout, RetryCnt: o.RetryCount, RNRRetry: rep.RNRRetryCount, MinRNRTimer: cmMinRNRTimer,
-		MaxRdAtomic: min(o.InitiatorDepth, rep.ResponderResources), MaxDestRdAtomic: rr,
-	})
-	c.run(func(e *cm.Engine, now qp.Time, out *cm.Output) {
-		if err != nil {
-			e.Abort(now, id.comm, out)
-			return
-		}
-		err = e.Establish(id.comm, out)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err)
-	}
-	d.log.Debug("cm: connected", zap.Stringer("peer", remote), zap.Uint16("port", port),
-		zap.Uint32("qpn", q.num), zap.Uint32("remote_qpn", rep.LocalQPN), zap.Int("mtu", o.MTU))
-	return d.newConn(id, q, rep.PrivateData[:], o.UseQP == nil), nil
-}
-
 // cmAccess is the access a connected QP grants its peer, as Linux's CM
 // sets it: remote write, and remote read and atomics if it takes any
 // READ or atomic at all.
@@ -588,15 +341,6 @@ func cmAccess(responderResources uint8) mr.Access {
 		return mr.RemoteWrite
 	}
 	return mr.RemoteWrite | mr.RemoteRead | mr.RemoteAtomic
-}
-
-// createConnQP creates the RC QP of a connection.
-func (pd *PD) createConnQP(cfg QPConfig) (*QP, error) {
-	if cfg.Type != 0 && cfg.Type != qp.RC {
-		return nil, fmt.Errorf("the connection manager connects RC QPs, not %s: %w", cfg.Type, ErrInvalid)
-	}
-	cfg.Type = qp.RC
-	return pd.CreateQP(cfg)
 }
 
 // checkConnQP checks that a QP the caller brings to a connection can make
@@ -632,19 +376,12 @@ func (e *QPError) Is(target error) bool { return target == ErrTimedOut && e.Stat
 // Conn is a connected RC QP and the connection manager's state for it.
 type Conn struct {
 	dev       *Device
-	id        *cmID
 	qp        *QP
+	peer      netip.AddrPort
 	private   []byte
 	closeOnce sync.Once
-	ownQP     bool   // the QP was made for the connection: Close destroys it
-	ah        uint32 // an attached device's handle of the connection
-}
-
-// newConn wraps an established connection, and ends it when its QP fails.
-func (d *Device) newConn(id *cmID, q *QP, private []byte, ownQP bool) *Conn {
-	c := &Conn{dev: d, id: id, qp: q, private: slices.Clone(private), ownQP: ownQP}
-	q.setOnError(func(cause qp.WCStatus) { d.cm.qpFailed(id, q.num, cause) })
-	return c
+	ownQP     bool // the QP was made for the connection: Close destroys it
+	prov      connProvider
 }
 
 // QP returns the connection's QP, in RTS.
@@ -656,24 +393,17 @@ func (c *Conn) QP() *QP { return c.qp }
 func (c *Conn) PrivateData() []byte { return c.private }
 
 // RemoteAddr returns the peer device's address (IP and UDP port).
-func (c *Conn) RemoteAddr() netip.AddrPort { return c.id.peer }
+func (c *Conn) RemoteAddr() netip.AddrPort { return c.peer }
 
 // Done is closed when the connection ends: Close, the peer's DREQ, the QP
 // entering the error state, or the device closing.
-func (c *Conn) Done() <-chan struct{} { return c.id.done }
+func (c *Conn) Done() <-chan struct{} { return c.prov.done() }
 
 // Err says why the connection ended, once Done is closed: nil after Close,
 // an error wrapping ErrConnReset after the peer's DREQ (or REJ), a
 // *QPError when the QP failed (RETRY_EXC_ERR when the peer vanished;
 // errors.Is ErrTimedOut), ErrClosed when the device closed.
-func (c *Conn) Err() error {
-	if c.dev.att != nil {
-		return c.dev.att.connErr(c)
-	}
-	c.dev.cm.mu.Lock()
-	defer c.dev.cm.mu.Unlock()
-	return c.id.err
-}
+func (c *Conn) Err() error { return c.prov.err() }
 
 // Close disconnects, as rdma_disconnect and rdma_destroy_qp do: it moves
 // the QP to the error state (its outstanding WRs complete with
@@ -683,50 +413,6 @@ func (c *Conn) Err() error {
 // when the connection had already ended (the peer's DREQ, or a failed QP:
 // the DREQ is still sent). Close always returns nil.
 func (c *Conn) Close() error {
-	c.closeOnce.Do(func() {
-		if c.dev.att != nil {
-			c.dev.att.disconnect(c)
-			return
-		}
-		drv := c.dev.cm
-		c.halt()
-		var wait bool
-		drv.run(func(e *cm.Engine, now qp.Time, out *cm.Output) {
-			ended := c.id.ended
-			wait = e.Disconnect(now, c.id.comm, out) && !ended
-		})
-		if wait {
-			select {
-			case <-c.id.settled:
-			case <-c.dev.done:
-			}
-		}
-		if c.ownQP {
-			c.qp.Destroy()
-		}
-		c.dev.log.Debug("cm: disconnected", zap.Stringer("peer", c.id.peer), zap.Uint32("qpn", c.qp.num))
-	})
+	c.closeOnce.Do(func() { c.prov.disconnect(c) })
 	return nil
-}
-
-// halt moves the connection's QP to the error state, which flushes its
-// work requests, without the QP's error ending the connection as a
-// failure. Close halts the connection before it disconnects it; a daemon
-// whose process detaches halts the process's connections at once and
-// closes them in the background.
-func (c *Conn) halt() { c.qp.halt() }
-
-// halt moves the QP to the error state, which flushes its work requests,
-// with no error hook: nothing ends when it fails.
-func (q *QP) halt() {
-	q.setOnError(nil)
-	q.Modify(&qp.Attr{State: qp.Err}, qp.AttrState)
-}
-
-// qpFailed ends id's connection because its QP entered the error state.
-// It runs under the QP's lock.
-func (c *cmDriver) qpFailed(id *cmID, qpn uint32, cause qp.WCStatus) {
-	err := &QPError{QPN: qpn, Status: cause}
-	c.run(func(e *cm.Engine, _ qp.Time, out *cm.Output) { e.End(id.comm, err, out) })
-	c.dev.log.Debug("cm: connection's QP failed", zap.Stringer("peer", id.peer), zap.Error(err))
 }

@@ -40,7 +40,7 @@ const (
 // released, so that a QP's lock may be held while calling into the driver
 // (the QP error hook does) but never the other way round.
 type cmDriver struct {
-	dev *Device
+	dev *embeddedDevice
 	gsi *QP
 	cq  *CQ
 	buf []byte // gsiRecvBuffers receive buffers
@@ -56,29 +56,30 @@ type cmDriver struct {
 }
 
 // newCM creates QP1 and the connection manager of d.
-func newCM(d *Device) (*cmDriver, error) {
+func newCM(d *embeddedDevice) (*cmDriver, error) {
 	c := &cmDriver{
 		dev: d,
 		e:   cm.New(cm.GUID(d.local), d.cfg.CM, rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))),
 		buf: make([]byte, gsiRecvBuffers*gsiBufferSize),
 	}
-	pd, err := d.AllocPD()
+	pd, err := d.pub.AllocPD()
 	if err != nil {
 		return nil, err
 	}
-	if c.cq, err = d.CreateCQ(2 * gsiRecvBuffers); err != nil {
+	if c.cq, err = d.pub.CreateCQ(2 * gsiRecvBuffers); err != nil {
 		return nil, err
 	}
 	if c.mr, err = pd.RegMR(c.buf, mr.LocalWrite); err != nil {
 		return nil, err
 	}
-	c.gsi, err = pd.createQP(QPConfig{
+	gsi, err := pd.prov.(*embeddedPD).createNumbered(pd, QPConfig{
 		Type: qp.UD, SendCQ: c.cq, MaxSendWR: gsiSendDepth, MaxRecvWR: gsiRecvBuffers,
 		MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: wire.MADSize,
 	}, wire.GSIQPN)
 	if err != nil {
 		return nil, err
 	}
+	c.gsi = gsi.pub
 	if err := c.gsi.Connect(netip.AddrPort{}, 0, ConnectOptions{QKey: wire.GSIQKey}); err != nil {
 		return nil, err
 	}
@@ -127,7 +128,7 @@ func (c *cmDriver) receive(wc *qp.WC) {
 	}
 	var mtu wire.MTU
 	if c.mad.AttrID() == wire.AttrConnectRequest {
-		mtu, _ = wire.MTUFromBytes(c.dev.PathMTU(wc.Src)) // the most a REQ may ask for
+		mtu, _ = wire.MTUFromBytes(c.dev.pathMTU(wc.Src)) // the most a REQ may ask for
 	}
 	c.run(func(e *cm.Engine, now qp.Time, out *cm.Output) { e.Receive(now, wc.Src, mtu, &c.mad, out) })
 }
@@ -202,7 +203,7 @@ func (c *cmDriver) wakeLocked(events []cm.Event) {
 // (Accept and Dial set it under it).
 type endedConn struct {
 	peer netip.AddrPort
-	qp   *QP
+	qp   *embeddedQP
 }
 
 // tick runs the engine's timers; the device's timer goroutine calls it.
@@ -220,7 +221,7 @@ func (c *cmDriver) tick(now qp.Time) {
 func (c *cmDriver) perform(ended []endedConn, mads []cm.MAD) {
 	for _, e := range ended {
 		c.dev.log.Debug("cm: peer disconnected", zap.Stringer("peer", e.peer), zap.Uint32("qpn", e.qp.num))
-		e.qp.Modify(&qp.Attr{State: qp.Err}, qp.AttrState)
+		e.qp.modify(&qp.Attr{State: qp.Err}, qp.AttrState)
 	}
 	for i := range mads {
 		m := &mads[i]
@@ -282,7 +283,7 @@ type cmID struct {
 	err     error
 	settled chan struct{}
 
-	qp *QP // flushed when the peer disconnects
+	qp *embeddedQP // flushed when the peer disconnects
 }
 
 // cmResult is the outcome of a handshake that a Dial or an Accept waits

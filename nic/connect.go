@@ -42,7 +42,7 @@ func (o *ConnectOptions) setDefaults(d *Device, remote netip.AddrPort) {
 		}
 	}
 	if o.MTU == 0 {
-		o.MTU = d.cfg.MTU
+		o.MTU = d.MTU()
 		if remote.IsValid() {
 			o.MTU = d.PathMTU(remote)
 		}
@@ -74,8 +74,8 @@ func (q *QP) Connect(remote netip.AddrPort, remoteQPN uint32, o ConnectOptions) 
 // (no defaults: the connection manager passes negotiated values, some of
 // which may be zero).
 func (q *QP) connect(remote netip.AddrPort, remoteQPN uint32, o *ConnectOptions) error {
-	if o.MTU > q.dev.cfg.MTU {
-		return fmt.Errorf("path MTU %d exceeds the device MTU %d: %w", o.MTU, q.dev.cfg.MTU, ErrInvalid)
+	if o.MTU > q.dev.MTU() {
+		return fmt.Errorf("path MTU %d exceeds the device MTU %d: %w", o.MTU, q.dev.MTU(), ErrInvalid)
 	}
 	typ := q.Type()
 	steps := []struct {

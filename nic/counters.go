@@ -67,10 +67,9 @@ type Counter struct {
 
 // Counters returns every counter of the device: the transport's, named as
 // rxe's hw_counters, then the device's drop and fault counts.
-func (d *Device) Counters() []Counter {
-	if d.att != nil {
-		return d.att.counters()
-	}
+func (d *Device) Counters() []Counter { return d.prov.counters() }
+
+func (d *embeddedDevice) counters() []Counter {
 	var out []Counter
 	d.qpc.Each(func(name string, v uint64) { out = append(out, Counter{name, v}) })
 	for k := DevCounter(0); k < numDevCounters; k++ {

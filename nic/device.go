@@ -141,8 +141,84 @@ type Config struct {
 	OnQPError func(q *QP, cause qp.WCStatus)
 }
 
-// Device is a softnic NIC. Its methods are safe for concurrent use.
+// Device is a softnic NIC: one run in this process (embedded) or a
+// daemon's shared with other processes (attached, see Config.Attach),
+// with the same methods. Its methods are safe for concurrent use.
 type Device struct {
+	prov     deviceProvider // the embedded device, or the attachment to a daemon's
+	log      *zap.Logger
+	qpErrors *qpErrorQueue // for Config.OnQPError; nil without it
+}
+
+// Open creates a device and starts its goroutines, or attaches to a
+// daemon's device (see Config.Attach).
+func Open(cfg Config) (*Device, error) {
+	path, err := cfg.attachPath()
+	switch {
+	case err != nil:
+		return nil, err
+	case path != "":
+		return attach(cfg, path)
+	}
+	return openEmbedded(cfg)
+}
+
+// Addr returns the address and port the device listens on.
+func (d *Device) Addr() netip.AddrPort { return d.prov.addr() }
+
+// Done is closed when the device closes or, for an attached device, when
+// its session with the daemon ends (the daemon stopped): its verbs fail
+// from then on, and Poll finds only the completions it already holds.
+func (d *Device) Done() <-chan struct{} { return d.prov.done() }
+
+// MTU returns the device's largest path MTU.
+func (d *Device) MTU() int { return d.prov.mtu() }
+
+// MaxQPs returns how many QPs the device holds at once (Config.MaxQPs);
+// 0 for an attached device, whose QPs are its daemon's.
+func (d *Device) MaxQPs() int {
+	if o, ok := d.prov.(nicOwner); ok {
+		return o.maxQPs()
+	}
+	return 0
+}
+
+// Memory returns the device's memory region table; nil for an attached
+// device, whose regions are in the daemon's table.
+func (d *Device) Memory() *mr.Table {
+	if o, ok := d.prov.(nicOwner); ok {
+		return o.memory()
+	}
+	return nil
+}
+
+// Features reports the socket offloads in use.
+func (d *Device) Features() udp.Features { return d.prov.features() }
+
+// Close stops the device: its connections are disconnected (one DREQ
+// each, not waited for) and pending connection requests rejected, every QP
+// is moved to the error state (its WRs complete with WR_FLUSH_ERR) and
+// destroyed, the socket is closed and the goroutines exit before Close
+// returns. The completions not polled yet, the flushed ones included, can
+// still be polled. An attached device detaches instead: the daemon does the
+// same for everything the process made, and Close returns once it has
+// (waiting no more than 5 s for a daemon that does not answer), keeping the
+// completions in the process; once they are polled, an attached CQ's Poll
+// returns ErrClosed where an embedded one's finds nothing.
+func (d *Device) Close() error { return d.prov.close() }
+
+// QPs returns every QP of an embedded device, QP1 (the connection
+// manager's) included, in QP number order; nil for an attached device.
+func (d *Device) QPs() []*QP {
+	if o, ok := d.prov.(nicOwner); ok {
+		return o.allQPs()
+	}
+	return nil
+}
+
+// embeddedDevice is the embedded provider: the NIC run in this process.
+type embeddedDevice struct {
+	pub   *Device
 	cfg   Config
 	log   *zap.Logger
 	conn  *udp.Conn
@@ -155,7 +231,7 @@ type Device struct {
 	guard guard // holds back sources that fail too many R_Key checks
 
 	qpMu    sync.Mutex // QP number allocation
-	qps     []atomic.Pointer[QP]
+	qps     []atomic.Pointer[embeddedQP]
 	nextQPN uint32
 
 	// routes holds, per peer address, our source address toward it and the
@@ -170,28 +246,17 @@ type Device struct {
 
 	cm *cmDriver // the connection manager and its QP1
 
-	att *attachment // an attached device's session with its daemon; nil if embedded
-
-	qpErrors *qpErrorQueue // for Config.OnQPError; nil without it
-
 	// rings, in a daemon that busy-polls, serves the attached processes
 	// whose queues its reader polls too.
 	rings atomic.Pointer[AttachServer]
 
 	closeOnce sync.Once
-	done      chan struct{}
+	closing   chan struct{} // closed by Close
 	wg        sync.WaitGroup
 }
 
-// Open creates a device and starts its goroutines, or attaches to a
-// daemon's device (see Config.Attach).
-func Open(cfg Config) (*Device, error) {
-	if path, err := cfg.attachPath(); err != nil || path != "" {
-		if err != nil {
-			return nil, err
-		}
-		return attach(cfg, path)
-	}
+// openEmbedded creates an embedded device and starts its goroutines.
+func openEmbedded(cfg Config) (*Device, error) {
 	if !cfg.Addr.IsValid() {
 		cfg.Addr = DefaultAddr
 	}
@@ -230,17 +295,18 @@ func Open(cfg Config) (*Device, error) {
 	if err != nil {
 		return nil, fmt.Errorf("softnic: listen on %v: %w", cfg.Addr, err)
 	}
-	d := &Device{
+	d := &embeddedDevice{
 		cfg:     cfg,
 		log:     cfg.Logger,
 		conn:    conn,
 		local:   conn.LocalAddr(),
 		mem:     mr.NewTable(mr.Config{Logger: cfg.Logger}),
 		epoch:   time.Now(),
-		qps:     make([]atomic.Pointer[QP], cfg.MaxQPs),
+		qps:     make([]atomic.Pointer[embeddedQP], cfg.MaxQPs),
 		nextQPN: firstQPN,
-		done:    make(chan struct{}),
+		closing: make(chan struct{}),
 	}
+	d.pub = &Device{prov: d, log: cfg.Logger}
 	if cfg.Faults != nil && cfg.Faults.Enabled() {
 		d.faults.set(netem.NewInjector(*cfg.Faults))
 	}
@@ -258,21 +324,21 @@ func Open(cfg Config) (*Device, error) {
 	d.wg.Add(2)
 	go d.readLoop()
 	go d.timerLoop()
-	d.reportQPErrors(&d.wg)
-	return d, nil
+	d.pub.reportQPErrors(cfg.OnQPError, &d.wg)
+	return d.pub, nil
 }
 
-// reportQPErrors starts, with Config.OnQPError, the goroutine that calls
-// it, counted in wg, until the device is done.
-func (d *Device) reportQPErrors(wg *sync.WaitGroup) {
-	if d.cfg.OnQPError == nil {
+// reportQPErrors starts, with onQPError (Config.OnQPError), the goroutine
+// that calls it, counted in wg, until the device is done.
+func (d *Device) reportQPErrors(onQPError func(*QP, qp.WCStatus), wg *sync.WaitGroup) {
+	if onQPError == nil {
 		return
 	}
 	d.qpErrors = newQPErrorQueue()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		d.qpErrors.run(d.done, func(e qpError) { d.cfg.OnQPError(e.q, e.cause) })
+		d.qpErrors.run(d.Done(), func(e qpError) { onQPError(e.q, e.cause) })
 	}()
 }
 
@@ -280,57 +346,24 @@ func (d *Device) reportQPErrors(wg *sync.WaitGroup) {
 // and GSI QPs, and rxe starts its own at 0x11.
 const firstQPN = 0x11
 
-// Addr returns the address and port the device listens on.
-func (d *Device) Addr() netip.AddrPort { return d.local }
-
-// Done is closed when the device closes or, for an attached device, when
-// its session with the daemon ends (the daemon stopped): its verbs fail
-// from then on, and Poll finds only the completions it already holds.
-func (d *Device) Done() <-chan struct{} { return d.done }
-
-// MTU returns the device's largest path MTU.
-func (d *Device) MTU() int { return d.cfg.MTU }
-
-// MaxQPs returns how many QPs the device holds at once (Config.MaxQPs);
-// 0 for an attached device, whose QPs are its daemon's.
-func (d *Device) MaxQPs() int { return len(d.qps) }
-
-// Memory returns the device's memory region table; nil for an attached
-// device, whose regions are in the daemon's table.
-func (d *Device) Memory() *mr.Table { return d.mem }
-
-// Features reports the socket offloads in use.
-func (d *Device) Features() udp.Features {
-	if d.att != nil {
-		return d.att.hello.Features
-	}
-	return d.conn.Features()
-}
+func (d *embeddedDevice) addr() netip.AddrPort   { return d.local }
+func (d *embeddedDevice) done() <-chan struct{}  { return d.closing }
+func (d *embeddedDevice) mtu() int               { return d.cfg.MTU }
+func (d *embeddedDevice) maxQPs() int            { return len(d.qps) }
+func (d *embeddedDevice) memory() *mr.Table      { return d.mem }
+func (d *embeddedDevice) features() udp.Features { return d.conn.Features() }
 
 // now is the device clock the QPs' timers run on.
-func (d *Device) now() qp.Time { return qp.Time(time.Since(d.epoch)) }
+func (d *embeddedDevice) now() qp.Time { return qp.Time(time.Since(d.epoch)) }
 
-// Close stops the device: its connections are disconnected (one DREQ
-// each, not waited for) and pending connection requests rejected, every QP
-// is moved to the error state (its WRs complete with WR_FLUSH_ERR) and
-// destroyed, the socket is closed and the goroutines exit before Close
-// returns. The completions not polled yet, the flushed ones included, can
-// still be polled. An attached device detaches instead: the daemon does the
-// same for everything the process made, and Close returns once it has
-// (waiting no more than 5 s for a daemon that does not answer), keeping the
-// completions in the process; once they are polled, an attached CQ's Poll
-// returns ErrClosed where an embedded one's finds nothing.
-func (d *Device) Close() error {
-	if d.att != nil {
-		return d.att.close()
-	}
+func (d *embeddedDevice) close() error {
 	var err error
 	d.closeOnce.Do(func() {
 		d.cm.shutdown()
-		close(d.done)
+		close(d.closing)
 		for i := range d.qps {
 			if q := d.qps[i].Load(); q != nil {
-				q.Destroy()
+				q.destroy()
 			}
 		}
 		err = d.conn.Close()
@@ -343,9 +376,9 @@ func (d *Device) Close() error {
 	return err
 }
 
-func (d *Device) closed() bool {
+func (d *embeddedDevice) closed() bool {
 	select {
-	case <-d.done:
+	case <-d.closing:
 		return true
 	default:
 		return false
@@ -353,7 +386,7 @@ func (d *Device) closed() bool {
 }
 
 // lookup returns the QP numbered qpn, or nil.
-func (d *Device) lookup(qpn uint32) *QP {
+func (d *embeddedDevice) lookup(qpn uint32) *embeddedQP {
 	q := d.qps[qpn%uint32(len(d.qps))].Load()
 	if q == nil || q.num != qpn {
 		return nil
@@ -361,16 +394,12 @@ func (d *Device) lookup(qpn uint32) *QP {
 	return q
 }
 
-// QPs returns every QP of an embedded device, QP1 (the connection
-// manager's) included, in QP number order; nil for an attached device.
-func (d *Device) QPs() []*QP {
-	if d.att != nil {
-		return nil
-	}
+// allQPs returns every QP, QP1 included, in QP number order.
+func (d *embeddedDevice) allQPs() []*QP {
 	var qps []*QP
 	for i := range d.qps {
 		if q := d.qps[i].Load(); q != nil {
-			qps = append(qps, q)
+			qps = append(qps, q.pub)
 		}
 	}
 	slices.SortFunc(qps, func(a, b *QP) int { return cmp.Compare(a.num, b.num) })
@@ -381,7 +410,7 @@ func (d *Device) QPs() []*QP {
 // bound address, or for a wildcard bind the address the kernel routes
 // from (see route). The ICRC covers it, so it must be exactly what the
 // kernel will put on the wire.
-func (d *Device) sourceFor(dst netip.AddrPort) netip.AddrPort {
+func (d *embeddedDevice) sourceFor(dst netip.AddrPort) netip.AddrPort {
 	if !d.local.Addr().IsUnspecified() {
 		return d.local
 	}
@@ -389,7 +418,7 @@ func (d *Device) sourceFor(dst netip.AddrPort) netip.AddrPort {
 }
 
 // receive checks one datagram and hands it to its QP.
-func (d *Device) receive(b []byte, src, dst netip.AddrPort, now qp.Time, in *inbound) {
+func (d *embeddedDevice) receive(b []byte, src, dst netip.AddrPort, now qp.Time, in *inbound) {
 	env := wire.Envelope{Src: netip.AddrPortFrom(src.Addr().Unmap(), src.Port()), Dst: dst}
 	verdict := ""
 	defer func() {

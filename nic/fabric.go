@@ -656,23 +656,7 @@ func (ep *Endpoint) localSGE(buf []byte, desc *MR) (qp.SGE, error) {
 
 // sgeAt returns the SGE of the n bytes at machine address start, in a
 // region of pd that holds them all.
-func (pd *PD) sgeAt(start, n uint64) (qp.SGE, bool) {
-	if pd.dev.att != nil {
-		return pd.dev.att.sgeAt(pd, start, n)
-	}
-	r, ok := pd.dev.mem.RegionAt(pd.pd, start, n)
-	if ok {
-		off := uint64(0)
-		for _, seg := range r.Segments() {
-			s := addrOf(seg)
-			if start >= s && start+n <= s+uint64(len(seg)) {
-				return qp.SGE{Addr: r.Addr() + off + (start - s), Length: uint32(n), LKey: r.LKey()}, true
-			}
-			off += uint64(len(seg))
-		}
-	}
-	return qp.SGE{}, false
-}
+func (pd *PD) sgeAt(start, n uint64) (qp.SGE, bool) { return pd.prov.sgeAt(start, n) }
 
 // sglCursor walks the call's local SGEs, handing each remote segment the
 // bytes that belong to it.

@@ -51,7 +51,7 @@ type guardEntry struct {
 
 // guard is the device's qp.Guard.
 type guard struct {
-	d    *Device
+	d    *embeddedDevice
 	rate float64 // guardRate; tests slow it down
 	// until is when the last hold ends (a qp.Time), 0 once it has: while it
 	// is 0, Held answers from it alone.
@@ -62,7 +62,7 @@ type guard struct {
 	sets [guardSets][guardWays]guardEntry
 }
 
-func (g *guard) init(d *Device) {
+func (g *guard) init(d *embeddedDevice) {
 	g.d, g.seed, g.rate = d, maphash.MakeSeed(), guardRate
 }
 
@@ -145,7 +145,7 @@ func (g *guard) find(src guardSource, now qp.Time, add bool) *guardEntry {
 
 // guardSource returns the source of the requests QP qpn receives from its
 // peer (see guard).
-func (d *Device) guardSource(qpn uint32, peer netip.AddrPort) guardSource {
+func (d *embeddedDevice) guardSource(qpn uint32, peer netip.AddrPort) guardSource {
 	src := guardSource{ip: peer.Addr().As16()}
 	q := d.lookup(qpn)
 	if q == nil {

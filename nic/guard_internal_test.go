@@ -12,7 +12,7 @@ import (
 // 1/guardRate seconds, and is not pushed out of the table by a flood of
 // new sources; other sources are not held.
 func TestGuardBucket(t *testing.T) {
-	var d Device
+	var d embeddedDevice
 	g := &d.guard
 	g.init(&d)
 	at := func(s float64) qp.Time { return qp.Time(0).Add(time.Duration(s * float64(time.Second))) }

@@ -31,7 +31,7 @@ import (
 const peerLocal = 1 << 31
 
 // notePeerLocked records the QP's connection in q.peer after a Modify.
-func (q *QP) notePeerLocked() {
+func (q *embeddedQP) notePeerLocked() {
 	a := q.qp.Attr()
 	p := uint32(0)
 	if q.qp.Type() != qp.UD && a.Remote.IsValid() && a.DestQPN != 0 {
@@ -47,7 +47,7 @@ func (q *QP) notePeerLocked() {
 // port, or with a wildcard bind its port on a loopback address or on an
 // address the kernel routes to from that address itself (one of the
 // host's).
-func (d *Device) isSelf(a netip.AddrPort) bool {
+func (d *embeddedDevice) isSelf(a netip.AddrPort) bool {
 	ip, local := a.Addr().Unmap(), d.local.Addr().Unmap()
 	switch {
 	case a.Port() != d.local.Port():
@@ -63,7 +63,7 @@ func (d *Device) isSelf(a netip.AddrPort) bool {
 // sendsToPeer reports whether pkt, which q is about to send, may go: a
 // packet from a QP connected to this device must be for the QP connected
 // to it. A refused packet is counted and traced.
-func (d *Device) sendsToPeer(q *QP, pkt []byte, env *wire.Envelope) bool {
+func (d *embeddedDevice) sendsToPeer(q *embeddedQP, pkt []byte, env *wire.Envelope) bool {
 	if q.peer.Load()&peerLocal == 0 {
 		return true
 	}
@@ -87,6 +87,6 @@ const noteNotPeer = "dropped: not for the QP connected to its sender"
 // fromOwnPort reports whether a packet from src may reach q: a QP
 // connected to a QP of this device takes packets from the device's own
 // port only.
-func (d *Device) fromOwnPort(q *QP, src netip.AddrPort) bool {
+func (d *embeddedDevice) fromOwnPort(q *embeddedQP, src netip.AddrPort) bool {
 	return q.peer.Load()&peerLocal == 0 || src.Port() == d.local.Port()
 }

@@ -1,8 +1,6 @@
 package nic
 
 import (
-	"sync/atomic"
-
 	"github.com/softnic/softnic/mr"
 )
 
@@ -14,51 +12,24 @@ import (
 // LOCAL_INV, or a peer's SEND WITH INVALIDATE, invalidates a type 2
 // window. The same calls work on embedded and attached devices.
 type MW struct {
-	pd  *PD
-	typ mr.WindowType
-	w   *mr.Window    // an embedded device's window
-	h   uint32        // an attached device's handle of the window
-	key atomic.Uint32 // an attached device's window: its rkey after the binds posted
+	pd   *PD
+	typ  mr.WindowType
+	prov mwProvider
 }
 
 // AllocMW allocates a memory window of type 1 or 2 in the PD
 // (ibv_alloc_mw). A type 1 window starts valid and unbound, a type 2
 // window free.
-func (pd *PD) AllocMW(typ mr.WindowType) (*MW, error) {
-	if pd.dev.att != nil {
-		return pd.dev.att.allocMW(pd, typ)
-	}
-	w, err := pd.dev.mem.AllocWindow(pd.pd, typ)
-	if err != nil {
-		return nil, err
-	}
-	return &MW{pd: pd, typ: typ, w: w}, nil
-}
+func (pd *PD) AllocMW(typ mr.WindowType) (*MW, error) { return pd.prov.allocMW(pd, typ) }
 
 // RKey returns the window's rkey, which each bind changes. An attached
 // device's window reports the key of the last bind posted for it, as
 // libibverbs updates mw->rkey when ibv_bind_mw posts; an embedded one's
 // changes when the bind executes.
-func (w *MW) RKey() uint32 {
-	if w.w != nil {
-		return w.w.RKey()
-	}
-	return w.key.Load()
-}
+func (w *MW) RKey() uint32 { return w.prov.rkey() }
 
 // Type returns the window's type.
 func (w *MW) Type() mr.WindowType { return w.typ }
 
 // Dealloc frees the window (ibv_dealloc_mw); a binding it has is dropped.
-func (w *MW) Dealloc() error {
-	if w.w == nil {
-		return w.pd.dev.att.deallocMW(w)
-	}
-	return w.pd.dev.mem.DeallocWindow(w.w)
-}
-
-// posted records that a BIND_MW request for the window was posted, for
-// RKey: the window keeps its index and takes the new key's variant.
-func (w *MW) posted(b *mr.BindRequest) {
-	w.key.CompareAndSwap(b.WindowKey, b.WindowKey&^0xff|b.NewKey&0xff)
-}
+func (w *MW) Dealloc() error { return w.prov.dealloc() }

@@ -132,7 +132,7 @@ type route struct {
 // "fragmentation needed" says so), as rxe takes its MTU from its
 // interface's. Where that cannot be asked, the MTU is the interface's of
 // the source address (LocalMTU); failing that, Config.MTU.
-func (d *Device) route(dst netip.Addr) route {
+func (d *embeddedDevice) route(dst netip.Addr) route {
 	dst = dst.Unmap()
 	if r, ok := d.routes.load(dst); ok {
 		return r
@@ -142,7 +142,7 @@ func (d *Device) route(dst netip.Addr) route {
 	return r
 }
 
-func (d *Device) probeRoute(dst netip.Addr) route {
+func (d *embeddedDevice) probeRoute(dst netip.Addr) route {
 	r := route{src: d.local.Addr(), mtu: d.cfg.MTU}
 	var laddr *net.UDPAddr
 	if !r.src.IsUnspecified() {
@@ -169,12 +169,9 @@ func (d *Device) probeRoute(dst netip.Addr) route {
 // too large for it, at most Config.MTU. An attached device returns the
 // daemon's Config.MTU: the daemon picks the path MTU of the connections
 // it makes.
-func (d *Device) PathMTU(dst netip.AddrPort) int {
-	if d.att != nil {
-		return d.cfg.MTU
-	}
-	return d.route(dst.Addr()).mtu
-}
+func (d *Device) PathMTU(dst netip.AddrPort) int { return d.prov.pathMTU(dst) }
+
+func (d *embeddedDevice) pathMTU(dst netip.AddrPort) int { return d.route(dst.Addr()).mtu }
 
 // pathTooBig handles the kernel's EMSGSIZE for a packet of q to dst: the
 // route carries less than q's path MTU (a route's MTU changed, or an ICMP
@@ -183,7 +180,7 @@ func (d *Device) PathMTU(dst netip.AddrPort) int {
 // the route carries, or one step below q's), and fails a connected q at
 // once (its work requests complete with WR_FLUSH_ERR) rather than let it
 // send the packet again until its retries run out. q.mu is held.
-func (d *Device) pathTooBig(q *QP, dst netip.AddrPort) {
+func (d *embeddedDevice) pathTooBig(q *embeddedQP, dst netip.AddrPort) {
 	d.devc.inc(PathMTUExceeded)
 	qpMTU := q.qp.Attr().PathMTU
 	if qpMTU == 0 || q.qp.Type() == qp.UD {

@@ -56,7 +56,7 @@ func TestPathMTU(t *testing.T) {
 			if got := d.PathMTU(peer); got != tc.want {
 				t.Errorf("PathMTU(%v) = %d, want %d", peer, got, tc.want)
 			}
-			if got := d.sourceFor(peer).Addr().String(); got != tc.wantSrc {
+			if got := d.prov.(*embeddedDevice).sourceFor(peer).Addr().String(); got != tc.wantSrc {
 				t.Errorf("source toward %v: %s, want %s", peer, got, tc.wantSrc)
 			}
 		})

@@ -88,14 +88,14 @@ type progress struct {
 	// next poll sends what they hold (ringDoorbells).
 	doorbells struct {
 		mu  sync.Mutex
-		qps []*QP
+		qps []*embeddedQP
 	}
 }
 
 // inbound is the scratch state of one batch of received packets.
 type inbound struct {
 	pkt   wire.Packet
-	dirty []*QP // QPs that took packets in this batch and may have answers
+	dirty []*embeddedQP // QPs that took packets in this batch and may have answers
 }
 
 func (p *progress) init(gro bool) {
@@ -112,7 +112,7 @@ func (p *progress) init(gro bool) {
 }
 
 // polled reports whether an application polls the device now.
-func (d *Device) polled() bool {
+func (d *embeddedDevice) polled() bool {
 	last := d.prog.lastPoll.Load()
 	return last != 0 && d.now().Sub(qp.Time(last)) < pollIdle
 }
@@ -122,7 +122,7 @@ func (d *Device) polled() bool {
 // every QP was given since, each QP's packets in one system call: a
 // program that posts a few operations between two polls sends them
 // together. q.mu is held.
-func (q *QP) doorbellLocked() {
+func (q *embeddedQP) doorbellLocked() {
 	d := q.dev
 	if d.polled() && !q.rung {
 		q.rung = true
@@ -141,7 +141,7 @@ func (q *QP) doorbellLocked() {
 
 // ringDoorbells sends what the QPs posted to while an application polled
 // hold, through b. No QP lock is held.
-func (d *Device) ringDoorbells(b *batch) {
+func (d *embeddedDevice) ringDoorbells(b *batch) {
 	p := &d.prog
 	now := d.now()
 	for {
@@ -168,7 +168,7 @@ func (d *Device) ringDoorbells(b *batch) {
 // the socket, and unless another holds the role it sends what was posted
 // since the last poll and reads what the socket holds, without waiting,
 // and processes it. It reports whether it processed a packet.
-func (d *Device) drive() bool {
+func (d *embeddedDevice) drive() bool {
 	p := &d.prog
 	p.lastPoll.Store(int64(d.now()))
 	if !p.role.TryLock() {
@@ -186,7 +186,7 @@ func (d *Device) drive() bool {
 
 // stopPolling tells a parked reader that the application no longer polls:
 // it is about to sleep.
-func (d *Device) stopPolling() {
+func (d *embeddedDevice) stopPolling() {
 	p := &d.prog
 	if p.lastPoll.Swap(0) != 0 {
 		b := d.getBatch()
@@ -200,7 +200,7 @@ func (d *Device) stopPolling() {
 }
 
 // readLoop is the reader goroutine.
-func (d *Device) readLoop() {
+func (d *embeddedDevice) readLoop() {
 	defer d.wg.Done()
 	p := &d.prog
 	park := time.NewTimer(time.Hour)
@@ -237,7 +237,7 @@ func (d *Device) readLoop() {
 
 // parkWhilePolled keeps the reader off the socket while an application
 // polls. It reports false when the device closes.
-func (d *Device) parkWhilePolled(park *time.Timer) bool {
+func (d *embeddedDevice) parkWhilePolled(park *time.Timer) bool {
 	p := &d.prog
 	for parked := 0; ; parked++ {
 		last := p.lastPoll.Load()
@@ -263,7 +263,7 @@ func (d *Device) parkWhilePolled(park *time.Timer) bool {
 		// reader looks less often, up to maxPark.
 		park.Reset(max(idle, min(pollIdle<<min(parked, 4), maxPark)))
 		select {
-		case <-d.done:
+		case <-d.closing:
 			return false
 		case <-p.resume:
 		case <-park.C:
@@ -273,7 +273,7 @@ func (d *Device) parkWhilePolled(park *time.Timer) bool {
 
 // process hands the n datagrams of p.msgs to their QPs and sends the QPs'
 // answers. p.role is held.
-func (d *Device) process(n int) {
+func (d *embeddedDevice) process(n int) {
 	p := &d.prog
 	now := d.now()
 	for i := range n {
@@ -310,7 +310,7 @@ type busyPoll struct {
 // instead of sleeping: when the device busy-polls (Config.BusyPoll), it
 // polls the socket and the attached processes' queues until nothing has
 // come for Config.BusyPoll.
-func (d *Device) spin(b *busyPoll) bool {
+func (d *embeddedDevice) spin(b *busyPoll) bool {
 	if d.cfg.BusyPoll <= 0 {
 		return false
 	}

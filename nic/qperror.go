@@ -69,7 +69,7 @@ func (e *qpErrorQueue) run(done <-chan struct{}, fn func(qpError)) {
 // noteErrorLocked reports, once per entry into the error state, a QP that
 // an error completion moved there; a Modify to ERR, a Destroy or a CQ
 // overflow (cause SUCCESS) is no error of the QP's to report.
-func (q *QP) noteErrorLocked() {
+func (q *embeddedQP) noteErrorLocked() {
 	if q.qp.State() != qp.Err {
 		q.errorNoted = false
 		return
@@ -82,8 +82,8 @@ func (q *QP) noteErrorLocked() {
 	switch {
 	case cause == qp.Success:
 	case q.host != nil:
-		q.host.s.qpErrors.post(qpError{q, cause})
-	case q.dev.qpErrors != nil:
-		q.dev.qpErrors.post(qpError{q, cause})
+		q.host.s.qpErrors.post(qpError{q.pub, cause})
+	case q.dev.pub.qpErrors != nil:
+		q.dev.pub.qpErrors.post(qpError{q.pub, cause})
 	}
 }

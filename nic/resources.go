@@ -11,56 +11,31 @@ import (
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
-	"github.com/softnic/softnic/wire"
 )
 
 // PD is a protection domain (ibv_pd): regions and QPs of one PD may be used
 // together, and only together.
 type PD struct {
-	dev *Device
-	pd  mr.PD
-	ah  uint32 // an attached device's handle of the PD
+	dev  *Device
+	prov pdProvider
 }
 
 // AllocPD allocates a protection domain (ibv_alloc_pd).
-func (d *Device) AllocPD() (*PD, error) {
-	if d.att != nil {
-		return d.att.allocPD()
-	}
-	if d.closed() {
-		return nil, ErrClosed
-	}
-	pd, err := d.mem.AllocPD()
-	if err != nil {
-		return nil, err
-	}
-	return &PD{dev: d, pd: pd}, nil
-}
+func (d *Device) AllocPD() (*PD, error) { return d.prov.allocPD(d) }
 
 // Handle returns the PD's number in the device's region table.
-func (pd *PD) Handle() mr.PD { return pd.pd }
+func (pd *PD) Handle() mr.PD { return pd.prov.handle() }
 
 // Dealloc frees the PD (ibv_dealloc_pd); ErrBusy while regions remain.
-func (pd *PD) Dealloc() error {
-	if pd.dev.att != nil {
-		return pd.dev.att.deallocPD(pd)
-	}
-	return pd.dev.mem.DeallocPD(pd.pd)
-}
+func (pd *PD) Dealloc() error { return pd.prov.dealloc() }
 
 // MR is a registered memory region (ibv_mr).
 type MR struct {
-	pd    *PD
-	r     *mr.Region
-	buf   []byte
-	arena *mr.Arena
-	key   uint32 // lkey == rkey
-	addr  uint64
-	att   *attachedMR
-}
-
-func newMR(pd *PD, r *mr.Region, buf []byte, arena *mr.Arena) *MR {
-	return &MR{pd: pd, r: r, buf: buf, arena: arena, key: r.LKey(), addr: r.Addr()}
+	pd   *PD
+	buf  []byte
+	key  uint32 // lkey == rkey
+	addr uint64
+	prov mrProvider
 }
 
 // RegMR registers buf for the device (ibv_reg_mr): its address is buf's,
@@ -68,16 +43,7 @@ func newMR(pd *PD, r *mr.Region, buf []byte, arena *mr.Arena) *MR {
 // attached device registers only memory of its regions from AllocMR, and
 // refuses other memory with ErrFault; its regions' addresses are the
 // daemon's (use MR.SGE and MR.Addr, not buf's address).
-func (pd *PD) RegMR(buf []byte, access mr.Access) (*MR, error) {
-	if pd.dev.att != nil {
-		return pd.dev.att.regMR(pd, buf, access)
-	}
-	r, err := pd.dev.mem.Register(pd.pd, buf, access)
-	if err != nil {
-		return nil, err
-	}
-	return newMR(pd, r, buf, nil), nil
-}
+func (pd *PD) RegMR(buf []byte, access mr.Access) (*MR, error) { return pd.prov.regMR(pd, buf, access) }
 
 // AllocMR registers size bytes of device-owned memory, mapped outside the
 // Go heap (the memory a daemon hosts for remote peers). An attached
@@ -86,19 +52,7 @@ func (pd *PD) AllocMR(size int, access mr.Access) (*MR, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("memory region of %d bytes: %w", size, ErrInvalid)
 	}
-	if pd.dev.att != nil {
-		return pd.dev.att.allocMR(pd, size, access)
-	}
-	a, err := pd.dev.mem.NewArena(pd.pd, uint64(size))
-	if err != nil {
-		return nil, err
-	}
-	r, err := pd.dev.mem.Register(pd.pd, a.Bytes(), access)
-	if err != nil {
-		pd.dev.mem.FreeArena(a)
-		return nil, err
-	}
-	return newMR(pd, r, a.Bytes(), a), nil
+	return pd.prov.allocMR(pd, size, access)
 }
 
 // RegShared registers n bytes at offset off of the memfd fd as a region
@@ -119,21 +73,7 @@ func (pd *PD) RegShared(fd int, off int64, n int, iova uint64, access mr.Access)
 	if err != nil {
 		return nil, err
 	}
-	if pd.dev.att != nil {
-		return pd.dev.att.regShared(pd, m, skip, fd, off, n, iova, access)
-	}
-	a, err := pd.dev.mem.AdoptArena(pd.pd, m.Bytes())
-	if err != nil {
-		m.Close()
-		return nil, err
-	}
-	m.Release()
-	r, err := pd.dev.mem.RegisterIOVA(pd.pd, a.Bytes()[skip:skip+n], iova, access)
-	if err != nil {
-		pd.dev.mem.FreeArena(a)
-		return nil, err
-	}
-	return newMR(pd, r, a.Bytes()[skip:skip+n], a), nil
+	return pd.prov.regShared(pd, m, skip, fd, off, n, iova, access)
 }
 
 // mapShared maps the pages of the memfd fd that hold n bytes from offset
@@ -168,7 +108,12 @@ func (m *MR) Bytes() []byte { return m.buf }
 
 // Region returns the region in the device's table; nil for an attached
 // device's.
-func (m *MR) Region() *mr.Region { return m.r }
+func (m *MR) Region() *mr.Region {
+	if h, ok := m.prov.(regionHolder); ok {
+		return h.region()
+	}
+	return nil
+}
 
 // SGE returns the scatter/gather element for n bytes at offset off.
 func (m *MR) SGE(off, n int) qp.SGE {
@@ -177,32 +122,28 @@ func (m *MR) SGE(off, n int) qp.SGE {
 
 // Dereg deregisters the region (ibv_dereg_mr); ErrBusy while a memory
 // window is bound to it.
-func (m *MR) Dereg() error {
-	if m.att != nil {
-		return m.pd.dev.att.deregMR(m)
-	}
-	if err := m.pd.dev.mem.Deregister(m.r); err != nil {
-		return err
-	}
-	if m.arena != nil {
-		return m.pd.dev.mem.FreeArena(m.arena)
-	}
-	return nil
-}
+func (m *MR) Dereg() error { return m.prov.dereg() }
 
 // CQ is a completion queue.
 type CQ struct {
 	dev     *Device
-	cq      *qp.CQ
 	wake    chan struct{}
 	waiters atomic.Int32  // goroutines in wait
 	users   users         // QPs completing to it
 	gone    chan struct{} // closed when the CQ is destroyed
-	att     *attachedCQ
+	prov    cqProvider
 }
 
-func newCQ(d *Device, c *qp.CQ, att *attachedCQ) *CQ {
-	return &CQ{dev: d, cq: c, wake: make(chan struct{}, 1), gone: make(chan struct{}), att: att}
+func newCQ(d *Device, p cqProvider) *CQ {
+	return &CQ{dev: d, wake: make(chan struct{}, 1), gone: make(chan struct{}), prov: p}
+}
+
+// signal wakes a waiter of the CQ, if one sleeps on c.wake.
+func (c *CQ) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
 }
 
 // users counts the QPs that use a CQ or an SRQ, which cannot be destroyed
@@ -249,23 +190,7 @@ func (u *users) destroy(what string) (bool, error) {
 }
 
 // CreateCQ creates a completion queue of depth entries (ibv_create_cq).
-func (d *Device) CreateCQ(depth int) (*CQ, error) {
-	if d.att != nil {
-		return d.att.createCQ(depth)
-	}
-	c, err := qp.NewCQ(depth)
-	if err != nil {
-		return nil, err
-	}
-	cq := newCQ(d, c, nil)
-	c.SetNotify(func() {
-		select {
-		case cq.wake <- struct{}{}:
-		default:
-		}
-	})
-	return cq, nil
-}
+func (d *Device) CreateCQ(depth int) (*CQ, error) { return d.prov.createCQ(d, depth) }
 
 // Poll moves up to len(wcs) completions into wcs (ibv_poll_cq) without
 // blocking. When an embedded device's CQ holds none, Poll first processes
@@ -277,29 +202,12 @@ func (c *CQ) Poll(wcs []qp.WC) (int, error) { return c.poll(wcs, true) }
 // poll is Poll; drive says whether it may process packets when it finds no
 // completion, as a poll in a loop does (CQ.Wait's do not: the reader
 // stays on the socket for them).
-func (c *CQ) poll(wcs []qp.WC, drive bool) (int, error) {
-	if c.att != nil {
-		return c.att.poll(wcs)
-	}
-	if c.users.gone() {
-		return 0, ErrClosed
-	}
-	n, err := c.cq.Poll(wcs)
-	if n == 0 && err == nil && drive && len(wcs) > 0 && c.dev.drive() {
-		n, err = c.cq.Poll(wcs)
-	}
-	return n, err
-}
+func (c *CQ) poll(wcs []qp.WC, drive bool) (int, error) { return c.prov.poll(wcs, drive) }
 
 // Destroy destroys the CQ (ibv_destroy_cq): completions not yet polled are
 // discarded, and Poll and Wait return ErrClosed from then on. It fails
 // with ErrBusy while a QP completes to the CQ.
-func (c *CQ) Destroy() error {
-	if c.att != nil {
-		return c.dev.att.destroyCQ(c)
-	}
-	return c.retire()
-}
+func (c *CQ) Destroy() error { return c.prov.destroy(c) }
 
 // retire marks the CQ destroyed unless a QP uses it, and wakes its
 // waiters.
@@ -331,35 +239,28 @@ func (c *CQ) WaitReady(ctx context.Context) error {
 // wait calls poll until it finds completions (or fails), sleeping between
 // calls until the CQ is written to, ctx ends or the device closes.
 //
-// An embedded CQ's writes wake a waiter through c.wake. An attached CQ's
-// daemon signals an eventfd once per arming: one waiter at a time (the
-// one holding att.lead) arms the CQ and reads the eventfd, the others
-// sleep on c.wake. One write wakes one waiter, so a woken waiter that
-// leaves while others wait passes the wakeup on, and one of them takes
-// its place.
+// A waiter sleeps on c.wake, which the CQ's writes signal, unless the
+// provider's park put it to sleep already: an attached CQ's daemon
+// signals an eventfd once per arming, so one waiter at a time arms the CQ
+// and reads the eventfd, the others sleep on c.wake. One write wakes one
+// waiter, so a woken waiter that leaves while others wait passes the
+// wakeup on, and one of them takes its place.
 func (c *CQ) wait(ctx context.Context, poll func() (int, error)) (int, error) {
 	c.waiters.Add(1)
 	defer c.waiters.Add(-1)
 	woken := false
 	passOn := func() {
 		if woken && c.waiters.Load() > 1 {
-			select {
-			case c.wake <- struct{}{}:
-			default:
-			}
+			c.signal()
 		}
 	}
+	done := c.dev.Done()
 	for {
 		if n, err := poll(); n > 0 || err != nil {
 			passOn()
 			return n, err
 		}
-		if c.att == nil {
-			c.dev.stopPolling()
-		}
-		if c.att != nil && c.att.lead.TryLock() {
-			err := c.att.sleep(ctx, c.dev.done)
-			c.att.lead.Unlock()
+		if slept, err := c.prov.park(ctx, done); slept {
 			woken = true
 			if err == nil {
 				continue
@@ -377,7 +278,7 @@ func (c *CQ) wait(ctx context.Context, poll func() (int, error)) (int, error) {
 			woken = true
 		case <-ctx.Done():
 			return 0, ctx.Err()
-		case <-c.dev.done:
+		case <-done:
 			if n, err := poll(); n > 0 || err != nil {
 				return n, err
 			}
@@ -389,53 +290,25 @@ func (c *CQ) wait(ctx context.Context, poll func() (int, error)) (int, error) {
 }
 
 // Len returns how many completions wait to be polled.
-func (c *CQ) Len() int {
-	if c.att != nil {
-		return c.att.len()
-	}
-	return c.cq.Len()
-}
+func (c *CQ) Len() int { return c.prov.len() }
 
 // SRQ is a shared receive queue.
 type SRQ struct {
 	pd    *PD
-	srq   *qp.SRQ
 	users users // QPs receiving from it
-	att   *attachedSRQ
+	prov  srqProvider
 }
 
 // CreateSRQ creates a shared receive queue (ibv_create_srq).
-func (pd *PD) CreateSRQ(depth, maxSGE int) (*SRQ, error) {
-	if pd.dev.att != nil {
-		return pd.dev.att.createSRQ(pd, depth, maxSGE)
-	}
-	s, err := qp.NewSRQ(pd.pd, depth, maxSGE)
-	if err != nil {
-		return nil, err
-	}
-	return &SRQ{pd: pd, srq: s}, nil
-}
+func (pd *PD) CreateSRQ(depth, maxSGE int) (*SRQ, error) { return pd.prov.createSRQ(pd, depth, maxSGE) }
 
 // PostRecv adds a receive WR (ibv_post_srq_recv).
-func (s *SRQ) PostRecv(wr *qp.RecvWR) error {
-	if s.att != nil {
-		return s.att.postRecv(s.pd.dev.att, wr)
-	}
-	if s.users.gone() {
-		return fmt.Errorf("posting to a destroyed SRQ: %w", ErrClosed)
-	}
-	return s.srq.PostRecv(wr)
-}
+func (s *SRQ) PostRecv(wr *qp.RecvWR) error { return s.prov.postRecv(wr) }
 
 // Destroy destroys the SRQ (ibv_destroy_srq): its receive WRs are
 // discarded, and posting to it fails. It fails with ErrBusy while a QP
 // receives from it.
-func (s *SRQ) Destroy() error {
-	if s.att != nil {
-		return s.pd.dev.att.destroySRQ(s)
-	}
-	return s.retire()
-}
+func (s *SRQ) Destroy() error { return s.prov.destroy(s) }
 
 // retire marks the SRQ destroyed unless a QP uses it.
 func (s *SRQ) retire() error {
@@ -458,152 +331,14 @@ type QPConfig struct {
 
 // QP is a queue pair of a device. Its methods are safe for concurrent use.
 type QP struct {
-	dev *Device
-	pd  *PD
-	num uint32
-
-	mu        sync.Mutex
-	qp        *qp.QP
-	destroyed bool
-	timerAt   qp.Time // the earliest Tick queued for this QP, 0 if none
-	// onError, if set, is told the cause once the QP enters the error
-	// state (the connection manager ends the QP's connection); it is
-	// called with mu held.
-	onError   func(cause qp.WCStatus)
-	errorSeen bool
-	// errorNoted is set while the QP is in the error state and
-	// noteErrorLocked has seen it there.
-	errorNoted bool
-	// commEst, if set, is called (with mu held) when the QP's responder
-	// takes its first request, and then cleared: the connection manager
-	// waits for it, or the RTU, to establish an accepted connection.
-	commEst    func()
-	commEstPSN wire.PSN // the responder's expected PSN when commEst was set
-
-	dirty bool // owned by the holder of the device's progress role
-	rung  bool // in the device's doorbells to ring; under mu
-
-	// peer is the connection of an RC or UC QP as the device's other QPs
-	// see it: the QPN it is connected to, with peerLocal set when that
-	// QP is on this device. Written under mu, read by other QPs' senders.
-	peer atomic.Uint32
-
-	att  *attachedQP // an attached device's QP, in the daemon
-	host *hostedQP   // a QP the daemon runs for an attached process
-
-	uses []*users // of its CQs and SRQ, released by Destroy
+	dev  *Device
+	pd   *PD
+	num  uint32
+	prov qpProvider
 }
 
 // CreateQP creates a QP in the RESET state (ibv_create_qp).
-func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
-	if pd.dev.att != nil {
-		return pd.dev.att.createQP(pd, cfg)
-	}
-	return pd.createQP(cfg, 0)
-}
-
-// createQP creates a QP numbered num, or with the next free number if num
-// is 0.
-func (pd *PD) createQP(cfg QPConfig, num uint32) (*QP, error) {
-	d := pd.dev
-	if d.closed() {
-		return nil, ErrClosed
-	}
-	if cfg.Type == 0 {
-		cfg.Type = qp.RC
-	}
-	if cfg.SendCQ == nil {
-		return nil, fmt.Errorf("QP needs a send CQ: %w", ErrInvalid)
-	}
-	if cfg.RecvCQ == nil {
-		cfg.RecvCQ = cfg.SendCQ
-	}
-	qc := qp.Config{
-		Type: cfg.Type, PD: pd.pd, Memory: d.mem, SendCQ: cfg.SendCQ.cq, RecvCQ: cfg.RecvCQ.cq,
-		MaxSendWR: cfg.MaxSendWR, MaxRecvWR: cfg.MaxRecvWR, MaxSendSGE: cfg.MaxSendSGE,
-		MaxRecvSGE: cfg.MaxRecvSGE, MaxInline: cfg.MaxInline, SignalAll: cfg.SignalAll,
-		Counters: &d.qpc, Guard: &d.guard,
-	}
-	if cfg.SRQ != nil {
-		if cfg.SRQ.pd != pd {
-			return nil, fmt.Errorf("SRQ of another PD: %w", ErrInvalid)
-		}
-		qc.SRQ = cfg.SRQ.srq
-	}
-	uses, err := holdQueues(&cfg)
-	if err != nil {
-		return nil, err
-	}
-	q, err := pd.newQP(cfg, qc, num)
-	if err != nil {
-		for _, u := range uses {
-			u.done()
-		}
-		return nil, err
-	}
-	q.uses = uses
-	return q, nil
-}
-
-// holdQueues counts a new QP among the users of the CQs and SRQ of cfg.
-func holdQueues(cfg *QPConfig) ([]*users, error) {
-	uses := []*users{&cfg.SendCQ.users, &cfg.RecvCQ.users}
-	names := []string{"send CQ", "receive CQ"}
-	if cfg.SRQ != nil {
-		uses, names = append(uses, &cfg.SRQ.users), append(names, "SRQ")
-	}
-	for i, u := range uses {
-		if err := u.add(names[i]); err != nil {
-			for _, held := range uses[:i] {
-				held.done()
-			}
-			return nil, err
-		}
-	}
-	return uses, nil
-}
-
-// newQP installs a QP numbered num (or the next free number) with the
-// transport configuration qc.
-func (pd *PD) newQP(cfg QPConfig, qc qp.Config, num uint32) (*QP, error) {
-	d := pd.dev
-	d.qpMu.Lock()
-	defer d.qpMu.Unlock()
-	if num == 0 {
-		var ok bool
-		if num, ok = d.freeQPN(); !ok {
-			return nil, fmt.Errorf("all %d QPs in use: %w", len(d.qps), ErrNoMem)
-		}
-	} else if d.qps[num%uint32(len(d.qps))].Load() != nil {
-		return nil, fmt.Errorf("QP number %#x in use: %w", num, ErrBusy)
-	}
-	inner, err := qp.New(num, qc)
-	if err != nil {
-		return nil, err
-	}
-	q := &QP{dev: d, pd: pd, num: num, qp: inner, host: cfg.host}
-	if cfg.host != nil {
-		cfg.host.q = q
-	}
-	d.qps[num%uint32(len(d.qps))].Store(q)
-	return q, nil
-}
-
-// freeQPN finds an unused QP number, counting up from the last one handed
-// out so that a number is not reused soon (as rxe does). d.qpMu is held.
-func (d *Device) freeQPN() (uint32, bool) {
-	n := uint32(len(d.qps))
-	for range n {
-		num := d.nextQPN
-		if d.nextQPN++; d.nextQPN > 0xFFFFFF {
-			d.nextQPN = firstQPN
-		}
-		if d.qps[num%n].Load() == nil {
-			return num, true
-		}
-	}
-	return 0, false
-}
+func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) { return pd.prov.createQP(pd, cfg) }
 
 // Num returns the QP number.
 func (q *QP) Num() uint32 { return q.num }
@@ -612,75 +347,33 @@ func (q *QP) Num() uint32 { return q.num }
 func (q *QP) PD() *PD { return q.pd }
 
 // Type returns the QP's transport service.
-func (q *QP) Type() qp.Type {
-	if q.att != nil {
-		return q.att.cfg.Type
-	}
-	return q.qp.Type()
-}
+func (q *QP) Type() qp.Type { return q.prov.typ() }
 
 // Attr returns the QP's attributes (ibv_query_qp).
-func (q *QP) Attr() qp.Attr {
-	if q.att != nil {
-		a, _ := q.att.query(q.dev.att) // on error, what the daemon told last
-		return a.Attr
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.qp.Attr()
-}
+func (q *QP) Attr() qp.Attr { return q.prov.attr() }
 
 // Status returns a snapshot of the QP's sequence state.
-func (q *QP) Status() qp.Status {
-	if q.att != nil {
-		a, _ := q.att.query(q.dev.att) // on error, what the daemon told last
-		return a.Status
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	st := q.qp.Status()
-	if q.host != nil {
-		q.host.countPostedLocked(&st)
-	}
-	return st
-}
+func (q *QP) Status() qp.Status { return q.prov.status() }
 
 // Traffic returns the packets, bytes and messages the QP has sent and
 // received. An attached device's QPs are counted in the daemon, which
 // shows them (softnic serve --metrics): here they are ErrNotSupported.
 func (q *QP) Traffic() (qp.Traffic, error) {
-	if q.att != nil {
-		return qp.Traffic{}, fmt.Errorf("QP %#x: traffic of an attached device's QP: %w", q.num, ErrNotSupported)
+	if t, ok := q.prov.(trafficCounter); ok {
+		return t.traffic(), nil
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.qp.Traffic(), nil
+	return qp.Traffic{}, fmt.Errorf("QP %#x: %w", q.num, unsupported("traffic"))
 }
 
 // Modify changes the QP's attributes and state (ibv_modify_qp).
-func (q *QP) Modify(attr *qp.Attr, mask qp.AttrMask) error {
-	if q.att != nil {
-		return q.att.modify(q.dev.att, attr, mask)
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.destroyed {
-		return ErrClosed
-	}
-	if err := q.qp.Modify(attr, mask); err != nil {
-		return err
-	}
-	q.notePeerLocked()
-	q.flushNowLocked()
-	return nil
-}
+func (q *QP) Modify(attr *qp.Attr, mask qp.AttrMask) error { return q.prov.modify(attr, mask) }
 
 // PostSend posts one send work request (ibv_post_send) and sends what it
 // can at once; while an application polls the device's CQs (see CQ.Poll),
 // what it posts leaves with that application's next poll instead, with
 // everything posted to the device's QPs since, in as few system calls as
 // it takes.
-func (q *QP) PostSend(wr *qp.SendWR) error { return q.postSend(wr, true) }
+func (q *QP) PostSend(wr *qp.SendWR) error { return q.prov.postSend(wr, true) }
 
 // PostSendDeferred posts a send work request without ringing the doorbell:
 // this call sends nothing, so that several posts can leave in one batch
@@ -688,145 +381,31 @@ func (q *QP) PostSend(wr *qp.SendWR) error { return q.postSend(wr, true) }
 // PostSend, PostSends or RingDoorbell on the QP, or sooner if the device
 // drains the QP for its own reasons (a response arrives, a timer fires):
 // the deferral is a batching hint, never a promise to hold packets back.
-func (q *QP) PostSendDeferred(wr *qp.SendWR) error { return q.postSend(wr, false) }
-
-func (q *QP) postSend(wr *qp.SendWR, ring bool) error {
-	if q.att != nil {
-		return q.att.postSend(q.dev.att, wr, ring)
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.destroyed {
-		return ErrClosed
-	}
-	if err := q.qp.PostSend(wr); err != nil {
-		return err
-	}
-	if ring {
-		q.doorbellLocked()
-	}
-	return nil
-}
+func (q *QP) PostSendDeferred(wr *qp.SendWR) error { return q.prov.postSend(wr, false) }
 
 // RingDoorbell sends what the QP has queued, such as the work requests of
 // PostSendDeferred.
-func (q *QP) RingDoorbell() error {
-	if q.att != nil {
-		return q.att.ringDoorbell(q.dev.att)
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.destroyed {
-		return ErrClosed
-	}
-	q.doorbellLocked()
-	return nil
-}
+func (q *QP) RingDoorbell() error { return q.prov.ringDoorbell() }
 
 // PostSends posts a list of send work requests, then sends; it returns how
 // many were posted before an error (like ibv_post_send's bad_wr).
-func (q *QP) PostSends(wrs []qp.SendWR) (int, error) {
-	if q.att != nil {
-		return q.att.postSends(q.dev.att, wrs)
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.destroyed {
-		return 0, ErrClosed
-	}
-	n := 0
-	var err error
-	for i := range wrs {
-		if err = q.qp.PostSend(&wrs[i]); err != nil {
-			break
-		}
-		n++
-	}
-	if n > 0 {
-		q.doorbellLocked()
-	}
-	return n, err
-}
+func (q *QP) PostSends(wrs []qp.SendWR) (int, error) { return q.prov.postSends(wrs) }
 
 // PostRecv posts a receive work request (ibv_post_recv).
-func (q *QP) PostRecv(wr *qp.RecvWR) error {
-	if q.att != nil {
-		return q.att.postRecv(q.dev.att, wr)
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.destroyed {
-		return ErrClosed
-	}
-	return q.qp.PostRecv(wr)
-}
-
-// flushNowLocked sends what the QP has to send, from the caller's
-// goroutine.
-func (q *QP) flushNowLocked() {
-	b := q.dev.getBatch()
-	q.flushLocked(b, q.dev.now())
-	q.dev.putBatch(b)
-}
-
-// setOnError installs fn as the QP's error hook (nil removes it); fn runs
-// at once if the QP is already in the error state.
-func (q *QP) setOnError(fn func(cause qp.WCStatus)) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.onError, q.errorSeen = fn, false
-	q.reportErrorLocked()
-}
-
-// reportErrorLocked calls the error hook the first time it finds the QP in
-// the error state.
-func (q *QP) reportErrorLocked() {
-	if q.onError == nil || q.errorSeen || q.qp.State() != qp.Err {
-		return
-	}
-	q.errorSeen = true
-	q.onError(q.qp.Status().Cause)
-}
+func (q *QP) PostRecv(wr *qp.RecvWR) error { return q.prov.postRecv(wr) }
 
 // Destroy moves the QP to the error state, so that its outstanding WRs
 // complete with WR_FLUSH_ERR, and removes it from the device
 // (ibv_destroy_qp). Packets for it are dropped from then on.
-func (q *QP) Destroy() error {
-	if q.att != nil {
-		return q.att.destroy(q.dev.att)
-	}
-	q.mu.Lock()
-	if q.destroyed {
-		q.mu.Unlock()
-		return nil
-	}
-	q.qp.Modify(&qp.Attr{State: qp.Err}, qp.AttrState)
-	q.flushNowLocked() // a NAK that explains an error still goes out
-	q.qp.Modify(&qp.Attr{State: qp.Reset}, qp.AttrState)
-	q.destroyed = true
-	q.mu.Unlock()
-	for _, u := range q.uses {
-		u.done()
-	}
-	d := q.dev
-	d.qps[q.num%uint32(len(d.qps))].CompareAndSwap(q, nil)
-	return nil
-}
+func (q *QP) Destroy() error { return q.prov.destroy() }
 
 // OpenDomain opens the fi_mr face of the device's region table (a
 // libfabric resource domain, see mr.Domain) and returns it with the PD its
 // regions live in: QPs created from that PD reach the domain's regions,
 // with the mr_mode, key and endpoint rules the domain enforces.
 func (d *Device) OpenDomain(cfg mr.DomainConfig) (*mr.Domain, *PD, error) {
-	if d.att != nil {
-		return nil, nil, fmt.Errorf("an fi_mr domain of an attached device: %w", ErrNotSupported)
+	if o, ok := d.prov.(nicOwner); ok {
+		return o.openDomain(d, cfg)
 	}
-	if d.closed() {
-		return nil, nil, ErrClosed
-	}
-	dom, err := mr.OpenDomain(d.mem, cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	return dom, &PD{dev: d, pd: dom.PD()}, nil
+	return nil, nil, unsupported("an fi_mr domain")
 }

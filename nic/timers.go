@@ -19,7 +19,7 @@ type timers struct {
 
 type timerEntry struct {
 	at  qp.Time
-	q   *QP           // a QP whose Deadline is due, or
+	q   *embeddedQP   // a QP whose Deadline is due, or
 	pkt []byte        // a delayed packet
 	env wire.Envelope // and its datagram, or
 	fn  func(qp.Time) // a function to call with the current time
@@ -102,7 +102,7 @@ func (t *timers) due(now qp.Time, buf []timerEntry) ([]timerEntry, time.Duration
 
 // schedule asks for a Tick of q at its deadline, if it has one and no
 // earlier wakeup is already queued. q.mu is held.
-func (d *Device) schedule(q *QP) {
+func (d *embeddedDevice) schedule(q *embeddedQP) {
 	at, ok := q.qp.Deadline()
 	if !ok || (q.timerAt != 0 && q.timerAt <= at) {
 		return
@@ -111,7 +111,7 @@ func (d *Device) schedule(q *QP) {
 	d.timers.add(timerEntry{at: at, q: q})
 }
 
-func (d *Device) timerLoop() {
+func (d *embeddedDevice) timerLoop() {
 	defer d.wg.Done()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -149,7 +149,7 @@ func (d *Device) timerLoop() {
 		}
 		timer.Reset(wait)
 		select {
-		case <-d.done:
+		case <-d.closing:
 			return
 		case <-d.timers.wake:
 		case <-timer.C:

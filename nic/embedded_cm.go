@@ -1,0 +1,366 @@
+package nic
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"go.uber.org/zap"
+
+	"github.com/softnic/softnic/nic/cm"
+	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/wire"
+)
+
+// The embedded device's connection manager: the engine of package cm on
+// the device's QP1 (see cm_gsi.go), which Listen, Dial and the objects
+// they return drive.
+
+// embeddedListener is a listener of the embedded device's engine.
+type embeddedListener struct {
+	dev *embeddedDevice
+	l   *cmListener
+}
+
+func (d *embeddedDevice) listen(pub *Listener, opts *ListenOptions) (listenerProvider, error) {
+	port := pub.port
+	l := &cmListener{port: port, ready: make(chan struct{}, 1), closed: make(chan struct{})}
+	var err error
+	d.cm.run(func(e *cm.Engine, _ qp.Time, _ *cm.Output) {
+		if l.engine, err = e.Listen(port, cmp.Or(opts.Backlog, cmDefaultBacklog)); err == nil {
+			l.engine.Context = l
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("softnic: listen: %w", err)
+	}
+	d.log.Debug("cm: listening", zap.Uint16("port", port))
+	return &embeddedListener{dev: d, l: l}, nil
+}
+
+func (el *embeddedListener) acceptRequest(ctx context.Context, l *Listener) (*Request, error) {
+	for {
+		if isClosed(el.l.closed) {
+			return nil, l.errClosed()
+		}
+		if id := el.dev.cm.nextRequest(el.l); id != nil {
+			return &Request{l: l, peer: id.peer, private: id.req.PrivateData[wire.CMAHeaderSize:],
+				prov: &embeddedRequest{dev: el.dev, id: id}}, nil
+		}
+		select {
+		case <-el.l.ready:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-el.l.closed:
+			return nil, l.errClosed()
+		case <-el.dev.closing:
+			return nil, ErrClosed
+		}
+	}
+}
+
+func (el *embeddedListener) close() error {
+	el.dev.cm.run(func(e *cm.Engine, now qp.Time, out *cm.Output) { e.Unlisten(now, el.l.engine, out) })
+	return nil
+}
+
+// embeddedRequest is a request the engine received.
+type embeddedRequest struct {
+	dev *embeddedDevice
+	id  *cmID
+}
+
+func (er *embeddedRequest) accept(r *Request, opts AcceptOptions) (*Conn, error) {
+	return er.acceptWith(r, opts, r.l.qp)
+}
+
+func (er *embeddedRequest) reject(_ *Request, private []byte) error {
+	var err error
+	er.dev.cm.run(func(e *cm.Engine, now qp.Time, out *cm.Output) {
+		err = e.Reject(now, er.id.comm, wire.RejectConsumer, private, out)
+	})
+	if err == nil {
+		er.dev.log.Debug("cm: rejected", zap.Stringer("peer", er.id.peer), zap.Uint16("port", er.id.port))
+	}
+	return err
+}
+
+// ACCEPT
+// acceptWith accepts the request r with a QP made with cfg.
+func (er *embeddedRequest) acceptWith(r *Request, opts AcceptOptions, cfg QPConfig) (*Conn, error) {
+	d := er.dev
+	c := d.cm
+	id := er.id
+	req := id.req
+	if len(opts.PrivateData) > wire.REPPrivateDataSize {
+		return nil, fmt.Errorf("softnic: accept %v: %d bytes of private data, a REP carries %d: %w",
+			id.peer, len(opts.PrivateData), wire.REPPrivateDataSize, ErrInvalid)
+	}
+	if opts.RNRRetryCount > 7 {
+		return nil, fmt.Errorf("softnic: accept %v: RNR retry count %d > 7: %w", id.peer, opts.RNRRetryCount, ErrInvalid)
+	}
+	rr := cmp.Or(opts.ResponderResources, min(cmDefaultRdAtomic, req.InitiatorDepth))
+	rr = min(rr, qp.MaxRdAtomicLimit)
+	depth := min(cmp.Or(opts.InitiatorDepth, cmDefaultRdAtomic), req.ResponderResources)
+	rnr := cmp.Or(opts.RNRRetryCount, cmDefaultRetry)
+
+	q, err := opts.UseQP, error(nil)
+	if q != nil {
+		err = checkConnQP(r.l.dev, q)
+	} else {
+		q, err = createConnQP(r.l.pd, cfg)
+	}
+	if err != nil {
+		er.abandon(wire.RejectNoQP)
+		return nil, fmt.Errorf("softnic: accept %v: %w", id.peer, err)
+	}
+	// A failed accept destroys the QP it made, and leaves the caller's in
+	// the error state.
+	eq := q.prov.(*embeddedQP) // of this device, checked above
+	drop := func() { q.Destroy() }
+	if opts.UseQP != nil {
+		drop = eq.halt
+	}
+	// The REQ's Starting PSN is the one this side sends from, the REP's the
+	// one the dialer sends from, as Linux's CM has them (cm_req_handler
+	// makes the REQ's its sq_psn).
+	psn := c.randomPSN()
+	err = q.connect(id.peer, req.LocalQPN, &ConnectOptions{
+		LocalPSN: req.StartingPSN, RemotePSN: psn, MTU: req.PathMTU.Bytes(), Access: cmAccess(rr),
+		Timeout: min(req.PrimaryPath.LocalACKTimeout, cm.MaxHonouredTimeout), RetryCnt: req.RetryCount, RNRRetry: req.RNRRetryCount,
+		MinRNRTimer: cmMinRNRTimer, MaxRdAtomic: depth, MaxDestRdAtomic: rr,
+	})
+	if err != nil {
+		drop()
+		er.abandon(wire.RejectConsumer)
+		return nil, fmt.Errorf("softnic: accept %v: %w", id.peer, err)
+	}
+	// The first request the QP takes before the RTU establishes the
+	// connection too (see cm.Engine.CommEstablished).
+	eq.mu.Lock()
+	eq.commEstPSN = eq.qp.Status().ExpectedPSN
+	eq.commEst = func() { c.run(func(e *cm.Engine, _ qp.Time, out *cm.Output) { e.CommEstablished(id.comm, out) }) }
+	eq.mu.Unlock()
+	c.run(func(e *cm.Engine, now qp.Time, out *cm.Output) {
+		err = e.Accept(now, id.comm, &cm.AcceptParams{
+			QPN: q.num, PSN: psn, SRQ: cfg.SRQ != nil, Private: opts.PrivateData,
+			ResponderResources: rr, InitiatorDepth: depth, RNRRetryCount: rnr,
+		}, out)
+		if err == nil {
+			id.qp = eq
+		}
+	})
+	if err == nil {
+		select {
+		case res := <-id.result:
+			err = res.err
+		case <-d.closing:
+			err = ErrClosed
+		}
+	}
+	eq.mu.Lock()
+	eq.commEst = nil
+	eq.mu.Unlock()
+	if err == ErrClosed {
+		err = fmt.Errorf("softnic: accept %v: %w", id.peer, ErrClosed)
+	}
+	if err != nil {
+		drop()
+		return nil, err
+	}
+	d.log.Debug("cm: accepted", zap.Stringer("peer", id.peer), zap.Uint16("port", id.port),
+		zap.Uint32("qpn", q.num), zap.Uint32("remote_qpn", req.LocalQPN))
+	return d.newConn(id, q, r.private, opts.UseQP == nil), nil
+}
+
+// abandon rejects the request after a local failure.
+func (er *embeddedRequest) abandon(reason wire.RejectReason) {
+	er.dev.cm.run(func(e *cm.Engine, now qp.Time, out *cm.Output) { e.Reject(now, er.id.comm, reason, nil, out) })
+}
+
+// dialMTU asks for the path MTU toward remote, which may carry less than
+// the device's MTU (or than asked): its MTU, as rxe's interface MTU bounds
+// its own.
+func (d *embeddedDevice) dialMTU(asked int, remote netip.AddrPort) int {
+	return min(cmp.Or(asked, d.cfg.MTU), d.pathMTU(remote))
+}
+
+func (d *embeddedDevice) dial(ctx context.Context, _ *Device, remote netip.AddrPort, port uint16, opts *DialOptions) (*Conn, error) {
+	q, err := opts.UseQP, error(nil)
+	if q == nil {
+		q, err = createConnQP(opts.PD, opts.QP)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err)
+	}
+	c, err := d.dialOnce(ctx, q, remote, port, opts)
+	for busy := 0; err != nil; busy++ {
+		var rej *RejectError
+		if !errors.As(err, &rej) {
+			break
+		}
+		if rej.Reason == wire.RejectInvalidMTU && len(rej.ARI) > 0 {
+			mtu := wire.MTU(rej.ARI[0]).Bytes()
+			if mtu == 0 || mtu >= opts.MTU {
+				break
+			}
+			d.log.Debug("cm: peer takes a smaller MTU", zap.Stringer("peer", remote), zap.Int("mtu", mtu))
+			opts.MTU = mtu
+		} else if rej.Reason != wire.RejectNoResources || busy >= int(opts.CMRetries) || !cmBackoff(ctx, busy, opts.CMTimeout) {
+			break
+		}
+		c, err = d.dialOnce(ctx, q, remote, port, opts)
+	}
+	if err != nil {
+		switch st := q.Attr().State; {
+		case opts.UseQP == nil:
+			q.Destroy()
+		case st != qp.Reset && st != qp.Init:
+			// The caller's QP, connected before the handshake failed.
+			// One the handshake never reached (a REJ, no answer) stays
+			// as it was, for the caller to try again.
+			q.prov.(*embeddedQP).halt()
+		}
+		return nil, err
+	}
+	return c, nil
+}
+
+// dial makes one connection attempt with the QP q, still in RESET.
+func (d *embeddedDevice) dialOnce(ctx context.Context, q *QP, remote netip.AddrPort, port uint16, o *DialOptions) (*Conn, error) {
+	c := d.cm
+	mtu, _ := wire.MTUFromBytes(o.MTU)
+	psn := c.randomPSN()
+	p := cm.DialParams{
+		Peer: remote, Src: d.sourceFor(remote).Addr().Unmap(), Port: port, QPN: q.num, PSN: psn,
+		MTU: mtu, SRQ: o.QP.SRQ != nil, Private: o.PrivateData,
+		ResponderResources: o.ResponderResources, InitiatorDepth: o.InitiatorDepth,
+		RetryCount: o.RetryCount, RNRRetryCount: o.RNRRetryCount,
+		ACKTimeout: o.Timeout, CMTimeout: o.CMTimeout, CMRetries: o.CMRetries,
+	}
+	var id *cmID
+	var err error
+	c.run(func(e *cm.Engine, now qp.Time, out *cm.Output) {
+		var comm *cm.ID
+		if comm, err = e.Connect(now, &p, out); err == nil {
+			id = newCMID(comm)
+			id.qp = q.prov.(*embeddedQP)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err)
+	}
+	var res cmResult
+	select {
+	case res = <-id.result:
+	case <-ctx.Done():
+		c.run(func(e *cm.Engine, now qp.Time, out *cm.Output) { e.Abort(now, id.comm, out) })
+		return nil, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, ctx.Err())
+	case <-d.closing:
+		res.err = ErrClosed
+	}
+	if res.err == ErrClosed {
+		return nil, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, ErrClosed)
+	}
+	if res.err != nil {
+		return nil, res.err
+	}
+	rep := res.rep
+	rr := min(o.ResponderResources, rep.InitiatorDepth)
+	// The dialer sends from the REP's Starting PSN and expects its own
+	// REQ's (see Accept).
+	err = q.connect(remote, rep.LocalQPN, &ConnectOptions{
+		LocalPSN: rep.StartingPSN, RemotePSN: psn, MTU: o.MTU, Access: cmAccess(rr),
+		Timeout: o.Timeout, RetryCnt: o.RetryCount, RNRRetry: rep.RNRRetryCount, MinRNRTimer: cmMinRNRTimer,
+		MaxRdAtomic: min(o.InitiatorDepth, rep.ResponderResources), MaxDestRdAtomic: rr,
+	})
+	c.run(func(e *cm.Engine, now qp.Time, out *cm.Output) {
+		if err != nil {
+			e.Abort(now, id.comm, out)
+			return
+		}
+		err = e.Establish(id.comm, out)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err)
+	}
+	d.log.Debug("cm: connected", zap.Stringer("peer", remote), zap.Uint16("port", port),
+		zap.Uint32("qpn", q.num), zap.Uint32("remote_qpn", rep.LocalQPN), zap.Int("mtu", o.MTU))
+	return d.newConn(id, q, rep.PrivateData[:], o.UseQP == nil), nil
+}
+
+// createConnQP creates the RC QP of a connection.
+func createConnQP(pd *PD, cfg QPConfig) (*QP, error) {
+	if cfg.Type != 0 && cfg.Type != qp.RC {
+		return nil, fmt.Errorf("the connection manager connects RC QPs, not %s: %w", cfg.Type, ErrInvalid)
+	}
+	cfg.Type = qp.RC
+	return pd.CreateQP(cfg)
+}
+
+// embeddedConn is a connection of the embedded device's engine.
+type embeddedConn struct {
+	dev *embeddedDevice
+	id  *cmID
+}
+
+// newConn wraps an established connection, and ends it when its QP fails.
+func (d *embeddedDevice) newConn(id *cmID, q *QP, private []byte, ownQP bool) *Conn {
+	c := &Conn{dev: d.pub, qp: q, peer: id.peer, private: slices.Clone(private), ownQP: ownQP,
+		prov: &embeddedConn{dev: d, id: id}}
+	q.prov.(*embeddedQP).setOnError(func(cause qp.WCStatus) { d.cm.qpFailed(id, q.num, cause) })
+	return c
+}
+
+func (ec *embeddedConn) done() <-chan struct{} { return ec.id.done }
+
+func (ec *embeddedConn) err() error {
+	ec.dev.cm.mu.Lock()
+	defer ec.dev.cm.mu.Unlock()
+	return ec.id.err
+}
+
+func (ec *embeddedConn) disconnect(c *Conn) {
+	d, id := ec.dev, ec.id
+	halt(c)
+	var wait bool
+	d.cm.run(func(e *cm.Engine, now qp.Time, out *cm.Output) {
+		ended := id.ended
+		wait = e.Disconnect(now, id.comm, out) && !ended
+	})
+	if wait {
+		select {
+		case <-id.settled:
+		case <-d.closing:
+		}
+	}
+	if c.ownQP {
+		c.qp.Destroy()
+	}
+	d.log.Debug("cm: disconnected", zap.Stringer("peer", id.peer), zap.Uint32("qpn", c.qp.num))
+}
+
+// halt moves the QP of c, a connection of the embedded device, to the
+// error state, which flushes its work requests, without the QP's error
+// ending the connection as a failure. Close halts the connection before
+// it disconnects it; a daemon whose process detaches halts the process's
+// connections at once and closes them in the background.
+func halt(c *Conn) { c.qp.prov.(*embeddedQP).halt() }
+
+// halt moves the QP to the error state, which flushes its work requests,
+// with no error hook: nothing ends when it fails.
+func (q *embeddedQP) halt() {
+	q.setOnError(nil)
+	q.modify(&qp.Attr{State: qp.Err}, qp.AttrState)
+}
+
+// qpFailed ends id's connection because its QP entered the error state.
+// It runs under the QP's lock.
+func (c *cmDriver) qpFailed(id *cmID, qpn uint32, cause qp.WCStatus) {
+	err := &QPError{QPN: qpn, Status: cause}
+	c.run(func(e *cm.Engine, _ qp.Time, out *cm.Output) { e.End(id.comm, err, out) })
+	c.dev.log.Debug("cm: connection's QP failed", zap.Stringer("peer", id.peer), zap.Error(err))
+}
