@@ -560,44 +560,37 @@ func TestAttachEndpoint(t *testing.T) {
 // the first waiter took the wakeup that the first completion's arming
 // asked for (an attached CQ's daemon signals once per arming).
 func TestCQConcurrentWaiters(t *testing.T) {
-	for _, mode := range []string{"embedded", "attached"} {
-		t.Run(mode, func(t *testing.T) {
-			checkLeaks(t)
-			var a *end
-			if mode == "attached" {
-				a = attachedEnd(t, startDaemon(t, nic.Config{}))
-			} else {
-				a = openEnd(t, nic.Config{})
-			}
-			b := openEnd(t, nic.Config{})
-			connectEnds(t, a, b)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			got := make(chan uint64, 2)
-			for range 2 {
-				go func() {
-					var wc [1]qp.WC
-					if n, err := a.cq.Wait(ctx, wc[:]); err != nil || n != 1 {
-						t.Errorf("Wait: %d, %v", n, err)
-						got <- 0
-						return
-					}
-					got <- wc[0].ID
-				}()
-			}
-			time.Sleep(50 * time.Millisecond) // both waiters asleep
-			wr := qp.SendWR{Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
-			for id := uint64(1); id <= 2; id++ {
-				wr.ID = id
-				if err := a.qp.PostSend(&wr); err != nil {
-					t.Fatal(err)
+	forEachProvider(t, func(t *testing.T, p provider) {
+		checkLeaks(t)
+		a := p.end(t, nic.Config{})
+		b := openEnd(t, nic.Config{})
+		connectEnds(t, a, b)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		got := make(chan uint64, 2)
+		for range 2 {
+			go func() {
+				var wc [1]qp.WC
+				if n, err := a.cq.Wait(ctx, wc[:]); err != nil || n != 1 {
+					t.Errorf("Wait: %d, %v", n, err)
+					got <- 0
+					return
 				}
-				if w := <-got; w != id {
-					t.Fatalf("a waiter returned WR %d, want %d", w, id)
-				}
+				got <- wc[0].ID
+			}()
+		}
+		time.Sleep(50 * time.Millisecond) // both waiters asleep
+		wr := qp.SendWR{Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+		for id := uint64(1); id <= 2; id++ {
+			wr.ID = id
+			if err := a.qp.PostSend(&wr); err != nil {
+				t.Fatal(err)
 			}
-		})
-	}
+			if w := <-got; w != id {
+				t.Fatalf("a waiter returned WR %d, want %d", w, id)
+			}
+		}
+	})
 }
 
 // An attached CQ's waiter leaves when its context ends, the next waiter
@@ -657,68 +650,61 @@ func expectClosed(t *testing.T, waited <-chan error, what string) {
 // CQs and SRQs are destroyed as ibv_destroy_cq and ibv_destroy_srq do it,
 // embedded and attached alike: EBUSY while a QP uses them, then gone.
 func TestDestroyQueues(t *testing.T) {
-	for _, mode := range []string{"embedded", "attached"} {
-		t.Run(mode, func(t *testing.T) {
-			checkLeaks(t)
-			var dev *nic.Device
-			if mode == "attached" {
-				dev = attachTo(t, startDaemon(t, nic.Config{}))
-			} else {
-				dev = openDevice(t, nic.Config{})
+	forEachProvider(t, func(t *testing.T, p provider) {
+		checkLeaks(t)
+		dev := p.device(t, nic.Config{})
+		pd, err := dev.AllocPD()
+		if err != nil {
+			t.Fatal(err)
+		}
+		scq, err := dev.CreateCQ(16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rcq, err := dev.CreateCQ(16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srq, err := pd.CreateSRQ(16, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := pd.CreateQP(nic.QPConfig{SendCQ: scq, RecvCQ: rcq, SRQ: srq})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, destroy := range map[string]func() error{"send CQ": scq.Destroy, "receive CQ": rcq.Destroy, "SRQ": srq.Destroy} {
+			if err := destroy(); !errors.Is(err, nic.ErrBusy) {
+				t.Errorf("destroying the %s of a QP: %v, want ErrBusy", name, err)
 			}
-			pd, err := dev.AllocPD()
-			if err != nil {
-				t.Fatal(err)
+		}
+		waited := waitInBackground(scq)
+		if err := q.Destroy(); err != nil {
+			t.Fatal(err)
+		}
+		for name, destroy := range map[string]func() error{"send CQ": scq.Destroy, "receive CQ": rcq.Destroy, "SRQ": srq.Destroy} {
+			if err := destroy(); err != nil {
+				t.Errorf("destroying the %s once its QP is gone: %v", name, err)
 			}
-			scq, err := dev.CreateCQ(16)
-			if err != nil {
-				t.Fatal(err)
+			if err := destroy(); err != nil {
+				t.Errorf("destroying the %s again: %v", name, err)
 			}
-			rcq, err := dev.CreateCQ(16)
-			if err != nil {
-				t.Fatal(err)
-			}
-			srq, err := pd.CreateSRQ(16, 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			q, err := pd.CreateQP(nic.QPConfig{SendCQ: scq, RecvCQ: rcq, SRQ: srq})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for name, destroy := range map[string]func() error{"send CQ": scq.Destroy, "receive CQ": rcq.Destroy, "SRQ": srq.Destroy} {
-				if err := destroy(); !errors.Is(err, nic.ErrBusy) {
-					t.Errorf("destroying the %s of a QP: %v, want ErrBusy", name, err)
-				}
-			}
-			waited := waitInBackground(scq)
-			if err := q.Destroy(); err != nil {
-				t.Fatal(err)
-			}
-			for name, destroy := range map[string]func() error{"send CQ": scq.Destroy, "receive CQ": rcq.Destroy, "SRQ": srq.Destroy} {
-				if err := destroy(); err != nil {
-					t.Errorf("destroying the %s once its QP is gone: %v", name, err)
-				}
-				if err := destroy(); err != nil {
-					t.Errorf("destroying the %s again: %v", name, err)
-				}
-			}
-			expectClosed(t, waited, "its CQ was destroyed")
-			var wc [1]qp.WC
-			if _, err := scq.Poll(wc[:]); !errors.Is(err, nic.ErrClosed) {
-				t.Errorf("Poll of a destroyed CQ: %v, want ErrClosed", err)
-			}
-			if err := srq.PostRecv(&qp.RecvWR{ID: 1}); !errors.Is(err, nic.ErrClosed) {
-				t.Errorf("PostRecv to a destroyed SRQ: %v, want ErrClosed", err)
-			}
-			if _, err := pd.CreateQP(nic.QPConfig{SendCQ: scq}); err == nil {
-				t.Error("CreateQP with a destroyed CQ succeeded")
-			}
-			if _, err := pd.CreateQP(nic.QPConfig{SendCQ: rcq, SRQ: srq}); err == nil {
-				t.Error("CreateQP with a destroyed SRQ succeeded")
-			}
-		})
-	}
+		}
+		expectClosed(t, waited, "its CQ was destroyed")
+		var wc [1]qp.WC
+		if _, err := scq.Poll(wc[:]); !errors.Is(err, nic.ErrClosed) {
+			t.Errorf("Poll of a destroyed CQ: %v, want ErrClosed", err)
+		}
+		if err := srq.PostRecv(&qp.RecvWR{ID: 1}); !errors.Is(err, nic.ErrClosed) {
+			t.Errorf("PostRecv to a destroyed SRQ: %v, want ErrClosed", err)
+		}
+		if _, err := pd.CreateQP(nic.QPConfig{SendCQ: scq}); err == nil {
+			t.Error("CreateQP with a destroyed CQ succeeded")
+		}
+		if _, err := pd.CreateQP(nic.QPConfig{SendCQ: rcq, SRQ: srq}); err == nil {
+			t.Error("CreateQP with a destroyed SRQ succeeded")
+		}
+	})
 }
 
 // Memory windows work the same embedded and attached: a BIND_MW posted on

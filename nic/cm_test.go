@@ -35,18 +35,7 @@ type cmEnd struct {
 
 func openCMEnd(t testing.TB, cfg nic.Config) *cmEnd {
 	t.Helper()
-	e := &cmEnd{dev: openDevice(t, cfg)}
-	var err error
-	if e.pd, err = e.dev.AllocPD(); err != nil {
-		t.Fatal(err)
-	}
-	if e.cq, err = e.dev.CreateCQ(4096); err != nil {
-		t.Fatal(err)
-	}
-	if e.mr, err = e.pd.RegMR(make([]byte, 1<<20), mr.LocalWrite|mr.RemoteWrite|mr.RemoteRead|mr.RemoteAtomic); err != nil {
-		t.Fatal(err)
-	}
-	return e
+	return providers[0].cmEnd(t, cfg)
 }
 
 // dialOptions are the tests' dial options. Each REQ waits 2^18 × 4.096 µs
@@ -142,75 +131,77 @@ func cmCounter(t testing.TB, d *nic.Device, name string) uint64 {
 }
 
 func TestDialAccept(t *testing.T) {
-	checkLeaks(t)
-	a := openCMEnd(t, nic.Config{})
-	b := openCMEnd(t, nic.Config{MTU: 1024})
-	l := b.listen(t, 0)
-	dopts := a.dialOptions()
-	dopts.PrivateData = []byte("from the dialer")
-	dopts.ResponderResources, dopts.InitiatorDepth = 8, 4
-	dopts.RetryCount, dopts.RNRRetryCount, dopts.Timeout = 5, 6, 12
-	ctx := cmContext(t)
-	accepted := acceptAsync(t, ctx, l, func(r *nic.Request) (*nic.Conn, error) {
-		if got := string(r.PrivateData()[:15]); got != "from the dialer" || len(r.PrivateData()) != wire.CMAPrivateDataSize {
-			t.Errorf("request private data %q (%d bytes)", got, len(r.PrivateData()))
+	forEachProvider(t, func(t *testing.T, p provider) {
+		checkLeaks(t)
+		a := p.cmEnd(t, nic.Config{})
+		b := p.cmEnd(t, nic.Config{MTU: 1024})
+		l := b.listen(t, 0)
+		dopts := a.dialOptions()
+		dopts.PrivateData = []byte("from the dialer")
+		dopts.ResponderResources, dopts.InitiatorDepth = 8, 4
+		dopts.RetryCount, dopts.RNRRetryCount, dopts.Timeout = 5, 6, 12
+		ctx := cmContext(t)
+		accepted := acceptAsync(t, ctx, l, func(r *nic.Request) (*nic.Conn, error) {
+			if got := string(r.PrivateData()[:15]); got != "from the dialer" || len(r.PrivateData()) != wire.CMAPrivateDataSize {
+				t.Errorf("request private data %q (%d bytes)", got, len(r.PrivateData()))
+			}
+			if r.RemoteAddr() != a.dev.Addr() {
+				t.Errorf("request from %v, want %v", r.RemoteAddr(), a.dev.Addr())
+			}
+			return r.Accept(nic.AcceptOptions{PrivateData: []byte("from the acceptor"), RNRRetryCount: 3})
+		})
+		c, err := a.dev.Dial(ctx, b.dev.Addr(), cmPort, dopts)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if r.RemoteAddr() != a.dev.Addr() {
-			t.Errorf("request from %v, want %v", r.RemoteAddr(), a.dev.Addr())
+		s := <-accepted
+		if s == nil {
+			t.FailNow()
 		}
-		return r.Accept(nic.AcceptOptions{PrivateData: []byte("from the acceptor"), RNRRetryCount: 3})
+		if got := string(c.PrivateData()[:17]); got != "from the acceptor" || len(c.PrivateData()) != wire.REPPrivateDataSize {
+			t.Errorf("dialer got private data %q (%d bytes)", got, len(c.PrivateData()))
+		}
+		if c.RemoteAddr() != b.dev.Addr() || s.RemoteAddr() != a.dev.Addr() {
+			t.Errorf("remote addresses %v and %v", c.RemoteAddr(), s.RemoteAddr())
+		}
+		ca, sa := c.QP().Attr(), s.QP().Attr()
+		for _, chk := range []struct {
+			name      string
+			got, want any
+		}{
+			{"dialer state", ca.State, qp.RTS},
+			{"acceptor state", sa.State, qp.RTS},
+			{"dialer's peer QPN", ca.DestQPN, s.QP().Num()},
+			{"acceptor's peer QPN", sa.DestQPN, c.QP().Num()},
+			{"dialer's SQ PSN is the acceptor's RQ PSN", ca.SQPSN, sa.RQPSN},
+			{"acceptor's SQ PSN is the dialer's RQ PSN", sa.SQPSN, ca.RQPSN},
+			{"dialer's path MTU (the smaller device's)", ca.PathMTU, 1024},
+			{"acceptor's path MTU", sa.PathMTU, 1024},
+			{"dialer's initiator depth", ca.MaxRdAtomic, uint8(4)},
+			{"dialer's responder resources (the acceptor's initiator depth)", ca.MaxDestRdAtomic, uint8(8)},
+			{"acceptor's responder resources (the dialer's initiator depth)", sa.MaxDestRdAtomic, uint8(4)},
+			{"acceptor's initiator depth (the dialer's responder resources)", sa.MaxRdAtomic, uint8(8)},
+			{"retry counts", [2]uint8{ca.RetryCnt, sa.RetryCnt}, [2]uint8{5, 5}},
+			{"dialer's RNR retry (from the REP)", ca.RNRRetry, uint8(3)},
+			{"acceptor's RNR retry (from the REQ)", sa.RNRRetry, uint8(6)},
+			{"ACK timeouts (from the path)", [2]uint8{ca.Timeout, sa.Timeout}, [2]uint8{12, 12}},
+			{"dialer's remote", ca.Remote, b.dev.Addr()},
+			{"acceptor's remote", sa.Remote, a.dev.Addr()},
+			{"access", sa.AccessFlags, mr.RemoteWrite | mr.RemoteRead | mr.RemoteAtomic},
+		} {
+			if chk.got != chk.want {
+				t.Errorf("%s: %v, want %v", chk.name, chk.got, chk.want)
+			}
+		}
+		cmExchange(t, a, b, c, s)
+		for _, e := range []*cmEnd{a, b} {
+			if n := cmCounter(t, e.dev, "cm_established"); n != 1 {
+				t.Errorf("cm_established = %d, want 1", n)
+			}
+		}
+		c.Close()
+		s.Close()
 	})
-	c, err := a.dev.Dial(ctx, b.dev.Addr(), cmPort, dopts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := <-accepted
-	if s == nil {
-		t.FailNow()
-	}
-	if got := string(c.PrivateData()[:17]); got != "from the acceptor" || len(c.PrivateData()) != wire.REPPrivateDataSize {
-		t.Errorf("dialer got private data %q (%d bytes)", got, len(c.PrivateData()))
-	}
-	if c.RemoteAddr() != b.dev.Addr() || s.RemoteAddr() != a.dev.Addr() {
-		t.Errorf("remote addresses %v and %v", c.RemoteAddr(), s.RemoteAddr())
-	}
-	ca, sa := c.QP().Attr(), s.QP().Attr()
-	for _, chk := range []struct {
-		name      string
-		got, want any
-	}{
-		{"dialer state", ca.State, qp.RTS},
-		{"acceptor state", sa.State, qp.RTS},
-		{"dialer's peer QPN", ca.DestQPN, s.QP().Num()},
-		{"acceptor's peer QPN", sa.DestQPN, c.QP().Num()},
-		{"dialer's SQ PSN is the acceptor's RQ PSN", ca.SQPSN, sa.RQPSN},
-		{"acceptor's SQ PSN is the dialer's RQ PSN", sa.SQPSN, ca.RQPSN},
-		{"dialer's path MTU (the smaller device's)", ca.PathMTU, 1024},
-		{"acceptor's path MTU", sa.PathMTU, 1024},
-		{"dialer's initiator depth", ca.MaxRdAtomic, uint8(4)},
-		{"dialer's responder resources (the acceptor's initiator depth)", ca.MaxDestRdAtomic, uint8(8)},
-		{"acceptor's responder resources (the dialer's initiator depth)", sa.MaxDestRdAtomic, uint8(4)},
-		{"acceptor's initiator depth (the dialer's responder resources)", sa.MaxRdAtomic, uint8(8)},
-		{"retry counts", [2]uint8{ca.RetryCnt, sa.RetryCnt}, [2]uint8{5, 5}},
-		{"dialer's RNR retry (from the REP)", ca.RNRRetry, uint8(3)},
-		{"acceptor's RNR retry (from the REQ)", sa.RNRRetry, uint8(6)},
-		{"ACK timeouts (from the path)", [2]uint8{ca.Timeout, sa.Timeout}, [2]uint8{12, 12}},
-		{"dialer's remote", ca.Remote, b.dev.Addr()},
-		{"acceptor's remote", sa.Remote, a.dev.Addr()},
-		{"access", sa.AccessFlags, mr.RemoteWrite | mr.RemoteRead | mr.RemoteAtomic},
-	} {
-		if chk.got != chk.want {
-			t.Errorf("%s: %v, want %v", chk.name, chk.got, chk.want)
-		}
-	}
-	cmExchange(t, a, b, c, s)
-	for _, e := range []*cmEnd{a, b} {
-		if n := cmCounter(t, e.dev, "cm_established"); n != 1 {
-			t.Errorf("cm_established = %d, want 1", n)
-		}
-	}
-	c.Close()
-	s.Close()
 }
 
 // exchange has the two connections' QPs WRITE and SEND to each other and
@@ -275,78 +266,86 @@ func cmExchangeAt(t testing.TB, a, b *cmEnd, c, s *nic.Conn, base int) {
 }
 
 func TestDialRejectedByListener(t *testing.T) {
-	checkLeaks(t)
-	a, b := openCMEnd(t, nic.Config{}), openCMEnd(t, nic.Config{})
-	l := b.listen(t, 0)
-	ctx := cmContext(t)
-	done := acceptAsync(t, ctx, l, func(r *nic.Request) (*nic.Conn, error) {
-		return nil, r.Reject([]byte("not today"))
+	forEachProvider(t, func(t *testing.T, p provider) {
+		checkLeaks(t)
+		a, b := p.cmEnd(t, nic.Config{}), p.cmEnd(t, nic.Config{})
+		l := b.listen(t, 0)
+		ctx := cmContext(t)
+		done := acceptAsync(t, ctx, l, func(r *nic.Request) (*nic.Conn, error) {
+			return nil, r.Reject([]byte("not today"))
+		})
+		c, err := a.dev.Dial(ctx, b.dev.Addr(), cmPort, a.dialOptions())
+		<-done
+		var rej *nic.RejectError
+		if c != nil || !errors.As(err, &rej) {
+			t.Fatalf("Dial: %v, %v; want a *RejectError", c, err)
+		}
+		if rej.Reason != wire.RejectConsumer || string(rej.PrivateData[:9]) != "not today" || rej.Addr != b.dev.Addr() || rej.Port != cmPort {
+			t.Errorf("REJ %+v", rej)
+		}
+		if errors.Is(err, nic.ErrConnRefused) {
+			t.Error("a consumer reject is not ECONNREFUSED")
+		}
+		want := fmt.Sprintf("connection to %v port %d rejected: consumer reject", b.dev.Addr(), cmPort)
+		if err.Error() != want {
+			t.Errorf("error %q, want %q", err, want)
+		}
 	})
-	c, err := a.dev.Dial(ctx, b.dev.Addr(), cmPort, a.dialOptions())
-	<-done
-	var rej *nic.RejectError
-	if c != nil || !errors.As(err, &rej) {
-		t.Fatalf("Dial: %v, %v; want a *RejectError", c, err)
-	}
-	if rej.Reason != wire.RejectConsumer || string(rej.PrivateData[:9]) != "not today" || rej.Addr != b.dev.Addr() || rej.Port != cmPort {
-		t.Errorf("REJ %+v", rej)
-	}
-	if errors.Is(err, nic.ErrConnRefused) {
-		t.Error("a consumer reject is not ECONNREFUSED")
-	}
-	want := fmt.Sprintf("connection to %v port %d rejected: consumer reject", b.dev.Addr(), cmPort)
-	if err.Error() != want {
-		t.Errorf("error %q, want %q", err, want)
-	}
 }
 
 func TestDialNoListener(t *testing.T) {
-	checkLeaks(t)
-	a, b := openCMEnd(t, nic.Config{}), openCMEnd(t, nic.Config{})
-	_, err := a.dev.Dial(cmContext(t), b.dev.Addr(), 9999, a.dialOptions())
-	if !errors.Is(err, nic.ErrConnRefused) {
-		t.Fatalf("Dial: %v, want ECONNREFUSED", err)
-	}
-	for _, s := range []string{b.dev.Addr().String(), "port 9999", "invalid service ID"} {
-		if !strings.Contains(err.Error(), s) {
-			t.Errorf("error %q does not say %q", err, s)
+	forEachProvider(t, func(t *testing.T, p provider) {
+		checkLeaks(t)
+		a, b := p.cmEnd(t, nic.Config{}), p.cmEnd(t, nic.Config{})
+		_, err := a.dev.Dial(cmContext(t), b.dev.Addr(), 9999, a.dialOptions())
+		if !errors.Is(err, nic.ErrConnRefused) {
+			t.Fatalf("Dial: %v, want ECONNREFUSED", err)
 		}
-	}
+		for _, s := range []string{b.dev.Addr().String(), "port 9999", "invalid service ID"} {
+			if !strings.Contains(err.Error(), s) {
+				t.Errorf("error %q does not say %q", err, s)
+			}
+		}
+	})
 }
 
 // A dial to an address where no softnic runs gives up after the CM
 // retries, naming the address.
 func TestDialNoDevice(t *testing.T) {
-	checkLeaks(t)
-	a := openCMEnd(t, nic.Config{})
-	nobody := netip.MustParseAddrPort("127.0.0.1:9") // discard: nothing answers
-	opts := a.dialOptions()
-	opts.CMTimeout, opts.CMRetries = 10, 2 // 3 × (4.2 + 67) ms
-	start := time.Now()
-	_, err := a.dev.Dial(cmContext(t), nobody, cmPort, opts)
-	elapsed := time.Since(start)
-	if !errors.Is(err, nic.ErrTimedOut) || !strings.Contains(err.Error(), "127.0.0.1:9 port 7471") {
-		t.Fatalf("Dial: %v, want a timeout naming 127.0.0.1:9 port 7471", err)
-	}
-	if elapsed < 3*(4*time.Millisecond+67*time.Millisecond) {
-		t.Errorf("gave up after %v, before three tries had timed out", elapsed)
-	}
-	if n := cmCounter(t, a.dev, "cm_tx_retries"); n != 2 {
-		t.Errorf("cm_tx_retries = %d, want 2", n)
-	}
+	forEachProvider(t, func(t *testing.T, p provider) {
+		checkLeaks(t)
+		a := p.cmEnd(t, nic.Config{})
+		nobody := netip.MustParseAddrPort("127.0.0.1:9") // discard: nothing answers
+		opts := a.dialOptions()
+		opts.CMTimeout, opts.CMRetries = 10, 2 // 3 × (4.2 + 67) ms
+		start := time.Now()
+		_, err := a.dev.Dial(cmContext(t), nobody, cmPort, opts)
+		elapsed := time.Since(start)
+		if !errors.Is(err, nic.ErrTimedOut) || !strings.Contains(err.Error(), "127.0.0.1:9 port 7471") {
+			t.Fatalf("Dial: %v, want a timeout naming 127.0.0.1:9 port 7471", err)
+		}
+		if elapsed < 3*(4*time.Millisecond+67*time.Millisecond) {
+			t.Errorf("gave up after %v, before three tries had timed out", elapsed)
+		}
+		if n := cmCounter(t, a.dev, "cm_tx_retries"); n != 2 {
+			t.Errorf("cm_tx_retries = %d, want 2", n)
+		}
+	})
 }
 
 func TestDialContextCanceled(t *testing.T) {
-	checkLeaks(t)
-	a := openCMEnd(t, nic.Config{})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	defer cancel()
-	opts := a.dialOptions()
-	opts.CMTimeout = 20
-	_, err := a.dev.Dial(ctx, netip.MustParseAddrPort("127.0.0.1:9"), cmPort, opts)
-	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "127.0.0.1:9") {
-		t.Fatalf("Dial: %v", err)
-	}
+	forEachProvider(t, func(t *testing.T, p provider) {
+		checkLeaks(t)
+		a := p.cmEnd(t, nic.Config{})
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		opts := a.dialOptions()
+		opts.CMTimeout = 20
+		_, err := a.dev.Dial(ctx, netip.MustParseAddrPort("127.0.0.1:9"), cmPort, opts)
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "127.0.0.1:9") {
+			t.Fatalf("Dial: %v", err)
+		}
+	})
 }
 
 // cmAttr returns the CM attribute of a packet, if it is a MAD.
@@ -377,164 +376,170 @@ func cmOnFirst(attr wire.AttrID, action nic.SendAction) func([]byte) nic.SendAct
 // that address one REP), the RTU by the dialer's first request on the QP,
 // which establishes the connection at the acceptor as the RTU would.
 func TestMADLoss(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		attr   wire.AttrID
-		dialer bool // the dialer sends it
-	}{
-		{"REQ", wire.AttrConnectRequest, true},
-		{"REP", wire.AttrConnectReply, false},
-		{"RTU", wire.AttrReadyToUse, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			checkLeaks(t)
-			hook := cmOnFirst(tc.attr, nic.SendDrop)
-			var acfg, bcfg nic.Config
-			if tc.dialer {
-				acfg.SendHook = hook
-			} else {
-				bcfg.SendHook = hook
-			}
-			a, b := openCMEnd(t, acfg), openCMEnd(t, bcfg)
-			l := b.listen(t, 0)
-			ctx := cmContext(t)
-			accepted := acceptAsync(t, ctx, l, func(r *nic.Request) (*nic.Conn, error) { return r.Accept(nic.AcceptOptions{}) })
-			c, err := a.dev.Dial(ctx, b.dev.Addr(), l.Port(), a.dialOptions())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { c.Close() })
-			// The dialer's first request, before the acceptor's Accept
-			// returns: it is what establishes the connection there when
-			// the RTU is lost.
-			const off = 1 << 19 // clear of cmExchange's buffers
-			wr := qp.SendWR{ID: 9, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(off, 8)}, RemoteAddr: b.mr.Addr() + off, RKey: b.mr.RKey()}
-			if err := c.QP().PostSend(&wr); err != nil {
-				t.Fatal(err)
-			}
-			if wc := cmWaitCQ(t, a.cq); wc.ID != 9 || wc.Status != qp.Success {
-				t.Fatalf("first WRITE: %+v", wc)
-			}
-			s := <-accepted
-			if s == nil {
-				t.FailNow()
-			}
-			t.Cleanup(func() { s.Close() })
-			cmExchange(t, a, b, c, s)
-			sender := a
-			if !tc.dialer {
-				sender = b
-			}
-			if n := cmCounter(t, sender.dev, "fault_dropped"); n != 1 {
-				t.Errorf("fault_dropped = %d, want 1", n)
-			}
-			retries := map[bool]uint64{true: 0, false: 0} // by dialer
-			if tc.attr != wire.AttrReadyToUse {
-				retries[true] = 1
-			}
-			for _, side := range []struct {
-				dialer bool
-				end    *cmEnd
-			}{{true, a}, {false, b}} {
-				if n := cmCounter(t, side.end.dev, "cm_tx_retries"); n != retries[side.dialer] {
-					t.Errorf("dialer %v: cm_tx_retries = %d, want %d", side.dialer, n, retries[side.dialer])
+	forEachProvider(t, func(t *testing.T, p provider) {
+		for _, tc := range []struct {
+			name   string
+			attr   wire.AttrID
+			dialer bool // the dialer sends it
+		}{
+			{"REQ", wire.AttrConnectRequest, true},
+			{"REP", wire.AttrConnectReply, false},
+			{"RTU", wire.AttrReadyToUse, true},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				checkLeaks(t)
+				hook := cmOnFirst(tc.attr, nic.SendDrop)
+				var acfg, bcfg nic.Config
+				if tc.dialer {
+					acfg.SendHook = hook
+				} else {
+					bcfg.SendHook = hook
 				}
-				if n := cmCounter(t, side.end.dev, "cm_established"); n != 1 {
-					t.Errorf("dialer %v: cm_established = %d, want 1", side.dialer, n)
+				a, b := p.cmEnd(t, acfg), p.cmEnd(t, bcfg)
+				l := b.listen(t, 0)
+				ctx := cmContext(t)
+				accepted := acceptAsync(t, ctx, l, func(r *nic.Request) (*nic.Conn, error) { return r.Accept(nic.AcceptOptions{}) })
+				c, err := a.dev.Dial(ctx, b.dev.Addr(), l.Port(), a.dialOptions())
+				if err != nil {
+					t.Fatal(err)
 				}
-			}
-		})
-	}
+				t.Cleanup(func() { c.Close() })
+				// The dialer's first request, before the acceptor's Accept
+				// returns: it is what establishes the connection there when
+				// the RTU is lost.
+				const off = 1 << 19 // clear of cmExchange's buffers
+				wr := qp.SendWR{ID: 9, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(off, 8)}, RemoteAddr: b.mr.Addr() + off, RKey: b.mr.RKey()}
+				if err := c.QP().PostSend(&wr); err != nil {
+					t.Fatal(err)
+				}
+				if wc := cmWaitCQ(t, a.cq); wc.ID != 9 || wc.Status != qp.Success {
+					t.Fatalf("first WRITE: %+v", wc)
+				}
+				s := <-accepted
+				if s == nil {
+					t.FailNow()
+				}
+				t.Cleanup(func() { s.Close() })
+				cmExchange(t, a, b, c, s)
+				sender := a
+				if !tc.dialer {
+					sender = b
+				}
+				if n := cmCounter(t, sender.dev, "fault_dropped"); n != 1 {
+					t.Errorf("fault_dropped = %d, want 1", n)
+				}
+				retries := map[bool]uint64{true: 0, false: 0} // by dialer
+				if tc.attr != wire.AttrReadyToUse {
+					retries[true] = 1
+				}
+				for _, side := range []struct {
+					dialer bool
+					end    *cmEnd
+				}{{true, a}, {false, b}} {
+					if n := cmCounter(t, side.end.dev, "cm_tx_retries"); n != retries[side.dialer] {
+						t.Errorf("dialer %v: cm_tx_retries = %d, want %d", side.dialer, n, retries[side.dialer])
+					}
+					if n := cmCounter(t, side.end.dev, "cm_established"); n != 1 {
+						t.Errorf("dialer %v: cm_established = %d, want 1", side.dialer, n)
+					}
+				}
+			})
+		}
+	})
 }
 
 // A REQ that arrives twice makes one connection: the duplicate is answered
 // from the communication the first created, with an MRA while the
 // application has not answered yet.
 func TestDuplicateREQ(t *testing.T) {
-	checkLeaks(t)
-	a := openCMEnd(t, nic.Config{SendHook: cmOnFirst(wire.AttrConnectRequest, nic.SendDuplicate)})
-	mra := make(chan struct{})
-	var mraOnce sync.Once
-	b := openCMEnd(t, nic.Config{SendHook: func(pkt []byte) nic.SendAction {
-		if attr, ok := cmAttr(pkt); ok && attr == wire.AttrMsgRcptAck {
-			mraOnce.Do(func() { close(mra) })
+	forEachProvider(t, func(t *testing.T, p provider) {
+		checkLeaks(t)
+		a := p.cmEnd(t, nic.Config{SendHook: cmOnFirst(wire.AttrConnectRequest, nic.SendDuplicate)})
+		mra := make(chan struct{})
+		var mraOnce sync.Once
+		b := p.cmEnd(t, nic.Config{SendHook: func(pkt []byte) nic.SendAction {
+			if attr, ok := cmAttr(pkt); ok && attr == wire.AttrMsgRcptAck {
+				mraOnce.Do(func() { close(mra) })
+			}
+			return nic.SendPass
+		}})
+		l := b.listen(t, 0)
+		// The acceptor answers once b has answered the duplicate: answered
+		// sooner, the REP could leave before b's reader reached the
+		// duplicate, which would then bring the REP again, and a second RTU.
+		c, s := connectCMAnswer(t, a, b, l, a.dialOptions(), func(ctx context.Context, r *nic.Request) (*nic.Conn, error) {
+			select {
+			case <-mra:
+			case <-ctx.Done():
+				return nil, fmt.Errorf("no MRA for the duplicate REQ: %w", ctx.Err())
+			}
+			return r.Accept(nic.AcceptOptions{})
+		})
+		cmExchange(t, a, b, c, s)
+		idle, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		if r, err := l.AcceptRequest(idle); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("a second request from %v reached the listener", r.RemoteAddr())
 		}
-		return nic.SendPass
-	}})
-	l := b.listen(t, 0)
-	// The acceptor answers once b has answered the duplicate: answered
-	// sooner, the REP could leave before b's reader reached the
-	// duplicate, which would then bring the REP again, and a second RTU.
-	c, s := connectCMAnswer(t, a, b, l, a.dialOptions(), func(ctx context.Context, r *nic.Request) (*nic.Conn, error) {
-		select {
-		case <-mra:
-		case <-ctx.Done():
-			return nil, fmt.Errorf("no MRA for the duplicate REQ: %w", ctx.Err())
+		if n := cmCounter(t, b.dev, "cm_rx_duplicates"); n != 1 {
+			t.Errorf("cm_rx_duplicates = %d, want 1", n)
 		}
-		return r.Accept(nic.AcceptOptions{})
+		if n := cmCounter(t, b.dev, "cm_established"); n != 1 {
+			t.Errorf("cm_established = %d, want 1", n)
+		}
 	})
-	cmExchange(t, a, b, c, s)
-	idle, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	if r, err := l.AcceptRequest(idle); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("a second request from %v reached the listener", r.RemoteAddr())
-	}
-	if n := cmCounter(t, b.dev, "cm_rx_duplicates"); n != 1 {
-		t.Errorf("cm_rx_duplicates = %d, want 1", n)
-	}
-	if n := cmCounter(t, b.dev, "cm_established"); n != 1 {
-		t.Errorf("cm_established = %d, want 1", n)
-	}
 }
 
 func TestDisconnect(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		dialer bool // the dialer closes
-	}{{"dialer closes", true}, {"acceptor closes", false}} {
-		t.Run(tc.name, func(t *testing.T) {
-			checkLeaks(t)
-			a, b := openCMEnd(t, nic.Config{}), openCMEnd(t, nic.Config{})
-			c, s := connectCM(t, a, b, b.listen(t, 0), a.dialOptions(), nic.AcceptOptions{})
-			closer, other, otherEnd := c, s, b
-			if !tc.dialer {
-				closer, other, otherEnd = s, c, a
-			}
-			if err := other.QP().PostRecv(&qp.RecvWR{ID: 42, SGL: []qp.SGE{otherEnd.mr.SGE(0, 64)}}); err != nil {
-				t.Fatal(err)
-			}
-			if err := closer.Close(); err != nil {
-				t.Fatal(err)
-			}
-			if closer.Err() != nil {
-				t.Errorf("closer's Err %v, want nil", closer.Err())
-			}
-			select {
-			case <-closer.Done():
-			default:
-				t.Error("closer's Done is open after Close")
-			}
-			select {
-			case <-other.Done():
-			case <-time.After(5 * time.Second):
-				t.Fatal("the peer's Done did not close")
-			}
-			if !errors.Is(other.Err(), nic.ErrConnReset) {
-				t.Errorf("peer's Err %v, want ECONNRESET", other.Err())
-			}
-			if wc := cmWaitCQ(t, otherEnd.cq); wc.ID != 42 || wc.Status != qp.WRFlushErr {
-				t.Errorf("the peer's posted receive completed as %v, want WR_FLUSH_ERR", &wc)
-			}
-			if st := other.QP().Attr().State; st != qp.Err {
-				t.Errorf("peer's QP is %s, want ERR", st)
-			}
-			for _, e := range []*cmEnd{a, b} {
-				if n := cmCounter(t, e.dev, "cm_disconnected"); n != 1 {
-					t.Errorf("cm_disconnected = %d, want 1", n)
+	forEachProvider(t, func(t *testing.T, p provider) {
+		for _, tc := range []struct {
+			name   string
+			dialer bool // the dialer closes
+		}{{"dialer closes", true}, {"acceptor closes", false}} {
+			t.Run(tc.name, func(t *testing.T) {
+				checkLeaks(t)
+				a, b := p.cmEnd(t, nic.Config{}), p.cmEnd(t, nic.Config{})
+				c, s := connectCM(t, a, b, b.listen(t, 0), a.dialOptions(), nic.AcceptOptions{})
+				closer, other, otherEnd := c, s, b
+				if !tc.dialer {
+					closer, other, otherEnd = s, c, a
 				}
-			}
-		})
-	}
+				if err := other.QP().PostRecv(&qp.RecvWR{ID: 42, SGL: []qp.SGE{otherEnd.mr.SGE(0, 64)}}); err != nil {
+					t.Fatal(err)
+				}
+				if err := closer.Close(); err != nil {
+					t.Fatal(err)
+				}
+				if closer.Err() != nil {
+					t.Errorf("closer's Err %v, want nil", closer.Err())
+				}
+				select {
+				case <-closer.Done():
+				default:
+					t.Error("closer's Done is open after Close")
+				}
+				select {
+				case <-other.Done():
+				case <-time.After(5 * time.Second):
+					t.Fatal("the peer's Done did not close")
+				}
+				if !errors.Is(other.Err(), nic.ErrConnReset) {
+					t.Errorf("peer's Err %v, want ECONNRESET", other.Err())
+				}
+				if wc := cmWaitCQ(t, otherEnd.cq); wc.ID != 42 || wc.Status != qp.WRFlushErr {
+					t.Errorf("the peer's posted receive completed as %v, want WR_FLUSH_ERR", &wc)
+				}
+				if st := other.QP().Attr().State; st != qp.Err {
+					t.Errorf("peer's QP is %s, want ERR", st)
+				}
+				for _, e := range []*cmEnd{a, b} {
+					if n := cmCounter(t, e.dev, "cm_disconnected"); n != 1 {
+						t.Errorf("cm_disconnected = %d, want 1", n)
+					}
+				}
+			})
+		}
+	})
 }
 
 // Closing a device disconnects its connections: the peer sees the DREQ.
@@ -542,223 +547,233 @@ func TestDisconnect(t *testing.T) {
 // disconnects its connections (the peer sees ECONNRESET) and flushes their
 // QPs' work requests, whose completions can be polled after Close.
 func TestDeviceCloseDisconnects(t *testing.T) {
-	for _, mode := range cmModes {
-		t.Run(mode.name, func(t *testing.T) {
-			checkLeaks(t)
-			a, b := mode.open(t), openCMEnd(t, nic.Config{})
-			c, s := connectCM(t, a, b, b.listen(t, 0), a.dialOptions(), nic.AcceptOptions{})
-			if err := c.QP().PostRecv(&qp.RecvWR{ID: 9}); err != nil {
-				t.Fatal(err)
-			}
-			a.dev.Close()
-			select {
-			case <-s.Done():
-			case <-time.After(5 * time.Second):
-				t.Fatal("the peer's Done did not close")
-			}
-			if !errors.Is(s.Err(), nic.ErrConnReset) || !errors.Is(c.Err(), nic.ErrClosed) {
-				t.Errorf("Err: peer %v (want ECONNRESET), closed side %v (want ErrClosed)", s.Err(), c.Err())
-			}
-			var wc [2]qp.WC
-			if n, err := a.cq.Poll(wc[:]); n != 1 || wc[0].ID != 9 || wc[0].Status != qp.WRFlushErr {
-				t.Errorf("Poll after Close: %d completions (%v), %v; want WR_FLUSH_ERR for the receive", n, wc[0].String(), err)
-			}
-		})
-	}
+	forEachProvider(t, func(t *testing.T, mode provider) {
+		checkLeaks(t)
+		a, b := mode.cmEnd(t, nic.Config{}), openCMEnd(t, nic.Config{})
+		c, s := connectCM(t, a, b, b.listen(t, 0), a.dialOptions(), nic.AcceptOptions{})
+		if err := c.QP().PostRecv(&qp.RecvWR{ID: 9}); err != nil {
+			t.Fatal(err)
+		}
+		a.dev.Close()
+		select {
+		case <-s.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("the peer's Done did not close")
+		}
+		if !errors.Is(s.Err(), nic.ErrConnReset) || !errors.Is(c.Err(), nic.ErrClosed) {
+			t.Errorf("Err: peer %v (want ECONNRESET), closed side %v (want ErrClosed)", s.Err(), c.Err())
+		}
+		var wc [2]qp.WC
+		if n, err := a.cq.Poll(wc[:]); n != 1 || wc[0].ID != 9 || wc[0].Status != qp.WRFlushErr {
+			t.Errorf("Poll after Close: %d completions (%v), %v; want WR_FLUSH_ERR for the receive", n, wc[0].String(), err)
+		}
+	})
 }
 
 // A peer that vanishes without a word is noticed when the QP runs out of
 // retries: Done closes and Err says RETRY_EXC_ERR.
 func TestPeerVanishes(t *testing.T) {
-	checkLeaks(t)
-	var silent atomic.Bool
-	a := openCMEnd(t, nic.Config{})
-	b := openCMEnd(t, nic.Config{SendHook: func([]byte) nic.SendAction {
-		if silent.Load() {
-			return nic.SendDrop
+	forEachProvider(t, func(t *testing.T, p provider) {
+		checkLeaks(t)
+		var silent atomic.Bool
+		a := p.cmEnd(t, nic.Config{})
+		b := p.cmEnd(t, nic.Config{SendHook: func([]byte) nic.SendAction {
+			if silent.Load() {
+				return nic.SendDrop
+			}
+			return nic.SendPass
+		}})
+		opts := a.dialOptions()
+		opts.RetryCount, opts.Timeout = 2, 10 // 3 × 4.2 ms
+		c, _ := connectCM(t, a, b, b.listen(t, 0), opts, nic.AcceptOptions{})
+		silent.Store(true)
+		if err := c.QP().PostSend(&qp.SendWR{ID: 1, Opcode: qp.WRWrite, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
+			t.Fatal(err)
 		}
-		return nic.SendPass
-	}})
-	opts := a.dialOptions()
-	opts.RetryCount, opts.Timeout = 2, 10 // 3 × 4.2 ms
-	c, _ := connectCM(t, a, b, b.listen(t, 0), opts, nic.AcceptOptions{})
-	silent.Store(true)
-	if err := c.QP().PostSend(&qp.SendWR{ID: 1, Opcode: qp.WRWrite, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-c.Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("Done did not close")
-	}
-	var qerr *nic.QPError
-	if !errors.As(c.Err(), &qerr) || qerr.Status != qp.RetryExcErr || !errors.Is(c.Err(), nic.ErrTimedOut) {
-		t.Fatalf("Err %v, want RETRY_EXC_ERR", c.Err())
-	}
-	if wc := cmWaitCQ(t, a.cq); wc.Status != qp.RetryExcErr {
-		t.Errorf("completion %v, want RETRY_EXC_ERR", &wc)
-	}
-	start := time.Now()
-	c.Close() // sends a DREQ but does not wait for the silent peer
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("Close of a failed connection took %v", d)
-	}
+		select {
+		case <-c.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("Done did not close")
+		}
+		var qerr *nic.QPError
+		if !errors.As(c.Err(), &qerr) || qerr.Status != qp.RetryExcErr || !errors.Is(c.Err(), nic.ErrTimedOut) {
+			t.Fatalf("Err %v, want RETRY_EXC_ERR", c.Err())
+		}
+		if wc := cmWaitCQ(t, a.cq); wc.Status != qp.RetryExcErr {
+			t.Errorf("completion %v, want RETRY_EXC_ERR", &wc)
+		}
+		start := time.Now()
+		c.Close() // sends a DREQ but does not wait for the silent peer
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("Close of a failed connection took %v", d)
+		}
+	})
 }
 
 func TestListenBusy(t *testing.T) {
-	checkLeaks(t)
-	b := openCMEnd(t, nic.Config{})
-	l := b.listen(t, 0)
-	if _, err := b.dev.Listen(cmPort, nic.ListenOptions{PD: b.pd, QP: nic.QPConfig{SendCQ: b.cq}}); !errors.Is(err, nic.ErrBusy) {
-		t.Fatalf("second Listen: %v, want EBUSY", err)
-	}
-	l.Close()
-	if _, err := l.AcceptRequest(context.Background()); !errors.Is(err, nic.ErrClosed) {
-		t.Errorf("AcceptRequest after Close: %v", err)
-	}
-	l2 := b.listen(t, 0)
-	if l2.Port() != cmPort {
-		t.Errorf("port %d", l2.Port())
-	}
+	forEachProvider(t, func(t *testing.T, p provider) {
+		checkLeaks(t)
+		b := p.cmEnd(t, nic.Config{})
+		l := b.listen(t, 0)
+		if _, err := b.dev.Listen(cmPort, nic.ListenOptions{PD: b.pd, QP: nic.QPConfig{SendCQ: b.cq}}); !errors.Is(err, nic.ErrBusy) {
+			t.Fatalf("second Listen: %v, want EBUSY", err)
+		}
+		l.Close()
+		if _, err := l.AcceptRequest(context.Background()); !errors.Is(err, nic.ErrClosed) {
+			t.Errorf("AcceptRequest after Close: %v", err)
+		}
+		l2 := b.listen(t, 0)
+		if l2.Port() != cmPort {
+			t.Errorf("port %d", l2.Port())
+		}
+	})
 }
 
 func TestCMOptionErrors(t *testing.T) {
-	checkLeaks(t)
-	a, b := openCMEnd(t, nic.Config{MTU: 1024}), openCMEnd(t, nic.Config{})
-	ctx := cmContext(t)
-	good := a.dialOptions()
-	for _, tc := range []struct {
-		name string
-		mod  func(*nic.DialOptions)
-	}{
-		{"no PD", func(o *nic.DialOptions) { o.PD = nil }},
-		{"PD of another device", func(o *nic.DialOptions) { o.PD = b.pd }},
-		{"57 bytes of private data", func(o *nic.DialOptions) { o.PrivateData = make([]byte, 57) }},
-		{"MTU above the device's", func(o *nic.DialOptions) { o.MTU = 2048 }},
-		{"MTU not a power of two", func(o *nic.DialOptions) { o.MTU = 1000 }},
-		{"retry count 8", func(o *nic.DialOptions) { o.RetryCount = 8 }},
-		{"16 CM retries", func(o *nic.DialOptions) { o.CMRetries = 16 }},
-		{"CM timeout 32", func(o *nic.DialOptions) { o.CMTimeout = 32 }},
-		{"UD QP", func(o *nic.DialOptions) { o.QP.Type = qp.UD }},
-		{"no send CQ", func(o *nic.DialOptions) { o.QP.SendCQ = nil }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			o := good
-			tc.mod(&o)
-			if _, err := a.dev.Dial(ctx, b.dev.Addr(), cmPort, o); !errors.Is(err, nic.ErrInvalid) {
-				t.Errorf("Dial: %v, want EINVAL", err)
-			}
-		})
-	}
-	if _, err := b.dev.Listen(1, nic.ListenOptions{QP: nic.QPConfig{SendCQ: b.cq}}); !errors.Is(err, nic.ErrInvalid) {
-		t.Errorf("Listen without a PD: %v", err)
-	}
+	forEachProvider(t, func(t *testing.T, p provider) {
+		checkLeaks(t)
+		a, b := p.cmEnd(t, nic.Config{MTU: 1024}), p.cmEnd(t, nic.Config{})
+		ctx := cmContext(t)
+		good := a.dialOptions()
+		for _, tc := range []struct {
+			name string
+			mod  func(*nic.DialOptions)
+		}{
+			{"no PD", func(o *nic.DialOptions) { o.PD = nil }},
+			{"PD of another device", func(o *nic.DialOptions) { o.PD = b.pd }},
+			{"57 bytes of private data", func(o *nic.DialOptions) { o.PrivateData = make([]byte, 57) }},
+			{"MTU above the device's", func(o *nic.DialOptions) { o.MTU = 2048 }},
+			{"MTU not a power of two", func(o *nic.DialOptions) { o.MTU = 1000 }},
+			{"retry count 8", func(o *nic.DialOptions) { o.RetryCount = 8 }},
+			{"16 CM retries", func(o *nic.DialOptions) { o.CMRetries = 16 }},
+			{"CM timeout 32", func(o *nic.DialOptions) { o.CMTimeout = 32 }},
+			{"UD QP", func(o *nic.DialOptions) { o.QP.Type = qp.UD }},
+			{"no send CQ", func(o *nic.DialOptions) { o.QP.SendCQ = nil }},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				o := good
+				tc.mod(&o)
+				if _, err := a.dev.Dial(ctx, b.dev.Addr(), cmPort, o); !errors.Is(err, nic.ErrInvalid) {
+					t.Errorf("Dial: %v, want EINVAL", err)
+				}
+			})
+		}
+		if _, err := b.dev.Listen(1, nic.ListenOptions{QP: nic.QPConfig{SendCQ: b.cq}}); !errors.Is(err, nic.ErrInvalid) {
+			t.Errorf("Listen without a PD: %v", err)
+		}
+	})
 }
 
 // A dialer with a larger MTU than the listener's connects at the smaller.
 func TestMTUNegotiation(t *testing.T) {
-	checkLeaks(t)
-	a, b := openCMEnd(t, nic.Config{MTU: 4096}), openCMEnd(t, nic.Config{MTU: 512})
-	c, s := connectCM(t, a, b, b.listen(t, 0), a.dialOptions(), nic.AcceptOptions{})
-	if ca, sa := c.QP().Attr(), s.QP().Attr(); ca.PathMTU != 512 || sa.PathMTU != 512 {
-		t.Fatalf("path MTUs %d and %d, want 512", ca.PathMTU, sa.PathMTU)
-	}
-	cmExchange(t, a, b, c, s)
+	forEachProvider(t, func(t *testing.T, p provider) {
+		checkLeaks(t)
+		a, b := p.cmEnd(t, nic.Config{MTU: 4096}), p.cmEnd(t, nic.Config{MTU: 512})
+		c, s := connectCM(t, a, b, b.listen(t, 0), a.dialOptions(), nic.AcceptOptions{})
+		if ca, sa := c.QP().Attr(), s.QP().Attr(); ca.PathMTU != 512 || sa.PathMTU != 512 {
+			t.Fatalf("path MTUs %d and %d, want 512", ca.PathMTU, sa.PathMTU)
+		}
+		cmExchange(t, a, b, c, s)
+	})
 }
 
 // 100 dials at once to one listener: every one connects, and every QP pair
 // carries a WRITE and a SEND each way.
 func TestConcurrentDials(t *testing.T) {
-	checkLeaks(t)
-	const n = 100
-	a, b := openCMEnd(t, nic.Config{}), openCMEnd(t, nic.Config{})
-	l := b.listen(t, n)
-	ctx := cmContext(t)
-	accepted := make(chan *nic.Conn, n)
-	opts := a.dialOptions()
-	// The acceptor answers one request at a time: give the dialers time.
-	opts.CMTimeout, opts.CMRetries = 16, 15
-	go func() {
+	forEachProvider(t, func(t *testing.T, p provider) {
+		checkLeaks(t)
+		const n = 100
+		a, b := p.cmEnd(t, nic.Config{}), p.cmEnd(t, nic.Config{})
+		l := b.listen(t, n)
+		ctx := cmContext(t)
+		accepted := make(chan *nic.Conn, n)
+		opts := a.dialOptions()
+		// The acceptor answers one request at a time: give the dialers time.
+		opts.CMTimeout, opts.CMRetries = 16, 15
+		go func() {
+			for range n {
+				c, err := l.Accept(ctx)
+				if err != nil {
+					t.Errorf("Accept: %v", err)
+					return
+				}
+				accepted <- c
+			}
+		}()
+		dialed := make([]*nic.Conn, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				opts := opts
+				opts.PrivateData = fmt.Appendf(nil, "dial %d", i)
+				c, err := a.dev.Dial(ctx, b.dev.Addr(), cmPort, opts)
+				if err != nil {
+					t.Errorf("dial %d: %v", i, err)
+					return
+				}
+				dialed[i] = c
+			})
+		}
+		wg.Wait()
+		if t.Failed() {
+			t.FailNow()
+		}
+		// Pair each accepted connection with its dialer by QP numbers.
+		byQPN := map[uint32]*nic.Conn{}
 		for range n {
-			c, err := l.Accept(ctx)
-			if err != nil {
-				t.Errorf("Accept: %v", err)
-				return
+			s := <-accepted
+			byQPN[s.QP().Attr().DestQPN] = s
+			t.Cleanup(func() { s.Close() })
+		}
+		for i, c := range dialed {
+			t.Cleanup(func() { c.Close() })
+			s := byQPN[c.QP().Num()]
+			if s == nil || s.QP().Num() != c.QP().Attr().DestQPN {
+				t.Fatalf("dial %d: no matching accepted connection", i)
 			}
-			accepted <- c
-		}
-	}()
-	dialed := make([]*nic.Conn, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			opts := opts
-			opts.PrivateData = fmt.Appendf(nil, "dial %d", i)
-			c, err := a.dev.Dial(ctx, b.dev.Addr(), cmPort, opts)
-			if err != nil {
-				t.Errorf("dial %d: %v", i, err)
-				return
+			if got, want := string(s.PrivateData()[:len(fmt.Sprint("dial ", i))]), fmt.Sprint("dial ", i); got != want {
+				t.Errorf("accepted connection carries %q, want %q", got, want)
 			}
-			dialed[i] = c
-		})
-	}
-	wg.Wait()
-	if t.Failed() {
-		t.FailNow()
-	}
-	// Pair each accepted connection with its dialer by QP numbers.
-	byQPN := map[uint32]*nic.Conn{}
-	for range n {
-		s := <-accepted
-		byQPN[s.QP().Attr().DestQPN] = s
-		t.Cleanup(func() { s.Close() })
-	}
-	for i, c := range dialed {
-		t.Cleanup(func() { c.Close() })
-		s := byQPN[c.QP().Num()]
-		if s == nil || s.QP().Num() != c.QP().Attr().DestQPN {
-			t.Fatalf("dial %d: no matching accepted connection", i)
+			cmExchangeAt(t, a, b, c, s, (i%64)*3*4096)
 		}
-		if got, want := string(s.PrivateData()[:len(fmt.Sprint("dial ", i))]), fmt.Sprint("dial ", i); got != want {
-			t.Errorf("accepted connection carries %q, want %q", got, want)
+		if got := cmCounter(t, b.dev, "cm_established"); got != n {
+			t.Errorf("cm_established = %d, want %d", got, n)
 		}
-		cmExchangeAt(t, a, b, c, s, (i%64)*3*4096)
-	}
-	if got := cmCounter(t, b.dev, "cm_established"); got != n {
-		t.Errorf("cm_established = %d, want %d", got, n)
-	}
+	})
 }
 
 // The connection manager over IPv6 (rdma_cm's header then carries IPv6
 // addresses), and between two QPs of one device.
 func TestDialFamilies(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		addr string
-		self bool
-	}{
-		{"IPv6", "[::1]:0", false},
-		{"one device", "127.0.0.1:0", true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			checkLeaks(t)
-			cfg := nic.Config{Addr: netip.MustParseAddrPort(tc.addr)}
-			a := openCMEnd(t, cfg)
-			b := a
-			if !tc.self {
-				b = openCMEnd(t, cfg)
-			}
-			c, s := connectCM(t, a, b, b.listen(t, 0), a.dialOptions(), nic.AcceptOptions{})
-			if c.QP().Attr().DestQPN != s.QP().Num() || s.RemoteAddr() != a.dev.Addr() {
-				t.Fatalf("connected to QP %#x at %v", c.QP().Attr().DestQPN, s.RemoteAddr())
-			}
-			if !tc.self { // (the data exchange needs a buffer and a CQ per side)
-				cmExchange(t, a, b, c, s)
-			}
-			c.Close()
-			<-s.Done()
-		})
-	}
+	forEachProvider(t, func(t *testing.T, p provider) {
+		for _, tc := range []struct {
+			name string
+			addr string
+			self bool
+		}{
+			{"IPv6", "[::1]:0", false},
+			{"one device", "127.0.0.1:0", true},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				checkLeaks(t)
+				cfg := nic.Config{Addr: netip.MustParseAddrPort(tc.addr)}
+				a := p.cmEnd(t, cfg)
+				b := a
+				if !tc.self {
+					b = p.cmEnd(t, cfg)
+				}
+				c, s := connectCM(t, a, b, b.listen(t, 0), a.dialOptions(), nic.AcceptOptions{})
+				if c.QP().Attr().DestQPN != s.QP().Num() || s.RemoteAddr() != a.dev.Addr() {
+					t.Fatalf("connected to QP %#x at %v", c.QP().Attr().DestQPN, s.RemoteAddr())
+				}
+				if !tc.self { // (the data exchange needs a buffer and a CQ per side)
+					cmExchange(t, a, b, c, s)
+				}
+				c.Close()
+				<-s.Done()
+			})
+		}
+	})
 }
 
 // BenchmarkDialAccept measures a whole connection's life on loopback:
@@ -795,30 +810,32 @@ func BenchmarkDialAccept(b *testing.B) {
 
 // An accepted QP may take its receive WRs from an SRQ (the REP says so).
 func TestAcceptWithSRQ(t *testing.T) {
-	checkLeaks(t)
-	a, b := openCMEnd(t, nic.Config{}), openCMEnd(t, nic.Config{})
-	srq, err := b.pd.CreateSRQ(16, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := b.dev.Listen(cmPort, nic.ListenOptions{PD: b.pd, QP: nic.QPConfig{SendCQ: b.cq, SRQ: srq}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	c, s := connectCM(t, a, b, l, a.dialOptions(), nic.AcceptOptions{})
-	if err := srq.PostRecv(&qp.RecvWR{ID: 9, SGL: []qp.SGE{b.mr.SGE(0, 64)}}); err != nil {
-		t.Fatal(err)
-	}
-	copy(a.mr.Bytes(), "through the SRQ")
-	if err := c.QP().PostSend(&qp.SendWR{ID: 1, Opcode: qp.WRSend, SGL: []qp.SGE{a.mr.SGE(0, 15)}}); err != nil {
-		t.Fatal(err)
-	}
-	if wc := cmWaitCQ(t, b.cq); wc.ID != 9 || wc.Status != qp.Success || wc.QPN != s.QP().Num() || wc.ByteLen != 15 {
-		t.Fatalf("receive completion %v", &wc)
-	}
-	s.QP().Status()
-	if got := string(b.mr.Bytes()[:15]); got != "through the SRQ" {
-		t.Errorf("received %q", got)
-	}
+	forEachProvider(t, func(t *testing.T, p provider) {
+		checkLeaks(t)
+		a, b := p.cmEnd(t, nic.Config{}), p.cmEnd(t, nic.Config{})
+		srq, err := b.pd.CreateSRQ(16, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := b.dev.Listen(cmPort, nic.ListenOptions{PD: b.pd, QP: nic.QPConfig{SendCQ: b.cq, SRQ: srq}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		c, s := connectCM(t, a, b, l, a.dialOptions(), nic.AcceptOptions{})
+		if err := srq.PostRecv(&qp.RecvWR{ID: 9, SGL: []qp.SGE{b.mr.SGE(0, 64)}}); err != nil {
+			t.Fatal(err)
+		}
+		copy(a.mr.Bytes(), "through the SRQ")
+		if err := c.QP().PostSend(&qp.SendWR{ID: 1, Opcode: qp.WRSend, SGL: []qp.SGE{a.mr.SGE(0, 15)}}); err != nil {
+			t.Fatal(err)
+		}
+		if wc := cmWaitCQ(t, b.cq); wc.ID != 9 || wc.Status != qp.Success || wc.QPN != s.QP().Num() || wc.ByteLen != 15 {
+			t.Fatalf("receive completion %v", &wc)
+		}
+		s.QP().Status()
+		if got := string(b.mr.Bytes()[:15]); got != "through the SRQ" {
+			t.Errorf("received %q", got)
+		}
+	})
 }

@@ -10,26 +10,6 @@ import (
 	"github.com/softnic/softnic/qp"
 )
 
-// cmModes open the listening end of a parity test embedded or attached to
-// a daemon: the connection manager's calls must behave alike in both.
-var cmModes = []struct {
-	name string
-	open func(t *testing.T) *cmEnd
-}{
-	{"embedded", func(t *testing.T) *cmEnd { return openCMEnd(t, nic.Config{}) }},
-	{"attached", func(t *testing.T) *cmEnd {
-		e := &cmEnd{dev: attachTo(t, startDaemon(t, nic.Config{}))}
-		var err error
-		if e.pd, err = e.dev.AllocPD(); err != nil {
-			t.Fatal(err)
-		}
-		if e.cq, err = e.dev.CreateCQ(256); err != nil {
-			t.Fatal(err)
-		}
-		return e
-	}},
-}
-
 // takeRequest has peer dial l and returns the request, unanswered, with
 // the dial's outcome to come. A dialed connection stays up until the test
 // ends.
@@ -213,18 +193,16 @@ func TestListenerAfterCloseParity(t *testing.T) {
 			}
 		}},
 	}
-	for _, mode := range cmModes {
-		t.Run(mode.name, func(t *testing.T) {
-			for _, tc := range tests {
-				t.Run(tc.name, func(t *testing.T) {
-					srv, peer := mode.open(t), openCMEnd(t, nic.Config{})
-					l, err := srv.dev.Listen(cmPort, nic.ListenOptions{PD: srv.pd, QP: nic.QPConfig{SendCQ: srv.cq}})
-					if err != nil {
-						t.Fatal(err)
-					}
-					tc.run(t, srv, peer, l)
-				})
-			}
-		})
-	}
+	forEachProvider(t, func(t *testing.T, mode provider) {
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				srv, peer := mode.cmEnd(t, nic.Config{}), openCMEnd(t, nic.Config{})
+				l, err := srv.dev.Listen(cmPort, nic.ListenOptions{PD: srv.pd, QP: nic.QPConfig{SendCQ: srv.cq}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				tc.run(t, srv, peer, l)
+			})
+		}
+	})
 }

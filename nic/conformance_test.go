@@ -22,17 +22,85 @@ import (
 	"github.com/softnic/softnic/qp"
 )
 
-// The same verbs behave the same on an embedded device and on one attached
-// to a daemon. Each test here runs its check against both, or checks an
-// attached device against what the embedded one does.
+// The conformance suite: the public API behaves the same whichever
+// provider a device has, embedded or attached to a daemon. Each test of
+// the API runs its checks once per provider (forEachProvider), or checks
+// an attached device against what the embedded one does.
 
-// endModes open an end, with a device of its own, embedded or attached.
-var endModes = []struct {
-	name string
-	open func(t *testing.T) *end
-}{
-	{"embedded", func(t *testing.T) *end { return openEnd(t, nic.Config{}) }},
-	{"attached", func(t *testing.T) *end { return attachedEnd(t, startDaemon(t, nic.Config{})) }},
+// A provider opens the devices of a test, embedded ones or ones attached
+// to a daemon each. An attached device's daemon runs with the Config the
+// test gives: the address, MTU, faults and hooks are the daemon's device's.
+type provider struct {
+	name     string
+	attached bool
+}
+
+var providers = []provider{{"embedded", false}, {"attached", true}}
+
+// forEachProvider runs f as a subtest for each provider.
+func forEachProvider(t *testing.T, f func(t *testing.T, p provider)) {
+	for _, p := range providers {
+		t.Run(p.name, func(t *testing.T) { f(t, p) })
+	}
+}
+
+// device opens a device that the test closes when it ends.
+func (p provider) device(t testing.TB, cfg nic.Config) *nic.Device {
+	t.Helper()
+	if p.attached {
+		return attachTo(t, startDaemon(t, cfg))
+	}
+	return openDevice(t, cfg)
+}
+
+// end opens an end on a device of its own: an attached end's region is
+// memory it shares with its daemon.
+func (p provider) end(t testing.TB, cfg nic.Config) *end {
+	t.Helper()
+	if p.attached {
+		return attachedEnd(t, startDaemon(t, cfg))
+	}
+	return openEnd(t, cfg)
+}
+
+// connected returns two ends with connected RC QPs.
+func (p provider) connected(t testing.TB, cfg nic.Config, opts nic.ConnectOptions) (*end, *end) {
+	t.Helper()
+	checkLeaks(t)
+	a, b := p.end(t, cfg), p.end(t, cfg)
+	oa, ob := opts, opts
+	oa.LocalPSN, oa.RemotePSN = 100, 2000
+	ob.LocalPSN, ob.RemotePSN = 2000, 100
+	if err := a.qp.Connect(b.dev.Addr(), b.qp.Num(), oa); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.qp.Connect(a.dev.Addr(), a.qp.Num(), ob); err != nil {
+		t.Fatal(err)
+	}
+	return a, b
+}
+
+// cmEnd opens a connection manager's end on a device of its own.
+func (p provider) cmEnd(t testing.TB, cfg nic.Config) *cmEnd {
+	t.Helper()
+	e := &cmEnd{dev: p.device(t, cfg)}
+	var err error
+	if e.pd, err = e.dev.AllocPD(); err != nil {
+		t.Fatal(err)
+	}
+	if e.cq, err = e.dev.CreateCQ(4096); err != nil {
+		t.Fatal(err)
+	}
+	access := mr.LocalWrite | mr.RemoteWrite | mr.RemoteRead | mr.RemoteAtomic
+	if p.attached {
+		e.mr, err = e.pd.AllocMR(1<<20, access)
+	} else {
+		e.mr, err = e.pd.RegMR(make([]byte, 1<<20), access)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
 }
 
 // unknownQPN is a QP number no test device hands out: requests to it are
@@ -128,91 +196,85 @@ func TestSRQPostAfterDaemonGone(t *testing.T) {
 // TestUDSendChecks: a UD send the QP cannot carry is refused with
 // ErrInvalid when posted, and the QP stays in RTS.
 func TestUDSendChecks(t *testing.T) {
-	for _, m := range endModes {
-		t.Run(m.name, func(t *testing.T) {
-			a := m.open(t)
-			q, err := a.pd.CreateQP(nic.QPConfig{Type: qp.UD, SendCQ: a.cq})
-			if err != nil {
-				t.Fatal(err)
+	forEachProvider(t, func(t *testing.T, m provider) {
+		a := m.end(t, nic.Config{})
+		q, err := a.pd.CreateQP(nic.QPConfig{Type: qp.UD, SendCQ: a.cq})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Connect(netip.AddrPort{}, 0, nic.ConnectOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		mtu := q.Attr().PathMTU
+		dest := a.dev.Addr()
+		for _, tc := range []struct {
+			name string
+			wr   qp.SendWR
+		}{
+			{"longer than the MTU", qp.SendWR{Opcode: qp.WRSend, SGL: []qp.SGE{a.mr.SGE(0, mtu+1)}, Dest: dest, DestQPN: unknownQPN}},
+			{"no destination address", qp.SendWR{Opcode: qp.WRSend, SGL: []qp.SGE{a.mr.SGE(0, 8)}, DestQPN: unknownQPN}},
+			{"no destination QPN", qp.SendWR{Opcode: qp.WRSend, SGL: []qp.SGE{a.mr.SGE(0, 8)}, Dest: dest}},
+			{"QPN beyond 24 bits", qp.SendWR{Opcode: qp.WRSend, SGL: []qp.SGE{a.mr.SGE(0, 8)}, Dest: dest, DestQPN: 1 << 24}},
+		} {
+			if err := q.PostSend(&tc.wr); !errors.Is(err, nic.ErrInvalid) {
+				t.Errorf("%s: %v, want ErrInvalid", tc.name, err)
 			}
-			if err := q.Connect(netip.AddrPort{}, 0, nic.ConnectOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			mtu := q.Attr().PathMTU
-			dest := a.dev.Addr()
-			for _, tc := range []struct {
-				name string
-				wr   qp.SendWR
-			}{
-				{"longer than the MTU", qp.SendWR{Opcode: qp.WRSend, SGL: []qp.SGE{a.mr.SGE(0, mtu+1)}, Dest: dest, DestQPN: unknownQPN}},
-				{"no destination address", qp.SendWR{Opcode: qp.WRSend, SGL: []qp.SGE{a.mr.SGE(0, 8)}, DestQPN: unknownQPN}},
-				{"no destination QPN", qp.SendWR{Opcode: qp.WRSend, SGL: []qp.SGE{a.mr.SGE(0, 8)}, Dest: dest}},
-				{"QPN beyond 24 bits", qp.SendWR{Opcode: qp.WRSend, SGL: []qp.SGE{a.mr.SGE(0, 8)}, Dest: dest, DestQPN: 1 << 24}},
-			} {
-				if err := q.PostSend(&tc.wr); !errors.Is(err, nic.ErrInvalid) {
-					t.Errorf("%s: %v, want ErrInvalid", tc.name, err)
-				}
-			}
-			ok := qp.SendWR{Opcode: qp.WRSend, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(0, mtu)}, Dest: dest, DestQPN: unknownQPN}
-			if err := q.PostSend(&ok); err != nil {
-				t.Fatalf("a send of the MTU: %v", err)
-			}
-			if wc := wait(t, a.cq); wc.Status != qp.Success {
-				t.Errorf("a send of the MTU: %v", &wc)
-			}
-			if st := q.Status().State; st != qp.RTS {
-				t.Errorf("QP %s after the refused sends, want RTS", st)
-			}
-		})
-	}
+		}
+		ok := qp.SendWR{Opcode: qp.WRSend, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(0, mtu)}, Dest: dest, DestQPN: unknownQPN}
+		if err := q.PostSend(&ok); err != nil {
+			t.Fatalf("a send of the MTU: %v", err)
+		}
+		if wc := wait(t, a.cq); wc.Status != qp.Success {
+			t.Errorf("a send of the MTU: %v", &wc)
+		}
+		if st := q.Status().State; st != qp.RTS {
+			t.Errorf("QP %s after the refused sends, want RTS", st)
+		}
+	})
 }
 
 // TestStatusCountsQueuedWRs: Status counts the WRs posted and not
 // completed, including those an attached device's daemon has not taken
 // from the rings yet.
 func TestStatusCountsQueuedWRs(t *testing.T) {
-	for _, m := range endModes {
-		t.Run(m.name, func(t *testing.T) {
-			a := m.open(t)
-			b := openEnd(t, nic.Config{})
-			// A peer that never answers: the send stays outstanding.
-			if err := a.qp.Connect(b.dev.Addr(), unknownQPN, nic.ConnectOptions{}); err != nil {
+	forEachProvider(t, func(t *testing.T, m provider) {
+		a := m.end(t, nic.Config{})
+		b := openEnd(t, nic.Config{})
+		// A peer that never answers: the send stays outstanding.
+		if err := a.qp.Connect(b.dev.Addr(), unknownQPN, nic.ConnectOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			if err := a.qp.PostRecv(&qp.RecvWR{ID: uint64(i), SGL: []qp.SGE{a.mr.SGE(8*i, 8)}}); err != nil {
 				t.Fatal(err)
 			}
-			for i := range 3 {
-				if err := a.qp.PostRecv(&qp.RecvWR{ID: uint64(i), SGL: []qp.SGE{a.mr.SGE(8*i, 8)}}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			wr := qp.SendWR{Opcode: qp.WRWrite, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
-			if err := a.qp.PostSendDeferred(&wr); err != nil {
-				t.Fatal(err)
-			}
-			if st := a.qp.Status(); st.SendQueued != 1 || st.RecvQueued != 3 {
-				t.Errorf("%d sends and %d receives queued, want 1 and 3", st.SendQueued, st.RecvQueued)
-			}
-		})
-	}
+		}
+		wr := qp.SendWR{Opcode: qp.WRWrite, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+		if err := a.qp.PostSendDeferred(&wr); err != nil {
+			t.Fatal(err)
+		}
+		if st := a.qp.Status(); st.SendQueued != 1 || st.RecvQueued != 3 {
+			t.Errorf("%d sends and %d receives queued, want 1 and 3", st.SendQueued, st.RecvQueued)
+		}
+	})
 }
 
 // TestQPRingsHoldNoDescriptors: a QP costs the process no file descriptor,
 // attached (its rings stay mapped without their memfds) as embedded.
 func TestQPRingsHoldNoDescriptors(t *testing.T) {
 	const n = 16
-	for _, m := range endModes {
-		t.Run(m.name, func(t *testing.T) {
-			a := m.open(t)
-			before := openDescriptors(t)
-			for range n {
-				if _, err := a.pd.CreateQP(nic.QPConfig{SendCQ: a.cq}); err != nil {
-					t.Fatal(err)
-				}
+	forEachProvider(t, func(t *testing.T, m provider) {
+		a := m.end(t, nic.Config{})
+		before := openDescriptors(t)
+		for range n {
+			if _, err := a.pd.CreateQP(nic.QPConfig{SendCQ: a.cq}); err != nil {
+				t.Fatal(err)
 			}
-			if more := openDescriptors(t) - before; more >= n {
-				t.Errorf("%d QPs hold %d more descriptors", n, more)
-			}
-		})
-	}
+		}
+		if more := openDescriptors(t) - before; more >= n {
+			t.Errorf("%d QPs hold %d more descriptors", n, more)
+		}
+	})
 }
 
 // TestRegMRAfterClose: registering memory on a closed attached device
@@ -487,100 +549,96 @@ func TestQueueLimitsParity(t *testing.T) {
 // it brings back what the test wrote there, and local SGEs name it by the
 // same address.
 func TestRegShared(t *testing.T) {
-	for _, mode := range endModes {
-		t.Run(mode.name, func(t *testing.T) {
-			a, b := mode.open(t), openEnd(t, nic.Config{})
-			connectEnds(t, a, b)
-			mem, err := shm.Create("regshared-test", 3*shm.PageSize)
-			if err != nil {
+	forEachProvider(t, func(t *testing.T, mode provider) {
+		a, b := mode.end(t, nic.Config{}), openEnd(t, nic.Config{})
+		connectEnds(t, a, b)
+		mem, err := shm.Create("regshared-test", 3*shm.PageSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer mem.Close()
+		own := mem.Bytes()[shm.PageSize+100 : 2*shm.PageSize+200]
+		iova := uint64(uintptr(unsafe.Pointer(&own[0])))
+		m, err := a.pd.RegShared(mem.FD(), shm.PageSize+100, len(own), iova, mr.LocalWrite|mr.RemoteWrite|mr.RemoteRead)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Addr() != iova || m.Len() != len(own) {
+			t.Fatalf("region at %#x of %d bytes, want %#x and %d", m.Addr(), m.Len(), iova, len(own))
+		}
+		copy(own[4000:], "written by the owner")
+		copy(b.mr.Bytes(), "written by the peer!")
+		wrs := []qp.SendWR{
+			{Opcode: qp.WRWrite, SGL: []qp.SGE{b.mr.SGE(0, 20)}, RemoteAddr: iova + 10, RKey: m.RKey(), Flags: qp.Signaled},
+			{Opcode: qp.WRRead, SGL: []qp.SGE{b.mr.SGE(100, 20)}, RemoteAddr: iova + 4000, RKey: m.RKey(), Flags: qp.Signaled},
+		}
+		for i := range wrs {
+			if err := b.qp.PostSend(&wrs[i]); err != nil {
 				t.Fatal(err)
 			}
-			defer mem.Close()
-			own := mem.Bytes()[shm.PageSize+100 : 2*shm.PageSize+200]
-			iova := uint64(uintptr(unsafe.Pointer(&own[0])))
-			m, err := a.pd.RegShared(mem.FD(), shm.PageSize+100, len(own), iova, mr.LocalWrite|mr.RemoteWrite|mr.RemoteRead)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if m.Addr() != iova || m.Len() != len(own) {
-				t.Fatalf("region at %#x of %d bytes, want %#x and %d", m.Addr(), m.Len(), iova, len(own))
-			}
-			copy(own[4000:], "written by the owner")
-			copy(b.mr.Bytes(), "written by the peer!")
-			wrs := []qp.SendWR{
-				{Opcode: qp.WRWrite, SGL: []qp.SGE{b.mr.SGE(0, 20)}, RemoteAddr: iova + 10, RKey: m.RKey(), Flags: qp.Signaled},
-				{Opcode: qp.WRRead, SGL: []qp.SGE{b.mr.SGE(100, 20)}, RemoteAddr: iova + 4000, RKey: m.RKey(), Flags: qp.Signaled},
-			}
-			for i := range wrs {
-				if err := b.qp.PostSend(&wrs[i]); err != nil {
-					t.Fatal(err)
-				}
-				if wc := cmWaitCQ(t, b.cq); wc.Status != qp.Success {
-					t.Fatalf("%v", &wc)
-				}
-			}
-			syncMemory(a)
-			if got := string(own[10:30]); got != "written by the peer!" {
-				t.Errorf("the owner's mapping holds %q after the WRITE", got)
-			}
-			if got := string(b.mr.Bytes()[100:120]); got != "written by the owner" {
-				t.Errorf("the READ brought %q", got)
-			}
-			// A local SGE by the owner's address: a WRITE from the region.
-			w := qp.SendWR{Opcode: qp.WRWrite, SGL: []qp.SGE{{Addr: iova + 4000, Length: 20, LKey: m.LKey()}},
-				RemoteAddr: b.mr.Addr() + 200, RKey: b.mr.RKey(), Flags: qp.Signaled}
-			if err := a.qp.PostSend(&w); err != nil {
-				t.Fatal(err)
-			}
-			if wc := cmWaitCQ(t, a.cq); wc.Status != qp.Success {
+			if wc := cmWaitCQ(t, b.cq); wc.Status != qp.Success {
 				t.Fatalf("%v", &wc)
 			}
-			syncMemory(b)
-			if got := string(b.mr.Bytes()[200:220]); got != "written by the owner" {
-				t.Errorf("the WRITE from the region brought %q", got)
-			}
-			if err := m.Dereg(); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := a.pd.RegShared(mem.FD(), 4*shm.PageSize, 10, iova, 0); !errors.Is(err, nic.ErrFault) {
-				t.Errorf("RegShared past the end of the memfd: %v, want ErrFault", err)
-			}
-		})
-	}
+		}
+		syncMemory(a)
+		if got := string(own[10:30]); got != "written by the peer!" {
+			t.Errorf("the owner's mapping holds %q after the WRITE", got)
+		}
+		if got := string(b.mr.Bytes()[100:120]); got != "written by the owner" {
+			t.Errorf("the READ brought %q", got)
+		}
+		// A local SGE by the owner's address: a WRITE from the region.
+		w := qp.SendWR{Opcode: qp.WRWrite, SGL: []qp.SGE{{Addr: iova + 4000, Length: 20, LKey: m.LKey()}},
+			RemoteAddr: b.mr.Addr() + 200, RKey: b.mr.RKey(), Flags: qp.Signaled}
+		if err := a.qp.PostSend(&w); err != nil {
+			t.Fatal(err)
+		}
+		if wc := cmWaitCQ(t, a.cq); wc.Status != qp.Success {
+			t.Fatalf("%v", &wc)
+		}
+		syncMemory(b)
+		if got := string(b.mr.Bytes()[200:220]); got != "written by the owner" {
+			t.Errorf("the WRITE from the region brought %q", got)
+		}
+		if err := m.Dereg(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.pd.RegShared(mem.FD(), 4*shm.PageSize, 10, iova, 0); !errors.Is(err, nic.ErrFault) {
+			t.Errorf("RegShared past the end of the memfd: %v, want ErrFault", err)
+		}
+	})
 }
 
 // TestCQWaitReady: WaitReady returns once a completion arrives and leaves
 // it in the CQ for Poll; on an empty CQ it waits until its context ends.
 func TestCQWaitReady(t *testing.T) {
-	for _, mode := range endModes {
-		t.Run(mode.name, func(t *testing.T) {
-			a, b := mode.open(t), openEnd(t, nic.Config{})
-			connectEnds(t, a, b)
-			short, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-			defer cancel()
-			if err := a.cq.WaitReady(short); !errors.Is(err, context.DeadlineExceeded) {
-				t.Fatalf("WaitReady on an empty CQ: %v, want DeadlineExceeded", err)
-			}
-			ready := make(chan error, 1)
-			go func() { ready <- a.cq.WaitReady(context.Background()) }()
-			w := qp.SendWR{Opcode: qp.WRWrite, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey(), Flags: qp.Signaled}
-			if err := a.qp.PostSend(&w); err != nil {
+	forEachProvider(t, func(t *testing.T, mode provider) {
+		a, b := mode.end(t, nic.Config{}), openEnd(t, nic.Config{})
+		connectEnds(t, a, b)
+		short, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		if err := a.cq.WaitReady(short); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("WaitReady on an empty CQ: %v, want DeadlineExceeded", err)
+		}
+		ready := make(chan error, 1)
+		go func() { ready <- a.cq.WaitReady(context.Background()) }()
+		w := qp.SendWR{Opcode: qp.WRWrite, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey(), Flags: qp.Signaled}
+		if err := a.qp.PostSend(&w); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-ready:
+			if err != nil {
 				t.Fatal(err)
 			}
-			select {
-			case err := <-ready:
-				if err != nil {
-					t.Fatal(err)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("WaitReady did not return after a completion")
-			}
-			var wc [2]qp.WC
-			if n, err := a.cq.Poll(wc[:]); n != 1 || err != nil || wc[0].Status != qp.Success {
-				t.Fatalf("Poll after WaitReady: %d completions (%v), %v", n, err, &wc[0])
-			}
-		})
-	}
+		case <-time.After(10 * time.Second):
+			t.Fatal("WaitReady did not return after a completion")
+		}
+		var wc [2]qp.WC
+		if n, err := a.cq.Poll(wc[:]); n != 1 || err != nil || wc[0].Status != qp.Success {
+			t.Fatalf("Poll after WaitReady: %d completions (%v), %v", n, err, &wc[0])
+		}
+	})
 }
 
 // TestConnectOwnQP connects QPs the caller made first and posted receives
@@ -590,79 +648,77 @@ func TestCQWaitReady(t *testing.T) {
 // error state, its owner's to destroy; a QP that has a connection cannot
 // make another.
 func TestConnectOwnQP(t *testing.T) {
-	for _, mode := range endModes {
-		t.Run(mode.name, func(t *testing.T) {
-			a, b := mode.open(t), mode.open(t)
-			ownQP := func(e *end) *nic.QP {
-				q, err := e.pd.CreateQP(nic.QPConfig{SendCQ: e.cq})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := q.Modify(&qp.Attr{State: qp.Init, AccessFlags: mr.RemoteWrite}, qp.AttrState|qp.AttrAccessFlags); err != nil {
-					t.Fatal(err)
-				}
-				return q
-			}
-			aq, bq := ownQP(a), ownQP(b)
-			if err := bq.PostRecv(&qp.RecvWR{ID: 77, SGL: []qp.SGE{b.mr.SGE(0, 64)}}); err != nil {
-				t.Fatal(err)
-			}
-			l, err := b.dev.Listen(0, nic.ListenOptions{PD: b.pd, QP: nic.QPConfig{SendCQ: b.cq}})
+	forEachProvider(t, func(t *testing.T, mode provider) {
+		a, b := mode.end(t, nic.Config{}), mode.end(t, nic.Config{})
+		ownQP := func(e *end) *nic.QP {
+			q, err := e.pd.CreateQP(nic.QPConfig{SendCQ: e.cq})
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer l.Close()
-			accepted := make(chan *nic.Conn, 1)
-			go func() {
-				r, err := l.AcceptRequest(context.Background())
-				if err != nil {
-					t.Error(err)
-					accepted <- nil
-					return
-				}
-				c, err := r.Accept(nic.AcceptOptions{UseQP: bq})
-				if err != nil {
-					t.Error(err)
-				}
-				accepted <- c
-			}()
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			c, err := a.dev.Dial(ctx, b.dev.Addr(), l.Port(), nic.DialOptions{PD: a.pd, UseQP: aq})
+			if err := q.Modify(&qp.Attr{State: qp.Init, AccessFlags: mr.RemoteWrite}, qp.AttrState|qp.AttrAccessFlags); err != nil {
+				t.Fatal(err)
+			}
+			return q
+		}
+		aq, bq := ownQP(a), ownQP(b)
+		if err := bq.PostRecv(&qp.RecvWR{ID: 77, SGL: []qp.SGE{b.mr.SGE(0, 64)}}); err != nil {
+			t.Fatal(err)
+		}
+		l, err := b.dev.Listen(0, nic.ListenOptions{PD: b.pd, QP: nic.QPConfig{SendCQ: b.cq}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		accepted := make(chan *nic.Conn, 1)
+		go func() {
+			r, err := l.AcceptRequest(context.Background())
 			if err != nil {
-				t.Fatal(err)
+				t.Error(err)
+				accepted <- nil
+				return
 			}
-			bc := <-accepted
-			if bc == nil {
-				t.FailNow()
+			c, err := r.Accept(nic.AcceptOptions{UseQP: bq})
+			if err != nil {
+				t.Error(err)
 			}
-			if c.QP() != aq || bc.QP() != bq {
-				t.Fatal("the connections do not use the QPs they were given")
+			accepted <- c
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c, err := a.dev.Dial(ctx, b.dev.Addr(), l.Port(), nic.DialOptions{PD: a.pd, UseQP: aq})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bc := <-accepted
+		if bc == nil {
+			t.FailNow()
+		}
+		if c.QP() != aq || bc.QP() != bq {
+			t.Fatal("the connections do not use the QPs they were given")
+		}
+		if _, err := a.dev.Dial(ctx, b.dev.Addr(), l.Port(), nic.DialOptions{PD: a.pd, UseQP: aq}); !errors.Is(err, nic.ErrInvalid) {
+			t.Errorf("a second connection of a connected QP: %v, want ErrInvalid", err)
+		}
+		copy(a.mr.Bytes(), "sent before nothing")
+		s := qp.SendWR{Opcode: qp.WRSend, SGL: []qp.SGE{a.mr.SGE(0, 19)}, Flags: qp.Signaled}
+		if err := aq.PostSend(&s); err != nil {
+			t.Fatal(err)
+		}
+		if wc := cmWaitCQ(t, a.cq); wc.Status != qp.Success {
+			t.Fatalf("SEND: %v", &wc)
+		}
+		if wc := cmWaitCQ(t, b.cq); wc.Status != qp.Success || wc.ID != 77 || string(b.mr.Bytes()[:19]) != "sent before nothing" {
+			t.Fatalf("receive posted before the connection: %v holding %q", &wc, b.mr.Bytes()[:19])
+		}
+		c.Close()
+		bc.Close()
+		for _, q := range []*nic.QP{aq, bq} {
+			if st := q.Attr().State; st != qp.Err {
+				t.Errorf("QP %#x after Close: %s, want ERR (its owner destroys it)", q.Num(), st)
 			}
-			if _, err := a.dev.Dial(ctx, b.dev.Addr(), l.Port(), nic.DialOptions{PD: a.pd, UseQP: aq}); !errors.Is(err, nic.ErrInvalid) {
-				t.Errorf("a second connection of a connected QP: %v, want ErrInvalid", err)
+			if err := q.Destroy(); err != nil {
+				t.Error(err)
 			}
-			copy(a.mr.Bytes(), "sent before nothing")
-			s := qp.SendWR{Opcode: qp.WRSend, SGL: []qp.SGE{a.mr.SGE(0, 19)}, Flags: qp.Signaled}
-			if err := aq.PostSend(&s); err != nil {
-				t.Fatal(err)
-			}
-			if wc := cmWaitCQ(t, a.cq); wc.Status != qp.Success {
-				t.Fatalf("SEND: %v", &wc)
-			}
-			if wc := cmWaitCQ(t, b.cq); wc.Status != qp.Success || wc.ID != 77 || string(b.mr.Bytes()[:19]) != "sent before nothing" {
-				t.Fatalf("receive posted before the connection: %v holding %q", &wc, b.mr.Bytes()[:19])
-			}
-			c.Close()
-			bc.Close()
-			for _, q := range []*nic.QP{aq, bq} {
-				if st := q.Attr().State; st != qp.Err {
-					t.Errorf("QP %#x after Close: %s, want ERR (its owner destroys it)", q.Num(), st)
-				}
-				if err := q.Destroy(); err != nil {
-					t.Error(err)
-				}
-			}
-		})
-	}
+		}
+	})
 }
