@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"math"
 	"net"
@@ -365,3 +366,19 @@ func resolvePeer(ctx context.Context, s string) (netip.AddrPort, error) {
 // the inspecting commands look for it: $XDG_RUNTIME_DIR/softnic.sock, or
 // without a runtime directory softnic.sock in tempControlDir.
 func defaultControlPath() string { return nic.DefaultSocket() }
+
+// addMTUFlag defines a command's --mtu, a size (so "4k" is 4096) with
+// the default def; checkMTUFlag checks it.
+func addMTUFlag(fs *flag.FlagSet, def int, usage string) *sizeFlag {
+	f := &sizeFlag{val: def}
+	fs.Var(f, "mtu", usage)
+	return f
+}
+
+// checkMTUFlag checks a tool's --mtu: 0 (not given) or a RoCE MTU.
+func checkMTUFlag(mtu int) error {
+	if _, ok := wire.MTUFromBytes(mtu); !ok && mtu != 0 {
+		return usagef("--mtu %d: want 256, 512, 1024, 2048 or 4096", mtu)
+	}
+	return nil
+}

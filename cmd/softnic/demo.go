@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/softnic/softnic/cmd/softnic/internal/capture"
 	"github.com/softnic/softnic/cmd/softnic/internal/ladder"
 	"github.com/softnic/softnic/cmd/softnic/internal/scenario"
 	"github.com/softnic/softnic/mr"
@@ -110,11 +111,11 @@ func runScenario(ctx context.Context, w io.Writer, s *scenario.Scenario, o *demo
 
 // capture returns the trace that prints packets to out and, with --pcap,
 // captures them too, with the capture to close.
-func (o *demoOptions) capture(out *printer) (func(*nic.TracePacket), *capture, error) {
+func (o *demoOptions) capture(out *printer) (func(*nic.TracePacket), *capture.File, error) {
 	if o.pcap == "" {
 		return out.trace, nil, nil
 	}
-	c, err := createCapture(o.pcap)
+	c, err := capture.Create(o.pcap)
 	if err != nil {
 		return nil, nil, err
 	}

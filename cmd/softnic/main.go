@@ -14,6 +14,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/softnic/softnic/cmd/softnic/internal/exit"
 )
 
 // command is one subcommand. Adding a command is adding a line to commands.
@@ -101,17 +103,6 @@ func (e *usageError) Error() string { return e.msg }
 
 func usagef(format string, a ...any) error { return &usageError{fmt.Sprintf(format, a...)} }
 
-// exitError is a failure with its own exit status, reported in one line
-// without the usage text: a daemon that cannot start (a port in use) exits
-// with status 2 although its command line was well formed.
-type exitError struct {
-	status int
-	err    error
-}
-
-func (e *exitError) Error() string { return e.err.Error() }
-func (e *exitError) Unwrap() error { return e.err }
-
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 // run executes the command line args and returns the exit status.
@@ -156,7 +147,7 @@ func runIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	err := c.define(inv.flags)(inv)
 	var (
 		uerr *usageError
-		xerr *exitError
+		xerr *exit.Error
 	)
 	switch {
 	case err == nil:
@@ -166,7 +157,7 @@ func runIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 		return 0
 	case errors.As(err, &xerr):
 		fmt.Fprintf(stderr, "softnic %s: %v\n", c.name, err)
-		return xerr.status
+		return xerr.Status
 	case errors.As(err, &uerr):
 		fmt.Fprintf(stderr, "softnic %s: %v\n", c.name, err)
 		printCommandUsage(stderr, c, inv.flags)

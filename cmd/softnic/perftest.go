@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/softnic/softnic/cmd/softnic/internal/exit"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -260,7 +261,7 @@ func oobConnect(ctx context.Context, cfg *perftestConfig) (net.Conn, error) {
 	var lc net.ListenConfig
 	l, err := lc.Listen(ctx, "tcp", net.JoinHostPort(host, port))
 	if err != nil {
-		return nil, &exitError{status: 2, err: fmt.Errorf("listening for the perftest client: %w", err)}
+		return nil, exit.Status(2, fmt.Errorf("listening for the perftest client: %w", err))
 	}
 	defer l.Close()
 	stop := context.AfterFunc(ctx, func() { l.Close() })

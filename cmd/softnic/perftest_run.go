@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/softnic/softnic/cmd/softnic/internal/tooldev"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/qp"
@@ -63,7 +64,7 @@ type perfSession struct {
 	out  io.Writer
 	wake chan struct{} // write_lat: a packet arrived
 
-	dev     *toolDevice
+	dev     *tooldev.Device
 	params  oobParams
 	layout  perfLayout
 	pd      *nic.PD
@@ -82,21 +83,21 @@ type perfSession struct {
 func (s *perfSession) run() (err error) {
 	s.oob.conn.SetDeadline(time.Now().Add(oobTimeout))
 	local := addrOf(s.oob.conn.LocalAddr())
-	mtu, err := toolMTU(local, s.cfg.mtu)
+	mtu, err := tooldev.MTU(local, s.cfg.mtu)
 	if err != nil {
 		return err
 	}
-	dc := toolDeviceConfig{addr: netip.AddrPortFrom(local, s.cfg.port), mtu: mtu, pcap: s.cfg.pcap}
+	dc := tooldev.Config{Addr: netip.AddrPortFrom(local, s.cfg.port), MTU: mtu, Pcap: s.cfg.pcap}
 	if s.cfg.test == testWriteLat {
 		s.wake = make(chan struct{}, 1)
-		dc.onReceive = func() {
+		dc.OnReceive = func() {
 			select {
 			case s.wake <- struct{}{}:
 			default:
 			}
 		}
 	}
-	if s.dev, err = openToolDevice(dc); err != nil {
+	if s.dev, err = tooldev.Open(dc); err != nil {
 		return err
 	}
 	defer func() {
@@ -104,7 +105,7 @@ func (s *perfSession) run() (err error) {
 		// packet it sent; after a failure too, since they help explain it.
 		err = errors.Join(err, s.dev.Close())
 		if s.cfg.counters {
-			err = errors.Join(err, printCounters(s.out, s.dev.Device))
+			err = errors.Join(err, tooldev.PrintCounters(s.out, s.dev.Device))
 		}
 	}()
 	code, _ := wire.MTUFromBytes(mtu)

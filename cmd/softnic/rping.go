@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/softnic/softnic/cmd/softnic/internal/exit"
+	"github.com/softnic/softnic/cmd/softnic/internal/tooldev"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/qp"
@@ -161,7 +163,7 @@ var errDisconnected = errors.New("the peer disconnected")
 type rpingSession struct {
 	cfg  *rpingConfig
 	out  io.Writer
-	dev  *toolDevice
+	dev  *tooldev.Device
 	pd   *nic.PD
 	cq   *nic.CQ
 	srq  *nic.SRQ
@@ -180,12 +182,12 @@ func runRping(ctx context.Context, cfg *rpingConfig, stdout io.Writer) (err erro
 	if err != nil {
 		return err
 	}
-	mtu, err := toolMTU(local, cfg.mtu)
+	mtu, err := tooldev.MTU(local, cfg.mtu)
 	if err != nil {
 		return err
 	}
 	s := &rpingSession{cfg: cfg, out: stdout}
-	if s.dev, err = openToolDevice(toolDeviceConfig{addr: netip.AddrPortFrom(local, cfg.udpPort), mtu: mtu, pcap: cfg.pcap}); err != nil {
+	if s.dev, err = tooldev.Open(tooldev.Config{Addr: netip.AddrPortFrom(local, cfg.udpPort), MTU: mtu, Pcap: cfg.pcap}); err != nil {
 		return err
 	}
 	defer func() {
@@ -193,7 +195,7 @@ func runRping(ctx context.Context, cfg *rpingConfig, stdout io.Writer) (err erro
 		// packet it sent; after a failure too, since they help explain it.
 		err = errors.Join(err, s.dev.Close())
 		if cfg.counters {
-			err = errors.Join(err, printCounters(s.out, s.dev.Device))
+			err = errors.Join(err, tooldev.PrintCounters(s.out, s.dev.Device))
 		}
 	}()
 	if err := s.setup(); err != nil {
@@ -383,7 +385,7 @@ func (s *rpingSession) rdmaOp(op qp.WROpcode, info rpingInfo, n int) error {
 func (s *rpingSession) serve(ctx context.Context) error {
 	ln, err := s.dev.Listen(s.cfg.cmPort, nic.ListenOptions{PD: s.pd, QP: s.qpConfig()})
 	if err != nil {
-		return &exitError{status: 2, err: fmt.Errorf("rdma_cm port %d: %w", s.cfg.cmPort, err)}
+		return exit.Status(2, fmt.Errorf("rdma_cm port %d: %w", s.cfg.cmPort, err))
 	}
 	c, err := ln.Accept(ctx)
 	ln.Close()

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/softnic/softnic/cmd/softnic/internal/exit"
 	"github.com/softnic/softnic/nic"
 )
 
@@ -51,7 +52,7 @@ func libDir(flagDir string) (string, error) {
 		}
 		tried = append(tried, d)
 	}
-	return "", &exitError{status: 1, err: fmt.Errorf("no libsoftnic in %v: build it with cmd/libsoftnic/build.sh DIR (from the source tree), then name DIR with --lib or %s", tried, envLibDir)}
+	return "", exit.Status(1, fmt.Errorf("no libsoftnic in %v: build it with cmd/libsoftnic/build.sh DIR (from the source tree), then name DIR with --lib or %s", tried, envLibDir))
 }
 
 // besideExecutable is the libsoftnic directory next to the running softnic.

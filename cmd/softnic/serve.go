@@ -26,7 +26,9 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/softnic/softnic/cmd/softnic/internal/capture"
 	"github.com/softnic/softnic/cmd/softnic/internal/control"
+	"github.com/softnic/softnic/cmd/softnic/internal/exit"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/netem"
 	"github.com/softnic/softnic/nic"
@@ -201,7 +203,7 @@ type daemon struct {
 	cfg     *serveConfig
 	log     *zap.Logger
 	started time.Time
-	capture *capture
+	capture *capture.File
 	dev     *nic.Device
 	pd      *nic.PD
 	regions []servedRegion
@@ -288,7 +290,7 @@ type readyRegion struct {
 }
 
 // serve runs the daemon until ctx is cancelled (SIGINT, SIGTERM). Any
-// failure to start is an exitError of status 2.
+// failure to start is an exit.Error of status 2.
 func serve(ctx context.Context, cfg *serveConfig, stdout, stderr io.Writer) error {
 	d := &daemon{cfg: cfg, started: time.Now(), conns: make(map[uint32]*servedConn)}
 	d.quit, d.cancelQuit = context.WithCancel(context.Background())
@@ -298,7 +300,7 @@ func serve(ctx context.Context, cfg *serveConfig, stdout, stderr io.Writer) erro
 	d.logs = newDaemonLogs(d.log)
 	if err := d.start(); err != nil {
 		d.stop()
-		return &exitError{status: 2, err: err}
+		return exit.Status(2, err)
 	}
 	ready := readyLine{Listen: d.dev.Addr().String(), Control: cfg.control, CMPort: d.ln.Port(), Metrics: d.web.metricsAddr, HTTP: d.web.httpURL}
 	for _, r := range d.regions {
@@ -340,7 +342,7 @@ func (d *daemon) start() error {
 		return err
 	}
 	if cfg.pcap != "" {
-		if d.capture, err = createCapture(cfg.pcap); err != nil {
+		if d.capture, err = capture.Create(cfg.pcap); err != nil {
 			return fmt.Errorf("--pcap: %w", err)
 		}
 	}
