@@ -422,8 +422,8 @@ func (s *rpingSession) serveOne(n int, want []byte) error {
 	}
 	got, want := s.rdma.Bytes()[:src.size], want[:src.size]
 	rpingData(want, n)
-	if i := firstDifference(got, want); i >= 0 {
-		return fmt.Errorf("%w: byte %d read from the client is %q, rping's data has %q", errDataCheck, i, got[i], want[i])
+	if i := tooldev.FirstDifference(got, want); i >= 0 {
+		return fmt.Errorf("%w: byte %d read from the client is %q, rping's data has %q", tooldev.ErrDataCheck, i, got[i], want[i])
 	}
 	if s.cfg.verbose {
 		fmt.Fprintf(s.out, "server ping data: %s\n", cString(got))
@@ -484,8 +484,8 @@ func (s *rpingSession) pingOnce(n int) error {
 	if _, _, err := s.await(qp.WCRecv); err != nil {
 		return fmt.Errorf("waiting for the server to write: %w", err)
 	}
-	if i := firstDifference(sink, src); i >= 0 {
-		return fmt.Errorf("%w: byte %d came back as %q, was %q", errDataCheck, i, sink[i], src[i])
+	if i := tooldev.FirstDifference(sink, src); i >= 0 {
+		return fmt.Errorf("%w: byte %d came back as %q, was %q", tooldev.ErrDataCheck, i, sink[i], src[i])
 	}
 	if s.cfg.verbose {
 		fmt.Fprintf(s.out, "ping data: %s\n", cString(sink))

@@ -2,7 +2,8 @@
 // rdma-core's (softnic perftest and rping): one RoCEv2 device on a
 // concrete local address, so that every datagram leaves from the address
 // the ICRC was computed with, accepting Linux rxe's numbered IPv4
-// datagrams, with its capture if asked for.
+// datagrams, with its capture if asked for; and how the tools report
+// data that did not arrive as sent (ErrDataCheck).
 package tooldev
 
 import (
@@ -109,4 +110,18 @@ func PrintCounters(w io.Writer, dev *nic.Device) error {
 	b.WriteByte('\n')
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// ErrDataCheck marks a check of the data a tool moved that failed.
+var ErrDataCheck = errors.New("data check failed")
+
+// FirstDifference returns the index of the first byte where a and b
+// differ, or -1; b is at least as long as a.
+func FirstDifference(a, b []byte) int {
+	for i := range a {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return -1
 }

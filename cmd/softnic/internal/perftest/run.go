@@ -1,4 +1,4 @@
-package main
+package perftest
 
 import (
 	"context"
@@ -59,7 +59,7 @@ func (l perfLayout) slot(k int) int { return k * l.stride }
 // perfSession is one side of one test.
 type perfSession struct {
 	ctx  context.Context
-	cfg  *perftestConfig
+	cfg  *Config
 	oob  *oobConn
 	out  io.Writer
 	wake chan struct{} // write_lat: a packet arrived
@@ -83,12 +83,12 @@ type perfSession struct {
 func (s *perfSession) run() (err error) {
 	s.oob.conn.SetDeadline(time.Now().Add(oobTimeout))
 	local := addrOf(s.oob.conn.LocalAddr())
-	mtu, err := tooldev.MTU(local, s.cfg.mtu)
+	mtu, err := tooldev.MTU(local, s.cfg.MTU)
 	if err != nil {
 		return err
 	}
-	dc := tooldev.Config{Addr: netip.AddrPortFrom(local, s.cfg.port), MTU: mtu, Pcap: s.cfg.pcap}
-	if s.cfg.test == testWriteLat {
+	dc := tooldev.Config{Addr: netip.AddrPortFrom(local, s.cfg.Port), MTU: mtu, Pcap: s.cfg.Pcap}
+	if s.cfg.Test == WriteLat {
 		s.wake = make(chan struct{}, 1)
 		dc.OnReceive = func() {
 			select {
@@ -104,7 +104,7 @@ func (s *perfSession) run() (err error) {
 		// Counters once the device is closed, so that they count every
 		// packet it sent; after a failure too, since they help explain it.
 		err = errors.Join(err, s.dev.Close())
-		if s.cfg.counters {
+		if s.cfg.Counters {
 			err = errors.Join(err, tooldev.PrintCounters(s.out, s.dev.Device))
 		}
 	}()
@@ -112,7 +112,7 @@ func (s *perfSession) run() (err error) {
 	if s.params, err = s.oob.open(code); err != nil {
 		return fmt.Errorf("perftest exchange: %w", err)
 	}
-	s.layout = newPerfLayout(s.cfg.size, s.params)
+	s.layout = newPerfLayout(s.cfg.Size, s.params)
 	if err := s.setup(); err != nil {
 		return err
 	}
@@ -122,8 +122,8 @@ func (s *perfSession) run() (err error) {
 	if err := s.connect(); err != nil {
 		return err
 	}
-	for i := range s.cfg.test.barriersBefore() {
-		if i == s.cfg.test.barriersBefore()-1 && s.cfg.test == testSendBW && s.cfg.server() {
+	for i := range s.cfg.Test.barriersBefore() {
+		if i == s.cfg.Test.barriersBefore()-1 && s.cfg.Test == SendBW && s.cfg.server() {
 			if err := s.postReceives(); err != nil {
 				return err
 			}
@@ -143,7 +143,7 @@ func (s *perfSession) run() (err error) {
 // and prints the result table.
 func (s *perfSession) traffic() error {
 	switch {
-	case s.cfg.test == testWriteLat:
+	case s.cfg.Test == WriteLat:
 		r, err := s.runLatency()
 		if err != nil {
 			return err
@@ -160,7 +160,7 @@ func (s *perfSession) traffic() error {
 		if err := s.printBW(&rep); err != nil {
 			return err
 		}
-		if s.cfg.test.reportsResults() {
+		if s.cfg.Test.reportsResults() {
 			if err := s.oob.barrier(&s.local); err != nil {
 				return fmt.Errorf("perftest exchange: barrier: %w", err)
 			}
@@ -169,7 +169,7 @@ func (s *perfSession) traffic() error {
 			}
 		}
 		return s.closeOOB()
-	case s.cfg.test == testSendBW:
+	case s.cfg.Test == SendBW:
 		rep, err := s.serveSends()
 		if err != nil {
 			return err
@@ -185,7 +185,7 @@ func (s *perfSession) traffic() error {
 	if err != nil {
 		return fmt.Errorf("perftest exchange: results: %w", err)
 	}
-	return errors.Join(s.printBW(&rep), s.closeOOB(), s.checkTarget(int(min(rep.Iters, maxPerfIters))))
+	return errors.Join(s.printBW(&rep), s.closeOOB(), s.checkTarget(int(min(rep.Iters, MaxIters))))
 }
 
 // closeOOB runs perftest's closing: a last barrier, then "done".
@@ -207,12 +207,12 @@ func (s *perfSession) setup() error {
 	if s.pd, err = s.dev.AllocPD(); err != nil {
 		return err
 	}
-	sendWRs, recvWRs := min(defaultTxDepth, cfg.iters), 1
-	if cfg.test == testWriteLat {
+	sendWRs, recvWRs := min(defaultTxDepth, cfg.Iters), 1
+	if cfg.Test == WriteLat {
 		sendWRs = 1
 	}
-	if cfg.test == testSendBW && cfg.server() {
-		recvWRs = min(defaultRxDepth, cfg.iters)
+	if cfg.Test == SendBW && cfg.server() {
+		recvWRs = min(defaultRxDepth, cfg.Iters)
 	}
 	if s.cq, err = s.dev.CreateCQ(sendWRs + recvWRs); err != nil {
 		return err
@@ -223,20 +223,20 @@ func (s *perfSession) setup() error {
 	// The region grants the peer what the test needs, no more (as
 	// perftest registers its buffer).
 	access := mr.LocalWrite
-	switch cfg.test {
-	case testWriteBW, testWriteLat:
+	switch cfg.Test {
+	case WriteBW, WriteLat:
 		access |= mr.RemoteWrite
-	case testReadBW:
+	case ReadBW:
 		access |= mr.RemoteRead
-	case testAtomicBW:
+	case AtomicBW:
 		access |= mr.RemoteAtomic
 	}
 	if s.buf, err = s.pd.AllocMR(l.bufferSize(), access); err != nil {
 		return fmt.Errorf("a buffer of %d bytes: %w", l.bufferSize(), err)
 	}
-	if cfg.test == testAtomicBW && !cfg.server() {
-		if s.results, err = s.pd.AllocMR(atomicSize*cfg.iters, mr.LocalWrite); err != nil {
-			return fmt.Errorf("atomic results of %d bytes: %w", atomicSize*cfg.iters, err)
+	if cfg.Test == AtomicBW && !cfg.server() {
+		if s.results, err = s.pd.AllocMR(AtomicSize*cfg.Iters, mr.LocalWrite); err != nil {
+			return fmt.Errorf("atomic results of %d bytes: %w", AtomicSize*cfg.Iters, err)
 		}
 	}
 	s.fill()
@@ -248,7 +248,7 @@ func (s *perfSession) setup() error {
 		VAddr:    s.buf.Addr() + uint64(l.target()),
 		GID:      wire.GIDFromAddr(s.dev.Addr().Addr()),
 	}
-	if cfg.test == testReadBW || cfg.test == testAtomicBW {
+	if cfg.Test == ReadBW || cfg.Test == AtomicBW {
 		s.local.OutReads = qp.MaxRdAtomicLimit
 	}
 	return nil
@@ -270,25 +270,25 @@ func atomicStart(k int) uint64 { return uint64(k)*1_000_000 + 1 }
 // atomic_bw server's starting values. write_lat's buffer stays zero, as
 // perftest's does.
 func (s *perfSession) fill() {
-	if s.cfg.test == testWriteLat {
+	if s.cfg.Test == WriteLat {
 		return
 	}
 	b, l := s.buf.Bytes(), s.layout
 	local, target := b[:l.target()], b[l.target():]
 	switch {
-	case s.cfg.test == testReadBW && !s.cfg.server(), s.cfg.test == testSendBW && s.cfg.server():
+	case s.cfg.Test == ReadBW && !s.cfg.server(), s.cfg.Test == SendBW && s.cfg.server():
 		fillByte(local, unwritten)
 	default:
 		for i := range local {
 			local[i] = sourceByte(i)
 		}
 	}
-	switch s.cfg.test {
-	case testReadBW:
+	switch s.cfg.Test {
+	case ReadBW:
 		for i := range target {
 			target[i] = sourceByte(i)
 		}
-	case testAtomicBW:
+	case AtomicBW:
 		fillByte(target, unwritten)
 		for k := range l.slots {
 			binary.NativeEndian.PutUint64(target[l.slot(k):], atomicStart(k))
@@ -309,7 +309,7 @@ func fillByte(b []byte, v byte) {
 // retries, the peer's outstanding reads as this side's limit and this
 // side's as the peer's.
 func (s *perfSession) connect() error {
-	dst, err := peerAddr(s.remote.GID, s.cfg.port)
+	dst, err := peerAddr(s.remote.GID, s.cfg.Port)
 	if err != nil {
 		return err
 	}
@@ -317,7 +317,7 @@ func (s *perfSession) connect() error {
 	err = s.qp.Connect(dst, s.remote.QPN, nic.ConnectOptions{
 		LocalPSN: s.local.PSN, RemotePSN: s.remote.PSN, MTU: mtu,
 		Access:      mr.RemoteRead | mr.RemoteWrite | mr.RemoteAtomic,
-		Timeout:     s.cfg.timeout,
+		Timeout:     s.cfg.Timeout,
 		RetryCnt:    7,
 		RNRRetry:    7,
 		MinRNRTimer: 12,
@@ -345,24 +345,24 @@ func (s *perfSession) bwWR(wr *qp.SendWR, sge *[1]qp.SGE, i int, signaled bool) 
 	if signaled {
 		wr.Flags = qp.Signaled
 	}
-	switch s.cfg.test {
-	case testWriteBW:
+	switch s.cfg.Test {
+	case WriteBW:
 		wr.Opcode, wr.RemoteAddr, wr.RKey = qp.WRWrite, s.remoteSlot(i), s.remote.RKey
 		sge[0] = s.buf.SGE(l.slot(i%l.slots), l.size)
-	case testSendBW:
+	case SendBW:
 		wr.Opcode = qp.WRSend
 		sge[0] = s.buf.SGE(l.slot(i%l.slots), l.size)
-	case testReadBW:
+	case ReadBW:
 		// Two cycles of destinations: message i and i+slots read the same
 		// remote slot into different places (checkReads compares them).
 		wr.Opcode, wr.RemoteAddr, wr.RKey = qp.WRRead, s.remoteSlot(i), s.remote.RKey
 		sge[0] = s.buf.SGE(l.slot(i%(2*l.slots)), l.size)
-	case testAtomicBW:
+	case AtomicBW:
 		wr.RemoteAddr, wr.RKey = s.remoteSlot(i), s.remote.RKey
-		sge[0] = s.results.SGE(i*atomicSize, atomicSize)
+		sge[0] = s.results.SGE(i*AtomicSize, AtomicSize)
 		// perftest's operands: add 1; compare 0, swap 0.
 		wr.Opcode, wr.CompareAdd = qp.WRFetchAdd, 1
-		if s.cfg.atomic == cmpAndSwap {
+		if s.cfg.Atomic == CmpAndSwap {
 			wr.Opcode, wr.CompareAdd, wr.Swap = qp.WRCompareSwap, 0, 0
 		}
 	}
@@ -372,7 +372,7 @@ func (s *perfSession) bwWR(wr *qp.SendWR, sge *[1]qp.SGE, i int, signaled bool) 
 // asking for every cqModeration-th completion and the last, and returns
 // the figures.
 func (s *perfSession) runBWClient() (bwReport, error) {
-	n := s.cfg.iters
+	n := s.cfg.Iters
 	depth := min(defaultTxDepth, n)
 	cqModeration := min(defaultCQModeration, depth)
 	posted := make([]time.Duration, n)
@@ -415,13 +415,13 @@ func (s *perfSession) runBWClient() (bwReport, error) {
 	if err := s.checkClient(); err != nil {
 		return bwReport{}, err
 	}
-	return bwFigures(s.cfg.size, posted, completed, cqModeration), nil
+	return bwFigures(s.cfg.Size, posted, completed, cqModeration), nil
 }
 
 // postReceives posts the send_bw server's receive buffers: as many as
 // perftest's RX depth, in two cycles of slots of the local area.
 func (s *perfSession) postReceives() error {
-	for r := range min(defaultRxDepth, s.cfg.iters) {
+	for r := range min(defaultRxDepth, s.cfg.Iters) {
 		if err := s.postReceive(r); err != nil {
 			return err
 		}
@@ -443,7 +443,7 @@ func (s *perfSession) postReceive(r int) error {
 // receiving side as perftest's server measures them: from the first
 // arrival to the last, with no peak.
 func (s *perfSession) serveSends() (bwReport, error) {
-	n := s.cfg.iters
+	n := s.cfg.Iters
 	posted := min(defaultRxDepth, n)
 	var (
 		wcs         [16]qp.WC
@@ -462,8 +462,8 @@ func (s *perfSession) serveSends() (bwReport, error) {
 			switch {
 			case wc.Status != qp.Success:
 				return bwReport{}, fmt.Errorf("receive %d of %d completed with %v (%s)", wc.ID, n, wc.Status, wc.Status.Text())
-			case wc.Opcode != qp.WCRecv || int(wc.ByteLen) != s.cfg.size:
-				return bwReport{}, fmt.Errorf("%w: receive %d is a %v of %d bytes, want a RECV of %d", errDataCheck, wc.ID, wc.Opcode, wc.ByteLen, s.cfg.size)
+			case wc.Opcode != qp.WCRecv || int(wc.ByteLen) != s.cfg.Size:
+				return bwReport{}, fmt.Errorf("%w: receive %d is a %v of %d bytes, want a RECV of %d", tooldev.ErrDataCheck, wc.ID, wc.Opcode, wc.ByteLen, s.cfg.Size)
 			}
 			received++
 			if posted < n {
@@ -474,7 +474,7 @@ func (s *perfSession) serveSends() (bwReport, error) {
 			}
 		}
 	}
-	return receiverFigures(s.cfg.size, n, last.Sub(first)), nil
+	return receiverFigures(s.cfg.Size, n, last.Sub(first)), nil
 }
 
 // latencyResult holds write_lat's post times.
@@ -487,7 +487,7 @@ type latencyResult struct {
 // peer's WRITE of the same number has arrived in its own; the server
 // writes first.
 func (s *perfSession) runLatency() (latencyResult, error) {
-	n := s.cfg.iters
+	n := s.cfg.Iters
 	r := latencyResult{posted: make([]time.Duration, n)}
 	l := s.layout
 	src := s.buf.Bytes()[:l.size]
@@ -543,7 +543,7 @@ func (s *perfSession) awaitWrite(k int) error {
 	}
 	l := s.layout
 	if got := s.buf.Bytes()[l.target()+l.size-1]; got != byte(k) {
-		return fmt.Errorf("%w: the peer's WRITE %d carries %d in its last byte", errDataCheck, k, got)
+		return fmt.Errorf("%w: the peer's WRITE %d carries %d in its last byte", tooldev.ErrDataCheck, k, got)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package main
+package perftest
 
 import (
 	"fmt"
@@ -132,15 +132,15 @@ const (
 
 // title is the test's name in perftest's header.
 func (s *perfSession) title() string {
-	switch s.cfg.test {
-	case testWriteBW:
+	switch s.cfg.Test {
+	case WriteBW:
 		return "RDMA_Write BW Test"
-	case testReadBW:
+	case ReadBW:
 		return "RDMA_Read BW Test"
-	case testSendBW:
+	case SendBW:
 		return "Send BW Test"
-	case testAtomicBW:
-		return "Atomic " + s.cfg.atomic.String() + " BW Test"
+	case AtomicBW:
+		return "Atomic " + s.cfg.Atomic.String() + " BW Test"
 	}
 	return "RDMA_Write Latency Test"
 }
@@ -159,7 +159,7 @@ func (s *perfSession) printHeader() error {
 	s.appendAddress(&b, "local", &s.local)
 	s.appendAddress(&b, "remote", &s.remote)
 	b.WriteString(resultLine)
-	if s.cfg.test == testWriteLat {
+	if s.cfg.Test == WriteLat {
 		b.WriteString(latHeader)
 	} else {
 		b.WriteString(bwHeader)
@@ -172,11 +172,11 @@ func (s *perfSession) printHeader() error {
 // bytes in decimal, as perftest has them).
 func (s *perfSession) appendAddress(b *strings.Builder, side string, k *keyRecord) {
 	fmt.Fprintf(b, " %s address: LID %s QPN %s PSN %s", side, cHex(uint64(k.LID), 4), cHex(uint64(k.QPN), 6), cHex(uint64(k.PSN), 6))
-	switch s.cfg.test {
-	case testReadBW:
+	switch s.cfg.Test {
+	case ReadBW:
 		fmt.Fprintf(b, " OUT %s", cHex(uint64(k.OutReads), 4))
 		fallthrough
-	case testWriteBW, testWriteLat:
+	case WriteBW, WriteLat:
 		fmt.Fprintf(b, " RKey %s VAddr %s", cHex(uint64(k.RKey), 8), cHex(k.VAddr, 16))
 	}
 	b.WriteString("\n GID: ")
@@ -207,7 +207,7 @@ func (s *perfSession) printBW(r *bwReport) error {
 // printLatency prints write_lat's row and the closing line.
 func (s *perfSession) printLatency(r *latencyResult) error {
 	f := computeLatency(r.posted)
-	_, err := fmt.Fprintf(s.out, latRowFormat+resultLine, s.cfg.size, s.cfg.iters,
+	_, err := fmt.Fprintf(s.out, latRowFormat+resultLine, s.cfg.Size, s.cfg.Iters,
 		f.Min, f.Max, f.Typical, f.Avg, f.Stdev, f.P99, f.P999)
 	return err
 }

@@ -1,4 +1,4 @@
-package main
+package perftest
 
 import (
 	"bytes"
@@ -45,7 +45,7 @@ const (
 	oobWordSize     = 4
 	oobResultSize   = 8
 	oobResultFields = 5
-	defaultOOBPort  = 18515
+	DefaultOOBPort  = 18515
 	// defaultCycleBuffer and defaultCacheLine are what softnic announces:
 	// perftest sends the page size and the CPU's cache line.
 	defaultCycleBuffer = 4096

@@ -1,9 +1,10 @@
-package main
+package perftest
 
 import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/softnic/softnic/cmd/softnic/internal/tooldev"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -51,33 +52,33 @@ func (s *perfSession) checkTarget(n int) error {
 	st := s.qp.Status()
 	l := s.layout
 	if got, want := (st.MSN-s.msn0)&wire.PSNMask, uint32(n)&wire.PSNMask; got != want {
-		return fmt.Errorf("%w: the responder completed %d request messages, the client sent %d", errDataCheck, got, want)
+		return fmt.Errorf("%w: the responder completed %d request messages, the client sent %d", tooldev.ErrDataCheck, got, want)
 	}
 	target := s.buf.Bytes()[l.target():]
 	used := min(n, l.slots) // slots the client addressed
-	switch s.cfg.test {
-	case testReadBW:
+	switch s.cfg.Test {
+	case ReadBW:
 		for i, b := range target {
 			if b != sourceByte(i) {
-				return fmt.Errorf("%w: byte %d of the READ target changed from %#02x to %#02x", errDataCheck, i, sourceByte(i), b)
+				return fmt.Errorf("%w: byte %d of the READ target changed from %#02x to %#02x", tooldev.ErrDataCheck, i, sourceByte(i), b)
 			}
 		}
 		return nil
-	case testAtomicBW:
+	case AtomicBW:
 		for k := range l.slots {
 			want := atomicStart(k)
-			if s.cfg.atomic == fetchAndAdd {
+			if s.cfg.Atomic == FetchAndAdd {
 				want += uint64(hits(n, l.slots, k))
 			}
 			if got := binary.NativeEndian.Uint64(target[l.slot(k):]); got != want {
-				return fmt.Errorf("%w: slot %d holds %d after %d %vs, want %d", errDataCheck, k, got, hits(n, l.slots, k), s.cfg.atomic, want)
+				return fmt.Errorf("%w: slot %d holds %d after %d %vs, want %d", tooldev.ErrDataCheck, k, got, hits(n, l.slots, k), s.cfg.Atomic, want)
 			}
 		}
 		return checkUntouched(target, l, l.slots, l.size)
 	}
 	for k := range used {
 		if !arrived(target[l.slot(k) : l.slot(k)+l.size]) {
-			return fmt.Errorf("%w: no WRITE arrived in slot %d", errDataCheck, k)
+			return fmt.Errorf("%w: no WRITE arrived in slot %d", tooldev.ErrDataCheck, k)
 		}
 	}
 	return checkUntouched(target, l, used, l.size)
@@ -101,7 +102,7 @@ func checkUntouched(area []byte, l perfLayout, used, size int) error {
 			continue
 		}
 		if b != unwritten {
-			return fmt.Errorf("%w: byte %d (slot %d, offset %d) was written, though no message addresses it", errDataCheck, i, k, off)
+			return fmt.Errorf("%w: byte %d (slot %d, offset %d) was written, though no message addresses it", tooldev.ErrDataCheck, i, k, off)
 		}
 	}
 	return nil
@@ -111,30 +112,21 @@ func checkUntouched(area []byte, l perfLayout, used, size int) error {
 // k+slots received copies of the same source, which must have arrived and
 // be equal.
 func (s *perfSession) checkTwice(what string) error {
-	n, l := s.cfg.iters, s.layout
+	n, l := s.cfg.Iters, s.layout
 	local := s.buf.Bytes()[:l.target()]
 	for k := range min(n, 2*l.slots) {
 		if !arrived(local[l.slot(k) : l.slot(k)+l.size]) {
-			return fmt.Errorf("%w: no %s arrived in local slot %d", errDataCheck, what, k)
+			return fmt.Errorf("%w: no %s arrived in local slot %d", tooldev.ErrDataCheck, what, k)
 		}
 	}
 	for k := 0; k < l.slots && k+l.slots < n; k++ {
 		a := local[l.slot(k) : l.slot(k)+l.size]
 		b := local[l.slot(k+l.slots) : l.slot(k+l.slots)+l.size]
-		if i := firstDifference(a, b); i >= 0 {
-			return fmt.Errorf("%w: two %ss from remote slot %d differ at byte %d: %#02x and %#02x", errDataCheck, what, k, i, a[i], b[i])
+		if i := tooldev.FirstDifference(a, b); i >= 0 {
+			return fmt.Errorf("%w: two %ss from remote slot %d differ at byte %d: %#02x and %#02x", tooldev.ErrDataCheck, what, k, i, a[i], b[i])
 		}
 	}
 	return checkUntouched(local, l, min(n, 2*l.slots), l.size)
-}
-
-func firstDifference(a, b []byte) int {
-	for i := range a {
-		if a[i] != b[i] {
-			return i
-		}
-	}
-	return -1
 }
 
 // checkReceived checks the send_bw server's received messages.
@@ -146,11 +138,11 @@ func (s *perfSession) checkReceived() error {
 // checkClient checks what a READ or ATOMIC client brought back; its
 // completions order the device's writes before the reads.
 func (s *perfSession) checkClient() error {
-	switch s.cfg.test {
-	case testReadBW:
+	switch s.cfg.Test {
+	case ReadBW:
 		return s.checkTwice("READ response")
-	case testAtomicBW:
-		return checkAtomicResults(s.results.Bytes(), s.layout.slots, s.cfg.atomic)
+	case AtomicBW:
+		return checkAtomicResults(s.results.Bytes(), s.layout.slots, s.cfg.Atomic)
 	}
 	return nil
 }
@@ -158,16 +150,16 @@ func (s *perfSession) checkClient() error {
 // checkAtomicResults checks the original values of successive atomics on
 // each slot: one more each time for FETCH_ADD (which adds 1), the same
 // for CMP_AND_SWAP (compare 0, swap 0 leaves any value as it is).
-func checkAtomicResults(results []byte, slots int, op atomicOp) error {
+func checkAtomicResults(results []byte, slots int, op AtomicOp) error {
 	step := uint64(0)
-	if op == fetchAndAdd {
+	if op == FetchAndAdd {
 		step = 1
 	}
-	for i := slots; i < len(results)/atomicSize; i++ {
-		prev := binary.NativeEndian.Uint64(results[(i-slots)*atomicSize:])
-		got := binary.NativeEndian.Uint64(results[i*atomicSize:])
+	for i := slots; i < len(results)/AtomicSize; i++ {
+		prev := binary.NativeEndian.Uint64(results[(i-slots)*AtomicSize:])
+		got := binary.NativeEndian.Uint64(results[i*AtomicSize:])
 		if got != prev+step {
-			return fmt.Errorf("%w: %v %d found %d in remote slot %d, the one before it there %d", errDataCheck, op, i, got, i%slots, prev)
+			return fmt.Errorf("%w: %v %d found %d in remote slot %d, the one before it there %d", tooldev.ErrDataCheck, op, i, got, i%slots, prev)
 		}
 	}
 	return nil
