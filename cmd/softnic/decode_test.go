@@ -15,15 +15,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softnic/softnic/cmd/softnic/internal/golden"
 	"github.com/softnic/softnic/wire"
 )
 
 // goldenCaptures returns every golden capture, or skips.
 func goldenCaptures(t *testing.T) []string {
 	t.Helper()
-	files, _ := filepath.Glob(filepath.Join(goldenDir, "*.pcap"))
+	files, _ := filepath.Glob(filepath.Join(golden.Dir(), "*.pcap"))
 	if len(files) == 0 {
-		t.Skipf("no golden captures in %s", goldenDir)
+		t.Skipf("no golden captures in %s", golden.Dir())
 	}
 	return files
 }
@@ -246,7 +247,7 @@ func mixedCapture(t *testing.T) string {
 // TestDecodeStdin: "-" reads the capture from standard input, pcap or
 // pcapng alike, and prints what decode of the file prints.
 func TestDecodeStdin(t *testing.T) {
-	path := golden(t, "host_dropack.pcap")
+	path := golden.Path(t, "host_dropack.pcap")
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -281,7 +282,7 @@ func TestDecodeStdin(t *testing.T) {
 // TestDecodeLadder: --ladder prints the ladder instead of lines (the same
 // as the ladder package's golden file), and --html writes its page.
 func TestDecodeLadder(t *testing.T) {
-	path := golden(t, "host_dropack.pcap")
+	path := golden.Path(t, "host_dropack.pcap")
 	page := filepath.Join(t.TempDir(), "ladder.html")
 	code, stdout, stderr := runCmd("decode", "--ladder", "--html", page, path)
 	if code != 0 || stderr != "" {
@@ -313,7 +314,7 @@ func TestDecodeLadder(t *testing.T) {
 }
 
 func TestDecodeUsage(t *testing.T) {
-	path := golden(t, "write_small.pcap")
+	path := golden.Path(t, "write_small.pcap")
 	tests := []struct {
 		args []string
 		msg  string
@@ -335,7 +336,7 @@ func TestDecodeUsage(t *testing.T) {
 // TestDecodeJSONFields: the JSON of a packet holds every field of every
 // header it carries, as package wire names them.
 func TestDecodeJSONFields(t *testing.T) {
-	code, stdout, _ := runCmd("decode", "--json", golden(t, "atomic_fadd.pcap"))
+	code, stdout, _ := runCmd("decode", "--json", golden.Path(t, "atomic_fadd.pcap"))
 	if code != 0 {
 		t.Fatal(code)
 	}

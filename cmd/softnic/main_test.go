@@ -11,20 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softnic/softnic/cmd/softnic/internal/golden"
 	"github.com/softnic/softnic/wire"
 )
-
-// goldenDir holds the rxe captures beside the repository (see its README.md).
-var goldenDir = filepath.Join("..", "..", "..", "shared", "golden")
-
-func golden(t *testing.T, name string) string {
-	t.Helper()
-	path := filepath.Join(goldenDir, name)
-	if _, err := os.Stat(path); err != nil {
-		t.Skipf("golden capture %s not available (%v); skipping", path, err)
-	}
-	return path
-}
 
 // runCmd runs the command line and returns exit status, stdout and stderr.
 func runCmd(args ...string) (int, string, string) {
@@ -89,7 +78,7 @@ func decodeLines(t *testing.T, args ...string) ([]string, string) {
 }
 
 func TestDecodeReadLarge(t *testing.T) {
-	lines, summary := decodeLines(t, golden(t, "read_large.pcap"))
+	lines, summary := decodeLines(t, golden.Path(t, "read_large.pcap"))
 	// README: 5 READ requests and 5 x (First + 6 Middle + Last) responses.
 	want := map[string]int{
 		"RC RDMA Read Request":         5,
@@ -137,7 +126,7 @@ func TestDecodeReadLarge(t *testing.T) {
 // TestDecodeTime: times are relative to the first frame of the file, which
 // in read_large.pcap is the TCP connection of perftest's exchange.
 func TestDecodeTime(t *testing.T) {
-	lines, _ := decodeLines(t, golden(t, "read_large.pcap"))
+	lines, _ := decodeLines(t, golden.Path(t, "read_large.pcap"))
 	// tshark -r read_large.pcap shows the first READ request at 0.028152.
 	if !strings.HasPrefix(lines[0], "0.028152 10.77.0.12:") {
 		t.Errorf("first line %q, want time 0.028152 from 10.77.0.12", lines[0])
@@ -145,7 +134,7 @@ func TestDecodeTime(t *testing.T) {
 }
 
 func TestDecodeBadICRC(t *testing.T) {
-	lines, summary := decodeLines(t, golden(t, "host_badicrc.pcap"))
+	lines, summary := decodeLines(t, golden.Path(t, "host_badicrc.pcap"))
 	bad := 0
 	for _, l := range lines {
 		if strings.HasSuffix(l, " icrc=BAD") {
@@ -164,7 +153,7 @@ func TestDecodeBadICRC(t *testing.T) {
 }
 
 func TestDecodeVerbose(t *testing.T) {
-	path := golden(t, "write_imm.pcap")
+	path := golden.Path(t, "write_imm.pcap")
 	for _, args := range [][]string{{"-v", path}, {path, "-v"}} {
 		lines, _ := decodeLines(t, args...)
 		packets, bth := 0, 0
@@ -224,7 +213,7 @@ func TestDecodeNotPcap(t *testing.T) {
 // TestDecodeCutFile: a capture cut inside a record prints what it holds,
 // then fails.
 func TestDecodeCutFile(t *testing.T) {
-	b, err := os.ReadFile(golden(t, "write_small.pcap"))
+	b, err := os.ReadFile(golden.Path(t, "write_small.pcap"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,10 +8,10 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/softnic/softnic/cmd/softnic/internal/golden"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -107,11 +107,7 @@ func FuzzParseKeyRecord(f *testing.F) {
 // it. Each message travels in a segment of its own there.
 func oobMessages(t *testing.T, name string) (msgs [][]byte, fromClient []bool) {
 	t.Helper()
-	// The rxe captures beside the repository (see its README.md).
-	f, err := os.Open(filepath.Join("..", "..", "..", "..", "..", "shared", "golden", name))
-	if errors.Is(err, os.ErrNotExist) {
-		t.Skipf("golden capture %s not available (%v); skipping", name, err)
-	}
+	f, err := os.Open(golden.Path(t, name))
 	if err != nil {
 		t.Fatal(err)
 	}
