@@ -41,10 +41,10 @@ func defineDemo(fs *flag.FlagSet) func(*invocation) error {
 		if err := inv.parse(0, 0); err != nil {
 			return err
 		}
-		if _, ok := wire.MTUFromBytes(mtu.val); !ok {
-			return usagef("--mtu %d: want 256, 512, 1024, 2048 or 4096", mtu.val)
+		if _, ok := wire.MTUFromBytes(mtu.Val); !ok {
+			return usagef("--mtu %d: want 256, 512, 1024, 2048 or 4096", mtu.Val)
 		}
-		o := demoOptions{mtu: mtu.val, pcap: *pcap, html: *html}
+		o := demoOptions{mtu: mtu.Val, pcap: *pcap, html: *html}
 		if *step {
 			o.pause = waitForEnter(inv.stdin)
 		}

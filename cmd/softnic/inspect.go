@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/cmd/softnic/internal/control"
+	"github.com/softnic/softnic/cmd/softnic/internal/flagval"
 )
 
 // inspectors are the commands that ask a running daemon over its control
@@ -83,7 +84,7 @@ func printInfo(w io.Writer, result json.RawMessage) error {
 		{"regions", strconv.Itoa(in.Regions)},
 		{"connections", strconv.Itoa(in.Connections)},
 		{"attached processes", strconv.Itoa(in.Attached)},
-		{"receive buffers", fmt.Sprintf("%d of %s", in.RecvBuffers, formatSize(in.RecvBufSize))},
+		{"receive buffers", fmt.Sprintf("%d of %s", in.RecvBuffers, flagval.FormatSize(in.RecvBufSize))},
 	} {
 		fmt.Fprintf(tw, "%s\t%s\n", kv[0], kv[1])
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/softnic/softnic/cmd/softnic/internal/flagval"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/qp"
@@ -34,14 +35,14 @@ type opFlags struct {
 	peer    *string
 	cmPort  *uint
 	timeout *time.Duration
-	mtu     *sizeFlag
-	remote  bool    // the operation addresses remote memory: --rkey and --addr
-	rkey    numFlag // 32 bits
-	addr    numFlag // 64 bits
+	mtu     *flagval.Size
+	remote  bool        // the operation addresses remote memory: --rkey and --addr
+	rkey    flagval.Num // 32 bits
+	addr    flagval.Num // 64 bits
 }
 
 func addOpFlags(fs *flag.FlagSet, remote bool) *opFlags {
-	o := &opFlags{remote: remote, rkey: numFlag{bits: 32}, addr: numFlag{bits: 64}}
+	o := &opFlags{remote: remote, rkey: flagval.Num{Bits: 32}, addr: flagval.Num{Bits: 64}}
 	o.peer = fs.String("peer", "", "the softnic device to reach, `HOST[:PORT]` (port 4791 by default) (required)")
 	o.cmPort = fs.Uint("cm-port", defaultCMPort, "the peer's rdma_cm `PORT`")
 	o.timeout = fs.Duration("timeout", 5*time.Second, "give up after `DURATION` (connecting, the operation and disconnecting)")
@@ -58,10 +59,10 @@ func (o *opFlags) check() error {
 	if *o.peer == "" {
 		return usagef("missing --peer HOST:PORT")
 	}
-	if o.remote && !o.rkey.set {
+	if o.remote && !o.rkey.Given {
 		return usagef("missing --rkey")
 	}
-	if o.remote && !o.addr.set {
+	if o.remote && !o.addr.Given {
 		return usagef("missing --addr")
 	}
 	if *o.cmPort == 0 || *o.cmPort > 0xFFFF {
@@ -70,7 +71,7 @@ func (o *opFlags) check() error {
 	if *o.timeout <= 0 {
 		return usagef("--timeout %v: want a positive duration such as 2s", *o.timeout)
 	}
-	return checkMTUFlag(o.mtu.val)
+	return checkMTUFlag(o.mtu.Val)
 }
 
 // dataArg returns the bytes of --data or --file, exactly one of which must
@@ -97,7 +98,7 @@ func dataArg(data, file string) ([]byte, error) {
 func defineWrite(fs *flag.FlagSet) func(*invocation) error {
 	o := addOpFlags(fs, true)
 	return defineDataOp(fs, "write", func() qp.SendWR {
-		return qp.SendWR{Opcode: qp.WRWrite, RemoteAddr: o.addr.val, RKey: uint32(o.rkey.val)}
+		return qp.SendWR{Opcode: qp.WRWrite, RemoteAddr: o.addr.Val, RKey: uint32(o.rkey.Val)}
 	}, o, func(wr *qp.SendWR, n int, peer netip.AddrPort) string {
 		return fmt.Sprintf("wrote %d bytes at %#x (rkey %#x) on %v", n, wr.RemoteAddr, wr.RKey, peer)
 	})
@@ -133,7 +134,7 @@ func defineDataOp(fs *flag.FlagSet, verb string, mk func() qp.SendWR, o *opFlags
 
 func defineRead(fs *flag.FlagSet) func(*invocation) error {
 	o := addOpFlags(fs, true)
-	var n sizeFlag
+	var n flagval.Size
 	fs.Var(&n, "len", "read `SIZE` bytes, such as 4096, 64k or 1MiB (required)")
 	out := fs.String("out", "", "write the bytes to `FILE` instead of stdout")
 	return func(inv *invocation) error {
@@ -143,14 +144,14 @@ func defineRead(fs *flag.FlagSet) func(*invocation) error {
 		if err := o.check(); err != nil {
 			return err
 		}
-		if !n.set {
+		if !n.Given {
 			return usagef("missing --len N")
 		}
-		if n.val == 0 || n.val > maxOpBytes {
-			return usagef("--len %d: want 1 to %d bytes", n.val, maxOpBytes)
+		if n.Val == 0 || n.Val > maxOpBytes {
+			return usagef("--len %d: want 1 to %d bytes", n.Val, maxOpBytes)
 		}
-		buf := make([]byte, n.val)
-		wr := qp.SendWR{Opcode: qp.WRRead, RemoteAddr: o.addr.val, RKey: uint32(o.rkey.val)}
+		buf := make([]byte, n.Val)
+		wr := qp.SendWR{Opcode: qp.WRRead, RemoteAddr: o.addr.Val, RKey: uint32(o.rkey.Val)}
 		peer, err := o.run(inv.ctx, &wr, buf)
 		if err != nil {
 			return err
@@ -171,7 +172,7 @@ func defineRead(fs *flag.FlagSet) func(*invocation) error {
 func defineAtomic(compare bool) func(fs *flag.FlagSet) func(*invocation) error {
 	return func(fs *flag.FlagSet) func(*invocation) error {
 		o := addOpFlags(fs, true)
-		first, swap := numFlag{bits: 64, signed: true}, numFlag{bits: 64, signed: true}
+		first, swap := flagval.Num{Bits: 64, Signed: true}, flagval.Num{Bits: 64, Signed: true}
 		if compare {
 			fs.Var(&first, "compare", "swap only if the 8-byte word holds `VALUE` (required)")
 			fs.Var(&swap, "swap", "the `VALUE` to store (required)")
@@ -185,19 +186,19 @@ func defineAtomic(compare bool) func(fs *flag.FlagSet) func(*invocation) error {
 			if err := o.check(); err != nil {
 				return err
 			}
-			wr := qp.SendWR{Opcode: qp.WRFetchAdd, RemoteAddr: o.addr.val, RKey: uint32(o.rkey.val), CompareAdd: first.val}
+			wr := qp.SendWR{Opcode: qp.WRFetchAdd, RemoteAddr: o.addr.Val, RKey: uint32(o.rkey.Val), CompareAdd: first.Val}
 			switch {
-			case compare && !first.set:
+			case compare && !first.Given:
 				return usagef("missing --compare VALUE")
-			case compare && !swap.set:
+			case compare && !swap.Given:
 				return usagef("missing --swap VALUE")
-			case !compare && !first.set:
+			case !compare && !first.Given:
 				return usagef("missing --add N")
-			case o.addr.val%8 != 0:
-				return usagef("--addr %#x: atomics work on 8-byte words at addresses divisible by 8", o.addr.val)
+			case o.addr.Val%8 != 0:
+				return usagef("--addr %#x: atomics work on 8-byte words at addresses divisible by 8", o.addr.Val)
 			}
 			if compare {
-				wr.Opcode, wr.Swap = qp.WRCompareSwap, swap.val
+				wr.Opcode, wr.Swap = qp.WRCompareSwap, swap.Val
 			}
 			var orig [8]byte
 			if _, err := o.run(inv.ctx, &wr, orig[:]); err != nil {
@@ -229,7 +230,7 @@ func (o *opFlags) run(ctx context.Context, wr *qp.SendWR, buf []byte) (netip.Add
 	if err != nil {
 		return peer, usagef("--peer: %v", err)
 	}
-	s, err := dialSession(ctx, peer, uint16(*o.cmPort), o.mtu.val, buf)
+	s, err := dialSession(ctx, peer, uint16(*o.cmPort), o.mtu.Val, buf)
 	if err != nil {
 		return peer, explainDial(err, peer, uint16(*o.cmPort), *o.timeout)
 	}

@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/softnic/softnic/cmd/softnic/internal/flagval"
 	"github.com/softnic/softnic/cmd/softnic/internal/perftest"
 	"github.com/softnic/softnic/wire"
 )
@@ -28,7 +29,7 @@ func definePerftest(fs *flag.FlagSet) func(*invocation) error {
 		if err := inv.parse(1, 2); err != nil {
 			return err
 		}
-		cfg := perftest.Config{MTU: mtu.val, Counters: *counters, Pcap: *pcap, Iters: *iters}
+		cfg := perftest.Config{MTU: mtu.Val, Counters: *counters, Pcap: *pcap, Iters: *iters}
 		var ok bool
 		if cfg.Test, ok = perftest.ParseTest(inv.args[0]); !ok {
 			return usagef("unknown test %q: want write_bw, read_bw, send_bw, atomic_bw or write_lat", inv.args[0])
@@ -86,14 +87,14 @@ func setPerftestSizes(c *perftest.Config, size string) error {
 			c.Size = perftest.DefaultLatSize
 		}
 	default:
-		n, err := parseSize(size)
+		n, err := flagval.ParseSize(size)
 		if err != nil {
 			return usagef("-s: %v", err)
 		}
 		c.Size = n
 	}
 	if c.Size > perftest.MaxSize {
-		return usagef("-s %d: at most %s", c.Size, formatSize(perftest.MaxSize))
+		return usagef("-s %d: at most %s", c.Size, flagval.FormatSize(perftest.MaxSize))
 	}
 	if c.Iters == 0 {
 		c.Iters = perftest.DefaultBWIters

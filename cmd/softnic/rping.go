@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/softnic/softnic/cmd/softnic/internal/flagval"
 	"github.com/softnic/softnic/cmd/softnic/internal/rping"
 	"github.com/softnic/softnic/wire"
 )
@@ -24,7 +25,7 @@ func defineRping(fs *flag.FlagSet) func(*invocation) error {
 	addr := fs.String("a", "", "the server's `ADDR`ess: the client connects to it, the server listens on it (required); a softnic peer on another UDP port as ADDR:PORT")
 	source := fs.String("I", "", "the client's local `ADDR`ess (default: its route to the server)")
 	count := fs.Int("C", 0, "ping `COUNT` times (default: until interrupted)")
-	size := &sizeFlag{val: rping.DefaultSize}
+	size := &flagval.Size{Val: rping.DefaultSize}
 	fs.Var(size, "S", fmt.Sprintf("ping data `SIZE` in bytes, %d to %d", rping.MinSize, rping.MaxSize))
 	verbose := fs.Bool("v", false, "print the ping data")
 	fs.Bool("V", true, "validate the ping data (always done: the client compares what comes back, the server what it reads)")
@@ -37,7 +38,7 @@ func defineRping(fs *flag.FlagSet) func(*invocation) error {
 		if err := inv.parse(0, 0); err != nil {
 			return err
 		}
-		cfg := rping.Config{Server: *server, Count: *count, Size: size.val, Verbose: *verbose, MTU: mtu.val, Counters: *counters, Pcap: *pcap}
+		cfg := rping.Config{Server: *server, Count: *count, Size: size.Val, Verbose: *verbose, MTU: mtu.Val, Counters: *counters, Pcap: *pcap}
 		switch {
 		case *server == *client:
 			return usagef("give either -s (server) or -c (client)")

@@ -29,6 +29,7 @@ import (
 	"github.com/softnic/softnic/cmd/softnic/internal/capture"
 	"github.com/softnic/softnic/cmd/softnic/internal/control"
 	"github.com/softnic/softnic/cmd/softnic/internal/exit"
+	"github.com/softnic/softnic/cmd/softnic/internal/flagval"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/netem"
 	"github.com/softnic/softnic/nic"
@@ -56,7 +57,7 @@ const disconnectWait = 2 * time.Second
 type serveConfig struct {
 	listen   netip.AddrPort
 	cmPort   uint16
-	regions  []regionSpec
+	regions  []flagval.Region
 	pcap     string
 	control  string
 	logLevel zapcore.Level
@@ -69,14 +70,14 @@ type serveConfig struct {
 	// allowGroup is the group whose members may use the control socket
 	// besides the daemon's user and root; -1 for none.
 	allowGroup int
-	web        webConfig  // --metrics, --http
-	limits     limitsFlag // changes to the attached processes' default limits
+	web        webConfig      // --metrics, --http
+	limits     flagval.Limits // changes to the attached processes' default limits
 }
 
 func defineServe(fs *flag.FlagSet) func(*invocation) error {
 	listen := fs.String("listen", nic.DefaultAddr.String(), "the device's UDP `ADDR:PORT` (RoCEv2 uses port 4791; port 0 picks a free one)")
 	cmPort := fs.Uint("cm-port", defaultCMPort, "the rdma_cm `PORT` connections are accepted on")
-	var regions regionsFlag
+	var regions flagval.Regions
 	fs.Var(&regions, "region", "host a NIC-owned memory region `NAME:SIZE[:ACCESS]`: SIZE such as 4096, 64k or 1MiB; "+
 		"ACCESS a combination of r (read), w (write), a (atomic), default rw; repeat for more regions (default "+defaultRegion+")")
 	pcap := fs.String("pcap", "", "capture every packet sent and received to `FILE` (flushed each second and on exit)")
@@ -85,7 +86,7 @@ func defineServe(fs *flag.FlagSet) func(*invocation) error {
 	faults := fs.String("faults", "", "inject faults into the packets the daemon sends: `SPEC` such as drop=0.01,dup=0.01,seed=7 (see SOFTNIC_FAULTS)")
 	busyPoll := fs.Duration("busy-poll", 0, "keep polling the socket and the attached programs' queues for `DURATION` after the last packet or post "+
 		"(such as 50us) instead of sleeping: lower latency for a CPU while traffic flows; 0 sleeps at once")
-	var limits limitsFlag
+	var limits flagval.Limits
 	fs.Var(&limits, "limit", "set a limit on what attached processes hold, `SCOPE.RESOURCE=N`: SCOPE process, uid or total; "+
 		"RESOURCE sessions, waits, objects, qps, cq_entries, srq_entries, memory, mappings, heap or descriptors; "+
 		"N a number (k, m, g allowed) or unlimited; repeat for more (softnic stat shows each with its use)")
@@ -114,10 +115,10 @@ func defineServe(fs *flag.FlagSet) func(*invocation) error {
 			cfg.allowGroup = gid
 		}
 		cfg.cm = nic.CMLimits{HalfOpen: *halfOpen, HalfOpenPerSource: *halfOpenPerSource, Handshake: *handshake}
-		if err := checkMTUFlag(mtu.val); err != nil {
+		if err := checkMTUFlag(mtu.Val); err != nil {
 			return err
 		}
-		cfg.mtu, cfg.strict = mtu.val, *strict
+		cfg.mtu, cfg.strict = mtu.Val, *strict
 		if *halfOpen < 0 || *halfOpenPerSource < 0 || *handshake < 0 {
 			return usagef("--cm-half-open %d, --cm-half-open-per-source %d, --cm-handshake-timeout %v: want 0 (the default) or more",
 				*halfOpen, *halfOpenPerSource, *handshake)
@@ -150,8 +151,8 @@ func defineServe(fs *flag.FlagSet) func(*invocation) error {
 			return err
 		}
 		if len(cfg.regions) == 0 {
-			r, _ := parseRegionSpec(defaultRegion)
-			cfg.regions = []regionSpec{r}
+			r, _ := flagval.ParseRegion(defaultRegion)
+			cfg.regions = []flagval.Region{r}
 		}
 		ctx, stop := signal.NotifyContext(inv.ctx, os.Interrupt, syscall.SIGTERM)
 		defer stop()
@@ -305,7 +306,7 @@ func serve(ctx context.Context, cfg *serveConfig, stdout, stderr io.Writer) erro
 	ready := readyLine{Listen: d.dev.Addr().String(), Control: cfg.control, CMPort: d.ln.Port(), Metrics: d.web.metricsAddr, HTTP: d.web.httpURL}
 	for _, r := range d.regions {
 		ready.Regions = append(ready.Regions, readyRegion{Name: r.name, Addr: r.mr.Addr(), Len: r.mr.Len(),
-			RKey: r.mr.RKey(), Access: accessLetters(r.mr.Region().Info().Access)})
+			RKey: r.mr.RKey(), Access: flagval.AccessLetters(r.mr.Region().Info().Access)})
 	}
 	d.log.Info("softnic serve ready", zap.Stringer("listen", d.dev.Addr()), zap.Uint16("cm_port", d.ln.Port()),
 		zap.String("control", cfg.control), zap.Int("regions", len(d.regions)))
@@ -358,7 +359,7 @@ func (d *daemon) start() error {
 		return err
 	}
 	limits := quota.DefaultLimits(quota.Probe(d.dev.MaxQPs()))
-	cfg.limits.apply(&limits)
+	cfg.limits.Apply(&limits)
 	acfg := nic.AttachServerConfig{Logger: d.log, Limits: &limits, LimitFlag: "softnic serve --limit"}
 	if cfg.allowGroup >= 0 {
 		acfg.AllowGroups = []int{cfg.allowGroup}
@@ -368,11 +369,11 @@ func (d *daemon) start() error {
 		return err
 	}
 	for _, spec := range cfg.regions {
-		m, err := d.pd.AllocMR(spec.size, spec.access)
+		m, err := d.pd.AllocMR(spec.Size, spec.Access)
 		if err != nil {
-			return fmt.Errorf("region %s of %s: %w", spec.name, formatSize(spec.size), err)
+			return fmt.Errorf("region %s of %s: %w", spec.Name, flagval.FormatSize(spec.Size), err)
 		}
-		d.regions = append(d.regions, servedRegion{spec.name, m})
+		d.regions = append(d.regions, servedRegion{spec.Name, m})
 	}
 	if err := d.startReceives(); err != nil {
 		return err
@@ -837,7 +838,7 @@ func (d *daemon) regionRows() []control.RegionRow {
 	for ri := range d.dev.Memory().Regions() {
 		rows = append(rows, control.RegionRow{
 			Name: names[ri.RKey], LKey: ri.LKey, RKey: ri.RKey, PD: uint32(ri.PD),
-			Access: accessLetters(ri.Access), Flags: ri.Access.String(), Addr: ri.Addr, Len: ri.Len,
+			Access: flagval.AccessLetters(ri.Access), Flags: ri.Access.String(), Addr: ri.Addr, Len: ri.Len,
 			Kind: ri.Kind.String(), ODP: ri.Access&mr.OnDemand != 0 || ri.Kind == mr.ImplicitODP,
 			Pages: ri.ODP.ResidentPages, Faults: ri.ODP.Faults, Windows: ri.Windows,
 			PID: cmp.Or(owners[ri.PD], os.Getpid()),

@@ -10,29 +10,7 @@ import (
 
 	"github.com/softnic/softnic/cmd/softnic/internal/control"
 	"github.com/softnic/softnic/nic"
-	"github.com/softnic/softnic/nic/quota"
 )
-
-func TestLimitsFlag(t *testing.T) {
-	var f limitsFlag
-	for _, s := range []string{"process.qps=4096", "uid.memory=64g", "total.heap=1GiB", "process.waits=unlimited"} {
-		if err := f.Set(s); err != nil {
-			t.Errorf("Set(%q): %v", s, err)
-		}
-	}
-	var l quota.Limits
-	f.apply(&l)
-	if l[quota.Process][quota.QPs] != 4096 || l[quota.User][quota.Memory] != 64<<30 || l[quota.Total][quota.Heap] != 1<<30 ||
-		l[quota.Process][quota.Waits] != math.MaxInt64 {
-		t.Errorf("limits %v", l)
-	}
-	for _, bad := range []string{"process.qps", "process.qps=0", "process.qps=-1", "process.qps=lots", "host.qps=1", "process.cpus=1", "=1",
-		"uid.memory=99999999999g"} {
-		if err := f.Set(bad); err == nil {
-			t.Errorf("Set(%q) succeeded", bad)
-		}
-	}
-}
 
 // TestPrintStatLimits: a counter followed by its _limit shows as one
 // line, "used of limit".

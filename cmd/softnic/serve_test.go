@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/cmd/softnic/internal/control"
+	"github.com/softnic/softnic/cmd/softnic/internal/flagval"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/qp"
@@ -260,7 +261,7 @@ func TestServeOperations(t *testing.T) {
 	}
 	// Sizes as people write them.
 	for _, n := range []string{"1KiB", "4k", "0x800"} {
-		want, _ := parseSize(n)
+		want, _ := flagval.ParseSize(n)
 		code, stdout, stderr = d.op(0, "read", "--addr", d.addr(0, 8192), "--len", n)
 		if code != 0 || stdout != string(data[:want]) {
 			t.Errorf("read --len %s: exit status %d, %d bytes, stderr %q; want the first %d bytes written", n, code, len(stdout), stderr, want)
