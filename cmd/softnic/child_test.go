@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softnic/softnic/cmd/softnic/internal/daemon"
 	"golang.org/x/sys/unix"
 )
 
@@ -311,7 +312,7 @@ func sharedDir(t *testing.T, mode os.FileMode) string {
 // childDaemon is softnic serve in a child process.
 type childDaemon struct {
 	*childProc
-	ready   readyLine
+	ready   daemon.ReadyLine
 	control string
 }
 

@@ -85,7 +85,7 @@ func waitForEnter(in io.Reader) func(*printer) error {
 // written with --html.
 func runScenario(ctx context.Context, w io.Writer, s *scenario.Scenario, o *demoOptions) (err error) {
 	out := newPrinter(w)
-	trace, capture, err := o.capture(out)
+	trace, pcap, err := o.capture(out)
 	if err != nil {
 		return err
 	}
@@ -94,13 +94,13 @@ func runScenario(ctx context.Context, w io.Writer, s *scenario.Scenario, o *demo
 		so.Pause = func() error { return o.pause(out) }
 	}
 	l, err := s.Run(ctx, so)
-	if capture != nil {
-		err = errors.Join(err, capture.Close())
+	if pcap != nil {
+		err = errors.Join(err, pcap.Close())
 	}
 	if l == nil { // the devices did not open
 		return errors.Join(err, out.Err())
 	}
-	if capture != nil {
+	if pcap != nil {
 		out.say(fmt.Sprintf("\nThe packets are in %s: softnic decode --ladder %s draws them again.", o.pcap, o.pcap))
 	}
 	if o.html != "" {
@@ -119,7 +119,7 @@ func (o *demoOptions) capture(out *printer) (func(*nic.TracePacket), *capture.Fi
 	if err != nil {
 		return nil, nil, err
 	}
-	return teeTrace(out.trace, c.Trace()), c, nil
+	return capture.Tee(out.trace, c.Trace()), c, nil
 }
 
 // demo is the state of a demo run: a server NIC hosting a region and a
@@ -190,19 +190,19 @@ var demoSteps = []demoStep{
 func runDemo(ctx context.Context, w io.Writer, o *demoOptions) (err error) {
 	d := &demo{ctx: ctx, out: newPrinter(w), mtu: o.mtu, dreps: make(chan struct{}, 1)}
 	d.out.seen = d.seen
-	trace, capture, err := o.capture(d.out)
+	trace, pcap, err := o.capture(d.out)
 	if err != nil {
 		return err
 	}
 	var rec *ladder.Recorder
 	if o.html != "" {
 		rec = ladder.NewRecorder(ladder.New(ladder.Options{}), false)
-		trace = teeTrace(trace, rec.Trace)
+		trace = capture.Tee(trace, rec.Trace)
 	}
 	defer func() {
 		d.close()
-		if capture != nil {
-			err = errors.Join(err, capture.Close())
+		if pcap != nil {
+			err = errors.Join(err, pcap.Close())
 			if err == nil {
 				sent, _ := d.counts()
 				sp, cp := d.server.Addr().Port(), d.client.Addr().Port()

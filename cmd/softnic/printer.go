@@ -80,12 +80,3 @@ func (p *printer) Err() error {
 	defer p.mu.Unlock()
 	return p.err
 }
-
-// teeTrace returns a Trace function calling each of fns.
-func teeTrace(fns ...func(*nic.TracePacket)) func(*nic.TracePacket) {
-	return func(tp *nic.TracePacket) {
-		for _, fn := range fns {
-			fn(tp)
-		}
-	}
-}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softnic/softnic/cmd/softnic/internal/daemon"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/qp"
@@ -269,8 +270,8 @@ func TestServeStuckHandshake(t *testing.T) {
 		t.Errorf("exit status %d", code)
 	}
 	took := time.Since(start)
-	if took > disconnectWait+time.Second {
-		t.Errorf("the daemon took %v to stop, want under %v", took, disconnectWait+time.Second)
+	if took > daemon.DisconnectWait+time.Second {
+		t.Errorf("the daemon took %v to stop, want under %v", took, daemon.DisconnectWait+time.Second)
 	}
 	t.Logf("SIGTERM with 5 handshakes stuck: stopped in %v", took.Round(time.Microsecond))
 }
@@ -315,15 +316,15 @@ func TestServeSENDFloodLog(t *testing.T) {
 		t.Fatalf("sends_received %d, want %d", n, sends)
 	}
 	// Within a second the daemon writes the count of the lines left out.
-	waitFor(3*time.Second, func() bool { return strings.Contains(d.stderr.String(), notLoggedKey) })
+	waitFor(3*time.Second, func() bool { return strings.Contains(d.stderr.String(), daemon.NotLoggedKey) })
 	secs := int(time.Since(start)/time.Second) + 1
 	log := d.stderr.String()
 	lines := strings.Count(log, "SEND received")
 	t.Logf("%d SENDs in %v: %d log lines, %d bytes of log", sends, time.Since(start).Round(time.Millisecond), lines, len(log))
-	if lines > (rateLogBurst+1)*secs || lines == 0 {
-		t.Errorf("%d SENDs in %v wrote %d log lines, want at most %d a second", sends, time.Since(start), lines, rateLogBurst+1)
+	if lines > (daemon.RateLogBurst+1)*secs || lines == 0 {
+		t.Errorf("%d SENDs in %v wrote %d log lines, want at most %d a second", sends, time.Since(start), lines, daemon.RateLogBurst+1)
 	}
-	if !regexp.MustCompile(`SEND received \(the ones not logged\).*"` + notLoggedKey + `": \d+`).MatchString(log) {
+	if !regexp.MustCompile(`SEND received \(the ones not logged\).*"` + daemon.NotLoggedKey + `": \d+`).MatchString(log) {
 		t.Errorf("the log does not count the SENDs it left out:\n%.2000s", log)
 	}
 	d.bystander(t, 5*time.Second, "after the flood")

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/cmd/softnic/internal/control"
+	"github.com/softnic/softnic/cmd/softnic/internal/daemon"
 	"github.com/softnic/softnic/cmd/softnic/internal/flagval"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
@@ -51,7 +52,7 @@ func (b *syncBuffer) String() string {
 
 // testDaemon is softnic serve running in the test's process.
 type testDaemon struct {
-	ready   readyLine
+	ready   daemon.ReadyLine
 	control string
 	stderr  *syncBuffer
 	stop    context.CancelFunc
@@ -314,7 +315,7 @@ func TestServeErrors(t *testing.T) {
 			fmt.Sprintf("remote access error: rkey %#x is not valid for 1 byte at %#x on %s (REM_ACCESS_ERR)", ro.RKey, ro.Addr, d.ready.Listen)},
 		{"atomic without atomic access", []string{"fadd", "--addr", fmt.Sprint(mem.Addr), "--add", "1"},
 			fmt.Sprintf("remote access error: rkey %#x is not valid for 8 bytes at %#x on %s (REM_ACCESS_ERR)", mem.RKey, mem.Addr, d.ready.Listen)},
-		{"a SEND longer than the receive buffers", []string{"send", "--data", strings.Repeat("x", recvBufferSize+1)},
+		{"a SEND longer than the receive buffers", []string{"send", "--data", strings.Repeat("x", daemon.RecvBufferSize+1)},
 			fmt.Sprintf("remote invalid request error: %s refused the SEND as invalid", d.ready.Listen)},
 		{"no listener on the CM port", []string{"read", "--cm-port", "7472", "--addr", "0", "--len", "8"},
 			fmt.Sprintf("%s has no listener on rdma_cm port 7472 (see --cm-port)", d.ready.Listen)},
@@ -362,7 +363,7 @@ func TestServeInspect(t *testing.T) {
 		}
 	}
 	if info.Listen != d.ready.Listen || info.CMPort != d.ready.CMPort || info.Control != d.control || info.PID != os.Getpid() ||
-		info.Regions != 1 || info.Connections != 1 || info.MTU != 4096 || info.Faults != "seed=1" || info.BusyPoll != "100µs" || info.RecvBuffers != recvBuffers {
+		info.Regions != 1 || info.Connections != 1 || info.MTU != 4096 || info.Faults != "seed=1" || info.BusyPoll != "100µs" || info.RecvBuffers != daemon.RecvBuffers {
 		t.Errorf("info %+v", info)
 	}
 
@@ -377,7 +378,7 @@ func TestServeInspect(t *testing.T) {
 		r.Access != "rwa" || r.Kind != "arena" || r.ODP || r.Flags != "LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ|REMOTE_ATOMIC" || r.PID != os.Getpid() {
 		t.Errorf("mem row %+v, ready line %+v", r, mem)
 	}
-	if r, ok := byName["(receive buffers)"]; !ok || r.Len != recvBuffers*recvBufferSize || r.Access != "-" {
+	if r, ok := byName["(receive buffers)"]; !ok || r.Len != daemon.RecvBuffers*daemon.RecvBufferSize || r.Access != "-" {
 		t.Errorf("receive buffer row %+v (listed: %v)", r, ok)
 	}
 
@@ -597,7 +598,7 @@ func TestServeStopsWithoutDREP(t *testing.T) {
 	if code := d.shutdown(t); code != 0 {
 		t.Errorf("exit status %d", code)
 	}
-	if took := time.Since(start); took > disconnectWait+2*time.Second {
+	if took := time.Since(start); took > daemon.DisconnectWait+2*time.Second {
 		t.Errorf("the daemon took %v to stop", took)
 	}
 }

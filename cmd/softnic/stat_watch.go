@@ -9,12 +9,10 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/softnic/softnic/cmd/softnic/internal/control"
-	"github.com/softnic/softnic/cmd/softnic/internal/metrics"
 )
 
 // softnic stat --watch [INTERVAL]: the counters again every INTERVAL with
@@ -160,7 +158,7 @@ func (s *statWatcher) sample(now time.Time, l control.Counters) error {
 	first := s.prev == nil
 	rate := func(c control.Counter) (float64, bool) {
 		prev, ok := s.prev[c.Name]
-		if first || !ok || dt <= 0 || c.Value < prev || statLevel(c.Name) {
+		if first || !ok || dt <= 0 || c.Value < prev || control.Level(c.Name) {
 			return 0, false
 		}
 		return float64(c.Value-prev) / dt, true
@@ -242,19 +240,4 @@ func formatRate(v float64) string {
 		return strconv.FormatFloat(v, 'f', 1, 64)
 	}
 	return strconv.FormatFloat(v, 'f', 0, 64)
-}
-
-// statLevel reports whether stat's counter name is a level (a gauge), whose
-// rate means nothing: the device's (connections_active, qps, ...) and an
-// attached process's resources (pidPID_pds, pidPID_qps).
-func statLevel(name string) bool {
-	if rest, ok := strings.CutPrefix(name, "pid"); ok {
-		if i := strings.IndexByte(rest, '_'); i > 0 {
-			if _, err := strconv.Atoi(rest[:i]); err == nil {
-				r := rest[i+1:]
-				return r == "pds" || r == "qps"
-			}
-		}
-	}
-	return metrics.Level(name)
 }

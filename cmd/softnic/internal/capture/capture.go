@@ -86,3 +86,12 @@ func (w lockedWriter) Write(b []byte) (int, error) {
 	defer w.c.mu.Unlock()
 	return w.c.buf.Write(b)
 }
+
+// Tee returns a Trace function calling each of fns.
+func Tee(fns ...func(*nic.TracePacket)) func(*nic.TracePacket) {
+	return func(tp *nic.TracePacket) {
+		for _, fn := range fns {
+			fn(tp)
+		}
+	}
+}

@@ -27,11 +27,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/softnic/softnic/cmd/softnic/internal/metrics"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/quota"
 )
@@ -415,4 +417,19 @@ func (l Counters) Add(name string, v uint64) Counters {
 		return l
 	}
 	return append(l, Counter{name, v})
+}
+
+// Level reports whether the counter name of stat's result is a level (a gauge), whose
+// rate means nothing: the device's (connections_active, qps, ...) and an
+// attached process's resources (pidPID_pds, pidPID_qps).
+func Level(name string) bool {
+	if rest, ok := strings.CutPrefix(name, "pid"); ok {
+		if i := strings.IndexByte(rest, '_'); i > 0 {
+			if _, err := strconv.Atoi(rest[:i]); err == nil {
+				r := rest[i+1:]
+				return r == "pds" || r == "qps"
+			}
+		}
+	}
+	return metrics.Level(name)
 }

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"sync"
@@ -10,7 +10,7 @@ import (
 
 // rateLog writes the log lines of one kind of event a peer can cause as
 // often as it likes (a SEND received, a connection made or lost): at most
-// rateLogBurst lines a second. The events left out are counted, and the
+// RateLogBurst lines a second. The events left out are counted, and the
 // next line written (or Flush's) says how many there were, so that a
 // flood costs the log a few lines a second and still shows its size.
 type rateLog struct {
@@ -25,11 +25,11 @@ type rateLog struct {
 	skipped uint64    // events not logged since the last line
 }
 
-// rateLogBurst is how many lines of one kind a second the log takes.
-const rateLogBurst = 10
+// RateLogBurst is how many lines of one kind a second the log takes.
+const RateLogBurst = 10
 
-// notLoggedKey names the field of the count of events left out.
-const notLoggedKey = "more_not_logged"
+// NotLoggedKey names the log field of the count of events left out.
+const NotLoggedKey = "more_not_logged"
 
 func newRateLog(log *zap.Logger, level zapcore.Level, msg string) *rateLog {
 	return &rateLog{log: log, level: level, msg: msg, now: time.Now}
@@ -43,7 +43,7 @@ func (r *rateLog) Log(fields func() []zap.Field) {
 		if skipped, ok := r.take(); ok {
 			f := fields()
 			if skipped > 0 {
-				f = append(f, zap.Uint64(notLoggedKey, skipped))
+				f = append(f, zap.Uint64(NotLoggedKey, skipped))
 			}
 			ce.Write(f...)
 		}
@@ -59,7 +59,7 @@ func (r *rateLog) take() (uint64, bool) {
 	if now.Sub(r.window) >= time.Second {
 		r.window, r.lines = now, 0
 	}
-	if r.lines >= rateLogBurst {
+	if r.lines >= RateLogBurst {
 		r.skipped++
 		return 0, false
 	}
@@ -77,6 +77,6 @@ func (r *rateLog) Flush() {
 	r.skipped = 0
 	r.mu.Unlock()
 	if skipped > 0 {
-		r.log.Log(r.level, r.msg+" (the ones not logged)", zap.Uint64(notLoggedKey, skipped))
+		r.log.Log(r.level, r.msg+" (the ones not logged)", zap.Uint64(NotLoggedKey, skipped))
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"testing"
@@ -9,7 +9,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 )
 
-// A flood of events writes rateLogBurst lines a second; the first line of
+// A flood of events writes RateLogBurst lines a second; the first line of
 // the next second counts the events left out, and Flush counts the rest.
 func TestRateLog(t *testing.T) {
 	core, logs := observer.New(zapcore.InfoLevel)
@@ -23,26 +23,26 @@ func TestRateLog(t *testing.T) {
 	for i := range 1000 {
 		event(i)
 	}
-	if logs.Len() != rateLogBurst || built != rateLogBurst {
-		t.Fatalf("%d lines written, %d built for 1000 events in one second; want %d", logs.Len(), built, rateLogBurst)
+	if logs.Len() != RateLogBurst || built != RateLogBurst {
+		t.Fatalf("%d lines written, %d built for 1000 events in one second; want %d", logs.Len(), built, RateLogBurst)
 	}
 	now = now.Add(999 * time.Millisecond)
 	event(1000)
-	if logs.Len() != rateLogBurst {
-		t.Fatalf("%d lines within the second, want %d", logs.Len(), rateLogBurst)
+	if logs.Len() != RateLogBurst {
+		t.Fatalf("%d lines within the second, want %d", logs.Len(), RateLogBurst)
 	}
 	now = now.Add(time.Millisecond)
 	event(1001)
 	last := logs.All()[logs.Len()-1]
-	if got := last.ContextMap(); got["i"] != int64(1001) || got[notLoggedKey] != uint64(991) {
-		t.Errorf("the next second's first line has %v; want i 1001 and %s 991", got, notLoggedKey)
+	if got := last.ContextMap(); got["i"] != int64(1001) || got[NotLoggedKey] != uint64(991) {
+		t.Errorf("the next second's first line has %v; want i 1001 and %s 991", got, NotLoggedKey)
 	}
 	for i := range 20 {
 		event(2000 + i)
 	}
 	r.Flush()
 	last = logs.All()[logs.Len()-1]
-	if last.Message != "SEND received (the ones not logged)" || last.ContextMap()[notLoggedKey] != uint64(11) {
+	if last.Message != "SEND received (the ones not logged)" || last.ContextMap()[NotLoggedKey] != uint64(11) {
 		t.Errorf("Flush wrote %q %v; want the 11 events left out", last.Message, last.ContextMap())
 	}
 	n := logs.Len()
