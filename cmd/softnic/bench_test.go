@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/softnic/softnic/cmd/softnic/internal/bench"
 	"github.com/softnic/softnic/nic/nicbench"
 )
 
@@ -12,10 +13,10 @@ import (
 // type: every workload's key and the raw-UDP limits, the configuration and
 // the attached comparison.
 type benchJSON struct {
-	Config   string       `json:"config"`
-	RawGbps  float64      `json:"raw_udp_gbps"`
-	RawPing  benchLatency `json:"raw_udp_ping_pong"`
-	Attached *benchAttach `json:"attached"`
+	Config   string              `json:"config"`
+	RawGbps  float64             `json:"raw_udp_gbps"`
+	RawPing  bench.Latency       `json:"raw_udp_ping_pong"`
+	Attached *bench.AttachResult `json:"attached"`
 	figures  map[string]json.RawMessage
 }
 
@@ -53,7 +54,7 @@ func checkFigures(t *testing.T, res benchJSON) {
 			continue
 		}
 		if w.Kind() == nicbench.Delay {
-			var l benchLatency
+			var l bench.Latency
 			if err := json.Unmarshal(raw, &l); err != nil || !(l.MedianMicros > 0) || l.P99Micros < l.MedianMicros {
 				t.Errorf("%s: %s, want a positive median and a p99 no shorter", w.Key, raw)
 			}
@@ -91,7 +92,7 @@ func TestBench(t *testing.T) {
 			t.Errorf("%s: %v, want a positive figure", name, v)
 		}
 	}
-	for name, l := range map[string]benchLatency{"attached wait": a.Write8Wait, "embedded wait": a.EmbeddedWait, "attached poll": a.Write8Poll, "embedded poll": a.EmbeddedPoll} {
+	for name, l := range map[string]bench.Latency{"attached wait": a.Write8Wait, "embedded wait": a.EmbeddedWait, "attached poll": a.Write8Poll, "embedded poll": a.EmbeddedPoll} {
 		if !(l.MedianMicros > 0) || l.P99Micros < l.MedianMicros {
 			t.Errorf("%s: %+v, want a positive median and a p99 no shorter", name, l)
 		}
