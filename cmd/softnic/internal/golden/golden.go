@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+
+	"github.com/softnic/softnic/wire"
 )
 
 // Dir is the directory of the captures.
@@ -25,4 +27,20 @@ func Path(t testing.TB, name string) string {
 		t.Skipf("golden capture %s not available (%v); skipping", path, err)
 	}
 	return path
+}
+
+// Reader opens the capture name for reading, closed when t ends, or skips
+// t if it is not there.
+func Reader(t testing.TB, name string) *wire.PcapReader {
+	t.Helper()
+	f, err := os.Open(Path(t, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	r, err := wire.NewPcapReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"os"
 	"strings"
 	"testing"
 
@@ -107,15 +106,7 @@ func FuzzParseKeyRecord(f *testing.F) {
 // it. Each message travels in a segment of its own there.
 func oobMessages(t *testing.T, name string) (msgs [][]byte, fromClient []bool) {
 	t.Helper()
-	f, err := os.Open(golden.Path(t, name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := wire.NewPcapReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := golden.Reader(t, name)
 	client := netip.MustParseAddr("10.77.0.12")
 	for {
 		fr, err := r.Next()

@@ -3,7 +3,6 @@ package rping
 import (
 	"fmt"
 	"io"
-	"os"
 	"testing"
 
 	"github.com/softnic/softnic/cmd/softnic/internal/golden"
@@ -39,15 +38,7 @@ func TestRpingData(t *testing.T) {
 // TestRpingInfoGolden: in rping.pcap the client's SENDs name the buffers
 // the server then reads and writes, in rping_rdma_info's layout.
 func TestRpingInfoGolden(t *testing.T) {
-	f, err := os.Open(golden.Path(t, "rping.pcap"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := wire.NewPcapReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := golden.Reader(t, "rping.pcap")
 	var (
 		p     wire.Packet
 		infos []rpingInfo // from the client's SENDs
