@@ -33,8 +33,8 @@ import (
 //
 // at path MTU 1024 (Ethernet MTU 1500) and 4096 (9000). Every run must
 // exit 0 on both sides; softnic's side checks the data it can (see
-// cmd/softnic/perftest_check.go; rping compares every ping). Around each
-// run the test reads rxe's counters in the guest and asserts that rxe
+// cmd/softnic/internal/perftest/check.go; rping compares every ping).
+// Around each run the test reads rxe's counters in the guest and asserts that rxe
 // accepted every packet softnic sent (its rcvd_pkts rose by softnic's
 // sent_pkts: rxe counts a packet only once its headers and ICRC pass) and
 // softnic every packet rxe sent, and that nothing was resent: rxe's
