@@ -51,6 +51,10 @@ const (
 	reuseDelay = 1024
 )
 
+// MaxKeys bounds the regions, and the windows, a table holds at once: the
+// index space of their keys (ibv_query_device's max_mr and max_mw).
+const MaxKeys = indexSpace
+
 // IncRKey returns key with its 8-bit variant incremented, as ibv_inc_rkey(3)
 // computes the new rkey of a memory window bind.
 func IncRKey(key uint32) uint32 {

@@ -205,6 +205,10 @@ func (t *Table) newArenaLocked(pd PD, b []byte) *Arena {
 // maxArena bounds one mapping so that size arithmetic cannot overflow an int.
 const maxArena = 1 << 46
 
+// MaxRegionSize is the largest memory a table allocates or maps for a
+// region (PD.AllocMR, shared memory): ibv_query_device's max_mr_size.
+const MaxRegionSize = maxArena
+
 // Bytes returns the arena's memory. It stays valid until the arena is freed
 // and no region or transfer uses it any more.
 func (a *Arena) Bytes() []byte { return a.mem.segs[0] }

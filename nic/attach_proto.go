@@ -83,7 +83,8 @@ type helloResult struct {
 	Addr     netip.AddrPort
 	MTU      int
 	Features udp.Features
-	PID      int // the daemon's
+	PID      int        // the daemon's
+	Attr     DeviceAttr // what the process's device supports (Device.Query)
 }
 
 type handleArgs struct{ H uint32 }

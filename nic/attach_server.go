@@ -406,7 +406,7 @@ func (s *AttachServer) newSession(c *net.UnixConn) (*session, error) {
 	if err := ss.bell.open(); err != nil {
 		return fail(err)
 	}
-	hello := helloResult{Addr: s.dev.Addr(), MTU: s.dev.MTU(), Features: s.dev.Features(), PID: os.Getpid()}
+	hello := helloResult{Addr: s.dev.Addr(), MTU: s.dev.MTU(), Features: s.dev.Features(), PID: os.Getpid(), Attr: s.attachedAttr()}
 	err = ss.reply(0, &hello, ss.bell.fds(), nil)
 	ss.bell.page.CloseFD()
 	if err != nil {

@@ -21,7 +21,8 @@
 // one by one; logs go through the zap logger of the Config and are quiet
 // by default.
 //
-// The verbs of libibverbs map onto methods: ibv_alloc_pd → Device.AllocPD,
+// The verbs of libibverbs map onto methods: ibv_query_device →
+// Device.Query, ibv_alloc_pd → Device.AllocPD,
 // ibv_reg_mr → PD.RegMR, ibv_create_cq → Device.CreateCQ, ibv_create_qp →
 // PD.CreateQP, ibv_modify_qp → QP.Modify (or QP.Connect), ibv_post_send →
 // QP.PostSend, ibv_poll_cq → CQ.Poll (CQ.Wait blocks), ibv_destroy_qp,

@@ -30,6 +30,7 @@ type deviceProvider interface {
 	features() udp.Features
 	pathMTU(dst netip.AddrPort) int
 	counters() []Counter
+	query() DeviceAttr
 	close() error
 
 	allocPD(d *Device) (*PD, error)

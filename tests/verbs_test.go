@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/softnic/softnic/qp"
 )
 
 // Unmodified RDMA programs on softnic: Debian's perftest, rping,
@@ -373,6 +375,13 @@ func TestVerbsDevices(t *testing.T) {
 		if err != nil || !strings.Contains(string(out), want) {
 			t.Errorf("ibv_devinfo -v (%v) does not say %q:\n%s", err, want, out)
 			break
+		}
+	}
+	// The device's limits are nic.Device.Query's.
+	for _, want := range []string{fmt.Sprintf(`max_qp_wr:\s+%d\n`, qp.MaxQPWR), fmt.Sprintf(`max_sge:\s+%d\n`, qp.MaxSGE),
+		fmt.Sprintf(`max_cqe:\s+%d\n`, qp.MaxCQE), fmt.Sprintf(`max_qp_init_rd_atom:\s+%d\n`, qp.MaxRdAtomicLimit), `atomic_cap:\s+ATOMIC_HCA`} {
+		if !regexp.MustCompile(want).Match(out) {
+			t.Errorf("ibv_devinfo -v does not match %q:\n%s", want, out)
 		}
 	}
 	cmd := exec.CommandContext(ctx, bin, "run", "--control", filepath.Join(t.TempDir(), "nobody.sock"), "--lib", lib, "--", "ibv_devices")

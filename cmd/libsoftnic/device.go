@@ -12,6 +12,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -114,16 +115,9 @@ const ctxOffset = unsafe.Offsetof(C.struct_sn_context{}.vctx) + unsafe.Offsetof(
 // IPv6 address), of RoCE v2 type, as rxe's GID table has it.
 func (d *device) gid() [16]byte { return d.dev.Addr().Addr().As16() }
 
-// guid is the node GUID: 0x02 and the device's address, as softnic's
-// connection manager names the device.
-func guidOf(a netip.AddrPort) uint64 {
-	b := a.Addr().As16()
-	return 0x0200_0000_0000_0000 | uint64(binary.BigEndian.Uint32(b[12:]))<<16 | uint64(a.Port())
-}
-
 //export snDeviceGUID
 func snDeviceGUID(ctx *C.struct_ibv_context) C.uint64_t {
-	return C.uint64_t(guidOf(deviceOf(ctx).dev.Addr()))
+	return C.uint64_t(deviceOf(ctx).dev.Query().NodeGUID)
 }
 
 // mtuEnum is ibv_mtu of a path MTU in bytes.
@@ -136,39 +130,38 @@ func mtuEnum(n int) C.enum_ibv_mtu {
 
 //export snQueryDevice
 func snQueryDevice(ctx *C.struct_ibv_context, a *C.struct_ibv_device_attr) C.int {
-	d := deviceOf(ctx)
+	q := deviceOf(ctx).dev.Query()
 	*a = C.struct_ibv_device_attr{}
-	fw := "softnic"
-	for i := 0; i < len(fw) && i < len(a.fw_ver)-1; i++ {
-		a.fw_ver[i] = C.char(fw[i])
+	for i := 0; i < len(q.FWVer) && i < len(a.fw_ver)-1; i++ {
+		a.fw_ver[i] = C.char(q.FWVer[i])
 	}
-	guid := guidOf(d.dev.Addr())
-	a.node_guid = C.__be64(htobe64(guid))
-	a.sys_image_guid = a.node_guid
-	a.max_mr_size = 1 << 46
-	a.page_size_cap = C.uint64_t(os.Getpagesize())
-	a.vendor_id = 0xffffff
-	a.max_qp = 1 << 16
-	a.max_qp_wr = qp.MaxQPWR
-	a.device_cap_flags = C.IBV_DEVICE_RC_RNR_NAK_GEN | C.IBV_DEVICE_SRQ_RESIZE | C.IBV_DEVICE_MEM_WINDOW |
-		C.IBV_DEVICE_MEM_WINDOW_TYPE_2B | C.IBV_DEVICE_SYS_IMAGE_GUID
-	a.max_sge = qp.MaxSGE
-	a.max_sge_rd = qp.MaxSGE
-	a.max_cq = 1 << 16
-	a.max_cqe = qp.MaxCQE
-	a.max_mr = 1 << 20
-	a.max_pd = 1 << 16
-	a.max_qp_rd_atom = qp.MaxRdAtomicLimit
-	a.max_qp_init_rd_atom = qp.MaxRdAtomicLimit
-	a.max_res_rd_atom = qp.MaxRdAtomicLimit * (1 << 16)
-	a.atomic_cap = C.IBV_ATOMIC_HCA
-	a.max_mw = 1 << 16
-	a.max_srq = 1 << 16
-	a.max_srq_wr = qp.MaxSRQWR
-	a.max_srq_sge = qp.MaxSGE
-	a.max_pkeys = 1
-	a.local_ca_ack_delay = 15
-	a.phys_port_cnt = 1
+	a.node_guid = C.__be64(htobe64(q.NodeGUID))
+	a.sys_image_guid = C.__be64(htobe64(q.SysImageGUID))
+	a.max_mr_size = C.uint64_t(q.MaxMRSize)
+	a.page_size_cap = C.uint64_t(q.PageSizeCap)
+	a.vendor_id = C.uint32_t(q.VendorID)
+	a.vendor_part_id = C.uint32_t(q.VendorPartID)
+	a.hw_ver = C.uint32_t(q.HWVer)
+	a.max_qp = C.int(q.MaxQP)
+	a.max_qp_wr = C.int(q.MaxQPWR)
+	a.device_cap_flags = C.uint(q.Caps)
+	a.max_sge = C.int(q.MaxSGE)
+	a.max_sge_rd = C.int(q.MaxSGERd)
+	a.max_cq = C.int(q.MaxCQ)
+	a.max_cqe = C.int(q.MaxCQE)
+	a.max_mr = C.int(q.MaxMR)
+	a.max_pd = C.int(q.MaxPD)
+	a.max_qp_rd_atom = C.int(q.MaxQPRdAtom)
+	a.max_qp_init_rd_atom = C.int(q.MaxQPInitRdAtom)
+	a.max_res_rd_atom = C.int(min(q.MaxResRdAtom, math.MaxInt32))
+	a.atomic_cap = C.enum_ibv_atomic_cap(q.AtomicCap)
+	a.max_mw = C.int(q.MaxMW)
+	a.max_srq = C.int(q.MaxSRQ)
+	a.max_srq_wr = C.int(q.MaxSRQWR)
+	a.max_srq_sge = C.int(q.MaxSRQSGE)
+	a.max_pkeys = C.uint16_t(q.MaxPKeys)
+	a.local_ca_ack_delay = C.uint8_t(q.LocalCAAckDelay)
+	a.phys_port_cnt = C.uint8_t(q.PhysPortCnt)
 	return 0
 }
 
