@@ -110,12 +110,7 @@ func (q *QP) onProgress(n uint32, now Time) {
 	} else {
 		q.armTimer(now)
 	}
-	if q.req.cwnd < q.req.ssthresh {
-		q.req.cwnd += float64(n)
-	} else {
-		q.req.cwnd += float64(n) / q.req.cwnd
-	}
-	q.req.cwnd = min(q.req.cwnd, float64(q.cfg.Window))
+	q.req.cc.onAck(n)
 }
 
 // retry starts a go-back-N retransmission from the oldest unacknowledged
@@ -141,15 +136,7 @@ func (q *QP) retry(now Time, timeout bool) {
 	}
 	q.cnt.inc(CompleterRetryErr)
 	q.comp.retrying = true
-	q.req.ssthresh = max(q.req.cwnd/2, minWindow)
-	q.req.cwnd = q.req.ssthresh
-	if timeout {
-		// Nothing came back for a whole timeout: the ACKs that would clock
-		// the resend out are gone, so it starts again from the smallest
-		// window instead of bursting half the old one, as TCP does after
-		// its retransmission timeout.
-		q.req.cwnd = minWindow
-	}
+	q.req.cc.onLoss(timeout)
 	q.goBack()
 	q.armTimer(now)
 }

@@ -17,7 +17,6 @@ const (
 	MaxCQE           = 1 << 22 // max_cqe: completions one CQ holds
 	MaxSGE           = 32      // max_sge: scatter/gather elements of one work request
 	MaxInlineData    = 4096    // bytes of inline data one send work request carries
-	minWindow        = 8       // packets in flight after repeated loss
 	// MaxPacketSize is the largest packet a QP encodes: every header an
 	// opcode may carry, a 4096-byte payload, pad and ICRC. Buffers handed
 	// to Transmit must be at least this long.
@@ -186,7 +185,7 @@ func (q *QP) Status() Status {
 		State: q.attr.State, SendPSN: q.req.psn, AckedPSN: q.comp.psn,
 		ExpectedPSN: q.resp.epsn, MSN: q.resp.msn,
 		SendQueued: int(q.sq.tail - q.sq.head), RecvQueued: q.rq.count,
-		Window: int(q.req.cwnd), RetriesLeft: q.comp.retryLeft, RNRRetryLeft: q.comp.rnrLeft,
+		Window: q.req.cc.window(), RetriesLeft: q.comp.retryLeft, RNRRetryLeft: q.comp.rnrLeft,
 		Cause: q.cause,
 	}
 }
@@ -198,7 +197,7 @@ func (q *QP) resetState() {
 	q.sq.reset()
 	q.rq.head, q.rq.count = 0, 0
 	q.resp.reset()
-	q.req = requester{cwnd: float64(min(q.cfg.Window, 32)), ssthresh: float64(q.cfg.Window)}
+	q.req = requester{cc: newCongestion(q.cfg.Window)}
 	q.comp = completer{}
 	q.cause = Success
 	q.attr = Attr{State: Reset, PKey: 0xFFFF}

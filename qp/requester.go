@@ -11,19 +11,16 @@ import (
 // requester is the sending half of a QP: it turns send WQEs into request
 // packets, PSN by PSN, within a congestion window.
 type requester struct {
-	psn      wire.PSN // PSN of the next request packet
-	maxPSN   wire.PSN // one past the newest PSN ever sent: responses beyond it are ghosts
-	pkt      uint32   // next packet of the WQE at sq.next (on a resend, where it restarts)
-	sinceAck int      // packets sent since the last one with AckReq
-	rdAtomic int      // READ/ATOMIC WQEs started and not completed
-	halted   bool     // a WQE failed locally: nothing more is sent
-	// cwnd and ssthresh pace an RC requester (in packets), growing as ACKs
-	// arrive and halving on loss, so that it does not overrun a receiver
-	// whose socket drops datagrams at saturation. rxe has a fixed window.
-	cwnd, ssthresh float64
-	rnrWait        bool // waiting out an RNR NAK's timer
-	rnrUntil       Time
-	rnrPSN         wire.PSN
+	psn      wire.PSN   // PSN of the next request packet
+	maxPSN   wire.PSN   // one past the newest PSN ever sent: responses beyond it are ghosts
+	pkt      uint32     // next packet of the WQE at sq.next (on a resend, where it restarts)
+	sinceAck int        // packets sent since the last one with AckReq
+	rdAtomic int        // READ/ATOMIC WQEs started and not completed
+	halted   bool       // a WQE failed locally: nothing more is sent
+	cc       congestion // an RC requester's window
+	rnrWait  bool       // waiting out an RNR NAK's timer
+	rnrUntil Time
+	rnrPSN   wire.PSN
 }
 
 // nextRequest encodes the next request packet into buf.
@@ -47,7 +44,7 @@ func (q *QP) nextRequest(buf []byte, now Time) (int, netip.AddrPort) {
 				continue
 			}
 		}
-		if q.cfg.Type == RC && q.req.psn.Sub(q.comp.psn) >= int32(q.req.cwnd) {
+		if q.cfg.Type == RC && !q.req.cc.maySend(q.req.psn.Sub(q.comp.psn)) {
 			return 0, netip.AddrPort{}
 		}
 		return q.encodeRequest(w, buf, now)
@@ -217,8 +214,7 @@ func (q *QP) encodeRequest(w *sendWQE, buf []byte, now Time) (int, netip.AddrPor
 	}
 	switch q.cfg.Type {
 	case RC:
-		ackEvery := max(1, min(64, int(q.req.cwnd/2)))
-		f.BTH.AckReq = last || q.req.sinceAck+1 >= ackEvery
+		f.BTH.AckReq = last || q.req.sinceAck+1 >= q.req.cc.ackEvery()
 	case UC:
 		// Nothing acknowledges UC, but rxe sets AckReq as on RC (the last
 		// packet and every 64th): the same bits on the wire.
