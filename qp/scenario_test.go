@@ -1,7 +1,6 @@
 package qp_test
 
 import (
-	"bytes"
 	"encoding/binary"
 	"testing"
 	"time"
@@ -11,9 +10,13 @@ import (
 	"github.com/softnic/softnic/wire"
 )
 
-// The scenarios of the transport: each posts work, loses or bends chosen
-// packets, and checks completions, counters and memory. Their packet
-// traces are golden transcripts in testdata/scenarios.
+// Scenarios of the transport that need Go to set up (packets forged by
+// hand, a table of bad requests): each posts work, loses or bends chosen
+// packets, and checks completions, counters and memory; their packet
+// traces are golden transcripts in testdata/scenarios. The main stories
+// (loss and go-back-N, timeouts, RNR, replays, READ, coalesced ACKs) are
+// whole transcripts, commands and outputs, in testdata/transcripts
+// (TestTranscripts).
 
 // dropOnce loses the first packet from `from` that match reports true for.
 func dropOnce(from *host, match func(p *wire.Packet) bool) func(*host, *wire.Packet) bool {
@@ -33,129 +36,6 @@ func opIs(op wire.OpCode) func(p *wire.Packet) bool {
 
 func psnIs(psn wire.PSN) func(p *wire.Packet) bool {
 	return func(p *wire.Packet) bool { return p.BTH.PSN() == psn }
-}
-
-func TestScenarioRNRRetryThenSuccess(t *testing.T) {
-	s, a, b := pair(t, defaultAttr())
-	fill(a.buf[:100], 1)
-	post(t, a, &qp.SendWR{ID: 1, Opcode: qp.WRSend, Flags: qp.Signaled, SGL: sgl(a.sge(0, 100))})
-	s.run(time.Second, func() bool { return b.counter(qp.SendRNRErr) >= 2 })
-	postRecv(t, b, &qp.RecvWR{ID: 2, SGL: sgl(b.sge(0, 4096))})
-	s.waitWC(a, 1, time.Second)
-	s.waitWC(b, 1, time.Second)
-	expectWC(t, a.wcs[0], qp.WC{ID: 1, Status: qp.Success, Opcode: qp.WCSend, ByteLen: 100, QPN: a.qp.Num()})
-	expectWC(t, b.wcs[0], qp.WC{ID: 2, Status: qp.Success, Opcode: qp.WCRecv, ByteLen: 100, QPN: b.qp.Num()})
-	if got := a.counter(qp.RcvdRNRErr); got != 2 {
-		t.Errorf("rcvd_rnr_err = %d, want 2", got)
-	}
-	checkTranscript(t, s)
-}
-
-func TestScenarioRNRRetryExhausted(t *testing.T) {
-	attr := defaultAttr()
-	attr.RNRRetry = 2
-	s, a, _ := pair(t, attr)
-	post(t, a, &qp.SendWR{ID: 1, Opcode: qp.WRSend, SGL: sgl(a.sge(0, 10))})
-	post(t, a, &qp.SendWR{ID: 2, Opcode: qp.WRSend, SGL: sgl(a.sge(0, 10))})
-	s.waitWC(a, 2, time.Second)
-	expectWC(t, a.wcs[0], qp.WC{ID: 1, Status: qp.RNRRetryExcErr, Opcode: qp.WCSend, ByteLen: 10, QPN: a.qp.Num()})
-	expectWC(t, a.wcs[1], qp.WC{ID: 2, Status: qp.WRFlushErr, Opcode: qp.WCSend, ByteLen: 10, QPN: a.qp.Num()})
-	if st := a.qp.Status(); st.State != qp.Err || st.Cause != qp.RNRRetryExcErr {
-		t.Errorf("requester QP is %s (cause %s), want ERR (cause RNR_RETRY_EXC_ERR)", st.State, st.Cause)
-	}
-	if got := a.counter(qp.RetryRNRExceededErr); got != 1 {
-		t.Errorf("retry_rnr_exceeded_err = %d, want 1", got)
-	}
-	checkTranscript(t, s)
-}
-
-func TestScenarioAckTimeoutThenSuccess(t *testing.T) {
-	s, a, b := pair(t, defaultAttr())
-	fill(a.buf[:64], 2)
-	s.drop = dropOnce(b, opIs(wire.OpRCAck))
-	post(t, a, &qp.SendWR{ID: 1, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: sgl(a.sge(0, 64)), RemoteAddr: b.va(0), RKey: b.region.RKey()})
-	s.waitWC(a, 1, time.Second)
-	expectWC(t, a.wcs[0], qp.WC{ID: 1, Status: qp.Success, Opcode: qp.WCWrite, ByteLen: 64, QPN: a.qp.Num()})
-	if s.now < qp.Time(4*time.Millisecond) {
-		t.Errorf("completed at %v, before the 4.2 ms ACK timeout", time.Duration(s.now))
-	}
-	if got := b.counter(qp.DuplicateRequest); got != 1 {
-		t.Errorf("duplicate_request = %d, want 1 (the resent WRITE is acknowledged, not executed)", got)
-	}
-	if got := a.counter(qp.CompleterRetryErr); got != 1 {
-		t.Errorf("completer_retry_err = %d, want 1", got)
-	}
-	checkTranscript(t, s)
-}
-
-func TestScenarioRetryExhausted(t *testing.T) {
-	attr := defaultAttr()
-	attr.RetryCnt = 3
-	s, a, b := pair(t, attr)
-	s.drop = func(h *host, p *wire.Packet) bool { return h == a } // b is unreachable
-	post(t, a, &qp.SendWR{ID: 1, Opcode: qp.WRWrite, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(0), RKey: b.region.RKey()})
-	post(t, a, &qp.SendWR{ID: 2, Opcode: qp.WRRead, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(0), RKey: b.region.RKey()})
-	s.waitWC(a, 2, time.Second)
-	expectWC(t, a.wcs[0], qp.WC{ID: 1, Status: qp.RetryExcErr, Opcode: qp.WCWrite, ByteLen: 8, QPN: a.qp.Num()})
-	expectWC(t, a.wcs[1], qp.WC{ID: 2, Status: qp.WRFlushErr, Opcode: qp.WCRead, ByteLen: 8, QPN: a.qp.Num()})
-	if st := a.qp.Status(); st.State != qp.Err || st.Cause != qp.RetryExcErr {
-		t.Errorf("requester QP is %s (cause %s), want ERR (cause RETRY_EXC_ERR)", st.State, st.Cause)
-	}
-	if got := a.counter(qp.CompleterRetryErr); got != 3 {
-		t.Errorf("completer_retry_err = %d, want 3 (retry_cnt)", got)
-	}
-	if got := a.counter(qp.RetryExceededErr); got != 1 {
-		t.Errorf("retry_exceeded_err = %d, want 1", got)
-	}
-	// 1 try + 3 retries, each waiting 4.2 ms.
-	if want := qp.Time(4 * 4194304); s.now < want {
-		t.Errorf("failed at %v, before four ACK timeouts", time.Duration(s.now))
-	}
-	checkTranscript(t, s)
-}
-
-func TestScenarioSequenceErrorNak(t *testing.T) {
-	s, a, b := pair(t, defaultAttr())
-	fill(a.buf[:3*64], 4)
-	s.drop = dropOnce(a, psnIs(psnA)) // the first of three WRITEs
-	for i := range 3 {
-		post(t, a, &qp.SendWR{ID: uint64(i), Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: sgl(a.sge(uint64(64*i), 64)), RemoteAddr: b.va(uint64(64 * i)), RKey: b.region.RKey()})
-	}
-	s.waitWC(a, 3, time.Second)
-	for i, wc := range a.wcs {
-		expectWC(t, wc, qp.WC{ID: uint64(i), Status: qp.Success, Opcode: qp.WCWrite, ByteLen: 64, QPN: a.qp.Num()})
-	}
-	if !bytes.Equal(b.buf[:3*64], a.buf[:3*64]) {
-		t.Error("target memory differs")
-	}
-	if got := b.counter(qp.OutOfSeqRequest); got != 2 {
-		t.Errorf("out_of_seq_request = %d, want 2 (both WRITEs after the gap)", got)
-	}
-	if got := a.counter(qp.RcvdSeqErr); got != 1 {
-		t.Errorf("rcvd_seq_err = %d, want 1 (one NAK per gap)", got)
-	}
-	if s.now >= qp.Time(time.Millisecond) {
-		t.Errorf("recovery took %v: the NAK must trigger the retry, not the timer", time.Duration(s.now))
-	}
-	checkTranscript(t, s)
-}
-
-func TestScenarioImpliedNak(t *testing.T) {
-	s, a, b := pair(t, defaultAttr())
-	fill(b.buf[:32], 6)
-	s.drop = dropOnce(b, opIs(wire.OpRCReadResponseOnly))
-	post(t, a, &qp.SendWR{ID: 1, Opcode: qp.WRRead, Flags: qp.Signaled, SGL: sgl(a.sge(0, 32)), RemoteAddr: b.va(0), RKey: b.region.RKey()})
-	post(t, a, &qp.SendWR{ID: 2, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: sgl(a.sge(100, 8)), RemoteAddr: b.va(100), RKey: b.region.RKey()})
-	s.waitWC(a, 2, time.Second)
-	expectWC(t, a.wcs[0], qp.WC{ID: 1, Status: qp.Success, Opcode: qp.WCRead, ByteLen: 32, QPN: a.qp.Num()})
-	expectWC(t, a.wcs[1], qp.WC{ID: 2, Status: qp.Success, Opcode: qp.WCWrite, ByteLen: 8, QPN: a.qp.Num()})
-	if !bytes.Equal(a.buf[:32], b.buf[:32]) {
-		t.Error("read data differs")
-	}
-	if s.now >= qp.Time(time.Millisecond) {
-		t.Errorf("recovery took %v: the ACK past the READ must trigger the retry, not the timer", time.Duration(s.now))
-	}
-	checkTranscript(t, s)
 }
 
 func TestScenarioGhostAck(t *testing.T) {
@@ -241,59 +121,6 @@ func TestScenarioRemoteErrors(t *testing.T) {
 			checkTranscript(t, s)
 		})
 	}
-}
-
-func TestScenarioPartialRetransmitWrite(t *testing.T) {
-	s, a, b := pair(t, defaultAttr())
-	n := uint32(8 * testMTU)
-	fill(a.buf[:n], 10)
-	s.drop = dropOnce(a, psnIs(psnA.Add(4))) // the fifth of eight packets
-	post(t, a, &qp.SendWR{ID: 1, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: sgl(a.sge(0, n)), RemoteAddr: b.va(0), RKey: b.region.RKey()})
-	s.waitWC(a, 1, time.Second)
-	expectWC(t, a.wcs[0], qp.WC{ID: 1, Status: qp.Success, Opcode: qp.WCWrite, ByteLen: n, QPN: a.qp.Num()})
-	if !bytes.Equal(b.buf[:n], a.buf[:n]) {
-		t.Error("target memory differs")
-	}
-	if got := a.counter(qp.RetransmittedPkts); got != 4 {
-		t.Errorf("retransmitted %d packets, want 4 (from the lost fifth, not from the first)", got)
-	}
-	checkTranscript(t, s)
-}
-
-func TestScenarioPartialRetransmitRead(t *testing.T) {
-	s, a, b := pair(t, defaultAttr())
-	n := uint32(8 * testMTU)
-	fill(b.buf[:n], 12)
-	s.drop = dropOnce(b, psnIs(psnA.Add(5))) // the sixth of eight responses
-	post(t, a, &qp.SendWR{ID: 1, Opcode: qp.WRRead, Flags: qp.Signaled, SGL: sgl(a.sge(0, n)), RemoteAddr: b.va(0), RKey: b.region.RKey()})
-	s.waitWC(a, 1, time.Second)
-	expectWC(t, a.wcs[0], qp.WC{ID: 1, Status: qp.Success, Opcode: qp.WCRead, ByteLen: n, QPN: a.qp.Num()})
-	if !bytes.Equal(a.buf[:n], b.buf[:n]) {
-		t.Error("read data differs")
-	}
-	if got := b.counter(qp.DuplicateRequest); got != 1 {
-		t.Errorf("duplicate_request = %d, want 1 (the READ asked again from its sixth PSN)", got)
-	}
-	checkTranscript(t, s)
-}
-
-func TestScenarioDuplicateAtomicReplayed(t *testing.T) {
-	s, a, b := pair(t, defaultAttr())
-	binary.NativeEndian.PutUint64(b.buf[8:], 40)
-	s.drop = dropOnce(b, opIs(wire.OpRCAtomicAck))
-	post(t, a, &qp.SendWR{ID: 1, Opcode: qp.WRFetchAdd, Flags: qp.Signaled, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(8), RKey: b.region.RKey(), CompareAdd: 2})
-	s.waitWC(a, 1, time.Second)
-	expectWC(t, a.wcs[0], qp.WC{ID: 1, Status: qp.Success, Opcode: qp.WCFetchAdd, ByteLen: 8, QPN: a.qp.Num()})
-	if got := binary.NativeEndian.Uint64(b.buf[8:]); got != 42 {
-		t.Errorf("target holds %d, want 42: the resent FETCH_ADD must not execute twice", got)
-	}
-	if got := binary.NativeEndian.Uint64(a.buf[:8]); got != 40 {
-		t.Errorf("FETCH_ADD returned %d, want the original 40", got)
-	}
-	if got := b.counter(qp.DuplicateRequest); got != 1 {
-		t.Errorf("duplicate_request = %d, want 1", got)
-	}
-	checkTranscript(t, s)
 }
 
 // TestResponderReplaysDoNotTakeResources: a responder that queues a replay

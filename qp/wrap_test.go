@@ -19,17 +19,9 @@ func TestPSNWrap(t *testing.T) {
 		run  func(*testing.T)
 	}{
 		{"TestRCOperations", TestRCOperations},
-		{"TestScenarioRNRRetryThenSuccess", TestScenarioRNRRetryThenSuccess},
-		{"TestScenarioRNRRetryExhausted", TestScenarioRNRRetryExhausted},
-		{"TestScenarioAckTimeoutThenSuccess", TestScenarioAckTimeoutThenSuccess},
-		{"TestScenarioRetryExhausted", TestScenarioRetryExhausted},
-		{"TestScenarioSequenceErrorNak", TestScenarioSequenceErrorNak},
-		{"TestScenarioImpliedNak", TestScenarioImpliedNak},
+		{"TestTranscripts", func(t *testing.T) { runTranscripts(t, false) }},
 		{"TestScenarioGhostAck", TestScenarioGhostAck},
 		{"TestScenarioRemoteErrors", TestScenarioRemoteErrors},
-		{"TestScenarioPartialRetransmitWrite", TestScenarioPartialRetransmitWrite},
-		{"TestScenarioPartialRetransmitRead", TestScenarioPartialRetransmitRead},
-		{"TestScenarioDuplicateAtomicReplayed", TestScenarioDuplicateAtomicReplayed},
 		{"TestResponderReplaysDoNotTakeResources", TestResponderReplaysDoNotTakeResources},
 		{"lossy", func(t *testing.T) {
 			runLossy(t, 1, 300, netem.Faults{Drop: 0.10, Duplicate: 0.05, Reorder: 0.05, Corrupt: 0.01, Seed: 1})
