@@ -18,10 +18,19 @@
 // that segments messages by path MTU and retransmits go-back-N, a responder
 // that executes each request exactly once and replays READ and ATOMIC
 // responses for duplicates, and a completer that turns ACKs, NAKs and
-// timeouts into completions with ibv_wc_status names. Where softnic departs
-// from rxe the code says so: the requester paces itself with a congestion
-// window, the responder paces its READ responses (readPacer), and a
-// refused R_Key check always gets the same NAK (see Guard).
+// timeouts into completions with ibv_wc_status names. Each of the three is
+// a type that owns its state (requester.go, completer.go, responder.go);
+// the QP composes them with the send and receive queues they share. Where
+// softnic departs from rxe the code says so: the requester paces itself
+// with a congestion window (congestion, which the completer feeds), the
+// responder paces its READ responses (readPacer), and a refused R_Key
+// check always gets the same NAK (see Guard).
+//
+// The transport never sees the link's faults: those are package netem's,
+// which the driver applies to what the QP sends. The tests drive QPs over
+// a simulated link with a fake clock; the main scenarios are transcripts
+// in testdata/transcripts, their commands and expected packets,
+// completions and counters readable without Go.
 //
 // A QP is not safe for concurrent use: the driver serialises every call on
 // one QP. CQs and SRQs are shared by QPs that may be driven from different

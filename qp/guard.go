@@ -34,22 +34,24 @@ type Guard interface {
 
 // remoteAccess checks the R_Key of request p for length bytes at va with
 // access need, unless the Guard holds the peer back.
-func (q *QP) remoteAccess(p *wire.Packet, rkey uint32, va, length uint64, need mr.Access) (mr.Span, outcome, failure) {
+func (r *responder) remoteAccess(p *wire.Packet, rkey uint32, va, length uint64, need mr.Access) (mr.Span, outcome, failure) {
+	q := r.q
 	g := q.cfg.Guard
 	if g != nil && g.Held(q.num, q.attr.Remote) {
 		q.cnt.inc(HeldAccess)
 		return mr.Span{}, held, failure{}
 	}
-	s, err := q.cfg.Memory.Remote(rkey, va, length, need, q.requester(p))
+	s, err := q.cfg.Memory.Remote(rkey, va, length, need, r.peer(p))
 	if err != nil {
-		q.refused()
+		r.refused()
 		return mr.Span{}, failed, accessError
 	}
 	return s, executed, failure{}
 }
 
 // refused tells the Guard of a refused R_Key check.
-func (q *QP) refused() {
+func (r *responder) refused() {
+	q := r.q
 	if g := q.cfg.Guard; g != nil {
 		g.Refused(q.num, q.attr.Remote)
 	}

@@ -100,6 +100,10 @@ func (c *Config) setDefaults() error {
 }
 
 // QP is one queue pair. See the package documentation for how it is driven.
+// It composes the three machines of the transport, each owning its state
+// (requester, completer, responder), the congestion window between the
+// first two, and the send and receive queues they share; it keeps the
+// attributes and the state, and moves to ERR for all of them.
 type QP struct {
 	num  uint32
 	cfg  Config
@@ -112,6 +116,9 @@ type QP struct {
 	req  requester
 	comp completer
 	resp responder
+	// cc is the congestion window of an RC QP: the requester asks it
+	// whether it may send, the completer tells it what came back.
+	cc congestion
 
 	// fields is scratch space for encoding one packet.
 	fields wire.Fields
@@ -138,7 +145,7 @@ func New(qpn uint32, cfg Config) (*QP, error) {
 	if cfg.SRQ == nil {
 		q.rq = newRecvQueue(cfg.MaxRecvWR, cfg.MaxRecvSGE)
 	}
-	q.resp.init(cfg)
+	q.resp.init(q)
 	q.resetState()
 	return q, nil
 }
@@ -185,7 +192,7 @@ func (q *QP) Status() Status {
 		State: q.attr.State, SendPSN: q.req.psn, AckedPSN: q.comp.psn,
 		ExpectedPSN: q.resp.epsn, MSN: q.resp.msn,
 		SendQueued: int(q.sq.tail - q.sq.head), RecvQueued: q.rq.count,
-		Window: q.req.cc.window(), RetriesLeft: q.comp.retryLeft, RNRRetryLeft: q.comp.rnrLeft,
+		Window: q.cc.window(), RetriesLeft: q.comp.retryLeft, RNRRetryLeft: q.comp.rnrLeft,
 		Cause: q.cause,
 	}
 }
@@ -197,8 +204,9 @@ func (q *QP) resetState() {
 	q.sq.reset()
 	q.rq.head, q.rq.count = 0, 0
 	q.resp.reset()
-	q.req = requester{cc: newCongestion(q.cfg.Window)}
-	q.comp = completer{}
+	q.req = requester{q: q}
+	q.cc = newCongestion(q.cfg.Window)
+	q.comp = completer{q: q}
 	q.cause = Success
 	q.attr = Attr{State: Reset, PKey: 0xFFFF}
 	q.mtu = 0
@@ -243,8 +251,8 @@ func (q *QP) Modify(attr *Attr, mask AttrMask) error {
 	case from == Init && to == RTR:
 		q.resp.start(q.attr)
 	case from == RTR && to == RTS:
-		q.req.psn, q.req.maxPSN, q.comp.psn = q.attr.SQPSN, q.attr.SQPSN, q.attr.SQPSN
-		q.comp.retryLeft, q.comp.rnrLeft = q.attr.RetryCnt, q.attr.RNRRetry
+		q.req.begin(q.attr.SQPSN)
+		q.comp.begin(q.attr.SQPSN)
 	}
 	return nil
 }
@@ -357,7 +365,7 @@ func (q *QP) PostSend(wr *SendWR) error {
 	}
 	if q.attr.State == Err || q.attr.State == SQE {
 		w.state = wqeFlushed
-		q.completeInOrder()
+		q.comp.completeInOrder()
 	}
 	return nil
 }
@@ -491,13 +499,13 @@ func (q *QP) Receive(p *wire.Packet, env *wire.Envelope, now Time) {
 	}
 	if op.IsAck() || op.IsReadResponse() {
 		if q.cfg.Type == RC && q.attr.State != RTR {
-			q.receiveResponse(p, now)
+			q.comp.receive(p, now)
 		} else {
 			q.cnt.inc(WrongQPState)
 		}
 	} else {
 		msn := q.resp.msn
-		q.receiveRequest(p, env, now)
+		q.resp.receive(p, env, now)
 		q.traffic.RcvdMsgs += uint64(q.resp.msn - msn)
 	}
 	q.afterStep()
@@ -522,12 +530,12 @@ func (q *QP) Transmit(buf []byte, now Time) (n int, dst netip.AddrPort) {
 	if len(buf) < MaxPacketSize {
 		return 0, netip.AddrPort{}
 	}
-	if n = q.nextResponse(buf, now); n > 0 {
+	if n = q.resp.next(buf, now); n > 0 {
 		dst = q.attr.Remote
 	} else {
 		switch q.attr.State {
 		case RTS, SQD:
-			n, dst = q.nextRequest(buf, now)
+			n, dst = q.req.next(buf, now)
 		}
 		q.afterStep()
 	}
@@ -548,24 +556,17 @@ func (q *QP) Deadline() (Time, bool) {
 			t, ok = u, true
 		}
 	}
-	consider(q.req.rnrUntil, q.req.rnrWait)
-	consider(q.comp.deadline, q.comp.armed)
-	if q.resp.outCount > 0 && q.resp.out[q.resp.outHead].kind == respRead {
-		consider(q.resp.pace.next())
-	}
+	consider(q.req.timer())
+	consider(q.comp.timer())
+	consider(q.resp.timer())
 	return t, ok
 }
 
 // Tick runs the timers that are due at now: the end of an RNR wait and the
 // local ACK timeout.
 func (q *QP) Tick(now Time) {
-	if q.req.rnrWait && now >= q.req.rnrUntil {
-		q.req.rnrWait = false
-	}
-	if q.comp.armed && now >= q.comp.deadline {
-		q.comp.armed = false
-		q.retry(now, true)
-	}
+	q.req.tick(now)
+	q.comp.tick(now)
 	q.afterStep()
 }
 
@@ -604,15 +605,15 @@ func (q *QP) toError(cause WCStatus) {
 	q.attr.State = Err
 	q.cause = cause
 	q.comp.armed = false
-	q.req.rnrWait = false
+	q.req.stop()
 	for i := q.sq.head; i != q.sq.tail; i++ {
 		if w := q.sq.at(i); w.state != wqeError {
 			w.state = wqeFlushed
 		}
 	}
 	q.sq.next = q.sq.tail
-	q.completeInOrder()
-	q.resp.abort(q)
+	q.comp.completeInOrder()
+	q.resp.abort()
 	var w recvWQE
 	w.sgl = make([]SGE, 0, q.rq.maxSGE)
 	for q.rq.pop(&w) {

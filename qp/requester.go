@@ -9,68 +9,112 @@ import (
 )
 
 // requester is the sending half of a QP: it turns send WQEs into request
-// packets, PSN by PSN, within a congestion window.
+// packets, PSN by PSN, as far as the congestion window (QP.cc) lets it.
+// It owns the send PSNs, its place in the send queue, the READs and
+// atomics in flight and the RNR wait. The completer, which hears what
+// came back, sends it back (goBack, waitRNR) or stops it (stop); nothing
+// else moves it.
 type requester struct {
-	psn      wire.PSN   // PSN of the next request packet
-	maxPSN   wire.PSN   // one past the newest PSN ever sent: responses beyond it are ghosts
-	pkt      uint32     // next packet of the WQE at sq.next (on a resend, where it restarts)
-	sinceAck int        // packets sent since the last one with AckReq
-	rdAtomic int        // READ/ATOMIC WQEs started and not completed
-	halted   bool       // a WQE failed locally: nothing more is sent
-	cc       congestion // an RC requester's window
-	rnrWait  bool       // waiting out an RNR NAK's timer
+	q        *QP
+	psn      wire.PSN // PSN of the next request packet
+	maxPSN   wire.PSN // one past the newest PSN ever sent: responses beyond it are ghosts
+	pkt      uint32   // next packet of the WQE at sq.next (on a resend, where it restarts)
+	sinceAck int      // packets sent since the last one with AckReq
+	rdAtomic int      // READ/ATOMIC WQEs started and not completed
+	halted   bool     // a WQE failed locally: nothing more is sent
+	rnrWait  bool     // waiting out an RNR NAK's timer
 	rnrUntil Time
 	rnrPSN   wire.PSN
 }
 
-// nextRequest encodes the next request packet into buf.
-func (q *QP) nextRequest(buf []byte, now Time) (int, netip.AddrPort) {
-	q.catchUp()
-	for !q.req.halted && !q.req.rnrWait && q.sq.next != q.sq.tail {
+// begin readies the requester for RTR→RTS: its first request has PSN psn.
+func (r *requester) begin(psn wire.PSN) { r.psn, r.maxPSN = psn, psn }
+
+// stop ends sending: a WQE failed, or the QP is in the error state.
+func (r *requester) stop() { r.halted, r.rnrWait = true, false }
+
+// waitRNR waits until until before it resends from psn, the request an RNR
+// NAK refused.
+func (r *requester) waitRNR(until Time, psn wire.PSN) {
+	r.rnrWait, r.rnrUntil, r.rnrPSN = true, until, psn
+	r.goBack(psn)
+}
+
+// waitsRNR reports whether the requester waits out an RNR NAK of psn.
+func (r *requester) waitsRNR(psn wire.PSN) bool { return r.rnrWait && psn == r.rnrPSN }
+
+// timer returns when the RNR wait ends, if one runs.
+func (r *requester) timer() (Time, bool) { return r.rnrUntil, r.rnrWait }
+
+// tick ends an RNR wait that is over at now.
+func (r *requester) tick(now Time) {
+	if r.rnrWait && now >= r.rnrUntil {
+		r.rnrWait = false
+	}
+}
+
+// retire forgets w, which completes: a WQE finished before the requester
+// got back to it (a late response overtook a go-back-N) is passed over,
+// and a READ or atomic no longer counts against max_rd_atomic.
+func (r *requester) retire(w *sendWQE) {
+	if r.q.sq.next == r.q.sq.head {
+		r.passOver(w)
+	}
+	if w.wr.Opcode.isReadOrAtomic() && w.npkts > 0 {
+		r.rdAtomic--
+	}
+}
+
+// next encodes the next request packet into buf.
+func (r *requester) next(buf []byte, now Time) (int, netip.AddrPort) {
+	q := r.q
+	r.catchUp(q.comp.psn)
+	for !r.halted && !r.rnrWait && q.sq.next != q.sq.tail {
 		w := q.sq.at(q.sq.next)
 		switch w.state {
 		case wqeDone, wqeError, wqeFlushed:
 			// Finished already: a local operation met again by go-back-N,
 			// or a WQE whose response overtook the go-back-N.
-			q.passOver(w)
+			r.passOver(w)
 			continue
 		case wqePosted:
-			if !q.startWQE(w) {
+			if !r.start(w) {
 				return 0, netip.AddrPort{}
 			}
 			if w.state != wqePending {
 				q.sq.next++
-				q.completeInOrder()
+				q.comp.completeInOrder()
 				continue
 			}
 		}
-		if q.cfg.Type == RC && !q.req.cc.maySend(q.req.psn.Sub(q.comp.psn)) {
+		if q.cfg.Type == RC && !q.cc.maySend(r.psn.Sub(q.comp.psn)) {
 			return 0, netip.AddrPort{}
 		}
-		return q.encodeRequest(w, buf, now)
+		return r.encode(w, buf, now)
 	}
 	return 0, netip.AddrPort{}
 }
 
-// startWQE begins a posted WQE: it checks the ordering rules, executes
+// start begins a posted WQE: it checks the ordering rules, executes
 // local operations, resolves the SGL and assigns PSNs. It reports false
 // when the WQE has to wait.
-func (q *QP) startWQE(w *sendWQE) bool {
+func (r *requester) start(w *sendWQE) bool {
+	q := r.q
 	op := w.wr.Opcode
 	switch {
 	case q.attr.State == SQD:
 		return false // draining: finish what was started, start nothing new
-	case w.wr.Flags&Fence != 0 && q.req.rdAtomic > 0:
+	case w.wr.Flags&Fence != 0 && r.rdAtomic > 0:
 		return false
 	case op.isLocal():
-		q.executeLocal(w)
+		r.executeLocal(w)
 		return true
-	case op.isReadOrAtomic() && q.req.rdAtomic >= int(q.attr.MaxRdAtomic):
+	case op.isReadOrAtomic() && r.rdAtomic >= int(q.attr.MaxRdAtomic):
 		return false
 	}
 	if err := w.resolve(q.cfg.Memory, q.cfg.PD); err != nil {
 		w.state, w.status = wqeError, LocProtErr
-		q.req.halted = true
+		r.halted = true
 		return true
 	}
 	w.npkts = 1
@@ -79,19 +123,20 @@ func (q *QP) startWQE(w *sendWQE) bool {
 	case w.length > 0:
 		w.npkts = (w.length + q.mtu - 1) / q.mtu
 	}
-	w.firstPSN = q.req.psn
-	w.lastPSN = q.req.psn.Add(w.npkts - 1)
+	w.firstPSN = r.psn
+	w.lastPSN = r.psn.Add(w.npkts - 1)
 	w.state = wqePending
-	q.req.pkt = 0
+	r.pkt = 0
 	if op.isReadOrAtomic() {
-		q.req.rdAtomic++
+		r.rdAtomic++
 	}
 	return true
 }
 
 // executeLocal runs LOCAL_INV and BIND_MW, which need no packet: the WQE is
 // done (or failed) at once and completes in order behind earlier WQEs.
-func (q *QP) executeLocal(w *sendWQE) {
+func (r *requester) executeLocal(w *sendWQE) {
+	q := r.q
 	var err error
 	who := mr.Requester{PD: q.cfg.PD, QPN: q.num, PKey: q.attr.PKey}
 	switch w.wr.Opcode {
@@ -104,7 +149,7 @@ func (q *QP) executeLocal(w *sendWQE) {
 	}
 	if err != nil {
 		w.state = wqeError
-		q.req.halted = true
+		r.halted = true
 		return
 	}
 	w.state, w.status = wqeDone, Success
@@ -160,11 +205,12 @@ func segmentOpcode(t Type, op WROpcode, i, n uint32) (wire.OpCode, bool) {
 	return base + sendMiddle, false
 }
 
-// encodeRequest builds packet q.req.pkt of WQE w into buf and advances the
+// encode builds packet r.pkt of WQE w into buf and advances the
 // requester.
-func (q *QP) encodeRequest(w *sendWQE, buf []byte, now Time) (int, netip.AddrPort) {
+func (r *requester) encode(w *sendWQE, buf []byte, now Time) (int, netip.AddrPort) {
+	q := r.q
 	op := w.wr.Opcode
-	i := q.req.pkt
+	i := r.pkt
 	psn := w.firstPSN.Add(i)
 	off := uint64(i) * uint64(q.mtu)
 	f := &q.fields
@@ -214,11 +260,11 @@ func (q *QP) encodeRequest(w *sendWQE, buf []byte, now Time) (int, netip.AddrPor
 	}
 	switch q.cfg.Type {
 	case RC:
-		f.BTH.AckReq = last || q.req.sinceAck+1 >= q.req.cc.ackEvery()
+		f.BTH.AckReq = last || r.sinceAck+1 >= q.cc.ackEvery()
 	case UC:
 		// Nothing acknowledges UC, but rxe sets AckReq as on RC (the last
 		// packet and every 64th): the same bits on the wire.
-		f.BTH.AckReq = last || q.req.sinceAck+1 >= 64
+		f.BTH.AckReq = last || r.sinceAck+1 >= 64
 	case UD:
 		// Nothing acknowledges a datagram, but rxe sets AckReq on the last
 		// packet of every message, UD included (the MADs of rping.pcap).
@@ -229,7 +275,7 @@ func (q *QP) encodeRequest(w *sendWQE, buf []byte, now Time) (int, netip.AddrPor
 		// Only a QP bug can get here; fail the WR rather than send garbage.
 		q.cnt.inc(SendErr)
 		w.state, w.status = wqeError, LocQPOpErr
-		q.req.halted = true
+		r.halted = true
 		return 0, netip.AddrPort{}
 	}
 	if op == WRAtomicWrite {
@@ -238,30 +284,83 @@ func (q *QP) encodeRequest(w *sendWQE, buf []byte, now Time) (int, netip.AddrPor
 		w.gather(buf[hdr:hdr+payload], off)
 	}
 
-	if psn.Before(q.req.maxPSN) {
+	if psn.Before(r.maxPSN) {
 		q.cnt.inc(RetransmittedPkts)
 	}
-	q.req.psn = psn.Add(psns)
-	if q.req.psn.After(q.req.maxPSN) {
-		q.req.maxPSN = q.req.psn
+	r.psn = psn.Add(psns)
+	if r.psn.After(r.maxPSN) {
+		r.maxPSN = r.psn
 	}
 	if f.BTH.AckReq {
-		q.req.sinceAck = 0
+		r.sinceAck = 0
 	} else {
-		q.req.sinceAck++
+		r.sinceAck++
 	}
 	if last {
-		q.req.pkt = 0
+		r.pkt = 0
 		q.sq.next++
 		if q.cfg.Type != RC {
 			w.state = wqeDone // UC and UD complete once sent
-			q.completeInOrder()
+			q.comp.completeInOrder()
 		}
 	} else {
-		q.req.pkt++
+		r.pkt++
 	}
-	if q.cfg.Type == RC && !q.comp.armed {
-		q.armTimer(now)
+	if q.cfg.Type == RC {
+		q.comp.onSend(now)
 	}
 	return f.Len(payload), dst
+}
+
+// goBack rewinds the requester to the oldest unacknowledged PSN, in the
+// middle of a message if need be: a SEND or WRITE restarts with the packet
+// at that PSN, a READ is asked again for the bytes not yet received.
+func (r *requester) goBack(acked wire.PSN) {
+	q := r.q
+	r.psn = acked
+	r.sinceAck = 0
+	r.pkt = 0
+	for i, end := q.sq.head, q.sq.startedEnd(); i != end; i++ {
+		w := q.sq.at(i)
+		if w.state != wqePending {
+			continue
+		}
+		q.sq.next = i
+		if d := acked.Sub(w.firstPSN); d > 0 {
+			r.pkt = uint32(d)
+		}
+		return
+	}
+}
+
+// passOver moves the requester past w, the WQE at sq.next, which needs no
+// (more) sending: its PSNs, if it has any, are not used again.
+func (r *requester) passOver(w *sendWQE) {
+	if w.npkts > 0 && w.lastPSN.Add(1).After(r.psn) {
+		r.psn = w.lastPSN.Add(1)
+	}
+	r.q.sq.next++
+	r.pkt = 0
+}
+
+// catchUp moves the requester forward when acknowledgements overtake a
+// go-back-N (a late ACK or response for packets it was about to resend):
+// what the responder has acknowledged is not sent again.
+func (r *requester) catchUp(acked wire.PSN) {
+	q := r.q
+	for r.psn.Before(acked) && q.sq.next != q.sq.tail {
+		w := q.sq.at(q.sq.next)
+		switch w.state {
+		case wqeDone, wqeError, wqeFlushed:
+			r.passOver(w)
+		case wqePending:
+			if !acked.After(w.lastPSN) {
+				r.pkt = uint32(acked.Sub(w.firstPSN))
+				r.psn = acked
+			}
+			return
+		default:
+			return
+		}
+	}
 }

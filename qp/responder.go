@@ -57,8 +57,14 @@ const (
 	msgWrite
 )
 
-// responder is the receiving half of a QP.
+// responder is the receiving half of a QP: it executes each new request
+// once, answers duplicates from what it remembers, and queues the ACKs,
+// NAKs and responses the QP sends before its own requests. It owns the
+// expected PSN and MSN, the message being placed, the READ and atomic
+// resources, the output queue and its pacer, and it posts the receive
+// completions.
 type responder struct {
+	q       *QP
 	epsn    wire.PSN // expected PSN of the next new request
 	msn     uint32   // messages completed, carried in every AETH
 	nakSent bool     // a PSN sequence error (or RNR) NAK went out; stay silent until epsn arrives
@@ -89,7 +95,9 @@ type responder struct {
 	pace readPacer
 }
 
-func (r *responder) init(cfg Config) {
+func (r *responder) init(q *QP) {
+	cfg := q.cfg
+	r.q = q
 	r.rwqe.sgl = make([]SGE, 0, max(cfg.MaxRecvSGE, maxSGEOf(cfg.SRQ)))
 	r.rspans = make([]mr.Span, 0, cap(r.rwqe.sgl))
 }
@@ -149,7 +157,8 @@ func (r *responder) clearOut(keepNaks bool) {
 
 // abort drops the message in progress and every queued response but NAKs
 // when the QP enters the error state; a half-filled receive WR is flushed.
-func (r *responder) abort(q *QP) {
+func (r *responder) abort() {
+	q := r.q
 	r.releaseMessage()
 	r.clearOut(true)
 	if r.haveRWQE {
@@ -222,21 +231,21 @@ const (
 	held // needs an R_Key check and the Guard holds the peer back: dropped unanswered
 )
 
-// receiveRequest handles a request packet that came at now: RC and UC
+// receive handles a request packet that came at now: RC and UC
 // requests, UD datagrams.
-func (q *QP) receiveRequest(p *wire.Packet, env *wire.Envelope, now Time) {
-	switch q.cfg.Type {
+func (r *responder) receive(p *wire.Packet, env *wire.Envelope, now Time) {
+	switch r.q.cfg.Type {
 	case UD:
-		q.receiveDatagram(p, env)
+		r.receiveDatagram(p, env)
 	case UC:
-		q.receiveUC(p)
+		r.receiveUC(p)
 	default:
-		q.receiveRC(p, now)
+		r.receiveRC(p, now)
 	}
 }
 
-func (q *QP) receiveRC(p *wire.Packet, now Time) {
-	r := &q.resp
+func (r *responder) receiveRC(p *wire.Packet, now Time) {
+	q := r.q
 	psn := p.BTH.PSN()
 	switch d := psn.Sub(r.epsn); {
 	case d > 0:
@@ -249,10 +258,10 @@ func (q *QP) receiveRC(p *wire.Packet, now Time) {
 		return
 	case d < 0:
 		q.cnt.inc(DuplicateRequest)
-		q.duplicate(p, psn, now)
+		r.duplicate(p, psn, now)
 		return
 	}
-	out, f := q.execute(p)
+	out, f := r.execute(p)
 	switch out {
 	case held:
 		return // as if lost: the requester's retry brings it back
@@ -266,7 +275,7 @@ func (q *QP) receiveRC(p *wire.Packet, now Time) {
 		q.cnt.inc(f.counter)
 		r.queueNak(wire.NakSyndrome(f.code), psn)
 		// Class C errors: the responder's QP goes to the error state too.
-		q.failRecv(f.status)
+		r.failRecv(f.status)
 		return
 	}
 	r.nakSent = false
@@ -279,42 +288,42 @@ func (q *QP) receiveRC(p *wire.Packet, now Time) {
 	}
 }
 
-func (q *QP) receiveUC(p *wire.Packet) {
-	r := &q.resp
+func (r *responder) receiveUC(p *wire.Packet) {
+	q := r.q
 	psn, op := p.BTH.PSN(), p.OpCode()
 	if r.dropMsg || psn != r.epsn {
 		if !op.IsFirst() && !op.IsOnly() {
 			// A gap inside a message: the rest of it is lost.
 			if !r.dropMsg {
 				q.cnt.inc(UCDroppedMsgs)
-				q.dropUCMessage()
+				r.dropUCMessage()
 			}
 			r.epsn = psn.Add(1)
 			return
 		}
 		if r.msg != msgNone {
 			q.cnt.inc(UCDroppedMsgs)
-			q.dropUCMessage()
+			r.dropUCMessage()
 		}
 		r.dropMsg = false
 	}
 	r.epsn = psn.Add(1)
-	switch out, f := q.execute(p); {
+	switch out, f := r.execute(p); {
 	case out == failed && f == badRecvWR:
 		// A receive WR the QP cannot write into is an error of the QP
 		// whatever its transport (class A, as rxe treats it).
 		q.cnt.inc(f.counter)
-		q.failRecv(f.status)
+		r.failRecv(f.status)
 	case out != executed:
 		q.cnt.inc(UCDroppedMsgs)
-		q.dropUCMessage()
+		r.dropUCMessage()
 	}
 }
 
 // failRecv completes the receive WR a failed request had taken, if any,
 // with status, and moves the QP to ERR.
-func (q *QP) failRecv(status WCStatus) {
-	r := &q.resp
+func (r *responder) failRecv(status WCStatus) {
+	q := r.q
 	if r.haveRWQE {
 		r.haveRWQE = false
 		q.pushRecvWC(&WC{ID: r.rwqe.id, Status: status, Opcode: WCRecv, QPN: q.num})
@@ -324,8 +333,7 @@ func (q *QP) failRecv(status WCStatus) {
 
 // dropUCMessage abandons a UC message; a receive WR it had taken is kept for
 // the next message, as rxe does (class D1).
-func (q *QP) dropUCMessage() {
-	r := &q.resp
+func (r *responder) dropUCMessage() {
 	r.releaseMessage()
 	r.msg = msgNone
 	r.dropMsg = true
@@ -333,8 +341,8 @@ func (q *QP) dropUCMessage() {
 }
 
 // execute runs a new, in-sequence request packet of an RC or UC QP.
-func (q *QP) execute(p *wire.Packet) (outcome, failure) {
-	r := &q.resp
+func (r *responder) execute(p *wire.Packet) (outcome, failure) {
+	q := r.q
 	op := p.OpCode()
 	// The opcode must continue the message in progress, or start one.
 	switch r.msg {
@@ -370,15 +378,15 @@ func (q *QP) execute(p *wire.Packet) (outcome, failure) {
 	}
 	switch {
 	case op.IsSend():
-		return q.placeSend(p)
+		return r.placeSend(p)
 	case op.IsWrite():
-		return q.placeWrite(p)
+		return r.placeWrite(p)
 	case op.IsReadRequest():
-		return q.executeRead(p)
+		return r.executeRead(p)
 	case op.IsAtomic():
-		return q.executeAtomic(p)
+		return r.executeAtomic(p)
 	case op == wire.OpRCAtomicWrite:
-		return q.executeAtomicWrite(p)
+		return r.executeAtomicWrite(p)
 	}
 	return failed, invalidRequest
 }
@@ -386,8 +394,8 @@ func (q *QP) execute(p *wire.Packet) (outcome, failure) {
 // takeRecvWR pops the next receive WR (from the SRQ if the QP has one) and
 // resolves its SGL for local write. A WR kept from a dropped UC message is
 // used again, from its start, instead.
-func (q *QP) takeRecvWR() (outcome, failure) {
-	r := &q.resp
+func (r *responder) takeRecvWR() (outcome, failure) {
+	q := r.q
 	if !r.haveRWQE {
 		ok := false
 		if q.cfg.SRQ != nil {
@@ -415,11 +423,11 @@ func (q *QP) takeRecvWR() (outcome, failure) {
 
 // placeSend copies a SEND packet's payload into the receive WR, taking one
 // at the message's first packet, and completes it at the last.
-func (q *QP) placeSend(p *wire.Packet) (outcome, failure) {
-	r := &q.resp
+func (r *responder) placeSend(p *wire.Packet) (outcome, failure) {
+	q := r.q
 	op := p.OpCode()
 	if op.IsFirst() || op.IsOnly() {
-		if out, f := q.takeRecvWR(); out != executed {
+		if out, f := r.takeRecvWR(); out != executed {
 			return out, f
 		}
 	}
@@ -441,34 +449,36 @@ func (q *QP) placeSend(p *wire.Packet) (outcome, failure) {
 	}
 	if p.IETH != nil {
 		rkey := p.IETH.RKey()
-		if err := q.cfg.Memory.Invalidate(rkey, q.requester(p)); err != nil {
+		if err := q.cfg.Memory.Invalidate(rkey, r.peer(p)); err != nil {
 			return failed, invalidRequest
 		}
 		wc.Flags |= WCWithInv
 		wc.InvalidatedRKey = rkey
 	}
-	q.finishRecv(&wc)
+	r.finishRecv(&wc)
 	return executed, failure{}
 }
 
 // finishRecv completes the receive WR of a finished message.
-func (q *QP) finishRecv(wc *WC) {
-	r := &q.resp
+func (r *responder) finishRecv(wc *WC) {
 	r.releaseMessage()
 	r.haveRWQE = false
 	r.msg = msgNone
 	r.msn++
-	q.pushRecvWC(wc)
+	r.q.pushRecvWC(wc)
 }
 
-func (q *QP) requester(p *wire.Packet) mr.Requester {
+// peer returns who asks for the memory a request p touches: the QP, its
+// protection domain and the packet's P_Key.
+func (r *responder) peer(p *wire.Packet) mr.Requester {
+	q := r.q
 	return mr.Requester{PD: q.cfg.PD, QPN: q.num, PKey: p.BTH.PKey()}
 }
 
 // placeWrite writes an RDMA WRITE packet's payload; the first packet's RETH
 // is checked for the whole message.
-func (q *QP) placeWrite(p *wire.Packet) (outcome, failure) {
-	r := &q.resp
+func (r *responder) placeWrite(p *wire.Packet) (outcome, failure) {
+	q := r.q
 	op := p.OpCode()
 	n := uint64(len(p.Payload))
 	if op.IsFirst() || op.IsOnly() {
@@ -481,7 +491,7 @@ func (q *QP) placeWrite(p *wire.Packet) (outcome, failure) {
 		}
 		r.woff, r.wlen = 0, length
 		if length > 0 { // a zero-length WRITE needs no valid rkey (IBTA 9.4.1.1)
-			s, out, f := q.remoteAccess(p, rkey, va, length, mr.RemoteWrite)
+			s, out, f := r.remoteAccess(p, rkey, va, length, mr.RemoteWrite)
 			if out != executed {
 				return out, f
 			}
@@ -495,7 +505,7 @@ func (q *QP) placeWrite(p *wire.Packet) (outcome, failure) {
 	if p.ImmDT != nil && !r.haveRWQE {
 		// WRITE with immediate consumes a receive WR at its last packet;
 		// without one, RNR before any byte of this packet is placed.
-		if out, f := q.takeRecvWR(); out != executed {
+		if out, f := r.takeRecvWR(); out != executed {
 			if op.IsOnly() {
 				r.releaseMessage() // the retry resolves the rkey again
 			}
@@ -513,7 +523,7 @@ func (q *QP) placeWrite(p *wire.Packet) (outcome, failure) {
 		return executed, failure{}
 	}
 	if p.ImmDT != nil {
-		q.finishRecv(&WC{ID: r.rwqe.id, Opcode: WCRecvWriteImm, QPN: q.num, ByteLen: uint32(r.wlen),
+		r.finishRecv(&WC{ID: r.rwqe.id, Opcode: WCRecvWriteImm, QPN: q.num, ByteLen: uint32(r.wlen),
 			Flags: WCWithImm, Imm: p.ImmDT.Imm()})
 		return executed, failure{}
 	}
@@ -526,8 +536,8 @@ func (q *QP) placeWrite(p *wire.Packet) (outcome, failure) {
 // rdAtomicFull reports that the requester already has max_dest_rd_atomic
 // READ/ATOMIC requests waiting for their responses (IBTA: NAK invalid
 // request; rxe recycles the oldest resource instead).
-func (q *QP) rdAtomicFull() bool {
-	return q.resp.rdPending >= int(q.attr.MaxDestRdAtomic)
+func (r *responder) rdAtomicFull() bool {
+	return r.rdPending >= int(r.q.attr.MaxDestRdAtomic)
 }
 
 func (r *responder) newResource(e resource) {
@@ -546,9 +556,9 @@ func (r *responder) findResource(psn wire.PSN) *resource {
 	return nil
 }
 
-func (q *QP) executeRead(p *wire.Packet) (outcome, failure) {
-	r := &q.resp
-	if q.rdAtomicFull() {
+func (r *responder) executeRead(p *wire.Packet) (outcome, failure) {
+	q := r.q
+	if r.rdAtomicFull() {
 		return failed, invalidRequest
 	}
 	va, rkey, length := p.RETH.VA(), p.RETH.RKey(), uint64(p.RETH.DMALen())
@@ -557,7 +567,7 @@ func (q *QP) executeRead(p *wire.Packet) (outcome, failure) {
 	}
 	var span mr.Span
 	if length > 0 {
-		s, out, f := q.remoteAccess(p, rkey, va, length, mr.RemoteRead)
+		s, out, f := r.remoteAccess(p, rkey, va, length, mr.RemoteRead)
 		if out != executed {
 			return out, f
 		}
@@ -574,16 +584,15 @@ func (q *QP) executeRead(p *wire.Packet) (outcome, failure) {
 	return executed, failure{}
 }
 
-func (q *QP) executeAtomic(p *wire.Packet) (outcome, failure) {
-	r := &q.resp
-	if q.rdAtomicFull() {
+func (r *responder) executeAtomic(p *wire.Packet) (outcome, failure) {
+	if r.rdAtomicFull() {
 		return failed, invalidRequest
 	}
 	a := p.AtomicETH
 	if a.VA()%8 != 0 {
 		return failed, misaligned
 	}
-	s, out, f := q.remoteAccess(p, a.RKey(), a.VA(), 8, mr.RemoteAtomic)
+	s, out, f := r.remoteAccess(p, a.RKey(), a.VA(), 8, mr.RemoteAtomic)
 	if out != executed {
 		return out, f
 	}
@@ -601,9 +610,8 @@ func (q *QP) executeAtomic(p *wire.Packet) (outcome, failure) {
 	return executed, failure{}
 }
 
-func (q *QP) executeAtomicWrite(p *wire.Packet) (outcome, failure) {
-	r := &q.resp
-	if q.rdAtomicFull() {
+func (r *responder) executeAtomicWrite(p *wire.Packet) (outcome, failure) {
+	if r.rdAtomicFull() {
 		return failed, invalidRequest
 	}
 	if p.RETH.DMALen() != 8 || len(p.Payload) != 8 {
@@ -612,7 +620,7 @@ func (q *QP) executeAtomicWrite(p *wire.Packet) (outcome, failure) {
 	if p.RETH.VA()%8 != 0 {
 		return failed, misaligned
 	}
-	s, out, f := q.remoteAccess(p, p.RETH.RKey(), p.RETH.VA(), 8, mr.RemoteWrite)
+	s, out, f := r.remoteAccess(p, p.RETH.RKey(), p.RETH.VA(), 8, mr.RemoteWrite)
 	if out != executed {
 		return out, f
 	}
@@ -620,7 +628,7 @@ func (q *QP) executeAtomicWrite(p *wire.Packet) (outcome, failure) {
 		// An aligned address on memory that is not (a zero-based or iov
 		// region): refused like any other R_Key check.
 		s.Release()
-		q.refused()
+		r.refused()
 		return failed, accessError
 	}
 	s.Store(binary.NativeEndian.Uint64(p.Payload))
@@ -636,8 +644,8 @@ func (q *QP) executeAtomicWrite(p *wire.Packet) (outcome, failure) {
 // WRITE are acknowledged again (C9-105), READ is replayed from the PSN asked
 // for with its rkey checked again, ATOMIC gets its saved result: nothing
 // executes twice.
-func (q *QP) duplicate(p *wire.Packet, psn wire.PSN, now Time) {
-	r := &q.resp
+func (r *responder) duplicate(p *wire.Packet, psn wire.PSN, now Time) {
+	q := r.q
 	op := p.OpCode()
 	switch {
 	case op.IsSend() || op.IsWrite():
@@ -654,7 +662,7 @@ func (q *QP) duplicate(p *wire.Packet, psn wire.PSN, now Time) {
 		}
 		var span mr.Span
 		if length > 0 {
-			s, out, f := q.remoteAccess(p, res.rkey, va, length, mr.RemoteRead)
+			s, out, f := r.remoteAccess(p, res.rkey, va, length, mr.RemoteRead)
 			switch out {
 			case held:
 				return
@@ -683,6 +691,15 @@ func (q *QP) duplicate(p *wire.Packet, psn wire.PSN, now Time) {
 	}
 }
 
+// timer returns when the pacer lets the next READ response go, if one
+// waits at the head of the queue.
+func (r *responder) timer() (Time, bool) {
+	if r.outCount > 0 && r.out[r.outHead].kind == respRead {
+		return r.pace.next()
+	}
+	return 0, false
+}
+
 // queuedRead returns the queued READ response of the READ starting at first.
 func (r *responder) queuedRead(first wire.PSN) *response {
 	for i := 0; i < r.outCount; i++ {
@@ -693,10 +710,10 @@ func (r *responder) queuedRead(first wire.PSN) *response {
 	return nil
 }
 
-// nextResponse encodes the next queued response into buf, unless it is a
+// next encodes the next queued response into buf, unless it is a
 // READ response the pacer holds back at now.
-func (q *QP) nextResponse(buf []byte, now Time) int {
-	r := &q.resp
+func (r *responder) next(buf []byte, now Time) int {
+	q := r.q
 	if r.outCount == 0 {
 		return 0
 	}
@@ -771,20 +788,20 @@ func (r *responder) pop() {
 
 // receiveDatagram delivers a UD SEND into the next receive WR, behind the
 // GRH-sized header every UD receive buffer starts with.
-func (q *QP) receiveDatagram(p *wire.Packet, env *wire.Envelope) {
+func (r *responder) receiveDatagram(p *wire.Packet, env *wire.Envelope) {
+	q := r.q
 	if p.DETH.QKey() != q.attr.QKey {
 		q.cnt.inc(BadQKey)
 		return
 	}
-	out, f := q.takeRecvWR()
-	r := &q.resp
+	out, f := r.takeRecvWR()
 	switch out {
 	case noRecvWR:
 		q.cnt.inc(UDDropped)
 		return
 	case failed:
 		q.cnt.inc(f.counter)
-		q.failRecv(f.status)
+		r.failRecv(f.status)
 		return
 	}
 	wc := WC{ID: r.rwqe.id, Opcode: WCRecv, QPN: q.num, Flags: WCGRH, SrcQPN: p.DETH.SrcQP(), Src: env.Src}

@@ -158,3 +158,33 @@ func copySpans(spans []mr.Span, off uint64, buf []byte, toSpans bool) {
 		off = 0
 	}
 }
+
+// startedEnd returns one past the newest WQE the requester has started:
+// the WQE at sq.next counts once its first packet is out.
+func (s *sendQueue) startedEnd() uint32 {
+	if s.next != s.tail && s.at(s.next).state == wqePending {
+		return s.next + 1
+	}
+	return s.next
+}
+
+// oldestPending returns the oldest WQE still waiting for its response.
+func (s *sendQueue) oldestPending() *sendWQE {
+	for i, end := s.head, s.startedEnd(); i != end; i++ {
+		if w := s.at(i); w.state == wqePending {
+			return w
+		}
+	}
+	return nil
+}
+
+// pendingAt returns the started WQE whose PSN range holds psn.
+func (s *sendQueue) pendingAt(psn wire.PSN) *sendWQE {
+	for i, end := s.head, s.startedEnd(); i != end; i++ {
+		w := s.at(i)
+		if w.state == wqePending && !psn.Before(w.firstPSN) && !psn.After(w.lastPSN) {
+			return w
+		}
+	}
+	return nil
+}
