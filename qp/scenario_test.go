@@ -1,11 +1,9 @@
 package qp_test
 
 import (
-	"encoding/binary"
 	"testing"
 	"time"
 
-	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/wire"
 )
@@ -60,67 +58,6 @@ func TestScenarioGhostAck(t *testing.T) {
 		t.Errorf("after ghost ACKs the requester is %+v, want PSNs %v and RTS", st, psnA.Add(1))
 	}
 	checkTranscript(t, s)
-}
-
-// TestScenarioRemoteErrors: each bad request gets its NAK, the requester's
-// WR its status, both QPs go to ERR and the WRs behind are flushed.
-func TestScenarioRemoteErrors(t *testing.T) {
-	cases := []struct {
-		name   string
-		wr     func(a, b *host) *qp.SendWR
-		access mr.Access // the responder QP's access flags
-		status qp.WCStatus
-		nak    wire.NakCode
-	}{
-		{"bad-rkey", func(a, b *host) *qp.SendWR {
-			return &qp.SendWR{Opcode: qp.WRWrite, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(0), RKey: b.region.RKey() ^ 0x100}
-		}, mr.RemoteWrite, qp.RemAccessErr, wire.NakRemoteAccessError},
-		{"stale-rkey", func(a, b *host) *qp.SendWR {
-			return &qp.SendWR{Opcode: qp.WRRead, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(0), RKey: b.region.RKey() ^ 0x01}
-		}, mr.RemoteRead, qp.RemAccessErr, wire.NakRemoteAccessError},
-		{"out-of-range", func(a, b *host) *qp.SendWR {
-			return &qp.SendWR{Opcode: qp.WRWrite, SGL: sgl(a.sge(0, 64)), RemoteAddr: b.va(regionSize - 32), RKey: b.region.RKey()}
-		}, mr.RemoteWrite, qp.RemAccessErr, wire.NakRemoteAccessError},
-		{"qp-without-remote-read", func(a, b *host) *qp.SendWR {
-			return &qp.SendWR{Opcode: qp.WRRead, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(0), RKey: b.region.RKey()}
-		}, mr.RemoteWrite, qp.RemInvReqErr, wire.NakInvalidRequest},
-		{"misaligned-atomic", func(a, b *host) *qp.SendWR {
-			return &qp.SendWR{Opcode: qp.WRFetchAdd, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(4), RKey: b.region.RKey(), CompareAdd: 1}
-		}, mr.RemoteAtomic, qp.RemInvReqErr, wire.NakInvalidRequest},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			s, a, b := pair(t, defaultAttr())
-			if err := b.qp.Modify(&qp.Attr{AccessFlags: c.access}, qp.AttrAccessFlags); err != nil {
-				t.Fatal(err)
-			}
-			var naks []wire.Syndrome
-			s.drop = func(h *host, p *wire.Packet) bool {
-				if h == b && p.AETH != nil && p.AETH.Syndrome().Type() == wire.AckTypeNak {
-					naks = append(naks, p.AETH.Syndrome())
-				}
-				return false
-			}
-			wr := c.wr(a, b)
-			wr.ID = 1
-			post(t, a, wr)
-			post(t, a, &qp.SendWR{ID: 2, Opcode: qp.WRWrite, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(0), RKey: b.region.RKey()})
-			s.waitWC(a, 2, time.Second)
-			if a.wcs[0].Status != c.status || a.wcs[1].Status != qp.WRFlushErr {
-				t.Fatalf("completions %v, %v; want %v then WR_FLUSH_ERR", a.wcs[0].Status, a.wcs[1].Status, c.status)
-			}
-			if len(naks) != 1 || naks[0] != wire.NakSyndrome(c.nak) {
-				t.Errorf("responder sent NAKs %v, want one %v", naks, wire.NakSyndrome(c.nak))
-			}
-			if a.qp.State() != qp.Err || b.qp.State() != qp.Err {
-				t.Errorf("QP states %s and %s, want ERR and ERR", a.qp.State(), b.qp.State())
-			}
-			if binary.NativeEndian.Uint64(b.buf) != 0 {
-				t.Error("the failed request changed the target's memory")
-			}
-			checkTranscript(t, s)
-		})
-	}
 }
 
 // TestResponderReplaysDoNotTakeResources: a responder that queues a replay

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/internal/datadriven"
+	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/wire"
 )
@@ -25,12 +26,14 @@ import (
 //	pair [type=RC|UC|UD] [timeout=N] [retry=N] [rnr-retry=N] [min-rnr-timer=N] [rd-atomic=N]
 //	    two hosts a and b, each with a 1 MiB region, connected; a's PSNs
 //	    start at 0x100, b's at 0xfffff0
+//	access H [read] [write] [atomic]   the remote access H's QP grants
 //	fill H off=N len=N seed=N          fill H's region with a pattern
 //	put H off=N u64=N                  store a 64-bit word in H's region
 //	drop from=H [op=NAME|N] [psn=N] [count=N]
 //	    lose the next count (1) packets H sends that match (PSNs as shown)
-//	post H id=N op=NAME len=N [off=N] [remote=N] [signaled] [add=N] [compare=N] [swap=N]
-//	    a send WR from off of H's region to remote of the peer's
+//	post H id=N op=NAME len=N [off=N] [remote=N] [rkey-xor=N] [signaled] [add=N] [compare=N] [swap=N]
+//	    a send WR from off of H's region to remote of the peer's (with
+//	    its rkey's bits flipped by rkey-xor)
 //	post-recv H id=N len=N [off=N]     a receive WR into H's region
 //	wait H=N … [H.COUNTER=N …]         run the link until H has N completions
 //	    in all and each counter has reached N; prints the packets
@@ -81,6 +84,8 @@ func (e *transcriptEnv) do(t *testing.T, d *datadriven.TestData) string {
 	switch d.Cmd {
 	case "pair":
 		e.pair(t, d)
+	case "access":
+		e.access(t, d)
 	case "fill":
 		h := e.host(t, d, 0)
 		off, n := e.num(t, d, "off", 0), e.num(t, d, "len", -1)
@@ -160,7 +165,7 @@ func (e *transcriptEnv) pair(t *testing.T, d *datadriven.TestData) {
 		typ = []qp.Type{qp.RC, qp.UC, qp.UD}[i]
 	}
 	e.s, _, _ = pairOf(t, typ, attr)
-	e.seen = map[*host]int{}
+	e.shown, e.seen, e.drops = 0, map[*host]int{}, nil
 	e.s.drop = e.dropped
 }
 
@@ -217,6 +222,26 @@ func opcode(name string) (wire.OpCode, bool) {
 	return 0, false
 }
 
+func (e *transcriptEnv) access(t *testing.T, d *datadriven.TestData) {
+	h := e.host(t, d, 0)
+	var acc mr.Access
+	for _, a := range d.CmdArgs[1:] {
+		switch a.Key {
+		case "read":
+			acc |= mr.RemoteRead
+		case "write":
+			acc |= mr.RemoteWrite
+		case "atomic":
+			acc |= mr.RemoteAtomic
+		default:
+			d.Fatalf(t, "access %q: want read, write or atomic", a.Key)
+		}
+	}
+	if err := h.qp.Modify(&qp.Attr{AccessFlags: acc}, qp.AttrAccessFlags); err != nil {
+		d.Fatalf(t, "%v", err)
+	}
+}
+
 func (e *transcriptEnv) drop(t *testing.T, d *datadriven.TestData) {
 	from, ok := d.Arg("from")
 	if !ok || len(from) != 1 || (from[0] != "a" && from[0] != "b") {
@@ -267,7 +292,7 @@ func (e *transcriptEnv) post(t *testing.T, d *datadriven.TestData) {
 	}
 	wr := &qp.SendWR{ID: uint64(e.num(t, d, "id", 0)), Opcode: op,
 		SGL:        sgl(h.sge(uint64(e.num(t, d, "off", 0)), uint32(e.num(t, d, "len", -1)))),
-		RemoteAddr: peer.va(uint64(e.num(t, d, "remote", 0))), RKey: peer.region.RKey(),
+		RemoteAddr: peer.va(uint64(e.num(t, d, "remote", 0))), RKey: peer.region.RKey() ^ uint32(e.num(t, d, "rkey-xor", 0)),
 		CompareAdd: uint64(max(e.num(t, d, "add", 0), e.num(t, d, "compare", 0))), Swap: uint64(e.num(t, d, "swap", 0))}
 	if _, ok := d.Arg("signaled"); ok {
 		wr.Flags |= qp.Signaled

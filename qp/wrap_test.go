@@ -21,7 +21,6 @@ func TestPSNWrap(t *testing.T) {
 		{"TestRCOperations", TestRCOperations},
 		{"TestTranscripts", func(t *testing.T) { runTranscripts(t, false) }},
 		{"TestScenarioGhostAck", TestScenarioGhostAck},
-		{"TestScenarioRemoteErrors", TestScenarioRemoteErrors},
 		{"TestResponderReplaysDoNotTakeResources", TestResponderReplaysDoNotTakeResources},
 		{"lossy", func(t *testing.T) {
 			runLossy(t, 1, 300, netem.Faults{Drop: 0.10, Duplicate: 0.05, Reorder: 0.05, Corrupt: 0.01, Seed: 1})
