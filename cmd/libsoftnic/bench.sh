@@ -19,6 +19,10 @@
 # of two WRITEs, while write_8_poll is the round trip of one WRITE and
 # its ACK, so the ratio printed is 2 × t_typical over write_8_poll.
 #
+# Then it runs tests/testdata/libsoftnic_regcost.c, the cost of
+# ibv_reg_mr and ibv_dereg_mr of malloc'd memory (the pages move onto a
+# memfd and back) beside a memcpy of the same size.
+#
 # It prints each run's figure (BW average in MB/s, t_typical or the
 # median round trip in µs) with the packets the daemon resent during it,
 # then the medians and the ratios libsoftnic/Go, and the machine's load
@@ -119,4 +123,7 @@ for t in write_bw read_bw write_lat; do
 	[ $t != write_lat ] || k=2 # half a round trip against a whole one
 	echo "$t libsoftnic=$l go=$g libsoftnic/go=$(awk -v l="$l" -v g="$g" -v k=$k 'BEGIN {printf "%.2f", k * l / g}')"
 done
+echo
+gcc -O2 -o "$dir/regcost" tests/testdata/libsoftnic_regcost.c -libverbs
+$lib "$dir/regcost"
 echo "load: $(uptime)"
