@@ -86,7 +86,7 @@ func (s *session) newHostedQP(pd *PD, a qpConfigArgs) (*hostedQP, QPConfig, erro
 	qc := QPConfig{
 		Type: cfg.Type, SendCQ: scq.cq, RecvCQ: rcq.cq, MaxSendWR: cfg.MaxSendWR, MaxRecvWR: cfg.MaxRecvWR,
 		MaxSendSGE: cfg.MaxSendSGE, MaxRecvSGE: cfg.MaxRecvSGE, MaxInline: cfg.MaxInline, SignalAll: cfg.SignalAll,
-		host: h,
+		hooks: h,
 	}
 	if cfg.SRQ != 0 {
 		if h.srq, err = lookup[*hostedSRQ](s, cfg.SRQ); err != nil {
@@ -126,6 +126,15 @@ func (s *session) newHostedQP(pd *PD, a qpConfigArgs) (*hostedQP, QPConfig, erro
 	h.rsgl = make([]qp.SGE, 0, cfg.MaxRecvSGE)
 	return h, qc, nil
 }
+
+// bindLocked records the device's QP made over the rings.
+func (h *hostedQP) bindLocked(q *embeddedQP) { h.q = q }
+
+// owner is the process's user: the guard tells users apart.
+func (h *hostedQP) owner() uint32 { return uint32(h.s.uid) }
+
+// qpFailed tells the process of its QP's error (qp_error).
+func (h *hostedQP) qpFailed(e qpError) { h.s.qpErrors.post(e) }
 
 // newRing makes a ring of n slots of size bytes in a memfd of its own.
 func newRing(name string, n, size int) (*shm.Mapping, shm.Ring, error) {

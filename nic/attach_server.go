@@ -62,8 +62,10 @@ type AttachServerConfig struct {
 type AttachServer struct {
 	dev *Device
 	nic *embeddedDevice // dev's provider; nil if dev is attached itself
-	cfg AttachServerConfig
-	log *zap.Logger
+	// hook is the server as the busy-polling reader of nic's polls it.
+	hook *busyPollHook
+	cfg  AttachServerConfig
+	log  *zap.Logger
 
 	// ledger keeps what each process and user holds, against the limits.
 	ledger *quota.Ledger
@@ -107,8 +109,8 @@ func NewAttachServer(d *Device, cfg AttachServerConfig) *AttachServer {
 	s := &AttachServer{dev: d, nic: nic, cfg: cfg, log: cfg.Logger, sessions: make(map[*session]struct{}), stop: make(chan struct{}),
 		ledger: quota.NewLedger(*limits, cfg.LimitFlag)}
 	s.accepts.Log = s.log
-	if nic != nil && nic.cfg.BusyPoll > 0 {
-		nic.rings.Store(s)
+	if nic != nil {
+		s.hook = nic.setBusyPoller(s)
 	}
 	return s
 }
@@ -256,7 +258,7 @@ func (s *AttachServer) refuse(c *net.UnixConn, err error) {
 // DREQs go on until answered, or until the device closes.
 func (s *AttachServer) Close() error {
 	if s.nic != nil {
-		s.nic.rings.CompareAndSwap(s, nil)
+		s.nic.clearBusyPoller(s.hook)
 	}
 	s.mu.Lock()
 	if !s.closed {
@@ -495,7 +497,7 @@ func (s *session) tellQPError(e qpError) {
 	s.mu.Lock()
 	var h uint32
 	for k, obj := range s.objects {
-		if obj == e.q.prov.(*embeddedQP).host { // the daemon's QPs are embedded
+		if obj == e.q.prov.(*embeddedQP).hooks { // the daemon's QPs are embedded
 			h = k
 			break
 		}

@@ -246,9 +246,9 @@ type embeddedDevice struct {
 
 	cm *cmDriver // the connection manager and its QP1
 
-	// rings, in a daemon that busy-polls, serves the attached processes
+	// poller, in a daemon that busy-polls, serves the attached processes
 	// whose queues its reader polls too.
-	rings atomic.Pointer[AttachServer]
+	poller atomic.Pointer[busyPollHook]
 
 	closeOnce sync.Once
 	closing   chan struct{} // closed by Close
@@ -470,8 +470,8 @@ func (d *embeddedDevice) receive(b []byte, src, dst netip.AddrPort, now qp.Time,
 	d.qpc.Add(qp.RcvdBytes, uint64(len(b)))
 	q.mu.Lock()
 	if !q.destroyed {
-		if q.host != nil {
-			q.host.pullRecvLocked()
+		if q.hooks != nil {
+			q.hooks.pullRecvLocked()
 		}
 		q.qp.Receive(&in.pkt, &env, now)
 		if q.commEst != nil && q.qp.Status().ExpectedPSN != q.commEstPSN {

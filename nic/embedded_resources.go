@@ -226,7 +226,7 @@ type embeddedQP struct {
 	// QP is on this device. Written under mu, read by other QPs' senders.
 	peer atomic.Uint32
 
-	host *hostedQP // a QP the daemon runs for an attached process
+	hooks qpHooks // of a QP the daemon runs for an attached process
 
 	uses []*users // of its CQs and SRQ, released by Destroy
 }
@@ -328,10 +328,10 @@ func (d *embeddedDevice) newQP(pd *PD, cfg QPConfig, qc qp.Config, num uint32) (
 	if err != nil {
 		return nil, err
 	}
-	q := &embeddedQP{dev: d, num: num, qp: inner, host: cfg.host}
+	q := &embeddedQP{dev: d, num: num, qp: inner, hooks: cfg.hooks}
 	q.pub = &QP{dev: pd.dev, pd: pd, num: num, prov: q}
-	if cfg.host != nil {
-		cfg.host.q = q
+	if cfg.hooks != nil {
+		cfg.hooks.bindLocked(q)
 	}
 	d.qps[num%uint32(len(d.qps))].Store(q)
 	return q, nil
@@ -365,8 +365,8 @@ func (q *embeddedQP) status() qp.Status {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	st := q.qp.Status()
-	if q.host != nil {
-		q.host.countPostedLocked(&st)
+	if q.hooks != nil {
+		q.hooks.countPostedLocked(&st)
 	}
 	return st
 }

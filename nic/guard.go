@@ -156,8 +156,8 @@ func (d *embeddedDevice) guardSource(qpn uint32, peer netip.AddrPort) guardSourc
 		return src
 	}
 	src.owner = 1
-	if s := d.lookup(p &^ peerLocal); s != nil && s.host != nil {
-		src.owner = 2 + uint32(s.host.s.uid)
+	if s := d.lookup(p &^ peerLocal); s != nil && s.hooks != nil {
+		src.owner = 2 + s.hooks.owner()
 	}
 	return src
 }

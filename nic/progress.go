@@ -302,8 +302,8 @@ func (d *embeddedDevice) process(n int) {
 
 // busyPoll is the state of a busy-polling reader.
 type busyPoll struct {
-	rings     *AttachServer // whose queues are polled, with doorbells off
-	idleSince time.Time     // since when nothing came; zero while work comes
+	rings     busyPoller // whose queues are polled, with doorbells off
+	idleSince time.Time  // since when nothing came; zero while work comes
 }
 
 // spin reports whether a reader that found the socket empty polls again
@@ -315,7 +315,8 @@ func (d *embeddedDevice) spin(b *busyPoll) bool {
 		return false
 	}
 	if b.rings == nil {
-		if b.rings = d.rings.Load(); b.rings != nil {
+		if h := d.poller.Load(); h != nil {
+			b.rings = h.p
 			b.rings.busyPolling(true)
 		}
 	}

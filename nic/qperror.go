@@ -81,8 +81,8 @@ func (q *embeddedQP) noteErrorLocked() {
 	cause := q.qp.Status().Cause
 	switch {
 	case cause == qp.Success:
-	case q.host != nil:
-		q.host.s.qpErrors.post(qpError{q.pub, cause})
+	case q.hooks != nil:
+		q.hooks.qpFailed(qpError{q.pub, cause})
 	case q.dev.pub.qpErrors != nil:
 		q.dev.pub.qpErrors.post(qpError{q.pub, cause})
 	}

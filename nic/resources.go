@@ -326,7 +326,7 @@ type QPConfig struct {
 	// SignalAll makes every send WR complete with a work completion.
 	SignalAll bool
 
-	host *hostedQP // the rings of an attached process's QP (daemon side)
+	hooks qpHooks // of an attached process's QP, whose rings a daemon serves
 }
 
 // QP is a queue pair of a device. Its methods are safe for concurrent use.

@@ -48,8 +48,8 @@ func (q *embeddedQP) flushLocked(b *batch, now qp.Time) { q.drainLocked(b, now, 
 // before q.mu is released.
 func (q *embeddedQP) drainLocked(b *batch, now qp.Time, keep bool) {
 	d := q.dev
-	if q.host != nil {
-		q.host.pullSendLocked()
+	if q.hooks != nil {
+		q.hooks.pullSendLocked()
 	}
 	others, acks := b.n, true // others: staged by other QPs
 	for {
@@ -86,8 +86,8 @@ func (q *embeddedQP) drainLocked(b *batch, now qp.Time, keep bool) {
 	d.schedule(q)
 	q.reportErrorLocked()
 	q.noteErrorLocked()
-	if q.host != nil {
-		q.host.publishLocked()
+	if q.hooks != nil {
+		q.hooks.publishLocked()
 	}
 }
 
