@@ -60,4 +60,25 @@
 // a corrupt one fails its QP alone. Each process has its own PDs and names
 // its objects by handles only it can use; when it detaches, exits or dies,
 // the daemon destroys all of them and disconnects its connections.
+//
+// One API, two providers. The public types (Device, PD, MR, MW, CQ, SRQ,
+// QP, Listener, Request, Conn) hold what both kinds of device share and
+// send every verb to the device's provider, as libibverbs sends each to
+// its provider's verbs_context_ops (provider.go): the embedded provider
+// runs the NIC in this process, the attached one asks the daemon. What a
+// provider lacks is an optional interface whose absence is ErrNotSupported
+// (or the zero value of a query) in one place. The files, by owner:
+//
+//   - the façade: provider.go, device.go, resources.go, mw.go, connect.go,
+//     cm_conn.go, counters.go, errors.go, trace.go, qperror.go;
+//   - the embedded provider: embedded_resources.go, embedded_cm.go and
+//     cm_gsi.go (the CM engine of package nic/cm on QP1), progress.go,
+//     send.go, timers.go, guard.go, local.go, pathmtu.go, and
+//     embedded_hooks.go, the hooks it exports to a daemon;
+//   - the attached provider: attach.go, attach_client.go,
+//     attach_client_cm.go;
+//   - the daemon side, which drives the embedded device through those
+//     hooks: attach_server.go, attach_ops.go, attach_host.go,
+//     attach_doorbell.go, attach_cred.go;
+//   - the attach protocol between the two: attach_proto.go.
 package nic
