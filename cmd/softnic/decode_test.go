@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softnic/softnic/cmd/softnic/internal/decode"
 	"github.com/softnic/softnic/cmd/softnic/internal/golden"
 	"github.com/softnic/softnic/wire"
 )
@@ -340,14 +341,14 @@ func TestDecodeJSONFields(t *testing.T) {
 	if code != 0 {
 		t.Fatal(code)
 	}
-	var j packetJSON
+	var j decode.PacketJSON
 	if err := json.Unmarshal([]byte(strings.SplitN(stdout, "\n", 2)[0]), &j); err != nil {
 		t.Fatal(err)
 	}
 	if j.BTH == nil || j.AtomicETH == nil || j.RETH != nil || j.AETH != nil || j.AtomicETH.SwapAdd != 1 {
 		t.Errorf("FETCH_ADD: %+v", j)
 	}
-	for _, typ := range []reflect.Type{reflect.TypeFor[packetJSON](), reflect.TypeFor[madJSON]()} {
+	for _, typ := range []reflect.Type{reflect.TypeFor[decode.PacketJSON](), reflect.TypeFor[decode.MADJSON]()} {
 		for i := range typ.NumField() {
 			if f := typ.Field(i); f.Tag.Get("json") == "" {
 				t.Errorf("%v.%s has no JSON name", typ, f.Name)

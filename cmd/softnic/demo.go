@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/softnic/softnic/cmd/softnic/internal/capture"
+	"github.com/softnic/softnic/cmd/softnic/internal/decode"
 	"github.com/softnic/softnic/cmd/softnic/internal/ladder"
 	"github.com/softnic/softnic/cmd/softnic/internal/scenario"
 	"github.com/softnic/softnic/mr"
@@ -104,7 +105,7 @@ func runScenario(ctx context.Context, w io.Writer, s *scenario.Scenario, o *demo
 		out.say(fmt.Sprintf("\nThe packets are in %s: softnic decode --ladder %s draws them again.", o.pcap, o.pcap))
 	}
 	if o.html != "" {
-		err = errors.Join(err, writeLadderPage(o.html, l, "softnic demo --scenario "+s.Name+": "+s.Title))
+		err = errors.Join(err, decode.WriteLadderPage(o.html, l, "softnic demo --scenario "+s.Name+": "+s.Title))
 	}
 	return errors.Join(err, out.Err())
 }
@@ -217,7 +218,7 @@ func runDemo(ctx context.Context, w io.Writer, o *demoOptions) (err error) {
 			}
 		}
 		if rec != nil && d.server != nil {
-			rec.Do(func(l *ladder.Ladder) { err = errors.Join(err, writeLadderPage(o.html, l, "softnic demo")) })
+			rec.Do(func(l *ladder.Ladder) { err = errors.Join(err, decode.WriteLadderPage(o.html, l, "softnic demo")) })
 		}
 		err = errors.Join(err, d.out.Err())
 	}()
@@ -384,7 +385,7 @@ func (d *demo) connect() (string, error) {
 // packets".
 func (d *demo) packets(n int, what string) string {
 	k := (n + d.mtu - 1) / d.mtu
-	return fmt.Sprintf("%d %s", k, plural(k, what, what+"s"))
+	return fmt.Sprintf("%d %s", k, decode.Plural(k, what, what+"s"))
 }
 
 func (d *demo) explainWrite() string {

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/softnic/softnic/cmd/softnic/internal/decode"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -173,7 +174,7 @@ func capturedPackets(t *testing.T, path string) []string {
 		if err := p.Decode(pkt); err != nil {
 			t.Fatalf("captured packet %x: %v", pkt, err)
 		}
-		line := string(appendPacketLine(nil, 0, &env, &p, icrcStatus(env.Check(pkt)), 0))
+		line := string(decode.AppendPacketLine(nil, 0, &env, &p, decode.ICRCStatus(env.Check(pkt)), 0))
 		lines = append(lines, strings.TrimSuffix(strings.TrimPrefix(line, "0.000000 "), "\n"))
 	}
 }

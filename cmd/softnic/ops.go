@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/softnic/softnic/cmd/softnic/internal/decode"
 	"github.com/softnic/softnic/cmd/softnic/internal/flagval"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
@@ -341,7 +342,7 @@ func (e *completionError) Error() string {
 	var why string
 	switch e.status {
 	case qp.RemAccessErr:
-		why = fmt.Sprintf("rkey %#x is not valid for %d %s at %#x on %v", e.rkey, e.n, plural(e.n, "byte", "bytes"), e.addr, e.peer)
+		why = fmt.Sprintf("rkey %#x is not valid for %d %s at %#x on %v", e.rkey, e.n, decode.Plural(e.n, "byte", "bytes"), e.addr, e.peer)
 		if e.op == qp.WRSend {
 			why = fmt.Sprintf("%v refused the SEND's access to its memory", e.peer)
 		}
@@ -356,7 +357,7 @@ func (e *completionError) Error() string {
 	case qp.WRFlushErr:
 		why = fmt.Sprintf("the connection to %v ended before the %v completed", e.peer, e.op)
 	default:
-		why = fmt.Sprintf("the %v of %d %s on %v failed", e.op, e.n, plural(e.n, "byte", "bytes"), e.peer)
+		why = fmt.Sprintf("the %v of %d %s on %v failed", e.op, e.n, decode.Plural(e.n, "byte", "bytes"), e.peer)
 	}
 	return fmt.Sprintf("%s: %s (%v)", e.status.Text(), why, e.status)
 }

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/softnic/softnic/cmd/softnic/internal/decode"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/wire"
 )
@@ -37,7 +38,7 @@ func (p *printer) say(text string) {
 }
 
 // trace is a nic.Config.Trace function: it prints every packet as it
-// leaves its sender, in softnic decode's format (appendPacketLine), timed
+// leaves its sender, in softnic decode's format (decode.AppendPacketLine), timed
 // from the printer's start. Received packets are printed only when the
 // receiver dropped them, with the reason on the next line: each packet is
 // otherwise shown once, as a capture on the wire would show it. A note of
@@ -54,9 +55,9 @@ func (p *printer) trace(tp *nic.TracePacket) {
 	}
 	t := tp.Time.Sub(p.start)
 	if err != nil {
-		p.line = appendErrorLine(p.line[:0], t, &tp.Env, len(tp.Data), err)
+		p.line = decode.AppendErrorLine(p.line[:0], t, &tp.Env, len(tp.Data), err)
 	} else {
-		p.line = appendPacketLine(p.line[:0], t, &tp.Env, &p.pkt, icrcStatus(tp.Env.Check(tp.Data)), 0)
+		p.line = decode.AppendPacketLine(p.line[:0], t, &tp.Env, &p.pkt, decode.ICRCStatus(tp.Env.Check(tp.Data)), 0)
 	}
 	if tp.Note != "" {
 		p.line = append(p.line, "    ("...)

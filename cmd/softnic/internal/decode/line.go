@@ -1,4 +1,4 @@
-package main
+package decode
 
 import (
 	"strconv"
@@ -7,7 +7,7 @@ import (
 	"github.com/softnic/softnic/wire"
 )
 
-// appendPacketLine appends the line softnic prints for a RoCEv2 packet, as
+// AppendPacketLine appends the line softnic prints for a RoCEv2 packet, as
 // decode prints captured packets and a live trace prints packets on the
 // wire:
 //
@@ -19,7 +19,7 @@ import (
 // ICRC that verifies only under another IPv4 identification, sealedID
 // (wire.ICRCRecovered), then a newline. It does not allocate if b has
 // room.
-func appendPacketLine(b []byte, t time.Duration, env *wire.Envelope, p *wire.Packet, icrc wire.ICRCStatus, sealedID uint16) []byte {
+func AppendPacketLine(b []byte, t time.Duration, env *wire.Envelope, p *wire.Packet, icrc wire.ICRCStatus, sealedID uint16) []byte {
 	b = appendLinePrefix(b, t, env)
 	b = p.AppendSummary(b)
 	switch icrc {
@@ -34,17 +34,17 @@ func appendPacketLine(b []byte, t time.Duration, env *wire.Envelope, p *wire.Pac
 	return append(b, " icrc=BAD\n"...)
 }
 
-// icrcStatus is the wire.ICRCStatus of a check by a device (Envelope.Check).
-func icrcStatus(err error) wire.ICRCStatus {
+// ICRCStatus is the wire.ICRCStatus of a check by a device (Envelope.Check).
+func ICRCStatus(err error) wire.ICRCStatus {
 	if err == nil {
 		return wire.ICRCOK
 	}
 	return wire.ICRCBad
 }
 
-// appendErrorLine appends the line for a datagram of n bytes that did not
-// decode: the same time and addresses as appendPacketLine, then the error.
-func appendErrorLine(b []byte, t time.Duration, env *wire.Envelope, n int, err error) []byte {
+// AppendErrorLine appends the line for a datagram of n bytes that did not
+// decode: the same time and addresses as AppendPacketLine, then the error.
+func AppendErrorLine(b []byte, t time.Duration, env *wire.Envelope, n int, err error) []byte {
 	b = appendLinePrefix(b, t, env)
 	b = append(b, "undecodable "...)
 	b = strconv.AppendInt(b, int64(n), 10)

@@ -1,4 +1,4 @@
-package main
+package decode
 
 import (
 	"time"
@@ -6,11 +6,11 @@ import (
 	"github.com/softnic/softnic/wire"
 )
 
-// packetJSON is what decode --json prints for a packet: one object per
+// PacketJSON is what decode --json prints for a packet: one object per
 // line, with what the text line shows and every field of every header
 // (named as package wire names them), absent for the headers the opcode
 // does not carry.
-type packetJSON struct {
+type PacketJSON struct {
 	Frame     int       `json:"frame"` // its number in the capture, from 1
 	Time      float64   `json:"time"`  // seconds since the capture's first frame, as the text shows
 	Timestamp time.Time `json:"timestamp"`
@@ -43,11 +43,11 @@ type packetJSON struct {
 	IETH         *uint32                  `json:"ieth,omitempty"`
 	DETH         *wire.DETHFields         `json:"deth,omitempty"`
 	FETH         *wire.FETHFields         `json:"feth,omitempty"`
-	MAD          *madJSON                 `json:"mad,omitempty"`
+	MAD          *MADJSON                 `json:"mad,omitempty"`
 }
 
-// madJSON is a CM MAD to QP1: its header and its one message.
-type madJSON struct {
+// MADJSON is a CM MAD to QP1: its header and its one message.
+type MADJSON struct {
 	Attr   string               `json:"attr"`
 	Header wire.MADHeaderFields `json:"header"`
 	REQ    *wire.REQFields      `json:"req,omitempty"`
@@ -61,8 +61,8 @@ type madJSON struct {
 
 // newPacketJSON describes frame n, elapsed after the first, whose payload
 // p holds unless decErr says why it does not.
-func newPacketJSON(n int, elapsed time.Duration, fr *wire.Frame, p *wire.Packet, decErr error) *packetJSON {
-	j := &packetJSON{
+func newPacketJSON(n int, elapsed time.Duration, fr *wire.Frame, p *wire.Packet, decErr error) *PacketJSON {
+	j := &PacketJSON{
 		Frame:     n,
 		Time:      elapsed.Seconds(),
 		Timestamp: fr.Time,
@@ -120,7 +120,7 @@ func newPacketJSON(n int, elapsed time.Duration, fr *wire.Frame, p *wire.Packet,
 	if p.DETH != nil && p.BTH.DestQP() == wire.GSIQPN && m.Decode(p.Payload) == nil {
 		var mf wire.MADFields
 		m.Fields(&mf)
-		j.MAD = &madJSON{Attr: m.AttrID().String(), Header: mf.Header}
+		j.MAD = &MADJSON{Attr: m.AttrID().String(), Header: mf.Header}
 		switch {
 		case m.REQ != nil:
 			j.MAD.REQ = &mf.REQ
