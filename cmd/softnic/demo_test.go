@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/softnic/softnic/cmd/softnic/internal/decode"
+	"github.com/softnic/softnic/cmd/softnic/internal/demo"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -63,8 +64,8 @@ func TestDemo(t *testing.T) {
 					continue
 				}
 				step++
-				s := demoSteps[step-1]
-				if want := fmt.Sprintf("== %d. %s", step, s.title); lines[i] != want {
+				title := demo.Titles()[step-1]
+				if want := fmt.Sprintf("== %d. %s", step, title); lines[i] != want {
 					t.Errorf("heading %q, want %q", lines[i], want)
 				}
 				if i+1 >= len(lines) || !strings.HasSuffix(lines[i+1], ".") || strings.Contains(lines[i+1], "\n") {
@@ -72,20 +73,20 @@ func TestDemo(t *testing.T) {
 				}
 				j := i + 2
 				for ; j < len(lines) && !strings.HasPrefix(lines[j], "ok: ") && !strings.HasPrefix(lines[j], "== "); j++ {
-					packetsOf[s.title] = append(packetsOf[s.title], lines[j])
+					packetsOf[title] = append(packetsOf[title], lines[j])
 				}
 				if j == len(lines) || !strings.HasPrefix(lines[j], "ok: ") {
-					t.Errorf("step %d (%s) has no ok line", step, s.title)
+					t.Errorf("step %d (%s) has no ok line", step, title)
 				}
 			}
-			if step != len(demoSteps) {
-				t.Errorf("%d steps printed, want %d", step, len(demoSteps))
+			if step != len(demo.Titles()) {
+				t.Errorf("%d steps printed, want %d", step, len(demo.Titles()))
 			}
 			if hint := lines[len(lines)-1]; !strings.Contains(hint, "softnic decode") || !strings.HasSuffix(hint, pcap) && !strings.HasSuffix(hint, pcap+".") {
 				t.Errorf("last line %q does not show how to read the capture", hint)
 			}
 
-			segments := (demoWriteLen + mtu - 1) / mtu
+			segments := (demo.WriteLen + mtu - 1) / mtu
 			// count counts the packets of a step whose opcode name starts with op.
 			count := func(title, op string) int {
 				n := 0

@@ -10,8 +10,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/softnic/softnic/cmd/softnic/internal/decode"
 	"github.com/softnic/softnic/cmd/softnic/internal/flagval"
+	"github.com/softnic/softnic/cmd/softnic/internal/tooldev"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/qp"
@@ -249,7 +249,7 @@ func (o *opFlags) run(ctx context.Context, wr *qp.SendWR, buf []byte) (netip.Add
 		return peer, err
 	}
 	if wc[0].Status != qp.Success {
-		return peer, &completionError{status: wc[0].Status, op: wr.Opcode, rkey: wr.RKey, addr: wr.RemoteAddr, n: len(buf), peer: peer}
+		return peer, &tooldev.CompletionError{Status: wc[0].Status, Op: wr.Opcode, RKey: wr.RKey, Addr: wr.RemoteAddr, N: len(buf), Peer: peer}
 	}
 	return peer, nil
 }
@@ -325,39 +325,4 @@ func explainDial(err error, peer netip.AddrPort, cmPort uint16, timeout time.Dur
 		return fmt.Errorf("%v has no listener on rdma_cm port %d (see --cm-port): %w", peer, cmPort, err)
 	}
 	return fmt.Errorf("connecting to %v, rdma_cm port %d: %w", peer, cmPort, err)
-}
-
-// completionError is an operation that completed with an error status.
-// Its message explains the status in words for the operation at hand.
-type completionError struct {
-	status qp.WCStatus
-	op     qp.WROpcode
-	rkey   uint32
-	addr   uint64
-	n      int
-	peer   netip.AddrPort
-}
-
-func (e *completionError) Error() string {
-	var why string
-	switch e.status {
-	case qp.RemAccessErr:
-		why = fmt.Sprintf("rkey %#x is not valid for %d %s at %#x on %v", e.rkey, e.n, decode.Plural(e.n, "byte", "bytes"), e.addr, e.peer)
-		if e.op == qp.WRSend {
-			why = fmt.Sprintf("%v refused the SEND's access to its memory", e.peer)
-		}
-	case qp.RemInvReqErr:
-		why = fmt.Sprintf("%v refused the %v as invalid (a SEND longer than its receive buffer, an operation its QP does not allow, or a misaligned atomic)", e.peer, e.op)
-	case qp.RemOpErr:
-		why = fmt.Sprintf("%v could not carry out the %v", e.peer, e.op)
-	case qp.RetryExcErr:
-		why = fmt.Sprintf("%v stopped answering the %v", e.peer, e.op)
-	case qp.RNRRetryExcErr:
-		why = fmt.Sprintf("%v had no receive buffer posted for the %v", e.peer, e.op)
-	case qp.WRFlushErr:
-		why = fmt.Sprintf("the connection to %v ended before the %v completed", e.peer, e.op)
-	default:
-		why = fmt.Sprintf("the %v of %d %s on %v failed", e.op, e.n, decode.Plural(e.n, "byte", "bytes"), e.peer)
-	}
-	return fmt.Sprintf("%s: %s (%v)", e.status.Text(), why, e.status)
 }

@@ -3,7 +3,8 @@
 // concrete local address, so that every datagram leaves from the address
 // the ICRC was computed with, accepting Linux rxe's numbered IPv4
 // datagrams, with its capture if asked for; and how the tools report
-// data that did not arrive as sent (ErrDataCheck).
+// data that did not arrive as sent (ErrDataCheck) and a completion that
+// failed (CompletionError).
 package tooldev
 
 import (
@@ -17,6 +18,7 @@ import (
 
 	"github.com/softnic/softnic/cmd/softnic/internal/capture"
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/qp"
 )
 
 // MTU returns the path MTU a tool's device on local offers: want if
@@ -124,4 +126,43 @@ func FirstDifference(a, b []byte) int {
 		}
 	}
 	return -1
+}
+
+// CompletionError is an operation that completed with an error status.
+// Its message explains the status in words for the operation at hand.
+type CompletionError struct {
+	Status qp.WCStatus
+	Op     qp.WROpcode
+	RKey   uint32
+	Addr   uint64
+	N      int // bytes
+	Peer   netip.AddrPort
+}
+
+func (e *CompletionError) Error() string {
+	unit := "bytes"
+	if e.N == 1 {
+		unit = "byte"
+	}
+	var why string
+	switch e.Status {
+	case qp.RemAccessErr:
+		why = fmt.Sprintf("rkey %#x is not valid for %d %s at %#x on %v", e.RKey, e.N, unit, e.Addr, e.Peer)
+		if e.Op == qp.WRSend {
+			why = fmt.Sprintf("%v refused the SEND's access to its memory", e.Peer)
+		}
+	case qp.RemInvReqErr:
+		why = fmt.Sprintf("%v refused the %v as invalid (a SEND longer than its receive buffer, an operation its QP does not allow, or a misaligned atomic)", e.Peer, e.Op)
+	case qp.RemOpErr:
+		why = fmt.Sprintf("%v could not carry out the %v", e.Peer, e.Op)
+	case qp.RetryExcErr:
+		why = fmt.Sprintf("%v stopped answering the %v", e.Peer, e.Op)
+	case qp.RNRRetryExcErr:
+		why = fmt.Sprintf("%v had no receive buffer posted for the %v", e.Peer, e.Op)
+	case qp.WRFlushErr:
+		why = fmt.Sprintf("the connection to %v ended before the %v completed", e.Peer, e.Op)
+	default:
+		why = fmt.Sprintf("the %v of %d %s on %v failed", e.Op, e.N, unit, e.Peer)
+	}
+	return fmt.Sprintf("%s: %s (%v)", e.Status.Text(), why, e.Status)
 }
