@@ -30,9 +30,11 @@ import (
 	"github.com/softnic/softnic/qp"
 )
 
-// The raw-UDP limits' keys.
+// RawKeys are the keys of the raw-UDP limits.
 var RawKeys = []string{"raw_udp_gbps", "raw_udp_gso_gbps", "raw_udp_ping_pong"}
 
+// Keys returns the keys of everything bench measures: the raw-UDP limits,
+// then nicbench's workloads.
 func Keys() []string {
 	keys := slices.Clone(RawKeys)
 	for _, w := range nicbench.Workloads {

@@ -181,6 +181,7 @@ type ReadyLine struct {
 	HTTP    string        `json:"http,omitempty"`    // the live page's URL (--http)
 }
 
+// ReadyRegion is one region of the ready line.
 type ReadyRegion struct {
 	Name   string `json:"name"`
 	Addr   uint64 `json:"addr"`

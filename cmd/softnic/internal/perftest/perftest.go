@@ -42,6 +42,8 @@ func (t Test) String() string {
 	return fmt.Sprintf("Test(%d)", uint8(t))
 }
 
+// ParseTest returns the test named s (write_bw …), as perftest's tools
+// are named without their ib_ prefix.
 func ParseTest(s string) (Test, bool) {
 	for t, name := range testNames {
 		if name != "" && name == s {
