@@ -8,7 +8,7 @@ import (
 	"strings"
 	"sync"
 
-	"go.uber.org/zap"
+	"log/slog"
 )
 
 // CacheConfig sizes a registration cache, as fi_mr(3)'s FI_MR_CACHE_*
@@ -252,7 +252,7 @@ func (c *Cache) deregister(e *CacheEntry) {
 	// Only a caller that deregistered the entry's region itself makes this
 	// fail; the region is gone either way.
 	if err := c.t.Deregister(e.r); err != nil {
-		c.t.log.Warn("registration cache: deregister", zap.Uint32("key", e.r.key), zap.Error(err))
+		c.t.log.Warn("registration cache: deregister", slog.Any("key", e.r.key), slog.Any("error", err))
 	}
 }
 

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"go.uber.org/zap"
+	"log/slog"
 )
 
 // FIAccess is the fi_mr access bit set (struct fi_mr_attr.access), with
@@ -185,7 +185,7 @@ func OpenDomain(t *Table, cfg DomainConfig) (*Domain, error) {
 		c, err := CacheConfigFromEnv()
 		if err != nil {
 			// libfabric ignores a malformed variable, keeping its default.
-			t.log.Warn("registration cache environment", zap.Error(err))
+			t.log.Warn("registration cache environment", slog.Any("error", err))
 		}
 		ccfg = &c
 	}

@@ -7,7 +7,8 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"go.uber.org/zap"
+	"log/slog"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -240,7 +241,7 @@ func (a *Arena) unmap() {
 	t := a.t
 	t.addrRemove(&a.ext)
 	if err := unix.Munmap(a.mem.segs[0][:cap(a.mem.segs[0])]); err != nil {
-		t.log.Error("munmap arena", zap.Uint64("addr", a.ext.start), zap.Error(err))
+		t.log.Error("munmap arena", slog.Uint64("addr", a.ext.start), slog.Any("error", err))
 	}
 }
 

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"go.uber.org/zap"
+	"log/slog"
 )
 
 // PD is a protection domain handle allocated by a Table (ibv_alloc_pd).
@@ -19,7 +19,7 @@ type PD uint32
 type Config struct {
 	// Logger receives control-path events (never per-packet ones); nil
 	// discards them.
-	Logger *zap.Logger
+	Logger *slog.Logger
 	// MaxRegions and MaxWindows bound the key indices handed out; zero or
 	// anything above the index space (2^23 each) means the whole space.
 	MaxRegions, MaxWindows int
@@ -60,7 +60,7 @@ type Table struct {
 	drainMu  sync.Mutex
 	draining map[*Region]struct{}
 
-	log   *zap.Logger
+	log   *slog.Logger
 	stats tableCounters
 }
 
@@ -104,7 +104,7 @@ func NewTable(cfg Config) *Table {
 	rng := rand.New(rand.NewChaCha8(seed))
 	t := &Table{pds: make(map[PD]*pdState), draining: make(map[*Region]struct{}), addrRegions: make(map[PD]*addrIndex), log: cfg.Logger}
 	if t.log == nil {
-		t.log = zap.NewNop()
+		t.log = slog.New(slog.DiscardHandler)
 	}
 	t.regions.init(layoutRegion, limit(cfg.MaxRegions), rng)
 	t.requested.init(layoutRequested, limit(cfg.MaxRegions), rng)
@@ -701,6 +701,6 @@ func (t *Table) Close() error {
 		a.mem.unref()
 	}
 	t.closed = true
-	t.log.Debug("mr table closed", zap.Int("regions", len(rs)), zap.Int("windows", len(ws)), zap.Int("arenas", len(as)))
+	t.log.Debug("mr table closed", slog.Int("regions", len(rs)), slog.Int("windows", len(ws)), slog.Int("arenas", len(as)))
 	return nil
 }

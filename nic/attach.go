@@ -15,7 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.uber.org/zap"
+	"log/slog"
 
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/nic/udp"
@@ -73,7 +73,7 @@ type attachment struct {
 	t       *shm.Conn
 	path    string
 	hello   helloResult
-	log     *zap.Logger
+	log     *slog.Logger
 	closing chan struct{} // closed when the session ends
 
 	// The doorbell is rung under bellMu's read lock and closed under its
@@ -116,7 +116,7 @@ type attachReply struct {
 // path.
 func attach(cfg Config, path string) (*Device, error) {
 	if cfg.Logger == nil {
-		cfg.Logger = zap.NewNop()
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	fail := func(err error) (*Device, error) {
 		return nil, fmt.Errorf("softnic: attach to %s: %w", path, err)
@@ -161,8 +161,8 @@ func attach(cfg Config, path string) (*Device, error) {
 	a.wg.Add(1)
 	go a.readLoop()
 	d.reportQPErrors(cfg.OnQPError, &a.wg)
-	a.log.Info("softnic device attached", zap.String("control", path), zap.Stringer("addr", hello.Addr),
-		zap.Int("mtu", hello.MTU), zap.Int("daemon_pid", hello.PID))
+	a.log.Info("softnic device attached", slog.String("control", path), slog.Any("addr", hello.Addr),
+		slog.Int("mtu", hello.MTU), slog.Int("daemon_pid", hello.PID))
 	return d, nil
 }
 
@@ -258,9 +258,9 @@ func (a *attachment) end(why error) {
 		switch {
 		case a.detaching.Load() && errors.Is(why, os.ErrDeadlineExceeded):
 			a.log.Warn("softnic: the daemon did not finish the detach in time: completions of the flushed work requests may be missing",
-				zap.String("control", a.path), zap.Duration("waited", detachWait))
+				slog.String("control", a.path), slog.Duration("waited", detachWait))
 		case why != nil && !errors.Is(why, net.ErrClosed) && !(a.detaching.Load() && errors.Is(why, io.EOF)):
-			a.log.Warn("softnic: the daemon went away", zap.String("control", a.path), zap.Error(why))
+			a.log.Warn("softnic: the daemon went away", slog.String("control", a.path), slog.Any("error", why))
 		}
 	})
 }
@@ -291,7 +291,7 @@ func (a *attachment) close() error {
 		shm.CloseFDs([]int{a.bellFD})
 		a.bellMap.Close()
 		a.bellMu.Unlock()
-		a.log.Info("softnic device detached", zap.String("control", a.path))
+		a.log.Info("softnic device detached", slog.String("control", a.path))
 	})
 	return nil
 }

@@ -10,7 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.uber.org/zap"
+	"log/slog"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/nic/shm"
@@ -258,7 +259,7 @@ func (s *session) doorbellLoop() {
 			// every millisecond until the doorbell can be heard again.
 			if !s.bell.pollingSaid {
 				s.bell.pollingSaid = true
-				s.log.Warn("doorbell unheard: polling the process's queues instead", zap.Error(err))
+				s.log.Warn("doorbell unheard: polling the process's queues instead", slog.Any("error", err))
 			}
 			s.bell.deafen()
 			if !s.pause(time.Millisecond) {

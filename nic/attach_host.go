@@ -6,7 +6,8 @@ import (
 	"time"
 	"unsafe"
 
-	"go.uber.org/zap"
+	"log/slog"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/mr"
@@ -359,8 +360,8 @@ func (h *hostedQP) retire(wc *qp.WC) {
 func (h *hostedQP) failLocked(id uint64, op qp.WCOpcode, why error) {
 	q := h.q
 	if h.firstFailure() {
-		h.s.log.Warn("attached QP failed: bad work request", zap.String("qpn", fmt.Sprintf("%#x", q.num)),
-			zap.Uint64("wr_id", id), zap.Error(why))
+		h.s.log.Warn("attached QP failed: bad work request", slog.String("qpn", fmt.Sprintf("%#x", q.num)),
+			slog.Uint64("wr_id", id), slog.Any("error", why))
 	}
 	q.qp.Modify(&qp.Attr{State: qp.Err}, qp.AttrState)
 	cq := h.scq
@@ -374,7 +375,7 @@ func (h *hostedQP) failLocked(id uint64, op qp.WCOpcode, why error) {
 // rings are not read any more. q.mu is held.
 func (h *hostedQP) breakLocked(why error) {
 	if h.firstFailure() {
-		h.s.log.Warn("attached QP failed: corrupt ring", zap.String("qpn", fmt.Sprintf("%#x", h.q.num)), zap.Error(why))
+		h.s.log.Warn("attached QP failed: corrupt ring", slog.String("qpn", fmt.Sprintf("%#x", h.q.num)), slog.Any("error", why))
 	}
 	h.broken = true
 	h.q.qp.Modify(&qp.Attr{State: qp.Err}, qp.AttrState)

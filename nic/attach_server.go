@@ -16,7 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.uber.org/zap"
+	"log/slog"
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/quota"
@@ -28,7 +28,7 @@ import (
 // defaults noted.
 type AttachServerConfig struct {
 	// Logger receives attach and detach events; nil uses the device's.
-	Logger *zap.Logger
+	Logger *slog.Logger
 	// Limits bound what attached processes hold in the daemon, each
 	// process (by PID and start time), each user and all of them
 	// together: sessions, waiting calls, objects, QPs, queue entries,
@@ -65,7 +65,7 @@ type AttachServer struct {
 	// hook is the server as the busy-polling reader of nic's polls it.
 	hook *busyPollHook
 	cfg  AttachServerConfig
-	log  *zap.Logger
+	log  *slog.Logger
 
 	// ledger keeps what each process and user holds, against the limits.
 	ledger *quota.Ledger
@@ -242,7 +242,7 @@ func (s *AttachServer) ServeConn(c *net.UnixConn) error {
 // dropped before the close, which would otherwise reset the connection
 // under the answer.
 func (s *AttachServer) refuse(c *net.UnixConn, err error) {
-	s.refusals.Log(s.log, "attach refused", zap.Error(err))
+	s.refusals.Log(s.log, "attach refused", slog.Any("error", err))
 	m := attachMsg{}
 	m.setError(err)
 	line, _ := json.Marshal(&m)
@@ -341,7 +341,7 @@ type session struct {
 	pid   int
 	uid   int
 	since time.Time
-	log   *zap.Logger
+	log   *slog.Logger
 
 	ctx    context.Context // cancelled when the process detaches
 	cancel context.CancelFunc
@@ -387,7 +387,7 @@ func (s *AttachServer) newSession(c *net.UnixConn) (*session, error) {
 		since: time.Now(), objects: make(map[uint32]any), calls: make(map[uint64]context.CancelFunc),
 		byQPN: make(map[uint32]*hostedQP), qpErrors: newQPErrorQueue(),
 	}
-	ss.log = s.log.With(zap.Int("pid", ss.pid))
+	ss.log = s.log.With(slog.Int("pid", ss.pid))
 	ss.ctx, ss.cancel = context.WithCancel(context.Background())
 	switch {
 	case s.nic == nil:
@@ -425,7 +425,7 @@ func (s *AttachServer) newSession(c *net.UnixConn) (*session, error) {
 	s.republish()
 	s.wg.Add(1)
 	s.mu.Unlock()
-	ss.log.Info("process attached", zap.Int("uid", ss.uid))
+	ss.log.Info("process attached", slog.Int("uid", ss.uid))
 	ss.bellDone = make(chan struct{})
 	go ss.doorbellLoop()
 	ss.callWG.Add(1)
@@ -456,7 +456,7 @@ func (s *session) serve() {
 		s.handle(&m, fds)
 	}
 	if errors.Is(err, shm.ErrProtocol) {
-		s.log.Warn("detaching a process that broke the protocol", zap.Error(err))
+		s.log.Warn("detaching a process that broke the protocol", slog.Any("error", err))
 	}
 	// A process that detaches reads on until the socket closes, which
 	// tells it that its QPs' work requests are flushed into its rings; it
@@ -754,7 +754,7 @@ func (s *session) cleanup() {
 	}
 	for _, pd := range pds {
 		if err := pd.Dealloc(); err != nil && !isClosed(s.dev.Done()) {
-			s.log.Warn("detach: PD", zap.Error(err))
+			s.log.Warn("detach: PD", slog.Any("error", err))
 		}
 	}
 	s.bell.stop()
@@ -770,7 +770,7 @@ func (s *session) cleanup() {
 	s.acct.Release(sessionBill)
 	s.acct.Close()
 	s.log.Info("process detached: its resources destroyed",
-		zap.Int("connections", len(conns)), zap.Int("qps", len(qps)), zap.Int("regions", len(regions)))
+		slog.Int("connections", len(conns)), slog.Int("qps", len(qps)), slog.Int("regions", len(regions)))
 }
 
 // handle carries out one request. Calls that wait for the network run on

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"go.uber.org/zap"
+	"log/slog"
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/cm"
@@ -101,7 +101,7 @@ func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 		}
 		c, err := r.Accept(AcceptOptions{})
 		if errors.Is(err, ErrConnReset) || errors.Is(err, ErrTimedOut) {
-			l.dev.log.Debug("cm: handshake failed", zap.Stringer("peer", r.RemoteAddr()), zap.Error(err))
+			l.dev.log.Debug("cm: handshake failed", slog.Any("peer", r.RemoteAddr()), slog.Any("error", err))
 			continue
 		}
 		return c, err
@@ -292,7 +292,7 @@ func (o *DialOptions) setDefaults(d *Device, remote netip.AddrPort) error {
 func (d *Device) Dial(ctx context.Context, remote netip.AddrPort, port uint16, opts DialOptions) (*Conn, error) {
 	remote = netip.AddrPortFrom(remote.Addr().Unmap(), cmp.Or(remote.Port(), wire.UDPPort))
 	fail := func(err error) (*Conn, error) {
-		d.log.Debug("cm: dial failed", zap.Stringer("peer", remote), zap.Uint16("port", port), zap.Error(err))
+		d.log.Debug("cm: dial failed", slog.Any("peer", remote), slog.Any("port", port), slog.Any("error", err))
 		return nil, err
 	}
 	if !remote.Addr().IsValid() {

@@ -5,7 +5,7 @@ import (
 	"net/netip"
 	"sync"
 
-	"go.uber.org/zap"
+	"log/slog"
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/cm"
@@ -110,7 +110,7 @@ func (c *cmDriver) poll() {
 			}
 			c.receive(wc)
 			if err := c.postRecv(wc.ID); err != nil {
-				c.dev.log.Debug("cm: QP1 receive buffer lost", zap.Error(err))
+				c.dev.log.Debug("cm: QP1 receive buffer lost", slog.Any("error", err))
 			}
 		}
 	}
@@ -220,7 +220,7 @@ func (c *cmDriver) tick(now qp.Time) {
 // MADs.
 func (c *cmDriver) perform(ended []endedConn, mads []cm.MAD) {
 	for _, e := range ended {
-		c.dev.log.Debug("cm: peer disconnected", zap.Stringer("peer", e.peer), zap.Uint32("qpn", e.qp.num))
+		c.dev.log.Debug("cm: peer disconnected", slog.Any("peer", e.peer), slog.Any("qpn", e.qp.num))
 		e.qp.modify(&qp.Attr{State: qp.Err}, qp.AttrState)
 	}
 	for i := range mads {

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.uber.org/zap"
+	"log/slog"
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/netem"
@@ -85,8 +85,10 @@ type Config struct {
 	// the network interface it is reached through carries, as rxe derives
 	// it (1024 on 1500-byte Ethernet; see PathMTU).
 	MTU int
-	// Logger receives control-path events; nil logs nothing.
-	Logger *zap.Logger
+	// Logger receives control-path events (a device opened or closed, a
+	// connection made or failed, an attached process's failures), never
+	// one per packet; nil logs nothing.
+	Logger *slog.Logger
 	// Faults injects packet faults into everything the device sends, for
 	// testing error handling. nil reads SOFTNIC_FAULTS from the environment.
 	Faults *netem.Faults
@@ -146,7 +148,7 @@ type Config struct {
 // with the same methods. Its methods are safe for concurrent use.
 type Device struct {
 	prov     deviceProvider // the embedded device, or the attachment to a daemon's
-	log      *zap.Logger
+	log      *slog.Logger
 	qpErrors *qpErrorQueue // for Config.OnQPError; nil without it
 }
 
@@ -220,7 +222,7 @@ func (d *Device) QPs() []*QP {
 type embeddedDevice struct {
 	pub   *Device
 	cfg   Config
-	log   *zap.Logger
+	log   *slog.Logger
 	conn  *udp.Conn
 	local netip.AddrPort
 	mem   *mr.Table
@@ -280,7 +282,7 @@ func openEmbedded(cfg Config) (*Device, error) {
 		return nil, fmt.Errorf("softnic: BusyPoll %v is not within 0 and 1s: %w", cfg.BusyPoll, ErrInvalid)
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = zap.NewNop()
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Faults == nil {
 		if spec := os.Getenv(EnvFaults); spec != "" {
@@ -319,8 +321,8 @@ func openEmbedded(cfg Config) (*Device, error) {
 		d.mem.Close()
 		return nil, fmt.Errorf("softnic: QP1: %w", err)
 	}
-	d.log.Info("softnic device open", zap.Stringer("addr", d.local), zap.Int("mtu", cfg.MTU),
-		zap.Stringer("udp", conn.Features()), zap.Bool("faults", d.faults.on.Load()))
+	d.log.Info("softnic device open", slog.Any("addr", d.local), slog.Int("mtu", cfg.MTU),
+		slog.Any("udp", conn.Features()), slog.Bool("faults", d.faults.on.Load()))
 	d.wg.Add(2)
 	go d.readLoop()
 	go d.timerLoop()
@@ -371,7 +373,7 @@ func (d *embeddedDevice) close() error {
 		if cerr := d.mem.Close(); err == nil {
 			err = cerr
 		}
-		d.log.Info("softnic device closed", zap.Stringer("addr", d.local))
+		d.log.Info("softnic device closed", slog.Any("addr", d.local))
 	})
 	return err
 }

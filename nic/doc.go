@@ -18,7 +18,7 @@
 // reader answers all the packets of a batch before it sends, so several
 // requests asking for an ACK get one coalesced ACK.
 // Every packet a device drops is counted (Device.Counters), never logged
-// one by one; logs go through the zap logger of the Config and are quiet
+// one by one; logs go through the *slog.Logger of the Config and are quiet
 // by default.
 //
 // The verbs of libibverbs map onto methods: ibv_query_device →

@@ -8,7 +8,7 @@ import (
 	"net/netip"
 	"slices"
 
-	"go.uber.org/zap"
+	"log/slog"
 
 	"github.com/softnic/softnic/nic/cm"
 	"github.com/softnic/softnic/qp"
@@ -37,7 +37,7 @@ func (d *embeddedDevice) listen(pub *Listener, opts *ListenOptions) (listenerPro
 	if err != nil {
 		return nil, fmt.Errorf("softnic: listen: %w", err)
 	}
-	d.log.Debug("cm: listening", zap.Uint16("port", port))
+	d.log.Debug("cm: listening", slog.Any("port", port))
 	return &embeddedListener{dev: d, l: l}, nil
 }
 
@@ -83,7 +83,7 @@ func (er *embeddedRequest) reject(_ *Request, private []byte) error {
 		err = e.Reject(now, er.id.comm, wire.RejectConsumer, private, out)
 	})
 	if err == nil {
-		er.dev.log.Debug("cm: rejected", zap.Stringer("peer", er.id.peer), zap.Uint16("port", er.id.port))
+		er.dev.log.Debug("cm: rejected", slog.Any("peer", er.id.peer), slog.Any("port", er.id.port))
 	}
 	return err
 }
@@ -171,8 +171,8 @@ func (er *embeddedRequest) acceptWith(r *Request, opts AcceptOptions, cfg QPConf
 		drop()
 		return nil, err
 	}
-	d.log.Debug("cm: accepted", zap.Stringer("peer", id.peer), zap.Uint16("port", id.port),
-		zap.Uint32("qpn", q.num), zap.Uint32("remote_qpn", req.LocalQPN))
+	d.log.Debug("cm: accepted", slog.Any("peer", id.peer), slog.Any("port", id.port),
+		slog.Any("qpn", q.num), slog.Any("remote_qpn", req.LocalQPN))
 	return d.newConn(id, q, r.private, opts.UseQP == nil), nil
 }
 
@@ -207,7 +207,7 @@ func (d *embeddedDevice) dial(ctx context.Context, _ *Device, remote netip.AddrP
 			if mtu == 0 || mtu >= opts.MTU {
 				break
 			}
-			d.log.Debug("cm: peer takes a smaller MTU", zap.Stringer("peer", remote), zap.Int("mtu", mtu))
+			d.log.Debug("cm: peer takes a smaller MTU", slog.Any("peer", remote), slog.Int("mtu", mtu))
 			opts.MTU = mtu
 		} else if rej.Reason != wire.RejectNoResources || busy >= int(opts.CMRetries) || !cmBackoff(ctx, busy, opts.CMTimeout) {
 			break
@@ -287,8 +287,8 @@ func (d *embeddedDevice) dialOnce(ctx context.Context, q *QP, remote netip.AddrP
 	if err != nil {
 		return nil, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err)
 	}
-	d.log.Debug("cm: connected", zap.Stringer("peer", remote), zap.Uint16("port", port),
-		zap.Uint32("qpn", q.num), zap.Uint32("remote_qpn", rep.LocalQPN), zap.Int("mtu", o.MTU))
+	d.log.Debug("cm: connected", slog.Any("peer", remote), slog.Any("port", port),
+		slog.Any("qpn", q.num), slog.Any("remote_qpn", rep.LocalQPN), slog.Int("mtu", o.MTU))
 	return d.newConn(id, q, rep.PrivateData[:], o.UseQP == nil), nil
 }
 
@@ -340,7 +340,7 @@ func (ec *embeddedConn) disconnect(c *Conn) {
 	if c.ownQP {
 		c.qp.Destroy()
 	}
-	d.log.Debug("cm: disconnected", zap.Stringer("peer", id.peer), zap.Uint32("qpn", c.qp.num))
+	d.log.Debug("cm: disconnected", slog.Any("peer", id.peer), slog.Any("qpn", c.qp.num))
 }
 
 // halt moves the QP of c, a connection of the embedded device, to the
@@ -362,5 +362,5 @@ func (q *embeddedQP) halt() {
 func (c *cmDriver) qpFailed(id *cmID, qpn uint32, cause qp.WCStatus) {
 	err := &QPError{QPN: qpn, Status: cause}
 	c.run(func(e *cm.Engine, _ qp.Time, out *cm.Output) { e.End(id.comm, err, out) })
-	c.dev.log.Debug("cm: connection's QP failed", zap.Stringer("peer", id.peer), zap.Error(err))
+	c.dev.log.Debug("cm: connection's QP failed", slog.Any("peer", id.peer), slog.Any("error", err))
 }

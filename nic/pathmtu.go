@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
-	"go.uber.org/zap"
+	"log/slog"
 
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/wire"
@@ -195,7 +195,7 @@ func (d *embeddedDevice) pathTooBig(q *embeddedQP, dst netip.AddrPort) {
 	d.routes.store(dst.Addr().Unmap(), r)
 	if r.mtu < old.mtu {
 		d.log.Warn("softnic: the route to a peer carries less than a QP's path MTU: new connections use the smaller MTU",
-			zap.Stringer("peer", dst), zap.String("qpn", fmt.Sprintf("%#x", q.num)), zap.Int("qp_mtu", qpMTU), zap.Int("path_mtu", r.mtu))
+			slog.Any("peer", dst), slog.String("qpn", fmt.Sprintf("%#x", q.num)), slog.Int("qp_mtu", qpMTU), slog.Int("path_mtu", r.mtu))
 	}
 	if t := q.qp.Type(); t == qp.RC || t == qp.UC {
 		q.qp.Modify(&qp.Attr{State: qp.Err}, qp.AttrState)

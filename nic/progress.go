@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.uber.org/zap"
+	"log/slog"
 
 	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/nic/udp"
@@ -230,7 +230,7 @@ func (d *embeddedDevice) readLoop() {
 			if errors.Is(err, net.ErrClosed) || d.closed() {
 				return
 			}
-			p.readErrors.Log(d.log, "softnic: read", zap.Error(err))
+			p.readErrors.Log(d.log, "softnic: read", slog.Any("error", err))
 		}
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.uber.org/zap"
+	"log/slog"
 
 	"github.com/softnic/softnic/netem"
 	"github.com/softnic/softnic/nic/udp"
@@ -223,7 +223,7 @@ func (d *embeddedDevice) send(msgs []udp.Message) (sent int, err error) {
 	if err != nil {
 		d.qpc.Add(qp.SendErr, uint64(len(msgs)-sent))
 		if !d.closed() {
-			d.log.Debug("softnic: send", zap.Int("unsent", len(msgs)-sent), zap.Error(err))
+			d.log.Debug("softnic: send", slog.Int("unsent", len(msgs)-sent), slog.Any("error", err))
 		}
 	}
 	return sent, err

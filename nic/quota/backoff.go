@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.uber.org/zap"
+	"log/slog"
 )
 
 // The waits of Backoff: net/http's Server waits 5 ms after a failed
@@ -31,7 +31,7 @@ const (
 // and Errors for any goroutine.
 type Backoff struct {
 	// Log receives one warning per episode, naming What accepts.
-	Log  *zap.Logger
+	Log  *slog.Logger
 	What string
 
 	errors   atomic.Uint64
@@ -64,7 +64,7 @@ func (b *Backoff) Accept(l net.Listener, done <-chan struct{}) (net.Conn, error)
 			b.delay = firstBackoff
 			if b.Log != nil {
 				b.episodes.Log(b.Log, "accept failed: trying again, up to each second, until it succeeds (counted in accept_errors; logged at most once a minute)",
-					zap.String("socket", b.What), zap.Uint64("accept_errors", n), zap.Error(err))
+					slog.String("socket", b.What), slog.Uint64("accept_errors", n), slog.Any("error", err))
 			}
 		} else {
 			b.delay = min(2*b.delay, maxBackoff)

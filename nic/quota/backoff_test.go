@@ -1,14 +1,14 @@
 package quota
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"log/slog"
 	"net"
 	"syscall"
 	"testing"
 	"time"
-
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest/observer"
 )
 
 // fakeListener returns its errors in turn, a nil one standing for a
@@ -47,10 +47,10 @@ func TestBackoffRidesOutErrors(t *testing.T) {
 	// A second episode within the minute, then a third a minute later.
 	errs = append(errs, nil, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED, nil, syscall.EMFILE, nil)
 	l := &fakeListener{errs: errs}
-	core, logs := observer.New(zap.WarnLevel)
+	var logged bytes.Buffer // one JSON object a line
 	var waits []time.Duration
 	clock := time.Unix(1e9, 0)
-	b := Backoff{Log: zap.New(core), What: "test socket", sleep: func(d time.Duration, _ <-chan struct{}) {
+	b := Backoff{Log: slog.New(slog.NewJSONHandler(&logged, &slog.HandlerOptions{Level: slog.LevelWarn})), What: "test socket", sleep: func(d time.Duration, _ <-chan struct{}) {
 		waits = append(waits, d)
 		clock = clock.Add(d)
 	}}
@@ -82,16 +82,23 @@ func TestBackoffRidesOutErrors(t *testing.T) {
 			t.Errorf("wait %d = %v, want %v (all: %v)", i, waits[i], want[i], waits)
 		}
 	}
-	if n := logs.Len(); n != 2 {
-		t.Fatalf("%d warnings for three episodes, two within a minute, want 2: %v", n, logs.All())
+	var logs []map[string]any
+	for line := range bytes.Lines(logged.Bytes()) {
+		var e map[string]any
+		if err := json.Unmarshal(line, &e); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		logs = append(logs, e)
 	}
-	for i, count := range []uint64{1, 15} {
-		e := logs.All()[i].ContextMap()
-		if e["socket"] != "test socket" || e["accept_errors"] != count {
-			t.Errorf("warning %d: %v, want the socket named and accept_errors=%d", i, e, count)
+	if n := len(logs); n != 2 {
+		t.Fatalf("%d warnings for three episodes, two within a minute, want 2: %s", n, logged.Bytes())
+	}
+	for i, count := range []float64{1, 15} {
+		if e := logs[i]; e["socket"] != "test socket" || e["accept_errors"] != count {
+			t.Errorf("warning %d: %v, want the socket named and accept_errors=%v", i, e, count)
 		}
 	}
-	if skipped := logs.All()[1].ContextMap()["not_logged_since"]; skipped != uint64(1) {
+	if skipped := logs[1]["not_logged_since"]; skipped != float64(1) {
 		t.Errorf("the second warning says %v episodes were not logged, want 1", skipped)
 	}
 }

@@ -4,7 +4,7 @@ import (
 	"sync"
 	"time"
 
-	"go.uber.org/zap"
+	"log/slog"
 )
 
 // Sometimes logs an event that a peer can repeat at will (a refused
@@ -18,9 +18,9 @@ type Sometimes struct {
 	now     func() time.Time // a test's clock
 }
 
-// Log logs msg with fields as a warning on log, unless one was logged
+// Log logs msg with args (as slog.Logger.Warn takes them) as a warning on log, unless one was logged
 // less than a minute ago.
-func (s *Sometimes) Log(log *zap.Logger, msg string, fields ...zap.Field) {
+func (s *Sometimes) Log(log *slog.Logger, msg string, args ...any) {
 	now := time.Now
 	if s.now != nil {
 		now = s.now
@@ -36,7 +36,7 @@ func (s *Sometimes) Log(log *zap.Logger, msg string, fields ...zap.Field) {
 	s.last, s.skipped = t, 0
 	s.mu.Unlock()
 	if skipped > 0 {
-		fields = append(fields, zap.Uint64("not_logged_since", skipped))
+		args = append(args, slog.Uint64("not_logged_since", skipped))
 	}
-	log.Warn(msg, fields...)
+	log.Warn(msg, args...)
 }

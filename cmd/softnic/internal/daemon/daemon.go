@@ -34,6 +34,7 @@ import (
 	"github.com/softnic/softnic/cmd/softnic/internal/control"
 	"github.com/softnic/softnic/cmd/softnic/internal/exit"
 	"github.com/softnic/softnic/cmd/softnic/internal/flagval"
+	"github.com/softnic/softnic/cmd/softnic/internal/zapslog"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/netem"
 	"github.com/softnic/softnic/nic"
@@ -237,8 +238,10 @@ func (d *daemon) start() error {
 	if err != nil {
 		return err
 	}
+	// The library logs through slog; its lines join the daemon's zap log.
+	libLog := zapslog.New(d.log)
 	d.ctl = &control.Server{Listener: l, Admit: d.admit, Handle: d.control, Attach: d.serveAttached,
-		Accepts: quota.Backoff{Log: d.log, What: cfg.Control}}
+		Accepts: quota.Backoff{Log: libLog, What: cfg.Control}}
 	if err := d.listenWeb(); err != nil {
 		return err
 	}
@@ -247,7 +250,7 @@ func (d *daemon) start() error {
 			return fmt.Errorf("--pcap: %w", err)
 		}
 	}
-	ncfg := nic.Config{Addr: cfg.Listen, Logger: d.log, Faults: cfg.Faults, Embed: true, BusyPoll: cfg.BusyPoll, CM: cfg.CM, MTU: cfg.MTU,
+	ncfg := nic.Config{Addr: cfg.Listen, Logger: libLog, Faults: cfg.Faults, Embed: true, BusyPoll: cfg.BusyPoll, CM: cfg.CM, MTU: cfg.MTU,
 		// Linux rxe's packets: their IPv4 identifications are checked as
 		// they are where a raw socket shows them, recovered otherwise.
 		RecoverIPID: !cfg.StrictICRC, UDP: udp.Options{IPIDs: true}}
@@ -260,7 +263,7 @@ func (d *daemon) start() error {
 	}
 	limits := quota.DefaultLimits(quota.Probe(d.dev.MaxQPs()))
 	cfg.Limits.Apply(&limits)
-	acfg := nic.AttachServerConfig{Logger: d.log, Limits: &limits, LimitFlag: "softnic serve --limit"}
+	acfg := nic.AttachServerConfig{Logger: libLog, Limits: &limits, LimitFlag: "softnic serve --limit"}
 	if cfg.AllowGroup >= 0 {
 		acfg.AllowGroups = []int{cfg.AllowGroup}
 	}
