@@ -289,6 +289,9 @@ func (c *Cache) unlinkLocked(e *CacheEntry) {
 	c.lruBytes -= uint64(len(e.buf))
 }
 
+// Config returns the cache's configuration.
+func (c *Cache) Config() CacheConfig { return c.cfg }
+
 // Stats returns the cache's counters.
 func (c *Cache) Stats() CacheStats {
 	c.mu.Lock()

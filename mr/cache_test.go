@@ -53,24 +53,6 @@ func TestCacheConfigFromEnv(t *testing.T) {
 	}
 }
 
-// TestDomainCacheFromEnv: the domain reads the variables "as libfabric
-// does" unless the Go API overrides them.
-func TestDomainCacheFromEnv(t *testing.T) {
-	t.Setenv("FI_MR_CACHE_MAX_COUNT", "7")
-	t.Setenv("FI_MR_CACHE_MERGE_REGIONS", "yes")
-	tb := newTable(t)
-	d, err := OpenDomain(tb, DomainConfig{})
-	wantErr(t, "OpenDomain", err, nil)
-	if got := d.Cache().cfg; got != (CacheConfig{MaxCount: 7, MergeRegions: true}) {
-		t.Errorf("cache config from the environment %+v", got)
-	}
-	over, err := OpenDomain(tb, DomainConfig{Cache: &CacheConfig{MaxCount: 1}})
-	wantErr(t, "OpenDomain", err, nil)
-	if got := over.Cache().cfg; got != (CacheConfig{MaxCount: 1}) {
-		t.Errorf("overridden cache config %+v", got)
-	}
-}
-
 func newCache(t *testing.T, cfg CacheConfig) (*Table, *Cache) {
 	tb := newTable(t)
 	c := NewCache(tb, allocPD(t, tb), LocalWrite, cfg)
@@ -86,7 +68,7 @@ func get(t *testing.T, c *Cache, b []byte) *CacheEntry {
 	t.Helper()
 	e, err := c.Get(b)
 	wantErr(t, "Get", err, nil)
-	if !e.Region().holds(b) {
+	if !holds(e.Region(), b) {
 		t.Fatalf("entry's region does not hold the buffer")
 	}
 	return e

@@ -162,7 +162,7 @@ func (r *Region) admit(pd PD, who *Requester) (Access, Reason) {
 		if r.pkey != 0 && !pkeyMatch(r.pkey, who.PKey) {
 			return 0, ReasonPartition
 		}
-		if b := r.fi.Load(); b != nil && b.ep != nil && b.ep.QPN != who.QPN {
+		if b := r.bound.Load(); b != nil && b.Endpoint && b.EndpointQPN != who.QPN {
 			return 0, ReasonEndpoint
 		}
 	}
@@ -241,9 +241,9 @@ func (e *extent) offsetOf(addr uint64) uint64 {
 // countRemoteWrite counts a granted modifying access on the counters bound
 // with FI_REMOTE_WRITE.
 func (r *Region) countRemoteWrite() {
-	if b := r.fi.Load(); b != nil {
-		for _, c := range b.counters {
-			c.n.Add(1)
+	if b := r.bound.Load(); b != nil {
+		for _, c := range b.Counters {
+			c.Add(1)
 		}
 	}
 }

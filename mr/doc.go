@@ -14,12 +14,14 @@
 //
 // The verbs face follows ibv_reg_mr(3) and the Linux rxe driver:
 // Table.Register, RegisterImplicit, Deregister, Rereg, AllocWindow,
-// BindWindow, Invalidate, Prefetch. The libfabric face follows fi_mr(3):
-// a Domain with an mr_mode registers MRs with Reg, Regv and Regattr
-// (requested keys, iov lists, auth keys, raw keys, counter and endpoint
-// binding, enable, refresh, asynchronous completion on an event queue) and
-// keeps a registration Cache sized by FI_MR_CACHE_*. Both land in the same
-// Table.
+// BindWindow, Invalidate, Prefetch. The libfabric face, package nic/fabric,
+// keeps fi_mr(3)'s rules and registers through RegisterWith (several
+// buffers, requested keys, partitions, a disabled start), binds regions to
+// counters and endpoints with Region.Bind, and enables and refreshes them;
+// the table checks what the data path must: keys, partitions, endpoints,
+// the disabled and refreshing states, and counts remote writes. The
+// registration Cache, sized by FI_MR_CACHE_*, serves either. Both faces
+// land in the same Table.
 //
 // # Keys
 //

@@ -63,25 +63,21 @@ func ExampleTable_Register_zeroBased() {
 }
 
 // Register three buffers as one region with an application-chosen key, as
-// fi_mr_regv does: a peer sees them as one contiguous range starting at 0
-// (scalable mr_mode), and the key it uses is the one requested.
-func ExampleDomain_Regv() {
+// fi_mr_regv does in package nic/fabric: a peer sees them as one contiguous
+// range starting at 0 (ZeroBased), and the key it uses is the one asked for.
+func ExampleTable_RegisterWith() {
 	t := mr.NewTable(mr.Config{})
 	defer t.Close()
-	d, err := mr.OpenDomain(t, mr.DomainConfig{Cache: &mr.CacheConfig{}})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
+	pd, _ := t.AllocPD()
 	iov := [][]byte{[]byte("abc"), []byte("defg"), []byte("hij")}
-	m, err := d.Regv(iov, mr.FIRemoteRead, 0, 0xC0DE, 0, "my context")
+	r, err := t.RegisterWith(pd, mr.RegOptions{Segments: iov, Access: mr.RemoteRead | mr.ZeroBased, Key: 0xC0DE, HasKey: true})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	defer m.Close()
+	defer t.Deregister(r)
 
-	s, err := t.Remote(uint32(m.Key()), 2, 6, mr.RemoteRead, mr.Requester{PD: d.PD()})
+	s, err := t.Remote(r.RKey(), 2, 6, mr.RemoteRead, mr.Requester{PD: pd})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -89,10 +85,10 @@ func ExampleDomain_Regv() {
 	got := make([]byte, 6)
 	s.ReadAt(got, 0)
 	s.Release()
-	fmt.Printf("key %#x, %d bytes, read %q\n", m.Key(), m.Region().Len(), got)
+	fmt.Printf("key %#x, %d bytes, read %q\n", r.RKey(), r.Len(), got)
 
 	// The same key cannot be had twice.
-	_, err = d.Reg(make([]byte, 8), mr.FIRemoteRead, 0, 0xC0DE, 0, nil)
+	_, err = t.RegisterWith(pd, mr.RegOptions{Segments: [][]byte{make([]byte, 8)}, Access: mr.RemoteRead, Key: 0xC0DE, HasKey: true})
 	fmt.Println(errors.Is(err, mr.ErrNoKey))
 	// Output:
 	// key 0xc0de, 10 bytes, read "cdefgh"

@@ -26,12 +26,15 @@ func FuzzRemote(f *testing.F) {
 	va, _ := tb.Register(pd, buffer(guard, 256), rw|MWBind)
 	zb, _ := tb.Register(pd, buffer(512, 128), rw|ZeroBased)
 	odp, _ := tb.Register(pd, buffer(1024, 3000), rw|OnDemand)
-	d, _ := OpenDomain(tb, DomainConfig{Cache: &CacheConfig{}})
-	iov, _ := d.Regv([][]byte{buffer(4200, 100), buffer(4400, 37), buffer(4500, 200)}, FIRemoteRead|FIRemoteWrite, 0, 0x77, 0, nil)
+	// An fi_mr_regv region of its own PD, as package nic/fabric registers
+	// one in scalable mode: zero-based, the application's key.
+	iovPD, _ := tb.AllocPD()
+	iov, _ := tb.RegisterWith(iovPD, RegOptions{Segments: [][]byte{buffer(4200, 100), buffer(4400, 37), buffer(4500, 200)},
+		Access: rw | ZeroBased, Key: 0x77, HasKey: true})
 	imp, _ := tb.RegisterImplicit(pd, OnDemand|rw)
 	w, _ := tb.AllocWindow(pd, WindowType2)
 	tb.BindWindow(&BindRequest{WindowKey: w.RKey(), NewKey: w.RKey(), RegionKey: va.LKey(), Addr: va.Addr() + 16, Length: 64, Access: RemoteWrite | RemoteAtomic | ZeroBased}, Requester{PD: pd, QPN: 1})
-	keys := []uint32{va.RKey(), zb.RKey(), odp.RKey(), iov.Region().RKey(), imp.RKey(), w.RKey()}
+	keys := []uint32{va.RKey(), zb.RKey(), odp.RKey(), iov.RKey(), imp.RKey(), w.RKey()}
 	guards := bytes.Clone(backing)
 
 	f.Add(uint8(0), uint32(0), va.Addr(), uint64(8), uint8(1), uint32(1), uint16(0xffff))

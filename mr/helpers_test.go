@@ -81,3 +81,14 @@ func wantReason(t testing.TB, what string, err error, want Reason) {
 }
 
 const rw = LocalWrite | RemoteRead | RemoteWrite | RemoteAtomic
+
+// holds reports whether b lies inside one of r's buffers.
+func holds(r *Region, b []byte) bool {
+	start, end := addrOf(b), addrOf(b)+uint64(len(b))
+	for _, e := range r.exts {
+		if len(b) > 0 && start >= e.start && end <= e.end {
+			return true
+		}
+	}
+	return false
+}

@@ -20,8 +20,8 @@ type Region struct {
 	key    uint32        // lkey == rkey; re-registration keeps it
 	base   uint64        // remote address of the first byte: 0 if zero-based, else a VA
 	length uint64
-	fi     atomic.Pointer[fiBinding] // counters and endpoint of an fi_mr region
-	odp    *pageSet                  // nil unless ON_DEMAND
+	bound  atomic.Pointer[Binding] // counters and endpoint of an fi_mr region
+	odp    *pageSet                // nil unless ON_DEMAND
 	mem    memory
 
 	t         *Table

@@ -145,15 +145,15 @@ func TestSpanAtomics(t *testing.T) {
 // buffers.
 func TestIOVSpans(t *testing.T) {
 	tb := newTable(t)
-	d, err := OpenDomain(tb, DomainConfig{Cache: &CacheConfig{}})
-	wantErr(t, "OpenDomain", err, nil)
+	pd := allocPD(t, tb)
 	backing := aligned(128)
 	iov := [][]byte{backing[0:12], backing[40:60], backing[80:128]} // 12 + 20 + 48 = 80 bytes
-	m, err := d.Regv(iov, FIRemoteRead|FIRemoteWrite, 0, 0x4200, 0, nil)
-	wantErr(t, "Regv", err, nil)
-	defer m.Close()
-	who := Requester{PD: d.PD()}
-	if r := m.Region(); r.Len() != 80 || r.Addr() != 0 {
+	// As package nic/fabric registers fi_mr_regv in scalable mode.
+	r, err := tb.RegisterWith(pd, RegOptions{Segments: iov, Access: rw | ZeroBased, Key: 0x4200, HasKey: true})
+	wantErr(t, "RegisterWith", err, nil)
+	defer tb.Deregister(r)
+	who := Requester{PD: pd}
+	if r.Len() != 80 || r.Addr() != 0 {
 		t.Fatalf("iov region [%#x, +%d), want [0, +80)", r.Addr(), r.Len())
 	}
 	tests := []struct {
@@ -172,12 +172,12 @@ func TestIOVSpans(t *testing.T) {
 		{"atomic aligned as an offset, misaligned in memory", 16, 8, RemoteAtomic, ReasonMisaligned},
 	}
 	for _, tc := range tests {
-		s, err := tb.Remote(m.Region().RKey(), tc.addr, tc.n, tc.need, who)
+		s, err := tb.Remote(r.RKey(), tc.addr, tc.n, tc.need, who)
 		wantReason(t, tc.name, err, tc.want)
 		s.Release()
 	}
 
-	s, _ := tb.Remote(m.Region().RKey(), 0, 80, RemoteWrite, who)
+	s, _ := tb.Remote(r.RKey(), 0, 80, RemoteWrite, who)
 	data := make([]byte, 80)
 	for i := range data {
 		data[i] = byte(i + 1)

@@ -502,59 +502,6 @@ func TestAttachNoAllocations(t *testing.T) {
 	}
 }
 
-// TestAttachEndpoint: the fabric-style Endpoint works on an attached
-// device, buffers found by address among the process's regions.
-func TestAttachEndpoint(t *testing.T) {
-	checkLeaks(t)
-	d := startDaemon(t, nic.Config{})
-	dev := attachTo(t, d)
-	pd, _ := dev.AllocPD()
-	ep, err := pd.NewEndpoint(nic.EndpointConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := pd.AllocMR(1<<16, mr.LocalWrite|mr.RemoteWrite|mr.RemoteRead)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := openEnd(t, nic.Config{})
-	if err := ep.QP().Connect(b.dev.Addr(), b.qp.Num(), nic.ConnectOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.qp.Connect(dev.Addr(), ep.QP().Num(), nic.ConnectOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	copy(m.Bytes()[100:], "endpoint data")
-	if err := ep.Write(m.Bytes()[100:113], nil, b.mr.Addr()+8, uint64(b.mr.RKey()), "w"); err != nil {
-		t.Fatal(err)
-	}
-	if err := ep.Read(m.Bytes()[200:213], nil, b.mr.Addr()+8, uint64(b.mr.RKey()), "r"); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var got []any
-	for len(got) < 2 {
-		var cs [2]nic.Completion
-		n, err := ep.Wait(ctx, cs[:])
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, c := range cs[:n] {
-			if c.Err != nil {
-				t.Fatalf("completion %+v", c)
-			}
-			got = append(got, c.Context)
-		}
-	}
-	if string(m.Bytes()[200:213]) != "endpoint data" || got[0] != "w" || got[1] != "r" {
-		t.Errorf("read back %q, contexts %v", m.Bytes()[200:213], got)
-	}
-	if err := ep.Write(make([]byte, 8), nil, b.mr.Addr(), uint64(b.mr.RKey()), nil); !errors.Is(err, nic.ErrInvalid) {
-		t.Errorf("Write of a buffer in no region: %v, want ErrInvalid", err)
-	}
-}
-
 // Two goroutines wait on one CQ and each completion wakes one of them: the
 // second waiter must still be woken by the second completion, although
 // the first waiter took the wakeup that the first completion's arming

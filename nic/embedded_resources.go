@@ -510,14 +510,3 @@ func (p *embeddedPD) allocMW(pd *PD, typ mr.WindowType) (*MW, error) {
 // rkey is the window's key, which changes when a bind executes.
 func (w *embeddedMW) rkey() uint32   { return w.w.RKey() }
 func (w *embeddedMW) dealloc() error { return w.dev.mem.DeallocWindow(w.w) }
-
-func (d *embeddedDevice) openDomain(pub *Device, cfg mr.DomainConfig) (*mr.Domain, *PD, error) {
-	if d.closed() {
-		return nil, nil, ErrClosed
-	}
-	dom, err := mr.OpenDomain(d.mem, cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	return dom, &PD{dev: pub, prov: &embeddedPD{dev: d, pd: dom.PD()}}, nil
-}

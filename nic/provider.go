@@ -43,15 +43,14 @@ type deviceProvider interface {
 }
 
 // nicOwner is the optional part of a deviceProvider that runs the NIC
-// itself, and so has its QP table, its region table, its fi_mr face and
-// its link's faults: the embedded provider. An attached device's are its
-// daemon's.
+// itself, and so has its QP table, its region table (which package
+// nic/fabric's fi_mr domains register in) and its link's faults: the
+// embedded provider. An attached device's are its daemon's.
 type nicOwner interface {
 	setFaults(in FaultInjector)
 	maxQPs() int
 	memory() *mr.Table
 	allQPs() []*QP
-	openDomain(d *Device, cfg mr.DomainConfig) (*mr.Domain, *PD, error)
 }
 
 // pdProvider is a protection domain's provider.

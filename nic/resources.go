@@ -398,14 +398,3 @@ func (q *QP) PostRecv(wr *qp.RecvWR) error { return q.prov.postRecv(wr) }
 // complete with WR_FLUSH_ERR, and removes it from the device
 // (ibv_destroy_qp). Packets for it are dropped from then on.
 func (q *QP) Destroy() error { return q.prov.destroy() }
-
-// OpenDomain opens the fi_mr face of the device's region table (a
-// libfabric resource domain, see mr.Domain) and returns it with the PD its
-// regions live in: QPs created from that PD reach the domain's regions,
-// with the mr_mode, key and endpoint rules the domain enforces.
-func (d *Device) OpenDomain(cfg mr.DomainConfig) (*mr.Domain, *PD, error) {
-	if o, ok := d.prov.(nicOwner); ok {
-		return o.openDomain(d, cfg)
-	}
-	return nil, nil, unsupported("an fi_mr domain")
-}

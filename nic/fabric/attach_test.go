@@ -1,28 +1,17 @@
-package nic_test
+package fabric_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/fabric"
 	"github.com/softnic/softnic/qp"
 )
-
-// openDescriptors counts the process's open descriptors: an attached
-// device's and, the daemon running in the test, its daemon's.
-func openDescriptors(t *testing.T) int {
-	t.Helper()
-	fds, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Skipf("no descriptor count: %v", err)
-	}
-	return len(fds)
-}
 
 // TestAttachedEndpointReleasesCQ: an attached endpoint's CQ, with its ring
 // and descriptors on both sides, goes when the endpoint closes, and when
@@ -34,7 +23,7 @@ func TestAttachedEndpointReleasesCQ(t *testing.T) {
 		open func(pd *nic.PD) error
 	}{
 		{"open and close", func(pd *nic.PD) error {
-			ep, err := pd.NewEndpoint(nic.EndpointConfig{})
+			ep, err := fabric.NewEndpoint(pd, fabric.EndpointConfig{})
 			if err != nil {
 				return err
 			}
@@ -42,7 +31,7 @@ func TestAttachedEndpointReleasesCQ(t *testing.T) {
 		}},
 		{"the QP fails", func(pd *nic.PD) error {
 			// The CQ is made first; the QP refuses the SGE count.
-			if _, err := pd.NewEndpoint(nic.EndpointConfig{IOVLimit: 1000}); !errors.Is(err, nic.ErrInvalid) {
+			if _, err := fabric.NewEndpoint(pd, fabric.EndpointConfig{IOVLimit: 1000}); !errors.Is(err, fabric.ErrInvalid) {
 				return fmt.Errorf("NewEndpoint with 1000 SGEs: %v, want ErrInvalid", err)
 			}
 			return nil
@@ -50,7 +39,7 @@ func TestAttachedEndpointReleasesCQ(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			dev := attachTo(t, startDaemon(t, nic.Config{}))
+			dev := attachTo(t, startDaemon(t))
 			pd, err := dev.AllocPD()
 			if err != nil {
 				t.Fatal(err)
@@ -81,24 +70,24 @@ func TestEndpointFlushedAfterClose(t *testing.T) {
 		open func(t *testing.T) *nic.Device
 	}{
 		{"embedded", func(t *testing.T) *nic.Device { return openDevice(t, nic.Config{}) }},
-		{"attached", func(t *testing.T) *nic.Device { return attachTo(t, startDaemon(t, nic.Config{})) }},
+		{"attached", func(t *testing.T) *nic.Device { return attachTo(t, startDaemon(t)) }},
 	}
 	reapers := []struct {
 		name string
 		// reap closes ep and returns the completions it reaps after.
-		reap func(t *testing.T, ep *nic.Endpoint) []nic.Completion
+		reap func(t *testing.T, ep *fabric.Endpoint) []fabric.Completion
 	}{
-		{"poll after close", func(t *testing.T, ep *nic.Endpoint) []nic.Completion {
+		{"poll after close", func(t *testing.T, ep *fabric.Endpoint) []fabric.Completion {
 			if err := ep.Close(); err != nil {
 				t.Fatal(err)
 			}
-			var got []nic.Completion
+			var got []fabric.Completion
 			for {
-				var cs [1]nic.Completion // one at a time, so that the rest wait their turn
+				var cs [1]fabric.Completion // one at a time, so that the rest wait their turn
 				n, err := ep.Poll(cs[:])
 				got = append(got, cs[:n]...)
 				if err != nil {
-					if !errors.Is(err, nic.ErrClosed) {
+					if !errors.Is(err, fabric.ErrClosed) {
 						t.Errorf("Poll: %v, want ErrClosed once reaped", err)
 					}
 					return got
@@ -108,11 +97,11 @@ func TestEndpointFlushedAfterClose(t *testing.T) {
 				}
 			}
 		}},
-		{"wait across close", func(t *testing.T, ep *nic.Endpoint) []nic.Completion {
+		{"wait across close", func(t *testing.T, ep *fabric.Endpoint) []fabric.Completion {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			type result struct {
-				cs  [4]nic.Completion
+				cs  [4]fabric.Completion
 				n   int
 				err error
 			}
@@ -132,11 +121,11 @@ func TestEndpointFlushedAfterClose(t *testing.T) {
 			}
 			got := r.cs[:r.n]
 			for {
-				var cs [4]nic.Completion
+				var cs [4]fabric.Completion
 				n, err := ep.Wait(ctx, cs[:])
 				got = append(got, cs[:n]...)
 				if err != nil {
-					if !errors.Is(err, nic.ErrClosed) {
+					if !errors.Is(err, fabric.ErrClosed) {
 						t.Errorf("Wait: %v, want ErrClosed once reaped", err)
 					}
 					return got
@@ -167,7 +156,7 @@ func TestEndpointFlushedAfterClose(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					ep, err := pd.NewEndpoint(nic.EndpointConfig{})
+					ep, err := fabric.NewEndpoint(pd, fabric.EndpointConfig{})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -192,11 +181,11 @@ func TestEndpointFlushedAfterClose(t *testing.T) {
 						t.Fatalf("%d completions after Close (%+v), want %v's", len(got), got, want)
 					}
 					for i, c := range got {
-						flags := nic.FIMsg | nic.FIRecv
+						flags := fabric.FIMsg | fabric.FIRecv
 						if want[i] == "write" {
-							flags = nic.FIRMA | nic.FIWrite
+							flags = fabric.FIRMA | fabric.FIWrite
 						}
-						checkCompletion(t, c, want[i], flags, 0, nic.StatusError(qp.WRFlushErr))
+						checkCompletion(t, c, want[i], flags, 0, fabric.StatusError(qp.WRFlushErr))
 					}
 					if err := ep.Close(); err != nil {
 						t.Errorf("second Close: %v", err)
@@ -204,5 +193,57 @@ func TestEndpointFlushedAfterClose(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// TestAttachEndpoint: the fabric-style Endpoint works on an attached
+// device, buffers found by address among the process's regions.
+func TestAttachEndpoint(t *testing.T) {
+	checkLeaks(t)
+	dev := attachTo(t, startDaemon(t))
+	pd, _ := dev.AllocPD()
+	ep, err := fabric.NewEndpoint(pd, fabric.EndpointConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := pd.AllocMR(1<<16, mr.LocalWrite|mr.RemoteWrite|mr.RemoteRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := openEnd(t, nic.Config{})
+	if err := ep.QP().Connect(b.dev.Addr(), b.qp.Num(), nic.ConnectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.qp.Connect(dev.Addr(), ep.QP().Num(), nic.ConnectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	copy(m.Bytes()[100:], "endpoint data")
+	if err := ep.Write(m.Bytes()[100:113], nil, b.mr.Addr()+8, uint64(b.mr.RKey()), "w"); err != nil {
+		t.Fatal(err)
+	}
+	if err := ep.Read(m.Bytes()[200:213], nil, b.mr.Addr()+8, uint64(b.mr.RKey()), "r"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var got []any
+	for len(got) < 2 {
+		var cs [2]fabric.Completion
+		n, err := ep.Wait(ctx, cs[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cs[:n] {
+			if c.Err != nil {
+				t.Fatalf("completion %+v", c)
+			}
+			got = append(got, c.Context)
+		}
+	}
+	if string(m.Bytes()[200:213]) != "endpoint data" || got[0] != "w" || got[1] != "r" {
+		t.Errorf("read back %q, contexts %v", m.Bytes()[200:213], got)
+	}
+	if err := ep.Write(make([]byte, 8), nil, b.mr.Addr(), uint64(b.mr.RKey()), nil); !errors.Is(err, fabric.ErrInvalid) {
+		t.Errorf("Write of a buffer in no region: %v, want ErrInvalid", err)
 	}
 }

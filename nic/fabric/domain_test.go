@@ -1,19 +1,36 @@
-package mr
+package fabric
 
 import (
 	"bytes"
 	"encoding/binary"
 	"errors"
 	"math"
+	"net/netip"
 	"testing"
+	"unsafe"
+
+	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic"
 )
 
-func openDomain(t *testing.T, tb *Table, cfg DomainConfig) *Domain {
+// newDevice opens an embedded device on loopback, closed when the test
+// ends; the tests check accesses against its region table.
+func newDevice(t *testing.T) *nic.Device {
+	t.Helper()
+	dev, err := nic.Open(nic.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	return dev
+}
+
+func openDomain(t *testing.T, dev *nic.Device, cfg DomainConfig) *Domain {
 	t.Helper()
 	if cfg.Cache == nil {
-		cfg.Cache = &CacheConfig{MaxCount: DefaultCacheMaxCount}
+		cfg.Cache = &mr.CacheConfig{MaxCount: mr.DefaultCacheMaxCount}
 	}
-	d, err := OpenDomain(tb, cfg)
+	d, err := OpenDomain(dev, cfg)
 	if err != nil {
 		t.Fatalf("OpenDomain(%+v): %v", cfg, err)
 	}
@@ -21,7 +38,7 @@ func openDomain(t *testing.T, tb *Table, cfg DomainConfig) *Domain {
 }
 
 func TestDomainModes(t *testing.T) {
-	tb := newTable(t)
+	dev := newDevice(t)
 	tests := []struct {
 		name string
 		mode MRMode
@@ -39,7 +56,7 @@ func TestDomainModes(t *testing.T) {
 		{"an unknown bit (FI_MR_HMEM is not in v1.8)", 1 << 10, 0, ErrInvalid},
 	}
 	for _, tc := range tests {
-		d, err := OpenDomain(tb, DomainConfig{Mode: tc.mode, Cache: &CacheConfig{}})
+		d, err := OpenDomain(dev, DomainConfig{Mode: tc.mode, Cache: &mr.CacheConfig{}})
 		wantErr(t, tc.name, err, tc.err)
 		if err != nil {
 			continue
@@ -49,16 +66,16 @@ func TestDomainModes(t *testing.T) {
 		}
 		wantErr(t, "Close", d.Close(), nil)
 	}
-	_, err := OpenDomain(tb, DomainConfig{IOVLimit: -1, Cache: &CacheConfig{}})
+	_, err := OpenDomain(dev, DomainConfig{IOVLimit: -1, Cache: &mr.CacheConfig{}})
 	wantErr(t, "negative mr_iov_limit", err, ErrInvalid)
 }
 
 // TestRegattrRules checks the arguments of fi_mr_reg / fi_mr_regv /
 // fi_mr_regattr and the ERRORS section of fi_mr(3).
 func TestRegattrRules(t *testing.T) {
-	tb := newTable(t)
-	scalable := openDomain(t, tb, DomainConfig{IOVLimit: 2})
-	provKey := openDomain(t, tb, DomainConfig{Mode: MRProvKey})
+	dev := newDevice(t)
+	scalable := openDomain(t, dev, DomainConfig{IOVLimit: 2})
+	provKey := openDomain(t, dev, DomainConfig{Mode: MRProvKey})
 	taken, err := scalable.Reg(make([]byte, 8), FIRemoteRead, 0, 0x500, 0, nil)
 	wantErr(t, "Reg", err, nil)
 	defer taken.Close()
@@ -67,10 +84,10 @@ func TestRegattrRules(t *testing.T) {
 		name  string
 		d     *Domain
 		attr  MRAttr
-		flags FIFlags
+		flags Flags
 		want  error
 	}{
-		{"all access bits", scalable, MRAttr{IOV: buf(), Access: fiAccessAll, RequestedKey: 1}, 0, nil},
+		{"all access bits", scalable, MRAttr{IOV: buf(), Access: accessFlags, RequestedKey: 1}, 0, nil},
 		{"FI_RMA_EVENT flag", scalable, MRAttr{IOV: buf(), RequestedKey: 2}, FIRMAEvent, nil},
 		{"FI_RMA_PMEM flag", scalable, MRAttr{IOV: buf(), RequestedKey: 3}, FIRMAPmem, nil},
 		{"requested key 0 is a key in scalable mode", scalable, MRAttr{IOV: buf(), RequestedKey: 0}, 0, nil},
@@ -78,7 +95,7 @@ func TestRegattrRules(t *testing.T) {
 		{"FI_MR_PROV_KEY: provider keys, requested key 0 ignored", provKey, MRAttr{IOV: buf()}, 0, nil},
 
 		{"-FI_EBADFLAGS: flags not supported", scalable, MRAttr{IOV: buf(), RequestedKey: 5}, 1 << 20, ErrBadFlags},
-		{"unknown access bit", scalable, MRAttr{IOV: buf(), Access: FIAccess(1) << 14, RequestedKey: 6}, 0, ErrInvalid},
+		{"unknown access bit", scalable, MRAttr{IOV: buf(), Access: Flags(1) << 14, RequestedKey: 6}, 0, ErrInvalid},
 		{"offset is reserved for future use and must be 0", scalable, MRAttr{IOV: buf(), Offset: 8, RequestedKey: 7}, 0, ErrInvalid},
 		{"no buffers", scalable, MRAttr{RequestedKey: 8}, 0, ErrInvalid},
 		{"more buffers than mr_iov_limit", scalable, MRAttr{IOV: [][]byte{{1}, {2}, {3}}, RequestedKey: 9}, 0, ErrInvalid},
@@ -108,28 +125,34 @@ func TestRegattrRules(t *testing.T) {
 	}
 }
 
-// TestFIAccessMapping checks how fi_mr access becomes region access, as
+// TestAccessMapping checks how fi_mr access becomes region access, as
 // libfabric's verbs provider maps it.
-func TestFIAccessMapping(t *testing.T) {
+func TestAccessMapping(t *testing.T) {
+	tb := newDevice(t).Memory()
+	pd, err := tb.AllocPD()
+	wantErr(t, "AllocPD", err, nil)
 	tests := []struct {
-		fi   FIAccess
-		want Access
+		fi   Flags
+		want mr.Access
 	}{
 		{0, 0},
 		{FISend | FIWrite, 0}, // local read only
-		{FIRecv, LocalWrite},
-		{FIRead, LocalWrite},
-		{FIRemoteRead, RemoteRead},
-		{FIRemoteWrite, LocalWrite | RemoteWrite | RemoteAtomic},
-		{fiAccessAll, rw},
+		{FIRecv, mr.LocalWrite},
+		{FIRead, mr.LocalWrite},
+		{FIRemoteRead, mr.RemoteRead},
+		{FIRemoteWrite, mr.LocalWrite | mr.RemoteWrite | mr.RemoteAtomic},
+		{accessFlags, rw},
 	}
 	for _, tc := range tests {
 		if got := tc.fi.verbs(); got != tc.want {
-			t.Errorf("FIAccess(%#x).verbs() = %v, want %v", uint64(tc.fi), got, tc.want)
+			t.Errorf("Flags(%#x).verbs() = %v, want %v", uint64(tc.fi), got, tc.want)
 		}
-		if err := tc.fi.verbs().validate(); err != nil {
-			t.Errorf("FIAccess(%#x) maps to invalid access: %v", uint64(tc.fi), err)
+		r, err := tb.Register(pd, make([]byte, 8), tc.fi.verbs())
+		if err != nil {
+			t.Errorf("Flags(%#x) maps to access the table refuses: %v", uint64(tc.fi), err)
+			continue
 		}
+		wantErr(t, "Deregister", tb.Deregister(r), nil)
 	}
 }
 
@@ -138,7 +161,8 @@ func TestFIAccessMapping(t *testing.T) {
 // "peers ... specify the destination memory buffer using the target's
 // virtual address".
 func TestAddressing(t *testing.T) {
-	tb := newTable(t)
+	dev := newDevice(t)
+	tb := dev.Memory()
 	for _, tc := range []struct {
 		name      string
 		mode      MRMode
@@ -149,7 +173,7 @@ func TestAddressing(t *testing.T) {
 		{"FI_MR_VIRT_ADDR: virtual addresses", MRVirtAddr, 0x701, true},
 		{"FI_MR_BASIC: virtual addresses, provider keys", MRBasic, 0, true},
 	} {
-		d := openDomain(t, tb, DomainConfig{Mode: tc.mode})
+		d := openDomain(t, dev, DomainConfig{Mode: tc.mode})
 		iov := [][]byte{[]byte("0123456789"), []byte("abcdefghij")}
 		m, err := d.Regv(iov, FIRemoteRead, 0, tc.requested, 0, nil)
 		wantErr(t, tc.name, err, nil)
@@ -167,7 +191,7 @@ func TestAddressing(t *testing.T) {
 			t.Errorf("%s: base address %#x, want %#x", tc.name, got, base)
 		}
 		// virtual address + offset, across the iov boundary.
-		s, err := tb.Remote(uint32(m.Key()), base+8, 4, RemoteRead, Requester{PD: d.PD()})
+		s, err := tb.Remote(uint32(m.Key()), base+8, 4, mr.RemoteRead, mr.Requester{PD: d.PD().Handle()})
 		wantReason(t, tc.name, err, 0)
 		out := make([]byte, 4)
 		s.ReadAt(out, 0)
@@ -182,9 +206,10 @@ func TestAddressing(t *testing.T) {
 }
 
 func TestRawKeys(t *testing.T) {
-	tb := newTable(t)
-	d := openDomain(t, tb, DomainConfig{Mode: MRRaw | MRProvKey | MRVirtAddr})
-	peer := openDomain(t, tb, DomainConfig{})
+	dev := newDevice(t)
+	tb := dev.Memory()
+	d := openDomain(t, dev, DomainConfig{Mode: MRRaw | MRProvKey | MRVirtAddr})
+	peer := openDomain(t, dev, DomainConfig{})
 	buf := make([]byte, 64)
 	m, err := d.Reg(buf, FIRemoteWrite, 0, 0, 0, nil)
 	wantErr(t, "Reg", err, nil)
@@ -216,7 +241,7 @@ func TestRawKeys(t *testing.T) {
 	if key != uint64(m.Region().RKey()) {
 		t.Errorf("mapped key %#x, want %#x", key, m.Region().RKey())
 	}
-	s, err := tb.Remote(uint32(key), base, 8, RemoteWrite, Requester{PD: d.PD()})
+	s, err := tb.Remote(uint32(key), base, 8, mr.RemoteWrite, mr.Requester{PD: d.PD().Handle()})
 	wantReason(t, "write with the mapped key", err, 0)
 	s.Release()
 	_, err = peer.MapRaw(base, raw[:3], 0)
@@ -241,17 +266,18 @@ func TestRawKeys(t *testing.T) {
 // RMA write or atomic operation modifies the memory region", and the
 // FI_MR_RMA_EVENT rules on enabling.
 func TestCounterBinding(t *testing.T) {
-	tb := newTable(t)
-	d := openDomain(t, tb, DomainConfig{Mode: MRRMAEvent})
+	dev := newDevice(t)
+	tb := dev.Memory()
+	d := openDomain(t, dev, DomainConfig{Mode: MRRMAEvent})
 	buf := aligned(64)
 	m, err := d.Reg(buf, FIRemoteRead|FIRemoteWrite, 0, 0x900, FIRMAEvent, nil)
 	wantErr(t, "Reg", err, nil)
-	who := Requester{PD: d.PD()}
+	who := mr.Requester{PD: d.PD().Handle()}
 	// "Such memory regions will be created in a disabled state".
-	_, err = tb.Remote(0x900, 0, 8, RemoteRead, who)
-	wantReason(t, "access before enable", err, ReasonDisabled)
-	_, err = tb.Local(0x900, 0, 8, 0, d.PD())
-	wantReason(t, "local access before enable", err, ReasonDisabled)
+	_, err = tb.Remote(0x900, 0, 8, mr.RemoteRead, who)
+	wantReason(t, "access before enable", err, mr.ReasonDisabled)
+	_, err = tb.Local(0x900, 0, 8, 0, d.PD().Handle())
+	wantReason(t, "local access before enable", err, mr.ReasonDisabled)
 
 	var c, other Counter
 	wantErr(t, "bind with an unknown event flag", m.BindCounter(&c, FIRemoteRead), ErrBadFlags)
@@ -267,15 +293,15 @@ func TestCounterBinding(t *testing.T) {
 
 	ops := []struct {
 		name string
-		need Access
+		need mr.Access
 		n    uint64
 		want uint64
 	}{
-		{"a read does not count", RemoteRead, 8, 0},
-		{"a write counts", RemoteWrite, 16, 1},
-		{"an atomic counts", RemoteAtomic, 8, 2},
-		{"a zero-length write modifies nothing", RemoteWrite, 0, 2},
-		{"another write", RemoteWrite, 1, 3},
+		{"a read does not count", mr.RemoteRead, 8, 0},
+		{"a write counts", mr.RemoteWrite, 16, 1},
+		{"an atomic counts", mr.RemoteAtomic, 8, 2},
+		{"a zero-length write modifies nothing", mr.RemoteWrite, 0, 2},
+		{"another write", mr.RemoteWrite, 1, 3},
 	}
 	for _, op := range ops {
 		s, err := tb.Remote(0x900, 0, op.n, op.need, who)
@@ -285,8 +311,8 @@ func TestCounterBinding(t *testing.T) {
 			t.Errorf("%s: counter %d, want %d", op.name, c.Value(), op.want)
 		}
 	}
-	_, err = tb.Remote(0x900, 64, 8, RemoteWrite, who)
-	wantReason(t, "a refused write", err, ReasonRange)
+	_, err = tb.Remote(0x900, 64, 8, mr.RemoteWrite, who)
+	wantReason(t, "a refused write", err, mr.ReasonRange)
 	if c.Value() != 3 {
 		t.Errorf("a refused write counted: %d", c.Value())
 	}
@@ -301,7 +327,7 @@ func TestCounterBinding(t *testing.T) {
 	plain, err := d.Reg(buf, FIRemoteWrite, 0, 0x901, 0, nil)
 	wantErr(t, "Reg without FI_RMA_EVENT", err, nil)
 	wantErr(t, "bind a counter to it", plain.BindCounter(new(Counter), FIRemoteWrite), ErrInvalid)
-	s, err := tb.Remote(0x901, 0, 8, RemoteWrite, who)
+	s, err := tb.Remote(0x901, 0, 8, mr.RemoteWrite, who)
 	wantReason(t, "a region without FI_RMA_EVENT starts enabled", err, 0)
 	s.Release()
 	wantErr(t, "Close", plain.Close(), nil)
@@ -311,39 +337,44 @@ func TestCounterBinding(t *testing.T) {
 // are created in a disabled state and must be bound to an endpoint prior to
 // being enabled."
 func TestEndpointMode(t *testing.T) {
-	tb := newTable(t)
-	d := openDomain(t, tb, DomainConfig{Mode: MREndpoint})
+	dev := newDevice(t)
+	tb := dev.Memory()
+	d := openDomain(t, dev, DomainConfig{Mode: MREndpoint})
+	newEndpoint := func() *Endpoint {
+		ep, err := NewEndpoint(d.PD(), EndpointConfig{})
+		wantErr(t, "NewEndpoint", err, nil)
+		return ep
+	}
 	m, err := d.Reg(make([]byte, 64), FIRemoteRead, 0, 0xa00, 0, nil)
 	wantErr(t, "Reg", err, nil)
-	who := Requester{PD: d.PD(), QPN: 7}
-	_, err = tb.Remote(0xa00, 0, 8, RemoteRead, who)
-	wantReason(t, "before enable", err, ReasonDisabled)
+	ep, other := newEndpoint(), newEndpoint()
+	who := mr.Requester{PD: d.PD().Handle(), QPN: ep.QP().Num()}
+	_, err = tb.Remote(0xa00, 0, 8, mr.RemoteRead, who)
+	wantReason(t, "before enable", err, mr.ReasonDisabled)
 	wantErr(t, "enable before binding an endpoint", m.Enable(), ErrInvalid)
-	ep := NewEndpoint(7)
 	wantErr(t, "flags should be 0", m.BindEndpoint(ep, 1), ErrBadFlags)
 	wantErr(t, "BindEndpoint", m.BindEndpoint(ep, 0), nil)
-	wantErr(t, "a second endpoint", m.BindEndpoint(NewEndpoint(8), 0), ErrInvalid)
+	wantErr(t, "a second endpoint", m.BindEndpoint(other, 0), ErrInvalid)
 	wantErr(t, "Enable", m.Enable(), nil)
-	s, err := tb.Remote(0xa00, 0, 8, RemoteRead, who)
+	s, err := tb.Remote(0xa00, 0, 8, mr.RemoteRead, who)
 	wantReason(t, "through the bound endpoint", err, 0)
 	s.Release()
-	_, err = tb.Remote(0xa00, 0, 8, RemoteRead, Requester{PD: d.PD(), QPN: 8})
-	wantReason(t, "through another endpoint", err, ReasonEndpoint)
+	_, err = tb.Remote(0xa00, 0, 8, mr.RemoteRead, mr.Requester{PD: d.PD().Handle(), QPN: other.QP().Num()})
+	wantReason(t, "through another endpoint", err, mr.ReasonEndpoint)
 	wantErr(t, "Close with an open endpoint", m.Close(), ErrBusy)
-	ep.Close()
+	wantErr(t, "endpoint Close", ep.Close(), nil)
 	wantErr(t, "Close", m.Close(), nil)
 
-	plain := openDomain(t, tb, DomainConfig{})
+	plain := openDomain(t, dev, DomainConfig{})
 	m2, err := plain.Reg(make([]byte, 8), FIRemoteRead, 0, 0xa01, 0, nil)
 	wantErr(t, "Reg", err, nil)
-	wantErr(t, "endpoint binding without FI_MR_ENDPOINT", m2.BindEndpoint(NewEndpoint(1), 0), ErrInvalid)
-	closedEP := NewEndpoint(1)
-	closedEP.Close()
+	wantErr(t, "endpoint binding without FI_MR_ENDPOINT", m2.BindEndpoint(other, 0), ErrInvalid)
 	m3, err := d.Reg(make([]byte, 8), FIRemoteRead, 0, 0xa02, 0, nil)
 	wantErr(t, "Reg", err, nil)
-	wantErr(t, "bind a closed endpoint", m3.BindEndpoint(closedEP, 0), ErrInvalid)
+	wantErr(t, "bind a closed endpoint", m3.BindEndpoint(ep, 0), ErrInvalid)
 	wantErr(t, "Close", m2.Close(), nil)
 	wantErr(t, "Close", m3.Close(), nil)
+	wantErr(t, "endpoint Close", other.Close(), nil)
 }
 
 // TestRefresh: "The refresh operation has the effect of disabling and
@@ -351,20 +382,21 @@ func TestEndpointMode(t *testing.T) {
 // that attempt to access the region will fail while the refresh is
 // occurring."
 func TestRefresh(t *testing.T) {
-	tb := newTable(t)
-	d := openDomain(t, tb, DomainConfig{Mode: MRMMUNotify})
+	dev := newDevice(t)
+	tb := dev.Memory()
+	d := openDomain(t, dev, DomainConfig{Mode: MRMMUNotify})
 	backing := make([]byte, 256)
 	m, err := d.Regv([][]byte{backing[:64], backing[128:]}, FIRemoteRead, 0, 0xb00, 0, nil)
 	wantErr(t, "Regv", err, nil)
 	defer m.Close()
-	who := Requester{PD: d.PD()}
+	who := mr.Requester{PD: d.PD().Handle()}
 	var during error
 	d.refreshHook = func() {
-		_, during = tb.Remote(0xb00, 0, 8, RemoteRead, who)
+		_, during = tb.Remote(0xb00, 0, 8, mr.RemoteRead, who)
 	}
 	wantErr(t, "refresh of one buffer", m.Refresh([][]byte{backing[130:140]}, 0), nil)
-	wantReason(t, "access while refreshing", during, ReasonRefreshing)
-	s, err := tb.Remote(0xb00, 0, 8, RemoteRead, who)
+	wantReason(t, "access while refreshing", during, mr.ReasonRefreshing)
+	s, err := tb.Remote(0xb00, 0, 8, mr.RemoteRead, who)
 	wantReason(t, "access after the refresh", err, 0)
 	s.Release()
 	wantErr(t, "refresh of the whole region", m.Refresh(nil, 0), nil)
@@ -382,8 +414,8 @@ func TestRefresh(t *testing.T) {
 // ... The context specified with the registration request is returned with
 // the completion event."
 func TestAsyncRegistration(t *testing.T) {
-	tb := newTable(t)
-	d := openDomain(t, tb, DomainConfig{})
+	dev := newDevice(t)
+	d := openDomain(t, dev, DomainConfig{})
 	eq := make(chan Event, 4)
 	wantErr(t, "BindEQ nil", d.BindEQ(nil), ErrInvalid)
 	wantErr(t, "BindEQ", d.BindEQ(eq), nil)
@@ -425,8 +457,8 @@ func TestAsyncRegistration(t *testing.T) {
 // completes: "A return value of FI_KEY_NOTAVAIL will be returned if the
 // registration has not completed".
 func TestPendingRegistration(t *testing.T) {
-	tb := newTable(t)
-	d := openDomain(t, tb, DomainConfig{})
+	dev := newDevice(t)
+	d := openDomain(t, dev, DomainConfig{})
 	m := &MR{d: d, pending: true}
 	if m.Key() != KeyNotAvail || m.Desc() != 0 {
 		t.Errorf("pending MR: key %#x desc %#x", m.Key(), m.Desc())
@@ -446,10 +478,11 @@ func TestPendingRegistration(t *testing.T) {
 // key will be used if the auth_key_size provided is 0." Auth keys are
 // P_Keys, matched by the IBTA partition rule.
 func TestAuthKeys(t *testing.T) {
-	tb := newTable(t)
-	_, err := OpenDomain(tb, DomainConfig{AuthKey: []byte{1}, Cache: &CacheConfig{}})
+	dev := newDevice(t)
+	tb := dev.Memory()
+	_, err := OpenDomain(dev, DomainConfig{AuthKey: []byte{1}, Cache: &mr.CacheConfig{}})
 	wantErr(t, "domain auth key of one byte", err, ErrInvalid)
-	d := openDomain(t, tb, DomainConfig{AuthKey: []byte{0x80, 0x12}})
+	d := openDomain(t, dev, DomainConfig{AuthKey: []byte{0x80, 0x12}})
 	byDomain, err := d.Reg(make([]byte, 8), FIRemoteRead, 0, 0xd00, 0, nil)
 	wantErr(t, "Reg", err, nil)
 	defer byDomain.Close()
@@ -460,42 +493,43 @@ func TestAuthKeys(t *testing.T) {
 		name string
 		key  uint32
 		pkey uint16
-		want Reason
+		want mr.Reason
 	}{
 		{"the domain's key, full member", 0xd00, 0x8012, 0},
 		{"the domain's partition as a limited member", 0xd00, 0x0012, 0},
-		{"another partition", 0xd00, 0x8013, ReasonPartition},
-		{"the default P_Key is another partition", 0xd00, 0xffff, ReasonPartition},
+		{"another partition", 0xd00, 0x8013, mr.ReasonPartition},
+		{"the default P_Key is another partition", 0xd00, 0xffff, mr.ReasonPartition},
 		{"the region's own key overrides the domain's", 0xd01, 0x8034, 0},
-		{"the domain's key does not open the region's", 0xd01, 0x8012, ReasonPartition},
-		{"two limited members do not communicate", 0xd01, 0x0034, ReasonPartition},
+		{"the domain's key does not open the region's", 0xd01, 0x8012, mr.ReasonPartition},
+		{"two limited members do not communicate", 0xd01, 0x0034, mr.ReasonPartition},
 	}
 	for _, tc := range tests {
-		s, err := tb.Remote(tc.key, 0, 8, RemoteRead, Requester{PD: d.PD(), PKey: tc.pkey})
+		s, err := tb.Remote(tc.key, 0, 8, mr.RemoteRead, mr.Requester{PD: d.PD().Handle(), PKey: tc.pkey})
 		wantReason(t, tc.name, err, tc.want)
 		s.Release()
 	}
-	open := openDomain(t, tb, DomainConfig{})
+	open := openDomain(t, dev, DomainConfig{})
 	m, err := open.Reg(make([]byte, 8), FIRemoteRead, 0, 0xd02, 0, nil)
 	wantErr(t, "Reg", err, nil)
 	defer m.Close()
 	for _, p := range []uint16{0xffff, 0x7fff, 0x8001} {
-		s, err := tb.Remote(0xd02, 0, 8, RemoteRead, Requester{PD: open.PD(), PKey: p})
+		s, err := tb.Remote(0xd02, 0, 8, mr.RemoteRead, mr.Requester{PD: open.PD().Handle(), PKey: p})
 		wantReason(t, "no auth key: any partition", err, 0)
 		s.Release()
 	}
 }
 
 func TestDomainRegistersIntoTable(t *testing.T) {
-	tb := newTable(t)
-	d := openDomain(t, tb, DomainConfig{Mode: MRLocal | MRVirtAddr | MRProvKey})
+	dev := newDevice(t)
+	tb := dev.Memory()
+	d := openDomain(t, dev, DomainConfig{Mode: MRLocal | MRVirtAddr | MRProvKey})
 	buf := []byte("local buffer")
 	m, err := d.Reg(buf, FIRecv|FISend, 0, 0, 0, nil)
 	wantErr(t, "Reg", err, nil)
 	defer m.Close()
 	// FI_MR_LOCAL: "provide a valid mem_desc parameter into applicable data
 	// transfer operations" – the descriptor is the lkey.
-	s, err := tb.Local(m.Desc(), addrOf(buf), uint64(len(buf)), LocalWrite, d.PD())
+	s, err := tb.Local(m.Desc(), addrOf(buf), uint64(len(buf)), mr.LocalWrite, d.PD().Handle())
 	wantReason(t, "Local with the descriptor", err, 0)
 	got := make([]byte, len(buf))
 	s.ReadAt(got, 0)
@@ -507,3 +541,55 @@ func TestDomainRegistersIntoTable(t *testing.T) {
 		t.Errorf("provider key %#x", m.Key())
 	}
 }
+
+// aligned returns n bytes starting on an 8-byte boundary.
+func aligned(n int) []byte {
+	w := make([]uint64, (n+7)/8)
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(w))), len(w)*8)[:n]
+}
+
+// TestDomainCacheFromEnv: the domain reads the variables "as libfabric
+// does" unless the Go API overrides them.
+func TestDomainCacheFromEnv(t *testing.T) {
+	t.Setenv("FI_MR_CACHE_MAX_COUNT", "7")
+	t.Setenv("FI_MR_CACHE_MERGE_REGIONS", "yes")
+	dev := newDevice(t)
+	d, err := OpenDomain(dev, DomainConfig{})
+	wantErr(t, "OpenDomain", err, nil)
+	if got := d.Cache().Config(); got != (mr.CacheConfig{MaxCount: 7, MergeRegions: true}) {
+		t.Errorf("cache config from the environment %+v", got)
+	}
+	over, err := OpenDomain(dev, DomainConfig{Cache: &mr.CacheConfig{MaxCount: 1}})
+	wantErr(t, "OpenDomain", err, nil)
+	if got := over.Cache().Config(); got != (mr.CacheConfig{MaxCount: 1}) {
+		t.Errorf("overridden cache config %+v", got)
+	}
+}
+
+// wantErr checks err against want (nil: no error), with errors.Is.
+func wantErr(t testing.TB, what string, err, want error) {
+	t.Helper()
+	switch {
+	case want == nil && err != nil:
+		t.Fatalf("%s: unexpected error %v", what, err)
+	case want != nil && !errors.Is(err, want):
+		t.Fatalf("%s: error %v, want %v", what, err, want)
+	}
+}
+
+// wantReason checks that err is the mr.Reason want (0: no error).
+func wantReason(t testing.TB, what string, err error, want mr.Reason) {
+	t.Helper()
+	if want == 0 {
+		if err != nil {
+			t.Fatalf("%s: refused: %v", what, err)
+		}
+		return
+	}
+	var got mr.Reason
+	if !errors.As(err, &got) || got != want {
+		t.Fatalf("%s: error %v, want reason %q", what, err, want)
+	}
+}
+
+const rw = mr.LocalWrite | mr.RemoteRead | mr.RemoteWrite | mr.RemoteAtomic

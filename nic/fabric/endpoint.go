@@ -1,76 +1,15 @@
-package nic
+package fabric
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"sync"
 	"unsafe"
 
+	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/qp"
-)
-
-// FIFlags are the flags of fabric-style calls and of their completions, one
-// 64-bit space as in libfabric, with libfabric's values.
-type FIFlags uint64
-
-// Operation flags (the flags argument of ReadMsg and WriteMsg) and
-// completion flags (Completion.Flags).
-const (
-	FIMsg          FIFlags = 1 << 1  // FI_MSG: a completion of a message (a receive)
-	FIRMA          FIFlags = 1 << 2  // FI_RMA: a completion of an RMA operation
-	FIRead         FIFlags = 1 << 8  // FI_READ: an RMA read completed
-	FIWrite        FIFlags = 1 << 9  // FI_WRITE: an RMA write completed
-	FIRecv         FIFlags = 1 << 10 // FI_RECV: a receive completed
-	FIRemoteWrite  FIFlags = 1 << 13 // FI_REMOTE_WRITE: a peer's RMA write arrived
-	FIRemoteCQData FIFlags = 1 << 17 // FI_REMOTE_CQ_DATA: send Data with a write; Completion.Data is valid
-	FIMore         FIFlags = 1 << 18 // FI_MORE: more calls follow at once; send nothing yet
-	FIFence        FIFlags = 1 << 21 // FI_FENCE: start only when earlier operations have completed
-	FICompletion   FIFlags = 1 << 24 // FI_COMPLETION: report the operation's success
-	FIInject       FIFlags = 1 << 25 // FI_INJECT: the buffer may be reused when the call returns
-)
-
-var fiFlagNames = []struct {
-	f    FIFlags
-	name string
-}{
-	{FIMsg, "MSG"}, {FIRMA, "RMA"}, {FIRead, "READ"}, {FIWrite, "WRITE"}, {FIRecv, "RECV"},
-	{FIRemoteWrite, "REMOTE_WRITE"}, {FIRemoteCQData, "REMOTE_CQ_DATA"}, {FIMore, "MORE"},
-	{FIFence, "FENCE"}, {FICompletion, "COMPLETION"}, {FIInject, "INJECT"},
-}
-
-// String names the flags set, like "RMA|WRITE"; unknown bits are shown in
-// hexadecimal.
-func (f FIFlags) String() string {
-	if f == 0 {
-		return "0"
-	}
-	var b strings.Builder
-	for _, n := range fiFlagNames {
-		if f&n.f != 0 {
-			if b.Len() > 0 {
-				b.WriteByte('|')
-			}
-			b.WriteString(n.name)
-			f &^= n.f
-		}
-	}
-	if f != 0 {
-		if b.Len() > 0 {
-			b.WriteByte('|')
-		}
-		fmt.Fprintf(&b, "%#x", uint64(f))
-	}
-	return b.String()
-}
-
-// The flags ReadMsg and WriteMsg accept: KFI_INJECT and KFI_REMOTE_CQ_DATA
-// apply to writes only (kfi_rma(3)).
-const (
-	readMsgFlags  = FICompletion | FIMore | FIFence
-	writeMsgFlags = readMsgFlags | FIInject | FIRemoteCQData
 )
 
 // CQDataSize is the number of bytes of remote CQ data an operation carries
@@ -90,7 +29,7 @@ type RMAMsg struct {
 	// IOV are the local buffers, in order; Desc, if not nil, holds the
 	// registered region of each (nil entries are looked up by address).
 	IOV  [][]byte
-	Desc []*MR
+	Desc []*nic.MR
 	// RMAIOV are the remote segments; their lengths add up to the local
 	// buffers' total.
 	RMAIOV []RMAIOV
@@ -109,7 +48,7 @@ type Completion struct {
 	// Flags say what completed: FIRMA|FIRead, FIRMA|FIWrite, a peer's write
 	// with remote CQ data (FIRMA|FIRemoteWrite|FIRemoteCQData), or a
 	// received message (FIMsg|FIRecv).
-	Flags FIFlags
+	Flags Flags
 	// Len is the number of bytes the operation moved (0 when it failed).
 	Len int
 	// Data is the remote CQ data of a completion with FIRemoteCQData.
@@ -233,9 +172,9 @@ func (c *EndpointConfig) setDefaults() error {
 // executes requests in PSN order, so the target sees them before the fenced
 // operation, as kfi_rma(3) asks.
 type Endpoint struct {
-	qp  *QP
-	cq  *CQ
-	pd  *PD
+	qp  *nic.QP
+	cq  *nic.CQ
+	pd  *nic.PD
 	cfg EndpointConfig
 
 	mu sync.Mutex
@@ -263,8 +202,8 @@ type Endpoint struct {
 // txEntry is an RMA work request in flight.
 type txEntry struct {
 	ctx   any
-	flags FIFlags // the completion's flags
-	len   int     // bytes of the whole operation
+	flags Flags // the completion's flags
+	len   int   // bytes of the whole operation
 	// signaled: the WR completes on success too (the last WR of an
 	// operation that reports success). last: the operation's last WR.
 	signaled, last bool
@@ -278,15 +217,15 @@ type rxEntry struct{ ctx any }
 // NewEndpoint opens an endpoint in pd: a CQ deep enough for every WR it
 // can have in flight and an RC QP in the RESET state. Connect it with
 // QP().Connect (or the connection manager) before posting.
-func (pd *PD) NewEndpoint(cfg EndpointConfig) (*Endpoint, error) {
+func NewEndpoint(pd *nic.PD, cfg EndpointConfig) (*Endpoint, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	cq, err := pd.dev.CreateCQ(cfg.TxSize + cfg.RxSize)
+	cq, err := pd.Device().CreateCQ(cfg.TxSize + cfg.RxSize)
 	if err != nil {
 		return nil, fmt.Errorf("endpoint: %w", err)
 	}
-	q, err := pd.CreateQP(QPConfig{
+	q, err := pd.CreateQP(nic.QPConfig{
 		Type: qp.RC, SendCQ: cq, MaxSendWR: cfg.TxSize, MaxRecvWR: cfg.RxSize,
 		MaxSendSGE: cfg.IOVLimit, MaxRecvSGE: 1, MaxInline: cfg.InjectSize,
 	})
@@ -306,7 +245,14 @@ func (pd *PD) NewEndpoint(cfg EndpointConfig) (*Endpoint, error) {
 
 // QP returns the endpoint's QP, to connect it and to look at it. Post only
 // through the endpoint: it owns the QP's queues and completions.
-func (ep *Endpoint) QP() *QP { return ep.qp }
+func (ep *Endpoint) QP() *nic.QP { return ep.qp }
+
+// isClosed reports whether Close has run.
+func (ep *Endpoint) isClosed() bool {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return ep.closed
+}
 
 // Config returns the endpoint's configuration with the defaults filled in.
 func (ep *Endpoint) Config() EndpointConfig { return ep.cfg }
@@ -331,7 +277,7 @@ func (ep *Endpoint) Close() error {
 	var err error
 	for {
 		var k int
-		k, err = ep.cq.poll(ep.wcs[:], false)
+		k, err = ep.cq.PollOnly(ep.wcs[:])
 		for i := range k {
 			var c Completion
 			if ep.completeLocked(&ep.wcs[i], &c) {
@@ -353,10 +299,10 @@ func (ep *Endpoint) Close() error {
 type rmaCall struct {
 	op    qp.WROpcode // qp.WRRead or qp.WRWrite
 	iov   [][]byte
-	desc  []*MR
+	desc  []*nic.MR
 	rma   []RMAIOV
 	data  uint64
-	flags FIFlags
+	flags Flags
 	// silent: no completion on success even if the endpoint completes by
 	// default (kfi_inject_write).
 	silent bool
@@ -366,8 +312,8 @@ type rmaCall struct {
 // (kfi_read). desc is buf's registered region, or nil to look it up by
 // address; the region needs local write access. Do not touch buf until the
 // read completes.
-func (ep *Endpoint) Read(buf []byte, desc *MR, addr, key uint64, context any) error {
-	iov, descs := [1][]byte{buf}, [1]*MR{desc}
+func (ep *Endpoint) Read(buf []byte, desc *nic.MR, addr, key uint64, context any) error {
+	iov, descs := [1][]byte{buf}, [1]*nic.MR{desc}
 	rma := oneSegment(iov[:], addr, key)
 	return ep.post("read", &rmaCall{op: qp.WRRead, iov: iov[:], desc: descs[:], rma: rma[:]}, context)
 }
@@ -375,7 +321,7 @@ func (ep *Endpoint) Read(buf []byte, desc *MR, addr, key uint64, context any) er
 // Readv reads into the buffers of iov, in order, from consecutive remote
 // memory at addr (kfi_readv). desc is nil or holds the region of each
 // buffer.
-func (ep *Endpoint) Readv(iov [][]byte, desc []*MR, addr, key uint64, context any) error {
+func (ep *Endpoint) Readv(iov [][]byte, desc []*nic.MR, addr, key uint64, context any) error {
 	rma := oneSegment(iov, addr, key)
 	return ep.post("readv", &rmaCall{op: qp.WRRead, iov: iov, desc: desc, rma: rma[:]}, context)
 }
@@ -384,7 +330,7 @@ func (ep *Endpoint) Readv(iov [][]byte, desc []*MR, addr, key uint64, context an
 // (kfi_readmsg), with flags FICompletion, FIMore and FIFence. Each remote
 // segment is one RDMA READ; the operation completes once, when the last
 // has.
-func (ep *Endpoint) ReadMsg(msg *RMAMsg, flags FIFlags) error {
+func (ep *Endpoint) ReadMsg(msg *RMAMsg, flags Flags) error {
 	if msg == nil {
 		return fmt.Errorf("readmsg: no message: %w", ErrInvalid)
 	}
@@ -394,15 +340,15 @@ func (ep *Endpoint) ReadMsg(msg *RMAMsg, flags FIFlags) error {
 // Write writes buf to addr in the peer's region key (kfi_write). desc is
 // buf's registered region, or nil to look it up by address. Do not touch
 // buf until the write completes.
-func (ep *Endpoint) Write(buf []byte, desc *MR, addr, key uint64, context any) error {
-	iov, descs := [1][]byte{buf}, [1]*MR{desc}
+func (ep *Endpoint) Write(buf []byte, desc *nic.MR, addr, key uint64, context any) error {
+	iov, descs := [1][]byte{buf}, [1]*nic.MR{desc}
 	rma := oneSegment(iov[:], addr, key)
 	return ep.post("write", &rmaCall{op: qp.WRWrite, iov: iov[:], desc: descs[:], rma: rma[:]}, context)
 }
 
 // Writev writes the buffers of iov, in order, to consecutive remote memory
 // at addr (kfi_writev).
-func (ep *Endpoint) Writev(iov [][]byte, desc []*MR, addr, key uint64, context any) error {
+func (ep *Endpoint) Writev(iov [][]byte, desc []*nic.MR, addr, key uint64, context any) error {
 	rma := oneSegment(iov, addr, key)
 	return ep.post("writev", &rmaCall{op: qp.WRWrite, iov: iov, desc: desc, rma: rma[:]}, context)
 }
@@ -411,7 +357,7 @@ func (ep *Endpoint) Writev(iov [][]byte, desc []*MR, addr, key uint64, context a
 // (kfi_writemsg), with flags FICompletion, FIMore, FIFence, FIInject and
 // FIRemoteCQData. Each remote segment is one RDMA WRITE; with remote CQ
 // data only the last carries it, so the target completes once per message.
-func (ep *Endpoint) WriteMsg(msg *RMAMsg, flags FIFlags) error {
+func (ep *Endpoint) WriteMsg(msg *RMAMsg, flags Flags) error {
 	if msg == nil {
 		return fmt.Errorf("writemsg: no message: %w", ErrInvalid)
 	}
@@ -433,8 +379,8 @@ func (ep *Endpoint) InjectWrite(buf []byte, addr, key uint64) error {
 // WriteData writes buf like Write and delivers data, as remote CQ data, in
 // a completion at the target (kfi_writedata), which must have a receive
 // posted (see Endpoint). data has CQDataSize bytes.
-func (ep *Endpoint) WriteData(buf []byte, desc *MR, data, addr, key uint64, context any) error {
-	iov, descs := [1][]byte{buf}, [1]*MR{desc}
+func (ep *Endpoint) WriteData(buf []byte, desc *nic.MR, data, addr, key uint64, context any) error {
+	iov, descs := [1][]byte{buf}, [1]*nic.MR{desc}
 	rma := oneSegment(iov[:], addr, key)
 	return ep.post("writedata", &rmaCall{op: qp.WRWrite, iov: iov[:], desc: descs[:], rma: rma[:], data: data, flags: FIRemoteCQData}, context)
 }
@@ -607,13 +553,13 @@ func (ep *Endpoint) reserveTxLocked(n int) error {
 
 // resolveLocked turns the call's buffers into SGEs in ep.locals, skipping
 // empty ones.
-func (ep *Endpoint) resolveLocked(iov [][]byte, desc []*MR) error {
+func (ep *Endpoint) resolveLocked(iov [][]byte, desc []*nic.MR) error {
 	ep.locals = ep.locals[:0]
 	for i, b := range iov {
 		if len(b) == 0 {
 			continue
 		}
-		var d *MR
+		var d *nic.MR
 		if desc != nil {
 			d = desc[i]
 		}
@@ -632,31 +578,27 @@ func addrOf(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.Slice
 // nil, in the region of the endpoint's PD that holds it (fi_mr's desc may
 // be omitted when the domain does not require FI_MR_LOCAL; the lookup
 // costs a search of the region table).
-func (ep *Endpoint) localSGE(buf []byte, desc *MR) (qp.SGE, error) {
+func (ep *Endpoint) localSGE(buf []byte, desc *nic.MR) (qp.SGE, error) {
 	start, n := addrOf(buf), uint64(len(buf))
 	if n > math.MaxUint32 {
 		return qp.SGE{}, fmt.Errorf("%d bytes in one buffer: %w", n, ErrInvalid)
 	}
 	if desc != nil {
-		if desc.pd != ep.pd {
+		if desc.PD() != ep.pd {
 			return qp.SGE{}, fmt.Errorf("descriptor of another protection domain: %w", ErrInvalid)
 		}
-		base := addrOf(desc.buf)
-		if start < base || start+n > base+uint64(len(desc.buf)) {
+		base := addrOf(desc.Bytes())
+		if start < base || start+n > base+uint64(desc.Len()) {
 			return qp.SGE{}, fmt.Errorf("%d bytes at %#x are not inside the descriptor's region (%d bytes at %#x): %w",
-				n, start, len(desc.buf), base, ErrInvalid)
+				n, start, desc.Len(), base, ErrInvalid)
 		}
 		return qp.SGE{Addr: desc.Addr() + (start - base), Length: uint32(n), LKey: desc.LKey()}, nil
 	}
-	if sge, ok := ep.pd.sgeAt(start, n); ok {
+	if sge, ok := ep.pd.SGEAt(start, n); ok {
 		return sge, nil
 	}
 	return qp.SGE{}, fmt.Errorf("%d bytes at %#x lie in no region of the endpoint's protection domain: %w", n, start, ErrInvalid)
 }
-
-// sgeAt returns the SGE of the n bytes at machine address start, in a
-// region of pd that holds them all.
-func (pd *PD) sgeAt(start, n uint64) (qp.SGE, bool) { return pd.prov.sgeAt(start, n) }
 
 // sglCursor walks the call's local SGEs, handing each remote segment the
 // bytes that belong to it.
@@ -683,7 +625,7 @@ func (c *sglCursor) take(locals []qp.SGE, n uint64, sgl []qp.SGE) []qp.SGE {
 // endpoint, or, with buf empty, a slot for a peer's remote CQ data. desc
 // is buf's region or nil (looked up by address); it needs local write
 // access. The QP must have left RESET (be connected).
-func (ep *Endpoint) Recv(buf []byte, desc *MR, context any) error {
+func (ep *Endpoint) Recv(buf []byte, desc *nic.MR, context any) error {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	if ep.rxTail-ep.rxHead == uint64(len(ep.rx)) {
@@ -712,12 +654,13 @@ func (ep *Endpoint) Recv(buf []byte, desc *MR, context any) error {
 // Poll moves up to len(out) completions into out without blocking
 // (kfi_cq_read) and returns how many. Reaping completions is also what
 // frees room for new operations. After Close it returns the flushed
-// completions, then ErrClosed. Like CQ.Poll, a Poll that finds nothing
+// completions, then ErrClosed. Like nic.CQ.Poll, a Poll that finds nothing
 // processes the packets the device has received, on the calling goroutine:
 // a caller that polls drives progress, as with libfabric's manual progress.
 func (ep *Endpoint) Poll(out []Completion) (int, error) { return ep.poll(out, true) }
 
-// poll is Poll; drive as for CQ.poll.
+// poll is Poll; drive says whether the first poll of the CQ may process
+// received packets (nic.CQ.Poll) or not (nic.CQ.PollOnly).
 func (ep *Endpoint) poll(out []Completion, drive bool) (int, error) {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
@@ -727,7 +670,13 @@ func (ep *Endpoint) poll(out []Completion, drive bool) (int, error) {
 	n := 0
 	for n < len(out) {
 		wcs := ep.wcs[:min(len(ep.wcs), len(out)-n)]
-		k, err := ep.cq.poll(wcs, drive && n == 0)
+		var k int
+		var err error
+		if drive && n == 0 {
+			k, err = ep.cq.Poll(wcs)
+		} else {
+			k, err = ep.cq.PollOnly(wcs)
+		}
 		for i := range k {
 			if ep.completeLocked(&wcs[i], &out[n]) {
 				n++
@@ -766,7 +715,7 @@ func (ep *Endpoint) Wait(ctx context.Context, out []Completion) (int, error) {
 	if len(out) == 0 {
 		return 0, nil
 	}
-	n, err := ep.cq.wait(ctx, func() (int, error) { return ep.poll(out, false) })
+	n, err := ep.cq.WaitPoll(ctx, func() (int, error) { return ep.poll(out, false) })
 	if errors.Is(err, ErrClosed) {
 		// Close may have destroyed the CQ under the wait, after reaping
 		// what this wait is for.

@@ -1,4 +1,4 @@
-package nic_test
+package fabric_test
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/fabric"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/wire"
 )
@@ -23,10 +24,10 @@ type epSide struct {
 	dev *nic.Device
 	pd  *nic.PD
 	mr  *nic.MR
-	ep  *nic.Endpoint
+	ep  *fabric.Endpoint
 }
 
-func openEndpoint(t testing.TB, devCfg nic.Config, cfg nic.EndpointConfig) *epSide {
+func openEndpoint(t testing.TB, devCfg nic.Config, cfg fabric.EndpointConfig) *epSide {
 	t.Helper()
 	dev := openDevice(t, devCfg)
 	s := &epSide{dev: dev}
@@ -37,14 +38,14 @@ func openEndpoint(t testing.TB, devCfg nic.Config, cfg nic.EndpointConfig) *epSi
 	if s.mr, err = s.pd.RegMR(make([]byte, 1<<20), mr.LocalWrite|mr.RemoteWrite|mr.RemoteRead); err != nil {
 		t.Fatal(err)
 	}
-	if s.ep, err = s.pd.NewEndpoint(cfg); err != nil {
+	if s.ep, err = fabric.NewEndpoint(s.pd, cfg); err != nil {
 		t.Fatal(err)
 	}
 	return s
 }
 
 // endpointPair returns two connected endpoints on loopback devices.
-func endpointPair(t testing.TB, devCfg nic.Config, ca, cb nic.EndpointConfig) (*epSide, *epSide) {
+func endpointPair(t testing.TB, devCfg nic.Config, ca, cb fabric.EndpointConfig) (*epSide, *epSide) {
 	t.Helper()
 	checkLeaks(t)
 	a, b := openEndpoint(t, devCfg, ca), openEndpoint(t, devCfg, cb)
@@ -83,11 +84,11 @@ func fill(b []byte, seed int) {
 }
 
 // waitEP returns the next completion of ep, failing the test after 10 s.
-func waitEP(t testing.TB, ep *nic.Endpoint) nic.Completion {
+func waitEP(t testing.TB, ep *fabric.Endpoint) fabric.Completion {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var c [1]nic.Completion
+	var c [1]fabric.Completion
 	if _, err := ep.Wait(ctx, c[:]); err != nil {
 		t.Fatalf("waiting for a completion: %v", err)
 	}
@@ -95,9 +96,9 @@ func waitEP(t testing.TB, ep *nic.Endpoint) nic.Completion {
 }
 
 // expectIdle fails the test if ep has a completion waiting.
-func expectIdle(t testing.TB, ep *nic.Endpoint) {
+func expectIdle(t testing.TB, ep *fabric.Endpoint) {
 	t.Helper()
-	var c [4]nic.Completion
+	var c [4]fabric.Completion
 	n, err := ep.Poll(c[:])
 	if err != nil || n != 0 {
 		t.Fatalf("unexpected completions %+v (err %v)", c[:n], err)
@@ -105,7 +106,7 @@ func expectIdle(t testing.TB, ep *nic.Endpoint) {
 }
 
 // checkCompletion compares a completion's context, flags, length and error.
-func checkCompletion(t testing.TB, c nic.Completion, ctx any, flags nic.FIFlags, n int, wantErr error) {
+func checkCompletion(t testing.TB, c fabric.Completion, ctx any, flags fabric.Flags, n int, wantErr error) {
 	t.Helper()
 	if c.Context != ctx || c.Flags != flags || c.Len != n || !errors.Is(c.Err, wantErr) {
 		t.Fatalf("completion {ctx %v flags %v len %d err %v}, want {ctx %v flags %v len %d err %v}",
@@ -122,7 +123,7 @@ func concat(s *epSide, spans []span) []byte {
 }
 
 func TestEndpointRMA(t *testing.T) {
-	a, b := endpointPair(t, nic.Config{}, nic.EndpointConfig{}, nic.EndpointConfig{})
+	a, b := endpointPair(t, nic.Config{}, fabric.EndpointConfig{}, fabric.EndpointConfig{})
 	cases := []struct {
 		name   string
 		call   string // which Endpoint method posts it
@@ -165,11 +166,11 @@ func TestEndpointRMA(t *testing.T) {
 			for j, sp := range tc.local {
 				iov[j], desc[j] = a.buf(sp), a.mr
 			}
-			rma := make([]nic.RMAIOV, len(tc.remote))
+			rma := make([]fabric.RMAIOV, len(tc.remote))
 			for j, sp := range tc.remote {
-				rma[j] = nic.RMAIOV{Addr: b.addr(sp.off), Len: uint64(sp.n), Key: b.key()}
+				rma[j] = fabric.RMAIOV{Addr: b.addr(sp.off), Len: uint64(sp.n), Key: b.key()}
 			}
-			msg := &nic.RMAMsg{IOV: iov, Desc: desc, RMAIOV: rma, Context: tc.name}
+			msg := &fabric.RMAMsg{IOV: iov, Desc: desc, RMAIOV: rma, Context: tc.name}
 			r := rma[0]
 			var err error
 			switch tc.call {
@@ -183,7 +184,7 @@ func TestEndpointRMA(t *testing.T) {
 				err = a.ep.WriteMsg(msg, 0)
 			case "writemsg-inject":
 				msg.Desc = nil
-				err = a.ep.WriteMsg(msg, nic.FIInject)
+				err = a.ep.WriteMsg(msg, fabric.FIInject)
 			case "read":
 				err = a.ep.Read(iov[0], a.mr, r.Addr, r.Key, tc.name)
 			case "read-nodesc":
@@ -202,9 +203,9 @@ func TestEndpointRMA(t *testing.T) {
 			for _, sp := range tc.local {
 				total += sp.n
 			}
-			flags := nic.FIRMA | nic.FIWrite
+			flags := fabric.FIRMA | fabric.FIWrite
 			if read {
-				flags = nic.FIRMA | nic.FIRead
+				flags = fabric.FIRMA | fabric.FIRead
 			}
 			checkCompletion(t, waitEP(t, a.ep), tc.name, flags, total, nil)
 			expectIdle(t, a.ep)
@@ -220,16 +221,16 @@ func TestEndpointCompletionFlag(t *testing.T) {
 	// Each case posts an 8-byte operation with context "op", then a marker
 	// READ that always completes: completions come in order, so the first
 	// one shows whether the operation produced its own.
-	write := func(flags nic.FIFlags) func(a, b *epSide) error {
+	write := func(flags fabric.Flags) func(a, b *epSide) error {
 		return func(a, b *epSide) error {
-			return a.ep.WriteMsg(&nic.RMAMsg{IOV: [][]byte{a.buf(span{0, 8})}, Desc: []*nic.MR{a.mr},
-				RMAIOV: []nic.RMAIOV{{Addr: b.addr(0), Len: 8, Key: b.key()}}, Context: "op"}, flags)
+			return a.ep.WriteMsg(&fabric.RMAMsg{IOV: [][]byte{a.buf(span{0, 8})}, Desc: []*nic.MR{a.mr},
+				RMAIOV: []fabric.RMAIOV{{Addr: b.addr(0), Len: 8, Key: b.key()}}, Context: "op"}, flags)
 		}
 	}
-	read := func(flags nic.FIFlags) func(a, b *epSide) error {
+	read := func(flags fabric.Flags) func(a, b *epSide) error {
 		return func(a, b *epSide) error {
-			return a.ep.ReadMsg(&nic.RMAMsg{IOV: [][]byte{a.buf(span{0, 8})}, Desc: []*nic.MR{a.mr},
-				RMAIOV: []nic.RMAIOV{{Addr: b.addr(0), Len: 8, Key: b.key()}}, Context: "op"}, flags)
+			return a.ep.ReadMsg(&fabric.RMAMsg{IOV: [][]byte{a.buf(span{0, 8})}, Desc: []*nic.MR{a.mr},
+				RMAIOV: []fabric.RMAIOV{{Addr: b.addr(0), Len: 8, Key: b.key()}}, Context: "op"}, flags)
 		}
 	}
 	cases := []struct {
@@ -246,7 +247,7 @@ func TestEndpointCompletionFlag(t *testing.T) {
 			return a.ep.Read(a.buf(span{0, 8}), a.mr, b.addr(0), b.key(), "op")
 		}, true},
 		{"writemsg without COMPLETION completes by default", false, false, write(0), true},
-		{"writemsg INJECT completes by default", false, false, write(nic.FIInject), true},
+		{"writemsg INJECT completes by default", false, false, write(fabric.FIInject), true},
 		{"inject_write never completes", false, false, func(a, b *epSide) error {
 			return a.ep.InjectWrite(a.buf(span{0, 8}), b.addr(0), b.key())
 		}, false},
@@ -254,31 +255,31 @@ func TestEndpointCompletionFlag(t *testing.T) {
 			return a.ep.Write(a.buf(span{0, 8}), a.mr, b.addr(0), b.key(), "op")
 		}, false},
 		{"selective: writemsg without COMPLETION", true, false, write(0), false},
-		{"selective: writemsg with COMPLETION", true, false, write(nic.FICompletion), true},
+		{"selective: writemsg with COMPLETION", true, false, write(fabric.FICompletion), true},
 		{"selective: readmsg without COMPLETION", true, true, read(0), false},
-		{"selective: readmsg with COMPLETION", true, true, read(nic.FICompletion), true},
+		{"selective: readmsg with COMPLETION", true, true, read(fabric.FICompletion), true},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			a, b := endpointPair(t, nic.Config{}, nic.EndpointConfig{SelectiveCompletion: tc.selective}, nic.EndpointConfig{})
+			a, b := endpointPair(t, nic.Config{}, fabric.EndpointConfig{SelectiveCompletion: tc.selective}, fabric.EndpointConfig{})
 			fill(a.buf(span{0, 8}), 2*i+1)
 			fill(b.buf(span{0, 8}), 2*i+2)
 			b.syncMemory()
 			if err := tc.post(a, b); err != nil {
 				t.Fatal(err)
 			}
-			marker := &nic.RMAMsg{IOV: [][]byte{a.buf(span{100, 8})}, RMAIOV: []nic.RMAIOV{{Addr: b.addr(100), Len: 8, Key: b.key()}}, Context: "marker"}
-			if err := a.ep.ReadMsg(marker, nic.FICompletion); err != nil {
+			marker := &fabric.RMAMsg{IOV: [][]byte{a.buf(span{100, 8})}, RMAIOV: []fabric.RMAIOV{{Addr: b.addr(100), Len: 8, Key: b.key()}}, Context: "marker"}
+			if err := a.ep.ReadMsg(marker, fabric.FICompletion); err != nil {
 				t.Fatal(err)
 			}
-			flags := nic.FIRMA | nic.FIWrite
+			flags := fabric.FIRMA | fabric.FIWrite
 			if tc.read {
-				flags = nic.FIRMA | nic.FIRead
+				flags = fabric.FIRMA | fabric.FIRead
 			}
 			if tc.want {
 				checkCompletion(t, waitEP(t, a.ep), "op", flags, 8, nil)
 			}
-			checkCompletion(t, waitEP(t, a.ep), "marker", nic.FIRMA|nic.FIRead, 8, nil)
+			checkCompletion(t, waitEP(t, a.ep), "marker", fabric.FIRMA|fabric.FIRead, 8, nil)
 			expectIdle(t, a.ep)
 			b.syncMemory()
 			if !bytes.Equal(a.buf(span{0, 8}), b.buf(span{0, 8})) {
@@ -292,23 +293,23 @@ func TestEndpointInjectBufferReuse(t *testing.T) {
 	cases := []struct {
 		name string
 		n    int // bytes; the endpoint's inject_size is 64
-		post func(ep *nic.Endpoint, buf []byte, b *epSide) error
+		post func(ep *fabric.Endpoint, buf []byte, b *epSide) error
 	}{
-		{"inject_write", 40, func(ep *nic.Endpoint, buf []byte, b *epSide) error {
+		{"inject_write", 40, func(ep *fabric.Endpoint, buf []byte, b *epSide) error {
 			return ep.InjectWrite(buf, b.addr(0), b.key())
 		}},
-		{"inject_write of inject_size bytes", 64, func(ep *nic.Endpoint, buf []byte, b *epSide) error {
+		{"inject_write of inject_size bytes", 64, func(ep *fabric.Endpoint, buf []byte, b *epSide) error {
 			return ep.InjectWrite(buf, b.addr(0), b.key())
 		}},
-		{"writemsg INJECT of two segments", 50, func(ep *nic.Endpoint, buf []byte, b *epSide) error {
-			return ep.WriteMsg(&nic.RMAMsg{IOV: [][]byte{buf[:20], buf[20:]},
-				RMAIOV: []nic.RMAIOV{{Addr: b.addr(0), Len: 30, Key: b.key()}, {Addr: b.addr(30), Len: 20, Key: b.key()}}},
-				nic.FIInject)
+		{"writemsg INJECT of two segments", 50, func(ep *fabric.Endpoint, buf []byte, b *epSide) error {
+			return ep.WriteMsg(&fabric.RMAMsg{IOV: [][]byte{buf[:20], buf[20:]},
+				RMAIOV: []fabric.RMAIOV{{Addr: b.addr(0), Len: 30, Key: b.key()}, {Addr: b.addr(30), Len: 20, Key: b.key()}}},
+				fabric.FIInject)
 		}},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			a, b := endpointPair(t, nic.Config{}, nic.EndpointConfig{InjectSize: 64, SelectiveCompletion: true}, nic.EndpointConfig{})
+			a, b := endpointPair(t, nic.Config{}, fabric.EndpointConfig{InjectSize: 64, SelectiveCompletion: true}, fabric.EndpointConfig{})
 			// An ordinary heap buffer: injected data needs no registration.
 			buf := make([]byte, tc.n)
 			fill(buf, i+1)
@@ -319,10 +320,10 @@ func TestEndpointInjectBufferReuse(t *testing.T) {
 			fill(buf, i+100) // reused at once
 			// The QP executes in order: once a later READ completes, the
 			// write has landed.
-			if err := a.ep.ReadMsg(&nic.RMAMsg{IOV: [][]byte{a.buf(span{0, 8})}, RMAIOV: []nic.RMAIOV{{Addr: b.addr(0), Len: 8, Key: b.key()}}, Context: "marker"}, nic.FICompletion); err != nil {
+			if err := a.ep.ReadMsg(&fabric.RMAMsg{IOV: [][]byte{a.buf(span{0, 8})}, RMAIOV: []fabric.RMAIOV{{Addr: b.addr(0), Len: 8, Key: b.key()}}, Context: "marker"}, fabric.FICompletion); err != nil {
 				t.Fatal(err)
 			}
-			checkCompletion(t, waitEP(t, a.ep), "marker", nic.FIRMA|nic.FIRead, 8, nil)
+			checkCompletion(t, waitEP(t, a.ep), "marker", fabric.FIRMA|fabric.FIRead, 8, nil)
 			b.syncMemory()
 			if got := b.buf(span{0, tc.n}); !bytes.Equal(got, want) {
 				t.Fatalf("target holds % x, want the data at the time of the call % x", got[:8], want[:8])
@@ -339,7 +340,7 @@ func TestEndpointMoreDefersDoorbell(t *testing.T) {
 		ok   bool
 	}{
 		{"writemsg without MORE", func(a, b *epSide) error {
-			return a.ep.WriteMsg(&nic.RMAMsg{IOV: [][]byte{a.buf(span{4000, 16})}, RMAIOV: []nic.RMAIOV{{Addr: b.addr(4000), Len: 16, Key: b.key()}}, Context: "last"}, 0)
+			return a.ep.WriteMsg(&fabric.RMAMsg{IOV: [][]byte{a.buf(span{4000, 16})}, RMAIOV: []fabric.RMAIOV{{Addr: b.addr(4000), Len: 16, Key: b.key()}}, Context: "last"}, 0)
 		}, 1, true},
 		{"read without MORE", func(a, b *epSide) error {
 			return a.ep.Read(a.buf(span{5000, 16}), a.mr, b.addr(5000), b.key(), "last")
@@ -350,14 +351,14 @@ func TestEndpointMoreDefersDoorbell(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			a, b := endpointPair(t, nic.Config{}, nic.EndpointConfig{}, nic.EndpointConfig{})
+			a, b := endpointPair(t, nic.Config{}, fabric.EndpointConfig{}, fabric.EndpointConfig{})
 			fill(a.buf(span{0, 3000}), 1)
 			fill(b.buf(span{10000, 100}), 2)
 			b.syncMemory()
 			deferred := 0
 			for i := range 3 {
-				msg := &nic.RMAMsg{IOV: [][]byte{a.buf(span{i * 1000, 1000})}, RMAIOV: []nic.RMAIOV{{Addr: b.addr(i * 1000), Len: 1000, Key: b.key()}}, Context: i}
-				if err := a.ep.WriteMsg(msg, nic.FIMore); err != nil {
+				msg := &fabric.RMAMsg{IOV: [][]byte{a.buf(span{i * 1000, 1000})}, RMAIOV: []fabric.RMAIOV{{Addr: b.addr(i * 1000), Len: 1000, Key: b.key()}}, Context: i}
+				if err := a.ep.WriteMsg(msg, fabric.FIMore); err != nil {
 					t.Fatal(err)
 				}
 				deferred++
@@ -365,8 +366,8 @@ func TestEndpointMoreDefersDoorbell(t *testing.T) {
 					t.Fatalf("after %d writes with MORE, %d packets were sent", deferred, n)
 				}
 			}
-			msg := &nic.RMAMsg{IOV: [][]byte{a.buf(span{20000, 100})}, RMAIOV: []nic.RMAIOV{{Addr: b.addr(10000), Len: 100, Key: b.key()}}, Context: 3}
-			if err := a.ep.ReadMsg(msg, nic.FIMore); err != nil {
+			msg := &fabric.RMAMsg{IOV: [][]byte{a.buf(span{20000, 100})}, RMAIOV: []fabric.RMAIOV{{Addr: b.addr(10000), Len: 100, Key: b.key()}}, Context: 3}
+			if err := a.ep.ReadMsg(msg, fabric.FIMore); err != nil {
 				t.Fatal(err)
 			}
 			deferred++
@@ -383,9 +384,9 @@ func TestEndpointMoreDefersDoorbell(t *testing.T) {
 				t.Fatalf("after the call without MORE, %d packets sent, want at least %d", n, deferred+tc.pkts)
 			}
 			for i := range 3 {
-				checkCompletion(t, waitEP(t, a.ep), i, nic.FIRMA|nic.FIWrite, 1000, nil)
+				checkCompletion(t, waitEP(t, a.ep), i, fabric.FIRMA|fabric.FIWrite, 1000, nil)
 			}
-			checkCompletion(t, waitEP(t, a.ep), 3, nic.FIRMA|nic.FIRead, 100, nil)
+			checkCompletion(t, waitEP(t, a.ep), 3, fabric.FIRMA|fabric.FIRead, 100, nil)
 			if tc.ok {
 				if c := waitEP(t, a.ep); c.Context != "last" || c.Err != nil {
 					t.Fatalf("last call's completion %+v", c)
@@ -436,25 +437,25 @@ func TestEndpointFence(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var tr opTrace
-			a, b := endpointPair(t, nic.Config{Trace: tr.record}, nic.EndpointConfig{}, nic.EndpointConfig{})
+			a, b := endpointPair(t, nic.Config{Trace: tr.record}, fabric.EndpointConfig{}, fabric.EndpointConfig{})
 			fill(b.buf(span{0, 512}), 1)  // X: what the READ fetches
 			fill(a.buf(span{0, 512}), 50) // L: the local buffer before it
 			b.syncMemory()
-			rd := &nic.RMAMsg{IOV: [][]byte{a.buf(span{0, 512})}, RMAIOV: []nic.RMAIOV{{Addr: b.addr(0), Len: 512, Key: b.key()}}, Context: "read"}
-			if err := a.ep.ReadMsg(rd, nic.FIMore); err != nil {
+			rd := &fabric.RMAMsg{IOV: [][]byte{a.buf(span{0, 512})}, RMAIOV: []fabric.RMAIOV{{Addr: b.addr(0), Len: 512, Key: b.key()}}, Context: "read"}
+			if err := a.ep.ReadMsg(rd, fabric.FIMore); err != nil {
 				t.Fatal(err)
 			}
-			flags := nic.FIFlags(0)
+			flags := fabric.Flags(0)
 			if tc.fence {
-				flags = nic.FIFence
+				flags = fabric.FIFence
 			}
 			old := slices.Clone(a.buf(span{0, 512}))
-			wr := &nic.RMAMsg{IOV: [][]byte{a.buf(span{0, 512})}, RMAIOV: []nic.RMAIOV{{Addr: b.addr(4096), Len: 512, Key: b.key()}}, Context: "write"}
+			wr := &fabric.RMAMsg{IOV: [][]byte{a.buf(span{0, 512})}, RMAIOV: []fabric.RMAIOV{{Addr: b.addr(4096), Len: 512, Key: b.key()}}, Context: "write"}
 			if err := a.ep.WriteMsg(wr, flags); err != nil {
 				t.Fatal(err)
 			}
-			checkCompletion(t, waitEP(t, a.ep), "read", nic.FIRMA|nic.FIRead, 512, nil)
-			checkCompletion(t, waitEP(t, a.ep), "write", nic.FIRMA|nic.FIWrite, 512, nil)
+			checkCompletion(t, waitEP(t, a.ep), "read", fabric.FIRMA|fabric.FIRead, 512, nil)
+			checkCompletion(t, waitEP(t, a.ep), "write", fabric.FIRMA|fabric.FIWrite, 512, nil)
 
 			req := tr.first(wire.OpCode.IsReadRequest)
 			resp := tr.first(wire.OpCode.IsReadResponse)
@@ -491,14 +492,14 @@ func TestEndpointRemoteCQData(t *testing.T) {
 			return a.ep.WriteData(nil, nil, 7, b.addr(0), b.key(), "w")
 		}, nil, 7, 0},
 		{"writemsg REMOTE_CQ_DATA over two segments", func(a, b *epSide) error {
-			return a.ep.WriteMsg(&nic.RMAMsg{IOV: [][]byte{a.buf(span{0, 8000})}, Desc: []*nic.MR{a.mr},
-				RMAIOV:  []nic.RMAIOV{{Addr: b.addr(0), Len: 3000, Key: b.key()}, {Addr: b.addr(10000), Len: 5000, Key: b.key()}},
-				Context: "w", Data: math.MaxUint32}, nic.FIRemoteCQData)
+			return a.ep.WriteMsg(&fabric.RMAMsg{IOV: [][]byte{a.buf(span{0, 8000})}, Desc: []*nic.MR{a.mr},
+				RMAIOV:  []fabric.RMAIOV{{Addr: b.addr(0), Len: 3000, Key: b.key()}, {Addr: b.addr(10000), Len: 5000, Key: b.key()}},
+				Context: "w", Data: math.MaxUint32}, fabric.FIRemoteCQData)
 		}, []span{{0, 3000}, {10000, 5000}}, math.MaxUint32, 5000},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			a, b := endpointPair(t, nic.Config{}, nic.EndpointConfig{}, nic.EndpointConfig{})
+			a, b := endpointPair(t, nic.Config{}, fabric.EndpointConfig{}, fabric.EndpointConfig{})
 			fill(a.buf(span{0, 8000}), i+1)
 			for _, ctx := range []string{"slot 1", "slot 2"} {
 				if err := b.ep.Recv(nil, nil, ctx); err != nil {
@@ -512,9 +513,9 @@ func TestEndpointRemoteCQData(t *testing.T) {
 			for _, sp := range tc.remote {
 				total += sp.n
 			}
-			checkCompletion(t, waitEP(t, a.ep), "w", nic.FIRMA|nic.FIWrite, total, nil)
+			checkCompletion(t, waitEP(t, a.ep), "w", fabric.FIRMA|fabric.FIWrite, total, nil)
 			c := waitEP(t, b.ep)
-			checkCompletion(t, c, "slot 1", nic.FIRMA|nic.FIRemoteWrite|nic.FIRemoteCQData, tc.wantLen, nil)
+			checkCompletion(t, c, "slot 1", fabric.FIRMA|fabric.FIRemoteWrite|fabric.FIRemoteCQData, tc.wantLen, nil)
 			if c.Data != tc.data {
 				t.Errorf("remote CQ data %#x, want %#x", c.Data, tc.data)
 			}
@@ -526,7 +527,7 @@ func TestEndpointRemoteCQData(t *testing.T) {
 			if err := a.ep.WriteData(nil, nil, 99, b.addr(0), b.key(), "w2"); err != nil {
 				t.Fatal(err)
 			}
-			checkCompletion(t, waitEP(t, a.ep), "w2", nic.FIRMA|nic.FIWrite, 0, nil)
+			checkCompletion(t, waitEP(t, a.ep), "w2", fabric.FIRMA|fabric.FIWrite, 0, nil)
 			if c := waitEP(t, b.ep); c.Context != "slot 2" || c.Data != 99 {
 				t.Fatalf("second target completion %+v, want slot 2 with data 99", c)
 			}
@@ -547,7 +548,7 @@ func TestEndpointRemoteCQDataWaitsForRecv(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			a, b := endpointPair(t, nic.Config{}, nic.EndpointConfig{}, nic.EndpointConfig{})
+			a, b := endpointPair(t, nic.Config{}, fabric.EndpointConfig{}, fabric.EndpointConfig{})
 			fill(a.buf(span{0, tc.n}), 4)
 			if err := a.ep.WriteData(a.buf(span{0, tc.n}), a.mr, 5, b.addr(0), b.key(), "w"); err != nil {
 				t.Fatal(err)
@@ -565,9 +566,9 @@ func TestEndpointRemoteCQDataWaitsForRecv(t *testing.T) {
 			if err := b.ep.Recv(nil, nil, "late slot"); err != nil {
 				t.Fatal(err)
 			}
-			checkCompletion(t, waitEP(t, a.ep), "w", nic.FIRMA|nic.FIWrite, tc.n, nil)
+			checkCompletion(t, waitEP(t, a.ep), "w", fabric.FIRMA|fabric.FIWrite, tc.n, nil)
 			c := waitEP(t, b.ep)
-			checkCompletion(t, c, "late slot", nic.FIRMA|nic.FIRemoteWrite|nic.FIRemoteCQData, tc.n, nil)
+			checkCompletion(t, c, "late slot", fabric.FIRMA|fabric.FIRemoteWrite|fabric.FIRemoteCQData, tc.n, nil)
 			if c.Data != 5 || !bytes.Equal(b.buf(span{0, tc.n}), a.buf(span{0, tc.n})) {
 				t.Errorf("remote CQ data %d (want 5) or target memory differs", c.Data)
 			}
@@ -579,7 +580,7 @@ func TestEndpointRecvMessage(t *testing.T) {
 	// A verbs QP sends to an endpoint: the receive completes as a message.
 	checkLeaks(t)
 	a := openEnd(t, nic.Config{})
-	b := openEndpoint(t, nic.Config{}, nic.EndpointConfig{})
+	b := openEndpoint(t, nic.Config{}, fabric.EndpointConfig{})
 	if err := a.qp.Connect(b.dev.Addr(), b.ep.QP().Num(), nic.ConnectOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -594,7 +595,7 @@ func TestEndpointRecvMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := waitEP(t, b.ep)
-	checkCompletion(t, c, "rx", nic.FIMsg|nic.FIRecv|nic.FIRemoteCQData, 3000, nil)
+	checkCompletion(t, c, "rx", fabric.FIMsg|fabric.FIRecv|fabric.FIRemoteCQData, 3000, nil)
 	if c.Data != 0xabc || !bytes.Equal(b.buf(span{0, 3000}), a.mr.Bytes()[:3000]) {
 		t.Fatalf("received data %#x or bytes differ", c.Data)
 	}
@@ -605,57 +606,57 @@ func TestEndpointRecvMessage(t *testing.T) {
 	if err := b.ep.Close(); err != nil {
 		t.Fatal(err)
 	}
-	checkCompletion(t, waitEP(t, b.ep), "flushed", nic.FIMsg|nic.FIRecv, 0, nic.StatusError(qp.WRFlushErr))
+	checkCompletion(t, waitEP(t, b.ep), "flushed", fabric.FIMsg|fabric.FIRecv, 0, fabric.StatusError(qp.WRFlushErr))
 }
 
 func TestEndpointAgain(t *testing.T) {
 	t.Run("send queue full until completions are reaped", func(t *testing.T) {
-		a, b := endpointPair(t, nic.Config{}, nic.EndpointConfig{TxSize: 4}, nic.EndpointConfig{})
-		msg := func(i int) *nic.RMAMsg {
-			return &nic.RMAMsg{IOV: [][]byte{a.buf(span{i * 8, 8})}, RMAIOV: []nic.RMAIOV{{Addr: b.addr(i * 8), Len: 8, Key: b.key()}}, Context: i}
+		a, b := endpointPair(t, nic.Config{}, fabric.EndpointConfig{TxSize: 4}, fabric.EndpointConfig{})
+		msg := func(i int) *fabric.RMAMsg {
+			return &fabric.RMAMsg{IOV: [][]byte{a.buf(span{i * 8, 8})}, RMAIOV: []fabric.RMAIOV{{Addr: b.addr(i * 8), Len: 8, Key: b.key()}}, Context: i}
 		}
 		for i := range 4 {
-			if err := a.ep.WriteMsg(msg(i), nic.FIMore); err != nil {
+			if err := a.ep.WriteMsg(msg(i), fabric.FIMore); err != nil {
 				t.Fatal(err)
 			}
 		}
-		err := a.ep.WriteMsg(msg(4), nic.FIMore)
-		if !errors.Is(err, nic.ErrAgain) {
+		err := a.ep.WriteMsg(msg(4), fabric.FIMore)
+		if !errors.Is(err, fabric.ErrAgain) {
 			t.Fatalf("fifth write on a tx size of 4: %v, want ErrAgain", err)
 		}
 		// The refused call rang the doorbell, so the queued writes
 		// complete and make room.
 		for i := range 4 {
-			checkCompletion(t, waitEP(t, a.ep), i, nic.FIRMA|nic.FIWrite, 8, nil)
+			checkCompletion(t, waitEP(t, a.ep), i, fabric.FIRMA|fabric.FIWrite, 8, nil)
 		}
 		if err := a.ep.WriteMsg(msg(4), 0); err != nil {
 			t.Fatalf("retry after reaping: %v", err)
 		}
-		checkCompletion(t, waitEP(t, a.ep), 4, nic.FIRMA|nic.FIWrite, 8, nil)
+		checkCompletion(t, waitEP(t, a.ep), 4, fabric.FIRMA|fabric.FIWrite, 8, nil)
 	})
 	t.Run("unsignaled writes free their slots without completions", func(t *testing.T) {
-		a, b := endpointPair(t, nic.Config{}, nic.EndpointConfig{TxSize: 4, SelectiveCompletion: true}, nic.EndpointConfig{})
+		a, b := endpointPair(t, nic.Config{}, fabric.EndpointConfig{TxSize: 4, SelectiveCompletion: true}, fabric.EndpointConfig{})
 		var word [8]byte
 		for i := range 64 {
 			word[0] = byte(i)
 			retryAgain(t, func() error { return a.ep.InjectWrite(word[:], b.addr(0), b.key()) })
 		}
-		marker := &nic.RMAMsg{IOV: [][]byte{a.buf(span{0, 8})}, RMAIOV: []nic.RMAIOV{{Addr: b.addr(0), Len: 8, Key: b.key()}}, Context: "marker"}
-		retryAgain(t, func() error { return a.ep.ReadMsg(marker, nic.FICompletion) })
-		checkCompletion(t, waitEP(t, a.ep), "marker", nic.FIRMA|nic.FIRead, 8, nil)
+		marker := &fabric.RMAMsg{IOV: [][]byte{a.buf(span{0, 8})}, RMAIOV: []fabric.RMAIOV{{Addr: b.addr(0), Len: 8, Key: b.key()}}, Context: "marker"}
+		retryAgain(t, func() error { return a.ep.ReadMsg(marker, fabric.FICompletion) })
+		checkCompletion(t, waitEP(t, a.ep), "marker", fabric.FIRMA|fabric.FIRead, 8, nil)
 		expectIdle(t, a.ep)
 		if got := a.buf(span{0, 1})[0]; got != 63 {
 			t.Fatalf("target word %d after 64 writes, want 63", got)
 		}
 	})
 	t.Run("receive queue full", func(t *testing.T) {
-		a, _ := endpointPair(t, nic.Config{}, nic.EndpointConfig{RxSize: 2}, nic.EndpointConfig{})
+		a, _ := endpointPair(t, nic.Config{}, fabric.EndpointConfig{RxSize: 2}, fabric.EndpointConfig{})
 		for i := range 2 {
 			if err := a.ep.Recv(nil, nil, i); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if err := a.ep.Recv(nil, nil, 2); !errors.Is(err, nic.ErrAgain) {
+		if err := a.ep.Recv(nil, nil, 2); !errors.Is(err, fabric.ErrAgain) {
 			t.Fatalf("third receive on an rx size of 2: %v, want ErrAgain", err)
 		}
 	})
@@ -672,7 +673,7 @@ func retryAgain(t testing.TB, post func() error) {
 		if err == nil {
 			return
 		}
-		if !errors.Is(err, nic.ErrAgain) || time.Now().After(deadline) {
+		if !errors.Is(err, fabric.ErrAgain) || time.Now().After(deadline) {
 			t.Fatal(err)
 		}
 		runtime.Gosched()
@@ -680,7 +681,7 @@ func retryAgain(t testing.TB, post func() error) {
 }
 
 func TestEndpointContextsComeBackInOrder(t *testing.T) {
-	a, b := endpointPair(t, nic.Config{}, nic.EndpointConfig{TxSize: 8}, nic.EndpointConfig{})
+	a, b := endpointPair(t, nic.Config{}, fabric.EndpointConfig{TxSize: 8}, fabric.EndpointConfig{})
 	type token struct{ n int }
 	// More operations than the table has slots: each completion frees one.
 	var want []any
@@ -702,7 +703,7 @@ func TestEndpointContextsComeBackInOrder(t *testing.T) {
 			if err == nil {
 				break
 			}
-			if !errors.Is(err, nic.ErrAgain) {
+			if !errors.Is(err, fabric.ErrAgain) {
 				t.Fatal(err)
 			}
 			c := waitEP(t, a.ep)
@@ -730,55 +731,55 @@ func TestEndpointErrorsComplete(t *testing.T) {
 		selective bool
 		post      func(a, b *epSide) error
 		ctx       any
-		flags     nic.FIFlags
+		flags     fabric.Flags
 		status    qp.WCStatus
 	}{
 		{"write with a bad rkey", false, func(a, b *epSide) error {
 			return a.ep.Write(a.buf(span{0, 8}), a.mr, b.addr(0), b.key()+0x100, "bad")
-		}, "bad", nic.FIRMA | nic.FIWrite, qp.RemAccessErr},
+		}, "bad", fabric.FIRMA | fabric.FIWrite, qp.RemAccessErr},
 		{"read beyond the remote region", false, func(a, b *epSide) error {
 			return a.ep.Read(a.buf(span{0, 64}), a.mr, b.addr(1<<20-32), b.key(), "beyond")
-		}, "beyond", nic.FIRMA | nic.FIRead, qp.RemAccessErr},
+		}, "beyond", fabric.FIRMA | fabric.FIRead, qp.RemAccessErr},
 		{"read into a region without local write", false, func(a, b *epSide) error {
 			ro, err := a.pd.RegMR(make([]byte, 64), 0)
 			if err != nil {
 				return err
 			}
 			return a.ep.Read(ro.Bytes(), ro, b.addr(0), b.key(), "ro")
-		}, "ro", nic.FIRMA | nic.FIRead, qp.LocProtErr},
+		}, "ro", fabric.FIRMA | fabric.FIRead, qp.LocProtErr},
 		{"inject_write fails with a nil context", false, func(a, b *epSide) error {
 			return a.ep.InjectWrite(make([]byte, 8), b.addr(0), b.key()+0x100)
-		}, nil, nic.FIRMA | nic.FIWrite, qp.RemAccessErr},
+		}, nil, fabric.FIRMA | fabric.FIWrite, qp.RemAccessErr},
 		{"selective: a failure completes without COMPLETION", true, func(a, b *epSide) error {
 			return a.ep.Write(a.buf(span{0, 8}), a.mr, b.addr(0), b.key()+0x100, "quiet")
-		}, "quiet", nic.FIRMA | nic.FIWrite, qp.RemAccessErr},
+		}, "quiet", fabric.FIRMA | fabric.FIWrite, qp.RemAccessErr},
 		{"writemsg whose second segment fails completes once", false, func(a, b *epSide) error {
-			return a.ep.WriteMsg(&nic.RMAMsg{IOV: [][]byte{a.buf(span{0, 300})}, Desc: []*nic.MR{a.mr}, RMAIOV: []nic.RMAIOV{
+			return a.ep.WriteMsg(&fabric.RMAMsg{IOV: [][]byte{a.buf(span{0, 300})}, Desc: []*nic.MR{a.mr}, RMAIOV: []fabric.RMAIOV{
 				{Addr: b.addr(0), Len: 100, Key: b.key()},
 				{Addr: b.addr(100), Len: 100, Key: b.key() + 0x100},
 				{Addr: b.addr(200), Len: 100, Key: b.key()},
 			}, Context: "msg"}, 0)
-		}, "msg", nic.FIRMA | nic.FIWrite, qp.RemAccessErr},
+		}, "msg", fabric.FIRMA | fabric.FIWrite, qp.RemAccessErr},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			a, b := endpointPair(t, nic.Config{}, nic.EndpointConfig{SelectiveCompletion: tc.selective}, nic.EndpointConfig{})
+			a, b := endpointPair(t, nic.Config{}, fabric.EndpointConfig{SelectiveCompletion: tc.selective}, fabric.EndpointConfig{})
 			if err := tc.post(a, b); err != nil {
 				t.Fatal(err)
 			}
-			checkCompletion(t, waitEP(t, a.ep), tc.ctx, tc.flags, 0, nic.StatusError(tc.status))
-			marker := &nic.RMAMsg{IOV: [][]byte{a.buf(span{100, 8})}, RMAIOV: []nic.RMAIOV{{Addr: b.addr(100), Len: 8, Key: b.key()}}, Context: "marker"}
-			if err := a.ep.ReadMsg(marker, nic.FICompletion); err != nil {
+			checkCompletion(t, waitEP(t, a.ep), tc.ctx, tc.flags, 0, fabric.StatusError(tc.status))
+			marker := &fabric.RMAMsg{IOV: [][]byte{a.buf(span{100, 8})}, RMAIOV: []fabric.RMAIOV{{Addr: b.addr(100), Len: 8, Key: b.key()}}, Context: "marker"}
+			if err := a.ep.ReadMsg(marker, fabric.FICompletion); err != nil {
 				t.Fatal(err)
 			}
-			checkCompletion(t, waitEP(t, a.ep), "marker", nic.FIRMA|nic.FIRead, 0, nic.StatusError(qp.WRFlushErr))
+			checkCompletion(t, waitEP(t, a.ep), "marker", fabric.FIRMA|fabric.FIRead, 0, fabric.StatusError(qp.WRFlushErr))
 			expectIdle(t, a.ep)
 		})
 	}
 }
 
 func TestEndpointInvalidArguments(t *testing.T) {
-	a, b := endpointPair(t, nic.Config{}, nic.EndpointConfig{IOVLimit: 2, RMAIOVLimit: 2, InjectSize: 32}, nic.EndpointConfig{})
+	a, b := endpointPair(t, nic.Config{}, fabric.EndpointConfig{IOVLimit: 2, RMAIOVLimit: 2, InjectSize: 32}, fabric.EndpointConfig{})
 	other, err := a.pd.RegMR(make([]byte, 4096), mr.LocalWrite)
 	if err != nil {
 		t.Fatal(err)
@@ -792,7 +793,7 @@ func TestEndpointInvalidArguments(t *testing.T) {
 		t.Fatal(err)
 	}
 	buf := a.buf(span{0, 64})
-	seg := func(n int) nic.RMAIOV { return nic.RMAIOV{Addr: b.addr(0), Len: uint64(n), Key: b.key()} }
+	seg := func(n int) fabric.RMAIOV { return fabric.RMAIOV{Addr: b.addr(0), Len: uint64(n), Key: b.key()} }
 	cases := []struct {
 		name string
 		call func() error
@@ -803,11 +804,11 @@ func TestEndpointInvalidArguments(t *testing.T) {
 			return a.ep.Writev([][]byte{buf[:1], buf[1:2], buf[2:3]}, nil, b.addr(0), b.key(), nil)
 		}},
 		{"more segments than rma_iov_limit", func() error {
-			return a.ep.WriteMsg(&nic.RMAMsg{IOV: [][]byte{buf[:3]}, RMAIOV: []nic.RMAIOV{seg(1), seg(1), seg(1)}}, 0)
+			return a.ep.WriteMsg(&fabric.RMAMsg{IOV: [][]byte{buf[:3]}, RMAIOV: []fabric.RMAIOV{seg(1), seg(1), seg(1)}}, 0)
 		}},
-		{"no remote segment", func() error { return a.ep.ReadMsg(&nic.RMAMsg{IOV: [][]byte{buf}}, 0) }},
+		{"no remote segment", func() error { return a.ep.ReadMsg(&fabric.RMAMsg{IOV: [][]byte{buf}}, 0) }},
 		{"lengths differ", func() error {
-			return a.ep.WriteMsg(&nic.RMAMsg{IOV: [][]byte{buf}, RMAIOV: []nic.RMAIOV{seg(63)}}, 0)
+			return a.ep.WriteMsg(&fabric.RMAMsg{IOV: [][]byte{buf}, RMAIOV: []fabric.RMAIOV{seg(63)}}, 0)
 		}},
 		{"descriptor count differs", func() error {
 			return a.ep.Readv([][]byte{buf[:8], buf[8:16]}, []*nic.MR{a.mr}, b.addr(0), b.key(), nil)
@@ -819,18 +820,18 @@ func TestEndpointInvalidArguments(t *testing.T) {
 		{"remote CQ data wider than 32 bits", func() error { return a.ep.WriteData(buf, a.mr, 1<<32, b.addr(0), b.key(), nil) }},
 		{"inject beyond inject_size", func() error { return a.ep.InjectWrite(make([]byte, 33), b.addr(0), b.key()) }},
 		{"readmsg with INJECT", func() error {
-			return a.ep.ReadMsg(&nic.RMAMsg{IOV: [][]byte{buf}, RMAIOV: []nic.RMAIOV{seg(64)}}, nic.FIInject)
+			return a.ep.ReadMsg(&fabric.RMAMsg{IOV: [][]byte{buf}, RMAIOV: []fabric.RMAIOV{seg(64)}}, fabric.FIInject)
 		}},
 		{"readmsg with REMOTE_CQ_DATA", func() error {
-			return a.ep.ReadMsg(&nic.RMAMsg{IOV: [][]byte{buf}, RMAIOV: []nic.RMAIOV{seg(64)}}, nic.FIRemoteCQData)
+			return a.ep.ReadMsg(&fabric.RMAMsg{IOV: [][]byte{buf}, RMAIOV: []fabric.RMAIOV{seg(64)}}, fabric.FIRemoteCQData)
 		}},
 		{"unknown flag", func() error {
-			return a.ep.WriteMsg(&nic.RMAMsg{IOV: [][]byte{buf}, RMAIOV: []nic.RMAIOV{seg(64)}}, 1<<62)
+			return a.ep.WriteMsg(&fabric.RMAMsg{IOV: [][]byte{buf}, RMAIOV: []fabric.RMAIOV{seg(64)}}, 1<<62)
 		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := tc.call(); !errors.Is(err, nic.ErrInvalid) {
+			if err := tc.call(); !errors.Is(err, fabric.ErrInvalid) {
 				t.Fatalf("got %v, want ErrInvalid", err)
 			}
 		})
@@ -854,22 +855,22 @@ func TestNewEndpointConfig(t *testing.T) {
 	}
 	cases := []struct {
 		name string
-		cfg  nic.EndpointConfig
-		want nic.EndpointConfig // zero when the config is invalid
+		cfg  fabric.EndpointConfig
+		want fabric.EndpointConfig // zero when the config is invalid
 	}{
-		{"defaults", nic.EndpointConfig{}, nic.EndpointConfig{TxSize: 256, RxSize: 256, IOVLimit: 4, RMAIOVLimit: 4, InjectSize: 256}},
-		{"given sizes", nic.EndpointConfig{TxSize: 8, RxSize: 2, IOVLimit: 32, RMAIOVLimit: 8, InjectSize: 4096, SelectiveCompletion: true},
-			nic.EndpointConfig{TxSize: 8, RxSize: 2, IOVLimit: 32, RMAIOVLimit: 8, InjectSize: 4096, SelectiveCompletion: true}},
-		{"negative tx size", nic.EndpointConfig{TxSize: -1}, nic.EndpointConfig{}},
-		{"rma_iov_limit beyond tx size", nic.EndpointConfig{TxSize: 2, RMAIOVLimit: 3}, nic.EndpointConfig{}},
-		{"iov_limit beyond max_send_sge", nic.EndpointConfig{IOVLimit: 33}, nic.EndpointConfig{}},
-		{"inject_size beyond max_inline_data", nic.EndpointConfig{InjectSize: 4097}, nic.EndpointConfig{}},
+		{"defaults", fabric.EndpointConfig{}, fabric.EndpointConfig{TxSize: 256, RxSize: 256, IOVLimit: 4, RMAIOVLimit: 4, InjectSize: 256}},
+		{"given sizes", fabric.EndpointConfig{TxSize: 8, RxSize: 2, IOVLimit: 32, RMAIOVLimit: 8, InjectSize: 4096, SelectiveCompletion: true},
+			fabric.EndpointConfig{TxSize: 8, RxSize: 2, IOVLimit: 32, RMAIOVLimit: 8, InjectSize: 4096, SelectiveCompletion: true}},
+		{"negative tx size", fabric.EndpointConfig{TxSize: -1}, fabric.EndpointConfig{}},
+		{"rma_iov_limit beyond tx size", fabric.EndpointConfig{TxSize: 2, RMAIOVLimit: 3}, fabric.EndpointConfig{}},
+		{"iov_limit beyond max_send_sge", fabric.EndpointConfig{IOVLimit: 33}, fabric.EndpointConfig{}},
+		{"inject_size beyond max_inline_data", fabric.EndpointConfig{InjectSize: 4097}, fabric.EndpointConfig{}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			ep, err := pd.NewEndpoint(tc.cfg)
-			if tc.want == (nic.EndpointConfig{}) {
-				if !errors.Is(err, nic.ErrInvalid) {
+			ep, err := fabric.NewEndpoint(pd, tc.cfg)
+			if tc.want == (fabric.EndpointConfig{}) {
+				if !errors.Is(err, fabric.ErrInvalid) {
 					t.Fatalf("got %v, want ErrInvalid", err)
 				}
 				return
@@ -885,72 +886,16 @@ func TestNewEndpointConfig(t *testing.T) {
 	}
 }
 
-func TestPostReadContextIsWRID(t *testing.T) {
-	// rdma_post_read(3): "The user-defined context associated with the read
-	// request will be returned to the user through the work completion
-	// wr_id". With the verbs API the context is the WR's ID.
-	a, b := connected(t, nic.Config{}, nic.ConnectOptions{})
-	fill(b.mr.Bytes()[:4096], 9)
-	syncMemory(b)
-	for i, id := range []uint64{0, 1, 0xdeadbeef, math.MaxUint64} {
-		off := 8192 * (i + 1)
-		clear(a.mr.Bytes()[off : off+4096])
-		wr := &qp.SendWR{ID: id, Opcode: qp.WRRead, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(off, 4096)},
-			RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
-		if err := a.qp.PostSend(wr); err != nil {
-			t.Fatal(err)
-		}
-		wc := wait(t, a.cq)
-		if wc.ID != id || wc.Status != qp.Success || wc.Opcode != qp.WCRead || wc.ByteLen != 4096 {
-			t.Fatalf("completion %v, want wr_id %d RDMA_READ SUCCESS len 4096", &wc, id)
-		}
-		if !bytes.Equal(a.mr.Bytes()[off:off+4096], b.mr.Bytes()[:4096]) {
-			t.Fatalf("wr_id %d: data read differs", id)
-		}
-	}
-}
-
-func TestQPPostSendDeferred(t *testing.T) {
-	a, b := connected(t, nic.Config{}, nic.ConnectOptions{})
-	for i := range 3 {
-		wr := &qp.SendWR{ID: uint64(i), Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(i*64, 64)},
-			RemoteAddr: b.mr.Addr() + uint64(i*64), RKey: b.mr.RKey()}
-		if err := a.qp.PostSendDeferred(wr); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n := counter(t, a.dev, "sent_pkts"); n != 0 {
-		t.Fatalf("%d packets sent before the doorbell", n)
-	}
-	if err := a.qp.RingDoorbell(); err != nil {
-		t.Fatal(err)
-	}
-	if n := counter(t, a.dev, "sent_pkts"); n < 3 {
-		t.Fatalf("%d packets sent after the doorbell, want 3", n)
-	}
-	for i := range 3 {
-		if wc := wait(t, a.cq); wc.ID != uint64(i) || wc.Status != qp.Success {
-			t.Fatalf("completion %v, want wr_id %d SUCCESS", &wc, i)
-		}
-	}
-	if err := a.qp.Destroy(); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.qp.RingDoorbell(); !errors.Is(err, nic.ErrClosed) {
-		t.Fatalf("doorbell of a destroyed QP: %v, want ErrClosed", err)
-	}
-}
-
 func TestFIFlagsString(t *testing.T) {
 	cases := []struct {
-		f    nic.FIFlags
+		f    fabric.Flags
 		want string
 	}{
 		{0, "0"},
-		{nic.FIRMA | nic.FIWrite, "RMA|WRITE"},
-		{nic.FIRMA | nic.FIRemoteWrite | nic.FIRemoteCQData, "RMA|REMOTE_WRITE|REMOTE_CQ_DATA"},
-		{nic.FICompletion | nic.FIMore | nic.FIFence | nic.FIInject, "MORE|FENCE|COMPLETION|INJECT"},
-		{nic.FIMsg | 1<<62, "MSG|0x4000000000000000"},
+		{fabric.FIRMA | fabric.FIWrite, "RMA|WRITE"},
+		{fabric.FIRMA | fabric.FIRemoteWrite | fabric.FIRemoteCQData, "RMA|REMOTE_WRITE|REMOTE_CQ_DATA"},
+		{fabric.FICompletion | fabric.FIMore | fabric.FIFence | fabric.FIInject, "MORE|FENCE|COMPLETION|INJECT"},
+		{fabric.FIMsg | 1<<62, "MSG|0x4000000000000000"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.want, func(t *testing.T) {
@@ -962,11 +907,11 @@ func TestFIFlagsString(t *testing.T) {
 }
 
 func TestStatusError(t *testing.T) {
-	var err error = nic.StatusError(qp.RemAccessErr)
-	if !errors.Is(err, nic.StatusError(qp.RemAccessErr)) || errors.Is(err, nic.StatusError(qp.WRFlushErr)) {
+	var err error = fabric.StatusError(qp.RemAccessErr)
+	if !errors.Is(err, fabric.StatusError(qp.RemAccessErr)) || errors.Is(err, fabric.StatusError(qp.WRFlushErr)) {
 		t.Fatal("errors.Is does not tell statuses apart")
 	}
-	var se nic.StatusError
+	var se fabric.StatusError
 	if !errors.As(err, &se) || se.Status() != qp.RemAccessErr {
 		t.Fatalf("errors.As gives %v", se)
 	}
@@ -976,9 +921,9 @@ func TestStatusError(t *testing.T) {
 }
 
 func BenchmarkEndpointWrite8(b *testing.B) {
-	x, y := endpointPair(b, nic.Config{}, nic.EndpointConfig{}, nic.EndpointConfig{})
+	x, y := endpointPair(b, nic.Config{}, fabric.EndpointConfig{}, fabric.EndpointConfig{})
 	ctx := context.Background()
-	var c [1]nic.Completion
+	var c [1]fabric.Completion
 	buf := x.buf(span{0, 8})
 	b.ReportAllocs()
 	for b.Loop() {
