@@ -126,7 +126,7 @@ type addrQuery struct {
 	end    uint64 // the range searched is [pivot.start, end)
 	lo     uint64 // smallest start that can reach end in the current class
 	filter addrFilter
-	pd     PD
+	pd     PDHandle
 	found  *extent
 	iter   btree.ItemIteratorG[extentItem]
 }
@@ -139,7 +139,7 @@ var queryPool = sync.Pool{New: func() any {
 
 // find returns an extent containing [addr, addr+n) that the filter accepts,
 // or nil. n must be at least 1 and addr+n must not overflow.
-func (ix *addrIndex) find(addr, n uint64, filter addrFilter, pd PD) *extent {
+func (ix *addrIndex) find(addr, n uint64, filter addrFilter, pd PDHandle) *extent {
 	q := queryPool.Get().(*addrQuery)
 	q.pivot = extentItem{addr, lastAt}
 	q.end, q.filter, q.pd, q.found = addr+n, filter, pd, nil

@@ -13,7 +13,7 @@ func TestArenaArguments(t *testing.T) {
 	pd := allocPD(t, tb)
 	tests := []struct {
 		name string
-		pd   PD
+		pd   PDHandle
 		size uint64
 		want error
 	}{
@@ -129,7 +129,7 @@ func TestAdoptArena(t *testing.T) {
 
 	for _, tc := range []struct {
 		name string
-		pd   PD
+		pd   PDHandle
 		b    []byte
 		want error
 	}{

@@ -15,7 +15,7 @@ const benchRegions = 1_000_000
 // test binary: CI runs every benchmark once (-benchtime 1x).
 type benchFixture struct {
 	tb       *Table
-	pd       PD
+	pd       PDHandle
 	keys     []uint32
 	addrs    []uint64
 	byKey    map[uint32]*Region

@@ -75,7 +75,7 @@ func CacheConfigFromEnv() (CacheConfig, error) {
 // cached region is in use a new one is registered uncached.
 type Cache struct {
 	t      *Table
-	pd     PD
+	pd     PDHandle
 	access Access
 	cfg    CacheConfig
 
@@ -117,7 +117,7 @@ type CacheEntry struct {
 }
 
 // NewCache returns a cache registering regions of pd with access.
-func NewCache(t *Table, pd PD, access Access, cfg CacheConfig) *Cache {
+func NewCache(t *Table, pd PDHandle, access Access, cfg CacheConfig) *Cache {
 	c := &Cache{t: t, pd: pd, access: access, cfg: cfg}
 	c.lru.prev, c.lru.next = &c.lru, &c.lru
 	return c

@@ -3,7 +3,7 @@ package mr
 // Requester identifies who asks for a remote access: the responder QP's PD
 // and number, and the P_Key of the request's BTH.
 type Requester struct {
-	PD   PD
+	PD   PDHandle
 	QPN  uint32
 	PKey uint16 // regions with an auth key accept only their partition
 }
@@ -107,7 +107,7 @@ func (t *Table) remoteWindow(rkey uint32, addr, length uint64, need Access, who 
 // is 0 for local read, which every region allows, or LocalWrite. The
 // address is in the region's address space. A zero-length SGE needs no
 // check, as in rxe. It does not allocate.
-func (t *Table) Local(lkey uint32, addr, length uint64, need Access, pd PD) (Span, error) {
+func (t *Table) Local(lkey uint32, addr, length uint64, need Access, pd PDHandle) (Span, error) {
 	if need&^LocalWrite != 0 {
 		return Span{}, t.reject(ReasonAccess)
 	}
@@ -145,9 +145,9 @@ func (t *Table) reject(why Reason) Reason {
 // returns the region's access; who is nil for local access, which
 // partitions and endpoints do not restrict. PD and access are read
 // together, as Rereg changes them together.
-func (r *Region) admit(pd PD, who *Requester) (Access, Reason) {
+func (r *Region) admit(pd PDHandle, who *Requester) (Access, Reason) {
 	pa := r.pdAcc.Load()
-	if PD(pa>>32) != pd {
+	if PDHandle(pa>>32) != pd {
 		return 0, ReasonWrongPD
 	}
 	switch f := r.flags.Load(); {

@@ -33,7 +33,7 @@ type RegOptions struct {
 
 // RegisterWith registers a region of pd as o describes. Its errors are
 // Register's, and ErrNoKey for a requested key already in use.
-func (t *Table) RegisterWith(pd PD, o RegOptions) (*Region, error) {
+func (t *Table) RegisterWith(pd PDHandle, o RegOptions) (*Region, error) {
 	return t.register(regSpec{pd: pd, segs: o.Segments, access: o.Access,
 		requested: o.HasKey, requestedKey: o.Key, pkey: o.PKey, disabled: o.Disabled})
 }

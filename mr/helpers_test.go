@@ -18,7 +18,7 @@ func newTable(t testing.TB) *Table {
 	return tb
 }
 
-func allocPD(t testing.TB, tb *Table) PD {
+func allocPD(t testing.TB, tb *Table) PDHandle {
 	t.Helper()
 	pd, err := tb.AllocPD()
 	if err != nil {
@@ -27,7 +27,7 @@ func allocPD(t testing.TB, tb *Table) PD {
 	return pd
 }
 
-func register(t testing.TB, tb *Table, pd PD, buf []byte, access Access) *Region {
+func register(t testing.TB, tb *Table, pd PDHandle, buf []byte, access Access) *Region {
 	t.Helper()
 	r, err := tb.Register(pd, buf, access)
 	if err != nil {

@@ -147,7 +147,7 @@ const pageShift = 12
 // resolve addresses inside it.
 type Arena struct {
 	t     *Table
-	pd    PD
+	pd    PDHandle
 	mem   memory
 	ext   extent
 	freed atomic.Bool // FreeArena was called
@@ -155,7 +155,7 @@ type Arena struct {
 
 // NewArena maps size bytes of NIC-owned memory (rounded up to whole pages)
 // in protection domain pd.
-func (t *Table) NewArena(pd PD, size uint64) (*Arena, error) {
+func (t *Table) NewArena(pd PDHandle, size uint64) (*Arena, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if err := t.usableLocked(pd); err != nil {
@@ -179,7 +179,7 @@ func (t *Table) NewArena(pd PD, size uint64) (*Arena, error) {
 // unmapped once the arena is freed and the last region and transfer over
 // it are gone, so that memory a transfer still uses is never unmapped
 // under it. On error the caller keeps the mapping.
-func (t *Table) AdoptArena(pd PD, mapping []byte) (*Arena, error) {
+func (t *Table) AdoptArena(pd PDHandle, mapping []byte) (*Arena, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if err := t.usableLocked(pd); err != nil {
@@ -192,7 +192,7 @@ func (t *Table) AdoptArena(pd PD, mapping []byte) (*Arena, error) {
 }
 
 // newArenaLocked makes an arena of pd over b, a mapping the arena owns.
-func (t *Table) newArenaLocked(pd PD, b []byte) *Arena {
+func (t *Table) newArenaLocked(pd PDHandle, b []byte) *Arena {
 	a := &Arena{t: t, pd: pd}
 	a.mem.arena = a
 	a.mem.init([][]byte{b})
@@ -219,7 +219,7 @@ func (a *Arena) Bytes() []byte { return a.mem.segs[0] }
 func (a *Arena) Addr() uint64 { return a.ext.start }
 
 // PD returns the arena's protection domain.
-func (a *Arena) PD() PD { return a.pd }
+func (a *Arena) PD() PDHandle { return a.pd }
 
 // FreeArena drops the owner's reference to a. The mapping stays until the
 // regions registered over it are deregistered and their transfers released.

@@ -66,7 +66,7 @@ func (k MemoryKind) String() string {
 	return "unknown"
 }
 
-func (r *Region) pd() PD         { return PD(r.pdAcc.Load() >> 32) }
+func (r *Region) pd() PDHandle   { return PDHandle(r.pdAcc.Load() >> 32) }
 func (r *Region) access() Access { return Access(uint32(r.pdAcc.Load())) }
 func (r *Region) live() bool     { return r.flags.Load()&regionDead == 0 }
 
@@ -78,7 +78,7 @@ func (r *Region) LKey() uint32 { return r.key }
 func (r *Region) RKey() uint32 { return r.key }
 
 // PD returns the region's protection domain.
-func (r *Region) PD() PD { return r.pd() }
+func (r *Region) PD() PDHandle { return r.pd() }
 
 // Access returns the region's access flags.
 func (r *Region) Access() Access { return r.access() }
@@ -139,7 +139,7 @@ func (r *Region) releaseMemory() {
 // RegionInfo describes a region for listings (the softnic mr command).
 type RegionInfo struct {
 	LKey, RKey uint32
-	PD         PD
+	PD         PDHandle
 	Access     Access
 	Addr, Len  uint64
 	Kind       MemoryKind

@@ -18,7 +18,7 @@ func TestRegisterRules(t *testing.T) {
 	}
 	tests := []struct {
 		name   string
-		pd     PD
+		pd     PDHandle
 		buf    []byte
 		access Access
 		want   error

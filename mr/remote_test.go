@@ -9,7 +9,7 @@ import (
 // remoteFixture is a table with regions of every kind of access in two PDs.
 type remoteFixture struct {
 	tb                          *Table
-	pd, pd2                     PD
+	pd, pd2                     PDHandle
 	rw, ro, wo, local, zb, pd2R *Region
 	buf                         map[*Region][]byte
 }
@@ -17,7 +17,7 @@ type remoteFixture struct {
 func newRemoteFixture(t *testing.T) *remoteFixture {
 	f := &remoteFixture{tb: newTable(t), buf: make(map[*Region][]byte)}
 	f.pd, f.pd2 = allocPD(t, f.tb), allocPD(t, f.tb)
-	reg := func(pd PD, access Access) *Region {
+	reg := func(pd PDHandle, access Access) *Region {
 		b := aligned(4096)
 		for i := range b {
 			b[i] = byte(i)
@@ -152,7 +152,7 @@ func TestLocal(t *testing.T) {
 		addr   uint64
 		length uint64
 		need   Access
-		pd     PD
+		pd     PDHandle
 		want   Reason
 	}{
 		{"local read of any region", f.ro.LKey(), f.ro.Addr(), 64, 0, f.pd, 0},

@@ -11,7 +11,7 @@ func TestRereg(t *testing.T) {
 		name     string
 		access   Access // at registration
 		flags    ReregFlags
-		pd       PD
+		pd       PDHandle
 		newAcc   Access
 		windowed bool
 		want     error
@@ -30,7 +30,7 @@ func TestRereg(t *testing.T) {
 		{"unknown PD", rw, ReregPD, 99, 0, false, ErrInvalid},
 		{"a window is bound: EBUSY", rw | MWBind, ReregAccess, 0, rw | MWBind, true, ErrBusy},
 	}
-	who := func(p PD) Requester { return Requester{PD: p, QPN: 1} }
+	who := func(p PDHandle) Requester { return Requester{PD: p, QPN: 1} }
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			buf := aligned(64)

@@ -12,8 +12,10 @@ import (
 	"log/slog"
 )
 
-// PD is a protection domain handle allocated by a Table (ibv_alloc_pd).
-type PD uint32
+// PDHandle is the number of a protection domain in a Table (ibv_pd's
+// handle), allocated by AllocPD (ibv_alloc_pd); nic.PD is the protection
+// domain itself, and nic.PD.Handle returns its PDHandle.
+type PDHandle uint32
 
 // Config configures a Table.
 type Config struct {
@@ -38,8 +40,8 @@ type Table struct {
 	regions   keyTable[Region] // keys the table chose
 	requested keyTable[Region] // keys applications chose (fi_mr requested_key)
 	windows   keyTable[Window]
-	pds       map[PD]*pdState
-	nextPD    PD
+	pds       map[PDHandle]*pdState
+	nextPD    PDHandle
 	arenas    int
 
 	// The address indices: one of region memory per PD (searches are
@@ -48,7 +50,7 @@ type Table struct {
 	// readers use an immutable snapshot, and the first reader after a
 	// change publishes a new one (see addrView).
 	addrMu      sync.Mutex
-	addrRegions map[PD]*addrIndex
+	addrRegions map[PDHandle]*addrIndex
 	addrArenas  addrIndex
 	addrSeq     uint64
 	addrGen     atomic.Uint64
@@ -68,12 +70,12 @@ type pdState struct{ regions, windows, arenas int }
 
 type addrSnapshot struct {
 	gen     uint64
-	regions map[PD]*addrIndex
+	regions map[PDHandle]*addrIndex
 	arenas  *addrIndex
 }
 
 // region returns an extent of a region of pd holding all of [addr, addr+n).
-func (s *addrSnapshot) region(addr, n uint64, pd PD) *extent {
+func (s *addrSnapshot) region(addr, n uint64, pd PDHandle) *extent {
 	if ix := s.regions[pd]; ix != nil {
 		return ix.find(addr, n, findAny, pd)
 	}
@@ -82,7 +84,7 @@ func (s *addrSnapshot) region(addr, n uint64, pd PD) *extent {
 
 // memory returns an extent of region or arena memory of pd holding all of
 // [addr, addr+n).
-func (s *addrSnapshot) memory(addr, n uint64, pd PD) *extent {
+func (s *addrSnapshot) memory(addr, n uint64, pd PDHandle) *extent {
 	if e := s.region(addr, n, pd); e != nil {
 		return e
 	}
@@ -102,7 +104,7 @@ func NewTable(cfg Config) *Table {
 	var seed [32]byte
 	crand.Read(seed[:]) // never fails (Go 1.24+)
 	rng := rand.New(rand.NewChaCha8(seed))
-	t := &Table{pds: make(map[PD]*pdState), draining: make(map[*Region]struct{}), addrRegions: make(map[PD]*addrIndex), log: cfg.Logger}
+	t := &Table{pds: make(map[PDHandle]*pdState), draining: make(map[*Region]struct{}), addrRegions: make(map[PDHandle]*addrIndex), log: cfg.Logger}
 	if t.log == nil {
 		t.log = slog.New(slog.DiscardHandler)
 	}
@@ -123,7 +125,7 @@ func limit(n int) uint32 {
 }
 
 // AllocPD allocates a protection domain (ibv_alloc_pd).
-func (t *Table) AllocPD() (PD, error) {
+func (t *Table) AllocPD() (PDHandle, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -139,7 +141,7 @@ func (t *Table) AllocPD() (PD, error) {
 
 // DeallocPD frees a protection domain (ibv_dealloc_pd). It fails with
 // ErrBusy while regions, windows or arenas remain in it.
-func (t *Table) DeallocPD(pd PD) error {
+func (t *Table) DeallocPD(pd PDHandle) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s, ok := t.pds[pd]
@@ -154,7 +156,7 @@ func (t *Table) DeallocPD(pd PD) error {
 }
 
 // usableLocked checks that the table is open and pd exists.
-func (t *Table) usableLocked(pd PD) error {
+func (t *Table) usableLocked(pd PDHandle) error {
 	if t.closed {
 		return fmt.Errorf("table closed: %w", ErrInvalid)
 	}
@@ -172,7 +174,7 @@ func (t *Table) usableLocked(pd PD) error {
 // Errors: ErrInvalid for an unknown PD, an empty buf, unknown access bits,
 // or REMOTE_WRITE / REMOTE_ATOMIC without LOCAL_WRITE; ErrNoMem when the
 // key space is full.
-func (t *Table) Register(pd PD, buf []byte, access Access) (*Region, error) {
+func (t *Table) Register(pd PDHandle, buf []byte, access Access) (*Region, error) {
 	return t.register(regSpec{pd: pd, segs: [][]byte{buf}, access: access})
 }
 
@@ -183,7 +185,7 @@ func (t *Table) Register(pd PD, buf []byte, access Access) (*Region, error) {
 // that uses the region, such as an attached process's pages the daemon
 // maps too. Its errors are Register's, and ErrInvalid for an address space
 // that wraps.
-func (t *Table) RegisterIOVA(pd PD, buf []byte, iova uint64, access Access) (*Region, error) {
+func (t *Table) RegisterIOVA(pd PDHandle, buf []byte, iova uint64, access Access) (*Region, error) {
 	return t.register(regSpec{pd: pd, segs: [][]byte{buf}, access: access, iova: iova, hasIOVA: true})
 }
 
@@ -192,7 +194,7 @@ func (t *Table) RegisterIOVA(pd PD, buf []byte, iova uint64, access Access) (*Re
 // space is every address; an access resolves to memory of pd the table
 // knows (other regions' buffers and arenas) or fails with ReasonNotMapped.
 // access must include OnDemand.
-func (t *Table) RegisterImplicit(pd PD, access Access) (*Region, error) {
+func (t *Table) RegisterImplicit(pd PDHandle, access Access) (*Region, error) {
 	// "To create an implicit ODP MR, IBV_ACCESS_ON_DEMAND should be set,
 	// addr should be 0 and length should be SIZE_MAX."
 	if access&OnDemand == 0 {
@@ -204,7 +206,7 @@ func (t *Table) RegisterImplicit(pd PD, access Access) (*Region, error) {
 // regSpec is everything a registration can ask for; the verbs and fi_mr
 // faces fill in what they need.
 type regSpec struct {
-	pd       PD
+	pd       PDHandle
 	segs     [][]byte
 	access   Access
 	implicit bool
@@ -420,7 +422,7 @@ const (
 //   - new access breaking ibv_reg_mr's rules, or an unknown PD: ErrInvalid;
 //   - windows bound to r: ErrBusy, as ib_uverbs_rereg_mr answered while the
 //     MR's use count was raised by bound windows.
-func (t *Table) Rereg(r *Region, flags ReregFlags, pd PD, access Access) error {
+func (t *Table) Rereg(r *Region, flags ReregFlags, pd PDHandle, access Access) error {
 	if flags == 0 {
 		return fmt.Errorf("rereg without flags: %w", ErrInvalid)
 	}
@@ -496,7 +498,7 @@ func (t *Table) keysOf(r *Region) *keyTable[Region] {
 // address). Addresses are machine addresses of the memory, whatever the
 // region's remote addressing. A zero length is looked up as one byte. It is
 // lock-free and does not allocate.
-func (t *Table) RegionAt(pd PD, addr, length uint64) (*Region, bool) {
+func (t *Table) RegionAt(pd PDHandle, addr, length uint64) (*Region, bool) {
 	length = max(length, 1)
 	if addr > math.MaxUint64-length {
 		return nil, false
@@ -528,7 +530,7 @@ func (t *Table) publishAddr() *addrSnapshot {
 	if s.gen == gen {
 		return s
 	}
-	ns := &addrSnapshot{gen: gen, regions: make(map[PD]*addrIndex, len(t.addrRegions)), arenas: s.arenas}
+	ns := &addrSnapshot{gen: gen, regions: make(map[PDHandle]*addrIndex, len(t.addrRegions)), arenas: s.arenas}
 	for pd, ix := range t.addrRegions {
 		if prev := s.regions[pd]; prev != nil && ix.dirty == 0 {
 			ns.regions[pd] = prev
@@ -551,7 +553,7 @@ func (t *Table) addrInsert(e *extent) {
 	t.addrMu.Unlock()
 }
 
-func (t *Table) addrInsertLocked(e *extent, pd PD) {
+func (t *Table) addrInsertLocked(e *extent, pd PDHandle) {
 	// An extent keeps its seq for life: snapshots still holding it compare
 	// it.
 	if e.seq == 0 {
@@ -578,7 +580,7 @@ func (t *Table) addrRemove(e *extent) {
 	t.addrMu.Unlock()
 }
 
-func (t *Table) addrRemoveLocked(e *extent, pd PD) {
+func (t *Table) addrRemoveLocked(e *extent, pd PDHandle) {
 	if e.arena != nil {
 		t.addrArenas.remove(e)
 		return
@@ -592,11 +594,11 @@ func (t *Table) addrRemoveLocked(e *extent, pd PD) {
 
 // addrMove gives r a new PD and access (pdAcc) and moves its extents from
 // the index of PD from to the new PD's, at once for address readers.
-func (t *Table) addrMove(r *Region, from PD, pdAcc uint64) {
+func (t *Table) addrMove(r *Region, from PDHandle, pdAcc uint64) {
 	t.addrMu.Lock()
 	for _, e := range r.exts {
 		t.addrRemoveLocked(e, from)
-		t.addrInsertLocked(e, PD(pdAcc>>32))
+		t.addrInsertLocked(e, PDHandle(pdAcc>>32))
 	}
 	r.pdAcc.Store(pdAcc)
 	t.addrGen.Add(1)
@@ -605,7 +607,7 @@ func (t *Table) addrMove(r *Region, from PD, pdAcc uint64) {
 
 // regionPD returns the PD of the region an extent belongs to (0 for
 // arenas, which are indexed apart).
-func (e *extent) regionPD() PD {
+func (e *extent) regionPD() PDHandle {
 	if e.region == nil {
 		return 0
 	}

@@ -22,7 +22,7 @@ const (
 type Window struct {
 	t     *Table
 	typ   WindowType
-	pd    PD
+	pd    PDHandle
 	index uint32 // index in t.windows
 	key   atomic.Uint32
 	bind  atomic.Pointer[windowBinding] // nil while unbound
@@ -44,7 +44,7 @@ type windowBinding struct {
 
 // AllocWindow allocates a memory window of pd (ibv_alloc_mw). A type 1
 // window starts valid but unbound; a type 2 window starts free.
-func (t *Table) AllocWindow(pd PD, typ WindowType) (*Window, error) {
+func (t *Table) AllocWindow(pd PDHandle, typ WindowType) (*Window, error) {
 	if typ != WindowType1 && typ != WindowType2 {
 		return nil, fmt.Errorf("window type %d: %w", typ, ErrInvalid)
 	}
@@ -71,7 +71,7 @@ func (w *Window) RKey() uint32 { return w.key.Load() }
 func (w *Window) Type() WindowType { return w.typ }
 
 // PD returns the window's protection domain.
-func (w *Window) PD() PD { return w.pd }
+func (w *Window) PD() PDHandle { return w.pd }
 
 // DeallocWindow frees w (ibv_dealloc_mw); a binding it has is dropped.
 func (t *Table) DeallocWindow(w *Window) error {
@@ -248,7 +248,7 @@ func (t *Table) Invalidate(rkey uint32, who Requester) error {
 type WindowInfo struct {
 	RKey      uint32
 	Type      WindowType
-	PD        PD
+	PD        PDHandle
 	Bound     bool
 	RegionKey uint32 // the region it is bound to
 	Addr, Len uint64 // its remote range

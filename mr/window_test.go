@@ -4,7 +4,7 @@ import "testing"
 
 type windowFixture struct {
 	tb                                *Table
-	pd, pd2                           PD
+	pd, pd2                           PDHandle
 	mr, noBind, noLocalWrite, zb, mr2 *Region
 	implicit                          *Region
 	buf                               []byte

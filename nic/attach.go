@@ -413,8 +413,8 @@ func (a *attachment) features() udp.Features { return a.hello.Features }
 // connections it makes.
 func (a *attachment) pathMTU(netip.AddrPort) int { return a.hello.MTU }
 
-func (a *attachment) counters() []Counter {
-	var cs []Counter
+func (a *attachment) counters() []CounterValue {
+	var cs []CounterValue
 	if _, err := a.call(context.Background(), opCounters, nil, nil, &cs); err != nil {
 		return nil
 	}

@@ -23,7 +23,7 @@ import (
 type attachedPD struct {
 	a  *attachment
 	h  uint32
-	pd mr.PD // its number in the daemon's region table
+	pd mr.PDHandle // its number in the daemon's region table
 }
 
 func (a *attachment) allocPD(d *Device) (*PD, error) {
@@ -34,7 +34,7 @@ func (a *attachment) allocPD(d *Device) (*PD, error) {
 	return &PD{dev: d, prov: &attachedPD{a: a, h: r.H, pd: r.PD}}, nil
 }
 
-func (p *attachedPD) handle() mr.PD { return p.pd }
+func (p *attachedPD) handle() mr.PDHandle { return p.pd }
 
 func (p *attachedPD) dealloc() error {
 	_, err := p.a.call(context.Background(), opDeallocPD, handleArgs{p.h}, nil, nil)

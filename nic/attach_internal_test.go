@@ -304,7 +304,7 @@ func TestAttachedBadWQEsLoggedOnce(t *testing.T) {
 		t.Errorf("%d warnings logged for the failed QP, want 1", n)
 	}
 	counters := srv.Processes()[0].Counters
-	if i := slices.IndexFunc(counters, func(c Counter) bool { return c.Name == "bad_queues" }); i < 0 || counters[i].Value != 1 {
+	if i := slices.IndexFunc(counters, func(c CounterValue) bool { return c.Name == "bad_queues" }); i < 0 || counters[i].Value != 1 {
 		t.Errorf("counters %v, want bad_queues = 1", counters)
 	}
 }

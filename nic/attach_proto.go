@@ -91,7 +91,7 @@ type handleArgs struct{ H uint32 }
 
 type pdResult struct {
 	H  uint32
-	PD mr.PD
+	PD mr.PDHandle
 }
 
 type allocMWArgs struct {

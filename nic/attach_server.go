@@ -286,16 +286,16 @@ func (s *AttachServer) AcceptErrors() uint64 { return s.accepts.Errors() }
 
 // AttachedProcess describes an attached process and what it owns.
 type AttachedProcess struct {
-	PID, UID int       // from SO_PEERCRED
-	Since    time.Time // when it attached
-	PDs      []mr.PD   // its protection domains: its regions are theirs
-	QPs      []*QP     // its QPs on the device
+	PID, UID int           // from SO_PEERCRED
+	Since    time.Time     // when it attached
+	PDs      []mr.PDHandle // its protection domains: its regions are theirs
+	QPs      []*QP         // its QPs on the device
 	// Connected tells, by QP number, when the connection manager connected
 	// those of its QPs it did.
 	Connected map[uint32]time.Time
 	// Counters count its doorbells, work requests and completions through
 	// the shared queues, and its QPs failed for corrupt queues.
-	Counters []Counter
+	Counters []CounterValue
 }
 
 // Processes describes the processes attached now.
@@ -661,7 +661,7 @@ func (s *session) describe() AttachedProcess {
 	slices.Sort(p.PDs)
 	slices.SortFunc(p.QPs, func(a, b *QP) int { return int(a.num) - int(b.num) })
 	for i := range s.cnt {
-		p.Counters = append(p.Counters, Counter{sessionCounterNames[i], s.cnt[i].Load()})
+		p.Counters = append(p.Counters, CounterValue{sessionCounterNames[i], s.cnt[i].Load()})
 	}
 	return p
 }

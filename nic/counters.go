@@ -59,21 +59,22 @@ type devCounters struct{ v [numDevCounters]atomic.Uint64 }
 
 func (c *devCounters) inc(k DevCounter) { c.v[k].Add(1) }
 
-// Counter is one named counter value.
-type Counter struct {
+// CounterValue is one named counter and its value, as Counters lists them;
+// qp.CounterID and DevCounter name the counters it reports.
+type CounterValue struct {
 	Name  string
 	Value uint64
 }
 
 // Counters returns every counter of the device: the transport's, named as
 // rxe's hw_counters, then the device's drop and fault counts.
-func (d *Device) Counters() []Counter { return d.prov.counters() }
+func (d *Device) Counters() []CounterValue { return d.prov.counters() }
 
-func (d *embeddedDevice) counters() []Counter {
-	var out []Counter
-	d.qpc.Each(func(name string, v uint64) { out = append(out, Counter{name, v}) })
+func (d *embeddedDevice) counters() []CounterValue {
+	var out []CounterValue
+	d.qpc.Each(func(name string, v uint64) { out = append(out, CounterValue{name, v}) })
 	for k := DevCounter(0); k < numDevCounters; k++ {
-		out = append(out, Counter{devCounterNames[k], d.devc.v[k].Load()})
+		out = append(out, CounterValue{devCounterNames[k], d.devc.v[k].Load()})
 	}
 	return out
 }

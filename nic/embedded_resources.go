@@ -19,7 +19,7 @@ import (
 // embeddedPD is a PD of the embedded device's region table.
 type embeddedPD struct {
 	dev *embeddedDevice
-	pd  mr.PD
+	pd  mr.PDHandle
 }
 
 func (d *embeddedDevice) allocPD(pub *Device) (*PD, error) {
@@ -33,8 +33,8 @@ func (d *embeddedDevice) allocPD(pub *Device) (*PD, error) {
 	return &PD{dev: pub, prov: &embeddedPD{dev: d, pd: pd}}, nil
 }
 
-func (p *embeddedPD) handle() mr.PD  { return p.pd }
-func (p *embeddedPD) dealloc() error { return p.dev.mem.DeallocPD(p.pd) }
+func (p *embeddedPD) handle() mr.PDHandle { return p.pd }
+func (p *embeddedPD) dealloc() error      { return p.dev.mem.DeallocPD(p.pd) }
 
 // ownPD returns the embedded PD of pd, if pd is of this device.
 func (d *embeddedDevice) ownPD(pd *PD) (*embeddedPD, bool) {

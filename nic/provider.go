@@ -29,7 +29,7 @@ type deviceProvider interface {
 	done() <-chan struct{}
 	features() udp.Features
 	pathMTU(dst netip.AddrPort) int
-	counters() []Counter
+	counters() []CounterValue
 	query() DeviceAttr
 	close() error
 
@@ -55,7 +55,7 @@ type nicOwner interface {
 
 // pdProvider is a protection domain's provider.
 type pdProvider interface {
-	handle() mr.PD
+	handle() mr.PDHandle
 	dealloc() error
 	regMR(pd *PD, buf []byte, access mr.Access) (*MR, error)
 	allocMR(pd *PD, size int, access mr.Access) (*MR, error)

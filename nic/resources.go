@@ -24,7 +24,7 @@ type PD struct {
 func (d *Device) AllocPD() (*PD, error) { return d.prov.allocPD(d) }
 
 // Handle returns the PD's number in the device's region table.
-func (pd *PD) Handle() mr.PD { return pd.prov.handle() }
+func (pd *PD) Handle() mr.PDHandle { return pd.prov.handle() }
 
 // Dealloc frees the PD (ibv_dealloc_pd); ErrBusy while regions remain.
 func (pd *PD) Dealloc() error { return pd.prov.dealloc() }

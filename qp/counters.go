@@ -2,41 +2,41 @@ package qp
 
 import "sync/atomic"
 
-// Counter names one of the device counters. The first ones carry the names
+// CounterID names one of the device counters. The first ones carry the names
 // of rxe's hw_counters (rdma statistic); the rest count what softnic drops
 // for reasons rxe does not count.
-type Counter int
+type CounterID int
 
 const (
-	SentPkts            Counter = iota // packets handed to the network (counted by the NIC)
-	RcvdPkts                           // packets delivered to a QP (counted by the NIC)
-	DuplicateRequest                   // responder: request with a PSN already executed
-	OutOfSeqRequest                    // responder: request ahead of the expected PSN (NAKed once)
-	RcvdRNRErr                         // requester: RNR NAKs received
-	SendRNRErr                         // responder: RNR NAKs sent
-	RcvdSeqErr                         // requester: PSN sequence error NAKs received
-	AckDeferred                        // responder: ACKs folded into a later coalesced ACK
-	RetryExceededErr                   // requester: WRs failed with RETRY_EXC_ERR
-	RetryRNRExceededErr                // requester: WRs failed with RNR_RETRY_EXC_ERR
-	CompleterRetryErr                  // requester: go-back-N retries started
-	SendErr                            // packets that could not be built or sent
-	RdmaSends                          // requester: SEND WRs completed, with success or an error but a flush (rxe's rdma_sends)
-	RdmaRecvs                          // responder: receive WRs completed successfully, SENDs and WRITEs with immediate (rxe's rdma_recvs)
-	SentBytes                          // bytes of the packets in sent_pkts, BTH through ICRC (counted by the NIC)
-	RcvdBytes                          // bytes of the packets in rcvd_pkts, BTH through ICRC (counted by the NIC)
-	RetransmittedPkts                  // request packets sent again by go-back-N
-	GhostAck                           // responses for PSNs never sent, dropped
-	DuplicateResponse                  // responses for PSNs already completed, dropped
-	BadRequest                         // requests NAKed as invalid (opcode sequence, length, access)
-	RemoteAccessErr                    // requests NAKed with remote access error
-	WrongQPState                       // packets for a QP in a state that cannot take them
-	WrongTransport                     // packets whose opcode does not fit the QP type
-	BadQKey                            // UD datagrams with the wrong Q_Key
-	UCDroppedMsgs                      // UC messages dropped after a PSN gap or without a receive WR
-	UDDropped                          // UD datagrams dropped for want of a receive WR
-	WrongSource                        // RC/UC packets from another address than the QP's peer (or, on one device, another QP)
-	BadPKey                            // packets of another partition (P_Key)
-	HeldAccess                         // requests needing an R_Key check dropped unanswered: their peer is held back (Guard)
+	SentPkts            CounterID = iota // packets handed to the network (counted by the NIC)
+	RcvdPkts                             // packets delivered to a QP (counted by the NIC)
+	DuplicateRequest                     // responder: request with a PSN already executed
+	OutOfSeqRequest                      // responder: request ahead of the expected PSN (NAKed once)
+	RcvdRNRErr                           // requester: RNR NAKs received
+	SendRNRErr                           // responder: RNR NAKs sent
+	RcvdSeqErr                           // requester: PSN sequence error NAKs received
+	AckDeferred                          // responder: ACKs folded into a later coalesced ACK
+	RetryExceededErr                     // requester: WRs failed with RETRY_EXC_ERR
+	RetryRNRExceededErr                  // requester: WRs failed with RNR_RETRY_EXC_ERR
+	CompleterRetryErr                    // requester: go-back-N retries started
+	SendErr                              // packets that could not be built or sent
+	RdmaSends                            // requester: SEND WRs completed, with success or an error but a flush (rxe's rdma_sends)
+	RdmaRecvs                            // responder: receive WRs completed successfully, SENDs and WRITEs with immediate (rxe's rdma_recvs)
+	SentBytes                            // bytes of the packets in sent_pkts, BTH through ICRC (counted by the NIC)
+	RcvdBytes                            // bytes of the packets in rcvd_pkts, BTH through ICRC (counted by the NIC)
+	RetransmittedPkts                    // request packets sent again by go-back-N
+	GhostAck                             // responses for PSNs never sent, dropped
+	DuplicateResponse                    // responses for PSNs already completed, dropped
+	BadRequest                           // requests NAKed as invalid (opcode sequence, length, access)
+	RemoteAccessErr                      // requests NAKed with remote access error
+	WrongQPState                         // packets for a QP in a state that cannot take them
+	WrongTransport                       // packets whose opcode does not fit the QP type
+	BadQKey                              // UD datagrams with the wrong Q_Key
+	UCDroppedMsgs                        // UC messages dropped after a PSN gap or without a receive WR
+	UDDropped                            // UD datagrams dropped for want of a receive WR
+	WrongSource                          // RC/UC packets from another address than the QP's peer (or, on one device, another QP)
+	BadPKey                              // packets of another partition (P_Key)
+	HeldAccess                           // requests needing an R_Key check dropped unanswered: their peer is held back (Guard)
 	numCounters
 )
 
@@ -50,7 +50,7 @@ var counterNames = [numCounters]string{
 	"wrong_source", "bad_pkey", "held_access",
 }
 
-func (c Counter) String() string {
+func (c CounterID) String() string {
 	if c >= 0 && c < numCounters {
 		return counterNames[c]
 	}
@@ -64,20 +64,20 @@ type Counters struct {
 }
 
 // Add adds n to counter c.
-func (cs *Counters) Add(c Counter, n uint64) {
+func (cs *Counters) Add(c CounterID, n uint64) {
 	if cs != nil {
 		cs.v[c].Add(n)
 	}
 }
 
-func (cs *Counters) inc(c Counter) { cs.Add(c, 1) }
+func (cs *Counters) inc(c CounterID) { cs.Add(c, 1) }
 
 // Get returns the value of counter c.
-func (cs *Counters) Get(c Counter) uint64 { return cs.v[c].Load() }
+func (cs *Counters) Get(c CounterID) uint64 { return cs.v[c].Load() }
 
 // Each calls fn with every counter's name and value, in a fixed order.
 func (cs *Counters) Each(fn func(name string, value uint64)) {
-	for c := Counter(0); c < numCounters; c++ {
+	for c := CounterID(0); c < numCounters; c++ {
 		fn(counterNames[c], cs.v[c].Load())
 	}
 }

@@ -16,7 +16,7 @@ func TestReceiveDrops(t *testing.T) {
 		from    string // source address
 		pkey    uint16
 		op      wire.OpCode
-		counter qp.Counter
+		counter qp.CounterID
 	}{
 		{"another peer (rxe checks the source of connected QPs)", "10.0.0.9:4791", 0xFFFF, wire.OpRCWriteOnly, qp.WrongSource},
 		{"another partition", "10.0.0.1:4791", 0x8001, wire.OpRCWriteOnly, qp.BadPKey},

@@ -132,7 +132,7 @@ func attrValue(a qp.Attr, bit qp.AttrMask) any {
 type qpFactory struct {
 	t    *testing.T
 	mem  *mr.Table
-	pd   mr.PD
+	pd   mr.PDHandle
 	cq   *qp.CQ
 	next uint32
 }

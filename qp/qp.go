@@ -36,7 +36,7 @@ type Config struct {
 	Type Type
 	// PD is the protection domain of the QP; Memory is the device's region
 	// table, which checks every lkey and rkey the QP uses.
-	PD     mr.PD
+	PD     mr.PDHandle
 	Memory *mr.Table
 	// SendCQ and RecvCQ receive the completions; they may be the same CQ.
 	SendCQ, RecvCQ *CQ
@@ -157,7 +157,7 @@ func (q *QP) Num() uint32 { return q.num }
 func (q *QP) Type() Type { return q.cfg.Type }
 
 // PD returns the QP's protection domain.
-func (q *QP) PD() mr.PD { return q.cfg.PD }
+func (q *QP) PD() mr.PDHandle { return q.cfg.PD }
 
 // Attr returns the current attributes (ibv_query_qp).
 func (q *QP) Attr() Attr { return q.attr }

@@ -206,7 +206,7 @@ func (r *responder) queueNak(syn wire.Syndrome, psn wire.PSN) {
 type failure struct {
 	code    wire.NakCode
 	status  WCStatus
-	counter Counter
+	counter CounterID
 }
 
 var (

@@ -30,7 +30,7 @@ type host struct {
 	name   string
 	addr   netip.AddrPort
 	mem    *mr.Table
-	pd     mr.PD
+	pd     mr.PDHandle
 	cq     *qp.CQ // send and receive completions
 	qp     *qp.QP
 	buf    []byte // a registered region, remote read/write/atomic
@@ -119,7 +119,7 @@ func (h *host) sge(off uint64, n uint32) qp.SGE {
 	return qp.SGE{Addr: h.region.Addr() + off, Length: n, LKey: h.region.LKey()}
 }
 
-func (h *host) counter(c qp.Counter) uint64 { return h.cnt.Get(c) }
+func (h *host) counter(c qp.CounterID) uint64 { return h.cnt.Get(c) }
 
 // poll moves the host's new completions into h.wcs and returns them.
 func (h *host) poll() []qp.WC {

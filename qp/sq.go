@@ -104,7 +104,7 @@ func (w *sendWQE) release() {
 
 // resolve checks the WQE's SGL against the region table; READ and ATOMIC
 // results are written into it, so those need local write access.
-func (w *sendWQE) resolve(t *mr.Table, pd mr.PD) error {
+func (w *sendWQE) resolve(t *mr.Table, pd mr.PDHandle) error {
 	if len(w.spans) != 0 || w.wr.Flags&Inline != 0 {
 		return nil
 	}

@@ -68,12 +68,12 @@ func (q *recvQueue) pop(w *recvWQE) bool {
 type SRQ struct {
 	mu sync.Mutex
 	q  recvQueue
-	pd mr.PD
+	pd mr.PDHandle
 }
 
 // NewSRQ returns an SRQ for QPs of protection domain pd, holding up to depth
 // WRs of up to maxSGE elements.
-func NewSRQ(pd mr.PD, depth, maxSGE int) (*SRQ, error) {
+func NewSRQ(pd mr.PDHandle, depth, maxSGE int) (*SRQ, error) {
 	if depth <= 0 || depth > MaxSRQWR || maxSGE <= 0 || maxSGE > MaxSGE {
 		return nil, fmt.Errorf("SRQ depth %d, max SGE %d: %w", depth, maxSGE, ErrInvalid)
 	}

@@ -286,21 +286,21 @@ type Event struct {
 	Err      error     // EventFailed, EventEnded
 }
 
-// Counter names a count of the engine, after Linux's ib_cm counter groups
+// CounterID names a count of the engine, after Linux's ib_cm counter groups
 // (cm_tx_msgs, cm_tx_retries, cm_rx_msgs, cm_rx_duplicates) summed over
 // the message types, and the limits' counts.
-type Counter uint8
+type CounterID uint8
 
 const (
-	TxMsgs            Counter = iota // CM MADs sent, retransmissions included
-	TxRetries                        // CM MADs sent again after a timeout
-	RxMsgs                           // CM MADs received
-	RxDuplicates                     // CM MADs received again (a retransmission or a stale message), answered from state
-	RxDropped                        // CM MADs that fit no connection, or REQs beyond a listener's backlog
-	Connected                        // connections that reached the established state
-	Disconnected                     // established connections that ended (DREQ, REJ or DREQ timeout)
-	RejectedBusy                     // REQs rejected ("no resources") beyond the half-open limits
-	HandshakeTimeouts                // requests dropped whose handshake did not complete in time
+	TxMsgs            CounterID = iota // CM MADs sent, retransmissions included
+	TxRetries                          // CM MADs sent again after a timeout
+	RxMsgs                             // CM MADs received
+	RxDuplicates                       // CM MADs received again (a retransmission or a stale message), answered from state
+	RxDropped                          // CM MADs that fit no connection, or REQs beyond a listener's backlog
+	Connected                          // connections that reached the established state
+	Disconnected                       // established connections that ended (DREQ, REJ or DREQ timeout)
+	RejectedBusy                       // REQs rejected ("no resources") beyond the half-open limits
+	HandshakeTimeouts                  // requests dropped whose handshake did not complete in time
 	NumCounters
 )
 
@@ -311,7 +311,7 @@ var counterNames = [NumCounters]string{
 
 // String returns the counter's name, as package nic's Device.Counters
 // names it.
-func (c Counter) String() string {
+func (c CounterID) String() string {
 	if c < NumCounters {
 		return counterNames[c]
 	}
@@ -333,7 +333,7 @@ type Output struct {
 	Counts Counts
 }
 
-func (o *Output) count(c Counter) { o.Counts[c]++ }
+func (o *Output) count(c CounterID) { o.Counts[c]++ }
 
 func (o *Output) event(t EventType, id *ID, err error) {
 	o.Events = append(o.Events, Event{Type: t, ID: id, Err: err})

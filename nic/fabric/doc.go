@@ -5,12 +5,12 @@
 // It owns the libfabric rules and nothing below them:
 //
 //   - A Domain (a resource domain, fi_domain) has its own protection
-//     domain and mr_mode and registers MRs with Reg, Regv and Regattr:
-//     requested keys, iov lists, auth keys as P_Keys, raw keys, binding to
-//     counters and endpoints, enable, refresh, asynchronous completion on
-//     an event queue, and a registration cache sized by FI_MR_CACHE_*. The
-//     regions land in the device's region table (package mr), which checks
-//     every remote access against them.
+//     domain and mr_mode and registers memory regions (Registration) with
+//     Reg, Regv and Regattr: requested keys, iov lists, auth keys as
+//     P_Keys, raw keys, binding to counters and endpoints, enable, refresh,
+//     asynchronous completion on an event queue, and a registration cache
+//     sized by FI_MR_CACHE_*. The regions land in the device's region table
+//     (package mr), which checks every remote access against them.
 //   - An Endpoint is an RC QP and its CQ with the RMA calls (read, write,
 //     inject, write with remote CQ data, receive) and their flags
 //     (FI_COMPLETION, FI_MORE, FI_FENCE, FI_INJECT, FI_REMOTE_CQ_DATA),

@@ -203,9 +203,9 @@ func (d *Domain) Cache() *mr.Cache { return d.cache }
 // Event is the completion of an asynchronous registration, as read from an
 // event queue bound with FI_REG_MR.
 type Event struct {
-	MR      *MR
-	Context any   // the registration's context
-	Err     error // nil on success
+	Registration *Registration
+	Context      any   // the registration's context
+	Err          error // nil on success
 }
 
 // BindEQ makes registrations complete asynchronously (fi_domain_bind with
@@ -236,8 +236,10 @@ type MRAttr struct {
 	AuthKey []byte
 }
 
-// MR is an fi_mr memory region (struct fid_mr).
-type MR struct {
+// Registration is an fi_mr memory region (struct fid_mr): buffers
+// registered in a Domain. It is not nic.MR, the verbs region (ibv_mr), but
+// stands on an mr.Region as nic.MR does.
+type Registration struct {
 	d      *Domain
 	ctx    any
 	flags  Flags
@@ -253,13 +255,13 @@ type MR struct {
 }
 
 // Reg registers buf (fi_mr_reg).
-func (d *Domain) Reg(buf []byte, access Flags, offset, requestedKey uint64, flags Flags, context any) (*MR, error) {
+func (d *Domain) Reg(buf []byte, access Flags, offset, requestedKey uint64, flags Flags, context any) (*Registration, error) {
 	return d.Regattr(&MRAttr{IOV: [][]byte{buf}, Access: access, Offset: offset, RequestedKey: requestedKey, Context: context}, flags)
 }
 
 // Regv registers several buffers as one region (fi_mr_regv): peers see
 // their concatenation as one contiguous range.
-func (d *Domain) Regv(iov [][]byte, access Flags, offset, requestedKey uint64, flags Flags, context any) (*MR, error) {
+func (d *Domain) Regv(iov [][]byte, access Flags, offset, requestedKey uint64, flags Flags, context any) (*Registration, error) {
 	return d.Regattr(&MRAttr{IOV: iov, Access: access, Offset: offset, RequestedKey: requestedKey, Context: context}, flags)
 }
 
@@ -277,7 +279,7 @@ func (d *Domain) Regv(iov [][]byte, access Flags, offset, requestedKey uint64, f
 // first buffer's address) and from 0 otherwise. Under FI_MR_RMA_EVENT a
 // region registered with FIRMAEvent, and under FI_MR_ENDPOINT every region,
 // starts disabled until Enable.
-func (d *Domain) Regattr(attr *MRAttr, flags Flags) (*MR, error) {
+func (d *Domain) Regattr(attr *MRAttr, flags Flags) (*Registration, error) {
 	spec, err := d.spec(attr, flags)
 	if err != nil {
 		return nil, err
@@ -291,7 +293,7 @@ func (d *Domain) Regattr(attr *MRAttr, flags Flags) (*MR, error) {
 	eq := d.eq
 	d.mu.Unlock()
 
-	m := &MR{d: d, ctx: attr.Context, flags: flags}
+	m := &Registration{d: d, ctx: attr.Context, flags: flags}
 	if eq != nil {
 		// "the mr output parameter will be written before any event
 		// associated with the operation may be read by the application"
@@ -311,7 +313,7 @@ func (d *Domain) Regattr(attr *MRAttr, flags Flags) (*MR, error) {
 }
 
 // complete runs an asynchronous registration and reports it on eq.
-func (m *MR) complete(spec mr.RegOptions, eq chan<- Event) {
+func (m *Registration) complete(spec mr.RegOptions, eq chan<- Event) {
 	r, err := m.d.t.RegisterWith(m.d.pd.Handle(), spec)
 	m.mu.Lock()
 	m.pending = false
@@ -320,7 +322,7 @@ func (m *MR) complete(spec mr.RegOptions, eq chan<- Event) {
 		m.region.Store(r)
 	}
 	m.mu.Unlock()
-	eq <- Event{MR: m, Context: m.ctx, Err: err}
+	eq <- Event{Registration: m, Context: m.ctx, Err: err}
 }
 
 // spec checks a registration request and turns it into a table
@@ -363,10 +365,10 @@ func (d *Domain) spec(attr *MRAttr, flags Flags) (mr.RegOptions, error) {
 
 // Region returns the table region behind m, or nil while its registration
 // is pending or after it failed.
-func (m *MR) Region() *mr.Region { return m.region.Load() }
+func (m *Registration) Region() *mr.Region { return m.region.Load() }
 
 // Err returns the error of a failed asynchronous registration.
-func (m *MR) Err() error {
+func (m *Registration) Err() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.err
@@ -374,7 +376,7 @@ func (m *MR) Err() error {
 
 // Desc returns the local memory descriptor (fi_mr_desc): the region's lkey,
 // for work requests under FI_MR_LOCAL; 0 until the registration completes.
-func (m *MR) Desc() uint32 {
+func (m *Registration) Desc() uint32 {
 	if r := m.region.Load(); r != nil {
 		return r.LKey()
 	}
@@ -384,7 +386,7 @@ func (m *MR) Desc() uint32 {
 // Key returns the remote key (fi_mr_key), or KeyNotAvail while the
 // registration has not completed or when the domain uses FI_MR_RAW ("the
 // memory key must be obtained using the fi_mr_raw_key function instead").
-func (m *MR) Key() uint64 {
+func (m *Registration) Key() uint64 {
 	r := m.region.Load()
 	if r == nil || m.d.mode&MRRaw != 0 {
 		return KeyNotAvail
@@ -397,7 +399,7 @@ func (m *MR) Key() uint64 {
 // shorter it fails with ErrTooSmall. The base address is the one peers
 // target: the region's virtual address under FI_MR_VIRT_ADDR, else 0. flags
 // must be 0 (ErrBadFlags); a pending registration gives ErrAgain.
-func (m *MR) RawAttr(rawKey []byte, flags uint64) (baseAddr uint64, keySize int, err error) {
+func (m *Registration) RawAttr(rawKey []byte, flags uint64) (baseAddr uint64, keySize int, err error) {
 	if flags != 0 {
 		return 0, RawKeySize, fmt.Errorf("raw_attr flags %#x: %w", flags, ErrBadFlags)
 	}
@@ -462,7 +464,7 @@ func (c *Counter) Value() uint64 { return c.n.Load() }
 func (c *Counter) Close() { c.closed.Store(true) }
 
 // usableLocked returns m's region, or why m cannot be used.
-func (m *MR) usableLocked() (*mr.Region, error) {
+func (m *Registration) usableLocked() (*mr.Region, error) {
 	switch {
 	case m.closed:
 		return nil, fmt.Errorf("region closed: %w", ErrInvalid)
@@ -479,7 +481,7 @@ func (m *MR) usableLocked() (*mr.Region, error) {
 // operation modifies the memory region"); other bits are ErrBadFlags.
 // Binding after Enable, or under FI_MR_RMA_EVENT to a region registered
 // without FIRMAEvent, or to a closed counter, is ErrInvalid.
-func (m *MR) BindCounter(c *Counter, events Flags) error {
+func (m *Registration) BindCounter(c *Counter, events Flags) error {
 	if events&^FIRemoteWrite != 0 {
 		return fmt.Errorf("counter events %#x: %w", uint64(events&^FIRemoteWrite), ErrBadFlags)
 	}
@@ -509,7 +511,7 @@ func (m *MR) BindCounter(c *Counter, events Flags) error {
 // must be 0 ("When binding the memory region to an endpoint, flags should
 // be 0"). Outside FI_MR_ENDPOINT, after Enable, to a second endpoint or to
 // a closed one it is ErrInvalid.
-func (m *MR) BindEndpoint(ep *Endpoint, flags uint64) error {
+func (m *Registration) BindEndpoint(ep *Endpoint, flags uint64) error {
 	if flags != 0 {
 		return fmt.Errorf("endpoint bind flags %#x: %w", flags, ErrBadFlags)
 	}
@@ -534,7 +536,7 @@ func (m *MR) BindEndpoint(ep *Endpoint, flags uint64) error {
 }
 
 // publishLocked hands m's bindings to the table's access check.
-func (m *MR) publishLocked(r *mr.Region) {
+func (m *Registration) publishLocked(r *mr.Region) {
 	b := &mr.Binding{Counters: make([]*atomic.Uint64, len(m.counters))}
 	for i, c := range m.counters {
 		b.Counters[i] = &c.n
@@ -549,7 +551,7 @@ func (m *MR) publishLocked(r *mr.Region) {
 // with FIRMAEvent, FI_MR_ENDPOINT) refuse every access until then. Under
 // FI_MR_ENDPOINT the region must be bound to an endpoint first
 // (ErrInvalid). Enabling an enabled region does nothing.
-func (m *MR) Enable() error {
+func (m *Registration) Enable() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r, err := m.usableLocked()
@@ -572,7 +574,7 @@ func (m *MR) Enable() error {
 // pinned or NIC-owned and cannot change under a registration, so once the
 // buffers are checked to lie inside the region there is nothing to
 // re-translate. A buffer outside the region is ErrInvalid; flags must be 0.
-func (m *MR) Refresh(iov [][]byte, flags uint64) error {
+func (m *Registration) Refresh(iov [][]byte, flags uint64) error {
 	if flags != 0 {
 		return fmt.Errorf("refresh flags %#x: %w", flags, ErrBadFlags)
 	}
@@ -614,7 +616,7 @@ func holds(r *mr.Region, b []byte) bool {
 // open, or the registration is pending, or a memory window is bound, it
 // fails with ErrBusy. Closing a region whose asynchronous registration
 // failed only releases it.
-func (m *MR) Close() error {
+func (m *Registration) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	switch {

@@ -424,12 +424,12 @@ func TestAsyncRegistration(t *testing.T) {
 	type ctx struct{ n int }
 	m, err := d.Reg(make([]byte, 64), FIRemoteRead, 0, 0xc00, 0, &ctx{1})
 	wantErr(t, "Reg", err, nil)
-	if ev := <-eq; ev.MR != m || ev.Err != nil || ev.Context.(*ctx).n != 1 {
+	if ev := <-eq; ev.Registration != m || ev.Err != nil || ev.Context.(*ctx).n != 1 {
 		t.Errorf("event of the first registration: %+v", ev)
 	}
 	dup, err := d.Reg(make([]byte, 64), FIRemoteRead, 0, 0xc00, 0, &ctx{2})
 	wantErr(t, "Reg of a key in use returns at once", err, nil)
-	if ev := <-eq; ev.MR != dup || !errors.Is(ev.Err, ErrNoKey) || ev.Context.(*ctx).n != 2 {
+	if ev := <-eq; ev.Registration != dup || !errors.Is(ev.Err, ErrNoKey) || ev.Context.(*ctx).n != 2 {
 		t.Errorf("event of the duplicate key: %+v", ev)
 	}
 	// "An asynchronous event will not be generated unless the registration
@@ -459,7 +459,7 @@ func TestAsyncRegistration(t *testing.T) {
 func TestPendingRegistration(t *testing.T) {
 	dev := newDevice(t)
 	d := openDomain(t, dev, DomainConfig{})
-	m := &MR{d: d, pending: true}
+	m := &Registration{d: d, pending: true}
 	if m.Key() != KeyNotAvail || m.Desc() != 0 {
 		t.Errorf("pending MR: key %#x desc %#x", m.Key(), m.Desc())
 	}

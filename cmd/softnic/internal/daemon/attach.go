@@ -66,8 +66,8 @@ func (d *daemon) serveAttached(c *net.UnixConn) {
 
 // attachedPDs maps the protection domains of attached processes to their
 // PIDs.
-func (d *daemon) attachedPDs() map[mr.PD]int {
-	owners := map[mr.PD]int{}
+func (d *daemon) attachedPDs() map[mr.PDHandle]int {
+	owners := map[mr.PDHandle]int{}
 	for _, p := range d.attach.Processes() {
 		for _, pd := range p.PDs {
 			owners[pd] = p.PID
