@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/nic"
-	"github.com/softnic/softnic/wire"
+	"github.com/softnic/softnic/wire/mad"
 )
 
 // TestAttachDetachRejectsTakenRequests: a connection request the process
@@ -38,7 +38,7 @@ func TestAttachDetachRejectsTakenRequests(t *testing.T) {
 	dev.Close()
 	err = <-dialed
 	var rej *nic.RejectError
-	if !errors.As(err, &rej) || rej.Reason != wire.RejectConsumer {
+	if !errors.As(err, &rej) || rej.Reason != mad.RejectConsumer {
 		t.Fatalf("the peer's dial after the process detached: %v, want a consumer REJ", err)
 	}
 	if took := time.Since(start); took > 2*time.Second {

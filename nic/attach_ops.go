@@ -12,7 +12,7 @@ import (
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/nic/shm"
-	"github.com/softnic/softnic/wire"
+	"github.com/softnic/softnic/wire/mad"
 )
 
 // The operations of the attach protocol, as the daemon carries them out
@@ -460,7 +460,7 @@ func (s *session) accept(ctx context.Context, raw json.RawMessage, _ []int) (any
 	s.remove(a.Request)
 	h, cfg, err := s.connQP(r.l.pd, r.l.cfg, a.UseQP)
 	if err != nil {
-		r.r.prov.(*embeddedRequest).abandon(wire.RejectNoQP)
+		r.r.prov.(*embeddedRequest).abandon(mad.RejectNoQP)
 		return nil, nil, err
 	}
 	if a.UseQP != 0 {

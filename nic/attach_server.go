@@ -21,7 +21,7 @@ import (
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/nic/shm"
-	"github.com/softnic/softnic/wire"
+	"github.com/softnic/softnic/wire/mad"
 )
 
 // AttachServerConfig configures an AttachServer. Zero fields take the
@@ -721,7 +721,7 @@ func (s *session) cleanup() {
 	// first takes what is still in its rings and flushes it all while the
 	// completion rings are mapped, as an embedded device's Close does.
 	for _, r := range requests {
-		r.r.prov.(*embeddedRequest).abandon(wire.RejectConsumer)
+		r.r.prov.(*embeddedRequest).abandon(mad.RejectConsumer)
 	}
 	for _, l := range listeners {
 		l.close(s)

@@ -16,6 +16,7 @@ import (
 	"github.com/softnic/softnic/nic/cm"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/wire"
+	"github.com/softnic/softnic/wire/mad"
 )
 
 // The connection manager connects RC QPs by address and port, the way
@@ -61,7 +62,7 @@ type Listener struct {
 }
 
 // Listen starts accepting connection requests for rdma_cm port port: REQs
-// whose service ID is RDMA_PS_TCP's for the port (wire.RDMACMServiceID).
+// whose service ID is RDMA_PS_TCP's for the port (mad.RDMACMServiceID).
 // It returns ErrBusy if the port is already listened on.
 func (d *Device) Listen(port uint16, opts ListenOptions) (*Listener, error) {
 	switch {
@@ -145,7 +146,7 @@ type Request struct {
 }
 
 // PrivateData returns the requester's private data: the REQ's after the
-// rdma_cm header, all wire.CMAPrivateDataSize bytes of it (the wire
+// rdma_cm header, all mad.CMAPrivateDataSize bytes of it (the wire
 // carries no length).
 func (r *Request) PrivateData() []byte { return r.private }
 
@@ -155,7 +156,7 @@ func (r *Request) RemoteAddr() netip.AddrPort { return r.peer }
 // AcceptOptions answer a connection request. Zero fields take the
 // defaults noted.
 type AcceptOptions struct {
-	// PrivateData goes into the REP (at most wire.REPPrivateDataSize bytes).
+	// PrivateData goes into the REP (at most mad.REPPrivateDataSize bytes).
 	PrivateData []byte
 	// ResponderResources bounds the RDMA READs and atomics the peer may
 	// have outstanding at this QP (default: the requester's initiator
@@ -184,12 +185,12 @@ type AcceptOptions struct {
 func (r *Request) Accept(opts AcceptOptions) (*Conn, error) { return r.prov.accept(r, opts) }
 
 // Reject refuses the request with a REJ, reason "consumer reject" (28),
-// carrying privateData (at most wire.REJPrivateDataSize bytes), as
+// carrying privateData (at most mad.REJPrivateDataSize bytes), as
 // rdma_reject does.
 func (r *Request) Reject(privateData []byte) error {
-	if len(privateData) > wire.REJPrivateDataSize {
+	if len(privateData) > mad.REJPrivateDataSize {
 		return fmt.Errorf("softnic: reject %v: %d bytes of private data, a REJ carries %d: %w",
-			r.peer, len(privateData), wire.REJPrivateDataSize, ErrInvalid)
+			r.peer, len(privateData), mad.REJPrivateDataSize, ErrInvalid)
 	}
 	return r.prov.reject(r, privateData)
 }
@@ -200,7 +201,7 @@ type DialOptions struct {
 	PD *PD      // the protection domain of the QP (required)
 	QP QPConfig // sizes of the QP; SendCQ is required, the type is RC
 	// PrivateData goes into the REQ after rdma_cm's header: at most
-	// wire.CMAPrivateDataSize (56) bytes.
+	// mad.CMAPrivateDataSize (56) bytes.
 	PrivateData []byte
 	// ResponderResources and InitiatorDepth bound the RDMA READs and
 	// atomics outstanding at this QP from the peer, and from this QP
@@ -255,8 +256,8 @@ func (o *DialOptions) setDefaults(d *Device, remote netip.AddrPort) error {
 	switch {
 	case o.PD == nil || o.PD.dev != d:
 		return fmt.Errorf("DialOptions.PD of this device is required: %w", ErrInvalid)
-	case len(o.PrivateData) > wire.CMAPrivateDataSize:
-		return fmt.Errorf("%d bytes of private data, rdma_cm's REQ carries %d: %w", len(o.PrivateData), wire.CMAPrivateDataSize, ErrInvalid)
+	case len(o.PrivateData) > mad.CMAPrivateDataSize:
+		return fmt.Errorf("%d bytes of private data, rdma_cm's REQ carries %d: %w", len(o.PrivateData), mad.CMAPrivateDataSize, ErrInvalid)
 	case asked > d.MTU():
 		return fmt.Errorf("path MTU %d exceeds the device MTU %d: %w", asked, d.MTU(), ErrInvalid)
 	case o.RetryCount > 7 || o.RNRRetryCount > 7:

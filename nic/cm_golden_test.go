@@ -19,6 +19,7 @@ import (
 
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/wire"
+	"github.com/softnic/softnic/wire/mad"
 )
 
 // goldenRping is rping.pcap of ../shared/golden: rping between two Linux
@@ -30,7 +31,7 @@ var goldenRping = filepath.Join("..", "..", "shared", "golden", "rping.pcap")
 type cmPacket struct {
 	env wire.Envelope
 	ud  wire.Fields
-	mad wire.MADFields
+	mad mad.MADFields
 }
 
 func decodeCMPacket(t *testing.T, env wire.Envelope, b []byte) (cmPacket, bool) {
@@ -42,7 +43,7 @@ func decodeCMPacket(t *testing.T, env wire.Envelope, b []byte) (cmPacket, bool) 
 	if p.BTH.DestQP() != wire.GSIQPN {
 		return cmPacket{}, false
 	}
-	var m wire.MAD
+	var m mad.MAD
 	if err := m.Decode(p.Payload); err != nil {
 		t.Fatalf("undecodable MAD: %v", err)
 	}
@@ -56,7 +57,7 @@ func decodeCMPacket(t *testing.T, env wire.Envelope, b []byte) (cmPacket, bool) 
 func firstHandshake(t *testing.T, packets []cmPacket) []cmPacket {
 	t.Helper()
 	var out []cmPacket
-	for _, attr := range []wire.AttrID{wire.AttrConnectRequest, wire.AttrConnectReply, wire.AttrReadyToUse} {
+	for _, attr := range []mad.AttrID{mad.AttrConnectRequest, mad.AttrConnectReply, mad.AttrReadyToUse} {
 		i := slices.IndexFunc(packets, func(c cmPacket) bool { return c.mad.Header.AttrID == attr })
 		if i < 0 {
 			t.Fatalf("no %v", attr)
@@ -173,9 +174,9 @@ func normalizeCM(t *testing.T, who string, c *cmPacket, hs []cmPacket) {
 	h.TransactionID = 0
 	c.ud.BTH.PSN = 0
 	switch {
-	case c.mad.Header.AttrID == wire.AttrConnectRequest:
+	case c.mad.Header.AttrID == mad.AttrConnectRequest:
 		r := &c.mad.REQ
-		cma, err := wire.DecodeCMAHeader(r.PrivateData[:])
+		cma, err := mad.DecodeCMAHeader(r.PrivateData[:])
 		if err != nil {
 			t.Fatalf("%s: rdma_cm header: %v", who, err)
 		}
@@ -183,7 +184,7 @@ func normalizeCM(t *testing.T, who string, c *cmPacket, hs []cmPacket) {
 		src, dst := c.env.Src.Addr(), c.env.Dst.Addr()
 		p := &r.PrimaryPath
 		switch {
-		case !ok || ps != wire.PortSpaceTCP:
+		case !ok || ps != mad.PortSpaceTCP:
 			t.Errorf("%s: service ID %v is not rdma_cm's TCP port space", who, r.ServiceID)
 		case cma.IPVersion() != 4 || cma.Src().Addr() != src || cma.Dst() != dst:
 			t.Errorf("%s: rdma_cm header %+v for %v → %v", who, cma.Fields(), src, dst)
@@ -197,15 +198,15 @@ func normalizeCM(t *testing.T, who string, c *cmPacket, hs []cmPacket) {
 		r.LocalCommID, r.LocalCAGUID, r.LocalQPN, r.StartingPSN, r.ServiceID = 0, 0, 0, 0, 0
 		r.ResponderResources, r.InitiatorDepth, r.PathMTU = 0, 0, 0
 		p.LocalGID, p.RemoteGID, p.FlowLabel, p.LocalACKTimeout = wire.GID{}, wire.GID{}, 0, 0
-		r.PrivateData = [wire.REQPrivateDataSize]byte{}
-	case c.mad.Header.AttrID == wire.AttrConnectReply:
+		r.PrivateData = [mad.REQPrivateDataSize]byte{}
+	case c.mad.Header.AttrID == mad.AttrConnectReply:
 		r := &c.mad.REP
 		if r.RemoteCommID != req.LocalCommID || r.LocalCommID == 0 || r.LocalCAGUID == 0 || r.LocalQPN == 0 {
 			t.Errorf("%s: REP %+v does not answer REQ %#x", who, r, req.LocalCommID)
 		}
 		r.LocalCommID, r.RemoteCommID, r.LocalQPN, r.StartingPSN, r.LocalCAGUID = 0, 0, 0, 0, 0
 		r.ResponderResources, r.InitiatorDepth = 0, 0
-		r.PrivateData = [wire.REPPrivateDataSize]byte{}
+		r.PrivateData = [mad.REPPrivateDataSize]byte{}
 	default:
 		r := &c.mad.RTU
 		if r.LocalCommID != req.LocalCommID || r.RemoteCommID != rep.LocalCommID {
@@ -254,15 +255,15 @@ func TestCMGoldenREQReachesListener(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if r.RemoteAddr() != answers.addr || len(r.PrivateData()) != wire.CMAPrivateDataSize {
+			if r.RemoteAddr() != answers.addr || len(r.PrivateData()) != mad.CMAPrivateDataSize {
 				t.Errorf("request from %v with %d bytes of private data, want from %v", r.RemoteAddr(), len(r.PrivateData()), answers.addr)
 			}
 			if err := r.Reject(nil); err != nil {
 				t.Fatal(err)
 			}
 			rej := answers.receiveMAD(t)
-			if rej.Header.AttrID != wire.AttrConnectReject || rej.REJ.RemoteCommID != req.mad.REQ.LocalCommID ||
-				rej.REJ.Reason != wire.RejectConsumer || rej.Header.TransactionID != req.mad.Header.TransactionID {
+			if rej.Header.AttrID != mad.AttrConnectReject || rej.REJ.RemoteCommID != req.mad.REQ.LocalCommID ||
+				rej.REJ.Reason != mad.RejectConsumer || rej.Header.TransactionID != req.mad.Header.TransactionID {
 				t.Errorf("answer %+v", rej)
 			}
 		})
@@ -293,15 +294,15 @@ func openRawPeer(t *testing.T, addr string) *rawPeer {
 	return &rawPeer{conn: c, addr: c.LocalAddr().(*net.UDPAddr).AddrPort()}
 }
 
-// sendMAD sends mad in a UD packet with headers ud to the QP1 at dst.
-func (p *rawPeer) sendMAD(t *testing.T, dst netip.AddrPort, ud *wire.Fields, mad *wire.MADFields) {
+// sendMAD sends m in a UD packet with headers ud to the QP1 at dst.
+func (p *rawPeer) sendMAD(t *testing.T, dst netip.AddrPort, ud *wire.Fields, m *mad.MADFields) {
 	t.Helper()
-	buf := make([]byte, ud.Len(wire.MADSize))
-	off, err := ud.EncodeHeaders(buf, wire.MADSize)
+	buf := make([]byte, ud.Len(mad.MADSize))
+	off, err := ud.EncodeHeaders(buf, mad.MADSize)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := mad.Encode(buf[off:]); err != nil {
+	if _, err := m.Encode(buf[off:]); err != nil {
 		t.Fatal(err)
 	}
 	env := wire.Envelope{Src: p.addr, Dst: dst}
@@ -313,7 +314,7 @@ func (p *rawPeer) sendMAD(t *testing.T, dst netip.AddrPort, ud *wire.Fields, mad
 
 // receiveMAD returns the next MAD sent to the socket, after checking its
 // ICRC and UD headers.
-func (p *rawPeer) receiveMAD(t *testing.T) wire.MADFields {
+func (p *rawPeer) receiveMAD(t *testing.T) mad.MADFields {
 	t.Helper()
 	buf := make([]byte, 2048)
 	p.conn.SetReadDeadline(time.Now().Add(cmTestTimeout))

@@ -11,6 +11,7 @@ import (
 	"github.com/softnic/softnic/nic/cm"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/wire"
+	"github.com/softnic/softnic/wire/mad"
 )
 
 // CMLimits bound what the connection manager holds for the connection
@@ -27,7 +28,7 @@ type CMLimits = cm.Limits
 // handled.
 const (
 	gsiRecvBuffers = 256
-	gsiBufferSize  = wire.GRHSize + wire.MADSize
+	gsiBufferSize  = wire.GRHSize + mad.MADSize
 	gsiSendDepth   = 1024
 )
 
@@ -52,7 +53,7 @@ type cmDriver struct {
 
 	// Reader goroutine scratch.
 	wcs [64]qp.WC
-	mad wire.MAD
+	mad mad.MAD
 }
 
 // newCM creates QP1 and the connection manager of d.
@@ -74,7 +75,7 @@ func newCM(d *embeddedDevice) (*cmDriver, error) {
 	}
 	gsi, err := pd.prov.(*embeddedPD).createNumbered(pd, QPConfig{
 		Type: qp.UD, SendCQ: c.cq, MaxSendWR: gsiSendDepth, MaxRecvWR: gsiRecvBuffers,
-		MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: wire.MADSize,
+		MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: mad.MADSize,
 	}, wire.GSIQPN)
 	if err != nil {
 		return nil, err
@@ -127,7 +128,7 @@ func (c *cmDriver) receive(wc *qp.WC) {
 		return
 	}
 	var mtu wire.MTU
-	if c.mad.AttrID() == wire.AttrConnectRequest {
+	if c.mad.AttrID() == mad.AttrConnectRequest {
 		mtu, _ = wire.MTUFromBytes(c.dev.pathMTU(wc.Src)) // the most a REQ may ask for
 	}
 	c.run(func(e *cm.Engine, now qp.Time, out *cm.Output) { e.Receive(now, wc.Src, mtu, &c.mad, out) })
@@ -271,7 +272,7 @@ type cmID struct {
 	comm *cm.ID // the engine's communication; nil when attached
 	peer netip.AddrPort
 	port uint16
-	req  *wire.REQFields // the REQ received, for a request
+	req  *mad.REQFields // the REQ received, for a request
 
 	// result carries the one cmResult of the handshake; done closes when
 	// the connection ends, with err saying why (ended says it has);
@@ -289,7 +290,7 @@ type cmID struct {
 // cmResult is the outcome of a handshake that a Dial or an Accept waits
 // for: the REP (dialer), nothing (acceptor: the RTU came), or an error.
 type cmResult struct {
-	rep *wire.REPFields
+	rep *mad.REPFields
 	err error
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/wire"
+	"github.com/softnic/softnic/wire/mad"
 )
 
 // TestStartingPSNs: the Starting PSN of a REQ is the PSN the passive side
@@ -19,14 +20,14 @@ func TestStartingPSNs(t *testing.T) {
 	var reqPSN, repPSN atomic.Uint32
 	watch := func(pkt []byte) nic.SendAction {
 		var p wire.Packet
-		var m wire.MAD
+		var m mad.MAD
 		if p.Decode(pkt) != nil || p.BTH.DestQP() != wire.GSIQPN || m.Decode(p.Payload) != nil {
 			return nic.SendPass
 		}
 		switch m.AttrID() {
-		case wire.AttrConnectRequest:
+		case mad.AttrConnectRequest:
 			reqPSN.Store(uint32(m.REQ.StartingPSN()))
-		case wire.AttrConnectReply:
+		case mad.AttrConnectReply:
 			repPSN.Store(uint32(m.REP.StartingPSN()))
 		}
 		return nic.SendPass

@@ -16,6 +16,7 @@ import (
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/wire"
+	"github.com/softnic/softnic/wire/mad"
 )
 
 // The connection manager over real UDP sockets on loopback. CM timeouts
@@ -142,7 +143,7 @@ func TestDialAccept(t *testing.T) {
 		dopts.RetryCount, dopts.RNRRetryCount, dopts.Timeout = 5, 6, 12
 		ctx := cmContext(t)
 		accepted := acceptAsync(t, ctx, l, func(r *nic.Request) (*nic.Conn, error) {
-			if got := string(r.PrivateData()[:15]); got != "from the dialer" || len(r.PrivateData()) != wire.CMAPrivateDataSize {
+			if got := string(r.PrivateData()[:15]); got != "from the dialer" || len(r.PrivateData()) != mad.CMAPrivateDataSize {
 				t.Errorf("request private data %q (%d bytes)", got, len(r.PrivateData()))
 			}
 			if r.RemoteAddr() != a.dev.Addr() {
@@ -158,7 +159,7 @@ func TestDialAccept(t *testing.T) {
 		if s == nil {
 			t.FailNow()
 		}
-		if got := string(c.PrivateData()[:17]); got != "from the acceptor" || len(c.PrivateData()) != wire.REPPrivateDataSize {
+		if got := string(c.PrivateData()[:17]); got != "from the acceptor" || len(c.PrivateData()) != mad.REPPrivateDataSize {
 			t.Errorf("dialer got private data %q (%d bytes)", got, len(c.PrivateData()))
 		}
 		if c.RemoteAddr() != b.dev.Addr() || s.RemoteAddr() != a.dev.Addr() {
@@ -280,7 +281,7 @@ func TestDialRejectedByListener(t *testing.T) {
 		if c != nil || !errors.As(err, &rej) {
 			t.Fatalf("Dial: %v, %v; want a *RejectError", c, err)
 		}
-		if rej.Reason != wire.RejectConsumer || string(rej.PrivateData[:9]) != "not today" || rej.Addr != b.dev.Addr() || rej.Port != cmPort {
+		if rej.Reason != mad.RejectConsumer || string(rej.PrivateData[:9]) != "not today" || rej.Addr != b.dev.Addr() || rej.Port != cmPort {
 			t.Errorf("REJ %+v", rej)
 		}
 		if errors.Is(err, nic.ErrConnRefused) {
@@ -349,9 +350,9 @@ func TestDialContextCanceled(t *testing.T) {
 }
 
 // cmAttr returns the CM attribute of a packet, if it is a MAD.
-func cmAttr(pkt []byte) (wire.AttrID, bool) {
+func cmAttr(pkt []byte) (mad.AttrID, bool) {
 	var p wire.Packet
-	var m wire.MAD
+	var m mad.MAD
 	if p.Decode(pkt) != nil || p.BTH.DestQP() != wire.GSIQPN || m.Decode(p.Payload) != nil {
 		return 0, false
 	}
@@ -360,7 +361,7 @@ func cmAttr(pkt []byte) (wire.AttrID, bool) {
 
 // onFirst returns a SendHook that applies action to the first MAD of
 // attribute attr the device sends.
-func cmOnFirst(attr wire.AttrID, action nic.SendAction) func([]byte) nic.SendAction {
+func cmOnFirst(attr mad.AttrID, action nic.SendAction) func([]byte) nic.SendAction {
 	var done atomic.Bool
 	return func(pkt []byte) nic.SendAction {
 		if a, ok := cmAttr(pkt); ok && a == attr && done.CompareAndSwap(false, true) {
@@ -379,12 +380,12 @@ func TestMADLoss(t *testing.T) {
 	forEachProvider(t, func(t *testing.T, p provider) {
 		for _, tc := range []struct {
 			name   string
-			attr   wire.AttrID
+			attr   mad.AttrID
 			dialer bool // the dialer sends it
 		}{
-			{"REQ", wire.AttrConnectRequest, true},
-			{"REP", wire.AttrConnectReply, false},
-			{"RTU", wire.AttrReadyToUse, true},
+			{"REQ", mad.AttrConnectRequest, true},
+			{"REP", mad.AttrConnectReply, false},
+			{"RTU", mad.AttrReadyToUse, true},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				checkLeaks(t)
@@ -429,7 +430,7 @@ func TestMADLoss(t *testing.T) {
 					t.Errorf("fault_dropped = %d, want 1", n)
 				}
 				retries := map[bool]uint64{true: 0, false: 0} // by dialer
-				if tc.attr != wire.AttrReadyToUse {
+				if tc.attr != mad.AttrReadyToUse {
 					retries[true] = 1
 				}
 				for _, side := range []struct {
@@ -454,11 +455,11 @@ func TestMADLoss(t *testing.T) {
 func TestDuplicateREQ(t *testing.T) {
 	forEachProvider(t, func(t *testing.T, p provider) {
 		checkLeaks(t)
-		a := p.cmEnd(t, nic.Config{SendHook: cmOnFirst(wire.AttrConnectRequest, nic.SendDuplicate)})
+		a := p.cmEnd(t, nic.Config{SendHook: cmOnFirst(mad.AttrConnectRequest, nic.SendDuplicate)})
 		mra := make(chan struct{})
 		var mraOnce sync.Once
 		b := p.cmEnd(t, nic.Config{SendHook: func(pkt []byte) nic.SendAction {
-			if attr, ok := cmAttr(pkt); ok && attr == wire.AttrMsgRcptAck {
+			if attr, ok := cmAttr(pkt); ok && attr == mad.AttrMsgRcptAck {
 				mraOnce.Do(func() { close(mra) })
 			}
 			return nic.SendPass

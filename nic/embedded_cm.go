@@ -13,6 +13,7 @@ import (
 	"github.com/softnic/softnic/nic/cm"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/wire"
+	"github.com/softnic/softnic/wire/mad"
 )
 
 // The embedded device's connection manager: the engine of package cm on
@@ -47,7 +48,7 @@ func (el *embeddedListener) acceptRequest(ctx context.Context, l *Listener) (*Re
 			return nil, l.errClosed()
 		}
 		if id := el.dev.cm.nextRequest(el.l); id != nil {
-			return &Request{l: l, peer: id.peer, private: id.req.PrivateData[wire.CMAHeaderSize:],
+			return &Request{l: l, peer: id.peer, private: id.req.PrivateData[mad.CMAHeaderSize:],
 				prov: &embeddedRequest{dev: el.dev, id: id}}, nil
 		}
 		select {
@@ -80,7 +81,7 @@ func (er *embeddedRequest) accept(r *Request, opts AcceptOptions) (*Conn, error)
 func (er *embeddedRequest) reject(_ *Request, private []byte) error {
 	var err error
 	er.dev.cm.run(func(e *cm.Engine, now qp.Time, out *cm.Output) {
-		err = e.Reject(now, er.id.comm, wire.RejectConsumer, private, out)
+		err = e.Reject(now, er.id.comm, mad.RejectConsumer, private, out)
 	})
 	if err == nil {
 		er.dev.log.Debug("cm: rejected", slog.Any("peer", er.id.peer), slog.Any("port", er.id.port))
@@ -95,9 +96,9 @@ func (er *embeddedRequest) acceptWith(r *Request, opts AcceptOptions, cfg QPConf
 	c := d.cm
 	id := er.id
 	req := id.req
-	if len(opts.PrivateData) > wire.REPPrivateDataSize {
+	if len(opts.PrivateData) > mad.REPPrivateDataSize {
 		return nil, fmt.Errorf("softnic: accept %v: %d bytes of private data, a REP carries %d: %w",
-			id.peer, len(opts.PrivateData), wire.REPPrivateDataSize, ErrInvalid)
+			id.peer, len(opts.PrivateData), mad.REPPrivateDataSize, ErrInvalid)
 	}
 	if opts.RNRRetryCount > 7 {
 		return nil, fmt.Errorf("softnic: accept %v: RNR retry count %d > 7: %w", id.peer, opts.RNRRetryCount, ErrInvalid)
@@ -114,7 +115,7 @@ func (er *embeddedRequest) acceptWith(r *Request, opts AcceptOptions, cfg QPConf
 		q, err = createConnQP(r.l.pd, cfg)
 	}
 	if err != nil {
-		er.abandon(wire.RejectNoQP)
+		er.abandon(mad.RejectNoQP)
 		return nil, fmt.Errorf("softnic: accept %v: %w", id.peer, err)
 	}
 	// A failed accept destroys the QP it made, and leaves the caller's in
@@ -135,7 +136,7 @@ func (er *embeddedRequest) acceptWith(r *Request, opts AcceptOptions, cfg QPConf
 	})
 	if err != nil {
 		drop()
-		er.abandon(wire.RejectConsumer)
+		er.abandon(mad.RejectConsumer)
 		return nil, fmt.Errorf("softnic: accept %v: %w", id.peer, err)
 	}
 	// The first request the QP takes before the RTU establishes the
@@ -177,7 +178,7 @@ func (er *embeddedRequest) acceptWith(r *Request, opts AcceptOptions, cfg QPConf
 }
 
 // abandon rejects the request after a local failure.
-func (er *embeddedRequest) abandon(reason wire.RejectReason) {
+func (er *embeddedRequest) abandon(reason mad.RejectReason) {
 	er.dev.cm.run(func(e *cm.Engine, now qp.Time, out *cm.Output) { e.Reject(now, er.id.comm, reason, nil, out) })
 }
 
@@ -202,14 +203,14 @@ func (d *embeddedDevice) dial(ctx context.Context, _ *Device, remote netip.AddrP
 		if !errors.As(err, &rej) {
 			break
 		}
-		if rej.Reason == wire.RejectInvalidMTU && len(rej.ARI) > 0 {
+		if rej.Reason == mad.RejectInvalidMTU && len(rej.ARI) > 0 {
 			mtu := wire.MTU(rej.ARI[0]).Bytes()
 			if mtu == 0 || mtu >= opts.MTU {
 				break
 			}
 			d.log.Debug("cm: peer takes a smaller MTU", slog.Any("peer", remote), slog.Int("mtu", mtu))
 			opts.MTU = mtu
-		} else if rej.Reason != wire.RejectNoResources || busy >= int(opts.CMRetries) || !cmBackoff(ctx, busy, opts.CMTimeout) {
+		} else if rej.Reason != mad.RejectNoResources || busy >= int(opts.CMRetries) || !cmBackoff(ctx, busy, opts.CMTimeout) {
 			break
 		}
 		c, err = d.dialOnce(ctx, q, remote, port, opts)

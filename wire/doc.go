@@ -3,10 +3,10 @@
 // IETH, DETH, FETH) that RoCEv2 carries in UDP datagrams to port 4791, the
 // opcode table, 24-bit PSN arithmetic, the invariant CRC (ICRC) over the
 // IP/UDP envelope, and captures: classic pcap files written with full
-// Ethernet/IP/UDP framing, pcap and pcapng files read.
-// It also codes the management datagrams of the connection manager (CM MADs:
-// REQ, REP, RTU, REJ, MRA, DREQ, DREP) that travel to and from QP1, with
-// rdma_cm's service IDs and private-data header.
+// Ethernet/IP/UDP framing, pcap and pcapng files read. Of InfiniBand
+// management it keeps what the transport shares with it: QP1 (GSIQPN,
+// GSIQKey), GIDs and MTU codes; package wire/mad codes the management
+// datagrams themselves.
 //
 // Headers are typed views over byte slices (type BTH []byte and so on) with
 // accessors and setters that do not bounds-check; [Packet.Decode] validates
@@ -15,8 +15,7 @@
 // ICRC do not allocate, so they can run per packet.
 //
 // The layouts and rules follow the InfiniBand Architecture Specification
-// (Volume 1, chapter 9 "Transport layer", chapter 12 "Communication
-// management", 13.4 "Management datagrams", and Annex A17 "RoCEv2") as Linux
+// (Volume 1, chapter 9 "Transport layer", and Annex A17 "RoCEv2") as Linux
 // Soft-RoCE (rdma_rxe) puts them on the wire; packets captured from rxe are
 // decoded and re-encoded byte for byte by the tests.
 //
@@ -55,13 +54,4 @@ var (
 	// ErrNotPcap: the stream is neither a classic pcap nor a pcapng file,
 	// or a record or block of it is malformed.
 	ErrNotPcap = errors.New("wire: not a pcap file")
-	// ErrBadMAD: a management datagram is not a CM message: wrong base
-	// version, management class, class version or method.
-	ErrBadMAD = errors.New("wire: not a CM MAD")
-	// ErrBadAttr: a CM MAD carries an attribute softnic does not implement
-	// (LAP, APR, SIDR, ClassPortInfo or an unknown one).
-	ErrBadAttr = errors.New("wire: unsupported CM attribute")
-	// ErrBadCMAHeader: REQ private data does not start with an rdma_cm
-	// header of a version and IP version softnic knows.
-	ErrBadCMAHeader = errors.New("wire: bad rdma_cm private data header")
 )

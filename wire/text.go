@@ -6,10 +6,8 @@ package wire
 //
 //	RC RDMA Write Only qp=0x000011 psn=0xebcb9b ackreq=1 va=0x0000563c2a3e2000 rkey=0x00005ce0 dmalen=64 payload=64
 //
-// A UD packet to QP1 whose payload is a CM MAD is followed by the MAD's
-// summary (MAD.AppendSummary):
-//
-//	UD Send Only qp=0x000001 psn=0x000012 ackreq=1 qkey=0x80010000 srcqp=0x000001 payload=256 CM ConnectRequest comm_id=0x5818c37c qpn=0x00006b psn=0xdc7d75 service_id=0x0000000001061c06
+// Package wire/mad's AppendPacketSummary adds the summary of a CM MAD to
+// QP1 after it.
 //
 // It does not allocate if dst has room. p must hold a decoded packet.
 func (p *Packet) AppendSummary(dst []byte) []byte {
@@ -76,26 +74,24 @@ func (p *Packet) AppendSummary(dst []byte) []byte {
 	}
 	dst = append(dst, " payload="...)
 	dst = appendUint(dst, uint64(len(p.Payload)))
-	var m MAD
-	if p.cmMAD(&m) {
-		dst = append(dst, ' ')
-		dst = m.AppendSummary(dst)
-	}
 	return dst
-}
-
-// cmMAD decodes p's payload into m and reports whether it is a CM MAD sent
-// to QP1 in a UD packet.
-func (p *Packet) cmMAD(m *MAD) bool {
-	return p.DETH != nil && p.BTH.DestQP() == GSIQPN && m.Decode(p.Payload) == nil
 }
 
 // AppendVerbose appends every field of every header of p to dst, one header
 // per line, each line indented by two spaces and ending in a newline, so that
-// it can follow an AppendSummary line; a CM MAD to QP1 adds the lines of
-// MAD.AppendVerbose before the payload line. It does not allocate if dst has
-// room. p must hold a decoded packet.
+// it can follow an AppendSummary line, and last a line of the payload's
+// length, the pad and the ICRC. It does not allocate if dst has room. p must
+// hold a decoded packet.
+//
+// It is AppendVerboseHeaders followed by AppendVerboseTrailer: package
+// wire/mad's AppendPacketVerbose puts the lines of a CM MAD to QP1 between
+// the two.
 func (p *Packet) AppendVerbose(dst []byte) []byte {
+	return p.AppendVerboseTrailer(p.AppendVerboseHeaders(dst))
+}
+
+// AppendVerboseHeaders appends the header lines of AppendVerbose.
+func (p *Packet) AppendVerboseHeaders(dst []byte) []byte {
 	b := p.BTH
 	dst = append(dst, "  BTH opcode="...)
 	dst = appendHex(dst, uint64(b.OpCode()), 2)
@@ -187,13 +183,16 @@ func (p *Packet) AppendVerbose(dst []byte) []byte {
 		dst = appendHex(dst, uint64(i.RKey()), 8)
 		dst = append(dst, '\n')
 	}
-	if m := (MAD{}); p.cmMAD(&m) {
-		dst = m.AppendVerbose(dst)
-	}
+	return dst
+}
+
+// AppendVerboseTrailer appends the last line of AppendVerbose: the
+// payload's length, the pad and the ICRC.
+func (p *Packet) AppendVerboseTrailer(dst []byte) []byte {
 	dst = append(dst, "  payload="...)
 	dst = appendUint(dst, uint64(len(p.Payload)))
 	dst = append(dst, " pad="...)
-	dst = appendUint(dst, uint64(b.PadCount()))
+	dst = appendUint(dst, uint64(p.BTH.PadCount()))
 	dst = append(dst, " icrc="...)
 	dst = appendHex(dst, uint64(p.ICRC()), 8)
 	return append(dst, '\n')

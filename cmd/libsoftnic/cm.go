@@ -20,7 +20,7 @@ import (
 
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/qp"
-	"github.com/softnic/softnic/wire"
+	"github.com/softnic/softnic/wire/mad"
 )
 
 // librdmacm over package nic's connection manager: an rdma_cm_id is a
@@ -419,7 +419,7 @@ func dialListening(ctx context.Context, d *nic.Device, peer netip.AddrPort, port
 	for {
 		conn, err := d.Dial(ctx, peer, port, opts)
 		var rej *nic.RejectError
-		if err == nil || !errors.As(err, &rej) || rej.Reason != wire.RejectInvalidServiceID || time.Now().After(deadline) {
+		if err == nil || !errors.As(err, &rej) || rej.Reason != mad.RejectInvalidServiceID || time.Now().After(deadline) {
 			return conn, err
 		}
 		select {

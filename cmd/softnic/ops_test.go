@@ -11,13 +11,13 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/nic"
-	"github.com/softnic/softnic/wire"
+	"github.com/softnic/softnic/wire/mad"
 )
 
 func TestExplainDial(t *testing.T) {
 	peer := netip.MustParseAddrPort("127.0.0.1:4791")
-	refused := &nic.RejectError{Addr: peer, Port: 7471, Reason: wire.RejectInvalidServiceID}
-	consumer := &nic.RejectError{Addr: peer, Port: 7471, Reason: wire.RejectConsumer}
+	refused := &nic.RejectError{Addr: peer, Port: 7471, Reason: mad.RejectInvalidServiceID}
+	consumer := &nic.RejectError{Addr: peer, Port: 7471, Reason: mad.RejectConsumer}
 	tests := []struct {
 		name string
 		err  error

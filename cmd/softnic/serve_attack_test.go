@@ -17,6 +17,7 @@ import (
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/wire"
+	"github.com/softnic/softnic/wire/mad"
 )
 
 // The attacks of issue 14 from the network, against a daemon on loopback:
@@ -34,8 +35,8 @@ type reqAttacker struct {
 	sent atomic.Int64 // bytes of UDP payload sent
 
 	mu      sync.Mutex
-	got     map[wire.AttrID]int
-	reasons map[wire.RejectReason]int
+	got     map[mad.AttrID]int
+	reasons map[mad.RejectReason]int
 	bytes   int64
 }
 
@@ -52,7 +53,7 @@ func newREQAttacker(t *testing.T, from string, d *testDaemon) *reqAttacker {
 	}
 	c.SetReadBuffer(8 << 20) // a burst's answers arrive at once
 	a := &reqAttacker{t: t, c: c, src: c.LocalAddr().(*net.UDPAddr).AddrPort(), dst: netip.MustParseAddrPort(d.ready.Listen),
-		got: map[wire.AttrID]int{}, reasons: map[wire.RejectReason]int{}}
+		got: map[mad.AttrID]int{}, reasons: map[mad.RejectReason]int{}}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -63,7 +64,7 @@ func newREQAttacker(t *testing.T, from string, d *testDaemon) *reqAttacker {
 				return
 			}
 			var p wire.Packet
-			var m wire.MAD
+			var m mad.MAD
 			if p.Decode(buf[:n]) != nil || m.Decode(p.Payload) != nil {
 				continue
 			}
@@ -87,27 +88,27 @@ func newREQAttacker(t *testing.T, from string, d *testDaemon) *reqAttacker {
 // timeout exponents and retries.
 func (a *reqAttacker) send(port uint16, comm uint32, timeout, retries uint8) {
 	a.t.Helper()
-	mad := wire.MADFields{Header: wire.CMHeader(wire.AttrConnectRequest, uint64(comm))}
-	mad.REQ = wire.REQFields{
-		LocalCommID: comm, ServiceID: wire.RDMACMServiceID(wire.PortSpaceTCP, port), LocalCAGUID: reqGUID,
+	req := mad.MADFields{Header: mad.CMHeader(mad.AttrConnectRequest, uint64(comm))}
+	req.REQ = mad.REQFields{
+		LocalCommID: comm, ServiceID: mad.RDMACMServiceID(mad.PortSpaceTCP, port), LocalCAGUID: reqGUID,
 		LocalQPN: 0x11, StartingPSN: 0x1234, ResponderResources: 1, InitiatorDepth: 1,
 		RemoteCMResponseTimeout: timeout, LocalCMResponseTimeout: timeout, MaxCMRetries: retries,
 		RetryCount: 7, RNRRetryCount: 7, PKey: 0xffff, PathMTU: wire.MTU1024,
-		PrimaryPath: wire.CMPathFields{
+		PrimaryPath: mad.CMPathFields{
 			LocalLID: 0xffff, RemoteLID: 0xffff, LocalGID: wire.GIDFromAddr(a.src.Addr()), RemoteGID: wire.GIDFromAddr(a.dst.Addr()),
 			HopLimit: 64, LocalACKTimeout: timeout,
 		},
 	}
-	cma := wire.NewCMAHeader(netip.AddrPortFrom(a.src.Addr(), 40000), a.dst.Addr())
-	wire.CMAHeader(mad.REQ.PrivateData[:wire.CMAHeaderSize]).Encode(&cma)
+	cma := mad.NewCMAHeader(netip.AddrPortFrom(a.src.Addr(), 40000), a.dst.Addr())
+	mad.CMAHeader(req.REQ.PrivateData[:mad.CMAHeaderSize]).Encode(&cma)
 	ud := wire.Fields{
 		BTH:  wire.BTHFields{OpCode: wire.OpUDSendOnly, PKey: 0xffff, DestQP: wire.GSIQPN},
 		DETH: wire.DETHFields{QKey: wire.GSIQKey, SrcQP: wire.GSIQPN},
 	}
-	pkt := make([]byte, ud.Len(wire.MADSize))
-	off, err := ud.EncodeHeaders(pkt, wire.MADSize)
+	pkt := make([]byte, ud.Len(mad.MADSize))
+	off, err := ud.EncodeHeaders(pkt, mad.MADSize)
 	if err == nil {
-		_, err = mad.Encode(pkt[off:])
+		_, err = req.Encode(pkt[off:])
 	}
 	if err != nil {
 		a.t.Fatal(err)
@@ -122,10 +123,10 @@ func (a *reqAttacker) send(port uint16, comm uint32, timeout, retries uint8) {
 
 // answers returns what came back so far: MADs by attribute, REJs by
 // reason, and their bytes.
-func (a *reqAttacker) answers() (map[wire.AttrID]int, map[wire.RejectReason]int, int64) {
+func (a *reqAttacker) answers() (map[mad.AttrID]int, map[mad.RejectReason]int, int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	got, reasons := map[wire.AttrID]int{}, map[wire.RejectReason]int{}
+	got, reasons := map[mad.AttrID]int{}, map[mad.RejectReason]int{}
 	for k, v := range a.got {
 		got[k] = v
 	}
@@ -180,7 +181,7 @@ func TestServeSpoofedREQ(t *testing.T) {
 	}
 	time.Sleep(100 * time.Millisecond) // anything more the daemon would send
 	got, _, bytes := a.answers()
-	if got[wire.AttrConnectReply] != 1 || len(got) != 1 || bytes > a.sent.Load() {
+	if got[mad.AttrConnectReply] != 1 || len(got) != 1 || bytes > a.sent.Load() {
 		t.Errorf("one REQ of %d bytes brought %v, %d bytes; want one REP, no more bytes", a.sent.Load(), got, bytes)
 	}
 	if n := strings.Count(d.stderr.String(), "connection request dropped"); n != 1 {
@@ -204,7 +205,7 @@ func TestServeREQBurst(t *testing.T) {
 	before := d.usage(t)
 	a := newREQAttacker(t, "127.0.0.10", d)
 	start := time.Now()
-	answered := func() int { got, _, _ := a.answers(); return got[wire.AttrConnectReply] + got[wire.AttrConnectReject] }
+	answered := func() int { got, _, _ := a.answers(); return got[mad.AttrConnectReply] + got[mad.AttrConnectReject] }
 	for i := range reqs {
 		a.send(d.ready.CMPort, 0x10000+uint32(i), 20, 15)
 		if i%200 == 199 {
@@ -219,7 +220,7 @@ func TestServeREQBurst(t *testing.T) {
 		t.Fatalf("after %v the burst of %d REQs brought %v", time.Since(start), reqs, got)
 	}
 	got, reasons, bytes := a.answers()
-	if got[wire.AttrConnectReply] != 32 || reasons[wire.RejectNoResources] != reqs-32 || bytes > a.sent.Load() {
+	if got[mad.AttrConnectReply] != 32 || reasons[mad.RejectNoResources] != reqs-32 || bytes > a.sent.Load() {
 		t.Errorf("%d REQs brought %v (REJs %v), %d bytes of %d sent; want 32 REPs (the limit per source), the rest REJ no resources",
 			reqs, got, reasons, bytes, a.sent.Load())
 	}
@@ -234,7 +235,7 @@ func TestServeREQBurst(t *testing.T) {
 	}
 	// Its slots are free again.
 	a.send(d.ready.CMPort, 0x9999, 20, 15)
-	if !waitFor(5*time.Second, func() bool { got, _, _ := a.answers(); return got[wire.AttrConnectReply] == 33 }) {
+	if !waitFor(5*time.Second, func() bool { got, _, _ := a.answers(); return got[mad.AttrConnectReply] == 33 }) {
 		t.Error("no REP for a REQ after the burst's requests ended")
 	}
 }
@@ -247,7 +248,7 @@ func TestServeStuckHandshake(t *testing.T) {
 	d := startDaemon(t, "--region", "mem:4k:rw", "--cm-handshake-timeout", "1s")
 	a := newREQAttacker(t, "127.0.0.11", d)
 	a.send(d.ready.CMPort, 0x7001, 31, 15)
-	if !waitFor(5*time.Second, func() bool { got, _, _ := a.answers(); return got[wire.AttrConnectReply] == 1 }) {
+	if !waitFor(5*time.Second, func() bool { got, _, _ := a.answers(); return got[mad.AttrConnectReply] == 1 }) {
 		t.Fatal("no REP")
 	}
 	d.bystander(t, 10*time.Second, "not blocked")
@@ -262,7 +263,7 @@ func TestServeStuckHandshake(t *testing.T) {
 	for i := range uint32(5) {
 		a2.send(d2.ready.CMPort, 0x8000+i, 31, 15)
 	}
-	if !waitFor(5*time.Second, func() bool { got, _, _ := a2.answers(); return got[wire.AttrConnectReply] == 5 }) {
+	if !waitFor(5*time.Second, func() bool { got, _, _ := a2.answers(); return got[mad.AttrConnectReply] == 5 }) {
 		t.Fatal("no REPs")
 	}
 	start := time.Now()

@@ -17,6 +17,7 @@ import (
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/wire"
+	"github.com/softnic/softnic/wire/mad"
 )
 
 // Errors of the connection manager, for errors.Is; package nic re-exports
@@ -168,7 +169,7 @@ type ID struct {
 	ackTimeout uint8
 	// msg is the REQ, REP or DREQ waiting for an answer, sent sends times;
 	// in timewait after a reject it is the REJ, repeated to duplicates.
-	msg      [wire.MADSize]byte
+	msg      [mad.MADSize]byte
 	sends    int
 	rejected bool
 	halfOpen bool    // counted in the engine's half-open requests
@@ -176,9 +177,9 @@ type ID struct {
 	timerSeq uint64  // the armed timer's sequence number; 0 when none is
 	timerAt  qp.Time // when the armed timer is due
 
-	req     *wire.REQFields // passive: the REQ received
-	expires qp.Time         // passive: when the request is dropped unless its handshake completed
-	rep     *wire.REPFields // active: the REP received
+	req     *mad.REQFields // passive: the REQ received
+	expires qp.Time        // passive: when the request is dropped unless its handshake completed
+	rep     *mad.REPFields // active: the REP received
 
 	// What the driver has been told (Output.Events), each once: the
 	// handshake's outcome, the connection's end, and that nothing waits
@@ -206,10 +207,10 @@ func (id *ID) Port() uint16 { return id.port }
 func (id *ID) Err() error { return id.err }
 
 // REQ returns the connection request a passive communication received.
-func (id *ID) REQ() *wire.REQFields { return id.req }
+func (id *ID) REQ() *mad.REQFields { return id.req }
 
 // REP returns the reply an active communication received, nil before.
-func (id *ID) REP() *wire.REPFields { return id.rep }
+func (id *ID) REP() *mad.REPFields { return id.rep }
 
 // remoteKey identifies a passive communication by the peer's
 // communication ID and address, to recognise duplicate REQs.
@@ -237,7 +238,7 @@ func (l *Listener) Backlog() int { return len(l.backlog) }
 // MAD is one MAD to send to QP1 at Dst.
 type MAD struct {
 	Dst netip.AddrPort
-	MAD [wire.MADSize]byte
+	MAD [mad.MADSize]byte
 }
 
 // EventType says what an Event tells the driver.
@@ -348,7 +349,7 @@ type DialParams struct {
 	PSN     wire.PSN
 	MTU     wire.MTU
 	SRQ     bool   // the QP takes its receive WRs from an SRQ
-	Private []byte // at most wire.CMAPrivateDataSize bytes
+	Private []byte // at most mad.CMAPrivateDataSize bytes
 
 	ResponderResources, InitiatorDepth uint8
 	RetryCount, RNRRetryCount          uint8
@@ -360,7 +361,7 @@ type AcceptParams struct {
 	QPN     uint32
 	PSN     wire.PSN
 	SRQ     bool
-	Private []byte // at most wire.REPPrivateDataSize bytes
+	Private []byte // at most mad.REPPrivateDataSize bytes
 
 	ResponderResources, InitiatorDepth, RNRRetryCount uint8
 }
@@ -479,7 +480,7 @@ func (e *Engine) newID(active bool, peer netip.AddrPort, port uint16) *ID {
 
 // send encodes f and queues it for dst. The headers built here always
 // encode.
-func (e *Engine) send(out *Output, dst netip.AddrPort, f *wire.MADFields) []byte {
+func (e *Engine) send(out *Output, dst netip.AddrPort, f *mad.MADFields) []byte {
 	out.MADs = append(out.MADs, MAD{Dst: dst})
 	m := &out.MADs[len(out.MADs)-1]
 	if _, err := f.Encode(m.MAD[:]); err != nil {
@@ -492,7 +493,7 @@ func (e *Engine) send(out *Output, dst netip.AddrPort, f *wire.MADFields) []byte
 
 // sendAwaited sends the message id waits an answer for and arms its
 // retransmission timer.
-func (e *Engine) sendAwaited(now qp.Time, id *ID, f *wire.MADFields, out *Output) {
+func (e *Engine) sendAwaited(now qp.Time, id *ID, f *mad.MADFields, out *Output) {
 	copy(id.msg[:], e.send(out, id.peer, f))
 	id.sends = 1
 	e.arm(id, now.Add(id.timeout))
@@ -518,10 +519,10 @@ func (e *Engine) Connect(now qp.Time, p *DialParams, out *Output) (*ID, error) {
 	id.timeout = Duration(p.CMTimeout) + Duration(p.ACKTimeout)
 	id.retries, id.ackTimeout = p.CMRetries, p.ACKTimeout
 	srcPort := uint16(firstPort + e.rng.IntN(lastPort-firstPort+1))
-	f := wire.MADFields{Header: wire.CMHeader(wire.AttrConnectRequest, id.tid)}
-	f.REQ = wire.REQFields{
+	f := mad.MADFields{Header: mad.CMHeader(mad.AttrConnectRequest, id.tid)}
+	f.REQ = mad.REQFields{
 		LocalCommID:             id.local,
-		ServiceID:               wire.RDMACMServiceID(wire.PortSpaceTCP, p.Port),
+		ServiceID:               mad.RDMACMServiceID(mad.PortSpaceTCP, p.Port),
 		LocalCAGUID:             e.guid,
 		LocalQPN:                p.QPN,
 		ResponderResources:      p.ResponderResources,
@@ -535,7 +536,7 @@ func (e *Engine) Connect(now qp.Time, p *DialParams, out *Output) (*ID, error) {
 		RNRRetryCount:           p.RNRRetryCount,
 		MaxCMRetries:            p.CMRetries,
 		SRQ:                     p.SRQ,
-		PrimaryPath: wire.CMPathFields{
+		PrimaryPath: mad.CMPathFields{
 			LocalLID:        permissiveLID,
 			RemoteLID:       permissiveLID,
 			LocalGID:        wire.GIDFromAddr(p.Src),
@@ -545,9 +546,9 @@ func (e *Engine) Connect(now qp.Time, p *DialParams, out *Output) (*ID, error) {
 			LocalACKTimeout: p.ACKTimeout,
 		},
 	}
-	cma := wire.NewCMAHeader(netip.AddrPortFrom(p.Src, srcPort), p.Peer.Addr())
-	wire.CMAHeader(f.REQ.PrivateData[:wire.CMAHeaderSize]).Encode(&cma)
-	copy(f.REQ.PrivateData[wire.CMAHeaderSize:], p.Private)
+	cma := mad.NewCMAHeader(netip.AddrPortFrom(p.Src, srcPort), p.Peer.Addr())
+	mad.CMAHeader(f.REQ.PrivateData[:mad.CMAHeaderSize]).Encode(&cma)
+	copy(f.REQ.PrivateData[mad.CMAHeaderSize:], p.Private)
 	e.ids[id.local] = id
 	id.state = ReqSent
 	e.sendAwaited(now, id, &f, out)
@@ -577,8 +578,8 @@ func (e *Engine) handshakeError(id *ID) error {
 }
 
 func (e *Engine) sendRTU(id *ID, out *Output) {
-	f := wire.MADFields{Header: wire.CMHeader(wire.AttrReadyToUse, id.tid)}
-	f.RTU = wire.RTUFields{LocalCommID: id.local, RemoteCommID: id.remote}
+	f := mad.MADFields{Header: mad.CMHeader(mad.AttrReadyToUse, id.tid)}
+	f.RTU = mad.RTUFields{LocalCommID: id.local, RemoteCommID: id.remote}
 	e.send(out, id.peer, &f)
 }
 
@@ -587,8 +588,8 @@ func (e *Engine) Accept(now qp.Time, id *ID, p *AcceptParams, out *Output) error
 	if id.state != ReqRcvd {
 		return e.handshakeError(id)
 	}
-	f := wire.MADFields{Header: wire.CMHeader(wire.AttrConnectReply, id.tid)}
-	f.REP = wire.REPFields{
+	f := mad.MADFields{Header: mad.CMHeader(mad.AttrConnectReply, id.tid)}
+	f.REP = mad.REPFields{
 		LocalCommID:        id.local,
 		RemoteCommID:       id.remote,
 		LocalQPN:           p.QPN,
@@ -618,11 +619,11 @@ func (e *Engine) Accept(now qp.Time, id *ID, p *AcceptParams, out *Output) error
 // Reject refuses the REQ of id with reason and private data. Linux
 // forgets a rejected REQ at once, so that a duplicate reaches the listener
 // again; softnic keeps it for a timewait and repeats the REJ instead.
-func (e *Engine) Reject(now qp.Time, id *ID, reason wire.RejectReason, private []byte, out *Output) error {
+func (e *Engine) Reject(now qp.Time, id *ID, reason mad.RejectReason, private []byte, out *Output) error {
 	if id.state != ReqRcvd {
 		return e.handshakeError(id)
 	}
-	e.sendREJ(id, wire.CMMessageREQ, reason, nil, private, out)
+	e.sendREJ(id, mad.CMMessageREQ, reason, nil, private, out)
 	id.err = fmt.Errorf("connection request from %v was rejected: %w", id.peer, mr.ErrInvalid)
 	id.rejected = true
 	e.enterTimewait(now, id, out)
@@ -631,9 +632,9 @@ func (e *Engine) Reject(now qp.Time, id *ID, reason wire.RejectReason, private [
 
 // sendREJ rejects message msg of id's exchange; in timewait the REJ is
 // what duplicates get.
-func (e *Engine) sendREJ(id *ID, msg wire.CMMessage, reason wire.RejectReason, ari, private []byte, out *Output) {
-	f := wire.MADFields{Header: wire.CMHeader(wire.AttrConnectReject, id.tid)}
-	f.REJ = wire.REJFields{
+func (e *Engine) sendREJ(id *ID, msg mad.CMMessage, reason mad.RejectReason, ari, private []byte, out *Output) {
+	f := mad.MADFields{Header: mad.CMHeader(mad.AttrConnectReject, id.tid)}
+	f.REJ = mad.REJFields{
 		LocalCommID:     id.local,
 		RemoteCommID:    id.remote,
 		MessageRejected: msg,
@@ -654,15 +655,15 @@ func (e *Engine) Abort(now qp.Time, id *ID, out *Output) {
 	case ReqSent:
 		var guid [8]byte
 		binary.BigEndian.PutUint64(guid[:], e.guid)
-		e.sendREJ(id, wire.CMMessageOther, wire.RejectTimeout, guid[:], nil, out)
+		e.sendREJ(id, mad.CMMessageOther, mad.RejectTimeout, guid[:], nil, out)
 		e.remove(id, out)
 	case RepRcvd:
-		e.sendREJ(id, wire.CMMessageREP, wire.RejectConsumer, nil, nil, out)
+		e.sendREJ(id, mad.CMMessageREP, mad.RejectConsumer, nil, nil, out)
 		e.remove(id, out)
 	case ReqRcvd:
-		e.Reject(now, id, wire.RejectConsumer, nil, out)
+		e.Reject(now, id, mad.RejectConsumer, nil, out)
 	case RepSent:
-		e.sendREJ(id, wire.CMMessageOther, wire.RejectConsumer, nil, nil, out)
+		e.sendREJ(id, mad.CMMessageOther, mad.RejectConsumer, nil, nil, out)
 		e.enterTimewait(now, id, out)
 	case Established:
 		e.Disconnect(now, id, out)
@@ -675,8 +676,8 @@ func (e *Engine) Disconnect(now qp.Time, id *ID, out *Output) bool {
 	if id.state != Established {
 		return false
 	}
-	f := wire.MADFields{Header: wire.CMHeader(wire.AttrDisconnectRequest, tidOf(id.local))}
-	f.DREQ = wire.DREQFields{LocalCommID: id.local, RemoteCommID: id.remote, RemoteQPN: id.remoteQPN}
+	f := mad.MADFields{Header: mad.CMHeader(mad.AttrDisconnectRequest, tidOf(id.local))}
+	f.DREQ = mad.DREQFields{LocalCommID: id.local, RemoteCommID: id.remote, RemoteQPN: id.remoteQPN}
 	id.state = DreqSent
 	e.end(id, nil, out)
 	e.sendAwaited(now, id, &f, out)
@@ -799,26 +800,26 @@ func (e *Engine) lookup(local uint32, src netip.AddrPort) *ID {
 
 // Receive handles one CM MAD from the QP1 at src; mtu is the largest path
 // MTU toward src, which a REQ may ask for.
-func (e *Engine) Receive(now qp.Time, src netip.AddrPort, mtu wire.MTU, m *wire.MAD, out *Output) {
+func (e *Engine) Receive(now qp.Time, src netip.AddrPort, mtu wire.MTU, m *mad.MAD, out *Output) {
 	out.count(RxMsgs)
 	if e.closed {
 		out.count(RxDropped)
 		return
 	}
 	switch m.AttrID() {
-	case wire.AttrConnectRequest:
+	case mad.AttrConnectRequest:
 		e.receiveREQ(now, src, mtu, m, out)
-	case wire.AttrConnectReply:
+	case mad.AttrConnectReply:
 		e.receiveREP(src, m.REP, out)
-	case wire.AttrReadyToUse:
+	case mad.AttrReadyToUse:
 		e.receiveRTU(src, m.RTU, out)
-	case wire.AttrConnectReject:
+	case mad.AttrConnectReject:
 		e.receiveREJ(now, src, m.REJ, out)
-	case wire.AttrMsgRcptAck:
+	case mad.AttrMsgRcptAck:
 		e.receiveMRA(now, src, m.MRA, out)
-	case wire.AttrDisconnectRequest:
+	case mad.AttrDisconnectRequest:
 		e.receiveDREQ(now, src, m, out)
-	case wire.AttrDisconnectReply:
+	case mad.AttrDisconnectReply:
 		e.receiveDREP(now, src, m.DREP, out)
 	}
 }
@@ -826,11 +827,11 @@ func (e *Engine) Receive(now qp.Time, src netip.AddrPort, mtu wire.MTU, m *wire.
 // issueREJ rejects a REQ that gets no communication of its own, as
 // Linux's cm_issue_rej does: our communication ID 0, the REQ's transaction
 // ID.
-func (e *Engine) issueREJ(src netip.AddrPort, m *wire.MAD, reason wire.RejectReason, ari []byte, out *Output) {
-	f := wire.MADFields{Header: wire.CMHeader(wire.AttrConnectReject, m.Header.TransactionID())}
-	f.REJ = wire.REJFields{
+func (e *Engine) issueREJ(src netip.AddrPort, m *mad.MAD, reason mad.RejectReason, ari []byte, out *Output) {
+	f := mad.MADFields{Header: mad.CMHeader(mad.AttrConnectReject, m.Header.TransactionID())}
+	f.REJ = mad.REJFields{
 		RemoteCommID:    m.REQ.LocalCommID(),
-		MessageRejected: wire.CMMessageREQ,
+		MessageRejected: mad.CMMessageREQ,
 		ARILength:       uint8(len(ari)),
 		Reason:          reason,
 	}
@@ -838,7 +839,7 @@ func (e *Engine) issueREJ(src netip.AddrPort, m *wire.MAD, reason wire.RejectRea
 	e.send(out, peerAddr(src, m.REQ.LocalCAGUID()), &f)
 }
 
-func (e *Engine) receiveREQ(now qp.Time, src netip.AddrPort, mtu wire.MTU, m *wire.MAD, out *Output) {
+func (e *Engine) receiveREQ(now qp.Time, src netip.AddrPort, mtu wire.MTU, m *mad.MAD, out *Output) {
 	r := m.REQ
 	if id := e.remotes[remoteKey{r.LocalCommID(), src}]; id != nil {
 		out.count(RxDuplicates)
@@ -847,8 +848,8 @@ func (e *Engine) receiveREQ(now qp.Time, src netip.AddrPort, mtu wire.MTU, m *wi
 	}
 	ps, port, ok := r.ServiceID().RDMACM()
 	l := e.listeners[port]
-	if !ok || ps != wire.PortSpaceTCP || l == nil {
-		e.issueREJ(src, m, wire.RejectInvalidServiceID, nil, out)
+	if !ok || ps != mad.PortSpaceTCP || l == nil {
+		e.issueREJ(src, m, mad.RejectInvalidServiceID, nil, out)
 		return
 	}
 	if want := r.PathMTU(); want.Bytes() == 0 || want > mtu {
@@ -856,21 +857,21 @@ func (e *Engine) receiveREQ(now qp.Time, src netip.AddrPort, mtu wire.MTU, m *wi
 		// larger one than its path toward the requester carries and names
 		// that in the first ARI byte, from which a softnic dialer retries
 		// with it: the connection gets the smaller of both sides' MTUs.
-		e.issueREJ(src, m, wire.RejectInvalidMTU, []byte{byte(mtu)}, out)
+		e.issueREJ(src, m, mad.RejectInvalidMTU, []byte{byte(mtu)}, out)
 		return
 	}
-	if _, err := wire.DecodeCMAHeader(r.PrivateData()); err != nil || r.TransportServiceType() != 0 {
+	if _, err := mad.DecodeCMAHeader(r.PrivateData()); err != nil || r.TransportServiceType() != 0 {
 		// rdma_cm's listener fails a REQ without its header or for
 		// another transport than RC, and Linux's CM then rejects it as
 		// the consumer.
-		e.issueREJ(src, m, wire.RejectConsumer, nil, out)
+		e.issueREJ(src, m, mad.RejectConsumer, nil, out)
 		return
 	}
 	req := r.Fields()
 	id := e.newID(false, peerAddr(src, req.LocalCAGUID), port)
 	if !e.admit(id, src.Addr()) {
 		out.count(RejectedBusy)
-		e.issueREJ(src, m, wire.RejectNoResources, nil, out)
+		e.issueREJ(src, m, mad.RejectNoResources, nil, out)
 		return
 	}
 	if len(l.backlog) >= l.max {
@@ -901,7 +902,7 @@ func (e *Engine) receiveREQ(now qp.Time, src netip.AddrPort, mtu wire.MTU, m *wi
 // handshakeTime is how long the request req may take to complete its
 // handshake: as long as the requester keeps trying (each REQ it sends again
 // brings the REP again) and then answers, within Limits.Handshake.
-func (e *Engine) handshakeTime(req *wire.REQFields) time.Duration {
+func (e *Engine) handshakeTime(req *mad.REQFields) time.Duration {
 	try := Duration(req.RemoteCMResponseTimeout) + Duration(req.PrimaryPath.LocalACKTimeout)
 	span := time.Duration(req.MaxCMRetries+1)*try + Duration(req.LocalCMResponseTimeout)
 	return min(span, e.lim.Handshake)
@@ -913,10 +914,10 @@ func (e *Engine) duplicateREQ(now qp.Time, id *ID, out *Output) {
 	case ReqRcvd:
 		// rdma_cm marks an unanswered REQ with a delayed MRA; a duplicate
 		// gets the MRA, so that the requester waits longer.
-		f := wire.MADFields{Header: wire.CMHeader(wire.AttrMsgRcptAck, id.tid)}
-		f.MRA = wire.MRAFields{
+		f := mad.MADFields{Header: mad.CMHeader(mad.AttrMsgRcptAck, id.tid)}
+		f.MRA = mad.MRAFields{
 			LocalCommID: id.local, RemoteCommID: id.remote,
-			MessageMRAed: wire.CMMessageREQ, ServiceTimeout: mraServiceTimeout(now, id),
+			MessageMRAed: mad.CMMessageREQ, ServiceTimeout: mraServiceTimeout(now, id),
 		}
 		e.send(out, id.peer, &f)
 	case RepSent:
@@ -928,7 +929,7 @@ func (e *Engine) duplicateREQ(now qp.Time, id *ID, out *Output) {
 			e.resend(id, out)
 			return
 		}
-		e.sendREJ(id, wire.CMMessageOther, wire.RejectStaleConnection, nil, nil, out)
+		e.sendREJ(id, mad.CMMessageOther, mad.RejectStaleConnection, nil, nil, out)
 	}
 }
 
@@ -948,7 +949,7 @@ func mraServiceTimeout(now qp.Time, id *ID) uint8 {
 	return exp
 }
 
-func (e *Engine) receiveREP(src netip.AddrPort, r wire.REP, out *Output) {
+func (e *Engine) receiveREP(src netip.AddrPort, r mad.REP, out *Output) {
 	id := e.lookup(r.RemoteCommID(), src)
 	switch {
 	case id == nil:
@@ -971,7 +972,7 @@ func (e *Engine) receiveREP(src netip.AddrPort, r wire.REP, out *Output) {
 	}
 }
 
-func (e *Engine) receiveRTU(src netip.AddrPort, r wire.RTU, out *Output) {
+func (e *Engine) receiveRTU(src netip.AddrPort, r mad.RTU, out *Output) {
 	id := e.lookup(r.RemoteCommID(), src)
 	switch {
 	case id == nil || id.remote != r.LocalCommID():
@@ -1005,10 +1006,10 @@ func (e *Engine) CommEstablished(id *ID, out *Output) {
 // RejectError is a connection attempt refused by the peer's REJ, as Dial
 // returns it.
 type RejectError struct {
-	Addr   netip.AddrPort    // the device that rejected
-	Port   uint16            // the rdma_cm port connected to
-	Reason wire.RejectReason // the REJ's reason
-	ARI    []byte            // its additional reject information, ARI-length bytes
+	Addr   netip.AddrPort   // the device that rejected
+	Port   uint16           // the rdma_cm port connected to
+	Reason mad.RejectReason // the REJ's reason
+	ARI    []byte           // its additional reject information, ARI-length bytes
 	// PrivateData is the REJ's private data: the whole field, since the
 	// wire carries no length (as rdma_cm delivers it).
 	PrivateData []byte
@@ -1016,7 +1017,7 @@ type RejectError struct {
 
 func (e *RejectError) Error() string {
 	s := fmt.Sprintf("connection to %v port %d rejected: %v", e.Addr, e.Port, e.Reason)
-	if e.Reason == wire.RejectInvalidServiceID {
+	if e.Reason == mad.RejectInvalidServiceID {
 		s += fmt.Sprintf(" (nothing listens on port %d)", e.Port)
 	}
 	return s
@@ -1027,19 +1028,19 @@ func (e *RejectError) Error() string {
 // resources": the peer holds as many requests as it takes (Limits), and
 // a later try may get in.
 func (e *RejectError) Is(target error) bool {
-	return target == ErrConnRefused && e.Reason == wire.RejectInvalidServiceID ||
-		target == mr.ErrAgain && e.Reason == wire.RejectNoResources
+	return target == ErrConnRefused && e.Reason == mad.RejectInvalidServiceID ||
+		target == mr.ErrAgain && e.Reason == mad.RejectNoResources
 }
 
-func (e *Engine) receiveREJ(now qp.Time, src netip.AddrPort, r wire.REJ, out *Output) {
+func (e *Engine) receiveREJ(now qp.Time, src netip.AddrPort, r mad.REJ, out *Output) {
 	id := e.lookup(r.RemoteCommID(), src)
-	if id == nil && r.Reason() == wire.RejectTimeout {
+	if id == nil && r.Reason() == mad.RejectTimeout {
 		// A requester that gives up before it has our communication ID
 		// names itself only: find it by its own ID, as Linux does (by the
 		// CA GUID in the ARI and that ID).
 		id = e.remotes[remoteKey{r.LocalCommID(), src}]
 	}
-	if id == nil || r.MessageRejected() != wire.CMMessageREQ && id.remote != 0 && id.remote != r.LocalCommID() {
+	if id == nil || r.MessageRejected() != mad.CMMessageREQ && id.remote != 0 && id.remote != r.LocalCommID() {
 		out.count(RxDropped)
 		return
 	}
@@ -1057,7 +1058,7 @@ func (e *Engine) receiveREJ(now qp.Time, src netip.AddrPort, r wire.REJ, out *Ou
 	}
 	rerr := &RejectError{
 		Addr: id.peer, Port: id.port, Reason: r.Reason(),
-		ARI:         append([]byte(nil), r.ARI()[:min(int(r.ARILength()), wire.REJARISize)]...),
+		ARI:         append([]byte(nil), r.ARI()[:min(int(r.ARILength()), mad.REJARISize)]...),
 		PrivateData: append([]byte(nil), r.PrivateData()...),
 	}
 	switch id.state {
@@ -1077,13 +1078,13 @@ func (e *Engine) receiveREJ(now qp.Time, src netip.AddrPort, r wire.REJ, out *Ou
 	}
 }
 
-func (e *Engine) receiveMRA(now qp.Time, src netip.AddrPort, m wire.MRA, out *Output) {
+func (e *Engine) receiveMRA(now qp.Time, src netip.AddrPort, m mad.MRA, out *Output) {
 	id := e.lookup(m.RemoteCommID(), src)
 	switch {
 	case id == nil:
 		out.count(RxDropped)
-	case id.state == ReqSent && m.MessageMRAed() == wire.CMMessageREQ,
-		id.state == RepSent && m.MessageMRAed() == wire.CMMessageREP:
+	case id.state == ReqSent && m.MessageMRAed() == mad.CMMessageREQ,
+		id.state == RepSent && m.MessageMRAed() == mad.CMMessageREP:
 		// The peer needs longer: wait its service timeout on top of the
 		// path's ACK timeout before sending again, as Linux does.
 		e.arm(id, now.Add(Duration(m.ServiceTimeout())+Duration(id.ackTimeout)))
@@ -1092,15 +1093,15 @@ func (e *Engine) receiveMRA(now qp.Time, src netip.AddrPort, m wire.MRA, out *Ou
 	}
 }
 
-func (e *Engine) receiveDREQ(now qp.Time, src netip.AddrPort, m *wire.MAD, out *Output) {
+func (e *Engine) receiveDREQ(now qp.Time, src netip.AddrPort, m *mad.MAD, out *Output) {
 	d := m.DREQ
 	id := e.lookup(d.RemoteCommID(), src)
 	if id == nil || id.remote != d.LocalCommID() {
 		// Linux answers a DREQ it knows nothing of with a DREP, so that
 		// the peer stops asking.
 		out.count(RxDuplicates)
-		f := wire.MADFields{Header: wire.CMHeader(wire.AttrDisconnectReply, m.Header.TransactionID())}
-		f.DREP = wire.DREPFields{LocalCommID: d.RemoteCommID(), RemoteCommID: d.LocalCommID()}
+		f := mad.MADFields{Header: mad.CMHeader(mad.AttrDisconnectReply, m.Header.TransactionID())}
+		f.DREP = mad.DREPFields{LocalCommID: d.RemoteCommID(), RemoteCommID: d.LocalCommID()}
 		e.send(out, src, &f)
 		return
 	}
@@ -1131,12 +1132,12 @@ func (e *Engine) receiveDREQ(now qp.Time, src netip.AddrPort, m *wire.MAD, out *
 }
 
 func (e *Engine) sendDREP(id *ID, out *Output) {
-	f := wire.MADFields{Header: wire.CMHeader(wire.AttrDisconnectReply, id.tid)}
-	f.DREP = wire.DREPFields{LocalCommID: id.local, RemoteCommID: id.remote}
+	f := mad.MADFields{Header: mad.CMHeader(mad.AttrDisconnectReply, id.tid)}
+	f.DREP = mad.DREPFields{LocalCommID: id.local, RemoteCommID: id.remote}
 	e.send(out, id.peer, &f)
 }
 
-func (e *Engine) receiveDREP(now qp.Time, src netip.AddrPort, d wire.DREP, out *Output) {
+func (e *Engine) receiveDREP(now qp.Time, src netip.AddrPort, d mad.DREP, out *Output) {
 	id := e.lookup(d.RemoteCommID(), src)
 	switch {
 	case id == nil || id.remote != d.LocalCommID():
@@ -1218,7 +1219,7 @@ func (e *Engine) Unlisten(now qp.Time, l *Listener, out *Output) {
 		return
 	}
 	for id := e.NextRequest(l); id != nil; id = e.NextRequest(l) {
-		e.Reject(now, id, wire.RejectConsumer, nil, out)
+		e.Reject(now, id, mad.RejectConsumer, nil, out)
 	}
 	delete(e.listeners, l.port)
 	out.Events = append(out.Events, Event{Type: EventListenerClosed, Listener: l})

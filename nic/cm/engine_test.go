@@ -12,6 +12,7 @@ import (
 
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/wire"
+	"github.com/softnic/softnic/wire/mad"
 )
 
 // The connection manager's engine on a simulated link with a fake clock:
@@ -30,7 +31,7 @@ type cmSide struct {
 type cmFlight struct {
 	at   qp.Time
 	from *cmSide
-	mad  [wire.MADSize]byte
+	mad  [mad.MADSize]byte
 }
 
 type cmLink struct {
@@ -39,16 +40,16 @@ type cmLink struct {
 	a, b    *cmSide
 	flights []cmFlight
 	// drop loses the MADs it returns true for.
-	drop    func(from *cmSide, m *wire.MAD) bool
+	drop    func(from *cmSide, m *mad.MAD) bool
 	log     []string
-	sent    [][wire.MADSize]byte // every MAD put on the link, lost or not
+	sent    [][mad.MADSize]byte // every MAD put on the link, lost or not
 	flushed []*ID
 	results map[*ID]result // handshake outcomes not yet taken (result)
 }
 
 // result is the outcome of a handshake, as the events report it.
 type result struct {
-	rep *wire.REPFields
+	rep *mad.REPFields
 	err error
 }
 
@@ -112,7 +113,7 @@ func (l *cmLink) result(id *ID) (result, bool) {
 func (l *cmLink) emit(s *cmSide, out *Output) {
 	for _, m := range out.MADs {
 		l.sent = append(l.sent, m.MAD)
-		var mad wire.MAD
+		var mad mad.MAD
 		if err := mad.Decode(m.MAD[:]); err != nil {
 			l.t.Fatalf("%s sent an undecodable MAD: %v", s.name, err)
 		}
@@ -133,8 +134,8 @@ func (l *cmLink) emit(s *cmSide, out *Output) {
 }
 
 // dropFirst loses the first n MADs of attribute attr that side from sends.
-func dropFirst(from *cmSide, attr wire.AttrID, n int) func(*cmSide, *wire.MAD) bool {
-	return func(s *cmSide, m *wire.MAD) bool {
+func dropFirst(from *cmSide, attr mad.AttrID, n int) func(*cmSide, *mad.MAD) bool {
+	return func(s *cmSide, m *mad.MAD) bool {
 		if s == from && m.AttrID() == attr && n > 0 {
 			n--
 			return true
@@ -183,7 +184,7 @@ func (l *cmLink) deliverDue() bool {
 		f := l.flights[n]
 		n++
 		to := l.peer(f.from)
-		var m wire.MAD
+		var m mad.MAD
 		if err := m.Decode(f.mad[:]); err != nil {
 			l.t.Fatal(err)
 		}
@@ -284,7 +285,7 @@ func (l *cmLink) handshake(limit time.Duration) (active, passive *ID) {
 func TestCMEngineHandshake(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		drop func(l *cmLink) func(*cmSide, *wire.MAD) bool
+		drop func(l *cmLink) func(*cmSide, *mad.MAD) bool
 		log  []string
 		// retries and dups are the retransmissions of a and b and the
 		// duplicates each received.
@@ -296,8 +297,8 @@ func TestCMEngineHandshake(t *testing.T) {
 		},
 		{
 			name: "REQ lost",
-			drop: func(l *cmLink) func(*cmSide, *wire.MAD) bool {
-				return dropFirst(l.a, wire.AttrConnectRequest, 1)
+			drop: func(l *cmLink) func(*cmSide, *mad.MAD) bool {
+				return dropFirst(l.a, mad.AttrConnectRequest, 1)
 			},
 			log:     []string{"a→b ConnectRequest (lost)", "a→b ConnectRequest", "b→a ConnectReply", "a→b ReadyToUse"},
 			retries: [2]uint64{1, 0},
@@ -306,8 +307,8 @@ func TestCMEngineHandshake(t *testing.T) {
 			// b sends its REP once: a's REQ timer runs out, and the
 			// repeated REQ has b send the REP again, at once.
 			name: "REP lost",
-			drop: func(l *cmLink) func(*cmSide, *wire.MAD) bool {
-				return dropFirst(l.b, wire.AttrConnectReply, 1)
+			drop: func(l *cmLink) func(*cmSide, *mad.MAD) bool {
+				return dropFirst(l.b, mad.AttrConnectReply, 1)
 			},
 			log: []string{"a→b ConnectRequest", "b→a ConnectReply (lost)",
 				"a→b ConnectRequest", "b→a ConnectReply", "a→b ReadyToUse"},
@@ -316,8 +317,8 @@ func TestCMEngineHandshake(t *testing.T) {
 		},
 		{
 			name: "REP lost twice",
-			drop: func(l *cmLink) func(*cmSide, *wire.MAD) bool {
-				return dropFirst(l.b, wire.AttrConnectReply, 2)
+			drop: func(l *cmLink) func(*cmSide, *mad.MAD) bool {
+				return dropFirst(l.b, mad.AttrConnectReply, 2)
 			},
 			log: []string{"a→b ConnectRequest", "b→a ConnectReply (lost)", "a→b ConnectRequest", "b→a ConnectReply (lost)",
 				"a→b ConnectRequest", "b→a ConnectReply", "a→b ReadyToUse"},
@@ -354,7 +355,7 @@ func TestCMEngineHandshake(t *testing.T) {
 			req := passive.req
 			if req.StartingPSN != 0x123456 || req.ResponderResources != 4 || req.InitiatorDepth != 2 ||
 				req.PathMTU != wire.MTU1024 || req.PrimaryPath.LocalACKTimeout != 10 || req.MaxCMRetries != 3 ||
-				!strings.HasPrefix(string(req.PrivateData[wire.CMAHeaderSize:]), "hello") {
+				!strings.HasPrefix(string(req.PrivateData[mad.CMAHeaderSize:]), "hello") {
 				t.Errorf("b got REQ %+v", req)
 			}
 		})
@@ -394,7 +395,7 @@ func TestCMEngineNoListener(t *testing.T) {
 	l.run(time.Second, func() bool { var ok bool; r, ok = l.result(id); return ok })
 	l.expectLog("a→b ConnectRequest", "b→a ConnectReject (invalid service ID)")
 	var rej *RejectError
-	if !errors.As(r.err, &rej) || rej.Reason != wire.RejectInvalidServiceID || !errors.Is(r.err, ErrConnRefused) {
+	if !errors.As(r.err, &rej) || rej.Reason != mad.RejectInvalidServiceID || !errors.Is(r.err, ErrConnRefused) {
 		t.Fatalf("dial error %v, want a REJ for an invalid service ID", r.err)
 	}
 	if msg := r.err.Error(); !strings.Contains(msg, "10.0.0.2:4791") || !strings.Contains(msg, "port 7471") {
@@ -409,7 +410,7 @@ func TestCMEngineNoListener(t *testing.T) {
 // waiting the CM response timeout plus the path's ACK timeout.
 func TestCMEngineTimeout(t *testing.T) {
 	l := newCMLink(t)
-	l.drop = func(*cmSide, *wire.MAD) bool { return true }
+	l.drop = func(*cmSide, *mad.MAD) bool { return true }
 	p := l.dialParams()
 	id := l.connect(p)
 	var r result
@@ -435,15 +436,15 @@ func TestCMEngineRejectByListener(t *testing.T) {
 	l.run(time.Second, func() bool { return len(ln.backlog) == 1 })
 	req := l.b.e.NextRequest(ln)
 	l.call(l.b, func(e *Engine, now qp.Time, out *Output) {
-		if err := e.Reject(now, req, wire.RejectConsumer, []byte("go away"), out); err != nil {
+		if err := e.Reject(now, req, mad.RejectConsumer, []byte("go away"), out); err != nil {
 			t.Fatal(err)
 		}
 	})
 	var r result
 	l.run(time.Second, func() bool { var ok bool; r, ok = l.result(id); return ok })
 	var rej *RejectError
-	if !errors.As(r.err, &rej) || rej.Reason != wire.RejectConsumer || string(rej.PrivateData[:7]) != "go away" ||
-		len(rej.PrivateData) != wire.REJPrivateDataSize || errors.Is(r.err, ErrConnRefused) {
+	if !errors.As(r.err, &rej) || rej.Reason != mad.RejectConsumer || string(rej.PrivateData[:7]) != "go away" ||
+		len(rej.PrivateData) != mad.REJPrivateDataSize || errors.Is(r.err, ErrConnRefused) {
 		t.Fatalf("dial error %#v", r.err)
 	}
 	// The same REQ again (a retransmission that crossed the REJ) gets the
@@ -457,9 +458,9 @@ func TestCMEngineRejectByListener(t *testing.T) {
 }
 
 // reqOf rebuilds the REQ b received for req.
-func reqOf(t *testing.T, l *cmLink, req *ID) [wire.MADSize]byte {
-	f := wire.MADFields{Header: wire.CMHeader(wire.AttrConnectRequest, req.tid), REQ: *req.req}
-	var b [wire.MADSize]byte
+func reqOf(t *testing.T, l *cmLink, req *ID) [mad.MADSize]byte {
+	f := mad.MADFields{Header: mad.CMHeader(mad.AttrConnectRequest, req.tid), REQ: *req.req}
+	var b [mad.MADSize]byte
 	if _, err := f.Encode(b[:]); err != nil {
 		t.Fatal(err)
 	}
@@ -521,7 +522,7 @@ func TestMRAServiceTimeout(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			now := qp.Time(time.Hour)
-			id := &ID{req: &wire.REQFields{}, expires: now.Add(tc.left)}
+			id := &ID{req: &mad.REQFields{}, expires: now.Add(tc.left)}
 			id.req.PrimaryPath.LocalACKTimeout = ack
 			if got := mraServiceTimeout(now, id); got != tc.want {
 				t.Errorf("service timeout %d (%v), want %d (%v)", got, Duration(got), tc.want, Duration(tc.want))
@@ -536,7 +537,7 @@ func TestMRAServiceTimeout(t *testing.T) {
 // a request dropped long before.
 func TestCMEngineREPLostAfterMRA(t *testing.T) {
 	l := newCMLink(t)
-	l.drop = dropFirst(l.b, wire.AttrConnectReply, 1)
+	l.drop = dropFirst(l.b, mad.AttrConnectReply, 1)
 	ln := l.listen(4)
 	id := l.connect(l.dialParams())
 	// The application is slow to answer: a sends its REQ again, and b
@@ -582,9 +583,9 @@ func TestCMEngineDisconnect(t *testing.T) {
 			}
 			switch tc.drop {
 			case "DREQ":
-				l.drop = dropFirst(closerSide, wire.AttrDisconnectRequest, 1)
+				l.drop = dropFirst(closerSide, mad.AttrDisconnectRequest, 1)
 			case "DREP":
-				l.drop = dropFirst(l.peer(closerSide), wire.AttrDisconnectReply, 1)
+				l.drop = dropFirst(l.peer(closerSide), mad.AttrDisconnectReply, 1)
 			}
 			l.call(closerSide, func(e *Engine, now qp.Time, out *Output) {
 				if !e.Disconnect(now, closer, out) {
@@ -628,9 +629,9 @@ func TestCMEngineStaleMessages(t *testing.T) {
 	l.flights = append(l.flights, cmFlight{at: l.now, from: l.a, mad: stale})
 	l.run(time.Second, func() bool { return len(l.flights) == 0 })
 	l.settle(time.Second)
-	dreq := wire.MADFields{Header: wire.CMHeader(wire.AttrDisconnectRequest, 77)}
-	dreq.DREQ = wire.DREQFields{LocalCommID: 0x1234, RemoteCommID: 0x5678, RemoteQPN: 0x99}
-	var b [wire.MADSize]byte
+	dreq := mad.MADFields{Header: mad.CMHeader(mad.AttrDisconnectRequest, 77)}
+	dreq.DREQ = mad.DREQFields{LocalCommID: 0x1234, RemoteCommID: 0x5678, RemoteQPN: 0x99}
+	var b [mad.MADSize]byte
 	if _, err := dreq.Encode(b[:]); err != nil {
 		t.Fatal(err)
 	}
@@ -674,7 +675,7 @@ func TestCMEngineMTU(t *testing.T) {
 	var r result
 	l.run(time.Second, func() bool { var ok bool; r, ok = l.result(id); return ok })
 	var rej *RejectError
-	if !errors.As(r.err, &rej) || rej.Reason != wire.RejectInvalidMTU || !slices.Equal(rej.ARI, []byte{byte(wire.MTU512)}) {
+	if !errors.As(r.err, &rej) || rej.Reason != mad.RejectInvalidMTU || !slices.Equal(rej.ARI, []byte{byte(wire.MTU512)}) {
 		t.Fatalf("dial error %#v, want REJ invalid MTU naming 512", r.err)
 	}
 }
@@ -688,7 +689,7 @@ func TestCMEngineIgnoresStrangers(t *testing.T) {
 	l.run(time.Second, func() bool { return len(ln.backlog) == 1 })
 	req := l.b.e.NextRequest(ln)
 	rep := l.step(l.b, func(e *Engine, now qp.Time, out *Output) { e.Accept(now, req, l.acceptParams(), out) })
-	var m wire.MAD
+	var m mad.MAD
 	if err := m.Decode(rep.MADs[0].MAD[:]); err != nil {
 		t.Fatal(err)
 	}
@@ -697,9 +698,9 @@ func TestCMEngineIgnoresStrangers(t *testing.T) {
 	if _, ok := l.result(id); ok || len(out.MADs) != 0 || id.state != ReqSent {
 		t.Fatalf("a REP from %v moved the dialer to %s", stranger, id.state)
 	}
-	for _, attr := range []wire.AttrID{wire.AttrReadyToUse, wire.AttrConnectReply, wire.AttrDisconnectReply, wire.AttrMsgRcptAck, wire.AttrConnectReject} {
-		f := wire.MADFields{Header: wire.CMHeader(attr, 1)}
-		var b [wire.MADSize]byte
+	for _, attr := range []mad.AttrID{mad.AttrReadyToUse, mad.AttrConnectReply, mad.AttrDisconnectReply, mad.AttrMsgRcptAck, mad.AttrConnectReject} {
+		f := mad.MADFields{Header: mad.CMHeader(attr, 1)}
+		var b [mad.MADSize]byte
 		f.Encode(b[:])
 		if err := m.Decode(b[:]); err != nil {
 			t.Fatal(err)
@@ -774,12 +775,12 @@ func FuzzCMEngine(f *testing.F) {
 	p.Port = 9999 // no listener: REJ
 	l.connect(p)
 	l.settle(time.Second)
-	for _, mad := range l.sent {
-		f.Add(mad[:], false)
-		f.Add(mad[:], true)
+	for _, sent := range l.sent {
+		f.Add(sent[:], false)
+		f.Add(sent[:], true)
 	}
 	f.Fuzz(func(t *testing.T, b []byte, stranger bool) {
-		var m wire.MAD
+		var m mad.MAD
 		if m.Decode(b) != nil {
 			return
 		}
@@ -793,10 +794,10 @@ func FuzzCMEngine(f *testing.F) {
 		var out Output
 		l.b.e.Receive(l.now, from, l.b.mtu, &m, &out)
 		l.b.e.Tick(l.now.Add(time.Hour), &out)
-		for _, mad := range out.MADs {
-			var a wire.MAD
-			if err := a.Decode(mad.MAD[:]); err != nil || mad.Dst != from && mad.Dst != l.a.addr {
-				t.Fatalf("answer to %v: %v to %v", from, err, mad.Dst)
+		for _, answer := range out.MADs {
+			var a mad.MAD
+			if err := a.Decode(answer.MAD[:]); err != nil || answer.Dst != from && answer.Dst != l.a.addr {
+				t.Fatalf("answer to %v: %v to %v", from, err, answer.Dst)
 			}
 		}
 		for local, id := range l.b.e.ids {
@@ -843,7 +844,7 @@ func TestCMEngineRTULost(t *testing.T) {
 	for _, firstRequest := range []bool{true, false} {
 		t.Run(fmt.Sprintf("first request %v", firstRequest), func(t *testing.T) {
 			l := newCMLink(t)
-			l.drop = dropFirst(l.a, wire.AttrReadyToUse, 1)
+			l.drop = dropFirst(l.a, mad.AttrReadyToUse, 1)
 			ln := l.listen(1)
 			active := l.connect(l.dialParams())
 			var passive *ID
@@ -891,7 +892,7 @@ func TestCMEngineNoAmplification(t *testing.T) {
 	for _, reqs := range []int{1, 4} {
 		t.Run(fmt.Sprintf("%d REQs", reqs), func(t *testing.T) {
 			l := newCMLink(t)
-			l.drop = func(from *cmSide, _ *wire.MAD) bool { return from == l.b } // a never hears b
+			l.drop = func(from *cmSide, _ *mad.MAD) bool { return from == l.b } // a never hears b
 			ln := l.listen(1)
 			p := l.dialParams()
 			p.CMRetries = uint8(reqs - 1)
@@ -923,7 +924,7 @@ func TestCMEngineNoAmplification(t *testing.T) {
 // engine takes from it later are bounded too.
 func TestCMEngineHugeTimeouts(t *testing.T) {
 	l := newCMLink(t)
-	l.drop = func(from *cmSide, _ *wire.MAD) bool { return from == l.b }
+	l.drop = func(from *cmSide, _ *mad.MAD) bool { return from == l.b }
 	ln := l.listen(1)
 	p := l.dialParams()
 	p.CMTimeout, p.ACKTimeout, p.CMRetries = 31, 31, 15
@@ -952,20 +953,20 @@ func TestCMEngineHalfOpenLimits(t *testing.T) {
 	l.b.e.lim = Limits{HalfOpen: 5, HalfOpenPerSource: 3, Handshake: time.Second}
 	ln := l.listen(16)
 	other := netip.MustParseAddrPort("10.0.0.7:4791") // another requester, as b sees it
-	req := func(from netip.AddrPort, comm uint32) wire.RejectReason {
+	req := func(from netip.AddrPort, comm uint32) mad.RejectReason {
 		t.Helper()
-		f := wire.MADFields{Header: wire.CMHeader(wire.AttrConnectRequest, uint64(comm))}
-		f.REQ = wire.REQFields{
-			LocalCommID: comm, ServiceID: wire.RDMACMServiceID(wire.PortSpaceTCP, 7471), LocalQPN: 0x11,
+		f := mad.MADFields{Header: mad.CMHeader(mad.AttrConnectRequest, uint64(comm))}
+		f.REQ = mad.REQFields{
+			LocalCommID: comm, ServiceID: mad.RDMACMServiceID(mad.PortSpaceTCP, 7471), LocalQPN: 0x11,
 			PathMTU: wire.MTU1024, PKey: 0xFFFF, MaxCMRetries: 15, LocalCMResponseTimeout: 20, RemoteCMResponseTimeout: 20,
 		}
-		cma := wire.NewCMAHeader(netip.AddrPortFrom(from.Addr(), 40000), l.b.addr.Addr())
-		wire.CMAHeader(f.REQ.PrivateData[:wire.CMAHeaderSize]).Encode(&cma)
-		var b [wire.MADSize]byte
+		cma := mad.NewCMAHeader(netip.AddrPortFrom(from.Addr(), 40000), l.b.addr.Addr())
+		mad.CMAHeader(f.REQ.PrivateData[:mad.CMAHeaderSize]).Encode(&cma)
+		var b [mad.MADSize]byte
 		if _, err := f.Encode(b[:]); err != nil {
 			t.Fatal(err)
 		}
-		var m wire.MAD
+		var m mad.MAD
 		if err := m.Decode(b[:]); err != nil {
 			t.Fatal(err)
 		}
@@ -973,25 +974,25 @@ func TestCMEngineHalfOpenLimits(t *testing.T) {
 		if len(out.MADs) == 0 {
 			return 0
 		}
-		var a wire.MAD
+		var a mad.MAD
 		if err := a.Decode(out.MADs[0].MAD[:]); err != nil || a.REJ == nil {
 			t.Fatalf("answer to REQ %#x: %v", comm, err)
 		}
 		return a.REJ.Reason()
 	}
 	for i := range uint32(4) {
-		want := wire.RejectReason(0)
+		want := mad.RejectReason(0)
 		if i == 3 {
-			want = wire.RejectNoResources
+			want = mad.RejectNoResources
 		}
 		if got := req(l.a.addr, 100+i); got != want {
 			t.Errorf("REQ %d from a: answer %v, want %v", i, got, want)
 		}
 	}
 	for i := range uint32(3) {
-		want := wire.RejectReason(0)
+		want := mad.RejectReason(0)
 		if i == 2 {
-			want = wire.RejectNoResources // 5 in all
+			want = mad.RejectNoResources // 5 in all
 		}
 		if got := req(other, 200+i); got != want {
 			t.Errorf("REQ %d from %v: answer %v, want %v", i, other, got, want)
@@ -1004,7 +1005,7 @@ func TestCMEngineHalfOpenLimits(t *testing.T) {
 	// until the RTU. The others end when the handshake time runs out.
 	first := l.b.e.NextRequest(ln)
 	l.step(l.b, func(e *Engine, now qp.Time, out *Output) { e.Accept(now, first, l.acceptParams(), out) })
-	if got := req(l.a.addr, 300); got != wire.RejectNoResources {
+	if got := req(l.a.addr, 300); got != mad.RejectNoResources {
 		t.Errorf("REQ from a while its 3 wait: %v", got)
 	}
 	l.now = l.now.Add(time.Second)

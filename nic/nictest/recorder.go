@@ -11,6 +11,7 @@ import (
 
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/wire"
+	"github.com/softnic/softnic/wire/mad"
 )
 
 // Packet is one packet a recorded device sent or received, decoded.
@@ -46,14 +47,15 @@ func (p *Packet) IsNAK(code int) bool {
 func (p *Packet) IsRNRNAK() bool { return p.HasAETH && p.Syndrome.Type() == wire.AckTypeRNRNak }
 
 // String is the packet in one line: who traced it, the direction, the
-// note and the summary of package wire.
+// note and the summary of package wire (with a CM MAD's, package
+// wire/mad).
 func (p *Packet) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s", p.Device, p.Dir)
 	var w wire.Packet
 	if p.Decoded && w.Decode(p.Bytes) == nil {
 		b.WriteByte(' ')
-		b.Write(w.AppendSummary(nil))
+		b.Write(mad.AppendPacketSummary(nil, &w))
 	} else {
 		fmt.Fprintf(&b, " undecodable (%d bytes)", len(p.Bytes))
 	}

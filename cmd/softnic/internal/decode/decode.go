@@ -15,6 +15,7 @@ import (
 
 	"github.com/softnic/softnic/cmd/softnic/internal/ladder"
 	"github.com/softnic/softnic/wire"
+	"github.com/softnic/softnic/wire/mad"
 )
 
 // Options are softnic decode's flags.
@@ -111,7 +112,7 @@ func Capture(w io.Writer, in io.Reader, name string, o *Options) error {
 			} else {
 				line = AppendPacketLine(line[:0], elapsed, &fr.Env, &p, fr.ICRC, fr.SealedIPID)
 				if o.Verbose {
-					line = p.AppendVerbose(line)
+					line = mad.AppendPacketVerbose(line, &p)
 				}
 			}
 			if _, err := out.Write(line); err != nil {

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/wire"
+	"github.com/softnic/softnic/wire/mad"
 )
 
 // PacketJSON is what decode --json prints for a packet: one object per
@@ -48,15 +49,15 @@ type PacketJSON struct {
 
 // MADJSON is a CM MAD to QP1: its header and its one message.
 type MADJSON struct {
-	Attr   string               `json:"attr"`
-	Header wire.MADHeaderFields `json:"header"`
-	REQ    *wire.REQFields      `json:"req,omitempty"`
-	MRA    *wire.MRAFields      `json:"mra,omitempty"`
-	REJ    *wire.REJFields      `json:"rej,omitempty"`
-	REP    *wire.REPFields      `json:"rep,omitempty"`
-	RTU    *wire.RTUFields      `json:"rtu,omitempty"`
-	DREQ   *wire.DREQFields     `json:"dreq,omitempty"`
-	DREP   *wire.DREPFields     `json:"drep,omitempty"`
+	Attr   string              `json:"attr"`
+	Header mad.MADHeaderFields `json:"header"`
+	REQ    *mad.REQFields      `json:"req,omitempty"`
+	MRA    *mad.MRAFields      `json:"mra,omitempty"`
+	REJ    *mad.REJFields      `json:"rej,omitempty"`
+	REP    *mad.REPFields      `json:"rep,omitempty"`
+	RTU    *mad.RTUFields      `json:"rtu,omitempty"`
+	DREQ   *mad.DREQFields     `json:"dreq,omitempty"`
+	DREP   *mad.DREPFields     `json:"drep,omitempty"`
 }
 
 // newPacketJSON describes frame n, elapsed after the first, whose payload
@@ -116,9 +117,9 @@ func newPacketJSON(n int, elapsed time.Duration, fr *wire.Frame, p *wire.Packet,
 	if p.FETH != nil {
 		j.FETH = &f.FETH
 	}
-	var m wire.MAD
+	var m mad.MAD
 	if p.DETH != nil && p.BTH.DestQP() == wire.GSIQPN && m.Decode(p.Payload) == nil {
-		var mf wire.MADFields
+		var mf mad.MADFields
 		m.Fields(&mf)
 		j.MAD = &MADJSON{Attr: m.AttrID().String(), Header: mf.Header}
 		switch {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/wire"
+	"github.com/softnic/softnic/wire/mad"
 )
 
 // AppendPacketLine appends the line softnic prints for a RoCEv2 packet, as
@@ -14,14 +15,14 @@ import (
 //	0.001234 10.77.0.12:49441 → 10.77.0.11:4791 RC RDMA Write Only qp=0x000011 ... payload=64 icrc=ok
 //
 // the time in seconds (relative to whatever the caller chooses) with six
-// decimals, source → destination, the packet summary (wire.Packet.
-// AppendSummary), and icrc=ok, icrc=BAD, or icrc=ok(ipid=0x0000) for an
+// decimals, source → destination, the packet summary (mad.
+// AppendPacketSummary: wire's, and a CM MAD's), and icrc=ok, icrc=BAD, or icrc=ok(ipid=0x0000) for an
 // ICRC that verifies only under another IPv4 identification, sealedID
 // (wire.ICRCRecovered), then a newline. It does not allocate if b has
 // room.
 func AppendPacketLine(b []byte, t time.Duration, env *wire.Envelope, p *wire.Packet, icrc wire.ICRCStatus, sealedID uint16) []byte {
 	b = appendLinePrefix(b, t, env)
-	b = p.AppendSummary(b)
+	b = mad.AppendPacketSummary(b, p)
 	switch icrc {
 	case wire.ICRCOK:
 		return append(b, " icrc=ok\n"...)

@@ -26,6 +26,7 @@ import (
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/wire"
+	"github.com/softnic/softnic/wire/mad"
 )
 
 // The demo's memory: the server's region, and where in it each step works.
@@ -250,9 +251,9 @@ func (d *demo) seen(tp *nic.TracePacket, p *wire.Packet) {
 		}
 		return
 	}
-	var m wire.MAD
+	var m mad.MAD
 	if tp.Note == "" && p.DETH != nil && p.BTH.DestQP() == wire.GSIQPN && m.Decode(p.Payload) == nil &&
-		m.AttrID() == wire.AttrDisconnectReply {
+		m.AttrID() == mad.AttrDisconnectReply {
 		select {
 		case d.dreps <- struct{}{}:
 		default:

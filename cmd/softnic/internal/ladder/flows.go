@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/wire"
+	"github.com/softnic/softnic/wire/mad"
 )
 
 // A flow is the packets from one address to one QP at another: one
@@ -201,7 +202,7 @@ type cmReq struct {
 const maxCM = 4096
 
 // learn records what a CM message says of the connection it sets up.
-func (s *cmState) learn(l *Ladder, a *Arrow, m *wire.MAD) {
+func (s *cmState) learn(l *Ladder, a *Arrow, m *mad.MAD) {
 	if s.reqs == nil || len(s.reqs) > maxCM || len(s.peers) > 2*maxCM {
 		s.reqs = make(map[uint32]cmReq)
 		s.peers = make(map[endpointKey]endpointKey)

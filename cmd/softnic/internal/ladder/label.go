@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/softnic/softnic/wire"
+	"github.com/softnic/softnic/wire/mad"
 )
 
 // label names a decoded packet on its arrow: the opcode without its
@@ -42,7 +43,7 @@ func label(a *Arrow) string {
 }
 
 // cmLabel names a CM message: "CM ConnectRequest qpn=0x000011 psn=0x1c2d3e".
-func cmLabel(m *wire.MAD) string {
+func cmLabel(m *mad.MAD) string {
 	s := "CM " + m.AttrID().String()
 	switch {
 	case m.REQ != nil:

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/wire"
+	"github.com/softnic/softnic/wire/mad"
 )
 
 // Options tunes a Ladder.
@@ -236,7 +237,7 @@ type Ladder struct {
 	cm     cmState
 	totals [len(kindNames)]int
 	pkt    wire.Packet
-	mad    wire.MAD
+	mad    mad.MAD
 }
 
 // New returns an empty ladder.
@@ -313,7 +314,7 @@ func (a *Arrow) note(k Kind, cause Cause, psn wire.PSN, text string) {
 }
 
 // isCM reports whether the packet is a CM MAD to QP1, decoding it into m.
-func (a *Arrow) isCM(p *wire.Packet, m *wire.MAD) bool {
+func (a *Arrow) isCM(p *wire.Packet, m *mad.MAD) bool {
 	return p.DETH != nil && p.BTH.DestQP() == wire.GSIQPN && m.Decode(p.Payload) == nil
 }
 

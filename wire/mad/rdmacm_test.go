@@ -1,10 +1,12 @@
-package wire
+package mad
 
 import (
 	"bytes"
 	"errors"
 	"net/netip"
 	"testing"
+
+	"github.com/softnic/softnic/wire"
 )
 
 func TestServiceID(t *testing.T) {
@@ -114,8 +116,8 @@ func TestCMAHeaderErrors(t *testing.T) {
 		b    []byte
 		want error
 	}{
-		{"one byte short", valid[:CMAHeaderSize-1], ErrTruncated},
-		{"empty", nil, ErrTruncated},
+		{"one byte short", valid[:CMAHeaderSize-1], wire.ErrTruncated},
+		{"empty", nil, wire.ErrTruncated},
 		{"version 1", append([]byte{0x01}, valid[1:]...), ErrBadCMAHeader},
 		{"major version 1 (Annex A11 nibbles)", append([]byte{0x10}, valid[1:]...), ErrBadCMAHeader},
 		{"IP version 5", append([]byte{0, 0x50}, valid[2:]...), ErrBadCMAHeader},

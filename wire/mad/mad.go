@@ -1,6 +1,10 @@
-package wire
+package mad
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+
+	"github.com/softnic/softnic/wire"
+)
 
 // Management datagrams (MADs, IBTA 13.4) are the 256-byte messages of the
 // InfiniBand management classes. On RoCEv2 they travel as the payload of UD
@@ -15,10 +19,6 @@ const (
 	MADHeaderSize = 24
 	// CMDataSize is the length of a CM message: the MAD after its header.
 	CMDataSize = MADSize - MADHeaderSize
-	// GSIQPN is the QP number of the General Services Interface.
-	GSIQPN = 1
-	// GSIQKey is the well-known Q_Key of QP1.
-	GSIQKey = 0x80010000
 	// MADBaseVersion is the only base version IBTA defines for MADs.
 	MADBaseVersion = 1
 	// CMClassVersion is the CM class version of IBTA 1.2 and later, the one
@@ -313,9 +313,9 @@ func (m *MAD) Decode(b []byte) error {
 	*m = MAD{}
 	switch {
 	case len(b) < MADSize:
-		return ErrTruncated
+		return wire.ErrTruncated
 	case len(b) > MADSize:
-		return ErrBadLength
+		return wire.ErrBadLength
 	}
 	h := MADHeader(b[:MADHeaderSize:MADHeaderSize])
 	if err := checkCMHeader(h.BaseVersion(), h.MgmtClass(), h.ClassVersion(), h.Method(), h.AttrID()); err != nil {
@@ -406,7 +406,7 @@ func (f *MADFields) Encode(buf []byte) (n int, err error) {
 		return 0, err
 	}
 	if len(buf) < MADSize {
-		return 0, ErrShortBuffer
+		return 0, wire.ErrShortBuffer
 	}
 	MADHeader(buf[:MADHeaderSize]).Encode(h)
 	data := buf[MADHeaderSize:MADSize]

@@ -1,8 +1,9 @@
-package wire
+package mad
 
 import (
 	"encoding/binary"
-	"net/netip"
+
+	"github.com/softnic/softnic/wire"
 )
 
 // The CM messages (IBTA 12.6) are views of the CMDataSize bytes after a MAD
@@ -35,6 +36,22 @@ func bitfield(b byte, shift, width uint) uint8 { return b >> shift & (1<<width -
 
 // packBits returns v's low width bits moved shift bits up.
 func packBits(v uint8, shift, width uint) byte { return v & (1<<width - 1) << shift }
+
+// bit returns mask if v is set, else 0.
+func bit(v bool, mask byte) byte {
+	if v {
+		return mask
+	}
+	return 0
+}
+
+// put24 stores the low 24 bits of v big-endian in b[0:3].
+func put24(b []byte, v uint32) {
+	_ = b[2]
+	b[0] = byte(v >> 16)
+	b[1] = byte(v >> 8)
+	b[2] = byte(v)
+}
 
 // REQ is a view of a ConnectRequest (IBTA 12.6.5; Table 106 in release
 // 1.4), sent by the active side to open a connection:
@@ -128,12 +145,12 @@ type REQFields struct {
 	RemoteCMResponseTimeout uint8  // 5 bits: 4.096 µs × 2^n
 	TransportServiceType    uint8  // 2 bits: 0 RC, 1 UC, 2 RD, 3 extended (see below)
 	EndToEndFlowControl     bool
-	StartingPSN             PSN
+	StartingPSN             wire.PSN
 	LocalCMResponseTimeout  uint8 // 5 bits: 4.096 µs × 2^n
 	RetryCount              uint8 // 3 bits
 	PKey                    uint16
-	PathMTU                 MTU  // 4 bits
-	RDCExists               bool // RD only
+	PathMTU                 wire.MTU // 4 bits
+	RDCExists               bool     // RD only
 	RNRRetryCount           uint8
 	MaxCMRetries            uint8 // 4 bits
 	SRQ                     bool
@@ -188,7 +205,9 @@ func (r REQ) TransportServiceType() uint8 {
 func (r REQ) EndToEndFlowControl() bool { return r[reqRemoteTimeout]&reqFlowControl != 0 }
 
 // StartingPSN returns the PSN the sender's first request will carry.
-func (r REQ) StartingPSN() PSN { return PSN(binary.BigEndian.Uint32(r[reqStartingPSN:]) >> qpn24Shift) }
+func (r REQ) StartingPSN() wire.PSN {
+	return wire.PSN(binary.BigEndian.Uint32(r[reqStartingPSN:]) >> qpn24Shift)
+}
 
 // LocalCMResponseTimeout returns the 5-bit exponent of the time within
 // which the sender answers.
@@ -203,7 +222,7 @@ func (r REQ) RetryCount() uint8 { return bitfield(r[reqLocalTimeout], 0, retryCo
 func (r REQ) PKey() uint16 { return binary.BigEndian.Uint16(r[reqPKey:]) }
 
 // PathMTU returns the path MTU code.
-func (r REQ) PathMTU() MTU { return MTU(bitfield(r[reqMTU], reqMTUShift, mtuWidth)) }
+func (r REQ) PathMTU() wire.MTU { return wire.MTU(bitfield(r[reqMTU], reqMTUShift, mtuWidth)) }
 
 // RDCExists returns the RDC-exists bit.
 func (r REQ) RDCExists() bool { return r[reqMTU]&reqRDCExists != 0 }
@@ -338,8 +357,8 @@ const (
 type CMPathFields struct {
 	LocalLID        uint16
 	RemoteLID       uint16
-	LocalGID        GID
-	RemoteGID       GID
+	LocalGID        wire.GID
+	RemoteGID       wire.GID
 	FlowLabel       uint32 // 20 bits
 	Resv6           uint8
 	PacketRate      uint8 // 6 bits, the IBTA rate code (0: the port's current rate)
@@ -359,10 +378,10 @@ func (p CMPath) LocalLID() uint16 { return binary.BigEndian.Uint16(p[pathLocalLI
 func (p CMPath) RemoteLID() uint16 { return binary.BigEndian.Uint16(p[pathRemoteLID:]) }
 
 // LocalGID returns the sender's port GID.
-func (p CMPath) LocalGID() GID { return GID(p[pathLocalGID:pathRemoteGID]) }
+func (p CMPath) LocalGID() wire.GID { return wire.GID(p[pathLocalGID:pathRemoteGID]) }
 
 // RemoteGID returns the receiver's port GID.
-func (p CMPath) RemoteGID() GID { return GID(p[pathRemoteGID:pathFlowLabel]) }
+func (p CMPath) RemoteGID() wire.GID { return wire.GID(p[pathRemoteGID:pathFlowLabel]) }
 
 // FlowLabel returns the 20-bit flow label. rdma_cm derives it from the
 // ports, and rxe derives the UDP source port of the connection from it.
@@ -777,7 +796,7 @@ type REPFields struct {
 	Resv8a              uint8
 	LocalEECN           uint32 // 24 bits, RD only
 	Resv8b              uint8
-	StartingPSN         PSN
+	StartingPSN         wire.PSN
 	Resv8c              uint8
 	ResponderResources  uint8
 	InitiatorDepth      uint8
@@ -807,7 +826,9 @@ func (r REP) LocalQPN() uint32 { return binary.BigEndian.Uint32(r[repLocalQPN:])
 func (r REP) LocalEECN() uint32 { return binary.BigEndian.Uint32(r[repLocalEECN:]) >> qpn24Shift }
 
 // StartingPSN returns the PSN the sender's first request will carry.
-func (r REP) StartingPSN() PSN { return PSN(binary.BigEndian.Uint32(r[repStartingPSN:]) >> qpn24Shift) }
+func (r REP) StartingPSN() wire.PSN {
+	return wire.PSN(binary.BigEndian.Uint32(r[repStartingPSN:]) >> qpn24Shift)
+}
 
 // ResponderResources returns how many RDMA READs and atomics the sender
 // accepts at once.
@@ -1019,65 +1040,4 @@ func (d DREQ) Encode(f *DREQFields) {
 	putCommIDs(d, f.LocalCommID, f.RemoteCommID)
 	binary.BigEndian.PutUint32(d[dreqRemoteQPN:], f.RemoteQPN<<qpn24Shift|uint32(f.Resv8))
 	copy(d[dreqPrivateData:], f.PrivateData[:])
-}
-
-// GID is a 128-bit InfiniBand global identifier. On RoCEv2 a port's GID is
-// one of its IP addresses: an IPv6 address, or an IPv4 address in the
-// IPv4-mapped form ::ffff:a.b.c.d (rxe's GID index 1 in the golden
-// captures).
-type GID [16]byte
-
-// GIDFromAddr returns the GID of an IP address, mapping IPv4 into IPv6.
-func GIDFromAddr(a netip.Addr) GID { return a.As16() }
-
-// Addr returns the GID as an IP address, IPv4 if it is IPv4-mapped.
-func (g GID) Addr() netip.Addr { return netip.AddrFrom16(g).Unmap() }
-
-// String formats the GID as its IP address, "10.77.0.12" or "fe80::1".
-func (g GID) String() string { return g.Addr().String() }
-
-// MTU is an InfiniBand MTU code, the 4-bit encoding of path MTUs in a REQ
-// and in the subnet administrator's PathRecord (Linux's enum ib_mtu).
-type MTU uint8
-
-// The MTU codes.
-const (
-	MTU256  MTU = 1
-	MTU512  MTU = 2
-	MTU1024 MTU = 3
-	MTU2048 MTU = 4
-	MTU4096 MTU = 5
-)
-
-// mtuShift turns a code into bytes: 128 << code.
-const mtuShift = 7
-
-// MTUFromBytes returns the code of an MTU of n bytes, and false if n is not
-// 256, 512, 1024, 2048 or 4096.
-func MTUFromBytes(n int) (MTU, bool) {
-	for m := MTU256; m <= MTU4096; m++ {
-		if m.Bytes() == n {
-			return m, true
-		}
-	}
-	return 0, false
-}
-
-// Bytes returns the MTU in bytes, or 0 for an invalid code.
-func (m MTU) Bytes() int {
-	if m < MTU256 || m > MTU4096 {
-		return 0
-	}
-	return 1 << (mtuShift + int(m))
-}
-
-// String returns the MTU in bytes, "1024", or "MTU(n)" for an invalid code.
-func (m MTU) String() string { return string(m.appendName(nil)) }
-
-func (m MTU) appendName(dst []byte) []byte {
-	if n := m.Bytes(); n != 0 {
-		return appendUint(dst, uint64(n))
-	}
-	dst = append(dst, "MTU("...)
-	return append(appendUint(dst, uint64(m)), ')')
 }

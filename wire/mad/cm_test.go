@@ -1,4 +1,4 @@
-package wire
+package mad
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/softnic/softnic/wire"
 )
 
 // rpingTID is the transaction ID of every CM MAD in rping.pcap: Linux's CM
@@ -40,14 +42,14 @@ func rpingMADs(t *testing.T) map[int]MADFields {
 		LocalCMResponseTimeout:  0x14,
 		RetryCount:              7,
 		PKey:                    0xffff,
-		PathMTU:                 MTU1024,
+		PathMTU:                 wire.MTU1024,
 		RNRRetryCount:           7,
 		MaxCMRetries:            15,
 		PrimaryPath: CMPathFields{
 			LocalLID:        0xffff,
 			RemoteLID:       0xffff,
-			LocalGID:        GIDFromAddr(netip.MustParseAddr("10.77.0.12")),
-			RemoteGID:       GIDFromAddr(netip.MustParseAddr("10.77.0.11")),
+			LocalGID:        wire.GIDFromAddr(netip.MustParseAddr("10.77.0.12")),
+			RemoteGID:       wire.GIDFromAddr(netip.MustParseAddr("10.77.0.11")),
 			FlowLabel:       0x375f8,
 			HopLimit:        0x40,
 			LocalACKTimeout: 0x13,
@@ -84,7 +86,7 @@ func TestGoldenCM(t *testing.T) {
 	want := rpingMADs(t)
 	seen := 0
 	for _, fr := range readGoldenOrSkip(t, path) {
-		var p Packet
+		var p wire.Packet
 		if err := p.Decode(fr.payload); err != nil {
 			t.Fatalf("frame %d: %v", fr.n, err)
 		}
@@ -97,8 +99,8 @@ func TestGoldenCM(t *testing.T) {
 			t.Errorf("frame %d: a UD packet where none is expected", fr.n)
 			continue
 		}
-		if p.BTH.DestQP() != GSIQPN || p.DETH.SrcQP() != GSIQPN || p.DETH.QKey() != GSIQKey || len(p.Payload) != MADSize {
-			t.Errorf("frame %d: %s is not a MAD from QP1 to QP1", fr.n, p.AppendSummary(nil))
+		if p.BTH.DestQP() != wire.GSIQPN || p.DETH.SrcQP() != wire.GSIQPN || p.DETH.QKey() != wire.GSIQKey || len(p.Payload) != MADSize {
+			t.Errorf("frame %d: %s is not a MAD from QP1 to QP1", fr.n, AppendPacketSummary(nil, &p))
 		}
 		var m MAD
 		if err := m.Decode(p.Payload); err != nil {
@@ -110,7 +112,7 @@ func TestGoldenCM(t *testing.T) {
 			t.Errorf("frame %d: decoded\n%+v\nwant\n%+v", fr.n, got, wantMAD)
 		}
 
-		var f Fields
+		var f wire.Fields
 		p.Fields(&f)
 		buf := make([]byte, f.Len(MADSize))
 		off, err := f.EncodeHeaders(buf, MADSize)
@@ -120,8 +122,8 @@ func TestGoldenCM(t *testing.T) {
 		if _, err := got.Encode(buf[off:]); err != nil {
 			t.Fatalf("frame %d: MADFields.Encode: %v", fr.n, err)
 		}
-		n := len(buf) - ICRCSize
-		icrc, err := ICRCFromHeaders(fr.ipudp, buf[:n])
+		n := len(buf) - wire.ICRCSize
+		icrc, err := wire.ICRCFromHeaders(fr.ipudp, buf[:n])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -144,7 +146,7 @@ func TestGoldenCM(t *testing.T) {
 // bytes 88-90 of the REQ gives.
 func TestGoldenFlowLabel(t *testing.T) {
 	frames := readGoldenOrSkip(t, filepath.Join(goldenDir, "rping.pcap"))
-	var p Packet
+	var p wire.Packet
 	var m MAD
 	if err := p.Decode(frames[0].payload); err != nil {
 		t.Fatal(err)
@@ -169,7 +171,7 @@ func TestGoldenFlowLabel(t *testing.T) {
 		if err := p.Decode(fr.payload); err != nil {
 			t.Fatal(err)
 		}
-		if p.OpCode().Transport() == TransportRC && fr.env.Src.Port() != sport {
+		if p.OpCode().Transport() == wire.TransportRC && fr.env.Src.Port() != sport {
 			t.Fatalf("frame %d: UDP source port %d, the flow label gives %d", fr.n, fr.env.Src.Port(), sport)
 		}
 	}
@@ -216,7 +218,7 @@ func sampleMAD(attr AttrID) MADFields {
 			LocalQPN: 0xabcdef, ResponderResources: 0x10, LocalEECN: 0x654321, InitiatorDepth: 0x20,
 			RemoteEECN: 0x123456, RemoteCMResponseTimeout: 0x17, TransportServiceType: 1,
 			EndToEndFlowControl: true, StartingPSN: 0xfedcba, LocalCMResponseTimeout: 0x16, RetryCount: 6,
-			PKey: 0x8001, PathMTU: MTU4096, RDCExists: true, RNRRetryCount: 5, MaxCMRetries: 0xe, SRQ: true,
+			PKey: 0x8001, PathMTU: wire.MTU4096, RDCExists: true, RNRRetryCount: 5, MaxCMRetries: 0xe, SRQ: true,
 			ExtendedTransportType: 1, PrimaryPath: path(0), AlternatePath: path(1),
 		}
 		fill(f.REQ.PrivateData[:], 0x80)
@@ -308,10 +310,10 @@ func TestMADDecodeErrors(t *testing.T) {
 		want   error
 	}{
 		{"valid", func(b []byte) []byte { return b }, nil},
-		{"one byte short", func(b []byte) []byte { return b[:MADSize-1] }, ErrTruncated},
-		{"header only", func(b []byte) []byte { return b[:MADHeaderSize] }, ErrTruncated},
-		{"empty", func(b []byte) []byte { return b[:0] }, ErrTruncated},
-		{"one byte long", func(b []byte) []byte { return append(b, 0) }, ErrBadLength},
+		{"one byte short", func(b []byte) []byte { return b[:MADSize-1] }, wire.ErrTruncated},
+		{"header only", func(b []byte) []byte { return b[:MADHeaderSize] }, wire.ErrTruncated},
+		{"empty", func(b []byte) []byte { return b[:0] }, wire.ErrTruncated},
+		{"one byte long", func(b []byte) []byte { return append(b, 0) }, wire.ErrBadLength},
 		{"base version 2", func(b []byte) []byte { b[madBaseVersion] = 2; return b }, ErrBadMAD},
 		{"subnet administration class", func(b []byte) []byte { b[madMgmtClass] = byte(MgmtClassSubnAdm); return b }, ErrBadMAD},
 		{"CM class version 1", func(b []byte) []byte { b[madClassVersion] = 1; return b }, ErrBadMAD},
@@ -351,7 +353,7 @@ func TestMADDecodeTruncated(t *testing.T) {
 		b := encodeMAD(t, &f)
 		for cut := range MADSize {
 			var m MAD
-			if err := m.Decode(b[:cut]); !errors.Is(err, ErrTruncated) {
+			if err := m.Decode(b[:cut]); !errors.Is(err, wire.ErrTruncated) {
 				t.Errorf("%v cut to %d bytes: %v, want ErrTruncated", attr, cut, err)
 			}
 		}
@@ -367,7 +369,7 @@ func TestMADEncodeErrors(t *testing.T) {
 	}{
 		{"valid", func(*MADFields) {}, MADSize, nil},
 		{"larger buffer", func(*MADFields) {}, MADSize + 10, nil},
-		{"short buffer", func(*MADFields) {}, MADSize - 1, ErrShortBuffer},
+		{"short buffer", func(*MADFields) {}, MADSize - 1, wire.ErrShortBuffer},
 		{"zero header", func(f *MADFields) { f.Header = MADHeaderFields{} }, MADSize, ErrBadMAD},
 		{"class version 1", func(f *MADFields) { f.Header.ClassVersion = 1 }, MADSize, ErrBadMAD},
 		{"method GetResp", func(f *MADFields) { f.Header.Method = MethodGetResp }, MADSize, ErrBadMAD},
@@ -426,7 +428,7 @@ var cmLayouts = map[AttrID][]struct {
 		{"RemoteCMResponseTimeout", func(f *MADFields) { f.REQ.RemoteCMResponseTimeout = 0xff }, []span{{43, []byte{0xf8}}}},
 		{"TransportServiceType", func(f *MADFields) { f.REQ.TransportServiceType = 0xff }, []span{{43, []byte{0x06}}}},
 		{"EndToEndFlowControl", func(f *MADFields) { f.REQ.EndToEndFlowControl = true }, []span{{43, []byte{0x01}}}},
-		{"StartingPSN", func(f *MADFields) { f.REQ.StartingPSN = PSN(^uint32(0)) }, []span{{44, ones(3)}}},
+		{"StartingPSN", func(f *MADFields) { f.REQ.StartingPSN = wire.PSN(^uint32(0)) }, []span{{44, ones(3)}}},
 		{"LocalCMResponseTimeout", func(f *MADFields) { f.REQ.LocalCMResponseTimeout = 0xff }, []span{{47, []byte{0xf8}}}},
 		{"RetryCount", func(f *MADFields) { f.REQ.RetryCount = 0xff }, []span{{47, []byte{0x07}}}},
 		{"PKey", func(f *MADFields) { f.REQ.PKey = 0xffff }, []span{{48, ones(2)}}},
@@ -468,7 +470,7 @@ var cmLayouts = map[AttrID][]struct {
 		{"Resv8a", func(f *MADFields) { f.REP.Resv8a = 0xff }, []span{{15, ones(1)}}},
 		{"LocalEECN", func(f *MADFields) { f.REP.LocalEECN = ^uint32(0) }, []span{{16, ones(3)}}},
 		{"Resv8b", func(f *MADFields) { f.REP.Resv8b = 0xff }, []span{{19, ones(1)}}},
-		{"StartingPSN", func(f *MADFields) { f.REP.StartingPSN = PSN(^uint32(0)) }, []span{{20, ones(3)}}},
+		{"StartingPSN", func(f *MADFields) { f.REP.StartingPSN = wire.PSN(^uint32(0)) }, []span{{20, ones(3)}}},
 		{"Resv8c", func(f *MADFields) { f.REP.Resv8c = 0xff }, []span{{23, ones(1)}}},
 		{"ResponderResources", func(f *MADFields) { f.REP.ResponderResources = 0xff }, []span{{24, ones(1)}}},
 		{"InitiatorDepth", func(f *MADFields) { f.REP.InitiatorDepth = 0xff }, []span{{25, ones(1)}}},
@@ -677,7 +679,7 @@ func TestCMAccessors(t *testing.T) {
 }
 
 // madErrors are the errors MAD.Decode may return.
-var madErrors = []error{ErrTruncated, ErrBadLength, ErrBadMAD, ErrBadAttr}
+var madErrors = []error{wire.ErrTruncated, wire.ErrBadLength, ErrBadMAD, ErrBadAttr}
 
 // FuzzMAD feeds arbitrary bytes to MAD.Decode. Whatever it accepts must
 // encode from its Fields to the same bytes, and describe itself without
@@ -690,7 +692,7 @@ func FuzzMAD(f *testing.F) {
 		f.Add(encodeMAD(f, &mf))
 	}
 	if frames, err := filepath.Glob(filepath.Join(goldenDir, "rping.pcap")); err == nil && len(frames) == 1 {
-		var p Packet
+		var p wire.Packet
 		for _, fr := range readGolden(f, frames[0]) {
 			if p.Decode(fr.payload) == nil && p.DETH != nil {
 				f.Add(p.Payload)

@@ -1,4 +1,4 @@
-package wire
+package mad
 
 import (
 	"bytes"
@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/softnic/softnic/wire"
 )
 
 // cmTsharkFields are the fields TestTsharkCM asks tshark for: the MAD
@@ -77,12 +79,12 @@ func TestTsharkCM(t *testing.T) {
 	}
 	type packet struct {
 		name string
-		env  Envelope
+		env  wire.Envelope
 		mad  MADFields
 		pkt  []byte
 	}
 	var pkts []packet
-	for _, env := range []Envelope{
+	for _, env := range []wire.Envelope{
 		{Src: netip.MustParseAddrPort("10.0.0.1:55410"), Dst: netip.MustParseAddrPort("10.0.0.2:4791")},
 		{Src: netip.MustParseAddrPort("[fd00::1]:55410"), Dst: netip.MustParseAddrPort("[fd00::2]:4791")},
 	} {
@@ -91,22 +93,22 @@ func TestTsharkCM(t *testing.T) {
 			if attr == AttrConnectRequest {
 				src, dst := env.Src.Addr(), env.Dst.Addr()
 				for _, p := range []*CMPathFields{&mad.REQ.PrimaryPath, &mad.REQ.AlternatePath} {
-					p.LocalGID, p.RemoteGID = GIDFromAddr(src), GIDFromAddr(dst)
+					p.LocalGID, p.RemoteGID = wire.GIDFromAddr(src), wire.GIDFromAddr(dst)
 				}
 				cma := NewCMAHeader(netip.AddrPortFrom(src, 40910), dst)
 				CMAHeader(mad.REQ.PrivateData[:CMAHeaderSize]).Encode(&cma)
 			}
-			pkt := encodeUD(t, GSIQPN, encodeMAD(t, &mad))
+			pkt := encodeUD(t, wire.GSIQPN, encodeMAD(t, &mad))
 			env.Seal(pkt)
 			family := "IPv4"
-			if !env.is4() {
+			if !env.Src.Addr().Unmap().Is4() {
 				family = "IPv6"
 			}
 			pkts = append(pkts, packet{family + "/" + attr.String(), env, mad, pkt})
 		}
 	}
 	var file bytes.Buffer
-	w, err := NewPcapWriter(&file)
+	w, err := wire.NewPcapWriter(&file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +157,7 @@ func checkTsharkCM(t *testing.T, col map[string]string, mad *MADFields, pkt []by
 	if col["_ws.malformed"] != "" || col["_ws.expert.severity"] != "" {
 		t.Errorf("tshark reports malformed %q, expert severity %q", col["_ws.malformed"], col["_ws.expert.severity"])
 	}
-	expectField(t, col, "infiniband.invariant.crc", uint64(binary.BigEndian.Uint32(pkt[len(pkt)-ICRCSize:])))
+	expectField(t, col, "infiniband.invariant.crc", uint64(binary.BigEndian.Uint32(pkt[len(pkt)-wire.ICRCSize:])))
 	nums := map[string]uint64{
 		"infiniband.mad.baseversion":       uint64(h.BaseVersion),
 		"infiniband.mad.mgmtclass":         uint64(h.MgmtClass),
@@ -167,7 +169,7 @@ func checkTsharkCM(t *testing.T, col map[string]string, mad *MADFields, pkt []by
 		"infiniband.mad.attributeid":       uint64(h.AttrID),
 		"infiniband.mad.attributemodifier": uint64(h.AttrModifier),
 	}
-	data := pkt[BTHSize+DETHSize+MADHeaderSize : BTHSize+DETHSize+MADSize]
+	data := pkt[wire.BTHSize+wire.DETHSize+MADHeaderSize : wire.BTHSize+wire.DETHSize+MADSize]
 	bytesWant := map[string][]byte{"infiniband.mad.data": data}
 	strs := map[string]string{}
 	switch h.AttrID {
@@ -316,7 +318,7 @@ func TestTsharkGoldenCM(t *testing.T) {
 	path := filepath.Join(goldenDir, "rping.pcap")
 	var pkts [][]byte
 	for _, fr := range readGoldenOrSkip(t, path) {
-		var p Packet
+		var p wire.Packet
 		if err := p.Decode(fr.payload); err != nil {
 			t.Fatal(err)
 		}
@@ -337,7 +339,7 @@ func TestTsharkGoldenCM(t *testing.T) {
 		t.Fatalf("tshark shows %d MADs, softnic finds %d", len(lines), len(pkts))
 	}
 	for i, line := range lines {
-		var p Packet
+		var p wire.Packet
 		var m MAD
 		var mad MADFields
 		if err := p.Decode(pkts[i]); err != nil {

@@ -1,8 +1,10 @@
-package wire
+package mad
 
 import (
 	"encoding/binary"
 	"net/netip"
+
+	"github.com/softnic/softnic/wire"
 )
 
 // rdma_cm, the connection manager of Linux's RDMA stack, connects QPs by IP
@@ -139,7 +141,7 @@ func NewCMAHeader(src netip.AddrPort, dst netip.Addr) CMAHeaderFields {
 // (Linux rejects such a REQ).
 func DecodeCMAHeader(b []byte) (CMAHeader, error) {
 	if len(b) < CMAHeaderSize {
-		return nil, ErrTruncated
+		return nil, wire.ErrTruncated
 	}
 	h := CMAHeader(b[:CMAHeaderSize:CMAHeaderSize])
 	if v := h.IPVersion(); h.Version() != 0 || v != 4 && v != 6 {

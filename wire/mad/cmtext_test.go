@@ -1,4 +1,4 @@
-package wire
+package mad
 
 import (
 	"fmt"
@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/softnic/softnic/wire"
 )
 
 func TestCMStrings(t *testing.T) {
@@ -41,20 +43,20 @@ func TestCMStrings(t *testing.T) {
 		{CMMessageREP, "REP"},
 		{CMMessageOther, "other"},
 		{CMMessage(3), "CMMessage(3)"},
-		{MTU256, "256"},
-		{MTU1024, "1024"},
-		{MTU4096, "4096"},
-		{MTU(0), "MTU(0)"},
-		{MTU(6), "MTU(6)"},
+		{wire.MTU256, "256"},
+		{wire.MTU1024, "1024"},
+		{wire.MTU4096, "4096"},
+		{wire.MTU(0), "MTU(0)"},
+		{wire.MTU(6), "MTU(6)"},
 		{PortSpaceTCP, "TCP"},
 		{PortSpaceUDP, "UDP"},
 		{PortSpaceIPoIB, "IPoIB"},
 		{PortSpaceIB, "IB"},
 		{PortSpace(7), "PortSpace(0x0007)"},
 		{ServiceID(0x0000000001061c06), "0x0000000001061c06"},
-		{GIDFromAddr(netip.MustParseAddr("10.77.0.12")), "10.77.0.12"},
-		{GIDFromAddr(netip.MustParseAddr("fe80::5054:ff:fe77:c")), "fe80::5054:ff:fe77:c"},
-		{GID{}, "::"},
+		{wire.GIDFromAddr(netip.MustParseAddr("10.77.0.12")), "10.77.0.12"},
+		{wire.GIDFromAddr(netip.MustParseAddr("fe80::5054:ff:fe77:c")), "fe80::5054:ff:fe77:c"},
+		{wire.GID{}, "::"},
 	}
 	for _, tt := range tests {
 		if got := tt.got.String(); got != tt.want {
@@ -67,7 +69,7 @@ func TestCMHelpers(t *testing.T) {
 	if !MethodGetResp.IsResponse() || MethodSend.IsResponse() {
 		t.Error("IsResponse does not read the R bit")
 	}
-	g := GIDFromAddr(netip.MustParseAddr("10.77.0.12"))
+	g := wire.GIDFromAddr(netip.MustParseAddr("10.77.0.12"))
 	if want := unhex(t, "00000000000000000000ffff0a4d000c"); string(g[:]) != string(want) {
 		t.Errorf("GID of 10.77.0.12 = %x, want the IPv4-mapped %x", g, want)
 	}
@@ -76,11 +78,11 @@ func TestCMHelpers(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		n    int
-		want MTU
+		want wire.MTU
 		ok   bool
-	}{{256, MTU256, true}, {512, MTU512, true}, {1024, MTU1024, true}, {2048, MTU2048, true}, {4096, MTU4096, true},
+	}{{256, wire.MTU256, true}, {512, wire.MTU512, true}, {1024, wire.MTU1024, true}, {2048, wire.MTU2048, true}, {4096, wire.MTU4096, true},
 		{1500, 0, false}, {128, 0, false}, {8192, 0, false}, {0, 0, false}} {
-		if got, ok := MTUFromBytes(tt.n); got != tt.want || ok != tt.ok {
+		if got, ok := wire.MTUFromBytes(tt.n); got != tt.want || ok != tt.ok {
 			t.Errorf("MTUFromBytes(%d) = %v, %v; want %v, %v", tt.n, got, ok, tt.want, tt.ok)
 		}
 		if tt.ok && tt.want.Bytes() != tt.n {
@@ -100,12 +102,12 @@ func TestCMSummary(t *testing.T) {
 		40: ud + "psn=0x000014 ackreq=1 qkey=0x80010000 srcqp=0x000001 payload=256 CM DisconnectRequest comm_id=0x5818c37c remote_comm_id=0x24ce6050 qpn=0x00006b",
 		41: ud + "psn=0x00000d ackreq=1 qkey=0x80010000 srcqp=0x000001 payload=256 CM DisconnectReply comm_id=0x24ce6050 remote_comm_id=0x5818c37c",
 	}
-	var p Packet
+	var p wire.Packet
 	for _, fr := range readGoldenOrSkip(t, filepath.Join(goldenDir, "rping.pcap")) {
 		if err := p.Decode(fr.payload); err != nil {
 			t.Fatal(err)
 		}
-		if got := string(p.AppendSummary(nil)); want[fr.n] != "" && got != want[fr.n] {
+		if got := string(AppendPacketSummary(nil, &p)); want[fr.n] != "" && got != want[fr.n] {
 			t.Errorf("frame %d:\n got %s\nwant %s", fr.n, got, want[fr.n])
 		} else if want[fr.n] == "" && strings.Contains(got, " CM ") {
 			t.Errorf("frame %d is no MAD: %s", fr.n, got)
@@ -119,12 +121,12 @@ func TestCMSummary(t *testing.T) {
 		pad   int // bytes added to the payload
 		wantT string
 	}{
-		{"MRA", sampleMAD(AttrMsgRcptAck), GSIQPN, 0,
+		{"MRA", sampleMAD(AttrMsgRcptAck), wire.GSIQPN, 0,
 			" CM MsgRcptAck comm_id=0x11223344 remote_comm_id=0x55667788 mraed=REP service_timeout=19"},
-		{"REJ", sampleMAD(AttrConnectReject), GSIQPN, 0,
+		{"REJ", sampleMAD(AttrConnectReject), wire.GSIQPN, 0,
 			" CM ConnectReject comm_id=0x11223344 remote_comm_id=0x55667788 rejected=other reason=28(consumer reject)"},
 		{"a MAD to another QP is data", sampleMAD(AttrConnectReject), 2, 0, ""},
-		{"257 bytes to QP1 are not a MAD", sampleMAD(AttrConnectReject), GSIQPN, 1, ""},
+		{"257 bytes to QP1 are not a MAD", sampleMAD(AttrConnectReject), wire.GSIQPN, 1, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -133,7 +135,7 @@ func TestCMSummary(t *testing.T) {
 			if err := p.Decode(pkt); err != nil {
 				t.Fatal(err)
 			}
-			got := string(p.AppendSummary(nil))
+			got := string(AppendPacketSummary(nil, &p))
 			_, cm, _ := strings.Cut(got, "payload=")
 			_, cm, _ = strings.Cut(cm, " ")
 			if tt.wantT != "" {
@@ -150,9 +152,9 @@ func TestCMSummary(t *testing.T) {
 // Linux sends MADs.
 func encodeUD(t testing.TB, qp uint32, payload []byte) []byte {
 	t.Helper()
-	f := Fields{
-		BTH:  BTHFields{OpCode: OpUDSendOnly, PKey: 0xffff, DestQP: qp, AckReq: true, PSN: 0x12},
-		DETH: DETHFields{QKey: GSIQKey, SrcQP: GSIQPN},
+	f := wire.Fields{
+		BTH:  wire.BTHFields{OpCode: wire.OpUDSendOnly, PKey: 0xffff, DestQP: qp, AckReq: true, PSN: 0x12},
+		DETH: wire.DETHFields{QKey: wire.GSIQKey, SrcQP: wire.GSIQPN},
 	}
 	b := make([]byte, f.Len(len(payload)))
 	if _, err := f.Encode(b, payload); err != nil {
@@ -166,11 +168,11 @@ func encodeUD(t testing.TB, qp uint32, payload []byte) []byte {
 // with all fields set.
 func TestCMVerbose(t *testing.T) {
 	frames := readGoldenOrSkip(t, filepath.Join(goldenDir, "rping.pcap"))
-	var p Packet
+	var p wire.Packet
 	if err := p.Decode(frames[0].payload); err != nil {
 		t.Fatal(err)
 	}
-	got := string(p.AppendVerbose(nil))
+	got := string(AppendPacketVerbose(nil, &p))
 	want := `  BTH opcode=0x64 se=0 m=0 padcnt=0 tver=0 pkey=0xffff fecn=0 becn=0 resv6a=0x00 destqp=0x000001 ackreq=1 resv7=0x00 psn=0x000012
   DETH qkey=0x80010000 resv8=0x00 srcqp=0x000001
   MAD base=1 class=0x07 version=2 method=0x03 status=0x0000 specific=0x0000 tid=0x000000027cc31858 attr=0x0010 resv=0x0000 modifier=0x00000000

@@ -1,4 +1,41 @@
-package wire
+package mad
+
+import "github.com/softnic/softnic/wire"
+
+// AppendPacketSummary appends p's summary (wire.Packet.AppendSummary) to
+// dst and, when p is a UD packet to QP1 carrying a CM MAD, the MAD's
+// summary after it:
+//
+//	UD Send Only qp=0x000001 psn=0x000012 ackreq=1 qkey=0x80010000 srcqp=0x000001 payload=256 CM ConnectRequest comm_id=0x5818c37c qpn=0x00006b psn=0xdc7d75 service_id=0x0000000001061c06
+//
+// It does not allocate if dst has room. p must hold a decoded packet.
+func AppendPacketSummary(dst []byte, p *wire.Packet) []byte {
+	dst = p.AppendSummary(dst)
+	var m MAD
+	if decodePacket(p, &m) {
+		dst = append(dst, ' ')
+		dst = m.AppendSummary(dst)
+	}
+	return dst
+}
+
+// AppendPacketVerbose appends every field of p (wire.Packet.AppendVerbose)
+// to dst and, when p is a UD packet to QP1 carrying a CM MAD, the lines of
+// the MAD's AppendVerbose before the payload line. It does not allocate if
+// dst has room. p must hold a decoded packet.
+func AppendPacketVerbose(dst []byte, p *wire.Packet) []byte {
+	dst = p.AppendVerboseHeaders(dst)
+	if m := (MAD{}); decodePacket(p, &m) {
+		dst = m.AppendVerbose(dst)
+	}
+	return p.AppendVerboseTrailer(dst)
+}
+
+// decodePacket decodes p's payload into m and reports whether it is a CM
+// MAD sent to QP1 in a UD packet.
+func decodePacket(p *wire.Packet, m *MAD) bool {
+	return p.DETH != nil && p.BTH.DestQP() == wire.GSIQPN && m.Decode(p.Payload) == nil
+}
 
 // AppendSummary appends a one-line description of m to dst, without a
 // newline: "CM", the message name and its identifying fields, as in
@@ -49,7 +86,7 @@ func (m *MAD) AppendSummary(dst []byte) []byte {
 }
 
 // AppendVerbose appends every field of m to dst in the format of
-// Packet.AppendVerbose: the MAD header, then the CM message, each line
+// wire.Packet.AppendVerbose: the MAD header, then the CM message, each line
 // indented by two spaces and ending in a newline. A REQ's paths get a line
 // each, and so does the rdma_cm header when its private data starts with
 // one. Private data and a REJ's ARI are shown with their length and in hex
@@ -175,7 +212,7 @@ func appendREQ(dst []byte, r REQ) []byte {
 	dst = appendUint(dst, uint64(f.RetryCount))
 	dst = appendField(dst, " pkey=", uint64(f.PKey), 4)
 	dst = append(dst, " mtu="...)
-	dst = f.PathMTU.appendName(dst)
+	dst = appendMTU(dst, f.PathMTU)
 	dst = append(dst, " rdc="...)
 	dst = appendBool(dst, f.RDCExists)
 	dst = append(dst, " rnr_retry="...)
