@@ -10,6 +10,7 @@ import (
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/fabric"
+	"github.com/softnic/softnic/nic/nictest"
 	"github.com/softnic/softnic/qp"
 )
 
@@ -39,7 +40,7 @@ func TestAttachedEndpointReleasesCQ(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			dev := attachTo(t, startDaemon(t))
+			dev := nictest.NewDaemon(t, nil).Client
 			pd, err := dev.AllocPD()
 			if err != nil {
 				t.Fatal(err)
@@ -70,7 +71,7 @@ func TestEndpointFlushedAfterClose(t *testing.T) {
 		open func(t *testing.T) *nic.Device
 	}{
 		{"embedded", func(t *testing.T) *nic.Device { return openDevice(t, nic.Config{}) }},
-		{"attached", func(t *testing.T) *nic.Device { return attachTo(t, startDaemon(t)) }},
+		{"attached", func(t *testing.T) *nic.Device { return nictest.NewDaemon(t, nil).Client }},
 	}
 	reapers := []struct {
 		name string
@@ -146,7 +147,7 @@ func TestEndpointFlushedAfterClose(t *testing.T) {
 		for _, rp := range reapers {
 			for _, wl := range workloads {
 				t.Run(mode.name+"/"+rp.name+"/"+wl.name, func(t *testing.T) {
-					checkLeaks(t)
+					nictest.CheckLeaks(t)
 					dev := mode.open(t)
 					pd, err := dev.AllocPD()
 					if err != nil {
@@ -199,8 +200,8 @@ func TestEndpointFlushedAfterClose(t *testing.T) {
 // TestAttachEndpoint: the fabric-style Endpoint works on an attached
 // device, buffers found by address among the process's regions.
 func TestAttachEndpoint(t *testing.T) {
-	checkLeaks(t)
-	dev := attachTo(t, startDaemon(t))
+	nictest.CheckLeaks(t)
+	dev := nictest.NewDaemon(t, nil).Client
 	pd, _ := dev.AllocPD()
 	ep, err := fabric.NewEndpoint(pd, fabric.EndpointConfig{})
 	if err != nil {

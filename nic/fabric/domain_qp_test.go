@@ -6,6 +6,7 @@ import (
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/fabric"
+	"github.com/softnic/softnic/nic/nictest"
 	"github.com/softnic/softnic/qp"
 )
 
@@ -13,7 +14,7 @@ import (
 // fi_mr face (scalable mode: offset addressing, the application's key) is
 // written by a peer through a QP of the domain's PD.
 func TestDomainRegionsReachableThroughQPs(t *testing.T) {
-	checkLeaks(t)
+	nictest.CheckLeaks(t)
 	a := openEnd(t, nic.Config{})
 	bdev := openDevice(t, nic.Config{})
 	dom, err := fabric.OpenDomain(bdev, fabric.DomainConfig{Cache: &mr.CacheConfig{}})

@@ -14,6 +14,7 @@ import (
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/fabric"
+	"github.com/softnic/softnic/nic/nictest"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/wire"
 )
@@ -47,7 +48,7 @@ func openEndpoint(t testing.TB, devCfg nic.Config, cfg fabric.EndpointConfig) *e
 // endpointPair returns two connected endpoints on loopback devices.
 func endpointPair(t testing.TB, devCfg nic.Config, ca, cb fabric.EndpointConfig) (*epSide, *epSide) {
 	t.Helper()
-	checkLeaks(t)
+	nictest.CheckLeaks(t)
 	a, b := openEndpoint(t, devCfg, ca), openEndpoint(t, devCfg, cb)
 	if err := a.ep.QP().Connect(b.dev.Addr(), b.ep.QP().Num(), nic.ConnectOptions{LocalPSN: 7, RemotePSN: 900}); err != nil {
 		t.Fatal(err)
@@ -578,7 +579,7 @@ func TestEndpointRemoteCQDataWaitsForRecv(t *testing.T) {
 
 func TestEndpointRecvMessage(t *testing.T) {
 	// A verbs QP sends to an endpoint: the receive completes as a message.
-	checkLeaks(t)
+	nictest.CheckLeaks(t)
 	a := openEnd(t, nic.Config{})
 	b := openEndpoint(t, nic.Config{}, fabric.EndpointConfig{})
 	if err := a.qp.Connect(b.dev.Addr(), b.ep.QP().Num(), nic.ConnectOptions{}); err != nil {
@@ -843,7 +844,7 @@ func TestEndpointInvalidArguments(t *testing.T) {
 }
 
 func TestNewEndpointConfig(t *testing.T) {
-	checkLeaks(t)
+	nictest.CheckLeaks(t)
 	dev, err := nic.Open(nic.Config{Addr: loopback})
 	if err != nil {
 		t.Fatal(err)

@@ -2,11 +2,8 @@ package fabric_test
 
 import (
 	"context"
-	"net"
 	"net/netip"
 	"os"
-	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
@@ -30,62 +27,6 @@ func openDevice(t testing.TB, cfg nic.Config) *nic.Device {
 	}
 	t.Cleanup(func() { dev.Close() })
 	return dev
-}
-
-// startDaemon serves an embedded device to attached processes over a unix
-// socket, as softnic serve does, inside the test process, and returns the
-// socket's path.
-func startDaemon(t testing.TB) string {
-	t.Helper()
-	dev, err := nic.Open(nic.Config{Addr: loopback, Embed: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := nic.NewAttachServer(dev, nic.AttachServerConfig{})
-	path := filepath.Join(t.TempDir(), "softnic.sock")
-	l, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		srv.Serve(l)
-	}()
-	t.Cleanup(func() {
-		l.Close()
-		<-served
-		srv.Close()
-		dev.Close()
-	})
-	return path
-}
-
-// attachTo opens a device attached to the daemon at path.
-func attachTo(t testing.TB, path string) *nic.Device {
-	t.Helper()
-	dev, err := nic.Open(nic.Config{Attach: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dev.Close() })
-	return dev
-}
-
-// checkLeaks fails the test if goroutines started during it outlive it.
-func checkLeaks(t testing.TB) {
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(2 * time.Second)
-		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
-		if n := runtime.NumGoroutine(); n > before {
-			buf := make([]byte, 1<<16)
-			buf = buf[:runtime.Stack(buf, true)]
-			t.Errorf("%d goroutines leaked:\n%s", n-before, buf)
-		}
-	})
 }
 
 // openDescriptors counts the process's open descriptors: an attached
