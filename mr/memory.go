@@ -8,8 +8,6 @@ import (
 	"unsafe"
 
 	"log/slog"
-
-	"golang.org/x/sys/unix"
 )
 
 // memory is the bytes behind a region or an arena: one or more segments
@@ -138,7 +136,8 @@ const PageSize = 4096
 const pageShift = 12
 
 // Arena is NIC-owned memory: an anonymous private mapping outside the Go
-// heap (mmap), for regions a remote peer fills or reads. Regions registered
+// heap (mmap; page-aligned Go memory on systems without mmap, see
+// mapArena), for regions a remote peer fills or reads. Regions registered
 // over an arena's bytes keep it mapped, as does every transfer still using
 // it; FreeArena only drops the owner's reference, and the mapping is
 // removed (munmap) when the last reference goes.
@@ -165,7 +164,7 @@ func (t *Table) NewArena(pd PDHandle, size uint64) (*Arena, error) {
 		return nil, fmt.Errorf("arena of %d bytes: %w", size, ErrInvalid)
 	}
 	mapped := (size + PageSize - 1) &^ (PageSize - 1)
-	b, err := unix.Mmap(-1, 0, int(mapped), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	b, err := mapArena(int(mapped))
 	if err != nil {
 		return nil, fmt.Errorf("mmap %d bytes: %v: %w", mapped, err, ErrNoMem)
 	}
@@ -240,7 +239,7 @@ func (t *Table) FreeArena(a *Arena) error {
 func (a *Arena) unmap() {
 	t := a.t
 	t.addrRemove(&a.ext)
-	if err := unix.Munmap(a.mem.segs[0][:cap(a.mem.segs[0])]); err != nil {
+	if err := unmapArena(a.mem.segs[0][:cap(a.mem.segs[0])]); err != nil {
 		t.log.Error("munmap arena", slog.Uint64("addr", a.ext.start), slog.Any("error", err))
 	}
 }

@@ -3,7 +3,10 @@
 // completion rings of fixed-size slots), the encoding of work requests and
 // completions in those slots, sealed memfd mappings, eventfds, and the
 // unix-socket transport that carries control messages with file
-// descriptors (SCM_RIGHTS) between the two.
+// descriptors (SCM_RIGHTS) between the two. Memfds and eventfds are
+// Linux's (memfd_linux.go): elsewhere Create, Map and NewEventFD return
+// mr.ErrNotSupported, and without SCM_RIGHTS (Windows) a Conn carries
+// lines but no descriptors.
 //
 // The model is the rxe userspace provider's: each queue is a ring with a
 // producer index written only by the side that fills slots and a consumer

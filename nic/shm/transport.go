@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net"
 	"sync"
-
-	"golang.org/x/sys/unix"
 )
 
 // Conn carries messages, one line each, and the file descriptors that
@@ -45,14 +43,15 @@ var ErrProtocol = errors.New("attach protocol violation")
 
 // NewConn wraps c; lines longer than maxLine bytes are refused.
 func NewConn(c *net.UnixConn, maxLine int) *Conn {
-	return &Conn{c: c, max: maxLine, rbuf: make([]byte, 16<<10), oob: make([]byte, unix.CmsgSpace(maxFDsPerRead*4))}
+	return &Conn{c: c, max: maxLine, rbuf: make([]byte, 16<<10), oob: make([]byte, rightsSpace(maxFDsPerRead))}
 }
 
 // Unix returns the socket.
 func (c *Conn) Unix() *net.UnixConn { return c.c }
 
 // Send writes line, which must not contain a newline, and the descriptors
-// fds, which stay open on this side.
+// fds, which stay open on this side. Descriptors cannot travel where the
+// system has no SCM_RIGHTS (Windows): sending them is mr.ErrNotSupported.
 func (c *Conn) Send(line []byte, fds []int) error {
 	if bytes.IndexByte(line, '\n') >= 0 {
 		return fmt.Errorf("message with a newline: %w", ErrProtocol)
@@ -64,7 +63,10 @@ func (c *Conn) Send(line []byte, fds []int) error {
 	msg = append(append(msg, line...), '\n')
 	var oob []byte
 	if len(fds) > 0 {
-		oob = unix.UnixRights(fds...)
+		var err error
+		if oob, err = unixRights(fds); err != nil {
+			return err
+		}
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -110,19 +112,12 @@ func (c *Conn) ReadLine() ([]byte, error) {
 }
 
 func (c *Conn) takeRights(oob []byte, flags int) error {
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err != nil {
-		return fmt.Errorf("control message: %v: %w", err, ErrProtocol)
-	}
-	for i := range msgs {
-		fds, err := unix.ParseUnixRights(&msgs[i])
-		if err != nil {
-			continue // credentials or another kind: nothing to keep
-		}
-		c.fds = append(c.fds, fds...)
-	}
+	fds, truncated, err := parseRights(oob, flags)
+	c.fds = append(c.fds, fds...)
 	switch {
-	case flags&unix.MSG_CTRUNC != 0:
+	case err != nil:
+		return fmt.Errorf("control message: %v: %w", err, ErrProtocol)
+	case truncated:
 		return fmt.Errorf("descriptors truncated: %w", ErrProtocol)
 	case len(c.fds) > MaxFDsQueued:
 		return fmt.Errorf("%d descriptors queued: %w", len(c.fds), ErrProtocol)
@@ -154,6 +149,6 @@ func (c *Conn) DropFDs() {
 // CloseFDs closes every descriptor of fds.
 func CloseFDs(fds []int) {
 	for _, fd := range fds {
-		unix.Close(fd)
+		closeFD(fd)
 	}
 }
