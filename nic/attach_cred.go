@@ -9,10 +9,6 @@ import (
 	"os/user"
 	"slices"
 	"strconv"
-	"syscall"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
 )
 
 // Who may talk to whom over a daemon's control socket. Whoever attaches
@@ -38,49 +34,28 @@ type PeerCred struct {
 }
 
 // PeerCredOf returns the credentials of the process at the other end of c
-// (SO_PEERCRED).
+// (SO_PEERCRED). Where the system does not tell (all but Linux) it returns
+// ErrNotSupported.
 func PeerCredOf(c *net.UnixConn) (PeerCred, error) {
-	var cred *unix.Ucred
+	var cred PeerCred
 	var cerr error
-	err := control(c, func(fd int) {
-		cred, cerr = unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED)
-	})
+	err := control(c, func(fd int) { cred, cerr = peerCred(fd) })
 	if err = errors.Join(err, cerr); err != nil {
 		return PeerCred{}, fmt.Errorf("peer credentials: %w", err)
 	}
-	return PeerCred{PID: int(cred.Pid), UID: int(cred.Uid), GID: int(cred.Gid)}, nil
+	return cred, nil
 }
 
 // peerGroups returns the supplementary groups of the process at the other
 // end of c (SO_PEERGROUPS).
 func peerGroups(c *net.UnixConn) ([]int, error) {
-	var gids []uint32
+	var gids []int
 	var gerr error
-	err := control(c, func(fd int) {
-		for n := 64; ; n *= 2 {
-			buf := make([]uint32, n)
-			size := uint32(4 * n)
-			_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_PEERGROUPS,
-				uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&size)), 0)
-			if e == unix.ERANGE && n < 1<<16 {
-				continue
-			}
-			if e != 0 {
-				gerr = e
-				return
-			}
-			gids = buf[:size/4]
-			return
-		}
-	})
+	err := control(c, func(fd int) { gids, gerr = peerGroupsOf(fd) })
 	if err = errors.Join(err, gerr); err != nil {
 		return nil, fmt.Errorf("peer groups: %w", err)
 	}
-	out := make([]int, len(gids))
-	for i, g := range gids {
-		out[i] = int(g)
-	}
-	return out, nil
+	return gids, nil
 }
 
 // control runs f on c's descriptor.
@@ -132,12 +107,15 @@ func DialControl(ctx context.Context, path string) (*net.UnixConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	switch {
-	case fi.Mode()&os.ModeSocket == 0:
+	if fi.Mode()&os.ModeSocket == 0 {
 		return nil, fmt.Errorf("%s is not a socket (%v): %w", path, fi.Mode(), ErrInvalid)
-	case !ok || !slices.Contains(trusted, int(st.Uid)):
-		return nil, untrusted(fmt.Sprintf("control socket %s belongs to", path), int(st.Uid), trusted)
+	}
+	uid, err := fileOwner(fi)
+	if err != nil {
+		return nil, fmt.Errorf("control socket %s: %w", path, err)
+	}
+	if !slices.Contains(trusted, uid) {
+		return nil, untrusted(fmt.Sprintf("control socket %s belongs to", path), uid, trusted)
 	}
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "unix", path)

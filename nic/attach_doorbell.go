@@ -12,8 +12,6 @@ import (
 
 	"log/slog"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
 )
@@ -91,7 +89,7 @@ func (b *doorbell) open() error {
 		return err
 	}
 	if b.page, err = shm.Create("softnic-doorbell", shm.DoorbellSize); err != nil {
-		unix.Close(fd)
+		shm.CloseFD(fd)
 		return err
 	}
 	b.fd = fd
@@ -114,7 +112,7 @@ func (b *doorbell) listen() (*os.File, error) {
 		return nil, nil
 	}
 	if b.listening == nil {
-		fd, err := unix.FcntlInt(uintptr(b.fd), unix.F_DUPFD_CLOEXEC, 0)
+		fd, err := shm.DupFD(b.fd)
 		if err != nil {
 			return nil, fmt.Errorf("doorbell eventfd: dup: %w", err)
 		}
@@ -155,7 +153,7 @@ func (b *doorbell) signal() {
 // goroutine and the busy-polling readers are done with them.
 func (b *doorbell) close() {
 	b.fdMu.Lock()
-	unix.Close(b.fd)
+	shm.CloseFD(b.fd)
 	b.fd = -1
 	b.fdMu.Unlock()
 	b.page.Close()

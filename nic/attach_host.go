@@ -8,8 +8,6 @@ import (
 
 	"log/slog"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/nic/shm"
@@ -548,7 +546,7 @@ func (c *hostedCQ) close() {
 	c.closed = true
 	c.m.Close()
 	if c.efd >= 0 {
-		unix.Close(c.efd)
+		shm.CloseFD(c.efd)
 	}
 	c.s.acct.Release(c.bill)
 }

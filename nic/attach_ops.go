@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/nic/shm"
@@ -657,7 +655,7 @@ func (s *session) disconnect(ctx context.Context, raw json.RawMessage, _ []int) 
 
 // dupFD returns a copy of fd, closed on exec.
 func dupFD(fd int) (int, error) {
-	d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	d, err := shm.DupFD(fd)
 	if err != nil {
 		return -1, fmt.Errorf("dup: %w", err)
 	}

@@ -4,13 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"math"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/qp"
@@ -35,9 +32,8 @@ func Probe(qps int) Machine {
 	if n, ok := cgroupMemoryMax(); ok && n < m.RAM {
 		m.RAM = n
 	}
-	var rl unix.Rlimit
-	if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) == nil && rl.Cur > 0 && rl.Cur < math.MaxInt64 {
-		m.Descriptors = int64(rl.Cur)
+	if n, ok := descriptorLimit(); ok {
+		m.Descriptors = n
 	}
 	if n, ok := readInt("/proc/sys/vm/max_map_count"); ok && n > 0 {
 		m.MaxMapCount = n

@@ -14,7 +14,13 @@ import (
 // descriptor or shared mapping ever needs closing, and a socket carries
 // lines but no descriptors.
 
-func closeFD(int) {}
+// CloseFD does nothing: there is no descriptor to close.
+func CloseFD(int) {}
+
+// DupFD returns mr.ErrNotSupported: there is no descriptor to copy.
+func DupFD(int) (int, error) {
+	return -1, fmt.Errorf("dup on %s: %w", runtime.GOOS, mr.ErrNotSupported)
+}
 
 func munmap([]byte) error { return nil }
 

@@ -4,7 +4,11 @@ package shm
 
 import "golang.org/x/sys/unix"
 
-func closeFD(fd int) { unix.Close(fd) }
+// CloseFD closes the descriptor fd.
+func CloseFD(fd int) { unix.Close(fd) }
+
+// DupFD returns a copy of fd, closed on exec.
+func DupFD(fd int) (int, error) { return unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0) }
 
 func munmap(b []byte) error { return unix.Munmap(b) }
 

@@ -54,12 +54,12 @@ func Map(fd int, size int) (*Mapping, error) { return MapRange(fd, 0, size) }
 // returns mr.ErrNotSupported.
 func MapRange(fd int, off int64, size int) (*Mapping, error) {
 	if size <= 0 || off < 0 || off%PageSize != 0 || off > math.MaxInt64-int64(RoundUp(size)) {
-		closeFD(fd)
+		CloseFD(fd)
 		return nil, fmt.Errorf("shared memory of %d bytes at offset %d: %w", size, off, syscall.EINVAL)
 	}
 	b, err := mapSealed(fd, off, RoundUp(size))
 	if err != nil {
-		closeFD(fd)
+		CloseFD(fd)
 		return nil, err
 	}
 	return &Mapping{b: b, fd: fd}, nil
@@ -74,7 +74,7 @@ func (m *Mapping) FD() int { return m.fd }
 // CloseFD closes the descriptor; the mapping stays.
 func (m *Mapping) CloseFD() {
 	if m.fd >= 0 {
-		closeFD(m.fd)
+		CloseFD(m.fd)
 		m.fd = -1
 	}
 }

@@ -149,6 +149,6 @@ func (c *Conn) DropFDs() {
 // CloseFDs closes every descriptor of fds.
 func CloseFDs(fds []int) {
 	for _, fd := range fds {
-		closeFD(fd)
+		CloseFD(fd)
 	}
 }
