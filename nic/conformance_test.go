@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -302,7 +301,7 @@ func TestAttachCreateFailureDestroys(t *testing.T) {
 			panic(err)
 		}
 		defer f.Close()
-		fd, err := syscall.Dup(int(f.Fd()))
+		fd, err := shm.DupFD(int(f.Fd()))
 		if err != nil {
 			panic(err)
 		}
@@ -388,7 +387,7 @@ func TestAttachExtraDescriptorClosed(t *testing.T) {
 		if op != "alloc_pd" || w == nil {
 			return fds
 		}
-		fd, err := syscall.Dup(int(w.Fd()))
+		fd, err := shm.DupFD(int(w.Fd()))
 		if err != nil {
 			panic(err)
 		}

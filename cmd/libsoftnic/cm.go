@@ -1,4 +1,4 @@
-//go:build libsoftnic
+//go:build linux && libsoftnic
 
 package main
 

@@ -1,7 +1,8 @@
 // Command libsoftnic is not a command: built with -buildmode=c-shared and
-// the libsoftnic build tag, it is a shared library with the public ABI of
-// rdma-core's libibverbs and librdmacm (rdma-core 44, Debian bookworm),
-// backed by a softnic daemon through the attach protocol, so that
+// the libsoftnic build tag on Linux (it shares memory with the daemon
+// through memfds, as attach mode does), it is a shared library with the
+// public ABI of rdma-core's libibverbs and librdmacm (rdma-core 44, Debian
+// bookworm), backed by a softnic daemon through the attach protocol, so that
 // unmodified programs built for those libraries (perftest, rping,
 // ibv_devinfo, ibv_rc_pingpong …) run on softnic with no kernel module and
 // no root. Build it with

@@ -18,7 +18,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -94,7 +93,7 @@ func checkLeaks(t *testing.T) {
 	// os/signal starts its watcher goroutine, for good, on the first
 	// Notify: start it before counting.
 	c := make(chan os.Signal, 1)
-	signal.Notify(c, syscall.SIGUSR2)
+	signal.Notify(c, os.Interrupt)
 	signal.Stop(c)
 	before := runtime.NumGoroutine()
 	t.Cleanup(func() {

@@ -30,7 +30,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/softnic/softnic/cmd/softnic/internal/metrics"
@@ -403,8 +402,8 @@ func CheckDir(path string, create bool) error {
 	if err != nil {
 		return fmt.Errorf("control directory: %w", err)
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !fi.IsDir() || !ok || int(st.Uid) != os.Getuid() || fi.Mode().Perm()&0o077 != 0 {
+	uid, ok := fileOwner(fi)
+	if !fi.IsDir() || !ok || uid != os.Getuid() || fi.Mode().Perm()&0o077 != 0 {
 		return fmt.Errorf("control directory %s is not a directory of yours alone (%v): remove it, or give --control another path", dir, fi.Mode())
 	}
 	return nil
