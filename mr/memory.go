@@ -2,12 +2,11 @@ package mr
 
 import (
 	"fmt"
+	"log/slog"
 	"runtime"
 	"sort"
 	"sync/atomic"
 	"unsafe"
-
-	"log/slog"
 )
 
 // memory is the bytes behind a region or an arena: one or more segments

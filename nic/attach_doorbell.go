@@ -3,14 +3,13 @@ package nic
 import (
 	"encoding/binary"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"log/slog"
 
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"

@@ -2,11 +2,10 @@ package nic
 
 import (
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 	"unsafe"
-
-	"log/slog"
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/quota"
