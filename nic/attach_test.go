@@ -34,6 +34,9 @@ func startDaemon(t testing.TB, cfg nic.Config) *daemon {
 // startServer is startDaemon with the attach server configured by scfg.
 func startServer(t testing.TB, cfg nic.Config, scfg nic.AttachServerConfig) *daemon {
 	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("attach mode needs Linux (memfds, eventfds, SO_PEERCRED)")
+	}
 	if !cfg.Addr.IsValid() {
 		cfg.Addr = loopback
 	}

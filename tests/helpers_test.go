@@ -111,6 +111,9 @@ func waitWC(t testing.TB, cq *nic.CQ, timeout time.Duration) qp.WC {
 // on a unix socket, as softnic serve does; it returns the socket's path.
 func startDaemon(t testing.TB, cfg nic.Config) (string, *nic.Device) {
 	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("attach mode needs Linux (memfds, eventfds, SO_PEERCRED)")
+	}
 	cfg.Embed = true
 	dev := openDevice(t, cfg)
 	srv := nic.NewAttachServer(dev, nic.AttachServerConfig{})

@@ -63,6 +63,9 @@ type testDaemon struct {
 // line. The test's cleanup stops it.
 func startDaemon(t *testing.T, args ...string) *testDaemon {
 	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("the daemon's control socket and attach mode need Linux (SO_PEERCRED, memfds, eventfds)")
+	}
 	checkLeaks(t)
 	d := &testDaemon{control: filepath.Join(t.TempDir(), "ctl.sock"), stderr: &syncBuffer{}, exit: make(chan int, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
