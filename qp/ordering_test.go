@@ -10,53 +10,6 @@ import (
 	"github.com/softnic/softnic/wire"
 )
 
-// TestFence: a WR with IBV_SEND_FENCE waits until every earlier READ and
-// ATOMIC has completed (IBTA fence indicator; rxe holds the WQE while
-// READ/ATOMICs are outstanding): its first packet leaves only after the
-// READ's response has arrived. Without the fence it leaves at once.
-func TestFence(t *testing.T) {
-	cases := []struct {
-		name  string
-		first qp.WROpcode
-		flags qp.SendFlags
-		waits bool
-	}{
-		{"fence-after-read", qp.WRRead, qp.Fence, true},
-		{"fence-after-atomic", qp.WRFetchAdd, qp.Fence, true},
-		{"no-fence", qp.WRRead, 0, false},
-		{"fence-after-write", qp.WRWrite, qp.Fence, false}, // a WRITE is not waited for
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			s, a, b := pair(t, defaultAttr())
-			writeAt, respAt := qp.Time(-1), qp.Time(-1)
-			s.drop = func(h *host, p *wire.Packet) bool {
-				switch {
-				case h == a && p.BTH.PSN() == psnA.Add(1) && writeAt < 0:
-					writeAt = s.now
-				case h == b && respAt < 0:
-					respAt = s.now
-				}
-				return false
-			}
-			fill(a.buf[:64], 2)
-			post(t, a, &qp.SendWR{ID: 1, Opcode: c.first, Flags: qp.Signaled, SGL: sgl(a.sge(512, 8)), RemoteAddr: b.va(512), RKey: b.region.RKey(), CompareAdd: 1})
-			post(t, a, &qp.SendWR{ID: 2, Opcode: qp.WRWrite, Flags: qp.Signaled | c.flags, SGL: sgl(a.sge(0, 64)), RemoteAddr: b.va(0), RKey: b.region.RKey()})
-			s.waitWC(a, 2, time.Second)
-			for i, wc := range a.wcs {
-				if wc.ID != uint64(i+1) || wc.Status != qp.Success {
-					t.Errorf("completion %d is %v, want wr_id %d SUCCESS", i, &wc, i+1)
-				}
-			}
-			if arrived := respAt.Add(s.latency); c.waits && writeAt < arrived || !c.waits && writeAt != 0 {
-				t.Errorf("the second WR left at %v, the first response arrived at %v; waiting for it: %v",
-					time.Duration(writeAt), time.Duration(arrived), c.waits)
-			}
-			checkTranscript(t, s)
-		})
-	}
-}
-
 // TestMaxRdAtomic: with max_rd_atomic 2 the requester keeps at most two
 // READ/ATOMIC requests outstanding (IBTA initiator depth; rxe's
 // rd_atomic count): the third READ's request leaves only once the first

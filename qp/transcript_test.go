@@ -31,7 +31,7 @@ import (
 //	put H off=N u64=N                  store a 64-bit word in H's region
 //	drop from=H [op=NAME|N] [psn=N] [count=N]
 //	    lose the next count (1) packets H sends that match (PSNs as shown)
-//	post H id=N op=NAME len=N [off=N] [remote=N] [rkey-xor=N] [signaled] [add=N] [compare=N] [swap=N]
+//	post H id=N op=NAME len=N [off=N] [remote=N] [rkey-xor=N] [signaled] [fence] [add=N] [compare=N] [swap=N]
 //	    a send WR from off of H's region to remote of the peer's (with
 //	    its rkey's bits flipped by rkey-xor)
 //	post-recv H id=N len=N [off=N]     a receive WR into H's region
@@ -294,8 +294,13 @@ func (e *transcriptEnv) post(t *testing.T, d *datadriven.TestData) {
 		SGL:        sgl(h.sge(uint64(e.num(t, d, "off", 0)), uint32(e.num(t, d, "len", -1)))),
 		RemoteAddr: peer.va(uint64(e.num(t, d, "remote", 0))), RKey: peer.region.RKey() ^ uint32(e.num(t, d, "rkey-xor", 0)),
 		CompareAdd: uint64(max(e.num(t, d, "add", 0), e.num(t, d, "compare", 0))), Swap: uint64(e.num(t, d, "swap", 0))}
-	if _, ok := d.Arg("signaled"); ok {
-		wr.Flags |= qp.Signaled
+	for _, f := range []struct {
+		name string
+		flag qp.SendFlags
+	}{{"signaled", qp.Signaled}, {"fence", qp.Fence}} {
+		if _, ok := d.Arg(f.name); ok {
+			wr.Flags |= f.flag
+		}
 	}
 	post(t, h, wr)
 }
