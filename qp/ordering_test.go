@@ -10,41 +10,6 @@ import (
 	"github.com/softnic/softnic/wire"
 )
 
-// TestMaxRdAtomic: with max_rd_atomic 2 the requester keeps at most two
-// READ/ATOMIC requests outstanding (IBTA initiator depth; rxe's
-// rd_atomic count): the third READ's request leaves only once the first
-// READ's response is in, though the second's was lost.
-func TestMaxRdAtomic(t *testing.T) {
-	attr := defaultAttr()
-	attr.MaxRdAtomic = 2
-	s, a, b := pair(t, attr)
-	fill(b.buf[:3*64], 8)
-	lose := dropOnce(b, psnIs(psnA.Add(1))) // the second READ's response
-	var requests []qp.Time                  // when each new READ request left
-	s.drop = func(h *host, p *wire.Packet) bool {
-		if h == a && p.BTH.PSN() == psnA.Add(uint32(len(requests))) {
-			requests = append(requests, s.now)
-		}
-		return lose(h, p)
-	}
-	for i := range 3 {
-		off := uint64(64 * i)
-		post(t, a, &qp.SendWR{ID: uint64(i), Opcode: qp.WRRead, Flags: qp.Signaled, SGL: sgl(a.sge(off, 64)), RemoteAddr: b.va(off), RKey: b.region.RKey()})
-	}
-	s.waitWC(a, 3, time.Second)
-	for i, wc := range a.wcs {
-		expectWC(t, wc, qp.WC{ID: uint64(i), Status: qp.Success, Opcode: qp.WCRead, ByteLen: 64, QPN: a.qp.Num()})
-	}
-	if !bytes.Equal(a.buf[:3*64], b.buf[:3*64]) {
-		t.Error("read data differs")
-	}
-	firstResponse := 2 * s.latency // sent when the request arrives, back one latency later
-	if len(requests) != 3 || requests[1] != 0 || requests[2] != qp.Time(firstResponse) {
-		t.Errorf("READ requests left at %v, want 0, 0 and when the first response arrived (%v)", requests, firstResponse)
-	}
-	checkTranscript(t, s)
-}
-
 // TestUnsignaled: without sq_sig_all an unsignaled WR produces no completion
 // when it succeeds, but does when it fails (IBTA; ibv_post_send(3)); a
 // signaled WR after unsignaled ones completes them with it, freeing their

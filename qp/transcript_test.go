@@ -23,7 +23,7 @@ import (
 // memory each command must produce, in the datadriven format (see package
 // internal/datadriven; -rewrite writes the outputs). The commands:
 //
-//	pair [type=RC|UC|UD] [timeout=N] [retry=N] [rnr-retry=N] [min-rnr-timer=N] [rd-atomic=N]
+//	pair [type=RC|UC|UD] [timeout=N] [retry=N] [rnr-retry=N] [min-rnr-timer=N] [rd-atomic=N] [dest-rd-atomic=N]
 //	    two hosts a and b, each with a 1 MiB region, connected; a's PSNs
 //	    start at 0x100, b's at 0xfffff0
 //	access H [read] [write] [atomic]   the remote access H's QP grants
@@ -148,13 +148,10 @@ func (e *transcriptEnv) pair(t *testing.T, d *datadriven.TestData) {
 		key string
 		v   *uint8
 	}{{"timeout", &attr.Timeout}, {"retry", &attr.RetryCnt}, {"rnr-retry", &attr.RNRRetry},
-		{"min-rnr-timer", &attr.MinRNRTimer}, {"rd-atomic", &attr.MaxRdAtomic}} {
+		{"min-rnr-timer", &attr.MinRNRTimer}, {"rd-atomic", &attr.MaxRdAtomic}, {"dest-rd-atomic", &attr.MaxDestRdAtomic}} {
 		if _, ok := d.Arg(f.key); ok {
 			*f.v = uint8(e.num(t, d, f.key, -1))
 		}
-	}
-	if _, ok := d.Arg("rd-atomic"); ok {
-		attr.MaxDestRdAtomic = attr.MaxRdAtomic
 	}
 	typ := qp.RC
 	if v, ok := d.Arg("type"); ok {

@@ -32,7 +32,6 @@ func TestPSNWrap(t *testing.T) {
 		{"TestUDQKey", TestUDQKey},
 		{"TestSRQSharedInOrder", TestSRQSharedInOrder},
 		{"TestSRQEmptyRNR", TestSRQEmptyRNR},
-		{"TestMaxRdAtomic", TestMaxRdAtomic},
 		{"TestUnsignaled", TestUnsignaled},
 		{"TestInline", TestInline},
 		{"TestScatterGather", TestScatterGather},
