@@ -8,12 +8,12 @@ import (
 	"github.com/softnic/softnic/wire"
 )
 
-// Scenarios of the transport that need Go to set up (packets forged by
-// hand, a table of bad requests): each posts work, loses or bends chosen
-// packets, and checks completions, counters and memory; their packet
-// traces are golden transcripts in testdata/scenarios. The main stories
-// (loss and go-back-N, timeouts, RNR, replays, READ, coalesced ACKs) are
-// whole transcripts, commands and outputs, in testdata/transcripts
+// Scenarios of the transport that forge packets by hand, which a
+// transcript cannot: they check completions, counters and state, and
+// TestScenarioGhostAck's packet trace is a golden transcript in
+// testdata/scenarios. The other stories (loss and go-back-N, timeouts,
+// RNR, replays, READ, coalesced ACKs, remote errors, the fence, UC gaps)
+// are whole transcripts, commands and outputs, in testdata/transcripts
 // (TestTranscripts).
 
 // dropOnce loses the first packet from `from` that match reports true for.

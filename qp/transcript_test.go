@@ -31,7 +31,7 @@ import (
 //	put H off=N u64=N                  store a 64-bit word in H's region
 //	drop from=H [op=NAME|N] [psn=N] [count=N]
 //	    lose the next count (1) packets H sends that match (PSNs as shown)
-//	post H id=N op=NAME len=N [off=N] [remote=N] [rkey-xor=N] [signaled] [fence] [add=N] [compare=N] [swap=N]
+//	post H id=N op=NAME len=N [off=N] [remote=N] [rkey-xor=N] [signaled] [fence] [imm=N] [add=N] [compare=N] [swap=N]
 //	    a send WR from off of H's region to remote of the peer's (with
 //	    its rkey's bits flipped by rkey-xor)
 //	post-recv H id=N len=N [off=N]     a receive WR into H's region
@@ -40,8 +40,9 @@ import (
 //	settle                             run until nothing is left to do
 //	completions H                      H's completions since the last look
 //	counters H [NAME …]                H's non-zero counters, or those named
-//	state H                            H's QP state and error cause
+//	state H                            H's QP state, error cause and receive WRs queued
 //	word H off=N                       the 64-bit word at off of H's region
+//	zero H off=N len=N                 whether the range holds only zeros
 //	compare H=OFF H=OFF len=N          whether the two ranges hold the same bytes
 func TestTranscripts(t *testing.T) { runTranscripts(t, datadriven.Rewriting()) }
 
@@ -108,7 +109,11 @@ func (e *transcriptEnv) do(t *testing.T, d *datadriven.TestData) string {
 		h := e.host(t, d, 0)
 		h.poll()
 		for _, wc := range h.wcs[e.seen[h]:] {
-			fmt.Fprintf(&out, "%s: %v\n", h.name, &wc)
+			fmt.Fprintf(&out, "%s: %v", h.name, &wc)
+			if wc.Flags&qp.WCWithImm != 0 {
+				fmt.Fprintf(&out, " imm=%#x", wc.Imm)
+			}
+			out.WriteString("\n")
 		}
 		e.seen[h] = len(h.wcs)
 	case "counters":
@@ -121,10 +126,18 @@ func (e *transcriptEnv) do(t *testing.T, d *datadriven.TestData) string {
 	case "state":
 		h := e.host(t, d, 0)
 		st := h.qp.Status()
-		fmt.Fprintf(&out, "%s: %s cause=%s\n", h.name, st.State, st.Cause)
+		fmt.Fprintf(&out, "%s: %s cause=%s recv_queued=%d\n", h.name, st.State, st.Cause, st.RecvQueued)
 	case "word":
 		h := e.host(t, d, 0)
 		fmt.Fprintf(&out, "%s+%#x: %d\n", h.name, e.num(t, d, "off", -1), binary.NativeEndian.Uint64(h.buf[e.num(t, d, "off", -1):]))
+	case "zero":
+		h := e.host(t, d, 0)
+		off, n := e.num(t, d, "off", -1), e.num(t, d, "len", -1)
+		zero := "all zero"
+		if slices.ContainsFunc(h.buf[off:off+n], func(b byte) bool { return b != 0 }) {
+			zero = "not all zero"
+		}
+		fmt.Fprintf(&out, "%s+%#x, %d bytes: %s\n", h.name, off, n, zero)
 	case "compare":
 		n := e.num(t, d, "len", -1)
 		x, y := e.host(t, d, 0), e.host(t, d, 1)
@@ -290,7 +303,8 @@ func (e *transcriptEnv) post(t *testing.T, d *datadriven.TestData) {
 	wr := &qp.SendWR{ID: uint64(e.num(t, d, "id", 0)), Opcode: op,
 		SGL:        sgl(h.sge(uint64(e.num(t, d, "off", 0)), uint32(e.num(t, d, "len", -1)))),
 		RemoteAddr: peer.va(uint64(e.num(t, d, "remote", 0))), RKey: peer.region.RKey() ^ uint32(e.num(t, d, "rkey-xor", 0)),
-		CompareAdd: uint64(max(e.num(t, d, "add", 0), e.num(t, d, "compare", 0))), Swap: uint64(e.num(t, d, "swap", 0))}
+		CompareAdd: uint64(max(e.num(t, d, "add", 0), e.num(t, d, "compare", 0))), Swap: uint64(e.num(t, d, "swap", 0)),
+		Imm: uint32(e.num(t, d, "imm", 0))}
 	for _, f := range []struct {
 		name string
 		flag qp.SendFlags

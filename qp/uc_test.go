@@ -94,62 +94,6 @@ func TestUCOperations(t *testing.T) {
 	}
 }
 
-// TestUCGapDropsMessage: a packet lost inside a UC message makes the
-// responder drop the rest of that message and wait for the next FIRST or
-// ONLY (IBTA class D1 errors): no completion for the broken message,
-// uc_dropped_msgs counts it, and the receive WR it had started to fill is
-// used again, from its start, by the next message, which arrives whole (rxe
-// resets the WQE for the next message rather than consuming it).
-func TestUCGapDropsMessage(t *testing.T) {
-	cases := []struct {
-		name string
-		op   qp.WROpcode
-	}{
-		{"send", qp.WRSend},
-		{"write-imm", qp.WRWriteImm},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			s, a, b := pairOf(t, qp.UC, defaultAttr())
-			s.drop = dropOnce(a, psnIs(psnA.Add(1))) // the MIDDLE of the first message
-			first, second := uint32(3*testMTU), uint32(2*testMTU-100)
-			fill(a.buf[:first], 1)
-			fill(a.buf[first:first+second], 2)
-			postRecv(t, b, &qp.RecvWR{ID: 1, SGL: sgl(b.sge(0, 4*testMTU))})
-			postRecv(t, b, &qp.RecvWR{ID: 2, SGL: sgl(b.sge(4*testMTU, 4*testMTU))})
-			const dst = 64 * 1024 // WRITE targets, after the receive buffers
-			post(t, a, &qp.SendWR{ID: 10, Opcode: c.op, SGL: sgl(a.sge(0, first)), RemoteAddr: b.va(dst), RKey: b.region.RKey(), Imm: 1})
-			post(t, a, &qp.SendWR{ID: 11, Opcode: c.op, SGL: sgl(a.sge(uint64(first), second)), RemoteAddr: b.va(dst + 8*testMTU), RKey: b.region.RKey(), Imm: 2})
-			s.settle(time.Second)
-
-			wcs := b.poll()
-			if len(wcs) != 1 {
-				t.Fatalf("b has %d completions %v, want one: the second message's", len(wcs), wcs)
-			}
-			want := qp.WC{ID: 1, Status: qp.Success, Opcode: qp.WCRecv, ByteLen: second, QPN: b.qp.Num()}
-			got := b.buf[0:second]
-			if c.op == qp.WRWriteImm {
-				want.Opcode, want.Flags, want.Imm = qp.WCRecvWriteImm, qp.WCWithImm, 2
-				got = b.buf[dst+8*testMTU : dst+8*testMTU+second]
-				if !bytes.Equal(b.buf[dst+2*testMTU:dst+3*testMTU], make([]byte, testMTU)) {
-					t.Error("the LAST packet of the broken WRITE was placed")
-				}
-			}
-			expectWC(t, wcs[0], want)
-			if !bytes.Equal(got, a.buf[first:first+second]) {
-				t.Error("the message after the gap differs from what was sent")
-			}
-			if n := b.counter(qp.UCDroppedMsgs); n != 1 {
-				t.Errorf("uc_dropped_msgs = %d, want 1", n)
-			}
-			if st := b.qp.Status(); st.RecvQueued != 1 || st.State != qp.RTS {
-				t.Errorf("b is %s with %d receive WRs queued, want RTS with WR 2 still queued", st.State, st.RecvQueued)
-			}
-			checkTranscript(t, s)
-		})
-	}
-}
-
 // TestUCSendWithoutRecvWR: a UC SEND that finds no receive WR is dropped
 // (IBTA class D; rxe drops it), never RNR-NAKed: UC has no NAKs. The next
 // SEND, once a receive WR is posted, is delivered.

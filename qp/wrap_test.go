@@ -26,7 +26,6 @@ func TestPSNWrap(t *testing.T) {
 			runLossy(t, 1, 300, netem.Faults{Drop: 0.10, Duplicate: 0.05, Reorder: 0.05, Corrupt: 0.01, Seed: 1})
 		}},
 		{"TestUCOperations", TestUCOperations},
-		{"TestUCGapDropsMessage", TestUCGapDropsMessage},
 		{"TestUCSendWithoutRecvWR", TestUCSendWithoutRecvWR},
 		{"TestUDSend", TestUDSend},
 		{"TestUDQKey", TestUDQKey},
