@@ -21,7 +21,7 @@ type requester struct {
 	pkt      uint32   // next packet of the WQE at sq.next (on a resend, where it restarts)
 	sinceAck int      // packets sent since the last one with AckReq
 	rdAtomic int      // READ/ATOMIC WQEs started and not completed
-	halted   bool     // a WQE failed locally: nothing more is sent
+	halted   bool     // a WQE failed (or the QP is in ERR): nothing more is sent
 	rnrWait  bool     // waiting out an RNR NAK's timer
 	rnrUntil Time
 	rnrPSN   wire.PSN
