@@ -94,15 +94,26 @@ func TestRpingForever(t *testing.T) {
 	}
 	cliCtx, interrupt := context.WithCancel(ctx)
 	defer interrupt()
-	go func() {
-		cliExit <- runContext(cliCtx, append([]string{"rping", "-c", "-a", "127.0.0.1", "-I", "127.0.0.2"}, common...), &cliOut, &errs)
-	}()
-	if !waitUntil(ctx, func() bool { return strings.Count(cliOut.String(), "ping data:") >= 3 }) {
-		t.Fatalf("no pings:\n%s", errs.String())
+	client := append([]string{"rping", "-c", "-a", "127.0.0.1", "-I", "127.0.0.2"}, common...)
+	var cliErr *syncBuffer
+	for retries := 0; ; retries++ {
+		cliErr = new(syncBuffer)
+		go func() { cliExit <- runContext(cliCtx, client, &cliOut, cliErr) }()
+		if !waitUntil(ctx, func() bool { return strings.Count(cliOut.String(), "ping data:") >= 3 || len(cliExit) > 0 }) {
+			t.Fatalf("no pings:\n%s%s", errs.String(), cliErr.String())
+		}
+		if len(cliExit) == 0 || !notListening(cliErr.String()) || retries == 100 {
+			break
+		}
+		<-cliExit // the server was not listening yet: as runPair, try again
+		time.Sleep(20 * time.Millisecond)
+	}
+	if strings.Count(cliOut.String(), "ping data:") < 3 {
+		t.Fatalf("the client exits %d before 3 pings:\n%s%s", <-cliExit, errs.String(), cliErr.String())
 	}
 	interrupt()
 	if code := <-cliExit; code != 0 {
-		t.Fatalf("the interrupted client exits %d:\n%s", code, errs.String())
+		t.Fatalf("the interrupted client exits %d:\n%s%s", code, errs.String(), cliErr.String())
 	}
 	if code := <-srvExit; code != 0 {
 		t.Fatalf("the server exits %d after the client left:\n%s%s", code, srvOut.String(), errs.String())
