@@ -16,7 +16,15 @@
 // driver: it carries the MADs over its QP1, runs the timers, and turns the
 // events into what Dial, Accept and Close wait on.
 //
-// The tests drive engines on a simulated link with a fake clock from
-// transcripts in testdata/*.txt: commands and the MADs, events, timers and
-// states each produces, readable without Go.
+// The main scenarios are transcripts in testdata/*.txt, readable without
+// Go: two engines on a simulated link with a fake clock, driven by
+// commands (listen, connect, accept, reject, drop, tick, disconnect …),
+// each followed by the MADs that crossed the link, the events, states,
+// counts and tables it produced (handshake.txt, no-listener.txt,
+// req-timeout.txt, reject.txt, duplicate-req.txt, rep-lost-after-mra.txt,
+// rtu-lost.txt, disconnect.txt, backlog.txt, half-open.txt,
+// no-amplification.txt; the commands are listed at TestTranscripts). Go
+// tests on the same link cover the rest: stale messages, MTU, strangers,
+// abort, shutdown, huge timeouts, the MRA's service timeout, and the fuzz
+// target.
 package cm

@@ -1,8 +1,8 @@
 package cm
 
 import (
+	"bytes"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
@@ -18,7 +18,9 @@ import (
 // The connection manager's engine on a simulated link with a fake clock:
 // two engines, a and b, exchange the MADs their steps output, and the
 // tests compare what crossed the link with what the IBTA and Linux's CM
-// would send.
+// would send. The main scenarios are transcripts (transcript_test.go,
+// testdata/*.txt) on this link; the tests here are those that look
+// inside the engine or feed it MADs no engine sends.
 
 type cmSide struct {
 	name string
@@ -43,8 +45,11 @@ type cmLink struct {
 	drop    func(from *cmSide, m *mad.MAD) bool
 	log     []string
 	sent    [][mad.MADSize]byte // every MAD put on the link, lost or not
-	flushed []*ID
-	results map[*ID]result // handshake outcomes not yet taken (result)
+	results map[*ID]result      // handshake outcomes not yet taken (result)
+	// watch, if set, sees every step's output before its MADs go on the
+	// link, and onSend every MAD put on it (the transcripts print them).
+	watch  func(s *cmSide, out *Output)
+	onSend func(from *cmSide, m *mad.MAD, lost bool)
 }
 
 // result is the outcome of a handshake, as the events report it.
@@ -83,15 +88,17 @@ func (l *cmLink) call(s *cmSide, f func(e *Engine, now qp.Time, out *Output)) {
 	l.emit(s, &out)
 }
 
-// step runs one step of side s at the current time, records its counts,
-// flushes and handshake outcomes, and returns its output.
+// step runs one step of side s at the current time, records its counts
+// and handshake outcomes, shows its output to watch, and returns it.
 func (l *cmLink) step(s *cmSide, f func(e *Engine, now qp.Time, out *Output)) Output {
 	var out Output
 	f(s.e, l.now, &out)
 	for k, n := range out.Counts {
 		s.cnt[k] += n
 	}
-	l.flushed = append(l.flushed, out.Flush...)
+	if l.watch != nil {
+		l.watch(s, &out)
+	}
 	for _, ev := range out.Events {
 		switch ev.Type {
 		case EventReply:
@@ -110,7 +117,11 @@ func (l *cmLink) result(id *ID) (result, bool) {
 	return r, ok
 }
 
+// emit puts a step's MADs on the link. An engine visits its
+// communications in no fixed order (Tick, Shutdown), so the MADs of one
+// step leave sorted by their bytes: a scenario runs the same every time.
 func (l *cmLink) emit(s *cmSide, out *Output) {
+	slices.SortStableFunc(out.MADs, func(x, y MAD) int { return bytes.Compare(x.MAD[:], y.MAD[:]) })
 	for _, m := range out.MADs {
 		l.sent = append(l.sent, m.MAD)
 		var mad mad.MAD
@@ -124,23 +135,16 @@ func (l *cmLink) emit(s *cmSide, out *Output) {
 		if mad.REJ != nil {
 			line += " (" + mad.REJ.Reason().String() + ")"
 		}
-		if l.drop != nil && l.drop(s, &mad) {
+		lost := l.drop != nil && l.drop(s, &mad)
+		if l.onSend != nil {
+			l.onSend(s, &mad, lost)
+		}
+		if lost {
 			l.log = append(l.log, line+" (lost)")
 			continue
 		}
 		l.log = append(l.log, line)
 		l.flights = append(l.flights, cmFlight{at: l.now.Add(cmLatency), from: s, mad: m.MAD})
-	}
-}
-
-// dropFirst loses the first n MADs of attribute attr that side from sends.
-func dropFirst(from *cmSide, attr mad.AttrID, n int) func(*cmSide, *mad.MAD) bool {
-	return func(s *cmSide, m *mad.MAD) bool {
-		if s == from && m.AttrID() == attr && n > 0 {
-			n--
-			return true
-		}
-		return false
 	}
 }
 
@@ -282,181 +286,6 @@ func (l *cmLink) handshake(limit time.Duration) (active, passive *ID) {
 	return active, passive
 }
 
-func TestCMEngineHandshake(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		drop func(l *cmLink) func(*cmSide, *mad.MAD) bool
-		log  []string
-		// retries and dups are the retransmissions of a and b and the
-		// duplicates each received.
-		retries, dups [2]uint64
-	}{
-		{
-			name: "clean",
-			log:  []string{"a→b ConnectRequest", "b→a ConnectReply", "a→b ReadyToUse"},
-		},
-		{
-			name: "REQ lost",
-			drop: func(l *cmLink) func(*cmSide, *mad.MAD) bool {
-				return dropFirst(l.a, mad.AttrConnectRequest, 1)
-			},
-			log:     []string{"a→b ConnectRequest (lost)", "a→b ConnectRequest", "b→a ConnectReply", "a→b ReadyToUse"},
-			retries: [2]uint64{1, 0},
-		},
-		{
-			// b sends its REP once: a's REQ timer runs out, and the
-			// repeated REQ has b send the REP again, at once.
-			name: "REP lost",
-			drop: func(l *cmLink) func(*cmSide, *mad.MAD) bool {
-				return dropFirst(l.b, mad.AttrConnectReply, 1)
-			},
-			log: []string{"a→b ConnectRequest", "b→a ConnectReply (lost)",
-				"a→b ConnectRequest", "b→a ConnectReply", "a→b ReadyToUse"},
-			retries: [2]uint64{1, 0},
-			dups:    [2]uint64{0, 1},
-		},
-		{
-			name: "REP lost twice",
-			drop: func(l *cmLink) func(*cmSide, *mad.MAD) bool {
-				return dropFirst(l.b, mad.AttrConnectReply, 2)
-			},
-			log: []string{"a→b ConnectRequest", "b→a ConnectReply (lost)", "a→b ConnectRequest", "b→a ConnectReply (lost)",
-				"a→b ConnectRequest", "b→a ConnectReply", "a→b ReadyToUse"},
-			retries: [2]uint64{2, 0},
-			dups:    [2]uint64{0, 2},
-		},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			l := newCMLink(t)
-			if tc.drop != nil {
-				l.drop = tc.drop(l)
-			}
-			active, passive := l.handshake(time.Second)
-			l.settle(time.Second)
-			l.expectLog(tc.log...)
-			for i, s := range []*cmSide{l.a, l.b} {
-				if got := s.cnt[TxRetries]; got != tc.retries[i] {
-					t.Errorf("%s: cm_tx_retries = %d, want %d", s.name, got, tc.retries[i])
-				}
-				if got := s.cnt[RxDuplicates]; got != tc.dups[i] {
-					t.Errorf("%s: cm_rx_duplicates = %d, want %d", s.name, got, tc.dups[i])
-				}
-				if got := s.cnt[Connected]; got != 1 {
-					t.Errorf("%s: cm_established = %d, want 1", s.name, got)
-				}
-			}
-			// What each side learnt of the other.
-			if active.remote != passive.local || passive.remote != active.local {
-				t.Errorf("communication IDs: a %#x→%#x, b %#x→%#x", active.local, active.remote, passive.local, passive.remote)
-			}
-			if active.remoteQPN != 0x22 || passive.remoteQPN != 0x11 || passive.localQPN != 0x22 {
-				t.Errorf("QPNs: a knows %#x, b knows %#x and is %#x", active.remoteQPN, passive.remoteQPN, passive.localQPN)
-			}
-			req := passive.req
-			if req.StartingPSN != 0x123456 || req.ResponderResources != 4 || req.InitiatorDepth != 2 ||
-				req.PathMTU != wire.MTU1024 || req.PrimaryPath.LocalACKTimeout != 10 || req.MaxCMRetries != 3 ||
-				!strings.HasPrefix(string(req.PrivateData[mad.CMAHeaderSize:]), "hello") {
-				t.Errorf("b got REQ %+v", req)
-			}
-		})
-	}
-}
-
-// The REP a dialer waits for carries the acceptor's choices.
-func TestCMEngineREPFields(t *testing.T) {
-	l := newCMLink(t)
-	ln := l.listen(1)
-	active := l.connect(l.dialParams())
-	l.run(time.Second, func() bool { return len(ln.backlog) == 1 })
-	passive := l.b.e.NextRequest(ln)
-	ap := l.acceptParams()
-	ap.SRQ = true
-	l.call(l.b, func(e *Engine, now qp.Time, out *Output) { e.Accept(now, passive, ap, out) })
-	var r result
-	l.run(time.Second, func() bool { var ok bool; r, ok = l.result(active); return ok })
-	if r.err != nil || r.rep == nil {
-		t.Fatalf("result %+v", r)
-	}
-	rep := r.rep
-	if rep.LocalQPN != 0x22 || rep.StartingPSN != 0x654321 || rep.ResponderResources != 2 || rep.InitiatorDepth != 4 ||
-		rep.RNRRetryCount != 6 || rep.TargetACKDelay != TargetACKDelay || rep.LocalCAGUID != l.b.e.guid || !rep.SRQ ||
-		string(rep.PrivateData[:7]) != "welcome" {
-		t.Errorf("REP %+v", rep)
-	}
-	if active.state != RepRcvd {
-		t.Errorf("dialer in %s after the REP, want REP_RCVD", active.state)
-	}
-}
-
-func TestCMEngineNoListener(t *testing.T) {
-	l := newCMLink(t)
-	id := l.connect(l.dialParams())
-	var r result
-	l.run(time.Second, func() bool { var ok bool; r, ok = l.result(id); return ok })
-	l.expectLog("a→b ConnectRequest", "b→a ConnectReject (invalid service ID)")
-	var rej *RejectError
-	if !errors.As(r.err, &rej) || rej.Reason != mad.RejectInvalidServiceID || !errors.Is(r.err, ErrConnRefused) {
-		t.Fatalf("dial error %v, want a REJ for an invalid service ID", r.err)
-	}
-	if msg := r.err.Error(); !strings.Contains(msg, "10.0.0.2:4791") || !strings.Contains(msg, "port 7471") {
-		t.Errorf("error %q does not name the address and port", msg)
-	}
-	if len(l.a.e.ids) != 0 || len(l.b.e.ids) != 0 {
-		t.Errorf("communications left: a %d, b %d", len(l.a.e.ids), len(l.b.e.ids))
-	}
-}
-
-// A REQ that never gets an answer is sent 1 + max CM retries times, each
-// waiting the CM response timeout plus the path's ACK timeout.
-func TestCMEngineTimeout(t *testing.T) {
-	l := newCMLink(t)
-	l.drop = func(*cmSide, *mad.MAD) bool { return true }
-	p := l.dialParams()
-	id := l.connect(p)
-	var r result
-	l.run(time.Minute, func() bool { var ok bool; r, ok = l.result(id); return ok })
-	if !errors.Is(r.err, ErrTimedOut) || !strings.Contains(r.err.Error(), "10.0.0.2:4791 port 7471") {
-		t.Fatalf("dial error %v, want a timeout naming 10.0.0.2:4791 port 7471", r.err)
-	}
-	if want := qp.Time(4 * (Duration(p.CMTimeout) + Duration(p.ACKTimeout))); l.now != want {
-		t.Errorf("gave up at %v, want %v (4 tries)", time.Duration(l.now), time.Duration(want))
-	}
-	if len(l.log) != 4 || l.a.cnt[TxRetries] != 3 {
-		t.Errorf("%d REQs sent, %d retries; want 4 and 3", len(l.log), l.a.cnt[TxRetries])
-	}
-	if len(l.a.e.ids) != 0 {
-		t.Errorf("%d communications left", len(l.a.e.ids))
-	}
-}
-
-func TestCMEngineRejectByListener(t *testing.T) {
-	l := newCMLink(t)
-	ln := l.listen(1)
-	id := l.connect(l.dialParams())
-	l.run(time.Second, func() bool { return len(ln.backlog) == 1 })
-	req := l.b.e.NextRequest(ln)
-	l.call(l.b, func(e *Engine, now qp.Time, out *Output) {
-		if err := e.Reject(now, req, mad.RejectConsumer, []byte("go away"), out); err != nil {
-			t.Fatal(err)
-		}
-	})
-	var r result
-	l.run(time.Second, func() bool { var ok bool; r, ok = l.result(id); return ok })
-	var rej *RejectError
-	if !errors.As(r.err, &rej) || rej.Reason != mad.RejectConsumer || string(rej.PrivateData[:7]) != "go away" ||
-		len(rej.PrivateData) != mad.REJPrivateDataSize || errors.Is(r.err, ErrConnRefused) {
-		t.Fatalf("dial error %#v", r.err)
-	}
-	// The same REQ again (a retransmission that crossed the REJ) gets the
-	// same REJ, not a second request for the listener.
-	l.flights = append(l.flights, cmFlight{at: l.now, from: l.a, mad: reqOf(t, l, req)})
-	l.settle(time.Second)
-	l.expectLog("a→b ConnectRequest", "b→a ConnectReject (consumer reject)", "b→a ConnectReject (consumer reject)")
-	if len(ln.backlog) != 0 {
-		t.Error("the duplicate REQ reached the listener")
-	}
-}
-
 // reqOf rebuilds the REQ b received for req.
 func reqOf(t *testing.T, l *cmLink, req *ID) [mad.MADSize]byte {
 	f := mad.MADFields{Header: mad.CMHeader(mad.AttrConnectRequest, req.tid), REQ: *req.req}
@@ -465,41 +294,6 @@ func reqOf(t *testing.T, l *cmLink, req *ID) [mad.MADSize]byte {
 		t.Fatal(err)
 	}
 	return b
-}
-
-// A duplicate of a REQ the application has not answered yet gets an MRA,
-// and the requester then waits the MRA's service timeout before trying
-// again, coming back while the request is still held; the application's
-// late answer still connects, once.
-func TestCMEngineDuplicateREQWhilePending(t *testing.T) {
-	l := newCMLink(t)
-	ln := l.listen(4)
-	p := l.dialParams()
-	id := l.connect(p)
-	l.run(time.Second, func() bool { return l.a.cnt[TxRetries] == 1 && len(l.flights) == 0 })
-	l.expectLog("a→b ConnectRequest", "a→b ConnectRequest", "b→a MsgRcptAck")
-	if len(ln.backlog) != 1 || len(l.b.e.ids) != 1 || l.b.cnt[RxDuplicates] != 1 {
-		t.Fatalf("b holds %d requests and %d communications after a duplicate REQ", len(ln.backlog), len(l.b.e.ids))
-	}
-	// b holds the request 4 × (16.8 + 4.2) + 16.8 ≈ 101 ms from its REQ
-	// (handshakeTime); the MRA, 21 ms in, asks for 2^14 × 4.096 µs ≈ 67
-	// ms, the most that with a's ACK timeout brings its next REQ within.
-	req := l.b.e.NextRequest(ln)
-	at, _ := l.a.e.Deadline()
-	if want := l.now.Add(Duration(14) + Duration(p.ACKTimeout)); at != want || at > req.expires {
-		t.Errorf("after the MRA a's timer is due at %v, want %v, before b drops the request at %v",
-			time.Duration(at), time.Duration(want), time.Duration(req.expires))
-	}
-	l.call(l.b, func(e *Engine, now qp.Time, out *Output) { e.Accept(now, req, l.acceptParams(), out) })
-	l.run(time.Second, func() bool {
-		if _, ok := l.result(id); ok {
-			l.call(l.a, func(e *Engine, _ qp.Time, out *Output) { e.Establish(id, out) })
-		}
-		return req.state == Established
-	})
-	if id.state != Established {
-		t.Errorf("dialer in %s", id.state)
-	}
 }
 
 // The MRA asks for rdma_cm's service timeout when the request is held
@@ -531,91 +325,6 @@ func TestMRAServiceTimeout(t *testing.T) {
 	}
 }
 
-// A REP lost after an MRA goes again in answer to the REQ the requester
-// sends when the MRA's wait is over, which comes while the request is
-// still held: the dialer connects, rather than waiting rdma_cm's 69 s for
-// a request dropped long before.
-func TestCMEngineREPLostAfterMRA(t *testing.T) {
-	l := newCMLink(t)
-	l.drop = dropFirst(l.b, mad.AttrConnectReply, 1)
-	ln := l.listen(4)
-	id := l.connect(l.dialParams())
-	// The application is slow to answer: a sends its REQ again, and b
-	// answers with an MRA.
-	l.run(time.Second, func() bool { return l.a.cnt[TxRetries] == 1 && len(l.flights) == 0 })
-	req := l.b.e.NextRequest(ln)
-	l.call(l.b, func(e *Engine, now qp.Time, out *Output) { e.Accept(now, req, l.acceptParams(), out) })
-	l.run(time.Second, func() bool {
-		if _, ok := l.result(id); ok && id.state == RepRcvd {
-			l.call(l.a, func(e *Engine, _ qp.Time, out *Output) { e.Establish(id, out) })
-		}
-		return req.state == Established && len(l.flights) == 0
-	})
-	l.expectLog("a→b ConnectRequest", "a→b ConnectRequest", "b→a MsgRcptAck", "b→a ConnectReply (lost)",
-		"a→b ConnectRequest", "b→a ConnectReply", "a→b ReadyToUse")
-	if id.state != Established || l.now > req.expires {
-		t.Errorf("dialer %s at %v; b drops the request at %v", id.state, time.Duration(l.now), time.Duration(req.expires))
-	}
-}
-
-func TestCMEngineDisconnect(t *testing.T) {
-	for _, tc := range []struct {
-		name      string
-		activeEnd bool // the dialer disconnects; else the acceptor
-		drop      string
-		log       []string
-	}{
-		{name: "dialer", activeEnd: true, log: []string{"a→b DisconnectRequest", "b→a DisconnectReply"}},
-		{name: "acceptor", log: []string{"b→a DisconnectRequest", "a→b DisconnectReply"}},
-		{name: "dialer, DREQ lost", activeEnd: true, drop: "DREQ",
-			log: []string{"a→b DisconnectRequest (lost)", "a→b DisconnectRequest", "b→a DisconnectReply"}},
-		{name: "acceptor, DREP lost", drop: "DREP",
-			log: []string{"b→a DisconnectRequest", "a→b DisconnectReply (lost)", "b→a DisconnectRequest", "a→b DisconnectReply"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			l := newCMLink(t)
-			active, passive := l.handshake(time.Second)
-			l.settle(time.Second)
-			l.log = nil
-			closer, closerSide, other := active, l.a, passive
-			if !tc.activeEnd {
-				closer, closerSide, other = passive, l.b, active
-			}
-			switch tc.drop {
-			case "DREQ":
-				l.drop = dropFirst(closerSide, mad.AttrDisconnectRequest, 1)
-			case "DREP":
-				l.drop = dropFirst(l.peer(closerSide), mad.AttrDisconnectReply, 1)
-			}
-			l.call(closerSide, func(e *Engine, now qp.Time, out *Output) {
-				if !e.Disconnect(now, closer, out) {
-					t.Fatal("disconnect sent no DREQ")
-				}
-			})
-			l.run(time.Second, func() bool { return closer.state == Timewait })
-			l.expectLog(tc.log...)
-			if !closer.settled {
-				t.Error("Close would still wait after the DREP")
-			}
-			if closer.err != nil || !errors.Is(other.err, ErrConnReset) {
-				t.Errorf("ended with %v and %v; want nil for the closer, ECONNRESET for the peer", closer.err, other.err)
-			}
-			if len(l.flushed) != 1 || l.flushed[0] != other {
-				t.Errorf("QPs flushed: %d, want the peer's", len(l.flushed))
-			}
-			l.settle(time.Second) // timewait ends
-			if closer.state != Gone || other.state != Gone || len(l.a.e.ids)+len(l.b.e.ids) != 0 {
-				t.Errorf("after timewait: %s and %s, %d communications left", closer.state, other.state, len(l.a.e.ids)+len(l.b.e.ids))
-			}
-			for _, s := range []*cmSide{l.a, l.b} {
-				if got := s.cnt[Disconnected]; got != 1 {
-					t.Errorf("%s: cm_disconnected = %d, want 1", s.name, got)
-				}
-			}
-		})
-	}
-}
-
 // A DREQ for no known connection gets a DREP, as Linux answers it; a REQ
 // repeated after its connection ended gets REJ "stale connection".
 func TestCMEngineStaleMessages(t *testing.T) {
@@ -638,31 +347,6 @@ func TestCMEngineStaleMessages(t *testing.T) {
 	l.flights = append(l.flights, cmFlight{at: l.now, from: l.a, mad: b})
 	l.settle(time.Second)
 	l.expectLog("a→b DisconnectRequest", "b→a DisconnectReply", "b→a ConnectReject (stale connection)", "b→a DisconnectReply")
-}
-
-// Beyond the backlog a REQ is dropped without an answer; its
-// retransmission gets in once the application has taken the first.
-func TestCMEngineBacklog(t *testing.T) {
-	l := newCMLink(t)
-	ln := l.listen(1)
-	first := l.connect(l.dialParams())
-	p := l.dialParams()
-	p.QPN = 0x12
-	second := l.connect(p)
-	l.run(time.Second, func() bool { return len(l.flights) == 0 })
-	if got := l.b.cnt[RxDropped]; len(ln.backlog) != 1 || got != 1 {
-		t.Fatalf("backlog %d, cm_rx_dropped %d; want 1 and 1", len(ln.backlog), got)
-	}
-	if l.b.e.NextRequest(ln).remote != first.local {
-		t.Fatal("the first REQ is not the one queued")
-	}
-	l.run(time.Second, func() bool { return len(ln.backlog) == 1 })
-	if l.b.e.NextRequest(ln).remote != second.local {
-		t.Fatal("the retransmitted second REQ is not the one queued")
-	}
-	// Both REQs are sent again at the same time: the first is a duplicate
-	// of a request the application holds, which gets an MRA.
-	l.expectLog("a→b ConnectRequest", "a→b ConnectRequest", "a→b ConnectRequest", "a→b ConnectRequest", "b→a MsgRcptAck")
 }
 
 // A softnic listener with a smaller MTU rejects a REQ asking for more and
@@ -835,90 +519,6 @@ func TestCMPeerAddr(t *testing.T) {
 	}
 }
 
-// The RTU is lost: the acceptor does not send its REP again (the
-// requester, established, would not answer it), and the first request on
-// its QP establishes the connection instead, as the QP's
-// communication-established event does in Linux. Without one, the
-// acceptor gives up after the handshake time, without a word.
-func TestCMEngineRTULost(t *testing.T) {
-	for _, firstRequest := range []bool{true, false} {
-		t.Run(fmt.Sprintf("first request %v", firstRequest), func(t *testing.T) {
-			l := newCMLink(t)
-			l.drop = dropFirst(l.a, mad.AttrReadyToUse, 1)
-			ln := l.listen(1)
-			active := l.connect(l.dialParams())
-			var passive *ID
-			l.run(time.Second, func() bool {
-				if id := l.b.e.NextRequest(ln); id != nil {
-					passive = id
-					l.call(l.b, func(e *Engine, now qp.Time, out *Output) { e.Accept(now, passive, l.acceptParams(), out) })
-				}
-				if _, ok := l.result(active); ok {
-					l.call(l.a, func(e *Engine, _ qp.Time, out *Output) { e.Establish(active, out) })
-				}
-				return active.state == Established && len(l.flights) == 0
-			})
-			if firstRequest {
-				l.call(l.b, func(e *Engine, _ qp.Time, out *Output) { e.CommEstablished(passive, out) })
-				if r, ok := l.result(passive); !ok || r.err != nil || passive.state != Established {
-					t.Fatalf("after the first request: %s, result %v", passive.state, r.err)
-				}
-			}
-			l.settle(time.Minute)
-			l.expectLog("a→b ConnectRequest", "b→a ConnectReply", "a→b ReadyToUse (lost)")
-			if firstRequest {
-				if passive.state != Established || l.b.cnt[Connected] != 1 || l.b.e.halfOpen != 0 {
-					t.Errorf("acceptor %s, cm_established %d, %d half-open", passive.state, l.b.cnt[Connected], l.b.e.halfOpen)
-				}
-				return
-			}
-			r, _ := l.result(passive)
-			if !errors.Is(r.err, ErrTimedOut) || passive.state != Gone || l.b.cnt[HandshakeTimeouts] != 1 ||
-				len(l.b.e.ids) != 0 || l.b.e.halfOpen != 0 || len(l.b.e.halfOpenBy) != 0 {
-				t.Errorf("acceptor without RTU: %s, %v, cm_handshake_timeouts %d, %d communications, %d half-open",
-					passive.state, r.err, l.b.cnt[HandshakeTimeouts], len(l.b.e.ids), l.b.e.halfOpen)
-			}
-			if want := qp.Time(l.b.e.handshakeTime(passive.req)); l.now < want || l.now > want+qp.Time(time.Millisecond) {
-				t.Errorf("acceptor gave up at %v, want %v", time.Duration(l.now), time.Duration(want))
-			}
-		})
-	}
-}
-
-// A REQ from an address that never answers (spoofed) brings that address
-// one REP per REQ it sends, and nothing more: then, after the handshake
-// time, the request is dropped, counted.
-func TestCMEngineNoAmplification(t *testing.T) {
-	for _, reqs := range []int{1, 4} {
-		t.Run(fmt.Sprintf("%d REQs", reqs), func(t *testing.T) {
-			l := newCMLink(t)
-			l.drop = func(from *cmSide, _ *mad.MAD) bool { return from == l.b } // a never hears b
-			ln := l.listen(1)
-			p := l.dialParams()
-			p.CMRetries = uint8(reqs - 1)
-			l.connect(p)
-			l.run(time.Second, func() bool { return len(ln.backlog) == 1 })
-			req := l.b.e.NextRequest(ln)
-			l.call(l.b, func(e *Engine, now qp.Time, out *Output) { e.Accept(now, req, l.acceptParams(), out) })
-			l.settle(time.Minute)
-			var fromA, fromB int
-			for _, line := range l.log {
-				if strings.HasPrefix(line, "a→b") {
-					fromA++
-				} else {
-					fromB++
-				}
-			}
-			if fromA != reqs || fromB != reqs {
-				t.Errorf("%d MADs to b brought %d from b; want %d each:\n%s", fromA, fromB, reqs, strings.Join(l.log, "\n"))
-			}
-			if got := l.b.cnt[HandshakeTimeouts]; got != 1 || len(l.b.e.ids) != 0 || l.b.e.halfOpen != 0 {
-				t.Errorf("cm_handshake_timeouts %d, %d communications, %d half-open; want 1, 0, 0", got, len(l.b.e.ids), l.b.e.halfOpen)
-			}
-		})
-	}
-}
-
 // A REQ asking for the longest timeouts and the most retries the wire
 // carries is held no longer than CMLimits.Handshake, and the waits the
 // engine takes from it later are bounded too.
@@ -942,78 +542,5 @@ func TestCMEngineHugeTimeouts(t *testing.T) {
 	l.run(time.Minute, func() bool { return req.state == Gone })
 	if l.now > qp.Time(DefaultHandshake+time.Second) {
 		t.Errorf("the request was dropped at %v", time.Duration(l.now))
-	}
-}
-
-// Requests beyond the half-open limits are rejected with "no resources",
-// and counted; the limit per source keeps one address from taking every
-// slot, and slots come back when their requests end.
-func TestCMEngineHalfOpenLimits(t *testing.T) {
-	l := newCMLink(t)
-	l.b.e.lim = Limits{HalfOpen: 5, HalfOpenPerSource: 3, Handshake: time.Second}
-	ln := l.listen(16)
-	other := netip.MustParseAddrPort("10.0.0.7:4791") // another requester, as b sees it
-	req := func(from netip.AddrPort, comm uint32) mad.RejectReason {
-		t.Helper()
-		f := mad.MADFields{Header: mad.CMHeader(mad.AttrConnectRequest, uint64(comm))}
-		f.REQ = mad.REQFields{
-			LocalCommID: comm, ServiceID: mad.RDMACMServiceID(mad.PortSpaceTCP, 7471), LocalQPN: 0x11,
-			PathMTU: wire.MTU1024, PKey: 0xFFFF, MaxCMRetries: 15, LocalCMResponseTimeout: 20, RemoteCMResponseTimeout: 20,
-		}
-		cma := mad.NewCMAHeader(netip.AddrPortFrom(from.Addr(), 40000), l.b.addr.Addr())
-		mad.CMAHeader(f.REQ.PrivateData[:mad.CMAHeaderSize]).Encode(&cma)
-		var b [mad.MADSize]byte
-		if _, err := f.Encode(b[:]); err != nil {
-			t.Fatal(err)
-		}
-		var m mad.MAD
-		if err := m.Decode(b[:]); err != nil {
-			t.Fatal(err)
-		}
-		out := l.step(l.b, func(e *Engine, now qp.Time, out *Output) { e.Receive(now, from, l.b.mtu, &m, out) })
-		if len(out.MADs) == 0 {
-			return 0
-		}
-		var a mad.MAD
-		if err := a.Decode(out.MADs[0].MAD[:]); err != nil || a.REJ == nil {
-			t.Fatalf("answer to REQ %#x: %v", comm, err)
-		}
-		return a.REJ.Reason()
-	}
-	for i := range uint32(4) {
-		want := mad.RejectReason(0)
-		if i == 3 {
-			want = mad.RejectNoResources
-		}
-		if got := req(l.a.addr, 100+i); got != want {
-			t.Errorf("REQ %d from a: answer %v, want %v", i, got, want)
-		}
-	}
-	for i := range uint32(3) {
-		want := mad.RejectReason(0)
-		if i == 2 {
-			want = mad.RejectNoResources // 5 in all
-		}
-		if got := req(other, 200+i); got != want {
-			t.Errorf("REQ %d from %v: answer %v, want %v", i, other, got, want)
-		}
-	}
-	if got := l.b.cnt[RejectedBusy]; got != 2 || len(ln.backlog) != 5 || l.b.e.halfOpen != 5 {
-		t.Errorf("cm_rejected_busy %d, backlog %d, %d half-open; want 2, 5, 5", got, len(ln.backlog), l.b.e.halfOpen)
-	}
-	// The application takes one of a's and accepts it: still half-open
-	// until the RTU. The others end when the handshake time runs out.
-	first := l.b.e.NextRequest(ln)
-	l.step(l.b, func(e *Engine, now qp.Time, out *Output) { e.Accept(now, first, l.acceptParams(), out) })
-	if got := req(l.a.addr, 300); got != mad.RejectNoResources {
-		t.Errorf("REQ from a while its 3 wait: %v", got)
-	}
-	l.now = l.now.Add(time.Second)
-	l.step(l.b, func(e *Engine, now qp.Time, out *Output) { e.Tick(now, out) })
-	if l.b.e.halfOpen != 0 || len(l.b.e.halfOpenBy) != 0 || l.b.cnt[HandshakeTimeouts] != 5 {
-		t.Fatalf("after the handshake time: %d half-open (%v), cm_handshake_timeouts %d", l.b.e.halfOpen, l.b.e.halfOpenBy, l.b.cnt[HandshakeTimeouts])
-	}
-	if got := req(l.a.addr, 400); got != 0 {
-		t.Errorf("REQ from a after its requests ended: %v", got)
 	}
 }

@@ -1,0 +1,554 @@
+package cm
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/softnic/softnic/internal/datadriven"
+	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/wire"
+	"github.com/softnic/softnic/wire/mad"
+)
+
+// TestTranscripts runs the scenarios of testdata/*.txt on the simulated
+// link of engine_test.go (two engines, a at 10.0.0.1:4791 and b at
+// 10.0.0.2:4791, 10 µs apart, with a fake clock): each file is a story
+// told as commands, and each command prints the MADs that crossed the
+// link (with the time they were sent and their key fields; communication
+// IDs by the names the transcript gives them), the events the engines
+// output and what the command asks to see, in the datadriven format (see
+// package internal/datadriven; -rewrite writes the outputs). The commands:
+//
+//	engines [b-mtu=N]                  a new link; b's path MTU toward a (4096)
+//	limits H [half-open=N] [per-source=N] [handshake=D]
+//	listen H [port=N] [backlog=N]      H listens on port (7471)
+//	connect a NAME [port=N] [qpn=N] [private=S] [cm-timeout=N] [ack-timeout=N] [cm-retries=N]
+//	    a dials b: REQ with CM timeout 12, ACK timeout 10, 3 CM retries,
+//	    QPN 0x11, PSN 0x123456, MTU 1024, private data "hello"
+//	next H [port=N]                    the application takes the first request
+//	    waiting in H's backlog (requests are named by side and number: b1, b2 …)
+//	accept H NAME [srq] [private=S]    H accepts: REP with QPN 0x22, PSN 0x654321, "welcome"
+//	reject H NAME [private=S]          H rejects (consumer reject)
+//	establish H NAME                   the dialer, its QP ready, sends the RTU
+//	first-request H NAME               NAME's QP got its first request
+//	disconnect H NAME                  H sends a DREQ
+//	abort H NAME                       the dialer gives up
+//	drop from=H [type=NAME] [count=N]  lose the next count (1) MADs H sends of
+//	    that type (REQ, REP, RTU, MRA, REJ, DREQ, DREP), or all of them (count=all)
+//	duplicate NAME                     the REQ NAME's acceptor received arrives again
+//	inject H from=ADDR comm=N          a REQ for port 7471 from ADDR arrives at H
+//	deliver                            run until nothing is in flight
+//	tick D                             run D of time
+//	settle [limit=D]                   run until nothing is in flight and no timer is armed (1 m)
+//	state H NAME                       NAME's state and error
+//	timer H                            when H's engine next wants a Tick
+//	counts H                           H's non-zero counts
+//	tables H                           H's communications, half-open requests and backlogs
+func TestTranscripts(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("testdata", "*.txt"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no transcripts: %v", err)
+	}
+	for _, path := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(path), ".txt"), func(t *testing.T) {
+			var e cmTranscript
+			datadriven.RunTest(t, path, e.do)
+		})
+	}
+}
+
+// cmTranscript is the state of one transcript.
+type cmTranscript struct {
+	l         *cmLink
+	out       strings.Builder // what the link and the engines did since the last command
+	ids       map[string]*ID
+	names     map[uint32]string // communication IDs by name
+	listeners map[lnKey]*Listener
+}
+
+type lnKey struct {
+	side *cmSide
+	port uint16
+}
+
+func (e *cmTranscript) do(t *testing.T, d *datadriven.TestData) string {
+	if d.Cmd == "engines" {
+		e.start(t, d)
+		return "a 10.0.0.1:4791, b 10.0.0.2:4791\n"
+	}
+	if e.l == nil {
+		d.Fatalf(t, "no engines yet")
+	}
+	e.l.t = t
+	e.out.Reset()
+	extra := e.run(t, d)
+	return e.out.String() + extra
+}
+
+func (e *cmTranscript) start(t *testing.T, d *datadriven.TestData) {
+	*e = cmTranscript{l: newCMLink(t), ids: map[string]*ID{}, names: map[uint32]string{}, listeners: map[lnKey]*Listener{}}
+	if v, ok := d.Arg("b-mtu"); ok {
+		mtu, ok := wire.MTUFromBytes(e.atoi(t, d, v[0]))
+		if !ok {
+			d.Fatalf(t, "no MTU %s", v[0])
+		}
+		e.l.b.mtu = mtu
+	}
+	e.l.watch = e.watch
+	e.l.onSend = e.sent
+}
+
+// watch prints a step's events and flushes and names the requests that
+// come in.
+func (e *cmTranscript) watch(s *cmSide, out *Output) {
+	// One step's events come in the engine's order per communication,
+	// and in no fixed order across them (Tick): printed by name.
+	evs := slices.Clone(out.Events)
+	slices.SortStableFunc(evs, func(x, y Event) int { return strings.Compare(e.name(x.ID), e.name(y.ID)) })
+	for _, ev := range evs {
+		name := e.name(ev.ID)
+		if ev.Type == EventRequest && name == "" {
+			n := 1
+			for e.ids[fmt.Sprintf("%s%d", s.name, n)] != nil {
+				n++
+			}
+			name = fmt.Sprintf("%s%d", s.name, n)
+			e.ids[name] = ev.ID
+			e.names[ev.ID.local] = name
+		}
+		fmt.Fprintf(&e.out, "%v %s: %s %s", time.Duration(e.l.now), s.name, ev.Type, name)
+		if ev.Type == EventReply {
+			fmt.Fprintf(&e.out, " (now %s)", ev.ID.state)
+		}
+		if ev.Err != nil {
+			fmt.Fprintf(&e.out, ": %v", ev.Err)
+		}
+		e.out.WriteString("\n")
+		for _, sentinel := range []error{ErrConnRefused, ErrConnReset, ErrTimedOut, ErrClosed} {
+			if errors.Is(ev.Err, sentinel) {
+				fmt.Fprintf(&e.out, "  is %v\n", sentinel)
+			}
+		}
+		var rej *RejectError
+		if errors.As(ev.Err, &rej) {
+			fmt.Fprintf(&e.out, "  REJ %v ari=%x private=%s (%d bytes)\n", rej.Reason, rej.ARI, text(rej.PrivateData), len(rej.PrivateData))
+		}
+	}
+	flush := slices.Clone(out.Flush)
+	slices.SortFunc(flush, func(x, y *ID) int { return strings.Compare(e.name(x), e.name(y)) })
+	for _, id := range flush {
+		fmt.Fprintf(&e.out, "%v %s: flush %s's QP\n", time.Duration(e.l.now), s.name, e.name(id))
+	}
+}
+
+func (e *cmTranscript) name(id *ID) string {
+	if id == nil {
+		return ""
+	}
+	return e.names[id.local]
+}
+
+func (e *cmTranscript) comm(c uint32) string {
+	if n, ok := e.names[c]; ok {
+		return n
+	}
+	return fmt.Sprintf("%#x", c)
+}
+
+// text is private data as text: up to its first zero byte.
+func text(b []byte) string {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	return strconv.Quote(string(b))
+}
+
+// sent prints a MAD put on the link: its type and its key fields.
+func (e *cmTranscript) sent(from *cmSide, m *mad.MAD, lost bool) {
+	fmt.Fprintf(&e.out, "%v %s→%s %s", time.Duration(e.l.now), from.name, e.l.peer(from).name, m.AttrID())
+	switch {
+	case m.REQ != nil:
+		r := m.REQ
+		fmt.Fprintf(&e.out, " comm=%s service=%v qpn=%#x psn=%#x mtu=%v resources=%d depth=%d cm-timeout=%d ack-timeout=%d cm-retries=%d private=%s",
+			e.comm(r.LocalCommID()), r.ServiceID(), r.LocalQPN(), uint32(r.StartingPSN()), r.PathMTU(), r.ResponderResources(), r.InitiatorDepth(),
+			r.RemoteCMResponseTimeout(), r.PrimaryPath().LocalACKTimeout(), r.MaxCMRetries(), text(r.PrivateData()[mad.CMAHeaderSize:]))
+	case m.REP != nil:
+		r := m.REP
+		fmt.Fprintf(&e.out, " comm=%s remote=%s qpn=%#x psn=%#x resources=%d depth=%d rnr-retry=%d ack-delay=%d srq=%v guid=%s private=%s",
+			e.comm(r.LocalCommID()), e.comm(r.RemoteCommID()), r.LocalQPN(), uint32(r.StartingPSN()), r.ResponderResources(), r.InitiatorDepth(),
+			r.RNRRetryCount(), r.TargetACKDelay(), r.SRQ(), e.guid(r.LocalCAGUID()), text(r.PrivateData()))
+	case m.REJ != nil:
+		r := m.REJ
+		fmt.Fprintf(&e.out, " comm=%s remote=%s (%v, rejecting the %v) ari=%x private=%s",
+			e.comm(r.LocalCommID()), e.comm(r.RemoteCommID()), r.Reason(), r.MessageRejected(), r.ARI()[:r.ARILength()], text(r.PrivateData()))
+	case m.MRA != nil:
+		fmt.Fprintf(&e.out, " comm=%s remote=%s (of the %v) service-timeout=%d",
+			e.comm(m.MRA.LocalCommID()), e.comm(m.MRA.RemoteCommID()), m.MRA.MessageMRAed(), m.MRA.ServiceTimeout())
+	case m.RTU != nil:
+		fmt.Fprintf(&e.out, " comm=%s remote=%s", e.comm(m.RTU.LocalCommID()), e.comm(m.RTU.RemoteCommID()))
+	case m.DREQ != nil:
+		fmt.Fprintf(&e.out, " comm=%s remote=%s qpn=%#x", e.comm(m.DREQ.LocalCommID()), e.comm(m.DREQ.RemoteCommID()), m.DREQ.RemoteQPN())
+	case m.DREP != nil:
+		fmt.Fprintf(&e.out, " comm=%s remote=%s", e.comm(m.DREP.LocalCommID()), e.comm(m.DREP.RemoteCommID()))
+	}
+	if lost {
+		e.out.WriteString(" (lost)")
+	}
+	e.out.WriteString("\n")
+}
+
+func (e *cmTranscript) guid(g uint64) string {
+	for _, s := range []*cmSide{e.l.a, e.l.b} {
+		if s.e.guid == g {
+			return s.name
+		}
+	}
+	return fmt.Sprintf("%#x", g)
+}
+
+func (e *cmTranscript) atoi(t *testing.T, d *datadriven.TestData, s string) int {
+	n, err := strconv.ParseInt(s, 0, 64)
+	if err != nil {
+		d.Fatalf(t, "%q: %v", s, err)
+	}
+	return int(n)
+}
+
+// intArg returns the argument key as a number, or def.
+func (e *cmTranscript) intArg(t *testing.T, d *datadriven.TestData, key string, def int) int {
+	if v, ok := d.Arg(key); ok && len(v) == 1 {
+		return e.atoi(t, d, v[0])
+	}
+	return def
+}
+
+func (e *cmTranscript) durArg(t *testing.T, d *datadriven.TestData, s string) time.Duration {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		d.Fatalf(t, "%q: %v", s, err)
+	}
+	return v
+}
+
+// side is the command's first argument, a or b.
+func (e *cmTranscript) side(t *testing.T, d *datadriven.TestData) *cmSide {
+	if len(d.CmdArgs) > 0 {
+		switch d.CmdArgs[0].Key {
+		case "a":
+			return e.l.a
+		case "b":
+			return e.l.b
+		}
+	}
+	d.Fatalf(t, "the first argument must be a or b")
+	return nil
+}
+
+// id is the command's second argument, the name of a communication.
+func (e *cmTranscript) id(t *testing.T, d *datadriven.TestData) *ID {
+	if len(d.CmdArgs) < 2 || e.ids[d.CmdArgs[1].Key] == nil {
+		d.Fatalf(t, "the second argument must name a communication")
+	}
+	return e.ids[d.CmdArgs[1].Key]
+}
+
+func (e *cmTranscript) private(d *datadriven.TestData, def string) []byte {
+	if v, ok := d.Arg("private"); ok && len(v) == 1 {
+		return []byte(v[0])
+	}
+	return []byte(def)
+}
+
+var attrNames = map[string]mad.AttrID{
+	"REQ": mad.AttrConnectRequest, "REP": mad.AttrConnectReply, "RTU": mad.AttrReadyToUse, "MRA": mad.AttrMsgRcptAck,
+	"REJ": mad.AttrConnectReject, "DREQ": mad.AttrDisconnectRequest, "DREP": mad.AttrDisconnectReply,
+}
+
+func (e *cmTranscript) run(t *testing.T, d *datadriven.TestData) string {
+	l := e.l
+	errOut := func(err error) string {
+		if err != nil {
+			return fmt.Sprintf("error: %v\n", err)
+		}
+		return ""
+	}
+	switch d.Cmd {
+	case "limits":
+		s := e.side(t, d)
+		s.e.lim = Limits{
+			HalfOpen:          e.intArg(t, d, "half-open", 0),
+			HalfOpenPerSource: e.intArg(t, d, "per-source", 0),
+		}
+		if v, ok := d.Arg("handshake"); ok {
+			s.e.lim.Handshake = e.durArg(t, d, v[0])
+		}
+	case "listen":
+		s := e.side(t, d)
+		port := uint16(e.intArg(t, d, "port", 7471))
+		ln, err := s.e.Listen(port, e.intArg(t, d, "backlog", 8))
+		if err != nil {
+			return errOut(err)
+		}
+		e.listeners[lnKey{s, port}] = ln
+	case "connect":
+		if len(d.CmdArgs) < 2 || e.side(t, d) != l.a {
+			d.Fatalf(t, "connect a NAME")
+		}
+		p := l.dialParams()
+		p.Port = uint16(e.intArg(t, d, "port", int(p.Port)))
+		p.QPN = uint32(e.intArg(t, d, "qpn", int(p.QPN)))
+		p.CMTimeout = uint8(e.intArg(t, d, "cm-timeout", int(p.CMTimeout)))
+		p.ACKTimeout = uint8(e.intArg(t, d, "ack-timeout", int(p.ACKTimeout)))
+		p.CMRetries = uint8(e.intArg(t, d, "cm-retries", int(p.CMRetries)))
+		p.Private = e.private(d, "hello")
+		name := d.CmdArgs[1].Key
+		var err error
+		out := l.step(l.a, func(en *Engine, now qp.Time, out *Output) {
+			var id *ID
+			if id, err = en.Connect(now, p, out); err == nil {
+				e.ids[name] = id
+				e.names[id.local] = name
+			}
+		})
+		l.emit(l.a, &out)
+		return errOut(err)
+	case "next":
+		s := e.side(t, d)
+		ln := e.listeners[lnKey{s, uint16(e.intArg(t, d, "port", 7471))}]
+		if ln == nil {
+			d.Fatalf(t, "next H [port=N] needs a listener")
+		}
+		id := s.e.NextRequest(ln)
+		if id == nil {
+			return "no request\n"
+		}
+		return fmt.Sprintf("%s: request of %s from %v port %d\n", e.name(id), e.comm(id.remote), id.peer, id.port)
+	case "accept":
+		s, id := e.side(t, d), e.id(t, d)
+		ap := l.acceptParams()
+		_, ap.SRQ = d.Arg("srq")
+		ap.Private = e.private(d, "welcome")
+		var err error
+		l.call(s, func(en *Engine, now qp.Time, out *Output) { err = en.Accept(now, id, ap, out) })
+		return errOut(err)
+	case "reject":
+		s, id := e.side(t, d), e.id(t, d)
+		var err error
+		l.call(s, func(en *Engine, now qp.Time, out *Output) {
+			err = en.Reject(now, id, mad.RejectConsumer, e.private(d, ""), out)
+		})
+		return errOut(err)
+	case "establish":
+		s, id := e.side(t, d), e.id(t, d)
+		var err error
+		l.call(s, func(en *Engine, _ qp.Time, out *Output) { err = en.Establish(id, out) })
+		return errOut(err)
+	case "first-request":
+		s, id := e.side(t, d), e.id(t, d)
+		l.call(s, func(en *Engine, _ qp.Time, out *Output) { en.CommEstablished(id, out) })
+	case "disconnect":
+		s, id := e.side(t, d), e.id(t, d)
+		var sentDREQ bool
+		l.call(s, func(en *Engine, now qp.Time, out *Output) { sentDREQ = en.Disconnect(now, id, out) })
+		if !sentDREQ {
+			return "no DREQ\n"
+		}
+	case "abort":
+		s, id := e.side(t, d), e.id(t, d)
+		l.call(s, func(en *Engine, now qp.Time, out *Output) { en.Abort(now, id, out) })
+	case "drop":
+		v, ok := d.Arg("from")
+		if !ok || (v[0] != "a" && v[0] != "b") {
+			d.Fatalf(t, "drop from=a|b")
+		}
+		from := l.a
+		if v[0] == "b" {
+			from = l.b
+		}
+		var attr mad.AttrID
+		if v, ok := d.Arg("type"); ok {
+			if attr, ok = attrNames[v[0]]; !ok {
+				d.Fatalf(t, "no MAD type %q", v[0])
+			}
+		}
+		left := 1
+		if v, ok := d.Arg("count"); ok {
+			if v[0] == "all" {
+				left = -1
+			} else {
+				left = e.atoi(t, d, v[0])
+			}
+		}
+		prev := l.drop
+		l.drop = func(s *cmSide, m *mad.MAD) bool {
+			if s == from && (attr == 0 || m.AttrID() == attr) && left != 0 {
+				left--
+				return true
+			}
+			return prev != nil && prev(s, m)
+		}
+	case "duplicate":
+		id := e.id2(t, d)
+		l.flights = append(l.flights, cmFlight{at: l.now, from: l.a, mad: reqOf(t, l, id)})
+		e.deliver()
+	case "inject":
+		s := e.side(t, d)
+		v, ok := d.Arg("from")
+		if !ok {
+			d.Fatalf(t, "inject H from=ADDR comm=N")
+		}
+		from, err := netip.ParseAddrPort(v[0])
+		if err != nil {
+			d.Fatalf(t, "%v", err)
+		}
+		comm := uint32(e.intArg(t, d, "comm", 1))
+		m := e.req(t, s, from, comm)
+		fmt.Fprintf(&e.out, "%v %v→%s ConnectRequest comm=%#x\n", time.Duration(l.now), from, s.name, comm)
+		out := l.step(s, func(en *Engine, now qp.Time, out *Output) { en.Receive(now, from, s.mtu, m, out) })
+		for _, o := range out.MADs {
+			var a mad.MAD
+			if err := a.Decode(o.MAD[:]); err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintf(&e.out, "%v %s→%v %v", time.Duration(l.now), s.name, o.Dst, a.AttrID())
+			if a.REJ != nil {
+				fmt.Fprintf(&e.out, " remote=%#x (%v)", a.REJ.RemoteCommID(), a.REJ.Reason())
+			}
+			e.out.WriteString("\n")
+		}
+	case "deliver":
+		e.deliver()
+	case "tick":
+		if len(d.CmdArgs) != 1 {
+			d.Fatalf(t, "tick DURATION")
+		}
+		e.advance(e.durArg(t, d, d.CmdArgs[0].Key))
+	case "settle":
+		limit := time.Minute
+		if v, ok := d.Arg("limit"); ok {
+			limit = e.durArg(t, d, v[0])
+		}
+		l.settle(limit)
+	case "state":
+		id := e.id(t, d)
+		s := id.state.String()
+		if id.err != nil {
+			s += fmt.Sprintf(": %v", id.err)
+		}
+		return s + "\n"
+	case "timer":
+		s := e.side(t, d)
+		at, ok := s.e.Deadline()
+		if !ok {
+			return "none\n"
+		}
+		return fmt.Sprintf("at %v (in %v)\n", time.Duration(at), time.Duration(at-l.now))
+	case "counts":
+		s := e.side(t, d)
+		var b strings.Builder
+		for c := range NumCounters {
+			if s.cnt[c] != 0 {
+				fmt.Fprintf(&b, "%s %d\n", c, s.cnt[c])
+			}
+		}
+		if b.Len() == 0 {
+			return "none\n"
+		}
+		return b.String()
+	case "tables":
+		s := e.side(t, d)
+		var names []string
+		for _, id := range s.e.ids {
+			names = append(names, e.comm(id.local)+" "+id.state.String())
+		}
+		slices.Sort(names)
+		var ports []uint16
+		for k := range e.listeners {
+			if k.side == s {
+				ports = append(ports, k.port)
+			}
+		}
+		slices.Sort(ports)
+		backlogs := ""
+		for _, p := range ports {
+			backlogs += fmt.Sprintf(" backlog(%d)=%d", p, e.listeners[lnKey{s, p}].Backlog())
+		}
+		return fmt.Sprintf("communications=%d %v half-open=%d sources=%d%s\n",
+			len(s.e.ids), names, s.e.halfOpen, len(s.e.halfOpenBy), backlogs)
+	default:
+		d.Fatalf(t, "unknown command")
+	}
+	return ""
+}
+
+// id2 is id for commands whose first argument is the name.
+func (e *cmTranscript) id2(t *testing.T, d *datadriven.TestData) *ID {
+	if len(d.CmdArgs) < 1 || e.ids[d.CmdArgs[0].Key] == nil {
+		d.Fatalf(t, "the argument must name a communication")
+	}
+	return e.ids[d.CmdArgs[0].Key]
+}
+
+// deliver runs the link until nothing is in flight, firing the timers
+// that fall due meanwhile.
+func (e *cmTranscript) deliver() {
+	l := e.l
+	for len(l.flights) > 0 {
+		at, _ := l.next()
+		e.to(at)
+	}
+}
+
+// advance runs the link for d.
+func (e *cmTranscript) advance(d time.Duration) {
+	l := e.l
+	end := l.now.Add(d)
+	for {
+		at, ok := l.next()
+		if !ok || at > end {
+			break
+		}
+		e.to(at)
+	}
+	l.now = end
+}
+
+// to moves the clock to at, if later, and delivers and fires what is due.
+func (e *cmTranscript) to(at qp.Time) {
+	l := e.l
+	l.now = max(l.now, at)
+	for l.deliverDue() {
+	}
+	for _, s := range []*cmSide{l.a, l.b} {
+		l.call(s, func(en *Engine, now qp.Time, out *Output) { en.Tick(now, out) })
+	}
+}
+
+// req is a REQ for port 7471 from addr from, as the half-open limits see
+// requesters: with the longest hold the wire allows.
+func (e *cmTranscript) req(t *testing.T, to *cmSide, from netip.AddrPort, comm uint32) *mad.MAD {
+	f := mad.MADFields{Header: mad.CMHeader(mad.AttrConnectRequest, uint64(comm))}
+	f.REQ = mad.REQFields{
+		LocalCommID: comm, ServiceID: mad.RDMACMServiceID(mad.PortSpaceTCP, 7471), LocalQPN: 0x11,
+		PathMTU: wire.MTU1024, PKey: 0xFFFF, MaxCMRetries: 15, LocalCMResponseTimeout: 20, RemoteCMResponseTimeout: 20,
+	}
+	cma := mad.NewCMAHeader(netip.AddrPortFrom(from.Addr(), 40000), to.addr.Addr())
+	mad.CMAHeader(f.REQ.PrivateData[:mad.CMAHeaderSize]).Encode(&cma)
+	var b [mad.MADSize]byte
+	if _, err := f.Encode(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	var m mad.MAD
+	if err := m.Decode(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	return &m
+}
