@@ -349,21 +349,6 @@ func TestCMEngineStaleMessages(t *testing.T) {
 	l.expectLog("a→b DisconnectRequest", "b→a DisconnectReply", "b→a ConnectReject (stale connection)", "b→a DisconnectReply")
 }
 
-// A softnic listener with a smaller MTU rejects a REQ asking for more and
-// names its own in the ARI.
-func TestCMEngineMTU(t *testing.T) {
-	l := newCMLink(t)
-	l.b.mtu = wire.MTU512
-	l.listen(1)
-	id := l.connect(l.dialParams())
-	var r result
-	l.run(time.Second, func() bool { var ok bool; r, ok = l.result(id); return ok })
-	var rej *RejectError
-	if !errors.As(r.err, &rej) || rej.Reason != mad.RejectInvalidMTU || !slices.Equal(rej.ARI, []byte{byte(wire.MTU512)}) {
-		t.Fatalf("dial error %#v, want REJ invalid MTU naming 512", r.err)
-	}
-}
-
 // Messages from an address that is not the connection's peer, or naming
 // unknown communication IDs, change nothing.
 func TestCMEngineIgnoresStrangers(t *testing.T) {
