@@ -23,8 +23,8 @@
 // counts and tables it produced (handshake.txt, no-listener.txt,
 // req-timeout.txt, reject.txt, duplicate-req.txt, rep-lost-after-mra.txt,
 // rtu-lost.txt, disconnect.txt, backlog.txt, half-open.txt,
-// no-amplification.txt, mtu.txt; the commands are listed at TestTranscripts). Go
-// tests on the same link cover the rest: stale messages, strangers,
-// abort, shutdown, huge timeouts, the MRA's service timeout, and the fuzz
-// target.
+// no-amplification.txt, mtu.txt; TestTranscripts lists the commands).
+// Go tests on the same link cover the rest: stale messages, strangers,
+// abort, shutdown, huge timeouts, the MRA's service timeout, and the
+// fuzz target.
 package cm
