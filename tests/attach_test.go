@@ -45,12 +45,12 @@ type serveDaemon struct {
 	stderr  *lockedBuffer
 }
 
-// startServe runs softnic serve on a free loopback port until the test
-// ends.
-func startServe(t *testing.T, bin string) *serveDaemon {
+// startServe runs softnic serve on a free loopback port, with the further
+// flags args, until the test ends.
+func startServe(t *testing.T, bin string, args ...string) *serveDaemon {
 	t.Helper()
 	d := &serveDaemon{bin: bin, control: filepath.Join(t.TempDir(), "ctl.sock"), stderr: &lockedBuffer{}}
-	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--control", d.control, "--log-level", "info")
+	cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0", "--control", d.control, "--log-level", "info"}, args...)...)
 	cmd.Stderr = d.stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -65,13 +65,19 @@ func rawAttach(control string) (*rawSession, error) {
 // call sends request op with args and decodes the answer's result into
 // res; it returns the descriptors the answer carried.
 func (s *rawSession) call(op string, args any, res any) ([]int, error) {
-	s.next++
-	a, _ := json.Marshal(args)
-	line, _ := json.Marshal(map[string]any{"id": s.next, "op": op, "args": json.RawMessage(a)})
-	if err := s.c.Send(line, nil); err != nil {
+	if err := s.send(op, args, nil); err != nil {
 		return nil, err
 	}
 	return s.read(s.next, res)
+}
+
+// send sends request op with args and the descriptors fds, numbered
+// s.next, without waiting for its answer.
+func (s *rawSession) send(op string, args any, fds []int) error {
+	s.next++
+	a, _ := json.Marshal(args)
+	line, _ := json.Marshal(map[string]any{"id": s.next, "op": op, "args": json.RawMessage(a), "fds": len(fds)})
+	return s.c.Send(line, fds)
 }
 
 // read reads messages until the answer to call id, skipping events.
@@ -109,20 +115,31 @@ func (s *rawSession) read(id uint64, res any) ([]int, error) {
 	}
 }
 
+// pdAndCQ allocates a PD and creates a CQ of 4 entries, whose ring's
+// descriptors it closes, and returns their handles.
+func (s *rawSession) pdAndCQ() (pd, cq uint32, err error) {
+	var r struct{ H uint32 }
+	if _, err := s.call("alloc_pd", nil, &r); err != nil {
+		return 0, 0, err
+	}
+	pd = r.H
+	fds, err := s.call("create_cq", map[string]int{"Depth": 4}, &r)
+	if err != nil {
+		return 0, 0, err
+	}
+	shm.CloseFDs(fds)
+	return pd, r.H, nil
+}
+
 // qps creates n RC QPs in a PD and on a CQ of their own, and closes their
 // rings' descriptors (their rings are then the daemon's alone).
 func (s *rawSession) qps(n int) error {
-	var pd, cq struct{ H uint32 }
-	if _, err := s.call("alloc_pd", nil, &pd); err != nil {
-		return err
-	}
-	fds, err := s.call("create_cq", map[string]int{"Depth": 4}, &cq)
+	pd, cq, err := s.pdAndCQ()
 	if err != nil {
 		return err
 	}
-	shm.CloseFDs(fds)
 	for range n {
-		fds, err := s.call("create_qp", map[string]any{"PD": pd.H, "Config": map[string]any{"SendCQ": cq.H, "MaxSendWR": 4, "MaxRecvWR": 4}}, nil)
+		fds, err := s.call("create_qp", map[string]any{"PD": pd, "Config": map[string]any{"SendCQ": cq, "MaxSendWR": 4, "MaxRecvWR": 4}}, nil)
 		if err != nil {
 			return err
 		}
@@ -151,6 +168,10 @@ const (
 var attacks = map[string]func(control string) (step func() error, err error){
 	"doorbell-signals": doorbellFlood(false),
 	"doorbell-marks":   doorbellFlood(true),
+	"sessions":         sessionsFlood,
+	"qps":              qpsFlood,
+	"mappings":         mappingsFlood,
+	"waits":            waitsFlood,
 }
 
 // TestAttacker is not a test of its own: it is the body of the attacker
@@ -240,7 +261,11 @@ func (a *attacker) attack(t testing.TB, on bool) {
 	t.Helper()
 	cmd := map[bool]string{true: "on", false: "off"}[on]
 	if _, err := io.WriteString(a.stdin, cmd+"\n"); err != nil {
-		t.Fatalf("attacker %d: %v", a.pid, err)
+		var said []string
+		for line := range a.lines { // it ended: what it said last
+			said = append(said, line)
+		}
+		t.Fatalf("attacker %d: %v; it said %q", a.pid, err, said)
 	}
 	a.expect(t, cmd)
 }

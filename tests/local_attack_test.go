@@ -1,0 +1,191 @@
+//go:build linux
+
+package tests
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic/shm"
+)
+
+// The local attacks of one process on the daemon's resources, each a step
+// an attacker process repeats (TestAttacker) against a daemon whose
+// limits for one process are scaled down (localLimits), so that every
+// step reaches its limit, is refused there, and lets go again within a
+// few tens of milliseconds, a fraction of a round of the bystander's (a
+// step that outlasted the attack would be measured as quiet).
+const (
+	localSessions = 16
+	localQPs      = 16
+	localMappings = 64
+	localWaits    = 64
+)
+
+// localLimits are the flags of the daemon the local attacks are made on.
+var localLimits = []string{
+	"--limit", fmt.Sprintf("process.sessions=%d", localSessions),
+	"--limit", fmt.Sprintf("process.qps=%d", localQPs),
+	"--limit", fmt.Sprintf("process.mappings=%d", localMappings),
+	"--limit", fmt.Sprintf("process.waits=%d", localWaits),
+}
+
+// errNotRefused says a step made more than its limit allows.
+var errNotRefused = errors.New("not refused past the limit")
+
+// refusal returns nil if err is the daemon's refusal at a limit of the
+// process, which the attacks expect, and err (or errNotRefused for nil)
+// otherwise.
+func refusal(err error) error {
+	switch {
+	case err == nil:
+		return errNotRefused
+	case strings.Contains(err.Error(), "softnic serve --limit process."):
+		return nil
+	}
+	return err
+}
+
+// sessionsFlood attaches sessions until refused, then detaches them all.
+func sessionsFlood(control string) (func() error, error) {
+	return func() error {
+		var ss []*rawSession
+		defer func() {
+			for _, s := range ss {
+				s.Close()
+			}
+		}()
+		for range localSessions + 1 {
+			s, err := rawAttach(control)
+			if err != nil {
+				return refusal(err)
+			}
+			ss = append(ss, s)
+		}
+		return errNotRefused
+	}, nil
+}
+
+// qpsFlood attaches, creates QPs until refused, and detaches.
+func qpsFlood(control string) (func() error, error) {
+	return func() error {
+		s, err := rawAttach(control)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		return refusal(s.qps(localQPs + 1))
+	}, nil
+}
+
+// mappingsFlood attaches and, at each step, allocates regions of a page
+// (each the same sealed memfd, mapped by the daemon for each on its own)
+// until refused, then deregisters them.
+func mappingsFlood(control string) (func() error, error) {
+	page := os.Getpagesize()
+	mem, err := shm.Create("softnic-attack", page)
+	if err != nil {
+		return nil, err
+	}
+	s, err := rawAttach(control)
+	if err != nil {
+		return nil, err
+	}
+	var pd struct{ H uint32 }
+	if _, err := s.call("alloc_pd", nil, &pd); err != nil {
+		return nil, err
+	}
+	return func() error {
+		var regions []uint32
+		err := errNotRefused
+		for range localMappings + 1 {
+			if err = s.send("alloc_mr", map[string]any{"PD": pd.H, "Size": page, "Access": mr.LocalWrite}, []int{mem.FD()}); err != nil {
+				return err
+			}
+			var r struct{ H uint32 }
+			var fds []int
+			if fds, err = s.read(s.next, &r); err != nil {
+				break
+			}
+			shm.CloseFDs(fds)
+			regions = append(regions, r.H)
+		}
+		for _, h := range regions {
+			if _, err := s.call("dereg_mr", map[string]uint32{"H": h}, nil); err != nil {
+				return err
+			}
+		}
+		return refusal(err)
+	}, nil
+}
+
+// waitsFlood attaches, listens (on a port of its own: the daemon may not
+// yet have closed the last step's listener), makes one accept_request
+// more than the limit wait at once, reads the refusal of the last, and
+// detaches (which ends the others).
+func waitsFlood(control string) (func() error, error) {
+	base, step := 1024+os.Getpid()%512*64, 0
+	return func() error {
+		step++
+		port := uint16(base + step%64)
+		s, err := rawAttach(control)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		pd, cq, err := s.pdAndCQ()
+		if err != nil {
+			return err
+		}
+		var l struct{ H uint32 }
+		if _, err := s.call("listen", map[string]any{"Port": port, "PD": pd, "QP": map[string]any{"SendCQ": cq}}, &l); err != nil {
+			return err
+		}
+		for range localWaits + 1 {
+			if err := s.send("accept_request", map[string]uint32{"H": l.H}, nil); err != nil {
+				return err
+			}
+		}
+		_, err = s.read(s.next, nil)
+		return refusal(err)
+	}, nil
+}
+
+// TestBystanderUnderLocalAttacks: a process repeating one of the local
+// attacks (sessions, QPs, mappings or waits to its limit and let go)
+// leaves another attached process's
+// 64 KiB WRITEs within 2× of their throughput and p99 latency without it;
+// the daemon refuses the attacker at its limit, counting it, and answers
+// afterwards.
+func TestBystanderUnderLocalAttacks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds softnic and runs processes")
+	}
+	d := startServe(t, buildSoftnic(t), localLimits...)
+	by := newBystander(t, d.control)
+	for _, tt := range []struct{ attack, counter string }{
+		{"sessions", "quota_refused_sessions"},
+		{"qps", "quota_refused_qps"},
+		{"mappings", "quota_refused_mappings"},
+		{"waits", "quota_refused_waits"},
+	} {
+		t.Run(tt.attack, func(t *testing.T) {
+			var before map[string]uint64
+			d.inspect(t, "stat", &before)
+			a := startAttacker(t, tt.attack, d.control)
+			by.checkUnderAttack(t, 5, 120*time.Millisecond, 2, func(on bool) { a.attack(t, on) })
+			var after map[string]uint64
+			d.inspect(t, "stat", &after) // the daemon answers
+			n := after[tt.counter] - before[tt.counter]
+			t.Logf("%s: %d", tt.counter, n)
+			if n == 0 {
+				t.Errorf("%s did not grow under the attack", tt.counter)
+			}
+		})
+	}
+}
