@@ -123,7 +123,7 @@ func (c NakCode) appendName(dst []byte) []byte {
 		return append(dst, nakCodeNames[c]...)
 	}
 	dst = append(dst, "reserved ("...)
-	return append(appendHex(dst, uint64(c), 2), ')')
+	return append(AppendHex(dst, uint64(c), 2), ')')
 }
 
 // CreditInvalid is the credit count code 31 of an ACK syndrome: the responder
@@ -177,7 +177,7 @@ func (s Syndrome) appendText(dst []byte) []byte {
 		dst = s.NakCode().appendName(dst)
 	default:
 		dst = append(dst, "reserved("...)
-		dst = appendHex(dst, uint64(s), 2)
+		dst = AppendHex(dst, uint64(s), 2)
 	}
 	return append(dst, ')')
 }

@@ -220,7 +220,7 @@ func (op OpCode) appendName(dst []byte) []byte {
 		return append(dst, name...)
 	}
 	dst = append(dst, "Unknown ("...)
-	return append(appendHex(dst, uint64(op), 2), ')')
+	return append(AppendHex(dst, uint64(op), 2), ')')
 }
 
 // Transport returns the service type of op's top three bits.

@@ -32,10 +32,11 @@ func (p PSN) InWindow(first PSN, n uint32) bool {
 }
 
 // String formats p as six hex digits, "0x00abcd".
-func (p PSN) String() string { return string(appendHex(nil, uint64(p&PSNMask), 6)) }
+func (p PSN) String() string { return string(AppendHex(nil, uint64(p&PSNMask), 6)) }
 
-// appendHex appends "0x" and v in lower-case hex, zero-padded to digits.
-func appendHex(dst []byte, v uint64, digits int) []byte {
+// AppendHex appends "0x" and v in lower-case hex, zero-padded to digits:
+// the form of the text of every header field, here and in package mad.
+func AppendHex(dst []byte, v uint64, digits int) []byte {
 	const hex = "0123456789abcdef"
 	dst = append(dst, '0', 'x')
 	n := 1

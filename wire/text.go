@@ -14,16 +14,16 @@ func (p *Packet) AppendSummary(dst []byte) []byte {
 	op := p.OpCode()
 	dst = op.appendName(dst)
 	dst = append(dst, " qp="...)
-	dst = appendHex(dst, uint64(p.BTH.DestQP()), 6)
+	dst = AppendHex(dst, uint64(p.BTH.DestQP()), 6)
 	dst = append(dst, " psn="...)
-	dst = appendHex(dst, uint64(p.BTH.PSN()), 6)
+	dst = AppendHex(dst, uint64(p.BTH.PSN()), 6)
 	dst = append(dst, " ackreq="...)
 	dst = appendBool(dst, p.BTH.AckReq())
 	if p.DETH != nil {
 		dst = append(dst, " qkey="...)
-		dst = appendHex(dst, uint64(p.DETH.QKey()), 8)
+		dst = AppendHex(dst, uint64(p.DETH.QKey()), 8)
 		dst = append(dst, " srcqp="...)
-		dst = appendHex(dst, uint64(p.DETH.SrcQP()), 6)
+		dst = AppendHex(dst, uint64(p.DETH.SrcQP()), 6)
 	}
 	if p.FETH != nil {
 		dst = append(dst, " plt="...)
@@ -33,25 +33,25 @@ func (p *Packet) AppendSummary(dst []byte) []byte {
 	}
 	if p.RETH != nil {
 		dst = append(dst, " va="...)
-		dst = appendHex(dst, p.RETH.VA(), 16)
+		dst = AppendHex(dst, p.RETH.VA(), 16)
 		dst = append(dst, " rkey="...)
-		dst = appendHex(dst, uint64(p.RETH.RKey()), 8)
+		dst = AppendHex(dst, uint64(p.RETH.RKey()), 8)
 		dst = append(dst, " dmalen="...)
 		dst = appendUint(dst, uint64(p.RETH.DMALen()))
 	}
 	if p.AtomicETH != nil {
 		dst = append(dst, " va="...)
-		dst = appendHex(dst, p.AtomicETH.VA(), 16)
+		dst = AppendHex(dst, p.AtomicETH.VA(), 16)
 		dst = append(dst, " rkey="...)
-		dst = appendHex(dst, uint64(p.AtomicETH.RKey()), 8)
+		dst = AppendHex(dst, uint64(p.AtomicETH.RKey()), 8)
 		if op == OpRCFetchAdd {
 			dst = append(dst, " add="...)
-			dst = appendHex(dst, p.AtomicETH.SwapAdd(), 1)
+			dst = AppendHex(dst, p.AtomicETH.SwapAdd(), 1)
 		} else {
 			dst = append(dst, " swap="...)
-			dst = appendHex(dst, p.AtomicETH.SwapAdd(), 1)
+			dst = AppendHex(dst, p.AtomicETH.SwapAdd(), 1)
 			dst = append(dst, " compare="...)
-			dst = appendHex(dst, p.AtomicETH.Compare(), 1)
+			dst = AppendHex(dst, p.AtomicETH.Compare(), 1)
 		}
 	}
 	if p.AETH != nil {
@@ -62,15 +62,15 @@ func (p *Packet) AppendSummary(dst []byte) []byte {
 	}
 	if p.AtomicAckETH != nil {
 		dst = append(dst, " orig="...)
-		dst = appendHex(dst, p.AtomicAckETH.OrigData(), 1)
+		dst = AppendHex(dst, p.AtomicAckETH.OrigData(), 1)
 	}
 	if p.ImmDT != nil {
 		dst = append(dst, " imm="...)
-		dst = appendHex(dst, uint64(p.ImmDT.Imm()), 8)
+		dst = AppendHex(dst, uint64(p.ImmDT.Imm()), 8)
 	}
 	if p.IETH != nil {
 		dst = append(dst, " invrkey="...)
-		dst = appendHex(dst, uint64(p.IETH.RKey()), 8)
+		dst = AppendHex(dst, uint64(p.IETH.RKey()), 8)
 	}
 	dst = append(dst, " payload="...)
 	dst = appendUint(dst, uint64(len(p.Payload)))
@@ -94,7 +94,7 @@ func (p *Packet) AppendVerbose(dst []byte) []byte {
 func (p *Packet) AppendVerboseHeaders(dst []byte) []byte {
 	b := p.BTH
 	dst = append(dst, "  BTH opcode="...)
-	dst = appendHex(dst, uint64(b.OpCode()), 2)
+	dst = AppendHex(dst, uint64(b.OpCode()), 2)
 	dst = append(dst, " se="...)
 	dst = appendBool(dst, b.SE())
 	dst = append(dst, " m="...)
@@ -104,29 +104,29 @@ func (p *Packet) AppendVerboseHeaders(dst []byte) []byte {
 	dst = append(dst, " tver="...)
 	dst = appendUint(dst, uint64(b.TVer()))
 	dst = append(dst, " pkey="...)
-	dst = appendHex(dst, uint64(b.PKey()), 4)
+	dst = AppendHex(dst, uint64(b.PKey()), 4)
 	dst = append(dst, " fecn="...)
 	dst = appendBool(dst, b.FECN())
 	dst = append(dst, " becn="...)
 	dst = appendBool(dst, b.BECN())
 	dst = append(dst, " resv6a="...)
-	dst = appendHex(dst, uint64(b.Resv6a()), 2)
+	dst = AppendHex(dst, uint64(b.Resv6a()), 2)
 	dst = append(dst, " destqp="...)
-	dst = appendHex(dst, uint64(b.DestQP()), 6)
+	dst = AppendHex(dst, uint64(b.DestQP()), 6)
 	dst = append(dst, " ackreq="...)
 	dst = appendBool(dst, b.AckReq())
 	dst = append(dst, " resv7="...)
-	dst = appendHex(dst, uint64(b.Resv7()), 2)
+	dst = AppendHex(dst, uint64(b.Resv7()), 2)
 	dst = append(dst, " psn="...)
-	dst = appendHex(dst, uint64(b.PSN()), 6)
+	dst = AppendHex(dst, uint64(b.PSN()), 6)
 	dst = append(dst, '\n')
 	if d := p.DETH; d != nil {
 		dst = append(dst, "  DETH qkey="...)
-		dst = appendHex(dst, uint64(d.QKey()), 8)
+		dst = AppendHex(dst, uint64(d.QKey()), 8)
 		dst = append(dst, " resv8="...)
-		dst = appendHex(dst, uint64(d.Resv8()), 2)
+		dst = AppendHex(dst, uint64(d.Resv8()), 2)
 		dst = append(dst, " srcqp="...)
-		dst = appendHex(dst, uint64(d.SrcQP()), 6)
+		dst = AppendHex(dst, uint64(d.SrcQP()), 6)
 		dst = append(dst, '\n')
 	}
 	if f := p.FETH; f != nil {
@@ -136,32 +136,32 @@ func (p *Packet) AppendVerboseHeaders(dst []byte) []byte {
 		dst = append(dst, " sel="...)
 		dst = appendUint(dst, uint64(v.SelectivityLevel))
 		dst = append(dst, " resv="...)
-		dst = appendHex(dst, uint64(v.Resv), 8)
+		dst = AppendHex(dst, uint64(v.Resv), 8)
 		dst = append(dst, '\n')
 	}
 	if r := p.RETH; r != nil {
 		dst = append(dst, "  RETH va="...)
-		dst = appendHex(dst, r.VA(), 16)
+		dst = AppendHex(dst, r.VA(), 16)
 		dst = append(dst, " rkey="...)
-		dst = appendHex(dst, uint64(r.RKey()), 8)
+		dst = AppendHex(dst, uint64(r.RKey()), 8)
 		dst = append(dst, " dmalen="...)
 		dst = appendUint(dst, uint64(r.DMALen()))
 		dst = append(dst, '\n')
 	}
 	if a := p.AtomicETH; a != nil {
 		dst = append(dst, "  AtomicETH va="...)
-		dst = appendHex(dst, a.VA(), 16)
+		dst = AppendHex(dst, a.VA(), 16)
 		dst = append(dst, " rkey="...)
-		dst = appendHex(dst, uint64(a.RKey()), 8)
+		dst = AppendHex(dst, uint64(a.RKey()), 8)
 		dst = append(dst, " swapadd="...)
-		dst = appendHex(dst, a.SwapAdd(), 16)
+		dst = AppendHex(dst, a.SwapAdd(), 16)
 		dst = append(dst, " compare="...)
-		dst = appendHex(dst, a.Compare(), 16)
+		dst = AppendHex(dst, a.Compare(), 16)
 		dst = append(dst, '\n')
 	}
 	if a := p.AETH; a != nil {
 		dst = append(dst, "  AETH syndrome="...)
-		dst = appendHex(dst, uint64(a.Syndrome()), 2)
+		dst = AppendHex(dst, uint64(a.Syndrome()), 2)
 		dst = append(dst, ' ')
 		dst = a.Syndrome().appendText(dst)
 		dst = append(dst, " msn="...)
@@ -170,17 +170,17 @@ func (p *Packet) AppendVerboseHeaders(dst []byte) []byte {
 	}
 	if a := p.AtomicAckETH; a != nil {
 		dst = append(dst, "  AtomicAckETH orig="...)
-		dst = appendHex(dst, a.OrigData(), 16)
+		dst = AppendHex(dst, a.OrigData(), 16)
 		dst = append(dst, '\n')
 	}
 	if i := p.ImmDT; i != nil {
 		dst = append(dst, "  ImmDT imm="...)
-		dst = appendHex(dst, uint64(i.Imm()), 8)
+		dst = AppendHex(dst, uint64(i.Imm()), 8)
 		dst = append(dst, '\n')
 	}
 	if i := p.IETH; i != nil {
 		dst = append(dst, "  IETH rkey="...)
-		dst = appendHex(dst, uint64(i.RKey()), 8)
+		dst = AppendHex(dst, uint64(i.RKey()), 8)
 		dst = append(dst, '\n')
 	}
 	return dst
@@ -194,7 +194,7 @@ func (p *Packet) AppendVerboseTrailer(dst []byte) []byte {
 	dst = append(dst, " pad="...)
 	dst = appendUint(dst, uint64(p.BTH.PadCount()))
 	dst = append(dst, " icrc="...)
-	dst = appendHex(dst, uint64(p.ICRC()), 8)
+	dst = AppendHex(dst, uint64(p.ICRC()), 8)
 	return append(dst, '\n')
 }
 

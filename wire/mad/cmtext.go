@@ -282,7 +282,7 @@ func appendCommIDs(dst []byte, local, remote uint32) []byte {
 
 // appendField appends name and v in hex, zero-padded to digits.
 func appendField(dst []byte, name string, v uint64, digits int) []byte {
-	return appendHex(append(dst, name...), v, digits)
+	return wire.AppendHex(append(dst, name...), v, digits)
 }
 
 // appendReason appends a reject reason as "28(consumer reject)".

@@ -204,7 +204,7 @@ func TestCMVerbose(t *testing.T) {
 		}
 		got := string(m.AppendVerbose(nil))
 		header := "  MAD base=1 class=0x07 version=2 method=0x03 status=0x0102 specific=0x0304 tid=0x0123456789abcdef attr=" +
-			string(appendHex(nil, uint64(attr), 4)) + " resv=0x0506 modifier=0x0708090a\n"
+			string(wire.AppendHex(nil, uint64(attr), 4)) + " resv=0x0506 modifier=0x0708090a\n"
 		if !strings.HasPrefix(got, header+line) || !strings.HasSuffix(got, "\n") {
 			t.Errorf("%v:\n%s\nwant it to start\n%s%s", attr, got, header, line)
 		}

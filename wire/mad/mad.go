@@ -184,7 +184,7 @@ func (c MgmtClass) String() string {
 	if s, ok := mgmtClassNames[c]; ok {
 		return s
 	}
-	return "MgmtClass(" + string(appendHex(nil, uint64(c), 2)) + ")"
+	return "MgmtClass(" + string(wire.AppendHex(nil, uint64(c), 2)) + ")"
 }
 
 // MADMethod is the method byte of a MAD header (IBTA 13.4.5): the
@@ -224,7 +224,7 @@ func (m MADMethod) String() string {
 	if s, ok := methodNames[m]; ok {
 		return s
 	}
-	return "Method(" + string(appendHex(nil, uint64(m), 2)) + ")"
+	return "Method(" + string(wire.AppendHex(nil, uint64(m), 2)) + ")"
 }
 
 // AttrID is the attribute ID of a MAD. For the CM class it names the message
@@ -275,7 +275,7 @@ func (a AttrID) appendName(dst []byte) []byte {
 		return append(dst, cmAttrNames[a-AttrConnectRequest]...)
 	}
 	dst = append(dst, "AttrID("...)
-	return append(appendHex(dst, uint64(a), 4), ')')
+	return append(wire.AppendHex(dst, uint64(a), 4), ')')
 }
 
 // cmDecoded reports whether softnic decodes the CM attribute a.

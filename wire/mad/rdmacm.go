@@ -49,7 +49,7 @@ func (ps PortSpace) appendName(dst []byte) []byte {
 		return append(dst, "IB"...)
 	}
 	dst = append(dst, "PortSpace("...)
-	return append(appendHex(dst, uint64(ps), 4), ')')
+	return append(wire.AppendHex(dst, uint64(ps), 4), ')')
 }
 
 const (
@@ -79,7 +79,7 @@ func (s ServiceID) RDMACM() (ps PortSpace, port uint16, ok bool) {
 }
 
 // String formats s as 16 hex digits, "0x0000000001061c06".
-func (s ServiceID) String() string { return string(appendHex(nil, uint64(s), 16)) }
+func (s ServiceID) String() string { return string(wire.AppendHex(nil, uint64(s), 16)) }
 
 // CMAHeaderSize is the length of the rdma_cm header at the start of a REQ's
 // private data.
