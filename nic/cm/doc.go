@@ -16,15 +16,16 @@
 // driver: it carries the MADs over its QP1, runs the timers, and turns the
 // events into what Dial, Accept and Close wait on.
 //
-// The main scenarios are transcripts in testdata/*.txt, readable without
-// Go: two engines on a simulated link with a fake clock, driven by
-// commands (listen, connect, accept, reject, drop, tick, disconnect …),
-// each followed by the MADs that crossed the link, the events, states,
-// counts and tables it produced (handshake.txt, no-listener.txt,
-// req-timeout.txt, reject.txt, duplicate-req.txt, rep-lost-after-mra.txt,
-// rtu-lost.txt, disconnect.txt, backlog.txt, half-open.txt,
-// no-amplification.txt, mtu.txt; TestTranscripts lists the commands).
-// Go tests on the same link cover the rest: stale messages, strangers,
-// abort, shutdown, huge timeouts, the MRA's service timeout, and the
-// fuzz target.
+// The scenarios are transcripts in testdata/*.txt, readable without Go:
+// two engines on a simulated link with a fake clock, driven by commands
+// (listen, connect, accept, reject, drop, inject, tick, disconnect,
+// abort, shutdown …), each followed by the MADs that crossed the link,
+// the events, states, counts and tables it produced: the handshake and
+// its losses (handshake.txt, rtu-lost.txt, rep-lost-after-mra.txt,
+// duplicate-req.txt), refusals (no-listener.txt, reject.txt, mtu.txt,
+// backlog.txt, half-open.txt, no-amplification.txt), the end
+// (disconnect.txt, abort.txt, shutdown.txt), timeouts (req-timeout.txt,
+// timeouts.txt) and what comes late or from elsewhere (stale.txt,
+// strangers.txt); TestTranscripts lists the commands. Go tests cover
+// the MRA's service timeout, the peer address rule and the fuzz target.
 package cm

@@ -1226,9 +1226,10 @@ func (e *Engine) Unlisten(now qp.Time, l *Listener, out *Output) {
 }
 
 // Shutdown ends everything when the device closes: established
-// connections get one DREQ (not waited for), handshakes are aborted, and
-// every waiter is told ErrClosed. The communications are visited in the
-// order of their IDs, so that a shutdown's output is the same every time.
+// connections get one DREQ (not waited for) and end with ErrClosed,
+// handshakes are aborted and fail with ErrClosed, and everything is
+// settled. The communications are visited in the order of their IDs, so
+// that a shutdown's output is the same every time.
 func (e *Engine) Shutdown(now qp.Time, out *Output) {
 	for _, port := range slices.Sorted(maps.Keys(e.listeners)) {
 		e.Unlisten(now, e.listeners[port], out)
@@ -1236,8 +1237,14 @@ func (e *Engine) Shutdown(now qp.Time, out *Output) {
 	e.closed = true
 	for _, local := range slices.Sorted(maps.Keys(e.ids)) {
 		id := e.ids[local]
+		before := id.err
+		if id.state == Established {
+			// Ended by the close, not by a disconnect the application
+			// asked for (which Abort's DREQ would report, with no error).
+			e.end(id, ErrClosed, out)
+		}
 		e.Abort(now, id, out)
-		e.end(id, ErrClosed, out)
+		id.err = before
 		if id.err == nil {
 			id.err = ErrClosed
 		}

@@ -2,7 +2,6 @@ package cm
 
 import (
 	"bytes"
-	"errors"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
@@ -213,14 +212,6 @@ func (l *cmLink) next() (qp.Time, bool) {
 	return t, ok
 }
 
-// expectLog compares what crossed the link with want.
-func (l *cmLink) expectLog(want ...string) {
-	l.t.Helper()
-	if !slices.Equal(l.log, want) {
-		l.t.Errorf("MADs on the link:\n  %s\nwant:\n  %s", strings.Join(l.log, "\n  "), strings.Join(want, "\n  "))
-	}
-}
-
 // dialParams are a's REQ parameters: CM timeout 2^12 × 4.096 µs ≈ 16.8 ms
 // plus an ACK timeout of 2^10 × 4.096 µs ≈ 4.2 ms per try.
 func (l *cmLink) dialParams() *DialParams {
@@ -325,111 +316,6 @@ func TestMRAServiceTimeout(t *testing.T) {
 	}
 }
 
-// A DREQ for no known connection gets a DREP, as Linux answers it; a REQ
-// repeated after its connection ended gets REJ "stale connection".
-func TestCMEngineStaleMessages(t *testing.T) {
-	l := newCMLink(t)
-	active, passive := l.handshake(time.Second)
-	l.settle(time.Second)
-	l.log = nil
-	stale := reqOf(t, l, passive)
-	l.call(l.a, func(e *Engine, now qp.Time, out *Output) { e.Disconnect(now, active, out) })
-	l.run(time.Second, func() bool { return passive.state == Timewait && len(l.flights) == 0 })
-	l.flights = append(l.flights, cmFlight{at: l.now, from: l.a, mad: stale})
-	l.run(time.Second, func() bool { return len(l.flights) == 0 })
-	l.settle(time.Second)
-	dreq := mad.MADFields{Header: mad.CMHeader(mad.AttrDisconnectRequest, 77)}
-	dreq.DREQ = mad.DREQFields{LocalCommID: 0x1234, RemoteCommID: 0x5678, RemoteQPN: 0x99}
-	var b [mad.MADSize]byte
-	if _, err := dreq.Encode(b[:]); err != nil {
-		t.Fatal(err)
-	}
-	l.flights = append(l.flights, cmFlight{at: l.now, from: l.a, mad: b})
-	l.settle(time.Second)
-	l.expectLog("a→b DisconnectRequest", "b→a DisconnectReply", "b→a ConnectReject (stale connection)", "b→a DisconnectReply")
-}
-
-// Messages from an address that is not the connection's peer, or naming
-// unknown communication IDs, change nothing.
-func TestCMEngineIgnoresStrangers(t *testing.T) {
-	l := newCMLink(t)
-	ln := l.listen(1)
-	id := l.connect(l.dialParams())
-	l.run(time.Second, func() bool { return len(ln.backlog) == 1 })
-	req := l.b.e.NextRequest(ln)
-	rep := l.step(l.b, func(e *Engine, now qp.Time, out *Output) { e.Accept(now, req, l.acceptParams(), out) })
-	var m mad.MAD
-	if err := m.Decode(rep.MADs[0].MAD[:]); err != nil {
-		t.Fatal(err)
-	}
-	stranger := netip.MustParseAddrPort("10.0.0.3:4791")
-	out := l.step(l.a, func(e *Engine, now qp.Time, out *Output) { e.Receive(now, stranger, l.a.mtu, &m, out) })
-	if _, ok := l.result(id); ok || len(out.MADs) != 0 || id.state != ReqSent {
-		t.Fatalf("a REP from %v moved the dialer to %s", stranger, id.state)
-	}
-	for _, attr := range []mad.AttrID{mad.AttrReadyToUse, mad.AttrConnectReply, mad.AttrDisconnectReply, mad.AttrMsgRcptAck, mad.AttrConnectReject} {
-		f := mad.MADFields{Header: mad.CMHeader(attr, 1)}
-		var b [mad.MADSize]byte
-		f.Encode(b[:])
-		if err := m.Decode(b[:]); err != nil {
-			t.Fatal(err)
-		}
-		more := l.step(l.a, func(e *Engine, now qp.Time, out *Output) { e.Receive(now, l.b.addr, l.a.mtu, &m, out) })
-		out.MADs = append(out.MADs, more.MADs...)
-	}
-	if len(out.MADs) != 0 || id.state != ReqSent || l.a.cnt[RxDropped] != 6 {
-		t.Errorf("unknown messages: %d answers, state %s, cm_rx_dropped %d", len(out.MADs), id.state, l.a.cnt[RxDropped])
-	}
-}
-
-// A dialer that gives up (its context ends) rejects with reason timeout
-// and its CA GUID, and the listener's pending request is withdrawn.
-func TestCMEngineAbort(t *testing.T) {
-	l := newCMLink(t)
-	ln := l.listen(1)
-	id := l.connect(l.dialParams())
-	l.run(time.Second, func() bool { return len(ln.backlog) == 1 })
-	req := l.b.e.NextRequest(ln)
-	l.call(l.a, func(e *Engine, now qp.Time, out *Output) { e.Abort(now, id, out) })
-	l.settle(time.Second)
-	l.expectLog("a→b ConnectRequest", "a→b ConnectReject (timeout)")
-	if req.state != Gone || !errors.Is(req.err, ErrConnReset) {
-		t.Fatalf("withdrawn request: %s, %v", req.state, req.err)
-	}
-	var err error
-	out := l.step(l.b, func(e *Engine, now qp.Time, out *Output) { err = e.Accept(now, req, l.acceptParams(), out) })
-	if !errors.Is(err, ErrConnReset) || len(out.MADs) != 0 {
-		t.Errorf("accepting a withdrawn request: %v", err)
-	}
-}
-
-// Closing the device disconnects established connections (one DREQ, not
-// waited for) and fails every handshake with ErrClosed.
-func TestCMEngineShutdown(t *testing.T) {
-	l := newCMLink(t)
-	active, passive := l.handshake(time.Second)
-	l.settle(time.Second)
-	l.log = nil
-	pending := l.connect(l.dialParams())
-	l.call(l.a, func(e *Engine, now qp.Time, out *Output) { e.Shutdown(now, out) })
-	slices.Sort(l.log[1:]) // the engine visits its communications in no particular order
-	l.expectLog("a→b ConnectRequest", "a→b ConnectReject (timeout)", "a→b DisconnectRequest")
-	if r, _ := l.result(pending); !errors.Is(r.err, ErrClosed) || !errors.Is(active.err, ErrClosed) {
-		t.Errorf("after shutdown: handshake %v, connection %v", r.err, active.err)
-	}
-	if len(l.a.e.ids) != 0 {
-		t.Errorf("%d communications left", len(l.a.e.ids))
-	}
-	var out Output
-	if _, err := l.a.e.Connect(l.now, l.dialParams(), &out); !errors.Is(err, ErrClosed) {
-		t.Errorf("connect after shutdown: %v", err)
-	}
-	l.run(time.Second, func() bool { return passive.state == Timewait })
-	if !errors.Is(passive.err, ErrConnReset) {
-		t.Errorf("peer ended with %v", passive.err)
-	}
-}
-
 // FuzzCMEngine hands an engine that listens and has an established
 // connection arbitrary MADs from its peer and from a stranger: nothing
 // panics, every answer is a MAD that decodes, sent to the sender, and the
@@ -501,31 +387,5 @@ func TestCMPeerAddr(t *testing.T) {
 				t.Errorf("peerAddr(%v, %#x) = %v, want %v", src, tc.guid, got, tc.want)
 			}
 		})
-	}
-}
-
-// A REQ asking for the longest timeouts and the most retries the wire
-// carries is held no longer than CMLimits.Handshake, and the waits the
-// engine takes from it later are bounded too.
-func TestCMEngineHugeTimeouts(t *testing.T) {
-	l := newCMLink(t)
-	l.drop = func(from *cmSide, _ *mad.MAD) bool { return from == l.b }
-	ln := l.listen(1)
-	p := l.dialParams()
-	p.CMTimeout, p.ACKTimeout, p.CMRetries = 31, 31, 15
-	l.connect(p)
-	l.run(time.Second, func() bool { return len(ln.backlog) == 1 })
-	req := l.b.e.NextRequest(ln)
-	if req.timeout > 2*Duration(MaxHonouredTimeout) || req.ackTimeout > MaxHonouredTimeout {
-		t.Errorf("the acceptor would wait %v per DREQ and a timewait of %v", req.timeout, Duration(req.ackTimeout))
-	}
-	at, ok := l.b.e.Deadline()
-	if !ok || at != l.now.Add(DefaultHandshake) {
-		t.Errorf("the request is held until %v, want %v after the REQ", time.Duration(at), DefaultHandshake)
-	}
-	l.call(l.b, func(e *Engine, now qp.Time, out *Output) { e.Accept(now, req, l.acceptParams(), out) })
-	l.run(time.Minute, func() bool { return req.state == Gone })
-	if l.now > qp.Time(DefaultHandshake+time.Second) {
-		t.Errorf("the request was dropped at %v", time.Duration(l.now))
 	}
 }

@@ -30,21 +30,34 @@ import (
 //	engines [b-mtu=N]                  a new link; b's path MTU toward a (4096)
 //	limits H [half-open=N] [per-source=N] [handshake=D]
 //	listen H [port=N] [backlog=N]      H listens on port (7471)
-//	connect a NAME [port=N] [qpn=N] [private=S] [cm-timeout=N] [ack-timeout=N] [cm-retries=N]
-//	    a dials b: REQ with CM timeout 12, ACK timeout 10, 3 CM retries,
-//	    QPN 0x11, PSN 0x123456, MTU 1024, private data "hello"
+//	unlisten H [port=N]                H closes its listener
+//	connect H NAME [port=N] [qpn=N] [private=S] [private-len=N] [cm-timeout=N] [ack-timeout=N] [cm-retries=N]
+//	    H dials the other side: REQ with CM timeout 12, ACK timeout 10, 3 CM
+//	    retries, QPN 0x11, PSN 0x123456, MTU 1024, private data "hello"
+//	    (private-len=N: N bytes "abc…")
 //	next H [port=N]                    the application takes the first request
 //	    waiting in H's backlog (requests are named by side and number: b1, b2 …)
-//	accept H NAME [srq] [private=S]    H accepts: REP with QPN 0x22, PSN 0x654321, "welcome"
-//	reject H NAME [private=S]          H rejects (consumer reject)
+//	accept H NAME [srq] [private=S] [private-len=N]
+//	    H accepts: REP with QPN 0x22, PSN 0x654321, "welcome"
+//	reject H NAME [private=S] [private-len=N]
+//	    H rejects (consumer reject)
 //	establish H NAME                   the dialer, its QP ready, sends the RTU
 //	first-request H NAME               NAME's QP got its first request
 //	disconnect H NAME                  H sends a DREQ
-//	abort H NAME                       the dialer gives up
+//	abort H NAME                       H gives up the communication
+//	shutdown H                         H's device closes
 //	drop from=H [type=NAME] [count=N]  lose the next count (1) MADs H sends of
 //	    that type (REQ, REP, RTU, MRA, REJ, DREQ, DREP), or all of them (count=all)
 //	duplicate NAME                     the REQ NAME's acceptor received arrives again
-//	inject H from=ADDR comm=N          a REQ for port 7471 from ADDR arrives at H
+//	inject H TYPE [from=ADDR] [comm=C] [remote=C] …
+//	    a MAD no engine of the link sent arrives at H from ADDR (the other
+//	    side's address); H's answers are printed, not delivered. C is a
+//	    number or a communication's name. TYPE and its fields:
+//	    REQ [port=N] [service=N] [transport=N] [mtu=N] [cma=false]: comm=1,
+//	        the longest hold the wire allows, rdma_cm's header unless cma=false
+//	    REP [qpn=N], DREQ [qpn=N], RTU, DREP
+//	    REJ [reason=N] [message=REQ|REP|other]: reason 28 (consumer), REQ
+//	    MRA [message=REQ|REP] [service-timeout=N]: of the REQ, 0
 //	deliver                            run until nothing is in flight
 //	tick D                             run D of time
 //	settle [limit=D]                   run until nothing is in flight and no timer is armed (1 m)
@@ -125,6 +138,9 @@ func (e *cmTranscript) watch(s *cmSide, out *Output) {
 			e.names[ev.ID.local] = name
 		}
 		fmt.Fprintf(&e.out, "%v %s: %s %s", time.Duration(e.l.now), s.name, ev.Type, name)
+		if ev.Type == EventListenerClosed {
+			fmt.Fprintf(&e.out, "(port %d)", ev.Listener.Port())
+		}
 		if ev.Type == EventReply {
 			fmt.Fprintf(&e.out, " (now %s)", ev.ID.state)
 		}
@@ -163,46 +179,76 @@ func (e *cmTranscript) comm(c uint32) string {
 	return fmt.Sprintf("%#x", c)
 }
 
-// text is private data as text: up to its first zero byte.
+// text is private data as text: up to its first zero byte; beyond 40
+// bytes, their number, the first 8 and the last 8.
 func text(b []byte) string {
 	if i := bytes.IndexByte(b, 0); i >= 0 {
 		b = b[:i]
 	}
+	if len(b) > 40 {
+		return fmt.Sprintf("%d bytes %q…%q", len(b), b[:8], b[len(b)-8:])
+	}
 	return strconv.Quote(string(b))
 }
 
-// sent prints a MAD put on the link: its type and its key fields.
-func (e *cmTranscript) sent(from *cmSide, m *mad.MAD, lost bool) {
-	fmt.Fprintf(&e.out, "%v %s→%s %s", time.Duration(e.l.now), from.name, e.l.peer(from).name, m.AttrID())
-	switch {
-	case m.REQ != nil:
-		r := m.REQ
-		fmt.Fprintf(&e.out, " comm=%s service=%v qpn=%#x psn=%#x mtu=%v resources=%d depth=%d cm-timeout=%d ack-timeout=%d cm-retries=%d private=%s",
-			e.comm(r.LocalCommID()), r.ServiceID(), r.LocalQPN(), uint32(r.StartingPSN()), r.PathMTU(), r.ResponderResources(), r.InitiatorDepth(),
-			r.RemoteCMResponseTimeout(), r.PrimaryPath().LocalACKTimeout(), r.MaxCMRetries(), text(r.PrivateData()[mad.CMAHeaderSize:]))
-	case m.REP != nil:
-		r := m.REP
-		fmt.Fprintf(&e.out, " comm=%s remote=%s qpn=%#x psn=%#x resources=%d depth=%d rnr-retry=%d ack-delay=%d srq=%v guid=%s private=%s",
-			e.comm(r.LocalCommID()), e.comm(r.RemoteCommID()), r.LocalQPN(), uint32(r.StartingPSN()), r.ResponderResources(), r.InitiatorDepth(),
-			r.RNRRetryCount(), r.TargetACKDelay(), r.SRQ(), e.guid(r.LocalCAGUID()), text(r.PrivateData()))
-	case m.REJ != nil:
-		r := m.REJ
-		fmt.Fprintf(&e.out, " comm=%s remote=%s (%v, rejecting the %v) ari=%x private=%s",
-			e.comm(r.LocalCommID()), e.comm(r.RemoteCommID()), r.Reason(), r.MessageRejected(), r.ARI()[:r.ARILength()], text(r.PrivateData()))
-	case m.MRA != nil:
-		fmt.Fprintf(&e.out, " comm=%s remote=%s (of the %v) service-timeout=%d",
-			e.comm(m.MRA.LocalCommID()), e.comm(m.MRA.RemoteCommID()), m.MRA.MessageMRAed(), m.MRA.ServiceTimeout())
-	case m.RTU != nil:
-		fmt.Fprintf(&e.out, " comm=%s remote=%s", e.comm(m.RTU.LocalCommID()), e.comm(m.RTU.RemoteCommID()))
-	case m.DREQ != nil:
-		fmt.Fprintf(&e.out, " comm=%s remote=%s qpn=%#x", e.comm(m.DREQ.LocalCommID()), e.comm(m.DREQ.RemoteCommID()), m.DREQ.RemoteQPN())
-	case m.DREP != nil:
-		fmt.Fprintf(&e.out, " comm=%s remote=%s", e.comm(m.DREP.LocalCommID()), e.comm(m.DREP.RemoteCommID()))
+// pattern is n bytes of private data: "abcdefghijklmnopqrstuvwxyz" over
+// and over.
+func pattern(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = 'a' + byte(i%26)
 	}
+	return b
+}
+
+// sent prints a MAD put on the link.
+func (e *cmTranscript) sent(from *cmSide, m *mad.MAD, lost bool) {
+	fmt.Fprintf(&e.out, "%v %s→%s %s", time.Duration(e.l.now), from.name, e.l.peer(from).name, e.describe(m))
 	if lost {
 		e.out.WriteString(" (lost)")
 	}
 	e.out.WriteString("\n")
+}
+
+// describe is a MAD's type and its key fields.
+func (e *cmTranscript) describe(m *mad.MAD) string {
+	var b strings.Builder
+	b.WriteString(m.AttrID().String())
+	switch {
+	case m.REQ != nil:
+		r := m.REQ
+		private := r.PrivateData()
+		if _, err := mad.DecodeCMAHeader(private); err == nil {
+			private = private[mad.CMAHeaderSize:]
+		} else {
+			b.WriteString(" (no rdma_cm header)")
+		}
+		if tt := r.TransportServiceType(); tt != 0 {
+			fmt.Fprintf(&b, " (transport service type %d, not RC)", tt)
+		}
+		fmt.Fprintf(&b, " comm=%s service=%v qpn=%#x psn=%#x mtu=%v resources=%d depth=%d cm-timeout=%d ack-timeout=%d cm-retries=%d private=%s",
+			e.comm(r.LocalCommID()), r.ServiceID(), r.LocalQPN(), uint32(r.StartingPSN()), r.PathMTU(), r.ResponderResources(), r.InitiatorDepth(),
+			r.RemoteCMResponseTimeout(), r.PrimaryPath().LocalACKTimeout(), r.MaxCMRetries(), text(private))
+	case m.REP != nil:
+		r := m.REP
+		fmt.Fprintf(&b, " comm=%s remote=%s qpn=%#x psn=%#x resources=%d depth=%d rnr-retry=%d ack-delay=%d srq=%v guid=%s private=%s",
+			e.comm(r.LocalCommID()), e.comm(r.RemoteCommID()), r.LocalQPN(), uint32(r.StartingPSN()), r.ResponderResources(), r.InitiatorDepth(),
+			r.RNRRetryCount(), r.TargetACKDelay(), r.SRQ(), e.guid(r.LocalCAGUID()), text(r.PrivateData()))
+	case m.REJ != nil:
+		r := m.REJ
+		fmt.Fprintf(&b, " comm=%s remote=%s (%v, rejecting the %v) ari=%x private=%s",
+			e.comm(r.LocalCommID()), e.comm(r.RemoteCommID()), r.Reason(), r.MessageRejected(), r.ARI()[:r.ARILength()], text(r.PrivateData()))
+	case m.MRA != nil:
+		fmt.Fprintf(&b, " comm=%s remote=%s (of the %v) service-timeout=%d",
+			e.comm(m.MRA.LocalCommID()), e.comm(m.MRA.RemoteCommID()), m.MRA.MessageMRAed(), m.MRA.ServiceTimeout())
+	case m.RTU != nil:
+		fmt.Fprintf(&b, " comm=%s remote=%s", e.comm(m.RTU.LocalCommID()), e.comm(m.RTU.RemoteCommID()))
+	case m.DREQ != nil:
+		fmt.Fprintf(&b, " comm=%s remote=%s qpn=%#x", e.comm(m.DREQ.LocalCommID()), e.comm(m.DREQ.RemoteCommID()), m.DREQ.RemoteQPN())
+	case m.DREP != nil:
+		fmt.Fprintf(&b, " comm=%s remote=%s", e.comm(m.DREP.LocalCommID()), e.comm(m.DREP.RemoteCommID()))
+	}
+	return b.String()
 }
 
 func (e *cmTranscript) guid(g uint64) string {
@@ -260,9 +306,12 @@ func (e *cmTranscript) id(t *testing.T, d *datadriven.TestData) *ID {
 	return e.ids[d.CmdArgs[1].Key]
 }
 
-func (e *cmTranscript) private(d *datadriven.TestData, def string) []byte {
+func (e *cmTranscript) private(t *testing.T, d *datadriven.TestData, def string) []byte {
 	if v, ok := d.Arg("private"); ok && len(v) == 1 {
 		return []byte(v[0])
+	}
+	if v, ok := d.Arg("private-len"); ok && len(v) == 1 {
+		return pattern(e.atoi(t, d, v[0]))
 	}
 	return []byte(def)
 }
@@ -298,27 +347,36 @@ func (e *cmTranscript) run(t *testing.T, d *datadriven.TestData) string {
 			return errOut(err)
 		}
 		e.listeners[lnKey{s, port}] = ln
+	case "unlisten":
+		s := e.side(t, d)
+		ln := e.listeners[lnKey{s, uint16(e.intArg(t, d, "port", 7471))}]
+		if ln == nil {
+			d.Fatalf(t, "unlisten H [port=N] needs a listener")
+		}
+		l.call(s, func(en *Engine, now qp.Time, out *Output) { en.Unlisten(now, ln, out) })
 	case "connect":
-		if len(d.CmdArgs) < 2 || e.side(t, d) != l.a {
-			d.Fatalf(t, "connect a NAME")
+		s := e.side(t, d)
+		if len(d.CmdArgs) < 2 {
+			d.Fatalf(t, "connect H NAME")
 		}
 		p := l.dialParams()
+		p.Peer, p.Src = l.peer(s).addr, s.addr.Addr()
 		p.Port = uint16(e.intArg(t, d, "port", int(p.Port)))
 		p.QPN = uint32(e.intArg(t, d, "qpn", int(p.QPN)))
 		p.CMTimeout = uint8(e.intArg(t, d, "cm-timeout", int(p.CMTimeout)))
 		p.ACKTimeout = uint8(e.intArg(t, d, "ack-timeout", int(p.ACKTimeout)))
 		p.CMRetries = uint8(e.intArg(t, d, "cm-retries", int(p.CMRetries)))
-		p.Private = e.private(d, "hello")
+		p.Private = e.private(t, d, "hello")
 		name := d.CmdArgs[1].Key
 		var err error
-		out := l.step(l.a, func(en *Engine, now qp.Time, out *Output) {
+		out := l.step(s, func(en *Engine, now qp.Time, out *Output) {
 			var id *ID
 			if id, err = en.Connect(now, p, out); err == nil {
 				e.ids[name] = id
 				e.names[id.local] = name
 			}
 		})
-		l.emit(l.a, &out)
+		l.emit(s, &out)
 		return errOut(err)
 	case "next":
 		s := e.side(t, d)
@@ -335,7 +393,7 @@ func (e *cmTranscript) run(t *testing.T, d *datadriven.TestData) string {
 		s, id := e.side(t, d), e.id(t, d)
 		ap := l.acceptParams()
 		_, ap.SRQ = d.Arg("srq")
-		ap.Private = e.private(d, "welcome")
+		ap.Private = e.private(t, d, "welcome")
 		var err error
 		l.call(s, func(en *Engine, now qp.Time, out *Output) { err = en.Accept(now, id, ap, out) })
 		return errOut(err)
@@ -343,7 +401,7 @@ func (e *cmTranscript) run(t *testing.T, d *datadriven.TestData) string {
 		s, id := e.side(t, d), e.id(t, d)
 		var err error
 		l.call(s, func(en *Engine, now qp.Time, out *Output) {
-			err = en.Reject(now, id, mad.RejectConsumer, e.private(d, ""), out)
+			err = en.Reject(now, id, mad.RejectConsumer, e.private(t, d, ""), out)
 		})
 		return errOut(err)
 	case "establish":
@@ -364,6 +422,9 @@ func (e *cmTranscript) run(t *testing.T, d *datadriven.TestData) string {
 	case "abort":
 		s, id := e.side(t, d), e.id(t, d)
 		l.call(s, func(en *Engine, now qp.Time, out *Output) { en.Abort(now, id, out) })
+	case "shutdown":
+		s := e.side(t, d)
+		l.call(s, func(en *Engine, now qp.Time, out *Output) { en.Shutdown(now, out) })
 	case "drop":
 		v, ok := d.Arg("from")
 		if !ok || (v[0] != "a" && v[0] != "b") {
@@ -397,33 +458,14 @@ func (e *cmTranscript) run(t *testing.T, d *datadriven.TestData) string {
 		}
 	case "duplicate":
 		id := e.id2(t, d)
-		l.flights = append(l.flights, cmFlight{at: l.now, from: l.a, mad: reqOf(t, l, id)})
+		from := l.a
+		if id.peer == l.b.addr {
+			from = l.b
+		}
+		l.flights = append(l.flights, cmFlight{at: l.now, from: from, mad: reqOf(t, l, id)})
 		e.deliver()
 	case "inject":
-		s := e.side(t, d)
-		v, ok := d.Arg("from")
-		if !ok {
-			d.Fatalf(t, "inject H from=ADDR comm=N")
-		}
-		from, err := netip.ParseAddrPort(v[0])
-		if err != nil {
-			d.Fatalf(t, "%v", err)
-		}
-		comm := uint32(e.intArg(t, d, "comm", 1))
-		m := e.req(t, s, from, comm)
-		fmt.Fprintf(&e.out, "%v %v→%s ConnectRequest comm=%#x\n", time.Duration(l.now), from, s.name, comm)
-		out := l.step(s, func(en *Engine, now qp.Time, out *Output) { en.Receive(now, from, s.mtu, m, out) })
-		for _, o := range out.MADs {
-			var a mad.MAD
-			if err := a.Decode(o.MAD[:]); err != nil {
-				t.Fatal(err)
-			}
-			fmt.Fprintf(&e.out, "%v %s→%v %v", time.Duration(l.now), s.name, o.Dst, a.AttrID())
-			if a.REJ != nil {
-				fmt.Fprintf(&e.out, " remote=%#x (%v)", a.REJ.RemoteCommID(), a.REJ.Reason())
-			}
-			e.out.WriteString("\n")
-		}
+		e.inject(t, d)
 	case "deliver":
 		e.deliver()
 	case "tick":
@@ -532,16 +574,66 @@ func (e *cmTranscript) to(at qp.Time) {
 	}
 }
 
-// req is a REQ for port 7471 from addr from, as the half-open limits see
-// requesters: with the longest hold the wire allows.
-func (e *cmTranscript) req(t *testing.T, to *cmSide, from netip.AddrPort, comm uint32) *mad.MAD {
-	f := mad.MADFields{Header: mad.CMHeader(mad.AttrConnectRequest, uint64(comm))}
-	f.REQ = mad.REQFields{
-		LocalCommID: comm, ServiceID: mad.RDMACMServiceID(mad.PortSpaceTCP, 7471), LocalQPN: 0x11,
-		PathMTU: wire.MTU1024, PKey: 0xFFFF, MaxCMRetries: 15, LocalCMResponseTimeout: 20, RemoteCMResponseTimeout: 20,
+// inject has a MAD no engine of the link sent arrive at the command's
+// side, and prints it and the answers.
+func (e *cmTranscript) inject(t *testing.T, d *datadriven.TestData) {
+	l, s := e.l, e.side(t, d)
+	if len(d.CmdArgs) < 2 {
+		d.Fatalf(t, "inject H TYPE [from=ADDR] …")
 	}
-	cma := mad.NewCMAHeader(netip.AddrPortFrom(from.Addr(), 40000), to.addr.Addr())
-	mad.CMAHeader(f.REQ.PrivateData[:mad.CMAHeaderSize]).Encode(&cma)
+	attr, ok := attrNames[d.CmdArgs[1].Key]
+	if !ok {
+		d.Fatalf(t, "no MAD type %q", d.CmdArgs[1].Key)
+	}
+	from := l.peer(s).addr
+	if v, ok := d.Arg("from"); ok {
+		var err error
+		if from, err = netip.ParseAddrPort(v[0]); err != nil {
+			d.Fatalf(t, "%v", err)
+		}
+	}
+	comm, remote := e.commArg(t, d, "comm", 1), e.commArg(t, d, "remote", 0)
+	f := mad.MADFields{Header: mad.CMHeader(attr, uint64(comm))}
+	switch attr {
+	case mad.AttrConnectRequest:
+		port := uint16(e.intArg(t, d, "port", 7471))
+		mtu, ok := wire.MTUFromBytes(e.intArg(t, d, "mtu", 1024))
+		if !ok {
+			d.Fatalf(t, "no MTU")
+		}
+		// The longest hold the wire allows, as the half-open limits see
+		// requesters.
+		f.REQ = mad.REQFields{
+			LocalCommID: comm, ServiceID: mad.RDMACMServiceID(mad.PortSpaceTCP, port), LocalQPN: 0x11,
+			PathMTU: mtu, PKey: 0xFFFF, MaxCMRetries: 15, LocalCMResponseTimeout: 20, RemoteCMResponseTimeout: 20,
+			TransportServiceType: uint8(e.intArg(t, d, "transport", 0)),
+		}
+		if v, ok := d.Arg("service"); ok {
+			f.REQ.ServiceID = mad.ServiceID(e.atoi(t, d, v[0]))
+		}
+		if v, ok := d.Arg("cma"); !ok || v[0] != "false" {
+			cma := mad.NewCMAHeader(netip.AddrPortFrom(from.Addr(), 40000), s.addr.Addr())
+			mad.CMAHeader(f.REQ.PrivateData[:mad.CMAHeaderSize]).Encode(&cma)
+		}
+	case mad.AttrConnectReply:
+		f.REP = mad.REPFields{LocalCommID: comm, RemoteCommID: remote, LocalQPN: uint32(e.intArg(t, d, "qpn", 0x22))}
+	case mad.AttrReadyToUse:
+		f.RTU = mad.RTUFields{LocalCommID: comm, RemoteCommID: remote}
+	case mad.AttrConnectReject:
+		f.REJ = mad.REJFields{
+			LocalCommID: comm, RemoteCommID: remote, Reason: mad.RejectReason(e.intArg(t, d, "reason", int(mad.RejectConsumer))),
+			MessageRejected: e.message(t, d),
+		}
+	case mad.AttrMsgRcptAck:
+		f.MRA = mad.MRAFields{
+			LocalCommID: comm, RemoteCommID: remote, MessageMRAed: e.message(t, d),
+			ServiceTimeout: uint8(e.intArg(t, d, "service-timeout", 0)),
+		}
+	case mad.AttrDisconnectRequest:
+		f.DREQ = mad.DREQFields{LocalCommID: comm, RemoteCommID: remote, RemoteQPN: uint32(e.intArg(t, d, "qpn", 0x11))}
+	case mad.AttrDisconnectReply:
+		f.DREP = mad.DREPFields{LocalCommID: comm, RemoteCommID: remote}
+	}
 	var b [mad.MADSize]byte
 	if _, err := f.Encode(b[:]); err != nil {
 		t.Fatal(err)
@@ -550,5 +642,41 @@ func (e *cmTranscript) req(t *testing.T, to *cmSide, from netip.AddrPort, comm u
 	if err := m.Decode(b[:]); err != nil {
 		t.Fatal(err)
 	}
-	return &m
+	fmt.Fprintf(&e.out, "%v %v→%s %s\n", time.Duration(l.now), from, s.name, e.describe(&m))
+	out := l.step(s, func(en *Engine, now qp.Time, out *Output) { en.Receive(now, from, s.mtu, &m, out) })
+	for _, o := range out.MADs {
+		var a mad.MAD
+		if err := a.Decode(o.MAD[:]); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&e.out, "%v %s→%v %s\n", time.Duration(l.now), s.name, o.Dst, e.describe(&a))
+	}
+}
+
+// commArg is the argument key as a communication ID: a number, or the
+// local ID of the communication it names; def if absent.
+func (e *cmTranscript) commArg(t *testing.T, d *datadriven.TestData, key string, def uint32) uint32 {
+	v, ok := d.Arg(key)
+	if !ok || len(v) != 1 {
+		return def
+	}
+	if id := e.ids[v[0]]; id != nil {
+		return id.local
+	}
+	return uint32(e.atoi(t, d, v[0]))
+}
+
+// message is the message=REQ|REP|other argument (REQ if absent).
+func (e *cmTranscript) message(t *testing.T, d *datadriven.TestData) mad.CMMessage {
+	v, ok := d.Arg("message")
+	if !ok {
+		return mad.CMMessageREQ
+	}
+	for _, m := range []mad.CMMessage{mad.CMMessageREQ, mad.CMMessageREP, mad.CMMessageOther} {
+		if v[0] == m.String() {
+			return m
+		}
+	}
+	d.Fatalf(t, "no message %q", v[0])
+	return 0
 }
