@@ -17,6 +17,7 @@ import (
 
 	"log/slog"
 
+	"github.com/softnic/softnic/nic/internal/attachproto"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/nic/udp"
 )
@@ -72,7 +73,8 @@ type attachment struct {
 	d       *Device
 	t       *shm.Conn
 	path    string
-	hello   helloResult
+	hello   attachproto.Hello
+	attr    DeviceAttr // hello's
 	log     *slog.Logger
 	closing chan struct{} // closed when the session ends
 
@@ -108,7 +110,7 @@ type attachment struct {
 }
 
 type attachReply struct {
-	m   attachMsg
+	m   attachproto.Msg
 	fds []int
 }
 
@@ -128,14 +130,18 @@ func attach(cfg Config, path string) (*Device, error) {
 	if err != nil {
 		return fail(fmt.Errorf("is softnic serve running with --control %s? %w", path, err))
 	}
-	t := shm.NewConn(c, attachMaxLine)
+	t := shm.NewConn(c, attachproto.MaxLine)
 	m, fds, err := handshake(t)
 	if err == nil && len(fds) != 2 {
 		err = fmt.Errorf("the daemon sent %d descriptors with its answer, want 2: %w", len(fds), shm.ErrProtocol)
 	}
-	var hello helloResult
+	var hello attachproto.Hello
+	var attr DeviceAttr
 	if err == nil {
 		err = json.Unmarshal(m.Result, &hello)
+	}
+	if err == nil && len(hello.Attr) > 0 {
+		err = json.Unmarshal(hello.Attr, &attr)
 	}
 	var page *shm.Mapping
 	if err == nil {
@@ -149,7 +155,7 @@ func attach(cfg Config, path string) (*Device, error) {
 	}
 	bell, _ := shm.NewDoorbell(page.Bytes())
 	a := &attachment{
-		t: t, path: path, hello: hello, log: cfg.Logger, closing: make(chan struct{}),
+		t: t, path: path, hello: hello, attr: attr, log: cfg.Logger, closing: make(chan struct{}),
 		bellFD: fds[0], bellMap: page, bell: bell, needWake: bell.NeedWake(),
 		calls: make(map[uint64]chan attachReply), conns: make(map[uint32]*attachedConn), unknownEnds: make(map[uint32]error),
 		qps: make(map[*attachedQP]*QP), cqs: make(map[*attachedCQ]struct{}),
@@ -167,9 +173,9 @@ func attach(cfg Config, path string) (*Device, error) {
 }
 
 // handshake sends the attach line and reads the daemon's answer.
-func handshake(t *shm.Conn) (attachMsg, []int, error) {
-	var m attachMsg
-	if err := t.Send([]byte(attachLine), nil); err != nil {
+func handshake(t *shm.Conn) (attachproto.Msg, []int, error) {
+	var m attachproto.Msg
+	if err := t.Send([]byte(attachproto.Line), nil); err != nil {
 		return m, nil, err
 	}
 	t.Unix().SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -185,7 +191,7 @@ func handshake(t *shm.Conn) (attachMsg, []int, error) {
 	if err != nil {
 		return m, nil, err
 	}
-	if err := m.err(); err != nil {
+	if err := m.Err(); err != nil {
 		shm.CloseFDs(fds)
 		return m, nil, err
 	}
@@ -201,7 +207,7 @@ func (a *attachment) readLoop() {
 		if line, err = a.t.ReadLine(); err != nil {
 			break
 		}
-		var m attachMsg
+		var m attachproto.Msg
 		if err = json.Unmarshal(line, &m); err != nil {
 			break
 		}
@@ -223,9 +229,9 @@ func (a *attachment) readLoop() {
 		}
 		shm.CloseFDs(fds)
 		switch m.Op {
-		case evConnEnded:
+		case attachproto.EvConnEnded:
 			a.connEnded(&m)
-		case evQPError:
+		case attachproto.EvQPError:
 			a.qpError(&m)
 		}
 	}
@@ -241,8 +247,8 @@ func (a *attachment) end(why error) {
 		a.ended.Store(true)
 		calls := a.calls
 		a.calls = make(map[uint64]chan attachReply)
-		var m attachMsg
-		m.setError(fmt.Errorf("softnic: the session with the daemon at %s ended: %w", a.path, ErrClosed))
+		var m attachproto.Msg
+		m.SetError(fmt.Errorf("softnic: the session with the daemon at %s ended: %w", a.path, ErrClosed))
 		for _, ch := range calls {
 			ch <- attachReply{m: m}
 		}
@@ -330,7 +336,7 @@ func (a *attachment) detach() {
 // request at the daemon, and the call returns once the daemon answers (it
 // answers every request).
 func (a *attachment) call(ctx context.Context, op string, args any, fds []int, res any) ([]int, error) {
-	m := attachMsg{Op: op, FDs: len(fds)}
+	m := attachproto.Msg{Op: op, FDs: len(fds)}
 	if args != nil {
 		var err error
 		if m.Args, err = json.Marshal(args); err != nil {
@@ -358,7 +364,7 @@ func (a *attachment) call(ctx context.Context, op string, args any, fds []int, r
 	select {
 	case r = <-ch:
 	case <-ctx.Done():
-		cancel, _ := json.Marshal(&attachMsg{Op: opCancel, Args: mustJSON(cancelArgs{Target: m.ID})})
+		cancel, _ := json.Marshal(&attachproto.Msg{Op: attachproto.OpCancel, Args: mustJSON(attachproto.CancelArgs{Target: m.ID})})
 		a.t.Send(cancel, nil)
 		r = <-ch
 	}
@@ -366,7 +372,7 @@ func (a *attachment) call(ctx context.Context, op string, args any, fds []int, r
 		shm.CloseFDs(r.fds[n:])
 		r.fds = r.fds[:n]
 	}
-	if err := r.m.err(); err != nil {
+	if err := r.m.Err(); err != nil {
 		shm.CloseFDs(r.fds)
 		return nil, err
 	}
@@ -382,7 +388,7 @@ func (a *attachment) call(ctx context.Context, op string, args any, fds []int, r
 // answerFDs is how many descriptors the answer to each request carries at
 // most: a CQ's ring and eventfd, a QP's or SRQ's rings. call closes any
 // more, which no caller would.
-var answerFDs = map[string]int{opCreateCQ: 2, opCreateSRQ: 1, opCreateQP: 2, opAccept: 2, opDial: 2}
+var answerFDs = map[string]int{attachproto.OpCreateCQ: 2, attachproto.OpCreateSRQ: 1, attachproto.OpCreateQP: 2, attachproto.OpAccept: 2, attachproto.OpDial: 2}
 
 func mustJSON(v any) json.RawMessage {
 	b, _ := json.Marshal(v)
@@ -415,8 +421,26 @@ func (a *attachment) pathMTU(netip.AddrPort) int { return a.hello.MTU }
 
 func (a *attachment) counters() []CounterValue {
 	var cs []CounterValue
-	if _, err := a.call(context.Background(), opCounters, nil, nil, &cs); err != nil {
+	if _, err := a.call(context.Background(), attachproto.OpCounters, nil, nil, &cs); err != nil {
 		return nil
 	}
 	return cs
+}
+
+// args describes cfg to the daemon, its CQs and SRQ by handle.
+func (cfg *QPConfig) args() attachproto.QPConfig {
+	a := attachproto.QPConfig{
+		Type: cfg.Type, MaxSendWR: cfg.MaxSendWR, MaxRecvWR: cfg.MaxRecvWR, MaxSendSGE: cfg.MaxSendSGE,
+		MaxRecvSGE: cfg.MaxRecvSGE, MaxInline: cfg.MaxInline, SignalAll: cfg.SignalAll,
+	}
+	if cfg.SendCQ != nil {
+		a.SendCQ = daemonHandle(cfg.SendCQ.prov)
+	}
+	if cfg.RecvCQ != nil {
+		a.RecvCQ = daemonHandle(cfg.RecvCQ.prov)
+	}
+	if cfg.SRQ != nil {
+		a.SRQ = daemonHandle(cfg.SRQ.prov)
+	}
+	return a
 }

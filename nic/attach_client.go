@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic/internal/attachproto"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
 )
@@ -27,8 +28,8 @@ type attachedPD struct {
 }
 
 func (a *attachment) allocPD(d *Device) (*PD, error) {
-	var r pdResult
-	if _, err := a.call(context.Background(), opAllocPD, nil, nil, &r); err != nil {
+	var r attachproto.PDResult
+	if _, err := a.call(context.Background(), attachproto.OpAllocPD, nil, nil, &r); err != nil {
 		return nil, err
 	}
 	return &PD{dev: d, prov: &attachedPD{a: a, h: r.H, pd: r.PD}}, nil
@@ -37,7 +38,7 @@ func (a *attachment) allocPD(d *Device) (*PD, error) {
 func (p *attachedPD) handle() mr.PDHandle { return p.pd }
 
 func (p *attachedPD) dealloc() error {
-	_, err := p.a.call(context.Background(), opDeallocPD, handleArgs{p.h}, nil, nil)
+	_, err := p.a.call(context.Background(), attachproto.OpDeallocPD, attachproto.HandleArgs{H: p.h}, nil, nil)
 	return err
 }
 
@@ -86,7 +87,7 @@ type attachedMR struct {
 }
 
 // newMR returns the region the daemon registered as r over b's memory mem.
-func (a *attachment) newMR(pd *PD, mem []byte, r *mrResult, b *sharedBuf) *MR {
+func (a *attachment) newMR(pd *PD, mem []byte, r *attachproto.MRResult, b *sharedBuf) *MR {
 	m := &attachedMR{a: a, h: r.H, buf: b}
 	m.pub = &MR{pd: pd, buf: mem, key: r.LKey, addr: r.Addr, prov: m}
 	return m.pub
@@ -98,8 +99,8 @@ func (p *attachedPD) allocMR(pd *PD, size int, access mr.Access) (*MR, error) {
 	if err != nil {
 		return nil, fmt.Errorf("softnic: memory region of %d bytes: %v: %w", size, err, ErrNoMem)
 	}
-	var r mrResult
-	_, err = a.call(context.Background(), opAllocMR, allocMRArgs{PD: p.h, Size: size, Access: access}, []int{m.FD()}, &r)
+	var r attachproto.MRResult
+	_, err = a.call(context.Background(), attachproto.OpAllocMR, attachproto.AllocMRArgs{PD: p.h, Size: size, Access: access}, []int{m.FD()}, &r)
 	m.CloseFD()
 	if err != nil {
 		m.Close()
@@ -146,9 +147,9 @@ func (p *attachedPD) regMR(pd *PD, buf []byte, access mr.Access) (*MR, error) {
 		return nil, fmt.Errorf("softnic: register %d bytes at %#x: an attached process registers only memory it shares with the daemon; allocate it with PD.AllocMR (and register parts of it with RegMR): %w",
 			len(buf), start, ErrFault)
 	}
-	var r mrResult
+	var r attachproto.MRResult
 	off := int(start - addrOf(b.m.Bytes()))
-	_, err := a.call(context.Background(), opRegMR, regMRArgs{PD: p.h, Buf: b.owner, Off: off, Len: len(buf), Access: access}, nil, &r)
+	_, err := a.call(context.Background(), attachproto.OpRegMR, attachproto.RegMRArgs{PD: p.h, Buf: b.owner, Off: off, Len: len(buf), Access: access}, nil, &r)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if err != nil {
@@ -168,9 +169,9 @@ func (p *attachedPD) regMR(pd *PD, buf []byte, access mr.Access) (*MR, error) {
 func (p *attachedPD) regShared(pd *PD, m *shm.Mapping, skip, fd int, off int64, n int, iova uint64, access mr.Access) (*MR, error) {
 	a := p.a
 	m.CloseFD()
-	var r mrResult
-	args := regSharedArgs{PD: p.h, Off: off, Len: n, IOVA: iova, Access: access}
-	if _, err := a.call(context.Background(), opRegShared, args, []int{fd}, &r); err != nil {
+	var r attachproto.MRResult
+	args := attachproto.RegSharedArgs{PD: p.h, Off: off, Len: n, IOVA: iova, Access: access}
+	if _, err := a.call(context.Background(), attachproto.OpRegShared, args, []int{fd}, &r); err != nil {
 		m.Close()
 		return nil, err
 	}
@@ -189,7 +190,7 @@ func (p *attachedPD) regShared(pd *PD, m *shm.Mapping, skip, fd int, off int64, 
 
 func (m *attachedMR) dereg() error {
 	a := m.a
-	if _, err := a.call(context.Background(), opDeregMR, handleArgs{m.h}, nil, nil); err != nil {
+	if _, err := a.call(context.Background(), attachproto.OpDeregMR, attachproto.HandleArgs{H: m.h}, nil, nil); err != nil {
 		return err
 	}
 	a.mu.Lock()
@@ -246,14 +247,14 @@ func (a *attachment) createCQ(d *Device, depth int) (*CQ, error) {
 	if depth <= 0 || depth > qp.MaxCQE {
 		return nil, fmt.Errorf("completion queue depth %d: %w", depth, ErrInvalid)
 	}
-	var r cqResult
-	fds, err := a.call(context.Background(), opCreateCQ, createCQArgs{Depth: depth}, nil, &r)
+	var r attachproto.CQResult
+	fds, err := a.call(context.Background(), attachproto.OpCreateCQ, attachproto.CreateCQArgs{Depth: depth}, nil, &r)
 	if err != nil {
 		return nil, err
 	}
 	m, ring, err := mapCQ(fds, depth)
 	if err != nil {
-		a.drop(opDestroyCQ, r.H)
+		a.drop(attachproto.OpDestroyCQ, r.H)
 		return nil, err
 	}
 	ac := &attachedCQ{a: a, h: r.H, depth: uint32(depth), ev: os.NewFile(uintptr(fds[1]), "softnic-cq-event"), m: m, ring: ring}
@@ -285,7 +286,7 @@ func mapCQ(fds []int, depth int) (*shm.Mapping, shm.Ring, error) {
 // drop has the daemon destroy (op) the object h it made for a call that
 // then failed here, which would otherwise stay until detach.
 func (a *attachment) drop(op string, h uint32) {
-	a.call(context.Background(), op, handleArgs{h}, nil, nil)
+	a.call(context.Background(), op, attachproto.HandleArgs{H: h}, nil, nil)
 }
 
 // destroy has the daemon destroy the CQ, then unmaps its ring; a waiter
@@ -295,7 +296,7 @@ func (c *attachedCQ) destroy(pub *CQ) error {
 		return nil
 	}
 	a := c.a
-	if _, err := a.call(context.Background(), opDestroyCQ, handleArgs{c.h}, nil, nil); err != nil {
+	if _, err := a.call(context.Background(), attachproto.OpDestroyCQ, attachproto.HandleArgs{H: c.h}, nil, nil); err != nil {
 		return err
 	}
 	a.mu.Lock()
@@ -463,14 +464,14 @@ func (p *attachedPD) createSRQ(pd *PD, depth, maxSGE int) (*SRQ, error) {
 	if depth <= 0 || depth > qp.MaxSRQWR || maxSGE <= 0 || maxSGE > qp.MaxSGE {
 		return nil, fmt.Errorf("SRQ depth %d, max SGE %d: %w", depth, maxSGE, ErrInvalid)
 	}
-	var r srqResult
-	fds, err := a.call(context.Background(), opCreateSRQ, createSRQArgs{PD: p.h, Depth: depth, MaxSGE: maxSGE}, nil, &r)
+	var r attachproto.SRQResult
+	fds, err := a.call(context.Background(), attachproto.OpCreateSRQ, attachproto.CreateSRQArgs{PD: p.h, Depth: depth, MaxSGE: maxSGE}, nil, &r)
 	if err != nil {
 		return nil, err
 	}
 	m, ring, err := mapRing(fds, shm.RecvSlotSize(maxSGE), depth)
 	if err != nil {
-		a.drop(opDestroySRQ, r.H)
+		a.drop(attachproto.OpDestroySRQ, r.H)
 		return nil, err
 	}
 	s := &attachedSRQ{a: a, h: r.H, depth: uint32(depth), maxSGE: maxSGE, m: m, ring: ring}
@@ -546,8 +547,8 @@ type attachedMW struct {
 // allocMW has the daemon allocate a window in pd.
 func (p *attachedPD) allocMW(pd *PD, typ mr.WindowType) (*MW, error) {
 	a := p.a
-	var r mwResult
-	if _, err := a.call(context.Background(), opAllocMW, allocMWArgs{PD: p.h, Type: typ}, nil, &r); err != nil {
+	var r attachproto.MWResult
+	if _, err := a.call(context.Background(), attachproto.OpAllocMW, attachproto.AllocMWArgs{PD: p.h, Type: typ}, nil, &r); err != nil {
 		return nil, err
 	}
 	w := &attachedMW{a: a, h: r.H}
@@ -564,7 +565,7 @@ func (w *attachedMW) rkey() uint32 { return w.key.Load() }
 
 func (w *attachedMW) dealloc() error {
 	a := w.a
-	if _, err := a.call(context.Background(), opDeallocMW, handleArgs{w.h}, nil, nil); err != nil {
+	if _, err := a.call(context.Background(), attachproto.OpDeallocMW, attachproto.HandleArgs{H: w.h}, nil, nil); err != nil {
 		return err
 	}
 	a.mu.Lock()
@@ -600,7 +601,7 @@ func (s *attachedSRQ) destroy(pub *SRQ) error {
 		return nil
 	}
 	a := s.a
-	if _, err := a.call(context.Background(), opDestroySRQ, handleArgs{s.h}, nil, nil); err != nil {
+	if _, err := a.call(context.Background(), attachproto.OpDestroySRQ, attachproto.HandleArgs{H: s.h}, nil, nil); err != nil {
 		return err
 	}
 	a.mu.Lock()
@@ -629,10 +630,10 @@ type attachedQP struct {
 	h    uint32
 	num  uint32
 	slot uint32 // in the doorbell page
-	cfg  qpConfigArgs
+	cfg  attachproto.QPConfig
 	// info is what the daemon told of the QP last (zero once the QP is
 	// closed), read by posts without a lock; infoMu orders its writers.
-	info   atomic.Pointer[queryQPResult]
+	info   atomic.Pointer[attachproto.QueryQPResult]
 	infoMu sync.Mutex
 
 	sqMu   sync.Mutex
@@ -651,14 +652,14 @@ func (p *attachedPD) createQP(pd *PD, cfg QPConfig) (*QP, error) {
 	if err := a.checkQPConfig(pd, &cfg); err != nil {
 		return nil, err
 	}
-	var r qpResult
-	fds, err := a.call(context.Background(), opCreateQP, createQPArgs{PD: p.h, Config: cfg.args()}, nil, &r)
+	var r attachproto.QPResult
+	fds, err := a.call(context.Background(), attachproto.OpCreateQP, attachproto.CreateQPArgs{PD: p.h, Config: cfg.args()}, nil, &r)
 	if err != nil {
 		return nil, err
 	}
 	q, err := a.newQP(pd, &r, fds)
 	if err != nil {
-		a.drop(opDestroyQP, r.H)
+		a.drop(attachproto.OpDestroyQP, r.H)
 	}
 	return q, err
 }
@@ -683,7 +684,7 @@ func (a *attachment) ownCQ(c *CQ) bool {
 }
 
 // newQP maps the rings of a QP the daemon made.
-func (a *attachment) newQP(pd *PD, r *qpResult, fds []int) (*QP, error) {
+func (a *attachment) newQP(pd *PD, r *attachproto.QPResult, fds []int) (*QP, error) {
 	c := r.Config
 	want := 2
 	if c.SRQ != 0 {
@@ -705,7 +706,7 @@ func (a *attachment) newQP(pd *PD, r *qpResult, fds []int) (*QP, error) {
 			return nil, err
 		}
 	}
-	q.cache(&queryQPResult{Attr: r.Attr, Status: qp.Status{State: r.Attr.State}})
+	q.cache(&attachproto.QueryQPResult{Attr: r.Attr, Status: qp.Status{State: r.Attr.State}})
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.ended.Load() {
@@ -718,8 +719,8 @@ func (a *attachment) newQP(pd *PD, r *qpResult, fds []int) (*QP, error) {
 }
 
 // qpError passes the daemon's news of a QP's error on to Config.OnQPError.
-func (a *attachment) qpError(m *attachMsg) {
-	var ev qpErrorEvent
+func (a *attachment) qpError(m *attachproto.Msg) {
+	var ev attachproto.QPErrorEvent
 	if a.d.qpErrors == nil || json.Unmarshal(m.Args, &ev) != nil {
 		return
 	}
@@ -740,7 +741,7 @@ func (a *attachment) qpError(m *attachMsg) {
 // cache records what the daemon told of the QP: posting checks its state
 // and attributes, and Attr and Status fall back on it once the daemon
 // cannot answer.
-func (q *attachedQP) cache(r *queryQPResult) {
+func (q *attachedQP) cache(r *attachproto.QueryQPResult) {
 	q.infoMu.Lock()
 	defer q.infoMu.Unlock()
 	if q.closed.Load() {
@@ -756,9 +757,9 @@ func (q *attachedQP) cache(r *queryQPResult) {
 // in RESET, as an embedded QP has after Destroy. The queue counts come
 // from the rings: the daemon's QP does not count the WRs it has not taken
 // from them yet.
-func (q *attachedQP) query() (queryQPResult, error) {
-	var r queryQPResult
-	_, err := q.a.call(context.Background(), opQueryQP, handleArgs{q.h}, nil, &r)
+func (q *attachedQP) query() (attachproto.QueryQPResult, error) {
+	var r attachproto.QueryQPResult
+	_, err := q.a.call(context.Background(), attachproto.OpQueryQP, attachproto.HandleArgs{H: q.h}, nil, &r)
 	if err == nil {
 		q.cache(&r)
 	} else {
@@ -803,8 +804,8 @@ func (q *attachedQP) modify(attr *qp.Attr, mask qp.AttrMask) error {
 	if q.closed.Load() {
 		return ErrClosed // as an embedded QP after Destroy: the daemon forgot its handle
 	}
-	var r queryQPResult
-	if _, err := q.a.call(context.Background(), opModifyQP, modifyQPArgs{H: q.h, Attr: *attr, Mask: mask}, nil, &r); err != nil {
+	var r attachproto.QueryQPResult
+	if _, err := q.a.call(context.Background(), attachproto.OpModifyQP, attachproto.ModifyQPArgs{H: q.h, Attr: *attr, Mask: mask}, nil, &r); err != nil {
 		return err
 	}
 	q.cache(&r)
@@ -929,7 +930,7 @@ func (q *attachedQP) destroy() error {
 	if q.closed.Load() {
 		return nil
 	}
-	if _, err := a.call(context.Background(), opDestroyQP, handleArgs{q.h}, nil, nil); err != nil {
+	if _, err := a.call(context.Background(), attachproto.OpDestroyQP, attachproto.HandleArgs{H: q.h}, nil, nil); err != nil {
 		return err
 	}
 	a.forget(q)
@@ -965,6 +966,6 @@ func (q *attachedQP) close() {
 		q.rqMap.Close()
 	}
 	q.infoMu.Lock()
-	q.info.Store(&queryQPResult{})
+	q.info.Store(&attachproto.QueryQPResult{})
 	q.infoMu.Unlock()
 }

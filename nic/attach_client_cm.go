@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"sync"
 
+	"github.com/softnic/softnic/nic/internal/attachproto"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
 )
@@ -27,9 +28,9 @@ func (a *attachment) listen(l *Listener, opts *ListenOptions) (listenerProvider,
 	if err := a.checkQPConfig(opts.PD, &opts.QP); err != nil {
 		return nil, fmt.Errorf("softnic: listen on port %d: %w", port, err)
 	}
-	var r listenResult
-	args := listenArgs{Port: port, PD: daemonHandle(opts.PD.prov), QP: opts.QP.args(), Backlog: opts.Backlog}
-	if _, err := a.call(context.Background(), opListen, args, nil, &r); err != nil {
+	var r attachproto.ListenResult
+	args := attachproto.ListenArgs{Port: port, PD: daemonHandle(opts.PD.prov), QP: opts.QP.args(), Backlog: opts.Backlog}
+	if _, err := a.call(context.Background(), attachproto.OpListen, args, nil, &r); err != nil {
 		return nil, err
 	}
 	l.port = r.Port
@@ -45,8 +46,8 @@ func (al *attachedListener) acceptRequest(ctx context.Context, l *Listener) (*Re
 	if isClosed(al.closed) {
 		return nil, l.errClosed()
 	}
-	var r requestResult
-	if _, err := al.a.call(ctx, opAcceptRequest, handleArgs{al.h}, nil, &r); err != nil {
+	var r attachproto.RequestResult
+	if _, err := al.a.call(ctx, attachproto.OpAcceptRequest, attachproto.HandleArgs{H: al.h}, nil, &r); err != nil {
 		switch {
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
@@ -70,7 +71,7 @@ func (al *attachedListener) close() error {
 	}
 	close(al.closed)
 	a.mu.Unlock()
-	_, err := a.call(context.Background(), opCloseListener, handleArgs{al.h}, nil, nil)
+	_, err := a.call(context.Background(), attachproto.OpCloseListener, attachproto.HandleArgs{H: al.h}, nil, nil)
 	if err != nil && a.ended.Load() {
 		return nil
 	}
@@ -96,8 +97,11 @@ func (ar *attachedRequest) accept(r *Request, opts AcceptOptions) (*Conn, error)
 		return nil, err
 	}
 	a := ar.a
-	var res connResult
-	fds, err := a.call(context.Background(), opAccept, acceptArgs{Request: ar.h, Opts: opts, UseQP: qpHandle(opts.UseQP)}, nil, &res)
+	var res attachproto.ConnResult
+	fds, err := a.call(context.Background(), attachproto.OpAccept, attachproto.AcceptArgs{
+		Request: ar.h, PrivateData: opts.PrivateData, ResponderResources: opts.ResponderResources,
+		InitiatorDepth: opts.InitiatorDepth, RNRRetryCount: opts.RNRRetryCount, UseQP: qpHandle(opts.UseQP),
+	}, nil, &res)
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +116,7 @@ func (ar *attachedRequest) reject(r *Request, private []byte) error {
 	if err := ar.answeredLocked(r.peer); err != nil {
 		return err
 	}
-	_, err := ar.a.call(context.Background(), opReject, rejectArgs{Request: ar.h, Private: private}, nil, nil)
+	_, err := ar.a.call(context.Background(), attachproto.OpReject, attachproto.RejectArgs{Request: ar.h, Private: private}, nil, nil)
 	ar.rejected = err == nil
 	return err
 }
@@ -149,8 +153,8 @@ func (a *attachment) dial(ctx context.Context, _ *Device, remote netip.AddrPort,
 	if err := a.checkQPConfig(o.PD, &o.QP); o.UseQP == nil && err != nil {
 		return nil, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err)
 	}
-	var res connResult
-	fds, err := a.call(ctx, opDial, dialArgsOf(remote, port, o), nil, &res)
+	var res attachproto.ConnResult
+	fds, err := a.call(ctx, attachproto.OpDial, dialArgs(remote, port, o), nil, &res)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, ctx.Err())
@@ -162,16 +166,16 @@ func (a *attachment) dial(ctx context.Context, _ *Device, remote netip.AddrPort,
 
 // newConn wraps a connection the daemon made, with its QP: a new one, or
 // use, the caller's, which the daemon has connected.
-func (a *attachment) newConn(pd *PD, r *connResult, fds []int, use *QP) (*Conn, error) {
+func (a *attachment) newConn(pd *PD, r *attachproto.ConnResult, fds []int, use *QP) (*Conn, error) {
 	q, err := use, error(nil)
 	if use != nil {
 		shm.CloseFDs(fds)
-		use.prov.(*attachedQP).cache(&queryQPResult{Attr: r.QP.Attr, Status: qp.Status{State: r.QP.Attr.State}})
+		use.prov.(*attachedQP).cache(&attachproto.QueryQPResult{Attr: r.QP.Attr, Status: qp.Status{State: r.QP.Attr.State}})
 	} else {
 		q, err = a.newQP(pd, &r.QP, fds)
 	}
 	if err != nil {
-		a.call(context.Background(), opDisconnect, handleArgs{r.H}, nil, nil)
+		a.call(context.Background(), attachproto.OpDisconnect, attachproto.HandleArgs{H: r.H}, nil, nil)
 		a.mu.Lock()
 		delete(a.unknownEnds, r.H)
 		a.mu.Unlock()
@@ -215,7 +219,7 @@ func (c *attachedConn) err() error {
 // and unmaps its QP's rings.
 func (c *attachedConn) disconnect(pub *Conn) {
 	a := c.a
-	a.call(context.Background(), opDisconnect, handleArgs{c.h}, nil, nil)
+	a.call(context.Background(), attachproto.OpDisconnect, attachproto.HandleArgs{H: c.h}, nil, nil)
 	a.mu.Lock()
 	c.endLocked(nil)
 	delete(a.conns, c.h)
@@ -226,17 +230,17 @@ func (c *attachedConn) disconnect(pub *Conn) {
 }
 
 // connEnded handles the daemon's news that a connection ended.
-func (a *attachment) connEnded(m *attachMsg) {
-	var ev connEndedEvent
+func (a *attachment) connEnded(m *attachproto.Msg) {
+	var ev attachproto.ConnEnded
 	if json.Unmarshal(m.Args, &ev) != nil {
 		return
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if c := a.conns[ev.H]; c != nil {
-		c.endLocked(m.err())
+		c.endLocked(m.Err())
 	} else {
-		a.unknownEnds[ev.H] = m.err()
+		a.unknownEnds[ev.H] = m.Err()
 	}
 }
 
@@ -248,4 +252,14 @@ func (c *attachedConn) endLocked(err error) {
 	}
 	c.ended, c.why = true, err
 	close(c.closed)
+}
+
+// dialArgs describes a Dial's options to the daemon.
+func dialArgs(remote netip.AddrPort, port uint16, o *DialOptions) attachproto.DialArgs {
+	return attachproto.DialArgs{
+		Remote: remote, Port: port, PD: daemonHandle(o.PD.prov), QP: o.QP.args(), Private: o.PrivateData,
+		ResponderResources: o.ResponderResources, InitiatorDepth: o.InitiatorDepth,
+		RetryCount: o.RetryCount, RNRRetryCount: o.RNRRetryCount, MTU: o.MTU,
+		Timeout: o.Timeout, CMRetries: o.CMRetries, CMTimeout: o.CMTimeout, UseQP: qpHandle(o.UseQP),
+	}
 }

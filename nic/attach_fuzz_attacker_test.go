@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic/internal/attachproto"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/wire"
@@ -44,7 +45,7 @@ type fuzzSession struct {
 
 // fuzzReply is the daemon's answer to a request.
 type fuzzReply struct {
-	m   attachMsg
+	m   attachproto.Msg
 	fds []int
 }
 
@@ -73,7 +74,7 @@ func (s *fuzzSession) read() {
 			s.c.DropFDs()
 			return
 		}
-		var m attachMsg
+		var m attachproto.Msg
 		if json.Unmarshal(line, &m) != nil {
 			return
 		}
@@ -114,7 +115,7 @@ func (s *fuzzSession) call(op string, args any, fd int, waits bool) (fuzzReply, 
 		s.replies[id] = ch
 	}
 	s.mu.Unlock()
-	m := attachMsg{ID: id, Op: op}
+	m := attachproto.Msg{ID: id, Op: op}
 	m.Args, _ = json.Marshal(args)
 	var fds []int
 	if fd >= 0 {
@@ -216,55 +217,57 @@ type fuzzOp struct {
 	waits bool
 }
 
-func handleOf(s *fuzzSession, in *fuzzInput) any { return handleArgs{s.handle(in)} }
+func handleOf(s *fuzzSession, in *fuzzInput) any { return attachproto.HandleArgs{H: s.handle(in)} }
 
 var fuzzOps = []fuzzOp{
-	{op: opAllocPD},
-	{op: opDeallocPD, args: handleOf},
-	{op: opAllocMR, fd: true, args: func(s *fuzzSession, in *fuzzInput) any {
-		return allocMRArgs{PD: s.handle(in), Size: fuzzSize(in), Access: mr.Access(in.byte())}
+	{op: attachproto.OpAllocPD},
+	{op: attachproto.OpDeallocPD, args: handleOf},
+	{op: attachproto.OpAllocMR, fd: true, args: func(s *fuzzSession, in *fuzzInput) any {
+		return attachproto.AllocMRArgs{PD: s.handle(in), Size: fuzzSize(in), Access: mr.Access(in.byte())}
 	}},
-	{op: opRegMR, args: func(s *fuzzSession, in *fuzzInput) any {
-		return regMRArgs{PD: s.handle(in), Buf: s.handle(in), Off: int(int8(in.byte())) * 64, Len: fuzzSize(in), Access: mr.Access(in.byte())}
+	{op: attachproto.OpRegMR, args: func(s *fuzzSession, in *fuzzInput) any {
+		return attachproto.RegMRArgs{PD: s.handle(in), Buf: s.handle(in), Off: int(int8(in.byte())) * 64, Len: fuzzSize(in), Access: mr.Access(in.byte())}
 	}},
-	{op: opDeregMR, args: handleOf},
-	{op: opCreateCQ, args: func(s *fuzzSession, in *fuzzInput) any { return createCQArgs{Depth: fuzzDepth(in)} }},
-	{op: opDestroyCQ, args: handleOf},
-	{op: opCreateSRQ, args: func(s *fuzzSession, in *fuzzInput) any {
-		return createSRQArgs{PD: s.handle(in), Depth: fuzzDepth(in), MaxSGE: int(in.byte() % 5)}
+	{op: attachproto.OpDeregMR, args: handleOf},
+	{op: attachproto.OpCreateCQ, args: func(s *fuzzSession, in *fuzzInput) any { return attachproto.CreateCQArgs{Depth: fuzzDepth(in)} }},
+	{op: attachproto.OpDestroyCQ, args: handleOf},
+	{op: attachproto.OpCreateSRQ, args: func(s *fuzzSession, in *fuzzInput) any {
+		return attachproto.CreateSRQArgs{PD: s.handle(in), Depth: fuzzDepth(in), MaxSGE: int(in.byte() % 5)}
 	}},
-	{op: opDestroySRQ, args: handleOf},
-	{op: opCreateQP, args: func(s *fuzzSession, in *fuzzInput) any {
-		c := qpConfigArgs{Type: qp.Type(in.byte() % 4), SendCQ: s.handle(in), RecvCQ: s.handle(in)}
+	{op: attachproto.OpDestroySRQ, args: handleOf},
+	{op: attachproto.OpCreateQP, args: func(s *fuzzSession, in *fuzzInput) any {
+		c := attachproto.QPConfig{Type: qp.Type(in.byte() % 4), SendCQ: s.handle(in), RecvCQ: s.handle(in)}
 		if b := in.byte(); b&1 != 0 {
 			c.SRQ = s.handle(in)
 		}
 		c.MaxSendWR, c.MaxRecvWR = fuzzDepth(in), fuzzDepth(in)
 		c.MaxSendSGE, c.MaxRecvSGE, c.MaxInline = int(in.byte()%5), int(in.byte()%5), int(in.byte()%3)*64
-		return createQPArgs{PD: s.handle(in), Config: c}
+		return attachproto.CreateQPArgs{PD: s.handle(in), Config: c}
 	}},
-	{op: opModifyQP, args: func(s *fuzzSession, in *fuzzInput) any {
-		return modifyQPArgs{H: s.handle(in), Attr: s.attr(qp.State(in.byte()%8), in), Mask: qp.AttrMask(in.u32())}
+	{op: attachproto.OpModifyQP, args: func(s *fuzzSession, in *fuzzInput) any {
+		return attachproto.ModifyQPArgs{H: s.handle(in), Attr: s.attr(qp.State(in.byte()%8), in), Mask: qp.AttrMask(in.u32())}
 	}},
-	{op: opQueryQP, args: handleOf},
-	{op: opDestroyQP, args: handleOf},
-	{op: opAllocMW, args: func(s *fuzzSession, in *fuzzInput) any {
-		return allocMWArgs{PD: s.handle(in), Type: mr.WindowType(in.byte() % 4)}
+	{op: attachproto.OpQueryQP, args: handleOf},
+	{op: attachproto.OpDestroyQP, args: handleOf},
+	{op: attachproto.OpAllocMW, args: func(s *fuzzSession, in *fuzzInput) any {
+		return attachproto.AllocMWArgs{PD: s.handle(in), Type: mr.WindowType(in.byte() % 4)}
 	}},
-	{op: opDeallocMW, args: handleOf},
-	{op: opCounters},
-	{op: opListen, args: func(s *fuzzSession, in *fuzzInput) any {
-		return listenArgs{Port: 7000 + uint16(in.byte()%4), PD: s.handle(in), QP: qpConfigArgs{SendCQ: s.handle(in)}, Backlog: int(in.byte())}
+	{op: attachproto.OpDeallocMW, args: handleOf},
+	{op: attachproto.OpCounters},
+	{op: attachproto.OpListen, args: func(s *fuzzSession, in *fuzzInput) any {
+		return attachproto.ListenArgs{Port: 7000 + uint16(in.byte()%4), PD: s.handle(in), QP: attachproto.QPConfig{SendCQ: s.handle(in)}, Backlog: int(in.byte())}
 	}},
-	{op: opCloseListener, args: handleOf},
-	{op: opAcceptRequest, args: handleOf, waits: true},
-	{op: opCancel, args: func(s *fuzzSession, in *fuzzInput) any { return cancelArgs{Target: s.id - uint64(in.byte()%4)} }, waits: true},
-	{op: opReject, args: func(s *fuzzSession, in *fuzzInput) any { return rejectArgs{Request: s.handle(in)} }},
-	{op: opAccept, args: func(s *fuzzSession, in *fuzzInput) any { return acceptArgs{Request: s.handle(in)} }, waits: true},
-	{op: opRegShared, fd: true, args: func(s *fuzzSession, in *fuzzInput) any {
-		return regSharedArgs{PD: s.handle(in), Off: int64(int8(in.byte())) * 4096, Len: fuzzSize(in), IOVA: s.addr(in), Access: mr.Access(in.byte())}
+	{op: attachproto.OpCloseListener, args: handleOf},
+	{op: attachproto.OpAcceptRequest, args: handleOf, waits: true},
+	{op: attachproto.OpCancel, args: func(s *fuzzSession, in *fuzzInput) any {
+		return attachproto.CancelArgs{Target: s.id - uint64(in.byte()%4)}
+	}, waits: true},
+	{op: attachproto.OpReject, args: func(s *fuzzSession, in *fuzzInput) any { return attachproto.RejectArgs{Request: s.handle(in)} }},
+	{op: attachproto.OpAccept, args: func(s *fuzzSession, in *fuzzInput) any { return attachproto.AcceptArgs{Request: s.handle(in)} }, waits: true},
+	{op: attachproto.OpRegShared, fd: true, args: func(s *fuzzSession, in *fuzzInput) any {
+		return attachproto.RegSharedArgs{PD: s.handle(in), Off: int64(int8(in.byte())) * 4096, Len: fuzzSize(in), IOVA: s.addr(in), Access: mr.Access(in.byte())}
 	}},
-	{op: opDisconnect, args: handleOf, waits: true},
+	{op: attachproto.OpDisconnect, args: handleOf, waits: true},
 }
 
 // request makes one request of fuzzOps, and keeps what the answer gives.
@@ -293,7 +296,7 @@ func (s *fuzzSession) request(in *fuzzInput) error {
 		H, QPN, Slot, LKey, RKey uint32
 		Addr                     uint64
 		Depth, MaxSGE            int
-		Config                   qpConfigArgs
+		Config                   attachproto.QPConfig
 	}
 	if bytes.HasPrefix(r.m.Result, []byte("{")) && json.Unmarshal(r.m.Result, &res) != nil {
 		shm.CloseFDs(r.fds)
@@ -303,24 +306,24 @@ func (s *fuzzSession) request(in *fuzzInput) error {
 		s.handles = append(s.handles, res.H)
 	}
 	switch o.op {
-	case opAllocMR, opRegMR, opRegShared:
+	case attachproto.OpAllocMR, attachproto.OpRegMR, attachproto.OpRegShared:
 		s.regions = append(s.regions, fuzzRegion{m: region, addr: res.Addr})
 		s.keys = append(s.keys, res.LKey, res.RKey)
-	case opAllocMW:
+	case attachproto.OpAllocMW:
 		s.keys = append(s.keys, res.RKey)
-	case opCreateCQ:
+	case attachproto.OpCreateCQ:
 		m, ring, err := mapCQ(r.fds, res.Depth)
 		if err != nil {
 			return fmt.Errorf("create_cq: %v", err)
 		}
 		s.rings = append(s.rings, fuzzRing{m: m, r: ring, ev: r.fds[1]})
-	case opCreateSRQ:
+	case attachproto.OpCreateSRQ:
 		m, ring, err := mapRing(r.fds, shm.RecvSlotSize(res.MaxSGE), res.Depth)
 		if err != nil {
 			return fmt.Errorf("create_srq: %v", err)
 		}
 		s.rings = append(s.rings, fuzzRing{m: m, r: ring, ev: -1})
-	case opCreateQP:
+	case attachproto.OpCreateQP:
 		if len(r.fds) > 2 {
 			shm.CloseFDs(r.fds)
 			return fmt.Errorf("create_qp: %d descriptors", len(r.fds))
@@ -349,9 +352,9 @@ func (s *fuzzSession) request(in *fuzzInput) error {
 func fuzzFD(in *fuzzInput, args any) (int, *shm.Mapping, error) {
 	size := 4096
 	switch a := args.(type) {
-	case allocMRArgs:
+	case attachproto.AllocMRArgs:
 		size = a.Size
-	case regSharedArgs:
+	case attachproto.RegSharedArgs:
 		size = int(a.Off) + a.Len
 	}
 	size = min(max(size, 1), 1<<20)
@@ -403,7 +406,7 @@ func (s *fuzzSession) connect(in *fuzzInput) error {
 	} {
 		a := qp.Attr{State: st.state, AccessFlags: mr.RemoteWrite | mr.RemoteRead | mr.RemoteAtomic, Remote: s.fz.dev.Addr(),
 			PathMTU: 1024, DestQPN: dest, Timeout: 8, RetryCnt: 1, RNRRetry: 1, MinRNRTimer: 1, MaxRdAtomic: 4, MaxDestRdAtomic: 4}
-		r, _, err := s.call(opModifyQP, modifyQPArgs{H: h, Attr: a, Mask: st.mask}, -1, false)
+		r, _, err := s.call(attachproto.OpModifyQP, attachproto.ModifyQPArgs{H: h, Attr: a, Mask: st.mask}, -1, false)
 		shm.CloseFDs(r.fds)
 		if err != nil || r.m.Error != "" {
 			return err
@@ -501,8 +504,8 @@ func (s *fuzzSession) doorbell(in *fuzzInput) error {
 // protocol (the daemon then ends the session) or be a request: not a dial.
 func (s *fuzzSession) garbage(in *fuzzInput) error {
 	line := bytes.ReplaceAll(in.bytes(int(in.byte())), []byte("\n"), []byte(" "))
-	var m attachMsg
-	if json.Unmarshal(line, &m) == nil && m.Op == opDial {
+	var m attachproto.Msg
+	if json.Unmarshal(line, &m) == nil && m.Op == attachproto.OpDial {
 		return nil
 	}
 	s.c.Send(line, nil)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softnic/softnic/nic/internal/attachproto"
 	"github.com/softnic/softnic/nic/shm"
 )
 
@@ -41,8 +42,8 @@ func FuzzAttachRequests(f *testing.F) {
 		c := attachRaw(t, path)
 		defer c.Close()
 		for _, line := range bytes.Split(script, []byte("\n")) {
-			var m attachMsg
-			if json.Unmarshal(line, &m) == nil && m.Op == opDial {
+			var m attachproto.Msg
+			if json.Unmarshal(line, &m) == nil && m.Op == attachproto.OpDial {
 				continue
 			}
 			if c.Send(line, nil) != nil {
@@ -56,7 +57,7 @@ func FuzzAttachRequests(f *testing.F) {
 			if err != nil {
 				break // the daemon dropped a process that broke the protocol
 			}
-			var m attachMsg
+			var m attachproto.Msg
 			if json.Unmarshal(line, &m) != nil {
 				t.Fatalf("the daemon sent %q", line)
 			}
@@ -81,7 +82,7 @@ func attachRaw(t *testing.T, path string) *shm.Conn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := shm.NewConn(uc, attachMaxLine)
+	c := shm.NewConn(uc, attachproto.MaxLine)
 	_, fds, err := handshake(c)
 	if err != nil {
 		t.Fatalf("attach: %v", err)

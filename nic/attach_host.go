@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic/internal/attachproto"
 	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
@@ -25,7 +26,7 @@ import (
 type hostedQP struct {
 	s    *session
 	q    *embeddedQP // set by createQP, before the QP is published
-	cfg  qpConfigArgs
+	cfg  attachproto.QPConfig
 	scq  *hostedCQ // where failed work requests complete
 	rcq  *hostedCQ
 	srq  *hostedSRQ
@@ -64,8 +65,8 @@ type hostedQP struct {
 
 // newHostedQP makes the rings of a QP of pd with configuration a, and the
 // QPConfig that creates the QP over them.
-func (s *session) newHostedQP(pd *PD, a qpConfigArgs) (*hostedQP, QPConfig, error) {
-	cfg := a.withDefaults()
+func (s *session) newHostedQP(pd *PD, a attachproto.QPConfig) (*hostedQP, QPConfig, error) {
+	cfg := a.WithDefaults()
 	// The QP's own limits, checked before its rings are made and charged.
 	if cfg.MaxSendWR < 0 || cfg.MaxSendWR > qp.MaxQPWR || cfg.MaxRecvWR < 0 || cfg.MaxRecvWR > qp.MaxQPWR ||
 		cfg.MaxSendSGE < 0 || cfg.MaxSendSGE > qp.MaxSGE || cfg.MaxRecvSGE < 0 || cfg.MaxRecvSGE > qp.MaxSGE ||
@@ -159,8 +160,8 @@ func (h *hostedQP) ringFDs() []int {
 }
 
 // result describes the QP to the process.
-func (h *hostedQP) result(handle uint32) qpResult {
-	return qpResult{H: handle, QPN: h.q.num, Slot: h.slot, Config: h.cfg, Attr: h.q.attr()}
+func (h *hostedQP) result(handle uint32) attachproto.QPResult {
+	return attachproto.QPResult{H: handle, QPN: h.q.num, Slot: h.slot, Config: h.cfg, Attr: h.q.attr()}
 }
 
 // serviceLocked takes the new work requests of the QP's rings into the QP
@@ -690,7 +691,7 @@ func (s *session) deregister(m *hostedMR) error {
 type hostedListener struct {
 	l    *Listener
 	pd   *PD
-	cfg  qpConfigArgs
+	cfg  attachproto.QPConfig
 	bill quota.Bill // its backlog
 }
 
@@ -730,7 +731,7 @@ func (c *hostedConn) watch(s *session, h uint32) {
 		select {
 		case <-c.stop:
 		default:
-			s.event(evConnEnded, connEndedEvent{H: h}, c.c.Err())
+			s.event(attachproto.EvConnEnded, attachproto.ConnEnded{H: h}, c.c.Err())
 		}
 	case <-c.stop:
 	case <-s.ctx.Done():

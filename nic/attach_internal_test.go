@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic/internal/attachproto"
 	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
@@ -353,14 +354,14 @@ func TestDetachFromHungDaemon(t *testing.T) {
 		if err != nil {
 			return
 		}
-		conn := shm.NewConn(c, attachMaxLine)
+		conn := shm.NewConn(c, attachproto.MaxLine)
 		if _, err := conn.ReadLine(); err != nil {
 			return
 		}
 		bell, _ := shm.NewEventFD()
 		page, _ := shm.Create("hung-doorbell", shm.DoorbellSize)
-		hello, _ := json.Marshal(helloResult{Addr: netip.MustParseAddrPort("127.0.0.1:4791"), MTU: 1024})
-		line, _ := json.Marshal(attachMsg{FDs: 2, Result: hello})
+		hello, _ := json.Marshal(attachproto.Hello{Addr: netip.MustParseAddrPort("127.0.0.1:4791"), MTU: 1024})
+		line, _ := json.Marshal(attachproto.Msg{FDs: 2, Result: hello})
 		conn.Send(line, []int{bell, page.FD()})
 		shm.CloseFDs([]int{bell})
 		page.Close()

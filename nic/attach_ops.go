@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic/internal/attachproto"
 	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/wire/mad"
@@ -27,7 +28,7 @@ func (s *session) allocPD(_ context.Context, _ json.RawMessage, _ []int) (any, [
 		pd.Dealloc()
 		return nil, nil, err
 	}
-	return pdResult{H: h, PD: pd.Handle()}, nil, nil
+	return attachproto.PDResult{H: h, PD: pd.Handle()}, nil, nil
 }
 
 func (s *session) deallocPD(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
@@ -37,7 +38,7 @@ func (s *session) deallocPD(_ context.Context, raw json.RawMessage, _ []int) (an
 // allocMR maps the memfd the process sent as an arena of the device's
 // table and registers it.
 func (s *session) allocMR(_ context.Context, raw json.RawMessage, fds []int) (any, []int, error) {
-	a, err := args[allocMRArgs](raw)
+	a, err := args[attachproto.AllocMRArgs](raw)
 	if err != nil {
 		shm.CloseFDs(fds)
 		return nil, nil, err
@@ -86,7 +87,7 @@ func (s *session) adopt(pd *PD, m *shm.Mapping, bill quota.Bill, size, off, n in
 
 // regMR registers more memory of a region the process allocated.
 func (s *session) regMR(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
-	a, err := args[regMRArgs](raw)
+	a, err := args[attachproto.RegMRArgs](raw)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -108,7 +109,7 @@ func (s *session) regMR(_ context.Context, raw json.RawMessage, _ []int) (any, [
 // regShared maps the pages of the memfd the process sent that hold the
 // region, and registers the region at the address the process maps it at.
 func (s *session) regShared(_ context.Context, raw json.RawMessage, fds []int) (any, []int, error) {
-	a, err := args[regSharedArgs](raw)
+	a, err := args[attachproto.RegSharedArgs](raw)
 	if err != nil {
 		shm.CloseFDs(fds)
 		return nil, nil, err
@@ -155,7 +156,7 @@ func (s *session) register(pd *PD, buf *hostedBuf, off, n int, access mr.Access,
 	s.mu.Lock()
 	buf.refs++
 	s.mu.Unlock()
-	return mrResult{H: h, LKey: r.LKey(), RKey: r.RKey(), Addr: r.Addr()}, nil
+	return attachproto.MRResult{H: h, LKey: r.LKey(), RKey: r.RKey(), Addr: r.Addr()}, nil
 }
 
 func (s *session) deregMR(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
@@ -164,7 +165,7 @@ func (s *session) deregMR(_ context.Context, raw json.RawMessage, _ []int) (any,
 
 // createCQ answers with the CQ's ring and eventfd.
 func (s *session) createCQ(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
-	a, err := args[createCQArgs](raw)
+	a, err := args[attachproto.CreateCQArgs](raw)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -183,11 +184,11 @@ func (s *session) createCQ(_ context.Context, raw json.RawMessage, _ []int) (any
 		c.close()
 		return nil, nil, err
 	}
-	return cqResult{H: h, Depth: a.Depth}, []int{c.m.TakeFD(), efd}, nil
+	return attachproto.CQResult{H: h, Depth: a.Depth}, []int{c.m.TakeFD(), efd}, nil
 }
 
 func (s *session) createSRQ(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
-	a, err := args[createSRQArgs](raw)
+	a, err := args[attachproto.CreateSRQArgs](raw)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -204,12 +205,12 @@ func (s *session) createSRQ(_ context.Context, raw json.RawMessage, _ []int) (an
 		r.close()
 		return nil, nil, err
 	}
-	return srqResult{H: h, Depth: a.Depth, MaxSGE: a.MaxSGE}, []int{r.m.TakeFD()}, nil
+	return attachproto.SRQResult{H: h, Depth: a.Depth, MaxSGE: a.MaxSGE}, []int{r.m.TakeFD()}, nil
 }
 
 // createQP answers with the QP's rings.
 func (s *session) createQP(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
-	a, err := args[createQPArgs](raw)
+	a, err := args[attachproto.CreateQPArgs](raw)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -235,7 +236,7 @@ func (s *session) createQP(_ context.Context, raw json.RawMessage, _ []int) (any
 }
 
 func (s *session) modifyQP(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
-	a, err := args[modifyQPArgs](raw)
+	a, err := args[attachproto.ModifyQPArgs](raw)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -246,7 +247,7 @@ func (s *session) modifyQP(_ context.Context, raw json.RawMessage, _ []int) (any
 	if err := h.q.modify(&a.Attr, a.Mask); err != nil {
 		return nil, nil, err
 	}
-	return queryQPResult{Attr: h.q.attr(), Status: h.q.status()}, nil, nil
+	return attachproto.QueryQPResult{Attr: h.q.attr(), Status: h.q.status()}, nil, nil
 }
 
 func (s *session) queryQP(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
@@ -254,7 +255,7 @@ func (s *session) queryQP(_ context.Context, raw json.RawMessage, _ []int) (any,
 	if err != nil {
 		return nil, nil, err
 	}
-	return queryQPResult{Attr: h.q.attr(), Status: h.q.status()}, nil, nil
+	return attachproto.QueryQPResult{Attr: h.q.attr(), Status: h.q.status()}, nil, nil
 }
 
 // destroyQP destroys a QP of the process. Its handle goes first: the
@@ -287,7 +288,7 @@ func (h *hostedQP) takePosted() {
 
 // allocMW allocates a memory window in a PD of the process.
 func (s *session) allocMW(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
-	a, err := args[allocMWArgs](raw)
+	a, err := args[attachproto.AllocMWArgs](raw)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -304,7 +305,7 @@ func (s *session) allocMW(_ context.Context, raw json.RawMessage, _ []int) (any,
 		w.Dealloc()
 		return nil, nil, err
 	}
-	return mwResult{H: h, RKey: w.RKey()}, nil, nil
+	return attachproto.MWResult{H: h, RKey: w.RKey()}, nil, nil
 }
 
 func (s *session) deallocMW(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
@@ -353,8 +354,8 @@ func (s *session) counters(context.Context, json.RawMessage, []int) (any, []int,
 }
 
 // qpConfig resolves the CQs and SRQ of a listener's QP configuration.
-func (s *session) qpConfig(a qpConfigArgs) (QPConfig, error) {
-	a = a.withDefaults()
+func (s *session) qpConfig(a attachproto.QPConfig) (QPConfig, error) {
+	a = a.WithDefaults()
 	scq, err := lookup[*hostedCQ](s, a.SendCQ)
 	if err != nil {
 		return QPConfig{}, fmt.Errorf("send CQ: %w", err)
@@ -376,7 +377,7 @@ func (s *session) qpConfig(a qpConfigArgs) (QPConfig, error) {
 }
 
 func (s *session) listen(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
-	a, err := args[listenArgs](raw)
+	a, err := args[attachproto.ListenArgs](raw)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -406,7 +407,7 @@ func (s *session) listen(_ context.Context, raw json.RawMessage, _ []int) (any, 
 		hl.close(s)
 		return nil, nil, err
 	}
-	return listenResult{H: h, Port: l.Port()}, nil, nil
+	return attachproto.ListenResult{H: h, Port: l.Port()}, nil, nil
 }
 
 // The backlog of an attached process's listener: at most as long as
@@ -440,14 +441,14 @@ func (s *session) acceptRequest(ctx context.Context, raw json.RawMessage, _ []in
 		r.Reject(nil)
 		return nil, nil, err
 	}
-	return requestResult{H: h, Private: r.PrivateData(), Remote: r.RemoteAddr()}, nil, nil
+	return attachproto.RequestResult{H: h, Private: r.PrivateData(), Remote: r.RemoteAddr()}, nil, nil
 }
 
 // accept accepts a request with a QP over new rings. The handshake goes on
 // if the process detaches meanwhile; the connection is then closed at
 // once.
 func (s *session) accept(ctx context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
-	a, err := args[acceptArgs](raw)
+	a, err := args[attachproto.AcceptArgs](raw)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -461,8 +462,10 @@ func (s *session) accept(ctx context.Context, raw json.RawMessage, _ []int) (any
 		r.r.prov.(*embeddedRequest).abandon(mad.RejectNoQP)
 		return nil, nil, err
 	}
+	opts := AcceptOptions{PrivateData: a.PrivateData, ResponderResources: a.ResponderResources,
+		InitiatorDepth: a.InitiatorDepth, RNRRetryCount: a.RNRRetryCount}
 	if a.UseQP != 0 {
-		a.Opts.UseQP = h.q.pub
+		opts.UseQP = h.q.pub
 	}
 	type outcome struct {
 		c   *Conn
@@ -470,7 +473,7 @@ func (s *session) accept(ctx context.Context, raw json.RawMessage, _ []int) (any
 	}
 	done := make(chan outcome, 1)
 	background(func() {
-		c, err := r.r.prov.(*embeddedRequest).acceptWith(r.r, a.Opts, cfg)
+		c, err := r.r.prov.(*embeddedRequest).acceptWith(r.r, opts, cfg)
 		done <- outcome{c, err}
 	})
 	select {
@@ -493,7 +496,7 @@ func (s *session) accept(ctx context.Context, raw json.RawMessage, _ []int) (any
 
 // connQP returns the QP a connection is made with: the process's QP
 // named use, which no other connection has, or else new rings with cfg.
-func (s *session) connQP(pd *PD, cfg qpConfigArgs, use uint32) (*hostedQP, QPConfig, error) {
+func (s *session) connQP(pd *PD, cfg attachproto.QPConfig, use uint32) (*hostedQP, QPConfig, error) {
 	if use == 0 {
 		return s.newHostedQP(pd, cfg)
 	}
@@ -523,7 +526,7 @@ func (s *session) dropConnQP(h *hostedQP, use uint32) {
 }
 
 func (s *session) reject(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
-	a, err := args[rejectArgs](raw)
+	a, err := args[attachproto.RejectArgs](raw)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -536,7 +539,7 @@ func (s *session) reject(_ context.Context, raw json.RawMessage, _ []int) (any, 
 }
 
 func (s *session) dial(ctx context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
-	a, err := args[dialArgs](raw)
+	a, err := args[attachproto.DialArgs](raw)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -601,7 +604,7 @@ func (s *session) hostConn(c *Conn, h *hostedQP, use uint32) (any, []int, error)
 		}
 		return fail(err)
 	}
-	res := connResult{H: ch, QP: h.result(qh), Private: c.PrivateData(), Remote: c.RemoteAddr()}
+	res := attachproto.ConnResult{H: ch, QP: h.result(qh), Private: c.PrivateData(), Remote: c.RemoteAddr()}
 	var fds []int
 	if use == 0 {
 		fds = h.ringFDs()
@@ -614,7 +617,7 @@ func (s *session) hostConn(c *Conn, h *hostedQP, use uint32) (any, []int, error)
 // at once must not tell the process of its end before the process knows
 // of the connection.
 type hostedConnResult struct {
-	connResult
+	attachproto.ConnResult
 	watch func()
 }
 

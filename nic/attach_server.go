@@ -19,6 +19,7 @@ import (
 	"log/slog"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic/internal/attachproto"
 	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/wire/mad"
@@ -182,9 +183,9 @@ func (s *AttachServer) Serve(l net.Listener) error {
 				return
 			}
 			uc.SetReadDeadline(time.Now().Add(5 * time.Second))
-			line, err := ReadControlLine(uc, len(attachLine)+2)
+			line, err := ReadControlLine(uc, len(attachproto.Line)+2)
 			uc.SetReadDeadline(time.Time{})
-			if err != nil || strings.TrimSpace(string(line)) != attachLine {
+			if err != nil || strings.TrimSpace(string(line)) != attachproto.Line {
 				uc.Close()
 				return
 			}
@@ -243,13 +244,13 @@ func (s *AttachServer) ServeConn(c *net.UnixConn) error {
 // under the answer.
 func (s *AttachServer) refuse(c *net.UnixConn, err error) {
 	s.refusals.Log(s.log, "attach refused", slog.Any("error", err))
-	m := attachMsg{}
-	m.setError(err)
+	m := attachproto.Msg{}
+	m.SetError(err)
 	line, _ := json.Marshal(&m)
 	c.SetDeadline(time.Now().Add(5 * time.Second))
 	c.Write(append(line, '\n'))
 	c.CloseWrite()
-	io.Copy(io.Discard, io.LimitReader(c, attachMaxLine))
+	io.Copy(io.Discard, io.LimitReader(c, attachproto.MaxLine))
 	c.Close()
 }
 
@@ -383,7 +384,7 @@ func (s *AttachServer) newSession(c *net.UnixConn) (*session, error) {
 		return nil, fmt.Errorf("attach: %w", err)
 	}
 	ss := &session{
-		srv: s, dev: s.dev, t: shm.NewConn(c, attachMaxLine), pid: cred.PID, uid: cred.UID,
+		srv: s, dev: s.dev, t: shm.NewConn(c, attachproto.MaxLine), pid: cred.PID, uid: cred.UID,
 		since: time.Now(), objects: make(map[uint32]any), calls: make(map[uint64]context.CancelFunc),
 		byQPN: make(map[uint32]*hostedQP), qpErrors: newQPErrorQueue(),
 	}
@@ -408,7 +409,8 @@ func (s *AttachServer) newSession(c *net.UnixConn) (*session, error) {
 	if err := ss.bell.open(); err != nil {
 		return fail(err)
 	}
-	hello := helloResult{Addr: s.dev.Addr(), MTU: s.dev.MTU(), Features: s.dev.Features(), PID: os.Getpid(), Attr: s.attachedAttr()}
+	attr, _ := json.Marshal(s.attachedAttr())
+	hello := attachproto.Hello{Addr: s.dev.Addr(), MTU: s.dev.MTU(), Features: s.dev.Features(), PID: os.Getpid(), Attr: attr}
 	err = ss.reply(0, &hello, ss.bell.fds(), nil)
 	ss.bell.page.CloseFD()
 	if err != nil {
@@ -444,7 +446,7 @@ func (s *session) serve() {
 		if line, err = s.t.ReadLine(); err != nil {
 			break
 		}
-		var m attachMsg
+		var m attachproto.Msg
 		if err = json.Unmarshal(line, &m); err != nil {
 			err = fmt.Errorf("%v: %w", err, shm.ErrProtocol)
 			break
@@ -469,9 +471,9 @@ func (s *session) serve() {
 
 // reply answers call id with res or err, sending fds along.
 func (s *session) reply(id uint64, res any, fds []int, err error) error {
-	m := attachMsg{ID: id, FDs: len(fds)}
+	m := attachproto.Msg{ID: id, FDs: len(fds)}
 	if err != nil {
-		m.setError(err)
+		m.SetError(err)
 		m.FDs, fds = 0, nil
 	} else if res != nil {
 		m.Result, _ = json.Marshal(res)
@@ -482,10 +484,10 @@ func (s *session) reply(id uint64, res any, fds []int, err error) error {
 
 // event tells the process of something that happened (no reply).
 func (s *session) event(op string, body any, err error) {
-	m := attachMsg{Op: op}
+	m := attachproto.Msg{Op: op}
 	m.Args, _ = json.Marshal(body)
 	if err != nil {
-		m.setError(err)
+		m.SetError(err)
 	}
 	line, _ := json.Marshal(&m)
 	s.t.Send(line, nil)
@@ -504,7 +506,7 @@ func (s *session) tellQPError(e qpError) {
 	}
 	s.mu.Unlock()
 	if h != 0 {
-		s.event(evQPError, qpErrorEvent{H: h, Cause: e.cause}, nil)
+		s.event(attachproto.EvQPError, attachproto.QPErrorEvent{H: h, Cause: e.cause}, nil)
 	}
 }
 
@@ -604,7 +606,7 @@ func kindName(obj any) string {
 // byHandle reads a request's handle argument and returns the process's
 // object of type T it names, and the handle.
 func byHandle[T any](s *session, raw json.RawMessage) (T, uint32, error) {
-	a, err := args[handleArgs](raw)
+	a, err := args[attachproto.HandleArgs](raw)
 	if err != nil {
 		var zero T
 		return zero, 0, err
@@ -615,7 +617,7 @@ func byHandle[T any](s *session, raw json.RawMessage) (T, uint32, error) {
 
 // What the daemon spends for a session and a waiting call, beside what
 // their bills count by name: a session's socket buffers (a line of up to
-// attachMaxLine) and its two goroutines; a call's goroutine, and the one
+// attachproto.MaxLine) and its two goroutines; a call's goroutine, and the one
 // an accept leaves to finish the handshake.
 const (
 	sessionHeap = 128 << 10
@@ -775,11 +777,11 @@ func (s *session) cleanup() {
 
 // handle carries out one request. Calls that wait for the network run on
 // goroutines of their own and answer when done.
-func (s *session) handle(m *attachMsg, fds []int) {
+func (s *session) handle(m *attachproto.Msg, fds []int) {
 	op, ok := sessionOps[m.Op]
 	switch {
-	case m.Op == opCancel:
-		var a cancelArgs
+	case m.Op == attachproto.OpCancel:
+		var a attachproto.CancelArgs
 		if json.Unmarshal(m.Args, &a) == nil {
 			s.mu.Lock()
 			if cancel := s.calls[a.Target]; cancel != nil {
@@ -849,30 +851,30 @@ type sessionOp struct {
 }
 
 var sessionOps = map[string]sessionOp{
-	opAllocPD:       {run: (*session).allocPD},
-	opDeallocPD:     {run: (*session).deallocPD},
-	opAllocMR:       {fds: 1, run: (*session).allocMR},
-	opRegMR:         {run: (*session).regMR},
-	opRegShared:     {fds: 1, run: (*session).regShared},
-	opDeregMR:       {run: (*session).deregMR},
-	opCreateCQ:      {run: (*session).createCQ},
-	opCreateSRQ:     {run: (*session).createSRQ},
-	opCreateQP:      {run: (*session).createQP},
-	opModifyQP:      {run: (*session).modifyQP},
-	opQueryQP:       {run: (*session).queryQP},
-	opDestroyQP:     {run: (*session).destroyQP},
-	opDestroyCQ:     {run: (*session).destroyCQ},
-	opDestroySRQ:    {run: (*session).destroySRQ},
-	opAllocMW:       {run: (*session).allocMW},
-	opDeallocMW:     {run: (*session).deallocMW},
-	opCounters:      {run: (*session).counters},
-	opListen:        {run: (*session).listen},
-	opCloseListener: {run: (*session).closeListener},
-	opReject:        {run: (*session).reject},
-	opAcceptRequest: {waits: true, run: (*session).acceptRequest},
-	opAccept:        {waits: true, run: (*session).accept},
-	opDial:          {waits: true, run: (*session).dial},
-	opDisconnect:    {waits: true, run: (*session).disconnect},
+	attachproto.OpAllocPD:       {run: (*session).allocPD},
+	attachproto.OpDeallocPD:     {run: (*session).deallocPD},
+	attachproto.OpAllocMR:       {fds: 1, run: (*session).allocMR},
+	attachproto.OpRegMR:         {run: (*session).regMR},
+	attachproto.OpRegShared:     {fds: 1, run: (*session).regShared},
+	attachproto.OpDeregMR:       {run: (*session).deregMR},
+	attachproto.OpCreateCQ:      {run: (*session).createCQ},
+	attachproto.OpCreateSRQ:     {run: (*session).createSRQ},
+	attachproto.OpCreateQP:      {run: (*session).createQP},
+	attachproto.OpModifyQP:      {run: (*session).modifyQP},
+	attachproto.OpQueryQP:       {run: (*session).queryQP},
+	attachproto.OpDestroyQP:     {run: (*session).destroyQP},
+	attachproto.OpDestroyCQ:     {run: (*session).destroyCQ},
+	attachproto.OpDestroySRQ:    {run: (*session).destroySRQ},
+	attachproto.OpAllocMW:       {run: (*session).allocMW},
+	attachproto.OpDeallocMW:     {run: (*session).deallocMW},
+	attachproto.OpCounters:      {run: (*session).counters},
+	attachproto.OpListen:        {run: (*session).listen},
+	attachproto.OpCloseListener: {run: (*session).closeListener},
+	attachproto.OpReject:        {run: (*session).reject},
+	attachproto.OpAcceptRequest: {waits: true, run: (*session).acceptRequest},
+	attachproto.OpAccept:        {waits: true, run: (*session).accept},
+	attachproto.OpDial:          {waits: true, run: (*session).dial},
+	attachproto.OpDisconnect:    {waits: true, run: (*session).disconnect},
 }
 
 // args decodes a request's arguments.

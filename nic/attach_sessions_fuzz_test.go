@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic/internal/attachproto"
 	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
@@ -80,13 +81,13 @@ func fzReattach(i byte) []byte { return []byte{fzControl, 2 * i} }
 // b/3 (in the order made), b%3 == 1 the victim's, 2 an edge value; so do
 // QPNs, keys and addresses.
 var (
-	fzPD = []byte{fzRequest, fzOp(opAllocPD)}     // handle 1
-	fzCQ = []byte{fzRequest, fzOp(opCreateCQ), 3} // handle 2: 16 entries; ring 0
+	fzPD = []byte{fzRequest, fzOp(attachproto.OpAllocPD)}     // handle 1
+	fzCQ = []byte{fzRequest, fzOp(attachproto.OpCreateCQ), 3} // handle 2: 16 entries; ring 0
 	// fzRegion is 4 KiB of a sealed memfd in the PD, all access: handle 3.
-	fzRegion = []byte{fzRequest, fzOp(opAllocMR), 0, 3, fzAll, 0}
+	fzRegion = []byte{fzRequest, fzOp(attachproto.OpAllocMR), 0, 3, fzAll, 0}
 	// fzQP is an RC QP in the PD on the CQ, 4 WRs of one SGE each way:
 	// the next handle; its send and receive rings follow the CQ's.
-	fzQP = []byte{fzRequest, fzOp(opCreateQP), 1, 3, 3, 0, 2, 2, 1, 1, 0, 0}
+	fzQP = []byte{fzRequest, fzOp(attachproto.OpCreateQP), 1, 3, 3, 0, 2, 2, 1, 1, 0, 0}
 )
 
 // fzOp is the index of op in fuzzOps.
@@ -131,25 +132,25 @@ var fuzzSessionSeeds = [][]byte{
 		fzPostWrite(qp.WRSend, 0, 0, 0, 0), fzWait(0)),
 	// A second session names the first one's handles and the victim's;
 	// the first detaches midway.
-	fzProg(fzPD, fzCQ, fzSession(1, fzPD...), fzSession(1, fzRequest, fzOp(opCreateQP), 1, 1, 1, 0, 2, 2, 1, 1, 0, 4),
-		fzReattach(0), fzSession(1, fzRequest, fzOp(opDeallocPD), 1), fzSession(1, fzRequest, fzOp(opCounters))),
+	fzProg(fzPD, fzCQ, fzSession(1, fzPD...), fzSession(1, fzRequest, fzOp(attachproto.OpCreateQP), 1, 1, 1, 0, 2, 2, 1, 1, 0, 4),
+		fzReattach(0), fzSession(1, fzRequest, fzOp(attachproto.OpDeallocPD), 1), fzSession(1, fzRequest, fzOp(attachproto.OpCounters))),
 	// Descriptors that are no sealed memfd, too small, of another kind;
 	// regions over memory not given; reg_shared at a wild IOVA.
-	fzProg(fzPD, []byte{fzRequest, fzOp(opAllocMR), 0, 3, fzAll, 1, fzRequest, fzOp(opAllocMR), 0, 4, fzAll, 2,
-		fzRequest, fzOp(opAllocMR), 0, 3, fzAll, 3, fzRequest, fzOp(opAllocMR), 0, 3, fzAll, 4,
-		fzRequest, fzOp(opRegMR), 0, 0, 0xf0, 4, fzAll, fzRequest, fzOp(opRegShared), 0, 0, 3, 5, fzAll, 0}),
+	fzProg(fzPD, []byte{fzRequest, fzOp(attachproto.OpAllocMR), 0, 3, fzAll, 1, fzRequest, fzOp(attachproto.OpAllocMR), 0, 4, fzAll, 2,
+		fzRequest, fzOp(attachproto.OpAllocMR), 0, 3, fzAll, 3, fzRequest, fzOp(attachproto.OpAllocMR), 0, 3, fzAll, 4,
+		fzRequest, fzOp(attachproto.OpRegMR), 0, 0, 0xf0, 4, fzAll, fzRequest, fzOp(attachproto.OpRegShared), 0, 0, 3, 5, fzAll, 0}),
 	// A doorbell page full of marks, the victim's slots marked, signals.
 	fzProg(fzPD, fzCQ, fzQP, []byte{fzRing, 11, 15, fzRing, 1, 15, fzRing, 4, 15}),
 	// A listener, a waiting accept_request, its cancel; garbage lines.
-	fzProg(fzPD, fzCQ, []byte{fzRequest, fzOp(opListen), 0, 0, 3, 4, fzRequest, fzOp(opAcceptRequest), 6, fzRequest, fzOp(opCancel), 0,
+	fzProg(fzPD, fzCQ, []byte{fzRequest, fzOp(attachproto.OpListen), 0, 0, 3, 4, fzRequest, fzOp(attachproto.OpAcceptRequest), 6, fzRequest, fzOp(attachproto.OpCancel), 0,
 		fzGarbage, 9}, []byte(`{"fds":9}`), []byte{fzGarbage, 8}, []byte("not json")),
 	// A type 2 window of the attacker bound over the victim's region by a
 	// BIND_MW; the QP destroyed under its posts.
-	fzProg(fzPD, fzCQ, fzQP, []byte{fzRequest, fzOp(opAllocMW), 0, 2, fzConnect, 6, 0},
-		fzPostWrite(qp.WRBindMW, 1, 1, 0, 0), fzWait(0), []byte{fzRequest, fzOp(opDestroyQP), 6, fzRing, 0, 1}),
+	fzProg(fzPD, fzCQ, fzQP, []byte{fzRequest, fzOp(attachproto.OpAllocMW), 0, 2, fzConnect, 6, 0},
+		fzPostWrite(qp.WRBindMW, 1, 1, 0, 0), fzWait(0), []byte{fzRequest, fzOp(attachproto.OpDestroyQP), 6, fzRing, 0, 1}),
 	// Huge and negative queue sizes.
-	fzProg(fzPD, []byte{fzRequest, fzOp(opCreateCQ), 6, fzRequest, fzOp(opCreateCQ), 7, fzRequest, fzOp(opCreateSRQ), 0, 6, 4,
-		fzRequest, fzOp(opCreateQP), 1, 3, 3, 0, 7, 5, 4, 4, 2, 0}),
+	fzProg(fzPD, []byte{fzRequest, fzOp(attachproto.OpCreateCQ), 6, fzRequest, fzOp(attachproto.OpCreateCQ), 7, fzRequest, fzOp(attachproto.OpCreateSRQ), 0, 6, 4,
+		fzRequest, fzOp(attachproto.OpCreateQP), 1, 3, 3, 0, 7, 5, 4, 4, 2, 0}),
 }
 
 // sessionFuzz is the daemon under fuzzing, its victim, and what the
@@ -282,7 +283,7 @@ func (fz *sessionFuzz) attach() (*fuzzSession, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := shm.NewConn(uc, attachMaxLine)
+	c := shm.NewConn(uc, attachproto.MaxLine)
 	_, fds, err := handshake(c)
 	if err == nil && len(fds) != 2 {
 		shm.CloseFDs(fds)

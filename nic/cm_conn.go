@@ -356,24 +356,6 @@ func checkConnQP(d *Device, q *QP) error {
 	return nil
 }
 
-// QPError is why a connection ended when its QP entered the error state:
-// Status is the error completion that moved it there, RETRY_EXC_ERR when
-// the peer stopped answering (then errors.Is(err, ErrTimedOut)).
-type QPError struct {
-	QPN    uint32
-	Status qp.WCStatus // SUCCESS if a verb (Modify, Destroy) moved the QP
-}
-
-func (e *QPError) Error() string {
-	if e.Status == qp.Success {
-		return fmt.Sprintf("QP %#x was moved to the error state", e.QPN)
-	}
-	return fmt.Sprintf("QP %#x failed: %s (%s)", e.QPN, e.Status, e.Status.Text())
-}
-
-// Is reports ErrTimedOut for a QP that exhausted its transport retries.
-func (e *QPError) Is(target error) bool { return target == ErrTimedOut && e.Status == qp.RetryExcErr }
-
 // Conn is a connected RC QP and the connection manager's state for it.
 type Conn struct {
 	dev       *Device

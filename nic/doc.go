@@ -80,5 +80,7 @@
 //   - the daemon side, which drives the embedded device through those
 //     hooks: attach_server.go, attach_ops.go, attach_host.go,
 //     attach_doorbell.go, attach_cred.go;
-//   - the attach protocol between the two: attach_proto.go.
+//   - the attach protocol between the two is package
+//     nic/internal/attachproto, which both sides convert their types to
+//     and from.
 package nic

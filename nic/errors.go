@@ -1,10 +1,9 @@
 package nic
 
 import (
-	"errors"
-
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/cm"
+	"github.com/softnic/softnic/nic/internal/attachproto"
 	"github.com/softnic/softnic/qp"
 )
 
@@ -23,7 +22,7 @@ var (
 	ErrFault = mr.ErrFault
 	// ErrAccess (EACCES): a user the daemon does not serve, or a control
 	// socket of a user the client does not trust (see DialControl).
-	ErrAccess = errors.New("permission denied (EACCES)")
+	ErrAccess = attachproto.ErrAccess
 	// ErrClosed is returned by calls on a closed device or destroyed object.
 	ErrClosed = cm.ErrClosed
 	// ErrConnRefused (ECONNREFUSED): nothing listens on the rdma_cm port
@@ -45,3 +44,9 @@ var (
 // port) and ErrAgain for "no resources" (the peer holds as many requests
 // as it takes, CMLimits).
 type RejectError = cm.RejectError
+
+// QPError is why a connection ended when its QP entered the error state:
+// Status is the error completion that moved it there, RETRY_EXC_ERR when
+// the peer stopped answering (then errors.Is(err, ErrTimedOut)). It is
+// package cm's.
+type QPError = cm.QPError

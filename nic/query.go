@@ -90,7 +90,7 @@ func (a AtomicCap) String() string {
 func (d *Device) Query() DeviceAttr { return d.prov.query() }
 
 // query is what the daemon said in its hello.
-func (a *attachment) query() DeviceAttr { return a.hello.Attr }
+func (a *attachment) query() DeviceAttr { return a.attr }
 
 func (d *embeddedDevice) query() DeviceAttr {
 	guid := cm.GUID(d.local)

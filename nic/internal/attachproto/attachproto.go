@@ -1,0 +1,384 @@
+// Package attachproto is the attach protocol, between an attached process
+// (the client, package nic's attached provider) and the daemon that hosts
+// its resources (package nic/attachd): its messages, their arguments and
+// results, and the errors that cross the socket. Each side converts its
+// own types to and from these at its edge; the package holds no state and
+// does no I/O.
+//
+// The client connects to the daemon's control socket and sends the line
+// {"cmd":"attach"}; from then on both sides send Msgs, one JSON line each, with the file descriptors the
+// line announces in "fds" (shm.Conn). The daemon's first message answers
+// the attach line (id 0) and carries the process's doorbell: an eventfd and
+// the doorbell page.
+//
+// A request has an id and an op; its reply has the same id and a result or
+// an error. Replies come in any order: calls that wait for the network
+// (dial, accept_request, accept, disconnect) are answered when done, and
+// the client may cancel one ({"op":"cancel"}). The daemon also sends events
+// (no id): "conn_ended" when a connection it carries for the client ends,
+// "qp_error" when one of the client's QPs enters the error state by itself.
+//
+// Objects are named by handles the daemon hands out per process; a process
+// can name only its own, which is what keeps processes apart.
+package attachproto
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/netip"
+
+	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic/cm"
+	"github.com/softnic/softnic/nic/udp"
+	"github.com/softnic/softnic/qp"
+)
+
+// Msg is one line of the protocol: a request, its reply or an event.
+type Msg struct {
+	ID     uint64          `json:"id,omitempty"`
+	Op     string          `json:"op,omitempty"`
+	FDs    int             `json:"fds,omitempty"` // descriptors sent with the message
+	Args   json.RawMessage `json:"args,omitempty"`
+	Result json.RawMessage `json:"result,omitempty"`
+	// Error, Code and Detail describe a failed call (or why a connection
+	// ended): the text, the sentinel's name (sentinels) and, for
+	// *RejectError and *QPError, the error's fields.
+	Error  string          `json:"error,omitempty"`
+	Code   string          `json:"code,omitempty"`
+	Detail json.RawMessage `json:"detail,omitempty"`
+}
+
+// Line is what a client sends first on the control socket.
+const Line = `{"cmd":"attach"}`
+
+// MaxLine bounds one message of the protocol.
+const MaxLine = 64 << 10
+
+// The operations of the attach protocol.
+const (
+	OpAllocPD       = "alloc_pd"
+	OpDeallocPD     = "dealloc_pd"
+	OpAllocMR       = "alloc_mr"   // with the memfd of the region's memory
+	OpRegMR         = "reg_mr"     // over memory of an earlier alloc_mr
+	OpRegShared     = "reg_shared" // with the memfd the process maps the region's memory from
+	OpDeregMR       = "dereg_mr"   //
+	OpCreateCQ      = "create_cq"  // replied with the ring's memfd and the CQ's eventfd
+	OpCreateSRQ     = "create_srq" // replied with the ring's memfd
+	OpCreateQP      = "create_qp"  // replied with the send (and receive) ring's memfds
+	OpModifyQP      = "modify_qp"
+	OpQueryQP       = "query_qp"
+	OpDestroyQP     = "destroy_qp"
+	OpDestroyCQ     = "destroy_cq"
+	OpDestroySRQ    = "destroy_srq"
+	OpAllocMW       = "alloc_mw"
+	OpDeallocMW     = "dealloc_mw"
+	OpCounters      = "counters"
+	OpListen        = "listen"
+	OpCloseListener = "close_listener"
+	OpAcceptRequest = "accept_request" // waits for a connection request
+	OpAccept        = "accept"         // waits for the RTU; replied with the QP's rings
+	OpReject        = "reject"
+	OpDial          = "dial" // waits for the REP; replied with the QP's rings
+	OpDisconnect    = "disconnect"
+	OpCancel        = "cancel"
+	EvConnEnded     = "conn_ended"
+	EvQPError       = "qp_error"
+)
+
+// Hello is the daemon's answer to the attach line.
+type Hello struct {
+	Addr     netip.AddrPort
+	MTU      int
+	Features udp.Features
+	PID      int             // the daemon's
+	Attr     json.RawMessage // a nic.DeviceAttr: what the process's device supports (Device.Query)
+}
+
+// HandleArgs names one object of the process, for the ops that take
+// nothing else (dealloc_pd, dereg_mr, destroy_*, query_qp, dealloc_mw,
+// close_listener, accept_request, disconnect).
+type HandleArgs struct{ H uint32 }
+
+// PDResult answers alloc_pd: the PD's handle, and its handle in the
+// daemon's region table.
+type PDResult struct {
+	H  uint32
+	PD mr.PDHandle
+}
+
+// AllocMWArgs asks for a memory window of a type in PD.
+type AllocMWArgs struct {
+	PD   uint32
+	Type mr.WindowType
+}
+
+// MWResult answers alloc_mw.
+type MWResult struct {
+	H    uint32
+	RKey uint32
+}
+
+// AllocMRArgs registers Size bytes of the memfd sent with the request
+// (alloc_mr).
+type AllocMRArgs struct {
+	PD     uint32
+	Size   int
+	Access mr.Access
+}
+
+// RegMRArgs registers more memory of a region of alloc_mr (reg_mr).
+type RegMRArgs struct {
+	PD     uint32
+	Buf    uint32 // the MR whose memory holds the new region
+	Off    int
+	Len    int
+	Access mr.Access
+}
+
+// RegSharedArgs registers Len bytes at offset Off of the memfd sent with
+// the request, which the process maps at IOVA (PD.RegShared).
+type RegSharedArgs struct {
+	PD     uint32
+	Off    int64
+	Len    int
+	IOVA   uint64
+	Access mr.Access
+}
+
+// MRResult answers alloc_mr, reg_mr and reg_shared.
+type MRResult struct {
+	H          uint32
+	LKey, RKey uint32
+	Addr       uint64
+}
+
+// CreateCQArgs asks for a CQ of Depth entries.
+type CreateCQArgs struct{ Depth int }
+
+// CQResult answers create_cq.
+type CQResult struct {
+	H     uint32
+	Depth int
+}
+
+// CreateSRQArgs asks for an SRQ of PD.
+type CreateSRQArgs struct {
+	PD            uint32
+	Depth, MaxSGE int
+}
+
+// SRQResult answers create_srq.
+type SRQResult struct {
+	H             uint32
+	Depth, MaxSGE int
+}
+
+// QPConfig is a nic.QPConfig with its CQs and SRQ named by handle.
+type QPConfig struct {
+	Type                                                    qp.Type
+	SendCQ, RecvCQ, SRQ                                     uint32
+	MaxSendWR, MaxRecvWR, MaxSendSGE, MaxRecvSGE, MaxInline int
+	SignalAll                                               bool
+}
+
+// CreateQPArgs asks for a QP of PD.
+type CreateQPArgs struct {
+	PD     uint32
+	Config QPConfig
+}
+
+// QPResult describes a QP the daemon created: its number, its slot in the
+// doorbell page (shm.Doorbell), its queue sizes with the defaults filled
+// in, and which descriptors carry its rings.
+type QPResult struct {
+	H      uint32
+	QPN    uint32
+	Slot   uint32
+	Config QPConfig
+	Attr   qp.Attr
+}
+
+// ModifyQPArgs is QP.Modify of QP H.
+type ModifyQPArgs struct {
+	H    uint32
+	Attr qp.Attr
+	Mask qp.AttrMask
+}
+
+// QueryQPResult answers modify_qp and query_qp.
+type QueryQPResult struct {
+	Attr   qp.Attr
+	Status qp.Status
+}
+
+// ListenArgs is Device.Listen: the QPs of the connections accepted are
+// made with QP in PD.
+type ListenArgs struct {
+	Port    uint16
+	PD      uint32
+	QP      QPConfig
+	Backlog int
+}
+
+// ListenResult answers listen.
+type ListenResult struct {
+	H    uint32
+	Port uint16
+}
+
+// RequestResult answers accept_request with a connection request.
+type RequestResult struct {
+	H       uint32
+	Private []byte
+	Remote  netip.AddrPort
+}
+
+// AcceptArgs accepts a connection request with nic.AcceptOptions.
+type AcceptArgs struct {
+	Request                            uint32
+	PrivateData                        []byte
+	ResponderResources, InitiatorDepth uint8
+	RNRRetryCount                      uint8
+	UseQP                              uint32 // AcceptOptions.UseQP's handle, 0 for a new QP
+}
+
+// RejectArgs is Request.Reject.
+type RejectArgs struct {
+	Request uint32
+	Private []byte
+}
+
+// DialArgs is Device.Dial with nic.DialOptions.
+type DialArgs struct {
+	Remote                             netip.AddrPort
+	Port                               uint16
+	PD                                 uint32
+	QP                                 QPConfig
+	Private                            []byte
+	ResponderResources, InitiatorDepth uint8
+	RetryCount, RNRRetryCount          uint8
+	MTU                                int
+	Timeout, CMRetries, CMTimeout      uint8
+	UseQP                              uint32 // DialOptions.UseQP's handle, 0 for a new QP
+}
+
+// ConnResult answers dial and accept: the connection's handle, and its
+// QP's.
+type ConnResult struct {
+	H       uint32
+	QP      QPResult
+	Private []byte
+	Remote  netip.AddrPort
+}
+
+// CancelArgs cancels the waiting call whose id is Target.
+type CancelArgs struct{ Target uint64 }
+
+// ConnEnded tells that connection H ended; the message's error says why.
+type ConnEnded struct{ H uint32 }
+
+// QPErrorEvent tells that QP H entered the error state by itself, with the
+// status of the error completion that moved it there (Config.OnQPError).
+type QPErrorEvent struct {
+	H     uint32
+	Cause qp.WCStatus
+}
+
+// ErrAccess (EACCES): a user the daemon does not serve, or a control
+// socket of a user the client does not trust; package nic's ErrAccess.
+var ErrAccess = errors.New("permission denied (EACCES)")
+
+// sentinels names the sentinel errors that cross the socket, so that
+// errors.Is holds for an attached device's errors as for an embedded one's.
+var sentinels = []struct {
+	code string
+	err  error
+}{
+	{"ECLOSED", cm.ErrClosed}, {"ECONNREFUSED", cm.ErrConnRefused}, {"ETIMEDOUT", cm.ErrTimedOut},
+	{"ECONNRESET", cm.ErrConnReset}, {"EOVERFLOW", qp.ErrOverflow}, {"EINVAL", mr.ErrInvalid},
+	{"EBUSY", mr.ErrBusy}, {"ENOMEM", mr.ErrNoMem}, {"EAGAIN", mr.ErrAgain}, {"EOPNOTSUPP", mr.ErrNotSupported},
+	{"EFAULT", mr.ErrFault}, {"EACCES", ErrAccess}, {"FI_ENOKEY", mr.ErrNoKey}, {"FI_EKEYREJECTED", mr.ErrKeyRejected},
+	{"ECANCELED", context.Canceled}, {"EDEADLINE", context.DeadlineExceeded},
+}
+
+// SetError describes err in m: its text, the code of the sentinel it is,
+// and the fields of a *cm.RejectError or *cm.QPError.
+func (m *Msg) SetError(err error) {
+	m.Error = err.Error()
+	for _, e := range sentinels {
+		if errors.Is(err, e.err) {
+			m.Code = e.code
+			break
+		}
+	}
+	var rej *cm.RejectError
+	var qpe *cm.QPError
+	switch {
+	case errors.As(err, &rej):
+		m.Code = "REJ"
+		m.Detail, _ = json.Marshal(rej)
+	case errors.As(err, &qpe):
+		m.Code = "QPERR"
+		m.Detail, _ = json.Marshal(qpe)
+	}
+}
+
+// Err rebuilds the error m describes, nil if none: it has m's text, and
+// errors.Is and errors.As find in it what they found in the error the
+// other side described.
+func (m *Msg) Err() error {
+	if m.Error == "" {
+		return nil
+	}
+	switch m.Code {
+	case "REJ":
+		var rej cm.RejectError
+		if json.Unmarshal(m.Detail, &rej) == nil {
+			return &remoteError{msg: m.Error, err: &rej}
+		}
+	case "QPERR":
+		var qpe cm.QPError
+		if json.Unmarshal(m.Detail, &qpe) == nil {
+			return &remoteError{msg: m.Error, err: &qpe}
+		}
+	}
+	for _, e := range sentinels {
+		if e.code == m.Code {
+			return &remoteError{msg: m.Error, err: e.err}
+		}
+	}
+	return errors.New(m.Error)
+}
+
+// remoteError is an error the other side described: its text, and the
+// error it wraps for errors.Is and errors.As.
+type remoteError struct {
+	msg string
+	err error
+}
+
+func (e *remoteError) Error() string { return e.msg }
+func (e *remoteError) Unwrap() error { return e.err }
+
+// WithDefaults fills in the queue sizes a zero field stands for, so that
+// both sides size the rings alike.
+func (a QPConfig) WithDefaults() QPConfig {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	if a.Type == 0 {
+		a.Type = qp.RC
+	}
+	def(&a.MaxSendWR, qp.DefaultMaxWR)
+	def(&a.MaxRecvWR, qp.DefaultMaxWR)
+	def(&a.MaxSendSGE, qp.DefaultMaxSGE)
+	def(&a.MaxRecvSGE, qp.DefaultMaxSGE)
+	def(&a.MaxInline, qp.DefaultMaxInline)
+	if a.RecvCQ == 0 {
+		a.RecvCQ = a.SendCQ
+	}
+	return a
+}
