@@ -2,9 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"net/netip"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -26,6 +28,7 @@ func defineBench(fs *flag.FlagSet) func(*invocation) error {
 	only := fs.String("only", "", "measure only the workloads named, `KEYS` separated by commas (the keys of --json, raw_udp_gbps and raw_udp_gso_gbps and raw_udp_ping_pong included)")
 	attach := fs.String("attach", "", "also measure a device attached to the daemon whose control socket is `PATH` against an embedded one")
 	asJSON := fs.Bool("json", false, "print the results as one line of JSON")
+	profile := fs.String("cpuprofile", "", "write this process's CPU profile to `FILE`, and the peer process's to FILE.peer")
 	return func(inv *invocation) error {
 		if err := inv.parse(0, 0); err != nil {
 			return err
@@ -42,6 +45,9 @@ func defineBench(fs *flag.FlagSet) func(*invocation) error {
 		case *one && *peerWaits:
 			return usagef("--peer-waits: the peer device in this process (--one-process) always leaves its packets to its goroutines")
 		}
+		if *profile != "" && !*one {
+			cfg.PeerCPUProfile = *profile + ".peer"
+		}
 		if *only != "" {
 			for key := range strings.SplitSeq(*only, ",") {
 				if _, ok := nicbench.Lookup(key); !ok && !slices.Contains(bench.RawKeys, key) {
@@ -50,8 +56,12 @@ func defineBench(fs *flag.FlagSet) func(*invocation) error {
 				cfg.Only = append(cfg.Only, key)
 			}
 		}
-		res, err := bench.Run(inv.ctx, cfg, inv.stderr)
+		stop, err := startCPUProfile(*profile)
 		if err != nil {
+			return err
+		}
+		res, err := bench.Run(inv.ctx, cfg, inv.stderr)
+		if err := errors.Join(err, stop()); err != nil {
 			return err
 		}
 		if *asJSON {
@@ -68,6 +78,7 @@ const benchPeerCommand = "bench-peer"
 
 func defineBenchPeer(fs *flag.FlagSet) func(*invocation) error {
 	wait := fs.Bool("wait", false, "leave the device to its goroutines instead of polling its CQ")
+	profile := fs.String("cpuprofile", "", "write the process's CPU profile to `FILE`")
 	return func(inv *invocation) error {
 		if err := inv.parse(0, 0); err != nil {
 			return err
@@ -76,6 +87,31 @@ func defineBenchPeer(fs *flag.FlagSet) func(*invocation) error {
 		if *wait {
 			by = nicbench.Wait
 		}
-		return nicbench.ServePeer(os.Stdin, inv.stdout, nic.Config{Addr: netip.AddrPortFrom(nic.DefaultAddr.Addr(), 0)}, by)
+		stop, err := startCPUProfile(*profile)
+		if err != nil {
+			return err
+		}
+		err = nicbench.ServePeer(os.Stdin, inv.stdout, nic.Config{Addr: netip.AddrPortFrom(nic.DefaultAddr.Addr(), 0)}, by)
+		return errors.Join(err, stop())
 	}
+}
+
+// startCPUProfile profiles the process's CPU into the file at path, if
+// any, until the function it returns is called.
+func startCPUProfile(path string) (stop func() error, err error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
 }

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"compress/gzip"
 	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -119,6 +123,31 @@ func TestBenchPeerWaits(t *testing.T) {
 	for _, want := range []string{"peer-process-waiting", "sleeps until packets come", "RESULT softnic write 8B latency median", "RESULT softnic read 65536B w=64"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("the output lacks %q:\n%s", want, stdout)
+		}
+	}
+}
+
+// TestBenchCPUProfile: --cpuprofile FILE writes this process's CPU profile
+// to FILE and the peer process's to FILE.peer, both gzipped profiles.
+func TestBenchCPUProfile(t *testing.T) {
+	t.Setenv(childEnv, "1")
+	path := filepath.Join(t.TempDir(), "cpu")
+	code, _, stderr := runCmd("bench", "--ops", "50", "--only", "write_8_poll", "--cpuprofile", path)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, p := range []string{path, path + ".peer"} {
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		z, err := gzip.NewReader(f)
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		if n, err := io.Copy(io.Discard, z); err != nil || n == 0 {
+			t.Errorf("%s: %d bytes of profile, %v", p, n, err)
 		}
 	}
 }

@@ -65,7 +65,7 @@ var commands = []command{
 	{"rping", "(-s | -c) -a ADDR [-C COUNT] [-S SIZE] [-v] [-p PORT] [-I ADDR] [--udp-port N] [--mtu N] [--counters] [--pcap FILE]",
 		"rdma-core's rping over the connection manager, against rping or softnic: a SEND of a buffer, RDMA READ, SEND, RDMA WRITE back, compared",
 		"softnic rping -c -a 10.77.0.12 -C 3 -v", defineRping},
-	{"bench", "[--time D] [--ops N] [--runs R] [--one-process] [--only KEYS] [--attach PATH] [--json]",
+	{"bench", "[--time D] [--ops N] [--runs R] [--one-process] [--only KEYS] [--attach PATH] [--cpuprofile FILE] [--json]",
 		"measure softnic on this machine with fi_rmabw's workloads, its peer in another process, against raw UDP in the same run (and an attached device against an embedded one)",
 		"softnic bench --runs 3", defineBench},
 	{"run", "[--control PATH] [--lib DIR] -- PROGRAM [ARGS...]",
@@ -80,7 +80,7 @@ var commands = []command{
 // hiddenCommands run like commands but are not listed: what softnic runs
 // itself as.
 var hiddenCommands = []command{
-	{benchPeerCommand, "[--wait]", "the peer device of softnic bench, in a process of its own: it serves on stdin and stdout and ends with stdin",
+	{benchPeerCommand, "[--wait] [--cpuprofile FILE]", "the peer device of softnic bench, in a process of its own: it serves on stdin and stdout and ends with stdin",
 		"softnic " + benchPeerCommand + " < requests", defineBenchPeer},
 }
 

@@ -54,6 +54,9 @@ type Config struct {
 	// PeerCommand runs this binary as the peer process: its hidden
 	// command serving nicbench.ServePeer on its stdin and stdout.
 	PeerCommand string
+	// PeerCPUProfile, if set, is where the peer process writes its CPU
+	// profile (its --cpuprofile).
+	PeerCPUProfile string
 }
 
 func (c *Config) wants(key string) bool { return c.Only == nil || slices.Contains(c.Only, key) }
@@ -211,7 +214,7 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) (*Result, error) {
 			return nil, err
 		}
 	} else {
-		p, err := startBenchPeer(stderr, cfg.PeerCommand, cfg.PeerWaits)
+		p, err := startBenchPeer(stderr, &cfg)
 		if err != nil {
 			return nil, err
 		}
@@ -307,16 +310,19 @@ func (r *Result) measureRaw(ctx context.Context, echo netip.AddrPort) error {
 	return nil
 }
 
-// startBenchPeer starts the peer process with peerCommand; wait says whether it sleeps
-// instead of polling.
-func startBenchPeer(stderr io.Writer, peerCommand string, wait bool) (*nicbench.Peer, error) {
+// startBenchPeer starts the peer process with cfg.PeerCommand, sleeping
+// instead of polling if cfg.PeerWaits, profiled if cfg.PeerCPUProfile.
+func startBenchPeer(stderr io.Writer, cfg *Config) (*nicbench.Peer, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("the peer process: %w", err)
 	}
-	cmd := exec.Command(exe, peerCommand)
-	if wait {
+	cmd := exec.Command(exe, cfg.PeerCommand)
+	if cfg.PeerWaits {
 		cmd.Args = append(cmd.Args, "--wait")
+	}
+	if cfg.PeerCPUProfile != "" {
+		cmd.Args = append(cmd.Args, "--cpuprofile", cfg.PeerCPUProfile)
 	}
 	cmd.Stderr = stderr
 	return nicbench.StartPeer(cmd)
