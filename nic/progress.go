@@ -199,6 +199,35 @@ func (d *embeddedDevice) stopPolling() {
 	}
 }
 
+// catchUpBatches bounds what catchUp reads: a socket that never empties
+// (a flood) delays the timers by this many batches at most.
+const catchUpBatches = 4
+
+// catchUp processes what the socket holds before the QPs' timers that are
+// due run, taking the role, and waiting for it if another holds it (the
+// holder is processing, and what it processes counts too). An ACK timeout
+// is a loss only if its acknowledgement has not arrived: when the
+// goroutine that processes packets was descheduled while they queued in
+// the socket (a loaded machine takes a thread's CPU for tens of
+// milliseconds), the timer goroutine, woken on another CPU, would
+// otherwise declare a timeout that is not one, and send a whole window
+// again from the smallest congestion window.
+func (d *embeddedDevice) catchUp() {
+	p := &d.prog
+	p.role.Lock()
+	defer p.role.Unlock()
+	for range catchUpBatches {
+		n, err := d.conn.TryReadBatch(p.msgs)
+		if err != nil || n == 0 {
+			return
+		}
+		d.process(n)
+		if n < len(p.msgs) {
+			return
+		}
+	}
+}
+
 // readLoop is the reader goroutine.
 func (d *embeddedDevice) readLoop() {
 	defer d.wg.Done()

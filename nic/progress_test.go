@@ -112,6 +112,38 @@ func TestPollAndReaderHandOver(t *testing.T) {
 	}
 }
 
+// An ACK that arrives while the goroutine that would process it cannot
+// (descheduled, on a loaded machine) is processed before the ACK timer
+// that falls due meanwhile runs: the timer declares no loss, and nothing
+// is sent again.
+func TestTimerCatchesUpBeforeTimeout(t *testing.T) {
+	const timeout = 8 // 4.096 µs × 2^8: about 1 ms
+	a, b := connected(t, nic.Config{}, nic.ConnectOptions{Timeout: timeout})
+	release := nic.HoldProgress(a.dev)
+	wr := qp.SendWR{Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+	if err := a.qp.PostSend(&wr); err != nil {
+		release()
+		t.Fatal(err)
+	}
+	// The ACK comes back and waits in the socket; the timer falls due 20
+	// times over.
+	time.Sleep(20 * time.Millisecond)
+	release()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var wcs [1]qp.WC
+	if _, err := a.cq.Wait(ctx, wcs[:]); err != nil || wcs[0].Status != qp.Success {
+		t.Fatalf("WRITE: %v, %v", wcs[0].String(), err)
+	}
+	for _, d := range []*nic.Device{a.dev, b.dev} {
+		for _, name := range noLoss {
+			if v, _ := d.Counter(name); v != 0 {
+				t.Errorf("%v: %s = %d, want 0", d.Addr(), name, v)
+			}
+		}
+	}
+}
+
 func leUint64(b []byte) uint64 {
 	return uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
 		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56

@@ -1,6 +1,7 @@
 package nic
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -121,6 +122,10 @@ func (d *embeddedDevice) timerLoop() {
 		now := d.now()
 		var wait time.Duration
 		due, wait = d.timers.due(now, due[:0])
+		if slices.ContainsFunc(due, func(e timerEntry) bool { return e.q != nil }) {
+			d.catchUp()
+			now = d.now()
+		}
 		for i := range due {
 			e := &due[i]
 			switch {
