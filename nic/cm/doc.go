@@ -22,9 +22,10 @@
 // abort, shutdown …), each followed by the MADs that crossed the link,
 // the events, states, counts and tables it produced: the handshake and
 // its losses (handshake.txt, rtu-lost.txt, rep-lost-after-mra.txt,
-// duplicate-req.txt), refusals (no-listener.txt, reject.txt, mtu.txt,
-// backlog.txt, half-open.txt, no-amplification.txt), the end
-// (disconnect.txt, abort.txt, shutdown.txt), timeouts (req-timeout.txt,
+// duplicate-req.txt, mra.txt, private-data.txt), refusals
+// (no-listener.txt, reject.txt, mtu.txt, backlog.txt, half-open.txt,
+// no-amplification.txt, listener.txt), the end (disconnect.txt,
+// qp-failed.txt, abort.txt, shutdown.txt), timeouts (req-timeout.txt,
 // timeouts.txt) and what comes late or from elsewhere (stale.txt,
 // strangers.txt); TestTranscripts lists the commands. Go tests cover
 // the MRA's service timeout, the peer address rule and the fuzz target.

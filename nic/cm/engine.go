@@ -507,9 +507,14 @@ func (e *Engine) resend(id *ID, out *Output) {
 
 // Connect starts a connection: it sends the REQ, with rdma_cm's header
 // before the private data, and returns the communication, in REQ_SENT.
+// Private data longer than the REQ carries after that header is an error
+// wrapping mr.ErrInvalid, as for Accept and Reject.
 func (e *Engine) Connect(now qp.Time, p *DialParams, out *Output) (*ID, error) {
 	if e.closed {
 		return nil, ErrClosed
+	}
+	if err := checkPrivate("REQ", p.Private, mad.CMAPrivateDataSize); err != nil {
+		return nil, err
 	}
 	id := e.newID(true, p.Peer, p.Port)
 	id.tid = tidOf(id.local)
@@ -566,6 +571,15 @@ func (e *Engine) Establish(id *ID, out *Output) error {
 	return nil
 }
 
+// checkPrivate returns an error wrapping mr.ErrInvalid if private data
+// is longer than the max bytes a msg carries: it would be cut short.
+func checkPrivate(msg string, private []byte, max int) error {
+	if len(private) > max {
+		return fmt.Errorf("%d bytes of private data, a %s carries %d: %w", len(private), msg, max, mr.ErrInvalid)
+	}
+	return nil
+}
+
 // handshakeError is why a handshake step cannot be taken on id.
 func (e *Engine) handshakeError(id *ID) error {
 	switch {
@@ -587,6 +601,9 @@ func (e *Engine) sendRTU(id *ID, out *Output) {
 func (e *Engine) Accept(now qp.Time, id *ID, p *AcceptParams, out *Output) error {
 	if id.state != ReqRcvd {
 		return e.handshakeError(id)
+	}
+	if err := checkPrivate("REP", p.Private, mad.REPPrivateDataSize); err != nil {
+		return err
 	}
 	f := mad.MADFields{Header: mad.CMHeader(mad.AttrConnectReply, id.tid)}
 	f.REP = mad.REPFields{
@@ -616,12 +633,16 @@ func (e *Engine) Accept(now qp.Time, id *ID, p *AcceptParams, out *Output) error
 	return nil
 }
 
-// Reject refuses the REQ of id with reason and private data. Linux
-// forgets a rejected REQ at once, so that a duplicate reaches the listener
-// again; softnic keeps it for a timewait and repeats the REJ instead.
+// Reject refuses the REQ of id with reason and private data (at most
+// mad.REJPrivateDataSize bytes). Linux forgets a rejected REQ at once, so
+// that a duplicate reaches the listener again; softnic keeps it for a
+// timewait and repeats the REJ instead.
 func (e *Engine) Reject(now qp.Time, id *ID, reason mad.RejectReason, private []byte, out *Output) error {
 	if id.state != ReqRcvd {
 		return e.handshakeError(id)
+	}
+	if err := checkPrivate("REJ", private, mad.REJPrivateDataSize); err != nil {
+		return err
 	}
 	e.sendREJ(id, mad.CMMessageREQ, reason, nil, private, out)
 	id.err = fmt.Errorf("connection request from %v was rejected: %w", id.peer, mr.ErrInvalid)
@@ -1101,11 +1122,15 @@ func (e *Engine) receiveMRA(now qp.Time, src netip.AddrPort, m mad.MRA, out *Out
 	switch {
 	case id == nil:
 		out.count(RxDropped)
-	case id.state == ReqSent && m.MessageMRAed() == mad.CMMessageREQ,
-		id.state == RepSent && m.MessageMRAed() == mad.CMMessageREP:
+	case id.state == ReqSent && m.MessageMRAed() == mad.CMMessageREQ:
 		// The peer needs longer: wait its service timeout on top of the
 		// path's ACK timeout before sending again, as Linux does.
 		e.arm(id, now.Add(Duration(m.ServiceTimeout())+Duration(id.ackTimeout)))
+	case id.state == RepSent && m.MessageMRAed() == mad.CMMessageREP:
+		// Nothing to stretch: the REP goes again only for a repeated REQ
+		// (see Accept), and the timer that runs is the request's hold,
+		// which no peer's MRA may lengthen past Limits.Handshake nor
+		// cut short.
 	default:
 		out.count(RxDuplicates)
 	}

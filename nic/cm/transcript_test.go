@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/internal/datadriven"
+	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/wire"
 	"github.com/softnic/softnic/wire/mad"
@@ -29,6 +30,7 @@ import (
 //
 //	engines [b-mtu=N]                  a new link; b's path MTU toward a (4096)
 //	limits H [half-open=N] [per-source=N] [handshake=D]
+//	    H's Limits; those not given take their defaults
 //	listen H [port=N] [backlog=N]      H listens on port (7471)
 //	unlisten H [port=N]                H closes its listener
 //	connect H NAME [port=N] [qpn=N] [private=S] [private-len=N] [cm-timeout=N] [ack-timeout=N] [cm-retries=N]
@@ -44,6 +46,7 @@ import (
 //	establish H NAME                   the dialer, its QP ready, sends the RTU
 //	first-request H NAME               NAME's QP got its first request
 //	disconnect H NAME                  H sends a DREQ
+//	end H NAME                         NAME's QP failed (RETRY_EXC_ERR)
 //	abort H NAME                       H gives up the communication
 //	shutdown H                         H's device closes
 //	drop from=H [type=NAME] [count=N]  lose the next count (1) MADs H sends of
@@ -77,6 +80,9 @@ func TestTranscripts(t *testing.T) {
 		})
 	}
 }
+
+// errQPFailed is why the end command ends a connection.
+var errQPFailed = errors.New("QP failed: transport retry counter exceeded (RETRY_EXC_ERR)")
 
 // cmTranscript is the state of one transcript.
 type cmTranscript struct {
@@ -148,7 +154,7 @@ func (e *cmTranscript) watch(s *cmSide, out *Output) {
 			fmt.Fprintf(&e.out, ": %v", ev.Err)
 		}
 		e.out.WriteString("\n")
-		for _, sentinel := range []error{ErrConnRefused, ErrConnReset, ErrTimedOut, ErrClosed} {
+		for _, sentinel := range []error{ErrConnRefused, ErrConnReset, ErrTimedOut, ErrClosed, mr.ErrAgain} {
 			if errors.Is(ev.Err, sentinel) {
 				fmt.Fprintf(&e.out, "  is %v\n", sentinel)
 			}
@@ -339,6 +345,7 @@ func (e *cmTranscript) run(t *testing.T, d *datadriven.TestData) string {
 		if v, ok := d.Arg("handshake"); ok {
 			s.e.lim.Handshake = e.durArg(t, d, v[0])
 		}
+		s.e.lim = s.e.lim.WithDefaults()
 	case "listen":
 		s := e.side(t, d)
 		port := uint16(e.intArg(t, d, "port", 7471))
@@ -419,6 +426,9 @@ func (e *cmTranscript) run(t *testing.T, d *datadriven.TestData) string {
 		if !sentDREQ {
 			return "no DREQ\n"
 		}
+	case "end":
+		s, id := e.side(t, d), e.id(t, d)
+		l.call(s, func(en *Engine, _ qp.Time, out *Output) { en.End(id, errQPFailed, out) })
 	case "abort":
 		s, id := e.side(t, d), e.id(t, d)
 		l.call(s, func(en *Engine, now qp.Time, out *Output) { en.Abort(now, id, out) })
