@@ -9,9 +9,11 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "softnic.h"
@@ -77,9 +79,48 @@ EXPORT int ibv_get_device_index(struct ibv_device *device)
 	return 0;
 }
 
+/*
+ * sn_data_path is called by the verbs of the data path before they call
+ * into Go. A thread of the program that calls into Go keeps a processor
+ * of Go's scheduler (a P) between its calls, as a goroutine in a system
+ * call does; but Go's system monitor takes a P back from a thread that
+ * has not been through the scheduler for 10 ms, and then, as such a thread
+ * never goes through it, at each of its ticks: every call then takes an
+ * idle P and wakes the monitor from its sleep, a thread woken per verb
+ * (two context switches on a busy CPU, in the middle of a post). So every
+ * 4 ms, one call of each thread goes through the scheduler
+ * (snReschedule): the monitor then leaves its P alone while it calls.
+ */
+static __thread uint64_t sn_reschedule_at;
+
+static void sn_data_path(void)
+{
+	struct timespec ts;
+	uint64_t now;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = (uint64_t)ts.tv_sec * 1000000000 + (uint64_t)ts.tv_nsec;
+	if (now >= sn_reschedule_at) {
+		sn_reschedule_at = now + 4000000;
+		snReschedule();
+	}
+}
+
+/*
+ * sn_poll_cq yields the CPU after a poll that found nothing: a program
+ * that polls in a loop would otherwise keep it from the daemon that is to
+ * produce the completion, which on a host with few CPUs costs a scheduler
+ * time slice per operation.
+ */
 static int sn_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
-	return snPollCQ(cq, n, wc);
+	int got;
+
+	sn_data_path();
+	got = snPollCQ(cq, n, wc);
+	if (got == 0)
+		sched_yield();
+	return got;
 }
 
 static int sn_req_notify_cq(struct ibv_cq *cq, int solicited_only)
@@ -89,16 +130,19 @@ static int sn_req_notify_cq(struct ibv_cq *cq, int solicited_only)
 
 static int sn_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
+	sn_data_path();
 	return snPostSend(qp, wr, bad);
 }
 
 static int sn_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
+	sn_data_path();
 	return snPostRecv(qp, wr, bad);
 }
 
 static int sn_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
+	sn_data_path();
 	return snPostSRQRecv(srq, wr, bad);
 }
 

@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/cgo"
 	"sync"
 	"unsafe"
@@ -170,7 +171,14 @@ func snDestroyCQ(c *C.struct_sn_cq) C.int {
 	return 0
 }
 
-// snPollCQ is ops.poll_cq (ibv_poll_cq).
+// snReschedule lets the calling thread's goroutine go through Go's
+// scheduler (see sn_data_path in verbs.c).
+//
+//export snReschedule
+func snReschedule() { runtime.Gosched() }
+
+// snPollCQ is ops.poll_cq (ibv_poll_cq); the caller yields the CPU when it
+// returns 0 (see sn_poll_cq in verbs.c).
 //
 //export snPollCQ
 func snPollCQ(c *C.struct_ibv_cq, n C.int, wc *C.struct_ibv_wc) C.int {
@@ -198,10 +206,6 @@ func snPollCQ(c *C.struct_ibv_cq, n C.int, wc *C.struct_ibv_wc) C.int {
 			return -1
 		default:
 		}
-		// A program that polls in a loop would otherwise keep its CPU
-		// from the daemon that is to produce the completion; on a host
-		// with few CPUs that costs a scheduler time slice per operation.
-		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 	}
 	return C.int(got)
 }
