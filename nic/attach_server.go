@@ -1,7 +1,6 @@
 package nic
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -210,18 +209,27 @@ func (s *AttachServer) Admit(c *net.UnixConn) (PeerCred, error) {
 // RefusedPeers counts the connections Admit refused.
 func (s *AttachServer) RefusedPeers() uint64 { return s.refused.Load() }
 
-// oneLine reads from c a byte at a time, so that a bufio.Reader over it
-// never reads past the attach line (descriptors may follow).
-type oneLine struct{ c *net.UnixConn }
-
-func (r *oneLine) Read(p []byte) (int, error) { return r.c.Read(p[:min(len(p), 1)]) }
-
 // ReadControlLine reads the first line a client sends on a control socket
 // that takes other commands besides attach, at most max bytes, and not a
 // byte past it (as Serve does): when it is the attach line, the messages
-// that follow and their descriptors stay in c for ServeConn.
+// that follow and their descriptors stay in c for ServeConn. It reads a
+// byte at a time into a line it makes once the first byte has come: a
+// client that connects and closes without a word costs one read and no
+// buffer (a flood of such connections was a 4 KiB buffer each).
 func ReadControlLine(c *net.UnixConn, max int) ([]byte, error) {
-	return bufio.NewReader(io.LimitReader(&oneLine{c: c}, int64(max))).ReadBytes('\n')
+	var b [1]byte
+	var line []byte
+	for len(line) < max {
+		if n, err := c.Read(b[:]); n == 1 {
+			line = append(line, b[0])
+			if b[0] == '\n' {
+				return line, nil
+			}
+		} else if err != nil {
+			return line, err
+		}
+	}
+	return line, fmt.Errorf("no end of line in %d bytes: %w", max, ErrInvalid)
 }
 
 // ServeConn serves the process at the other end of c, which has sent the

@@ -172,6 +172,7 @@ var attacks = map[string]func(control string) (step func() error, err error){
 	"qps":              qpsFlood,
 	"mappings":         mappingsFlood,
 	"waits":            waitsFlood,
+	"control-flood":    controlFlood,
 }
 
 // TestAttacker is not a test of its own: it is the body of the attacker

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/shm"
 )
@@ -25,6 +27,10 @@ const (
 	localQPs      = 16
 	localMappings = 64
 	localWaits    = 64
+	// floodConns is how many connections a control flood's step opens
+	// before it closes them all: more than the daemon answers at once
+	// (control.Pending).
+	floodConns = 300
 )
 
 // localLimits are the flags of the daemon the local attacks are made on.
@@ -156,6 +162,33 @@ func waitsFlood(control string) (func() error, error) {
 	}, nil
 }
 
+// controlFlood opens floodConns connections to the control socket, which
+// send nothing, and closes them all. It connects with blocking system calls
+// of its own, as cheap to the attacker as connecting gets.
+func controlFlood(control string) (func() error, error) {
+	addr := &unix.SockaddrUnix{Name: control}
+	fds := make([]int, 0, floodConns)
+	return func() error {
+		defer func() {
+			for _, fd := range fds {
+				unix.Close(fd)
+			}
+			fds = fds[:0]
+		}()
+		for range floodConns {
+			fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				return err
+			}
+			fds = append(fds, fd)
+			if err := unix.Connect(fd, addr); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, nil
+}
+
 // TestBystanderUnderLocalAttacks: a process repeating one of the local
 // attacks (sessions, QPs, mappings or waits to its limit and let go)
 // leaves another attached process's
@@ -173,6 +206,7 @@ func TestBystanderUnderLocalAttacks(t *testing.T) {
 		{"qps", "quota_refused_qps"},
 		{"mappings", "quota_refused_mappings"},
 		{"waits", "quota_refused_waits"},
+		{"control-flood", "control_refused_busy"},
 	} {
 		t.Run(tt.attack, func(t *testing.T) {
 			var before map[string]uint64

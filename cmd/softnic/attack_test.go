@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -30,47 +29,51 @@ import (
 // at a scale that reaches the limit it meets, and the daemon's state
 // afterwards.
 
-// conns are connections to a control socket that send nothing.
-type conns []net.Conn
+// conns are connections to a control socket that send nothing, from
+// child processes (the daemon awaits control.PerProcess of one process's
+// at most).
+type conns []*childProc
 
-// silentConns opens n connections to the control socket at path, which
-// the test's cleanup closes if close has not.
+// silentConns opens n connections to the control socket at path from
+// child processes of control.PerProcess connections each, which the
+// test's cleanup ends if close has not.
 func silentConns(t *testing.T, path string, n int) *conns {
 	t.Helper()
 	cs := &conns{}
-	t.Cleanup(cs.close)
-	for range n {
-		c, err := net.Dial("unix", path)
-		if err != nil {
-			t.Fatalf("connection %d to the control socket: %v", len(*cs), err)
+	for ; n > 0; n -= control.PerProcess {
+		c := startChild(t, nil, nil, "silent", path, strconv.Itoa(min(n, control.PerProcess)))
+		if line := string(c.line(t)); line != "ready\n" {
+			t.Fatalf("silent connections: %q; stderr:\n%s", line, c.stderr)
 		}
 		*cs = append(*cs, c)
 	}
 	return cs
 }
 
-func (cs *conns) close() {
+// close closes the connections: the children exit.
+func (cs *conns) close(t *testing.T) {
 	for _, c := range *cs {
-		c.Close()
+		c.end(t)
 	}
 	*cs = nil
 }
 
 // TestControlSurvivesEMFILE: a daemon whose descriptors run out (a limit
-// of 64, and 200 connections that send nothing) stops accepting while
+// of 64, and 80 connections that send nothing, control.PerUser of them
+// awaited at once) stops accepting while
 // they last and answers again once they are gone: its accept loop waits
 // out EMFILE instead of taking it for the socket's end, counts it
 // (control_accept_errors) and logs it once (at most once a minute).
 func TestControlSurvivesEMFILE(t *testing.T) {
 	d := startChildDaemon(t, []string{childNoFileEnv + "=64"})
-	silent := silentConns(t, d.control, 200)
+	silent := silentConns(t, d.control, 80)
 	const warning = "accept failed"
 	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(d.stderr.String(), warning); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("the daemon did not run out of descriptors with 200 connections and a limit of 64; stderr:\n%s", d.stderr)
+			t.Fatalf("the daemon did not run out of descriptors with 80 connections and a limit of 64; stderr:\n%s", d.stderr)
 		}
 	}
-	silent.close()
+	silent.close(t)
 	// The backoff waits at most a second between tries.
 	var info control.Info
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -689,30 +692,34 @@ func TestAttackSnooping(t *testing.T) {
 	}
 }
 
-// TestControlFlood: connections that send nothing, 600 at once, hold at
-// most control.Pending of the daemon's descriptors (the rest wait in the
-// kernel's backlog); once they are gone the daemon answers, and counts
-// the accepts it deferred.
+// TestControlFlood: connections that send nothing, from processes of one
+// user, hold at most control.PerUser of the daemon's descriptors; the
+// daemon refuses the rest as they come and counts them; once they are
+// gone it answers. (That it defers accepts beyond control.Pending, which
+// only several users' connections reach, is TestControlLimits in package
+// control.)
 func TestControlFlood(t *testing.T) {
+	const flood = 5 * control.PerProcess
 	d := startChildDaemon(t, nil)
 	pid := d.cmd.Process.Pid
 	before := openFiles(t, pid)
-	silent := silentConns(t, d.control, 600)
+	silent := silentConns(t, d.control, flood)
 	most := 0
 	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		most = max(most, openFiles(t, pid)-before)
 	}
-	if most < control.Pending || most > control.Pending+8 {
-		t.Errorf("600 silent connections held %d more descriptors of the daemon, want about %d", most, control.Pending)
+	if most < control.PerUser || most > control.PerUser+8 {
+		t.Errorf("%d silent connections held %d more descriptors of the daemon, want about %d", flood, most, control.PerUser)
 	}
-	silent.close()
+	silent.close(t)
 	var stat map[string]uint64
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := control.Call(ctx, d.control, "stat", &stat); err != nil {
 		t.Fatalf("stat after the flood: %v", err)
 	}
-	if stat["control_accepts_deferred"] == 0 || stat["control_accept_errors"] != 0 {
-		t.Errorf("control_accepts_deferred %d, control_accept_errors %d; want some and none", stat["control_accepts_deferred"], stat["control_accept_errors"])
+	if stat["control_refused_busy"] != flood-control.PerUser || stat["control_accept_errors"] != 0 {
+		t.Errorf("control_refused_busy %d, control_accept_errors %d; want %d and none",
+			stat["control_refused_busy"], stat["control_accept_errors"], flood-control.PerUser)
 	}
 }

@@ -97,6 +97,31 @@ var childModes = map[string]func(args []string) int{
 	"impostor":     runImpostor,
 	"connect-loop": runConnectLoop,
 	"probe":        runProbe,
+	"silent":       runSilent,
+}
+
+// runSilent opens args[1] connections to the unix socket args[0] that
+// send nothing, and holds them until its stdin closes.
+func runSilent(args []string) int {
+	n, err := strconv.Atoi(args[1])
+	var cs []net.Conn
+	for i := 0; err == nil && i < n; i++ {
+		var c net.Conn
+		if c, err = net.Dial("unix", args[0]); err == nil {
+			cs = append(cs, c)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println("ready")
+	io.Copy(io.Discard, os.Stdin)
+	for _, c := range cs {
+		c.Close()
+	}
+	fmt.Println("{}")
+	return 0
 }
 
 // runImpostor listens on the unix socket args[0], as another user would

@@ -64,6 +64,17 @@ const RequestMax = 4096
 // kernel, rather than holding the daemon's descriptors and goroutines.
 const Pending = 256
 
+// PerProcess and PerUser bound the connections of one process and of one
+// user whose request the daemon awaits at once: the next is refused
+// (EAGAIN) and counted, so that one process's silent connections cannot
+// take all Pending of them from the others, nor one user's from other
+// users. A client sends its request as soon as it connects, so only a
+// flood, or a stuck client, keeps many waiting.
+const (
+	PerProcess = 16
+	PerUser    = Pending / 4
+)
+
 // Info is the result of info.
 type Info struct {
 	Version     string    `json:"version"`
@@ -167,6 +178,9 @@ func (l *Counters) UnmarshalJSON(b []byte) error {
 // Server answers control requests on a unix socket with Handle.
 type Server struct {
 	Listener net.Listener
+	// Cred tells who connected, for PerProcess and PerUser, as the
+	// connection is accepted: nic.PeerCredOf if nil.
+	Cred func(c *net.UnixConn) (nic.PeerCred, error)
 	// Admit tells who connected, or refuses them, before anything is read.
 	Admit func(c *net.UnixConn) (nic.PeerCred, error)
 	// Handle answers the command cmd of peer with a result to marshal.
@@ -182,23 +196,34 @@ type Server struct {
 	done chan struct{} // closed by Close
 	wg   sync.WaitGroup
 	// pending holds a token for each connection being answered;
-	// deferred counts the accepts that waited for one.
+	// deferred counts the accepts that waited for one, busy the
+	// connections refused for PerUser.
 	pending  chan struct{}
 	deferred atomic.Uint64
+	busy     atomic.Uint64
 
 	mu      sync.Mutex
 	closed  bool
-	reading map[*net.UnixConn]struct{} // connections whose request is awaited
+	reading map[*net.UnixConn]nic.PeerCred // connections whose request is awaited, and who connected
+	users   map[int]int                    // how many of reading each uid has
+	procs   map[int]int                    // and each process
 }
 
 // Deferred counts the accepts that waited for one of the Pending
 // connections being answered to end.
 func (s *Server) Deferred() uint64 { return s.deferred.Load() }
 
+// Busy counts the connections refused because their process or user had
+// PerProcess or PerUser connections waiting to send their request.
+func (s *Server) Busy() uint64 { return s.busy.Load() }
+
 // Start answers requests on a goroutine of its own until Close.
 func (s *Server) Start() {
 	s.done = make(chan struct{})
 	s.pending = make(chan struct{}, Pending)
+	if s.Cred == nil {
+		s.Cred = nic.PeerCredOf
+	}
 	s.wg.Add(1) // before Close can Wait: the accept loop adds a count per request
 	go func() {
 		defer s.wg.Done()
@@ -208,7 +233,10 @@ func (s *Server) Start() {
 
 // serve accepts connections until Close: an error that passes, such as
 // EMFILE, is waited out (quota.Backoff), and with Pending
-// connections being answered, the next waits for one to end.
+// connections being answered, the next waits for one to end. It tells who
+// connected, and refuses a connection beyond PerProcess or PerUser itself,
+// with no goroutine for it; each other connection is answered on a
+// goroutine of its own.
 func (s *Server) serve() {
 	for {
 		select {
@@ -233,6 +261,23 @@ func (s *Server) serve() {
 			s.release()
 			continue
 		}
+		// Who connected, for PerProcess and PerUser; Admit, on the
+		// connection's own goroutine, says whether they may (it may look
+		// up names).
+		cred, err := s.Cred(uc)
+		if err != nil {
+			cred.PID, cred.UID = -1, -1
+		}
+		busy, ok := s.awaiting(uc, cred)
+		if !ok { // closed
+			uc.Close()
+			s.release()
+			return
+		}
+		if busy != "" {
+			s.refuseBusy(uc, busy)
+			continue
+		}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
@@ -249,9 +294,22 @@ func (s *Server) release() {
 	}
 }
 
+// refuseBusy refuses c, whose process or user has as many connections
+// waiting as they may (busy says which), and closes it. The reply goes to
+// a socket just accepted, whose send buffer is empty: the write does not
+// block the accept loop.
+func (s *Server) refuseBusy(c *net.UnixConn, busy string) {
+	s.busy.Add(1)
+	b, _ := json.Marshal(&Reply{Code: "EAGAIN", Error: busy + " connections to this daemon that have not sent their request yet: try again"})
+	c.Write(append(b, '\n'))
+	c.Close()
+	s.release()
+}
+
 // answer reads one request from c and writes its reply. It reads nothing
 // past the request's line: after attach, the process's next messages and
-// their descriptors are the attach session's.
+// their descriptors are the attach session's. A client that closes
+// without sending a byte gets no reply.
 func (s *Server) answer(c *net.UnixConn) {
 	attached := false
 	defer func() {
@@ -260,26 +318,26 @@ func (s *Server) answer(c *net.UnixConn) {
 		}
 	}()
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(Timeout))
+	c.SetReadDeadline(time.Now().Add(Timeout))
 	var req Request
 	var reply Reply
-	if !s.awaiting(c, true) {
-		return
-	}
 	peer, err := s.Admit(c)
 	if err != nil {
-		s.awaiting(c, false)
 		reply.Error, reply.Code = err.Error(), "EACCES"
 		s.reply(c, &reply)
+		s.awaited(c)
 		return
 	}
 	line, err := nic.ReadControlLine(c, RequestMax)
-	s.awaiting(c, false)
+	s.awaited(c)
+	if len(line) == 0 && errors.Is(err, io.EOF) {
+		return
+	}
 	if err == nil {
 		err = json.Unmarshal(line, &req)
 	}
 	if err == nil && req.Cmd == "attach" && s.Attach != nil {
-		c.SetDeadline(time.Time{})
+		c.SetReadDeadline(time.Time{})
 		attached = true
 		s.release()
 		s.Attach(c)
@@ -301,29 +359,52 @@ func (s *Server) answer(c *net.UnixConn) {
 // could lose the reply.
 func (s *Server) reply(c *net.UnixConn, r *Reply) {
 	b, _ := json.Marshal(r)
+	c.SetWriteDeadline(time.Now().Add(Timeout))
 	c.Write(append(b, '\n'))
 	c.CloseWrite()
 	io.Copy(io.Discard, io.LimitReader(c, RequestMax))
 }
 
-// awaiting records whether the request on c is being read, so that Close
-// need not wait for a client that sends nothing; it reports false if the
-// server is closed.
-func (s *Server) awaiting(c *net.UnixConn, on bool) bool {
+// awaiting records that the request on c, a connection of peer, is being
+// read, so that Close need not wait for a client that sends nothing. If
+// peer's process or user already has as many such connections as they
+// may, it records nothing and says so in busy ("process 12 has 16");
+// ok is false if the server is closed.
+func (s *Server) awaiting(c *net.UnixConn, peer nic.PeerCred) (busy string, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !on {
-		delete(s.reading, c)
-		return true
-	}
-	if s.closed {
-		return false
+	switch {
+	case s.closed:
+		return "", false
+	case s.procs[peer.PID] >= PerProcess:
+		return fmt.Sprintf("process %d has %d", peer.PID, s.procs[peer.PID]), true
+	case s.users[peer.UID] >= PerUser:
+		return fmt.Sprintf("uid %d has %d", peer.UID, s.users[peer.UID]), true
 	}
 	if s.reading == nil {
-		s.reading = make(map[*net.UnixConn]struct{})
+		s.reading, s.users, s.procs = make(map[*net.UnixConn]nic.PeerCred), make(map[int]int), make(map[int]int)
 	}
-	s.reading[c] = struct{}{}
-	return true
+	s.reading[c] = peer
+	s.users[peer.UID]++
+	s.procs[peer.PID]++
+	return "", true
+}
+
+// awaited records that the request on c is no longer being read.
+func (s *Server) awaited(c *net.UnixConn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	peer, ok := s.reading[c]
+	if !ok {
+		return
+	}
+	delete(s.reading, c)
+	if s.users[peer.UID]--; s.users[peer.UID] == 0 {
+		delete(s.users, peer.UID)
+	}
+	if s.procs[peer.PID]--; s.procs[peer.PID] == 0 {
+		delete(s.procs, peer.PID)
+	}
 }
 
 // Close stops accepting, ends the reads of requests not sent yet, and
@@ -347,40 +428,64 @@ func (s *Server) Close() error {
 var ErrNoDaemon = errors.New("no softnic daemon answers")
 
 // Call sends cmd to the daemon at path and decodes its result into
-// res.
+// res. A daemon busy with connections of the caller's process or user
+// that have not sent their request (EAGAIN) is asked again, after 1 ms,
+// doubling to 100 ms, for as long as Timeout allows.
 func Call(ctx context.Context, path, cmd string, res any) error {
 	if err := CheckDir(path, false); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		reply, err := call(ctx, path, cmd)
+		if err != nil {
+			return err
+		}
+		if reply.Code == "EAGAIN" {
+			select {
+			case <-time.After(wait):
+				continue
+			case <-ctx.Done():
+			}
+		}
+		if reply.Error != "" {
+			return fmt.Errorf("daemon: %s", reply.Error)
+		}
+		return json.Unmarshal(reply.Result, res)
+	}
+}
+
+// call sends cmd to the daemon at path once and returns its reply.
+func call(ctx context.Context, path, cmd string) (*Reply, error) {
 	c, err := nic.DialControl(ctx, path)
 	if errors.Is(err, nic.ErrAccess) || errors.Is(err, nic.ErrInvalid) {
-		return err
+		return nil, err
 	}
 	if err != nil {
-		return fmt.Errorf("%w on %s (is softnic serve running? --control names its socket): %v", ErrNoDaemon, path, err)
+		return nil, fmt.Errorf("%w on %s (is softnic serve running? --control names its socket): %v", ErrNoDaemon, path, err)
 	}
 	defer c.Close()
 	if dl, ok := ctx.Deadline(); ok {
 		c.SetDeadline(dl)
 	}
+	// A daemon that refuses the connection as it comes (EAGAIN) may have
+	// written its reply and closed before the request is written: the
+	// reply is read all the same.
 	req, _ := json.Marshal(Request{Cmd: cmd})
-	if _, err := c.Write(append(req, '\n')); err != nil {
-		return fmt.Errorf("control socket %s: %w", path, err)
-	}
+	_, werr := c.Write(append(req, '\n'))
 	line, err := bufio.NewReader(c).ReadBytes('\n')
 	if err != nil {
-		return fmt.Errorf("control socket %s: no reply: %w", path, err)
+		if werr != nil {
+			return nil, fmt.Errorf("control socket %s: %w", path, werr)
+		}
+		return nil, fmt.Errorf("control socket %s: no reply: %w", path, err)
 	}
 	var reply Reply
 	if err := json.Unmarshal(line, &reply); err != nil {
-		return fmt.Errorf("control socket %s: bad reply: %w", path, err)
+		return nil, fmt.Errorf("control socket %s: bad reply: %w", path, err)
 	}
-	if reply.Error != "" {
-		return fmt.Errorf("daemon: %s", reply.Error)
-	}
-	return json.Unmarshal(reply.Result, res)
+	return &reply, nil
 }
 
 // CheckDir makes sure the directory of the control socket path is the

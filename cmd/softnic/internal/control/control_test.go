@@ -3,6 +3,7 @@
 package control
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -106,8 +108,9 @@ func TestControlAnswer(t *testing.T) {
 		{"an unknown command", `{"cmd":"reboot"}` + "\n", `{"error":"unknown command reboot"}` + "\n"},
 		{"not JSON", "stat\n", `{"error":"bad request: invalid character 's' looking for beginning of value"}` + "\n"},
 		{"no newline", `{"cmd":"stat"}`, `{"error":"bad request: EOF"}` + "\n"},
-		{"nothing", "", `{"error":"bad request: EOF"}` + "\n"},
-		{"too long", `{"cmd":"` + strings.Repeat("x", 4000) + `"}`, `{"error":"bad request: EOF"}` + "\n"},
+		{"nothing: no reply", "", ""},
+		{"cut short", `{"cmd":"` + strings.Repeat("x", 4000) + `"}`, `{"error":"bad request: EOF"}` + "\n"},
+		{"too long", `{"cmd":"` + strings.Repeat("x", 5000) + `"}`, `{"error":"bad request: no end of line in 4096 bytes: invalid argument (EINVAL)"}` + "\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -185,6 +188,12 @@ func FuzzControlAnswer(f *testing.F) {
 		if reply == nil {
 			return // reset: a request longer than the server reads
 		}
+		if len(request) == 0 {
+			if len(reply) != 0 {
+				t.Fatalf("reply %q to a client that sent nothing, want none", reply)
+			}
+			return
+		}
 		if n := bytes.Count(reply, []byte("\n")); n != 1 || reply[len(reply)-1] != '\n' {
 			t.Fatalf("reply %q is not one line", reply)
 		}
@@ -226,5 +235,162 @@ func TestControlRefusal(t *testing.T) {
 	want := `{"error":"uid 65534 may not use this daemon: permission denied (EACCES)","code":"EACCES"}` + "\n"
 	if string(reply) != want || handled {
 		t.Errorf("reply %q (handled: %v), want %q and nothing handled", reply, handled, want)
+	}
+}
+
+// awaiting counts the connections whose request is awaited by process and
+// by user, and says which limit a connection beyond them meets.
+func TestControlAwaitingLimits(t *testing.T) {
+	var s Server
+	conns := map[*net.UnixConn]bool{}
+	add := func(pid, uid int) string {
+		c := new(net.UnixConn) // a key only: awaiting never uses it
+		busy, ok := s.awaiting(c, nic.PeerCred{PID: pid, UID: uid})
+		if !ok {
+			t.Fatal("awaiting reports the server closed")
+		}
+		if busy == "" {
+			conns[c] = true
+		}
+		return busy
+	}
+	for i := range PerProcess {
+		if busy := add(7, 1000); busy != "" {
+			t.Fatalf("connection %d of a process refused: %s", i+1, busy)
+		}
+	}
+	if busy, want := add(7, 1000), fmt.Sprintf("process 7 has %d", PerProcess); busy != want {
+		t.Errorf("connection %d of a process: %q, want %q", PerProcess+1, busy, want)
+	}
+	// Other processes of the user, up to PerUser.
+	for pid := 8; len(conns) < PerUser; pid++ {
+		for range min(PerProcess, PerUser-len(conns)) {
+			if busy := add(pid, 1000); busy != "" {
+				t.Fatalf("connection %d of the user refused: %s", len(conns)+1, busy)
+			}
+		}
+	}
+	if busy, want := add(1, 1000), fmt.Sprintf("uid 1000 has %d", PerUser); busy != want {
+		t.Errorf("connection %d of the user: %q, want %q", PerUser+1, busy, want)
+	}
+	if busy := add(2, 1001); busy != "" {
+		t.Errorf("another user's connection refused: %s", busy)
+	}
+	for c := range conns {
+		s.awaited(c)
+	}
+	if len(s.reading) != 0 || len(s.users) != 0 || len(s.procs) != 0 {
+		t.Errorf("after every request was read: %d connections, %v users, %v processes left", len(s.reading), s.users, s.procs)
+	}
+	if busy := add(7, 1000); busy != "" {
+		t.Errorf("a process whose connections have all sent their request refused: %s", busy)
+	}
+}
+
+// TestControlBusy: a process with PerProcess connections that send nothing
+// has its next refused at once with EAGAIN, its request unread, and the
+// refusal counted; Call asks again until they are gone and then has its
+// answer.
+func TestControlBusy(t *testing.T) {
+	path := t.TempDir() + "/ctl.sock"
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{Listener: l, Admit: nic.PeerCredOf, Handle: func(cmd string, _ nic.PeerCred) (any, error) { return cmd, nil }}
+	s.Start()
+	defer s.Close()
+	var silent []net.Conn
+	defer func() {
+		for _, c := range silent {
+			c.Close()
+		}
+	}()
+	for range PerProcess {
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		silent = append(silent, c)
+	}
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	c.Write([]byte(`{"cmd":"info"}` + "\n"))
+	// The daemon closes with the request unread: a reset after the reply.
+	reply, err := bufio.NewReader(c).ReadBytes('\n')
+	want := fmt.Sprintf(`{"error":"process %d has %d connections to this daemon that have not sent their request yet: try again","code":"EAGAIN"}`+"\n", os.Getpid(), PerProcess)
+	if err != nil || string(reply) != want {
+		t.Errorf("reply %q, %v; want %q", reply, err, want)
+	}
+	if s.Busy() != 1 {
+		t.Errorf("Busy() = %d, want 1", s.Busy())
+	}
+
+	time.AfterFunc(50*time.Millisecond, func() {
+		for _, c := range silent {
+			c.Close()
+		}
+	})
+	var res string
+	if err := Call(t.Context(), path, "info", &res); err != nil || res != "info" {
+		t.Errorf("Call while the silent connections go: %q, %v", res, err)
+	}
+	if s.Busy() < 2 {
+		t.Errorf("Busy() = %d: Call was not refused before the silent connections went", s.Busy())
+	}
+}
+
+// TestControlPending: with Pending connections of as many processes and
+// users awaited, the next connection waits in the socket's backlog, the
+// deferred accept counted, until one of them goes; then it is answered.
+func TestControlPending(t *testing.T) {
+	path := t.TempDir() + "/ctl.sock"
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var next atomic.Int64
+	s := &Server{Listener: l, Admit: nic.PeerCredOf, Handle: func(cmd string, _ nic.PeerCred) (any, error) { return cmd, nil },
+		Cred: func(*net.UnixConn) (nic.PeerCred, error) { // each connection another process of another user
+			n := int(next.Add(1))
+			return nic.PeerCred{PID: n, UID: n}, nil
+		}}
+	s.Start()
+	defer s.Close()
+	silent := make([]net.Conn, Pending)
+	for i := range silent {
+		if silent[i], err = net.Dial("unix", path); err != nil {
+			t.Fatal(err)
+		}
+		defer silent[i].Close()
+	}
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte(`{"cmd":"info"}` + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); s.Deferred() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections accepted, none deferred", next.Load())
+		}
+	}
+	if n := next.Load(); n != Pending {
+		t.Errorf("%d connections accepted, want %d", n, Pending)
+	}
+	silent[0].Close()
+	reply, err := bufio.NewReader(c).ReadBytes('\n')
+	if want := `{"result":"info"}` + "\n"; string(reply) != want || err != nil {
+		t.Errorf("the deferred connection's reply %q, %v; want %q", reply, err, want)
+	}
+	if s.Busy() != 0 {
+		t.Errorf("Busy() %d, want 0", s.Busy())
 	}
 }
