@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/softnic/softnic/internal/bystander"
 )
 
 // TestDoorbellFlood: a process signals its doorbell eventfd as fast as it
@@ -27,18 +29,18 @@ func TestDoorbellFlood(t *testing.T) {
 			began := time.Now()
 			var attacking time.Duration
 			var since time.Time
-			by.checkUnderAttack(t, 9, 120*time.Millisecond, 2, func(on bool) {
+			by.Check(t, 9, 120*time.Millisecond, 2, func(on bool) {
 				if on {
 					since = time.Now()
 				} else {
 					attacking += time.Since(since)
 				}
-				a.attack(t, on)
+				a.Attack(t, on)
 			})
 
 			var stat map[string]uint64
 			d.inspect(t, "stat", &stat)
-			c := func(name string) uint64 { return stat[fmt.Sprintf("pid%d_%s", a.pid, name)] }
+			c := func(name string) uint64 { return stat[fmt.Sprintf("pid%d_%s", a.PID, name)] }
 			t.Logf("attacker: %d signals in %v, %d heard (%d empty), throttled %d times",
 				c("doorbell_signals"), attacking.Round(time.Millisecond), c("doorbells"), c("doorbells_empty"), c("doorbells_throttled"))
 			// The budget refills while the attacker is stopped too.
@@ -66,16 +68,16 @@ func TestDoorbellFlood(t *testing.T) {
 // than 900 wakeups a second, is logged. A daemon throttled at the budget
 // wakes at its rate, more than 1,000 a second over 3 s with the burst, so
 // a throttle that works without being counted still fails the test.
-func floodUntilThrottled(t *testing.T, d *serveDaemon, a *attacker) {
+func floodUntilThrottled(t *testing.T, d *serveDaemon, a *bystander.Attacker) {
 	t.Helper()
 	counters := func() (wakeups, throttled uint64) {
 		var stat map[string]uint64
 		d.inspect(t, "stat", &stat)
-		return stat[fmt.Sprintf("pid%d_doorbells", a.pid)], stat[fmt.Sprintf("pid%d_doorbells_throttled", a.pid)]
+		return stat[fmt.Sprintf("pid%d_doorbells", a.PID)], stat[fmt.Sprintf("pid%d_doorbells_throttled", a.PID)]
 	}
 	before, _ := counters()
-	a.attack(t, true)
-	defer a.attack(t, false)
+	a.Attack(t, true)
+	defer a.Attack(t, false)
 	began := time.Now()
 	for {
 		time.Sleep(100 * time.Millisecond) // sampling the daemon's counters

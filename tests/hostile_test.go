@@ -3,21 +3,18 @@
 package tests
 
 import (
-	"bufio"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/softnic/softnic/internal/bystander"
 	"github.com/softnic/softnic/nic/shm"
 )
 
@@ -178,10 +175,7 @@ var attacks = map[string]func(control string) (step func() error, err error){
 // TestAttacker is not a test of its own: it is the body of the attacker
 // processes of the attack tests (this test binary run again with
 // -test.run=^TestAttacker$), which make the attack SOFTNIC_TEST_ATTACK
-// names on the daemon at SOFTNIC_TEST_ATTACK_SOCKET. It prints "ready"
-// once set up, then runs in a tight loop, repeating the attack's step
-// after a line "on" on its stdin and doing nothing after "off" (so that
-// it takes as much of a CPU either way), until stdin closes.
+// names on the daemon at SOFTNIC_TEST_ATTACK_SOCKET (bystander.RunAttacker).
 func TestAttacker(t *testing.T) {
 	setup := attacks[os.Getenv(envAttack)]
 	if setup == nil {
@@ -192,96 +186,17 @@ func TestAttacker(t *testing.T) {
 		fmt.Println("error:", err)
 		os.Exit(1)
 	}
-	var on atomic.Bool
-	go func() {
-		sc := bufio.NewScanner(os.Stdin)
-		for sc.Scan() {
-			on.Store(sc.Text() == "on")
-			fmt.Println(sc.Text()) // the test waits for the echo
-		}
-		os.Exit(0)
-	}()
-	fmt.Println("ready")
-	for {
-		if on.Load() {
-			if err := step(); err != nil {
-				fmt.Println("error:", err)
-				os.Exit(1)
-			}
-		}
-	}
-}
-
-// attacker is an attacker process.
-type attacker struct {
-	cmd   *exec.Cmd
-	pid   int
-	stdin io.Writer
-	lines chan string // its stdout
+	bystander.RunAttacker(step)
 }
 
 // startAttacker starts an attacker process set up to make attack on the
 // daemon at control, idle (spinning) until told to attack. It is killed
 // when the test ends.
-func startAttacker(t testing.TB, attack, control string) *attacker {
+func startAttacker(t testing.TB, attack, control string) *bystander.Attacker {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestAttacker$")
 	cmd.Env = append(os.Environ(), envAttack+"="+attack, envAttackSocket+"="+control)
-	cmd.Stderr = os.Stderr
-	a := &attacker{cmd: cmd, lines: make(chan string, 16)}
-	var err error
-	if a.stdin, err = cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	a.pid = cmd.Process.Pid
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	go func() {
-		defer close(a.lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			a.lines <- sc.Text()
-		}
-	}()
-	a.expect(t, "ready")
-	return a
-}
-
-// attack starts or stops the attack, and returns once the attacker has
-// heard.
-func (a *attacker) attack(t testing.TB, on bool) {
-	t.Helper()
-	cmd := map[bool]string{true: "on", false: "off"}[on]
-	if _, err := io.WriteString(a.stdin, cmd+"\n"); err != nil {
-		var said []string
-		for line := range a.lines { // it ended: what it said last
-			said = append(said, line)
-		}
-		t.Fatalf("attacker %d: %v; it said %q", a.pid, err, said)
-	}
-	a.expect(t, cmd)
-}
-
-// expect waits for the attacker's next line, which must be want.
-func (a *attacker) expect(t testing.TB, want string) {
-	t.Helper()
-	select {
-	case line, ok := <-a.lines:
-		if !ok || line != want {
-			t.Fatalf("attacker %d: %q (ended: %v), want %q", a.pid, line, !ok, want)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("attacker %d: no %q within 30 s", a.pid, want)
-	}
+	return bystander.StartAttacker(t, cmd)
 }
 
 // floodQPs is how many QPs a doorbell flooder owns.

@@ -212,7 +212,7 @@ func TestBystanderUnderLocalAttacks(t *testing.T) {
 			var before map[string]uint64
 			d.inspect(t, "stat", &before)
 			a := startAttacker(t, tt.attack, d.control)
-			by.checkUnderAttack(t, 5, 120*time.Millisecond, 2, func(on bool) { a.attack(t, on) })
+			by.Check(t, 5, 120*time.Millisecond, 2, func(on bool) { a.Attack(t, on) })
 			var after map[string]uint64
 			d.inspect(t, "stat", &after) // the daemon answers
 			n := after[tt.counter] - before[tt.counter]

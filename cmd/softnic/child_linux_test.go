@@ -94,10 +94,11 @@ func prepareChild() int {
 // prints "ready" when it is, runs until its stdin closes, and then prints
 // one line of JSON with what it saw.
 var childModes = map[string]func(args []string) int{
-	"impostor":     runImpostor,
-	"connect-loop": runConnectLoop,
-	"probe":        runProbe,
-	"silent":       runSilent,
+	"impostor":      runImpostor,
+	"connect-loop":  runConnectLoop,
+	"probe":         runProbe,
+	"silent":        runSilent,
+	"remote-attack": runRemoteAttack,
 }
 
 // runSilent opens args[1] connections to the unix socket args[0] that

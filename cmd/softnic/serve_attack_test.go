@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,8 +16,10 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/cmd/softnic/internal/daemon"
+	"github.com/softnic/softnic/internal/bystander"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/nicbench"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/wire"
 	"github.com/softnic/softnic/wire/mad"
@@ -28,11 +33,12 @@ import (
 // (another loopback address than the bystanders', as a spoofed or another
 // host's would be) and counts what comes back to that address.
 type reqAttacker struct {
-	t    *testing.T
-	c    *net.UDPConn
-	src  netip.AddrPort
-	dst  netip.AddrPort
-	sent atomic.Int64 // bytes of UDP payload sent
+	t     *testing.T // nil in an attacker process
+	c     *net.UDPConn
+	close func()
+	src   netip.AddrPort
+	dst   netip.AddrPort
+	sent  atomic.Int64 // bytes of UDP payload sent
 
 	mu      sync.Mutex
 	got     map[mad.AttrID]int
@@ -47,12 +53,24 @@ const reqGUID = 0x02736e0000000001
 
 func newREQAttacker(t *testing.T, from string, d *testDaemon) *reqAttacker {
 	t.Helper()
-	c, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.MustParseAddrPort(from+":0")))
+	a, err := listenREQAttacker(from, netip.MustParseAddrPort(d.ready.Listen))
 	if err != nil {
 		t.Skipf("cannot bind %s: %v", from, err)
 	}
+	a.t = t
+	t.Cleanup(a.close)
+	return a
+}
+
+// listenREQAttacker is newREQAttacker without a test, for an attacker
+// process, to attack the daemon at dst: close ends it.
+func listenREQAttacker(from string, dst netip.AddrPort) (*reqAttacker, error) {
+	c, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.MustParseAddrPort(from+":0")))
+	if err != nil {
+		return nil, err
+	}
 	c.SetReadBuffer(8 << 20) // a burst's answers arrive at once
-	a := &reqAttacker{t: t, c: c, src: c.LocalAddr().(*net.UDPAddr).AddrPort(), dst: netip.MustParseAddrPort(d.ready.Listen),
+	a := &reqAttacker{c: c, src: c.LocalAddr().(*net.UDPAddr).AddrPort(), dst: dst,
 		got: map[mad.AttrID]int{}, reasons: map[mad.RejectReason]int{}}
 	done := make(chan struct{})
 	go func() {
@@ -77,17 +95,24 @@ func newREQAttacker(t *testing.T, from string, d *testDaemon) *reqAttacker {
 			a.mu.Unlock()
 		}
 	}()
-	t.Cleanup(func() {
+	a.close = func() {
 		c.Close()
 		<-done
-	})
-	return a
+	}
+	return a, nil
 }
 
 // send sends one REQ with local communication ID comm and the given
 // timeout exponents and retries.
 func (a *reqAttacker) send(port uint16, comm uint32, timeout, retries uint8) {
 	a.t.Helper()
+	if err := a.sendREQ(port, comm, timeout, retries); err != nil {
+		a.t.Fatal(err)
+	}
+}
+
+// sendREQ is send, from any goroutine.
+func (a *reqAttacker) sendREQ(port uint16, comm uint32, timeout, retries uint8) error {
 	req := mad.MADFields{Header: mad.CMHeader(mad.AttrConnectRequest, uint64(comm))}
 	req.REQ = mad.REQFields{
 		LocalCommID: comm, ServiceID: mad.RDMACMServiceID(mad.PortSpaceTCP, port), LocalCAGUID: reqGUID,
@@ -111,14 +136,15 @@ func (a *reqAttacker) send(port uint16, comm uint32, timeout, retries uint8) {
 		_, err = req.Encode(pkt[off:])
 	}
 	if err != nil {
-		a.t.Fatal(err)
+		return err
 	}
 	env := wire.Envelope{Src: a.src, Dst: a.dst}
 	env.Seal(pkt)
 	if _, err := a.c.WriteToUDPAddrPort(pkt, a.dst); err != nil {
-		a.t.Fatal(err)
+		return err
 	}
 	a.sent.Add(int64(len(pkt)))
+	return nil
 }
 
 // answers returns what came back so far: MADs by attribute, REJs by
@@ -149,8 +175,10 @@ func waitFor(limit time.Duration, cond func() bool) bool {
 }
 
 // bystander does a WRITE and a READ back through one-shot commands and
-// fails the test unless both succeed within limit.
-func (d *testDaemon) bystander(t *testing.T, limit time.Duration, text string) {
+// fails the test unless both succeed, the READ returning what was
+// written. (What an attack costs a bystander's speed is
+// TestServeBystanderUnderRemoteAttacks.)
+func (d *testDaemon) bystander(t *testing.T, text string) {
 	t.Helper()
 	start := time.Now()
 	if code, _, stderr := d.op(0, "write", "--addr", d.addr(0, 0), "--data", text); code != 0 {
@@ -159,11 +187,7 @@ func (d *testDaemon) bystander(t *testing.T, limit time.Duration, text string) {
 	if code, stdout, stderr := d.op(0, "read", "--addr", d.addr(0, 0), "--len", fmt.Sprint(len(text))); code != 0 || stdout != text {
 		t.Fatalf("bystander's read: %q, %s", stdout, stderr)
 	}
-	took := time.Since(start)
-	if took > limit {
-		t.Errorf("the bystander's write and read took %v, want under %v", took, limit)
-	}
-	t.Logf("the bystander's write and read took %v", took.Round(time.Millisecond))
+	t.Logf("the bystander's write and read took %v", time.Since(start).Round(time.Millisecond))
 }
 
 // A REQ from an address that never answers (a spoofed one) brings that
@@ -190,7 +214,7 @@ func TestServeSpoofedREQ(t *testing.T) {
 	if !waitFor(5*time.Second, func() bool { after := d.usage(t); return after.qps == before.qps }) {
 		t.Errorf("QPs %d, want %d", d.usage(t).qps, before.qps)
 	}
-	d.bystander(t, 5*time.Second, "still here")
+	d.bystander(t, "still here")
 }
 
 // 2,000 REQs from one address at once: the daemon holds at most its limit
@@ -214,7 +238,7 @@ func TestServeREQBurst(t *testing.T) {
 			waitFor(time.Second, func() bool { return answered() >= i-200 })
 		}
 	}
-	d.bystander(t, 10*time.Second, "during a burst")
+	d.bystander(t, "during a burst")
 	if !waitFor(10*time.Second, func() bool { return answered() >= reqs }) {
 		got, _, _ := a.answers()
 		t.Fatalf("after %v the burst of %d REQs brought %v", time.Since(start), reqs, got)
@@ -251,7 +275,7 @@ func TestServeStuckHandshake(t *testing.T) {
 	if !waitFor(5*time.Second, func() bool { got, _, _ := a.answers(); return got[mad.AttrConnectReply] == 1 }) {
 		t.Fatal("no REP")
 	}
-	d.bystander(t, 10*time.Second, "not blocked")
+	d.bystander(t, "not blocked")
 	if !waitFor(5*time.Second, func() bool { return d.counter(t, "cm_handshake_timeouts") == 1 }) {
 		t.Fatal("the request asking for 39 hours was not dropped after 1 s")
 	}
@@ -328,5 +352,164 @@ func TestServeSENDFloodLog(t *testing.T) {
 	if !regexp.MustCompile(`SEND received \(the ones not logged\).*"` + daemon.NotLoggedKey + `": \d+`).MatchString(log) {
 		t.Errorf("the log does not count the SENDs it left out:\n%.2000s", log)
 	}
-	d.bystander(t, 5*time.Second, "after the flood")
+	d.bystander(t, "after the flood")
+}
+
+// remoteBystander connects an embedded device of this process to the
+// daemon through its connection manager, as a remote host would, to
+// stream WRITEs into the daemon's region number region.
+func (d *testDaemon) remoteBystander(t *testing.T, region int) *bystander.Bystander {
+	t.Helper()
+	c := dialDaemonClient(t, d, nic.Config{})
+	r := d.ready.Regions[region]
+	local, err := c.pd.AllocMR(r.Len, mr.LocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &bystander.Bystander{QP: c.conn.QP(), CQ: c.cq, MR: local, Remote: nicbench.Region{Addr: r.Addr, RKey: r.RKey}, Span: r.Len}
+}
+
+// reqs returns an attack step that sends n REQs of a at once to the
+// connection manager at port, with the given timeout exponents and
+// retries, and waits for their answers (a second at most: what a burst
+// leaves unanswered is the daemon's business).
+func (a *reqAttacker) reqs(port uint16, n int, timeout, retries uint8) func() error {
+	comm := uint32(0)
+	return func() error {
+		got, _, _ := a.answers()
+		before := got[mad.AttrConnectReply] + got[mad.AttrConnectReject]
+		for range n {
+			comm++
+			if err := a.sendREQ(port, comm, timeout, retries); err != nil {
+				return err
+			}
+		}
+		// Spinning, as the attacker does while off.
+		for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {
+			if got, _, _ := a.answers(); got[mad.AttrConnectReply]+got[mad.AttrConnectReject] >= before+n {
+				break
+			}
+		}
+		return nil
+	}
+}
+
+// sendFlood returns an attack step that posts 8 SENDs of 5 bytes on c's QP
+// and polls for their completions.
+func (c *daemonClient) sendFlood() (func() error, error) {
+	buf, err := c.pd.RegMR(make([]byte, 64), mr.LocalWrite)
+	if err != nil {
+		return nil, err
+	}
+	var wc [8]qp.WC
+	return func() error {
+		for i := range len(wc) {
+			wr := qp.SendWR{ID: uint64(i), Opcode: qp.WRSend, Flags: qp.Signaled, SGL: []qp.SGE{buf.SGE(0, 5)}}
+			if err := c.conn.QP().PostSend(&wr); err != nil {
+				return err
+			}
+		}
+		// Polled, spinning as the attacker does while off.
+		for done, deadline := 0, time.Now().Add(10*time.Second); done < len(wc); {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%d of %d SENDs completed in 10 s", done, len(wc))
+			}
+			n, err := c.cq.Poll(wc[:])
+			if err != nil {
+				return err
+			}
+			for _, w := range wc[:n] {
+				if w.Status != qp.Success {
+					return fmt.Errorf("SEND: %v", w.Status)
+				}
+			}
+			done += n
+		}
+		return nil
+	}, nil
+}
+
+// remoteAttacks are the attacks of an attacker process (runRemoteAttack)
+// by name: each sets itself up against the daemon whose device is at
+// listen and connection manager at port, and returns one step, which the
+// attacker repeats while attacking.
+var remoteAttacks = map[string]func(listen string, port uint16) (func() error, error){
+	"req-burst":        reqAttack("127.0.0.10", 200, 20, 15),
+	"stuck-handshakes": reqAttack("127.0.0.11", 1, 31, 15),
+	"spoofed-reqs":     reqAttack("127.0.0.9", 1, 20, 15),
+	"send-flood": func(listen string, port uint16) (func() error, error) {
+		c, err := openDaemonClient(nic.Config{}, listen, port)
+		if err != nil {
+			return nil, err
+		}
+		return c.sendFlood()
+	},
+}
+
+// reqAttack is the remote attack of REQs from the address from, n at
+// once (reqAttacker.reqs).
+func reqAttack(from string, n int, timeout, retries uint8) func(listen string, port uint16) (func() error, error) {
+	return func(listen string, port uint16) (func() error, error) {
+		a, err := listenREQAttacker(from, netip.MustParseAddrPort(listen))
+		if err != nil {
+			return nil, err
+		}
+		return a.reqs(port, n, timeout, retries), nil
+	}
+}
+
+// runRemoteAttack is the child mode of an attacker process: it makes the
+// remote attack args[0] on the daemon whose device is at args[1] and
+// connection manager at port args[2] (bystander.RunAttacker).
+func runRemoteAttack(args []string) int {
+	port, err := strconv.ParseUint(args[2], 10, 16)
+	var step func() error
+	if err == nil {
+		step, err = remoteAttacks[args[0]](args[1], uint16(port))
+	}
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	bystander.RunAttacker(step)
+	return 0
+}
+
+// startRemoteAttacker starts an attacker process making the remote attack
+// of that name on d, idle (spinning) until told to attack.
+func startRemoteAttacker(t *testing.T, d *testDaemon, attack string) *bystander.Attacker {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "remote-attack", attack, d.ready.Listen, strconv.Itoa(int(d.ready.CMPort)))
+	cmd.Env = append(os.Environ(), childEnv+"=1")
+	return bystander.StartAttacker(t, cmd)
+}
+
+// TestServeBystanderUnderRemoteAttacks: a remote peer's 64 KiB WRITEs into
+// the daemon's region keep within 2× of their throughput and p99 latency
+// without the attack while an attacker process repeats one of the
+// network's attacks: bursts of 200 REQs, REQs asking for 39 hours, REQs
+// from an address that never completes them, or SENDs as fast as they
+// complete. The daemon counts each.
+func TestServeBystanderUnderRemoteAttacks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures a bystander for seconds")
+	}
+	d := startDaemon(t, "--region", "mem:1m:rw", "--cm-handshake-timeout", "300ms")
+	by := d.remoteBystander(t, 0)
+	for _, tt := range []struct{ attack, counter string }{
+		{"req-burst", "cm_rejected_busy"},
+		{"stuck-handshakes", "cm_handshake_timeouts"},
+		{"spoofed-reqs", "cm_handshake_timeouts"},
+		{"send-flood", "sends_received"},
+	} {
+		t.Run(tt.attack, func(t *testing.T) {
+			before := d.counter(t, tt.counter)
+			a := startRemoteAttacker(t, d, tt.attack)
+			by.Check(t, 5, 120*time.Millisecond, 2, func(on bool) { a.Attack(t, on) })
+			if !waitFor(5*time.Second, func() bool { return d.counter(t, tt.counter) > before }) {
+				t.Errorf("%s did not grow under the attack", tt.counter)
+			}
+			t.Logf("%s: %d", tt.counter, d.counter(t, tt.counter)-before)
+		})
+	}
 }

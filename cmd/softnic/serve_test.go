@@ -466,37 +466,49 @@ type daemonClient struct {
 
 func dialDaemonClient(t *testing.T, d *testDaemon, cfg nic.Config) *daemonClient {
 	t.Helper()
+	c, err := openDaemonClient(cfg, d.ready.Listen, d.ready.CMPort)
+	if c != nil {
+		t.Cleanup(func() { c.dev.Close() })
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// openDaemonClient is dialDaemonClient without a test, for an attacker process,
+// to the daemon at listen whose connection manager is at cmPort: closing
+// the client's device ends it. The client is returned with an error once
+// its device is open.
+func openDaemonClient(cfg nic.Config, listen string, cmPort uint16) (*daemonClient, error) {
 	cfg.Addr = netip.MustParseAddrPort("127.0.0.1:0")
 	dev, err := nic.Open(cfg)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	t.Cleanup(func() { dev.Close() })
-	pd, err := dev.AllocPD()
-	if err != nil {
-		t.Fatal(err)
+	c := &daemonClient{dev: dev}
+	if c.pd, err = dev.AllocPD(); err != nil {
+		return c, err
 	}
-	cq, err := dev.CreateCQ(16)
-	if err != nil {
-		t.Fatal(err)
+	if c.cq, err = dev.CreateCQ(16); err != nil {
+		return c, err
 	}
-	if _, err := pd.RegMR(make([]byte, 64), mr.LocalWrite); err != nil {
-		t.Fatal(err)
+	if _, err := c.pd.RegMR(make([]byte, 64), mr.LocalWrite); err != nil {
+		return c, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	peer, err := resolvePeer(ctx, d.ready.Listen)
+	peer, err := resolvePeer(ctx, listen)
 	if err != nil {
-		t.Fatal(err)
+		return c, err
 	}
-	conn, err := dev.Dial(ctx, peer, d.ready.CMPort, nic.DialOptions{PD: pd, QP: nic.QPConfig{SendCQ: cq}})
-	if err != nil {
-		t.Fatal(err)
+	if c.conn, err = dev.Dial(ctx, peer, cmPort, nic.DialOptions{PD: c.pd, QP: nic.QPConfig{SendCQ: c.cq}}); err != nil {
+		return c, err
 	}
-	if st := conn.QP().Status().State; st != qp.RTS {
-		t.Fatalf("dialed QP in %v", st)
+	if st := c.conn.QP().Status().State; st != qp.RTS {
+		return c, fmt.Errorf("dialed QP in %v", st)
 	}
-	return &daemonClient{dev: dev, pd: pd, cq: cq, conn: conn}
+	return c, nil
 }
 
 // TestServeFaults: --faults reaches the device. Half the READ responses
