@@ -492,17 +492,7 @@ func mapRing(fds []int, size, n int) (*shm.Mapping, shm.Ring, error) {
 		shm.CloseFDs(fds)
 		return nil, shm.Ring{}, fmt.Errorf("softnic: %d descriptors for a ring: %w", len(fds), shm.ErrProtocol)
 	}
-	m, err := shm.Map(fds[0], shm.RingSize(n, size))
-	if err != nil {
-		return nil, shm.Ring{}, err
-	}
-	m.CloseFD()
-	r, err := shm.NewRing(m.Bytes(), n, size)
-	if err != nil {
-		m.Close()
-		return nil, shm.Ring{}, err
-	}
-	return m, r, nil
+	return shm.MapRing(fds[0], n, size)
 }
 
 // postRecv posts a receive WR. It needs no doorbell: the daemon takes an
@@ -734,7 +724,7 @@ func (a *attachment) qpError(m *attachproto.Msg) {
 	}
 	a.mu.Unlock()
 	if q != nil {
-		a.d.qpErrors.post(qpError{q, ev.Cause})
+		a.d.qpErrors.Post(qpError{q, ev.Cause})
 	}
 }
 

@@ -9,12 +9,14 @@ import (
 	"os/user"
 	"slices"
 	"strconv"
+
+	"github.com/softnic/softnic/nic/internal/hooks"
 )
 
 // Who may talk to whom over a daemon's control socket. Whoever attaches
 // can map memory through the daemon and use its device, as whoever opens
 // /dev/infiniband/uverbs0 can: the daemon serves its own user, root, and
-// the members of the groups it was told to admit (AttachServerConfig),
+// the members of the groups it was told to admit (package nic/attachd),
 // and checks the kernel's word for who connected (SO_PEERCRED) on every
 // connection, whatever the socket file's mode. A client, in turn, sends
 // nothing to a socket that neither it nor root owns, nor to a listener
@@ -46,18 +48,6 @@ func PeerCredOf(c *net.UnixConn) (PeerCred, error) {
 	return cred, nil
 }
 
-// peerGroups returns the supplementary groups of the process at the other
-// end of c (SO_PEERGROUPS).
-func peerGroups(c *net.UnixConn) ([]int, error) {
-	var gids []int
-	var gerr error
-	err := control(c, func(fd int) { gids, gerr = peerGroupsOf(fd) })
-	if err = errors.Join(err, gerr); err != nil {
-		return nil, fmt.Errorf("peer groups: %w", err)
-	}
-	return gids, nil
-}
-
 // control runs f on c's descriptor.
 func control(c *net.UnixConn, f func(fd int)) error {
 	raw, err := c.SyscallConn()
@@ -65,31 +55,6 @@ func control(c *net.UnixConn, f func(fd int)) error {
 		return err
 	}
 	return raw.Control(func(fd uintptr) { f(int(fd)) })
-}
-
-// admit returns who is at the other end of c, a connection to the
-// daemon's control socket, or ErrAccess when that is neither the daemon's
-// user nor root nor a member of one of groups.
-func admit(c *net.UnixConn, groups []int) (PeerCred, error) {
-	cred, err := PeerCredOf(c)
-	if err != nil {
-		return cred, err
-	}
-	self := os.Geteuid()
-	if cred.UID == self || cred.UID == 0 || slices.Contains(groups, cred.GID) {
-		return cred, nil
-	}
-	if len(groups) > 0 {
-		if sup, err := peerGroups(c); err == nil && slices.ContainsFunc(sup, func(g int) bool { return slices.Contains(groups, g) }) {
-			return cred, nil
-		}
-	}
-	allowed := "the daemon's user"
-	if len(groups) > 0 {
-		allowed += " and the members of " + groupNames(groups)
-	}
-	return cred, fmt.Errorf("%s (pid %d) may not use this daemon of %s: it serves %s and root (softnic serve --allow-group admits a group): %w",
-		userName(cred.UID), cred.PID, userName(self), allowed, ErrAccess)
 }
 
 // DialControl connects to the control socket of a softnic daemon at path,
@@ -155,33 +120,10 @@ func trustedOwners() ([]int, error) {
 
 // untrusted is the error for a socket or listener of user uid.
 func untrusted(what string, uid int, trusted []int) error {
-	want := "you (" + userName(trusted[0]) + ") or root"
+	want := "you (" + hooks.UserName(trusted[0]) + ") or root"
 	if len(trusted) > 2 {
-		want += " or " + userName(trusted[2]) + " (" + EnvSocketOwner + ")"
+		want += " or " + hooks.UserName(trusted[2]) + " (" + EnvSocketOwner + ")"
 	}
 	return fmt.Errorf("%s %s, not %s: not connecting (%s=USER trusts another user's daemon): %w",
-		what, userName(uid), want, EnvSocketOwner, ErrAccess)
-}
-
-// userName names uid as "uid N (name)", or "uid N" when it has no name.
-func userName(uid int) string {
-	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
-		return fmt.Sprintf("uid %d (%s)", uid, u.Username)
-	}
-	return fmt.Sprintf("uid %d", uid)
-}
-
-// groupNames names gids as "group N (name)", joined.
-func groupNames(gids []int) string {
-	s := ""
-	for i, g := range gids {
-		if i > 0 {
-			s += ", "
-		}
-		s += "group " + strconv.Itoa(g)
-		if gr, err := user.LookupGroupId(strconv.Itoa(g)); err == nil {
-			s += " (" + gr.Name + ")"
-		}
-	}
-	return s
+		what, hooks.UserName(uid), want, EnvSocketOwner, ErrAccess)
 }

@@ -17,10 +17,6 @@ func peerCred(int) (PeerCred, error) {
 	return PeerCred{}, fmt.Errorf("SO_PEERCRED on %s: %w", runtime.GOOS, ErrNotSupported)
 }
 
-func peerGroupsOf(int) ([]int, error) {
-	return nil, fmt.Errorf("SO_PEERGROUPS on %s: %w", runtime.GOOS, ErrNotSupported)
-}
-
 func fileOwner(os.FileInfo) (int, error) {
 	return -1, fmt.Errorf("checking who owns a control socket on %s: %w", runtime.GOOS, ErrNotSupported)
 }

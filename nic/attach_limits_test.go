@@ -14,6 +14,7 @@ import (
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/attachd"
 	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/qp"
 )
@@ -51,7 +52,7 @@ func TestServeOutlastsEMFILE(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	srv := nic.NewAttachServer(dev, nic.AttachServerConfig{})
+	srv := attachd.NewServer(dev, attachd.Config{})
 	defer srv.Close()
 	path := filepath.Join(t.TempDir(), "softnic.sock")
 	ul, err := net.Listen("unix", path)
@@ -86,7 +87,7 @@ func serveLimited(t *testing.T, settings ...any) *daemon {
 			t.Fatal(err)
 		}
 	}
-	return startServer(t, nic.Config{}, nic.AttachServerConfig{Limits: &l, LimitFlag: "softnic serve --limit"})
+	return startServer(t, nic.Config{}, attachd.Config{Limits: &l, LimitFlag: "softnic serve --limit"})
 }
 
 // released waits until the processes that attached to d have released

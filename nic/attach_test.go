@@ -15,6 +15,7 @@ import (
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/attachd"
 	"github.com/softnic/softnic/qp"
 )
 
@@ -22,17 +23,17 @@ import (
 // softnic serve does, inside the test process.
 type daemon struct {
 	dev  *nic.Device
-	srv  *nic.AttachServer
+	srv  *attachd.Server
 	path string
 }
 
 func startDaemon(t testing.TB, cfg nic.Config) *daemon {
 	t.Helper()
-	return startServer(t, cfg, nic.AttachServerConfig{})
+	return startServer(t, cfg, attachd.Config{})
 }
 
 // startServer is startDaemon with the attach server configured by scfg.
-func startServer(t testing.TB, cfg nic.Config, scfg nic.AttachServerConfig) *daemon {
+func startServer(t testing.TB, cfg nic.Config, scfg attachd.Config) *daemon {
 	t.Helper()
 	if runtime.GOOS != "linux" {
 		t.Skip("attach mode needs Linux (memfds, eventfds, SO_PEERCRED)")
@@ -45,7 +46,7 @@ func startServer(t testing.TB, cfg nic.Config, scfg nic.AttachServerConfig) *dae
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &daemon{dev: dev, srv: nic.NewAttachServer(dev, scfg), path: filepath.Join(t.TempDir(), "softnic.sock")}
+	d := &daemon{dev: dev, srv: attachd.NewServer(dev, scfg), path: filepath.Join(t.TempDir(), "softnic.sock")}
 	l, err := net.Listen("unix", d.path)
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/attachd"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
 )
@@ -342,7 +343,7 @@ func TestAttachCreateFailureDestroys(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			path := startServer(t, nic.Config{}, nic.AttachServerConfig{Limits: limitsWith(t, "process.objects", int64(tc.limit))}).path
+			path := startServer(t, nic.Config{}, attachd.Config{Limits: limitsWith(t, "process.objects", int64(tc.limit))}).path
 			var once atomic.Bool
 			path = startProxy(t, path, func(op string, fds []int) []int {
 				if op == tc.op && once.CompareAndSwap(false, true) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/netem"
+	"github.com/softnic/softnic/nic/internal/hooks"
 	"github.com/softnic/softnic/nic/udp"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/wire"
@@ -149,7 +150,7 @@ type Config struct {
 type Device struct {
 	prov     deviceProvider // the embedded device, or the attachment to a daemon's
 	log      *slog.Logger
-	qpErrors *qpErrorQueue // for Config.OnQPError; nil without it
+	qpErrors *hooks.Queue[qpError] // for Config.OnQPError; nil without it
 }
 
 // Open creates a device and starts its goroutines, or attaches to a
@@ -336,11 +337,11 @@ func (d *Device) reportQPErrors(onQPError func(*QP, qp.WCStatus), wg *sync.WaitG
 	if onQPError == nil {
 		return
 	}
-	d.qpErrors = newQPErrorQueue()
+	d.qpErrors = hooks.NewQueue[qpError]()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		d.qpErrors.run(d.Done(), func(e qpError) { onQPError(e.q, e.cause) })
+		d.qpErrors.Run(d.Done(), func(e qpError) { onQPError(e.q, e.cause) })
 	}()
 }
 
@@ -472,8 +473,8 @@ func (d *embeddedDevice) receive(b []byte, src, dst netip.AddrPort, now qp.Time,
 	d.qpc.Add(qp.RcvdBytes, uint64(len(b)))
 	q.mu.Lock()
 	if !q.destroyed {
-		if q.hooks != nil {
-			q.hooks.pullRecvLocked()
+		if q.queues != nil {
+			q.queues.PullRecvLocked()
 		}
 		q.qp.Receive(&in.pkt, &env, now)
 		if q.commEst != nil && q.qp.Status().ExpectedPSN != q.commEstPSN {

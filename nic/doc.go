@@ -45,7 +45,7 @@
 // serve) instead of running one (Config.Attach, or SOFTNIC_SOCKET): every
 // process of a host then shares one NIC, one region table and one UDP
 // port, as on a host with a real RDMA NIC, with the same API. The daemon
-// side is AttachServer. Like the rxe userspace provider, an attached
+// side is package nic/attachd. Like the rxe userspace provider, an attached
 // process and the daemon share each queue as a ring in memory both map
 // (package shm): posting writes a WQE into the send ring and rings a
 // doorbell eventfd only when the daemon asks for one (while a QP has
@@ -74,13 +74,13 @@
 //   - the embedded provider: embedded_resources.go, embedded_cm.go and
 //     cm_gsi.go (the CM engine of package nic/cm on QP1), progress.go,
 //     send.go, timers.go, guard.go, local.go, pathmtu.go, and
-//     embedded_hooks.go, the hooks it exports to a daemon;
+//     embedded_hooks.go, the hooks it exports to a daemon through package
+//     nic/internal/hooks;
 //   - the attached provider: attach.go, attach_client.go,
-//     attach_client_cm.go;
-//   - the daemon side, which drives the embedded device through those
-//     hooks: attach_server.go, attach_ops.go, attach_host.go,
-//     attach_doorbell.go, attach_cred.go;
-//   - the attach protocol between the two is package
-//     nic/internal/attachproto, which both sides convert their types to
-//     and from.
+//     attach_client_cm.go, attach_cred.go (which daemon it trusts).
+//
+// The daemon side, which drives the embedded device through those hooks,
+// is package nic/attachd; the attach protocol between it and the attached
+// provider is package nic/internal/attachproto, which both sides convert
+// their types to and from.
 package nic

@@ -1,64 +1,71 @@
 package nic
 
-import "github.com/softnic/softnic/qp"
+import (
+	"log/slog"
+
+	"github.com/softnic/softnic/nic/internal/hooks"
+	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/wire/mad"
+)
 
 // The hooks the embedded device exports to a daemon that serves it to
-// attached processes (AttachServer): the device calls them as it runs,
+// attached processes (package nic/attachd, through package hooks): the
+// device calls the daemon's hooks.Queues and hooks.BusyPoller as it runs,
 // and keeps nothing of the daemon's but them.
 
-// qpHooks is what a daemon hangs on a QP whose queues an attached process
-// fills through rings (QPConfig.hooks). The device calls them with the
-// QP's lock held.
-type qpHooks interface {
-	// bindLocked is called once, with the QP, before the QP is published.
-	bindLocked(q *embeddedQP)
-	// pullRecvLocked takes the receive work requests posted since, before
-	// the QP takes a packet; pullSendLocked the send work requests, each
-	// time the device runs the QP. They report whether there were any.
-	pullRecvLocked() bool
-	pullSendLocked() bool
-	// publishLocked tells the process what the QP is done with, after it
-	// ran.
-	publishLocked()
-	// countPostedLocked adds to st the work requests posted that the QP
-	// has not taken yet.
-	countPostedLocked(st *qp.Status)
-	// owner names the process that owns the QP, for the R_Key guard's
-	// sources: two processes' QPs are told apart.
-	owner() uint32
-	// qpFailed tells the process that its QP entered the error state by
-	// itself (Config.OnQPError).
-	qpFailed(e qpError)
-}
-
-// busyPoller is what the reader of a device that busy-polls
-// (Config.BusyPoll) polls besides its socket: a daemon's queues of its
-// attached processes.
-type busyPoller interface {
-	// busyPolling tells that the reader starts (on) or stops polling.
-	busyPolling(on bool)
-	// pollRings polls once, and reports whether there was work.
-	pollRings() bool
-}
-
-// busyPollHook holds a device's busyPoller, for an atomic.Pointer.
-type busyPollHook struct{ p busyPoller }
-
-// setBusyPoller has the reader poll p too while the device busy-polls;
-// it returns the hook to pass to clearBusyPoller. A device that does not
-// busy-poll ignores it (and returns nil).
-func (d *embeddedDevice) setBusyPoller(p busyPoller) *busyPollHook {
-	if d.cfg.BusyPoll <= 0 {
+func init() {
+	hooks.DeviceLogger = func(d *Device) *slog.Logger { return d.log }
+	hooks.Embedded = func(d *Device) (hooks.Device, bool) {
+		e, ok := d.prov.(*embeddedDevice)
+		return e, ok
+	}
+	hooks.CQ = func(c *CQ) *qp.CQ {
+		if ec, ok := c.prov.(*embeddedCQ); ok {
+			return ec.cq
+		}
 		return nil
+	}
+	hooks.SRQ = func(s *SRQ) *qp.SRQ {
+		if es, ok := s.prov.(*embeddedSRQ); ok {
+			return es.srq
+		}
+		return nil
+	}
+	hooks.SetQueues = func(cfg *QPConfig, q hooks.Queues) { cfg.queues = q }
+	hooks.AcceptWith = func(r *Request, opts AcceptOptions, cfg QPConfig) (*Conn, error) {
+		er, ok := r.prov.(*embeddedRequest)
+		if !ok {
+			return nil, unsupported("accepting with a QP configuration of its own")
+		}
+		return er.acceptWith(r, opts, cfg)
+	}
+	hooks.Abandon = func(r *Request, reason mad.RejectReason) {
+		if er, ok := r.prov.(*embeddedRequest); ok {
+			er.abandon(reason)
+		}
+	}
+}
+
+// busyPollHook holds a device's busy poller, for an atomic.Pointer.
+type busyPollHook struct{ p hooks.BusyPoller }
+
+// SetBusyPoller has the reader poll p too while the device busy-polls.
+func (d *embeddedDevice) SetBusyPoller(p hooks.BusyPoller) (clear func()) {
+	if d.cfg.BusyPoll <= 0 {
+		return func() {}
 	}
 	h := &busyPollHook{p}
 	d.poller.Store(h)
-	return h
+	return func() { d.poller.CompareAndSwap(h, nil) }
 }
 
-// clearBusyPoller removes h, if it is still the device's.
-func (d *embeddedDevice) clearBusyPoller(h *busyPollHook) {
-	if h != nil {
-		d.poller.CompareAndSwap(h, nil)
-	}
-}
+// The embedded QP as a daemon's hooks.Queues drive it.
+
+func (q *embeddedQP) Num() uint32             { return q.num }
+func (q *embeddedQP) Lock()                   { q.mu.Lock() }
+func (q *embeddedQP) TryLock() bool           { return q.mu.TryLock() }
+func (q *embeddedQP) Unlock()                 { q.mu.Unlock() }
+func (q *embeddedQP) DestroyedLocked() bool   { return q.destroyed }
+func (q *embeddedQP) TransportLocked() *qp.QP { return q.qp }
+func (q *embeddedQP) FlushLocked()            { q.flushNowLocked() }
+func (q *embeddedQP) Halt()                   { q.halt() }

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic/internal/hooks"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/wire"
@@ -226,7 +227,7 @@ type embeddedQP struct {
 	// QP is on this device. Written under mu, read by other QPs' senders.
 	peer atomic.Uint32
 
-	hooks qpHooks // of a QP the daemon runs for an attached process
+	queues hooks.Queues // of a QP the daemon runs for an attached process
 
 	uses []*users // of its CQs and SRQ, released by Destroy
 }
@@ -328,10 +329,10 @@ func (d *embeddedDevice) newQP(pd *PD, cfg QPConfig, qc qp.Config, num uint32) (
 	if err != nil {
 		return nil, err
 	}
-	q := &embeddedQP{dev: d, num: num, qp: inner, hooks: cfg.hooks}
+	q := &embeddedQP{dev: d, num: num, qp: inner, queues: cfg.queues}
 	q.pub = &QP{dev: pd.dev, pd: pd, num: num, prov: q}
-	if cfg.hooks != nil {
-		cfg.hooks.bindLocked(q)
+	if cfg.queues != nil {
+		cfg.queues.Bind(q)
 	}
 	d.qps[num%uint32(len(d.qps))].Store(q)
 	return q, nil
@@ -365,8 +366,8 @@ func (q *embeddedQP) status() qp.Status {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	st := q.qp.Status()
-	if q.hooks != nil {
-		q.hooks.countPostedLocked(&st)
+	if q.queues != nil {
+		q.queues.CountPostedLocked(&st)
 	}
 	return st
 }

@@ -156,8 +156,8 @@ func (d *embeddedDevice) guardSource(qpn uint32, peer netip.AddrPort) guardSourc
 		return src
 	}
 	src.owner = 1
-	if s := d.lookup(p &^ peerLocal); s != nil && s.hooks != nil {
-		src.owner = 2 + s.hooks.owner()
+	if s := d.lookup(p &^ peerLocal); s != nil && s.queues != nil {
+		src.owner = 2 + s.queues.Owner()
 	}
 	return src
 }

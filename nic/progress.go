@@ -10,6 +10,7 @@ import (
 
 	"log/slog"
 
+	"github.com/softnic/softnic/nic/internal/hooks"
 	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/nic/udp"
 	"github.com/softnic/softnic/qp"
@@ -331,8 +332,8 @@ func (d *embeddedDevice) process(n int) {
 
 // busyPoll is the state of a busy-polling reader.
 type busyPoll struct {
-	rings     busyPoller // whose queues are polled, with doorbells off
-	idleSince time.Time  // since when nothing came; zero while work comes
+	rings     hooks.BusyPoller // whose queues are polled, with doorbells off
+	idleSince time.Time        // since when nothing came; zero while work comes
 }
 
 // spin reports whether a reader that found the socket empty polls again
@@ -346,10 +347,10 @@ func (d *embeddedDevice) spin(b *busyPoll) bool {
 	if b.rings == nil {
 		if h := d.poller.Load(); h != nil {
 			b.rings = h.p
-			b.rings.busyPolling(true)
+			b.rings.BusyPolling(true)
 		}
 	}
-	if b.rings != nil && b.rings.pollRings() {
+	if b.rings != nil && b.rings.PollRings() {
 		b.idleSince = time.Time{}
 		return true
 	}
@@ -362,7 +363,7 @@ func (d *embeddedDevice) spin(b *busyPoll) bool {
 		return true
 	}
 	if b.rings != nil {
-		b.rings.busyPolling(false)
+		b.rings.BusyPolling(false)
 		b.rings = nil
 	}
 	b.idleSince = time.Time{}

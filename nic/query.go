@@ -7,7 +7,6 @@ import (
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/cm"
-	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/qp"
 )
 
@@ -86,7 +85,7 @@ func (a AtomicCap) String() string {
 
 // Query returns what the device supports, as ibv_query_device does. An
 // attached device's limits are the daemon's device's within what the
-// daemon lets one process hold (AttachServerConfig.Limits).
+// daemon lets one process hold (attachd.Config.Limits, in package nic/attachd).
 func (d *Device) Query() DeviceAttr { return d.prov.query() }
 
 // query is what the daemon said in its hello.
@@ -125,21 +124,4 @@ func (d *embeddedDevice) query() DeviceAttr {
 		LocalCAAckDelay: 15, // rxe's
 		PhysPortCnt:     1,
 	}
-}
-
-// attachedAttr is what the server's device supports within what one
-// attached process may hold: the DeviceAttr of the devices attached to it.
-func (s *AttachServer) attachedAttr() DeviceAttr {
-	a := s.nic.query()
-	lim := s.ledger.Limits()[quota.Process]
-	clamp := func(v *int, r quota.Resource) { *v = int(min(int64(*v), lim[r])) }
-	clamp(&a.MaxQP, quota.QPs)
-	clamp(&a.MaxCQE, quota.CQEntries)
-	clamp(&a.MaxSRQWR, quota.SRQEntries)
-	for _, v := range []*int{&a.MaxCQ, &a.MaxMR, &a.MaxPD, &a.MaxMW, &a.MaxSRQ} {
-		clamp(v, quota.Objects)
-	}
-	a.MaxMRSize = uint64(min(int64(a.MaxMRSize), lim[quota.Memory]))
-	a.MaxResRdAtom = a.MaxQPRdAtom * a.MaxQP
-	return a
 }

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"sync"
 	"sync/atomic"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic/internal/hooks"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
 )
@@ -65,31 +65,15 @@ func (pd *PD) AllocMR(size int, access mr.Access) (*MR, error) {
 // libsoftnic moves onto a memfd for a C program. fd stays the caller's;
 // MR.Bytes is this process's own mapping of the region.
 func (pd *PD) RegShared(fd int, off int64, n int, iova uint64, access mr.Access) (*MR, error) {
-	dup, err := dupFD(fd)
+	dup, err := shm.DupFD(fd)
 	if err != nil {
-		return nil, fmt.Errorf("shared region: %v: %w", err, ErrInvalid)
+		return nil, fmt.Errorf("shared region: dup: %v: %w", err, ErrInvalid)
 	}
-	m, skip, err := mapShared(dup, off, n)
+	m, skip, err := hooks.MapShared(dup, off, n)
 	if err != nil {
 		return nil, err
 	}
 	return pd.prov.regShared(pd, m, skip, fd, off, n, iova, access)
-}
-
-// mapShared maps the pages of the memfd fd that hold n bytes from offset
-// off, and returns the mapping with the offset of the bytes in it. The
-// mapping owns fd; on error fd is closed.
-func mapShared(fd int, off int64, n int) (*shm.Mapping, int, error) {
-	if n <= 0 || off < 0 || int64(n) > math.MaxInt64-off {
-		shm.CloseFDs([]int{fd})
-		return nil, 0, fmt.Errorf("shared region of %d bytes at offset %d: %w", n, off, ErrInvalid)
-	}
-	skip := int(off % shm.PageSize)
-	m, err := shm.MapRange(fd, off-int64(skip), skip+n)
-	if err != nil {
-		return nil, 0, fmt.Errorf("shared region: %v: %w", err, ErrFault)
-	}
-	return m, skip, nil
 }
 
 // LKey and RKey are the region's keys (equal, as in rxe).
@@ -326,7 +310,7 @@ type QPConfig struct {
 	// SignalAll makes every send WR complete with a work completion.
 	SignalAll bool
 
-	hooks qpHooks // of an attached process's QP, whose rings a daemon serves
+	queues hooks.Queues // of an attached process's QP, whose rings a daemon serves (hooks.SetQueues)
 }
 
 // QP is a queue pair of a device. Its methods are safe for concurrent use.

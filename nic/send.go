@@ -48,8 +48,8 @@ func (q *embeddedQP) flushLocked(b *batch, now qp.Time) { q.drainLocked(b, now, 
 // before q.mu is released.
 func (q *embeddedQP) drainLocked(b *batch, now qp.Time, keep bool) {
 	d := q.dev
-	if q.hooks != nil {
-		q.hooks.pullSendLocked()
+	if q.queues != nil {
+		q.queues.PullSendLocked()
 	}
 	others, acks := b.n, true // others: staged by other QPs
 	for {
@@ -86,8 +86,8 @@ func (q *embeddedQP) drainLocked(b *batch, now qp.Time, keep bool) {
 	d.schedule(q)
 	q.reportErrorLocked()
 	q.noteErrorLocked()
-	if q.hooks != nil {
-		q.hooks.publishLocked()
+	if q.queues != nil {
+		q.queues.PublishLocked()
 	}
 }
 

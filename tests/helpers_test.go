@@ -17,6 +17,7 @@ import (
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/attachd"
 	"github.com/softnic/softnic/nic/nicbench"
 	"github.com/softnic/softnic/qp"
 )
@@ -116,7 +117,7 @@ func startDaemon(t testing.TB, cfg nic.Config) (string, *nic.Device) {
 	}
 	cfg.Embed = true
 	dev := openDevice(t, cfg)
-	srv := nic.NewAttachServer(dev, nic.AttachServerConfig{})
+	srv := attachd.NewServer(dev, attachd.Config{})
 	path := filepath.Join(t.TempDir(), "softnic.sock")
 	l, err := net.Listen("unix", path)
 	if err != nil {
@@ -172,7 +173,7 @@ func TestAttachDaemon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := nic.NewAttachServer(dev, nic.AttachServerConfig{})
+	srv := attachd.NewServer(dev, attachd.Config{})
 	l, err := net.Listen("unix", path)
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/attachd"
 )
 
 // Daemon is a softnic daemon in the test's process: an embedded device
@@ -18,7 +19,7 @@ type Daemon struct {
 	// Dev is the daemon's own device, which sends and receives the
 	// packets of every device attached to it.
 	Dev    *nic.Device
-	Server *nic.AttachServer
+	Server *attachd.Server
 	// Socket is the path of its control socket (nic.Config.Attach).
 	Socket string
 	// Client is a device attached to it.
@@ -77,7 +78,7 @@ func (o *Options) daemon(c *closers, name string, rec *Recorder, seed uint64) (*
 	if d.Dev, d.Faults, err = o.open(c, name, rec, seed); err != nil {
 		return nil, err
 	}
-	d.Server = nic.NewAttachServer(d.Dev, nic.AttachServerConfig{})
+	d.Server = attachd.NewServer(d.Dev, attachd.Config{})
 	l, err := net.Listen("unix", d.Socket)
 	if err != nil {
 		d.Server.Close()

@@ -49,6 +49,23 @@ func NewRing(mem []byte, n, slotSize int) (Ring, error) {
 	return Ring{mem: mem, n: uint32(n), slotSize: uint32(slotSize)}, nil
 }
 
+// MapRing maps the ring of n slots of slotSize bytes in the memfd fd, which
+// the other side sent. The mapping takes fd over (and closes it), whether
+// it succeeds or not.
+func MapRing(fd, n, slotSize int) (*Mapping, Ring, error) {
+	m, err := Map(fd, RingSize(n, slotSize))
+	if err != nil {
+		return nil, Ring{}, err
+	}
+	m.CloseFD()
+	r, err := NewRing(m.Bytes(), n, slotSize)
+	if err != nil {
+		m.Close()
+		return nil, Ring{}, err
+	}
+	return m, r, nil
+}
+
 // Len returns the number of slots.
 func (r Ring) Len() uint32 { return r.n }
 

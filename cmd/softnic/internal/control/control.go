@@ -34,6 +34,7 @@ import (
 
 	"github.com/softnic/softnic/cmd/softnic/internal/metrics"
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/attachd"
 	"github.com/softnic/softnic/nic/quota"
 )
 
@@ -328,7 +329,7 @@ func (s *Server) answer(c *net.UnixConn) {
 		s.awaited(c)
 		return
 	}
-	line, err := nic.ReadControlLine(c, RequestMax)
+	line, err := attachd.ReadControlLine(c, RequestMax)
 	s.awaited(c)
 	if len(line) == 0 && errors.Is(err, io.EOF) {
 		return

@@ -13,6 +13,7 @@ import (
 	"github.com/softnic/softnic/cmd/softnic/internal/metrics"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/attachd"
 	"github.com/softnic/softnic/nic/quota"
 )
 
@@ -215,7 +216,7 @@ func (d *daemon) attachedSums() []attachedProcess {
 
 // attachedPIDs counts the processes the sessions ps belong to: one
 // attached twice counts once, as in attachedCounters.
-func attachedPIDs(ps []nic.AttachedProcess) int {
+func attachedPIDs(ps []attachd.Process) int {
 	pids := map[int]bool{}
 	for _, p := range ps {
 		pids[p.PID] = true

@@ -1,7 +1,7 @@
 // Package daemon is softnic serve: the device, the regions it hosts and
 // the connections it accepts on the connection manager's port, the
 // control socket (package control) with the answers to info, stat, mr and
-// qp, the processes attached to the device (nic.AttachServer) and what
+// qp, the processes attached to the device (attachd.Server) and what
 // each may see, the pcap capture, and the HTTP servers of --metrics and
 // --http (packages metrics and live). Its events are logged through zap,
 // each kind rate-limited.
@@ -38,6 +38,7 @@ import (
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/netem"
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/attachd"
 	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/nic/udp"
 	"github.com/softnic/softnic/qp"
@@ -113,8 +114,8 @@ type daemon struct {
 	recvMR  *nic.MR
 	ln      *nic.Listener
 	ctl     *control.Server
-	attach  *nic.AttachServer // the processes attached to the device (Config.Attach)
-	web     webServers        // --metrics, --http
+	attach  *attachd.Server // the processes attached to the device (Config.Attach)
+	web     webServers      // --metrics, --http
 
 	// quit is cancelled by stop: the accept loop and the capture flusher end.
 	quit       context.Context
@@ -263,11 +264,11 @@ func (d *daemon) start() error {
 	}
 	limits := quota.DefaultLimits(quota.Probe(d.dev.MaxQPs()))
 	cfg.Limits.Apply(&limits)
-	acfg := nic.AttachServerConfig{Logger: libLog, Limits: &limits, LimitFlag: "softnic serve --limit"}
+	acfg := attachd.Config{Logger: libLog, Limits: &limits, LimitFlag: "softnic serve --limit"}
 	if cfg.AllowGroup >= 0 {
 		acfg.AllowGroups = []int{cfg.AllowGroup}
 	}
-	d.attach = nic.NewAttachServer(d.dev, acfg)
+	d.attach = attachd.NewServer(d.dev, acfg)
 	if d.pd, err = d.dev.AllocPD(); err != nil {
 		return err
 	}
@@ -647,7 +648,7 @@ func (d *daemon) flushLoop() {
 func hex(v uint64) string { return "0x" + strconv.FormatUint(v, 16) }
 
 // admit tells who connected to the control socket, or refuses a user the
-// daemon does not serve (nic.AttachServer.Admit).
+// daemon does not serve (attachd.Server.Admit).
 func (d *daemon) admit(c *net.UnixConn) (nic.PeerCred, error) { return d.attach.Admit(c) }
 
 // control answers a control request.

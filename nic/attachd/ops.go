@@ -1,4 +1,4 @@
-package nic
+package attachd
 
 import (
 	"cmp"
@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/internal/attachproto"
+	"github.com/softnic/softnic/nic/internal/hooks"
 	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/wire/mad"
@@ -32,7 +34,7 @@ func (s *session) allocPD(_ context.Context, _ json.RawMessage, _ []int) (any, [
 }
 
 func (s *session) deallocPD(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
-	return destroyObject(s, raw, (*PD).Dealloc)
+	return destroyObject(s, raw, (*nic.PD).Dealloc)
 }
 
 // allocMR maps the memfd the process sent as an arena of the device's
@@ -43,14 +45,14 @@ func (s *session) allocMR(_ context.Context, raw json.RawMessage, fds []int) (an
 		shm.CloseFDs(fds)
 		return nil, nil, err
 	}
-	pd, err := lookup[*PD](s, a.PD)
+	pd, err := lookup[*nic.PD](s, a.PD)
 	if err != nil {
 		shm.CloseFDs(fds)
 		return nil, nil, err
 	}
 	if a.Size <= 0 || a.Size > 1<<46 {
 		shm.CloseFDs(fds)
-		return nil, nil, fmt.Errorf("memory region of %d bytes: %w", a.Size, ErrInvalid)
+		return nil, nil, fmt.Errorf("memory region of %d bytes: %w", a.Size, nic.ErrInvalid)
 	}
 	bill := mappingBill(shm.RoundUp(a.Size))
 	if err := s.acct.Charge(bill); err != nil {
@@ -60,7 +62,7 @@ func (s *session) allocMR(_ context.Context, raw json.RawMessage, fds []int) (an
 	m, err := shm.Map(fds[0], a.Size)
 	if err != nil {
 		s.acct.Release(bill)
-		return nil, nil, fmt.Errorf("memory region: %v: %w", err, ErrFault)
+		return nil, nil, fmt.Errorf("memory region: %v: %w", err, nic.ErrFault)
 	}
 	return s.adopt(pd, m, bill, a.Size, 0, a.Size, a.Access, nil)
 }
@@ -68,7 +70,7 @@ func (s *session) allocMR(_ context.Context, raw json.RawMessage, fds []int) (an
 // adopt makes m, a process's memory mapped and charged with bill, an
 // arena of the device's table, and registers n bytes at off of it (size
 // bytes the process asked for) in pd at *iova (see register).
-func (s *session) adopt(pd *PD, m *shm.Mapping, bill quota.Bill, size, off, n int, access mr.Access, iova *uint64) (any, []int, error) {
+func (s *session) adopt(pd *nic.PD, m *shm.Mapping, bill quota.Bill, size, off, n int, access mr.Access, iova *uint64) (any, []int, error) {
 	arena, err := s.dev.Memory().AdoptArena(pd.Handle(), m.Bytes())
 	if err != nil {
 		m.Close()
@@ -91,7 +93,7 @@ func (s *session) regMR(_ context.Context, raw json.RawMessage, _ []int) (any, [
 	if err != nil {
 		return nil, nil, err
 	}
-	pd, err := lookup[*PD](s, a.PD)
+	pd, err := lookup[*nic.PD](s, a.PD)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -100,7 +102,7 @@ func (s *session) regMR(_ context.Context, raw json.RawMessage, _ []int) (any, [
 		return nil, nil, err
 	}
 	if a.Off < 0 || a.Len <= 0 || a.Off > owner.buf.size || a.Len > owner.buf.size-a.Off {
-		return nil, nil, fmt.Errorf("%d bytes at offset %d of a %d-byte buffer: %w", a.Len, a.Off, owner.buf.size, ErrFault)
+		return nil, nil, fmt.Errorf("%d bytes at offset %d of a %d-byte buffer: %w", a.Len, a.Off, owner.buf.size, nic.ErrFault)
 	}
 	res, err := s.register(pd, owner.buf, a.Off, a.Len, a.Access, nil)
 	return res, nil, err
@@ -114,12 +116,12 @@ func (s *session) regShared(_ context.Context, raw json.RawMessage, fds []int) (
 		shm.CloseFDs(fds)
 		return nil, nil, err
 	}
-	pd, err := lookup[*PD](s, a.PD)
+	pd, err := lookup[*nic.PD](s, a.PD)
 	if err != nil {
 		shm.CloseFDs(fds)
 		return nil, nil, err
 	}
-	m, skip, err := mapShared(fds[0], a.Off, a.Len)
+	m, skip, err := hooks.MapShared(fds[0], a.Off, a.Len)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -133,7 +135,7 @@ func (s *session) regShared(_ context.Context, raw json.RawMessage, fds []int) (
 
 // register registers n bytes at offset off of buf in pd, at address
 // *iova, or at the memory's own address if iova is nil.
-func (s *session) register(pd *PD, buf *hostedBuf, off, n int, access mr.Access, iova *uint64) (any, error) {
+func (s *session) register(pd *nic.PD, buf *hostedBuf, off, n int, access mr.Access, iova *uint64) (any, error) {
 	mem := buf.arena.Bytes()[off : off+n]
 	var r *mr.Region
 	var err error
@@ -145,12 +147,12 @@ func (s *session) register(pd *PD, buf *hostedBuf, off, n int, access mr.Access,
 	if err != nil {
 		return nil, err
 	}
-	hm := &hostedMR{m: pd.prov.(*embeddedPD).newMR(pd, r, mem, nil), buf: buf}
+	hm := &hostedMR{r: r, buf: buf}
 	h, err := s.add(hm)
 	if err != nil {
 		// buf stays the caller's to free: a first region's alloc_mr frees
 		// it, and charged it, alone.
-		hm.m.Dereg()
+		s.dev.Memory().Deregister(r)
 		return nil, err
 	}
 	s.mu.Lock()
@@ -192,7 +194,7 @@ func (s *session) createSRQ(_ context.Context, raw json.RawMessage, _ []int) (an
 	if err != nil {
 		return nil, nil, err
 	}
-	pd, err := lookup[*PD](s, a.PD)
+	pd, err := lookup[*nic.PD](s, a.PD)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -214,7 +216,7 @@ func (s *session) createQP(_ context.Context, raw json.RawMessage, _ []int) (any
 	if err != nil {
 		return nil, nil, err
 	}
-	pd, err := lookup[*PD](s, a.PD)
+	pd, err := lookup[*nic.PD](s, a.PD)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -222,13 +224,13 @@ func (s *session) createQP(_ context.Context, raw json.RawMessage, _ []int) (any
 	if err != nil {
 		return nil, nil, err
 	}
-	if _, err := pd.CreateQP(cfg); err != nil {
+	if h.pub, err = pd.CreateQP(cfg); err != nil {
 		h.close()
 		return nil, nil, err
 	}
 	handle, err := s.add(h)
 	if err != nil {
-		h.q.destroy()
+		h.pub.Destroy()
 		h.close()
 		return nil, nil, err
 	}
@@ -244,10 +246,10 @@ func (s *session) modifyQP(_ context.Context, raw json.RawMessage, _ []int) (any
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := h.q.modify(&a.Attr, a.Mask); err != nil {
+	if err := h.pub.Modify(&a.Attr, a.Mask); err != nil {
 		return nil, nil, err
 	}
-	return attachproto.QueryQPResult{Attr: h.q.attr(), Status: h.q.status()}, nil, nil
+	return attachproto.QueryQPResult{Attr: h.pub.Attr(), Status: h.pub.Status()}, nil, nil
 }
 
 func (s *session) queryQP(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
@@ -255,7 +257,7 @@ func (s *session) queryQP(_ context.Context, raw json.RawMessage, _ []int) (any,
 	if err != nil {
 		return nil, nil, err
 	}
-	return attachproto.QueryQPResult{Attr: h.q.attr(), Status: h.q.status()}, nil, nil
+	return attachproto.QueryQPResult{Attr: h.pub.Attr(), Status: h.pub.Status()}, nil, nil
 }
 
 // destroyQP destroys a QP of the process. Its handle goes first: the
@@ -268,7 +270,7 @@ func (s *session) destroyQP(_ context.Context, raw json.RawMessage, _ []int) (an
 	}
 	s.remove(hnd)
 	h.takePosted()
-	h.q.destroy()
+	h.pub.Destroy()
 	h.close()
 	return nil, nil, nil
 }
@@ -278,11 +280,11 @@ func (s *session) destroyQP(_ context.Context, raw json.RawMessage, _ []int) (an
 // embedded QP's do: a receive waits in its ring until a packet comes (or
 // the doorbell goroutine passes), and a send until the doorbell is served.
 func (h *hostedQP) takePosted() {
-	h.q.mu.Lock()
-	defer h.q.mu.Unlock()
-	if !h.q.destroyed {
-		h.pullRecvLocked()
-		h.pullSendLocked()
+	h.q.Lock()
+	defer h.q.Unlock()
+	if !h.q.DestroyedLocked() {
+		h.PullRecvLocked()
+		h.PullSendLocked()
 	}
 }
 
@@ -292,7 +294,7 @@ func (s *session) allocMW(_ context.Context, raw json.RawMessage, _ []int) (any,
 	if err != nil {
 		return nil, nil, err
 	}
-	pd, err := lookup[*PD](s, a.PD)
+	pd, err := lookup[*nic.PD](s, a.PD)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -309,7 +311,7 @@ func (s *session) allocMW(_ context.Context, raw json.RawMessage, _ []int) (any,
 }
 
 func (s *session) deallocMW(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
-	return destroyObject(s, raw, (*MW).Dealloc)
+	return destroyObject(s, raw, (*nic.MW).Dealloc)
 }
 
 // destroyCQ destroys a CQ of the process, unless one of its QPs uses it.
@@ -354,22 +356,22 @@ func (s *session) counters(context.Context, json.RawMessage, []int) (any, []int,
 }
 
 // qpConfig resolves the CQs and SRQ of a listener's QP configuration.
-func (s *session) qpConfig(a attachproto.QPConfig) (QPConfig, error) {
+func (s *session) qpConfig(a attachproto.QPConfig) (nic.QPConfig, error) {
 	a = a.WithDefaults()
 	scq, err := lookup[*hostedCQ](s, a.SendCQ)
 	if err != nil {
-		return QPConfig{}, fmt.Errorf("send CQ: %w", err)
+		return nic.QPConfig{}, fmt.Errorf("send CQ: %w", err)
 	}
 	rcq, err := lookup[*hostedCQ](s, a.RecvCQ)
 	if err != nil {
-		return QPConfig{}, fmt.Errorf("receive CQ: %w", err)
+		return nic.QPConfig{}, fmt.Errorf("receive CQ: %w", err)
 	}
-	cfg := QPConfig{Type: a.Type, SendCQ: scq.cq, RecvCQ: rcq.cq, MaxSendWR: a.MaxSendWR, MaxRecvWR: a.MaxRecvWR,
+	cfg := nic.QPConfig{Type: a.Type, SendCQ: scq.cq, RecvCQ: rcq.cq, MaxSendWR: a.MaxSendWR, MaxRecvWR: a.MaxRecvWR,
 		MaxSendSGE: a.MaxSendSGE, MaxRecvSGE: a.MaxRecvSGE, MaxInline: a.MaxInline, SignalAll: a.SignalAll}
 	if a.SRQ != 0 {
 		srq, err := lookup[*hostedSRQ](s, a.SRQ)
 		if err != nil {
-			return QPConfig{}, fmt.Errorf("SRQ: %w", err)
+			return nic.QPConfig{}, fmt.Errorf("SRQ: %w", err)
 		}
 		cfg.SRQ = srq.srq
 	}
@@ -381,7 +383,7 @@ func (s *session) listen(_ context.Context, raw json.RawMessage, _ []int) (any, 
 	if err != nil {
 		return nil, nil, err
 	}
-	pd, err := lookup[*PD](s, a.PD)
+	pd, err := lookup[*nic.PD](s, a.PD)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -391,12 +393,12 @@ func (s *session) listen(_ context.Context, raw json.RawMessage, _ []int) (any, 
 	}
 	// A backlog beyond maxAttachBacklog is cut to it, as listen(2) cuts
 	// one beyond net.core.somaxconn; Listen refuses one below 0.
-	backlog := min(cmp.Or(a.Backlog, cmDefaultBacklog), maxAttachBacklog)
+	backlog := min(cmp.Or(a.Backlog, defaultBacklog), maxAttachBacklog)
 	bill := quota.Of(quota.Heap, int64(max(backlog, 0))*backlogHeap)
 	if err := s.acct.Charge(bill); err != nil {
 		return nil, nil, err
 	}
-	l, err := s.dev.Listen(a.Port, ListenOptions{PD: pd, QP: cfg, Backlog: backlog})
+	l, err := s.dev.Listen(a.Port, nic.ListenOptions{PD: pd, QP: cfg, Backlog: backlog})
 	if err != nil {
 		s.acct.Release(bill)
 		return nil, nil, err
@@ -410,10 +412,12 @@ func (s *session) listen(_ context.Context, raw json.RawMessage, _ []int) (any, 
 	return attachproto.ListenResult{H: h, Port: l.Port()}, nil, nil
 }
 
-// The backlog of an attached process's listener: at most as long as
-// Linux's default net.core.somaxconn, and charged for what a request
-// waiting in it holds in the daemon.
+// The backlog of an attached process's listener: nic.ListenOptions's
+// default unless it asks for another, at most as long as Linux's default
+// net.core.somaxconn, and charged for what a request waiting in it holds
+// in the daemon.
 const (
+	defaultBacklog   = 128
 	maxAttachBacklog = 4096
 	backlogHeap      = 1 << 10
 )
@@ -459,21 +463,21 @@ func (s *session) accept(ctx context.Context, raw json.RawMessage, _ []int) (any
 	s.remove(a.Request)
 	h, cfg, err := s.connQP(r.l.pd, r.l.cfg, a.UseQP)
 	if err != nil {
-		r.r.prov.(*embeddedRequest).abandon(mad.RejectNoQP)
+		abandon(r.r, mad.RejectNoQP)
 		return nil, nil, err
 	}
-	opts := AcceptOptions{PrivateData: a.PrivateData, ResponderResources: a.ResponderResources,
+	opts := nic.AcceptOptions{PrivateData: a.PrivateData, ResponderResources: a.ResponderResources,
 		InitiatorDepth: a.InitiatorDepth, RNRRetryCount: a.RNRRetryCount}
 	if a.UseQP != 0 {
-		opts.UseQP = h.q.pub
+		opts.UseQP = h.pub
 	}
 	type outcome struct {
-		c   *Conn
+		c   *nic.Conn
 		err error
 	}
 	done := make(chan outcome, 1)
 	background(func() {
-		c, err := r.r.prov.(*embeddedRequest).acceptWith(r.r, opts, cfg)
+		c, err := acceptWith(r.r, opts, cfg)
 		done <- outcome{c, err}
 	})
 	select {
@@ -496,21 +500,21 @@ func (s *session) accept(ctx context.Context, raw json.RawMessage, _ []int) (any
 
 // connQP returns the QP a connection is made with: the process's QP
 // named use, which no other connection has, or else new rings with cfg.
-func (s *session) connQP(pd *PD, cfg attachproto.QPConfig, use uint32) (*hostedQP, QPConfig, error) {
+func (s *session) connQP(pd *nic.PD, cfg attachproto.QPConfig, use uint32) (*hostedQP, nic.QPConfig, error) {
 	if use == 0 {
 		return s.newHostedQP(pd, cfg)
 	}
 	h, err := lookup[*hostedQP](s, use)
 	if err != nil {
-		return nil, QPConfig{}, err
+		return nil, nic.QPConfig{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if h.connecting || h.conn != nil {
-		return nil, QPConfig{}, fmt.Errorf("QP %#x has a connection already: %w", h.q.num, ErrInvalid)
+		return nil, nic.QPConfig{}, fmt.Errorf("QP %#x has a connection already: %w", h.q.Num(), nic.ErrInvalid)
 	}
 	h.connecting = true
-	return h, QPConfig{}, nil
+	return h, nic.QPConfig{}, nil
 }
 
 // dropConnQP undoes connQP after a connection failed: new rings are
@@ -543,7 +547,7 @@ func (s *session) dial(ctx context.Context, raw json.RawMessage, _ []int) (any, 
 	if err != nil {
 		return nil, nil, err
 	}
-	pd, err := lookup[*PD](s, a.PD)
+	pd, err := lookup[*nic.PD](s, a.PD)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -551,13 +555,13 @@ func (s *session) dial(ctx context.Context, raw json.RawMessage, _ []int) (any, 
 	if err != nil {
 		return nil, nil, err
 	}
-	o := DialOptions{
+	o := nic.DialOptions{
 		PD: pd, QP: cfg, PrivateData: a.Private, ResponderResources: a.ResponderResources,
 		InitiatorDepth: a.InitiatorDepth, RetryCount: a.RetryCount, RNRRetryCount: a.RNRRetryCount,
 		MTU: a.MTU, Timeout: a.Timeout, CMRetries: a.CMRetries, CMTimeout: a.CMTimeout,
 	}
 	if a.UseQP != 0 {
-		o.UseQP = h.q.pub
+		o.UseQP = h.pub
 	}
 	c, err := s.dev.Dial(ctx, a.Remote, a.Port, o)
 	if err != nil {
@@ -570,9 +574,12 @@ func (s *session) dial(ctx context.Context, raw json.RawMessage, _ []int) (any, 
 // hostConn hands an established connection to the process, and tells it
 // when the connection ends. Its QP is new, or the process's QP whose
 // handle is use: then no rings go with the answer.
-func (s *session) hostConn(c *Conn, h *hostedQP, use uint32) (any, []int, error) {
+func (s *session) hostConn(c *nic.Conn, h *hostedQP, use uint32) (any, []int, error) {
 	s.mu.Lock()
-	h.conn, h.connecting = c, false
+	h.conn, h.connOwns, h.connecting = c, use == 0, false
+	if use == 0 {
+		h.pub = c.QP()
+	}
 	s.mu.Unlock()
 	// fail closes the connection, and the QP unless it is the process's.
 	fail := func(err error) (any, []int, error) {
@@ -596,7 +603,7 @@ func (s *session) hostConn(c *Conn, h *hostedQP, use uint32) (any, []int, error)
 			return fail(err)
 		}
 	}
-	hc := &hostedConn{c: c, qp: h, since: time.Now(), stop: make(chan struct{}), watched: make(chan struct{})}
+	hc := &hostedConn{c: c, qp: h, own: use == 0, since: time.Now(), stop: make(chan struct{}), watched: make(chan struct{})}
 	ch, err := s.add(hc)
 	if err != nil {
 		if use == 0 {
@@ -633,7 +640,7 @@ func (s *session) disconnect(ctx context.Context, raw json.RawMessage, _ []int) 
 		return nil, nil, err
 	}
 	s.remove(hnd)
-	own := c.c.ownQP
+	own := c.own
 	if own {
 		s.forget(c.qp)
 	}

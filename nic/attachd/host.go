@@ -1,4 +1,4 @@
-package nic
+package attachd
 
 import (
 	"fmt"
@@ -8,7 +8,9 @@ import (
 	"unsafe"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/internal/attachproto"
+	"github.com/softnic/softnic/nic/internal/hooks"
 	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
@@ -25,15 +27,18 @@ import (
 // once the QP exists.
 type hostedQP struct {
 	s    *session
-	q    *embeddedQP // set by createQP, before the QP is published
+	q    hooks.QP // the device's QP, set (Bind) before the QP is published
+	pub  *nic.QP  // the same, as the public API has it, once made
 	cfg  attachproto.QPConfig
 	scq  *hostedCQ // where failed work requests complete
 	rcq  *hostedCQ
 	srq  *hostedSRQ
-	conn *Conn  // the connection the QP was made for, or the process made it with, if any
-	slot uint32 // its bit in the process's doorbell page (session.addQPLocked)
+	conn *nic.Conn // the connection the QP was made for, or the process made it with, if any
+	// connOwns tells that the QP was made for conn, whose Close destroys it.
+	connOwns bool
+	slot     uint32 // its bit in the process's doorbell page (session.addQPLocked)
 	// connecting is set while a dial or accept makes a connection with
-	// the process's QP (DialOptions.UseQP), under the session's lock.
+	// the process's QP (nic.DialOptions.UseQP), under the session's lock.
 	connecting bool
 
 	sqMap, rqMap *shm.Mapping
@@ -65,31 +70,31 @@ type hostedQP struct {
 
 // newHostedQP makes the rings of a QP of pd with configuration a, and the
 // QPConfig that creates the QP over them.
-func (s *session) newHostedQP(pd *PD, a attachproto.QPConfig) (*hostedQP, QPConfig, error) {
+func (s *session) newHostedQP(pd *nic.PD, a attachproto.QPConfig) (*hostedQP, nic.QPConfig, error) {
 	cfg := a.WithDefaults()
 	// The QP's own limits, checked before its rings are made and charged.
 	if cfg.MaxSendWR < 0 || cfg.MaxSendWR > qp.MaxQPWR || cfg.MaxRecvWR < 0 || cfg.MaxRecvWR > qp.MaxQPWR ||
 		cfg.MaxSendSGE < 0 || cfg.MaxSendSGE > qp.MaxSGE || cfg.MaxRecvSGE < 0 || cfg.MaxRecvSGE > qp.MaxSGE ||
 		cfg.MaxInline < 0 || cfg.MaxInline > qp.MaxInlineData {
-		return nil, QPConfig{}, fmt.Errorf("QP queue sizes %+v: %w", cfg, ErrInvalid)
+		return nil, nic.QPConfig{}, fmt.Errorf("QP queue sizes %+v: %w", cfg, nic.ErrInvalid)
 	}
 	scq, err := lookup[*hostedCQ](s, cfg.SendCQ)
 	if err != nil {
-		return nil, QPConfig{}, fmt.Errorf("send CQ: %w", err)
+		return nil, nic.QPConfig{}, fmt.Errorf("send CQ: %w", err)
 	}
 	rcq, err := lookup[*hostedCQ](s, cfg.RecvCQ)
 	if err != nil {
-		return nil, QPConfig{}, fmt.Errorf("receive CQ: %w", err)
+		return nil, nic.QPConfig{}, fmt.Errorf("receive CQ: %w", err)
 	}
 	h := &hostedQP{s: s, cfg: cfg, scq: scq, rcq: rcq, lim: shm.SendLimits{MaxSGE: cfg.MaxSendSGE, MaxInline: cfg.MaxInline}}
-	qc := QPConfig{
+	qc := nic.QPConfig{
 		Type: cfg.Type, SendCQ: scq.cq, RecvCQ: rcq.cq, MaxSendWR: cfg.MaxSendWR, MaxRecvWR: cfg.MaxRecvWR,
 		MaxSendSGE: cfg.MaxSendSGE, MaxRecvSGE: cfg.MaxRecvSGE, MaxInline: cfg.MaxInline, SignalAll: cfg.SignalAll,
-		hooks: h,
 	}
+	setQueues(&qc, h)
 	if cfg.SRQ != 0 {
 		if h.srq, err = lookup[*hostedSRQ](s, cfg.SRQ); err != nil {
-			return nil, QPConfig{}, fmt.Errorf("SRQ: %w", err)
+			return nil, nic.QPConfig{}, fmt.Errorf("SRQ: %w", err)
 		}
 		qc.SRQ = h.srq.srq
 	}
@@ -107,17 +112,17 @@ func (s *session) newHostedQP(pd *PD, a attachproto.QPConfig) (*hostedQP, QPConf
 		int64(cfg.MaxInline+(cfg.MaxSendSGE+cfg.MaxRecvSGE)*int(unsafe.Sizeof(qp.SGE{}))+int(unsafe.Sizeof(*h)))
 	h.bill = quota.Of(quota.QPs, 1).Plus(quota.Heap, heap)
 	if err := s.acct.Charge(h.rings.Add(h.bill)); err != nil {
-		return nil, QPConfig{}, err
+		return nil, nic.QPConfig{}, err
 	}
 	if h.sqMap, h.sq, err = newRing("softnic-sq", cfg.MaxSendWR, sqSlot); err != nil {
 		h.close()
-		return nil, QPConfig{}, err
+		return nil, nic.QPConfig{}, err
 	}
 	h.sq.Doorbell().Store(1) // an idle QP
 	if h.srq == nil {
 		if h.rqMap, h.rq, err = newRing("softnic-rq", cfg.MaxRecvWR, shm.RecvSlotSize(cfg.MaxRecvSGE)); err != nil {
 			h.close()
-			return nil, QPConfig{}, err
+			return nil, nic.QPConfig{}, err
 		}
 	}
 	h.sgl = make([]qp.SGE, 0, cfg.MaxSendSGE)
@@ -126,14 +131,14 @@ func (s *session) newHostedQP(pd *PD, a attachproto.QPConfig) (*hostedQP, QPConf
 	return h, qc, nil
 }
 
-// bindLocked records the device's QP made over the rings.
-func (h *hostedQP) bindLocked(q *embeddedQP) { h.q = q }
+// Bind records the device's QP made over the rings.
+func (h *hostedQP) Bind(q hooks.QP) { h.q = q }
 
-// owner is the process's user: the guard tells users apart.
-func (h *hostedQP) owner() uint32 { return uint32(h.s.uid) }
+// Owner is the process's user: the guard tells users apart.
+func (h *hostedQP) Owner() uint32 { return uint32(h.s.uid) }
 
-// qpFailed tells the process of its QP's error (qp_error).
-func (h *hostedQP) qpFailed(e qpError) { h.s.qpErrors.post(e) }
+// Failed tells the process of its QP's error (qp_error).
+func (h *hostedQP) Failed(cause qp.WCStatus) { h.s.qpErrors.Post(qpFailure{h, cause}) }
 
 // newRing makes a ring of n slots of size bytes in a memfd of its own.
 func newRing(name string, n, size int) (*shm.Mapping, shm.Ring, error) {
@@ -161,37 +166,37 @@ func (h *hostedQP) ringFDs() []int {
 
 // result describes the QP to the process.
 func (h *hostedQP) result(handle uint32) attachproto.QPResult {
-	return attachproto.QPResult{H: handle, QPN: h.q.num, Slot: h.slot, Config: h.cfg, Attr: h.q.attr()}
+	return attachproto.QPResult{H: handle, QPN: h.q.Num(), Slot: h.slot, Config: h.cfg, Attr: h.pub.Attr()}
 }
 
 // serviceLocked takes the new work requests of the QP's rings into the QP
 // and sends what they start; the doorbell goroutine calls it. It reports
-// whether there were any. q.mu is held.
+// whether there were any. The QP's lock is held.
 func (h *hostedQP) serviceLocked() bool {
-	if h.q.destroyed {
+	if h.q.DestroyedLocked() {
 		return false
 	}
-	worked := h.pullRecvLocked()
-	if h.pullSendLocked() {
+	worked := h.PullRecvLocked()
+	if h.PullSendLocked() {
 		worked = true
 	}
 	if worked {
-		h.q.flushNowLocked()
+		h.q.FlushLocked()
 	}
 	return worked
 }
 
-// pullSendLocked takes the new send work requests of the QP's ring into
+// PullSendLocked takes the new send work requests of the QP's ring into
 // the QP, and reports whether there were any. The device calls it each
-// time it runs the QP (flushLocked), so that a QP with requests
-// outstanding takes new ones without a doorbell (see publishLocked).
-// q.mu is held.
-func (h *hostedQP) pullSendLocked() bool {
+// time it runs the QP, so that a QP with requests
+// outstanding takes new ones without a doorbell (see PublishLocked).
+// The QP's lock is held.
+func (h *hostedQP) PullSendLocked() bool {
 	q := h.q
 	if h.closed || h.broken {
 		return false
 	}
-	prod, err := posted(h.sq, "send", h.sqFetched, q.qp.Status().SendQueued)
+	prod, err := posted(h.sq, "send", h.sqFetched, q.TransportLocked().Status().SendQueued)
 	if err != nil {
 		h.breakLocked(err)
 		return true
@@ -203,7 +208,7 @@ func (h *hostedQP) pullSendLocked() bool {
 		h.s.cnt[cntSendWQEs].Add(1)
 		err := shm.DecodeSend(h.sq.Slot(h.sqFetched), h.lim, &h.wr, h.sgl, h.inline, &h.bind)
 		if err == nil {
-			err = q.qp.PostSend(&h.wr)
+			err = q.TransportLocked().PostSend(&h.wr)
 		}
 		if err != nil {
 			h.failLocked(h.wr.ID, qp.WCSend, err)
@@ -227,12 +232,12 @@ func posted(ring shm.Ring, what string, fetched uint32, queued int) (uint32, err
 	return prod, nil
 }
 
-// countPostedLocked adds to st the work requests the process posted that
+// CountPostedLocked adds to st the work requests the process posted that
 // the QP has not taken from its rings yet (it takes receives as packets
 // come), so that the daemon's view of the QP (softnic qp) counts them as
 // the process's own does. An index beyond the ring counts nothing: it is
-// corrupt, which the next pull reports. q.mu is held.
-func (h *hostedQP) countPostedLocked(st *qp.Status) {
+// corrupt, which the next pull reports. The QP's lock is held.
+func (h *hostedQP) CountPostedLocked(st *qp.Status) {
 	if h.closed || h.broken {
 		return
 	}
@@ -246,12 +251,12 @@ func (h *hostedQP) countPostedLocked(st *qp.Status) {
 	}
 }
 
-// pullRecvLocked takes the new receive work requests of the QP's ring (or
+// PullRecvLocked takes the new receive work requests of the QP's ring (or
 // its SRQ's) into the QP, and reports whether there were any. It runs
 // before the QP takes a packet, as rxe's responder reads the receive
 // queue, so that a receive posted before a SEND arrives is found without
-// a doorbell. q.mu is held.
-func (h *hostedQP) pullRecvLocked() bool {
+// a doorbell. The QP's lock is held.
+func (h *hostedQP) PullRecvLocked() bool {
 	if h.closed || h.broken {
 		return false
 	}
@@ -263,7 +268,7 @@ func (h *hostedQP) pullRecvLocked() bool {
 		return worked
 	}
 	q := h.q
-	prod, err := posted(h.rq, "receive", h.rqFetched, q.qp.Status().RecvQueued)
+	prod, err := posted(h.rq, "receive", h.rqFetched, q.TransportLocked().Status().RecvQueued)
 	if err != nil {
 		h.breakLocked(err)
 		return true
@@ -275,7 +280,7 @@ func (h *hostedQP) pullRecvLocked() bool {
 		h.s.cnt[cntRecvWQEs].Add(1)
 		err := shm.DecodeRecv(h.rq.Slot(h.rqFetched), h.cfg.MaxRecvSGE, &h.rwr, h.rsgl)
 		if err == nil {
-			err = q.qp.PostRecv(&h.rwr)
+			err = q.TransportLocked().PostRecv(&h.rwr)
 		}
 		if err != nil {
 			h.failLocked(h.rwr.ID, qp.WCRecv, err)
@@ -284,20 +289,20 @@ func (h *hostedQP) pullRecvLocked() bool {
 	return true
 }
 
-// publishLocked tells the process how many slots of each ring the QP is
+// PublishLocked tells the process how many slots of each ring the QP is
 // done with, and whether posting needs a doorbell; the device calls it
-// whenever the QP has run. q.mu is held.
+// whenever the QP has run. The QP's lock is held.
 //
 // While the QP has send requests outstanding, the device comes back to it
 // (a response, an ACK, a timer) and takes new requests then: the process
 // need not ring. Receive requests are taken as packets arrive; only a QP
 // in the error state, which completes them at once, needs a doorbell for
 // them.
-func (h *hostedQP) publishLocked() {
+func (h *hostedQP) PublishLocked() {
 	if h.closed || h.broken {
 		return
 	}
-	st := h.q.qp.Status()
+	st := h.q.TransportLocked().Status()
 	h.sq.Consumer().Store(h.sqFetched - uint32(st.SendQueued))
 	h.askDoorbell(h.sq, st.SendQueued == 0, h.sqFetched)
 	if h.srq != nil {
@@ -336,7 +341,7 @@ func (h *hostedQP) retire(wc *qp.WC) {
 	if h.closed || h.broken {
 		return
 	}
-	st := h.q.qp.Status()
+	st := h.q.TransportLocked().Status()
 	switch wc.Opcode {
 	case qp.WCRecv, qp.WCRecvWriteImm:
 		if h.srq != nil {
@@ -354,34 +359,34 @@ func (h *hostedQP) retire(wc *qp.WC) {
 // which flushes the work requests before it, then the request completes
 // with LOC_QP_OP_ERR, and those after it are flushed as they come. Only
 // the first refusal is logged: a process that keeps filling its ring with
-// garbage must not flood the daemon's log. q.mu is held.
+// garbage must not flood the daemon's log. The QP's lock is held.
 func (h *hostedQP) failLocked(id uint64, op qp.WCOpcode, why error) {
 	q := h.q
 	if h.firstFailure() {
-		h.s.log.Warn("attached QP failed: bad work request", slog.String("qpn", fmt.Sprintf("%#x", q.num)),
+		h.s.log.Warn("attached QP failed: bad work request", slog.String("qpn", fmt.Sprintf("%#x", q.Num())),
 			slog.Uint64("wr_id", id), slog.Any("error", why))
 	}
-	q.qp.Modify(&qp.Attr{State: qp.Err}, qp.AttrState)
+	q.TransportLocked().Modify(&qp.Attr{State: qp.Err}, qp.AttrState)
 	cq := h.scq
 	if op == qp.WCRecv {
 		cq = h.rcq
 	}
-	cq.push(&qp.WC{ID: id, Status: qp.LocQPOpErr, Opcode: op, QPN: q.num})
+	cq.push(&qp.WC{ID: id, Status: qp.LocQPOpErr, Opcode: op, QPN: q.Num()})
 }
 
 // breakLocked fails the QP for a ring whose index cannot be right: its
-// rings are not read any more. q.mu is held.
+// rings are not read any more. The QP's lock is held.
 func (h *hostedQP) breakLocked(why error) {
 	if h.firstFailure() {
-		h.s.log.Warn("attached QP failed: corrupt ring", slog.String("qpn", fmt.Sprintf("%#x", h.q.num)), slog.Any("error", why))
+		h.s.log.Warn("attached QP failed: corrupt ring", slog.String("qpn", fmt.Sprintf("%#x", h.q.Num())), slog.Any("error", why))
 	}
 	h.broken = true
-	h.q.qp.Modify(&qp.Attr{State: qp.Err}, qp.AttrState)
-	h.scq.push(&qp.WC{Status: qp.LocQPOpErr, Opcode: qp.WCSend, QPN: h.q.num})
+	h.q.TransportLocked().Modify(&qp.Attr{State: qp.Err}, qp.AttrState)
+	h.scq.push(&qp.WC{Status: qp.LocQPOpErr, Opcode: qp.WCSend, QPN: h.q.Num()})
 }
 
 // firstFailure reports whether the QP fails for the first time, and
-// counts it if so. q.mu is held.
+// counts it if so. The QP's lock is held.
 func (h *hostedQP) firstFailure() bool {
 	if h.failed {
 		return false
@@ -396,8 +401,8 @@ func (h *hostedQP) firstFailure() bool {
 func (h *hostedQP) close() {
 	h.unmap()
 	if h.q != nil {
-		h.q.mu.Lock()
-		defer h.q.mu.Unlock()
+		h.q.Lock()
+		defer h.q.Unlock()
 	}
 	if !h.released {
 		h.released = true
@@ -408,8 +413,8 @@ func (h *hostedQP) close() {
 // unmap unmaps the QP's rings; the QP no longer reads or writes them.
 func (h *hostedQP) unmap() {
 	if h.q != nil {
-		h.q.mu.Lock()
-		defer h.q.mu.Unlock()
+		h.q.Lock()
+		defer h.q.Unlock()
 	}
 	if h.closed {
 		return
@@ -428,7 +433,7 @@ func (h *hostedQP) unmap() {
 // (the CQ's notify function), on the goroutine that pushed them.
 type hostedCQ struct {
 	s     *session
-	cq    *CQ
+	cq    *nic.CQ
 	qcq   *qp.CQ // cq's, in the embedded device
 	depth uint32
 
@@ -446,7 +451,7 @@ type hostedCQ struct {
 // entries, its array in the daemon's heap, its ring and eventfd.
 func (s *session) newHostedCQ(depth int) (*hostedCQ, error) {
 	if depth <= 0 || depth > qp.MaxCQE {
-		return nil, fmt.Errorf("completion queue depth %d: %w", depth, ErrInvalid)
+		return nil, fmt.Errorf("completion queue depth %d: %w", depth, nic.ErrInvalid)
 	}
 	bill := ringBill(depth, shm.CQESize).Add(quota.Of(quota.CQEntries, int64(depth)).
 		Plus(quota.Heap, qp.CQHeapCost(depth)+int64(unsafe.Sizeof(hostedCQ{}))).Plus(quota.Descriptors, 1))
@@ -458,7 +463,7 @@ func (s *session) newHostedCQ(depth int) (*hostedCQ, error) {
 		s.acct.Release(bill)
 		return nil, err
 	}
-	c := &hostedCQ{s: s, cq: cq, qcq: cq.prov.(*embeddedCQ).cq, depth: uint32(depth), efd: -1, bill: bill}
+	c := &hostedCQ{s: s, cq: cq, qcq: cqOf(cq), depth: uint32(depth), efd: -1, bill: bill}
 	if c.m, c.ring, err = newRing("softnic-cq", depth, shm.CQESize); err != nil {
 		s.acct.Release(bill)
 		return nil, err
@@ -561,7 +566,7 @@ func (s *session) qpByNum(qpn uint32) *hostedQP {
 // hostedSRQ is a device SRQ an attached process fills through a ring.
 type hostedSRQ struct {
 	s      *session
-	srq    *SRQ
+	srq    *nic.SRQ
 	qsrq   *qp.SRQ // srq's, in the embedded device
 	depth  int
 	maxSGE int
@@ -579,9 +584,9 @@ type hostedSRQ struct {
 
 // newHostedSRQ makes an SRQ of pd, once its bill is charged: its entries,
 // its array in the daemon's heap and its ring.
-func (s *session) newHostedSRQ(pd *PD, depth, maxSGE int) (*hostedSRQ, error) {
+func (s *session) newHostedSRQ(pd *nic.PD, depth, maxSGE int) (*hostedSRQ, error) {
 	if depth <= 0 || depth > qp.MaxSRQWR || maxSGE <= 0 || maxSGE > qp.MaxSGE {
-		return nil, fmt.Errorf("SRQ depth %d, max SGE %d: %w", depth, maxSGE, ErrInvalid)
+		return nil, fmt.Errorf("SRQ depth %d, max SGE %d: %w", depth, maxSGE, nic.ErrInvalid)
 	}
 	bill := ringBill(depth, shm.RecvSlotSize(maxSGE)).Add(quota.Of(quota.SRQEntries, int64(depth)).
 		Plus(quota.Heap, qp.SRQHeapCost(depth, maxSGE)+int64(maxSGE)*int64(unsafe.Sizeof(qp.SGE{}))))
@@ -593,7 +598,7 @@ func (s *session) newHostedSRQ(pd *PD, depth, maxSGE int) (*hostedSRQ, error) {
 		s.acct.Release(bill)
 		return nil, err
 	}
-	r := &hostedSRQ{s: s, srq: srq, qsrq: srq.prov.(*embeddedSRQ).srq, depth: depth, maxSGE: maxSGE, rsgl: make([]qp.SGE, 0, maxSGE), bill: bill}
+	r := &hostedSRQ{s: s, srq: srq, qsrq: srqOf(srq), depth: depth, maxSGE: maxSGE, rsgl: make([]qp.SGE, 0, maxSGE), bill: bill}
 	if r.m, r.ring, err = newRing("softnic-srq", depth, shm.RecvSlotSize(maxSGE)); err != nil {
 		s.acct.Release(bill)
 		return nil, err
@@ -666,13 +671,13 @@ type hostedBuf struct {
 
 // hostedMR is a region of an attached process.
 type hostedMR struct {
-	m   *MR
+	r   *mr.Region // in the device's region table
 	buf *hostedBuf
 }
 
 // deregister deregisters m and frees its memory once no region uses it.
 func (s *session) deregister(m *hostedMR) error {
-	if err := m.m.Dereg(); err != nil {
+	if err := s.dev.Memory().Deregister(m.r); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -689,8 +694,8 @@ func (s *session) deregister(m *hostedMR) error {
 // hostedListener is a listener of an attached process: the QPs of the
 // connections it accepts are made with cfg.
 type hostedListener struct {
-	l    *Listener
-	pd   *PD
+	l    *nic.Listener
+	pd   *nic.PD
 	cfg  attachproto.QPConfig
 	bill quota.Bill // its backlog
 }
@@ -706,15 +711,16 @@ func (l *hostedListener) close(s *session) error {
 // hostedRequest is a connection request an attached process took from its
 // listener.
 type hostedRequest struct {
-	r *Request
+	r *nic.Request
 	l *hostedListener
 }
 
 // hostedConn is a connection the daemon's connection manager carries for
 // an attached process.
 type hostedConn struct {
-	c     *Conn
+	c     *nic.Conn
 	qp    *hostedQP
+	own   bool      // the QP was made for the connection: Close destroys it
 	since time.Time // when it was established
 	// The watcher tells the process when the connection ends, unless
 	// the process disconnects it: then stop is closed, and the answer to

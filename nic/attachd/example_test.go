@@ -1,8 +1,9 @@
-package nic_test
+package attachd_test
 
 import (
 	"context"
 	"fmt"
+	"log"
 	"net"
 	"net/netip"
 	"os"
@@ -10,15 +11,16 @@ import (
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/attachd"
 	"github.com/softnic/softnic/qp"
 )
 
-// ExampleAttachServer runs a daemon's device and attaches to it, as a
+// ExampleServer runs a daemon's device and attaches to it, as a
 // program does to softnic serve: the attached device has the same API, its
 // region lives in memory the daemon maps too, and the daemon's device
 // moves the data (here between two QPs of the process, connected through
 // it).
-func ExampleAttachServer() {
+func ExampleServer() {
 	dir, _ := os.MkdirTemp("", "softnic")
 	defer os.RemoveAll(dir)
 	sock := filepath.Join(dir, "softnic.sock")
@@ -26,7 +28,7 @@ func ExampleAttachServer() {
 	// The daemon: a device, served on a unix socket.
 	daemon := must(nic.Open(nic.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0"), Embed: true}))
 	defer daemon.Close()
-	srv := nic.NewAttachServer(daemon, nic.AttachServerConfig{})
+	srv := attachd.NewServer(daemon, attachd.Config{})
 	defer srv.Close()
 	l := must(net.Listen("unix", sock))
 	defer l.Close()
@@ -56,4 +58,12 @@ func ExampleAttachServer() {
 	// RDMA_WRITE SUCCESS
 	// through the daemon
 	// 1 process attached
+}
+
+// must is the example's error handling: a failure ends it.
+func must[T any](v T, err error) T {
+	if err != nil {
+		log.Fatal(err)
+	}
+	return v
 }

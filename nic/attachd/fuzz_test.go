@@ -1,8 +1,9 @@
-package nic
+package attachd
 
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -37,7 +38,7 @@ func FuzzAttachRequests(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	_, _, path := serveTest(f, AttachServerConfig{})
+	_, _, path := serveTest(f, Config{})
 	f.Fuzz(func(t *testing.T, script []byte) {
 		c := attachRaw(t, path)
 		defer c.Close()
@@ -83,10 +84,40 @@ func attachRaw(t *testing.T, path string) *shm.Conn {
 		t.Fatal(err)
 	}
 	c := shm.NewConn(uc, attachproto.MaxLine)
-	_, fds, err := handshake(c)
+	fds, err := sendAttachLine(c)
 	if err != nil {
 		t.Fatalf("attach: %v", err)
 	}
 	shm.CloseFDs(fds)
 	return c
+}
+
+// sendAttachLine attaches as a process that speaks the protocol itself
+// does: it sends the attach line on c and returns the descriptors of the
+// daemon's answer, its doorbell's eventfd and page.
+func sendAttachLine(c *shm.Conn) ([]int, error) {
+	var m attachproto.Msg
+	err := c.Send([]byte(attachproto.Line), nil)
+	var line []byte
+	if err == nil {
+		line, err = c.ReadLine()
+	}
+	if err == nil {
+		err = json.Unmarshal(line, &m)
+	}
+	var fds []int
+	if err == nil {
+		fds, err = c.TakeFDs(m.FDs)
+	}
+	if err == nil {
+		err = m.Err()
+	}
+	if err == nil && len(fds) != 2 {
+		err = fmt.Errorf("%d descriptors with the attach answer, want 2", len(fds))
+	}
+	if err != nil {
+		shm.CloseFDs(fds)
+		return nil, err
+	}
+	return fds, nil
 }

@@ -1,11 +1,12 @@
 //go:build linux
 
-package nic
+package attachd
 
 import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -312,13 +313,22 @@ func (s *fuzzSession) request(in *fuzzInput) error {
 	case attachproto.OpAllocMW:
 		s.keys = append(s.keys, res.RKey)
 	case attachproto.OpCreateCQ:
-		m, ring, err := mapCQ(r.fds, res.Depth)
+		if len(r.fds) != 2 {
+			shm.CloseFDs(r.fds)
+			return fmt.Errorf("create_cq: %d descriptors", len(r.fds))
+		}
+		m, ring, err := shm.MapRing(r.fds[0], res.Depth, shm.CQESize)
 		if err != nil {
+			shm.CloseFDs(r.fds[1:])
 			return fmt.Errorf("create_cq: %v", err)
 		}
 		s.rings = append(s.rings, fuzzRing{m: m, r: ring, ev: r.fds[1]})
 	case attachproto.OpCreateSRQ:
-		m, ring, err := mapRing(r.fds, shm.RecvSlotSize(res.MaxSGE), res.Depth)
+		if len(r.fds) != 1 {
+			shm.CloseFDs(r.fds)
+			return fmt.Errorf("create_srq: %d descriptors", len(r.fds))
+		}
+		m, ring, err := shm.MapRing(r.fds[0], res.Depth, shm.RecvSlotSize(res.MaxSGE))
 		if err != nil {
 			return fmt.Errorf("create_srq: %v", err)
 		}
@@ -333,7 +343,7 @@ func (s *fuzzSession) request(in *fuzzInput) error {
 		sizes := []int{shm.SendSlotSize(c.MaxSendSGE, c.MaxInline), shm.RecvSlotSize(c.MaxRecvSGE)}
 		depths := []int{c.MaxSendWR, c.MaxRecvWR}
 		for i, fd := range r.fds {
-			m, ring, err := mapRing([]int{fd}, sizes[i], depths[i])
+			m, ring, err := shm.MapRing(fd, depths[i], sizes[i])
 			if err != nil {
 				shm.CloseFDs(r.fds[i+1:])
 				return fmt.Errorf("create_qp: ring %d: %v", i, err)
@@ -484,7 +494,7 @@ func (s *fuzzSession) setIndex(in *fuzzInput) error {
 // edge value: slot 200 stands for every bit of the page) and signals the
 // doorbell eventfd a few times.
 func (s *fuzzSession) doorbell(in *fuzzInput) error {
-	victim := []uint32{s.fz.victim.a.prov.(*attachedQP).slot, s.fz.victim.b.prov.(*attachedQP).slot, shm.MaxSlots - 1, 1 << 31}
+	victim := append(slices.Clone(s.fz.victim.slots), shm.MaxSlots-1, 1<<31)
 	slot := pick(in, s.slots, victim, fuzzEdges)
 	signals := int(in.byte() % 16)
 	if slot == 200 {

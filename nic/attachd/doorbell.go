@@ -1,4 +1,4 @@
-package nic
+package attachd
 
 import (
 	"encoding/binary"
@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
 )
@@ -282,7 +283,7 @@ func (s *session) pass(woke bool) (rang, ok bool) {
 	s.failing = nil
 	s.mu.Unlock()
 	for _, h := range failing {
-		h.q.modify(&qp.Attr{State: qp.Err}, qp.AttrState)
+		h.pub.Modify(&qp.Attr{State: qp.Err}, qp.AttrState)
 	}
 	worked, idle := s.scan(true)
 	worked += len(failing)
@@ -325,14 +326,14 @@ func (s *session) addQPLocked(h *hostedQP) error {
 	slot := slices.Index(s.slots, nil)
 	if slot < 0 {
 		if len(s.slots) >= shm.MaxSlots {
-			return fmt.Errorf("%d QPs, as many as a process's doorbell tells apart: %w", len(s.slots), ErrNoMem)
+			return fmt.Errorf("%d QPs, as many as a process's doorbell tells apart: %w", len(s.slots), nic.ErrNoMem)
 		}
 		slot = len(s.slots)
 		s.slots = append(s.slots, nil)
 	}
 	h.slot = uint32(slot)
 	s.slots[slot] = h
-	s.byQPN[h.q.num] = h
+	s.byQPN[h.q.Num()] = h
 	s.snapQPs()
 	return nil
 }
@@ -342,7 +343,7 @@ func (s *session) removeQPLocked(h *hostedQP) {
 	if int(h.slot) < len(s.slots) && s.slots[h.slot] == h {
 		s.slots[h.slot] = nil
 	}
-	delete(s.byQPN, h.q.num)
+	delete(s.byQPN, h.q.Num())
 	s.snapQPs()
 }
 
@@ -400,8 +401,8 @@ func (s *session) scan(wait bool) (worked, idle int) {
 			idle++
 			continue
 		case wait:
-			h.q.mu.Lock()
-		case !h.q.mu.TryLock():
+			h.q.Lock()
+		case !h.q.TryLock():
 			s.bell.db.Mark(slot)
 			continue
 		}
@@ -410,7 +411,7 @@ func (s *session) scan(wait bool) (worked, idle int) {
 		} else {
 			idle++
 		}
-		h.q.mu.Unlock()
+		h.q.Unlock()
 	}
 	return worked, idle
 }

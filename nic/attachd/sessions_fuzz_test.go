@@ -1,12 +1,13 @@
 //go:build linux
 
-package nic
+package attachd
 
 import (
 	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"runtime"
@@ -19,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/internal/attachproto"
 	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/nic/shm"
@@ -156,8 +158,8 @@ var fuzzSessionSeeds = [][]byte{
 // sessionFuzz is the daemon under fuzzing, its victim, and what the
 // daemon held before the attackers came.
 type sessionFuzz struct {
-	dev    *Device
-	srv    *AttachServer
+	dev    *nic.Device
+	srv    *Server
 	path   string
 	victim *fuzzVictim
 	// base is what the daemon held when the first input began (on the
@@ -167,8 +169,8 @@ type sessionFuzz struct {
 }
 
 func newSessionFuzz(f *testing.F) *sessionFuzz {
-	dev, srv, path := serveTest(f, AttachServerConfig{})
-	fz := &sessionFuzz{dev: dev, srv: srv, path: path, victim: newFuzzVictim(f, path)}
+	dev, srv, path := serveTest(f, Config{})
+	fz := &sessionFuzz{dev: dev, srv: srv, path: path, victim: newFuzzVictim(f, srv, path)}
 	fz.victim.check(f)
 	return fz
 }
@@ -284,11 +286,7 @@ func (fz *sessionFuzz) attach() (*fuzzSession, error) {
 		return nil, err
 	}
 	c := shm.NewConn(uc, attachproto.MaxLine)
-	_, fds, err := handshake(c)
-	if err == nil && len(fds) != 2 {
-		shm.CloseFDs(fds)
-		err = fmt.Errorf("%d descriptors with the attach answer", len(fds))
-	}
+	fds, err := sendAttachLine(c)
 	if err != nil {
 		c.Close()
 		return nil, err
@@ -307,16 +305,17 @@ func (fz *sessionFuzz) attach() (*fuzzSession, error) {
 // fuzzVictim is a session made with the library, whose memory and
 // objects the attackers must not reach.
 type fuzzVictim struct {
-	dev          *Device
-	secretMR, mr *MR // the secret, remotely accessible; the victim's own work
-	a, b         *QP // connected to each other
-	cq           *CQ
+	dev          *nic.Device
+	secretMR, mr *nic.MR // the secret, remotely accessible; the victim's own work
+	a, b         *nic.QP // connected to each other
+	cq           *nic.CQ
 	secret       [16]byte
-	handles      []uint32
+	handles      []uint32 // of all its objects at the daemon
+	slots        []uint32 // of a and b in its doorbell page
 	next         uint64
 }
 
-func newFuzzVictim(f *testing.F, path string) *fuzzVictim {
+func newFuzzVictim(f *testing.F, srv *Server, path string) *fuzzVictim {
 	v := &fuzzVictim{}
 	must := func(err error) {
 		f.Helper()
@@ -325,7 +324,7 @@ func newFuzzVictim(f *testing.F, path string) *fuzzVictim {
 		}
 	}
 	var err error
-	v.dev, err = Open(Config{Attach: path})
+	v.dev, err = nic.Open(nic.Config{Attach: path})
 	must(err)
 	f.Cleanup(func() { v.dev.Close() })
 	pd, err := v.dev.AllocPD()
@@ -337,18 +336,22 @@ func newFuzzVictim(f *testing.F, path string) *fuzzVictim {
 	must(err)
 	v.cq, err = v.dev.CreateCQ(16)
 	must(err)
-	v.a, err = pd.CreateQP(QPConfig{SendCQ: v.cq})
+	v.a, err = pd.CreateQP(nic.QPConfig{SendCQ: v.cq})
 	must(err)
-	v.b, err = pd.CreateQP(QPConfig{SendCQ: v.cq})
+	v.b, err = pd.CreateQP(nic.QPConfig{SendCQ: v.cq})
 	must(err)
-	must(v.a.Connect(v.dev.Addr(), v.b.Num(), ConnectOptions{}))
-	must(v.b.Connect(v.dev.Addr(), v.a.Num(), ConnectOptions{}))
+	must(v.a.Connect(v.dev.Addr(), v.b.Num(), nic.ConnectOptions{}))
+	must(v.b.Connect(v.dev.Addr(), v.a.Num(), nic.ConnectOptions{}))
 	binary.NativeEndian.PutUint64(v.secret[:], uint64(time.Now().UnixNano()))
 	binary.NativeEndian.PutUint64(v.secret[8:], 0x5ec7e75ec7e75ec7)
 	for i := 0; i < len(v.secretMR.Bytes()); i += len(v.secret) {
 		copy(v.secretMR.Bytes()[i:], v.secret[:])
 	}
-	v.handles = []uint32{daemonHandle(pd.prov), v.secretMR.prov.(*attachedMR).h, v.mr.prov.(*attachedMR).h, v.cq.prov.(*attachedCQ).h, v.a.prov.(*attachedQP).h, v.b.prov.(*attachedQP).h}
+	a, b := hostedOf(f, srv, v.a), hostedOf(f, srv, v.b)
+	v.slots = []uint32{a.slot, b.slot}
+	a.s.mu.Lock()
+	v.handles = slices.Sorted(maps.Keys(a.s.objects))
+	a.s.mu.Unlock()
 	return v
 }
 

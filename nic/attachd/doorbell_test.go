@@ -1,10 +1,11 @@
-package nic
+package attachd
 
 import (
 	"runtime"
 	"testing"
 	"time"
 
+	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
 )
@@ -44,7 +45,7 @@ func TestDoorbellBudget(t *testing.T) {
 }
 
 // onlySession returns the one session of srv.
-func onlySession(t *testing.T, srv *AttachServer) *session {
+func onlySession(t *testing.T, srv *Server) *session {
 	t.Helper()
 	srv.mu.Lock()
 	defer srv.mu.Unlock()
@@ -61,11 +62,11 @@ func onlySession(t *testing.T, srv *AttachServer) *session {
 // marked in the page and no other, however many the process has; a mark
 // of no QP, or of a QP with nothing new, counts as a look for nothing.
 func TestDoorbellLooksAtMarkedQPs(t *testing.T) {
-	_, srv, path := serveTest(t, AttachServerConfig{})
+	_, srv, path := serveTest(t, Config{})
 	l := newLoop(t, path, false)
 	const others = 100
 	for range others {
-		if _, err := l.pd.CreateQP(QPConfig{SendCQ: l.acq}); err != nil {
+		if _, err := l.pd.CreateQP(nic.QPConfig{SendCQ: l.acq}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -73,13 +74,8 @@ func TestDoorbellLooksAtMarkedQPs(t *testing.T) {
 		t.Fatalf("before: %v", wc.String())
 	}
 	s := onlySession(t, srv)
-	q := l.a.prov.(*attachedQP)
 	wr := qp.SendWR{ID: 2, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{l.m.SGE(0, 64)}, RemoteAddr: l.m.Addr() + 4096, RKey: l.m.RKey()}
-	q.sqMu.Lock()
-	err := q.postSendLocked(&wr) // in the ring, without a doorbell
-	q.sq.Producer().Store(q.sqProd)
-	q.sqMu.Unlock()
-	if err != nil {
+	if err := l.a.PostSendDeferred(&wr); err != nil { // in the ring, without a doorbell
 		t.Fatal(err)
 	}
 	// The doorbell goroutine sleeps once it has asked for a doorbell and
@@ -91,7 +87,7 @@ func TestDoorbellLooksAtMarkedQPs(t *testing.T) {
 	// already, running the QP for a late ACK), an idle QP and no QP.
 	var worked, idle int
 	for try := 0; try < 100; try++ { // the goroutine may have been finishing its last look
-		for _, slot := range []uint32{q.slot, l.b.prov.(*attachedQP).slot, shm.MaxSlots - 1} {
+		for _, slot := range []uint32{hostedOf(t, srv, l.a).slot, hostedOf(t, srv, l.b).slot, shm.MaxSlots - 1} {
 			s.bell.db.Mark(slot)
 		}
 		if worked, idle = s.scan(true); worked+idle == 3 {
@@ -111,7 +107,7 @@ func TestDoorbellLooksAtMarkedQPs(t *testing.T) {
 // is counted, and then finds its doorbell heard again: its posts complete,
 // as another process's do throughout.
 func TestDoorbellFloodThrottled(t *testing.T) {
-	_, srv, path := serveTest(t, AttachServerConfig{})
+	_, srv, path := serveTest(t, Config{})
 	flooder := newLoop(t, path, false)
 	s := onlySession(t, srv)
 	other := newLoop(t, path, false)
@@ -126,7 +122,7 @@ func TestDoorbellFloodThrottled(t *testing.T) {
 				flooded <- n
 				return
 			default:
-				shm.Signal(flooder.dev.prov.(*attachment).bellFD)
+				s.wake() // the process's doorbell eventfd
 			}
 		}
 	}()

@@ -1,9 +1,8 @@
-package nic
+package attachd
 
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net"
@@ -15,7 +14,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/mr"
-	"github.com/softnic/softnic/nic/internal/attachproto"
+	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
@@ -23,13 +22,13 @@ import (
 
 // serveTest serves a device on loopback to attached processes from the
 // test process, with cfg, and returns the server and its socket's path.
-func serveTest(t testing.TB, cfg AttachServerConfig) (*Device, *AttachServer, string) {
+func serveTest(t testing.TB, cfg Config) (*nic.Device, *Server, string) {
 	t.Helper()
-	dev, err := Open(Config{Addr: netip.MustParseAddrPort("127.0.0.1:0"), Embed: true})
+	dev, err := nic.Open(nic.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0"), Embed: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewAttachServer(dev, cfg)
+	srv := NewServer(dev, cfg)
 	path := filepath.Join(t.TempDir(), "softnic.sock")
 	l, err := net.Listen("unix", path)
 	if err != nil {
@@ -52,17 +51,17 @@ func serveTest(t testing.TB, cfg AttachServerConfig) (*Device, *AttachServer, st
 // loop is two RC QPs of one attached device connected to each other
 // through the daemon's device, with a CQ each and a region.
 type loop struct {
-	dev      *Device
-	pd       *PD
-	m        *MR
-	a, b     *QP
-	acq, bcq *CQ
-	srq      *SRQ
+	dev      *nic.Device
+	pd       *nic.PD
+	m        *nic.MR
+	a, b     *nic.QP
+	acq, bcq *nic.CQ
+	srq      *nic.SRQ
 }
 
 func newLoop(t *testing.T, path string, withSRQ bool) *loop {
 	t.Helper()
-	dev, err := Open(Config{Attach: path})
+	dev, err := nic.Open(nic.Config{Attach: path})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,22 +81,22 @@ func newLoop(t *testing.T, path string, withSRQ bool) *loop {
 	must(err)
 	l.m, err = l.pd.AllocMR(1<<16, mr.LocalWrite|mr.RemoteWrite|mr.RemoteRead)
 	must(err)
-	cfg := QPConfig{SendCQ: l.bcq, MaxSendWR: 8, MaxRecvWR: 8}
+	cfg := nic.QPConfig{SendCQ: l.bcq, MaxSendWR: 8, MaxRecvWR: 8}
 	if withSRQ {
 		l.srq, err = l.pd.CreateSRQ(8, 1)
 		must(err)
 		cfg.SRQ = l.srq
 	}
-	l.a, err = l.pd.CreateQP(QPConfig{SendCQ: l.acq, MaxSendWR: 8, MaxRecvWR: 8})
+	l.a, err = l.pd.CreateQP(nic.QPConfig{SendCQ: l.acq, MaxSendWR: 8, MaxRecvWR: 8})
 	must(err)
 	l.b, err = l.pd.CreateQP(cfg)
 	must(err)
-	must(l.a.Connect(dev.Addr(), l.b.Num(), ConnectOptions{}))
-	must(l.b.Connect(dev.Addr(), l.a.Num(), ConnectOptions{}))
+	must(l.a.Connect(dev.Addr(), l.b.Num(), nic.ConnectOptions{}))
+	must(l.b.Connect(dev.Addr(), l.a.Num(), nic.ConnectOptions{}))
 	return l
 }
 
-func waitWC(t *testing.T, cq *CQ) qp.WC {
+func waitWC(t *testing.T, cq *nic.CQ) qp.WC {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -119,13 +118,34 @@ func (l *loop) write(t *testing.T, id uint64) qp.WC {
 }
 
 // waitState waits until q is in state st.
-func waitState(t *testing.T, q *QP, st qp.State) {
+func waitState(t *testing.T, q *nic.QP, st qp.State) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); q.Status().State != st; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("QP %#x is %s, want %s", q.Num(), q.Status().State, st)
 		}
 	}
+}
+
+// hostedOf returns the daemon's side of the attached process's QP q.
+func hostedOf(t testing.TB, srv *Server, q *nic.QP) *hostedQP {
+	t.Helper()
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	for s := range srv.sessions {
+		if h := s.qpByNum(q.Num()); h != nil {
+			return h
+		}
+	}
+	t.Fatalf("no attached QP %#x", q.Num())
+	return nil
+}
+
+// ring rings h's doorbell, as its process does: it marks h in the
+// doorbell page and signals the doorbell eventfd.
+func ring(h *hostedQP) {
+	h.s.bell.db.Mark(h.slot)
+	h.s.wake()
 }
 
 // TestAttachedQueueCorruption: garbage in a shared queue, written as a
@@ -137,41 +157,38 @@ func TestAttachedQueueCorruption(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		srq   bool
-		spoil func(t *testing.T, l *loop) (cq *CQ, id uint64)
+		spoil func(t *testing.T, l *loop, a, b *hostedQP) (cq *nic.CQ, id uint64)
 	}{
-		{"send WQE with an unknown opcode", false, func(t *testing.T, l *loop) (*CQ, uint64) {
-			q := l.a.prov.(*attachedQP)
-			slot := q.sq.Slot(q.sqProd)
+		{"send WQE with an unknown opcode", false, func(t *testing.T, l *loop, a, _ *hostedQP) (*nic.CQ, uint64) {
+			prod := a.sq.Producer().Load()
+			slot := a.sq.Slot(prod)
 			shm.EncodeSend(slot, &qp.SendWR{ID: 0xbad, Opcode: qp.WRWrite})
 			slot[8] = 99
-			q.sqProd++
-			q.sq.Producer().Store(q.sqProd)
+			a.sq.Producer().Store(prod + 1)
 			return l.acq, 0xbad
 		}},
-		{"send WQE with more SGEs than the QP takes", false, func(t *testing.T, l *loop) (*CQ, uint64) {
-			q := l.a.prov.(*attachedQP)
-			slot := q.sq.Slot(q.sqProd)
+		{"send WQE with more SGEs than the QP takes", false, func(t *testing.T, l *loop, a, _ *hostedQP) (*nic.CQ, uint64) {
+			prod := a.sq.Producer().Load()
+			slot := a.sq.Slot(prod)
 			shm.EncodeSend(slot, &qp.SendWR{ID: 0xbad2, Opcode: qp.WRWrite})
 			slot[10] = 200
-			q.sqProd++
-			q.sq.Producer().Store(q.sqProd)
+			a.sq.Producer().Store(prod + 1)
 			return l.acq, 0xbad2
 		}},
-		{"send producer index beyond the ring", false, func(t *testing.T, l *loop) (*CQ, uint64) {
-			l.a.prov.(*attachedQP).sq.Producer().Store(l.a.prov.(*attachedQP).sqProd + 1000)
+		{"send producer index beyond the ring", false, func(t *testing.T, l *loop, a, _ *hostedQP) (*nic.CQ, uint64) {
+			a.sq.Producer().Store(a.sq.Producer().Load() + 1000)
 			return l.acq, 0
 		}},
-		{"receive WQE with reserved bytes set", false, func(t *testing.T, l *loop) (*CQ, uint64) {
-			q := l.b.prov.(*attachedQP)
-			slot := q.rq.Slot(q.rqProd)
+		{"receive WQE with reserved bytes set", false, func(t *testing.T, l *loop, _, b *hostedQP) (*nic.CQ, uint64) {
+			prod := b.rq.Producer().Load()
+			slot := b.rq.Slot(prod)
 			shm.EncodeRecv(slot, &qp.RecvWR{ID: 0xbad3})
 			slot[15] = 1
-			q.rqProd++
-			q.rq.Producer().Store(q.rqProd)
+			b.rq.Producer().Store(prod + 1)
 			return l.bcq, 0xbad3
 		}},
-		{"SRQ producer index beyond the ring", true, func(t *testing.T, l *loop) (*CQ, uint64) {
-			l.srq.prov.(*attachedSRQ).ring.Producer().Store(l.srq.prov.(*attachedSRQ).prod + 77)
+		{"SRQ producer index beyond the ring", true, func(t *testing.T, l *loop, _, b *hostedQP) (*nic.CQ, uint64) {
+			b.srq.ring.Producer().Store(b.srq.ring.Producer().Load() + 77)
 			// The daemon takes SRQ receives as packets arrive: send one.
 			wr := qp.SendWR{ID: 1, Opcode: qp.WRSend, SGL: []qp.SGE{l.m.SGE(0, 8)}}
 			if err := l.a.PostSend(&wr); err != nil {
@@ -181,18 +198,21 @@ func TestAttachedQueueCorruption(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, _, path := serveTest(t, AttachServerConfig{})
+			_, srv, path := serveTest(t, Config{})
 			l, other := newLoop(t, path, tc.srq), newLoop(t, path, false)
 			if wc := l.write(t, 1); wc.Status != qp.Success {
 				t.Fatalf("before: %v", wc.String())
 			}
-			cq, id := tc.spoil(t, l)
-			victim := l.a
+			// The rings are in memory the process and the daemon both map:
+			// the test writes into them from the daemon's side what the
+			// process could have written from its own.
+			a, b := hostedOf(t, srv, l.a), hostedOf(t, srv, l.b)
+			cq, id := tc.spoil(t, l, a, b)
+			victim, hv := l.a, a
 			if cq == l.bcq {
-				victim = l.b
+				victim, hv = l.b, b
 			}
-			l.dev.prov.(*attachment).needWake.Store(1) // ring whatever the daemon says
-			l.dev.prov.(*attachment).ringDoorbell(victim.prov.(*attachedQP).slot)
+			ring(hv) // whatever the daemon asked for
 			var wc qp.WC
 			for wc = waitWC(t, cq); wc.Status == qp.WRFlushErr; wc = waitWC(t, cq) {
 			}
@@ -212,19 +232,20 @@ func TestAttachedQueueCorruption(t *testing.T) {
 // ring says so (ErrOverflow once drained) and the QP that completed enters
 // the error state, as a CQ overflow does to an embedded device's QP.
 func TestAttachedCQConsumerSpoilt(t *testing.T) {
-	_, _, path := serveTest(t, AttachServerConfig{})
+	_, srv, path := serveTest(t, Config{})
 	l := newLoop(t, path, false)
 	if wc := l.write(t, 1); wc.Status != qp.Success {
 		t.Fatalf("before: %v", wc.String())
 	}
-	l.acq.prov.(*attachedCQ).ring.Consumer().Store(l.acq.prov.(*attachedCQ).cons + 12345)
+	ring := hostedOf(t, srv, l.a).scq.ring
+	ring.Consumer().Store(ring.Consumer().Load() + 12345)
 	wr := qp.SendWR{ID: 2, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{l.m.SGE(0, 8)}, RemoteAddr: l.m.Addr(), RKey: l.m.RKey()}
 	if err := l.a.PostSend(&wr); err != nil {
 		t.Fatal(err)
 	}
 	waitState(t, l.a, qp.Err)
 	var wcs [4]qp.WC
-	if n, err := l.acq.Poll(wcs[:]); n != 0 || !errors.Is(err, ErrOverflow) {
+	if n, err := l.acq.Poll(wcs[:]); n != 0 || !errors.Is(err, nic.ErrOverflow) {
 		t.Errorf("Poll after the overflow: %d completions, %v; want ErrOverflow", n, err)
 	}
 }
@@ -237,8 +258,8 @@ func TestAttachedCQConsumerSpoilt(t *testing.T) {
 func TestAttachRefusedRegionUncharged(t *testing.T) {
 	limits := quota.DefaultLimits(quota.Probe(1 << 14))
 	limits[quota.Process][quota.Objects] = 2
-	_, srv, path := serveTest(t, AttachServerConfig{Limits: &limits})
-	dev, err := Open(Config{Attach: path})
+	_, srv, path := serveTest(t, Config{Limits: &limits})
+	dev, err := nic.Open(nic.Config{Attach: path})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +274,7 @@ func TestAttachRefusedRegionUncharged(t *testing.T) {
 	account := func() int64 { return srv.Usage().Total[quota.Memory] }
 	before := account()
 	for range 3 {
-		if _, err := pd.AllocMR(1<<16, mr.LocalWrite); !errors.Is(err, ErrNoMem) {
+		if _, err := pd.AllocMR(1<<16, mr.LocalWrite); !errors.Is(err, nic.ErrNoMem) {
 			t.Fatalf("AllocMR past the object limit: %v, want ErrNoMem", err)
 		}
 	}
@@ -283,19 +304,19 @@ func (c *messageCounter) Write(line []byte) (int, error) {
 func TestAttachedBadWQEsLoggedOnce(t *testing.T) {
 	var warned messageCounter
 	warned.msg = []byte("attached QP failed")
-	_, srv, path := serveTest(t, AttachServerConfig{Logger: slog.New(slog.NewTextHandler(&warned, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	_, srv, path := serveTest(t, Config{Logger: slog.New(slog.NewTextHandler(&warned, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	l := newLoop(t, path, false)
-	q := l.a.prov.(*attachedQP)
+	h := hostedOf(t, srv, l.a)
 	const bad = 6
+	prod := h.sq.Producer().Load()
 	for i := range bad {
-		slot := q.sq.Slot(q.sqProd)
+		slot := h.sq.Slot(prod)
 		shm.EncodeSend(slot, &qp.SendWR{ID: uint64(0xbad0 + i), Opcode: qp.WRWrite})
 		slot[8] = 99 // no such opcode
-		q.sqProd++
+		prod++
 	}
-	q.sq.Producer().Store(q.sqProd)
-	l.dev.prov.(*attachment).needWake.Store(1)
-	l.dev.prov.(*attachment).ringDoorbell(q.slot)
+	h.sq.Producer().Store(prod)
+	ring(h)
 	for i := range bad {
 		if wc := waitWC(t, l.acq); wc.Status != qp.LocQPOpErr || wc.ID != uint64(0xbad0+i) {
 			t.Errorf("completion %d: %v, want LOC_QP_OP_ERR of WR %#x", i, wc.String(), 0xbad0+i)
@@ -305,7 +326,7 @@ func TestAttachedBadWQEsLoggedOnce(t *testing.T) {
 		t.Errorf("%d warnings logged for the failed QP, want 1", n)
 	}
 	counters := srv.Processes()[0].Counters
-	if i := slices.IndexFunc(counters, func(c CounterValue) bool { return c.Name == "bad_queues" }); i < 0 || counters[i].Value != 1 {
+	if i := slices.IndexFunc(counters, func(c nic.CounterValue) bool { return c.Name == "bad_queues" }); i < 0 || counters[i].Value != 1 {
 		t.Errorf("counters %v, want bad_queues = 1", counters)
 	}
 }
@@ -314,14 +335,14 @@ func TestAttachedBadWQEsLoggedOnce(t *testing.T) {
 // the work requests still in its rings, as the process's Status does:
 // receives wait there until a packet comes.
 func TestHostedQPCountsRingWRs(t *testing.T) {
-	dev, _, path := serveTest(t, AttachServerConfig{})
+	dev, _, path := serveTest(t, Config{})
 	l := newLoop(t, path, false)
 	for i := range 3 {
 		if err := l.b.PostRecv(&qp.RecvWR{ID: uint64(i), SGL: []qp.SGE{l.m.SGE(0, 8)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	var hosted *QP
+	var hosted *nic.QP
 	for _, q := range dev.QPs() {
 		if q.Num() == l.b.Num() {
 			hosted = q
@@ -332,53 +353,5 @@ func TestHostedQPCountsRingWRs(t *testing.T) {
 	}
 	if got, want := hosted.Status().RecvQueued, l.b.Status().RecvQueued; got != 3 || want != 3 {
 		t.Errorf("receives queued: %d at the daemon, %d in the process; want 3 and 3", got, want)
-	}
-}
-
-// TestDetachFromHungDaemon: Close waits for the daemon to finish the
-// detach, but no longer than detachWait: a daemon that answers the attach
-// and then never closes the session (stopped, or hung) is cut off, and
-// Close still unmaps and returns.
-func TestDetachFromHungDaemon(t *testing.T) {
-	defer func(w time.Duration) { detachWait = w }(detachWait)
-	detachWait = 100 * time.Millisecond
-	path := filepath.Join(t.TempDir(), "hung.sock")
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	hung := make(chan *net.UnixConn, 1)
-	go func() {
-		c, err := l.AcceptUnix()
-		if err != nil {
-			return
-		}
-		conn := shm.NewConn(c, attachproto.MaxLine)
-		if _, err := conn.ReadLine(); err != nil {
-			return
-		}
-		bell, _ := shm.NewEventFD()
-		page, _ := shm.Create("hung-doorbell", shm.DoorbellSize)
-		hello, _ := json.Marshal(attachproto.Hello{Addr: netip.MustParseAddrPort("127.0.0.1:4791"), MTU: 1024})
-		line, _ := json.Marshal(attachproto.Msg{FDs: 2, Result: hello})
-		conn.Send(line, []int{bell, page.FD()})
-		shm.CloseFDs([]int{bell})
-		page.Close()
-		hung <- c // read nothing more, close nothing
-	}()
-	dev, err := Open(Config{Attach: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := <-hung
-	defer c.Close()
-	start := time.Now()
-	dev.Close()
-	if took := time.Since(start); took < detachWait || took > detachWait+5*time.Second {
-		t.Errorf("Close took %v; want detachWait (%v), then give up", took, detachWait)
-	}
-	if _, err := dev.AllocPD(); !errors.Is(err, ErrClosed) {
-		t.Errorf("AllocPD after Close: %v, want ErrClosed", err)
 	}
 }

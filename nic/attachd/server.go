@@ -1,6 +1,7 @@
-package nic
+package attachd
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,15 +19,18 @@ import (
 	"log/slog"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/internal/attachproto"
+	"github.com/softnic/softnic/nic/internal/hooks"
 	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/nic/shm"
+	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/wire/mad"
 )
 
-// AttachServerConfig configures an AttachServer. Zero fields take the
+// Config configures an Server. Zero fields take the
 // defaults noted.
-type AttachServerConfig struct {
+type Config struct {
 	// Logger receives attach and detach events; nil uses the device's.
 	Logger *slog.Logger
 	// Limits bound what attached processes hold in the daemon, each
@@ -43,8 +47,8 @@ type AttachServerConfig struct {
 	AllowGroups []int
 }
 
-// AttachServer lets other processes use a device as theirs: it is the
-// daemon side of attach mode (see Config.Attach). Each attached process
+// Server lets other processes use a device as theirs: it is the
+// daemon side of attach mode (see nic.Config.Attach). Each attached process
 // gets its own protection domains, regions, CQs and QPs on the device,
 // named by handles only it can use; its queues are rings in memory both
 // processes map, which the server moves between the process and the
@@ -59,13 +63,15 @@ type AttachServerConfig struct {
 // the error state), memory a process offers must be a sealed memfd, and a
 // process that rings its doorbell for nothing is throttled (see
 // doorbellRate).
-type AttachServer struct {
-	dev *Device
-	nic *embeddedDevice // dev's provider; nil if dev is attached itself
-	// hook is the server as the busy-polling reader of nic's polls it.
-	hook *busyPollHook
-	cfg  AttachServerConfig
-	log  *slog.Logger
+type Server struct {
+	dev *nic.Device
+	// embedded tells that dev is an embedded device, which the server
+	// can serve; unhook stops its busy-polling reader from polling the
+	// server's queues.
+	embedded bool
+	unhook   func()
+	cfg      Config
+	log      *slog.Logger
 
 	// ledger keeps what each process and user holds, against the limits.
 	ledger *quota.Ledger
@@ -80,7 +86,7 @@ type AttachServer struct {
 	closed   bool
 	wg       sync.WaitGroup // sessions
 
-	// For a device that busy-polls (Config.BusyPoll): the sessions, as
+	// For a device that busy-polls (nic.Config.BusyPoll): the sessions, as
 	// its reader polls them, and whether it does now.
 	polled atomic.Pointer[[]*session]
 	busy   atomic.Bool
@@ -93,31 +99,32 @@ type AttachServer struct {
 // vanished must not hold up a detach or the daemon's shutdown.
 func background(f func()) { go f() }
 
-// NewAttachServer returns a server of d's resources to attached processes.
+// NewServer returns a server of d's resources to attached processes.
 // Close it before d. d is an embedded device: a server of an attached one
-// refuses every process with ErrNotSupported.
-func NewAttachServer(d *Device, cfg AttachServerConfig) *AttachServer {
+// refuses every process with nic.ErrNotSupported.
+func NewServer(d *nic.Device, cfg Config) *Server {
 	if cfg.Logger == nil {
-		cfg.Logger = d.log
+		cfg.Logger = deviceLogger(d)
 	}
 	limits := cfg.Limits
 	if limits == nil {
 		l := quota.DefaultLimits(quota.Probe(d.MaxQPs()))
 		limits = &l
 	}
-	nic, _ := d.prov.(*embeddedDevice)
-	s := &AttachServer{dev: d, nic: nic, cfg: cfg, log: cfg.Logger, sessions: make(map[*session]struct{}), stop: make(chan struct{}),
-		ledger: quota.NewLedger(*limits, cfg.LimitFlag)}
+	s := &Server{dev: d, cfg: cfg, log: cfg.Logger, sessions: make(map[*session]struct{}), stop: make(chan struct{}),
+		ledger: quota.NewLedger(*limits, cfg.LimitFlag), unhook: func() {}}
 	s.accepts.Log = s.log
-	if nic != nil {
-		s.hook = nic.setBusyPoller(s)
+	if e, ok := embedded(d); ok {
+		s.embedded = true
+		s.unhook = e.SetBusyPoller(s)
 	}
 	return s
 }
 
-// pollRings is a busy-polling reader's pass over the queues of every
-// attached process (see Config.BusyPoll).
-func (s *AttachServer) pollRings() bool {
+// PollRings is a busy-polling reader's pass over the queues of every
+// attached process (see nic.Config.BusyPoll); it is the device's hook, not
+// for users.
+func (s *Server) PollRings() bool {
 	p := s.polled.Load()
 	if p == nil {
 		return false
@@ -131,10 +138,10 @@ func (s *AttachServer) pollRings() bool {
 	return worked
 }
 
-// busyPolling turns the processes' doorbells off while the reader polls
+// BusyPolling turns the processes' doorbells off while the reader polls
 // their queues, and back on (then looks at the queues once more, for
 // posts that found them off) when it stops.
-func (s *AttachServer) busyPolling(on bool) {
+func (s *Server) BusyPolling(on bool) {
 	s.busy.Store(on)
 	if p := s.polled.Load(); p != nil {
 		for _, x := range *p {
@@ -145,7 +152,7 @@ func (s *AttachServer) busyPolling(on bool) {
 
 // republish refreshes the sessions a busy-polling reader polls; s.mu is
 // held.
-func (s *AttachServer) republish() {
+func (s *Server) republish() {
 	ss := slices.Collect(maps.Keys(s.sessions))
 	s.polled.Store(&ss)
 }
@@ -155,7 +162,7 @@ func (s *AttachServer) republish() {
 // client sends. An accept error that passes, such as EMFILE, is waited
 // out (AcceptErrors counts them). It returns the listener's error, or
 // ErrClosed. A server serves one listener at a time.
-func (s *AttachServer) Serve(l net.Listener) error {
+func (s *Server) Serve(l net.Listener) error {
 	s.accepts.What = l.Addr().String()
 	for {
 		c, err := s.accepts.Accept(l, s.stop)
@@ -171,7 +178,7 @@ func (s *AttachServer) Serve(l net.Listener) error {
 		if s.closed {
 			s.mu.Unlock()
 			c.Close()
-			return fmt.Errorf("attach server: %w", ErrClosed)
+			return fmt.Errorf("attach server: %w", nic.ErrClosed)
 		}
 		s.wg.Add(1)
 		s.mu.Unlock()
@@ -194,11 +201,11 @@ func (s *AttachServer) Serve(l net.Listener) error {
 }
 
 // Admit returns who is at the other end of c, a connection to the
-// control socket, or ErrAccess when the server does not serve that user:
+// control socket, or nic.ErrAccess when the server does not serve that user:
 // the daemon's own user, root and the members of Config.AllowGroups
 // attach. Serve and ServeConn admit every connection; a control socket
 // that answers other commands too admits each before it reads anything.
-func (s *AttachServer) Admit(c *net.UnixConn) (PeerCred, error) {
+func (s *Server) Admit(c *net.UnixConn) (nic.PeerCred, error) {
 	cred, err := admit(c, s.cfg.AllowGroups)
 	if err != nil {
 		s.refused.Add(1)
@@ -207,7 +214,7 @@ func (s *AttachServer) Admit(c *net.UnixConn) (PeerCred, error) {
 }
 
 // RefusedPeers counts the connections Admit refused.
-func (s *AttachServer) RefusedPeers() uint64 { return s.refused.Load() }
+func (s *Server) RefusedPeers() uint64 { return s.refused.Load() }
 
 // ReadControlLine reads the first line a client sends on a control socket
 // that takes other commands besides attach, at most max bytes, and not a
@@ -229,13 +236,13 @@ func ReadControlLine(c *net.UnixConn, max int) ([]byte, error) {
 			return line, err
 		}
 	}
-	return line, fmt.Errorf("no end of line in %d bytes: %w", max, ErrInvalid)
+	return line, fmt.Errorf("no end of line in %d bytes: %w", max, nic.ErrInvalid)
 }
 
 // ServeConn serves the process at the other end of c, which has sent the
 // attach line, until it detaches or the server closes; then it destroys
 // everything the process made and closes c.
-func (s *AttachServer) ServeConn(c *net.UnixConn) error {
+func (s *Server) ServeConn(c *net.UnixConn) error {
 	ss, err := s.newSession(c)
 	if err != nil {
 		s.refuse(c, err)
@@ -250,7 +257,7 @@ func (s *AttachServer) ServeConn(c *net.UnixConn) error {
 // may have sent its line, or more, unread: what it sent is read and
 // dropped before the close, which would otherwise reset the connection
 // under the answer.
-func (s *AttachServer) refuse(c *net.UnixConn, err error) {
+func (s *Server) refuse(c *net.UnixConn, err error) {
 	s.refusals.Log(s.log, "attach refused", slog.Any("error", err))
 	m := attachproto.Msg{}
 	m.SetError(err)
@@ -265,10 +272,8 @@ func (s *AttachServer) refuse(c *net.UnixConn, err error) {
 // Close detaches every process and waits until their resources are gone.
 // Connections still being disconnected for them are not waited for: their
 // DREQs go on until answered, or until the device closes.
-func (s *AttachServer) Close() error {
-	if s.nic != nil {
-		s.nic.clearBusyPoller(s.hook)
-	}
+func (s *Server) Close() error {
+	s.unhook()
 	s.mu.Lock()
 	if !s.closed {
 		close(s.stop)
@@ -288,39 +293,56 @@ func (s *AttachServer) Close() error {
 
 // Usage returns what the attached processes and their users hold, against
 // the limits.
-func (s *AttachServer) Usage() quota.Usage { return s.ledger.Usage() }
+func (s *Server) Usage() quota.Usage { return s.ledger.Usage() }
 
 // AcceptErrors counts the accepts of Serve that failed and were retried.
-func (s *AttachServer) AcceptErrors() uint64 { return s.accepts.Errors() }
+func (s *Server) AcceptErrors() uint64 { return s.accepts.Errors() }
 
-// AttachedProcess describes an attached process and what it owns.
-type AttachedProcess struct {
+// Process describes an attached process and what it owns.
+type Process struct {
 	PID, UID int           // from SO_PEERCRED
 	Since    time.Time     // when it attached
 	PDs      []mr.PDHandle // its protection domains: its regions are theirs
-	QPs      []*QP         // its QPs on the device
+	QPs      []*nic.QP     // its QPs on the device
 	// Connected tells, by QP number, when the connection manager connected
 	// those of its QPs it did.
 	Connected map[uint32]time.Time
 	// Counters count its doorbells, work requests and completions through
 	// the shared queues, and its QPs failed for corrupt queues.
-	Counters []CounterValue
+	Counters []nic.CounterValue
 }
 
 // Processes describes the processes attached now.
-func (s *AttachServer) Processes() []AttachedProcess {
+func (s *Server) Processes() []Process {
 	s.mu.Lock()
 	ss := make([]*session, 0, len(s.sessions))
 	for x := range s.sessions {
 		ss = append(ss, x)
 	}
 	s.mu.Unlock()
-	out := make([]AttachedProcess, 0, len(ss))
+	out := make([]Process, 0, len(ss))
 	for _, x := range ss {
 		out = append(out, x.describe())
 	}
-	slices.SortFunc(out, func(a, b AttachedProcess) int { return a.Since.Compare(b.Since) })
+	slices.SortFunc(out, func(a, b Process) int { return a.Since.Compare(b.Since) })
 	return out
+}
+
+// attachedAttr is what the server's device supports within what one
+// attached process may hold: the nic.DeviceAttr of the devices attached to it.
+func (s *Server) attachedAttr() nic.DeviceAttr {
+	a := s.dev.Query()
+	lim := s.ledger.Limits()[quota.Process]
+	clamp := func(v *int, r quota.Resource) { *v = int(min(int64(*v), lim[r])) }
+	clamp(&a.MaxQP, quota.QPs)
+	clamp(&a.MaxCQE, quota.CQEntries)
+	clamp(&a.MaxSRQWR, quota.SRQEntries)
+	for _, v := range []*int{&a.MaxCQ, &a.MaxMR, &a.MaxPD, &a.MaxMW, &a.MaxSRQ} {
+		clamp(v, quota.Objects)
+	}
+	a.MaxMRSize = uint64(min(int64(a.MaxMRSize), lim[quota.Memory]))
+	a.MaxResRdAtom = a.MaxQPRdAtom * a.MaxQP
+	return a
 }
 
 // Counters of one attached process.
@@ -344,8 +366,8 @@ var sessionCounterNames = [numSessionCounters]string{
 
 // session is one attached process.
 type session struct {
-	srv   *AttachServer
-	dev   *Device
+	srv   *Server
+	dev   *nic.Device
 	t     *shm.Conn
 	pid   int
 	uid   int
@@ -377,7 +399,7 @@ type session struct {
 	failing []*hostedQP                   // QPs to fail from the doorbell goroutine
 	dead    bool
 
-	qpErrors *qpErrorQueue // its QPs' errors, told to the process (qp_error)
+	qpErrors *hooks.Queue[qpFailure] // its QPs' errors, told to the process (qp_error)
 
 	cnt      [numSessionCounters]atomic.Uint64
 	callWG   sync.WaitGroup // calls in progress, and the goroutine that tells QP errors
@@ -386,7 +408,7 @@ type session struct {
 
 // newSession identifies the process at the other end of c, sets up its
 // doorbell and answers its attach line.
-func (s *AttachServer) newSession(c *net.UnixConn) (*session, error) {
+func (s *Server) newSession(c *net.UnixConn) (*session, error) {
 	cred, err := s.Admit(c)
 	if err != nil {
 		return nil, fmt.Errorf("attach: %w", err)
@@ -394,15 +416,17 @@ func (s *AttachServer) newSession(c *net.UnixConn) (*session, error) {
 	ss := &session{
 		srv: s, dev: s.dev, t: shm.NewConn(c, attachproto.MaxLine), pid: cred.PID, uid: cred.UID,
 		since: time.Now(), objects: make(map[uint32]any), calls: make(map[uint64]context.CancelFunc),
-		byQPN: make(map[uint32]*hostedQP), qpErrors: newQPErrorQueue(),
+		byQPN: make(map[uint32]*hostedQP), qpErrors: hooks.NewQueue[qpFailure](),
 	}
 	ss.log = s.log.With(slog.Int("pid", ss.pid))
 	ss.ctx, ss.cancel = context.WithCancel(context.Background())
-	switch {
-	case s.nic == nil:
-		return nil, fmt.Errorf("attach: %w", unsupported("an attach server"))
-	case isClosed(s.dev.Done()):
-		return nil, fmt.Errorf("attach: %w", ErrClosed)
+	if !s.embedded {
+		return nil, fmt.Errorf("attach: an attach server of an attached device: %w", nic.ErrNotSupported)
+	}
+	select {
+	case <-s.dev.Done():
+		return nil, fmt.Errorf("attach: %w", nic.ErrClosed)
+	default:
 	}
 	ss.acct = s.ledger.Open(quota.Identify(ss.pid), ss.uid)
 	if err := ss.acct.Charge(sessionBill); err != nil {
@@ -429,7 +453,7 @@ func (s *AttachServer) newSession(c *net.UnixConn) (*session, error) {
 	if s.closed {
 		s.mu.Unlock()
 		ss.bell.close()
-		return fail(fmt.Errorf("attach: %w", ErrClosed))
+		return fail(fmt.Errorf("attach: %w", nic.ErrClosed))
 	}
 	s.sessions[ss] = struct{}{}
 	s.republish()
@@ -441,7 +465,7 @@ func (s *AttachServer) newSession(c *net.UnixConn) (*session, error) {
 	ss.callWG.Add(1)
 	go func() {
 		defer ss.callWG.Done()
-		ss.qpErrors.run(ss.ctx.Done(), ss.tellQPError)
+		ss.qpErrors.Run(ss.ctx.Done(), ss.tellQPError)
 	}()
 	return ss, nil
 }
@@ -501,13 +525,20 @@ func (s *session) event(op string, body any, err error) {
 	s.t.Send(line, nil)
 }
 
+// qpFailure is a QP of the process that entered the error state by
+// itself, and the status of the completion that moved it there.
+type qpFailure struct {
+	h     *hostedQP
+	cause qp.WCStatus
+}
+
 // tellQPError tells the process that its QP entered the error state, unless
 // the process destroyed it meanwhile.
-func (s *session) tellQPError(e qpError) {
+func (s *session) tellQPError(e qpFailure) {
 	s.mu.Lock()
 	var h uint32
 	for k, obj := range s.objects {
-		if obj == e.q.prov.(*embeddedQP).hooks { // the daemon's QPs are embedded
+		if obj == e.h {
 			h = k
 			break
 		}
@@ -518,12 +549,15 @@ func (s *session) tellQPError(e qpError) {
 	}
 }
 
+// longAgo is a deadline that has passed.
+var longAgo = time.Unix(1, 0)
+
 // add gives obj a handle.
 func (s *session) add(obj any) (uint32, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.dead {
-		return 0, ErrClosed
+		return 0, nic.ErrClosed
 	}
 	if err := s.acct.Charge(quota.Of(quota.Objects, 1)); err != nil {
 		return 0, err
@@ -581,7 +615,7 @@ func lookup[T any](s *session, h uint32) (T, error) {
 	obj, ok := s.objects[h].(T)
 	if !ok {
 		var zero T
-		return zero, fmt.Errorf("no %s with handle %d: %w", kindName(zero), h, ErrInvalid)
+		return zero, fmt.Errorf("no %s with handle %d: %w", kindName(zero), h, nic.ErrInvalid)
 	}
 	return obj, nil
 }
@@ -589,7 +623,7 @@ func lookup[T any](s *session, h uint32) (T, error) {
 // kindName names the kind of a process's object for its errors.
 func kindName(obj any) string {
 	switch obj.(type) {
-	case *PD:
+	case *nic.PD:
 		return "PD"
 	case *hostedMR:
 		return "memory region"
@@ -601,7 +635,7 @@ func kindName(obj any) string {
 		return "SRQ"
 	case *hostedListener:
 		return "listener"
-	case *MW:
+	case *nic.MW:
 		return "memory window"
 	case *hostedRequest:
 		return "unanswered connection request"
@@ -654,24 +688,24 @@ func mappingBill(n int) quota.Bill {
 }
 
 // describe returns what the process owns.
-func (s *session) describe() AttachedProcess {
-	p := AttachedProcess{PID: s.pid, UID: s.uid, Since: s.since, Connected: map[uint32]time.Time{}}
+func (s *session) describe() Process {
+	p := Process{PID: s.pid, UID: s.uid, Since: s.since, Connected: map[uint32]time.Time{}}
 	s.mu.Lock()
 	for _, obj := range s.objects {
 		switch o := obj.(type) {
-		case *PD:
+		case *nic.PD:
 			p.PDs = append(p.PDs, o.Handle())
 		case *hostedQP:
-			p.QPs = append(p.QPs, o.q.pub)
+			p.QPs = append(p.QPs, o.pub)
 		case *hostedConn:
-			p.Connected[o.qp.q.num] = o.since
+			p.Connected[o.qp.q.Num()] = o.since
 		}
 	}
 	s.mu.Unlock()
 	slices.Sort(p.PDs)
-	slices.SortFunc(p.QPs, func(a, b *QP) int { return int(a.num) - int(b.num) })
+	slices.SortFunc(p.QPs, func(a, b *nic.QP) int { return cmp.Compare(a.Num(), b.Num()) })
 	for i := range s.cnt {
-		p.Counters = append(p.Counters, CounterValue{sessionCounterNames[i], s.cnt[i].Load()})
+		p.Counters = append(p.Counters, nic.CounterValue{Name: sessionCounterNames[i], Value: s.cnt[i].Load()})
 	}
 	return p
 }
@@ -691,8 +725,8 @@ func (s *session) cleanup() {
 		qps       []*hostedQP
 		queues    []interface{ close() }
 		regions   []*hostedMR
-		windows   []*MW
-		pds       []*PD
+		windows   []*nic.MW
+		pds       []*nic.PD
 	)
 	for _, obj := range s.objects {
 		switch o := obj.(type) {
@@ -710,9 +744,9 @@ func (s *session) cleanup() {
 			queues = append(queues, o)
 		case *hostedMR:
 			regions = append(regions, o)
-		case *MW:
+		case *nic.MW:
 			windows = append(windows, o)
-		case *PD:
+		case *nic.PD:
 			pds = append(pds, o)
 		}
 	}
@@ -731,26 +765,26 @@ func (s *session) cleanup() {
 	// first takes what is still in its rings and flushes it all while the
 	// completion rings are mapped, as an embedded device's Close does.
 	for _, r := range requests {
-		r.r.prov.(*embeddedRequest).abandon(mad.RejectConsumer)
+		abandon(r.r, mad.RejectConsumer)
 	}
 	for _, l := range listeners {
 		l.close(s)
 	}
 	for _, c := range conns {
 		c.qp.takePosted()
-		halt(c.c)
+		c.qp.q.Halt()
 		background(func() {
 			c.c.Close()
 			c.qp.close() // the QP is destroyed: its bill is released
 		})
 	}
 	for _, h := range qps {
-		if h.conn != nil && h.conn.ownQP {
+		if h.conn != nil && h.connOwns {
 			h.unmap()
 			continue
 		}
 		h.takePosted()
-		h.q.destroy()
+		h.pub.Destroy()
 		h.close()
 	}
 	for _, q := range queues {
@@ -763,8 +797,12 @@ func (s *session) cleanup() {
 		s.deregister(m)
 	}
 	for _, pd := range pds {
-		if err := pd.Dealloc(); err != nil && !isClosed(s.dev.Done()) {
-			s.log.Warn("detach: PD", slog.Any("error", err))
+		if err := pd.Dealloc(); err != nil {
+			select {
+			case <-s.dev.Done(): // its PDs went with the device
+			default:
+				s.log.Warn("detach: PD", slog.Any("error", err))
+			}
 		}
 	}
 	s.bell.stop()
@@ -801,11 +839,11 @@ func (s *session) handle(m *attachproto.Msg, fds []int) {
 		return
 	case !ok:
 		shm.CloseFDs(fds)
-		s.reply(m.ID, nil, nil, fmt.Errorf("unknown operation %q: %w", m.Op, ErrInvalid))
+		s.reply(m.ID, nil, nil, fmt.Errorf("unknown operation %q: %w", m.Op, nic.ErrInvalid))
 		return
 	case len(fds) != op.fds:
 		shm.CloseFDs(fds)
-		s.reply(m.ID, nil, nil, fmt.Errorf("%s takes %d descriptors, not %d: %w", m.Op, op.fds, len(fds), ErrInvalid))
+		s.reply(m.ID, nil, nil, fmt.Errorf("%s takes %d descriptors, not %d: %w", m.Op, op.fds, len(fds), nic.ErrInvalid))
 		return
 	}
 	if !op.waits {
@@ -889,7 +927,7 @@ var sessionOps = map[string]sessionOp{
 func args[T any](raw json.RawMessage) (T, error) {
 	var a T
 	if err := json.Unmarshal(raw, &a); err != nil {
-		return a, fmt.Errorf("arguments: %v: %w", err, ErrInvalid)
+		return a, fmt.Errorf("arguments: %v: %w", err, nic.ErrInvalid)
 	}
 	return a, nil
 }

@@ -1,0 +1,62 @@
+package nic
+
+import (
+	"encoding/json"
+	"errors"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/softnic/softnic/nic/internal/attachproto"
+	"github.com/softnic/softnic/nic/shm"
+)
+
+// TestDetachFromHungDaemon: Close waits for the daemon to finish the
+// detach, but no longer than detachWait: a daemon that answers the attach
+// and then never closes the session (stopped, or hung) is cut off, and
+// Close still unmaps and returns.
+func TestDetachFromHungDaemon(t *testing.T) {
+	defer func(w time.Duration) { detachWait = w }(detachWait)
+	detachWait = 100 * time.Millisecond
+	path := filepath.Join(t.TempDir(), "hung.sock")
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	hung := make(chan *net.UnixConn, 1)
+	go func() {
+		c, err := l.AcceptUnix()
+		if err != nil {
+			return
+		}
+		conn := shm.NewConn(c, attachproto.MaxLine)
+		if _, err := conn.ReadLine(); err != nil {
+			return
+		}
+		bell, _ := shm.NewEventFD()
+		page, _ := shm.Create("hung-doorbell", shm.DoorbellSize)
+		hello, _ := json.Marshal(attachproto.Hello{Addr: netip.MustParseAddrPort("127.0.0.1:4791"), MTU: 1024})
+		line, _ := json.Marshal(attachproto.Msg{FDs: 2, Result: hello})
+		conn.Send(line, []int{bell, page.FD()})
+		shm.CloseFDs([]int{bell})
+		page.Close()
+		hung <- c // read nothing more, close nothing
+	}()
+	dev, err := Open(Config{Attach: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := <-hung
+	defer c.Close()
+	start := time.Now()
+	dev.Close()
+	if took := time.Since(start); took < detachWait || took > detachWait+5*time.Second {
+		t.Errorf("Close took %v; want detachWait (%v), then give up", took, detachWait)
+	}
+	if _, err := dev.AllocPD(); !errors.Is(err, ErrClosed) {
+		t.Errorf("AllocPD after Close: %v, want ErrClosed", err)
+	}
+}
