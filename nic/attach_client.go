@@ -14,6 +14,7 @@ import (
 	"github.com/softnic/softnic/nic/internal/attachproto"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // The verbs of an attached device: PDs, regions, CQs, SRQs and QPs are the
@@ -211,17 +212,17 @@ func (a *attachment) unrefLocked(b *sharedBuf) {
 	}
 }
 
-func (p *attachedPD) sgeAt(start, n uint64) (qp.SGE, bool) {
+func (p *attachedPD) sgeAt(start, n uint64) (verbs.SGE, bool) {
 	a := p.a
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for m := range a.mrs {
 		base := addrOf(m.buf)
 		if m.pd.prov == p && start >= base && start-base <= uint64(len(m.buf)) && n <= uint64(len(m.buf))-(start-base) {
-			return qp.SGE{Addr: m.addr + (start - base), Length: uint32(n), LKey: m.key}, true
+			return verbs.SGE{Addr: m.addr + (start - base), Length: uint32(n), LKey: m.key}, true
 		}
 	}
-	return qp.SGE{}, false
+	return verbs.SGE{}, false
 }
 
 // attachedCQ is the completion ring of an attached device's CQ: the
@@ -240,7 +241,7 @@ type attachedCQ struct {
 	ring   shm.Ring
 	cons   uint32
 	closed bool
-	kept   []qp.WC // what the ring held when the device closed, not polled yet
+	kept   []verbs.WC // what the ring held when the device closed, not polled yet
 }
 
 func (a *attachment) createCQ(d *Device, depth int) (*CQ, error) {
@@ -371,7 +372,7 @@ func (c *attachedCQ) interrupt() {
 
 // poll moves up to len(wcs) completions out of the ring; the daemon
 // processes the packets, so drive has nothing to do.
-func (c *attachedCQ) poll(wcs []qp.WC, _ bool) (int, error) {
+func (c *attachedCQ) poll(wcs []verbs.WC, _ bool) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -435,7 +436,7 @@ func (c *attachedCQ) close(keep bool) {
 		return
 	}
 	if prod := c.ring.Producer().Load(); keep && prod-c.cons <= c.depth {
-		var wc qp.WC
+		var wc verbs.WC
 		for ; c.cons != prod && shm.DecodeCQE(c.ring.Slot(c.cons), &wc) == nil; c.cons++ {
 			c.kept = append(c.kept, wc)
 		}
@@ -497,7 +498,7 @@ func mapRing(fds []int, size, n int) (*shm.Mapping, shm.Ring, error) {
 
 // postRecv posts a receive WR. It needs no doorbell: the daemon takes an
 // SRQ's WRs as packets arrive.
-func (s *attachedSRQ) postRecv(wr *qp.RecvWR) error {
+func (s *attachedSRQ) postRecv(wr *verbs.RecvWR) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return postRecvLocked(&s.ring, &s.prod, s.depth, s.maxSGE, s.closed || s.a.ended.Load(), wr)
@@ -505,7 +506,7 @@ func (s *attachedSRQ) postRecv(wr *qp.RecvWR) error {
 
 // postRecvLocked writes a receive WR into the next slot of ring, whose
 // producer index is *prod.
-func postRecvLocked(ring *shm.Ring, prod *uint32, depth uint32, maxSGE int, closed bool, wr *qp.RecvWR) error {
+func postRecvLocked(ring *shm.Ring, prod *uint32, depth uint32, maxSGE int, closed bool, wr *verbs.RecvWR) error {
 	switch {
 	case closed:
 		return ErrClosed
@@ -572,9 +573,9 @@ func (w *attachedMW) posted(b *mr.BindRequest) {
 
 // bindPosted updates the rkey of the window a BIND_MW request posted
 // binds, if the process allocated it.
-func (a *attachment) bindPosted(wr *qp.SendWR) {
+func (a *attachment) bindPosted(wr *verbs.SendWR) {
 	b := wr.Bind
-	if wr.Opcode != qp.WRBindMW || b == nil {
+	if wr.Opcode != verbs.WRBindMW || b == nil {
 		return
 	}
 	a.mu.Lock()
@@ -778,9 +779,9 @@ func (q *attachedQP) countQueued(st *qp.Status) {
 	q.rqMu.Unlock()
 }
 
-func (q *attachedQP) typ() qp.Type { return q.cfg.Type }
+func (q *attachedQP) typ() verbs.Type { return q.cfg.Type }
 
-func (q *attachedQP) attr() qp.Attr {
+func (q *attachedQP) attr() verbs.Attr {
 	a, _ := q.query() // on error, what the daemon told last
 	return a.Attr
 }
@@ -790,7 +791,7 @@ func (q *attachedQP) status() qp.Status {
 	return a.Status
 }
 
-func (q *attachedQP) modify(attr *qp.Attr, mask qp.AttrMask) error {
+func (q *attachedQP) modify(attr *verbs.Attr, mask verbs.AttrMask) error {
 	if q.closed.Load() {
 		return ErrClosed // as an embedded QP after Destroy: the daemon forgot its handle
 	}
@@ -806,7 +807,7 @@ func (q *attachedQP) modify(attr *qp.Attr, mask qp.AttrMask) error {
 // a post in the wrong state, or a WR the QP cannot carry whatever its
 // peer. What depends on the device's state (keys, addresses) is checked by
 // the daemon, which fails the QP.
-func (q *attachedQP) checkSend(wr *qp.SendWR) error {
+func (q *attachedQP) checkSend(wr *verbs.SendWR) error {
 	at := &q.info.Load().Attr
 	if !at.State.TakesSends() {
 		return fmt.Errorf("the QP is %s; posting sends needs RTS: %w", at.State, ErrInvalid)
@@ -817,7 +818,7 @@ func (q *attachedQP) checkSend(wr *qp.SendWR) error {
 }
 
 // postSendLocked writes wr into the next slot of the send ring.
-func (q *attachedQP) postSendLocked(wr *qp.SendWR) error {
+func (q *attachedQP) postSendLocked(wr *verbs.SendWR) error {
 	if q.closed.Load() || q.a.ended.Load() {
 		return ErrClosed
 	}
@@ -834,7 +835,7 @@ func (q *attachedQP) postSendLocked(wr *qp.SendWR) error {
 	return nil
 }
 
-func (q *attachedQP) postSend(wr *qp.SendWR, ring bool) error {
+func (q *attachedQP) postSend(wr *verbs.SendWR, ring bool) error {
 	a := q.a
 	q.sqMu.Lock()
 	err := q.postSendLocked(wr)
@@ -851,7 +852,7 @@ func (q *attachedQP) postSend(wr *qp.SendWR, ring bool) error {
 	return err
 }
 
-func (q *attachedQP) postSends(wrs []qp.SendWR) (int, error) {
+func (q *attachedQP) postSends(wrs []verbs.SendWR) (int, error) {
 	a := q.a
 	q.sqMu.Lock()
 	n := 0
@@ -892,14 +893,14 @@ func (q *attachedQP) ringDoorbell() error {
 	return nil
 }
 
-func (q *attachedQP) postRecv(wr *qp.RecvWR) error {
+func (q *attachedQP) postRecv(wr *verbs.RecvWR) error {
 	a := q.a
 	switch {
 	case q.cfg.SRQ != 0:
 		return fmt.Errorf("QP %#x takes its receive WRs from an SRQ: %w", q.num, ErrInvalid)
 	case q.closed.Load() || a.ended.Load():
 		return fmt.Errorf("QP %#x: %w", q.num, ErrClosed)
-	case q.info.Load().Attr.State == qp.Reset:
+	case q.info.Load().Attr.State == verbs.Reset:
 		return fmt.Errorf("QP %#x is RESET; posting receives needs INIT or later: %w", q.num, ErrInvalid)
 	}
 	q.rqMu.Lock()

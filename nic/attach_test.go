@@ -16,7 +16,7 @@ import (
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/attachd"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // daemon is a device served to attached processes over a unix socket, as
@@ -248,23 +248,23 @@ func TestAttachIsolation(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		wr   qp.SendWR
-		want qp.WCStatus
+		wr   verbs.SendWR
+		want verbs.WCStatus
 	}{
-		{"its own keys", qp.SendWR{Opcode: qp.WRWrite, SGL: []qp.SGE{b.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr() + 64, RKey: b.mr.RKey()}, qp.Success},
-		{"another process's lkey", qp.SendWR{Opcode: qp.WRWrite, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr() + 64, RKey: b.mr.RKey()}, qp.LocProtErr},
-		{"another process's rkey", qp.SendWR{Opcode: qp.WRWrite, SGL: []qp.SGE{b.mr.SGE(0, 8)}, RemoteAddr: a.mr.Addr(), RKey: a.mr.RKey()}, qp.RemAccessErr},
+		{"its own keys", verbs.SendWR{Opcode: verbs.WRWrite, SGL: []verbs.SGE{b.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr() + 64, RKey: b.mr.RKey()}, verbs.Success},
+		{"another process's lkey", verbs.SendWR{Opcode: verbs.WRWrite, SGL: []verbs.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr() + 64, RKey: b.mr.RKey()}, verbs.LocProtErr},
+		{"another process's rkey", verbs.SendWR{Opcode: verbs.WRWrite, SGL: []verbs.SGE{b.mr.SGE(0, 8)}, RemoteAddr: a.mr.Addr(), RKey: a.mr.RKey()}, verbs.RemAccessErr},
 	} {
-		if tc.want != qp.Success {
+		if tc.want != verbs.Success {
 			// The previous case left the QPs usable only if it succeeded.
 			q := b.qp
 			for _, x := range []*nic.QP{q, q2} {
-				x.Modify(&qp.Attr{State: qp.Reset}, qp.AttrState)
+				x.Modify(&verbs.Attr{State: verbs.Reset}, verbs.AttrState)
 			}
 			b.qp.Connect(d.dev.Addr(), q2.Num(), nic.ConnectOptions{})
 			q2.Connect(d.dev.Addr(), b.qp.Num(), nic.ConnectOptions{})
 		}
-		tc.wr.Flags = qp.Signaled
+		tc.wr.Flags = verbs.Signaled
 		if err := b.qp.PostSend(&tc.wr); err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -311,13 +311,13 @@ func TestAttachDetachCleansUp(t *testing.T) {
 	}
 	// A bound window keeps its region from being deregistered: the daemon
 	// must free the window first.
-	bind := qp.SendWR{Opcode: qp.WRBindMW, Flags: qp.Signaled, Bind: &mr.BindRequest{
+	bind := verbs.SendWR{Opcode: verbs.WRBindMW, Flags: verbs.Signaled, Bind: &mr.BindRequest{
 		WindowKey: w.RKey(), NewKey: mr.IncRKey(w.RKey()), RegionKey: region.LKey(),
 		Addr: region.Addr(), Length: 4096, Access: mr.RemoteRead}}
 	if err := c.QP().PostSend(&bind); err != nil {
 		t.Fatal(err)
 	}
-	if wc := wait(t, cq); wc.Status != qp.Success {
+	if wc := wait(t, cq); wc.Status != verbs.Success {
 		t.Fatalf("bind: %v", wc.String())
 	}
 	if got := countRegions(d.dev); got != regionsBefore+1 {
@@ -425,12 +425,12 @@ func TestAttachConnectionManager(t *testing.T) {
 		}
 		// The attached side WRITEs into the peer's region through its
 		// connection; the peer disconnects; the attached side sees it.
-		wr := qp.SendWR{ID: 5, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{m.SGE(0, 16)},
+		wr := verbs.SendWR{ID: 5, Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{m.SGE(0, 16)},
 			RemoteAddr: peer.mr.Addr(), RKey: peer.mr.RKey()}
 		if err := c.QP().PostSend(&wr); err != nil {
 			t.Fatal(err)
 		}
-		if wc := wait(t, cq); wc.Status != qp.Success || wc.ID != 5 {
+		if wc := wait(t, cq); wc.Status != verbs.Success || wc.ID != 5 {
 			t.Errorf("WRITE over the accepted connection: %v", &wc)
 		}
 		pc.Close()
@@ -458,7 +458,7 @@ func TestAttachQueueFull(t *testing.T) {
 	b := openEnd(t, nic.Config{})
 	const depth = 8
 	q, _ := newQPPair(t, a, b, nic.QPConfig{MaxSendWR: depth})
-	wr := qp.SendWR{Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(0, 4096)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+	wr := verbs.SendWR{Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{a.mr.SGE(0, 4096)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
 	// Deferred posts send nothing: the queue fills up.
 	for i := range depth {
 		wr.ID = uint64(i)
@@ -473,7 +473,7 @@ func TestAttachQueueFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 1000 {
-		if wc := wait(t, a.cq); wc.Status != qp.Success {
+		if wc := wait(t, a.cq); wc.Status != verbs.Success {
 			t.Fatalf("completion %d: %v", i, &wc)
 		}
 		wr.ID = uint64(depth + i)
@@ -490,14 +490,14 @@ func TestAttachNoAllocations(t *testing.T) {
 		t.Skip("the race detector's sync.Pool drops packet batches on purpose")
 	}
 	_, a, b := attachedToEmbedded(t)
-	wr := qp.SendWR{Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
-	var wcs [1]qp.WC
+	wr := verbs.SendWR{Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+	var wcs [1]verbs.WC
 	ctx := context.Background()
 	n := testing.AllocsPerRun(200, func() {
 		if err := a.qp.PostSend(&wr); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := a.cq.Wait(ctx, wcs[:]); err != nil || wcs[0].Status != qp.Success {
+		if _, err := a.cq.Wait(ctx, wcs[:]); err != nil || wcs[0].Status != verbs.Success {
 			t.Fatal(err, wcs[0].String())
 		}
 	})
@@ -521,7 +521,7 @@ func TestCQConcurrentWaiters(t *testing.T) {
 		got := make(chan uint64, 2)
 		for range 2 {
 			go func() {
-				var wc [1]qp.WC
+				var wc [1]verbs.WC
 				if n, err := a.cq.Wait(ctx, wc[:]); err != nil || n != 1 {
 					t.Errorf("Wait: %d, %v", n, err)
 					got <- 0
@@ -531,7 +531,7 @@ func TestCQConcurrentWaiters(t *testing.T) {
 			}()
 		}
 		time.Sleep(50 * time.Millisecond) // both waiters asleep
-		wr := qp.SendWR{Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+		wr := verbs.SendWR{Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
 		for id := uint64(1); id <= 2; id++ {
 			wr.ID = id
 			if err := a.qp.PostSend(&wr); err != nil {
@@ -550,13 +550,13 @@ func TestCQConcurrentWaiters(t *testing.T) {
 func TestAttachedCQWaitEnds(t *testing.T) {
 	checkLeaks(t)
 	d, a, b := attachedToEmbedded(t)
-	var wc [1]qp.WC
+	var wc [1]verbs.WC
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	if n, err := a.cq.Wait(ctx, wc[:]); n != 0 || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Wait with a context that ends: %d, %v", n, err)
 	}
-	wr := qp.SendWR{ID: 7, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+	wr := verbs.SendWR{ID: 7, Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
 	go func() {
 		time.Sleep(20 * time.Millisecond)
 		a.qp.PostSend(&wr)
@@ -577,7 +577,7 @@ func TestAttachedCQWaitEnds(t *testing.T) {
 func waitInBackground(cq *nic.CQ) <-chan error {
 	errs := make(chan error, 1)
 	go func() {
-		var wc [1]qp.WC
+		var wc [1]verbs.WC
 		_, err := cq.Wait(context.Background(), wc[:])
 		errs <- err
 	}()
@@ -642,11 +642,11 @@ func TestDestroyQueues(t *testing.T) {
 			}
 		}
 		expectClosed(t, waited, "its CQ was destroyed")
-		var wc [1]qp.WC
+		var wc [1]verbs.WC
 		if _, err := scq.Poll(wc[:]); !errors.Is(err, nic.ErrClosed) {
 			t.Errorf("Poll of a destroyed CQ: %v, want ErrClosed", err)
 		}
-		if err := srq.PostRecv(&qp.RecvWR{ID: 1}); !errors.Is(err, nic.ErrClosed) {
+		if err := srq.PostRecv(&verbs.RecvWR{ID: 1}); !errors.Is(err, nic.ErrClosed) {
 			t.Errorf("PostRecv to a destroyed SRQ: %v, want ErrClosed", err)
 		}
 		if _, err := pd.CreateQP(nic.QPConfig{SendCQ: scq}); err == nil {
@@ -686,25 +686,25 @@ func TestMemoryWindows(t *testing.T) {
 				t.Fatal(err)
 			}
 			old := w.RKey()
-			bind := qp.SendWR{ID: 1, Opcode: qp.WRBindMW, Flags: qp.Signaled, Bind: &mr.BindRequest{
+			bind := verbs.SendWR{ID: 1, Opcode: verbs.WRBindMW, Flags: verbs.Signaled, Bind: &mr.BindRequest{
 				WindowKey: old, NewKey: mr.IncRKey(old), RegionKey: region.LKey(),
 				Addr: region.Addr() + 4096, Length: 4096, Access: mr.RemoteWrite | mr.RemoteRead}}
 			if err := a.qp.PostSend(&bind); err != nil {
 				t.Fatal(err)
 			}
-			if wc := wait(t, a.cq); wc.Status != qp.Success || wc.Opcode != qp.WCBindMW {
+			if wc := wait(t, a.cq); wc.Status != verbs.Success || wc.Opcode != verbs.WCBindMW {
 				t.Fatalf("bind: %v", wc.String())
 			}
 			if w.RKey() != mr.IncRKey(old) {
 				t.Fatalf("after the bind the window's rkey is %#x, want %#x", w.RKey(), mr.IncRKey(old))
 			}
 			copy(b.mr.Bytes(), "windowed")
-			write := qp.SendWR{ID: 2, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{b.mr.SGE(0, 8)},
+			write := verbs.SendWR{ID: 2, Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{b.mr.SGE(0, 8)},
 				RemoteAddr: region.Addr() + 4096 + 8, RKey: w.RKey()}
 			if err := b.qp.PostSend(&write); err != nil {
 				t.Fatal(err)
 			}
-			if wc := wait(t, b.cq); wc.Status != qp.Success {
+			if wc := wait(t, b.cq); wc.Status != verbs.Success {
 				t.Fatalf("WRITE through the window: %v", wc.String())
 			}
 			syncMemory(a)
@@ -724,7 +724,7 @@ func TestMemoryWindows(t *testing.T) {
 			if err := a.qp.PostSend(&bind); err != nil {
 				t.Fatal(err)
 			}
-			if wc := wait(t, a.cq); wc.Status != qp.MWBindErr {
+			if wc := wait(t, a.cq); wc.Status != verbs.MWBindErr {
 				t.Errorf("binding a window of another PD: %v, want MW_BIND_ERR", wc.String())
 			}
 			if foreign.RKey() == bind.Bind.NewKey {
@@ -768,13 +768,13 @@ func TestBusyPoll(t *testing.T) {
 			t.Fatal("no doorbells counter")
 			return 0
 		}
-		write := qp.SendWR{Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+		write := verbs.SendWR{Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
 		post := func() {
 			t.Helper()
 			if err := a.qp.PostSend(&write); err != nil {
 				t.Fatal(err)
 			}
-			if wc := wait(t, a.cq); wc.Status != qp.Success {
+			if wc := wait(t, a.cq); wc.Status != verbs.Success {
 				t.Fatalf("WRITE: %v", wc.String())
 			}
 		}
@@ -831,8 +831,8 @@ func TestAttachPostWhileClosing(t *testing.T) {
 				posted := make(chan error, posters)
 				for range posters {
 					go func() {
-						wr := qp.SendWR{Opcode: qp.WRWrite, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
-						recv := qp.RecvWR{SGL: []qp.SGE{a.mr.SGE(8, 8)}}
+						wr := verbs.SendWR{Opcode: verbs.WRWrite, SGL: []verbs.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+						recv := verbs.RecvWR{SGL: []verbs.SGE{a.mr.SGE(8, 8)}}
 						for i := 0; ; i++ {
 							var err error
 							switch {
@@ -854,7 +854,7 @@ func TestAttachPostWhileClosing(t *testing.T) {
 				ctx, stop := context.WithCancel(context.Background())
 				waited := make(chan error, 1)
 				go func() {
-					var wcs [16]qp.WC
+					var wcs [16]verbs.WC
 					for {
 						if _, err := a.cq.Wait(ctx, wcs[:]); err != nil {
 							waited <- err

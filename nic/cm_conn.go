@@ -15,6 +15,7 @@ import (
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/cm"
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 	"github.com/softnic/softnic/wire/mad"
 )
@@ -70,7 +71,7 @@ func (d *Device) Listen(port uint16, opts ListenOptions) (*Listener, error) {
 		return nil, fmt.Errorf("softnic: listen on port %d: ListenOptions.PD of this device is required: %w", port, ErrInvalid)
 	case opts.QP.SendCQ == nil:
 		return nil, fmt.Errorf("softnic: listen on port %d: ListenOptions.QP.SendCQ is required: %w", port, ErrInvalid)
-	case opts.QP.Type != 0 && opts.QP.Type != qp.RC:
+	case opts.QP.Type != 0 && opts.QP.Type != verbs.RC:
 		return nil, fmt.Errorf("softnic: listen on port %d: the connection manager connects RC QPs, not %s: %w", port, opts.QP.Type, ErrInvalid)
 	case opts.Backlog < 0:
 		return nil, fmt.Errorf("softnic: listen on port %d: backlog %d: %w", port, opts.Backlog, ErrInvalid)
@@ -347,10 +348,10 @@ func cmAccess(responderResources uint8) mr.Access {
 // checkConnQP checks that a QP the caller brings to a connection can make
 // one: an RC QP of device d, in RESET or INIT.
 func checkConnQP(d *Device, q *QP) error {
-	if q.dev != d || q.Type() != qp.RC {
+	if q.dev != d || q.Type() != verbs.RC {
 		return fmt.Errorf("a connection's QP must be an RC QP of its device: %w", ErrInvalid)
 	}
-	if st := q.Attr().State; st != qp.Reset && st != qp.Init {
+	if st := q.Attr().State; st != verbs.Reset && st != verbs.Init {
 		return fmt.Errorf("a connection's QP must be in RESET or INIT, not %s: %w", st, ErrInvalid)
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/cm"
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 	"github.com/softnic/softnic/wire/mad"
 )
@@ -52,7 +53,7 @@ type cmDriver struct {
 	wakeAt qp.Time // the earliest timer entry queued for the engine, 0 if none
 
 	// Reader goroutine scratch.
-	wcs [64]qp.WC
+	wcs [64]verbs.WC
 	mad mad.MAD
 }
 
@@ -74,7 +75,7 @@ func newCM(d *embeddedDevice) (*cmDriver, error) {
 		return nil, err
 	}
 	gsi, err := pd.prov.(*embeddedPD).createNumbered(pd, QPConfig{
-		Type: qp.UD, SendCQ: c.cq, MaxSendWR: gsiSendDepth, MaxRecvWR: gsiRecvBuffers,
+		Type: verbs.UD, SendCQ: c.cq, MaxSendWR: gsiSendDepth, MaxRecvWR: gsiRecvBuffers,
 		MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: mad.MADSize,
 	}, wire.GSIQPN)
 	if err != nil {
@@ -93,7 +94,7 @@ func newCM(d *embeddedDevice) (*cmDriver, error) {
 }
 
 func (c *cmDriver) postRecv(slot uint64) error {
-	return c.gsi.PostRecv(&qp.RecvWR{ID: slot, SGL: []qp.SGE{c.mr.SGE(int(slot)*gsiBufferSize, gsiBufferSize)}})
+	return c.gsi.PostRecv(&verbs.RecvWR{ID: slot, SGL: []verbs.SGE{c.mr.SGE(int(slot)*gsiBufferSize, gsiBufferSize)}})
 }
 
 // poll hands the MADs QP1 received to the engine. It runs on the reader
@@ -106,7 +107,7 @@ func (c *cmDriver) poll() {
 		}
 		for i := range n {
 			wc := &c.wcs[i]
-			if wc.Status == qp.WRFlushErr {
+			if wc.Status == verbs.WRFlushErr {
 				continue // QP1 is being destroyed
 			}
 			c.receive(wc)
@@ -117,9 +118,9 @@ func (c *cmDriver) poll() {
 	}
 }
 
-func (c *cmDriver) receive(wc *qp.WC) {
+func (c *cmDriver) receive(wc *verbs.WC) {
 	off := int(wc.ID) * gsiBufferSize
-	if wc.Status != qp.Success || wc.Opcode != qp.WCRecv || wc.ByteLen < wire.GRHSize {
+	if wc.Status != verbs.Success || wc.Opcode != verbs.WCRecv || wc.ByteLen < wire.GRHSize {
 		c.dev.devc.inc(CMRxDropped)
 		return
 	}
@@ -222,18 +223,18 @@ func (c *cmDriver) tick(now qp.Time) {
 func (c *cmDriver) perform(ended []endedConn, mads []cm.MAD) {
 	for _, e := range ended {
 		c.dev.log.Debug("cm: peer disconnected", slog.Any("peer", e.peer), slog.Any("qpn", e.qp.num))
-		e.qp.modify(&qp.Attr{State: qp.Err}, qp.AttrState)
+		e.qp.modify(&verbs.Attr{State: verbs.Err}, verbs.AttrState)
 	}
 	for i := range mads {
 		m := &mads[i]
-		err := c.gsi.PostSend(&qp.SendWR{
-			Opcode: qp.WRSend, Flags: qp.Inline, Inline: m.MAD[:],
+		err := c.gsi.PostSend(&verbs.SendWR{
+			Opcode: verbs.WRSend, Flags: verbs.Inline, Inline: m.MAD[:],
 			Dest: m.Dst, DestQPN: wire.GSIQPN, QKey: wire.GSIQKey,
 		})
 		if err != nil {
 			// A full send queue or a closing device: the CM's
 			// retransmission covers the loss.
-			c.dev.qpc.Add(qp.SendErr, 1)
+			c.dev.qpc.Add(verbs.SendErr, 1)
 		}
 	}
 }

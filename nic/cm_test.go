@@ -14,7 +14,7 @@ import (
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 	"github.com/softnic/softnic/wire/mad"
 )
@@ -111,11 +111,11 @@ func connectCMAnswer(t testing.TB, a, b *cmEnd, l *nic.Listener, dopts nic.DialO
 	return c, s
 }
 
-func cmWaitCQ(t testing.TB, cq *nic.CQ) qp.WC {
+func cmWaitCQ(t testing.TB, cq *nic.CQ) verbs.WC {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var wc [1]qp.WC
+	var wc [1]verbs.WC
 	if _, err := cq.Wait(ctx, wc[:]); err != nil {
 		t.Fatalf("waiting for a completion: %v", err)
 	}
@@ -170,8 +170,8 @@ func TestDialAccept(t *testing.T) {
 			name      string
 			got, want any
 		}{
-			{"dialer state", ca.State, qp.RTS},
-			{"acceptor state", sa.State, qp.RTS},
+			{"dialer state", ca.State, verbs.RTS},
+			{"acceptor state", sa.State, verbs.RTS},
 			{"dialer's peer QPN", ca.DestQPN, s.QP().Num()},
 			{"acceptor's peer QPN", sa.DestQPN, c.QP().Num()},
 			{"dialer's SQ PSN is the acceptor's RQ PSN", ca.SQPSN, sa.RQPSN},
@@ -228,22 +228,22 @@ func cmExchangeAt(t testing.TB, a, b *cmEnd, c, s *nic.Conn, base int) {
 		for j := range fill {
 			fill[j] = byte(j*7 + i + base/n)
 		}
-		if err := sd.conn.QP().PostRecv(&qp.RecvWR{ID: 2, SGL: []qp.SGE{sd.end.mr.SGE(base+2*n, n)}}); err != nil {
+		if err := sd.conn.QP().PostRecv(&verbs.RecvWR{ID: 2, SGL: []verbs.SGE{sd.end.mr.SGE(base+2*n, n)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, sd := range sides {
 		peer := sd.peer.mr
-		wrs := []qp.SendWR{
-			{ID: 1, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{sd.end.mr.SGE(base, n)}, RemoteAddr: peer.Addr() + uint64(base+n), RKey: peer.RKey()},
-			{ID: 3, Opcode: qp.WRSend, Flags: qp.Signaled, SGL: []qp.SGE{sd.end.mr.SGE(base, n)}},
+		wrs := []verbs.SendWR{
+			{ID: 1, Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{sd.end.mr.SGE(base, n)}, RemoteAddr: peer.Addr() + uint64(base+n), RKey: peer.RKey()},
+			{ID: 3, Opcode: verbs.WRSend, Flags: verbs.Signaled, SGL: []verbs.SGE{sd.end.mr.SGE(base, n)}},
 		}
 		if _, err := sd.conn.QP().PostSends(wrs); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, sd := range sides {
-		got := map[uint64]qp.WCStatus{}
+		got := map[uint64]verbs.WCStatus{}
 		for len(got) < 3 {
 			wc := cmWaitCQ(t, sd.end.cq)
 			if wc.QPN != sd.conn.QP().Num() {
@@ -252,7 +252,7 @@ func cmExchangeAt(t testing.TB, a, b *cmEnd, c, s *nic.Conn, base int) {
 			got[wc.ID] = wc.Status
 		}
 		for id, st := range got {
-			if st != qp.Success {
+			if st != verbs.Success {
 				t.Fatalf("WR %d: %s", id, st)
 			}
 		}
@@ -409,11 +409,11 @@ func TestMADLoss(t *testing.T) {
 				// returns: it is what establishes the connection there when
 				// the RTU is lost.
 				const off = 1 << 19 // clear of cmExchange's buffers
-				wr := qp.SendWR{ID: 9, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(off, 8)}, RemoteAddr: b.mr.Addr() + off, RKey: b.mr.RKey()}
+				wr := verbs.SendWR{ID: 9, Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{a.mr.SGE(off, 8)}, RemoteAddr: b.mr.Addr() + off, RKey: b.mr.RKey()}
 				if err := c.QP().PostSend(&wr); err != nil {
 					t.Fatal(err)
 				}
-				if wc := cmWaitCQ(t, a.cq); wc.ID != 9 || wc.Status != qp.Success {
+				if wc := cmWaitCQ(t, a.cq); wc.ID != 9 || wc.Status != verbs.Success {
 					t.Fatalf("first WRITE: %+v", wc)
 				}
 				s := <-accepted
@@ -505,7 +505,7 @@ func TestDisconnect(t *testing.T) {
 				if !tc.dialer {
 					closer, other, otherEnd = s, c, a
 				}
-				if err := other.QP().PostRecv(&qp.RecvWR{ID: 42, SGL: []qp.SGE{otherEnd.mr.SGE(0, 64)}}); err != nil {
+				if err := other.QP().PostRecv(&verbs.RecvWR{ID: 42, SGL: []verbs.SGE{otherEnd.mr.SGE(0, 64)}}); err != nil {
 					t.Fatal(err)
 				}
 				if err := closer.Close(); err != nil {
@@ -527,10 +527,10 @@ func TestDisconnect(t *testing.T) {
 				if !errors.Is(other.Err(), nic.ErrConnReset) {
 					t.Errorf("peer's Err %v, want ECONNRESET", other.Err())
 				}
-				if wc := cmWaitCQ(t, otherEnd.cq); wc.ID != 42 || wc.Status != qp.WRFlushErr {
+				if wc := cmWaitCQ(t, otherEnd.cq); wc.ID != 42 || wc.Status != verbs.WRFlushErr {
 					t.Errorf("the peer's posted receive completed as %v, want WR_FLUSH_ERR", &wc)
 				}
-				if st := other.QP().Attr().State; st != qp.Err {
+				if st := other.QP().Attr().State; st != verbs.Err {
 					t.Errorf("peer's QP is %s, want ERR", st)
 				}
 				for _, e := range []*cmEnd{a, b} {
@@ -552,7 +552,7 @@ func TestDeviceCloseDisconnects(t *testing.T) {
 		checkLeaks(t)
 		a, b := mode.cmEnd(t, nic.Config{}), openCMEnd(t, nic.Config{})
 		c, s := connectCM(t, a, b, b.listen(t, 0), a.dialOptions(), nic.AcceptOptions{})
-		if err := c.QP().PostRecv(&qp.RecvWR{ID: 9}); err != nil {
+		if err := c.QP().PostRecv(&verbs.RecvWR{ID: 9}); err != nil {
 			t.Fatal(err)
 		}
 		a.dev.Close()
@@ -564,8 +564,8 @@ func TestDeviceCloseDisconnects(t *testing.T) {
 		if !errors.Is(s.Err(), nic.ErrConnReset) || !errors.Is(c.Err(), nic.ErrClosed) {
 			t.Errorf("Err: peer %v (want ECONNRESET), closed side %v (want ErrClosed)", s.Err(), c.Err())
 		}
-		var wc [2]qp.WC
-		if n, err := a.cq.Poll(wc[:]); n != 1 || wc[0].ID != 9 || wc[0].Status != qp.WRFlushErr {
+		var wc [2]verbs.WC
+		if n, err := a.cq.Poll(wc[:]); n != 1 || wc[0].ID != 9 || wc[0].Status != verbs.WRFlushErr {
 			t.Errorf("Poll after Close: %d completions (%v), %v; want WR_FLUSH_ERR for the receive", n, wc[0].String(), err)
 		}
 	})
@@ -588,7 +588,7 @@ func TestPeerVanishes(t *testing.T) {
 		opts.RetryCount, opts.Timeout = 2, 10 // 3 × 4.2 ms
 		c, _ := connectCM(t, a, b, b.listen(t, 0), opts, nic.AcceptOptions{})
 		silent.Store(true)
-		if err := c.QP().PostSend(&qp.SendWR{ID: 1, Opcode: qp.WRWrite, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
+		if err := c.QP().PostSend(&verbs.SendWR{ID: 1, Opcode: verbs.WRWrite, SGL: []verbs.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -597,10 +597,10 @@ func TestPeerVanishes(t *testing.T) {
 			t.Fatal("Done did not close")
 		}
 		var qerr *nic.QPError
-		if !errors.As(c.Err(), &qerr) || qerr.Status != qp.RetryExcErr || !errors.Is(c.Err(), nic.ErrTimedOut) {
+		if !errors.As(c.Err(), &qerr) || qerr.Status != verbs.RetryExcErr || !errors.Is(c.Err(), nic.ErrTimedOut) {
 			t.Fatalf("Err %v, want RETRY_EXC_ERR", c.Err())
 		}
-		if wc := cmWaitCQ(t, a.cq); wc.Status != qp.RetryExcErr {
+		if wc := cmWaitCQ(t, a.cq); wc.Status != verbs.RetryExcErr {
 			t.Errorf("completion %v, want RETRY_EXC_ERR", &wc)
 		}
 		start := time.Now()
@@ -648,7 +648,7 @@ func TestCMOptionErrors(t *testing.T) {
 			{"retry count 8", func(o *nic.DialOptions) { o.RetryCount = 8 }},
 			{"16 CM retries", func(o *nic.DialOptions) { o.CMRetries = 16 }},
 			{"CM timeout 32", func(o *nic.DialOptions) { o.CMTimeout = 32 }},
-			{"UD QP", func(o *nic.DialOptions) { o.QP.Type = qp.UD }},
+			{"UD QP", func(o *nic.DialOptions) { o.QP.Type = verbs.UD }},
 			{"no send CQ", func(o *nic.DialOptions) { o.QP.SendCQ = nil }},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
@@ -824,14 +824,14 @@ func TestAcceptWithSRQ(t *testing.T) {
 		}
 		defer l.Close()
 		c, s := connectCM(t, a, b, l, a.dialOptions(), nic.AcceptOptions{})
-		if err := srq.PostRecv(&qp.RecvWR{ID: 9, SGL: []qp.SGE{b.mr.SGE(0, 64)}}); err != nil {
+		if err := srq.PostRecv(&verbs.RecvWR{ID: 9, SGL: []verbs.SGE{b.mr.SGE(0, 64)}}); err != nil {
 			t.Fatal(err)
 		}
 		copy(a.mr.Bytes(), "through the SRQ")
-		if err := c.QP().PostSend(&qp.SendWR{ID: 1, Opcode: qp.WRSend, SGL: []qp.SGE{a.mr.SGE(0, 15)}}); err != nil {
+		if err := c.QP().PostSend(&verbs.SendWR{ID: 1, Opcode: verbs.WRSend, SGL: []verbs.SGE{a.mr.SGE(0, 15)}}); err != nil {
 			t.Fatal(err)
 		}
-		if wc := cmWaitCQ(t, b.cq); wc.ID != 9 || wc.Status != qp.Success || wc.QPN != s.QP().Num() || wc.ByteLen != 15 {
+		if wc := cmWaitCQ(t, b.cq); wc.ID != 9 || wc.Status != verbs.Success || wc.QPN != s.QP().Num() || wc.ByteLen != 15 {
 			t.Fatalf("receive completion %v", &wc)
 		}
 		s.QP().Status()

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/nic"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // takeRequest has peer dial l and returns the request, unanswered, with
@@ -120,7 +120,7 @@ func TestListenerAfterCloseParity(t *testing.T) {
 			if pc == nil {
 				t.FailNow()
 			}
-			if err := c.QP().PostRecv(&qp.RecvWR{ID: 88}); err != nil {
+			if err := c.QP().PostRecv(&verbs.RecvWR{ID: 88}); err != nil {
 				t.Fatal(err)
 			}
 			// Established: EINVAL, saying so.
@@ -140,7 +140,7 @@ func TestListenerAfterCloseParity(t *testing.T) {
 			}
 			// The refused answers left the connection's QP alone: the
 			// disconnect flushed it.
-			if wc := cmWaitCQ(t, srv.cq); wc.ID != 88 || wc.Status != qp.WRFlushErr {
+			if wc := cmWaitCQ(t, srv.cq); wc.ID != 88 || wc.Status != verbs.WRFlushErr {
 				t.Errorf("the receive completed %v, want WR_FLUSH_ERR", &wc)
 			}
 			if _, err := r.Accept(nic.AcceptOptions{}); !errors.Is(err, nic.ErrConnReset) {
@@ -172,7 +172,7 @@ func TestListenerAfterCloseParity(t *testing.T) {
 			<-dialed
 			// A receive still posted when the connection closes is flushed
 			// (attached, it may still wait in its ring).
-			if err := c.QP().PostRecv(&qp.RecvWR{ID: 77}); err != nil {
+			if err := c.QP().PostRecv(&verbs.RecvWR{ID: 77}); err != nil {
 				t.Fatal(err)
 			}
 			for i := range 2 {
@@ -180,7 +180,7 @@ func TestListenerAfterCloseParity(t *testing.T) {
 					t.Errorf("Close #%d: %v, want nil", i+1, err)
 				}
 			}
-			if wc := cmWaitCQ(t, srv.cq); wc.ID != 77 || wc.Status != qp.WRFlushErr {
+			if wc := cmWaitCQ(t, srv.cq); wc.ID != 77 || wc.Status != verbs.WRFlushErr {
 				t.Errorf("the receive completed %v, want WR_FLUSH_ERR", &wc)
 			}
 			select {

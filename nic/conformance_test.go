@@ -20,6 +20,7 @@ import (
 	"github.com/softnic/softnic/nic/attachd"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // The conformance suite: the public API behaves the same whichever
@@ -117,20 +118,20 @@ func TestPostAfterSessionEnds(t *testing.T) {
 		name      string
 		attached  bool
 		end       func(t *testing.T, d *daemon, a *end)
-		wantState qp.State
+		wantState verbs.State
 	}{
-		{"embedded device closed", false, func(t *testing.T, d *daemon, a *end) { a.dev.Close() }, qp.Reset},
-		{"attached device closed", true, func(t *testing.T, d *daemon, a *end) { a.dev.Close() }, qp.Reset},
+		{"embedded device closed", false, func(t *testing.T, d *daemon, a *end) { a.dev.Close() }, verbs.Reset},
+		{"attached device closed", true, func(t *testing.T, d *daemon, a *end) { a.dev.Close() }, verbs.Reset},
 		{"daemon gone", true, func(t *testing.T, d *daemon, a *end) {
 			d.srv.Close()
 			// Wait returns ErrClosed once the device has seen the session end.
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			var wc [1]qp.WC
+			var wc [1]verbs.WC
 			if _, err := a.cq.Wait(ctx, wc[:]); !errors.Is(err, nic.ErrClosed) {
 				t.Fatalf("Wait after the daemon went away: %v, want ErrClosed", err)
 			}
-		}, qp.RTS},
+		}, verbs.RTS},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var d *daemon
@@ -151,15 +152,15 @@ func TestPostAfterSessionEnds(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("Done is not closed once the device is closed or its daemon gone")
 			}
-			send := qp.SendWR{Opcode: qp.WRWrite, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
-			recv := qp.RecvWR{SGL: []qp.SGE{a.mr.SGE(8, 8)}}
+			send := verbs.SendWR{Opcode: verbs.WRWrite, SGL: []verbs.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+			recv := verbs.RecvWR{SGL: []verbs.SGE{a.mr.SGE(8, 8)}}
 			for _, post := range []struct {
 				name string
 				do   func() error
 			}{
 				{"PostSend", func() error { return a.qp.PostSend(&send) }},
 				{"PostSendDeferred", func() error { return a.qp.PostSendDeferred(&send) }},
-				{"PostSends", func() error { _, err := a.qp.PostSends([]qp.SendWR{send}); return err }},
+				{"PostSends", func() error { _, err := a.qp.PostSends([]verbs.SendWR{send}); return err }},
 				{"RingDoorbell", a.qp.RingDoorbell},
 				{"PostRecv", func() error { return a.qp.PostRecv(&recv) }},
 			} {
@@ -188,7 +189,7 @@ func TestSRQPostAfterDaemonGone(t *testing.T) {
 	}
 	d.srv.Close()
 	expectClosed(t, waitInBackground(a.cq), "the daemon went away")
-	if err := srq.PostRecv(&qp.RecvWR{SGL: []qp.SGE{a.mr.SGE(0, 8)}}); !errors.Is(err, nic.ErrClosed) {
+	if err := srq.PostRecv(&verbs.RecvWR{SGL: []verbs.SGE{a.mr.SGE(0, 8)}}); !errors.Is(err, nic.ErrClosed) {
 		t.Errorf("SRQ.PostRecv: %v, want ErrClosed", err)
 	}
 }
@@ -198,7 +199,7 @@ func TestSRQPostAfterDaemonGone(t *testing.T) {
 func TestUDSendChecks(t *testing.T) {
 	forEachProvider(t, func(t *testing.T, m provider) {
 		a := m.end(t, nic.Config{})
-		q, err := a.pd.CreateQP(nic.QPConfig{Type: qp.UD, SendCQ: a.cq})
+		q, err := a.pd.CreateQP(nic.QPConfig{Type: verbs.UD, SendCQ: a.cq})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -209,25 +210,25 @@ func TestUDSendChecks(t *testing.T) {
 		dest := a.dev.Addr()
 		for _, tc := range []struct {
 			name string
-			wr   qp.SendWR
+			wr   verbs.SendWR
 		}{
-			{"longer than the MTU", qp.SendWR{Opcode: qp.WRSend, SGL: []qp.SGE{a.mr.SGE(0, mtu+1)}, Dest: dest, DestQPN: unknownQPN}},
-			{"no destination address", qp.SendWR{Opcode: qp.WRSend, SGL: []qp.SGE{a.mr.SGE(0, 8)}, DestQPN: unknownQPN}},
-			{"no destination QPN", qp.SendWR{Opcode: qp.WRSend, SGL: []qp.SGE{a.mr.SGE(0, 8)}, Dest: dest}},
-			{"QPN beyond 24 bits", qp.SendWR{Opcode: qp.WRSend, SGL: []qp.SGE{a.mr.SGE(0, 8)}, Dest: dest, DestQPN: 1 << 24}},
+			{"longer than the MTU", verbs.SendWR{Opcode: verbs.WRSend, SGL: []verbs.SGE{a.mr.SGE(0, mtu+1)}, Dest: dest, DestQPN: unknownQPN}},
+			{"no destination address", verbs.SendWR{Opcode: verbs.WRSend, SGL: []verbs.SGE{a.mr.SGE(0, 8)}, DestQPN: unknownQPN}},
+			{"no destination QPN", verbs.SendWR{Opcode: verbs.WRSend, SGL: []verbs.SGE{a.mr.SGE(0, 8)}, Dest: dest}},
+			{"QPN beyond 24 bits", verbs.SendWR{Opcode: verbs.WRSend, SGL: []verbs.SGE{a.mr.SGE(0, 8)}, Dest: dest, DestQPN: 1 << 24}},
 		} {
 			if err := q.PostSend(&tc.wr); !errors.Is(err, nic.ErrInvalid) {
 				t.Errorf("%s: %v, want ErrInvalid", tc.name, err)
 			}
 		}
-		ok := qp.SendWR{Opcode: qp.WRSend, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(0, mtu)}, Dest: dest, DestQPN: unknownQPN}
+		ok := verbs.SendWR{Opcode: verbs.WRSend, Flags: verbs.Signaled, SGL: []verbs.SGE{a.mr.SGE(0, mtu)}, Dest: dest, DestQPN: unknownQPN}
 		if err := q.PostSend(&ok); err != nil {
 			t.Fatalf("a send of the MTU: %v", err)
 		}
-		if wc := wait(t, a.cq); wc.Status != qp.Success {
+		if wc := wait(t, a.cq); wc.Status != verbs.Success {
 			t.Errorf("a send of the MTU: %v", &wc)
 		}
-		if st := q.Status().State; st != qp.RTS {
+		if st := q.Status().State; st != verbs.RTS {
 			t.Errorf("QP %s after the refused sends, want RTS", st)
 		}
 	})
@@ -245,11 +246,11 @@ func TestStatusCountsQueuedWRs(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i := range 3 {
-			if err := a.qp.PostRecv(&qp.RecvWR{ID: uint64(i), SGL: []qp.SGE{a.mr.SGE(8*i, 8)}}); err != nil {
+			if err := a.qp.PostRecv(&verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{a.mr.SGE(8*i, 8)}}); err != nil {
 				t.Fatal(err)
 			}
 		}
-		wr := qp.SendWR{Opcode: qp.WRWrite, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+		wr := verbs.SendWR{Opcode: verbs.WRWrite, SGL: []verbs.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
 		if err := a.qp.PostSendDeferred(&wr); err != nil {
 			t.Fatal(err)
 		}
@@ -536,7 +537,7 @@ func TestQueueLimitsParity(t *testing.T) {
 				t.Fatal(err)
 			}
 			q.Destroy()
-			if err := q.Modify(&qp.Attr{State: qp.Init}, qp.AttrState); !errors.Is(err, nic.ErrClosed) {
+			if err := q.Modify(&verbs.Attr{State: verbs.Init}, verbs.AttrState); !errors.Is(err, nic.ErrClosed) {
 				t.Errorf("Modify after Destroy: %v, want ErrClosed", err)
 			}
 		})
@@ -568,15 +569,15 @@ func TestRegShared(t *testing.T) {
 		}
 		copy(own[4000:], "written by the owner")
 		copy(b.mr.Bytes(), "written by the peer!")
-		wrs := []qp.SendWR{
-			{Opcode: qp.WRWrite, SGL: []qp.SGE{b.mr.SGE(0, 20)}, RemoteAddr: iova + 10, RKey: m.RKey(), Flags: qp.Signaled},
-			{Opcode: qp.WRRead, SGL: []qp.SGE{b.mr.SGE(100, 20)}, RemoteAddr: iova + 4000, RKey: m.RKey(), Flags: qp.Signaled},
+		wrs := []verbs.SendWR{
+			{Opcode: verbs.WRWrite, SGL: []verbs.SGE{b.mr.SGE(0, 20)}, RemoteAddr: iova + 10, RKey: m.RKey(), Flags: verbs.Signaled},
+			{Opcode: verbs.WRRead, SGL: []verbs.SGE{b.mr.SGE(100, 20)}, RemoteAddr: iova + 4000, RKey: m.RKey(), Flags: verbs.Signaled},
 		}
 		for i := range wrs {
 			if err := b.qp.PostSend(&wrs[i]); err != nil {
 				t.Fatal(err)
 			}
-			if wc := cmWaitCQ(t, b.cq); wc.Status != qp.Success {
+			if wc := cmWaitCQ(t, b.cq); wc.Status != verbs.Success {
 				t.Fatalf("%v", &wc)
 			}
 		}
@@ -588,12 +589,12 @@ func TestRegShared(t *testing.T) {
 			t.Errorf("the READ brought %q", got)
 		}
 		// A local SGE by the owner's address: a WRITE from the region.
-		w := qp.SendWR{Opcode: qp.WRWrite, SGL: []qp.SGE{{Addr: iova + 4000, Length: 20, LKey: m.LKey()}},
-			RemoteAddr: b.mr.Addr() + 200, RKey: b.mr.RKey(), Flags: qp.Signaled}
+		w := verbs.SendWR{Opcode: verbs.WRWrite, SGL: []verbs.SGE{{Addr: iova + 4000, Length: 20, LKey: m.LKey()}},
+			RemoteAddr: b.mr.Addr() + 200, RKey: b.mr.RKey(), Flags: verbs.Signaled}
 		if err := a.qp.PostSend(&w); err != nil {
 			t.Fatal(err)
 		}
-		if wc := cmWaitCQ(t, a.cq); wc.Status != qp.Success {
+		if wc := cmWaitCQ(t, a.cq); wc.Status != verbs.Success {
 			t.Fatalf("%v", &wc)
 		}
 		syncMemory(b)
@@ -622,7 +623,7 @@ func TestCQWaitReady(t *testing.T) {
 		}
 		ready := make(chan error, 1)
 		go func() { ready <- a.cq.WaitReady(context.Background()) }()
-		w := qp.SendWR{Opcode: qp.WRWrite, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey(), Flags: qp.Signaled}
+		w := verbs.SendWR{Opcode: verbs.WRWrite, SGL: []verbs.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey(), Flags: verbs.Signaled}
 		if err := a.qp.PostSend(&w); err != nil {
 			t.Fatal(err)
 		}
@@ -634,8 +635,8 @@ func TestCQWaitReady(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("WaitReady did not return after a completion")
 		}
-		var wc [2]qp.WC
-		if n, err := a.cq.Poll(wc[:]); n != 1 || err != nil || wc[0].Status != qp.Success {
+		var wc [2]verbs.WC
+		if n, err := a.cq.Poll(wc[:]); n != 1 || err != nil || wc[0].Status != verbs.Success {
 			t.Fatalf("Poll after WaitReady: %d completions (%v), %v", n, err, &wc[0])
 		}
 	})
@@ -655,13 +656,13 @@ func TestConnectOwnQP(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := q.Modify(&qp.Attr{State: qp.Init, AccessFlags: mr.RemoteWrite}, qp.AttrState|qp.AttrAccessFlags); err != nil {
+			if err := q.Modify(&verbs.Attr{State: verbs.Init, AccessFlags: mr.RemoteWrite}, verbs.AttrState|verbs.AttrAccessFlags); err != nil {
 				t.Fatal(err)
 			}
 			return q
 		}
 		aq, bq := ownQP(a), ownQP(b)
-		if err := bq.PostRecv(&qp.RecvWR{ID: 77, SGL: []qp.SGE{b.mr.SGE(0, 64)}}); err != nil {
+		if err := bq.PostRecv(&verbs.RecvWR{ID: 77, SGL: []verbs.SGE{b.mr.SGE(0, 64)}}); err != nil {
 			t.Fatal(err)
 		}
 		l, err := b.dev.Listen(0, nic.ListenOptions{PD: b.pd, QP: nic.QPConfig{SendCQ: b.cq}})
@@ -700,20 +701,20 @@ func TestConnectOwnQP(t *testing.T) {
 			t.Errorf("a second connection of a connected QP: %v, want ErrInvalid", err)
 		}
 		copy(a.mr.Bytes(), "sent before nothing")
-		s := qp.SendWR{Opcode: qp.WRSend, SGL: []qp.SGE{a.mr.SGE(0, 19)}, Flags: qp.Signaled}
+		s := verbs.SendWR{Opcode: verbs.WRSend, SGL: []verbs.SGE{a.mr.SGE(0, 19)}, Flags: verbs.Signaled}
 		if err := aq.PostSend(&s); err != nil {
 			t.Fatal(err)
 		}
-		if wc := cmWaitCQ(t, a.cq); wc.Status != qp.Success {
+		if wc := cmWaitCQ(t, a.cq); wc.Status != verbs.Success {
 			t.Fatalf("SEND: %v", &wc)
 		}
-		if wc := cmWaitCQ(t, b.cq); wc.Status != qp.Success || wc.ID != 77 || string(b.mr.Bytes()[:19]) != "sent before nothing" {
+		if wc := cmWaitCQ(t, b.cq); wc.Status != verbs.Success || wc.ID != 77 || string(b.mr.Bytes()[:19]) != "sent before nothing" {
 			t.Fatalf("receive posted before the connection: %v holding %q", &wc, b.mr.Bytes()[:19])
 		}
 		c.Close()
 		bc.Close()
 		for _, q := range []*nic.QP{aq, bq} {
-			if st := q.Attr().State; st != qp.Err {
+			if st := q.Attr().State; st != verbs.Err {
 				t.Errorf("QP %#x after Close: %s, want ERR (its owner destroys it)", q.Num(), st)
 			}
 			if err := q.Destroy(); err != nil {

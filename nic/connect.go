@@ -5,7 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/softnic/softnic/mr"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -79,23 +79,23 @@ func (q *QP) connect(remote netip.AddrPort, remoteQPN uint32, o *ConnectOptions)
 	}
 	typ := q.Type()
 	steps := []struct {
-		attr qp.Attr
-		mask qp.AttrMask
+		attr verbs.Attr
+		mask verbs.AttrMask
 	}{
-		{qp.Attr{State: qp.Init, AccessFlags: o.Access, QKey: o.QKey}, qp.AttrState | qp.AttrAccessFlags},
-		{qp.Attr{State: qp.RTR, Remote: remote, PathMTU: o.MTU, DestQPN: remoteQPN, RQPSN: o.RemotePSN,
+		{verbs.Attr{State: verbs.Init, AccessFlags: o.Access, QKey: o.QKey}, verbs.AttrState | verbs.AttrAccessFlags},
+		{verbs.Attr{State: verbs.RTR, Remote: remote, PathMTU: o.MTU, DestQPN: remoteQPN, RQPSN: o.RemotePSN,
 			MaxDestRdAtomic: o.MaxDestRdAtomic, MinRNRTimer: o.MinRNRTimer},
-			qp.AttrState | qp.AttrRemote | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN},
-		{qp.Attr{State: qp.RTS, SQPSN: o.LocalPSN, Timeout: o.Timeout, RetryCnt: o.RetryCnt,
-			RNRRetry: o.RNRRetry, MaxRdAtomic: o.MaxRdAtomic}, qp.AttrState | qp.AttrSQPSN},
+			verbs.AttrState | verbs.AttrRemote | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN},
+		{verbs.Attr{State: verbs.RTS, SQPSN: o.LocalPSN, Timeout: o.Timeout, RetryCnt: o.RetryCnt,
+			RNRRetry: o.RNRRetry, MaxRdAtomic: o.MaxRdAtomic}, verbs.AttrState | verbs.AttrSQPSN},
 	}
 	switch typ {
-	case qp.RC:
-		steps[1].mask |= qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer
-		steps[2].mask |= qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxRdAtomic
-	case qp.UD:
-		steps[0].mask = qp.AttrState | qp.AttrQKey
-		steps[1].mask = qp.AttrState | qp.AttrPathMTU
+	case verbs.RC:
+		steps[1].mask |= verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer
+		steps[2].mask |= verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxRdAtomic
+	case verbs.UD:
+		steps[0].mask = verbs.AttrState | verbs.AttrQKey
+		steps[1].mask = verbs.AttrState | verbs.AttrPathMTU
 	}
 	for _, s := range steps {
 		if err := q.Modify(&s.attr, s.mask); err != nil {

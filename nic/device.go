@@ -18,6 +18,7 @@ import (
 	"github.com/softnic/softnic/nic/internal/hooks"
 	"github.com/softnic/softnic/nic/udp"
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -141,7 +142,7 @@ type Config struct {
 	// the QP's error completions are on its CQs; calls made while it has
 	// not returned wait (up to a thousand, then they are dropped). Close
 	// waits for the call under way.
-	OnQPError func(q *QP, cause qp.WCStatus)
+	OnQPError func(q *QP, cause verbs.WCStatus)
 }
 
 // Device is a softnic NIC: one run in this process (embedded) or a
@@ -229,7 +230,7 @@ type embeddedDevice struct {
 	mem   *mr.Table
 	epoch time.Time
 
-	qpc   qp.Counters
+	qpc   verbs.Counters
 	devc  devCounters
 	guard guard // holds back sources that fail too many R_Key checks
 
@@ -333,7 +334,7 @@ func openEmbedded(cfg Config) (*Device, error) {
 
 // reportQPErrors starts, with onQPError (Config.OnQPError), the goroutine
 // that calls it, counted in wg, until the device is done.
-func (d *Device) reportQPErrors(onQPError func(*QP, qp.WCStatus), wg *sync.WaitGroup) {
+func (d *Device) reportQPErrors(onQPError func(*QP, verbs.WCStatus), wg *sync.WaitGroup) {
 	if onQPError == nil {
 		return
 	}
@@ -465,12 +466,12 @@ func (d *embeddedDevice) receive(b []byte, src, dst netip.AddrPort, now qp.Time,
 		return
 	}
 	if !d.fromOwnPort(q, env.Src) {
-		d.qpc.Add(qp.WrongSource, 1)
+		d.qpc.Add(verbs.WrongSource, 1)
 		verdict = "dropped: not from the QP its receiver is connected to"
 		return
 	}
-	d.qpc.Add(qp.RcvdPkts, 1)
-	d.qpc.Add(qp.RcvdBytes, uint64(len(b)))
+	d.qpc.Add(verbs.RcvdPkts, 1)
+	d.qpc.Add(verbs.RcvdBytes, uint64(len(b)))
 	q.mu.Lock()
 	if !q.destroyed {
 		if q.queues != nil {

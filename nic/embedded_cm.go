@@ -12,6 +12,7 @@ import (
 
 	"github.com/softnic/softnic/nic/cm"
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 	"github.com/softnic/softnic/wire/mad"
 )
@@ -219,7 +220,7 @@ func (d *embeddedDevice) dial(ctx context.Context, _ *Device, remote netip.AddrP
 		switch st := q.Attr().State; {
 		case opts.UseQP == nil:
 			q.Destroy()
-		case st != qp.Reset && st != qp.Init:
+		case st != verbs.Reset && st != verbs.Init:
 			// The caller's QP, connected before the handshake failed.
 			// One the handshake never reached (a REJ, no answer) stays
 			// as it was, for the caller to try again.
@@ -295,10 +296,10 @@ func (d *embeddedDevice) dialOnce(ctx context.Context, q *QP, remote netip.AddrP
 
 // createConnQP creates the RC QP of a connection.
 func createConnQP(pd *PD, cfg QPConfig) (*QP, error) {
-	if cfg.Type != 0 && cfg.Type != qp.RC {
+	if cfg.Type != 0 && cfg.Type != verbs.RC {
 		return nil, fmt.Errorf("the connection manager connects RC QPs, not %s: %w", cfg.Type, ErrInvalid)
 	}
-	cfg.Type = qp.RC
+	cfg.Type = verbs.RC
 	return pd.CreateQP(cfg)
 }
 
@@ -312,7 +313,7 @@ type embeddedConn struct {
 func (d *embeddedDevice) newConn(id *cmID, q *QP, private []byte, ownQP bool) *Conn {
 	c := &Conn{dev: d.pub, qp: q, peer: id.peer, private: slices.Clone(private), ownQP: ownQP,
 		prov: &embeddedConn{dev: d, id: id}}
-	q.prov.(*embeddedQP).setOnError(func(cause qp.WCStatus) { d.cm.qpFailed(id, q.num, cause) })
+	q.prov.(*embeddedQP).setOnError(func(cause verbs.WCStatus) { d.cm.qpFailed(id, q.num, cause) })
 	return c
 }
 
@@ -355,12 +356,12 @@ func halt(c *Conn) { c.qp.prov.(*embeddedQP).halt() }
 // with no error hook: nothing ends when it fails.
 func (q *embeddedQP) halt() {
 	q.setOnError(nil)
-	q.modify(&qp.Attr{State: qp.Err}, qp.AttrState)
+	q.modify(&verbs.Attr{State: verbs.Err}, verbs.AttrState)
 }
 
 // qpFailed ends id's connection because its QP entered the error state.
 // It runs under the QP's lock.
-func (c *cmDriver) qpFailed(id *cmID, qpn uint32, cause qp.WCStatus) {
+func (c *cmDriver) qpFailed(id *cmID, qpn uint32, cause verbs.WCStatus) {
 	err := &QPError{QPN: qpn, Status: cause}
 	c.run(func(e *cm.Engine, _ qp.Time, out *cm.Output) { e.End(id.comm, err, out) })
 	c.dev.log.Debug("cm: connection's QP failed", slog.Any("peer", id.peer), slog.Any("error", err))

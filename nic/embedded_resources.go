@@ -10,6 +10,7 @@ import (
 	"github.com/softnic/softnic/nic/internal/hooks"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -95,19 +96,19 @@ func (p *embeddedPD) regShared(pd *PD, m *shm.Mapping, skip, _ int, _ int64, n i
 	return p.newMR(pd, r, a.Bytes()[skip:skip+n], a), nil
 }
 
-func (p *embeddedPD) sgeAt(start, n uint64) (qp.SGE, bool) {
+func (p *embeddedPD) sgeAt(start, n uint64) (verbs.SGE, bool) {
 	r, ok := p.dev.mem.RegionAt(p.pd, start, n)
 	if ok {
 		off := uint64(0)
 		for _, seg := range r.Segments() {
 			s := addrOf(seg)
 			if start >= s && start+n <= s+uint64(len(seg)) {
-				return qp.SGE{Addr: r.Addr() + off + (start - s), Length: uint32(n), LKey: r.LKey()}, true
+				return verbs.SGE{Addr: r.Addr() + off + (start - s), Length: uint32(n), LKey: r.LKey()}, true
 			}
 			off += uint64(len(seg))
 		}
 	}
-	return qp.SGE{}, false
+	return verbs.SGE{}, false
 }
 
 func (m *embeddedMR) region() *mr.Region { return m.r }
@@ -147,7 +148,7 @@ func (d *embeddedDevice) ownCQ(c *CQ) (*embeddedCQ, bool) {
 	return ec, ok && ec.dev == d
 }
 
-func (c *embeddedCQ) poll(wcs []qp.WC, drive bool) (int, error) {
+func (c *embeddedCQ) poll(wcs []verbs.WC, drive bool) (int, error) {
 	if c.pub.users.gone() {
 		return 0, ErrClosed
 	}
@@ -185,7 +186,7 @@ func (p *embeddedPD) createSRQ(pd *PD, depth, maxSGE int) (*SRQ, error) {
 	return es.pub, nil
 }
 
-func (s *embeddedSRQ) postRecv(wr *qp.RecvWR) error {
+func (s *embeddedSRQ) postRecv(wr *verbs.RecvWR) error {
 	if s.pub.users.gone() {
 		return fmt.Errorf("posting to a destroyed SRQ: %w", ErrClosed)
 	}
@@ -208,7 +209,7 @@ type embeddedQP struct {
 	// onError, if set, is told the cause once the QP enters the error
 	// state (the connection manager ends the QP's connection); it is
 	// called with mu held.
-	onError   func(cause qp.WCStatus)
+	onError   func(cause verbs.WCStatus)
 	errorSeen bool
 	// errorNoted is set while the QP is in the error state and
 	// noteErrorLocked has seen it there.
@@ -254,7 +255,7 @@ func (p *embeddedPD) createNumbered(pd *PD, cfg QPConfig, num uint32) (*embedded
 		return nil, ErrClosed
 	}
 	if cfg.Type == 0 {
-		cfg.Type = qp.RC
+		cfg.Type = verbs.RC
 	}
 	if cfg.SendCQ == nil {
 		return nil, fmt.Errorf("QP needs a send CQ: %w", ErrInvalid)
@@ -354,9 +355,9 @@ func (d *embeddedDevice) freeQPN() (uint32, bool) {
 	return 0, false
 }
 
-func (q *embeddedQP) typ() qp.Type { return q.qp.Type() }
+func (q *embeddedQP) typ() verbs.Type { return q.qp.Type() }
 
-func (q *embeddedQP) attr() qp.Attr {
+func (q *embeddedQP) attr() verbs.Attr {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.qp.Attr()
@@ -372,13 +373,13 @@ func (q *embeddedQP) status() qp.Status {
 	return st
 }
 
-func (q *embeddedQP) traffic() qp.Traffic {
+func (q *embeddedQP) traffic() verbs.Traffic {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.qp.Traffic()
 }
 
-func (q *embeddedQP) modify(attr *qp.Attr, mask qp.AttrMask) error {
+func (q *embeddedQP) modify(attr *verbs.Attr, mask verbs.AttrMask) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed {
@@ -392,7 +393,7 @@ func (q *embeddedQP) modify(attr *qp.Attr, mask qp.AttrMask) error {
 	return nil
 }
 
-func (q *embeddedQP) postSend(wr *qp.SendWR, ring bool) error {
+func (q *embeddedQP) postSend(wr *verbs.SendWR, ring bool) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed {
@@ -417,7 +418,7 @@ func (q *embeddedQP) ringDoorbell() error {
 	return nil
 }
 
-func (q *embeddedQP) postSends(wrs []qp.SendWR) (int, error) {
+func (q *embeddedQP) postSends(wrs []verbs.SendWR) (int, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed {
@@ -437,7 +438,7 @@ func (q *embeddedQP) postSends(wrs []qp.SendWR) (int, error) {
 	return n, err
 }
 
-func (q *embeddedQP) postRecv(wr *qp.RecvWR) error {
+func (q *embeddedQP) postRecv(wr *verbs.RecvWR) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed {
@@ -456,7 +457,7 @@ func (q *embeddedQP) flushNowLocked() {
 
 // setOnError installs fn as the QP's error hook (nil removes it); fn runs
 // at once if the QP is already in the error state.
-func (q *embeddedQP) setOnError(fn func(cause qp.WCStatus)) {
+func (q *embeddedQP) setOnError(fn func(cause verbs.WCStatus)) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.onError, q.errorSeen = fn, false
@@ -466,7 +467,7 @@ func (q *embeddedQP) setOnError(fn func(cause qp.WCStatus)) {
 // reportErrorLocked calls the error hook the first time it finds the QP in
 // the error state.
 func (q *embeddedQP) reportErrorLocked() {
-	if q.onError == nil || q.errorSeen || q.qp.State() != qp.Err {
+	if q.onError == nil || q.errorSeen || q.qp.State() != verbs.Err {
 		return
 	}
 	q.errorSeen = true
@@ -481,9 +482,9 @@ func (q *embeddedQP) destroy() error {
 		q.mu.Unlock()
 		return nil
 	}
-	q.qp.Modify(&qp.Attr{State: qp.Err}, qp.AttrState)
+	q.qp.Modify(&verbs.Attr{State: verbs.Err}, verbs.AttrState)
 	q.flushNowLocked() // a NAK that explains an error still goes out
-	q.qp.Modify(&qp.Attr{State: qp.Reset}, qp.AttrState)
+	q.qp.Modify(&verbs.Attr{State: verbs.Reset}, verbs.AttrState)
 	q.destroyed = true
 	q.mu.Unlock()
 	for _, u := range q.uses {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // must stops the example at the first error.
@@ -40,13 +40,13 @@ func Example_readme() {
 	buf := must(cpd.RegMR(make([]byte, 64), mr.LocalWrite))
 	conn := must(client.Dial(ctx, server.Addr(), 7471, nic.DialOptions{PD: cpd, QP: nic.QPConfig{SendCQ: cq}}))
 	copy(buf.Bytes(), "hello, RDMA")
-	for _, wr := range []qp.SendWR{
-		{Opcode: qp.WRWrite, SGL: []qp.SGE{buf.SGE(0, 11)}, RemoteAddr: region.Addr(), RKey: region.RKey()},
-		{Opcode: qp.WRRead, SGL: []qp.SGE{buf.SGE(32, 11)}, RemoteAddr: region.Addr(), RKey: region.RKey()},
+	for _, wr := range []verbs.SendWR{
+		{Opcode: verbs.WRWrite, SGL: []verbs.SGE{buf.SGE(0, 11)}, RemoteAddr: region.Addr(), RKey: region.RKey()},
+		{Opcode: verbs.WRRead, SGL: []verbs.SGE{buf.SGE(32, 11)}, RemoteAddr: region.Addr(), RKey: region.RKey()},
 	} {
-		wr.Flags = qp.Signaled
+		wr.Flags = verbs.Signaled
 		must(0, conn.QP().PostSend(&wr))
-		wc := make([]qp.WC, 1)
+		wc := make([]verbs.WC, 1)
 		must(cq.Wait(ctx, wc))
 		fmt.Println(wc[0].Opcode, wc[0].Status)
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/softnic/softnic/netem"
 	"github.com/softnic/softnic/nic"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -51,11 +51,11 @@ func TestFaultRuleHoldsBack(t *testing.T) {
 	// An ACK timeout of 1 s: a slow run (-race) must not add a timeout.
 	a, b := connected(t, cfg, nic.ConnectOptions{Timeout: 18})
 	copy(a.mr.Bytes(), bytes.Repeat([]byte("held back "), 300))
-	if err := a.qp.PostSend(&qp.SendWR{Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(0, 3000)},
+	if err := a.qp.PostSend(&verbs.SendWR{Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{a.mr.SGE(0, 3000)},
 		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
 		t.Fatal(err)
 	}
-	if wc := wait(t, a.cq); wc.Status != qp.Success {
+	if wc := wait(t, a.cq); wc.Status != verbs.Success {
 		t.Fatalf("the WRITE completed with %v", wc.Status)
 	}
 	syncMemory(b)

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/softnic/softnic/nic"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // TestGuessingPeerHeldBack repeats the rkey guessing of issue 14: a peer
@@ -27,7 +27,7 @@ func TestGuessingPeerHeldBack(t *testing.T) {
 
 	// guess connects a new QP of from to a new QP of the server and
 	// writes 8 bytes with rkey.
-	guess := func(from *end, rkey uint32) qp.WCStatus {
+	guess := func(from *end, rkey uint32) verbs.WCStatus {
 		t.Helper()
 		q, err := from.pd.CreateQP(nic.QPConfig{SendCQ: from.cq})
 		if err != nil {
@@ -50,7 +50,7 @@ func TestGuessingPeerHeldBack(t *testing.T) {
 		if err := sq.Connect(from.dev.Addr(), q.Num(), opts); err != nil {
 			t.Fatal(err)
 		}
-		wr := &qp.SendWR{Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{from.mr.SGE(0, 8)}, RemoteAddr: server.mr.Addr(), RKey: rkey}
+		wr := &verbs.SendWR{Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{from.mr.SGE(0, 8)}, RemoteAddr: server.mr.Addr(), RKey: rkey}
 		if err := q.PostSend(wr); err != nil {
 			t.Fatal(err)
 		}
@@ -59,15 +59,15 @@ func TestGuessingPeerHeldBack(t *testing.T) {
 	bad := func(i int) uint32 { return server.mr.RKey() ^ uint32(i+1)<<12 }
 
 	for i := range 16 {
-		if st := guess(attacker, bad(i)); st != qp.RemAccessErr {
+		if st := guess(attacker, bad(i)); st != verbs.RemAccessErr {
 			t.Fatalf("guess %d: %s, want REM_ACCESS_ERR", i, st)
 		}
 	}
-	if st := guess(attacker, bad(16)); st != qp.RetryExcErr {
+	if st := guess(attacker, bad(16)); st != verbs.RetryExcErr {
 		t.Fatalf("guess 16: %s, want no answer (RETRY_EXC_ERR)", st)
 	}
 	copy(attacker.mr.Bytes(), "attacker")
-	if st := guess(attacker, server.mr.RKey()); st != qp.RetryExcErr {
+	if st := guess(attacker, server.mr.RKey()); st != verbs.RetryExcErr {
 		t.Fatalf("the held peer's WRITE with the right key: %s, want no answer (RETRY_EXC_ERR)", st)
 	}
 	syncMemory(server)
@@ -76,14 +76,14 @@ func TestGuessingPeerHeldBack(t *testing.T) {
 	}
 
 	copy(bystander.mr.Bytes(), "bystandr")
-	if st := guess(bystander, server.mr.RKey()); st != qp.Success {
+	if st := guess(bystander, server.mr.RKey()); st != verbs.Success {
 		t.Fatalf("another peer's WRITE: %s", st)
 	}
 	syncMemory(server)
 	if got := string(server.mr.Bytes()[:8]); got != "bystandr" {
 		t.Errorf("the server's region holds %q after another peer's WRITE", got)
 	}
-	if st := guess(bystander, bad(0)); st != qp.RemAccessErr {
+	if st := guess(bystander, bad(0)); st != verbs.RemAccessErr {
 		t.Errorf("another peer's bad key: %s, want REM_ACCESS_ERR", st)
 	}
 	if n := counter(t, server.dev, "access_holds"); n != 1 {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"unsafe"
 
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // What a layer built on the public API needs beyond the verbs: package
@@ -23,14 +23,14 @@ func (m *MR) PD() *PD { return m.pd }
 // callers that take buffers without their region (fi_mr's desc may be
 // omitted when the domain does not require FI_MR_LOCAL); the lookup costs
 // a search of the region table.
-func (pd *PD) SGEAt(addr, n uint64) (qp.SGE, bool) { return pd.prov.sgeAt(addr, n) }
+func (pd *PD) SGEAt(addr, n uint64) (verbs.SGE, bool) { return pd.prov.sgeAt(addr, n) }
 
 // PollOnly is Poll without progress: it takes the completions the CQ holds
 // and, when it holds none, returns at once instead of processing the
 // packets the device has received. A layer that polls several times for
 // one call of its own drives the device once, with Poll, and polls the
 // rest with PollOnly, as CQ.Wait does.
-func (c *CQ) PollOnly(wcs []qp.WC) (int, error) { return c.poll(wcs, false) }
+func (c *CQ) PollOnly(wcs []verbs.WC) (int, error) { return c.poll(wcs, false) }
 
 // WaitPoll is Wait with the caller's poll: it calls poll until poll
 // returns a count or an error, sleeping between calls until the CQ is

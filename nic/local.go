@@ -3,7 +3,7 @@ package nic
 import (
 	"net/netip"
 
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -34,7 +34,7 @@ const peerLocal = 1 << 31
 func (q *embeddedQP) notePeerLocked() {
 	a := q.qp.Attr()
 	p := uint32(0)
-	if q.qp.Type() != qp.UD && a.Remote.IsValid() && a.DestQPN != 0 {
+	if q.qp.Type() != verbs.UD && a.Remote.IsValid() && a.DestQPN != 0 {
 		p = a.DestQPN
 		if q.dev.isSelf(a.Remote) {
 			p |= peerLocal
@@ -72,7 +72,7 @@ func (d *embeddedDevice) sendsToPeer(q *embeddedQP, pkt []byte, env *wire.Envelo
 	case dq == nil:
 		d.devc.inc(UnknownQP)
 	case dq.peer.Load() != peerLocal|q.num:
-		d.qpc.Add(qp.WrongSource, 1)
+		d.qpc.Add(verbs.WrongSource, 1)
 	default:
 		return true
 	}

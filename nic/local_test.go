@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/nic"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -73,8 +73,8 @@ func TestLocalQPIsolation(t *testing.T) {
 						t.Fatal(err)
 					}
 					copy(attacker.mr.Bytes(), "attacker")
-					post(t, attacker, qp.WRWrite, attacker.mr.SGE(0, 8), victim.mr)
-					if wc := wait(t, attacker.cq); wc.Status != qp.RetryExcErr {
+					post(t, attacker, verbs.WRWrite, attacker.mr.SGE(0, 8), victim.mr)
+					if wc := wait(t, attacker.cq); wc.Status != verbs.RetryExcErr {
 						t.Errorf("the attacker's WRITE completed with %s, want RETRY_EXC_ERR (never delivered)", wc.Status)
 					}
 				}
@@ -89,8 +89,8 @@ func TestLocalQPIsolation(t *testing.T) {
 
 				// The victim's real peer still writes, at the PSN it expects.
 				copy(peer.mr.Bytes(), "the peer")
-				post(t, peer, qp.WRWrite, peer.mr.SGE(0, 8), victim.mr)
-				if wc := wait(t, peer.cq); wc.Status != qp.Success {
+				post(t, peer, verbs.WRWrite, peer.mr.SGE(0, 8), victim.mr)
+				if wc := wait(t, peer.cq); wc.Status != verbs.Success {
 					t.Fatalf("the peer's WRITE completed with %s", wc.Status)
 				}
 				syncMemory(victim)
@@ -104,9 +104,9 @@ func TestLocalQPIsolation(t *testing.T) {
 
 // post posts a signaled RDMA op from e of the bytes sge into the start of
 // region to.
-func post(t testing.TB, e *end, op qp.WROpcode, sge qp.SGE, to *nic.MR) {
+func post(t testing.TB, e *end, op verbs.WROpcode, sge verbs.SGE, to *nic.MR) {
 	t.Helper()
-	wr := &qp.SendWR{ID: 1, Opcode: op, Flags: qp.Signaled, SGL: []qp.SGE{sge}, RemoteAddr: to.Addr(), RKey: to.RKey()}
+	wr := &verbs.SendWR{ID: 1, Opcode: op, Flags: verbs.Signaled, SGL: []verbs.SGE{sge}, RemoteAddr: to.Addr(), RKey: to.RKey()}
 	if err := e.qp.PostSend(wr); err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // ExamplePD_AllocMW opens 16 bytes of a region to a peer through a type 2
@@ -29,16 +29,16 @@ func ExamplePD_AllocMW() {
 	// The region itself grants no remote access, only the right to bind windows.
 	region := must(opd.AllocMR(4096, mr.LocalWrite|mr.MWBind))
 	w := must(opd.AllocMW(mr.WindowType2))
-	bind := qp.SendWR{Opcode: qp.WRBindMW, Flags: qp.Signaled, Bind: &mr.BindRequest{
+	bind := verbs.SendWR{Opcode: verbs.WRBindMW, Flags: verbs.Signaled, Bind: &mr.BindRequest{
 		WindowKey: w.RKey(), NewKey: mr.IncRKey(w.RKey()), RegionKey: region.LKey(),
 		Addr: region.Addr() + 1024, Length: 16, Access: mr.RemoteWrite}}
 	must(0, oqp.PostSend(&bind))
-	wc := make([]qp.WC, 1)
+	wc := make([]verbs.WC, 1)
 	must(ocq.Wait(ctx, wc))
 	fmt.Println(wc[0].Opcode, wc[0].Status)
 
 	src := must(ppd.RegMR([]byte("through a window"), 0))
-	write := qp.SendWR{Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{src.SGE(0, 16)},
+	write := verbs.SendWR{Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{src.SGE(0, 16)},
 		RemoteAddr: region.Addr() + 1024, RKey: w.RKey()}
 	must(0, pqp.PostSend(&write))
 	must(pcq.Wait(ctx, wc))

@@ -16,7 +16,7 @@ import (
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -100,11 +100,11 @@ func checkLeaks(t testing.TB) {
 // one-sided operation; the race detector, rightly, wants one.)
 func syncMemory(e *end) { e.qp.Status() }
 
-func wait(t testing.TB, cq *nic.CQ) qp.WC {
+func wait(t testing.TB, cq *nic.CQ) verbs.WC {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var wc [1]qp.WC
+	var wc [1]verbs.WC
 	if _, err := cq.Wait(ctx, wc[:]); err != nil {
 		t.Fatalf("waiting for a completion: %v", err)
 	}
@@ -159,55 +159,55 @@ func exerciseOperations(t *testing.T, a, b *end) {
 	for i := range 100000 {
 		src[i] = byte(i * 13)
 	}
-	post := func(wr *qp.SendWR) qp.WC {
+	post := func(wr *verbs.SendWR) verbs.WC {
 		t.Helper()
-		wr.Flags |= qp.Signaled
+		wr.Flags |= verbs.Signaled
 		if err := a.qp.PostSend(wr); err != nil {
 			t.Fatal(err)
 		}
 		wc := wait(t, a.cq)
-		if wc.Status != qp.Success || wc.ID != wr.ID {
+		if wc.Status != verbs.Success || wc.ID != wr.ID {
 			t.Fatalf("%s: completion %v", wr.Opcode, &wc)
 		}
 		return wc
 	}
-	post(&qp.SendWR{ID: 1, Opcode: qp.WRWrite, SGL: []qp.SGE{a.mr.SGE(0, 100000)}, RemoteAddr: b.mr.Addr() + 4096, RKey: b.mr.RKey()})
+	post(&verbs.SendWR{ID: 1, Opcode: verbs.WRWrite, SGL: []verbs.SGE{a.mr.SGE(0, 100000)}, RemoteAddr: b.mr.Addr() + 4096, RKey: b.mr.RKey()})
 	syncMemory(b)
 	if !bytes.Equal(b.mr.Bytes()[4096:4096+100000], src[:100000]) {
 		t.Fatal("WRITE: remote memory differs")
 	}
-	post(&qp.SendWR{ID: 2, Opcode: qp.WRRead, SGL: []qp.SGE{a.mr.SGE(200000, 100000)}, RemoteAddr: b.mr.Addr() + 4096, RKey: b.mr.RKey()})
+	post(&verbs.SendWR{ID: 2, Opcode: verbs.WRRead, SGL: []verbs.SGE{a.mr.SGE(200000, 100000)}, RemoteAddr: b.mr.Addr() + 4096, RKey: b.mr.RKey()})
 	if !bytes.Equal(src[200000:300000], src[:100000]) {
 		t.Fatal("READ: data differs")
 	}
 	binary.NativeEndian.PutUint64(b.mr.Bytes()[8:], 5)
 	syncMemory(b)
-	post(&qp.SendWR{ID: 3, Opcode: qp.WRFetchAdd, SGL: []qp.SGE{a.mr.SGE(512, 8)}, RemoteAddr: b.mr.Addr() + 8, RKey: b.mr.RKey(), CompareAdd: 10})
-	post(&qp.SendWR{ID: 4, Opcode: qp.WRCompareSwap, SGL: []qp.SGE{a.mr.SGE(520, 8)}, RemoteAddr: b.mr.Addr() + 8, RKey: b.mr.RKey(), CompareAdd: 15, Swap: 99})
+	post(&verbs.SendWR{ID: 3, Opcode: verbs.WRFetchAdd, SGL: []verbs.SGE{a.mr.SGE(512, 8)}, RemoteAddr: b.mr.Addr() + 8, RKey: b.mr.RKey(), CompareAdd: 10})
+	post(&verbs.SendWR{ID: 4, Opcode: verbs.WRCompareSwap, SGL: []verbs.SGE{a.mr.SGE(520, 8)}, RemoteAddr: b.mr.Addr() + 8, RKey: b.mr.RKey(), CompareAdd: 15, Swap: 99})
 	syncMemory(b)
 	if got, orig := binary.NativeEndian.Uint64(b.mr.Bytes()[8:]), binary.NativeEndian.Uint64(src[512:]); got != 99 || orig != 5 {
 		t.Fatalf("atomics: target %d (want 99), fetch-add returned %d (want 5)", got, orig)
 	}
 	// SEND with immediate, a to b, then b to a.
-	if err := b.qp.PostRecv(&qp.RecvWR{ID: 77, SGL: []qp.SGE{b.mr.SGE(500000, 1000)}}); err != nil {
+	if err := b.qp.PostRecv(&verbs.RecvWR{ID: 77, SGL: []verbs.SGE{b.mr.SGE(500000, 1000)}}); err != nil {
 		t.Fatal(err)
 	}
-	post(&qp.SendWR{ID: 5, Opcode: qp.WRSendImm, Imm: 7, SGL: []qp.SGE{a.mr.SGE(0, 1000)}})
+	post(&verbs.SendWR{ID: 5, Opcode: verbs.WRSendImm, Imm: 7, SGL: []verbs.SGE{a.mr.SGE(0, 1000)}})
 	wc := wait(t, b.cq)
-	if wc.Status != qp.Success || wc.ID != 77 || wc.ByteLen != 1000 || wc.Imm != 7 || !bytes.Equal(b.mr.Bytes()[500000:501000], src[:1000]) {
+	if wc.Status != verbs.Success || wc.ID != 77 || wc.ByteLen != 1000 || wc.Imm != 7 || !bytes.Equal(b.mr.Bytes()[500000:501000], src[:1000]) {
 		t.Fatalf("receive at b: %v", &wc)
 	}
-	if err := a.qp.PostRecv(&qp.RecvWR{ID: 78, SGL: []qp.SGE{a.mr.SGE(600000, 1000)}}); err != nil {
+	if err := a.qp.PostRecv(&verbs.RecvWR{ID: 78, SGL: []verbs.SGE{a.mr.SGE(600000, 1000)}}); err != nil {
 		t.Fatal(err)
 	}
 	copy(b.mr.Bytes()[700000:], "hello from b")
-	if err := b.qp.PostSend(&qp.SendWR{ID: 9, Opcode: qp.WRSendImm, Imm: 8, Flags: qp.Signaled, SGL: []qp.SGE{b.mr.SGE(700000, 12)}}); err != nil {
+	if err := b.qp.PostSend(&verbs.SendWR{ID: 9, Opcode: verbs.WRSendImm, Imm: 8, Flags: verbs.Signaled, SGL: []verbs.SGE{b.mr.SGE(700000, 12)}}); err != nil {
 		t.Fatal(err)
 	}
-	if wc := wait(t, a.cq); wc.ID != 78 || wc.Status != qp.Success || wc.ByteLen != 12 || wc.Imm != 8 || string(src[600000:600012]) != "hello from b" {
+	if wc := wait(t, a.cq); wc.ID != 78 || wc.Status != verbs.Success || wc.ByteLen != 12 || wc.Imm != 8 || string(src[600000:600012]) != "hello from b" {
 		t.Fatalf("receive at a: %v, buffer %q", &wc, src[600000:600012])
 	}
-	if wc := wait(t, b.cq); wc.ID != 9 || wc.Status != qp.Success {
+	if wc := wait(t, b.cq); wc.ID != 9 || wc.Status != verbs.Success {
 		t.Fatalf("send at b: %v", &wc)
 	}
 }
@@ -215,14 +215,14 @@ func exerciseOperations(t *testing.T, a, b *end) {
 func TestBadRKeyCompletesWithRemAccessErr(t *testing.T) {
 	forEachProvider(t, func(t *testing.T, p provider) {
 		a, b := p.connected(t, nic.Config{}, nic.ConnectOptions{})
-		wr := &qp.SendWR{ID: 1, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey() + 0x100}
+		wr := &verbs.SendWR{ID: 1, Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey() + 0x100}
 		if err := a.qp.PostSend(wr); err != nil {
 			t.Fatal(err)
 		}
-		if wc := wait(t, a.cq); wc.Status != qp.RemAccessErr {
+		if wc := wait(t, a.cq); wc.Status != verbs.RemAccessErr {
 			t.Fatalf("completion %v, want REM_ACCESS_ERR", &wc)
 		}
-		if st := a.qp.Status().State; st != qp.Err {
+		if st := a.qp.Status().State; st != verbs.Err {
 			t.Errorf("QP state %s, want ERR", st)
 		}
 	})
@@ -243,7 +243,7 @@ func TestUnknownQPIsCountedAndTraced(t *testing.T) {
 		if err := b.qp.Destroy(); err != nil {
 			t.Fatal(err)
 		}
-		wr := &qp.SendWR{ID: 1, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+		wr := &verbs.SendWR{ID: 1, Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
 		if err := a.qp.PostSend(wr); err != nil {
 			t.Fatal(err)
 		}
@@ -278,21 +278,21 @@ func TestCloseFlushesOutstandingWork(t *testing.T) {
 		if err := a.qp.Connect(netip.MustParseAddrPort("127.0.0.1:9"), 0x33, nic.ConnectOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		if err := a.qp.PostSend(&qp.SendWR{ID: 5, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RKey: 1}); err != nil {
+		if err := a.qp.PostSend(&verbs.SendWR{ID: 5, Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{a.mr.SGE(0, 8)}, RKey: 1}); err != nil {
 			t.Fatal(err)
 		}
-		if err := a.qp.PostRecv(&qp.RecvWR{ID: 6, SGL: []qp.SGE{a.mr.SGE(8, 8)}}); err != nil {
+		if err := a.qp.PostRecv(&verbs.RecvWR{ID: 6, SGL: []verbs.SGE{a.mr.SGE(8, 8)}}); err != nil {
 			t.Fatal(err)
 		}
 		a.dev.Close()
 		want := map[uint64]bool{5: true, 6: true}
-		var wc [4]qp.WC
+		var wc [4]verbs.WC
 		n, err := a.cq.Poll(wc[:])
 		if err != nil || n != len(want) {
 			t.Fatalf("Poll after Close: %d completions, %v; want %d", n, err, len(want))
 		}
 		for _, c := range wc[:n] {
-			if !want[c.ID] || c.Status != qp.WRFlushErr {
+			if !want[c.ID] || c.Status != verbs.WRFlushErr {
 				t.Errorf("completion %v, want WR_FLUSH_ERR for WRs 5 (the WRITE) and 6 (the receive)", c.String())
 			}
 			delete(want, c.ID)
@@ -305,7 +305,7 @@ func TestCloseFlushesOutstandingWork(t *testing.T) {
 		if _, err := a.cq.Wait(ctx, wc[:]); !errors.Is(err, nic.ErrClosed) {
 			t.Errorf("Wait on the emptied CQ of a closed device: %v, want ErrClosed", err)
 		}
-		if err := a.qp.PostSend(&qp.SendWR{Opcode: qp.WRWrite}); err == nil {
+		if err := a.qp.PostSend(&verbs.SendWR{Opcode: verbs.WRWrite}); err == nil {
 			t.Error("posting on a closed device succeeded")
 		}
 	})

@@ -12,7 +12,7 @@ import (
 
 	"log/slog"
 
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -183,7 +183,7 @@ func (d *embeddedDevice) pathMTU(dst netip.AddrPort) int { return d.route(dst.Ad
 func (d *embeddedDevice) pathTooBig(q *embeddedQP, dst netip.AddrPort) {
 	d.devc.inc(PathMTUExceeded)
 	qpMTU := q.qp.Attr().PathMTU
-	if qpMTU == 0 || q.qp.Type() == qp.UD {
+	if qpMTU == 0 || q.qp.Type() == verbs.UD {
 		qpMTU = d.cfg.MTU // a UD QP's datagrams are at most the device's MTU
 	}
 	old := d.route(dst.Addr())
@@ -197,8 +197,8 @@ func (d *embeddedDevice) pathTooBig(q *embeddedQP, dst netip.AddrPort) {
 		d.log.Warn("softnic: the route to a peer carries less than a QP's path MTU: new connections use the smaller MTU",
 			slog.Any("peer", dst), slog.String("qpn", fmt.Sprintf("%#x", q.num)), slog.Int("qp_mtu", qpMTU), slog.Int("path_mtu", r.mtu))
 	}
-	if t := q.qp.Type(); t == qp.RC || t == qp.UC {
-		q.qp.Modify(&qp.Attr{State: qp.Err}, qp.AttrState)
+	if t := q.qp.Type(); t == verbs.RC || t == verbs.UC {
+		q.qp.Modify(&verbs.Attr{State: verbs.Err}, verbs.AttrState)
 	}
 }
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/softnic/softnic/nic"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 func TestPostReadContextIsWRID(t *testing.T) {
@@ -20,13 +20,13 @@ func TestPostReadContextIsWRID(t *testing.T) {
 	for i, id := range []uint64{0, 1, 0xdeadbeef, math.MaxUint64} {
 		off := 8192 * (i + 1)
 		clear(a.mr.Bytes()[off : off+4096])
-		wr := &qp.SendWR{ID: id, Opcode: qp.WRRead, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(off, 4096)},
+		wr := &verbs.SendWR{ID: id, Opcode: verbs.WRRead, Flags: verbs.Signaled, SGL: []verbs.SGE{a.mr.SGE(off, 4096)},
 			RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
 		if err := a.qp.PostSend(wr); err != nil {
 			t.Fatal(err)
 		}
 		wc := wait(t, a.cq)
-		if wc.ID != id || wc.Status != qp.Success || wc.Opcode != qp.WCRead || wc.ByteLen != 4096 {
+		if wc.ID != id || wc.Status != verbs.Success || wc.Opcode != verbs.WCRead || wc.ByteLen != 4096 {
 			t.Fatalf("completion %v, want wr_id %d RDMA_READ SUCCESS len 4096", &wc, id)
 		}
 		if !bytes.Equal(a.mr.Bytes()[off:off+4096], b.mr.Bytes()[:4096]) {
@@ -38,7 +38,7 @@ func TestPostReadContextIsWRID(t *testing.T) {
 func TestQPPostSendDeferred(t *testing.T) {
 	a, b := connected(t, nic.Config{}, nic.ConnectOptions{})
 	for i := range 3 {
-		wr := &qp.SendWR{ID: uint64(i), Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(i*64, 64)},
+		wr := &verbs.SendWR{ID: uint64(i), Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{a.mr.SGE(i*64, 64)},
 			RemoteAddr: b.mr.Addr() + uint64(i*64), RKey: b.mr.RKey()}
 		if err := a.qp.PostSendDeferred(wr); err != nil {
 			t.Fatal(err)
@@ -54,7 +54,7 @@ func TestQPPostSendDeferred(t *testing.T) {
 		t.Fatalf("%d packets sent after the doorbell, want 3", n)
 	}
 	for i := range 3 {
-		if wc := wait(t, a.cq); wc.ID != uint64(i) || wc.Status != qp.Success {
+		if wc := wait(t, a.cq); wc.ID != uint64(i) || wc.Status != verbs.Success {
 			t.Fatalf("completion %v, want wr_id %d SUCCESS", &wc, i)
 		}
 	}

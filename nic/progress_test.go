@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/nic"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // noLoss are counters that a lost, repeated or reordered packet moves on
@@ -52,12 +52,12 @@ func TestPollAndReaderHandOver(t *testing.T) {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			var wcs [depth]qp.WC
+			var wcs [depth]verbs.WC
 			posted, done := 0, 0
 			for done < perQP {
 				for posted < perQP && posted-done < depth {
 					slot := posted % depth
-					wr := qp.SendWR{ID: uint64(slot), Opcode: qp.WRFetchAdd, Flags: qp.Signaled, SGL: []qp.SGE{e.mr.SGE(8*slot, 8)},
+					wr := verbs.SendWR{ID: uint64(slot), Opcode: verbs.WRFetchAdd, Flags: verbs.Signaled, SGL: []verbs.SGE{e.mr.SGE(8*slot, 8)},
 						RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey(), CompareAdd: 1}
 					if err := e.qp.PostSend(&wr); err != nil {
 						t.Error(err)
@@ -82,7 +82,7 @@ func TestPollAndReaderHandOver(t *testing.T) {
 				}
 				syncMemory(e)
 				for _, wc := range wcs[:n] {
-					if wc.Status != qp.Success {
+					if wc.Status != verbs.Success {
 						t.Errorf("FETCH_ADD: %v", wc.String())
 						return
 					}
@@ -120,7 +120,7 @@ func TestTimerCatchesUpBeforeTimeout(t *testing.T) {
 	const timeout = 8 // 4.096 µs × 2^8: about 1 ms
 	a, b := connected(t, nic.Config{}, nic.ConnectOptions{Timeout: timeout})
 	release := nic.HoldProgress(a.dev)
-	wr := qp.SendWR{Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+	wr := verbs.SendWR{Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
 	if err := a.qp.PostSend(&wr); err != nil {
 		release()
 		t.Fatal(err)
@@ -131,8 +131,8 @@ func TestTimerCatchesUpBeforeTimeout(t *testing.T) {
 	release()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var wcs [1]qp.WC
-	if _, err := a.cq.Wait(ctx, wcs[:]); err != nil || wcs[0].Status != qp.Success {
+	var wcs [1]verbs.WC
+	if _, err := a.cq.Wait(ctx, wcs[:]); err != nil || wcs[0].Status != verbs.Success {
 		t.Fatalf("WRITE: %v, %v", wcs[0].String(), err)
 	}
 	for _, d := range []*nic.Device{a.dev, b.dev} {
@@ -161,16 +161,16 @@ func TestPollRoundTripAllocs(t *testing.T) {
 		t.Skip("the race detector's sync.Pool drops packet batches on purpose")
 	}
 	a, b := connected(t, nic.Config{}, nic.ConnectOptions{})
-	for _, op := range []qp.WROpcode{qp.WRWrite, qp.WRRead, qp.WRFetchAdd} {
-		wr := qp.SendWR{Opcode: op, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey(), CompareAdd: 1}
-		var wcs [1]qp.WC
+	for _, op := range []verbs.WROpcode{verbs.WRWrite, verbs.WRRead, verbs.WRFetchAdd} {
+		wr := verbs.SendWR{Opcode: op, Flags: verbs.Signaled, SGL: []verbs.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey(), CompareAdd: 1}
+		var wcs [1]verbs.WC
 		roundTrip := func() {
 			if err := a.qp.PostSend(&wr); err != nil {
 				t.Fatal(err)
 			}
 			for {
 				n, err := a.cq.Poll(wcs[:])
-				if err != nil || n == 1 && wcs[0].Status != qp.Success {
+				if err != nil || n == 1 && wcs[0].Status != verbs.Success {
 					t.Fatalf("%v: %v, %v", op, wcs[0].String(), err)
 				}
 				if n == 1 {

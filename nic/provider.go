@@ -9,6 +9,7 @@ import (
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/nic/udp"
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // The public types (Device, PD, MR, MW, CQ, SRQ, QP, Listener, Request,
@@ -68,7 +69,7 @@ type pdProvider interface {
 	createQP(pd *PD, cfg QPConfig) (*QP, error)
 	// sgeAt finds the region of the PD holding [start, start+n) of this
 	// process's memory.
-	sgeAt(start, n uint64) (qp.SGE, bool)
+	sgeAt(start, n uint64) (verbs.SGE, bool)
 }
 
 // mrProvider is a memory region's provider.
@@ -92,7 +93,7 @@ type mwProvider interface {
 type cqProvider interface {
 	// poll is CQ.Poll; drive says whether it may process packets when it
 	// finds no completion (see CQ.poll).
-	poll(wcs []qp.WC, drive bool) (int, error)
+	poll(wcs []verbs.WC, drive bool) (int, error)
 	len() int
 	destroy(c *CQ) error
 	// park prepares a waiter that found the CQ empty for its sleep. It
@@ -103,27 +104,27 @@ type cqProvider interface {
 
 // srqProvider is a shared receive queue's provider.
 type srqProvider interface {
-	postRecv(wr *qp.RecvWR) error
+	postRecv(wr *verbs.RecvWR) error
 	destroy(s *SRQ) error
 }
 
 // qpProvider is a queue pair's provider.
 type qpProvider interface {
-	typ() qp.Type
-	attr() qp.Attr
+	typ() verbs.Type
+	attr() verbs.Attr
 	status() qp.Status
-	modify(attr *qp.Attr, mask qp.AttrMask) error
-	postSend(wr *qp.SendWR, ring bool) error
-	postSends(wrs []qp.SendWR) (int, error)
+	modify(attr *verbs.Attr, mask verbs.AttrMask) error
+	postSend(wr *verbs.SendWR, ring bool) error
+	postSends(wrs []verbs.SendWR) (int, error)
 	ringDoorbell() error
-	postRecv(wr *qp.RecvWR) error
+	postRecv(wr *verbs.RecvWR) error
 	destroy() error
 }
 
 // trafficCounter is the optional part of a qpProvider that counts the
 // QP's traffic in this process.
 type trafficCounter interface {
-	traffic() qp.Traffic
+	traffic() verbs.Traffic
 }
 
 // listenerProvider is a listener's provider.

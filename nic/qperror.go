@@ -1,6 +1,6 @@
 package nic
 
-import "github.com/softnic/softnic/qp"
+import "github.com/softnic/softnic/verbs"
 
 // QP errors reported outside the data path (Config.OnQPError): a QP that
 // enters the error state by itself is queued, under its lock, for a
@@ -14,14 +14,14 @@ import "github.com/softnic/softnic/qp"
 // of the error completion that moved it there.
 type qpError struct {
 	q     *QP
-	cause qp.WCStatus
+	cause verbs.WCStatus
 }
 
 // noteErrorLocked reports, once per entry into the error state, a QP that
 // an error completion moved there; a Modify to ERR, a Destroy or a CQ
 // overflow (cause SUCCESS) is no error of the QP's to report.
 func (q *embeddedQP) noteErrorLocked() {
-	if q.qp.State() != qp.Err {
+	if q.qp.State() != verbs.Err {
 		q.errorNoted = false
 		return
 	}
@@ -31,7 +31,7 @@ func (q *embeddedQP) noteErrorLocked() {
 	q.errorNoted = true
 	cause := q.qp.Status().Cause
 	switch {
-	case cause == qp.Success:
+	case cause == verbs.Success:
 	case q.queues != nil:
 		q.queues.Failed(cause)
 	case q.dev.pub.qpErrors != nil:

@@ -7,7 +7,7 @@ import (
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // ExampleConfig_onQPError learns, outside the data path, that a QP failed:
@@ -15,9 +15,9 @@ import (
 // the error state, is reported to the device's OnQPError (what libsoftnic
 // turns into IBV_EVENT_QP_FATAL).
 func ExampleConfig_onQPError() {
-	failed := make(chan qp.WCStatus, 1)
+	failed := make(chan verbs.WCStatus, 1)
 	cfg := nic.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0"),
-		OnQPError: func(q *nic.QP, cause qp.WCStatus) { failed <- cause }}
+		OnQPError: func(q *nic.QP, cause verbs.WCStatus) { failed <- cause }}
 	local := must(nic.Open(cfg))
 	remote := must(nic.Open(nic.Config{Addr: cfg.Addr}))
 	defer local.Close()
@@ -31,10 +31,10 @@ func ExampleConfig_onQPError() {
 
 	src := must(lpd.RegMR([]byte("12345678"), 0))
 	dst := must(rpd.AllocMR(4096, mr.LocalWrite|mr.RemoteWrite))
-	write := qp.SendWR{Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{src.SGE(0, 8)},
+	write := verbs.SendWR{Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{src.SGE(0, 8)},
 		RemoteAddr: dst.Addr(), RKey: dst.RKey() + 1}
 	must(0, lqp.PostSend(&write))
-	wc := make([]qp.WC, 1)
+	wc := make([]verbs.WC, 1)
 	must(lcq.Wait(context.Background(), wc))
 	fmt.Println("completion:", wc[0].Status)
 	fmt.Println("OnQPError:", <-failed, lqp.Status().State)

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/nic"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // qpErrors records what Config.OnQPError is told.
@@ -13,10 +13,10 @@ type qpErrors chan qpErrorCall
 
 type qpErrorCall struct {
 	q     *nic.QP
-	cause qp.WCStatus
+	cause verbs.WCStatus
 }
 
-func (c qpErrors) hook(q *nic.QP, cause qp.WCStatus) { c <- qpErrorCall{q, cause} }
+func (c qpErrors) hook(q *nic.QP, cause verbs.WCStatus) { c <- qpErrorCall{q, cause} }
 
 // next returns the next call, failing the test after ten seconds without one.
 func (c qpErrors) next(t *testing.T) qpErrorCall {
@@ -71,7 +71,7 @@ func TestOnQPError(t *testing.T) {
 			a, b := tc.ends(t, ea, eb)
 			reconnect := func() {
 				for _, q := range []*nic.QP{a.qp, b.qp} {
-					if err := q.Modify(&qp.Attr{State: qp.Reset}, qp.AttrState); err != nil {
+					if err := q.Modify(&verbs.Attr{State: verbs.Reset}, verbs.AttrState); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -79,25 +79,25 @@ func TestOnQPError(t *testing.T) {
 			}
 			for round := range 2 {
 				reconnect()
-				wr := &qp.SendWR{ID: 1, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(0, 8)},
+				wr := &verbs.SendWR{ID: 1, Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{a.mr.SGE(0, 8)},
 					RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey() + 0x100}
 				if err := a.qp.PostSend(wr); err != nil {
 					t.Fatal(err)
 				}
-				if wc := wait(t, a.cq); wc.Status != qp.RemAccessErr {
+				if wc := wait(t, a.cq); wc.Status != verbs.RemAccessErr {
 					t.Fatalf("round %d: completion %v, want REM_ACCESS_ERR", round, &wc)
 				}
-				if e := ea.next(t); e.q != a.qp || e.cause != qp.RemAccessErr {
+				if e := ea.next(t); e.q != a.qp || e.cause != verbs.RemAccessErr {
 					t.Errorf("round %d: the requester's OnQPError: QP %p with %s, want %p with REM_ACCESS_ERR", round, e.q, e.cause, a.qp)
 				}
-				if e := eb.next(t); e.q != b.qp || e.cause == qp.Success {
+				if e := eb.next(t); e.q != b.qp || e.cause == verbs.Success {
 					t.Errorf("round %d: the responder's OnQPError: QP %p with %s, want %p with an error", round, e.q, e.cause, b.qp)
 				}
 				ea.none(t, "the error")
 				eb.none(t, "the error")
 			}
 			reconnect()
-			if err := a.qp.Modify(&qp.Attr{State: qp.Err}, qp.AttrState); err != nil {
+			if err := a.qp.Modify(&verbs.Attr{State: verbs.Err}, verbs.AttrState); err != nil {
 				t.Fatal(err)
 			}
 			ea.none(t, "Modify to ERR")

@@ -11,6 +11,7 @@ import (
 	"github.com/softnic/softnic/nic/internal/hooks"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // PD is a protection domain (ibv_pd): regions and QPs of one PD may be used
@@ -100,8 +101,8 @@ func (m *MR) Region() *mr.Region {
 }
 
 // SGE returns the scatter/gather element for n bytes at offset off.
-func (m *MR) SGE(off, n int) qp.SGE {
-	return qp.SGE{Addr: m.addr + uint64(off), Length: uint32(n), LKey: m.key}
+func (m *MR) SGE(off, n int) verbs.SGE {
+	return verbs.SGE{Addr: m.addr + uint64(off), Length: uint32(n), LKey: m.key}
 }
 
 // Dereg deregisters the region (ibv_dereg_mr); ErrBusy while a memory
@@ -181,12 +182,12 @@ func (d *Device) CreateCQ(depth int) (*CQ, error) { return d.prov.createCQ(d, de
 // the packets the device has received, on the calling goroutine (see
 // progress.go): an application that polls in a loop drives the device
 // itself, instead of waiting for the device's goroutine to be scheduled.
-func (c *CQ) Poll(wcs []qp.WC) (int, error) { return c.poll(wcs, true) }
+func (c *CQ) Poll(wcs []verbs.WC) (int, error) { return c.poll(wcs, true) }
 
 // poll is Poll; drive says whether it may process packets when it finds no
 // completion, as a poll in a loop does (CQ.Wait's do not: the reader
 // stays on the socket for them).
-func (c *CQ) poll(wcs []qp.WC, drive bool) (int, error) { return c.prov.poll(wcs, drive) }
+func (c *CQ) poll(wcs []verbs.WC, drive bool) (int, error) { return c.prov.poll(wcs, drive) }
 
 // Destroy destroys the CQ (ibv_destroy_cq): completions not yet polled are
 // discarded, and Poll and Wait return ErrClosed from then on. It fails
@@ -206,7 +207,7 @@ func (c *CQ) retire() error {
 // Wait blocks until at least one completion is available, then polls up to
 // len(wcs) of them. It returns early with ctx's error, or ErrClosed when
 // the device closes.
-func (c *CQ) Wait(ctx context.Context, wcs []qp.WC) (int, error) {
+func (c *CQ) Wait(ctx context.Context, wcs []verbs.WC) (int, error) {
 	return c.wait(ctx, func() (int, error) { return c.poll(wcs, false) })
 }
 
@@ -287,7 +288,7 @@ type SRQ struct {
 func (pd *PD) CreateSRQ(depth, maxSGE int) (*SRQ, error) { return pd.prov.createSRQ(pd, depth, maxSGE) }
 
 // PostRecv adds a receive WR (ibv_post_srq_recv).
-func (s *SRQ) PostRecv(wr *qp.RecvWR) error { return s.prov.postRecv(wr) }
+func (s *SRQ) PostRecv(wr *verbs.RecvWR) error { return s.prov.postRecv(wr) }
 
 // Destroy destroys the SRQ (ibv_destroy_srq): its receive WRs are
 // discarded, and posting to it fails. It fails with ErrBusy while a QP
@@ -302,8 +303,8 @@ func (s *SRQ) retire() error {
 
 // QPConfig creates a QP (ibv_qp_init_attr).
 type QPConfig struct {
-	Type           qp.Type // qp.RC (the default), qp.UC or qp.UD
-	SendCQ, RecvCQ *CQ     // RecvCQ defaults to SendCQ
+	Type           verbs.Type // qp.RC (the default), qp.UC or qp.UD
+	SendCQ, RecvCQ *CQ        // RecvCQ defaults to SendCQ
 	SRQ            *SRQ
 	// Queue sizes; zero picks qp's defaults.
 	MaxSendWR, MaxRecvWR, MaxSendSGE, MaxRecvSGE, MaxInline int
@@ -331,10 +332,10 @@ func (q *QP) Num() uint32 { return q.num }
 func (q *QP) PD() *PD { return q.pd }
 
 // Type returns the QP's transport service.
-func (q *QP) Type() qp.Type { return q.prov.typ() }
+func (q *QP) Type() verbs.Type { return q.prov.typ() }
 
 // Attr returns the QP's attributes (ibv_query_qp).
-func (q *QP) Attr() qp.Attr { return q.prov.attr() }
+func (q *QP) Attr() verbs.Attr { return q.prov.attr() }
 
 // Status returns a snapshot of the QP's sequence state.
 func (q *QP) Status() qp.Status { return q.prov.status() }
@@ -342,22 +343,22 @@ func (q *QP) Status() qp.Status { return q.prov.status() }
 // Traffic returns the packets, bytes and messages the QP has sent and
 // received. An attached device's QPs are counted in the daemon, which
 // shows them (softnic serve --metrics): here they are ErrNotSupported.
-func (q *QP) Traffic() (qp.Traffic, error) {
+func (q *QP) Traffic() (verbs.Traffic, error) {
 	if t, ok := q.prov.(trafficCounter); ok {
 		return t.traffic(), nil
 	}
-	return qp.Traffic{}, fmt.Errorf("QP %#x: %w", q.num, unsupported("traffic"))
+	return verbs.Traffic{}, fmt.Errorf("QP %#x: %w", q.num, unsupported("traffic"))
 }
 
 // Modify changes the QP's attributes and state (ibv_modify_qp).
-func (q *QP) Modify(attr *qp.Attr, mask qp.AttrMask) error { return q.prov.modify(attr, mask) }
+func (q *QP) Modify(attr *verbs.Attr, mask verbs.AttrMask) error { return q.prov.modify(attr, mask) }
 
 // PostSend posts one send work request (ibv_post_send) and sends what it
 // can at once; while an application polls the device's CQs (see CQ.Poll),
 // what it posts leaves with that application's next poll instead, with
 // everything posted to the device's QPs since, in as few system calls as
 // it takes.
-func (q *QP) PostSend(wr *qp.SendWR) error { return q.prov.postSend(wr, true) }
+func (q *QP) PostSend(wr *verbs.SendWR) error { return q.prov.postSend(wr, true) }
 
 // PostSendDeferred posts a send work request without ringing the doorbell:
 // this call sends nothing, so that several posts can leave in one batch
@@ -365,7 +366,7 @@ func (q *QP) PostSend(wr *qp.SendWR) error { return q.prov.postSend(wr, true) }
 // PostSend, PostSends or RingDoorbell on the QP, or sooner if the device
 // drains the QP for its own reasons (a response arrives, a timer fires):
 // the deferral is a batching hint, never a promise to hold packets back.
-func (q *QP) PostSendDeferred(wr *qp.SendWR) error { return q.prov.postSend(wr, false) }
+func (q *QP) PostSendDeferred(wr *verbs.SendWR) error { return q.prov.postSend(wr, false) }
 
 // RingDoorbell sends what the QP has queued, such as the work requests of
 // PostSendDeferred.
@@ -373,10 +374,10 @@ func (q *QP) RingDoorbell() error { return q.prov.ringDoorbell() }
 
 // PostSends posts a list of send work requests, then sends; it returns how
 // many were posted before an error (like ibv_post_send's bad_wr).
-func (q *QP) PostSends(wrs []qp.SendWR) (int, error) { return q.prov.postSends(wrs) }
+func (q *QP) PostSends(wrs []verbs.SendWR) (int, error) { return q.prov.postSends(wrs) }
 
 // PostRecv posts a receive work request (ibv_post_recv).
-func (q *QP) PostRecv(wr *qp.RecvWR) error { return q.prov.postRecv(wr) }
+func (q *QP) PostRecv(wr *verbs.RecvWR) error { return q.prov.postRecv(wr) }
 
 // Destroy moves the QP to the error state, so that its outstanding WRs
 // complete with WR_FLUSH_ERR, and removes it from the device

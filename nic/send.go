@@ -13,6 +13,7 @@ import (
 	"github.com/softnic/softnic/netem"
 	"github.com/softnic/softnic/nic/udp"
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -214,14 +215,14 @@ func (d *embeddedDevice) fate(pkt []byte) netem.Fate {
 // msgs[sent] is the message that failed, and those after it were not sent.
 func (d *embeddedDevice) send(msgs []udp.Message) (sent int, err error) {
 	sent, err = d.conn.WriteBatch(msgs)
-	d.qpc.Add(qp.SentPkts, uint64(sent))
+	d.qpc.Add(verbs.SentPkts, uint64(sent))
 	bytes := 0
 	for i := range msgs[:sent] {
 		bytes += len(msgs[i].Buf)
 	}
-	d.qpc.Add(qp.SentBytes, uint64(bytes))
+	d.qpc.Add(verbs.SentBytes, uint64(bytes))
 	if err != nil {
-		d.qpc.Add(qp.SendErr, uint64(len(msgs)-sent))
+		d.qpc.Add(verbs.SendErr, uint64(len(msgs)-sent))
 		if !d.closed() {
 			d.log.Debug("softnic: send", slog.Int("unsent", len(msgs)-sent), slog.Any("error", err))
 		}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -14,14 +15,14 @@ import (
 func BenchmarkOp(b *testing.B) {
 	for _, bc := range []struct {
 		name string
-		op   qp.WROpcode
+		op   verbs.WROpcode
 		size uint32
 	}{
-		{"WRITE-8", qp.WRWrite, 8},
-		{"WRITE-64K", qp.WRWrite, 64 << 10},
-		{"READ-64K", qp.WRRead, 64 << 10},
-		{"SEND-4K", qp.WRSend, 4 << 10},
-		{"FETCH_ADD", qp.WRFetchAdd, 8},
+		{"WRITE-8", verbs.WRWrite, 8},
+		{"WRITE-64K", verbs.WRWrite, 64 << 10},
+		{"READ-64K", verbs.WRRead, 64 << 10},
+		{"SEND-4K", verbs.WRSend, 4 << 10},
+		{"FETCH_ADD", verbs.WRFetchAdd, 8},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			_, x, y := pair(b, defaultAttr())
@@ -41,13 +42,13 @@ func BenchmarkOp(b *testing.B) {
 					to.qp.Receive(&pkt, &env, now)
 				}
 			}
-			wr := qp.SendWR{Opcode: bc.op, Flags: qp.Signaled, SGL: sgl(x.sge(0, bc.size)), RemoteAddr: y.va(0), RKey: y.region.RKey()}
-			rwr := qp.RecvWR{SGL: sgl(y.sge(0, bc.size))}
-			var wc [1]qp.WC
+			wr := verbs.SendWR{Opcode: bc.op, Flags: verbs.Signaled, SGL: sgl(x.sge(0, bc.size)), RemoteAddr: y.va(0), RKey: y.region.RKey()}
+			rwr := verbs.RecvWR{SGL: sgl(y.sge(0, bc.size))}
+			var wc [1]verbs.WC
 			b.SetBytes(int64(bc.size))
 			b.ReportAllocs()
 			for b.Loop() {
-				if bc.op == qp.WRSend {
+				if bc.op == verbs.WRSend {
 					if err := y.qp.PostRecv(&rwr); err != nil {
 						b.Fatal(err)
 					}
@@ -59,7 +60,7 @@ func BenchmarkOp(b *testing.B) {
 					move(x, y)
 					move(y, x)
 					n, _ := x.cq.Poll(wc[:])
-					if n > 0 && wc[0].Status != qp.Success {
+					if n > 0 && wc[0].Status != verbs.Success {
 						b.Fatalf("%s completed with %s", bc.op, wc[0].Status)
 					}
 					done = n > 0
@@ -67,8 +68,8 @@ func BenchmarkOp(b *testing.B) {
 					x.qp.Tick(now)
 					y.qp.Tick(now)
 				}
-				if bc.op == qp.WRSend {
-					if n, _ := y.cq.Poll(wc[:1]); n != 1 || wc[0].Status != qp.Success {
+				if bc.op == verbs.WRSend {
+					if n, _ := y.cq.Poll(wc[:1]); n != 1 || wc[0].Status != verbs.Success {
 						b.Fatalf("receive: %d completions %v", n, wc[:n])
 					}
 				}

@@ -3,6 +3,7 @@ package qp
 import (
 	"encoding/binary"
 
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -62,7 +63,7 @@ func (c *completer) receive(p *wire.Packet, now Time) {
 	psn := p.BTH.PSN()
 	if !psn.Before(q.req.maxPSN) {
 		// A response to a PSN never sent; rxe drops these too.
-		q.cnt.inc(GhostAck)
+		q.cnt.Inc(verbs.GhostAck)
 		return
 	}
 	switch op := p.OpCode(); {
@@ -76,7 +77,7 @@ func (c *completer) receive(p *wire.Packet, now Time) {
 		case wire.AckTypeNak:
 			c.nak(psn, syn.NakCode(), now)
 		default:
-			q.cnt.inc(GhostAck)
+			q.cnt.Inc(verbs.GhostAck)
 		}
 	case op.IsReadResponse():
 		c.readResponse(p, psn, now)
@@ -101,13 +102,13 @@ func (c *completer) ackThrough(psn wire.PSN, now Time) bool {
 		}
 		if w.lastPSN.After(psn) {
 			// Part of a multi-packet SEND or WRITE is acknowledged.
-			if !w.wr.Opcode.isReadOrAtomic() && !psn.Before(c.psn) {
+			if !w.wr.Opcode.IsReadOrAtomic() && !psn.Before(c.psn) {
 				progress += uint32(psn.Add(1).Sub(c.psn))
 				c.psn = psn.Add(1)
 			}
 			break
 		}
-		if w.wr.Opcode.isReadOrAtomic() {
+		if w.wr.Opcode.IsReadOrAtomic() {
 			// An ACK passed a READ or ATOMIC whose response never came: an
 			// implied NAK (IBTA 9.7.5.1.5). Its response was lost; go back.
 			if progress > 0 {
@@ -127,7 +128,7 @@ func (c *completer) ackThrough(psn wire.PSN, now Time) bool {
 		return true
 	}
 	if psn.Before(c.psn.Add(wire.PSNMask)) {
-		q.cnt.inc(DuplicateResponse)
+		q.cnt.Inc(verbs.DuplicateResponse)
 	}
 	return false
 }
@@ -161,14 +162,14 @@ func (c *completer) retry(now Time, timeout bool) {
 		return
 	}
 	if c.retryLeft == 0 {
-		q.cnt.inc(RetryExceededErr)
-		c.fail(w, RetryExcErr)
+		q.cnt.Inc(verbs.RetryExceededErr)
+		c.fail(w, verbs.RetryExcErr)
 		return
 	}
 	if q.attr.RetryCnt != 7 {
 		c.retryLeft--
 	}
-	q.cnt.inc(CompleterRetryErr)
+	q.cnt.Inc(verbs.CompleterRetryErr)
 	c.retrying = true
 	q.cc.onLoss(timeout)
 	q.req.goBack(c.psn)
@@ -179,7 +180,7 @@ func (c *completer) retry(now Time, timeout bool) {
 // timer the NAK names, then resend from psn; rnr_retry bounds how often.
 func (c *completer) rnrNak(psn wire.PSN, timer uint8, now Time) {
 	q := c.q
-	q.cnt.inc(RcvdRNRErr)
+	q.cnt.Inc(verbs.RcvdRNRErr)
 	if psn.After(c.psn) {
 		c.ackThrough(psn.Add(wire.PSNMask), now)
 	}
@@ -188,8 +189,8 @@ func (c *completer) rnrNak(psn wire.PSN, timer uint8, now Time) {
 		return // stale: about a PSN already dealt with
 	}
 	if c.rnrLeft == 0 {
-		q.cnt.inc(RetryRNRExceededErr)
-		c.fail(w, RNRRetryExcErr)
+		q.cnt.Inc(verbs.RetryRNRExceededErr)
+		c.fail(w, verbs.RNRRetryExcErr)
 		return
 	}
 	if q.attr.RNRRetry != 7 {
@@ -208,7 +209,7 @@ func (c *completer) nak(psn wire.PSN, code wire.NakCode, now Time) {
 		c.ackThrough(psn.Add(wire.PSNMask), now)
 	}
 	if code == wire.NakPSNSequenceError {
-		q.cnt.inc(RcvdSeqErr)
+		q.cnt.Inc(verbs.RcvdSeqErr)
 		if q.req.waitsRNR(psn) {
 			return // the responder NAKs what followed the RNR-NAKed packet; the RNR wait covers it
 		}
@@ -223,21 +224,21 @@ func (c *completer) nak(psn wire.PSN, code wire.NakCode, now Time) {
 		// responder will NAK this request again when it comes round.
 		return
 	}
-	status := RemOpErr
+	status := verbs.RemOpErr
 	switch code {
 	case wire.NakInvalidRequest:
-		status = RemInvReqErr
+		status = verbs.RemInvReqErr
 	case wire.NakRemoteAccessError:
-		status = RemAccessErr
+		status = verbs.RemAccessErr
 	case wire.NakInvalidRDRequest:
-		status = RemInvRDReqErr
+		status = verbs.RemInvRDReqErr
 	}
 	c.fail(w, status)
 }
 
 // fail completes w with an error status; the QP then goes to ERR and the
 // WQEs after it are flushed.
-func (c *completer) fail(w *sendWQE, status WCStatus) {
+func (c *completer) fail(w *sendWQE, status verbs.WCStatus) {
 	w.state, w.status = wqeError, status
 	c.q.req.stop()
 	c.armed = false
@@ -249,12 +250,12 @@ func (c *completer) fail(w *sendWQE, status WCStatus) {
 func (c *completer) readResponse(p *wire.Packet, psn wire.PSN, now Time) {
 	q := c.q
 	w := q.sq.pendingAt(psn)
-	if w == nil || (w.wr.Opcode != WRRead && w.wr.Opcode != WRAtomicWrite) {
-		q.cnt.inc(DuplicateResponse)
+	if w == nil || (w.wr.Opcode != verbs.WRRead && w.wr.Opcode != verbs.WRAtomicWrite) {
+		q.cnt.Inc(verbs.DuplicateResponse)
 		return
 	}
 	if p.AETH != nil && p.AETH.Syndrome().Type() != wire.AckTypeACK {
-		q.cnt.inc(GhostAck)
+		q.cnt.Inc(verbs.GhostAck)
 		return
 	}
 	if w.firstPSN.After(c.psn) {
@@ -265,7 +266,7 @@ func (c *completer) readResponse(p *wire.Packet, psn wire.PSN, now Time) {
 		if psn.After(c.psn) {
 			c.retry(now, false) // responses before this one were lost
 		} else {
-			q.cnt.inc(DuplicateResponse)
+			q.cnt.Inc(verbs.DuplicateResponse)
 		}
 		return
 	}
@@ -274,13 +275,13 @@ func (c *completer) readResponse(p *wire.Packet, psn wire.PSN, now Time) {
 	isLast := psn == w.lastPSN
 	n := uint64(len(p.Payload))
 	want := min(uint64(q.mtu), uint64(w.length)-off)
-	if w.wr.Opcode == WRAtomicWrite {
+	if w.wr.Opcode == verbs.WRAtomicWrite {
 		want = 0
 	}
 	if n != want {
 		// A response of the wrong size: rxe completes the READ with an
 		// error; softnic does the same rather than place bad data.
-		c.fail(w, BadRespErr)
+		c.fail(w, verbs.BadRespErr)
 		return
 	}
 	if n > 0 {
@@ -297,12 +298,12 @@ func (c *completer) readResponse(p *wire.Packet, psn wire.PSN, now Time) {
 func (c *completer) atomicAck(p *wire.Packet, psn wire.PSN, now Time) {
 	q := c.q
 	w := q.sq.pendingAt(psn)
-	if w == nil || !w.wr.Opcode.isAtomic() {
-		q.cnt.inc(DuplicateResponse)
+	if w == nil || !w.wr.Opcode.IsAtomic() {
+		q.cnt.Inc(verbs.DuplicateResponse)
 		return
 	}
 	if p.AETH.Syndrome().Type() != wire.AckTypeACK {
-		q.cnt.inc(GhostAck)
+		q.cnt.Inc(verbs.GhostAck)
 		return
 	}
 	if psn.After(c.psn) {
@@ -325,29 +326,29 @@ func (c *completer) completeInOrder() {
 	q := c.q
 	for q.sq.head != q.sq.tail {
 		w := q.sq.at(q.sq.head)
-		status := Success
+		status := verbs.Success
 		switch w.state {
 		case wqeDone:
 		case wqeError:
 			status = w.status
 		case wqeFlushed:
-			status = WRFlushErr
+			status = verbs.WRFlushErr
 		default:
 			return
 		}
 		q.req.retire(w)
 		c.countCompletion(w.wr.Opcode, status)
-		if status != Success || q.cfg.SignalAll || w.wr.Flags&Signaled != 0 {
-			wc := WC{ID: w.wr.ID, Status: status, Opcode: wcOpcodeOf(w.wr.Opcode), QPN: q.num, ByteLen: w.length}
-			if w.wr.Opcode == WRWriteImm || w.wr.Opcode == WRSendImm {
-				wc.Flags = WCWithImm
+		if status != verbs.Success || q.cfg.SignalAll || w.wr.Flags&verbs.Signaled != 0 {
+			wc := verbs.WC{ID: w.wr.ID, Status: status, Opcode: verbs.WCOpcodeOf(w.wr.Opcode), QPN: q.num, ByteLen: w.length}
+			if w.wr.Opcode == verbs.WRWriteImm || w.wr.Opcode == verbs.WRSendImm {
+				wc.Flags = verbs.WCWithImm
 			}
 			q.pushSendWC(&wc)
 		}
 		w.release()
 		w.state = wqePosted
 		q.sq.head++
-		if status != Success && status != WRFlushErr {
+		if status != verbs.Success && status != verbs.WRFlushErr {
 			q.toError(status)
 		}
 	}
@@ -356,12 +357,12 @@ func (c *completer) completeInOrder() {
 // countCompletion counts a send WR of opcode op completed with status: in
 // the QP's traffic if it succeeded, and as rxe's rdma_sends if it is a
 // SEND that was not flushed (rxe counts those its completer finishes).
-func (c *completer) countCompletion(op WROpcode, status WCStatus) {
+func (c *completer) countCompletion(op verbs.WROpcode, status verbs.WCStatus) {
 	q := c.q
-	if status == Success {
+	if status == verbs.Success {
 		q.traffic.SentMsgs++
 	}
-	if status != WRFlushErr && (op == WRSend || op == WRSendImm || op == WRSendInv) {
-		q.cnt.inc(RdmaSends)
+	if status != verbs.WRFlushErr && (op == verbs.WRSend || op == verbs.WRSendImm || op == verbs.WRSendInv) {
+		q.cnt.Inc(verbs.RdmaSends)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"unsafe"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/verbs"
 )
 
 // The heap a QP, CQ or SRQ allocates when it is made, for whoever makes
@@ -24,18 +25,18 @@ func HeapCost(cfg Config) int64 {
 	}
 	sendWR, sendSGE, inline := def(cfg.MaxSendWR, DefaultMaxWR), def(cfg.MaxSendSGE, DefaultMaxSGE), def(cfg.MaxInline, DefaultMaxInline)
 	recvSGE := def(cfg.MaxRecvSGE, DefaultMaxSGE)
-	n := sendWR*(int64(unsafe.Sizeof(sendWQE{}))+inline) + sendWR*sendSGE*int64(unsafe.Sizeof(SGE{})+unsafe.Sizeof(mr.Span{}))
+	n := sendWR*(int64(unsafe.Sizeof(sendWQE{}))+inline) + sendWR*sendSGE*int64(unsafe.Sizeof(verbs.SGE{})+unsafe.Sizeof(mr.Span{}))
 	if cfg.SRQ == nil {
 		n += queueCost(def(cfg.MaxRecvWR, DefaultMaxWR), recvSGE)
 	}
-	n += max(recvSGE, MaxSGE) * int64(unsafe.Sizeof(SGE{})+unsafe.Sizeof(mr.Span{}))
+	n += max(recvSGE, MaxSGE) * int64(unsafe.Sizeof(verbs.SGE{})+unsafe.Sizeof(mr.Span{}))
 	n += MaxRdAtomicLimit*int64(unsafe.Sizeof(resource{})) + (2*MaxRdAtomicLimit+8)*int64(unsafe.Sizeof(response{}))
 	return n + int64(unsafe.Sizeof(QP{}))
 }
 
 // CQHeapCost returns the bytes a CQ of depth entries allocates.
 func CQHeapCost(depth int) int64 {
-	return int64(depth)*int64(unsafe.Sizeof(WC{})) + int64(unsafe.Sizeof(CQ{}))
+	return int64(depth)*int64(unsafe.Sizeof(verbs.WC{})) + int64(unsafe.Sizeof(CQ{}))
 }
 
 // SRQHeapCost returns the bytes an SRQ of depth work requests of up to
@@ -46,5 +47,5 @@ func SRQHeapCost(depth, maxSGE int) int64 {
 
 // queueCost is the bytes of a receive queue (newRecvQueue).
 func queueCost(depth, maxSGE int64) int64 {
-	return depth*int64(unsafe.Sizeof(recvWQE{})) + depth*maxSGE*int64(unsafe.Sizeof(SGE{}))
+	return depth*int64(unsafe.Sizeof(recvWQE{})) + depth*maxSGE*int64(unsafe.Sizeof(verbs.SGE{}))
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/verbs"
 )
 
 // heapGrowth returns the bytes of heap one call of mk allocates and
@@ -36,12 +37,12 @@ func TestHeapCosts(t *testing.T) {
 	pd, _ := tab.AllocPD()
 	qpOf := func(cfg Config) func() any {
 		return func() any {
-			cfg.Type, cfg.PD, cfg.Memory, cfg.SendCQ, cfg.RecvCQ = RC, pd, tab, cq, cq
+			cfg.Type, cfg.PD, cfg.Memory, cfg.SendCQ, cfg.RecvCQ = verbs.RC, pd, tab, cq, cq
 			q, err := New(1, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
-			q.resp.start(Attr{MaxDestRdAtomic: MaxRdAtomicLimit})
+			q.resp.start(verbs.Attr{MaxDestRdAtomic: MaxRdAtomicLimit})
 			return q
 		}
 	}

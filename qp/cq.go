@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"github.com/softnic/softnic/verbs"
 )
 
 // CQ is a completion queue: a bounded ring of work completions that QPs
@@ -15,7 +17,7 @@ import (
 // error of the queue and of every QP feeding it.
 type CQ struct {
 	mu     sync.Mutex
-	ring   []WC
+	ring   []verbs.WC
 	head   int // oldest completion
 	notify func()
 
@@ -33,7 +35,7 @@ func NewCQ(depth int) (*CQ, error) {
 	if depth <= 0 || depth > MaxCQE {
 		return nil, fmt.Errorf("completion queue depth %d: %w", depth, ErrInvalid)
 	}
-	return &CQ{ring: make([]WC, depth)}, nil
+	return &CQ{ring: make([]verbs.WC, depth)}, nil
 }
 
 // SetNotify installs fn, called after completions were added (outside the
@@ -55,7 +57,7 @@ func (c *CQ) Len() int {
 // Poll moves up to len(wcs) completions, oldest first, into wcs and
 // returns how many it moved. Once the queue is empty after an overflow it
 // returns ErrOverflow.
-func (c *CQ) Poll(wcs []WC) (int, error) {
+func (c *CQ) Poll(wcs []verbs.WC) (int, error) {
 	if c.count.Load() == 0 && !c.overflow.Load() {
 		return 0, nil
 	}
@@ -75,7 +77,7 @@ func (c *CQ) Poll(wcs []WC) (int, error) {
 }
 
 // push appends wc and reports whether it fitted.
-func (c *CQ) push(wc *WC) bool {
+func (c *CQ) push(wc *verbs.WC) bool {
 	c.mu.Lock()
 	count := int(c.count.Load())
 	if count == len(c.ring) {

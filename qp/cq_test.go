@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // newTestCQ returns a CQ of depth completions.
@@ -30,8 +31,8 @@ func pairWithCQs(t *testing.T, aSend, bRecv *qp.CQ) (*sim, *host, *host) {
 	if bRecv != nil {
 		cfgB.SendCQ, cfgB.RecvCQ = b.cq, bRecv
 	}
-	a.attach(t, qp.RC, 0x11, cfgA)
-	b.attach(t, qp.RC, 0x22, cfgB)
+	a.attach(t, verbs.RC, 0x11, cfgA)
+	b.attach(t, verbs.RC, 0x22, cfgB)
 	connect(t, a, b, defaultAttr())
 	return newSim(t, a, b), a, b
 }
@@ -40,7 +41,7 @@ func pairWithCQs(t *testing.T, aSend, bRecv *qp.CQ) (*sim, *host, *host) {
 func postWrites(t *testing.T, a, b *host, n int) {
 	t.Helper()
 	for i := 1; i <= n; i++ {
-		post(t, a, &qp.SendWR{ID: uint64(i), Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(0), RKey: b.region.RKey()})
+		post(t, a, &verbs.SendWR{ID: uint64(i), Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(0), RKey: b.region.RKey()})
 	}
 }
 
@@ -54,7 +55,7 @@ func TestCQPoll(t *testing.T) {
 	if cq.Depth() != 8 {
 		t.Errorf("Depth = %d, want 8", cq.Depth())
 	}
-	var wcs [10]qp.WC
+	var wcs [10]verbs.WC
 	steps := []struct {
 		ask  int
 		ids  []uint64
@@ -66,7 +67,7 @@ func TestCQPoll(t *testing.T) {
 			t.Fatalf("Poll(%d) = %d, %v; want %d, nil", st.ask, n, err, len(st.ids))
 		}
 		for i, id := range st.ids {
-			if wcs[i].ID != id || wcs[i].Status != qp.Success {
+			if wcs[i].ID != id || wcs[i].Status != verbs.Success {
 				t.Errorf("Poll(%d)[%d] = %v, want wr_id %d SUCCESS", st.ask, i, &wcs[i], id)
 			}
 		}
@@ -85,12 +86,12 @@ func TestCQOverflow(t *testing.T) {
 		cq := newTestCQ(t, 2)
 		s, a, b := pairWithCQs(t, cq, nil)
 		postWrites(t, a, b, 3)
-		s.run(time.Second, func() bool { return a.qp.State() == qp.Err })
+		s.run(time.Second, func() bool { return a.qp.State() == verbs.Err })
 		checkOverflowed(t, cq, []uint64{1, 2})
-		if st := a.qp.Status(); st.Cause != qp.Success {
+		if st := a.qp.Status(); st.Cause != verbs.Success {
 			t.Errorf("cause %s, want SUCCESS (no completion moved the QP to ERR)", st.Cause)
 		}
-		if b.qp.State() != qp.RTS {
+		if b.qp.State() != verbs.RTS {
 			t.Errorf("the peer is %s, want RTS: the overflow is a's", b.qp.State())
 		}
 	})
@@ -98,10 +99,10 @@ func TestCQOverflow(t *testing.T) {
 		cq := newTestCQ(t, 1)
 		s, a, b := pairWithCQs(t, nil, cq)
 		for i := range 2 {
-			postRecv(t, b, &qp.RecvWR{ID: uint64(i + 1), SGL: sgl(b.sge(uint64(i)*64, 64))})
-			post(t, a, &qp.SendWR{ID: uint64(i + 1), Opcode: qp.WRSend, SGL: sgl(a.sge(0, 8))})
+			postRecv(t, b, &verbs.RecvWR{ID: uint64(i + 1), SGL: sgl(b.sge(uint64(i)*64, 64))})
+			post(t, a, &verbs.SendWR{ID: uint64(i + 1), Opcode: verbs.WRSend, SGL: sgl(a.sge(0, 8))})
 		}
-		s.run(time.Second, func() bool { return b.qp.State() == qp.Err })
+		s.run(time.Second, func() bool { return b.qp.State() == verbs.Err })
 		checkOverflowed(t, cq, []uint64{1})
 	})
 }
@@ -110,7 +111,7 @@ func TestCQOverflow(t *testing.T) {
 // ErrOverflow, again and again.
 func checkOverflowed(t *testing.T, cq *qp.CQ, ids []uint64) {
 	t.Helper()
-	var wcs [16]qp.WC
+	var wcs [16]verbs.WC
 	if n, err := cq.Poll(wcs[:0]); n != 0 || err != nil {
 		t.Errorf("Poll of no entries = %d, %v; want 0, nil while completions wait", n, err)
 	}

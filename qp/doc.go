@@ -32,6 +32,9 @@
 // in testdata/transcripts, their commands and expected packets,
 // completions and counters readable without Go.
 //
+// The values the machine takes and gives (work requests, completions,
+// QP attributes, counters) are package verbs's.
+//
 // A QP is not safe for concurrent use: the driver serialises every call on
 // one QP. CQs and SRQs are shared by QPs that may be driven from different
 // goroutines and lock internally.

@@ -4,7 +4,7 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -16,11 +16,11 @@ func TestReceiveDrops(t *testing.T) {
 		from    string // source address
 		pkey    uint16
 		op      wire.OpCode
-		counter qp.CounterID
+		counter verbs.CounterID
 	}{
-		{"another peer (rxe checks the source of connected QPs)", "10.0.0.9:4791", 0xFFFF, wire.OpRCWriteOnly, qp.WrongSource},
-		{"another partition", "10.0.0.1:4791", 0x8001, wire.OpRCWriteOnly, qp.BadPKey},
-		{"a UC opcode on an RC QP", "10.0.0.1:4791", 0xFFFF, wire.OpUCWriteOnly, qp.WrongTransport},
+		{"another peer (rxe checks the source of connected QPs)", "10.0.0.9:4791", 0xFFFF, wire.OpRCWriteOnly, verbs.WrongSource},
+		{"another partition", "10.0.0.1:4791", 0x8001, wire.OpRCWriteOnly, verbs.BadPKey},
+		{"a UC opcode on an RC QP", "10.0.0.1:4791", 0xFFFF, wire.OpUCWriteOnly, verbs.WrongTransport},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -56,31 +56,31 @@ func FuzzReceive(f *testing.F) {
 }
 
 // fuzzTypes are the transports FuzzReceive's typ chooses from.
-var fuzzTypes = []qp.Type{qp.RC, qp.UC, qp.UD}
+var fuzzTypes = []verbs.Type{verbs.RC, verbs.UC, verbs.UD}
 
 // postReceiveWork gives a and b the work FuzzReceive runs with on
 // transport fuzzTypes[typ], and returns the IDs of a's work requests.
 func postReceiveWork(t testing.TB, typ uint8, a, b *host) []uint64 {
 	rkey := b.region.RKey()
 	var ids []uint64
-	postSend := func(wr *qp.SendWR) {
+	postSend := func(wr *verbs.SendWR) {
 		post(t, a, wr)
 		ids = append(ids, wr.ID)
 	}
 	switch fuzzTypes[typ] {
-	case qp.RC:
-		postSend(&qp.SendWR{ID: 2, Opcode: qp.WRRead, Flags: qp.Signaled, SGL: sgl(a.sge(4096, 1500)), RemoteAddr: b.va(4096), RKey: rkey})
-		postSend(&qp.SendWR{ID: 3, Opcode: qp.WRFetchAdd, Flags: qp.Signaled, SGL: sgl(a.sge(8192, 8)), RemoteAddr: b.va(8192), RKey: rkey, CompareAdd: 1})
+	case verbs.RC:
+		postSend(&verbs.SendWR{ID: 2, Opcode: verbs.WRRead, Flags: verbs.Signaled, SGL: sgl(a.sge(4096, 1500)), RemoteAddr: b.va(4096), RKey: rkey})
+		postSend(&verbs.SendWR{ID: 3, Opcode: verbs.WRFetchAdd, Flags: verbs.Signaled, SGL: sgl(a.sge(8192, 8)), RemoteAddr: b.va(8192), RKey: rkey, CompareAdd: 1})
 		fallthrough
-	case qp.UC:
-		postSend(&qp.SendWR{ID: 1, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: sgl(a.sge(0, 1500)), RemoteAddr: b.va(0), RKey: rkey})
-		postSend(&qp.SendWR{ID: 4, Opcode: qp.WRSend, Flags: qp.Signaled, SGL: sgl(a.sge(12288, 100))})
-	case qp.UD:
-		postSend(&qp.SendWR{ID: 4, Opcode: qp.WRSend, Flags: qp.Signaled, SGL: sgl(a.sge(12288, 100)),
+	case verbs.UC:
+		postSend(&verbs.SendWR{ID: 1, Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: sgl(a.sge(0, 1500)), RemoteAddr: b.va(0), RKey: rkey})
+		postSend(&verbs.SendWR{ID: 4, Opcode: verbs.WRSend, Flags: verbs.Signaled, SGL: sgl(a.sge(12288, 100))})
+	case verbs.UD:
+		postSend(&verbs.SendWR{ID: 4, Opcode: verbs.WRSend, Flags: verbs.Signaled, SGL: sgl(a.sge(12288, 100)),
 			Dest: b.addr, DestQPN: b.qp.Num(), QKey: udQKey})
 	}
-	postRecv(t, b, &qp.RecvWR{ID: 101, SGL: sgl(b.sge(16384, 200))})
-	postRecv(t, b, &qp.RecvWR{ID: 102, SGL: sgl(b.sge(20480, 200))})
+	postRecv(t, b, &verbs.RecvWR{ID: 101, SGL: sgl(b.sge(16384, 200))})
+	postRecv(t, b, &verbs.RecvWR{ID: 102, SGL: sgl(b.sge(20480, 200))})
 	return ids
 }
 

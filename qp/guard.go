@@ -4,6 +4,7 @@ import (
 	"net/netip"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -38,7 +39,7 @@ func (r *responder) remoteAccess(p *wire.Packet, rkey uint32, va, length uint64,
 	q := r.q
 	g := q.cfg.Guard
 	if g != nil && g.Held(q.num, q.attr.Remote) {
-		q.cnt.inc(HeldAccess)
+		q.cnt.Inc(verbs.HeldAccess)
 		return mr.Span{}, held, failure{}
 	}
 	s, err := q.cfg.Memory.Remote(rkey, va, length, need, r.peer(p))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -50,22 +51,22 @@ func TestRefusalsLookAlike(t *testing.T) {
 	all := mr.LocalWrite | mr.RemoteWrite | mr.RemoteRead | mr.RemoteAtomic
 	tests := []struct {
 		name string
-		op   qp.WROpcode
+		op   verbs.WROpcode
 		to   target
 		bad  uint32 // XORed into the key
 		nak  wire.NakCode
 	}{
-		{"WRITE: no such key", qp.WRWrite, own(0), 0x5a5a5a00, wire.NakRemoteAccessError},
-		{"WRITE: a region of another PD", qp.WRWrite, region(true, all, 0), 0, wire.NakRemoteAccessError},
-		{"WRITE: a region without remote write", qp.WRWrite, region(false, mr.RemoteRead, 0), 0, wire.NakRemoteAccessError},
-		{"WRITE: beyond the region", qp.WRWrite, own(regionSize - 4), 0, wire.NakRemoteAccessError},
-		{"READ: no such key", qp.WRRead, own(0), 0x00a5a5a5, wire.NakRemoteAccessError},
-		{"READ: a region of another PD", qp.WRRead, region(true, all, 0), 0, wire.NakRemoteAccessError},
-		{"FETCH_ADD: no such key", qp.WRFetchAdd, own(0), 0x5a5a5a00, wire.NakRemoteAccessError},
-		{"FETCH_ADD: a region without remote atomic", qp.WRFetchAdd, region(false, mr.LocalWrite|mr.RemoteWrite, 0), 0, wire.NakRemoteAccessError},
-		{"FETCH_ADD: aligned address, unaligned memory", qp.WRFetchAdd, region(false, all|mr.ZeroBased, 4), 0, wire.NakRemoteAccessError},
-		{"FETCH_ADD misaligned: a good key", qp.WRFetchAdd, own(4), 0, wire.NakInvalidRequest},
-		{"FETCH_ADD misaligned: no such key", qp.WRFetchAdd, own(4), 0x5a5a5a00, wire.NakInvalidRequest},
+		{"WRITE: no such key", verbs.WRWrite, own(0), 0x5a5a5a00, wire.NakRemoteAccessError},
+		{"WRITE: a region of another PD", verbs.WRWrite, region(true, all, 0), 0, wire.NakRemoteAccessError},
+		{"WRITE: a region without remote write", verbs.WRWrite, region(false, mr.RemoteRead, 0), 0, wire.NakRemoteAccessError},
+		{"WRITE: beyond the region", verbs.WRWrite, own(regionSize - 4), 0, wire.NakRemoteAccessError},
+		{"READ: no such key", verbs.WRRead, own(0), 0x00a5a5a5, wire.NakRemoteAccessError},
+		{"READ: a region of another PD", verbs.WRRead, region(true, all, 0), 0, wire.NakRemoteAccessError},
+		{"FETCH_ADD: no such key", verbs.WRFetchAdd, own(0), 0x5a5a5a00, wire.NakRemoteAccessError},
+		{"FETCH_ADD: a region without remote atomic", verbs.WRFetchAdd, region(false, mr.LocalWrite|mr.RemoteWrite, 0), 0, wire.NakRemoteAccessError},
+		{"FETCH_ADD: aligned address, unaligned memory", verbs.WRFetchAdd, region(false, all|mr.ZeroBased, 4), 0, wire.NakRemoteAccessError},
+		{"FETCH_ADD misaligned: a good key", verbs.WRFetchAdd, own(4), 0, wire.NakInvalidRequest},
+		{"FETCH_ADD misaligned: no such key", verbs.WRFetchAdd, own(4), 0x5a5a5a00, wire.NakInvalidRequest},
 	}
 	naks := map[wire.NakCode][]byte{}
 	for _, tc := range tests {
@@ -79,10 +80,10 @@ func TestRefusalsLookAlike(t *testing.T) {
 				}
 				return false
 			}
-			post(t, a, &qp.SendWR{ID: 1, Opcode: tc.op, Flags: qp.Signaled, SGL: sgl(a.sge(0, 8)), RemoteAddr: va, RKey: rkey ^ tc.bad})
-			want := qp.RemAccessErr
+			post(t, a, &verbs.SendWR{ID: 1, Opcode: tc.op, Flags: verbs.Signaled, SGL: sgl(a.sge(0, 8)), RemoteAddr: va, RKey: rkey ^ tc.bad})
+			want := verbs.RemAccessErr
 			if tc.nak == wire.NakInvalidRequest {
-				want = qp.RemInvReqErr
+				want = verbs.RemInvReqErr
 			}
 			if wc := s.waitWC(a, 1, time.Second)[0]; wc.Status != want {
 				t.Fatalf("completion %s, want %s", wc.Status, want)
@@ -122,7 +123,7 @@ func (g *fakeGuard) Refused(qpn uint32, peer netip.AddrPort) { g.refused = appen
 // its PSN or its state, as if they were lost; once the hold ends the
 // requester's retry goes through. Requests without an R_Key (SEND) pass.
 func TestGuardHoldsPeerBack(t *testing.T) {
-	for _, typ := range []qp.Type{qp.RC, qp.UC} {
+	for _, typ := range []verbs.Type{verbs.RC, verbs.UC} {
 		t.Run(typ.String(), func(t *testing.T) {
 			g := &fakeGuard{}
 			a := newHost(t, "a", "10.0.0.1", typ, 0x11, qp.Config{})
@@ -140,22 +141,22 @@ func TestGuardHoldsPeerBack(t *testing.T) {
 			}
 			copy(a.buf, "guarded!")
 			write := func(id uint64, rkey uint32) {
-				post(t, a, &qp.SendWR{ID: id, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(64), RKey: rkey})
+				post(t, a, &verbs.SendWR{ID: id, Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(64), RKey: rkey})
 			}
 
 			g.hold = true
 			epsn := b.qp.Status().ExpectedPSN
 			write(1, b.region.RKey())
-			postRecv(t, b, &qp.RecvWR{ID: 9, SGL: sgl(b.sge(4096, 64))})
-			post(t, a, &qp.SendWR{ID: 2, Opcode: qp.WRSend, Flags: qp.Signaled, SGL: sgl(a.sge(0, 8))})
-			s.run(time.Second, func() bool { return b.counter(qp.HeldAccess) > 0 })
-			if g.asked == 0 || b.counter(qp.HeldAccess) == 0 {
-				t.Fatalf("Guard asked %d times, %d requests held", g.asked, b.counter(qp.HeldAccess))
+			postRecv(t, b, &verbs.RecvWR{ID: 9, SGL: sgl(b.sge(4096, 64))})
+			post(t, a, &verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.Signaled, SGL: sgl(a.sge(0, 8))})
+			s.run(time.Second, func() bool { return b.counter(verbs.HeldAccess) > 0 })
+			if g.asked == 0 || b.counter(verbs.HeldAccess) == 0 {
+				t.Fatalf("Guard asked %d times, %d requests held", g.asked, b.counter(verbs.HeldAccess))
 			}
-			if len(answers) != 0 || b.qp.Status().ExpectedPSN != epsn && typ == qp.RC {
+			if len(answers) != 0 || b.qp.Status().ExpectedPSN != epsn && typ == verbs.RC {
 				t.Fatalf("a held WRITE was answered (%v) or moved the PSN (%v → %v)", answers, epsn, b.qp.Status().ExpectedPSN)
 			}
-			if string(b.buf[64:72]) == "guarded!" || b.qp.State() != qp.RTS {
+			if string(b.buf[64:72]) == "guarded!" || b.qp.State() != verbs.RTS {
 				t.Fatalf("a held WRITE landed, or moved the responder to %s", b.qp.State())
 			}
 			if len(g.refused) != 0 {
@@ -163,17 +164,17 @@ func TestGuardHoldsPeerBack(t *testing.T) {
 			}
 
 			g.hold = false
-			if typ == qp.RC {
+			if typ == verbs.RC {
 				// The requester's retry of the WRITE goes through, then the SEND.
 				wcs := s.waitWC(a, 2, time.Second)
-				if wcs[0].Status != qp.Success || wcs[1].Status != qp.Success || string(b.buf[64:72]) != "guarded!" {
+				if wcs[0].Status != verbs.Success || wcs[1].Status != verbs.Success || string(b.buf[64:72]) != "guarded!" {
 					t.Fatalf("after the hold: completions %v, memory %q", wcs, b.buf[64:72])
 				}
 			} else {
 				s.settle(time.Second)
 			}
 			// The SEND, which needs no key, was received in either case.
-			if wcs := b.poll(); len(wcs) != 1 || wcs[0].ID != 9 || wcs[0].Status != qp.Success {
+			if wcs := b.poll(); len(wcs) != 1 || wcs[0].ID != 9 || wcs[0].Status != verbs.Success {
 				t.Errorf("b's receive completions %v, want the SEND's", wcs)
 			}
 
@@ -183,7 +184,7 @@ func TestGuardHoldsPeerBack(t *testing.T) {
 			if len(g.refused) != 1 || g.refused[0] != a.addr {
 				t.Errorf("refusals %v, want one from %v", g.refused, a.addr)
 			}
-			if typ == qp.RC && binary.NativeEndian.Uint64(b.buf[128:]) != 0 {
+			if typ == verbs.RC && binary.NativeEndian.Uint64(b.buf[128:]) != 0 {
 				t.Error("the refused WRITE changed memory")
 			}
 		})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/softnic/softnic/netem"
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -39,7 +40,7 @@ const (
 )
 
 type pending struct {
-	wr       qp.SendWR
+	wr       verbs.SendWR
 	readWant []byte // READ: the bytes the model held when it was posted
 	faddWant uint64 // FETCH_ADD: the value it must return
 	sent     []byte // SEND: the payload b must receive
@@ -79,39 +80,39 @@ func runLossy(t *testing.T, seed uint64, total int, faults netem.Faults) {
 				}
 				dst = uint64(rng.IntN(recvArea - int(n) - 8))
 			}
-			p.wr = qp.SendWR{ID: uint64(slot), Flags: qp.Signaled, RKey: b.region.RKey(), RemoteAddr: b.va(dst)}
+			p.wr = verbs.SendWR{ID: uint64(slot), Flags: verbs.Signaled, RKey: b.region.RKey(), RemoteAddr: b.va(dst)}
 			p.off, p.n = dst, uint64(n)
 			switch rng.IntN(10) {
 			case 0, 1, 2, 3:
 				if overlapsRead(inflight[:], dst, uint64(n)) {
 					continue
 				}
-				p.wr.Opcode = qp.WRWrite
+				p.wr.Opcode = verbs.WRWrite
 				if rng.IntN(4) == 0 {
-					p.wr.Opcode = qp.WRWriteImm
-					postRecv(t, b, &qp.RecvWR{ID: 1 << 32})
+					p.wr.Opcode = verbs.WRWriteImm
+					postRecv(t, b, &verbs.RecvWR{ID: 1 << 32})
 					recvs = append(recvs, nil)
 				}
 				rngFill(rng, a.buf[src:src+uint64(n)])
 				copy(model[dst:], a.buf[src:src+uint64(n)])
 				p.wr.SGL = sgl(a.sge(src, n))
 			case 4, 5, 6:
-				p.wr.Opcode = qp.WRRead
+				p.wr.Opcode = verbs.WRRead
 				p.wr.SGL = sgl(a.sge(src, n))
 				p.readWant = bytes.Clone(model[dst : dst+uint64(n)])
 			case 7, 8:
 				add := rng.Uint64N(1000)
-				p.wr.Opcode, p.wr.CompareAdd, p.wr.RemoteAddr = qp.WRFetchAdd, add, b.va(counterOff)
+				p.wr.Opcode, p.wr.CompareAdd, p.wr.RemoteAddr = verbs.WRFetchAdd, add, b.va(counterOff)
 				p.wr.SGL = sgl(a.sge(src, 8))
 				p.faddWant = counter
 				counter += add
 			default:
-				p.wr.Opcode = qp.WRSend
+				p.wr.Opcode = verbs.WRSend
 				n = min(n, 4096)
 				rngFill(rng, a.buf[src:src+uint64(n)])
 				p.sent = bytes.Clone(a.buf[src : src+uint64(n)])
 				p.wr.SGL = sgl(a.sge(src, n))
-				postRecv(t, b, &qp.RecvWR{ID: 2 << 32, SGL: sgl(b.sge(recvArea+uint64(len(recvs)%64)*4096, 4096))})
+				postRecv(t, b, &verbs.RecvWR{ID: 2 << 32, SGL: sgl(b.sge(recvArea+uint64(len(recvs)%64)*4096, 4096))})
 				recvs = append(recvs, p.sent)
 			}
 			post(t, a, &p.wr)
@@ -122,17 +123,17 @@ func runLossy(t *testing.T, seed uint64, total int, faults netem.Faults) {
 		s.run(10*time.Second, func() bool { a.poll(); return len(a.wcs) > before })
 		for _, wc := range a.wcs[before:] {
 			p := inflight[wc.ID]
-			if wc.Status != qp.Success {
+			if wc.Status != verbs.Success {
 				t.Fatalf("op %d (%s) completed with %s\n%s", completed, p.wr.Opcode, wc.Status, tail(s.trace.String(), 60))
 			}
 			switch p.wr.Opcode {
-			case qp.WRRead:
+			case verbs.WRRead:
 				src := p.wr.SGL[0]
 				got := a.buf[src.Addr-a.region.Addr():][:src.Length]
 				if !bytes.Equal(got, p.readWant) {
 					t.Fatalf("op %d: READ returned data that differs from the model", completed)
 				}
-			case qp.WRFetchAdd:
+			case verbs.WRFetchAdd:
 				off := p.wr.SGL[0].Addr - a.region.Addr()
 				if got := binary.NativeEndian.Uint64(a.buf[off:]); got != p.faddWant {
 					t.Fatalf("op %d: FETCH_ADD returned %d, want %d", completed, got, p.faddWant)
@@ -143,8 +144,8 @@ func runLossy(t *testing.T, seed uint64, total int, faults netem.Faults) {
 		}
 		// Check b's receives as they come.
 		for _, wc := range b.poll() {
-			if wc.Status != qp.Success {
-				t.Fatalf("receive %d completed with %s; b: bad_request %d remote_access_err %d\n%s", recvDone, wc.Status, b.counter(qp.BadRequest), b.counter(qp.RemoteAccessErr), tail(s.trace.String(), 30))
+			if wc.Status != verbs.Success {
+				t.Fatalf("receive %d completed with %s; b: bad_request %d remote_access_err %d\n%s", recvDone, wc.Status, b.counter(verbs.BadRequest), b.counter(verbs.RemoteAccessErr), tail(s.trace.String(), 30))
 			}
 			want := recvs[recvDone]
 			if want != nil {
@@ -158,7 +159,7 @@ func runLossy(t *testing.T, seed uint64, total int, faults netem.Faults) {
 	}
 	s.settle(10 * time.Second)
 	for _, wc := range b.poll() {
-		if wc.Status != qp.Success {
+		if wc.Status != verbs.Success {
 			t.Fatalf("receive completed with %s", wc.Status)
 		}
 		recvDone++
@@ -173,8 +174,8 @@ func runLossy(t *testing.T, seed uint64, total int, faults netem.Faults) {
 		t.Errorf("counter = %d, want %d: a FETCH_ADD executed twice or never", got, counter)
 	}
 	t.Logf("%d ops in %v simulated; a: retries %d, retransmitted %d; b: duplicates %d, out of sequence %d; bad ICRC %d",
-		total, time.Duration(s.now), a.counter(qp.CompleterRetryErr), a.counter(qp.RetransmittedPkts),
-		b.counter(qp.DuplicateRequest), b.counter(qp.OutOfSeqRequest), s.badICRC)
+		total, time.Duration(s.now), a.counter(verbs.CompleterRetryErr), a.counter(verbs.RetransmittedPkts),
+		b.counter(verbs.DuplicateRequest), b.counter(verbs.OutOfSeqRequest), s.badICRC)
 }
 
 func rngFill(r *rand.Rand, b []byte) {
@@ -186,7 +187,7 @@ func rngFill(r *rand.Rand, b []byte) {
 // overlapsRead reports whether [dst, dst+n) overlaps an outstanding READ.
 func overlapsRead(inflight []*pending, dst, n uint64) bool {
 	for _, p := range inflight {
-		if p != nil && p.wr.Opcode == qp.WRRead && dst < p.off+p.n && p.off < dst+n {
+		if p != nil && p.wr.Opcode == verbs.WRRead && dst < p.off+p.n && p.off < dst+n {
 			return true
 		}
 	}
@@ -208,16 +209,16 @@ func TestPacedReads(t *testing.T) {
 	tests := []struct {
 		name string
 		path *path
-		op   qp.WROpcode
+		op   verbs.WROpcode
 		n    int
 		// lossFree: the transfers after the first lose nothing to the
 		// queue.
 		lossFree bool
 	}{
-		{"5 ms, queue of 1000: READ", netem(0, 0), qp.WRRead, 2, true},
-		{"5 ms, queue of 1000: WRITE", netem(0, 0), qp.WRWrite, 2, true},
-		{"5% loss, 5 ms, 10% reorder: READ", netem(0.05, 0.10), qp.WRRead, 1, false},
-		{"5% loss, 5 ms, 10% reorder: WRITE", netem(0.05, 0.10), qp.WRWrite, 1, false},
+		{"5 ms, queue of 1000: READ", netem(0, 0), verbs.WRRead, 2, true},
+		{"5 ms, queue of 1000: WRITE", netem(0, 0), verbs.WRWrite, 2, true},
+		{"5% loss, 5 ms, 10% reorder: READ", netem(0.05, 0.10), verbs.WRRead, 1, false},
+		{"5% loss, 5 ms, 10% reorder: WRITE", netem(0.05, 0.10), verbs.WRWrite, 1, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -228,15 +229,15 @@ func TestPacedReads(t *testing.T) {
 			rng := rand.New(rand.NewPCG(3, 4))
 			const size = 1 << 20
 			src, dst := a.buf, b.buf
-			if tc.op == qp.WRRead {
+			if tc.op == verbs.WRRead {
 				src, dst = b.buf, a.buf
 			}
 			full := 0
 			for i := range tc.n {
 				rngFill(rng, src[:size-8])
 				start := s.now
-				post(t, a, &qp.SendWR{ID: uint64(i), Opcode: tc.op, Flags: qp.Signaled, SGL: sgl(a.sge(0, size-8)), RemoteAddr: b.va(0), RKey: b.region.RKey()})
-				if wc := s.waitWC(a, i+1, time.Minute)[i]; wc.Status != qp.Success {
+				post(t, a, &verbs.SendWR{ID: uint64(i), Opcode: tc.op, Flags: verbs.Signaled, SGL: sgl(a.sge(0, size-8)), RemoteAddr: b.va(0), RKey: b.region.RKey()})
+				if wc := s.waitWC(a, i+1, time.Minute)[i]; wc.Status != verbs.Success {
 					t.Fatalf("transfer %d: %s", i, wc.Status)
 				}
 				if !bytes.Equal(src[:size-8], dst[:size-8]) {
@@ -256,13 +257,13 @@ func TestPacedReads(t *testing.T) {
 // TestFastPathAllocs: moving a 64 KiB WRITE or READ from post to completion
 // allocates nothing, READ responses paced (after a lost response) or not.
 func TestFastPathAllocs(t *testing.T) {
-	for _, op := range []qp.WROpcode{qp.WRWrite, qp.WRRead} {
+	for _, op := range []verbs.WROpcode{verbs.WRWrite, verbs.WRRead} {
 		t.Run(op.String(), func(t *testing.T) {
 			_, a, b := pair(t, defaultAttr())
 			buf := make([]byte, qp.MaxPacketSize)
 			var pkt wire.Packet
 			now := qp.Time(0)
-			dropOne := op == qp.WRRead // lose one READ response, once: the pacer starts
+			dropOne := op == verbs.WRRead // lose one READ response, once: the pacer starts
 			move := func(from, to *host) {
 				for {
 					n, dst := from.qp.Transmit(buf, now)
@@ -281,8 +282,8 @@ func TestFastPathAllocs(t *testing.T) {
 					to.qp.Receive(&pkt, &env, now)
 				}
 			}
-			wr := qp.SendWR{Opcode: op, Flags: qp.Signaled, SGL: sgl(a.sge(0, 64<<10)), RemoteAddr: b.va(0), RKey: b.region.RKey()}
-			var wc [1]qp.WC
+			wr := verbs.SendWR{Opcode: op, Flags: verbs.Signaled, SGL: sgl(a.sge(0, 64<<10)), RemoteAddr: b.va(0), RKey: b.region.RKey()}
+			var wc [1]verbs.WC
 			steps := 0 // of the last transfer
 			transfer := func() {
 				if err := a.qp.PostSend(&wr); err != nil {
@@ -298,16 +299,16 @@ func TestFastPathAllocs(t *testing.T) {
 					a.qp.Tick(now)
 					b.qp.Tick(now)
 				}
-				if wc[0].Status != qp.Success {
+				if wc[0].Status != verbs.Success {
 					t.Fatalf("%s completed with %s", op, wc[0].Status)
 				}
 			}
 			transfer()
-			if op == qp.WRRead && b.counter(qp.DuplicateRequest) == 0 {
+			if op == verbs.WRRead && b.counter(verbs.DuplicateRequest) == 0 {
 				t.Fatal("the lost READ response was not asked for again")
 			}
 			// 64 READ responses, 17 a paced round.
-			if transfer(); op == qp.WRRead && steps < 4 {
+			if transfer(); op == verbs.WRRead && steps < 4 {
 				t.Errorf("a READ took %d steps, want at least 4: its responses were not paced", steps)
 			}
 			if n := testing.AllocsPerRun(20, transfer); n != 0 {

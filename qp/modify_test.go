@@ -10,19 +10,20 @@ import (
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
 // masks are the attributes a transition requires and those it may take.
-type masks struct{ req, opt qp.AttrMask }
+type masks struct{ req, opt verbs.AttrMask }
 
-type edge struct{ from, to qp.State }
+type edge struct{ from, to verbs.State }
 
 // Common attribute sets of the modify-QP table.
 const (
-	rcRTR = qp.AttrRemote | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN | qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer
-	ucRTR = qp.AttrRemote | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN
-	rcRTS = qp.AttrSQPSN | qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxRdAtomic
+	rcRTR = verbs.AttrRemote | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer
+	ucRTR = verbs.AttrRemote | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN
+	rcRTS = verbs.AttrSQPSN | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxRdAtomic
 )
 
 // modifyTable is the IBTA modify-QP table as Linux's ib_modify_qp_is_ok
@@ -31,48 +32,48 @@ const (
 // vector; the port, alternate path, path migration and CUR_STATE
 // attributes have no meaning on a softnic device. Where softnic departs
 // from it the entry says so. A pair not listed is not a transition.
-var modifyTable = map[qp.Type]map[edge]masks{
-	qp.RC: {
-		{qp.Reset, qp.Init}: {qp.AttrAccessFlags, qp.AttrPKey},
-		{qp.Init, qp.Init}:  {0, qp.AttrAccessFlags | qp.AttrPKey},
-		{qp.Init, qp.RTR}:   {rcRTR, qp.AttrAccessFlags | qp.AttrPKey},
-		{qp.RTR, qp.RTS}:    {rcRTS, qp.AttrAccessFlags | qp.AttrMinRNRTimer},
-		{qp.RTS, qp.RTS}:    {0, qp.AttrAccessFlags | qp.AttrMinRNRTimer},
-		{qp.RTS, qp.SQD}:    {},
-		{qp.SQD, qp.RTS}:    {0, qp.AttrAccessFlags | qp.AttrMinRNRTimer},
+var modifyTable = map[verbs.Type]map[edge]masks{
+	verbs.RC: {
+		{verbs.Reset, verbs.Init}: {verbs.AttrAccessFlags, verbs.AttrPKey},
+		{verbs.Init, verbs.Init}:  {0, verbs.AttrAccessFlags | verbs.AttrPKey},
+		{verbs.Init, verbs.RTR}:   {rcRTR, verbs.AttrAccessFlags | verbs.AttrPKey},
+		{verbs.RTR, verbs.RTS}:    {rcRTS, verbs.AttrAccessFlags | verbs.AttrMinRNRTimer},
+		{verbs.RTS, verbs.RTS}:    {0, verbs.AttrAccessFlags | verbs.AttrMinRNRTimer},
+		{verbs.RTS, verbs.SQD}:    {},
+		{verbs.SQD, verbs.RTS}:    {0, verbs.AttrAccessFlags | verbs.AttrMinRNRTimer},
 		// Linux also takes the address vector, P_Key and max_rd_atomic
 		// and max_dest_rd_atomic here; softnic does not.
-		{qp.SQD, qp.SQD}: {0, qp.AttrAccessFlags | qp.AttrMinRNRTimer | qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry},
+		{verbs.SQD, verbs.SQD}: {0, verbs.AttrAccessFlags | verbs.AttrMinRNRTimer | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry},
 	},
-	qp.UC: {
-		{qp.Reset, qp.Init}: {qp.AttrAccessFlags, qp.AttrPKey},
-		{qp.Init, qp.Init}:  {0, qp.AttrAccessFlags | qp.AttrPKey},
-		{qp.Init, qp.RTR}:   {ucRTR, qp.AttrAccessFlags | qp.AttrPKey},
-		{qp.RTR, qp.RTS}:    {qp.AttrSQPSN, qp.AttrAccessFlags},
-		{qp.RTS, qp.RTS}:    {0, qp.AttrAccessFlags},
-		{qp.RTS, qp.SQD}:    {},
-		{qp.SQD, qp.RTS}:    {0, qp.AttrAccessFlags},
-		{qp.SQD, qp.SQD}:    {0, qp.AttrAccessFlags}, // Linux also takes the address vector and P_Key
+	verbs.UC: {
+		{verbs.Reset, verbs.Init}: {verbs.AttrAccessFlags, verbs.AttrPKey},
+		{verbs.Init, verbs.Init}:  {0, verbs.AttrAccessFlags | verbs.AttrPKey},
+		{verbs.Init, verbs.RTR}:   {ucRTR, verbs.AttrAccessFlags | verbs.AttrPKey},
+		{verbs.RTR, verbs.RTS}:    {verbs.AttrSQPSN, verbs.AttrAccessFlags},
+		{verbs.RTS, verbs.RTS}:    {0, verbs.AttrAccessFlags},
+		{verbs.RTS, verbs.SQD}:    {},
+		{verbs.SQD, verbs.RTS}:    {0, verbs.AttrAccessFlags},
+		{verbs.SQD, verbs.SQD}:    {0, verbs.AttrAccessFlags}, // Linux also takes the address vector and P_Key
 	},
-	qp.UD: {
-		{qp.Reset, qp.Init}: {qp.AttrQKey, qp.AttrPKey},
-		{qp.Init, qp.Init}:  {0, qp.AttrQKey | qp.AttrPKey},
+	verbs.UD: {
+		{verbs.Reset, verbs.Init}: {verbs.AttrQKey, verbs.AttrPKey},
+		{verbs.Init, verbs.Init}:  {0, verbs.AttrQKey | verbs.AttrPKey},
 		// softnic also takes a path MTU, the UD message size limit
 		// (4096 without it); Linux uses the port's.
-		{qp.Init, qp.RTR}: {0, qp.AttrQKey | qp.AttrPKey | qp.AttrPathMTU},
-		{qp.RTR, qp.RTS}:  {qp.AttrSQPSN, qp.AttrQKey},
-		{qp.RTS, qp.RTS}:  {0, qp.AttrQKey},
-		{qp.RTS, qp.SQD}:  {},
-		{qp.SQD, qp.RTS}:  {0, qp.AttrQKey},
-		{qp.SQD, qp.SQD}:  {0, qp.AttrQKey}, // Linux also takes P_Key
+		{verbs.Init, verbs.RTR}: {0, verbs.AttrQKey | verbs.AttrPKey | verbs.AttrPathMTU},
+		{verbs.RTR, verbs.RTS}:  {verbs.AttrSQPSN, verbs.AttrQKey},
+		{verbs.RTS, verbs.RTS}:  {0, verbs.AttrQKey},
+		{verbs.RTS, verbs.SQD}:  {},
+		{verbs.SQD, verbs.RTS}:  {0, verbs.AttrQKey},
+		{verbs.SQD, verbs.SQD}:  {0, verbs.AttrQKey}, // Linux also takes P_Key
 	},
 }
 
 // transition returns the masks of from→to for typ: every state may go to
 // RESET, and every state but RESET to ERR (Linux's table), and nothing
 // enters SQE through Modify.
-func transition(typ qp.Type, from, to qp.State) (masks, bool) {
-	if to == qp.Reset || to == qp.Err && from != qp.Reset {
+func transition(typ verbs.Type, from, to verbs.State) (masks, bool) {
+	if to == verbs.Reset || to == verbs.Err && from != verbs.Reset {
 		return masks{}, true
 	}
 	m, ok := modifyTable[typ][edge{from, to}]
@@ -80,49 +81,49 @@ func transition(typ qp.Type, from, to qp.State) (masks, bool) {
 }
 
 // allAttrs lists the attribute bits Modify knows besides AttrState.
-var allAttrs = []qp.AttrMask{
-	qp.AttrAccessFlags, qp.AttrPKey, qp.AttrQKey, qp.AttrRemote, qp.AttrPathMTU, qp.AttrTimeout,
-	qp.AttrRetryCnt, qp.AttrRNRRetry, qp.AttrRQPSN, qp.AttrMaxRdAtomic, qp.AttrMinRNRTimer,
-	qp.AttrSQPSN, qp.AttrMaxDestRdAtomic, qp.AttrDestQPN,
+var allAttrs = []verbs.AttrMask{
+	verbs.AttrAccessFlags, verbs.AttrPKey, verbs.AttrQKey, verbs.AttrRemote, verbs.AttrPathMTU, verbs.AttrTimeout,
+	verbs.AttrRetryCnt, verbs.AttrRNRRetry, verbs.AttrRQPSN, verbs.AttrMaxRdAtomic, verbs.AttrMinRNRTimer,
+	verbs.AttrSQPSN, verbs.AttrMaxDestRdAtomic, verbs.AttrDestQPN,
 }
 
 // goodAttr holds a valid value for every attribute, none of them a default.
-func goodAttr(state qp.State) qp.Attr {
-	return qp.Attr{State: state, AccessFlags: mr.RemoteWrite | mr.RemoteRead, PKey: 0x8001, QKey: 0x1234,
+func goodAttr(state verbs.State) verbs.Attr {
+	return verbs.Attr{State: state, AccessFlags: mr.RemoteWrite | mr.RemoteRead, PKey: 0x8001, QKey: 0x1234,
 		Remote: netip.MustParseAddrPort("10.0.0.2:4791"), PathMTU: 2048, Timeout: 14, RetryCnt: 6, RNRRetry: 5,
 		RQPSN: 0x123, MaxRdAtomic: 4, MinRNRTimer: 12, SQPSN: 0x456, MaxDestRdAtomic: 3, DestQPN: 0x99}
 }
 
 // attrValue returns the field of a that bit selects.
-func attrValue(a qp.Attr, bit qp.AttrMask) any {
+func attrValue(a verbs.Attr, bit verbs.AttrMask) any {
 	switch bit {
-	case qp.AttrAccessFlags:
+	case verbs.AttrAccessFlags:
 		return a.AccessFlags
-	case qp.AttrPKey:
+	case verbs.AttrPKey:
 		return a.PKey
-	case qp.AttrQKey:
+	case verbs.AttrQKey:
 		return a.QKey
-	case qp.AttrRemote:
+	case verbs.AttrRemote:
 		return a.Remote
-	case qp.AttrPathMTU:
+	case verbs.AttrPathMTU:
 		return a.PathMTU
-	case qp.AttrTimeout:
+	case verbs.AttrTimeout:
 		return a.Timeout
-	case qp.AttrRetryCnt:
+	case verbs.AttrRetryCnt:
 		return a.RetryCnt
-	case qp.AttrRNRRetry:
+	case verbs.AttrRNRRetry:
 		return a.RNRRetry
-	case qp.AttrRQPSN:
+	case verbs.AttrRQPSN:
 		return a.RQPSN
-	case qp.AttrMaxRdAtomic:
+	case verbs.AttrMaxRdAtomic:
 		return a.MaxRdAtomic
-	case qp.AttrMinRNRTimer:
+	case verbs.AttrMinRNRTimer:
 		return a.MinRNRTimer
-	case qp.AttrSQPSN:
+	case verbs.AttrSQPSN:
 		return a.SQPSN
-	case qp.AttrMaxDestRdAtomic:
+	case verbs.AttrMaxDestRdAtomic:
 		return a.MaxDestRdAtomic
-	case qp.AttrDestQPN:
+	case verbs.AttrDestQPN:
 		return a.DestQPN
 	}
 	panic(fmt.Sprintf("attribute %v", bit))
@@ -149,7 +150,7 @@ func newQPFactory(t *testing.T) *qpFactory {
 
 // make returns a new QP of type typ moved to state by the usual path
 // (RESET→INIT→RTR→RTS→SQD; ERR from RTS).
-func (f *qpFactory) make(typ qp.Type, state qp.State) *qp.QP {
+func (f *qpFactory) make(typ verbs.Type, state verbs.State) *qp.QP {
 	f.t.Helper()
 	f.next++
 	q, err := qp.New(f.next, qp.Config{Type: typ, PD: f.pd, Memory: f.mem, SendCQ: f.cq, RecvCQ: f.cq,
@@ -157,14 +158,14 @@ func (f *qpFactory) make(typ qp.Type, state qp.State) *qp.QP {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	path := []qp.State{qp.Init, qp.RTR, qp.RTS, qp.SQD}
-	if state == qp.Err {
-		path = append(path[:3], qp.Err)
+	path := []verbs.State{verbs.Init, verbs.RTR, verbs.RTS, verbs.SQD}
+	if state == verbs.Err {
+		path = append(path[:3], verbs.Err)
 	}
-	for i, from := 0, qp.Reset; from != state; i++ {
+	for i, from := 0, verbs.Reset; from != state; i++ {
 		m, _ := transition(typ, from, path[i])
 		a := goodAttr(path[i])
-		if err := q.Modify(&a, qp.AttrState|m.req); err != nil {
+		if err := q.Modify(&a, verbs.AttrState|m.req); err != nil {
 			f.t.Fatalf("%s %s→%s: %v", typ, from, path[i], err)
 		}
 		from = path[i]
@@ -172,7 +173,7 @@ func (f *qpFactory) make(typ qp.Type, state qp.State) *qp.QP {
 	return q
 }
 
-var allStates = []qp.State{qp.Reset, qp.Init, qp.RTR, qp.RTS, qp.SQD, qp.SQE, qp.Err}
+var allStates = []verbs.State{verbs.Reset, verbs.Init, verbs.RTR, verbs.RTS, verbs.SQD, verbs.SQE, verbs.Err}
 
 // TestModifyTransitions walks the whole state table for RC, UC and UD: an
 // allowed transition succeeds with its required attributes and sets them,
@@ -182,9 +183,9 @@ var allStates = []qp.State{qp.Reset, qp.Init, qp.RTR, qp.RTS, qp.SQD, qp.SQE, qp
 // these, as ib_modify_qp_is_ok decides).
 func TestModifyTransitions(t *testing.T) {
 	f := newQPFactory(t)
-	for _, typ := range []qp.Type{qp.RC, qp.UC, qp.UD} {
+	for _, typ := range []verbs.Type{verbs.RC, verbs.UC, verbs.UD} {
 		for _, from := range allStates {
-			if from == qp.SQE {
+			if from == verbs.SQE {
 				continue // no QP gets there: softnic moves a failed send queue to ERR
 			}
 			for _, to := range allStates {
@@ -193,7 +194,7 @@ func TestModifyTransitions(t *testing.T) {
 					if !ok {
 						q := f.make(typ, from)
 						a := goodAttr(to)
-						if err := q.Modify(&a, qp.AttrState); !errors.Is(err, qp.ErrInvalid) || q.State() != from {
+						if err := q.Modify(&a, verbs.AttrState); !errors.Is(err, qp.ErrInvalid) || q.State() != from {
 							t.Errorf("not a transition: Modify = %v, state %s; want ErrInvalid, %s", err, q.State(), from)
 						}
 						return
@@ -205,14 +206,14 @@ func TestModifyTransitions(t *testing.T) {
 	}
 }
 
-func checkTransition(t *testing.T, f *qpFactory, typ qp.Type, from, to qp.State, m masks) {
+func checkTransition(t *testing.T, f *qpFactory, typ verbs.Type, from, to verbs.State, m masks) {
 	a := goodAttr(to)
-	for _, given := range []qp.AttrMask{m.req, m.req | m.opt} {
+	for _, given := range []verbs.AttrMask{m.req, m.req | m.opt} {
 		q := f.make(typ, from)
-		if err := q.Modify(&a, qp.AttrState|given); err != nil || q.State() != to {
+		if err := q.Modify(&a, verbs.AttrState|given); err != nil || q.State() != to {
 			t.Fatalf("Modify with %v = %v, state %s; want success, %s", given, err, q.State(), to)
 		}
-		if to == qp.Reset {
+		if to == verbs.Reset {
 			continue // RESET forgets every attribute
 		}
 		for _, bit := range allAttrs {
@@ -222,13 +223,13 @@ func checkTransition(t *testing.T, f *qpFactory, typ qp.Type, from, to qp.State,
 		}
 	}
 	for _, bit := range allAttrs {
-		var mask qp.AttrMask
+		var mask verbs.AttrMask
 		var want string
 		switch {
 		case m.req&bit != 0:
-			mask, want = qp.AttrState|m.req&^bit, "needs "+bit.String()
+			mask, want = verbs.AttrState|m.req&^bit, "needs "+bit.String()
 		case m.opt&bit == 0:
-			mask, want = qp.AttrState|m.req|bit, "does not take "+bit.String()
+			mask, want = verbs.AttrState|m.req|bit, "does not take "+bit.String()
 		default:
 			continue
 		}
@@ -248,11 +249,11 @@ func checkTransition(t *testing.T, f *qpFactory, typ qp.Type, from, to qp.State,
 // transition from the current state to itself (ibv_modify_qp).
 func TestModifyOmittedStateKeepsState(t *testing.T) {
 	f := newQPFactory(t)
-	q := f.make(qp.RC, qp.RTS)
-	if err := q.Modify(&qp.Attr{AccessFlags: mr.RemoteAtomic}, qp.AttrAccessFlags); err != nil || q.State() != qp.RTS || q.Attr().AccessFlags != mr.RemoteAtomic {
+	q := f.make(verbs.RC, verbs.RTS)
+	if err := q.Modify(&verbs.Attr{AccessFlags: mr.RemoteAtomic}, verbs.AttrAccessFlags); err != nil || q.State() != verbs.RTS || q.Attr().AccessFlags != mr.RemoteAtomic {
 		t.Errorf("RTS→RTS with ACCESS_FLAGS = %v, %s, %v", err, q.State(), q.Attr().AccessFlags)
 	}
-	if err := q.Modify(&qp.Attr{Timeout: 3}, qp.AttrTimeout); !errors.Is(err, qp.ErrInvalid) {
+	if err := q.Modify(&verbs.Attr{Timeout: 3}, verbs.AttrTimeout); !errors.Is(err, qp.ErrInvalid) {
 		t.Errorf("RTS→RTS with TIMEOUT = %v, want ErrInvalid", err)
 	}
 }
@@ -262,39 +263,39 @@ func TestModifyOmittedStateKeepsState(t *testing.T) {
 // IBTA: 5-bit timers, 3-bit retry counts, 24-bit PSNs and QPNs, the five
 // path MTUs).
 func TestModifyInvalidValues(t *testing.T) {
-	type edit func(*qp.Attr)
+	type edit func(*verbs.Attr)
 	cases := []struct {
 		name     string
-		from, to qp.State
-		bit      qp.AttrMask
+		from, to verbs.State
+		bit      verbs.AttrMask
 		edit     edit
 	}{
-		{"path-mtu-300", qp.Init, qp.RTR, 0, func(a *qp.Attr) { a.PathMTU = 300 }},
-		{"path-mtu-0", qp.Init, qp.RTR, 0, func(a *qp.Attr) { a.PathMTU = 0 }},
-		{"path-mtu-8192", qp.Init, qp.RTR, 0, func(a *qp.Attr) { a.PathMTU = 8192 }},
-		{"rq-psn-25-bits", qp.Init, qp.RTR, 0, func(a *qp.Attr) { a.RQPSN = 1 << 24 }},
-		{"dest-qpn-0", qp.Init, qp.RTR, 0, func(a *qp.Attr) { a.DestQPN = 0 }},
-		{"dest-qpn-25-bits", qp.Init, qp.RTR, 0, func(a *qp.Attr) { a.DestQPN = 1 << 24 }},
-		{"remote-unset", qp.Init, qp.RTR, 0, func(a *qp.Attr) { a.Remote = netip.AddrPort{} }},
-		{"remote-port-0", qp.Init, qp.RTR, 0, func(a *qp.Attr) { a.Remote = netip.MustParseAddrPort("10.0.0.2:0") }},
-		{"min-rnr-timer-32", qp.Init, qp.RTR, 0, func(a *qp.Attr) { a.MinRNRTimer = 32 }},
-		{"max-dest-rd-atomic-129", qp.Init, qp.RTR, 0, func(a *qp.Attr) { a.MaxDestRdAtomic = qp.MaxRdAtomicLimit + 1 }},
-		{"timeout-32", qp.RTR, qp.RTS, 0, func(a *qp.Attr) { a.Timeout = 32 }},
-		{"retry-cnt-8", qp.RTR, qp.RTS, 0, func(a *qp.Attr) { a.RetryCnt = 8 }},
-		{"rnr-retry-8", qp.RTR, qp.RTS, 0, func(a *qp.Attr) { a.RNRRetry = 8 }},
-		{"sq-psn-25-bits", qp.RTR, qp.RTS, 0, func(a *qp.Attr) { a.SQPSN = 1<<24 | 5 }},
-		{"max-rd-atomic-129", qp.RTR, qp.RTS, 0, func(a *qp.Attr) { a.MaxRdAtomic = qp.MaxRdAtomicLimit + 1 }},
-		{"access-flags-unknown", qp.Reset, qp.Init, 0, func(a *qp.Attr) { a.AccessFlags |= mr.MWBind }},
+		{"path-mtu-300", verbs.Init, verbs.RTR, 0, func(a *verbs.Attr) { a.PathMTU = 300 }},
+		{"path-mtu-0", verbs.Init, verbs.RTR, 0, func(a *verbs.Attr) { a.PathMTU = 0 }},
+		{"path-mtu-8192", verbs.Init, verbs.RTR, 0, func(a *verbs.Attr) { a.PathMTU = 8192 }},
+		{"rq-psn-25-bits", verbs.Init, verbs.RTR, 0, func(a *verbs.Attr) { a.RQPSN = 1 << 24 }},
+		{"dest-qpn-0", verbs.Init, verbs.RTR, 0, func(a *verbs.Attr) { a.DestQPN = 0 }},
+		{"dest-qpn-25-bits", verbs.Init, verbs.RTR, 0, func(a *verbs.Attr) { a.DestQPN = 1 << 24 }},
+		{"remote-unset", verbs.Init, verbs.RTR, 0, func(a *verbs.Attr) { a.Remote = netip.AddrPort{} }},
+		{"remote-port-0", verbs.Init, verbs.RTR, 0, func(a *verbs.Attr) { a.Remote = netip.MustParseAddrPort("10.0.0.2:0") }},
+		{"min-rnr-timer-32", verbs.Init, verbs.RTR, 0, func(a *verbs.Attr) { a.MinRNRTimer = 32 }},
+		{"max-dest-rd-atomic-129", verbs.Init, verbs.RTR, 0, func(a *verbs.Attr) { a.MaxDestRdAtomic = qp.MaxRdAtomicLimit + 1 }},
+		{"timeout-32", verbs.RTR, verbs.RTS, 0, func(a *verbs.Attr) { a.Timeout = 32 }},
+		{"retry-cnt-8", verbs.RTR, verbs.RTS, 0, func(a *verbs.Attr) { a.RetryCnt = 8 }},
+		{"rnr-retry-8", verbs.RTR, verbs.RTS, 0, func(a *verbs.Attr) { a.RNRRetry = 8 }},
+		{"sq-psn-25-bits", verbs.RTR, verbs.RTS, 0, func(a *verbs.Attr) { a.SQPSN = 1<<24 | 5 }},
+		{"max-rd-atomic-129", verbs.RTR, verbs.RTS, 0, func(a *verbs.Attr) { a.MaxRdAtomic = qp.MaxRdAtomicLimit + 1 }},
+		{"access-flags-unknown", verbs.Reset, verbs.Init, 0, func(a *verbs.Attr) { a.AccessFlags |= mr.MWBind }},
 	}
 	f := newQPFactory(t)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			q := f.make(qp.RC, c.from)
-			m, _ := transition(qp.RC, c.from, c.to)
+			q := f.make(verbs.RC, c.from)
+			m, _ := transition(verbs.RC, c.from, c.to)
 			a := goodAttr(c.to)
 			c.edit(&a)
 			before := q.Attr()
-			if err := q.Modify(&a, qp.AttrState|m.req); !errors.Is(err, qp.ErrInvalid) {
+			if err := q.Modify(&a, verbs.AttrState|m.req); !errors.Is(err, qp.ErrInvalid) {
 				t.Errorf("Modify = %v, want ErrInvalid", err)
 			}
 			if q.Attr() != before {
@@ -304,7 +305,7 @@ func TestModifyInvalidValues(t *testing.T) {
 	}
 	t.Run("qpn", func(t *testing.T) {
 		for _, n := range []uint32{0, 1 << 24} {
-			if _, err := qp.New(n, qp.Config{Type: qp.RC, PD: f.pd, Memory: f.mem, SendCQ: f.cq, RecvCQ: f.cq}); !errors.Is(err, qp.ErrInvalid) {
+			if _, err := qp.New(n, qp.Config{Type: verbs.RC, PD: f.pd, Memory: f.mem, SendCQ: f.cq, RecvCQ: f.cq}); !errors.Is(err, qp.ErrInvalid) {
 				t.Errorf("New(%#x) = %v, want ErrInvalid", n, err)
 			}
 		}
@@ -318,21 +319,21 @@ func TestModifyInvalidValues(t *testing.T) {
 func TestModifyToReset(t *testing.T) {
 	s, a, b := pair(t, defaultAttr())
 	fill(a.buf[:64], 5)
-	postRecv(t, a, &qp.RecvWR{ID: 1, SGL: sgl(a.sge(0, 64))})
+	postRecv(t, a, &verbs.RecvWR{ID: 1, SGL: sgl(a.sge(0, 64))})
 	for i := range 3 {
-		post(t, a, &qp.SendWR{ID: uint64(i), Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: sgl(a.sge(0, 64)), RemoteAddr: b.va(0), RKey: b.region.RKey()})
+		post(t, a, &verbs.SendWR{ID: uint64(i), Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: sgl(a.sge(0, 64)), RemoteAddr: b.va(0), RKey: b.region.RKey()})
 	}
 	s.transmitAll() // the WRITEs are in flight when a is reset
 	for _, h := range []*host{a, b} {
-		if err := h.qp.Modify(&qp.Attr{State: qp.Reset}, qp.AttrState); err != nil {
+		if err := h.qp.Modify(&verbs.Attr{State: verbs.Reset}, verbs.AttrState); err != nil {
 			t.Fatal(err)
 		}
 	}
-	want := qp.Status{State: qp.Reset, Window: 32}
+	want := qp.Status{State: verbs.Reset, Window: 32}
 	if st := a.qp.Status(); st != want {
 		t.Errorf("after RESET a is %+v, want %+v", st, want)
 	}
-	if got := a.qp.Attr(); got != (qp.Attr{State: qp.Reset, PKey: 0xFFFF}) {
+	if got := a.qp.Attr(); got != (verbs.Attr{State: verbs.Reset, PKey: 0xFFFF}) {
 		t.Errorf("after RESET the attributes are %+v", got)
 	}
 	s.settle(time.Second)
@@ -346,8 +347,8 @@ func TestModifyToReset(t *testing.T) {
 	if st := a.qp.Status(); st.SendPSN != 0x777 || st.AckedPSN != 0x777 || st.SendQueued != 0 || st.RecvQueued != 0 {
 		t.Errorf("reconnected a is %+v, want PSNs 0x777 and empty queues", st)
 	}
-	post(t, a, &qp.SendWR{ID: 9, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: sgl(a.sge(0, 64)), RemoteAddr: b.va(128), RKey: b.region.RKey()})
-	expectWC(t, s.waitWC(a, 1, time.Second)[0], qp.WC{ID: 9, Status: qp.Success, Opcode: qp.WCWrite, ByteLen: 64, QPN: a.qp.Num()})
+	post(t, a, &verbs.SendWR{ID: 9, Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: sgl(a.sge(0, 64)), RemoteAddr: b.va(128), RKey: b.region.RKey()})
+	expectWC(t, s.waitWC(a, 1, time.Second)[0], verbs.WC{ID: 9, Status: verbs.Success, Opcode: verbs.WCWrite, ByteLen: 64, QPN: a.qp.Num()})
 }
 
 // TestModifyToErrFlushes: moving a QP to ERR completes every outstanding
@@ -355,26 +356,26 @@ func TestModifyToReset(t *testing.T) {
 // order (IBTA: the error state flushes both queues; rxe's flush).
 func TestModifyToErrFlushes(t *testing.T) {
 	s, a, b := pair(t, defaultAttr())
-	ops := []qp.WROpcode{qp.WRWrite, qp.WRRead, qp.WRSend}
+	ops := []verbs.WROpcode{verbs.WRWrite, verbs.WRRead, verbs.WRSend}
 	for i, op := range ops {
-		flags := qp.Signaled
+		flags := verbs.Signaled
 		if i == 1 {
 			flags = 0 // unsignaled WRs complete when flushed too
 		}
-		post(t, a, &qp.SendWR{ID: uint64(i), Opcode: op, Flags: flags, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(0), RKey: b.region.RKey()})
+		post(t, a, &verbs.SendWR{ID: uint64(i), Opcode: op, Flags: flags, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(0), RKey: b.region.RKey()})
 	}
-	postRecv(t, a, &qp.RecvWR{ID: 10, SGL: sgl(a.sge(64, 64))})
-	postRecv(t, a, &qp.RecvWR{ID: 11})
-	if err := a.qp.Modify(&qp.Attr{State: qp.Err}, qp.AttrState); err != nil {
+	postRecv(t, a, &verbs.RecvWR{ID: 10, SGL: sgl(a.sge(64, 64))})
+	postRecv(t, a, &verbs.RecvWR{ID: 11})
+	if err := a.qp.Modify(&verbs.Attr{State: verbs.Err}, verbs.AttrState); err != nil {
 		t.Fatal(err)
 	}
 	wcs := a.poll()
-	want := []qp.WC{
-		{ID: 0, Status: qp.WRFlushErr, Opcode: qp.WCWrite, ByteLen: 8, QPN: a.qp.Num()},
-		{ID: 1, Status: qp.WRFlushErr, Opcode: qp.WCRead, ByteLen: 8, QPN: a.qp.Num()},
-		{ID: 2, Status: qp.WRFlushErr, Opcode: qp.WCSend, ByteLen: 8, QPN: a.qp.Num()},
-		{ID: 10, Status: qp.WRFlushErr, Opcode: qp.WCRecv, QPN: a.qp.Num()},
-		{ID: 11, Status: qp.WRFlushErr, Opcode: qp.WCRecv, QPN: a.qp.Num()},
+	want := []verbs.WC{
+		{ID: 0, Status: verbs.WRFlushErr, Opcode: verbs.WCWrite, ByteLen: 8, QPN: a.qp.Num()},
+		{ID: 1, Status: verbs.WRFlushErr, Opcode: verbs.WCRead, ByteLen: 8, QPN: a.qp.Num()},
+		{ID: 2, Status: verbs.WRFlushErr, Opcode: verbs.WCSend, ByteLen: 8, QPN: a.qp.Num()},
+		{ID: 10, Status: verbs.WRFlushErr, Opcode: verbs.WCRecv, QPN: a.qp.Num()},
+		{ID: 11, Status: verbs.WRFlushErr, Opcode: verbs.WCRecv, QPN: a.qp.Num()},
 	}
 	if len(wcs) != len(want) {
 		t.Fatalf("%d completions %v, want %d", len(wcs), wcs, len(want))
@@ -382,7 +383,7 @@ func TestModifyToErrFlushes(t *testing.T) {
 	for i := range want {
 		expectWC(t, wcs[i], want[i])
 	}
-	if st := a.qp.Status(); st.State != qp.Err || st.Cause != qp.Success || st.SendQueued != 0 || st.RecvQueued != 0 {
+	if st := a.qp.Status(); st.State != verbs.Err || st.Cause != verbs.Success || st.SendQueued != 0 || st.RecvQueued != 0 {
 		t.Errorf("a is %+v, want ERR by Modify with empty queues", st)
 	}
 	s.settle(time.Second)
@@ -397,32 +398,32 @@ func TestModifyToErrFlushes(t *testing.T) {
 func TestPostingByState(t *testing.T) {
 	f := newQPFactory(t)
 	cases := []struct {
-		state      qp.State
+		state      verbs.State
 		send, recv error // nil: accepted
 		flushed    bool
 	}{
-		{qp.Reset, qp.ErrInvalid, qp.ErrInvalid, false},
-		{qp.Init, qp.ErrInvalid, nil, false},
-		{qp.RTR, qp.ErrInvalid, nil, false},
-		{qp.RTS, nil, nil, false},
-		{qp.SQD, nil, nil, false},
-		{qp.Err, nil, nil, true},
+		{verbs.Reset, qp.ErrInvalid, qp.ErrInvalid, false},
+		{verbs.Init, qp.ErrInvalid, nil, false},
+		{verbs.RTR, qp.ErrInvalid, nil, false},
+		{verbs.RTS, nil, nil, false},
+		{verbs.SQD, nil, nil, false},
+		{verbs.Err, nil, nil, true},
 	}
 	for _, c := range cases {
 		t.Run(c.state.String(), func(t *testing.T) {
-			q := f.make(qp.RC, c.state)
-			sendErr := q.PostSend(&qp.SendWR{ID: 1, Opcode: qp.WRSend})
-			recvErr := q.PostRecv(&qp.RecvWR{ID: 2})
+			q := f.make(verbs.RC, c.state)
+			sendErr := q.PostSend(&verbs.SendWR{ID: 1, Opcode: verbs.WRSend})
+			recvErr := q.PostRecv(&verbs.RecvWR{ID: 2})
 			if !errors.Is(sendErr, c.send) || c.send == nil && sendErr != nil {
 				t.Errorf("PostSend = %v, want %v", sendErr, c.send)
 			}
 			if !errors.Is(recvErr, c.recv) || c.recv == nil && recvErr != nil {
 				t.Errorf("PostRecv = %v, want %v", recvErr, c.recv)
 			}
-			var wcs [4]qp.WC
+			var wcs [4]verbs.WC
 			n, _ := f.cq.Poll(wcs[:])
 			switch {
-			case c.flushed && (n != 2 || wcs[0].ID != 1 || wcs[0].Status != qp.WRFlushErr || wcs[1].ID != 2 || wcs[1].Status != qp.WRFlushErr):
+			case c.flushed && (n != 2 || wcs[0].ID != 1 || wcs[0].Status != verbs.WRFlushErr || wcs[1].ID != 2 || wcs[1].Status != verbs.WRFlushErr):
 				t.Errorf("completions %v, want both WRs flushed", wcs[:n])
 			case !c.flushed && n != 0:
 				t.Errorf("completions %v, want none", wcs[:n])
@@ -436,15 +437,15 @@ func TestPostingByState(t *testing.T) {
 // drain).
 func TestSQDHoldsNewWork(t *testing.T) {
 	s, a, b := pair(t, defaultAttr())
-	if err := a.qp.Modify(&qp.Attr{State: qp.SQD}, qp.AttrState); err != nil {
+	if err := a.qp.Modify(&verbs.Attr{State: verbs.SQD}, verbs.AttrState); err != nil {
 		t.Fatal(err)
 	}
-	post(t, a, &qp.SendWR{ID: 1, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(0), RKey: b.region.RKey()})
+	post(t, a, &verbs.SendWR{ID: 1, Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(0), RKey: b.region.RKey()})
 	if s.transmitAll() {
 		t.Fatal("a QP in SQD started a new WR")
 	}
-	if err := a.qp.Modify(&qp.Attr{State: qp.RTS}, qp.AttrState); err != nil {
+	if err := a.qp.Modify(&verbs.Attr{State: verbs.RTS}, verbs.AttrState); err != nil {
 		t.Fatal(err)
 	}
-	expectWC(t, s.waitWC(a, 1, time.Second)[0], qp.WC{ID: 1, Status: qp.Success, Opcode: qp.WCWrite, ByteLen: 8, QPN: a.qp.Num()})
+	expectWC(t, s.waitWC(a, 1, time.Second)[0], verbs.WC{ID: 1, Status: verbs.Success, Opcode: verbs.WCWrite, ByteLen: 8, QPN: a.qp.Num()})
 }

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/mr"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -37,8 +37,8 @@ func newWindow(t *testing.T, h *host) *mr.Window {
 
 // bindWR returns a BIND_MW WR binding w to winLen bytes at off of h's
 // region with access acc and the next rkey variant.
-func bindWR(h *host, w *mr.Window, off uint64, acc mr.Access) *qp.SendWR {
-	return &qp.SendWR{ID: 100, Opcode: qp.WRBindMW, Flags: qp.Signaled, Bind: &mr.BindRequest{
+func bindWR(h *host, w *mr.Window, off uint64, acc mr.Access) *verbs.SendWR {
+	return &verbs.SendWR{ID: 100, Opcode: verbs.WRBindMW, Flags: verbs.Signaled, Bind: &mr.BindRequest{
 		WindowKey: w.RKey(), NewKey: mr.IncRKey(w.RKey()), RegionKey: h.region.LKey(),
 		Addr: h.va(off), Length: winLen, Access: acc}}
 }
@@ -51,7 +51,7 @@ func boundWindow(t *testing.T) (*sim, *host, *host, *mr.Window) {
 	w := newWindow(t, b)
 	old := w.RKey()
 	post(t, b, bindWR(b, w, winOff, mr.RemoteWrite|mr.RemoteRead))
-	expectWC(t, s.waitWC(b, 1, time.Second)[0], qp.WC{ID: 100, Status: qp.Success, Opcode: qp.WCBindMW, QPN: b.qp.Num()})
+	expectWC(t, s.waitWC(b, 1, time.Second)[0], verbs.WC{ID: 100, Status: verbs.Success, Opcode: verbs.WCBindMW, QPN: b.qp.Num()})
 	if w.RKey() != mr.IncRKey(old) {
 		t.Fatalf("after the bind the window's rkey is %#x, want %#x", w.RKey(), mr.IncRKey(old))
 	}
@@ -75,17 +75,17 @@ func windowBound(h *host, w *mr.Window) bool {
 func TestMemoryWindowAccess(t *testing.T) {
 	cases := []struct {
 		name   string
-		op     qp.WROpcode
+		op     verbs.WROpcode
 		off    uint64 // in b's region
 		n      uint32
-		status qp.WCStatus
+		status verbs.WCStatus
 	}{
-		{"write-inside", qp.WRWrite, winOff + 100, 200, qp.Success},
-		{"read-inside", qp.WRRead, winOff + winLen - 64, 64, qp.Success},
-		{"write-whole", qp.WRWrite, winOff, winLen, qp.Success},
-		{"write-past-end", qp.WRWrite, winOff + winLen - 8, 16, qp.RemAccessErr},
-		{"write-before-start", qp.WRWrite, winOff - 8, 16, qp.RemAccessErr},
-		{"atomic-not-granted", qp.WRFetchAdd, winOff, 8, qp.RemAccessErr},
+		{"write-inside", verbs.WRWrite, winOff + 100, 200, verbs.Success},
+		{"read-inside", verbs.WRRead, winOff + winLen - 64, 64, verbs.Success},
+		{"write-whole", verbs.WRWrite, winOff, winLen, verbs.Success},
+		{"write-past-end", verbs.WRWrite, winOff + winLen - 8, 16, verbs.RemAccessErr},
+		{"write-before-start", verbs.WRWrite, winOff - 8, 16, verbs.RemAccessErr},
+		{"atomic-not-granted", verbs.WRFetchAdd, winOff, 8, verbs.RemAccessErr},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -93,18 +93,18 @@ func TestMemoryWindowAccess(t *testing.T) {
 			fill(a.buf[:c.n], 5)
 			fill(b.buf[c.off:c.off+uint64(c.n)], 6)
 			before := bytes.Clone(b.buf[c.off : c.off+uint64(c.n)])
-			post(t, a, &qp.SendWR{ID: 1, Opcode: c.op, Flags: qp.Signaled, SGL: sgl(a.sge(0, c.n)), RemoteAddr: b.va(c.off), RKey: w.RKey(), CompareAdd: 1})
+			post(t, a, &verbs.SendWR{ID: 1, Opcode: c.op, Flags: verbs.Signaled, SGL: sgl(a.sge(0, c.n)), RemoteAddr: b.va(c.off), RKey: w.RKey(), CompareAdd: 1})
 			wc := s.waitWC(a, 1, time.Second)[0]
 			if wc.Status != c.status {
 				t.Fatalf("completion %v, want %s", &wc, c.status)
 			}
 			switch {
-			case c.status != qp.Success:
+			case c.status != verbs.Success:
 				if !bytes.Equal(b.buf[c.off:c.off+uint64(c.n)], before) {
 					t.Error("a refused access changed the target")
 				}
-			case c.op == qp.WRWrite && !bytes.Equal(b.buf[c.off:c.off+uint64(c.n)], a.buf[:c.n]),
-				c.op == qp.WRRead && !bytes.Equal(a.buf[:c.n], before):
+			case c.op == verbs.WRWrite && !bytes.Equal(b.buf[c.off:c.off+uint64(c.n)], a.buf[:c.n]),
+				c.op == verbs.WRRead && !bytes.Equal(a.buf[:c.n], before):
 				t.Error("data did not move through the window")
 			}
 		})
@@ -115,13 +115,13 @@ func TestMemoryWindowAccess(t *testing.T) {
 // to frees it (completion LOCAL_INV); its rkey no longer works.
 func TestMemoryWindowLocalInvalidate(t *testing.T) {
 	s, a, b, w := boundWindow(t)
-	post(t, b, &qp.SendWR{ID: 101, Opcode: qp.WRLocalInv, Flags: qp.Signaled, InvalidateRKey: w.RKey()})
-	expectWC(t, s.waitWC(b, 2, time.Second)[1], qp.WC{ID: 101, Status: qp.Success, Opcode: qp.WCLocalInv, QPN: b.qp.Num()})
+	post(t, b, &verbs.SendWR{ID: 101, Opcode: verbs.WRLocalInv, Flags: verbs.Signaled, InvalidateRKey: w.RKey()})
+	expectWC(t, s.waitWC(b, 2, time.Second)[1], verbs.WC{ID: 101, Status: verbs.Success, Opcode: verbs.WCLocalInv, QPN: b.qp.Num()})
 	if windowBound(b, w) {
 		t.Error("the window is still bound")
 	}
-	post(t, a, &qp.SendWR{ID: 1, Opcode: qp.WRWrite, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(winOff), RKey: w.RKey()})
-	if wc := s.waitWC(a, 1, time.Second)[0]; wc.Status != qp.RemAccessErr {
+	post(t, a, &verbs.SendWR{ID: 1, Opcode: verbs.WRWrite, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(winOff), RKey: w.RKey()})
+	if wc := s.waitWC(a, 1, time.Second)[0]; wc.Status != verbs.RemAccessErr {
 		t.Errorf("WRITE through the invalidated window completed %v, want REM_ACCESS_ERR", &wc)
 	}
 }
@@ -136,19 +136,19 @@ func TestMemoryWindowSendInvalidate(t *testing.T) {
 			s, a, b, w := boundWindow(t)
 			rkey := w.RKey()
 			fill(a.buf[:n], 7)
-			postRecv(t, b, &qp.RecvWR{ID: 8, SGL: sgl(b.sge(0, 4*testMTU))})
-			post(t, a, &qp.SendWR{ID: 1, Opcode: qp.WRSendInv, Flags: qp.Signaled, SGL: sgl(a.sge(0, n)), InvalidateRKey: rkey})
-			expectWC(t, s.waitWC(a, 1, time.Second)[0], qp.WC{ID: 1, Status: qp.Success, Opcode: qp.WCSend, ByteLen: n, QPN: a.qp.Num()})
-			expectWC(t, s.waitWC(b, 2, time.Second)[1], qp.WC{ID: 8, Status: qp.Success, Opcode: qp.WCRecv, ByteLen: n, QPN: b.qp.Num(),
-				Flags: qp.WCWithInv, InvalidatedRKey: rkey})
+			postRecv(t, b, &verbs.RecvWR{ID: 8, SGL: sgl(b.sge(0, 4*testMTU))})
+			post(t, a, &verbs.SendWR{ID: 1, Opcode: verbs.WRSendInv, Flags: verbs.Signaled, SGL: sgl(a.sge(0, n)), InvalidateRKey: rkey})
+			expectWC(t, s.waitWC(a, 1, time.Second)[0], verbs.WC{ID: 1, Status: verbs.Success, Opcode: verbs.WCSend, ByteLen: n, QPN: a.qp.Num()})
+			expectWC(t, s.waitWC(b, 2, time.Second)[1], verbs.WC{ID: 8, Status: verbs.Success, Opcode: verbs.WCRecv, ByteLen: n, QPN: b.qp.Num(),
+				Flags: verbs.WCWithInv, InvalidatedRKey: rkey})
 			if !bytes.Equal(b.buf[:n], a.buf[:n]) {
 				t.Error("received data differs")
 			}
 			if windowBound(b, w) {
 				t.Error("the window is still bound")
 			}
-			post(t, a, &qp.SendWR{ID: 2, Opcode: qp.WRWrite, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(winOff), RKey: rkey})
-			if wc := s.waitWC(a, 2, time.Second)[1]; wc.Status != qp.RemAccessErr {
+			post(t, a, &verbs.SendWR{ID: 2, Opcode: verbs.WRWrite, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(winOff), RKey: rkey})
+			if wc := s.waitWC(a, 2, time.Second)[1]; wc.Status != verbs.RemAccessErr {
 				t.Errorf("WRITE through the invalidated window completed %v, want REM_ACCESS_ERR", &wc)
 			}
 		})
@@ -170,13 +170,13 @@ func TestMemoryWindowSendInvalidate(t *testing.T) {
 				}
 				return false
 			}
-			postRecv(t, b, &qp.RecvWR{ID: 8, SGL: sgl(b.sge(0, 64))})
-			post(t, a, &qp.SendWR{ID: 1, Opcode: qp.WRSendInv, SGL: sgl(a.sge(0, 32)), InvalidateRKey: c.key(b, w)})
-			expectWC(t, s.waitWC(a, 1, time.Second)[0], qp.WC{ID: 1, Status: qp.RemInvReqErr, Opcode: qp.WCSend, ByteLen: 32, QPN: a.qp.Num()})
+			postRecv(t, b, &verbs.RecvWR{ID: 8, SGL: sgl(b.sge(0, 64))})
+			post(t, a, &verbs.SendWR{ID: 1, Opcode: verbs.WRSendInv, SGL: sgl(a.sge(0, 32)), InvalidateRKey: c.key(b, w)})
+			expectWC(t, s.waitWC(a, 1, time.Second)[0], verbs.WC{ID: 1, Status: verbs.RemInvReqErr, Opcode: verbs.WCSend, ByteLen: 32, QPN: a.qp.Num()})
 			if len(naks) != 1 || naks[0] != wire.NakSyndrome(wire.NakInvalidRequest) {
 				t.Errorf("NAKs %v, want one NAK invalid request", naks)
 			}
-			if wc := b.onlyWC(t); wc.ID != 8 || wc.Status != qp.RemInvReqErr {
+			if wc := b.onlyWC(t); wc.ID != 8 || wc.Status != verbs.RemInvReqErr {
 				t.Errorf("b's receive completed %v, want REM_INV_REQ_ERR", &wc)
 			}
 			if !windowBound(b, w) {
@@ -192,22 +192,22 @@ func TestMemoryWindowSendInvalidate(t *testing.T) {
 func TestMemoryWindowBindErrors(t *testing.T) {
 	cases := []struct {
 		name string
-		wr   func(t *testing.T, b *host, w *mr.Window) *qp.SendWR
+		wr   func(t *testing.T, b *host, w *mr.Window) *verbs.SendWR
 	}{
-		{"zero-length", func(_ *testing.T, b *host, w *mr.Window) *qp.SendWR {
+		{"zero-length", func(_ *testing.T, b *host, w *mr.Window) *verbs.SendWR {
 			wr := bindWR(b, w, winOff, mr.RemoteWrite)
 			wr.Bind.Length = 0
 			return wr
 		}},
-		{"outside-region", func(_ *testing.T, b *host, w *mr.Window) *qp.SendWR {
+		{"outside-region", func(_ *testing.T, b *host, w *mr.Window) *verbs.SendWR {
 			return bindWR(b, w, regionSize-winLen/2, mr.RemoteWrite)
 		}},
-		{"stale-window-key", func(_ *testing.T, b *host, w *mr.Window) *qp.SendWR {
+		{"stale-window-key", func(_ *testing.T, b *host, w *mr.Window) *verbs.SendWR {
 			wr := bindWR(b, w, winOff, mr.RemoteWrite)
 			wr.Bind.WindowKey ^= 1
 			return wr
 		}},
-		{"window-of-another-PD", func(t *testing.T, b *host, _ *mr.Window) *qp.SendWR {
+		{"window-of-another-PD", func(t *testing.T, b *host, _ *mr.Window) *verbs.SendWR {
 			pd, err := b.mem.AllocPD()
 			if err != nil {
 				t.Fatal(err)
@@ -219,7 +219,7 @@ func TestMemoryWindowBindErrors(t *testing.T) {
 			t.Cleanup(func() { b.mem.DeallocWindow(other); b.mem.DeallocPD(pd) })
 			return bindWR(b, other, winOff, mr.RemoteWrite)
 		}},
-		{"region-without-MW_BIND", func(t *testing.T, b *host, w *mr.Window) *qp.SendWR {
+		{"region-without-MW_BIND", func(t *testing.T, b *host, w *mr.Window) *verbs.SendWR {
 			r, err := b.mem.Register(b.pd, make([]byte, 2*winLen), mr.LocalWrite|mr.RemoteWrite)
 			if err != nil {
 				t.Fatal(err)
@@ -235,11 +235,11 @@ func TestMemoryWindowBindErrors(t *testing.T) {
 			s, _, b := pair(t, defaultAttr())
 			w := newWindow(t, b)
 			post(t, b, c.wr(t, b, w))
-			post(t, b, &qp.SendWR{ID: 101, Opcode: qp.WRLocalInv, InvalidateRKey: w.RKey()})
+			post(t, b, &verbs.SendWR{ID: 101, Opcode: verbs.WRLocalInv, InvalidateRKey: w.RKey()})
 			wcs := s.waitWC(b, 2, time.Second)
-			expectWC(t, wcs[0], qp.WC{ID: 100, Status: qp.MWBindErr, Opcode: qp.WCBindMW, QPN: b.qp.Num()})
-			expectWC(t, wcs[1], qp.WC{ID: 101, Status: qp.WRFlushErr, Opcode: qp.WCLocalInv, QPN: b.qp.Num()})
-			if st := b.qp.Status(); st.State != qp.Err || st.Cause != qp.MWBindErr {
+			expectWC(t, wcs[0], verbs.WC{ID: 100, Status: verbs.MWBindErr, Opcode: verbs.WCBindMW, QPN: b.qp.Num()})
+			expectWC(t, wcs[1], verbs.WC{ID: 101, Status: verbs.WRFlushErr, Opcode: verbs.WCLocalInv, QPN: b.qp.Num()})
+			if st := b.qp.Status(); st.State != verbs.Err || st.Cause != verbs.MWBindErr {
 				t.Errorf("b is %s (cause %s), want ERR (MW_BIND_ERR)", st.State, st.Cause)
 			}
 		})
@@ -248,9 +248,9 @@ func TestMemoryWindowBindErrors(t *testing.T) {
 		// rxe completes a LOCAL_INV it cannot execute with LOC_QP_OP_ERR.
 		s, _, b := pair(t, defaultAttr())
 		w := newWindow(t, b)
-		post(t, b, &qp.SendWR{ID: 101, Opcode: qp.WRLocalInv, InvalidateRKey: w.RKey()})
-		expectWC(t, s.waitWC(b, 1, time.Second)[0], qp.WC{ID: 101, Status: qp.LocQPOpErr, Opcode: qp.WCLocalInv, QPN: b.qp.Num()})
-		if b.qp.State() != qp.Err {
+		post(t, b, &verbs.SendWR{ID: 101, Opcode: verbs.WRLocalInv, InvalidateRKey: w.RKey()})
+		expectWC(t, s.waitWC(b, 1, time.Second)[0], verbs.WC{ID: 101, Status: verbs.LocQPOpErr, Opcode: verbs.WCLocalInv, QPN: b.qp.Num()})
+		if b.qp.State() != verbs.Err {
 			t.Errorf("b is %s, want ERR", b.qp.State())
 		}
 	})
@@ -258,7 +258,7 @@ func TestMemoryWindowBindErrors(t *testing.T) {
 		// A type 2 window must be free to be bound (rxe; mr tests the rule).
 		s, _, b, w := boundWindow(t)
 		post(t, b, bindWR(b, w, winOff, mr.RemoteWrite))
-		if wc := s.waitWC(b, 2, time.Second)[1]; wc.Status != qp.MWBindErr {
+		if wc := s.waitWC(b, 2, time.Second)[1]; wc.Status != verbs.MWBindErr {
 			t.Errorf("second bind completed %v, want MW_BIND_ERR", &wc)
 		}
 	})
@@ -274,16 +274,16 @@ func TestBindRequestCopiedAtPost(t *testing.T) {
 	for i, w := range []*mr.Window{w1, w2} {
 		req = mr.BindRequest{WindowKey: w.RKey(), NewKey: mr.IncRKey(w.RKey()), RegionKey: b.region.LKey(),
 			Addr: b.va(uint64(winOff + i*winLen)), Length: winLen, Access: mr.RemoteWrite}
-		post(t, b, &qp.SendWR{ID: uint64(i), Opcode: qp.WRBindMW, Flags: qp.Signaled, Bind: &req})
+		post(t, b, &verbs.SendWR{ID: uint64(i), Opcode: verbs.WRBindMW, Flags: verbs.Signaled, Bind: &req})
 	}
 	for i, wc := range s.waitWC(b, 2, time.Second) {
-		expectWC(t, wc, qp.WC{ID: uint64(i), Status: qp.Success, Opcode: qp.WCBindMW, QPN: b.qp.Num()})
+		expectWC(t, wc, verbs.WC{ID: uint64(i), Status: verbs.Success, Opcode: verbs.WCBindMW, QPN: b.qp.Num()})
 	}
 	for i, w := range []*mr.Window{w1, w2} {
 		off := uint64(winOff + i*winLen)
 		fill(a.buf[:8], byte(i+1))
-		post(t, a, &qp.SendWR{ID: uint64(i), Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(off), RKey: w.RKey()})
-		if wc := s.waitWC(a, i+1, time.Second)[i]; wc.Status != qp.Success || !bytes.Equal(b.buf[off:off+8], a.buf[:8]) {
+		post(t, a, &verbs.SendWR{ID: uint64(i), Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(off), RKey: w.RKey()})
+		if wc := s.waitWC(a, i+1, time.Second)[i]; wc.Status != verbs.Success || !bytes.Equal(b.buf[off:off+8], a.buf[:8]) {
 			t.Errorf("WRITE through window %d completed %v", i+1, &wc)
 		}
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 func fill(b []byte, seed byte) {
@@ -23,9 +23,9 @@ func TestRCOperations(t *testing.T) {
 		t.Run("write/"+itoa(n), func(t *testing.T) {
 			s, a, b := pair(t, defaultAttr())
 			fill(a.buf[:n], 1)
-			post(t, a, &qp.SendWR{ID: 1, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: sgl(a.sge(0, n)), RemoteAddr: b.va(64), RKey: b.region.RKey()})
+			post(t, a, &verbs.SendWR{ID: 1, Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: sgl(a.sge(0, n)), RemoteAddr: b.va(64), RKey: b.region.RKey()})
 			wc := s.waitWC(a, 1, time.Second)[0]
-			expectWC(t, wc, qp.WC{ID: 1, Status: qp.Success, Opcode: qp.WCWrite, ByteLen: n, QPN: a.qp.Num()})
+			expectWC(t, wc, verbs.WC{ID: 1, Status: verbs.Success, Opcode: verbs.WCWrite, ByteLen: n, QPN: a.qp.Num()})
 			if !bytes.Equal(b.buf[64:64+n], a.buf[:n]) {
 				t.Fatal("target memory differs from the source")
 			}
@@ -33,9 +33,9 @@ func TestRCOperations(t *testing.T) {
 		t.Run("read/"+itoa(n), func(t *testing.T) {
 			s, a, b := pair(t, defaultAttr())
 			fill(b.buf[128:128+n], 3)
-			post(t, a, &qp.SendWR{ID: 2, Opcode: qp.WRRead, Flags: qp.Signaled, SGL: sgl(a.sge(8, n)), RemoteAddr: b.va(128), RKey: b.region.RKey()})
+			post(t, a, &verbs.SendWR{ID: 2, Opcode: verbs.WRRead, Flags: verbs.Signaled, SGL: sgl(a.sge(8, n)), RemoteAddr: b.va(128), RKey: b.region.RKey()})
 			wc := s.waitWC(a, 1, time.Second)[0]
-			expectWC(t, wc, qp.WC{ID: 2, Status: qp.Success, Opcode: qp.WCRead, ByteLen: n, QPN: a.qp.Num()})
+			expectWC(t, wc, verbs.WC{ID: 2, Status: verbs.Success, Opcode: verbs.WCRead, ByteLen: n, QPN: a.qp.Num()})
 			if !bytes.Equal(a.buf[8:8+n], b.buf[128:128+n]) {
 				t.Fatal("read data differs from the remote memory")
 			}
@@ -43,12 +43,12 @@ func TestRCOperations(t *testing.T) {
 		t.Run("send/"+itoa(n), func(t *testing.T) {
 			s, a, b := pair(t, defaultAttr())
 			fill(a.buf[:n], 5)
-			postRecv(t, b, &qp.RecvWR{ID: 9, SGL: sgl(b.sge(4096, 8192))})
-			post(t, a, &qp.SendWR{ID: 3, Opcode: qp.WRSendImm, Flags: qp.Signaled, SGL: sgl(a.sge(0, n)), Imm: 0xCAFE})
+			postRecv(t, b, &verbs.RecvWR{ID: 9, SGL: sgl(b.sge(4096, 8192))})
+			post(t, a, &verbs.SendWR{ID: 3, Opcode: verbs.WRSendImm, Flags: verbs.Signaled, SGL: sgl(a.sge(0, n)), Imm: 0xCAFE})
 			s.waitWC(a, 1, time.Second)
 			s.waitWC(b, 1, time.Second)
-			expectWC(t, a.wcs[0], qp.WC{ID: 3, Status: qp.Success, Opcode: qp.WCSend, ByteLen: n, QPN: a.qp.Num(), Flags: qp.WCWithImm})
-			expectWC(t, b.wcs[0], qp.WC{ID: 9, Status: qp.Success, Opcode: qp.WCRecv, ByteLen: n, QPN: b.qp.Num(), Flags: qp.WCWithImm, Imm: 0xCAFE})
+			expectWC(t, a.wcs[0], verbs.WC{ID: 3, Status: verbs.Success, Opcode: verbs.WCSend, ByteLen: n, QPN: a.qp.Num(), Flags: verbs.WCWithImm})
+			expectWC(t, b.wcs[0], verbs.WC{ID: 9, Status: verbs.Success, Opcode: verbs.WCRecv, ByteLen: n, QPN: b.qp.Num(), Flags: verbs.WCWithImm, Imm: 0xCAFE})
 			if !bytes.Equal(b.buf[4096:4096+n], a.buf[:n]) {
 				t.Fatal("received data differs from the sent data")
 			}
@@ -56,12 +56,12 @@ func TestRCOperations(t *testing.T) {
 		t.Run("write-imm/"+itoa(n), func(t *testing.T) {
 			s, a, b := pair(t, defaultAttr())
 			fill(a.buf[:n], 9)
-			postRecv(t, b, &qp.RecvWR{ID: 7})
-			post(t, a, &qp.SendWR{ID: 4, Opcode: qp.WRWriteImm, Flags: qp.Signaled, SGL: sgl(a.sge(0, n)), Imm: 42, RemoteAddr: b.va(1000), RKey: b.region.RKey()})
+			postRecv(t, b, &verbs.RecvWR{ID: 7})
+			post(t, a, &verbs.SendWR{ID: 4, Opcode: verbs.WRWriteImm, Flags: verbs.Signaled, SGL: sgl(a.sge(0, n)), Imm: 42, RemoteAddr: b.va(1000), RKey: b.region.RKey()})
 			s.waitWC(a, 1, time.Second)
 			s.waitWC(b, 1, time.Second)
-			expectWC(t, a.wcs[0], qp.WC{ID: 4, Status: qp.Success, Opcode: qp.WCWrite, ByteLen: n, QPN: a.qp.Num(), Flags: qp.WCWithImm})
-			expectWC(t, b.wcs[0], qp.WC{ID: 7, Status: qp.Success, Opcode: qp.WCRecvWriteImm, ByteLen: n, QPN: b.qp.Num(), Flags: qp.WCWithImm, Imm: 42})
+			expectWC(t, a.wcs[0], verbs.WC{ID: 4, Status: verbs.Success, Opcode: verbs.WCWrite, ByteLen: n, QPN: a.qp.Num(), Flags: verbs.WCWithImm})
+			expectWC(t, b.wcs[0], verbs.WC{ID: 7, Status: verbs.Success, Opcode: verbs.WCRecvWriteImm, ByteLen: n, QPN: b.qp.Num(), Flags: verbs.WCWithImm, Imm: 42})
 			if !bytes.Equal(b.buf[1000:1000+n], a.buf[:n]) {
 				t.Fatal("target memory differs from the source")
 			}
@@ -70,10 +70,10 @@ func TestRCOperations(t *testing.T) {
 	t.Run("compare-swap", func(t *testing.T) {
 		s, a, b := pair(t, defaultAttr())
 		binary.NativeEndian.PutUint64(b.buf[256:], 100)
-		post(t, a, &qp.SendWR{ID: 5, Opcode: qp.WRCompareSwap, Flags: qp.Signaled, SGL: sgl(a.sge(16, 8)), RemoteAddr: b.va(256), RKey: b.region.RKey(), CompareAdd: 100, Swap: 7})
-		post(t, a, &qp.SendWR{ID: 6, Opcode: qp.WRCompareSwap, Flags: qp.Signaled, SGL: sgl(a.sge(24, 8)), RemoteAddr: b.va(256), RKey: b.region.RKey(), CompareAdd: 100, Swap: 9})
+		post(t, a, &verbs.SendWR{ID: 5, Opcode: verbs.WRCompareSwap, Flags: verbs.Signaled, SGL: sgl(a.sge(16, 8)), RemoteAddr: b.va(256), RKey: b.region.RKey(), CompareAdd: 100, Swap: 7})
+		post(t, a, &verbs.SendWR{ID: 6, Opcode: verbs.WRCompareSwap, Flags: verbs.Signaled, SGL: sgl(a.sge(24, 8)), RemoteAddr: b.va(256), RKey: b.region.RKey(), CompareAdd: 100, Swap: 9})
 		s.waitWC(a, 2, time.Second)
-		expectWC(t, a.wcs[0], qp.WC{ID: 5, Status: qp.Success, Opcode: qp.WCCompareSwap, ByteLen: 8, QPN: a.qp.Num()})
+		expectWC(t, a.wcs[0], verbs.WC{ID: 5, Status: verbs.Success, Opcode: verbs.WCCompareSwap, ByteLen: 8, QPN: a.qp.Num()})
 		if got := binary.NativeEndian.Uint64(a.buf[16:]); got != 100 {
 			t.Errorf("first compare-swap returned %d, want the original 100", got)
 		}
@@ -88,11 +88,11 @@ func TestRCOperations(t *testing.T) {
 		s, a, b := pair(t, defaultAttr())
 		binary.NativeEndian.PutUint64(b.buf[512:], 1000)
 		for i := range 5 {
-			post(t, a, &qp.SendWR{ID: uint64(10 + i), Opcode: qp.WRFetchAdd, Flags: qp.Signaled, SGL: sgl(a.sge(uint64(32+8*i), 8)), RemoteAddr: b.va(512), RKey: b.region.RKey(), CompareAdd: 3})
+			post(t, a, &verbs.SendWR{ID: uint64(10 + i), Opcode: verbs.WRFetchAdd, Flags: verbs.Signaled, SGL: sgl(a.sge(uint64(32+8*i), 8)), RemoteAddr: b.va(512), RKey: b.region.RKey(), CompareAdd: 3})
 		}
 		s.waitWC(a, 5, time.Second)
 		for i := range 5 {
-			expectWC(t, a.wcs[i], qp.WC{ID: uint64(10 + i), Status: qp.Success, Opcode: qp.WCFetchAdd, ByteLen: 8, QPN: a.qp.Num()})
+			expectWC(t, a.wcs[i], verbs.WC{ID: uint64(10 + i), Status: verbs.Success, Opcode: verbs.WCFetchAdd, ByteLen: 8, QPN: a.qp.Num()})
 			if got := binary.NativeEndian.Uint64(a.buf[32+8*i:]); got != uint64(1000+3*i) {
 				t.Errorf("fetch-add %d returned %d, want %d", i, got, 1000+3*i)
 			}
@@ -103,9 +103,9 @@ func TestRCOperations(t *testing.T) {
 	})
 	t.Run("atomic-write", func(t *testing.T) {
 		s, a, b := pair(t, defaultAttr())
-		post(t, a, &qp.SendWR{ID: 20, Opcode: qp.WRAtomicWrite, Flags: qp.Signaled, RemoteAddr: b.va(640), RKey: b.region.RKey(), Swap: 0x0102030405060708})
+		post(t, a, &verbs.SendWR{ID: 20, Opcode: verbs.WRAtomicWrite, Flags: verbs.Signaled, RemoteAddr: b.va(640), RKey: b.region.RKey(), Swap: 0x0102030405060708})
 		s.waitWC(a, 1, time.Second)
-		expectWC(t, a.wcs[0], qp.WC{ID: 20, Status: qp.Success, Opcode: qp.WCAtomicWrite, QPN: a.qp.Num()})
+		expectWC(t, a.wcs[0], verbs.WC{ID: 20, Status: verbs.Success, Opcode: verbs.WCAtomicWrite, QPN: a.qp.Num()})
 		if got := binary.NativeEndian.Uint64(b.buf[640:]); got != 0x0102030405060708 {
 			t.Errorf("target holds %#x", got)
 		}
@@ -121,23 +121,23 @@ func appendUint(b []byte, n uint32) []byte {
 	return append(b, byte('0'+n%10))
 }
 
-func sgl(s ...qp.SGE) []qp.SGE { return s }
+func sgl(s ...verbs.SGE) []verbs.SGE { return s }
 
-func post(t testing.TB, h *host, wr *qp.SendWR) {
+func post(t testing.TB, h *host, wr *verbs.SendWR) {
 	t.Helper()
 	if err := h.qp.PostSend(wr); err != nil {
 		t.Fatalf("%s: post %s: %v", h.name, wr.Opcode, err)
 	}
 }
 
-func postRecv(t testing.TB, h *host, wr *qp.RecvWR) {
+func postRecv(t testing.TB, h *host, wr *verbs.RecvWR) {
 	t.Helper()
 	if err := h.qp.PostRecv(wr); err != nil {
 		t.Fatalf("%s: post recv: %v", h.name, err)
 	}
 }
 
-func expectWC(t testing.TB, got, want qp.WC) {
+func expectWC(t testing.TB, got, want verbs.WC) {
 	t.Helper()
 	if got != want {
 		t.Fatalf("completion\n got %+v\nwant %+v", got, want)

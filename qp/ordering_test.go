@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -16,24 +17,24 @@ import (
 // send queue slots.
 func TestUnsignaled(t *testing.T) {
 	t.Run("success", func(t *testing.T) {
-		a := newHost(t, "a", "10.0.0.1", qp.RC, 0x11, qp.Config{MaxSendWR: 4})
-		b := newHost(t, "b", "10.0.0.2", qp.RC, 0x22, qp.Config{})
+		a := newHost(t, "a", "10.0.0.1", verbs.RC, 0x11, qp.Config{MaxSendWR: 4})
+		b := newHost(t, "b", "10.0.0.2", verbs.RC, 0x22, qp.Config{})
 		connect(t, a, b, defaultAttr())
 		s := newSim(t, a, b)
 		for round := range 2 {
 			for i := range 4 {
-				flags := qp.SendFlags(0)
+				flags := verbs.SendFlags(0)
 				if i == 3 {
-					flags = qp.Signaled
+					flags = verbs.Signaled
 				}
-				post(t, a, &qp.SendWR{ID: uint64(10*round + i), Opcode: qp.WRWrite, Flags: flags, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(0), RKey: b.region.RKey()})
+				post(t, a, &verbs.SendWR{ID: uint64(10*round + i), Opcode: verbs.WRWrite, Flags: flags, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(0), RKey: b.region.RKey()})
 			}
 			s.settle(time.Second)
 			wcs := a.poll()
 			if len(wcs) != 1 {
 				t.Fatalf("round %d: %d completions %v, want only the signaled WR's", round, len(wcs), wcs)
 			}
-			expectWC(t, wcs[0], qp.WC{ID: uint64(10*round + 3), Status: qp.Success, Opcode: qp.WCWrite, ByteLen: 8, QPN: a.qp.Num()})
+			expectWC(t, wcs[0], verbs.WC{ID: uint64(10*round + 3), Status: verbs.Success, Opcode: verbs.WCWrite, ByteLen: 8, QPN: a.qp.Num()})
 			if n := a.qp.Status().SendQueued; n != 0 {
 				t.Fatalf("round %d: %d WRs still queued, want the send queue free again", round, n)
 			}
@@ -41,22 +42,22 @@ func TestUnsignaled(t *testing.T) {
 	})
 	t.Run("error", func(t *testing.T) {
 		s, a, b := pair(t, defaultAttr())
-		post(t, a, &qp.SendWR{ID: 1, Opcode: qp.WRWrite, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(0), RKey: b.region.RKey()})
-		post(t, a, &qp.SendWR{ID: 2, Opcode: qp.WRWrite, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(0), RKey: b.region.RKey() ^ 0x100})
+		post(t, a, &verbs.SendWR{ID: 1, Opcode: verbs.WRWrite, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(0), RKey: b.region.RKey()})
+		post(t, a, &verbs.SendWR{ID: 2, Opcode: verbs.WRWrite, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(0), RKey: b.region.RKey() ^ 0x100})
 		s.settle(time.Second)
 		wcs := a.poll()
 		if len(wcs) != 1 {
 			t.Fatalf("%d completions %v, want the failed WR's alone", len(wcs), wcs)
 		}
-		expectWC(t, wcs[0], qp.WC{ID: 2, Status: qp.RemAccessErr, Opcode: qp.WCWrite, ByteLen: 8, QPN: a.qp.Num()})
+		expectWC(t, wcs[0], verbs.WC{ID: 2, Status: verbs.RemAccessErr, Opcode: verbs.WCWrite, ByteLen: 8, QPN: a.qp.Num()})
 	})
 	t.Run("sq-sig-all", func(t *testing.T) {
-		a := newHost(t, "a", "10.0.0.1", qp.RC, 0x11, qp.Config{SignalAll: true})
-		b := newHost(t, "b", "10.0.0.2", qp.RC, 0x22, qp.Config{})
+		a := newHost(t, "a", "10.0.0.1", verbs.RC, 0x11, qp.Config{SignalAll: true})
+		b := newHost(t, "b", "10.0.0.2", verbs.RC, 0x22, qp.Config{})
 		connect(t, a, b, defaultAttr())
 		s := newSim(t, a, b)
 		for i := range 3 {
-			post(t, a, &qp.SendWR{ID: uint64(i), Opcode: qp.WRWrite, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(0), RKey: b.region.RKey()})
+			post(t, a, &verbs.SendWR{ID: uint64(i), Opcode: verbs.WRWrite, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(0), RKey: b.region.RKey()})
 		}
 		s.settle(time.Second)
 		if n := len(a.poll()); n != 3 {
@@ -71,18 +72,18 @@ func TestUnsignaled(t *testing.T) {
 // EINVAL.
 func TestInline(t *testing.T) {
 	for _, c := range []struct {
-		op qp.WROpcode
-		wc qp.WCOpcode
-	}{{qp.WRWrite, qp.WCWrite}, {qp.WRSend, qp.WCSend}} {
+		op verbs.WROpcode
+		wc verbs.WCOpcode
+	}{{verbs.WRWrite, verbs.WCWrite}, {verbs.WRSend, verbs.WCSend}} {
 		t.Run(c.op.String(), func(t *testing.T) {
 			s, a, b := pair(t, defaultAttr())
 			data := make([]byte, 200)
 			fill(data, 11)
 			want := bytes.Clone(data)
-			postRecv(t, b, &qp.RecvWR{ID: 5, SGL: sgl(b.sge(4096, 4096))})
-			post(t, a, &qp.SendWR{ID: 1, Opcode: c.op, Flags: qp.Signaled | qp.Inline, Inline: data, RemoteAddr: b.va(4096), RKey: b.region.RKey()})
+			postRecv(t, b, &verbs.RecvWR{ID: 5, SGL: sgl(b.sge(4096, 4096))})
+			post(t, a, &verbs.SendWR{ID: 1, Opcode: c.op, Flags: verbs.Signaled | verbs.Inline, Inline: data, RemoteAddr: b.va(4096), RKey: b.region.RKey()})
 			fill(data, 99)
-			expectWC(t, s.waitWC(a, 1, time.Second)[0], qp.WC{ID: 1, Status: qp.Success, Opcode: c.wc, ByteLen: 200, QPN: a.qp.Num()})
+			expectWC(t, s.waitWC(a, 1, time.Second)[0], verbs.WC{ID: 1, Status: verbs.Success, Opcode: c.wc, ByteLen: 200, QPN: a.qp.Num()})
 			if !bytes.Equal(b.buf[4096:4296], want) {
 				t.Error("the target got the overwritten buffer, not the data at post time")
 			}
@@ -90,11 +91,11 @@ func TestInline(t *testing.T) {
 	}
 	t.Run("too-large", func(t *testing.T) {
 		_, a, b := pair(t, defaultAttr()) // max_inline_data 256
-		err := a.qp.PostSend(&qp.SendWR{ID: 1, Opcode: qp.WRWrite, Flags: qp.Inline, Inline: make([]byte, 257), RemoteAddr: b.va(0), RKey: b.region.RKey()})
+		err := a.qp.PostSend(&verbs.SendWR{ID: 1, Opcode: verbs.WRWrite, Flags: verbs.Inline, Inline: make([]byte, 257), RemoteAddr: b.va(0), RKey: b.region.RKey()})
 		if !errors.Is(err, qp.ErrInvalid) {
 			t.Errorf("257 bytes inline = %v, want ErrInvalid", err)
 		}
-		if err := a.qp.PostSend(&qp.SendWR{ID: 2, Opcode: qp.WRRead, Flags: qp.Inline, Inline: make([]byte, 8), RemoteAddr: b.va(0), RKey: b.region.RKey()}); !errors.Is(err, qp.ErrInvalid) {
+		if err := a.qp.PostSend(&verbs.SendWR{ID: 2, Opcode: verbs.WRRead, Flags: verbs.Inline, Inline: make([]byte, 8), RemoteAddr: b.va(0), RKey: b.region.RKey()}); !errors.Is(err, qp.ErrInvalid) {
 			t.Errorf("inline READ = %v, want ErrInvalid", err)
 		}
 	})
@@ -109,8 +110,8 @@ func TestScatterGather(t *testing.T) {
 	lens := []uint32{700, 1500, 900}
 	offs := []uint64{0, 10000, 20000}
 	const total = 3100
-	three := func(h *host) []qp.SGE {
-		var l []qp.SGE
+	three := func(h *host) []verbs.SGE {
+		var l []verbs.SGE
 		for i := range lens {
 			l = append(l, h.sge(offs[i], lens[i]))
 		}
@@ -126,8 +127,8 @@ func TestScatterGather(t *testing.T) {
 	t.Run("write-gathers", func(t *testing.T) {
 		s, a, b := pair(t, defaultAttr())
 		fill(a.buf[:30000], 1)
-		post(t, a, &qp.SendWR{ID: 1, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: three(a), RemoteAddr: b.va(50000), RKey: b.region.RKey()})
-		expectWC(t, s.waitWC(a, 1, time.Second)[0], qp.WC{ID: 1, Status: qp.Success, Opcode: qp.WCWrite, ByteLen: total, QPN: a.qp.Num()})
+		post(t, a, &verbs.SendWR{ID: 1, Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: three(a), RemoteAddr: b.va(50000), RKey: b.region.RKey()})
+		expectWC(t, s.waitWC(a, 1, time.Second)[0], verbs.WC{ID: 1, Status: verbs.Success, Opcode: verbs.WCWrite, ByteLen: total, QPN: a.qp.Num()})
 		if !bytes.Equal(b.buf[50000:50000+total], joined(a)) {
 			t.Error("the target does not hold the three SGEs in order")
 		}
@@ -135,8 +136,8 @@ func TestScatterGather(t *testing.T) {
 	t.Run("read-scatters", func(t *testing.T) {
 		s, a, b := pair(t, defaultAttr())
 		fill(b.buf[50000:50000+total], 2)
-		post(t, a, &qp.SendWR{ID: 1, Opcode: qp.WRRead, Flags: qp.Signaled, SGL: three(a), RemoteAddr: b.va(50000), RKey: b.region.RKey()})
-		expectWC(t, s.waitWC(a, 1, time.Second)[0], qp.WC{ID: 1, Status: qp.Success, Opcode: qp.WCRead, ByteLen: total, QPN: a.qp.Num()})
+		post(t, a, &verbs.SendWR{ID: 1, Opcode: verbs.WRRead, Flags: verbs.Signaled, SGL: three(a), RemoteAddr: b.va(50000), RKey: b.region.RKey()})
+		expectWC(t, s.waitWC(a, 1, time.Second)[0], verbs.WC{ID: 1, Status: verbs.Success, Opcode: verbs.WCRead, ByteLen: total, QPN: a.qp.Num()})
 		if !bytes.Equal(joined(a), b.buf[50000:50000+total]) {
 			t.Error("the READ was not scattered over the three SGEs in order")
 		}
@@ -144,19 +145,19 @@ func TestScatterGather(t *testing.T) {
 	t.Run("send-into-three", func(t *testing.T) {
 		s, a, b := pair(t, defaultAttr())
 		fill(a.buf[50000:50000+total], 3)
-		postRecv(t, b, &qp.RecvWR{ID: 7, SGL: three(b)})
-		post(t, a, &qp.SendWR{ID: 1, Opcode: qp.WRSend, Flags: qp.Signaled, SGL: sgl(a.sge(50000, total))})
-		expectWC(t, s.waitWC(b, 1, time.Second)[0], qp.WC{ID: 7, Status: qp.Success, Opcode: qp.WCRecv, ByteLen: total, QPN: b.qp.Num()})
+		postRecv(t, b, &verbs.RecvWR{ID: 7, SGL: three(b)})
+		post(t, a, &verbs.SendWR{ID: 1, Opcode: verbs.WRSend, Flags: verbs.Signaled, SGL: sgl(a.sge(50000, total))})
+		expectWC(t, s.waitWC(b, 1, time.Second)[0], verbs.WC{ID: 7, Status: verbs.Success, Opcode: verbs.WCRecv, ByteLen: total, QPN: b.qp.Num()})
 		if !bytes.Equal(joined(b), a.buf[50000:50000+total]) {
 			t.Error("the SEND was not scattered over the receive WR's three SGEs in order")
 		}
 	})
 	t.Run("too-many-sges", func(t *testing.T) {
 		_, a, b := pair(t, defaultAttr()) // max_send_sge 4
-		if err := a.qp.PostSend(&qp.SendWR{Opcode: qp.WRWrite, SGL: make([]qp.SGE, 5), RemoteAddr: b.va(0), RKey: b.region.RKey()}); !errors.Is(err, qp.ErrInvalid) {
+		if err := a.qp.PostSend(&verbs.SendWR{Opcode: verbs.WRWrite, SGL: make([]verbs.SGE, 5), RemoteAddr: b.va(0), RKey: b.region.RKey()}); !errors.Is(err, qp.ErrInvalid) {
 			t.Errorf("5 SGEs = %v, want ErrInvalid", err)
 		}
-		if err := b.qp.PostRecv(&qp.RecvWR{SGL: make([]qp.SGE, 5)}); !errors.Is(err, qp.ErrInvalid) {
+		if err := b.qp.PostRecv(&verbs.RecvWR{SGL: make([]verbs.SGE, 5)}); !errors.Is(err, qp.ErrInvalid) {
 			t.Errorf("receive WR with 5 SGEs = %v, want ErrInvalid", err)
 		}
 	})
@@ -172,17 +173,17 @@ func TestLocalErrors(t *testing.T) {
 		s, a, b := pair(t, defaultAttr())
 		var fromA int
 		s.drop = countFrom(a, &fromA)
-		post(t, a, &qp.SendWR{ID: 1, Opcode: qp.WRWrite, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(0), RKey: b.region.RKey(), Flags: qp.Signaled})
+		post(t, a, &verbs.SendWR{ID: 1, Opcode: verbs.WRWrite, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(0), RKey: b.region.RKey(), Flags: verbs.Signaled})
 		bad := a.sge(0, 8)
 		bad.LKey ^= 0x100
-		post(t, a, &qp.SendWR{ID: 2, Opcode: qp.WRWrite, SGL: sgl(bad), RemoteAddr: b.va(0), RKey: b.region.RKey()})
-		post(t, a, &qp.SendWR{ID: 3, Opcode: qp.WRSend, SGL: sgl(a.sge(0, 8))})
+		post(t, a, &verbs.SendWR{ID: 2, Opcode: verbs.WRWrite, SGL: sgl(bad), RemoteAddr: b.va(0), RKey: b.region.RKey()})
+		post(t, a, &verbs.SendWR{ID: 3, Opcode: verbs.WRSend, SGL: sgl(a.sge(0, 8))})
 		s.settle(time.Second)
 		wcs := a.poll()
-		want := []qp.WC{
-			{ID: 1, Status: qp.Success, Opcode: qp.WCWrite, ByteLen: 8, QPN: a.qp.Num()},
-			{ID: 2, Status: qp.LocProtErr, Opcode: qp.WCWrite, ByteLen: 8, QPN: a.qp.Num()},
-			{ID: 3, Status: qp.WRFlushErr, Opcode: qp.WCSend, ByteLen: 8, QPN: a.qp.Num()},
+		want := []verbs.WC{
+			{ID: 1, Status: verbs.Success, Opcode: verbs.WCWrite, ByteLen: 8, QPN: a.qp.Num()},
+			{ID: 2, Status: verbs.LocProtErr, Opcode: verbs.WCWrite, ByteLen: 8, QPN: a.qp.Num()},
+			{ID: 3, Status: verbs.WRFlushErr, Opcode: verbs.WCSend, ByteLen: 8, QPN: a.qp.Num()},
 		}
 		if len(wcs) != len(want) {
 			t.Fatalf("completions %v, want %d", wcs, len(want))
@@ -193,7 +194,7 @@ func TestLocalErrors(t *testing.T) {
 		if fromA != 1 {
 			t.Errorf("a sent %d packets, want only the first WRITE's", fromA)
 		}
-		if st := a.qp.Status(); st.State != qp.Err || st.Cause != qp.LocProtErr {
+		if st := a.qp.Status(); st.State != verbs.Err || st.Cause != verbs.LocProtErr {
 			t.Errorf("a is %s (cause %s), want ERR (LOC_PROT_ERR)", st.State, st.Cause)
 		}
 	})
@@ -210,8 +211,8 @@ func TestLocalErrors(t *testing.T) {
 				t.Error(err)
 			}
 		}()
-		post(t, a, &qp.SendWR{ID: 1, Opcode: qp.WRRead, SGL: sgl(qp.SGE{Addr: ro.Addr(), Length: 8, LKey: ro.LKey()}), RemoteAddr: b.va(0), RKey: b.region.RKey()})
-		expectWC(t, s.waitWC(a, 1, time.Second)[0], qp.WC{ID: 1, Status: qp.LocProtErr, Opcode: qp.WCRead, ByteLen: 8, QPN: a.qp.Num()})
+		post(t, a, &verbs.SendWR{ID: 1, Opcode: verbs.WRRead, SGL: sgl(verbs.SGE{Addr: ro.Addr(), Length: 8, LKey: ro.LKey()}), RemoteAddr: b.va(0), RKey: b.region.RKey()})
+		expectWC(t, s.waitWC(a, 1, time.Second)[0], verbs.WC{ID: 1, Status: verbs.LocProtErr, Opcode: verbs.WCRead, ByteLen: 8, QPN: a.qp.Num()})
 	})
 	t.Run("bad-lkey-in-receive-WR", func(t *testing.T) {
 		// The responder cannot place a SEND in its receive WR: the WR
@@ -222,12 +223,12 @@ func TestLocalErrors(t *testing.T) {
 		s, a, b := pair(t, defaultAttr())
 		bad := b.sge(0, 64)
 		bad.LKey ^= 0x100
-		postRecv(t, b, &qp.RecvWR{ID: 5, SGL: sgl(bad)})
-		post(t, a, &qp.SendWR{ID: 1, Opcode: qp.WRSend, SGL: sgl(a.sge(0, 64))})
+		postRecv(t, b, &verbs.RecvWR{ID: 5, SGL: sgl(bad)})
+		post(t, a, &verbs.SendWR{ID: 1, Opcode: verbs.WRSend, SGL: sgl(a.sge(0, 64))})
 		s.settle(time.Second)
-		expectWC(t, a.onlyWC(t), qp.WC{ID: 1, Status: qp.RemOpErr, Opcode: qp.WCSend, ByteLen: 64, QPN: a.qp.Num()})
-		expectWC(t, b.onlyWC(t), qp.WC{ID: 5, Status: qp.LocProtErr, Opcode: qp.WCRecv, QPN: b.qp.Num()})
-		if a.qp.State() != qp.Err || b.qp.State() != qp.Err {
+		expectWC(t, a.onlyWC(t), verbs.WC{ID: 1, Status: verbs.RemOpErr, Opcode: verbs.WCSend, ByteLen: 64, QPN: a.qp.Num()})
+		expectWC(t, b.onlyWC(t), verbs.WC{ID: 5, Status: verbs.LocProtErr, Opcode: verbs.WCRecv, QPN: b.qp.Num()})
+		if a.qp.State() != verbs.Err || b.qp.State() != verbs.Err {
 			t.Errorf("states %s and %s, want ERR and ERR", a.qp.State(), b.qp.State())
 		}
 	})
@@ -235,8 +236,8 @@ func TestLocalErrors(t *testing.T) {
 		// The receive WR is too small: LOC_LEN_ERR at the responder, NAK
 		// invalid request, REM_INV_REQ_ERR at the requester.
 		s, a, b := pair(t, defaultAttr())
-		postRecv(t, b, &qp.RecvWR{ID: 5, SGL: sgl(b.sge(0, 1000))})
-		post(t, a, &qp.SendWR{ID: 1, Opcode: qp.WRSend, SGL: sgl(a.sge(0, 1001))})
+		postRecv(t, b, &verbs.RecvWR{ID: 5, SGL: sgl(b.sge(0, 1000))})
+		post(t, a, &verbs.SendWR{ID: 1, Opcode: verbs.WRSend, SGL: sgl(a.sge(0, 1001))})
 		var naks []wire.Syndrome
 		s.drop = func(h *host, p *wire.Packet) bool {
 			if h == b && p.AETH != nil && p.AETH.Syndrome().Type() == wire.AckTypeNak {
@@ -245,8 +246,8 @@ func TestLocalErrors(t *testing.T) {
 			return false
 		}
 		s.settle(time.Second)
-		expectWC(t, a.onlyWC(t), qp.WC{ID: 1, Status: qp.RemInvReqErr, Opcode: qp.WCSend, ByteLen: 1001, QPN: a.qp.Num()})
-		expectWC(t, b.onlyWC(t), qp.WC{ID: 5, Status: qp.LocLenErr, Opcode: qp.WCRecv, QPN: b.qp.Num()})
+		expectWC(t, a.onlyWC(t), verbs.WC{ID: 1, Status: verbs.RemInvReqErr, Opcode: verbs.WCSend, ByteLen: 1001, QPN: a.qp.Num()})
+		expectWC(t, b.onlyWC(t), verbs.WC{ID: 5, Status: verbs.LocLenErr, Opcode: verbs.WCRecv, QPN: b.qp.Num()})
 		if len(naks) != 1 || naks[0] != wire.NakSyndrome(wire.NakInvalidRequest) {
 			t.Errorf("NAKs %v, want one NAK invalid request", naks)
 		}

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -33,7 +34,7 @@ const (
 // Config is fixed when a QP is created (ibv_qp_init_attr and the device
 // context it lives in).
 type Config struct {
-	Type Type
+	Type verbs.Type
 	// PD is the protection domain of the QP; Memory is the device's region
 	// table, which checks every lkey and rkey the QP uses.
 	PD     mr.PDHandle
@@ -55,7 +56,7 @@ type Config struct {
 	// starts again from the smallest window after a timeout.
 	Window int
 	// Counters receives the QP's counts; nil counts nothing.
-	Counters *Counters
+	Counters *verbs.Counters
 	// Guard, if set, holds back peers that fail too many R_Key checks
 	// (see Guard); nil holds back nobody.
 	Guard Guard
@@ -87,7 +88,7 @@ func (c *Config) setDefaults() error {
 			return err
 		}
 	}
-	if c.Type < RC || c.Type > UD {
+	if c.Type < verbs.RC || c.Type > verbs.UD {
 		return fmt.Errorf("QP type %d: %w", c.Type, ErrInvalid)
 	}
 	if c.Memory == nil || c.SendCQ == nil || c.RecvCQ == nil {
@@ -107,9 +108,9 @@ func (c *Config) setDefaults() error {
 type QP struct {
 	num  uint32
 	cfg  Config
-	attr Attr
+	attr verbs.Attr
 	mtu  uint32
-	cnt  *Counters
+	cnt  *verbs.Counters
 
 	sq   sendQueue
 	rq   recvQueue
@@ -127,9 +128,9 @@ type QP struct {
 	cqLost bool
 	// cause is the status of the error completion that moved the QP to
 	// ERR; Success when a verb or a CQ overflow did.
-	cause WCStatus
+	cause verbs.WCStatus
 	// traffic counts what the QP sent and received; RESET keeps it.
-	traffic Traffic
+	traffic verbs.Traffic
 }
 
 // New creates a QP numbered qpn in the RESET state.
@@ -154,20 +155,20 @@ func New(qpn uint32, cfg Config) (*QP, error) {
 func (q *QP) Num() uint32 { return q.num }
 
 // Type returns the transport service.
-func (q *QP) Type() Type { return q.cfg.Type }
+func (q *QP) Type() verbs.Type { return q.cfg.Type }
 
 // PD returns the QP's protection domain.
 func (q *QP) PD() mr.PDHandle { return q.cfg.PD }
 
 // Attr returns the current attributes (ibv_query_qp).
-func (q *QP) Attr() Attr { return q.attr }
+func (q *QP) Attr() verbs.Attr { return q.attr }
 
 // State returns the current state.
-func (q *QP) State() State { return q.attr.State }
+func (q *QP) State() verbs.State { return q.attr.State }
 
 // Status is a snapshot of the QP's sequence state, for `softnic qp`.
 type Status struct {
-	State        State
+	State        verbs.State
 	SendPSN      wire.PSN // next request PSN
 	AckedPSN     wire.PSN // oldest unacknowledged request PSN
 	ExpectedPSN  wire.PSN // responder's expected PSN
@@ -180,11 +181,11 @@ type Status struct {
 	// Cause is, in the ERR state, the status of the error completion that
 	// moved the QP there (RETRY_EXC_ERR when the peer stopped answering);
 	// SUCCESS when Modify or a CQ overflow did.
-	Cause WCStatus
+	Cause verbs.WCStatus
 }
 
 // Traffic returns what the QP has sent and received.
-func (q *QP) Traffic() Traffic { return q.traffic }
+func (q *QP) Traffic() verbs.Traffic { return q.traffic }
 
 // Status returns a snapshot of the sequence state.
 func (q *QP) Status() Status {
@@ -207,8 +208,8 @@ func (q *QP) resetState() {
 	q.req = requester{q: q}
 	q.cc = newCongestion(q.cfg.Window)
 	q.comp = completer{q: q}
-	q.cause = Success
-	q.attr = Attr{State: Reset, PKey: 0xFFFF}
+	q.cause = verbs.Success
+	q.attr = verbs.Attr{State: verbs.Reset, PKey: 0xFFFF}
 	q.mtu = 0
 }
 
@@ -216,16 +217,16 @@ func (q *QP) resetState() {
 // which fields of attr to apply; AttrState in it requests a transition to
 // attr.State. The required and allowed attributes of each transition follow
 // the IBTA (and libibverbs' ibv_modify_qp table), for the QP's type.
-func (q *QP) Modify(attr *Attr, mask AttrMask) error {
+func (q *QP) Modify(attr *verbs.Attr, mask verbs.AttrMask) error {
 	from, to := q.attr.State, q.attr.State
-	if mask&AttrState != 0 {
+	if mask&verbs.AttrState != 0 {
 		to = attr.State
 	}
-	req, opt, ok := transitionMasks(q.cfg.Type, from, to)
+	req, opt, ok := verbs.TransitionMasks(q.cfg.Type, from, to)
 	if !ok {
 		return fmt.Errorf("QP %#x: %s QP cannot move from %s to %s: %w", q.num, q.cfg.Type, from, to, ErrInvalid)
 	}
-	given := mask &^ AttrState
+	given := mask &^ verbs.AttrState
 	if missing := req &^ given; missing != 0 {
 		return fmt.Errorf("QP %#x: %s→%s needs %s: %w", q.num, from, to, missing, ErrInvalid)
 	}
@@ -237,107 +238,97 @@ func (q *QP) Modify(attr *Attr, mask AttrMask) error {
 	}
 
 	switch to {
-	case Reset:
+	case verbs.Reset:
 		q.resetState()
 		return nil
-	case Err:
+	case verbs.Err:
 		q.applyAttr(attr, given)
-		q.toError(Success)
+		q.toError(verbs.Success)
 		return nil
 	}
 	q.applyAttr(attr, given)
 	q.attr.State = to
 	switch {
-	case from == Init && to == RTR:
+	case from == verbs.Init && to == verbs.RTR:
 		q.resp.start(q.attr)
-	case from == RTR && to == RTS:
+	case from == verbs.RTR && to == verbs.RTS:
 		q.req.begin(q.attr.SQPSN)
 		q.comp.begin(q.attr.SQPSN)
 	}
 	return nil
 }
 
-func (q *QP) applyAttr(a *Attr, m AttrMask) {
-	if m&AttrAccessFlags != 0 {
+func (q *QP) applyAttr(a *verbs.Attr, m verbs.AttrMask) {
+	if m&verbs.AttrAccessFlags != 0 {
 		q.attr.AccessFlags = a.AccessFlags
 	}
-	if m&AttrPKey != 0 {
+	if m&verbs.AttrPKey != 0 {
 		q.attr.PKey = a.PKey
 	}
-	if m&AttrQKey != 0 {
+	if m&verbs.AttrQKey != 0 {
 		q.attr.QKey = a.QKey
 	}
-	if m&AttrRemote != 0 {
+	if m&verbs.AttrRemote != 0 {
 		q.attr.Remote = a.Remote
 	}
-	if m&AttrPathMTU != 0 {
+	if m&verbs.AttrPathMTU != 0 {
 		q.attr.PathMTU = a.PathMTU
 	}
-	if m&AttrTimeout != 0 {
+	if m&verbs.AttrTimeout != 0 {
 		q.attr.Timeout = a.Timeout
 	}
-	if m&AttrRetryCnt != 0 {
+	if m&verbs.AttrRetryCnt != 0 {
 		q.attr.RetryCnt = a.RetryCnt
 		q.comp.retryLeft = a.RetryCnt
 	}
-	if m&AttrRNRRetry != 0 {
+	if m&verbs.AttrRNRRetry != 0 {
 		q.attr.RNRRetry = a.RNRRetry
 		q.comp.rnrLeft = a.RNRRetry
 	}
-	if m&AttrRQPSN != 0 {
+	if m&verbs.AttrRQPSN != 0 {
 		q.attr.RQPSN = a.RQPSN & wire.PSNMask
 	}
-	if m&AttrMaxRdAtomic != 0 {
+	if m&verbs.AttrMaxRdAtomic != 0 {
 		q.attr.MaxRdAtomic = a.MaxRdAtomic
 	}
-	if m&AttrMinRNRTimer != 0 {
+	if m&verbs.AttrMinRNRTimer != 0 {
 		q.attr.MinRNRTimer = a.MinRNRTimer
 	}
-	if m&AttrSQPSN != 0 {
+	if m&verbs.AttrSQPSN != 0 {
 		q.attr.SQPSN = a.SQPSN & wire.PSNMask
 	}
-	if m&AttrMaxDestRdAtomic != 0 {
+	if m&verbs.AttrMaxDestRdAtomic != 0 {
 		q.attr.MaxDestRdAtomic = a.MaxDestRdAtomic
 	}
-	if m&AttrDestQPN != 0 {
+	if m&verbs.AttrDestQPN != 0 {
 		q.attr.DestQPN = a.DestQPN
 	}
 	q.mtu = q.attr.PayloadMTU(q.cfg.Type)
 }
 
-// PayloadMTU returns the payload one packet of a QP of type t carries with
-// attributes a: the path MTU or, for a UD QP that has none (it never
-// negotiates one), the largest.
-func (a *Attr) PayloadMTU(t Type) uint32 {
-	if a.PathMTU == 0 && t == UD {
-		return 4096
-	}
-	return uint32(a.PathMTU)
-}
-
-func validateAttr(a *Attr, m AttrMask) error {
+func validateAttr(a *verbs.Attr, m verbs.AttrMask) error {
 	switch {
-	case m&AttrPathMTU != 0 && !validMTU(a.PathMTU):
+	case m&verbs.AttrPathMTU != 0 && !validMTU(a.PathMTU):
 		return fmt.Errorf("path MTU %d is not 256, 512, 1024, 2048 or 4096: %w", a.PathMTU, ErrInvalid)
-	case m&AttrTimeout != 0 && a.Timeout > 31:
+	case m&verbs.AttrTimeout != 0 && a.Timeout > 31:
 		return fmt.Errorf("timeout %d > 31: %w", a.Timeout, ErrInvalid)
-	case m&AttrRetryCnt != 0 && a.RetryCnt > 7:
+	case m&verbs.AttrRetryCnt != 0 && a.RetryCnt > 7:
 		return fmt.Errorf("retry_cnt %d > 7: %w", a.RetryCnt, ErrInvalid)
-	case m&AttrRNRRetry != 0 && a.RNRRetry > 7:
+	case m&verbs.AttrRNRRetry != 0 && a.RNRRetry > 7:
 		return fmt.Errorf("rnr_retry %d > 7: %w", a.RNRRetry, ErrInvalid)
-	case m&AttrMinRNRTimer != 0 && a.MinRNRTimer > 31:
+	case m&verbs.AttrMinRNRTimer != 0 && a.MinRNRTimer > 31:
 		return fmt.Errorf("min_rnr_timer %d > 31: %w", a.MinRNRTimer, ErrInvalid)
-	case m&AttrMaxRdAtomic != 0 && a.MaxRdAtomic > MaxRdAtomicLimit:
+	case m&verbs.AttrMaxRdAtomic != 0 && a.MaxRdAtomic > MaxRdAtomicLimit:
 		return fmt.Errorf("max_rd_atomic %d > %d: %w", a.MaxRdAtomic, MaxRdAtomicLimit, ErrInvalid)
-	case m&AttrMaxDestRdAtomic != 0 && a.MaxDestRdAtomic > MaxRdAtomicLimit:
+	case m&verbs.AttrMaxDestRdAtomic != 0 && a.MaxDestRdAtomic > MaxRdAtomicLimit:
 		return fmt.Errorf("max_dest_rd_atomic %d > %d: %w", a.MaxDestRdAtomic, MaxRdAtomicLimit, ErrInvalid)
-	case m&AttrDestQPN != 0 && (a.DestQPN == 0 || a.DestQPN > 0xFFFFFF):
+	case m&verbs.AttrDestQPN != 0 && (a.DestQPN == 0 || a.DestQPN > 0xFFFFFF):
 		return fmt.Errorf("destination QPN %#x: %w", a.DestQPN, ErrInvalid)
-	case m&AttrRemote != 0 && (!a.Remote.IsValid() || a.Remote.Port() == 0):
+	case m&verbs.AttrRemote != 0 && (!a.Remote.IsValid() || a.Remote.Port() == 0):
 		return fmt.Errorf("remote address %v: %w", a.Remote, ErrInvalid)
-	case m&AttrAccessFlags != 0 && a.AccessFlags&^(mr.RemoteWrite|mr.RemoteRead|mr.RemoteAtomic|mr.LocalWrite) != 0:
+	case m&verbs.AttrAccessFlags != 0 && a.AccessFlags&^(mr.RemoteWrite|mr.RemoteRead|mr.RemoteAtomic|mr.LocalWrite) != 0:
 		return fmt.Errorf("QP access flags %v: %w", a.AccessFlags, ErrInvalid)
-	case m&AttrRQPSN != 0 && a.RQPSN > wire.PSNMask, m&AttrSQPSN != 0 && a.SQPSN > wire.PSNMask:
+	case m&verbs.AttrRQPSN != 0 && a.RQPSN > wire.PSNMask, m&verbs.AttrSQPSN != 0 && a.SQPSN > wire.PSNMask:
 		return fmt.Errorf("PSN beyond 24 bits: %w", ErrInvalid)
 	}
 	return nil
@@ -352,7 +343,7 @@ func validMTU(n int) bool {
 // ErrNoMem when the send queue is full and ErrInvalid for a WR the QP
 // cannot carry; in the ERR state the WR is accepted and completes at once
 // with WR_FLUSH_ERR.
-func (q *QP) PostSend(wr *SendWR) error {
+func (q *QP) PostSend(wr *verbs.SendWR) error {
 	if !q.attr.State.TakesSends() {
 		return fmt.Errorf("QP %#x is %s; posting sends needs RTS: %w", q.num, q.attr.State, ErrInvalid)
 	}
@@ -363,16 +354,12 @@ func (q *QP) PostSend(wr *SendWR) error {
 	if err != nil {
 		return fmt.Errorf("QP %#x: %w", q.num, err)
 	}
-	if q.attr.State == Err || q.attr.State == SQE {
+	if q.attr.State == verbs.Err || q.attr.State == verbs.SQE {
 		w.state = wqeFlushed
 		q.comp.completeInOrder()
 	}
 	return nil
 }
-
-// TakesSends reports whether a QP in state s takes send WRs: in RTS, and
-// in SQD, SQE and ERR, where they wait or are flushed.
-func (s State) TakesSends() bool { return s == RTS || s == SQD || s == SQE || s == Err }
 
 // sendCaps returns what the QP's send queue takes now.
 func (q *QP) sendCaps() SendCaps {
@@ -383,7 +370,7 @@ func (q *QP) sendCaps() SendCaps {
 // refuses a send WR beyond it. An attached process checks its posts with
 // the same function, so that both refuse the same WRs.
 type SendCaps struct {
-	Type        Type
+	Type        verbs.Type
 	MaxSGE      int    // max_send_sge
 	MaxInline   int    // max_inline_data
 	MTU         uint32 // the payload of one packet: a UD message fits in one
@@ -395,16 +382,16 @@ type SendCaps struct {
 // it takes, a message too long (for UD, longer than the MTU), an atomic
 // without its one 8-byte SGE, a READ or atomic with max_rd_atomic 0, a
 // BIND_MW without its request, a UD send without its destination.
-func (c SendCaps) Check(wr *SendWR) error {
+func (c SendCaps) Check(wr *verbs.SendWR) error {
 	op := wr.Opcode
 	ok := false
 	switch c.Type {
-	case RC:
-		ok = op >= WRWrite && op <= WRBindMW
-	case UC:
-		ok = op.isWrite() || op == WRSend || op == WRSendImm || op.isLocal()
-	case UD:
-		ok = op == WRSend || op == WRSendImm
+	case verbs.RC:
+		ok = op >= verbs.WRWrite && op <= verbs.WRBindMW
+	case verbs.UC:
+		ok = op.IsWrite() || op == verbs.WRSend || op == verbs.WRSendImm || op.IsLocal()
+	case verbs.UD:
+		ok = op == verbs.WRSend || op == verbs.WRSendImm
 	}
 	if !ok {
 		return fmt.Errorf("%s QP cannot post %s: %w", c.Type, op, ErrInvalid)
@@ -413,8 +400,8 @@ func (c SendCaps) Check(wr *SendWR) error {
 		return fmt.Errorf("%d SGEs, max_send_sge is %d: %w", len(wr.SGL), c.MaxSGE, ErrInvalid)
 	}
 	n := uint64(0)
-	if wr.Flags&Inline != 0 {
-		if op.isReadOrAtomic() || op.isLocal() {
+	if wr.Flags&verbs.Inline != 0 {
+		if op.IsReadOrAtomic() || op.IsLocal() {
 			return fmt.Errorf("%s cannot be inline: %w", op, ErrInvalid)
 		}
 		if len(wr.Inline) > c.MaxInline {
@@ -432,15 +419,15 @@ func (c SendCaps) Check(wr *SendWR) error {
 	switch {
 	case n > MaxMessageSize:
 		return fmt.Errorf("message of %d bytes exceeds %d: %w", n, MaxMessageSize, ErrInvalid)
-	case c.Type == UD && n > uint64(c.MTU):
+	case c.Type == verbs.UD && n > uint64(c.MTU):
 		return fmt.Errorf("UD message of %d bytes exceeds the MTU %d: %w", n, c.MTU, ErrInvalid)
-	case op.isAtomic() && (len(wr.SGL) != 1 || wr.SGL[0].Length != 8):
+	case op.IsAtomic() && (len(wr.SGL) != 1 || wr.SGL[0].Length != 8):
 		return fmt.Errorf("%s needs one 8-byte SGE for the original value: %w", op, ErrInvalid)
-	case op.isReadOrAtomic() && c.MaxRdAtomic == 0:
+	case op.IsReadOrAtomic() && c.MaxRdAtomic == 0:
 		return fmt.Errorf("%s with max_rd_atomic 0: %w", op, ErrInvalid)
-	case op == WRBindMW && wr.Bind == nil:
+	case op == verbs.WRBindMW && wr.Bind == nil:
 		return fmt.Errorf("BIND_MW without a bind request: %w", ErrInvalid)
-	case c.Type == UD && (!wr.Dest.IsValid() || wr.DestQPN == 0 || wr.DestQPN > 0xFFFFFF):
+	case c.Type == verbs.UD && (!wr.Dest.IsValid() || wr.DestQPN == 0 || wr.DestQPN > 0xFFFFFF):
 		return fmt.Errorf("UD send needs a destination address and QPN: %w", ErrInvalid)
 	}
 	return nil
@@ -449,18 +436,18 @@ func (c SendCaps) Check(wr *SendWR) error {
 // PostRecv queues a receive work request (ibv_post_recv). ErrNoMem when the
 // receive queue is full; in the ERR state the WR completes at once with
 // WR_FLUSH_ERR.
-func (q *QP) PostRecv(wr *RecvWR) error {
+func (q *QP) PostRecv(wr *verbs.RecvWR) error {
 	if q.cfg.SRQ != nil {
 		return fmt.Errorf("QP %#x takes its receive WRs from an SRQ: %w", q.num, ErrInvalid)
 	}
-	if q.attr.State == Reset {
+	if q.attr.State == verbs.Reset {
 		return fmt.Errorf("QP %#x is RESET; posting receives needs INIT or later: %w", q.num, ErrInvalid)
 	}
-	if q.attr.State == Err {
+	if q.attr.State == verbs.Err {
 		if len(wr.SGL) > q.rq.maxSGE {
 			return fmt.Errorf("QP %#x: receive WR with %d SGEs: %w", q.num, len(wr.SGL), ErrInvalid)
 		}
-		q.pushRecvWC(&WC{ID: wr.ID, Status: WRFlushErr, Opcode: WCRecv, QPN: q.num})
+		q.pushRecvWC(&verbs.WC{ID: wr.ID, Status: verbs.WRFlushErr, Opcode: verbs.WCRecv, QPN: q.num})
 		return nil
 	}
 	if err := q.rq.post(wr); err != nil {
@@ -478,30 +465,30 @@ func (q *QP) Receive(p *wire.Packet, env *wire.Envelope, now Time) {
 	q.traffic.RcvdBytes += uint64(len(p.Raw))
 	op := p.OpCode()
 	if op.Transport() != transportOf(q.cfg.Type) {
-		q.cnt.inc(WrongTransport)
+		q.cnt.Inc(verbs.WrongTransport)
 		return
 	}
 	switch q.attr.State {
-	case RTR, RTS, SQD, SQE:
+	case verbs.RTR, verbs.RTS, verbs.SQD, verbs.SQE:
 	default:
-		q.cnt.inc(WrongQPState)
+		q.cnt.Inc(verbs.WrongQPState)
 		return
 	}
-	if q.cfg.Type != UD && env.Src.Addr().Unmap() != q.attr.Remote.Addr().Unmap() {
+	if q.cfg.Type != verbs.UD && env.Src.Addr().Unmap() != q.attr.Remote.Addr().Unmap() {
 		// rxe checks that a connected QP's packets come from its peer.
-		q.cnt.inc(WrongSource)
+		q.cnt.Inc(verbs.WrongSource)
 		return
 	}
 	if p.BTH.PKey()&0x7FFF != q.attr.PKey&0x7FFF {
 		// Another partition (IBTA 10.9.3): dropped silently, as rxe does.
-		q.cnt.inc(BadPKey)
+		q.cnt.Inc(verbs.BadPKey)
 		return
 	}
 	if op.IsAck() || op.IsReadResponse() {
-		if q.cfg.Type == RC && q.attr.State != RTR {
+		if q.cfg.Type == verbs.RC && q.attr.State != verbs.RTR {
 			q.comp.receive(p, now)
 		} else {
-			q.cnt.inc(WrongQPState)
+			q.cnt.Inc(verbs.WrongQPState)
 		}
 	} else {
 		msn := q.resp.msn
@@ -511,11 +498,11 @@ func (q *QP) Receive(p *wire.Packet, env *wire.Envelope, now Time) {
 	q.afterStep()
 }
 
-func transportOf(t Type) wire.Transport {
+func transportOf(t verbs.Type) wire.Transport {
 	switch t {
-	case UC:
+	case verbs.UC:
 		return wire.TransportUC
-	case UD:
+	case verbs.UD:
 		return wire.TransportUD
 	}
 	return wire.TransportRC
@@ -534,7 +521,7 @@ func (q *QP) Transmit(buf []byte, now Time) (n int, dst netip.AddrPort) {
 		dst = q.attr.Remote
 	} else {
 		switch q.attr.State {
-		case RTS, SQD:
+		case verbs.RTS, verbs.SQD:
 			n, dst = q.req.next(buf, now)
 		}
 		q.afterStep()
@@ -575,19 +562,19 @@ func (q *QP) Tick(now Time) {
 func (q *QP) afterStep() {
 	if q.cqLost {
 		q.cqLost = false
-		q.toError(Success)
+		q.toError(verbs.Success)
 	}
 }
 
-func (q *QP) pushSendWC(wc *WC) {
+func (q *QP) pushSendWC(wc *verbs.WC) {
 	if !q.cfg.SendCQ.push(wc) {
 		q.cqLost = true
 	}
 }
 
-func (q *QP) pushRecvWC(wc *WC) {
-	if wc.Status == Success {
-		q.cnt.inc(RdmaRecvs)
+func (q *QP) pushRecvWC(wc *verbs.WC) {
+	if wc.Status == verbs.Success {
+		q.cnt.Inc(verbs.RdmaRecvs)
 	}
 	if !q.cfg.RecvCQ.push(wc) {
 		q.cqLost = true
@@ -598,11 +585,11 @@ func (q *QP) pushRecvWC(wc *WC) {
 // cause (Success when a verb or a CQ overflow is the cause): every
 // outstanding send and receive WR completes with WR_FLUSH_ERR and timers
 // stop. NAKs already queued are still sent, so the peer learns why.
-func (q *QP) toError(cause WCStatus) {
-	if q.attr.State == Err {
+func (q *QP) toError(cause verbs.WCStatus) {
+	if q.attr.State == verbs.Err {
 		return
 	}
-	q.attr.State = Err
+	q.attr.State = verbs.Err
 	q.cause = cause
 	q.comp.armed = false
 	q.req.stop()
@@ -615,8 +602,8 @@ func (q *QP) toError(cause WCStatus) {
 	q.comp.completeInOrder()
 	q.resp.abort()
 	var w recvWQE
-	w.sgl = make([]SGE, 0, q.rq.maxSGE)
+	w.sgl = make([]verbs.SGE, 0, q.rq.maxSGE)
 	for q.rq.pop(&w) {
-		q.pushRecvWC(&WC{ID: w.id, Status: WRFlushErr, Opcode: WCRecv, QPN: q.num})
+		q.pushRecvWC(&verbs.WC{ID: w.id, Status: verbs.WRFlushErr, Opcode: verbs.WCRecv, QPN: q.num})
 	}
 }

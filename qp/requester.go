@@ -5,6 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -60,7 +61,7 @@ func (r *requester) retire(w *sendWQE) {
 	if r.q.sq.next == r.q.sq.head {
 		r.passOver(w)
 	}
-	if w.wr.Opcode.isReadOrAtomic() && w.npkts > 0 {
+	if w.wr.Opcode.IsReadOrAtomic() && w.npkts > 0 {
 		r.rdAtomic--
 	}
 }
@@ -87,7 +88,7 @@ func (r *requester) next(buf []byte, now Time) (int, netip.AddrPort) {
 				continue
 			}
 		}
-		if q.cfg.Type == RC && !q.cc.maySend(r.psn.Sub(q.comp.psn)) {
+		if q.cfg.Type == verbs.RC && !q.cc.maySend(r.psn.Sub(q.comp.psn)) {
 			return 0, netip.AddrPort{}
 		}
 		return r.encode(w, buf, now)
@@ -102,24 +103,24 @@ func (r *requester) start(w *sendWQE) bool {
 	q := r.q
 	op := w.wr.Opcode
 	switch {
-	case q.attr.State == SQD:
+	case q.attr.State == verbs.SQD:
 		return false // draining: finish what was started, start nothing new
-	case w.wr.Flags&Fence != 0 && r.rdAtomic > 0:
+	case w.wr.Flags&verbs.Fence != 0 && r.rdAtomic > 0:
 		return false
-	case op.isLocal():
+	case op.IsLocal():
 		r.executeLocal(w)
 		return true
-	case op.isReadOrAtomic() && r.rdAtomic >= int(q.attr.MaxRdAtomic):
+	case op.IsReadOrAtomic() && r.rdAtomic >= int(q.attr.MaxRdAtomic):
 		return false
 	}
 	if err := w.resolve(q.cfg.Memory, q.cfg.PD); err != nil {
-		w.state, w.status = wqeError, LocProtErr
+		w.state, w.status = wqeError, verbs.LocProtErr
 		r.halted = true
 		return true
 	}
 	w.npkts = 1
 	switch {
-	case op.isAtomic() || op == WRAtomicWrite:
+	case op.IsAtomic() || op == verbs.WRAtomicWrite:
 	case w.length > 0:
 		w.npkts = (w.length + q.mtu - 1) / q.mtu
 	}
@@ -127,7 +128,7 @@ func (r *requester) start(w *sendWQE) bool {
 	w.lastPSN = r.psn.Add(w.npkts - 1)
 	w.state = wqePending
 	r.pkt = 0
-	if op.isReadOrAtomic() {
+	if op.IsReadOrAtomic() {
 		r.rdAtomic++
 	}
 	return true
@@ -140,32 +141,32 @@ func (r *requester) executeLocal(w *sendWQE) {
 	var err error
 	who := mr.Requester{PD: q.cfg.PD, QPN: q.num, PKey: q.attr.PKey}
 	switch w.wr.Opcode {
-	case WRLocalInv:
+	case verbs.WRLocalInv:
 		err = q.cfg.Memory.Invalidate(w.wr.InvalidateRKey, who)
-		w.status = LocQPOpErr // rxe's status for a failed local invalidate
-	case WRBindMW:
+		w.status = verbs.LocQPOpErr // rxe's status for a failed local invalidate
+	case verbs.WRBindMW:
 		err = q.cfg.Memory.BindWindow(w.wr.Bind, who)
-		w.status = MWBindErr
+		w.status = verbs.MWBindErr
 	}
 	if err != nil {
 		w.state = wqeError
 		r.halted = true
 		return
 	}
-	w.state, w.status = wqeDone, Success
+	w.state, w.status = wqeDone, verbs.Success
 }
 
 // segmentOpcode picks the opcode of packet i of n of a SEND or WRITE and
 // says whether it is the message's last.
-func segmentOpcode(t Type, op WROpcode, i, n uint32) (wire.OpCode, bool) {
-	if t == UD {
-		if op == WRSendImm {
+func segmentOpcode(t verbs.Type, op verbs.WROpcode, i, n uint32) (wire.OpCode, bool) {
+	if t == verbs.UD {
+		if op == verbs.WRSendImm {
 			return wire.OpUDSendOnlyImm, true
 		}
 		return wire.OpUDSendOnly, true
 	}
 	base := wire.OpRCSendFirst
-	if t == UC {
+	if t == verbs.UC {
 		base = wire.OpUCSendFirst
 	}
 	// Offsets within the RC and UC opcode blocks (IBTA table 38).
@@ -175,29 +176,29 @@ func segmentOpcode(t Type, op WROpcode, i, n uint32) (wire.OpCode, bool) {
 	)
 	only, last := n == 1, i == n-1
 	switch {
-	case op.isWrite() && only && op == WRWriteImm:
+	case op.IsWrite() && only && op == verbs.WRWriteImm:
 		return base + writeOnlyImm, true
-	case op.isWrite() && only:
+	case op.IsWrite() && only:
 		return base + writeOnly, true
-	case op.isWrite() && i == 0:
+	case op.IsWrite() && i == 0:
 		return base + writeFirst, false
-	case op.isWrite() && last && op == WRWriteImm:
+	case op.IsWrite() && last && op == verbs.WRWriteImm:
 		return base + writeLastImm, true
-	case op.isWrite() && last:
+	case op.IsWrite() && last:
 		return base + writeLast, true
-	case op.isWrite():
+	case op.IsWrite():
 		return base + writeMiddle, false
-	case op == WRSendInv && only:
+	case op == verbs.WRSendInv && only:
 		return wire.OpRCSendOnlyInv, true
-	case op == WRSendInv && last:
+	case op == verbs.WRSendInv && last:
 		return wire.OpRCSendLastInv, true
-	case only && op == WRSendImm:
+	case only && op == verbs.WRSendImm:
 		return base + sendOnlyImm, true
 	case only:
 		return base + sendOnly, true
 	case i == 0:
 		return base + sendFirst, false
-	case last && op == WRSendImm:
+	case last && op == verbs.WRSendImm:
 		return base + sendLastImm, true
 	case last:
 		return base + sendLast, true
@@ -221,34 +222,34 @@ func (r *requester) encode(w *sendWQE, buf []byte, now Time) (int, netip.AddrPor
 	psns := uint32(1)
 	last := true
 	switch {
-	case op == WRRead:
+	case op == verbs.WRRead:
 		// A READ request asks for the rest of the message from packet i on
 		// and reserves one PSN per response packet.
 		f.BTH.OpCode = wire.OpRCReadRequest
 		f.RETH = wire.RETHFields{VA: w.wr.RemoteAddr + off, RKey: w.wr.RKey, DMALen: w.length - uint32(off)}
 		psns = w.npkts - i
-	case op == WRCompareSwap:
+	case op == verbs.WRCompareSwap:
 		f.BTH.OpCode = wire.OpRCCompareSwap
 		f.AtomicETH = wire.AtomicETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, SwapAdd: w.wr.Swap, Compare: w.wr.CompareAdd}
-	case op == WRFetchAdd:
+	case op == verbs.WRFetchAdd:
 		f.BTH.OpCode = wire.OpRCFetchAdd
 		f.AtomicETH = wire.AtomicETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, SwapAdd: w.wr.CompareAdd}
-	case op == WRAtomicWrite:
+	case op == verbs.WRAtomicWrite:
 		f.BTH.OpCode = wire.OpRCAtomicWrite
 		f.RETH = wire.RETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALen: 8}
 		payload = 8
 	default:
 		payload = int(min(q.mtu, w.length-uint32(off)))
 		f.BTH.OpCode, last = segmentOpcode(q.cfg.Type, op, i, w.npkts)
-		if op.isWrite() && i == 0 {
+		if op.IsWrite() && i == 0 {
 			f.RETH = wire.RETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALen: w.length}
 		}
 		if last {
 			f.ImmDT = w.wr.Imm
 			f.IETH = w.wr.InvalidateRKey
-			f.BTH.SE = w.wr.Flags&Solicited != 0
+			f.BTH.SE = w.wr.Flags&verbs.Solicited != 0
 		}
-		if q.cfg.Type == UD {
+		if q.cfg.Type == verbs.UD {
 			qkey := w.wr.QKey
 			if qkey&0x80000000 != 0 {
 				qkey = q.attr.QKey
@@ -259,13 +260,13 @@ func (r *requester) encode(w *sendWQE, buf []byte, now Time) (int, netip.AddrPor
 		}
 	}
 	switch q.cfg.Type {
-	case RC:
+	case verbs.RC:
 		f.BTH.AckReq = last || r.sinceAck+1 >= q.cc.ackEvery()
-	case UC:
+	case verbs.UC:
 		// Nothing acknowledges UC, but rxe sets AckReq as on RC (the last
 		// packet and every 64th): the same bits on the wire.
 		f.BTH.AckReq = last || r.sinceAck+1 >= 64
-	case UD:
+	case verbs.UD:
 		// Nothing acknowledges a datagram, but rxe sets AckReq on the last
 		// packet of every message, UD included (the MADs of rping.pcap).
 		f.BTH.AckReq = true
@@ -273,19 +274,19 @@ func (r *requester) encode(w *sendWQE, buf []byte, now Time) (int, netip.AddrPor
 	hdr, err := f.EncodeHeaders(buf, payload)
 	if err != nil {
 		// Only a QP bug can get here; fail the WR rather than send garbage.
-		q.cnt.inc(SendErr)
-		w.state, w.status = wqeError, LocQPOpErr
+		q.cnt.Inc(verbs.SendErr)
+		w.state, w.status = wqeError, verbs.LocQPOpErr
 		r.halted = true
 		return 0, netip.AddrPort{}
 	}
-	if op == WRAtomicWrite {
+	if op == verbs.WRAtomicWrite {
 		binary.NativeEndian.PutUint64(buf[hdr:], w.wr.Swap)
 	} else if payload > 0 {
 		w.gather(buf[hdr:hdr+payload], off)
 	}
 
 	if psn.Before(r.maxPSN) {
-		q.cnt.inc(RetransmittedPkts)
+		q.cnt.Inc(verbs.RetransmittedPkts)
 	}
 	r.psn = psn.Add(psns)
 	if r.psn.After(r.maxPSN) {
@@ -299,14 +300,14 @@ func (r *requester) encode(w *sendWQE, buf []byte, now Time) (int, netip.AddrPor
 	if last {
 		r.pkt = 0
 		q.sq.next++
-		if q.cfg.Type != RC {
+		if q.cfg.Type != verbs.RC {
 			w.state = wqeDone // UC and UD complete once sent
 			q.comp.completeInOrder()
 		}
 	} else {
 		r.pkt++
 	}
-	if q.cfg.Type == RC {
+	if q.cfg.Type == verbs.RC {
 		q.comp.onSend(now)
 	}
 	return f.Len(payload), dst

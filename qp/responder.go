@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -98,7 +99,7 @@ type responder struct {
 func (r *responder) init(q *QP) {
 	cfg := q.cfg
 	r.q = q
-	r.rwqe.sgl = make([]SGE, 0, max(cfg.MaxRecvSGE, maxSGEOf(cfg.SRQ)))
+	r.rwqe.sgl = make([]verbs.SGE, 0, max(cfg.MaxRecvSGE, maxSGEOf(cfg.SRQ)))
 	r.rspans = make([]mr.Span, 0, cap(r.rwqe.sgl))
 }
 
@@ -118,7 +119,7 @@ func (r *responder) reset() {
 }
 
 // start readies the responder for INIT→RTR.
-func (r *responder) start(a Attr) {
+func (r *responder) start(a verbs.Attr) {
 	r.pace = readPacer{}
 	r.epsn = a.RQPSN
 	n := max(1, int(a.MaxDestRdAtomic))
@@ -163,7 +164,7 @@ func (r *responder) abort() {
 	r.clearOut(true)
 	if r.haveRWQE {
 		r.haveRWQE = false
-		q.pushRecvWC(&WC{ID: r.rwqe.id, Status: WRFlushErr, Opcode: WCRecv, QPN: q.num})
+		q.pushRecvWC(&verbs.WC{ID: r.rwqe.id, Status: verbs.WRFlushErr, Opcode: verbs.WCRecv, QPN: q.num})
 	}
 	r.msg = msgNone
 }
@@ -186,11 +187,11 @@ func (r *responder) push(e response) {
 
 // queueAck acknowledges every request up to psn. Consecutive ACKs fold into
 // one: a later ACK covers the earlier ones.
-func (r *responder) queueAck(psn wire.PSN, cnt *Counters) {
+func (r *responder) queueAck(psn wire.PSN, cnt *verbs.Counters) {
 	if r.outCount > 0 {
 		if tail := &r.out[(r.outHead+r.outCount-1)%len(r.out)]; tail.kind == respAck {
 			tail.psn, tail.msn = psn, r.msn
-			cnt.inc(AckDeferred)
+			cnt.Inc(verbs.AckDeferred)
 			return
 		}
 	}
@@ -205,20 +206,20 @@ func (r *responder) queueNak(syn wire.Syndrome, psn wire.PSN) {
 // status of the responder's own receive completion, and what it counts as.
 type failure struct {
 	code    wire.NakCode
-	status  WCStatus
-	counter CounterID
+	status  verbs.WCStatus
+	counter verbs.CounterID
 }
 
 var (
-	invalidRequest = failure{wire.NakInvalidRequest, RemInvReqErr, BadRequest}
-	lengthError    = failure{wire.NakInvalidRequest, LocLenErr, BadRequest}
-	badRecvWR      = failure{wire.NakRemoteOperationalError, LocProtErr, BadRequest}
+	invalidRequest = failure{wire.NakInvalidRequest, verbs.RemInvReqErr, verbs.BadRequest}
+	lengthError    = failure{wire.NakInvalidRequest, verbs.LocLenErr, verbs.BadRequest}
+	badRecvWR      = failure{wire.NakRemoteOperationalError, verbs.LocProtErr, verbs.BadRequest}
 	// accessError is every refused R_Key check (see remoteAccess).
-	accessError = failure{wire.NakRemoteAccessError, RemAccessErr, RemoteAccessErr}
+	accessError = failure{wire.NakRemoteAccessError, verbs.RemAccessErr, verbs.RemoteAccessErr}
 	// misaligned is an atomic whose address is not 8-byte aligned, which
 	// the IBTA forbids (rxe: RESPST_ERR_MISALIGNED_ATOMIC); it is refused
 	// before its key is looked at.
-	misaligned = failure{wire.NakInvalidRequest, RemInvReqErr, BadRequest}
+	misaligned = failure{wire.NakInvalidRequest, verbs.RemInvReqErr, verbs.BadRequest}
 )
 
 // outcome of executing one request packet.
@@ -235,9 +236,9 @@ const (
 // requests, UD datagrams.
 func (r *responder) receive(p *wire.Packet, env *wire.Envelope, now Time) {
 	switch r.q.cfg.Type {
-	case UD:
+	case verbs.UD:
 		r.receiveDatagram(p, env)
-	case UC:
+	case verbs.UC:
 		r.receiveUC(p)
 	default:
 		r.receiveRC(p, now)
@@ -250,14 +251,14 @@ func (r *responder) receiveRC(p *wire.Packet, now Time) {
 	switch d := psn.Sub(r.epsn); {
 	case d > 0:
 		// Ahead of sequence: NAK once, then drop until epsn arrives.
-		q.cnt.inc(OutOfSeqRequest)
+		q.cnt.Inc(verbs.OutOfSeqRequest)
 		if !r.nakSent {
 			r.nakSent = true
 			r.queueNak(wire.NakSyndrome(wire.NakPSNSequenceError), r.epsn)
 		}
 		return
 	case d < 0:
-		q.cnt.inc(DuplicateRequest)
+		q.cnt.Inc(verbs.DuplicateRequest)
 		r.duplicate(p, psn, now)
 		return
 	}
@@ -267,12 +268,12 @@ func (r *responder) receiveRC(p *wire.Packet, now Time) {
 		return // as if lost: the requester's retry brings it back
 	case noRecvWR:
 		// RNR NAK with our timer; the requester resends this PSN later.
-		q.cnt.inc(SendRNRErr)
+		q.cnt.Inc(verbs.SendRNRErr)
 		r.queueNak(wire.RNRNakSyndrome(q.attr.MinRNRTimer), psn)
 		r.nakSent = true
 		return
 	case failed:
-		q.cnt.inc(f.counter)
+		q.cnt.Inc(f.counter)
 		r.queueNak(wire.NakSyndrome(f.code), psn)
 		// Class C errors: the responder's QP goes to the error state too.
 		r.failRecv(f.status)
@@ -295,14 +296,14 @@ func (r *responder) receiveUC(p *wire.Packet) {
 		if !op.IsFirst() && !op.IsOnly() {
 			// A gap inside a message: the rest of it is lost.
 			if !r.dropMsg {
-				q.cnt.inc(UCDroppedMsgs)
+				q.cnt.Inc(verbs.UCDroppedMsgs)
 				r.dropUCMessage()
 			}
 			r.epsn = psn.Add(1)
 			return
 		}
 		if r.msg != msgNone {
-			q.cnt.inc(UCDroppedMsgs)
+			q.cnt.Inc(verbs.UCDroppedMsgs)
 			r.dropUCMessage()
 		}
 		r.dropMsg = false
@@ -312,21 +313,21 @@ func (r *responder) receiveUC(p *wire.Packet) {
 	case out == failed && f == badRecvWR:
 		// A receive WR the QP cannot write into is an error of the QP
 		// whatever its transport (class A, as rxe treats it).
-		q.cnt.inc(f.counter)
+		q.cnt.Inc(f.counter)
 		r.failRecv(f.status)
 	case out != executed:
-		q.cnt.inc(UCDroppedMsgs)
+		q.cnt.Inc(verbs.UCDroppedMsgs)
 		r.dropUCMessage()
 	}
 }
 
 // failRecv completes the receive WR a failed request had taken, if any,
 // with status, and moves the QP to ERR.
-func (r *responder) failRecv(status WCStatus) {
+func (r *responder) failRecv(status verbs.WCStatus) {
 	q := r.q
 	if r.haveRWQE {
 		r.haveRWQE = false
-		q.pushRecvWC(&WC{ID: r.rwqe.id, Status: status, Opcode: WCRecv, QPN: q.num})
+		q.pushRecvWC(&verbs.WC{ID: r.rwqe.id, Status: status, Opcode: verbs.WCRecv, QPN: q.num})
 	}
 	q.toError(status)
 }
@@ -442,9 +443,9 @@ func (r *responder) placeSend(p *wire.Packet) (outcome, failure) {
 	if !op.IsLast() && !op.IsOnly() {
 		return executed, failure{}
 	}
-	wc := WC{ID: r.rwqe.id, Opcode: WCRecv, QPN: q.num, ByteLen: uint32(r.roff)}
+	wc := verbs.WC{ID: r.rwqe.id, Opcode: verbs.WCRecv, QPN: q.num, ByteLen: uint32(r.roff)}
 	if p.ImmDT != nil {
-		wc.Flags |= WCWithImm
+		wc.Flags |= verbs.WCWithImm
 		wc.Imm = p.ImmDT.Imm()
 	}
 	if p.IETH != nil {
@@ -452,7 +453,7 @@ func (r *responder) placeSend(p *wire.Packet) (outcome, failure) {
 		if err := q.cfg.Memory.Invalidate(rkey, r.peer(p)); err != nil {
 			return failed, invalidRequest
 		}
-		wc.Flags |= WCWithInv
+		wc.Flags |= verbs.WCWithInv
 		wc.InvalidatedRKey = rkey
 	}
 	r.finishRecv(&wc)
@@ -460,7 +461,7 @@ func (r *responder) placeSend(p *wire.Packet) (outcome, failure) {
 }
 
 // finishRecv completes the receive WR of a finished message.
-func (r *responder) finishRecv(wc *WC) {
+func (r *responder) finishRecv(wc *verbs.WC) {
 	r.releaseMessage()
 	r.haveRWQE = false
 	r.msg = msgNone
@@ -523,8 +524,8 @@ func (r *responder) placeWrite(p *wire.Packet) (outcome, failure) {
 		return executed, failure{}
 	}
 	if p.ImmDT != nil {
-		r.finishRecv(&WC{ID: r.rwqe.id, Opcode: WCRecvWriteImm, QPN: q.num, ByteLen: uint32(r.wlen),
-			Flags: WCWithImm, Imm: p.ImmDT.Imm()})
+		r.finishRecv(&verbs.WC{ID: r.rwqe.id, Opcode: verbs.WCRecvWriteImm, QPN: q.num, ByteLen: uint32(r.wlen),
+			Flags: verbs.WCWithImm, Imm: p.ImmDT.Imm()})
 		return executed, failure{}
 	}
 	r.releaseMessage()
@@ -667,7 +668,7 @@ func (r *responder) duplicate(p *wire.Packet, psn wire.PSN, now Time) {
 			case held:
 				return
 			case failed:
-				q.cnt.inc(f.counter)
+				q.cnt.Inc(f.counter)
 				r.queueNak(wire.NakSyndrome(f.code), psn)
 				q.toError(f.status)
 				return
@@ -757,7 +758,7 @@ func (r *responder) next(buf []byte, now Time) int {
 	}
 	hdr, err := f.EncodeHeaders(buf, payload)
 	if err != nil {
-		q.cnt.inc(SendErr)
+		q.cnt.Inc(verbs.SendErr)
 		r.pop()
 		return 0
 	}
@@ -791,22 +792,22 @@ func (r *responder) pop() {
 func (r *responder) receiveDatagram(p *wire.Packet, env *wire.Envelope) {
 	q := r.q
 	if p.DETH.QKey() != q.attr.QKey {
-		q.cnt.inc(BadQKey)
+		q.cnt.Inc(verbs.BadQKey)
 		return
 	}
 	out, f := r.takeRecvWR()
 	switch out {
 	case noRecvWR:
-		q.cnt.inc(UDDropped)
+		q.cnt.Inc(verbs.UDDropped)
 		return
 	case failed:
-		q.cnt.inc(f.counter)
+		q.cnt.Inc(f.counter)
 		r.failRecv(f.status)
 		return
 	}
-	wc := WC{ID: r.rwqe.id, Opcode: WCRecv, QPN: q.num, Flags: WCGRH, SrcQPN: p.DETH.SrcQP(), Src: env.Src}
+	wc := verbs.WC{ID: r.rwqe.id, Opcode: verbs.WCRecv, QPN: q.num, Flags: verbs.WCGRH, SrcQPN: p.DETH.SrcQP(), Src: env.Src}
 	if wire.GRHSize+uint64(len(p.Payload)) > r.rcap {
-		wc.Status = LocLenErr
+		wc.Status = verbs.LocLenErr
 	} else {
 		var grh [wire.GRHSize]byte
 		env.PutGRH(grh[:], len(p.Raw))
@@ -814,13 +815,13 @@ func (r *responder) receiveDatagram(p *wire.Packet, env *wire.Envelope) {
 		copySpans(r.rspans, wire.GRHSize, p.Payload, true)
 		wc.ByteLen = wire.GRHSize + uint32(len(p.Payload))
 		if p.ImmDT != nil {
-			wc.Flags |= WCWithImm
+			wc.Flags |= verbs.WCWithImm
 			wc.Imm = p.ImmDT.Imm()
 		}
 	}
 	r.releaseMessage()
 	r.haveRWQE = false
-	if wc.Status == Success {
+	if wc.Status == verbs.Success {
 		q.traffic.RcvdMsgs++
 	}
 	q.pushRecvWC(&wc)

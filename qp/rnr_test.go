@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -36,7 +37,7 @@ func TestRNRTimer(t *testing.T) {
 				}
 				return false
 			}
-			post(t, a, &qp.SendWR{ID: 1, Opcode: qp.WRSend, SGL: sgl(a.sge(0, 8))})
+			post(t, a, &verbs.SendWR{ID: 1, Opcode: verbs.WRSend, SGL: sgl(a.sge(0, 8))})
 			s.run(time.Second, func() bool { return sends == 2 })
 			if got := resent.Sub(nakSent) - s.latency; got != want {
 				t.Errorf("the SEND was resent %v after the RNR NAK arrived, want %v", got, want)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -49,12 +50,12 @@ func TestScenarioGhostAck(t *testing.T) {
 		env.Seal(raw)
 		s.send(a, raw, env, 0)
 	}
-	s.run(time.Millisecond, func() bool { return a.counter(qp.GhostAck) == 2 })
+	s.run(time.Millisecond, func() bool { return a.counter(verbs.GhostAck) == 2 })
 	fill(a.buf[:64], 8)
-	post(t, a, &qp.SendWR{ID: 1, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: sgl(a.sge(0, 64)), RemoteAddr: b.va(0), RKey: b.region.RKey()})
+	post(t, a, &verbs.SendWR{ID: 1, Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: sgl(a.sge(0, 64)), RemoteAddr: b.va(0), RKey: b.region.RKey()})
 	s.waitWC(a, 1, time.Second)
-	expectWC(t, a.wcs[0], qp.WC{ID: 1, Status: qp.Success, Opcode: qp.WCWrite, ByteLen: 64, QPN: a.qp.Num()})
-	if st := a.qp.Status(); st.SendPSN != psnA.Add(1) || st.AckedPSN != psnA.Add(1) || st.State != qp.RTS {
+	expectWC(t, a.wcs[0], verbs.WC{ID: 1, Status: verbs.Success, Opcode: verbs.WCWrite, ByteLen: 64, QPN: a.qp.Num()})
+	if st := a.qp.Status(); st.SendPSN != psnA.Add(1) || st.AckedPSN != psnA.Add(1) || st.State != verbs.RTS {
 		t.Errorf("after ghost ACKs the requester is %+v, want PSNs %v and RTS", st, psnA.Add(1))
 	}
 	checkTranscript(t, s)
@@ -110,7 +111,7 @@ func TestResponderReplaysDoNotTakeResources(t *testing.T) {
 	read(psnA)
 	read(psnA.Add(1))
 	drain()
-	if naks != 0 || responses != 3 || b.qp.State() != qp.RTS {
+	if naks != 0 || responses != 3 || b.qp.State() != verbs.RTS {
 		t.Errorf("b sent %d NAKs and %d READ responses and is %s; want no NAK, three READ responses, RTS", naks, responses, b.qp.State())
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/netem"
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -35,11 +36,11 @@ type host struct {
 	qp     *qp.QP
 	buf    []byte // a registered region, remote read/write/atomic
 	region *mr.Region
-	wcs    []qp.WC // completions polled so far
-	cnt    *qp.Counters
+	wcs    []verbs.WC // completions polled so far
+	cnt    *verbs.Counters
 }
 
-func newHost(t testing.TB, name string, ip string, typ qp.Type, qpn uint32, cfg qp.Config) *host {
+func newHost(t testing.TB, name string, ip string, typ verbs.Type, qpn uint32, cfg qp.Config) *host {
 	t.Helper()
 	h := newNode(t, name, ip)
 	h.attach(t, typ, qpn, cfg)
@@ -76,7 +77,7 @@ func newNode(t testing.TB, name string, ip string) *host {
 
 // sibling returns a second host on h's node: another QP sharing h's
 // address, region table, protection domain, CQ and region.
-func (h *host) sibling(t testing.TB, name string, typ qp.Type, qpn uint32, cfg qp.Config) *host {
+func (h *host) sibling(t testing.TB, name string, typ verbs.Type, qpn uint32, cfg qp.Config) *host {
 	t.Helper()
 	s := &host{name: name, addr: h.addr, mem: h.mem, pd: h.pd, cq: h.cq, buf: h.buf, region: h.region}
 	t.Cleanup(func() { s.reset(t) })
@@ -85,14 +86,14 @@ func (h *host) sibling(t testing.TB, name string, typ qp.Type, qpn uint32, cfg q
 }
 
 // attach creates the host's QP.
-func (h *host) attach(t testing.TB, typ qp.Type, qpn uint32, cfg qp.Config) {
+func (h *host) attach(t testing.TB, typ verbs.Type, qpn uint32, cfg qp.Config) {
 	t.Helper()
 	cfg.Type, cfg.PD, cfg.Memory = typ, h.pd, h.mem
 	if cfg.SendCQ == nil {
 		cfg.SendCQ, cfg.RecvCQ = h.cq, h.cq
 	}
 	if cfg.Counters == nil {
-		cfg.Counters = new(qp.Counters)
+		cfg.Counters = new(verbs.Counters)
 	}
 	h.cnt = cfg.Counters
 	var err error
@@ -105,7 +106,7 @@ func (h *host) attach(t testing.TB, typ qp.Type, qpn uint32, cfg qp.Config) {
 // region's memory.
 func (h *host) reset(t testing.TB) {
 	if h.qp != nil {
-		if err := h.qp.Modify(&qp.Attr{State: qp.Reset}, qp.AttrState); err != nil {
+		if err := h.qp.Modify(&verbs.Attr{State: verbs.Reset}, verbs.AttrState); err != nil {
 			t.Error(err)
 		}
 	}
@@ -115,15 +116,15 @@ func (h *host) reset(t testing.TB) {
 func (h *host) va(off uint64) uint64 { return h.region.Addr() + off }
 
 // sge returns an SGE for n bytes at offset off of the host's region.
-func (h *host) sge(off uint64, n uint32) qp.SGE {
-	return qp.SGE{Addr: h.region.Addr() + off, Length: n, LKey: h.region.LKey()}
+func (h *host) sge(off uint64, n uint32) verbs.SGE {
+	return verbs.SGE{Addr: h.region.Addr() + off, Length: n, LKey: h.region.LKey()}
 }
 
-func (h *host) counter(c qp.CounterID) uint64 { return h.cnt.Get(c) }
+func (h *host) counter(c verbs.CounterID) uint64 { return h.cnt.Get(c) }
 
 // poll moves the host's new completions into h.wcs and returns them.
-func (h *host) poll() []qp.WC {
-	var buf [64]qp.WC
+func (h *host) poll() []verbs.WC {
+	var buf [64]verbs.WC
 	start := len(h.wcs)
 	for {
 		n, err := h.cq.Poll(buf[:])
@@ -137,7 +138,7 @@ func (h *host) poll() []qp.WC {
 
 // onlyWC polls h and returns its one new completion; there must be exactly
 // one.
-func (h *host) onlyWC(t testing.TB) qp.WC {
+func (h *host) onlyWC(t testing.TB) verbs.WC {
 	t.Helper()
 	wcs := h.poll()
 	if len(wcs) != 1 {
@@ -439,14 +440,14 @@ func (s *sim) settle(limit time.Duration) {
 }
 
 // waitWC runs until h has n completions in total and returns them.
-func (s *sim) waitWC(h *host, n int, limit time.Duration) []qp.WC {
+func (s *sim) waitWC(h *host, n int, limit time.Duration) []verbs.WC {
 	s.t.Helper()
 	s.run(limit, func() bool { h.poll(); return len(h.wcs) >= n })
 	return h.wcs
 }
 
 // connect moves both QPs to RTS, each the other's peer.
-func connect(t testing.TB, a, b *host, attr qp.Attr) {
+func connect(t testing.TB, a, b *host, attr verbs.Attr) {
 	t.Helper()
 	pa, pb := psnA, wire.PSN(0xFFFFF0) // b's PSNs wrap soon
 	for _, x := range []struct {
@@ -454,35 +455,35 @@ func connect(t testing.TB, a, b *host, attr qp.Attr) {
 		sq, rq  wire.PSN
 	}{{a, b, pa, pb}, {b, a, pb, pa}} {
 		typ := x.h.qp.Type()
-		init := qp.Attr{State: qp.Init, AccessFlags: mr.RemoteWrite | mr.RemoteRead | mr.RemoteAtomic, QKey: 0x11111111}
-		mask := qp.AttrState | qp.AttrAccessFlags
-		if typ == qp.UD {
-			mask = qp.AttrState | qp.AttrQKey
+		init := verbs.Attr{State: verbs.Init, AccessFlags: mr.RemoteWrite | mr.RemoteRead | mr.RemoteAtomic, QKey: 0x11111111}
+		mask := verbs.AttrState | verbs.AttrAccessFlags
+		if typ == verbs.UD {
+			mask = verbs.AttrState | verbs.AttrQKey
 		}
 		if err := x.h.qp.Modify(&init, mask); err != nil {
 			t.Fatal(err)
 		}
 		rtr := attr
-		rtr.State = qp.RTR
+		rtr.State = verbs.RTR
 		rtr.Remote, rtr.DestQPN, rtr.RQPSN = x.peer.addr, x.peer.qp.Num(), x.rq
 		if rtr.PathMTU == 0 {
 			rtr.PathMTU = testMTU
 		}
-		rtrMask := qp.AttrState | qp.AttrRemote | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN
-		if typ == qp.RC {
-			rtrMask |= qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer
+		rtrMask := verbs.AttrState | verbs.AttrRemote | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN
+		if typ == verbs.RC {
+			rtrMask |= verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer
 		}
-		if typ == qp.UD {
-			rtrMask = qp.AttrState
+		if typ == verbs.UD {
+			rtrMask = verbs.AttrState
 		}
 		if err := x.h.qp.Modify(&rtr, rtrMask); err != nil {
 			t.Fatal(err)
 		}
 		rts := attr
-		rts.State, rts.SQPSN = qp.RTS, x.sq
-		rtsMask := qp.AttrState | qp.AttrSQPSN
-		if typ == qp.RC {
-			rtsMask |= qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxRdAtomic
+		rts.State, rts.SQPSN = verbs.RTS, x.sq
+		rtsMask := verbs.AttrState | verbs.AttrSQPSN
+		if typ == verbs.RC {
+			rtsMask |= verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxRdAtomic
 		}
 		if err := x.h.qp.Modify(&rts, rtsMask); err != nil {
 			t.Fatal(err)
@@ -492,18 +493,18 @@ func connect(t testing.TB, a, b *host, attr qp.Attr) {
 
 // defaultAttr is what the tests connect with unless they say otherwise:
 // a 4 ms ACK timeout (timeout 10), 7 retries, RNR retries forever.
-func defaultAttr() qp.Attr {
-	return qp.Attr{Timeout: 10, RetryCnt: 7, RNRRetry: 7, MinRNRTimer: 1, MaxRdAtomic: 16, MaxDestRdAtomic: 16}
+func defaultAttr() verbs.Attr {
+	return verbs.Attr{Timeout: 10, RetryCnt: 7, RNRRetry: 7, MinRNRTimer: 1, MaxRdAtomic: 16, MaxDestRdAtomic: 16}
 }
 
 // pair returns two connected RC hosts and their simulation.
-func pair(t testing.TB, attr qp.Attr) (*sim, *host, *host) {
-	return pairOf(t, qp.RC, attr)
+func pair(t testing.TB, attr verbs.Attr) (*sim, *host, *host) {
+	return pairOf(t, verbs.RC, attr)
 }
 
 // pairOf returns two hosts with QPs of type typ, in RTS and, for RC and UC,
 // connected to each other, and their simulation.
-func pairOf(t testing.TB, typ qp.Type, attr qp.Attr) (*sim, *host, *host) {
+func pairOf(t testing.TB, typ verbs.Type, attr verbs.Attr) (*sim, *host, *host) {
 	a := newHost(t, "a", "10.0.0.1", typ, 0x11, qp.Config{})
 	b := newHost(t, "b", "10.0.0.2", typ, 0x22, qp.Config{})
 	connect(t, a, b, attr)

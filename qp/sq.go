@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -21,8 +22,8 @@ const (
 // sendWQE is a posted send WR with everything the requester and completer
 // keep about it. Slots are reused; their backing arrays are allocated once.
 type sendWQE struct {
-	wr       SendWR
-	sglBuf   []SGE
+	wr       verbs.SendWR
+	sglBuf   []verbs.SGE
 	inline   []byte
 	spans    []mr.Span // the SGL resolved against the region table, once started
 	length   uint32    // bytes of the message
@@ -30,7 +31,7 @@ type sendWQE struct {
 	firstPSN wire.PSN
 	lastPSN  wire.PSN
 	npkts    uint32
-	status   WCStatus
+	status   verbs.WCStatus
 	// bind is a BIND_MW's description, copied at post time like the
 	// rest of the WR.
 	bind mr.BindRequest
@@ -46,7 +47,7 @@ type sendQueue struct {
 
 func newSendQueue(depth, maxSGE, maxInline int) sendQueue {
 	q := sendQueue{slots: make([]sendWQE, depth)}
-	sgl := make([]SGE, depth*maxSGE)
+	sgl := make([]verbs.SGE, depth*maxSGE)
 	spans := make([]mr.Span, depth*maxSGE)
 	for i := range q.slots {
 		s := &q.slots[i]
@@ -61,7 +62,7 @@ func (q *sendQueue) at(i uint32) *sendWQE { return &q.slots[i%uint32(len(q.slots
 
 func (q *sendQueue) reset() { q.head, q.next, q.tail = 0, 0, 0 }
 
-func (q *sendQueue) post(wr *SendWR) (*sendWQE, error) {
+func (q *sendQueue) post(wr *verbs.SendWR) (*sendWQE, error) {
 	if int(q.tail-q.head) == len(q.slots) {
 		return nil, fmt.Errorf("send queue full (%d WRs): %w", len(q.slots), ErrNoMem)
 	}
@@ -72,7 +73,7 @@ func (q *sendQueue) post(wr *SendWR) (*sendWQE, error) {
 		w.bind = *wr.Bind
 		w.wr.Bind = &w.bind
 	}
-	if wr.Flags&Inline != 0 {
+	if wr.Flags&verbs.Inline != 0 {
 		w.inline = append(w.inline, wr.Inline...)
 		w.wr.Inline = w.inline
 		w.wr.SGL = nil
@@ -105,11 +106,11 @@ func (w *sendWQE) release() {
 // resolve checks the WQE's SGL against the region table; READ and ATOMIC
 // results are written into it, so those need local write access.
 func (w *sendWQE) resolve(t *mr.Table, pd mr.PDHandle) error {
-	if len(w.spans) != 0 || w.wr.Flags&Inline != 0 {
+	if len(w.spans) != 0 || w.wr.Flags&verbs.Inline != 0 {
 		return nil
 	}
 	need := mr.Access(0)
-	if w.wr.Opcode.isReadOrAtomic() {
+	if w.wr.Opcode.IsReadOrAtomic() {
 		need = mr.LocalWrite
 	}
 	for i := range w.wr.SGL {
@@ -126,7 +127,7 @@ func (w *sendWQE) resolve(t *mr.Table, pd mr.PDHandle) error {
 
 // gather copies the message bytes at offset off into dst.
 func (w *sendWQE) gather(dst []byte, off uint64) {
-	if w.wr.Flags&Inline != 0 {
+	if w.wr.Flags&verbs.Inline != 0 {
 		copy(dst, w.inline[off:])
 		return
 	}

@@ -5,12 +5,13 @@ import (
 	"sync"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/verbs"
 )
 
 // recvWQE is a posted receive work request with its SGL copied.
 type recvWQE struct {
 	id  uint64
-	sgl []SGE // backing array of maxSGE entries, owned by the slot
+	sgl []verbs.SGE // backing array of maxSGE entries, owned by the slot
 }
 
 // recvQueue is a bounded FIFO of receive WQEs, the storage of both a QP's
@@ -24,14 +25,14 @@ type recvQueue struct {
 
 func newRecvQueue(depth, maxSGE int) recvQueue {
 	q := recvQueue{slots: make([]recvWQE, depth), maxSGE: maxSGE}
-	sgl := make([]SGE, depth*maxSGE)
+	sgl := make([]verbs.SGE, depth*maxSGE)
 	for i := range q.slots {
 		q.slots[i].sgl = sgl[i*maxSGE : i*maxSGE : (i+1)*maxSGE]
 	}
 	return q
 }
 
-func (q *recvQueue) post(wr *RecvWR) error {
+func (q *recvQueue) post(wr *verbs.RecvWR) error {
 	if len(wr.SGL) > q.maxSGE {
 		return fmt.Errorf("receive WR with %d SGEs, at most %d: %w", len(wr.SGL), q.maxSGE, ErrInvalid)
 	}
@@ -81,7 +82,7 @@ func NewSRQ(pd mr.PDHandle, depth, maxSGE int) (*SRQ, error) {
 }
 
 // PostRecv adds a receive WR (ibv_post_srq_recv). ErrNoMem when full.
-func (s *SRQ) PostRecv(wr *RecvWR) error {
+func (s *SRQ) PostRecv(wr *verbs.RecvWR) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.q.post(wr)

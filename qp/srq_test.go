@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // srqPair returns b, a node whose two RC QPs b1 and b2 share one SRQ, each
@@ -17,10 +18,10 @@ func srqPair(t *testing.T, depth int) (srq *qp.SRQ, s1, s2 *sim, a1, a2, b1, b2 
 	if err != nil {
 		t.Fatal(err)
 	}
-	b1.attach(t, qp.RC, 0x22, qp.Config{SRQ: srq})
-	b2 = b1.sibling(t, "b", qp.RC, 0x23, qp.Config{SRQ: srq})
-	a1 = newHost(t, "a", "10.0.0.1", qp.RC, 0x11, qp.Config{})
-	a2 = newHost(t, "a", "10.0.0.3", qp.RC, 0x12, qp.Config{})
+	b1.attach(t, verbs.RC, 0x22, qp.Config{SRQ: srq})
+	b2 = b1.sibling(t, "b", verbs.RC, 0x23, qp.Config{SRQ: srq})
+	a1 = newHost(t, "a", "10.0.0.1", verbs.RC, 0x11, qp.Config{})
+	a2 = newHost(t, "a", "10.0.0.3", verbs.RC, 0x12, qp.Config{})
 	connect(t, a1, b1, defaultAttr())
 	connect(t, a2, b2, defaultAttr())
 	return srq, newSim(t, a1, b1), newSim(t, a2, b2), a1, a2, b1, b2
@@ -32,7 +33,7 @@ func srqPair(t *testing.T, depth int) (srq *qp.SRQ, s1, s2 *sim, a1, a2, b1, b2 
 func TestSRQSharedInOrder(t *testing.T) {
 	srq, s1, s2, a1, a2, b1, b2 := srqPair(t, 8)
 	for i := range 4 {
-		if err := srq.PostRecv(&qp.RecvWR{ID: uint64(100 + i), SGL: sgl(b1.sge(uint64(i)*4096, 4096))}); err != nil {
+		if err := srq.PostRecv(&verbs.RecvWR{ID: uint64(100 + i), SGL: sgl(b1.sge(uint64(i)*4096, 4096))}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -45,9 +46,9 @@ func TestSRQSharedInOrder(t *testing.T) {
 	for i, o := range order {
 		n := uint32(10 + i)
 		fill(o.from.buf[:n], byte(i))
-		post(t, o.from, &qp.SendWR{ID: uint64(i), Opcode: qp.WRSend, SGL: sgl(o.from.sge(0, n))})
+		post(t, o.from, &verbs.SendWR{ID: uint64(i), Opcode: verbs.WRSend, SGL: sgl(o.from.sge(0, n))})
 		wcs := o.s.waitWC(b1, i+1, time.Second)
-		expectWC(t, wcs[i], qp.WC{ID: uint64(100 + i), Status: qp.Success, Opcode: qp.WCRecv, ByteLen: n, QPN: o.to.qp.Num()})
+		expectWC(t, wcs[i], verbs.WC{ID: uint64(100 + i), Status: verbs.Success, Opcode: verbs.WCRecv, ByteLen: n, QPN: o.to.qp.Num()})
 		if !bytes.Equal(b1.buf[i*4096:i*4096+int(n)], o.from.buf[:n]) {
 			t.Errorf("SEND %d was not placed in the SRQ's WR %d", i, 100+i)
 		}
@@ -63,16 +64,16 @@ func TestSRQSharedInOrder(t *testing.T) {
 func TestSRQEmptyRNR(t *testing.T) {
 	srq, s1, _, a1, _, b1, _ := srqPair(t, 8)
 	fill(a1.buf[:64], 3)
-	post(t, a1, &qp.SendWR{ID: 1, Opcode: qp.WRSend, Flags: qp.Signaled, SGL: sgl(a1.sge(0, 64))})
-	s1.run(time.Second, func() bool { return b1.counter(qp.SendRNRErr) >= 1 })
-	if err := srq.PostRecv(&qp.RecvWR{ID: 7, SGL: sgl(b1.sge(0, 4096))}); err != nil {
+	post(t, a1, &verbs.SendWR{ID: 1, Opcode: verbs.WRSend, Flags: verbs.Signaled, SGL: sgl(a1.sge(0, 64))})
+	s1.run(time.Second, func() bool { return b1.counter(verbs.SendRNRErr) >= 1 })
+	if err := srq.PostRecv(&verbs.RecvWR{ID: 7, SGL: sgl(b1.sge(0, 4096))}); err != nil {
 		t.Fatal(err)
 	}
 	s1.waitWC(a1, 1, time.Second)
 	wcs := s1.waitWC(b1, 1, time.Second)
-	expectWC(t, a1.wcs[0], qp.WC{ID: 1, Status: qp.Success, Opcode: qp.WCSend, ByteLen: 64, QPN: a1.qp.Num()})
-	expectWC(t, wcs[0], qp.WC{ID: 7, Status: qp.Success, Opcode: qp.WCRecv, ByteLen: 64, QPN: b1.qp.Num()})
-	if a1.counter(qp.RcvdRNRErr) == 0 {
+	expectWC(t, a1.wcs[0], verbs.WC{ID: 1, Status: verbs.Success, Opcode: verbs.WCSend, ByteLen: 64, QPN: a1.qp.Num()})
+	expectWC(t, wcs[0], verbs.WC{ID: 7, Status: verbs.Success, Opcode: verbs.WCRecv, ByteLen: 64, QPN: b1.qp.Num()})
+	if a1.counter(verbs.RcvdRNRErr) == 0 {
 		t.Error("the requester saw no RNR NAK")
 	}
 }
@@ -84,18 +85,18 @@ func TestSRQEmptyRNR(t *testing.T) {
 func TestSRQErrorKeepsSharedWRs(t *testing.T) {
 	srq, s1, _, a1, _, b1, b2 := srqPair(t, 8)
 	for i := range 2 {
-		if err := srq.PostRecv(&qp.RecvWR{ID: uint64(i), SGL: sgl(b1.sge(uint64(i)*4096, 4096))}); err != nil {
+		if err := srq.PostRecv(&verbs.RecvWR{ID: uint64(i), SGL: sgl(b1.sge(uint64(i)*4096, 4096))}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := b2.qp.Modify(&qp.Attr{State: qp.Err}, qp.AttrState); err != nil {
+	if err := b2.qp.Modify(&verbs.Attr{State: verbs.Err}, verbs.AttrState); err != nil {
 		t.Fatal(err)
 	}
 	if srq.Len() != 2 || len(b1.poll()) != 0 {
 		t.Fatalf("after b2 went to ERR the SRQ holds %d WRs and the CQ %d completions; want 2 and none", srq.Len(), len(b1.wcs))
 	}
-	post(t, a1, &qp.SendWR{ID: 1, Opcode: qp.WRSend, SGL: sgl(a1.sge(0, 8))})
-	if wc := s1.waitWC(b1, 1, time.Second)[0]; wc.ID != 0 || wc.Status != qp.Success || wc.QPN != b1.qp.Num() {
+	post(t, a1, &verbs.SendWR{ID: 1, Opcode: verbs.WRSend, SGL: sgl(a1.sge(0, 8))})
+	if wc := s1.waitWC(b1, 1, time.Second)[0]; wc.ID != 0 || wc.Status != verbs.Success || wc.QPN != b1.qp.Num() {
 		t.Errorf("b1's SEND completed %v, want the SRQ's first WR", &wc)
 	}
 }
@@ -103,18 +104,18 @@ func TestSRQErrorKeepsSharedWRs(t *testing.T) {
 // TestSRQPosting: the limits of posting to an SRQ and of QPs using one.
 func TestSRQPosting(t *testing.T) {
 	srq, _, _, _, _, b1, _ := srqPair(t, 2)
-	if err := b1.qp.PostRecv(&qp.RecvWR{ID: 1}); !errors.Is(err, qp.ErrInvalid) {
+	if err := b1.qp.PostRecv(&verbs.RecvWR{ID: 1}); !errors.Is(err, qp.ErrInvalid) {
 		t.Errorf("PostRecv on a QP with an SRQ = %v, want ErrInvalid (ibv_post_recv refuses it)", err)
 	}
 	for i := range 2 {
-		if err := srq.PostRecv(&qp.RecvWR{ID: uint64(i)}); err != nil {
+		if err := srq.PostRecv(&verbs.RecvWR{ID: uint64(i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := srq.PostRecv(&qp.RecvWR{ID: 3}); !errors.Is(err, qp.ErrNoMem) {
+	if err := srq.PostRecv(&verbs.RecvWR{ID: 3}); !errors.Is(err, qp.ErrNoMem) {
 		t.Errorf("PostRecv on a full SRQ = %v, want ErrNoMem", err)
 	}
-	if err := srq.PostRecv(&qp.RecvWR{ID: 4, SGL: make([]qp.SGE, 3)}); !errors.Is(err, qp.ErrInvalid) {
+	if err := srq.PostRecv(&verbs.RecvWR{ID: 4, SGL: make([]verbs.SGE, 3)}); !errors.Is(err, qp.ErrInvalid) {
 		t.Errorf("PostRecv with more SGEs than the SRQ's max_sge = %v, want ErrInvalid", err)
 	}
 	for _, c := range []struct{ depth, sge int }{{0, 1}, {1, 0}, {1, 33}, {-1, 1}} {

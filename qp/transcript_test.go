@@ -13,7 +13,7 @@ import (
 
 	"github.com/softnic/softnic/internal/datadriven"
 	"github.com/softnic/softnic/mr"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -100,7 +100,7 @@ func (e *transcriptEnv) do(t *testing.T, d *datadriven.TestData) string {
 		e.post(t, d)
 	case "post-recv":
 		h := e.host(t, d, 0)
-		postRecv(t, h, &qp.RecvWR{ID: uint64(e.num(t, d, "id", 0)), SGL: sgl(h.sge(uint64(e.num(t, d, "off", 0)), uint32(e.num(t, d, "len", -1))))})
+		postRecv(t, h, &verbs.RecvWR{ID: uint64(e.num(t, d, "id", 0)), SGL: sgl(h.sge(uint64(e.num(t, d, "off", 0)), uint32(e.num(t, d, "len", -1))))})
 	case "wait":
 		e.wait(t, d)
 	case "settle":
@@ -110,7 +110,7 @@ func (e *transcriptEnv) do(t *testing.T, d *datadriven.TestData) string {
 		h.poll()
 		for _, wc := range h.wcs[e.seen[h]:] {
 			fmt.Fprintf(&out, "%s: %v", h.name, &wc)
-			if wc.Flags&qp.WCWithImm != 0 {
+			if wc.Flags&verbs.WCWithImm != 0 {
 				fmt.Fprintf(&out, " imm=%#x", wc.Imm)
 			}
 			out.WriteString("\n")
@@ -166,13 +166,13 @@ func (e *transcriptEnv) pair(t *testing.T, d *datadriven.TestData) {
 			*f.v = uint8(e.num(t, d, f.key, -1))
 		}
 	}
-	typ := qp.RC
+	typ := verbs.RC
 	if v, ok := d.Arg("type"); ok {
-		i := slices.IndexFunc([]qp.Type{qp.RC, qp.UC, qp.UD}, func(x qp.Type) bool { return len(v) == 1 && x.String() == v[0] })
+		i := slices.IndexFunc([]verbs.Type{verbs.RC, verbs.UC, verbs.UD}, func(x verbs.Type) bool { return len(v) == 1 && x.String() == v[0] })
 		if i < 0 {
 			d.Fatalf(t, "type %v: want RC, UC or UD", v)
 		}
-		typ = []qp.Type{qp.RC, qp.UC, qp.UD}[i]
+		typ = []verbs.Type{verbs.RC, verbs.UC, verbs.UD}[i]
 	}
 	e.s, _, _ = pairOf(t, typ, attr)
 	e.shown, e.seen, e.drops = 0, map[*host]int{}, nil
@@ -247,7 +247,7 @@ func (e *transcriptEnv) access(t *testing.T, d *datadriven.TestData) {
 			d.Fatalf(t, "access %q: want read, write or atomic", a.Key)
 		}
 	}
-	if err := h.qp.Modify(&qp.Attr{AccessFlags: acc}, qp.AttrAccessFlags); err != nil {
+	if err := h.qp.Modify(&verbs.Attr{AccessFlags: acc}, verbs.AttrAccessFlags); err != nil {
 		d.Fatalf(t, "%v", err)
 	}
 }
@@ -294,21 +294,21 @@ func (e *transcriptEnv) post(t *testing.T, d *datadriven.TestData) {
 	h := e.host(t, d, 0)
 	peer := e.s.peer(h)
 	name, _ := d.Arg("op")
-	op := qp.WROpcode(0)
+	op := verbs.WROpcode(0)
 	for op.String() != strings.Join(name, "") {
 		if op++; op == 0 {
 			d.Fatalf(t, "no work request opcode %v", name)
 		}
 	}
-	wr := &qp.SendWR{ID: uint64(e.num(t, d, "id", 0)), Opcode: op,
+	wr := &verbs.SendWR{ID: uint64(e.num(t, d, "id", 0)), Opcode: op,
 		SGL:        sgl(h.sge(uint64(e.num(t, d, "off", 0)), uint32(e.num(t, d, "len", -1)))),
 		RemoteAddr: peer.va(uint64(e.num(t, d, "remote", 0))), RKey: peer.region.RKey() ^ uint32(e.num(t, d, "rkey-xor", 0)),
 		CompareAdd: uint64(max(e.num(t, d, "add", 0), e.num(t, d, "compare", 0))), Swap: uint64(e.num(t, d, "swap", 0)),
 		Imm: uint32(e.num(t, d, "imm", 0))}
 	for _, f := range []struct {
 		name string
-		flag qp.SendFlags
-	}{{"signaled", qp.Signaled}, {"fence", qp.Fence}} {
+		flag verbs.SendFlags
+	}{{"signaled", verbs.Signaled}, {"fence", verbs.Fence}} {
 		if _, ok := d.Arg(f.name); ok {
 			wr.Flags |= f.flag
 		}

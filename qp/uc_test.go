@@ -8,6 +8,7 @@ import (
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -30,28 +31,28 @@ func countFrom(h *host, n *int) func(*host, *wire.Packet) bool {
 func TestUCOperations(t *testing.T) {
 	cases := []struct {
 		name   string
-		op     qp.WROpcode
-		recv   bool        // the message consumes a receive WR
-		recvOp qp.WCOpcode // its opcode at the responder
+		op     verbs.WROpcode
+		recv   bool           // the message consumes a receive WR
+		recvOp verbs.WCOpcode // its opcode at the responder
 		imm    bool
 	}{
-		{"write", qp.WRWrite, false, 0, false},
-		{"write-imm", qp.WRWriteImm, true, qp.WCRecvWriteImm, true},
-		{"send", qp.WRSend, true, qp.WCRecv, false},
-		{"send-imm", qp.WRSendImm, true, qp.WCRecv, true},
+		{"write", verbs.WRWrite, false, 0, false},
+		{"write-imm", verbs.WRWriteImm, true, verbs.WCRecvWriteImm, true},
+		{"send", verbs.WRSend, true, verbs.WCRecv, false},
+		{"send-imm", verbs.WRSendImm, true, verbs.WCRecv, true},
 	}
 	for _, c := range cases {
 		for _, n := range []uint32{0, 100, 3*testMTU + 5} {
 			t.Run(c.name+"/"+itoa(n), func(t *testing.T) {
-				s, a, b := pairOf(t, qp.UC, defaultAttr())
+				s, a, b := pairOf(t, verbs.UC, defaultAttr())
 				var fromB int
 				s.drop = countFrom(b, &fromB)
 				fill(a.buf[:n], 7)
 				if c.recv {
-					postRecv(t, b, &qp.RecvWR{ID: 50, SGL: sgl(b.sge(8192, 8192))})
+					postRecv(t, b, &verbs.RecvWR{ID: 50, SGL: sgl(b.sge(8192, 8192))})
 				}
-				wr := &qp.SendWR{ID: 1, Opcode: c.op, Flags: qp.Signaled, SGL: sgl(a.sge(0, n)), Imm: 0xBEEF}
-				if c.op == qp.WRWrite || c.op == qp.WRWriteImm {
+				wr := &verbs.SendWR{ID: 1, Opcode: c.op, Flags: verbs.Signaled, SGL: sgl(a.sge(0, n)), Imm: 0xBEEF}
+				if c.op == verbs.WRWrite || c.op == verbs.WRWriteImm {
 					wr.RemoteAddr, wr.RKey = b.va(8192), b.region.RKey()
 				}
 				post(t, a, wr)
@@ -59,12 +60,12 @@ func TestUCOperations(t *testing.T) {
 				if got := a.poll(); len(got) != 1 {
 					t.Fatalf("%d completions once the packets are sent, want 1 before anything arrives", len(got))
 				}
-				want := qp.WC{ID: 1, Status: qp.Success, Opcode: qp.WCSend, ByteLen: n, QPN: a.qp.Num()}
-				if c.op == qp.WRWrite || c.op == qp.WRWriteImm {
-					want.Opcode = qp.WCWrite
+				want := verbs.WC{ID: 1, Status: verbs.Success, Opcode: verbs.WCSend, ByteLen: n, QPN: a.qp.Num()}
+				if c.op == verbs.WRWrite || c.op == verbs.WRWriteImm {
+					want.Opcode = verbs.WCWrite
 				}
 				if c.imm {
-					want.Flags = qp.WCWithImm
+					want.Flags = verbs.WCWithImm
 				}
 				expectWC(t, a.wcs[0], want)
 				s.settle(time.Second)
@@ -84,9 +85,9 @@ func TestUCOperations(t *testing.T) {
 				if len(got) != 1 {
 					t.Fatalf("%d receive completions, want 1", len(got))
 				}
-				want = qp.WC{ID: 50, Status: qp.Success, Opcode: c.recvOp, ByteLen: n, QPN: b.qp.Num()}
+				want = verbs.WC{ID: 50, Status: verbs.Success, Opcode: c.recvOp, ByteLen: n, QPN: b.qp.Num()}
 				if c.imm {
-					want.Flags, want.Imm = qp.WCWithImm, 0xBEEF
+					want.Flags, want.Imm = verbs.WCWithImm, 0xBEEF
 				}
 				expectWC(t, got[0], want)
 			})
@@ -98,28 +99,28 @@ func TestUCOperations(t *testing.T) {
 // (IBTA class D; rxe drops it), never RNR-NAKed: UC has no NAKs. The next
 // SEND, once a receive WR is posted, is delivered.
 func TestUCSendWithoutRecvWR(t *testing.T) {
-	s, a, b := pairOf(t, qp.UC, defaultAttr())
+	s, a, b := pairOf(t, verbs.UC, defaultAttr())
 	var fromB int
 	s.drop = countFrom(b, &fromB)
 	fill(a.buf[:2*testMTU], 3)
-	post(t, a, &qp.SendWR{ID: 1, Opcode: qp.WRSend, Flags: qp.Signaled, SGL: sgl(a.sge(0, 2*testMTU))})
+	post(t, a, &verbs.SendWR{ID: 1, Opcode: verbs.WRSend, Flags: verbs.Signaled, SGL: sgl(a.sge(0, 2*testMTU))})
 	s.settle(time.Second)
-	if n := b.counter(qp.UCDroppedMsgs); n != 1 {
+	if n := b.counter(verbs.UCDroppedMsgs); n != 1 {
 		t.Errorf("uc_dropped_msgs = %d, want 1", n)
 	}
-	if n := b.counter(qp.SendRNRErr); n != 0 || fromB != 0 {
+	if n := b.counter(verbs.SendRNRErr); n != 0 || fromB != 0 {
 		t.Errorf("b sent %d packets (%d RNR NAKs), want none", fromB, n)
 	}
-	postRecv(t, b, &qp.RecvWR{ID: 5, SGL: sgl(b.sge(0, 4096))})
-	post(t, a, &qp.SendWR{ID: 2, Opcode: qp.WRSend, Flags: qp.Signaled, SGL: sgl(a.sge(100, 300))})
+	postRecv(t, b, &verbs.RecvWR{ID: 5, SGL: sgl(b.sge(0, 4096))})
+	post(t, a, &verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.Signaled, SGL: sgl(a.sge(100, 300))})
 	s.settle(time.Second)
 	wcs := a.poll()
 	if len(wcs) != 2 {
 		t.Fatalf("a has %d completions, want 2: a UC SEND completes once sent, received or not", len(wcs))
 	}
-	expectWC(t, wcs[0], qp.WC{ID: 1, Status: qp.Success, Opcode: qp.WCSend, ByteLen: 2 * testMTU, QPN: a.qp.Num()})
-	expectWC(t, wcs[1], qp.WC{ID: 2, Status: qp.Success, Opcode: qp.WCSend, ByteLen: 300, QPN: a.qp.Num()})
-	expectWC(t, b.onlyWC(t), qp.WC{ID: 5, Status: qp.Success, Opcode: qp.WCRecv, ByteLen: 300, QPN: b.qp.Num()})
+	expectWC(t, wcs[0], verbs.WC{ID: 1, Status: verbs.Success, Opcode: verbs.WCSend, ByteLen: 2 * testMTU, QPN: a.qp.Num()})
+	expectWC(t, wcs[1], verbs.WC{ID: 2, Status: verbs.Success, Opcode: verbs.WCSend, ByteLen: 300, QPN: a.qp.Num()})
+	expectWC(t, b.onlyWC(t), verbs.WC{ID: 5, Status: verbs.Success, Opcode: verbs.WCRecv, ByteLen: 300, QPN: b.qp.Num()})
 	if !bytes.Equal(b.buf[:300], a.buf[100:400]) {
 		t.Error("received data differs")
 	}
@@ -140,26 +141,26 @@ func TestUCRemoteErrorsDropped(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			s, a, b := pairOf(t, qp.UC, defaultAttr())
-			if err := b.qp.Modify(&qp.Attr{AccessFlags: c.access}, qp.AttrAccessFlags); err != nil {
+			s, a, b := pairOf(t, verbs.UC, defaultAttr())
+			if err := b.qp.Modify(&verbs.Attr{AccessFlags: c.access}, verbs.AttrAccessFlags); err != nil {
 				t.Fatal(err)
 			}
 			var fromB int
 			s.drop = countFrom(b, &fromB)
 			fill(a.buf[:64], 9)
-			postRecv(t, b, &qp.RecvWR{ID: 5, SGL: sgl(b.sge(4096, 64))})
-			post(t, a, &qp.SendWR{ID: 1, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: sgl(a.sge(0, 64)), RemoteAddr: b.va(0), RKey: c.rkey(b)})
-			post(t, a, &qp.SendWR{ID: 2, Opcode: qp.WRSend, Flags: qp.Signaled, SGL: sgl(a.sge(0, 64))})
+			postRecv(t, b, &verbs.RecvWR{ID: 5, SGL: sgl(b.sge(4096, 64))})
+			post(t, a, &verbs.SendWR{ID: 1, Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: sgl(a.sge(0, 64)), RemoteAddr: b.va(0), RKey: c.rkey(b)})
+			post(t, a, &verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.Signaled, SGL: sgl(a.sge(0, 64))})
 			s.settle(time.Second)
-			if got := a.poll(); len(got) != 2 || got[0].Status != qp.Success || got[1].Status != qp.Success {
+			if got := a.poll(); len(got) != 2 || got[0].Status != verbs.Success || got[1].Status != verbs.Success {
 				t.Fatalf("requester completions %v, want two successes", got)
 			}
 			if !bytes.Equal(b.buf[:64], make([]byte, 64)) {
 				t.Error("the refused WRITE was placed")
 			}
-			expectWC(t, b.onlyWC(t), qp.WC{ID: 5, Status: qp.Success, Opcode: qp.WCRecv, ByteLen: 64, QPN: b.qp.Num()})
-			if b.qp.State() != qp.RTS || fromB != 0 || b.counter(qp.UCDroppedMsgs) != 1 {
-				t.Errorf("b is %s, sent %d packets, dropped %d messages; want RTS, none, 1", b.qp.State(), fromB, b.counter(qp.UCDroppedMsgs))
+			expectWC(t, b.onlyWC(t), verbs.WC{ID: 5, Status: verbs.Success, Opcode: verbs.WCRecv, ByteLen: 64, QPN: b.qp.Num()})
+			if b.qp.State() != verbs.RTS || fromB != 0 || b.counter(verbs.UCDroppedMsgs) != 1 {
+				t.Errorf("b is %s, sent %d packets, dropped %d messages; want RTS, none, 1", b.qp.State(), fromB, b.counter(verbs.UCDroppedMsgs))
 			}
 		})
 	}
@@ -169,16 +170,16 @@ func TestUCRemoteErrorsDropped(t *testing.T) {
 // invalidate (IBTA table 38 lists them for RC only); posting them fails
 // with EINVAL, as ibv_post_send does on rxe.
 func TestUCRefusesReadAndAtomics(t *testing.T) {
-	_, a, b := pairOf(t, qp.UC, defaultAttr())
-	for _, op := range []qp.WROpcode{qp.WRRead, qp.WRCompareSwap, qp.WRFetchAdd, qp.WRAtomicWrite, qp.WRSendInv} {
+	_, a, b := pairOf(t, verbs.UC, defaultAttr())
+	for _, op := range []verbs.WROpcode{verbs.WRRead, verbs.WRCompareSwap, verbs.WRFetchAdd, verbs.WRAtomicWrite, verbs.WRSendInv} {
 		t.Run(op.String(), func(t *testing.T) {
-			err := a.qp.PostSend(&qp.SendWR{ID: 1, Opcode: op, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(0), RKey: b.region.RKey()})
+			err := a.qp.PostSend(&verbs.SendWR{ID: 1, Opcode: op, SGL: sgl(a.sge(0, 8)), RemoteAddr: b.va(0), RKey: b.region.RKey()})
 			if !errors.Is(err, qp.ErrInvalid) {
 				t.Errorf("PostSend(%s) on UC = %v, want ErrInvalid", op, err)
 			}
 		})
 	}
-	if st := a.qp.Status(); st.SendQueued != 0 || st.State != qp.RTS {
+	if st := a.qp.Status(); st.SendQueued != 0 || st.State != verbs.RTS {
 		t.Errorf("after refused posts a is %+v, want RTS with nothing queued", st)
 	}
 }
@@ -188,18 +189,18 @@ func TestUCRefusesReadAndAtomics(t *testing.T) {
 // completes the WR with an error and moves the QP to ERR): on UC too the WR
 // completes with LOC_PROT_ERR, as on RC and UD, rather than vanish.
 func TestUCBadRecvWR(t *testing.T) {
-	s, a, b := pairOf(t, qp.UC, defaultAttr())
-	postRecv(t, b, &qp.RecvWR{ID: 1, SGL: sgl(qp.SGE{Addr: b.va(0), Length: 4096, LKey: b.region.LKey() ^ 0x100})})
-	postRecv(t, b, &qp.RecvWR{ID: 2, SGL: sgl(b.sge(0, 4096))})
-	post(t, a, &qp.SendWR{ID: 1, Opcode: qp.WRSend, SGL: sgl(a.sge(0, 64))})
+	s, a, b := pairOf(t, verbs.UC, defaultAttr())
+	postRecv(t, b, &verbs.RecvWR{ID: 1, SGL: sgl(verbs.SGE{Addr: b.va(0), Length: 4096, LKey: b.region.LKey() ^ 0x100})})
+	postRecv(t, b, &verbs.RecvWR{ID: 2, SGL: sgl(b.sge(0, 4096))})
+	post(t, a, &verbs.SendWR{ID: 1, Opcode: verbs.WRSend, SGL: sgl(a.sge(0, 64))})
 	s.settle(time.Second)
 	wcs := b.poll()
 	if len(wcs) != 2 {
 		t.Fatalf("b has %d completions %v, want the bad WR's error and the next WR's flush", len(wcs), wcs)
 	}
-	expectWC(t, wcs[0], qp.WC{ID: 1, Status: qp.LocProtErr, Opcode: qp.WCRecv, QPN: b.qp.Num()})
-	expectWC(t, wcs[1], qp.WC{ID: 2, Status: qp.WRFlushErr, Opcode: qp.WCRecv, QPN: b.qp.Num()})
-	if st := b.qp.Status(); st.State != qp.Err || st.Cause != qp.LocProtErr {
+	expectWC(t, wcs[0], verbs.WC{ID: 1, Status: verbs.LocProtErr, Opcode: verbs.WCRecv, QPN: b.qp.Num()})
+	expectWC(t, wcs[1], verbs.WC{ID: 2, Status: verbs.WRFlushErr, Opcode: verbs.WCRecv, QPN: b.qp.Num()})
+	if st := b.qp.Status(); st.State != verbs.Err || st.Cause != verbs.LocProtErr {
 		t.Errorf("b is %s (cause %s), want ERR (cause LOC_PROT_ERR)", st.State, st.Cause)
 	}
 }

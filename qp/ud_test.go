@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -16,15 +17,15 @@ const udQKey = 0x11111111 // the Q_Key connect gives UD QPs
 
 // udPair returns two UD QPs in RTS at ipA and ipB ("10.0.0.1", "[fd00::2]").
 func udPair(t *testing.T, ipA, ipB string) (*sim, *host, *host) {
-	a := newHost(t, "a", ipA, qp.UD, 0x11, qp.Config{})
-	b := newHost(t, "b", ipB, qp.UD, 0x22, qp.Config{})
+	a := newHost(t, "a", ipA, verbs.UD, 0x11, qp.Config{})
+	b := newHost(t, "b", ipB, verbs.UD, 0x22, qp.Config{})
 	connect(t, a, b, defaultAttr())
 	return newSim(t, a, b), a, b
 }
 
 // udSend returns a SEND of n bytes at offset 0 of a's region to b's QP.
-func udSend(a, b *host, n uint32) *qp.SendWR {
-	return &qp.SendWR{ID: 1, Opcode: qp.WRSend, Flags: qp.Signaled, SGL: sgl(a.sge(0, n)),
+func udSend(a, b *host, n uint32) *verbs.SendWR {
+	return &verbs.SendWR{ID: 1, Opcode: verbs.WRSend, Flags: verbs.Signaled, SGL: sgl(a.sge(0, n)),
 		Dest: b.addr, DestQPN: b.qp.Num(), QKey: udQKey}
 }
 
@@ -57,16 +58,16 @@ func TestUDSend(t *testing.T) {
 					}
 					fill(a.buf[:n], 4)
 					const off = 4096 // of the receive buffer in b's region
-					postRecv(t, b, &qp.RecvWR{ID: 9, SGL: sgl(b.sge(off, wire.GRHSize+4096))})
+					postRecv(t, b, &verbs.RecvWR{ID: 9, SGL: sgl(b.sge(off, wire.GRHSize+4096))})
 					wr := udSend(a, b, n)
 					if imm {
-						wr.Opcode, wr.Imm = qp.WRSendImm, 0xABCD
+						wr.Opcode, wr.Imm = verbs.WRSendImm, 0xABCD
 					}
 					post(t, a, wr)
 					s.transmitAll()
-					want := qp.WC{ID: 1, Status: qp.Success, Opcode: qp.WCSend, ByteLen: n, QPN: a.qp.Num()}
+					want := verbs.WC{ID: 1, Status: verbs.Success, Opcode: verbs.WCSend, ByteLen: n, QPN: a.qp.Num()}
 					if imm {
-						want.Flags = qp.WCWithImm
+						want.Flags = verbs.WCWithImm
 					}
 					if got := a.poll(); len(got) != 1 {
 						t.Fatalf("%d send completions once sent, want 1", len(got))
@@ -74,10 +75,10 @@ func TestUDSend(t *testing.T) {
 					expectWC(t, a.wcs[0], want)
 
 					wcs := s.waitWC(b, 1, time.Second)
-					want = qp.WC{ID: 9, Status: qp.Success, Opcode: qp.WCRecv, Flags: qp.WCGRH, ByteLen: wire.GRHSize + n,
+					want = verbs.WC{ID: 9, Status: verbs.Success, Opcode: verbs.WCRecv, Flags: verbs.WCGRH, ByteLen: wire.GRHSize + n,
 						QPN: b.qp.Num(), SrcQPN: a.qp.Num(), Src: a.addr}
 					if imm {
-						want.Flags |= qp.WCWithImm
+						want.Flags |= verbs.WCWithImm
 						want.Imm = 0xABCD
 					}
 					expectWC(t, wcs[0], want)
@@ -166,7 +167,7 @@ func TestUDQKey(t *testing.T) {
 				sent = append(sent, p.DETH.QKey())
 				return false
 			}
-			postRecv(t, b, &qp.RecvWR{ID: 9, SGL: sgl(b.sge(0, 4096))})
+			postRecv(t, b, &verbs.RecvWR{ID: 9, SGL: sgl(b.sge(0, 4096))})
 			wr := udSend(a, b, 10)
 			wr.QKey = c.wrQKey
 			post(t, a, wr)
@@ -174,7 +175,7 @@ func TestUDQKey(t *testing.T) {
 			if len(sent) != 1 || sent[0] != c.wireQKey {
 				t.Errorf("Q_Keys on the wire %#x, want [%#x]", sent, c.wireQKey)
 			}
-			got, dropped := len(b.poll()), b.counter(qp.BadQKey)
+			got, dropped := len(b.poll()), b.counter(verbs.BadQKey)
 			if c.delivered && (got != 1 || dropped != 0) || !c.delivered && (got != 0 || dropped != 1) {
 				t.Errorf("b has %d completions and bad_qkey %d; delivered should be %v", got, dropped, c.delivered)
 			}
@@ -200,12 +201,12 @@ func TestUDLimits(t *testing.T) {
 		s, a, b := udPair(t, "10.0.0.1", "10.0.0.2")
 		post(t, a, udSend(a, b, 10))
 		s.settle(time.Second)
-		if n := b.counter(qp.UDDropped); n != 1 || len(b.poll()) != 0 || b.qp.State() != qp.RTS {
+		if n := b.counter(verbs.UDDropped); n != 1 || len(b.poll()) != 0 || b.qp.State() != verbs.RTS {
 			t.Errorf("ud_dropped %d, %d completions, b %s; want 1, none, RTS", n, len(b.wcs), b.qp.State())
 		}
-		postRecv(t, b, &qp.RecvWR{ID: 3, SGL: sgl(b.sge(0, 100))})
+		postRecv(t, b, &verbs.RecvWR{ID: 3, SGL: sgl(b.sge(0, 100))})
 		post(t, a, udSend(a, b, 10))
-		if wc := s.waitWC(b, 1, time.Second)[0]; wc.ID != 3 || wc.Status != qp.Success {
+		if wc := s.waitWC(b, 1, time.Second)[0]; wc.ID != 3 || wc.Status != verbs.Success {
 			t.Errorf("the next datagram completed %v, want WR 3 successfully", &wc)
 		}
 	})
@@ -214,10 +215,10 @@ func TestUDLimits(t *testing.T) {
 		// completes with LOC_LEN_ERR and nothing is written past it.
 		s, a, b := udPair(t, "10.0.0.1", "10.0.0.2")
 		fill(a.buf[:100], 6)
-		postRecv(t, b, &qp.RecvWR{ID: 4, SGL: sgl(b.sge(0, wire.GRHSize+99))})
+		postRecv(t, b, &verbs.RecvWR{ID: 4, SGL: sgl(b.sge(0, wire.GRHSize+99))})
 		post(t, a, udSend(a, b, 100))
 		wc := s.waitWC(b, 1, time.Second)[0]
-		expectWC(t, wc, qp.WC{ID: 4, Status: qp.LocLenErr, Opcode: qp.WCRecv, QPN: b.qp.Num(), Flags: qp.WCGRH, SrcQPN: a.qp.Num(), Src: a.addr})
+		expectWC(t, wc, verbs.WC{ID: 4, Status: verbs.LocLenErr, Opcode: verbs.WCRecv, QPN: b.qp.Num(), Flags: verbs.WCGRH, SrcQPN: a.qp.Num(), Src: a.addr})
 		if !bytes.Equal(b.buf[:256], make([]byte, 256)) {
 			t.Error("a datagram too large for the receive WR was written")
 		}

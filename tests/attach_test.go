@@ -24,6 +24,7 @@ import (
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // shmRingSize is the size of the send ring of a QP with n WRs and the
@@ -196,18 +197,18 @@ func runWorker() error {
 	}
 	remote := base + uint64(index*workerSize)
 	src, back := m.Bytes()[:workerSize], m.Bytes()[workerSize:]
-	var wc [1]qp.WC
+	var wc [1]verbs.WC
 	for r := range rounds {
 		pattern(src, index, r)
-		for i, wr := range []qp.SendWR{
-			{ID: 1, Opcode: qp.WRWrite, SGL: []qp.SGE{m.SGE(0, workerSize)}, RemoteAddr: remote, RKey: rkey},
-			{ID: 2, Opcode: qp.WRRead, Flags: qp.Signaled, SGL: []qp.SGE{m.SGE(workerSize, workerSize)}, RemoteAddr: remote, RKey: rkey},
+		for i, wr := range []verbs.SendWR{
+			{ID: 1, Opcode: verbs.WRWrite, SGL: []verbs.SGE{m.SGE(0, workerSize)}, RemoteAddr: remote, RKey: rkey},
+			{ID: 2, Opcode: verbs.WRRead, Flags: verbs.Signaled, SGL: []verbs.SGE{m.SGE(workerSize, workerSize)}, RemoteAddr: remote, RKey: rkey},
 		} {
 			if err := conn.QP().PostSend(&wr); err != nil {
 				return fmt.Errorf("round %d, post %d: %w", r, i, err)
 			}
 		}
-		if _, err := cq.Wait(ctx, wc[:]); err != nil || wc[0].Status != qp.Success {
+		if _, err := cq.Wait(ctx, wc[:]); err != nil || wc[0].Status != verbs.Success {
 			return fmt.Errorf("round %d: completion %v, %v", r, wc[0].String(), err)
 		}
 		if !bytes.Equal(src, back) {
@@ -507,20 +508,20 @@ func TestAttachedRingCorrupted(t *testing.T) {
 	// The victim's send ring has a size of its own, to find it by.
 	const victimWRs = 100
 	victim, healthy := dial(1, victimWRs), dial(2, 0)
-	write := func(c *nic.Conn, index int) qp.WC {
+	write := func(c *nic.Conn, index int) verbs.WC {
 		t.Helper()
-		wr := qp.SendWR{ID: 7, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{m.SGE(0, 4096)},
+		wr := verbs.SendWR{ID: 7, Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{m.SGE(0, 4096)},
 			RemoteAddr: tg.mr.Addr() + uint64(index*workerSize), RKey: tg.mr.RKey()}
 		if err := c.QP().PostSend(&wr); err != nil {
 			t.Fatal(err)
 		}
-		var wc [1]qp.WC
+		var wc [1]verbs.WC
 		if _, err := cq.Wait(ctx, wc[:]); err != nil {
 			t.Fatal(err)
 		}
 		return wc[0]
 	}
-	if wc := write(victim, 1); wc.Status != qp.Success {
+	if wc := write(victim, 1); wc.Status != verbs.Success {
 		t.Fatalf("the victim's WRITE before the garbage: %v", wc.String())
 	}
 	io.WriteString(w.stdin, "go\n")
@@ -542,16 +543,16 @@ func TestAttachedRingCorrupted(t *testing.T) {
 	if err := victim.QP().RingDoorbell(); err != nil {
 		t.Fatal(err)
 	}
-	var wc [1]qp.WC
-	if _, err := cq.Wait(ctx, wc[:]); err != nil || wc[0].Status != qp.LocQPOpErr || wc[0].QPN != victim.QP().Num() {
+	var wc [1]verbs.WC
+	if _, err := cq.Wait(ctx, wc[:]); err != nil || wc[0].Status != verbs.LocQPOpErr || wc[0].QPN != victim.QP().Num() {
 		t.Fatalf("after the garbage: completion %v, %v; want LOC_QP_OP_ERR of QP %#x", wc[0].String(), err, victim.QP().Num())
 	}
-	if st := victim.QP().Status(); st.State != qp.Err {
+	if st := victim.QP().Status(); st.State != verbs.Err {
 		t.Errorf("the victim QP is %s, want ERR", st.State)
 	}
 
 	// Everything else goes on.
-	if wc := write(healthy, 2); wc.Status != qp.Success {
+	if wc := write(healthy, 2); wc.Status != verbs.Success {
 		t.Errorf("the process's other QP after the garbage: %v", wc.String())
 	}
 	w.expect(t, "done")

@@ -13,7 +13,7 @@ import (
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/nicbench"
 	"github.com/softnic/softnic/nic/udp/udptest"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // The benchmarks measure softnic with nicbench's workloads (fi_rmabw's,
@@ -152,7 +152,7 @@ func newInitiator(tb testing.TB, open, peer func(testing.TB, nic.Config) *nic.De
 // transfer runs n 64 KiB WRITEs, 64 in flight, and returns the time they
 // took.
 func transfer(tb testing.TB, in *nicbench.Initiator, n int) time.Duration {
-	_, d, err := in.Throughput(qp.WRWrite, nicbench.LargeSize, nicbench.Window, 1, nicbench.Poll, nicbench.Limit{Ops: n})
+	_, d, err := in.Throughput(verbs.WRWrite, nicbench.LargeSize, nicbench.Window, 1, nicbench.Poll, nicbench.Limit{Ops: n})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -259,7 +259,7 @@ func BenchmarkAttachedWrite8Latency(b *testing.B) {
 				p := [2]*nicbench.Initiator{newInitiator(b, openDevice, d.peer), newInitiator(b, d.open, d.peer)}
 				b.ReportAllocs()
 				b.ResetTimer()
-				l, err := nicbench.LatencyRounds(&p, qp.WRWrite, by, b.N)
+				l, err := nicbench.LatencyRounds(&p, verbs.WRWrite, by, b.N)
 				b.StopTimer()
 				if err != nil {
 					b.Fatal(err)

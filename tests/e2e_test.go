@@ -12,7 +12,7 @@ import (
 
 	"github.com/softnic/softnic/netem"
 	"github.com/softnic/softnic/nic"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // TestRandomOpsThroughFaults runs 10,000 random operations (every opcode,
@@ -117,7 +117,7 @@ type worker struct {
 }
 
 type op struct {
-	wr       qp.SendWR
+	wr       verbs.SendWR
 	off, n   int    // the remote range, relative to the QP's area of b
 	readWant []byte // READ: the model at posting time
 	casWant  uint64 // COMPARE_SWAP: the original value it must return
@@ -138,40 +138,40 @@ func (w *worker) post(i int, seq int, recvs *[][]byte, cas *uint64) (*op, error)
 	n := w.size()
 	off := w.rng.IntN(dataLen - n + 1)
 	o.off, o.n = off, n
-	o.wr = qp.SendWR{ID: uint64(i), Flags: qp.Signaled, RemoteAddr: w.mb.Addr() + uint64(w.bOff+off), RKey: w.mb.RKey()}
+	o.wr = verbs.SendWR{ID: uint64(i), Flags: verbs.Signaled, RemoteAddr: w.mb.Addr() + uint64(w.bOff+off), RKey: w.mb.RKey()}
 	k := w.rng.IntN(20)
 	if k < 7 && w.overlapsRead(off, n) {
 		k = 8 // a retried READ is executed again (IBTA 9.4.4): never WRITE under one
 	}
 	switch {
 	case k < 7: // WRITE, sometimes with immediate
-		o.wr.Opcode = qp.WRWrite
+		o.wr.Opcode = verbs.WRWrite
 		fillRandom(w.rng, aMem[src:src+n])
 		copy(w.model[off:], aMem[src:src+n])
-		o.wr.SGL = []qp.SGE{w.ma.SGE(src, n)}
+		o.wr.SGL = []verbs.SGE{w.ma.SGE(src, n)}
 		if k == 0 {
-			o.wr.Opcode, o.wr.Imm = qp.WRWriteImm, uint32(seq)
-			if err := w.l.B.PostRecv(&qp.RecvWR{ID: uint64(seq)}); err != nil {
+			o.wr.Opcode, o.wr.Imm = verbs.WRWriteImm, uint32(seq)
+			if err := w.l.B.PostRecv(&verbs.RecvWR{ID: uint64(seq)}); err != nil {
 				return nil, err
 			}
 			*recvs = append(*recvs, nil)
 		}
 	case k < 12: // READ
-		o.wr.Opcode = qp.WRRead
-		o.wr.SGL = []qp.SGE{w.ma.SGE(src, n)}
+		o.wr.Opcode = verbs.WRRead
+		o.wr.SGL = []verbs.SGE{w.ma.SGE(src, n)}
 		o.readWant = bytes.Clone(w.model[off : off+n])
 	case k < 15: // FETCH_ADD on the counter all QPs share
 		add := w.rng.Uint64N(1 << 20)
-		o.wr.Opcode, o.wr.CompareAdd = qp.WRFetchAdd, add
+		o.wr.Opcode, o.wr.CompareAdd = verbs.WRFetchAdd, add
 		o.wr.RemoteAddr = w.mb.Addr() + uint64(w.counterOff)
-		o.wr.SGL = []qp.SGE{w.ma.SGE(src, 8)}
+		o.wr.SGL = []verbs.SGE{w.ma.SGE(src, 8)}
 		o.off, o.n = 0, 0
 		w.added += add
 	case k < 17: // COMPARE_SWAP stepping this QP's word: always matches
-		o.wr.Opcode = qp.WRCompareSwap
+		o.wr.Opcode = verbs.WRCompareSwap
 		o.wr.RemoteAddr = w.mb.Addr() + uint64(w.bOff+casOff)
 		o.wr.CompareAdd, o.wr.Swap = *cas, *cas+1
-		o.wr.SGL = []qp.SGE{w.ma.SGE(src, 8)}
+		o.wr.SGL = []verbs.SGE{w.ma.SGE(src, 8)}
 		o.casWant = *cas
 		o.off, o.n = 0, 0
 		*cas++
@@ -184,20 +184,20 @@ func (w *worker) post(i int, seq int, recvs *[][]byte, cas *uint64) (*op, error)
 			}
 		}
 		o.off, o.n = off, 8
-		o.wr.Opcode, o.wr.Swap = qp.WRAtomicWrite, w.rng.Uint64()
+		o.wr.Opcode, o.wr.Swap = verbs.WRAtomicWrite, w.rng.Uint64()
 		o.wr.RemoteAddr = w.mb.Addr() + uint64(w.bOff+off)
 		binary.NativeEndian.PutUint64(w.model[off:], o.wr.Swap)
 	default: // SEND, sometimes with immediate
-		o.wr.Opcode = qp.WRSend
+		o.wr.Opcode = verbs.WRSend
 		if k == 19 {
-			o.wr.Opcode, o.wr.Imm = qp.WRSendImm, 42
+			o.wr.Opcode, o.wr.Imm = verbs.WRSendImm, 42
 		}
 		n = min(n, recvSize)
 		o.off, o.n = 0, 0
 		fillRandom(w.rng, aMem[src:src+n])
-		o.wr.SGL = []qp.SGE{w.ma.SGE(src, n)}
+		o.wr.SGL = []verbs.SGE{w.ma.SGE(src, n)}
 		buf := w.bOff + recvOff + len(*recvs)%nRecv*recvSize
-		if err := w.l.B.PostRecv(&qp.RecvWR{ID: uint64(seq), SGL: []qp.SGE{w.mb.SGE(buf, recvSize)}}); err != nil {
+		if err := w.l.B.PostRecv(&verbs.RecvWR{ID: uint64(seq), SGL: []verbs.SGE{w.mb.SGE(buf, recvSize)}}); err != nil {
 			return nil, err
 		}
 		*recvs = append(*recvs, bytes.Clone(aMem[src:src+n]))
@@ -210,7 +210,7 @@ func (w *worker) post(i int, seq int, recvs *[][]byte, cas *uint64) (*op, error)
 
 func (w *worker) overlapsRead(off, n int) bool {
 	for _, o := range w.inflight {
-		if o != nil && o.wr.Opcode == qp.WRRead && off < o.off+o.n && o.off < off+n {
+		if o != nil && o.wr.Opcode == verbs.WRRead && off < o.off+o.n && o.off < off+n {
 			return true
 		}
 	}
@@ -239,16 +239,16 @@ func (w *worker) run(total int) error {
 			return fmt.Errorf("after %d ops: %w\nrequester %+v\nresponder %+v", done, err, w.l.A.Status(), w.l.B.Status())
 		}
 		o := w.inflight[wc.ID]
-		if wc.Status != qp.Success {
+		if wc.Status != verbs.Success {
 			return fmt.Errorf("op %d (%s of %d bytes) completed with %s", done, o.wr.Opcode, o.n, wc.Status)
 		}
 		result := aMem[w.aOff+int(wc.ID)*maxOp:]
 		switch o.wr.Opcode {
-		case qp.WRRead:
+		case verbs.WRRead:
 			if !bytes.Equal(result[:o.n], o.readWant) {
 				return fmt.Errorf("op %d: READ of %d bytes returned data that differs from the model", done, o.n)
 			}
-		case qp.WRCompareSwap:
+		case verbs.WRCompareSwap:
 			if got := binary.NativeEndian.Uint64(result); got != o.casWant {
 				return fmt.Errorf("op %d: COMPARE_SWAP returned %d, want %d", done, got, o.casWant)
 			}
@@ -258,7 +258,7 @@ func (w *worker) run(total int) error {
 		// b completes a receive before it acknowledges the request, so
 		// every receive of a completed SEND is in b's CQ by now.
 		for {
-			var rwc [1]qp.WC
+			var rwc [1]verbs.WC
 			n, err := w.l.BCQ.Poll(rwc[:])
 			if err != nil {
 				return err
@@ -266,7 +266,7 @@ func (w *worker) run(total int) error {
 			if n == 0 {
 				break
 			}
-			if rwc[0].Status != qp.Success {
+			if rwc[0].Status != verbs.Success {
 				return fmt.Errorf("receive %d completed with %s", received, rwc[0].Status)
 			}
 			if want := recvs[received]; want != nil {
@@ -288,10 +288,10 @@ func (w *worker) run(total int) error {
 	return nil
 }
 
-func waitWC2(cq *nic.CQ) (qp.WC, error) {
+func waitWC2(cq *nic.CQ) (verbs.WC, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var wc [1]qp.WC
+	var wc [1]verbs.WC
 	_, err := cq.Wait(ctx, wc[:])
 	return wc[0], err
 }

@@ -19,7 +19,7 @@ import (
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/attachd"
 	"github.com/softnic/softnic/nic/nicbench"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 var loopback = netip.MustParseAddrPort("127.0.0.1:0")
@@ -97,11 +97,11 @@ func connectPair(t testing.TB, da, db *nic.Device, pa, pb *nic.PD, opts nic.Conn
 	return l
 }
 
-func waitWC(t testing.TB, cq *nic.CQ, timeout time.Duration) qp.WC {
+func waitWC(t testing.TB, cq *nic.CQ, timeout time.Duration) verbs.WC {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	var wc [1]qp.WC
+	var wc [1]verbs.WC
 	if _, err := cq.Wait(ctx, wc[:]); err != nil {
 		t.Fatalf("waiting for a completion: %v", err)
 	}

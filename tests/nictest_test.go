@@ -8,7 +8,7 @@ import (
 	"github.com/softnic/softnic/netem"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/nictest"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // shipper is the kind of code a softnic user tests with package nictest:
@@ -24,8 +24,8 @@ type shipper struct {
 func (s *shipper) ship(i int, rec []byte) error {
 	off := i * s.slotSize
 	copy(s.local.MR.Bytes()[off:], rec)
-	return s.local.QP.PostSend(&qp.SendWR{ID: uint64(i), Opcode: qp.WRWriteImm, Flags: qp.Signaled, Imm: uint32(i),
-		SGL: []qp.SGE{s.local.MR.SGE(off, len(rec))}, RemoteAddr: s.remote.MR.Addr() + uint64(off), RKey: s.remote.MR.RKey()})
+	return s.local.QP.PostSend(&verbs.SendWR{ID: uint64(i), Opcode: verbs.WRWriteImm, Flags: verbs.Signaled, Imm: uint32(i),
+		SGL: []verbs.SGE{s.local.MR.SGE(off, len(rec))}, RemoteAddr: s.remote.MR.Addr() + uint64(off), RKey: s.remote.MR.RKey()})
 }
 
 // record is the i-th record the test ships.
@@ -47,7 +47,7 @@ func TestNictestShipUnderLoss(t *testing.T) {
 				RegionSize: (records + 1) * slot})
 			s := &shipper{local: p.A, remote: p.B, slotSize: slot}
 			for i := range records + 1 {
-				if err := p.B.QP.PostRecv(&qp.RecvWR{ID: uint64(i)}); err != nil {
+				if err := p.B.QP.PostRecv(&verbs.RecvWR{ID: uint64(i)}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -60,11 +60,11 @@ func TestNictestShipUnderLoss(t *testing.T) {
 			}
 			got := make(map[uint32]bool)
 			for range records {
-				if wc := p.A.Wait(t); wc.Status != qp.Success {
+				if wc := p.A.Wait(t); wc.Status != verbs.Success {
 					t.Fatalf("record %d: %v", wc.ID, wc.Status)
 				}
 				wc := p.B.Wait(t)
-				if wc.Status != qp.Success || wc.Opcode != qp.WCRecvWriteImm || got[wc.Imm] {
+				if wc.Status != verbs.Success || wc.Opcode != verbs.WCRecvWriteImm || got[wc.Imm] {
 					t.Fatalf("B's completion %v, imm %d (seen: %v)", &wc, wc.Imm, got[wc.Imm])
 				}
 				got[wc.Imm] = true
@@ -90,7 +90,7 @@ func TestNictestShipUnderLoss(t *testing.T) {
 			if err := s.ship(records, record(records, size)); err != nil {
 				t.Fatal(err)
 			}
-			if wc := p.A.Wait(t); wc.Status != qp.Success {
+			if wc := p.A.Wait(t); wc.Status != verbs.Success {
 				t.Fatalf("the record shipped without faults: %v", wc.Status)
 			}
 			if wc := p.B.Wait(t); wc.Imm != records {

@@ -14,7 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/nic"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // Asynchronous events (ibv_get_async_event): IBV_EVENT_QP_FATAL when a QP
@@ -56,7 +56,7 @@ func (e *asyncEvents) drainedLocked() {
 }
 
 // qpError is nic.Config.OnQPError: the QP's IBV_EVENT_QP_FATAL.
-func (e *asyncEvents) qpError(q *nic.QP, _ qp.WCStatus) {
+func (e *asyncEvents) qpError(q *nic.QP, _ verbs.WCStatus) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if sq := e.qps[q]; sq != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/softnic/softnic/cmd/libsoftnic/internal/pages"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -291,7 +292,7 @@ var (
 //export snWCStatusStr
 func snWCStatusStr(status C.enum_ibv_wc_status) *C.char {
 	wcStrOnce.Do(func() {
-		for s := qp.Success; s <= qp.GeneralErr; s++ {
+		for s := verbs.Success; s <= verbs.GeneralErr; s++ {
 			wcStrs = append(wcStrs, C.CString(s.Text()))
 		}
 		wcStrs = append(wcStrs, C.CString("unknown"))

@@ -16,6 +16,7 @@ import (
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -26,15 +27,15 @@ type queuePair struct {
 	dev *device
 
 	mu     sync.Mutex
-	sends  []qp.SendWR
-	sges   []qp.SGE
+	sends  []verbs.SendWR
+	sges   []verbs.SGE
 	inline []byte
 	binds  []mr.BindRequest
-	recv   qp.RecvWR
+	recv   verbs.RecvWR
 }
 
 // qpTypes maps ibv_qp_type to softnic's transports.
-var qpTypes = map[C.enum_ibv_qp_type]qp.Type{C.IBV_QPT_RC: qp.RC, C.IBV_QPT_UC: qp.UC, C.IBV_QPT_UD: qp.UD}
+var qpTypes = map[C.enum_ibv_qp_type]verbs.Type{C.IBV_QPT_RC: verbs.RC, C.IBV_QPT_UC: verbs.UC, C.IBV_QPT_UD: verbs.UD}
 
 //export snCreateQP
 func snCreateQP(pd *C.struct_sn_pd, q *C.struct_sn_qp, a *C.struct_ibv_qp_init_attr) C.int {
@@ -105,35 +106,35 @@ func snDestroyQP(q *C.struct_sn_qp, read *C.uint32_t) C.int {
 // accepted and ignored, as on a device with one port and one partition.
 var attrMasks = []struct {
 	ibv  C.int
-	mask qp.AttrMask
+	mask verbs.AttrMask
 }{
-	{C.IBV_QP_STATE, qp.AttrState}, {C.IBV_QP_ACCESS_FLAGS, qp.AttrAccessFlags}, {C.IBV_QP_QKEY, qp.AttrQKey},
-	{C.IBV_QP_AV, qp.AttrRemote}, {C.IBV_QP_PATH_MTU, qp.AttrPathMTU}, {C.IBV_QP_TIMEOUT, qp.AttrTimeout},
-	{C.IBV_QP_RETRY_CNT, qp.AttrRetryCnt}, {C.IBV_QP_RNR_RETRY, qp.AttrRNRRetry}, {C.IBV_QP_RQ_PSN, qp.AttrRQPSN},
-	{C.IBV_QP_MAX_QP_RD_ATOMIC, qp.AttrMaxRdAtomic}, {C.IBV_QP_MIN_RNR_TIMER, qp.AttrMinRNRTimer},
-	{C.IBV_QP_SQ_PSN, qp.AttrSQPSN}, {C.IBV_QP_MAX_DEST_RD_ATOMIC, qp.AttrMaxDestRdAtomic},
-	{C.IBV_QP_DEST_QPN, qp.AttrDestQPN},
+	{C.IBV_QP_STATE, verbs.AttrState}, {C.IBV_QP_ACCESS_FLAGS, verbs.AttrAccessFlags}, {C.IBV_QP_QKEY, verbs.AttrQKey},
+	{C.IBV_QP_AV, verbs.AttrRemote}, {C.IBV_QP_PATH_MTU, verbs.AttrPathMTU}, {C.IBV_QP_TIMEOUT, verbs.AttrTimeout},
+	{C.IBV_QP_RETRY_CNT, verbs.AttrRetryCnt}, {C.IBV_QP_RNR_RETRY, verbs.AttrRNRRetry}, {C.IBV_QP_RQ_PSN, verbs.AttrRQPSN},
+	{C.IBV_QP_MAX_QP_RD_ATOMIC, verbs.AttrMaxRdAtomic}, {C.IBV_QP_MIN_RNR_TIMER, verbs.AttrMinRNRTimer},
+	{C.IBV_QP_SQ_PSN, verbs.AttrSQPSN}, {C.IBV_QP_MAX_DEST_RD_ATOMIC, verbs.AttrMaxDestRdAtomic},
+	{C.IBV_QP_DEST_QPN, verbs.AttrDestQPN},
 }
 
 //export snModifyQP
 func snModifyQP(q *C.struct_ibv_qp, a *C.struct_ibv_qp_attr, ibvMask C.int) C.int {
 	p := qpOf(q)
-	var mask qp.AttrMask
+	var mask verbs.AttrMask
 	for _, m := range attrMasks {
 		if ibvMask&m.ibv != 0 {
 			mask |= m.mask
 		}
 	}
-	attr := qp.Attr{
-		State: qp.State(a.qp_state), AccessFlags: mr.Access(a.qp_access_flags), PKey: 0xFFFF, QKey: uint32(a.qkey),
+	attr := verbs.Attr{
+		State: verbs.State(a.qp_state), AccessFlags: mr.Access(a.qp_access_flags), PKey: 0xFFFF, QKey: uint32(a.qkey),
 		Timeout: uint8(a.timeout), RetryCnt: uint8(a.retry_cnt), RNRRetry: uint8(a.rnr_retry),
 		MinRNRTimer: uint8(a.min_rnr_timer), RQPSN: wire.PSN(a.rq_psn) & wire.PSNMask, SQPSN: wire.PSN(a.sq_psn) & wire.PSNMask,
 		MaxRdAtomic: uint8(a.max_rd_atomic), MaxDestRdAtomic: uint8(a.max_dest_rd_atomic), DestQPN: uint32(a.dest_qp_num),
 	}
-	if mask&qp.AttrPathMTU != 0 {
+	if mask&verbs.AttrPathMTU != 0 {
 		attr.PathMTU = wire.MTU(a.path_mtu).Bytes()
 	}
-	if mask&qp.AttrRemote != 0 {
+	if mask&verbs.AttrRemote != 0 {
 		if a.ah_attr.is_global == 0 {
 			unsupported("an address vector without a GRH (RoCE addresses peers by GID: set is_global and grh.dgid)")
 			return C.EINVAL
@@ -148,7 +149,7 @@ func snModifyQP(q *C.struct_ibv_qp, a *C.struct_ibv_qp_attr, ibvMask C.int) C.in
 	if err := p.q.Modify(&attr, mask); err != nil {
 		return errnoOf(err)
 	}
-	if mask&qp.AttrState != 0 {
+	if mask&verbs.AttrState != 0 {
 		q.state = a.qp_state
 	}
 	return 0
@@ -228,22 +229,22 @@ func snDestroySRQ(s *C.struct_sn_srq) C.int {
 }
 
 // sgl converts an ibv_sge list into dst's storage.
-func sgl(dst []qp.SGE, list *C.struct_ibv_sge, n C.int) []qp.SGE {
+func sgl(dst []verbs.SGE, list *C.struct_ibv_sge, n C.int) []verbs.SGE {
 	if n <= 0 || list == nil {
 		return dst[:0]
 	}
 	for _, s := range unsafe.Slice(list, n) {
-		dst = append(dst, qp.SGE{Addr: uint64(s.addr), Length: uint32(s.length), LKey: uint32(s.lkey)})
+		dst = append(dst, verbs.SGE{Addr: uint64(s.addr), Length: uint32(s.length), LKey: uint32(s.lkey)})
 	}
 	return dst
 }
 
 // wrOpcodes maps ibv_wr_opcode to softnic's work request opcodes.
-var wrOpcodes = map[C.enum_ibv_wr_opcode]qp.WROpcode{
-	C.IBV_WR_RDMA_WRITE: qp.WRWrite, C.IBV_WR_RDMA_WRITE_WITH_IMM: qp.WRWriteImm, C.IBV_WR_SEND: qp.WRSend,
-	C.IBV_WR_SEND_WITH_IMM: qp.WRSendImm, C.IBV_WR_RDMA_READ: qp.WRRead, C.IBV_WR_ATOMIC_CMP_AND_SWP: qp.WRCompareSwap,
-	C.IBV_WR_ATOMIC_FETCH_AND_ADD: qp.WRFetchAdd, C.IBV_WR_LOCAL_INV: qp.WRLocalInv, C.IBV_WR_BIND_MW: qp.WRBindMW,
-	C.IBV_WR_SEND_WITH_INV: qp.WRSendInv, C.IBV_WR_ATOMIC_WRITE: qp.WRAtomicWrite,
+var wrOpcodes = map[C.enum_ibv_wr_opcode]verbs.WROpcode{
+	C.IBV_WR_RDMA_WRITE: verbs.WRWrite, C.IBV_WR_RDMA_WRITE_WITH_IMM: verbs.WRWriteImm, C.IBV_WR_SEND: verbs.WRSend,
+	C.IBV_WR_SEND_WITH_IMM: verbs.WRSendImm, C.IBV_WR_RDMA_READ: verbs.WRRead, C.IBV_WR_ATOMIC_CMP_AND_SWP: verbs.WRCompareSwap,
+	C.IBV_WR_ATOMIC_FETCH_AND_ADD: verbs.WRFetchAdd, C.IBV_WR_LOCAL_INV: verbs.WRLocalInv, C.IBV_WR_BIND_MW: verbs.WRBindMW,
+	C.IBV_WR_SEND_WITH_INV: verbs.WRSendInv, C.IBV_WR_ATOMIC_WRITE: verbs.WRAtomicWrite,
 }
 
 // snPostSend is ops.post_send (ibv_post_send): the list is converted, then
@@ -264,16 +265,16 @@ func snPostSend(q *C.struct_ibv_qp, wr *C.struct_ibv_send_wr, bad **C.struct_ibv
 			failed = w
 			break
 		}
-		s := qp.SendWR{ID: uint64(w.wr_id), Opcode: op}
+		s := verbs.SendWR{ID: uint64(w.wr_id), Opcode: op}
 		f := uint(w.send_flags)
 		if f&C.IBV_SEND_SIGNALED != 0 {
-			s.Flags |= qp.Signaled
+			s.Flags |= verbs.Signaled
 		}
 		if f&C.IBV_SEND_FENCE != 0 {
-			s.Flags |= qp.Fence
+			s.Flags |= verbs.Fence
 		}
 		if f&C.IBV_SEND_SOLICITED != 0 {
-			s.Flags |= qp.Solicited
+			s.Flags |= verbs.Solicited
 		}
 		// The SGL and inline bytes go into scratch arrays reused from call
 		// to call. A slice taken before an array grows keeps the old array,
@@ -281,8 +282,8 @@ func snPostSend(q *C.struct_ibv_qp, wr *C.struct_ibv_send_wr, bad **C.struct_ibv
 		first := len(p.sges)
 		p.sges = sgl(p.sges, w.sg_list, w.num_sge)
 		s.SGL = p.sges[first:len(p.sges):len(p.sges)]
-		if f&C.IBV_SEND_INLINE != 0 && op != qp.WRRead && op != qp.WRCompareSwap && op != qp.WRFetchAdd {
-			s.Flags |= qp.Inline
+		if f&C.IBV_SEND_INLINE != 0 && op != verbs.WRRead && op != verbs.WRCompareSwap && op != verbs.WRFetchAdd {
+			s.Flags |= verbs.Inline
 			start := len(p.inline)
 			for _, e := range s.SGL {
 				if e.Length > 0 {
@@ -293,20 +294,20 @@ func snPostSend(q *C.struct_ibv_qp, wr *C.struct_ibv_send_wr, bad **C.struct_ibv
 		}
 		imm := *(*uint32)(unsafe.Pointer(&w.anon0))
 		switch op {
-		case qp.WRWriteImm, qp.WRSendImm:
+		case verbs.WRWriteImm, verbs.WRSendImm:
 			s.Imm = htobe32(imm)
-		case qp.WRSendInv, qp.WRLocalInv:
+		case verbs.WRSendInv, verbs.WRLocalInv:
 			s.InvalidateRKey = imm
 		}
 		switch {
-		case op == qp.WRCompareSwap || op == qp.WRFetchAdd:
+		case op == verbs.WRCompareSwap || op == verbs.WRFetchAdd:
 			a := (*C.struct_sn_wr_atomic)(unsafe.Pointer(&w.wr))
 			s.RemoteAddr, s.RKey, s.CompareAdd, s.Swap = uint64(a.remote_addr), uint32(a.rkey), uint64(a.compare_add), uint64(a.swap)
-		case op == qp.WRBindMW:
+		case op == verbs.WRBindMW:
 			b := (*C.struct_sn_wr_bind)(unsafe.Pointer(&w.anon1))
 			p.binds = append(p.binds, bindRequest(b.mw.rkey, b.rkey, &b.info))
 			s.Bind = &p.binds[len(p.binds)-1]
-		case p.q.Type() == qp.UD:
+		case p.q.Type() == verbs.UD:
 			u := (*C.struct_sn_wr_ud)(unsafe.Pointer(&w.wr))
 			if u.ah != nil {
 				ah := (*C.struct_sn_ah)(unsafe.Pointer(u.ah))
@@ -356,9 +357,9 @@ func bindRequest(key, newKey C.uint32_t, b *C.struct_ibv_mw_bind_info) mr.BindRe
 func snBindMW(q *C.struct_ibv_qp, w *C.struct_ibv_mw, b *C.struct_ibv_mw_bind, newKey C.uint32_t) C.int {
 	p := qpOf(q)
 	req := bindRequest(w.rkey, newKey, &b.bind_info)
-	s := qp.SendWR{ID: uint64(b.wr_id), Opcode: qp.WRBindMW, Bind: &req}
+	s := verbs.SendWR{ID: uint64(b.wr_id), Opcode: verbs.WRBindMW, Bind: &req}
 	if uint(b.send_flags)&C.IBV_SEND_SIGNALED != 0 {
-		s.Flags |= qp.Signaled
+		s.Flags |= verbs.Signaled
 	}
 	return errnoOf(p.q.PostSend(&s))
 }
@@ -377,13 +378,13 @@ func snPostRecv(q *C.struct_ibv_qp, wr *C.struct_ibv_recv_wr, bad **C.struct_ibv
 //export snPostSRQRecv
 func snPostSRQRecv(s *C.struct_ibv_srq, wr *C.struct_ibv_recv_wr, bad **C.struct_ibv_recv_wr) C.int {
 	srq := handleOf[*nic.SRQ]((*C.struct_sn_srq)(unsafe.Pointer(s)).h)
-	var r qp.RecvWR
-	var sges []qp.SGE
+	var r verbs.RecvWR
+	var sges []verbs.SGE
 	return postRecvs(wr, bad, &r, &sges, srq.PostRecv)
 }
 
 // postRecvs posts each receive work request of the list with post.
-func postRecvs(wr *C.struct_ibv_recv_wr, bad **C.struct_ibv_recv_wr, r *qp.RecvWR, sges *[]qp.SGE, post func(*qp.RecvWR) error) C.int {
+func postRecvs(wr *C.struct_ibv_recv_wr, bad **C.struct_ibv_recv_wr, r *verbs.RecvWR, sges *[]verbs.SGE, post func(*verbs.RecvWR) error) C.int {
 	for w := wr; w != nil; w = w.next {
 		*sges = sgl((*sges)[:0], w.sg_list, w.num_sge)
 		r.ID, r.SGL = uint64(w.wr_id), *sges

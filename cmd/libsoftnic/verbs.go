@@ -21,7 +21,7 @@ import (
 	"github.com/softnic/softnic/cmd/libsoftnic/internal/pages"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // The verbs on PDs, regions, windows, CQs, SRQs and QPs. The C layer
@@ -137,7 +137,7 @@ type cq struct {
 	dev *nic.Device
 
 	mu  sync.Mutex
-	wcs []qp.WC // Poll's scratch
+	wcs []verbs.WC // Poll's scratch
 
 	armMu   sync.Mutex
 	armed   bool // a goroutine waits to write an event to the channel
@@ -189,7 +189,7 @@ func snPollCQ(c *C.struct_ibv_cq, n C.int, wc *C.struct_ibv_wc) C.int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if cap(q.wcs) < int(n) {
-		q.wcs = make([]qp.WC, n)
+		q.wcs = make([]verbs.WC, n)
 	}
 	got, err := q.c.Poll(q.wcs[:n])
 	out := unsafe.Slice(wc, n)
@@ -212,15 +212,15 @@ func snPollCQ(c *C.struct_ibv_cq, n C.int, wc *C.struct_ibv_wc) C.int {
 
 // wcOpcodes maps softnic's completion opcodes to ibv_wc_opcode.
 var wcOpcodes = [...]C.enum_ibv_wc_opcode{
-	qp.WCSend: C.IBV_WC_SEND, qp.WCWrite: C.IBV_WC_RDMA_WRITE, qp.WCRead: C.IBV_WC_RDMA_READ,
-	qp.WCCompareSwap: C.IBV_WC_COMP_SWAP, qp.WCFetchAdd: C.IBV_WC_FETCH_ADD, qp.WCBindMW: C.IBV_WC_BIND_MW,
-	qp.WCLocalInv: C.IBV_WC_LOCAL_INV, qp.WCAtomicWrite: C.IBV_WC_ATOMIC_WRITE, qp.WCRecv: C.IBV_WC_RECV,
-	qp.WCRecvWriteImm: C.IBV_WC_RECV_RDMA_WITH_IMM,
+	verbs.WCSend: C.IBV_WC_SEND, verbs.WCWrite: C.IBV_WC_RDMA_WRITE, verbs.WCRead: C.IBV_WC_RDMA_READ,
+	verbs.WCCompareSwap: C.IBV_WC_COMP_SWAP, verbs.WCFetchAdd: C.IBV_WC_FETCH_ADD, verbs.WCBindMW: C.IBV_WC_BIND_MW,
+	verbs.WCLocalInv: C.IBV_WC_LOCAL_INV, verbs.WCAtomicWrite: C.IBV_WC_ATOMIC_WRITE, verbs.WCRecv: C.IBV_WC_RECV,
+	verbs.WCRecvWriteImm: C.IBV_WC_RECV_RDMA_WITH_IMM,
 }
 
 // fillWC writes w into the program's ibv_wc. The statuses share
 // ibv_wc_status's numbering.
-func fillWC(out *C.struct_ibv_wc, w *qp.WC) {
+func fillWC(out *C.struct_ibv_wc, w *verbs.WC) {
 	*out = C.struct_ibv_wc{}
 	out.wr_id = C.uint64_t(w.ID)
 	out.status = C.enum_ibv_wc_status(w.Status)
@@ -231,15 +231,15 @@ func fillWC(out *C.struct_ibv_wc, w *qp.WC) {
 	out.qp_num = C.uint32_t(w.QPN)
 	out.src_qp = C.uint32_t(w.SrcQPN)
 	imm := (*C.uint32_t)(unsafe.Pointer(&out.anon0))
-	if w.Flags&qp.WCWithImm != 0 {
+	if w.Flags&verbs.WCWithImm != 0 {
 		*imm = C.uint32_t(htobe32(w.Imm))
 		out.wc_flags |= C.IBV_WC_WITH_IMM
 	}
-	if w.Flags&qp.WCWithInv != 0 {
+	if w.Flags&verbs.WCWithInv != 0 {
 		*imm = C.uint32_t(w.InvalidatedRKey)
 		out.wc_flags |= C.IBV_WC_WITH_INV
 	}
-	if w.Flags&qp.WCGRH != 0 {
+	if w.Flags&verbs.WCGRH != 0 {
 		out.wc_flags |= C.IBV_WC_GRH
 	}
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/softnic/softnic/cmd/softnic/internal/tooldev"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // maxOpBytes bounds the data of one write, read or send: the local buffer
@@ -98,9 +98,9 @@ func dataArg(data, file string) ([]byte, error) {
 
 func defineWrite(fs *flag.FlagSet) func(*invocation) error {
 	o := addOpFlags(fs, true)
-	return defineDataOp(fs, "write", func() qp.SendWR {
-		return qp.SendWR{Opcode: qp.WRWrite, RemoteAddr: o.addr.Val, RKey: uint32(o.rkey.Val)}
-	}, o, func(wr *qp.SendWR, n int, peer netip.AddrPort) string {
+	return defineDataOp(fs, "write", func() verbs.SendWR {
+		return verbs.SendWR{Opcode: verbs.WRWrite, RemoteAddr: o.addr.Val, RKey: uint32(o.rkey.Val)}
+	}, o, func(wr *verbs.SendWR, n int, peer netip.AddrPort) string {
 		return fmt.Sprintf("wrote %d bytes at %#x (rkey %#x) on %v", n, wr.RemoteAddr, wr.RKey, peer)
 	})
 }
@@ -108,8 +108,8 @@ func defineWrite(fs *flag.FlagSet) func(*invocation) error {
 // defineDataOp defines the --data/--file flags of an operation that
 // carries bytes to the peer (write, send) and runs it: mk builds its WR,
 // report says what was done.
-func defineDataOp(fs *flag.FlagSet, verb string, mk func() qp.SendWR, o *opFlags,
-	report func(wr *qp.SendWR, n int, peer netip.AddrPort) string) func(*invocation) error {
+func defineDataOp(fs *flag.FlagSet, verb string, mk func() verbs.SendWR, o *opFlags,
+	report func(wr *verbs.SendWR, n int, peer netip.AddrPort) string) func(*invocation) error {
 	data := fs.String("data", "", verb+" `STRING`")
 	file := fs.String("file", "", verb+" the contents of `FILE`")
 	return func(inv *invocation) error {
@@ -152,7 +152,7 @@ func defineRead(fs *flag.FlagSet) func(*invocation) error {
 			return usagef("--len %d: want 1 to %d bytes", n.Val, maxOpBytes)
 		}
 		buf := make([]byte, n.Val)
-		wr := qp.SendWR{Opcode: qp.WRRead, RemoteAddr: o.addr.Val, RKey: uint32(o.rkey.Val)}
+		wr := verbs.SendWR{Opcode: verbs.WRRead, RemoteAddr: o.addr.Val, RKey: uint32(o.rkey.Val)}
 		peer, err := o.run(inv.ctx, &wr, buf)
 		if err != nil {
 			return err
@@ -187,7 +187,7 @@ func defineAtomic(compare bool) func(fs *flag.FlagSet) func(*invocation) error {
 			if err := o.check(); err != nil {
 				return err
 			}
-			wr := qp.SendWR{Opcode: qp.WRFetchAdd, RemoteAddr: o.addr.Val, RKey: uint32(o.rkey.Val), CompareAdd: first.Val}
+			wr := verbs.SendWR{Opcode: verbs.WRFetchAdd, RemoteAddr: o.addr.Val, RKey: uint32(o.rkey.Val), CompareAdd: first.Val}
 			switch {
 			case compare && !first.Given:
 				return usagef("missing --compare VALUE")
@@ -199,7 +199,7 @@ func defineAtomic(compare bool) func(fs *flag.FlagSet) func(*invocation) error {
 				return usagef("--addr %#x: atomics work on 8-byte words at addresses divisible by 8", o.addr.Val)
 			}
 			if compare {
-				wr.Opcode, wr.Swap = qp.WRCompareSwap, swap.Val
+				wr.Opcode, wr.Swap = verbs.WRCompareSwap, swap.Val
 			}
 			var orig [8]byte
 			if _, err := o.run(inv.ctx, &wr, orig[:]); err != nil {
@@ -215,8 +215,8 @@ func defineAtomic(compare bool) func(fs *flag.FlagSet) func(*invocation) error {
 
 func defineSend(fs *flag.FlagSet) func(*invocation) error {
 	o := addOpFlags(fs, false)
-	return defineDataOp(fs, "send", func() qp.SendWR { return qp.SendWR{Opcode: qp.WRSend} }, o,
-		func(_ *qp.SendWR, n int, peer netip.AddrPort) string {
+	return defineDataOp(fs, "send", func() verbs.SendWR { return verbs.SendWR{Opcode: verbs.WRSend} }, o,
+		func(_ *verbs.SendWR, n int, peer netip.AddrPort) string {
 			return fmt.Sprintf("sent %d bytes to %v", n, peer)
 		})
 }
@@ -224,7 +224,7 @@ func defineSend(fs *flag.FlagSet) func(*invocation) error {
 // run connects to the peer through its connection manager, posts wr with
 // buf as its local memory, waits for the completion and disconnects, all
 // within --timeout. It returns the peer's address.
-func (o *opFlags) run(ctx context.Context, wr *qp.SendWR, buf []byte) (netip.AddrPort, error) {
+func (o *opFlags) run(ctx context.Context, wr *verbs.SendWR, buf []byte) (netip.AddrPort, error) {
 	ctx, cancel := context.WithTimeout(ctx, *o.timeout)
 	defer cancel()
 	peer, err := resolvePeer(ctx, *o.peer)
@@ -236,19 +236,19 @@ func (o *opFlags) run(ctx context.Context, wr *qp.SendWR, buf []byte) (netip.Add
 		return peer, explainDial(err, peer, uint16(*o.cmPort), *o.timeout)
 	}
 	defer s.close(ctx)
-	wr.ID, wr.Flags = 1, qp.Signaled
-	wr.SGL = []qp.SGE{s.mr.SGE(0, len(buf))}
+	wr.ID, wr.Flags = 1, verbs.Signaled
+	wr.SGL = []verbs.SGE{s.mr.SGE(0, len(buf))}
 	if err := s.conn.QP().PostSend(wr); err != nil {
 		return peer, fmt.Errorf("posting the %v: %w", wr.Opcode, err)
 	}
-	var wc [1]qp.WC
+	var wc [1]verbs.WC
 	if _, err := s.cq.Wait(ctx, wc[:]); err != nil {
 		if ctx.Err() != nil {
 			return peer, fmt.Errorf("no completion of the %v from %v within %v: %w", wr.Opcode, peer, *o.timeout, err)
 		}
 		return peer, err
 	}
-	if wc[0].Status != qp.Success {
+	if wc[0].Status != verbs.Success {
 		return peer, &tooldev.CompletionError{Status: wc[0].Status, Op: wr.Opcode, RKey: wr.RKey, Addr: wr.RemoteAddr, N: len(buf), Peer: peer}
 	}
 	return peer, nil

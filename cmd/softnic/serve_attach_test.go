@@ -11,7 +11,7 @@ import (
 	"github.com/softnic/softnic/cmd/softnic/internal/control"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // TestServeAttach: a process attaches through the daemon's control socket
@@ -55,14 +55,14 @@ func TestServeAttach(t *testing.T) {
 		}
 	}
 	copy(m.Bytes(), "through the daemon")
-	wr := qp.SendWR{ID: 1, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{m.SGE(0, 18)}, RemoteAddr: m.Addr() + 4096, RKey: m.RKey()}
+	wr := verbs.SendWR{ID: 1, Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{m.SGE(0, 18)}, RemoteAddr: m.Addr() + 4096, RKey: m.RKey()}
 	if err := qps[0].PostSend(&wr); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var wc [1]qp.WC
-	if _, err := cq.Wait(ctx, wc[:]); err != nil || wc[0].Status != qp.Success {
+	var wc [1]verbs.WC
+	if _, err := cq.Wait(ctx, wc[:]); err != nil || wc[0].Status != verbs.Success {
 		t.Fatalf("WRITE: %v, %v", wc[0].String(), err)
 	}
 	if got := string(m.Bytes()[4096 : 4096+18]); got != "through the daemon" {

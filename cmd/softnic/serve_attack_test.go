@@ -20,7 +20,7 @@ import (
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/nicbench"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 	"github.com/softnic/softnic/wire/mad"
 )
@@ -316,11 +316,11 @@ func TestServeSENDFloodLog(t *testing.T) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var wc [16]qp.WC
+	var wc [16]verbs.WC
 	posted, done := 0, 0
 	for done < sends {
 		for posted < sends && posted-done < 8 {
-			wr := qp.SendWR{ID: uint64(posted), Opcode: qp.WRSend, Flags: qp.Signaled, SGL: []qp.SGE{buf.SGE(0, 5)}}
+			wr := verbs.SendWR{ID: uint64(posted), Opcode: verbs.WRSend, Flags: verbs.Signaled, SGL: []verbs.SGE{buf.SGE(0, 5)}}
 			if err := c.conn.QP().PostSend(&wr); err != nil {
 				t.Fatal(err)
 			}
@@ -331,7 +331,7 @@ func TestServeSENDFloodLog(t *testing.T) {
 			t.Fatalf("after %d SENDs: %v", done, err)
 		}
 		for _, w := range wc[:n] {
-			if w.Status != qp.Success {
+			if w.Status != verbs.Success {
 				t.Fatalf("SEND %d: %v", w.ID, w.Status)
 			}
 		}
@@ -401,10 +401,10 @@ func (c *daemonClient) sendFlood() (func() error, error) {
 	if err != nil {
 		return nil, err
 	}
-	var wc [8]qp.WC
+	var wc [8]verbs.WC
 	return func() error {
 		for i := range len(wc) {
-			wr := qp.SendWR{ID: uint64(i), Opcode: qp.WRSend, Flags: qp.Signaled, SGL: []qp.SGE{buf.SGE(0, 5)}}
+			wr := verbs.SendWR{ID: uint64(i), Opcode: verbs.WRSend, Flags: verbs.Signaled, SGL: []verbs.SGE{buf.SGE(0, 5)}}
 			if err := c.conn.QP().PostSend(&wr); err != nil {
 				return err
 			}
@@ -419,7 +419,7 @@ func (c *daemonClient) sendFlood() (func() error, error) {
 				return err
 			}
 			for _, w := range wc[:n] {
-				if w.Status != qp.Success {
+				if w.Status != verbs.Success {
 					return fmt.Errorf("SEND: %v", w.Status)
 				}
 			}

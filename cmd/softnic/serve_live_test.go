@@ -17,7 +17,7 @@ import (
 	"github.com/softnic/softnic/cmd/softnic/internal/control"
 	"github.com/softnic/softnic/internal/browsertest"
 	"github.com/softnic/softnic/nic"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 var updateScreenshot = flag.Bool("update-screenshot", false, "write the live page's screenshot to docs/live.png for the README")
@@ -65,13 +65,13 @@ func TestServeLivePage(t *testing.T) {
 	// PSNs move.
 	const writes = 6
 	for i := range writes {
-		wr := &qp.SendWR{ID: uint64(i), Opcode: qp.WRWrite, Flags: qp.Signaled | qp.Inline, Inline: []byte("projector"),
+		wr := &verbs.SendWR{ID: uint64(i), Opcode: verbs.WRWrite, Flags: verbs.Signaled | verbs.Inline, Inline: []byte("projector"),
 			RemoteAddr: mem.Addr, RKey: mem.RKey}
 		if err := conn.QP().PostSend(wr); err != nil {
 			t.Fatal(err)
 		}
-		wc := make([]qp.WC, 1)
-		if _, err := cq.Wait(ctx, wc); err != nil || wc[0].Status != qp.Success {
+		wc := make([]verbs.WC, 1)
+		if _, err := cq.Wait(ctx, wc); err != nil || wc[0].Status != verbs.Success {
 			t.Fatalf("WRITE %d: %v %v", i, err, wc[0].Status)
 		}
 	}

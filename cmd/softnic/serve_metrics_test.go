@@ -20,7 +20,7 @@ import (
 
 	"github.com/softnic/softnic/cmd/softnic/internal/control"
 	"github.com/softnic/softnic/nic"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // scrape is one scrape of a daemon's /metrics, parsed by Prometheus's own
@@ -91,16 +91,16 @@ func TestServeMetrics(t *testing.T) {
 	const writes, size = 20, 100
 	mem := d.ready.Regions[0]
 	for i := range writes {
-		wr := &qp.SendWR{ID: uint64(i), Opcode: qp.WRWrite, Flags: qp.Signaled | qp.Inline, Inline: make([]byte, size),
+		wr := &verbs.SendWR{ID: uint64(i), Opcode: verbs.WRWrite, Flags: verbs.Signaled | verbs.Inline, Inline: make([]byte, size),
 			RemoteAddr: mem.Addr, RKey: mem.RKey}
 		if err := conn.QP().PostSend(wr); err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		wc := make([]qp.WC, 1)
+		wc := make([]verbs.WC, 1)
 		_, err := cq.Wait(ctx, wc)
 		cancel()
-		if err != nil || wc[0].Status != qp.Success {
+		if err != nil || wc[0].Status != verbs.Success {
 			t.Fatalf("WRITE %d: %v %v", i, err, wc[0].Status)
 		}
 	}

@@ -26,7 +26,7 @@ import (
 	"github.com/softnic/softnic/cmd/softnic/internal/flagval"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -505,7 +505,7 @@ func openDaemonClient(cfg nic.Config, listen string, cmPort uint16) (*daemonClie
 	if c.conn, err = dev.Dial(ctx, peer, cmPort, nic.DialOptions{PD: c.pd, QP: nic.QPConfig{SendCQ: c.cq}}); err != nil {
 		return c, err
 	}
-	if st := c.conn.QP().Status().State; st != qp.RTS {
+	if st := c.conn.QP().Status().State; st != verbs.RTS {
 		return c, fmt.Errorf("dialed QP in %v", st)
 	}
 	return c, nil
@@ -695,18 +695,18 @@ func TestServeConnectionsFreed(t *testing.T) {
 					if err != nil {
 						return fmt.Errorf("connection %d: %w", i, err)
 					}
-					wr := qp.SendWR{Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{buf.SGE(0, 8)}, RemoteAddr: mem.Addr, RKey: mem.RKey}
-					want := qp.Success
+					wr := verbs.SendWR{Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{buf.SGE(0, 8)}, RemoteAddr: mem.Addr, RKey: mem.RKey}
+					want := verbs.Success
 					// One connection in 128 ends by the daemon's error: a
 					// peer failing more than 16 R_Key checks in a row is
 					// taken for a key guesser and held back (nic's guard).
 					if i%128 == 0 {
-						wr.RKey, want = mem.RKey+0x10000, qp.RemAccessErr
+						wr.RKey, want = mem.RKey+0x10000, verbs.RemAccessErr
 					}
 					if err := c.QP().PostSend(&wr); err != nil {
 						return err
 					}
-					var wc [1]qp.WC
+					var wc [1]verbs.WC
 					if _, err := cq.Wait(ctx, wc[:]); err != nil || wc[0].Status != want {
 						return fmt.Errorf("connection %d: %v, %v; want %v", i, wc[0].Status, err, want)
 					}

@@ -24,7 +24,7 @@ import (
 
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/nicbench"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // Depth is how many WRITEs a bystander keeps in flight.
@@ -69,8 +69,8 @@ func (b *Bystander) Run(d time.Duration, f *Figures) error {
 	ctx, cancel := context.WithTimeout(context.Background(), d+30*time.Second)
 	defer cancel()
 	var posted [Depth]time.Time
-	var wcs [Depth]qp.WC
-	wr := qp.SendWR{Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: make([]qp.SGE, 1), RKey: b.Remote.RKey}
+	var wcs [Depth]verbs.WC
+	wr := verbs.SendWR{Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: make([]verbs.SGE, 1), RKey: b.Remote.RKey}
 	start := time.Now()
 	stop := start.Add(d)
 	for n, done := 0, 0; ; {
@@ -92,7 +92,7 @@ func (b *Bystander) Run(d time.Duration, f *Figures) error {
 		}
 		now := time.Now()
 		for _, wc := range wcs[:k] {
-			if wc.Status != qp.Success {
+			if wc.Status != verbs.Success {
 				return fmt.Errorf("bystander: completion %v", wc.String())
 			}
 			f.RTTs = append(f.RTTs, now.Sub(posted[wc.ID%Depth]))

@@ -13,7 +13,7 @@ import (
 
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/shm"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // This file is the daemon's side of an attached process's doorbell. A
@@ -283,7 +283,7 @@ func (s *session) pass(woke bool) (rang, ok bool) {
 	s.failing = nil
 	s.mu.Unlock()
 	for _, h := range failing {
-		h.pub.Modify(&qp.Attr{State: qp.Err}, qp.AttrState)
+		h.pub.Modify(&verbs.Attr{State: verbs.Err}, verbs.AttrState)
 	}
 	worked, idle := s.scan(true)
 	worked += len(failing)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/shm"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 func TestDoorbellBudget(t *testing.T) {
@@ -70,11 +70,11 @@ func TestDoorbellLooksAtMarkedQPs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if wc := l.write(t, 1); wc.Status != qp.Success {
+	if wc := l.write(t, 1); wc.Status != verbs.Success {
 		t.Fatalf("before: %v", wc.String())
 	}
 	s := onlySession(t, srv)
-	wr := qp.SendWR{ID: 2, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{l.m.SGE(0, 64)}, RemoteAddr: l.m.Addr() + 4096, RKey: l.m.RKey()}
+	wr := verbs.SendWR{ID: 2, Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{l.m.SGE(0, 64)}, RemoteAddr: l.m.Addr() + 4096, RKey: l.m.RKey()}
 	if err := l.a.PostSendDeferred(&wr); err != nil { // in the ring, without a doorbell
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestDoorbellLooksAtMarkedQPs(t *testing.T) {
 	if worked+idle != 3 || worked > 1 {
 		t.Errorf("the daemon found %d QPs with work and %d without for 3 marks among %d QPs; want 3 looks, 1 with work at most", worked, idle, others+2)
 	}
-	if wc := waitWC(t, l.acq); wc.Status != qp.Success || wc.ID != 2 {
+	if wc := waitWC(t, l.acq); wc.Status != verbs.Success || wc.ID != 2 {
 		t.Errorf("the WRITE posted without a doorbell: %v", wc.String())
 	}
 }
@@ -130,7 +130,7 @@ func TestDoorbellFloodThrottled(t *testing.T) {
 	// while, however fast this machine floods, and 100 ms more.
 	var throttled time.Time
 	for id := uint64(1); throttled.IsZero() || time.Since(throttled) < 100*time.Millisecond; id++ {
-		if wc := other.write(t, id); wc.Status != qp.Success {
+		if wc := other.write(t, id); wc.Status != verbs.Success {
 			t.Fatalf("another process's WRITE during the flood: %v", wc.String())
 		}
 		if throttled.IsZero() && s.cnt[cntDoorbellsThrottled].Load() > 0 {
@@ -154,7 +154,7 @@ func TestDoorbellFloodThrottled(t *testing.T) {
 	if c["doorbells_empty"] == 0 || c["doorbells_throttled"] == 0 || c["doorbell_signals"] < c["doorbells"] {
 		t.Errorf("the flood is not counted as such: %v", c)
 	}
-	if wc := flooder.write(t, 1); wc.Status != qp.Success {
+	if wc := flooder.write(t, 1); wc.Status != verbs.Success {
 		t.Errorf("the flooder's own WRITE after the flood: %v", wc.String())
 	}
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/attachd"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // ExampleServer runs a daemon's device and attaches to it, as a
@@ -46,10 +46,10 @@ func ExampleServer() {
 	must(0, b.Connect(dev.Addr(), a.Num(), nic.ConnectOptions{}))
 
 	copy(region.Bytes(), "through the daemon")
-	wr := qp.SendWR{Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{region.SGE(0, 18)},
+	wr := verbs.SendWR{Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{region.SGE(0, 18)},
 		RemoteAddr: region.Addr() + 1024, RKey: region.RKey()}
 	must(0, a.PostSend(&wr))
-	wc := make([]qp.WC, 1)
+	wc := make([]verbs.WC, 1)
 	must(cq.Wait(context.Background(), wc))
 	fmt.Println(wc[0].Opcode, wc[0].Status)
 	fmt.Printf("%s\n", region.Bytes()[1024:1042])

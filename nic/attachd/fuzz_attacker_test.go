@@ -15,7 +15,7 @@ import (
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/internal/attachproto"
 	"github.com/softnic/softnic/nic/shm"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -237,7 +237,7 @@ var fuzzOps = []fuzzOp{
 	}},
 	{op: attachproto.OpDestroySRQ, args: handleOf},
 	{op: attachproto.OpCreateQP, args: func(s *fuzzSession, in *fuzzInput) any {
-		c := attachproto.QPConfig{Type: qp.Type(in.byte() % 4), SendCQ: s.handle(in), RecvCQ: s.handle(in)}
+		c := attachproto.QPConfig{Type: verbs.Type(in.byte() % 4), SendCQ: s.handle(in), RecvCQ: s.handle(in)}
 		if b := in.byte(); b&1 != 0 {
 			c.SRQ = s.handle(in)
 		}
@@ -246,7 +246,7 @@ var fuzzOps = []fuzzOp{
 		return attachproto.CreateQPArgs{PD: s.handle(in), Config: c}
 	}},
 	{op: attachproto.OpModifyQP, args: func(s *fuzzSession, in *fuzzInput) any {
-		return attachproto.ModifyQPArgs{H: s.handle(in), Attr: s.attr(qp.State(in.byte()%8), in), Mask: qp.AttrMask(in.u32())}
+		return attachproto.ModifyQPArgs{H: s.handle(in), Attr: s.attr(verbs.State(in.byte()%8), in), Mask: verbs.AttrMask(in.u32())}
 	}},
 	{op: attachproto.OpQueryQP, args: handleOf},
 	{op: attachproto.OpDestroyQP, args: handleOf},
@@ -407,14 +407,14 @@ func fuzzFD(in *fuzzInput, args any) (int, *shm.Mapping, error) {
 func (s *fuzzSession) connect(in *fuzzInput) error {
 	h, dest := s.handle(in), s.qpn(in)
 	for _, st := range []struct {
-		state qp.State
-		mask  qp.AttrMask
+		state verbs.State
+		mask  verbs.AttrMask
 	}{
-		{qp.Init, qp.AttrState | qp.AttrAccessFlags},
-		{qp.RTR, qp.AttrState | qp.AttrRemote | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN | qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer},
-		{qp.RTS, qp.AttrState | qp.AttrSQPSN | qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxRdAtomic},
+		{verbs.Init, verbs.AttrState | verbs.AttrAccessFlags},
+		{verbs.RTR, verbs.AttrState | verbs.AttrRemote | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer},
+		{verbs.RTS, verbs.AttrState | verbs.AttrSQPSN | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxRdAtomic},
 	} {
-		a := qp.Attr{State: st.state, AccessFlags: mr.RemoteWrite | mr.RemoteRead | mr.RemoteAtomic, Remote: s.fz.dev.Addr(),
+		a := verbs.Attr{State: st.state, AccessFlags: mr.RemoteWrite | mr.RemoteRead | mr.RemoteAtomic, Remote: s.fz.dev.Addr(),
 			PathMTU: 1024, DestQPN: dest, Timeout: 8, RetryCnt: 1, RNRRetry: 1, MinRNRTimer: 1, MaxRdAtomic: 4, MaxDestRdAtomic: 4}
 		r, _, err := s.call(attachproto.OpModifyQP, attachproto.ModifyQPArgs{H: h, Attr: a, Mask: st.mask}, -1, false)
 		shm.CloseFDs(r.fds)
@@ -441,17 +441,17 @@ func (s *fuzzSession) writeRing(in *fuzzInput) error {
 // and keys aimed from the input.
 func (s *fuzzSession) postSend(in *fuzzInput) error {
 	r := s.pickRing(in, true)
-	wr := qp.SendWR{ID: uint64(in.byte()), Opcode: qp.WROpcode(in.byte() % 12), Flags: qp.SendFlags(in.byte())}
-	wr.SGL = []qp.SGE{{Addr: s.addr(in), LKey: s.key(in), Length: uint32(in.byte()) * 16}}
+	wr := verbs.SendWR{ID: uint64(in.byte()), Opcode: verbs.WROpcode(in.byte() % 12), Flags: verbs.SendFlags(in.byte())}
+	wr.SGL = []verbs.SGE{{Addr: s.addr(in), LKey: s.key(in), Length: uint32(in.byte()) * 16}}
 	wr.RemoteAddr, wr.RKey = s.addr(in), s.key(in)
 	wr.DestQPN, wr.Dest = s.qpn(in), s.fz.dev.Addr()
 	switch {
-	case wr.Opcode == qp.WRBindMW:
+	case wr.Opcode == verbs.WRBindMW:
 		sge := wr.SGL[0]
 		wr.Bind = &mr.BindRequest{WindowKey: wr.RKey, NewKey: wr.RKey + 1, RegionKey: sge.LKey, Addr: sge.Addr,
 			Length: uint64(sge.Length), Access: mr.Access(wr.Flags)}
-		wr.SGL, wr.Flags = nil, wr.Flags&^qp.Inline
-	case wr.Flags&qp.Inline != 0:
+		wr.SGL, wr.Flags = nil, wr.Flags&^verbs.Inline
+	case wr.Flags&verbs.Inline != 0:
 		wr.Inline = in.bytes(int(in.byte() % 64))
 	}
 	if r == nil || shm.EncodeSend(r.r.Slot(r.prod), &wr) != nil {
@@ -465,7 +465,7 @@ func (s *fuzzSession) postSend(in *fuzzInput) error {
 // postRecv encodes a receive work request into a receive or SRQ ring.
 func (s *fuzzSession) postRecv(in *fuzzInput) error {
 	r := s.pickRing(in, false)
-	wr := qp.RecvWR{ID: uint64(in.byte()), SGL: []qp.SGE{{Addr: s.addr(in), LKey: s.key(in), Length: uint32(in.byte()) * 16}}}
+	wr := verbs.RecvWR{ID: uint64(in.byte()), SGL: []verbs.SGE{{Addr: s.addr(in), LKey: s.key(in), Length: uint32(in.byte()) * 16}}}
 	if r == nil || r.send || shm.EncodeRecv(r.r.Slot(r.prod), &wr) != nil {
 		return nil
 	}
@@ -577,8 +577,8 @@ func (s *fuzzSession) addr(in *fuzzInput) uint64 {
 }
 
 // attr returns attributes of state st aimed from the input.
-func (s *fuzzSession) attr(st qp.State, in *fuzzInput) qp.Attr {
-	return qp.Attr{
+func (s *fuzzSession) attr(st verbs.State, in *fuzzInput) verbs.Attr {
+	return verbs.Attr{
 		State: st, AccessFlags: mr.Access(in.byte()), Remote: s.fz.dev.Addr(), PathMTU: 256 << (in.byte() % 6),
 		DestQPN: s.qpn(in), RQPSN: wire.PSN(in.u32()), SQPSN: wire.PSN(in.u32()), Timeout: in.byte() % 16,
 		RetryCnt: in.byte() % 8, RNRRetry: in.byte() % 8, MaxRdAtomic: in.byte(), MaxDestRdAtomic: in.byte(), QKey: in.u32(),

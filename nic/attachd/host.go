@@ -14,6 +14,7 @@ import (
 	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // This file is the daemon's side of the shared queues: it moves work
@@ -56,12 +57,12 @@ type hostedQP struct {
 
 	// Scratch space for decoding, reused so that the data path does not
 	// allocate.
-	wr     qp.SendWR
-	sgl    []qp.SGE
+	wr     verbs.SendWR
+	sgl    []verbs.SGE
 	inline []byte
 	bind   mr.BindRequest
-	rwr    qp.RecvWR
-	rsgl   []qp.SGE
+	rwr    verbs.RecvWR
+	rsgl   []verbs.SGE
 
 	failed bool // a bad work request or ring index failed the QP (counted and logged once)
 	broken bool // a ring index went wrong: the rings are no longer read
@@ -109,7 +110,7 @@ func (s *session) newHostedQP(pd *nic.PD, a attachproto.QPConfig) (*hostedQP, ni
 	// The QP's queues and the scratch space of newHostedQP.
 	heap := qp.HeapCost(qp.Config{MaxSendWR: cfg.MaxSendWR, MaxRecvWR: cfg.MaxRecvWR, MaxSendSGE: cfg.MaxSendSGE,
 		MaxRecvSGE: cfg.MaxRecvSGE, MaxInline: cfg.MaxInline, SRQ: srq}) +
-		int64(cfg.MaxInline+(cfg.MaxSendSGE+cfg.MaxRecvSGE)*int(unsafe.Sizeof(qp.SGE{}))+int(unsafe.Sizeof(*h)))
+		int64(cfg.MaxInline+(cfg.MaxSendSGE+cfg.MaxRecvSGE)*int(unsafe.Sizeof(verbs.SGE{}))+int(unsafe.Sizeof(*h)))
 	h.bill = quota.Of(quota.QPs, 1).Plus(quota.Heap, heap)
 	if err := s.acct.Charge(h.rings.Add(h.bill)); err != nil {
 		return nil, nic.QPConfig{}, err
@@ -125,9 +126,9 @@ func (s *session) newHostedQP(pd *nic.PD, a attachproto.QPConfig) (*hostedQP, ni
 			return nil, nic.QPConfig{}, err
 		}
 	}
-	h.sgl = make([]qp.SGE, 0, cfg.MaxSendSGE)
+	h.sgl = make([]verbs.SGE, 0, cfg.MaxSendSGE)
 	h.inline = make([]byte, 0, cfg.MaxInline)
-	h.rsgl = make([]qp.SGE, 0, cfg.MaxRecvSGE)
+	h.rsgl = make([]verbs.SGE, 0, cfg.MaxRecvSGE)
 	return h, qc, nil
 }
 
@@ -138,7 +139,7 @@ func (h *hostedQP) Bind(q hooks.QP) { h.q = q }
 func (h *hostedQP) Owner() uint32 { return uint32(h.s.uid) }
 
 // Failed tells the process of its QP's error (qp_error).
-func (h *hostedQP) Failed(cause qp.WCStatus) { h.s.qpErrors.Post(qpFailure{h, cause}) }
+func (h *hostedQP) Failed(cause verbs.WCStatus) { h.s.qpErrors.Post(qpFailure{h, cause}) }
 
 // newRing makes a ring of n slots of size bytes in a memfd of its own.
 func newRing(name string, n, size int) (*shm.Mapping, shm.Ring, error) {
@@ -211,7 +212,7 @@ func (h *hostedQP) PullSendLocked() bool {
 			err = q.TransportLocked().PostSend(&h.wr)
 		}
 		if err != nil {
-			h.failLocked(h.wr.ID, qp.WCSend, err)
+			h.failLocked(h.wr.ID, verbs.WCSend, err)
 		}
 	}
 	return true
@@ -283,7 +284,7 @@ func (h *hostedQP) PullRecvLocked() bool {
 			err = q.TransportLocked().PostRecv(&h.rwr)
 		}
 		if err != nil {
-			h.failLocked(h.rwr.ID, qp.WCRecv, err)
+			h.failLocked(h.rwr.ID, verbs.WCRecv, err)
 		}
 	}
 	return true
@@ -309,7 +310,7 @@ func (h *hostedQP) PublishLocked() {
 		h.srq.publish()
 	} else {
 		h.rq.Consumer().Store(h.rqFetched - uint32(st.RecvQueued))
-		h.askDoorbell(h.rq, st.State == qp.Err, h.rqFetched)
+		h.askDoorbell(h.rq, st.State == verbs.Err, h.rqFetched)
 	}
 }
 
@@ -337,13 +338,13 @@ func (h *hostedQP) askDoorbell(r shm.Ring, need bool, fetched uint32) {
 // embedded QP would give it. The QP pushes a send completion just before
 // it retires the WQE (qp's completeInOrder), so the WQE still counts as
 // queued here; a receive WQE left the queue when its message began.
-func (h *hostedQP) retire(wc *qp.WC) {
+func (h *hostedQP) retire(wc *verbs.WC) {
 	if h.closed || h.broken {
 		return
 	}
 	st := h.q.TransportLocked().Status()
 	switch wc.Opcode {
-	case qp.WCRecv, qp.WCRecvWriteImm:
+	case verbs.WCRecv, verbs.WCRecvWriteImm:
 		if h.srq != nil {
 			h.srq.publish()
 		} else {
@@ -360,18 +361,18 @@ func (h *hostedQP) retire(wc *qp.WC) {
 // with LOC_QP_OP_ERR, and those after it are flushed as they come. Only
 // the first refusal is logged: a process that keeps filling its ring with
 // garbage must not flood the daemon's log. The QP's lock is held.
-func (h *hostedQP) failLocked(id uint64, op qp.WCOpcode, why error) {
+func (h *hostedQP) failLocked(id uint64, op verbs.WCOpcode, why error) {
 	q := h.q
 	if h.firstFailure() {
 		h.s.log.Warn("attached QP failed: bad work request", slog.String("qpn", fmt.Sprintf("%#x", q.Num())),
 			slog.Uint64("wr_id", id), slog.Any("error", why))
 	}
-	q.TransportLocked().Modify(&qp.Attr{State: qp.Err}, qp.AttrState)
+	q.TransportLocked().Modify(&verbs.Attr{State: verbs.Err}, verbs.AttrState)
 	cq := h.scq
-	if op == qp.WCRecv {
+	if op == verbs.WCRecv {
 		cq = h.rcq
 	}
-	cq.push(&qp.WC{ID: id, Status: qp.LocQPOpErr, Opcode: op, QPN: q.Num()})
+	cq.push(&verbs.WC{ID: id, Status: verbs.LocQPOpErr, Opcode: op, QPN: q.Num()})
 }
 
 // breakLocked fails the QP for a ring whose index cannot be right: its
@@ -381,8 +382,8 @@ func (h *hostedQP) breakLocked(why error) {
 		h.s.log.Warn("attached QP failed: corrupt ring", slog.String("qpn", fmt.Sprintf("%#x", h.q.Num())), slog.Any("error", why))
 	}
 	h.broken = true
-	h.q.TransportLocked().Modify(&qp.Attr{State: qp.Err}, qp.AttrState)
-	h.scq.push(&qp.WC{Status: qp.LocQPOpErr, Opcode: qp.WCSend, QPN: h.q.Num()})
+	h.q.TransportLocked().Modify(&verbs.Attr{State: verbs.Err}, verbs.AttrState)
+	h.scq.push(&verbs.WC{Status: verbs.LocQPOpErr, Opcode: verbs.WCSend, QPN: h.q.Num()})
 }
 
 // firstFailure reports whether the QP fails for the first time, and
@@ -443,7 +444,7 @@ type hostedCQ struct {
 	efd    int    // signalled when the process armed the ring
 	prod   uint32 // completions written, ever
 	closed bool
-	wcs    [16]qp.WC
+	wcs    [16]verbs.WC
 	bill   quota.Bill
 }
 
@@ -506,7 +507,7 @@ func (c *hostedCQ) drain() {
 }
 
 // push writes one completion of the daemon's own into the ring.
-func (c *hostedCQ) push(wc *qp.WC) {
+func (c *hostedCQ) push(wc *verbs.WC) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.closed {
@@ -519,7 +520,7 @@ func (c *hostedCQ) push(wc *qp.WC) {
 // consumer index the process spoilt, loses it: the ring is marked
 // overflowed, and the QP that completed is moved to the error state, as a
 // CQ overflow does to an embedded device's QPs.
-func (c *hostedCQ) pushLocked(wc *qp.WC) {
+func (c *hostedCQ) pushLocked(wc *verbs.WC) {
 	if used := c.prod - c.ring.Consumer().Load(); used >= c.depth {
 		c.ring.Overflow().Store(1)
 		c.s.cnt[cntCQOverflows].Add(1)
@@ -575,8 +576,8 @@ type hostedSRQ struct {
 	m       *shm.Mapping
 	ring    shm.Ring
 	fetched uint32
-	rwr     qp.RecvWR
-	rsgl    []qp.SGE
+	rwr     verbs.RecvWR
+	rsgl    []verbs.SGE
 	broken  error
 	closed  bool
 	bill    quota.Bill
@@ -589,7 +590,7 @@ func (s *session) newHostedSRQ(pd *nic.PD, depth, maxSGE int) (*hostedSRQ, error
 		return nil, fmt.Errorf("SRQ depth %d, max SGE %d: %w", depth, maxSGE, nic.ErrInvalid)
 	}
 	bill := ringBill(depth, shm.RecvSlotSize(maxSGE)).Add(quota.Of(quota.SRQEntries, int64(depth)).
-		Plus(quota.Heap, qp.SRQHeapCost(depth, maxSGE)+int64(maxSGE)*int64(unsafe.Sizeof(qp.SGE{}))))
+		Plus(quota.Heap, qp.SRQHeapCost(depth, maxSGE)+int64(maxSGE)*int64(unsafe.Sizeof(verbs.SGE{}))))
 	if err := s.acct.Charge(bill); err != nil {
 		return nil, err
 	}
@@ -598,7 +599,7 @@ func (s *session) newHostedSRQ(pd *nic.PD, depth, maxSGE int) (*hostedSRQ, error
 		s.acct.Release(bill)
 		return nil, err
 	}
-	r := &hostedSRQ{s: s, srq: srq, qsrq: srqOf(srq), depth: depth, maxSGE: maxSGE, rsgl: make([]qp.SGE, 0, maxSGE), bill: bill}
+	r := &hostedSRQ{s: s, srq: srq, qsrq: srqOf(srq), depth: depth, maxSGE: maxSGE, rsgl: make([]verbs.SGE, 0, maxSGE), bill: bill}
 	if r.m, r.ring, err = newRing("softnic-srq", depth, shm.RecvSlotSize(maxSGE)); err != nil {
 		s.acct.Release(bill)
 		return nil, err

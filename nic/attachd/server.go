@@ -24,7 +24,7 @@ import (
 	"github.com/softnic/softnic/nic/internal/hooks"
 	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/nic/shm"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire/mad"
 )
 
@@ -529,7 +529,7 @@ func (s *session) event(op string, body any, err error) {
 // itself, and the status of the completion that moved it there.
 type qpFailure struct {
 	h     *hostedQP
-	cause qp.WCStatus
+	cause verbs.WCStatus
 }
 
 // tellQPError tells the process that its QP entered the error state, unless

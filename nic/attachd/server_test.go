@@ -17,7 +17,7 @@ import (
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/nic/shm"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // serveTest serves a device on loopback to attached processes from the
@@ -96,11 +96,11 @@ func newLoop(t *testing.T, path string, withSRQ bool) *loop {
 	return l
 }
 
-func waitWC(t *testing.T, cq *nic.CQ) qp.WC {
+func waitWC(t *testing.T, cq *nic.CQ) verbs.WC {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var wc [1]qp.WC
+	var wc [1]verbs.WC
 	if _, err := cq.Wait(ctx, wc[:]); err != nil {
 		t.Fatalf("waiting for a completion: %v", err)
 	}
@@ -108,9 +108,9 @@ func waitWC(t *testing.T, cq *nic.CQ) qp.WC {
 }
 
 // write makes a signaled WRITE from a to b and returns its completion.
-func (l *loop) write(t *testing.T, id uint64) qp.WC {
+func (l *loop) write(t *testing.T, id uint64) verbs.WC {
 	t.Helper()
-	wr := qp.SendWR{ID: id, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{l.m.SGE(0, 64)}, RemoteAddr: l.m.Addr() + 4096, RKey: l.m.RKey()}
+	wr := verbs.SendWR{ID: id, Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{l.m.SGE(0, 64)}, RemoteAddr: l.m.Addr() + 4096, RKey: l.m.RKey()}
 	if err := l.a.PostSend(&wr); err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func (l *loop) write(t *testing.T, id uint64) qp.WC {
 }
 
 // waitState waits until q is in state st.
-func waitState(t *testing.T, q *nic.QP, st qp.State) {
+func waitState(t *testing.T, q *nic.QP, st verbs.State) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); q.Status().State != st; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -162,7 +162,7 @@ func TestAttachedQueueCorruption(t *testing.T) {
 		{"send WQE with an unknown opcode", false, func(t *testing.T, l *loop, a, _ *hostedQP) (*nic.CQ, uint64) {
 			prod := a.sq.Producer().Load()
 			slot := a.sq.Slot(prod)
-			shm.EncodeSend(slot, &qp.SendWR{ID: 0xbad, Opcode: qp.WRWrite})
+			shm.EncodeSend(slot, &verbs.SendWR{ID: 0xbad, Opcode: verbs.WRWrite})
 			slot[8] = 99
 			a.sq.Producer().Store(prod + 1)
 			return l.acq, 0xbad
@@ -170,7 +170,7 @@ func TestAttachedQueueCorruption(t *testing.T) {
 		{"send WQE with more SGEs than the QP takes", false, func(t *testing.T, l *loop, a, _ *hostedQP) (*nic.CQ, uint64) {
 			prod := a.sq.Producer().Load()
 			slot := a.sq.Slot(prod)
-			shm.EncodeSend(slot, &qp.SendWR{ID: 0xbad2, Opcode: qp.WRWrite})
+			shm.EncodeSend(slot, &verbs.SendWR{ID: 0xbad2, Opcode: verbs.WRWrite})
 			slot[10] = 200
 			a.sq.Producer().Store(prod + 1)
 			return l.acq, 0xbad2
@@ -182,7 +182,7 @@ func TestAttachedQueueCorruption(t *testing.T) {
 		{"receive WQE with reserved bytes set", false, func(t *testing.T, l *loop, _, b *hostedQP) (*nic.CQ, uint64) {
 			prod := b.rq.Producer().Load()
 			slot := b.rq.Slot(prod)
-			shm.EncodeRecv(slot, &qp.RecvWR{ID: 0xbad3})
+			shm.EncodeRecv(slot, &verbs.RecvWR{ID: 0xbad3})
 			slot[15] = 1
 			b.rq.Producer().Store(prod + 1)
 			return l.bcq, 0xbad3
@@ -190,7 +190,7 @@ func TestAttachedQueueCorruption(t *testing.T) {
 		{"SRQ producer index beyond the ring", true, func(t *testing.T, l *loop, _, b *hostedQP) (*nic.CQ, uint64) {
 			b.srq.ring.Producer().Store(b.srq.ring.Producer().Load() + 77)
 			// The daemon takes SRQ receives as packets arrive: send one.
-			wr := qp.SendWR{ID: 1, Opcode: qp.WRSend, SGL: []qp.SGE{l.m.SGE(0, 8)}}
+			wr := verbs.SendWR{ID: 1, Opcode: verbs.WRSend, SGL: []verbs.SGE{l.m.SGE(0, 8)}}
 			if err := l.a.PostSend(&wr); err != nil {
 				t.Fatal(err)
 			}
@@ -200,7 +200,7 @@ func TestAttachedQueueCorruption(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, srv, path := serveTest(t, Config{})
 			l, other := newLoop(t, path, tc.srq), newLoop(t, path, false)
-			if wc := l.write(t, 1); wc.Status != qp.Success {
+			if wc := l.write(t, 1); wc.Status != verbs.Success {
 				t.Fatalf("before: %v", wc.String())
 			}
 			// The rings are in memory the process and the daemon both map:
@@ -213,14 +213,14 @@ func TestAttachedQueueCorruption(t *testing.T) {
 				victim, hv = l.b, b
 			}
 			ring(hv) // whatever the daemon asked for
-			var wc qp.WC
-			for wc = waitWC(t, cq); wc.Status == qp.WRFlushErr; wc = waitWC(t, cq) {
+			var wc verbs.WC
+			for wc = waitWC(t, cq); wc.Status == verbs.WRFlushErr; wc = waitWC(t, cq) {
 			}
-			if wc.Status != qp.LocQPOpErr || wc.ID != id || wc.QPN != victim.Num() {
+			if wc.Status != verbs.LocQPOpErr || wc.ID != id || wc.QPN != victim.Num() {
 				t.Errorf("completion %v of QP %#x, want LOC_QP_OP_ERR of WR %#x of QP %#x", wc.String(), wc.QPN, id, victim.Num())
 			}
-			waitState(t, victim, qp.Err)
-			if wc := other.write(t, 2); wc.Status != qp.Success {
+			waitState(t, victim, verbs.Err)
+			if wc := other.write(t, 2); wc.Status != verbs.Success {
 				t.Errorf("another process after the corruption: %v", wc.String())
 			}
 		})
@@ -234,17 +234,17 @@ func TestAttachedQueueCorruption(t *testing.T) {
 func TestAttachedCQConsumerSpoilt(t *testing.T) {
 	_, srv, path := serveTest(t, Config{})
 	l := newLoop(t, path, false)
-	if wc := l.write(t, 1); wc.Status != qp.Success {
+	if wc := l.write(t, 1); wc.Status != verbs.Success {
 		t.Fatalf("before: %v", wc.String())
 	}
 	ring := hostedOf(t, srv, l.a).scq.ring
 	ring.Consumer().Store(ring.Consumer().Load() + 12345)
-	wr := qp.SendWR{ID: 2, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{l.m.SGE(0, 8)}, RemoteAddr: l.m.Addr(), RKey: l.m.RKey()}
+	wr := verbs.SendWR{ID: 2, Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{l.m.SGE(0, 8)}, RemoteAddr: l.m.Addr(), RKey: l.m.RKey()}
 	if err := l.a.PostSend(&wr); err != nil {
 		t.Fatal(err)
 	}
-	waitState(t, l.a, qp.Err)
-	var wcs [4]qp.WC
+	waitState(t, l.a, verbs.Err)
+	var wcs [4]verbs.WC
 	if n, err := l.acq.Poll(wcs[:]); n != 0 || !errors.Is(err, nic.ErrOverflow) {
 		t.Errorf("Poll after the overflow: %d completions, %v; want ErrOverflow", n, err)
 	}
@@ -311,14 +311,14 @@ func TestAttachedBadWQEsLoggedOnce(t *testing.T) {
 	prod := h.sq.Producer().Load()
 	for i := range bad {
 		slot := h.sq.Slot(prod)
-		shm.EncodeSend(slot, &qp.SendWR{ID: uint64(0xbad0 + i), Opcode: qp.WRWrite})
+		shm.EncodeSend(slot, &verbs.SendWR{ID: uint64(0xbad0 + i), Opcode: verbs.WRWrite})
 		slot[8] = 99 // no such opcode
 		prod++
 	}
 	h.sq.Producer().Store(prod)
 	ring(h)
 	for i := range bad {
-		if wc := waitWC(t, l.acq); wc.Status != qp.LocQPOpErr || wc.ID != uint64(0xbad0+i) {
+		if wc := waitWC(t, l.acq); wc.Status != verbs.LocQPOpErr || wc.ID != uint64(0xbad0+i) {
 			t.Errorf("completion %d: %v, want LOC_QP_OP_ERR of WR %#x", i, wc.String(), 0xbad0+i)
 		}
 	}
@@ -338,7 +338,7 @@ func TestHostedQPCountsRingWRs(t *testing.T) {
 	dev, _, path := serveTest(t, Config{})
 	l := newLoop(t, path, false)
 	for i := range 3 {
-		if err := l.b.PostRecv(&qp.RecvWR{ID: uint64(i), SGL: []qp.SGE{l.m.SGE(0, 8)}}); err != nil {
+		if err := l.b.PostRecv(&verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{l.m.SGE(0, 8)}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -24,7 +24,7 @@ import (
 	"github.com/softnic/softnic/nic/internal/attachproto"
 	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/nic/shm"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // FuzzAttachSessions drives a live daemon as hostile processes would,
@@ -103,8 +103,8 @@ const fzAll = byte(mr.LocalWrite | mr.RemoteWrite | mr.RemoteRead | mr.RemoteAto
 // fzPostWrite is a signalled send request of opcode op on the session's
 // first send ring, from the memory addr and lkey pick to the memory raddr
 // and rkey pick, of 64 bytes, and a doorbell for the session's first QP.
-func fzPostWrite(op qp.WROpcode, addr, lkey, raddr, rkey byte) []byte {
-	return []byte{fzPostSend, 0, 7, byte(op), byte(qp.Signaled), addr, lkey, 4, raddr, rkey, 4, fzRing, 0, 1}
+func fzPostWrite(op verbs.WROpcode, addr, lkey, raddr, rkey byte) []byte {
+	return []byte{fzPostSend, 0, 7, byte(op), byte(verbs.Signaled), addr, lkey, 4, raddr, rkey, 4, fzRing, 0, 1}
 }
 
 // fzProg joins program pieces.
@@ -125,13 +125,13 @@ var fuzzSessionSeeds = [][]byte{
 	// A QP connected to the victim's QP; WRITE, READ and FETCH_ADD with the
 	// victim's rkey and address, from the attacker's own region; a SEND.
 	fzProg(fzPD, fzCQ, fzRegion, fzQP, []byte{fzConnect, 9, 1},
-		fzPostWrite(qp.WRWrite, 0, 0, 1, 4), fzWait(0), fzPostWrite(qp.WRRead, 0, 0, 1, 4), fzWait(0),
-		fzPostWrite(qp.WRFetchAdd, 0, 0, 1, 4), fzWait(0), fzPostWrite(qp.WRSend, 0, 0, 0, 0), fzWait(0)),
+		fzPostWrite(verbs.WRWrite, 0, 0, 1, 4), fzWait(0), fzPostWrite(verbs.WRRead, 0, 0, 1, 4), fzWait(0),
+		fzPostWrite(verbs.WRFetchAdd, 0, 0, 1, 4), fzWait(0), fzPostWrite(verbs.WRSend, 0, 0, 0, 0), fzWait(0)),
 	// Local access with the victim's lkey and address, towards the
 	// attacker's own QP; a receive into the victim's region.
 	fzProg(fzPD, fzCQ, fzRegion, fzQP, []byte{fzConnect, 9, 0},
-		fzPostWrite(qp.WRWrite, 1, 1, 0, 0), fzWait(0), []byte{fzPostRecv, 2, 7, 1, 1, 4, fzRing, 0, 1},
-		fzPostWrite(qp.WRSend, 0, 0, 0, 0), fzWait(0)),
+		fzPostWrite(verbs.WRWrite, 1, 1, 0, 0), fzWait(0), []byte{fzPostRecv, 2, 7, 1, 1, 4, fzRing, 0, 1},
+		fzPostWrite(verbs.WRSend, 0, 0, 0, 0), fzWait(0)),
 	// A second session names the first one's handles and the victim's;
 	// the first detaches midway.
 	fzProg(fzPD, fzCQ, fzSession(1, fzPD...), fzSession(1, fzRequest, fzOp(attachproto.OpCreateQP), 1, 1, 1, 0, 2, 2, 1, 1, 0, 4),
@@ -149,7 +149,7 @@ var fuzzSessionSeeds = [][]byte{
 	// A type 2 window of the attacker bound over the victim's region by a
 	// BIND_MW; the QP destroyed under its posts.
 	fzProg(fzPD, fzCQ, fzQP, []byte{fzRequest, fzOp(attachproto.OpAllocMW), 0, 2, fzConnect, 6, 0},
-		fzPostWrite(qp.WRBindMW, 1, 1, 0, 0), fzWait(0), []byte{fzRequest, fzOp(attachproto.OpDestroyQP), 6, fzRing, 0, 1}),
+		fzPostWrite(verbs.WRBindMW, 1, 1, 0, 0), fzWait(0), []byte{fzRequest, fzOp(attachproto.OpDestroyQP), 6, fzRing, 0, 1}),
 	// Huge and negative queue sizes.
 	fzProg(fzPD, []byte{fzRequest, fzOp(attachproto.OpCreateCQ), 6, fzRequest, fzOp(attachproto.OpCreateCQ), 7, fzRequest, fzOp(attachproto.OpCreateSRQ), 0, 6, 4,
 		fzRequest, fzOp(attachproto.OpCreateQP), 1, 3, 3, 0, 7, 5, 4, 4, 2, 0}),
@@ -369,15 +369,15 @@ func (v *fuzzVictim) check(t testing.TB) {
 	for i := range src {
 		src[i] = byte(v.next) + byte(i)
 	}
-	wr := qp.SendWR{ID: v.next, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{v.mr.SGE(0, 64)}, RemoteAddr: v.mr.Addr() + 4096, RKey: v.mr.RKey()}
+	wr := verbs.SendWR{ID: v.next, Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{v.mr.SGE(0, 64)}, RemoteAddr: v.mr.Addr() + 4096, RKey: v.mr.RKey()}
 	if err := v.a.PostSend(&wr); err != nil {
 		t.Fatalf("the victim's WRITE: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var wc [4]qp.WC
+	var wc [4]verbs.WC
 	n, err := v.cq.Wait(ctx, wc[:])
-	if err != nil || n != 1 || wc[0].ID != v.next || wc[0].Status != qp.Success {
+	if err != nil || n != 1 || wc[0].ID != v.next || wc[0].Status != verbs.Success {
 		t.Fatalf("the victim's WRITE %d: %d completions %v, %v; want its success alone", v.next, n, wc[:n], err)
 	}
 	if !bytes.Equal(src, dst) {

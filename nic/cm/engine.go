@@ -16,6 +16,7 @@ import (
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 	"github.com/softnic/softnic/wire/mad"
 )
@@ -1058,18 +1059,20 @@ func (e *RejectError) Is(target error) bool {
 // the peer stopped answering (then errors.Is(err, ErrTimedOut)).
 type QPError struct {
 	QPN    uint32
-	Status qp.WCStatus // SUCCESS if a verb (Modify, Destroy) moved the QP
+	Status verbs.WCStatus // SUCCESS if a verb (Modify, Destroy) moved the QP
 }
 
 func (e *QPError) Error() string {
-	if e.Status == qp.Success {
+	if e.Status == verbs.Success {
 		return fmt.Sprintf("QP %#x was moved to the error state", e.QPN)
 	}
 	return fmt.Sprintf("QP %#x failed: %s (%s)", e.QPN, e.Status, e.Status.Text())
 }
 
 // Is reports ErrTimedOut for a QP that exhausted its transport retries.
-func (e *QPError) Is(target error) bool { return target == ErrTimedOut && e.Status == qp.RetryExcErr }
+func (e *QPError) Is(target error) bool {
+	return target == ErrTimedOut && e.Status == verbs.RetryExcErr
+}
 
 func (e *Engine) receiveREJ(now qp.Time, src netip.AddrPort, r mad.REJ, out *Output) {
 	id := e.lookup(r.RemoteCommID(), src)

@@ -11,7 +11,7 @@ import (
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/fabric"
 	"github.com/softnic/softnic/nic/nictest"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // TestAttachedEndpointReleasesCQ: an attached endpoint's CQ, with its ring
@@ -186,7 +186,7 @@ func TestEndpointFlushedAfterClose(t *testing.T) {
 						if want[i] == "write" {
 							flags = fabric.FIRMA | fabric.FIWrite
 						}
-						checkCompletion(t, c, want[i], flags, 0, fabric.StatusError(qp.WRFlushErr))
+						checkCompletion(t, c, want[i], flags, 0, fabric.StatusError(verbs.WRFlushErr))
 					}
 					if err := ep.Close(); err != nil {
 						t.Errorf("second Close: %v", err)

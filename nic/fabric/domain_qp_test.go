@@ -7,7 +7,7 @@ import (
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/fabric"
 	"github.com/softnic/softnic/nic/nictest"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // TestDomainRegionsReachableThroughQPs: a region registered through the
@@ -44,11 +44,11 @@ func TestDomainRegionsReachableThroughQPs(t *testing.T) {
 	}
 	copy(a.mr.Bytes(), "through fi_mr")
 	// Scalable mode: the remote address is an offset, the key the one asked for.
-	wr := &qp.SendWR{ID: 1, Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{a.mr.SGE(0, 13)}, RemoteAddr: 100, RKey: uint32(fm.Key())}
+	wr := &verbs.SendWR{ID: 1, Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{a.mr.SGE(0, 13)}, RemoteAddr: 100, RKey: uint32(fm.Key())}
 	if err := a.qp.PostSend(wr); err != nil {
 		t.Fatal(err)
 	}
-	if wc := wait(t, a.cq); wc.Status != qp.Success {
+	if wc := wait(t, a.cq); wc.Status != verbs.Success {
 		t.Fatalf("completion %v", wc.String())
 	}
 	bqp.Status() // orders the check after the device's write (the device writes memory under the QP's lock)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // CQDataSize is the number of bytes of remote CQ data an operation carries
@@ -61,15 +62,15 @@ type Completion struct {
 // status (ibv_wc_status; kfi_cq_err_entry's prov_errno) of the work request
 // that failed. Values compare equal, so errors.Is(c.Err,
 // StatusError(qp.RemAccessErr)) asks for one status.
-type StatusError qp.WCStatus
+type StatusError verbs.WCStatus
 
 func (e StatusError) Error() string {
-	s := qp.WCStatus(e)
+	s := verbs.WCStatus(e)
 	return "operation failed: " + s.String() + " (" + s.Text() + ")"
 }
 
 // Status returns the work completion status.
-func (e StatusError) Status() qp.WCStatus { return qp.WCStatus(e) }
+func (e StatusError) Status() verbs.WCStatus { return verbs.WCStatus(e) }
 
 // EndpointConfig configures an Endpoint (the tx and rx attributes of
 // kfi_getinfo and the completion mode of kfi_ep_bind). Zero fields take
@@ -186,13 +187,13 @@ type Endpoint struct {
 	rx             []rxEntry
 	rxHead, rxTail uint64
 	// Scratch space, reused under mu so that posting does not allocate.
-	locals []qp.SGE // the local buffers of the call, resolved
-	sgl    []qp.SGE // the SGL of one WR
-	inject []byte   // an injected write's data, gathered
-	wr     qp.SendWR
-	rwr    qp.RecvWR
-	rsge   [1]qp.SGE
-	wcs    [16]qp.WC
+	locals []verbs.SGE // the local buffers of the call, resolved
+	sgl    []verbs.SGE // the SGL of one WR
+	inject []byte      // an injected write's data, gathered
+	wr     verbs.SendWR
+	rwr    verbs.RecvWR
+	rsge   [1]verbs.SGE
+	wcs    [16]verbs.WC
 	// closed: Close destroyed the QP and the CQ; flushed holds the
 	// completions it reaped that Poll has not returned yet.
 	closed  bool
@@ -226,7 +227,7 @@ func NewEndpoint(pd *nic.PD, cfg EndpointConfig) (*Endpoint, error) {
 		return nil, fmt.Errorf("endpoint: %w", err)
 	}
 	q, err := pd.CreateQP(nic.QPConfig{
-		Type: qp.RC, SendCQ: cq, MaxSendWR: cfg.TxSize, MaxRecvWR: cfg.RxSize,
+		Type: verbs.RC, SendCQ: cq, MaxSendWR: cfg.TxSize, MaxRecvWR: cfg.RxSize,
 		MaxSendSGE: cfg.IOVLimit, MaxRecvSGE: 1, MaxInline: cfg.InjectSize,
 	})
 	if err != nil {
@@ -237,8 +238,8 @@ func NewEndpoint(pd *nic.PD, cfg EndpointConfig) (*Endpoint, error) {
 		qp: q, cq: cq, pd: pd, cfg: cfg,
 		tx:     make([]txEntry, cfg.TxSize),
 		rx:     make([]rxEntry, cfg.RxSize),
-		locals: make([]qp.SGE, 0, cfg.IOVLimit),
-		sgl:    make([]qp.SGE, 0, cfg.IOVLimit),
+		locals: make([]verbs.SGE, 0, cfg.IOVLimit),
+		sgl:    make([]verbs.SGE, 0, cfg.IOVLimit),
 		inject: make([]byte, cfg.InjectSize),
 	}, nil
 }
@@ -297,7 +298,7 @@ func (ep *Endpoint) Close() error {
 
 // rmaCall is one fabric-style RMA call.
 type rmaCall struct {
-	op    qp.WROpcode // qp.WRRead or qp.WRWrite
+	op    verbs.WROpcode // qp.WRRead or qp.WRWrite
 	iov   [][]byte
 	desc  []*nic.MR
 	rma   []RMAIOV
@@ -315,7 +316,7 @@ type rmaCall struct {
 func (ep *Endpoint) Read(buf []byte, desc *nic.MR, addr, key uint64, context any) error {
 	iov, descs := [1][]byte{buf}, [1]*nic.MR{desc}
 	rma := oneSegment(iov[:], addr, key)
-	return ep.post("read", &rmaCall{op: qp.WRRead, iov: iov[:], desc: descs[:], rma: rma[:]}, context)
+	return ep.post("read", &rmaCall{op: verbs.WRRead, iov: iov[:], desc: descs[:], rma: rma[:]}, context)
 }
 
 // Readv reads into the buffers of iov, in order, from consecutive remote
@@ -323,7 +324,7 @@ func (ep *Endpoint) Read(buf []byte, desc *nic.MR, addr, key uint64, context any
 // buffer.
 func (ep *Endpoint) Readv(iov [][]byte, desc []*nic.MR, addr, key uint64, context any) error {
 	rma := oneSegment(iov, addr, key)
-	return ep.post("readv", &rmaCall{op: qp.WRRead, iov: iov, desc: desc, rma: rma[:]}, context)
+	return ep.post("readv", &rmaCall{op: verbs.WRRead, iov: iov, desc: desc, rma: rma[:]}, context)
 }
 
 // ReadMsg reads the remote segments of msg into its local buffers
@@ -334,7 +335,7 @@ func (ep *Endpoint) ReadMsg(msg *RMAMsg, flags Flags) error {
 	if msg == nil {
 		return fmt.Errorf("readmsg: no message: %w", ErrInvalid)
 	}
-	return ep.post("readmsg", &rmaCall{op: qp.WRRead, iov: msg.IOV, desc: msg.Desc, rma: msg.RMAIOV, data: msg.Data, flags: flags}, msg.Context)
+	return ep.post("readmsg", &rmaCall{op: verbs.WRRead, iov: msg.IOV, desc: msg.Desc, rma: msg.RMAIOV, data: msg.Data, flags: flags}, msg.Context)
 }
 
 // Write writes buf to addr in the peer's region key (kfi_write). desc is
@@ -343,14 +344,14 @@ func (ep *Endpoint) ReadMsg(msg *RMAMsg, flags Flags) error {
 func (ep *Endpoint) Write(buf []byte, desc *nic.MR, addr, key uint64, context any) error {
 	iov, descs := [1][]byte{buf}, [1]*nic.MR{desc}
 	rma := oneSegment(iov[:], addr, key)
-	return ep.post("write", &rmaCall{op: qp.WRWrite, iov: iov[:], desc: descs[:], rma: rma[:]}, context)
+	return ep.post("write", &rmaCall{op: verbs.WRWrite, iov: iov[:], desc: descs[:], rma: rma[:]}, context)
 }
 
 // Writev writes the buffers of iov, in order, to consecutive remote memory
 // at addr (kfi_writev).
 func (ep *Endpoint) Writev(iov [][]byte, desc []*nic.MR, addr, key uint64, context any) error {
 	rma := oneSegment(iov, addr, key)
-	return ep.post("writev", &rmaCall{op: qp.WRWrite, iov: iov, desc: desc, rma: rma[:]}, context)
+	return ep.post("writev", &rmaCall{op: verbs.WRWrite, iov: iov, desc: desc, rma: rma[:]}, context)
 }
 
 // WriteMsg writes the local buffers of msg to its remote segments
@@ -361,7 +362,7 @@ func (ep *Endpoint) WriteMsg(msg *RMAMsg, flags Flags) error {
 	if msg == nil {
 		return fmt.Errorf("writemsg: no message: %w", ErrInvalid)
 	}
-	return ep.post("writemsg", &rmaCall{op: qp.WRWrite, iov: msg.IOV, desc: msg.Desc, rma: msg.RMAIOV, data: msg.Data, flags: flags}, msg.Context)
+	return ep.post("writemsg", &rmaCall{op: verbs.WRWrite, iov: msg.IOV, desc: msg.Desc, rma: msg.RMAIOV, data: msg.Data, flags: flags}, msg.Context)
 }
 
 // InjectWrite writes buf to addr in the peer's region key
@@ -372,7 +373,7 @@ func (ep *Endpoint) WriteMsg(msg *RMAMsg, flags Flags) error {
 func (ep *Endpoint) InjectWrite(buf []byte, addr, key uint64) error {
 	iov := [1][]byte{buf}
 	rma := oneSegment(iov[:], addr, key)
-	return ep.post("inject_write", &rmaCall{op: qp.WRWrite, iov: iov[:], rma: rma[:],
+	return ep.post("inject_write", &rmaCall{op: verbs.WRWrite, iov: iov[:], rma: rma[:],
 		flags: FIInject, silent: true}, nil)
 }
 
@@ -382,7 +383,7 @@ func (ep *Endpoint) InjectWrite(buf []byte, addr, key uint64) error {
 func (ep *Endpoint) WriteData(buf []byte, desc *nic.MR, data, addr, key uint64, context any) error {
 	iov, descs := [1][]byte{buf}, [1]*nic.MR{desc}
 	rma := oneSegment(iov[:], addr, key)
-	return ep.post("writedata", &rmaCall{op: qp.WRWrite, iov: iov[:], desc: descs[:], rma: rma[:], data: data, flags: FIRemoteCQData}, context)
+	return ep.post("writedata", &rmaCall{op: verbs.WRWrite, iov: iov[:], desc: descs[:], rma: rma[:], data: data, flags: FIRemoteCQData}, context)
 }
 
 // oneSegment is the remote side of the calls that take an address and a
@@ -422,7 +423,7 @@ func (ep *Endpoint) post(name string, c *rmaCall, ctx any) error {
 // of c's slices to the heap with them.
 func (ep *Endpoint) postLocked(c *rmaCall, ctx any) error {
 	allowed := readMsgFlags
-	if c.op == qp.WRWrite {
+	if c.op == verbs.WRWrite {
 		allowed = writeMsgFlags
 	}
 	if bad := c.flags &^ allowed; bad != 0 {
@@ -473,7 +474,7 @@ func (ep *Endpoint) postLocked(c *rmaCall, ctx any) error {
 
 	report := !c.silent && (c.flags&FICompletion != 0 || !ep.cfg.SelectiveCompletion)
 	flags := FIRMA | FIRead
-	if c.op == qp.WRWrite {
+	if c.op == verbs.WRWrite {
 		flags = FIRMA | FIWrite
 	}
 	first := ep.txTail
@@ -482,9 +483,9 @@ func (ep *Endpoint) postLocked(c *rmaCall, ctx any) error {
 	for i := range rma {
 		last := i == len(rma)-1
 		wr := &ep.wr
-		*wr = qp.SendWR{ID: ep.txTail, Opcode: c.op, RemoteAddr: rma[i].Addr, RKey: uint32(rma[i].Key)}
+		*wr = verbs.SendWR{ID: ep.txTail, Opcode: c.op, RemoteAddr: rma[i].Addr, RKey: uint32(rma[i].Key)}
 		if inject {
-			wr.Flags |= qp.Inline
+			wr.Flags |= verbs.Inline
 			wr.Inline = ep.inject[off : off+rma[i].Len]
 		} else {
 			ep.sgl = cur.take(ep.locals, rma[i].Len, ep.sgl[:0])
@@ -492,13 +493,13 @@ func (ep *Endpoint) postLocked(c *rmaCall, ctx any) error {
 		}
 		off += rma[i].Len
 		if i == 0 && c.flags&FIFence != 0 {
-			wr.Flags |= qp.Fence
+			wr.Flags |= verbs.Fence
 		}
 		if last && report {
-			wr.Flags |= qp.Signaled
+			wr.Flags |= verbs.Signaled
 		}
 		if last && cqData {
-			wr.Opcode, wr.Imm = qp.WRWriteImm, uint32(c.data)
+			wr.Opcode, wr.Imm = verbs.WRWriteImm, uint32(c.data)
 		}
 		post := ep.qp.PostSendDeferred
 		if last && c.flags&FIMore == 0 {
@@ -537,7 +538,7 @@ func (ep *Endpoint) reserveTxLocked(n int) error {
 	// has finished, and while the QP is not in the error state, finished
 	// successfully (a failure moves it to ERR at once). The failed and
 	// signaled ones have a completion on its way to Poll.
-	if st := ep.qp.Status(); st.State == qp.RTS || st.State == qp.SQD {
+	if st := ep.qp.Status(); st.State == verbs.RTS || st.State == verbs.SQD {
 		done := ep.txTail - uint64(st.SendQueued)
 		for ep.txHead < done && !ep.txAt(ep.txHead).signaled {
 			*ep.txAt(ep.txHead) = txEntry{}
@@ -578,26 +579,26 @@ func addrOf(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.Slice
 // nil, in the region of the endpoint's PD that holds it (fi_mr's desc may
 // be omitted when the domain does not require FI_MR_LOCAL; the lookup
 // costs a search of the region table).
-func (ep *Endpoint) localSGE(buf []byte, desc *nic.MR) (qp.SGE, error) {
+func (ep *Endpoint) localSGE(buf []byte, desc *nic.MR) (verbs.SGE, error) {
 	start, n := addrOf(buf), uint64(len(buf))
 	if n > math.MaxUint32 {
-		return qp.SGE{}, fmt.Errorf("%d bytes in one buffer: %w", n, ErrInvalid)
+		return verbs.SGE{}, fmt.Errorf("%d bytes in one buffer: %w", n, ErrInvalid)
 	}
 	if desc != nil {
 		if desc.PD() != ep.pd {
-			return qp.SGE{}, fmt.Errorf("descriptor of another protection domain: %w", ErrInvalid)
+			return verbs.SGE{}, fmt.Errorf("descriptor of another protection domain: %w", ErrInvalid)
 		}
 		base := addrOf(desc.Bytes())
 		if start < base || start+n > base+uint64(desc.Len()) {
-			return qp.SGE{}, fmt.Errorf("%d bytes at %#x are not inside the descriptor's region (%d bytes at %#x): %w",
+			return verbs.SGE{}, fmt.Errorf("%d bytes at %#x are not inside the descriptor's region (%d bytes at %#x): %w",
 				n, start, desc.Len(), base, ErrInvalid)
 		}
-		return qp.SGE{Addr: desc.Addr() + (start - base), Length: uint32(n), LKey: desc.LKey()}, nil
+		return verbs.SGE{Addr: desc.Addr() + (start - base), Length: uint32(n), LKey: desc.LKey()}, nil
 	}
 	if sge, ok := ep.pd.SGEAt(start, n); ok {
 		return sge, nil
 	}
-	return qp.SGE{}, fmt.Errorf("%d bytes at %#x lie in no region of the endpoint's protection domain: %w", n, start, ErrInvalid)
+	return verbs.SGE{}, fmt.Errorf("%d bytes at %#x lie in no region of the endpoint's protection domain: %w", n, start, ErrInvalid)
 }
 
 // sglCursor walks the call's local SGEs, handing each remote segment the
@@ -608,11 +609,11 @@ type sglCursor struct {
 }
 
 // take appends to sgl the SGEs covering the next n bytes of locals.
-func (c *sglCursor) take(locals []qp.SGE, n uint64, sgl []qp.SGE) []qp.SGE {
+func (c *sglCursor) take(locals []verbs.SGE, n uint64, sgl []verbs.SGE) []verbs.SGE {
 	for n > 0 && c.i < len(locals) {
 		l := &locals[c.i]
 		chunk := min(uint64(l.Length-c.off), n)
-		sgl = append(sgl, qp.SGE{Addr: l.Addr + uint64(c.off), Length: uint32(chunk), LKey: l.LKey})
+		sgl = append(sgl, verbs.SGE{Addr: l.Addr + uint64(c.off), Length: uint32(chunk), LKey: l.LKey})
 		n -= chunk
 		if c.off += uint32(chunk); c.off == l.Length {
 			c.i, c.off = c.i+1, 0
@@ -631,7 +632,7 @@ func (ep *Endpoint) Recv(buf []byte, desc *nic.MR, context any) error {
 	if ep.rxTail-ep.rxHead == uint64(len(ep.rx)) {
 		return fmt.Errorf("recv: %d receives posted, rx size %d: %w", len(ep.rx), len(ep.rx), ErrAgain)
 	}
-	ep.rwr = qp.RecvWR{ID: ep.rxTail}
+	ep.rwr = verbs.RecvWR{ID: ep.rxTail}
 	if len(buf) > 0 {
 		sge, err := ep.localSGE(buf, desc)
 		if err != nil {
@@ -731,8 +732,8 @@ func (ep *Endpoint) Wait(ctx context.Context, out []Completion) (int, error) {
 // completeLocked turns a work completion into out and reports whether the
 // user sees it. A send queue completes in posting order, so a completion
 // for wr_id n also retires every older WR: those finished without one.
-func (ep *Endpoint) completeLocked(wc *qp.WC, out *Completion) bool {
-	if wc.Opcode == qp.WCRecv || wc.Opcode == qp.WCRecvWriteImm {
+func (ep *Endpoint) completeLocked(wc *verbs.WC, out *Completion) bool {
+	if wc.Opcode == verbs.WCRecv || wc.Opcode == verbs.WCRecvWriteImm {
 		return ep.completeRecvLocked(wc, out)
 	}
 	id := wc.ID
@@ -745,11 +746,11 @@ func (ep *Endpoint) completeLocked(wc *qp.WC, out *Completion) bool {
 	e := *ep.txAt(id)
 	*ep.txAt(id) = txEntry{}
 	ep.txHead++
-	if e.silenced || (wc.Status == qp.Success && !e.signaled) {
+	if e.silenced || (wc.Status == verbs.Success && !e.signaled) {
 		return false
 	}
 	*out = Completion{Context: e.ctx, Flags: e.flags}
-	if wc.Status == qp.Success {
+	if wc.Status == verbs.Success {
 		out.Len = e.len
 		return true
 	}
@@ -763,7 +764,7 @@ func (ep *Endpoint) completeLocked(wc *qp.WC, out *Completion) bool {
 	return true
 }
 
-func (ep *Endpoint) completeRecvLocked(wc *qp.WC, out *Completion) bool {
+func (ep *Endpoint) completeRecvLocked(wc *verbs.WC, out *Completion) bool {
 	id := wc.ID
 	if id < ep.rxHead || id >= ep.rxTail {
 		return false
@@ -775,15 +776,15 @@ func (ep *Endpoint) completeRecvLocked(wc *qp.WC, out *Completion) bool {
 	*ep.rxAt(id) = rxEntry{}
 	ep.rxHead++
 	*out = Completion{Context: e.ctx, Flags: FIMsg | FIRecv}
-	if wc.Opcode == qp.WCRecvWriteImm {
+	if wc.Opcode == verbs.WCRecvWriteImm {
 		out.Flags = FIRMA | FIRemoteWrite
 	}
-	if wc.Status != qp.Success {
+	if wc.Status != verbs.Success {
 		out.Err = StatusError(wc.Status)
 		return true
 	}
 	out.Len = int(wc.ByteLen)
-	if wc.Flags&qp.WCWithImm != 0 {
+	if wc.Flags&verbs.WCWithImm != 0 {
 		out.Flags |= FIRemoteCQData
 		out.Data = uint64(wc.Imm)
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/fabric"
 	"github.com/softnic/softnic/nic/nictest"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -592,7 +592,7 @@ func TestEndpointRecvMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	fill(a.mr.Bytes()[:3000], 3)
-	if err := a.qp.PostSend(&qp.SendWR{ID: 1, Opcode: qp.WRSendImm, Imm: 0xabc, SGL: []qp.SGE{a.mr.SGE(0, 3000)}}); err != nil {
+	if err := a.qp.PostSend(&verbs.SendWR{ID: 1, Opcode: verbs.WRSendImm, Imm: 0xabc, SGL: []verbs.SGE{a.mr.SGE(0, 3000)}}); err != nil {
 		t.Fatal(err)
 	}
 	c := waitEP(t, b.ep)
@@ -607,7 +607,7 @@ func TestEndpointRecvMessage(t *testing.T) {
 	if err := b.ep.Close(); err != nil {
 		t.Fatal(err)
 	}
-	checkCompletion(t, waitEP(t, b.ep), "flushed", fabric.FIMsg|fabric.FIRecv, 0, fabric.StatusError(qp.WRFlushErr))
+	checkCompletion(t, waitEP(t, b.ep), "flushed", fabric.FIMsg|fabric.FIRecv, 0, fabric.StatusError(verbs.WRFlushErr))
 }
 
 func TestEndpointAgain(t *testing.T) {
@@ -733,34 +733,34 @@ func TestEndpointErrorsComplete(t *testing.T) {
 		post      func(a, b *epSide) error
 		ctx       any
 		flags     fabric.Flags
-		status    qp.WCStatus
+		status    verbs.WCStatus
 	}{
 		{"write with a bad rkey", false, func(a, b *epSide) error {
 			return a.ep.Write(a.buf(span{0, 8}), a.mr, b.addr(0), b.key()+0x100, "bad")
-		}, "bad", fabric.FIRMA | fabric.FIWrite, qp.RemAccessErr},
+		}, "bad", fabric.FIRMA | fabric.FIWrite, verbs.RemAccessErr},
 		{"read beyond the remote region", false, func(a, b *epSide) error {
 			return a.ep.Read(a.buf(span{0, 64}), a.mr, b.addr(1<<20-32), b.key(), "beyond")
-		}, "beyond", fabric.FIRMA | fabric.FIRead, qp.RemAccessErr},
+		}, "beyond", fabric.FIRMA | fabric.FIRead, verbs.RemAccessErr},
 		{"read into a region without local write", false, func(a, b *epSide) error {
 			ro, err := a.pd.RegMR(make([]byte, 64), 0)
 			if err != nil {
 				return err
 			}
 			return a.ep.Read(ro.Bytes(), ro, b.addr(0), b.key(), "ro")
-		}, "ro", fabric.FIRMA | fabric.FIRead, qp.LocProtErr},
+		}, "ro", fabric.FIRMA | fabric.FIRead, verbs.LocProtErr},
 		{"inject_write fails with a nil context", false, func(a, b *epSide) error {
 			return a.ep.InjectWrite(make([]byte, 8), b.addr(0), b.key()+0x100)
-		}, nil, fabric.FIRMA | fabric.FIWrite, qp.RemAccessErr},
+		}, nil, fabric.FIRMA | fabric.FIWrite, verbs.RemAccessErr},
 		{"selective: a failure completes without COMPLETION", true, func(a, b *epSide) error {
 			return a.ep.Write(a.buf(span{0, 8}), a.mr, b.addr(0), b.key()+0x100, "quiet")
-		}, "quiet", fabric.FIRMA | fabric.FIWrite, qp.RemAccessErr},
+		}, "quiet", fabric.FIRMA | fabric.FIWrite, verbs.RemAccessErr},
 		{"writemsg whose second segment fails completes once", false, func(a, b *epSide) error {
 			return a.ep.WriteMsg(&fabric.RMAMsg{IOV: [][]byte{a.buf(span{0, 300})}, Desc: []*nic.MR{a.mr}, RMAIOV: []fabric.RMAIOV{
 				{Addr: b.addr(0), Len: 100, Key: b.key()},
 				{Addr: b.addr(100), Len: 100, Key: b.key() + 0x100},
 				{Addr: b.addr(200), Len: 100, Key: b.key()},
 			}, Context: "msg"}, 0)
-		}, "msg", fabric.FIRMA | fabric.FIWrite, qp.RemAccessErr},
+		}, "msg", fabric.FIRMA | fabric.FIWrite, verbs.RemAccessErr},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -773,7 +773,7 @@ func TestEndpointErrorsComplete(t *testing.T) {
 			if err := a.ep.ReadMsg(marker, fabric.FICompletion); err != nil {
 				t.Fatal(err)
 			}
-			checkCompletion(t, waitEP(t, a.ep), "marker", fabric.FIRMA|fabric.FIRead, 0, fabric.StatusError(qp.WRFlushErr))
+			checkCompletion(t, waitEP(t, a.ep), "marker", fabric.FIRMA|fabric.FIRead, 0, fabric.StatusError(verbs.WRFlushErr))
 			expectIdle(t, a.ep)
 		})
 	}
@@ -908,12 +908,12 @@ func TestFIFlagsString(t *testing.T) {
 }
 
 func TestStatusError(t *testing.T) {
-	var err error = fabric.StatusError(qp.RemAccessErr)
-	if !errors.Is(err, fabric.StatusError(qp.RemAccessErr)) || errors.Is(err, fabric.StatusError(qp.WRFlushErr)) {
+	var err error = fabric.StatusError(verbs.RemAccessErr)
+	if !errors.Is(err, fabric.StatusError(verbs.RemAccessErr)) || errors.Is(err, fabric.StatusError(verbs.WRFlushErr)) {
 		t.Fatal("errors.Is does not tell statuses apart")
 	}
 	var se fabric.StatusError
-	if !errors.As(err, &se) || se.Status() != qp.RemAccessErr {
+	if !errors.As(err, &se) || se.Status() != verbs.RemAccessErr {
 		t.Fatalf("errors.As gives %v", se)
 	}
 	if want := "operation failed: REM_ACCESS_ERR (remote access error)"; err.Error() != want {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 var loopback = netip.MustParseAddrPort("127.0.0.1:0")
@@ -69,11 +69,11 @@ func openEnd(t testing.TB, cfg nic.Config) *end {
 }
 
 // wait returns the next work completion of cq, failing the test after 10 s.
-func wait(t testing.TB, cq *nic.CQ) qp.WC {
+func wait(t testing.TB, cq *nic.CQ) verbs.WC {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var wc [1]qp.WC
+	var wc [1]verbs.WC
 	if _, err := cq.Wait(ctx, wc[:]); err != nil {
 		t.Fatalf("waiting for a completion: %v", err)
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/nicbench"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // Two devices on loopback, an initiator on one and a target on the
@@ -36,7 +36,7 @@ func Example() {
 		return
 	}
 	clear(t.MR.Bytes()[:nicbench.LargeSize]) // the first WRITE's target
-	n, _, err := in.Throughput(qp.WRWrite, nicbench.LargeSize, nicbench.Window, 1, nicbench.Poll, nicbench.Limit{Ops: 100})
+	n, _, err := in.Throughput(verbs.WRWrite, nicbench.LargeSize, nicbench.Window, 1, nicbench.Poll, nicbench.Limit{Ops: 100})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -25,7 +25,7 @@ import (
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // Link is a connected RC QP pair between two devices, with a CQ on each
@@ -118,8 +118,8 @@ type Initiator struct {
 	MR     *nic.MR // the local memory operations read from and write to
 	Remote Region
 
-	wcs []qp.WC
-	wr  qp.SendWR
+	wcs []verbs.WC
+	wr  verbs.SendWR
 }
 
 // Dial connects nqps QPs of device d to target t, each able to hold
@@ -130,8 +130,8 @@ func Dial(d *nic.Device, t Target, nqps int) (*Initiator, error) {
 	if err != nil {
 		return nil, err
 	}
-	in := &Initiator{Dev: d, Remote: t.Region(), wcs: make([]qp.WC, 2*Window)}
-	in.wr.SGL = make([]qp.SGE, 1)
+	in := &Initiator{Dev: d, Remote: t.Region(), wcs: make([]verbs.WC, 2*Window)}
+	in.wr.SGL = make([]verbs.SGE, 1)
 	if in.MR, err = pd.AllocMR(RegionSize, mr.LocalWrite|mr.RemoteWrite|mr.RemoteRead|mr.RemoteAtomic); err != nil {
 		return nil, err
 	}
@@ -196,7 +196,7 @@ func (l Limit) more(done int, start, now time.Time) bool {
 // operation has completed; it returns how many completed and the time
 // they took. mk fills in the WR (and its one SGE) for operation i; Stream
 // reuses it, so that what allocates is the device.
-func (in *Initiator) Stream(nqps, window int, by Completion, lim Limit, mk func(i int, wr *qp.SendWR)) (int, time.Duration, error) {
+func (in *Initiator) Stream(nqps, window int, by Completion, lim Limit, mk func(i int, wr *verbs.SendWR)) (int, time.Duration, error) {
 	ctx := context.Background()
 	qps := in.QPs[:nqps]
 	wcs := in.wcs[:min(len(in.wcs), window)]
@@ -223,7 +223,7 @@ func (in *Initiator) Stream(nqps, window int, by Completion, lim Limit, mk func(
 			return done, time.Since(start), err
 		}
 		for i := range wcs[:k] {
-			if wcs[i].Status != qp.Success {
+			if wcs[i].Status != verbs.Success {
 				return done, time.Since(start), fmt.Errorf("completion %v", wcs[i].String())
 			}
 		}
@@ -239,11 +239,11 @@ func (in *Initiator) Stream(nqps, window int, by Completion, lim Limit, mk func(
 // window in flight over nqps QPs, and returns how many completed in how
 // long. Operation i addresses the i-th size-byte slot of the first half of
 // both regions, cyclically.
-func (in *Initiator) Throughput(op qp.WROpcode, size, window, nqps int, by Completion, lim Limit) (int, time.Duration, error) {
+func (in *Initiator) Throughput(op verbs.WROpcode, size, window, nqps int, by Completion, lim Limit) (int, time.Duration, error) {
 	slots := RegionSize / size / 2
-	return in.Stream(nqps, window, by, lim, func(i int, wr *qp.SendWR) {
+	return in.Stream(nqps, window, by, lim, func(i int, wr *verbs.SendWR) {
 		off := (i % slots) * size
-		wr.ID, wr.Opcode, wr.Flags, wr.RemoteAddr, wr.RKey = uint64(i), op, qp.Signaled, in.Remote.Addr+uint64(off), in.Remote.RKey
+		wr.ID, wr.Opcode, wr.Flags, wr.RemoteAddr, wr.RKey = uint64(i), op, verbs.Signaled, in.Remote.Addr+uint64(off), in.Remote.RKey
 		wr.SGL[0] = in.MR.SGE(off, size)
 	})
 }
@@ -251,8 +251,8 @@ func (in *Initiator) Throughput(op qp.WROpcode, size, window, nqps int, by Compl
 // FetchAdd runs FETCH_ADDs of 1 on one word of the target's region,
 // window outstanding, and returns how many completed in how long.
 func (in *Initiator) FetchAdd(window int, by Completion, lim Limit) (int, time.Duration, error) {
-	return in.Stream(1, window, by, lim, func(i int, wr *qp.SendWR) {
-		wr.ID, wr.Opcode, wr.Flags, wr.RemoteAddr, wr.RKey, wr.CompareAdd = uint64(i), qp.WRFetchAdd, qp.Signaled, in.Remote.Addr, in.Remote.RKey, 1
+	return in.Stream(1, window, by, lim, func(i int, wr *verbs.SendWR) {
+		wr.ID, wr.Opcode, wr.Flags, wr.RemoteAddr, wr.RKey, wr.CompareAdd = uint64(i), verbs.WRFetchAdd, verbs.Signaled, in.Remote.Addr, in.Remote.RKey, 1
 		wr.SGL[0] = in.MR.SGE(RegionSize-8*(1+i%window), 8)
 	})
 }
@@ -261,11 +261,11 @@ func (in *Initiator) FetchAdd(window int, by Completion, lim Limit) (int, time.D
 // qp.WRFetchAdd) one at a time on the first QP and stores in rtts the time
 // of each from post to completion, until rtts is full or lim ends it; it
 // returns how many it stored.
-func (in *Initiator) Latency(op qp.WROpcode, by Completion, lim Limit, rtts []time.Duration) (int, error) {
+func (in *Initiator) Latency(op verbs.WROpcode, by Completion, lim Limit, rtts []time.Duration) (int, error) {
 	ctx := context.Background()
 	wc := in.wcs[:1]
 	wr := &in.wr
-	*wr = qp.SendWR{Opcode: op, Flags: qp.Signaled, SGL: wr.SGL[:1], RemoteAddr: in.Remote.Addr + 8, RKey: in.Remote.RKey, CompareAdd: 1}
+	*wr = verbs.SendWR{Opcode: op, Flags: verbs.Signaled, SGL: wr.SGL[:1], RemoteAddr: in.Remote.Addr + 8, RKey: in.Remote.RKey, CompareAdd: 1}
 	wr.SGL[0] = in.MR.SGE(8, 8)
 	q := in.QPs[0]
 	start := time.Now()
@@ -288,7 +288,7 @@ func (in *Initiator) Latency(op qp.WROpcode, by Completion, lim Limit, rtts []ti
 		if err != nil {
 			return i, err
 		}
-		if wc[0].Status != qp.Success {
+		if wc[0].Status != verbs.Success {
 			return i, fmt.Errorf("completion %v", wc[0].String())
 		}
 		rtts[i] = time.Since(t0)
@@ -327,7 +327,7 @@ const (
 // LatencyRounds measures Latency of n operations op on each of ins, the
 // embedded and the attached initiator, in alternating rounds, and returns
 // each one's latency.
-func LatencyRounds(ins *[2]*Initiator, op qp.WROpcode, by Completion, n int) ([2]Latency, error) {
+func LatencyRounds(ins *[2]*Initiator, op verbs.WROpcode, by Completion, n int) ([2]Latency, error) {
 	rtts := [2][]time.Duration{make([]time.Duration, n), make([]time.Duration, n)}
 	err := InRounds(n, func(dev, start, k int) error {
 		_, err := ins[dev].Latency(op, by, Limit{}, rtts[dev][start:start+k])

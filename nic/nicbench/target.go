@@ -14,7 +14,7 @@ import (
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/udp/udptest"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // DeviceTarget is a target on a device of this process.
@@ -64,7 +64,7 @@ func (t *DeviceTarget) Accept(from netip.AddrPort, qpn uint32, opts nic.ConnectO
 
 // poll polls the target's CQ until stop is closed.
 func (t *DeviceTarget) poll(stop <-chan struct{}) {
-	var wcs [16]qp.WC
+	var wcs [16]verbs.WC
 	for i := 0; ; i++ {
 		if i%1024 == 0 {
 			select {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // Workload is one measurement.
@@ -16,7 +16,7 @@ type Workload struct {
 	// so that the two outputs compare line by line; a latency learnt by
 	// waiting, which fi_rmabw does not measure, ends in "wait".
 	Name string
-	Op   qp.WROpcode
+	Op   verbs.WROpcode
 	// Size is the bytes each operation moves; Window how many are in
 	// flight (1: a latency, the rest rates); QPs how many QPs they are
 	// spread over.
@@ -38,33 +38,33 @@ func (w Workload) Kind() Kind {
 	switch {
 	case w.Window == 1:
 		return Delay
-	case w.Op == qp.WRFetchAdd:
+	case w.Op == verbs.WRFetchAdd:
 		return Rate
 	}
 	return Bandwidth
 }
 
 // throughput is fi_rmabw's workload of operations op of size bytes.
-func throughput(op qp.WROpcode, size int) Workload {
+func throughput(op verbs.WROpcode, size int) Workload {
 	return Workload{Key: fmt.Sprintf("%s_%dk_gbps", opName(op), size>>10), Name: fmt.Sprintf("%s %dB w=%d", opName(op), size, Window),
 		Op: op, Size: size, Window: Window, QPs: 1, By: Poll}
 }
 
 // aggregate is 64 KiB WRITEs spread over qps QPs.
 func aggregate(qps int) Workload {
-	w := throughput(qp.WRWrite, LargeSize)
+	w := throughput(verbs.WRWrite, LargeSize)
 	w.Key, w.Name, w.QPs = fmt.Sprintf("write_64k_qps%d_gbps", qps), fmt.Sprintf("%s qps=%d", w.Name, qps), qps
 	return w
 }
 
 func fetchAdds(window int) Workload {
 	return Workload{Key: fmt.Sprintf("fetch_add_%d_ops", window), Name: fmt.Sprintf("fetch_sum u64 w=%d", window),
-		Op: qp.WRFetchAdd, Size: 8, Window: window, QPs: 1, By: Poll}
+		Op: verbs.WRFetchAdd, Size: 8, Window: window, QPs: 1, By: Poll}
 }
 
-func latency(op qp.WROpcode, by Completion) Workload {
+func latency(op verbs.WROpcode, by Completion) Workload {
 	key := fmt.Sprintf("%s_8_%s", opName(op), by)
-	if op == qp.WRFetchAdd {
+	if op == verbs.WRFetchAdd {
 		key = "fetch_add_8_" + by.String()
 	}
 	name := opName(op) + " 8B latency"
@@ -74,11 +74,11 @@ func latency(op qp.WROpcode, by Completion) Workload {
 	return Workload{Key: key, Name: name, Op: op, Size: 8, Window: 1, QPs: 1, By: by}
 }
 
-func opName(op qp.WROpcode) string {
+func opName(op verbs.WROpcode) string {
 	switch op {
-	case qp.WRRead:
+	case verbs.WRRead:
 		return "read"
-	case qp.WRFetchAdd:
+	case verbs.WRFetchAdd:
 		return "fetch_sum"
 	}
 	return "write"
@@ -89,17 +89,17 @@ func opName(op qp.WROpcode) string {
 // same latencies learnt by waiting, FETCH_ADD with 16 in flight (softnic's
 // earlier figure), and 64 KiB WRITEs over more QPs, 64 in flight in all.
 var Workloads = []Workload{
-	throughput(qp.WRWrite, SmallSize),
-	throughput(qp.WRWrite, LargeSize),
-	throughput(qp.WRRead, SmallSize),
-	throughput(qp.WRRead, LargeSize),
+	throughput(verbs.WRWrite, SmallSize),
+	throughput(verbs.WRWrite, LargeSize),
+	throughput(verbs.WRRead, SmallSize),
+	throughput(verbs.WRRead, LargeSize),
 	fetchAdds(Window),
-	latency(qp.WRWrite, Poll),
-	latency(qp.WRRead, Poll),
-	latency(qp.WRFetchAdd, Poll),
-	latency(qp.WRWrite, Wait),
-	latency(qp.WRRead, Wait),
-	latency(qp.WRFetchAdd, Wait),
+	latency(verbs.WRWrite, Poll),
+	latency(verbs.WRRead, Poll),
+	latency(verbs.WRFetchAdd, Poll),
+	latency(verbs.WRWrite, Wait),
+	latency(verbs.WRRead, Wait),
+	latency(verbs.WRFetchAdd, Wait),
 	fetchAdds(16),
 	aggregate(1),
 	aggregate(4),

@@ -9,7 +9,7 @@ import (
 	"github.com/softnic/softnic/netem"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/nictest"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -23,11 +23,11 @@ func ExampleStartPair() {
 	}
 	defer p.Close()
 	copy(p.A.MR.Bytes(), "hello, B")
-	if err := p.A.QP.PostSend(&qp.SendWR{Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{p.A.MR.SGE(0, 8)},
+	if err := p.A.QP.PostSend(&verbs.SendWR{Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{p.A.MR.SGE(0, 8)},
 		RemoteAddr: p.B.MR.Addr(), RKey: p.B.MR.RKey()}); err != nil {
 		log.Fatal(err)
 	}
-	var wc [1]qp.WC
+	var wc [1]verbs.WC
 	if _, err := p.A.CQ.Wait(context.Background(), wc[:]); err != nil {
 		log.Fatal(err)
 	}
@@ -47,11 +47,11 @@ func ExampleFaults() {
 	defer p.Close()
 	drop := p.A.Faults.Add(netem.Rule{Action: netem.ActionDrop, OpCodes: []wire.OpCode{wire.OpRCWriteMiddle}, QP: p.B.QP.Num()})
 	defer drop.Off()
-	if err := p.A.QP.PostSend(&qp.SendWR{Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{p.A.MR.SGE(0, 3000)},
+	if err := p.A.QP.PostSend(&verbs.SendWR{Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{p.A.MR.SGE(0, 3000)},
 		RemoteAddr: p.B.MR.Addr(), RKey: p.B.MR.RKey()}); err != nil {
 		log.Fatal(err)
 	}
-	var wc [1]qp.WC
+	var wc [1]verbs.WC
 	if _, err := p.A.CQ.Wait(context.Background(), wc[:]); err != nil {
 		log.Fatal(err)
 	}
@@ -98,13 +98,13 @@ func ExampleStartDaemon() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := q.PostSend(&qp.SendWR{Opcode: qp.WRFetchAdd, Flags: qp.Signaled, SGL: []qp.SGE{m.SGE(0, 8)},
+	if err := q.PostSend(&verbs.SendWR{Opcode: verbs.WRFetchAdd, Flags: verbs.Signaled, SGL: []verbs.SGE{m.SGE(0, 8)},
 		RemoteAddr: m.Addr() + 8, RKey: m.RKey(), CompareAdd: 5}); err != nil {
 		log.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var wc [1]qp.WC
+	var wc [1]verbs.WC
 	if _, err := cq.Wait(ctx, wc[:]); err != nil {
 		log.Fatal(err)
 	}

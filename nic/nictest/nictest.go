@@ -28,7 +28,7 @@ import (
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/netem"
 	"github.com/softnic/softnic/nic"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -323,11 +323,11 @@ func (o *Options) dial(c *closers, a, b *End) error {
 
 // Wait waits up to a minute for the next completion of e's CQ and fails
 // the test without one.
-func (e *End) Wait(t testing.TB) qp.WC {
+func (e *End) Wait(t testing.TB) verbs.WC {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var wc [1]qp.WC
+	var wc [1]verbs.WC
 	if _, err := e.CQ.Wait(ctx, wc[:]); err != nil {
 		t.Fatalf("nictest: waiting for a completion: %v", err)
 	}

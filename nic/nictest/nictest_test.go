@@ -15,7 +15,7 @@ import (
 	"github.com/softnic/softnic/netem"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/nictest"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -27,11 +27,11 @@ func write(t *testing.T, p *nictest.Pair, n int) {
 	for i := range src {
 		src[i] = byte(i*7 + 1)
 	}
-	if err := p.A.QP.PostSend(&qp.SendWR{Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{p.A.MR.SGE(0, n)},
+	if err := p.A.QP.PostSend(&verbs.SendWR{Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{p.A.MR.SGE(0, n)},
 		RemoteAddr: p.B.MR.Addr(), RKey: p.B.MR.RKey()}); err != nil {
 		t.Fatal(err)
 	}
-	if wc := p.A.Wait(t); wc.Status != qp.Success {
+	if wc := p.A.Wait(t); wc.Status != verbs.Success {
 		t.Fatalf("the WRITE completed with %v", wc.Status)
 	}
 	p.B.QP.Status() // orders the responder's writes before the reads below
@@ -94,7 +94,7 @@ func TestFaultDropsMiddle(t *testing.T) {
 func TestFaultSwitchedOff(t *testing.T) {
 	p := nictest.NewPair(t, &nictest.Options{Connect: nic.ConnectOptions{Timeout: 10}}) // ≈ 4 ms
 	f := p.A.Faults.Add(netem.Rule{Action: netem.ActionDrop, OpCodes: []wire.OpCode{wire.OpRCWriteOnly}, QP: p.B.QP.Num(), Count: math.MaxInt})
-	if err := p.A.QP.PostSend(&qp.SendWR{Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{p.A.MR.SGE(0, 8)},
+	if err := p.A.QP.PostSend(&verbs.SendWR{Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{p.A.MR.SGE(0, 8)},
 		RemoteAddr: p.B.MR.Addr(), RKey: p.B.MR.RKey()}); err != nil {
 		t.Fatal(err)
 	}
@@ -109,11 +109,11 @@ func TestFaultSwitchedOff(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := p.A.CQ.Poll(make([]qp.WC, 1)); n != 0 {
+	if n, _ := p.A.CQ.Poll(make([]verbs.WC, 1)); n != 0 {
 		t.Fatal("the WRITE completed while every sending of it was dropped")
 	}
 	f.Off()
-	if wc := p.A.Wait(t); wc.Status != qp.Success {
+	if wc := p.A.Wait(t); wc.Status != verbs.Success {
 		t.Fatalf("the WRITE completed with %v", wc.Status)
 	}
 	if f.Hits() < 2 {
@@ -183,14 +183,14 @@ func TestDaemon(t *testing.T) {
 		}
 	}
 	f := d.Faults.Add(netem.Rule{Action: netem.ActionDuplicate, OpCodes: []wire.OpCode{wire.OpRCWriteOnly}})
-	if err := q[0].PostSend(&qp.SendWR{Opcode: qp.WRWrite, Flags: qp.Signaled, SGL: []qp.SGE{m.SGE(0, 8)},
+	if err := q[0].PostSend(&verbs.SendWR{Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{m.SGE(0, 8)},
 		RemoteAddr: m.Addr() + 8, RKey: m.RKey()}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var wc [1]qp.WC
-	if _, err := cq.Wait(ctx, wc[:]); err != nil || wc[0].Status != qp.Success {
+	var wc [1]verbs.WC
+	if _, err := cq.Wait(ctx, wc[:]); err != nil || wc[0].Status != verbs.Success {
 		t.Fatalf("the WRITE: %v, %v", err, wc[0].Status)
 	}
 	if f.Hits() != 1 {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // ErrCorrupt is wrapped by the decoders for a slot or a ring whose
@@ -71,15 +72,15 @@ func align8(n int) int { return (n + 7) &^ 7 }
 type SendLimits struct{ MaxSGE, MaxInline int }
 
 // sendFlags are the flags a WQE may carry.
-const sendFlags = qp.Signaled | qp.Fence | qp.Solicited | qp.Inline
+const sendFlags = verbs.Signaled | verbs.Fence | verbs.Solicited | verbs.Inline
 
 // EncodeSend writes wr into slot. It refuses a WR the slot cannot hold.
-func EncodeSend(slot []byte, wr *qp.SendWR) error {
-	if wr.Opcode == qp.WRBindMW {
+func EncodeSend(slot []byte, wr *verbs.SendWR) error {
+	if wr.Opcode == verbs.WRBindMW {
 		return encodeBind(slot, wr)
 	}
 	n := len(wr.SGL) * sgeSize
-	if wr.Flags&qp.Inline != 0 {
+	if wr.Flags&verbs.Inline != 0 {
 		n = len(wr.Inline)
 	}
 	switch {
@@ -96,7 +97,7 @@ func EncodeSend(slot []byte, wr *qp.SendWR) error {
 	le.PutUint64(h[48:], wr.Swap)
 	le.PutUint32(h[56:], wr.QKey)
 	h[11] = putAddr(h[64:80], h[60:62], wr.Dest)
-	if wr.Flags&qp.Inline != 0 {
+	if wr.Flags&verbs.Inline != 0 {
 		le.PutUint32(h[12:], uint32(len(wr.Inline)))
 		copy(slot[sendHeaderSize:], wr.Inline)
 		return nil
@@ -108,7 +109,7 @@ func EncodeSend(slot []byte, wr *qp.SendWR) error {
 
 // putHeader clears the header of slot, writes the fields every WR has and
 // returns the header.
-func putHeader(slot []byte, wr *qp.SendWR) []byte {
+func putHeader(slot []byte, wr *verbs.SendWR) []byte {
 	h := slot[:sendHeaderSize]
 	clear(h)
 	le.PutUint64(h[0:], wr.ID)
@@ -117,12 +118,12 @@ func putHeader(slot []byte, wr *qp.SendWR) []byte {
 }
 
 // encodeBind writes a BIND_MW WR into slot.
-func encodeBind(slot []byte, wr *qp.SendWR) error {
+func encodeBind(slot []byte, wr *verbs.SendWR) error {
 	b := wr.Bind
 	switch {
 	case b == nil:
 		return fmt.Errorf("%s without a bind request: %w", wr.Opcode, qp.ErrInvalid)
-	case len(wr.SGL) != 0 || len(wr.Inline) != 0 || wr.Flags&qp.Inline != 0:
+	case len(wr.SGL) != 0 || len(wr.Inline) != 0 || wr.Flags&verbs.Inline != 0:
 		return fmt.Errorf("%s with SGEs or inline data: %w", wr.Opcode, qp.ErrInvalid)
 	case len(slot) < sendHeaderSize:
 		return fmt.Errorf("%s does not fit a %d-byte slot: %w", wr.Opcode, len(slot), qp.ErrInvalid)
@@ -144,24 +145,24 @@ func encodeBind(slot []byte, wr *qp.SendWR) error {
 // is read once, into private memory, before it is checked. The WR's ID is
 // set even when the WQE is refused (ErrCorrupt), so that its failure can
 // name it.
-func DecodeSend(slot []byte, lim SendLimits, wr *qp.SendWR, sgl []qp.SGE, inline []byte, bind *mr.BindRequest) error {
+func DecodeSend(slot []byte, lim SendLimits, wr *verbs.SendWR, sgl []verbs.SGE, inline []byte, bind *mr.BindRequest) error {
 	var h [sendHeaderSize]byte
 	if len(slot) < sendHeaderSize {
 		return fmt.Errorf("send slot of %d bytes: %w", len(slot), ErrCorrupt)
 	}
 	copy(h[:], slot)
-	*wr = qp.SendWR{
-		ID: le.Uint64(h[0:]), Opcode: qp.WROpcode(h[8]), Flags: qp.SendFlags(h[9]),
+	*wr = verbs.SendWR{
+		ID: le.Uint64(h[0:]), Opcode: verbs.WROpcode(h[8]), Flags: verbs.SendFlags(h[9]),
 		Imm: le.Uint32(h[16:]), InvalidateRKey: le.Uint32(h[20:]),
 		RemoteAddr: le.Uint64(h[24:]), RKey: le.Uint32(h[32:]), DestQPN: le.Uint32(h[36:]),
 		CompareAdd: le.Uint64(h[40:]), Swap: le.Uint64(h[48:]), QKey: le.Uint32(h[56:]),
 	}
 	nSGE, inlineLen := int(h[10]), le.Uint32(h[12:])
-	if wr.Opcode == qp.WRBindMW {
+	if wr.Opcode == verbs.WRBindMW {
 		return decodeBind(&h, wr, bind)
 	}
 	switch {
-	case wr.Opcode < qp.WRWrite || wr.Opcode > qp.WRLocalInv:
+	case wr.Opcode < verbs.WRWrite || wr.Opcode > verbs.WRLocalInv:
 		return fmt.Errorf("send WQE opcode %d: %w", h[8], ErrCorrupt)
 	case wr.Flags&^sendFlags != 0:
 		return fmt.Errorf("send WQE flags %#x: %w", h[9], ErrCorrupt)
@@ -174,7 +175,7 @@ func DecodeSend(slot []byte, lim SendLimits, wr *qp.SendWR, sgl []qp.SGE, inline
 	}
 	wr.Dest = dest
 	body := slot[sendHeaderSize:]
-	if wr.Flags&qp.Inline != 0 {
+	if wr.Flags&verbs.Inline != 0 {
 		if nSGE != 0 || inlineLen > uint32(lim.MaxInline) || int(inlineLen) > len(body) || int(inlineLen) > cap(inline) {
 			return fmt.Errorf("send WQE with %d SGEs and %d bytes inline, the queue takes %d: %w", nSGE, inlineLen, lim.MaxInline, ErrCorrupt)
 		}
@@ -190,9 +191,9 @@ func DecodeSend(slot []byte, lim SendLimits, wr *qp.SendWR, sgl []qp.SGE, inline
 }
 
 // decodeBind finishes decoding the BIND_MW WQE whose header is h.
-func decodeBind(h *[sendHeaderSize]byte, wr *qp.SendWR, bind *mr.BindRequest) error {
+func decodeBind(h *[sendHeaderSize]byte, wr *verbs.SendWR, bind *mr.BindRequest) error {
 	switch {
-	case wr.Flags&^(sendFlags&^qp.Inline) != 0:
+	case wr.Flags&^(sendFlags&^verbs.Inline) != 0:
 		return fmt.Errorf("BIND_MW WQE flags %#x: %w", h[9], ErrCorrupt)
 	case !zero(h[10:24]) || !zero(h[36:40]) || !zero(h[48:80]) || !zero(h[92:96]):
 		return fmt.Errorf("BIND_MW WQE with fields other than its bind request set: %w", ErrCorrupt)
@@ -203,7 +204,7 @@ func decodeBind(h *[sendHeaderSize]byte, wr *qp.SendWR, bind *mr.BindRequest) er
 		Addr: le.Uint64(h[24:]), WindowKey: le.Uint32(h[32:]), Length: le.Uint64(h[40:]),
 		NewKey: le.Uint32(h[80:]), RegionKey: le.Uint32(h[84:]), Access: mr.Access(le.Uint32(h[88:])),
 	}
-	*wr = qp.SendWR{ID: wr.ID, Opcode: wr.Opcode, Flags: wr.Flags, Bind: bind}
+	*wr = verbs.SendWR{ID: wr.ID, Opcode: wr.Opcode, Flags: wr.Flags, Bind: bind}
 	return nil
 }
 
@@ -220,7 +221,7 @@ const recvHeaderSize = 16
 func RecvSlotSize(maxSGE int) int { return recvHeaderSize + maxSGE*sgeSize }
 
 // EncodeRecv writes wr into slot.
-func EncodeRecv(slot []byte, wr *qp.RecvWR) error {
+func EncodeRecv(slot []byte, wr *verbs.RecvWR) error {
 	if len(wr.SGL) > 255 || recvHeaderSize+len(wr.SGL)*sgeSize > len(slot) {
 		return fmt.Errorf("receive WR of %d SGEs does not fit a %d-byte slot: %w", len(wr.SGL), len(slot), qp.ErrInvalid)
 	}
@@ -233,13 +234,13 @@ func EncodeRecv(slot []byte, wr *qp.RecvWR) error {
 
 // DecodeRecv copies the receive WQE in slot into wr, its SGL into sgl's
 // backing array (capacity at least maxSGE), as DecodeSend does.
-func DecodeRecv(slot []byte, maxSGE int, wr *qp.RecvWR, sgl []qp.SGE) error {
+func DecodeRecv(slot []byte, maxSGE int, wr *verbs.RecvWR, sgl []verbs.SGE) error {
 	var h [recvHeaderSize]byte
 	if len(slot) < recvHeaderSize {
 		return fmt.Errorf("receive slot of %d bytes: %w", len(slot), ErrCorrupt)
 	}
 	copy(h[:], slot)
-	*wr = qp.RecvWR{ID: le.Uint64(h[0:])}
+	*wr = verbs.RecvWR{ID: le.Uint64(h[0:])}
 	n := int(h[8])
 	switch {
 	case !zero(h[9:16]):
@@ -269,7 +270,7 @@ func DecodeRecv(slot []byte, maxSGE int, wr *qp.RecvWR, sgl []qp.SGE) error {
 const CQESize = 64
 
 // EncodeCQE writes wc into slot.
-func EncodeCQE(slot []byte, wc *qp.WC) {
+func EncodeCQE(slot []byte, wc *verbs.WC) {
 	s := slot[:CQESize]
 	clear(s)
 	le.PutUint64(s[0:], wc.ID)
@@ -283,14 +284,14 @@ func EncodeCQE(slot []byte, wc *qp.WC) {
 }
 
 // DecodeCQE copies the completion in slot into wc.
-func DecodeCQE(slot []byte, wc *qp.WC) error {
+func DecodeCQE(slot []byte, wc *verbs.WC) error {
 	var s [CQESize]byte
 	if len(slot) < CQESize {
 		return fmt.Errorf("completion slot of %d bytes: %w", len(slot), ErrCorrupt)
 	}
 	copy(s[:], slot)
-	*wc = qp.WC{
-		ID: le.Uint64(s[0:]), Status: qp.WCStatus(s[8]), Opcode: qp.WCOpcode(s[9]), Flags: qp.WCFlags(s[10]),
+	*wc = verbs.WC{
+		ID: le.Uint64(s[0:]), Status: verbs.WCStatus(s[8]), Opcode: verbs.WCOpcode(s[9]), Flags: verbs.WCFlags(s[10]),
 		ByteLen: le.Uint32(s[12:]), QPN: le.Uint32(s[16:]), Imm: le.Uint32(s[20:]),
 		InvalidatedRKey: le.Uint32(s[24:]), SrcQPN: le.Uint32(s[28:]),
 	}
@@ -302,7 +303,7 @@ func DecodeCQE(slot []byte, wc *qp.WC) error {
 	return err
 }
 
-func putSGEs(b []byte, sgl []qp.SGE) {
+func putSGEs(b []byte, sgl []verbs.SGE) {
 	for i := range sgl {
 		e := b[i*sgeSize:]
 		le.PutUint64(e, sgl[i].Addr)
@@ -311,10 +312,10 @@ func putSGEs(b []byte, sgl []qp.SGE) {
 	}
 }
 
-func getSGEs(b []byte, sgl []qp.SGE) []qp.SGE {
+func getSGEs(b []byte, sgl []verbs.SGE) []verbs.SGE {
 	for i := range sgl {
 		e := b[i*sgeSize:]
-		sgl[i] = qp.SGE{Addr: le.Uint64(e), Length: le.Uint32(e[8:]), LKey: le.Uint32(e[12:])}
+		sgl[i] = verbs.SGE{Addr: le.Uint64(e), Length: le.Uint32(e[8:]), LKey: le.Uint32(e[12:])}
 	}
 	return sgl
 }

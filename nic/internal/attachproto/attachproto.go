@@ -32,6 +32,7 @@ import (
 	"github.com/softnic/softnic/nic/cm"
 	"github.com/softnic/softnic/nic/udp"
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // Msg is one line of the protocol: a request, its reply or an event.
@@ -176,7 +177,7 @@ type SRQResult struct {
 
 // QPConfig is a nic.QPConfig with its CQs and SRQ named by handle.
 type QPConfig struct {
-	Type                                                    qp.Type
+	Type                                                    verbs.Type
 	SendCQ, RecvCQ, SRQ                                     uint32
 	MaxSendWR, MaxRecvWR, MaxSendSGE, MaxRecvSGE, MaxInline int
 	SignalAll                                               bool
@@ -196,19 +197,19 @@ type QPResult struct {
 	QPN    uint32
 	Slot   uint32
 	Config QPConfig
-	Attr   qp.Attr
+	Attr   verbs.Attr
 }
 
 // ModifyQPArgs is QP.Modify of QP H.
 type ModifyQPArgs struct {
 	H    uint32
-	Attr qp.Attr
-	Mask qp.AttrMask
+	Attr verbs.Attr
+	Mask verbs.AttrMask
 }
 
 // QueryQPResult answers modify_qp and query_qp.
 type QueryQPResult struct {
-	Attr   qp.Attr
+	Attr   verbs.Attr
 	Status qp.Status
 }
 
@@ -282,7 +283,7 @@ type ConnEnded struct{ H uint32 }
 // status of the error completion that moved it there (Config.OnQPError).
 type QPErrorEvent struct {
 	H     uint32
-	Cause qp.WCStatus
+	Cause verbs.WCStatus
 }
 
 // ErrAccess (EACCES): a user the daemon does not serve, or a control
@@ -370,7 +371,7 @@ func (a QPConfig) WithDefaults() QPConfig {
 		}
 	}
 	if a.Type == 0 {
-		a.Type = qp.RC
+		a.Type = verbs.RC
 	}
 	def(&a.MaxSendWR, qp.DefaultMaxWR)
 	def(&a.MaxRecvWR, qp.DefaultMaxWR)

@@ -11,6 +11,7 @@ import (
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/cm"
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire/mad"
 )
 
@@ -59,7 +60,7 @@ func TestErrorsCrossTheSocket(t *testing.T) {
 		{"canceled", context.Canceled, "ECANCELED", context.Canceled},
 		{"deadline", context.DeadlineExceeded, "EDEADLINE", context.DeadlineExceeded},
 		{"reject", fmt.Errorf("dial: %w", rej), "REJ", cm.ErrConnRefused},
-		{"QP error", &cm.QPError{QPN: 0x12, Status: qp.RetryExcErr}, "QPERR", cm.ErrTimedOut},
+		{"QP error", &cm.QPError{QPN: 0x12, Status: verbs.RetryExcErr}, "QPERR", cm.ErrTimedOut},
 		{"other", errors.New("something else"), "", nil},
 	}
 	for _, tt := range tests {
@@ -81,9 +82,9 @@ func TestErrorsCrossTheSocket(t *testing.T) {
 	if !errors.As(err, &gotRej) || gotRej.Port != rej.Port || gotRej.Reason != rej.Reason || string(gotRej.PrivateData) != string(rej.PrivateData) {
 		t.Errorf("REJ across the socket: %#v, want %#v", gotRej, rej)
 	}
-	_, err = roundTrip(t, &cm.QPError{QPN: 0x12, Status: qp.RetryExcErr})
+	_, err = roundTrip(t, &cm.QPError{QPN: 0x12, Status: verbs.RetryExcErr})
 	var gotQP *cm.QPError
-	if !errors.As(err, &gotQP) || gotQP.QPN != 0x12 || gotQP.Status != qp.RetryExcErr {
+	if !errors.As(err, &gotQP) || gotQP.QPN != 0x12 || gotQP.Status != verbs.RetryExcErr {
 		t.Errorf("QP error across the socket: %#v", gotQP)
 	}
 	if (&Msg{}).Err() != nil {
@@ -94,12 +95,12 @@ func TestErrorsCrossTheSocket(t *testing.T) {
 // TestWithDefaults: both sides size a QP's rings from the same numbers.
 func TestWithDefaults(t *testing.T) {
 	got := QPConfig{SendCQ: 3}.WithDefaults()
-	want := QPConfig{Type: qp.RC, SendCQ: 3, RecvCQ: 3, MaxSendWR: qp.DefaultMaxWR, MaxRecvWR: qp.DefaultMaxWR,
+	want := QPConfig{Type: verbs.RC, SendCQ: 3, RecvCQ: 3, MaxSendWR: qp.DefaultMaxWR, MaxRecvWR: qp.DefaultMaxWR,
 		MaxSendSGE: qp.DefaultMaxSGE, MaxRecvSGE: qp.DefaultMaxSGE, MaxInline: qp.DefaultMaxInline}
 	if got != want {
 		t.Errorf("defaults %+v, want %+v", got, want)
 	}
-	set := QPConfig{Type: qp.UD, SendCQ: 3, RecvCQ: 4, MaxSendWR: 1, MaxRecvWR: 2, MaxSendSGE: 3, MaxRecvSGE: 4, MaxInline: 5}
+	set := QPConfig{Type: verbs.UD, SendCQ: 3, RecvCQ: 4, MaxSendWR: 1, MaxRecvWR: 2, MaxSendSGE: 3, MaxRecvSGE: 4, MaxInline: 5}
 	if got := set.WithDefaults(); got != set {
 		t.Errorf("defaults changed %+v into %+v", set, got)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // Functions package nic sets at init.
@@ -86,7 +87,7 @@ type Queues interface {
 	// Failed tells the process that its QP entered the error state by
 	// itself, with the status of the completion that moved it there
 	// (Config.OnQPError). It is called with the QP's lock held.
-	Failed(cause qp.WCStatus)
+	Failed(cause verbs.WCStatus)
 }
 
 // QP is a QP of the embedded device as the daemon that fills its queues

@@ -27,7 +27,7 @@ import (
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/nicbench"
 	"github.com/softnic/softnic/nic/udp/udptest"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // RawKeys are the keys of the raw-UDP limits.
@@ -367,7 +367,7 @@ func benchAttached(ctx context.Context, devs *benchDevices, n int, control strin
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		_, d, err := ins[dev].Throughput(qp.WRWrite, nicbench.LargeSize, nicbench.Window, 1, nicbench.Poll, nicbench.Limit{Ops: k})
+		_, d, err := ins[dev].Throughput(verbs.WRWrite, nicbench.LargeSize, nicbench.Window, 1, nicbench.Poll, nicbench.Limit{Ops: k})
 		took[dev] += d
 		return err
 	})
@@ -381,7 +381,7 @@ func benchAttached(ctx context.Context, devs *benchDevices, n int, control strin
 		att, emb *Latency
 		by       nicbench.Completion
 	}{{&res.Write8Wait, &res.EmbeddedWait, nicbench.Wait}, {&res.Write8Poll, &res.EmbeddedPoll, nicbench.Poll}} {
-		l, err := nicbench.LatencyRounds(&ins, qp.WRWrite, m.by, n)
+		l, err := nicbench.LatencyRounds(&ins, verbs.WRWrite, m.by, n)
 		if err != nil {
 			return nil, err
 		}

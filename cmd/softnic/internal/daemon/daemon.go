@@ -41,7 +41,7 @@ import (
 	"github.com/softnic/softnic/nic/attachd"
 	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/nic/udp"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // The receive buffers softnic serve keeps posted on a shared receive queue
@@ -317,7 +317,7 @@ func (d *daemon) startReceives() error {
 }
 
 func (d *daemon) postRecv(slot int) error {
-	return d.srq.PostRecv(&qp.RecvWR{ID: uint64(slot), SGL: []qp.SGE{d.recvMR.SGE(slot*RecvBufferSize, RecvBufferSize)}})
+	return d.srq.PostRecv(&verbs.RecvWR{ID: uint64(slot), SGL: []verbs.SGE{d.recvMR.SGE(slot*RecvBufferSize, RecvBufferSize)}})
 }
 
 // listenControl listens on the unix socket at path, which only the
@@ -558,7 +558,7 @@ func (d *daemon) serveConn(c *nic.Conn) {
 // again.
 func (d *daemon) receiveLoop() {
 	defer d.wg.Done()
-	wcs := make([]qp.WC, 16)
+	wcs := make([]verbs.WC, 16)
 	for {
 		n, err := d.cq.Wait(context.Background(), wcs)
 		if errors.Is(err, nic.ErrClosed) {
@@ -574,7 +574,7 @@ func (d *daemon) receiveLoop() {
 }
 
 // received logs one receive completion and posts its buffer again.
-func (d *daemon) received(wc *qp.WC) {
+func (d *daemon) received(wc *verbs.WC) {
 	slot := int(wc.ID)
 	peer := zap.Skip()
 	d.mu.Lock()
@@ -585,12 +585,12 @@ func (d *daemon) received(wc *qp.WC) {
 	qpn := zap.String("qpn", hex(uint64(wc.QPN)))
 	switch {
 	// Each is logged before it is counted: whoever sees the count sees the log.
-	case wc.Status != qp.Success:
+	case wc.Status != verbs.Success:
 		d.logs.recvFailed.Log(func() []zap.Field {
 			return []zap.Field{peer, qpn, zap.String("status", wc.Status.String()), zap.String("error", wc.Status.Text())}
 		})
 		d.recvErrors.Add(1)
-	case wc.Opcode == qp.WCRecvWriteImm:
+	case wc.Opcode == verbs.WCRecvWriteImm:
 		d.logs.writeImm.Log(func() []zap.Field {
 			return []zap.Field{peer, qpn, zap.String("imm", hex(uint64(wc.Imm))), zap.Uint32("bytes", wc.ByteLen)}
 		})
@@ -599,7 +599,7 @@ func (d *daemon) received(wc *qp.WC) {
 		d.logs.send.Log(func() []zap.Field {
 			data := d.recvMR.Bytes()[slot*RecvBufferSize:][:wc.ByteLen]
 			fields := []zap.Field{peer, qpn, zap.Uint32("bytes", wc.ByteLen), zap.String("data", excerpt(data))}
-			if wc.Flags&qp.WCWithImm != 0 {
+			if wc.Flags&verbs.WCWithImm != 0 {
 				fields = append(fields, zap.String("imm", hex(uint64(wc.Imm))))
 			}
 			return fields

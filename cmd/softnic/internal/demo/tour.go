@@ -24,7 +24,7 @@ import (
 	"github.com/softnic/softnic/cmd/softnic/internal/tooldev"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 	"github.com/softnic/softnic/wire/mad"
 )
@@ -290,16 +290,16 @@ func (d *demo) word() uint64 {
 
 // post posts wr on the client's QP, signalled, and waits for its
 // completion.
-func (d *demo) post(wr *qp.SendWR) (qp.WC, error) {
+func (d *demo) post(wr *verbs.SendWR) (verbs.WC, error) {
 	return scenario.Post(d.ctx, d.cconn.QP(), d.ccq, wr)
 }
 
 // postOK is post for an operation that must succeed.
-func (d *demo) postOK(wr *qp.SendWR) (qp.WC, error) {
+func (d *demo) postOK(wr *verbs.SendWR) (verbs.WC, error) {
 	return scenario.PostOK(d.ctx, d.cconn.QP(), d.ccq, wr)
 }
 
-func (d *demo) wait(cq *nic.CQ, what string) (qp.WC, error) { return scenario.Wait(d.ctx, cq, what) }
+func (d *demo) wait(cq *nic.CQ, what string) (verbs.WC, error) { return scenario.Wait(d.ctx, cq, what) }
 
 func (d *demo) explainRegister() string {
 	return fmt.Sprintf("The server registers %d bytes of memory for remote read, write and atomic access; "+
@@ -366,7 +366,7 @@ func (d *demo) connect() (string, error) {
 	if d.remote != want {
 		return "", fmt.Errorf("the REP announced %+v, the server sent %+v", d.remote, want)
 	}
-	if st := d.cconn.QP().Status().State; st != qp.RTS {
+	if st := d.cconn.QP().Status().State; st != verbs.RTS {
 		return "", fmt.Errorf("the client's QP is in state %v, want RTS", st)
 	}
 	return fmt.Sprintf("client QP %#x is connected to server QP %#x, both in RTS.", d.cconn.QP().Num(), d.sconn.QP().Num()), nil
@@ -388,7 +388,7 @@ func (d *demo) write() (string, error) {
 	line := "softnic demo: this text crossed the wire in an RDMA WRITE. "
 	d.message = []byte(strings.Repeat(line, WriteLen/len(line)+1)[:WriteLen])
 	copy(d.local.Bytes(), d.message)
-	if _, err := d.postOK(&qp.SendWR{Opcode: qp.WRWrite, SGL: []qp.SGE{d.local.SGE(0, WriteLen)},
+	if _, err := d.postOK(&verbs.SendWR{Opcode: verbs.WRWrite, SGL: []verbs.SGE{d.local.SGE(0, WriteLen)},
 		RemoteAddr: d.remote.Addr, RKey: d.remote.RKey}); err != nil {
 		return "", err
 	}
@@ -406,7 +406,7 @@ func (d *demo) explainRead() string {
 
 func (d *demo) read() (string, error) {
 	const off = WriteLen
-	if _, err := d.postOK(&qp.SendWR{Opcode: qp.WRRead, SGL: []qp.SGE{d.local.SGE(off, WriteLen)},
+	if _, err := d.postOK(&verbs.SendWR{Opcode: verbs.WRRead, SGL: []verbs.SGE{d.local.SGE(off, WriteLen)},
 		RemoteAddr: d.remote.Addr, RKey: d.remote.RKey}); err != nil {
 		return "", err
 	}
@@ -424,7 +424,7 @@ func (d *demo) explainFetchAdd() string {
 func (d *demo) fetchAdd() (string, error) {
 	binary.NativeEndian.PutUint64(d.region.Bytes()[demoWordOff:], 40)
 	d.syncServer()
-	orig, err := d.atomic(qp.WRFetchAdd, 2, 0)
+	orig, err := d.atomic(verbs.WRFetchAdd, 2, 0)
 	if err != nil {
 		return "", err
 	}
@@ -440,7 +440,7 @@ func (d *demo) explainCompareSwap() string {
 }
 
 func (d *demo) compareSwap() (string, error) {
-	orig, err := d.atomic(qp.WRCompareSwap, 42, 7)
+	orig, err := d.atomic(verbs.WRCompareSwap, 42, 7)
 	if err != nil {
 		return "", err
 	}
@@ -451,9 +451,9 @@ func (d *demo) compareSwap() (string, error) {
 }
 
 // atomic runs an atomic on the demo's word and returns the original value.
-func (d *demo) atomic(op qp.WROpcode, compareAdd, swap uint64) (uint64, error) {
+func (d *demo) atomic(op verbs.WROpcode, compareAdd, swap uint64) (uint64, error) {
 	const off = 3 * WriteLen // past the WRITE's and the READ's bytes
-	if _, err := d.postOK(&qp.SendWR{Opcode: op, SGL: []qp.SGE{d.local.SGE(off, 8)},
+	if _, err := d.postOK(&verbs.SendWR{Opcode: op, SGL: []verbs.SGE{d.local.SGE(off, 8)},
 		RemoteAddr: d.remote.Addr + demoWordOff, RKey: d.remote.RKey, CompareAdd: compareAdd, Swap: swap}); err != nil {
 		return 0, err
 	}
@@ -468,11 +468,11 @@ func (d *demo) explainSend() string {
 func (d *demo) send() (string, error) {
 	msg := []byte("hello, server: this is a SEND")
 	const roff = demoRegionSize - 1024 // the server's receive buffer
-	if err := d.sconn.QP().PostRecv(&qp.RecvWR{ID: 100, SGL: []qp.SGE{d.region.SGE(roff, 1024)}}); err != nil {
+	if err := d.sconn.QP().PostRecv(&verbs.RecvWR{ID: 100, SGL: []verbs.SGE{d.region.SGE(roff, 1024)}}); err != nil {
 		return "", err
 	}
 	copy(d.local.Bytes(), msg)
-	if _, err := d.postOK(&qp.SendWR{Opcode: qp.WRSend, SGL: []qp.SGE{d.local.SGE(0, len(msg))}}); err != nil {
+	if _, err := d.postOK(&verbs.SendWR{Opcode: verbs.WRSend, SGL: []verbs.SGE{d.local.SGE(0, len(msg))}}); err != nil {
 		return "", err
 	}
 	wc, err := d.wait(d.scq, "the server's receive")
@@ -480,7 +480,7 @@ func (d *demo) send() (string, error) {
 		return "", err
 	}
 	got := d.region.Bytes()[roff : roff+int(wc.ByteLen)]
-	if wc.Status != qp.Success || wc.Opcode != qp.WCRecv || wc.ID != 100 || !bytes.Equal(got, msg) {
+	if wc.Status != verbs.Success || wc.Opcode != verbs.WCRecv || wc.ID != 100 || !bytes.Equal(got, msg) {
 		return "", fmt.Errorf("the server's completion is %v with %q, want RECV SUCCESS with %q", &wc, got, msg)
 	}
 	return fmt.Sprintf("the server's completion: %v; its buffer holds %q.", &wc, got), nil
@@ -493,11 +493,11 @@ func (d *demo) explainWriteImm() string {
 
 func (d *demo) writeImm() (string, error) {
 	data := []byte("written with imm")
-	if err := d.sconn.QP().PostRecv(&qp.RecvWR{ID: 101}); err != nil {
+	if err := d.sconn.QP().PostRecv(&verbs.RecvWR{ID: 101}); err != nil {
 		return "", err
 	}
 	copy(d.local.Bytes(), data)
-	if _, err := d.postOK(&qp.SendWR{Opcode: qp.WRWriteImm, Imm: demoImm, SGL: []qp.SGE{d.local.SGE(0, len(data))},
+	if _, err := d.postOK(&verbs.SendWR{Opcode: verbs.WRWriteImm, Imm: demoImm, SGL: []verbs.SGE{d.local.SGE(0, len(data))},
 		RemoteAddr: d.remote.Addr + demoImmOff, RKey: d.remote.RKey}); err != nil {
 		return "", err
 	}
@@ -505,7 +505,7 @@ func (d *demo) writeImm() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if wc.Status != qp.Success || wc.Opcode != qp.WCRecvWriteImm || wc.Flags&qp.WCWithImm == 0 || wc.Imm != demoImm {
+	if wc.Status != verbs.Success || wc.Opcode != verbs.WCRecvWriteImm || wc.Flags&verbs.WCWithImm == 0 || wc.Imm != demoImm {
 		return "", fmt.Errorf("the server's completion is %v imm=%#x, want RECV_RDMA_WITH_IMM SUCCESS imm=%#x", &wc, wc.Imm, demoImm)
 	}
 	d.syncServer()
@@ -527,19 +527,19 @@ func (d *demo) explainBadRKey() string {
 
 func (d *demo) badRKey() (string, error) {
 	_, naksBefore := d.counts()
-	wr := qp.SendWR{Opcode: qp.WRWrite, SGL: []qp.SGE{d.local.SGE(0, 8)}, RemoteAddr: d.remote.Addr, RKey: d.wrongRKey()}
+	wr := verbs.SendWR{Opcode: verbs.WRWrite, SGL: []verbs.SGE{d.local.SGE(0, 8)}, RemoteAddr: d.remote.Addr, RKey: d.wrongRKey()}
 	wc, err := d.post(&wr)
 	if err != nil {
 		return "", err
 	}
-	if wc.Status != qp.RemAccessErr {
+	if wc.Status != verbs.RemAccessErr {
 		return "", fmt.Errorf("the WRITE completed with %v, want REM_ACCESS_ERR", wc.Status)
 	}
 	if _, naks := d.counts(); naks != naksBefore+1 {
 		return "", fmt.Errorf("%d remote access error NAKs were sent, want 1", naks-naksBefore)
 	}
 	for _, c := range []*nic.Conn{d.cconn, d.sconn} {
-		if st := c.QP().Status().State; st != qp.Err {
+		if st := c.QP().Status().State; st != verbs.Err {
 			return "", fmt.Errorf("QP %#x is in state %v, want ERR", c.QP().Num(), st)
 		}
 	}

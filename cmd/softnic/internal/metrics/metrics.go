@@ -40,8 +40,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // Counter is one named count, as softnic stat shows it.
@@ -56,7 +55,7 @@ type QP struct {
 	PID        int    // the process that owns it: the daemon's own, or an attached one
 	State      string // qp.State's name: RESET, INIT, RTR, RTS, SQD, SQE, ERR
 	SendQueued int    // send WRs posted and not completed
-	Traffic    qp.Traffic
+	Traffic    verbs.Traffic
 }
 
 // Process is a process attached to the daemon.
@@ -277,14 +276,14 @@ var qpStates = []string{"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"}
 // qpSeries are the per-QP counters, each with the QP's part of Traffic.
 var qpSeries = []struct {
 	name, help string
-	value      func(*qp.Traffic) uint64
+	value      func(*verbs.Traffic) uint64
 }{
-	{"sent_pkts", "Packets the QP built: requests, responses, retransmissions.", func(t *qp.Traffic) uint64 { return t.SentPkts }},
-	{"sent_bytes", "Bytes of the packets the QP built, BTH through ICRC.", func(t *qp.Traffic) uint64 { return t.SentBytes }},
-	{"rcvd_pkts", "Packets handed to the QP.", func(t *qp.Traffic) uint64 { return t.RcvdPkts }},
-	{"rcvd_bytes", "Bytes of the packets handed to the QP, BTH through ICRC.", func(t *qp.Traffic) uint64 { return t.RcvdBytes }},
-	{"sent_msgs", "Send work requests the QP completed successfully.", func(t *qp.Traffic) uint64 { return t.SentMsgs }},
-	{"rcvd_msgs", "Requests the QP's responder completed, and UD datagrams it delivered.", func(t *qp.Traffic) uint64 { return t.RcvdMsgs }},
+	{"sent_pkts", "Packets the QP built: requests, responses, retransmissions.", func(t *verbs.Traffic) uint64 { return t.SentPkts }},
+	{"sent_bytes", "Bytes of the packets the QP built, BTH through ICRC.", func(t *verbs.Traffic) uint64 { return t.SentBytes }},
+	{"rcvd_pkts", "Packets handed to the QP.", func(t *verbs.Traffic) uint64 { return t.RcvdPkts }},
+	{"rcvd_bytes", "Bytes of the packets handed to the QP, BTH through ICRC.", func(t *verbs.Traffic) uint64 { return t.RcvdBytes }},
+	{"sent_msgs", "Send work requests the QP completed successfully.", func(t *verbs.Traffic) uint64 { return t.SentMsgs }},
+	{"rcvd_msgs", "Requests the QP's responder completed, and UD datagrams it delivered.", func(t *verbs.Traffic) uint64 { return t.RcvdMsgs }},
 }
 
 func (c *Collector) collectQPs(ch chan<- prometheus.Metric, qps []QP) {

@@ -7,8 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // snapshot is a daemon with a counter of each kind, nQPs QPs (QP i moved
@@ -21,7 +20,7 @@ func snapshot(nQPs, nProcs int) *Snapshot {
 	}
 	for i := range nQPs {
 		s.QPs = append(s.QPs, QP{QPN: uint32(0x100 + i), PID: 42, State: []string{"RTS", "ERR"}[i%2], SendQueued: i,
-			Traffic: qp.Traffic{SentBytes: uint64(i) << 10, SentPkts: uint64(i)}})
+			Traffic: verbs.Traffic{SentBytes: uint64(i) << 10, SentPkts: uint64(i)}})
 	}
 	for i := range nProcs {
 		s.Processes = append(s.Processes, Process{PID: 1000 + i, Counters: []Counter{{"send_wqes", uint64(i)}}, Gauges: []Counter{{"qps", 1}}})

@@ -14,6 +14,7 @@ import (
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -339,31 +340,31 @@ func (s *perfSession) remoteSlot(i int) uint64 {
 
 // bwWR fills wr with message i of a bandwidth test's client, asking for
 // a completion if signaled.
-func (s *perfSession) bwWR(wr *qp.SendWR, sge *[1]qp.SGE, i int, signaled bool) {
+func (s *perfSession) bwWR(wr *verbs.SendWR, sge *[1]verbs.SGE, i int, signaled bool) {
 	l := s.layout
-	*wr = qp.SendWR{ID: uint64(i), SGL: sge[:]}
+	*wr = verbs.SendWR{ID: uint64(i), SGL: sge[:]}
 	if signaled {
-		wr.Flags = qp.Signaled
+		wr.Flags = verbs.Signaled
 	}
 	switch s.cfg.Test {
 	case WriteBW:
-		wr.Opcode, wr.RemoteAddr, wr.RKey = qp.WRWrite, s.remoteSlot(i), s.remote.RKey
+		wr.Opcode, wr.RemoteAddr, wr.RKey = verbs.WRWrite, s.remoteSlot(i), s.remote.RKey
 		sge[0] = s.buf.SGE(l.slot(i%l.slots), l.size)
 	case SendBW:
-		wr.Opcode = qp.WRSend
+		wr.Opcode = verbs.WRSend
 		sge[0] = s.buf.SGE(l.slot(i%l.slots), l.size)
 	case ReadBW:
 		// Two cycles of destinations: message i and i+slots read the same
 		// remote slot into different places (checkReads compares them).
-		wr.Opcode, wr.RemoteAddr, wr.RKey = qp.WRRead, s.remoteSlot(i), s.remote.RKey
+		wr.Opcode, wr.RemoteAddr, wr.RKey = verbs.WRRead, s.remoteSlot(i), s.remote.RKey
 		sge[0] = s.buf.SGE(l.slot(i%(2*l.slots)), l.size)
 	case AtomicBW:
 		wr.RemoteAddr, wr.RKey = s.remoteSlot(i), s.remote.RKey
 		sge[0] = s.results.SGE(i*AtomicSize, AtomicSize)
 		// perftest's operands: add 1; compare 0, swap 0.
-		wr.Opcode, wr.CompareAdd = qp.WRFetchAdd, 1
+		wr.Opcode, wr.CompareAdd = verbs.WRFetchAdd, 1
 		if s.cfg.Atomic == CmpAndSwap {
-			wr.Opcode, wr.CompareAdd, wr.Swap = qp.WRCompareSwap, 0, 0
+			wr.Opcode, wr.CompareAdd, wr.Swap = verbs.WRCompareSwap, 0, 0
 		}
 	}
 }
@@ -378,9 +379,9 @@ func (s *perfSession) runBWClient() (bwReport, error) {
 	posted := make([]time.Duration, n)
 	completed := make([]time.Duration, n) // of the signaled messages
 	var (
-		wr   qp.SendWR
-		sge  [1]qp.SGE
-		wcs  [16]qp.WC
+		wr   verbs.SendWR
+		sge  [1]verbs.SGE
+		wcs  [16]verbs.WC
 		sent int
 		done int
 	)
@@ -405,7 +406,7 @@ func (s *perfSession) runBWClient() (bwReport, error) {
 		}
 		now := time.Since(start)
 		for _, wc := range wcs[:k] {
-			if wc.Status != qp.Success {
+			if wc.Status != verbs.Success {
 				return bwReport{}, fmt.Errorf("message %d of %d completed with %v (%s)", wc.ID, n, wc.Status, wc.Status.Text())
 			}
 			completed[wc.ID] = now
@@ -431,7 +432,7 @@ func (s *perfSession) postReceives() error {
 
 func (s *perfSession) postReceive(r int) error {
 	l := s.layout
-	wr := qp.RecvWR{ID: uint64(r), SGL: []qp.SGE{s.buf.SGE(l.slot(r%(2*l.slots)), l.size)}}
+	wr := verbs.RecvWR{ID: uint64(r), SGL: []verbs.SGE{s.buf.SGE(l.slot(r%(2*l.slots)), l.size)}}
 	if err := s.qp.PostRecv(&wr); err != nil {
 		return fmt.Errorf("posting receive %d: %w", r, err)
 	}
@@ -446,7 +447,7 @@ func (s *perfSession) serveSends() (bwReport, error) {
 	n := s.cfg.Iters
 	posted := min(defaultRxDepth, n)
 	var (
-		wcs         [16]qp.WC
+		wcs         [16]verbs.WC
 		first, last time.Time
 	)
 	for received := 0; received < n; {
@@ -460,9 +461,9 @@ func (s *perfSession) serveSends() (bwReport, error) {
 		}
 		for _, wc := range wcs[:k] {
 			switch {
-			case wc.Status != qp.Success:
+			case wc.Status != verbs.Success:
 				return bwReport{}, fmt.Errorf("receive %d of %d completed with %v (%s)", wc.ID, n, wc.Status, wc.Status.Text())
-			case wc.Opcode != qp.WCRecv || int(wc.ByteLen) != s.cfg.Size:
+			case wc.Opcode != verbs.WCRecv || int(wc.ByteLen) != s.cfg.Size:
 				return bwReport{}, fmt.Errorf("%w: receive %d is a %v of %d bytes, want a RECV of %d", tooldev.ErrDataCheck, wc.ID, wc.Opcode, wc.ByteLen, s.cfg.Size)
 			}
 			received++
@@ -491,9 +492,9 @@ func (s *perfSession) runLatency() (latencyResult, error) {
 	r := latencyResult{posted: make([]time.Duration, n)}
 	l := s.layout
 	src := s.buf.Bytes()[:l.size]
-	wr := qp.SendWR{Opcode: qp.WRWrite, Flags: qp.Signaled, RemoteAddr: s.remote.VAddr, RKey: s.remote.RKey,
-		SGL: []qp.SGE{s.buf.SGE(0, l.size)}}
-	var wc [1]qp.WC
+	wr := verbs.SendWR{Opcode: verbs.WRWrite, Flags: verbs.Signaled, RemoteAddr: s.remote.VAddr, RKey: s.remote.RKey,
+		SGL: []verbs.SGE{s.buf.SGE(0, l.size)}}
+	var wc [1]verbs.WC
 	start := time.Now()
 	for sent, seen := 0, 0; sent < n || seen < n; {
 		if seen < n && !(sent == 0 && s.cfg.server()) {
@@ -513,7 +514,7 @@ func (s *perfSession) runLatency() (latencyResult, error) {
 			if _, err := s.cq.Wait(s.ctx, wc[:]); err != nil {
 				return r, fmt.Errorf("waiting for the completion of WRITE %d: %w", sent, err)
 			}
-			if wc[0].Status != qp.Success {
+			if wc[0].Status != verbs.Success {
 				return r, fmt.Errorf("WRITE %d of %d completed with %v (%s)", sent, n, wc[0].Status, wc[0].Status.Text())
 			}
 		}

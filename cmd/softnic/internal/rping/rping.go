@@ -30,7 +30,7 @@ import (
 	"github.com/softnic/softnic/cmd/softnic/internal/tooldev"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // rping's defaults and limits.
@@ -119,8 +119,8 @@ type rpingSession struct {
 	src  *nic.MR // the client's source
 	conn *nic.Conn
 	ctx  context.Context // ends when the connection does
-	wcs  [4]qp.WC
-	have []qp.WC // polled, not yet taken
+	wcs  [4]verbs.WC
+	have []verbs.WC // polled, not yet taken
 }
 
 // Run opens the device and runs the client or the server.
@@ -186,7 +186,7 @@ func (s *rpingSession) setup() error {
 }
 
 func (s *rpingSession) postRecv(slot uint64) error {
-	wr := qp.RecvWR{ID: slot, SGL: []qp.SGE{s.recv.SGE(int(slot)*rpingInfoSize, rpingInfoSize)}}
+	wr := verbs.RecvWR{ID: slot, SGL: []verbs.SGE{s.recv.SGE(int(slot)*rpingInfoSize, rpingInfoSize)}}
 	if err := s.srq.PostRecv(&wr); err != nil {
 		return fmt.Errorf("posting a receive buffer: %w", err)
 	}
@@ -217,28 +217,28 @@ func (s *rpingSession) connected(ctx context.Context, c *nic.Conn) context.Cance
 // SENDs'). A received message's buffer is posted again once it is copied
 // out, as rping does; a completion of anything else, or a failed one,
 // ends the session.
-func (s *rpingSession) await(op qp.WCOpcode) (qp.WC, []byte, error) {
+func (s *rpingSession) await(op verbs.WCOpcode) (verbs.WC, []byte, error) {
 	for {
 		if len(s.have) == 0 {
 			n, err := s.cq.Wait(s.ctx, s.wcs[:])
 			if err != nil {
 				if s.disconnected() {
-					return qp.WC{}, nil, errDisconnected
+					return verbs.WC{}, nil, errDisconnected
 				}
-				return qp.WC{}, nil, err
+				return verbs.WC{}, nil, err
 			}
 			s.have = s.wcs[:n]
 		}
 		wc := s.have[0]
 		s.have = s.have[1:]
 		switch {
-		case wc.Status == qp.WRFlushErr && s.disconnected():
+		case wc.Status == verbs.WRFlushErr && s.disconnected():
 			// The peer's DREQ moved the QP to the error state, which
 			// flushes what was outstanding, as rping sees it too.
 			return wc, nil, errDisconnected
-		case wc.Status != qp.Success:
+		case wc.Status != verbs.Success:
 			return wc, nil, fmt.Errorf("%v completed with %v (%s)", wc.Opcode, wc.Status, wc.Status.Text())
-		case wc.Opcode == op && op == qp.WCRecv:
+		case wc.Opcode == op && op == verbs.WCRecv:
 			if wc.ByteLen != rpingInfoSize {
 				return wc, nil, fmt.Errorf("received %d bytes, rping's messages have %d", wc.ByteLen, rpingInfoSize)
 			}
@@ -246,7 +246,7 @@ func (s *rpingSession) await(op qp.WCOpcode) (qp.WC, []byte, error) {
 			return wc, msg, s.postRecv(wc.ID)
 		case wc.Opcode == op:
 			return wc, nil, nil
-		case wc.Opcode != qp.WCSend:
+		case wc.Opcode != verbs.WCSend:
 			return wc, nil, fmt.Errorf("a completion of %v while waiting for %v", wc.Opcode, op)
 		}
 	}
@@ -264,7 +264,7 @@ func (s *rpingSession) disconnected() bool {
 
 // send SENDs msg (copied at once: the WR is inline).
 func (s *rpingSession) send(msg []byte) error {
-	wr := qp.SendWR{Opcode: qp.WRSend, Flags: qp.Signaled | qp.Inline, Inline: msg}
+	wr := verbs.SendWR{Opcode: verbs.WRSend, Flags: verbs.Signaled | verbs.Inline, Inline: msg}
 	if err := s.conn.QP().PostSend(&wr); err != nil {
 		return fmt.Errorf("posting a SEND: %w", err)
 	}
@@ -273,15 +273,15 @@ func (s *rpingSession) send(msg []byte) error {
 
 // rdmaOp runs one RDMA READ or WRITE of n bytes between the rdma buffer
 // and the peer's buffer info, and waits for it.
-func (s *rpingSession) rdmaOp(op qp.WROpcode, info rpingInfo, n int) error {
-	wr := qp.SendWR{Opcode: op, Flags: qp.Signaled, RemoteAddr: info.addr, RKey: info.rkey,
-		SGL: []qp.SGE{s.rdma.SGE(0, n)}}
+func (s *rpingSession) rdmaOp(op verbs.WROpcode, info rpingInfo, n int) error {
+	wr := verbs.SendWR{Opcode: op, Flags: verbs.Signaled, RemoteAddr: info.addr, RKey: info.rkey,
+		SGL: []verbs.SGE{s.rdma.SGE(0, n)}}
 	if err := s.conn.QP().PostSend(&wr); err != nil {
 		return fmt.Errorf("posting the RDMA %v: %w", op, err)
 	}
-	want := qp.WCRead
-	if op == qp.WRWrite {
-		want = qp.WCWrite
+	want := verbs.WCRead
+	if op == verbs.WRWrite {
+		want = verbs.WCWrite
 	}
 	_, _, err := s.await(want)
 	return err
@@ -317,7 +317,7 @@ func (s *rpingSession) serve(ctx context.Context) error {
 // serveOne serves ping n: the READ of the source, checked against rping's
 // data (want has room for it), the WRITE into the sink.
 func (s *rpingSession) serveOne(n int, want []byte) error {
-	_, msg, err := s.await(qp.WCRecv)
+	_, msg, err := s.await(verbs.WCRecv)
 	if err != nil {
 		return fmt.Errorf("waiting for the source: %w", err)
 	}
@@ -325,7 +325,7 @@ func (s *rpingSession) serveOne(n int, want []byte) error {
 	if src.size == 0 || int(src.size) > s.cfg.Size {
 		return fmt.Errorf("the client's %d bytes do not fit the server's %d (-S)", src.size, s.cfg.Size)
 	}
-	if err := s.rdmaOp(qp.WRRead, src, int(src.size)); err != nil {
+	if err := s.rdmaOp(verbs.WRRead, src, int(src.size)); err != nil {
 		return fmt.Errorf("RDMA READ of the source: %w", err)
 	}
 	got, want := s.rdma.Bytes()[:src.size], want[:src.size]
@@ -339,7 +339,7 @@ func (s *rpingSession) serveOne(n int, want []byte) error {
 	if err := s.send(make([]byte, rpingInfoSize)); err != nil {
 		return err
 	}
-	if _, msg, err = s.await(qp.WCRecv); err != nil {
+	if _, msg, err = s.await(verbs.WCRecv); err != nil {
 		return fmt.Errorf("waiting for the sink: %w", err)
 	}
 	sink := parseRpingInfo(msg)
@@ -347,7 +347,7 @@ func (s *rpingSession) serveOne(n int, want []byte) error {
 	if int(sink.size) < length {
 		return fmt.Errorf("the client's sink of %d bytes is shorter than the %d to write", sink.size, length)
 	}
-	if err := s.rdmaOp(qp.WRWrite, sink, length); err != nil {
+	if err := s.rdmaOp(verbs.WRWrite, sink, length); err != nil {
 		return fmt.Errorf("RDMA WRITE into the sink: %w", err)
 	}
 	return s.send(make([]byte, rpingInfoSize))
@@ -383,13 +383,13 @@ func (s *rpingSession) pingOnce(n int) error {
 	if err := s.send(rpingInfo{s.src.Addr(), s.src.RKey(), uint32(len(src))}.marshal()); err != nil {
 		return err
 	}
-	if _, _, err := s.await(qp.WCRecv); err != nil {
+	if _, _, err := s.await(verbs.WCRecv); err != nil {
 		return fmt.Errorf("waiting for the server to read: %w", err)
 	}
 	if err := s.send(rpingInfo{s.rdma.Addr(), s.rdma.RKey(), uint32(len(sink))}.marshal()); err != nil {
 		return err
 	}
-	if _, _, err := s.await(qp.WCRecv); err != nil {
+	if _, _, err := s.await(verbs.WCRecv); err != nil {
 		return fmt.Errorf("waiting for the server to write: %w", err)
 	}
 	if i := tooldev.FirstDifference(sink, src); i >= 0 {

@@ -29,7 +29,7 @@ import (
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/netem"
 	"github.com/softnic/softnic/nic"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -306,29 +306,29 @@ func connect(r *run) (string, error) {
 
 // post posts wr on the client's QP, signalled, and waits for its
 // completion.
-func (r *run) post(wr *qp.SendWR) (qp.WC, error) { return Post(r.ctx, r.cqp, r.ccq, wr) }
+func (r *run) post(wr *verbs.SendWR) (verbs.WC, error) { return Post(r.ctx, r.cqp, r.ccq, wr) }
 
 // postOK is post for an operation that must succeed.
-func (r *run) postOK(wr *qp.SendWR) (qp.WC, error) { return PostOK(r.ctx, r.cqp, r.ccq, wr) }
+func (r *run) postOK(wr *verbs.SendWR) (verbs.WC, error) { return PostOK(r.ctx, r.cqp, r.ccq, wr) }
 
 // wait waits for a completion on cq.
-func (r *run) wait(cq *nic.CQ, what string) (qp.WC, error) { return Wait(r.ctx, cq, what) }
+func (r *run) wait(cq *nic.CQ, what string) (verbs.WC, error) { return Wait(r.ctx, cq, what) }
 
 // Post posts wr on q, signalled, and waits for its completion on cq, as
 // the demo's steps do.
-func Post(ctx context.Context, q *nic.QP, cq *nic.CQ, wr *qp.SendWR) (qp.WC, error) {
-	wr.Flags |= qp.Signaled
+func Post(ctx context.Context, q *nic.QP, cq *nic.CQ, wr *verbs.SendWR) (verbs.WC, error) {
+	wr.Flags |= verbs.Signaled
 	if err := q.PostSend(wr); err != nil {
-		return qp.WC{}, err
+		return verbs.WC{}, err
 	}
 	return Wait(ctx, cq, "the "+wr.Opcode.String())
 }
 
 // PostOK is Post for an operation that must succeed: a completion in
 // error is an error.
-func PostOK(ctx context.Context, q *nic.QP, cq *nic.CQ, wr *qp.SendWR) (qp.WC, error) {
+func PostOK(ctx context.Context, q *nic.QP, cq *nic.CQ, wr *verbs.SendWR) (verbs.WC, error) {
 	wc, err := Post(ctx, q, cq, wr)
-	if err == nil && wc.Status != qp.Success {
+	if err == nil && wc.Status != verbs.Success {
 		err = fmt.Errorf("the %v completed with %v (%s)", wr.Opcode, wc.Status, wc.Status.Text())
 	}
 	return wc, err
@@ -336,12 +336,12 @@ func PostOK(ctx context.Context, q *nic.QP, cq *nic.CQ, wr *qp.SendWR) (qp.WC, e
 
 // Wait waits for a completion on cq, at most StepTimeout; what names the
 // operation in the error.
-func Wait(ctx context.Context, cq *nic.CQ, what string) (qp.WC, error) {
+func Wait(ctx context.Context, cq *nic.CQ, what string) (verbs.WC, error) {
 	ctx, cancel := context.WithTimeout(ctx, StepTimeout)
 	defer cancel()
-	var wc [1]qp.WC
+	var wc [1]verbs.WC
 	if _, err := cq.Wait(ctx, wc[:]); err != nil {
-		return qp.WC{}, fmt.Errorf("waiting for the completion of %s: %w", what, err)
+		return verbs.WC{}, fmt.Errorf("waiting for the completion of %s: %w", what, err)
 	}
 	return wc[0], nil
 }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/softnic/softnic/cmd/softnic/internal/ladder"
 	"github.com/softnic/softnic/netem"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -34,7 +34,7 @@ func (r *run) write(n int) error {
 	data := pattern(n)
 	copy(r.local.Bytes(), data)
 	clear(r.region.Bytes()[:n])
-	if _, err := r.postOK(&qp.SendWR{Opcode: qp.WRWrite, SGL: []qp.SGE{r.local.SGE(0, n)},
+	if _, err := r.postOK(&verbs.SendWR{Opcode: verbs.WRWrite, SGL: []verbs.SGE{r.local.SGE(0, n)},
 		RemoteAddr: r.region.Addr(), RKey: r.region.RKey()}); err != nil {
 		return err
 	}
@@ -179,17 +179,17 @@ var rnr = &Scenario{
 		},
 		func(r *run) (string, error) {
 			copy(r.local.Bytes(), rnrMessage)
-			if err := r.cqp.PostSend(&qp.SendWR{Opcode: qp.WRSend, Flags: qp.Signaled, SGL: []qp.SGE{r.local.SGE(0, len(rnrMessage))}}); err != nil {
+			if err := r.cqp.PostSend(&verbs.SendWR{Opcode: verbs.WRSend, Flags: verbs.Signaled, SGL: []verbs.SGE{r.local.SGE(0, len(rnrMessage))}}); err != nil {
 				return "", err
 			}
 			if err := r.await("an RNR NAK", func() bool { return r.named[ladder.RNRWait] > 0 }); err != nil {
 				return "", err
 			}
-			if err := r.sqp.PostRecv(&qp.RecvWR{ID: 7, SGL: []qp.SGE{r.region.SGE(0, 1024)}}); err != nil {
+			if err := r.sqp.PostRecv(&verbs.RecvWR{ID: 7, SGL: []verbs.SGE{r.region.SGE(0, 1024)}}); err != nil {
 				return "", err
 			}
 			wc, err := r.wait(r.ccq, "the client's SEND")
-			if err == nil && wc.Status != qp.Success {
+			if err == nil && wc.Status != verbs.Success {
 				err = fmt.Errorf("the SEND completed with %v (%s)", wc.Status, wc.Status.Text())
 			}
 			if err != nil {
@@ -200,7 +200,7 @@ var rnr = &Scenario{
 				return "", err
 			}
 			r.syncServer()
-			if got := r.region.Bytes()[:rwc.ByteLen]; rwc.Status != qp.Success || rwc.ID != 7 || !bytes.Equal(got, rnrMessage) {
+			if got := r.region.Bytes()[:rwc.ByteLen]; rwc.Status != verbs.Success || rwc.ID != 7 || !bytes.Equal(got, rnrMessage) {
 				return "", fmt.Errorf("the server's completion is %v with %q, want RECV SUCCESS with %q", &rwc, got, rnrMessage)
 			}
 			if err := check(
@@ -314,7 +314,7 @@ var atomicReplay = &Scenario{
 		func(r *run) (string, error) {
 			binary.NativeEndian.PutUint64(r.region.Bytes(), 40)
 			r.syncServer()
-			if _, err := r.postOK(&qp.SendWR{Opcode: qp.WRFetchAdd, SGL: []qp.SGE{r.local.SGE(0, 8)},
+			if _, err := r.postOK(&verbs.SendWR{Opcode: verbs.WRFetchAdd, SGL: []verbs.SGE{r.local.SGE(0, 8)},
 				RemoteAddr: r.region.Addr(), RKey: r.region.RKey(), CompareAdd: 2}); err != nil {
 				return "", err
 			}
@@ -366,18 +366,18 @@ var badRKey = &Scenario{
 			return fmt.Sprintf("The client posts an RDMA WRITE of 8 bytes, PSN %v, with rkey %#x instead of %#x.", clientPSN, r.badKey(), r.region.RKey())
 		},
 		func(r *run) (string, error) {
-			wc, err := r.post(&qp.SendWR{Opcode: qp.WRWrite, SGL: []qp.SGE{r.local.SGE(0, 8)}, RemoteAddr: r.region.Addr(), RKey: r.badKey()})
+			wc, err := r.post(&verbs.SendWR{Opcode: verbs.WRWrite, SGL: []verbs.SGE{r.local.SGE(0, 8)}, RemoteAddr: r.region.Addr(), RKey: r.badKey()})
 			if err != nil {
 				return "", err
 			}
-			if wc.Status != qp.RemAccessErr {
+			if wc.Status != verbs.RemAccessErr {
 				return "", fmt.Errorf("the WRITE completed with %v, want REM_ACCESS_ERR", wc.Status)
 			}
 			for _, q := range []struct {
 				name string
-				st   qp.State
+				st   verbs.State
 			}{{"client", r.cqp.Status().State}, {"server", r.sqp.Status().State}} {
-				if q.st != qp.Err {
+				if q.st != verbs.Err {
 					return "", fmt.Errorf("the %s's QP is in state %v, want ERR", q.name, q.st)
 				}
 			}

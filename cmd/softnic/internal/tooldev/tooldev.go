@@ -18,7 +18,7 @@ import (
 
 	"github.com/softnic/softnic/cmd/softnic/internal/capture"
 	"github.com/softnic/softnic/nic"
-	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 )
 
 // MTU returns the path MTU a tool's device on local offers: want if
@@ -131,8 +131,8 @@ func FirstDifference(a, b []byte) int {
 // CompletionError is an operation that completed with an error status.
 // Its message explains the status in words for the operation at hand.
 type CompletionError struct {
-	Status qp.WCStatus
-	Op     qp.WROpcode
+	Status verbs.WCStatus
+	Op     verbs.WROpcode
 	RKey   uint32
 	Addr   uint64
 	N      int // bytes
@@ -146,20 +146,20 @@ func (e *CompletionError) Error() string {
 	}
 	var why string
 	switch e.Status {
-	case qp.RemAccessErr:
+	case verbs.RemAccessErr:
 		why = fmt.Sprintf("rkey %#x is not valid for %d %s at %#x on %v", e.RKey, e.N, unit, e.Addr, e.Peer)
-		if e.Op == qp.WRSend {
+		if e.Op == verbs.WRSend {
 			why = fmt.Sprintf("%v refused the SEND's access to its memory", e.Peer)
 		}
-	case qp.RemInvReqErr:
+	case verbs.RemInvReqErr:
 		why = fmt.Sprintf("%v refused the %v as invalid (a SEND longer than its receive buffer, an operation its QP does not allow, or a misaligned atomic)", e.Peer, e.Op)
-	case qp.RemOpErr:
+	case verbs.RemOpErr:
 		why = fmt.Sprintf("%v could not carry out the %v", e.Peer, e.Op)
-	case qp.RetryExcErr:
+	case verbs.RetryExcErr:
 		why = fmt.Sprintf("%v stopped answering the %v", e.Peer, e.Op)
-	case qp.RNRRetryExcErr:
+	case verbs.RNRRetryExcErr:
 		why = fmt.Sprintf("%v had no receive buffer posted for the %v", e.Peer, e.Op)
-	case qp.WRFlushErr:
+	case verbs.WRFlushErr:
 		why = fmt.Sprintf("the connection to %v ended before the %v completed", e.Peer, e.Op)
 	default:
 		why = fmt.Sprintf("the %v of %d %s on %v failed", e.Op, e.N, unit, e.Peer)

@@ -1,4 +1,4 @@
-package qp
+package verbs
 
 import (
 	"fmt"
@@ -38,18 +38,20 @@ func (o WROpcode) String() string {
 	return fmt.Sprintf("WROpcode(%d)", uint8(o))
 }
 
-func (o WROpcode) isWrite() bool { return o == WRWrite || o == WRWriteImm }
+// IsWrite reports RDMA WRITE, with or without immediate.
+func (o WROpcode) IsWrite() bool { return o == WRWrite || o == WRWriteImm }
 
-// isAtomic reports the operations that come back with an ATOMIC
+// IsAtomic reports the operations that come back with an ATOMIC
 // ACKNOWLEDGE carrying the original value.
-func (o WROpcode) isAtomic() bool { return o == WRCompareSwap || o == WRFetchAdd }
+func (o WROpcode) IsAtomic() bool { return o == WRCompareSwap || o == WRFetchAdd }
 
-// isReadOrAtomic reports the operations that take a responder resource:
+// IsReadOrAtomic reports the operations that take a responder resource:
 // they are limited by max_rd_atomic, waited for by a FENCE, and complete
 // only on their own response (an ACK that passes them is an implied NAK).
-func (o WROpcode) isReadOrAtomic() bool { return o == WRRead || o.isAtomic() || o == WRAtomicWrite }
+func (o WROpcode) IsReadOrAtomic() bool { return o == WRRead || o.IsAtomic() || o == WRAtomicWrite }
 
-func (o WROpcode) isLocal() bool { return o == WRLocalInv || o == WRBindMW }
+// IsLocal reports the operations that act on local keys and send nothing.
+func (o WROpcode) IsLocal() bool { return o == WRLocalInv || o == WRBindMW }
 
 // SendFlags are ibv_send_flags.
 type SendFlags uint8
@@ -210,7 +212,8 @@ func (o WCOpcode) String() string {
 	return fmt.Sprintf("WCOpcode(%d)", uint8(o))
 }
 
-func wcOpcodeOf(o WROpcode) WCOpcode {
+// WCOpcodeOf returns the opcode of the completion of a send WR of opcode o.
+func WCOpcodeOf(o WROpcode) WCOpcode {
 	switch o {
 	case WRWrite, WRWriteImm:
 		return WCWrite

@@ -1,4 +1,4 @@
-package qp
+package verbs
 
 import (
 	"fmt"
@@ -41,6 +41,10 @@ const (
 	SQE // send queue error (UC, UD)
 	Err
 )
+
+// TakesSends reports whether a QP in state s takes send WRs: in RTS, and
+// in SQD, SQE and ERR, where they wait or are flushed.
+func (s State) TakesSends() bool { return s == RTS || s == SQD || s == SQE || s == Err }
 
 var stateNames = [...]string{"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"}
 
@@ -104,4 +108,14 @@ type Attr struct {
 	MaxRdAtomic     uint8    // READ/ATOMIC requests outstanding as requester (initiator depth)
 	MaxDestRdAtomic uint8    // READ/ATOMIC requests accepted as responder (responder resources)
 	DestQPN         uint32
+}
+
+// PayloadMTU returns the payload one packet of a QP of type t carries with
+// attributes a: the path MTU or, for a UD QP that has none (it never
+// negotiates one), the largest.
+func (a *Attr) PayloadMTU(t Type) uint32 {
+	if a.PathMTU == 0 && t == UD {
+		return 4096
+	}
+	return uint32(a.PathMTU)
 }

@@ -1,4 +1,4 @@
-package qp
+package verbs
 
 import "strings"
 
@@ -22,11 +22,11 @@ func (m AttrMask) String() string {
 	return strings.Join(names, "|")
 }
 
-// transitionMasks returns the attributes a transition of a QP of type t
+// TransitionMasks returns the attributes a transition of a QP of type t
 // requires and those it may also take, following the modify-QP table of
 // the IBTA (as libibverbs and the kernel's ib_modify_qp_is_ok encode it; the
 // port and P_Key index attributes have no meaning on a softnic device).
-func transitionMasks(t Type, from, to State) (required, optional AttrMask, ok bool) {
+func TransitionMasks(t Type, from, to State) (required, optional AttrMask, ok bool) {
 	connected := t == RC || t == UC
 	switch {
 	case to == Reset || to == Err && from != Reset:

@@ -1,4 +1,4 @@
-package qp
+package verbs
 
 import "sync/atomic"
 
@@ -70,7 +70,7 @@ func (cs *Counters) Add(c CounterID, n uint64) {
 	}
 }
 
-func (cs *Counters) inc(c CounterID) { cs.Add(c, 1) }
+func (cs *Counters) Inc(c CounterID) { cs.Add(c, 1) }
 
 // Get returns the value of counter c.
 func (cs *Counters) Get(c CounterID) uint64 { return cs.v[c].Load() }
