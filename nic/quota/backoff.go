@@ -45,19 +45,30 @@ type Backoff struct {
 // l is closed (net.ErrClosed) or done is: any other error is counted and
 // waited out.
 func (b *Backoff) Accept(l net.Listener, done <-chan struct{}) (net.Conn, error) {
+	var c net.Conn
+	err := b.Do(func() (err error) {
+		c, err = l.Accept()
+		return err
+	}, done)
+	return c, err
+}
+
+// Do calls accept, which accepts a connection by other means than a
+// net.Listener, until it succeeds, as Accept does.
+func (b *Backoff) Do(accept func() error, done <-chan struct{}) error {
 	for {
-		c, err := l.Accept()
+		err := accept()
 		if err == nil {
 			b.delay = 0
-			return c, nil
+			return nil
 		}
 		select {
 		case <-done:
-			return nil, net.ErrClosed
+			return net.ErrClosed
 		default:
 		}
 		if errors.Is(err, net.ErrClosed) {
-			return nil, err
+			return err
 		}
 		n := b.errors.Add(1)
 		if b.delay == 0 {

@@ -30,6 +30,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/softnic/softnic/cmd/softnic/internal/metrics"
@@ -179,9 +180,9 @@ func (l *Counters) UnmarshalJSON(b []byte) error {
 // Server answers control requests on a unix socket with Handle.
 type Server struct {
 	Listener net.Listener
-	// Cred tells who connected, for PerProcess and PerUser, as the
-	// connection is accepted: nic.PeerCredOf if nil.
-	Cred func(c *net.UnixConn) (nic.PeerCred, error)
+	// Cred tells who is at the other end of the connection fd, for
+	// PerProcess and PerUser, as it is accepted: SO_PEERCRED if nil.
+	Cred func(fd int) (nic.PeerCred, error)
 	// Admit tells who connected, or refuses them, before anything is read.
 	Admit func(c *net.UnixConn) (nic.PeerCred, error)
 	// Handle answers the command cmd of peer with a result to marshal.
@@ -205,6 +206,7 @@ type Server struct {
 
 	mu      sync.Mutex
 	closed  bool
+	lfile   *os.File                       // the listener's descriptor as take waits on it, where it does (Linux)
 	reading map[*net.UnixConn]nic.PeerCred // connections whose request is awaited, and who connected
 	users   map[int]int                    // how many of reading each uid has
 	procs   map[int]int                    // and each process
@@ -223,7 +225,7 @@ func (s *Server) Start() {
 	s.done = make(chan struct{})
 	s.pending = make(chan struct{}, Pending)
 	if s.Cred == nil {
-		s.Cred = nic.PeerCredOf
+		s.Cred = peerCred
 	}
 	s.wg.Add(1) // before Close can Wait: the accept loop adds a count per request
 	go func() {
@@ -235,9 +237,9 @@ func (s *Server) Start() {
 // serve accepts connections until Close: an error that passes, such as
 // EMFILE, is waited out (quota.Backoff), and with Pending
 // connections being answered, the next waits for one to end. It tells who
-// connected, and refuses a connection beyond PerProcess or PerUser itself,
-// with no goroutine for it; each other connection is answered on a
-// goroutine of its own.
+// connected, and refuses a connection beyond PerProcess or PerUser itself
+// (take), with no goroutine for it; each other connection is answered on
+// a goroutine of its own.
 func (s *Server) serve() {
 	for {
 		select {
@@ -252,37 +254,14 @@ func (s *Server) serve() {
 				return
 			}
 		}
-		c, err := s.Accepts.Accept(s.Listener, s.done)
+		c, err := s.take()
 		if err != nil {
 			return // closed
-		}
-		uc, ok := c.(*net.UnixConn)
-		if !ok {
-			c.Close()
-			s.release()
-			continue
-		}
-		// Who connected, for PerProcess and PerUser; Admit, on the
-		// connection's own goroutine, says whether they may (it may look
-		// up names).
-		cred, err := s.Cred(uc)
-		if err != nil {
-			cred.PID, cred.UID = -1, -1
-		}
-		busy, ok := s.awaiting(uc, cred)
-		if !ok { // closed
-			uc.Close()
-			s.release()
-			return
-		}
-		if busy != "" {
-			s.refuseBusy(uc, busy)
-			continue
 		}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			s.answer(uc)
+			s.answer(c)
 		}()
 	}
 }
@@ -295,16 +274,13 @@ func (s *Server) release() {
 	}
 }
 
-// refuseBusy refuses c, whose process or user has as many connections
-// waiting as they may (busy says which), and closes it. The reply goes to
-// a socket just accepted, whose send buffer is empty: the write does not
-// block the accept loop.
-func (s *Server) refuseBusy(c *net.UnixConn, busy string) {
+// busyReply is the reply to a connection refused because its process or
+// user has as many connections waiting as they may (busy says which, as
+// reserve does), counted.
+func (s *Server) busyReply(busy string) []byte {
 	s.busy.Add(1)
 	b, _ := json.Marshal(&Reply{Code: "EAGAIN", Error: busy + " connections to this daemon that have not sent their request yet: try again"})
-	c.Write(append(b, '\n'))
-	c.Close()
-	s.release()
+	return append(b, '\n')
 }
 
 // answer reads one request from c and writes its reply. It reads nothing
@@ -366,12 +342,11 @@ func (s *Server) reply(c *net.UnixConn, r *Reply) {
 	io.Copy(io.Discard, io.LimitReader(c, RequestMax))
 }
 
-// awaiting records that the request on c, a connection of peer, is being
-// read, so that Close need not wait for a client that sends nothing. If
+// reserve counts a connection of peer whose request is to be read, unless
 // peer's process or user already has as many such connections as they
-// may, it records nothing and says so in busy ("process 12 has 16");
+// may: then it counts nothing and says so in busy ("process 12 has 16").
 // ok is false if the server is closed.
-func (s *Server) awaiting(c *net.UnixConn, peer nic.PeerCred) (busy string, ok bool) {
+func (s *Server) reserve(peer nic.PeerCred) (busy string, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
@@ -382,13 +357,46 @@ func (s *Server) awaiting(c *net.UnixConn, peer nic.PeerCred) (busy string, ok b
 	case s.users[peer.UID] >= PerUser:
 		return fmt.Sprintf("uid %d has %d", peer.UID, s.users[peer.UID]), true
 	}
-	if s.reading == nil {
-		s.reading, s.users, s.procs = make(map[*net.UnixConn]nic.PeerCred), make(map[int]int), make(map[int]int)
+	if s.users == nil {
+		s.users, s.procs = make(map[int]int), make(map[int]int)
 	}
-	s.reading[c] = peer
 	s.users[peer.UID]++
 	s.procs[peer.PID]++
 	return "", true
+}
+
+// unreserve takes back what reserve counted for peer.
+func (s *Server) unreserve(peer nic.PeerCred) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.unreserveLocked(peer)
+}
+
+func (s *Server) unreserveLocked(peer nic.PeerCred) {
+	if s.users[peer.UID]--; s.users[peer.UID] == 0 {
+		delete(s.users, peer.UID)
+	}
+	if s.procs[peer.PID]--; s.procs[peer.PID] == 0 {
+		delete(s.procs, peer.PID)
+	}
+}
+
+// awaiting records that the request on c, a connection of peer reserved
+// for, is being read, so that Close need not wait for a client that sends
+// nothing; it returns false, having taken the reservation back, if the
+// server is closed.
+func (s *Server) awaiting(c *net.UnixConn, peer nic.PeerCred) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		s.unreserveLocked(peer)
+		return false
+	}
+	if s.reading == nil {
+		s.reading = make(map[*net.UnixConn]nic.PeerCred)
+	}
+	s.reading[c] = peer
+	return true
 }
 
 // awaited records that the request on c is no longer being read.
@@ -400,12 +408,7 @@ func (s *Server) awaited(c *net.UnixConn) {
 		return
 	}
 	delete(s.reading, c)
-	if s.users[peer.UID]--; s.users[peer.UID] == 0 {
-		delete(s.users, peer.UID)
-	}
-	if s.procs[peer.PID]--; s.procs[peer.PID] == 0 {
-		delete(s.procs, peer.PID)
-	}
+	s.unreserveLocked(peer)
 }
 
 // Close stops accepting, ends the reads of requests not sent yet, and
@@ -417,6 +420,9 @@ func (s *Server) Close() error {
 		close(s.done)
 	}
 	s.closed = true
+	if s.lfile != nil {
+		s.lfile.Close()
+	}
 	for c := range s.reading {
 		c.SetReadDeadline(time.Now())
 	}
@@ -430,8 +436,9 @@ var ErrNoDaemon = errors.New("no softnic daemon answers")
 
 // Call sends cmd to the daemon at path and decodes its result into
 // res. A daemon busy with connections of the caller's process or user
-// that have not sent their request (EAGAIN) is asked again, after 1 ms,
-// doubling to 100 ms, for as long as Timeout allows.
+// that have not sent their request (EAGAIN), or whose socket's backlog is
+// full, is asked again, after 1 ms, doubling to 100 ms, for as long as
+// Timeout allows.
 func Call(ctx context.Context, path, cmd string, res any) error {
 	if err := CheckDir(path, false); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
@@ -462,6 +469,9 @@ func call(ctx context.Context, path, cmd string) (*Reply, error) {
 	c, err := nic.DialControl(ctx, path)
 	if errors.Is(err, nic.ErrAccess) || errors.Is(err, nic.ErrInvalid) {
 		return nil, err
+	}
+	if errors.Is(err, syscall.EAGAIN) { // the socket's backlog is full: as busy as a refusal
+		return &Reply{Code: "EAGAIN", Error: fmt.Sprintf("control socket %s: %v", path, err)}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w on %s (is softnic serve running? --control names its socket): %v", ErrNoDaemon, path, err)

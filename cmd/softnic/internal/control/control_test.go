@@ -238,18 +238,23 @@ func TestControlRefusal(t *testing.T) {
 	}
 }
 
-// awaiting counts the connections whose request is awaited by process and
-// by user, and says which limit a connection beyond them meets.
+// reserve counts the connections whose request is awaited by process and
+// by user, and says which limit a connection beyond them meets; awaited
+// takes each back.
 func TestControlAwaitingLimits(t *testing.T) {
 	var s Server
 	conns := map[*net.UnixConn]bool{}
 	add := func(pid, uid int) string {
-		c := new(net.UnixConn) // a key only: awaiting never uses it
-		busy, ok := s.awaiting(c, nic.PeerCred{PID: pid, UID: uid})
+		peer := nic.PeerCred{PID: pid, UID: uid}
+		busy, ok := s.reserve(peer)
 		if !ok {
-			t.Fatal("awaiting reports the server closed")
+			t.Fatal("reserve reports the server closed")
 		}
 		if busy == "" {
+			c := new(net.UnixConn) // a key only: awaiting never uses it
+			if !s.awaiting(c, peer) {
+				t.Fatal("awaiting reports the server closed")
+			}
 			conns[c] = true
 		}
 		return busy
@@ -355,7 +360,7 @@ func TestControlPending(t *testing.T) {
 	}
 	var next atomic.Int64
 	s := &Server{Listener: l, Admit: nic.PeerCredOf, Handle: func(cmd string, _ nic.PeerCred) (any, error) { return cmd, nil },
-		Cred: func(*net.UnixConn) (nic.PeerCred, error) { // each connection another process of another user
+		Cred: func(int) (nic.PeerCred, error) { // each connection another process of another user
 			n := int(next.Add(1))
 			return nic.PeerCred{PID: n, UID: n}, nil
 		}}
@@ -393,4 +398,54 @@ func TestControlPending(t *testing.T) {
 	if s.Busy() != 0 {
 		t.Errorf("Busy() %d, want 0", s.Busy())
 	}
+}
+
+// TestControlCallBacklogFull: a socket whose backlog is full refuses the
+// connection (EAGAIN); Call tries again until the daemon accepts.
+func TestControlCallBacklogFull(t *testing.T) {
+	path := t.TempDir() + "/ctl.sock"
+	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Bind(fd, &syscall.SockaddrUnix{Name: path}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	f := os.NewFile(uintptr(fd), "listener")
+	l, err := net.FileListener(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var queued []net.Conn
+	defer func() {
+		for _, c := range queued {
+			c.Close()
+		}
+	}()
+	for {
+		c, err := net.Dial("unix", path)
+		if errors.Is(err, syscall.EAGAIN) {
+			break
+		}
+		if err != nil || len(queued) > 16 {
+			t.Fatalf("filling a backlog of 0: %d connections, %v", len(queued), err)
+		}
+		queued = append(queued, c)
+	}
+	s := &Server{Listener: l, Admit: nic.PeerCredOf, Handle: func(cmd string, _ nic.PeerCred) (any, error) { return cmd, nil }}
+	started := make(chan struct{})
+	time.AfterFunc(50*time.Millisecond, func() {
+		s.Start()
+		close(started)
+	})
+	var res string
+	if err := Call(t.Context(), path, "info", &res); err != nil || res != "info" {
+		t.Errorf("Call to a full backlog, accepted after 50 ms: %q, %v", res, err)
+	}
+	<-started
+	s.Close()
 }
