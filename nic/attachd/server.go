@@ -116,15 +116,19 @@ func NewServer(d *nic.Device, cfg Config) *Server {
 	s.accepts.Log = s.log
 	if e, ok := embedded(d); ok {
 		s.embedded = true
-		s.unhook = e.SetBusyPoller(s)
+		s.unhook = e.SetBusyPoller(busyPoller{s})
 	}
 	return s
 }
 
+// busyPoller is the server as the busy-polling reader of its device polls
+// it (hooks.BusyPoller).
+type busyPoller struct{ s *Server }
+
 // PollRings is a busy-polling reader's pass over the queues of every
-// attached process (see nic.Config.BusyPoll); it is the device's hook, not
-// for users.
-func (s *Server) PollRings() bool {
+// attached process (see nic.Config.BusyPoll).
+func (b busyPoller) PollRings() bool {
+	s := b.s
 	p := s.polled.Load()
 	if p == nil {
 		return false
@@ -141,7 +145,8 @@ func (s *Server) PollRings() bool {
 // BusyPolling turns the processes' doorbells off while the reader polls
 // their queues, and back on (then looks at the queues once more, for
 // posts that found them off) when it stops.
-func (s *Server) BusyPolling(on bool) {
+func (b busyPoller) BusyPolling(on bool) {
+	s := b.s
 	s.busy.Store(on)
 	if p := s.polled.Load(); p != nil {
 		for _, x := range *p {
