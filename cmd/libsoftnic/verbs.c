@@ -87,22 +87,32 @@ EXPORT int ibv_get_device_index(struct ibv_device *device)
  * has not been through the scheduler for 10 ms, and then, as such a thread
  * never goes through it, at each of its ticks: every call then takes an
  * idle P and wakes the monitor from its sleep, a thread woken per verb
- * (two context switches on a busy CPU, in the middle of a post). So every
- * 4 ms, one call of each thread goes through the scheduler
- * (snReschedule): the monitor then leaves its P alone while it calls.
+ * (two context switches on a busy CPU, in the middle of a post), and the
+ * monitor ticks every 20 us. So a call of each thread goes through the
+ * scheduler (snReschedule) SN_RESCHEDULE_NS after the last one returned:
+ * the monitor then leaves its P alone while it calls. The interval starts
+ * when the last one returned, as one can take long on a loaded host (it
+ * hands the thread's P to another thread and back): counted from when it
+ * began, each call after one that took longer would go through the
+ * scheduler again.
  */
+#define SN_RESCHEDULE_NS 5000000
+
 static __thread uint64_t sn_reschedule_at;
+
+static uint64_t sn_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000 + (uint64_t)ts.tv_nsec;
+}
 
 static void sn_data_path(void)
 {
-	struct timespec ts;
-	uint64_t now;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	now = (uint64_t)ts.tv_sec * 1000000000 + (uint64_t)ts.tv_nsec;
-	if (now >= sn_reschedule_at) {
-		sn_reschedule_at = now + 4000000;
+	if (sn_now() >= sn_reschedule_at) {
 		snReschedule();
+		sn_reschedule_at = sn_now() + SN_RESCHEDULE_NS;
 	}
 }
 
