@@ -1,6 +1,10 @@
 package mr
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/softnic/softnic/mr/keyspace"
+)
 
 // TestDataPathDoesNotAllocate holds every per-packet call at zero
 // allocations.
@@ -62,7 +66,7 @@ func TestDataPathDoesNotAllocate(t *testing.T) {
 			s.ReadAt(payload[:8], 0)
 			s.Release()
 		}},
-		{"Remote refused", func() { tb.Remote(IncRKey(r.RKey()), 0, 8, RemoteRead, who) }},
+		{"Remote refused", func() { tb.Remote(keyspace.IncRKey(r.RKey()), 0, 8, RemoteRead, who) }},
 		{"Remote refused as not mapped", func() { tb.Remote(imp.RKey(), 4096, 8, RemoteRead, who) }},
 		{"Local", func() {
 			s, _ := tb.Local(r.LKey(), r.Addr(), 256, LocalWrite, pd)

@@ -1,5 +1,7 @@
 package mr
 
+import "github.com/softnic/softnic/mr/keyspace"
+
 // Requester identifies who asks for a remote access: the responder QP's PD
 // and number, and the P_Key of the request's BTH.
 type Requester struct {
@@ -34,7 +36,7 @@ func (t *Table) Remote(rkey uint32, addr, length uint64, need Access, who Reques
 		r   *Region
 		why Reason
 	)
-	if rkey&windowBit != 0 {
+	if keyspace.IsWindow(rkey) {
 		s, r, why = t.remoteWindow(rkey, addr, length, need, who)
 	} else {
 		s, r, why = t.remoteRegion(rkey, addr, length, need, who)
@@ -72,7 +74,7 @@ func (t *Table) remoteRegion(rkey uint32, addr, length uint64, need Access, who 
 // remoteWindow checks an access through a memory window, as rxe_lookup_mw
 // does, then against the window's range, then against the region.
 func (t *Table) remoteWindow(rkey uint32, addr, length uint64, need Access, who Requester) (Span, *Region, Reason) {
-	w, why := t.windows.lookup(rkey)
+	w, why := lookup(&t.windows, rkey)
 	if why != 0 {
 		return Span{}, nil, why
 	}

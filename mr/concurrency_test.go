@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/softnic/softnic/mr/keyspace"
 )
 
 // TestConcurrentRegistrationAndLookups runs registration, deregistration,
@@ -82,7 +84,7 @@ func TestConcurrentRegistrationAndLookups(t *testing.T) {
 		}
 		for i := range iterations {
 			r := stableRegions[i%stable]
-			req := BindRequest{WindowKey: w.RKey(), NewKey: IncRKey(w.RKey()), RegionKey: r.LKey(), Addr: r.Addr(), Length: 64, Access: RemoteRead}
+			req := BindRequest{WindowKey: w.RKey(), NewKey: keyspace.IncRKey(w.RKey()), RegionKey: r.LKey(), Addr: r.Addr(), Length: 64, Access: RemoteRead}
 			if err := tb.BindWindow(&req, who); err != nil {
 				fail("BindWindow: %v", err)
 				return

@@ -7,8 +7,9 @@
 // outside the Go heap (Arena). It must not let any access touch memory
 // outside a registered region, whatever the key, address and length, and it
 // must not pull memory out from under a transfer: a Span keeps its memory
-// pinned or mapped until released. It imports nothing of softnic and knows
-// nothing of packets or QPs beyond a Requester's PD, QPN and P_Key.
+// pinned or mapped until released. It imports nothing of softnic but its
+// key space (mr/keyspace), and knows nothing of packets or QPs beyond a
+// Requester's PD, QPN and P_Key.
 //
 // # Two faces
 //
@@ -35,8 +36,8 @@
 // through a keyed permutation, a window's index through another (its low
 // byte is the consumer's, as the IBTA wants). Bit 31 tells windows from
 // regions, as rxe's MR and MW pools do; keys applications request
-// (fi_mr) are kept as asked, in a table of their own. keys.go has the
-// details.
+// (fi_mr) are kept as asked, in a table of their own. Package mr/keyspace
+// builds and finds them.
 //
 // # Addresses
 //

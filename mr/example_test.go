@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/mr/keyspace"
 )
 
 // Register a buffer for remote reads and writes, and serve a peer's RDMA
@@ -109,7 +110,7 @@ func ExampleTable_BindWindow() {
 	qp := mr.Requester{PD: pd, QPN: 7}
 	err := t.BindWindow(&mr.BindRequest{
 		WindowKey: w.RKey(),
-		NewKey:    mr.IncRKey(w.RKey()),
+		NewKey:    keyspace.IncRKey(w.RKey()),
 		RegionKey: r.LKey(),
 		Addr:      r.Addr() + 16, // the window covers "window"
 		Length:    6,

@@ -40,7 +40,7 @@ func register(t testing.TB, tb *Table, pd PDHandle, buf []byte, access Access) *
 // region that had r's slot before (or will have it after) was or will be
 // known by.
 func staleKey(tb *Table, r *Region) uint32 {
-	return tb.regions.keyFor(r.index, uint8(tb.regions.perm.decrypt(r.RKey()))+1)
+	return tb.regions.KeyFor(r.index, tb.regions.Variant(r.RKey())+1)
 }
 
 // aligned returns n bytes starting on an 8-byte boundary (Go allocates

@@ -3,9 +3,10 @@ package mr
 import (
 	"cmp"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/softnic/softnic/mr/keyspace"
 )
 
 func TestKeyFormat(t *testing.T) {
@@ -16,12 +17,12 @@ func TestKeyFormat(t *testing.T) {
 	if r.LKey() != r.RKey() {
 		t.Errorf("lkey %#x != rkey %#x", r.LKey(), r.RKey())
 	}
-	if r.RKey() == 0 || r.RKey()&windowBit != 0 || r.index == 0 {
+	if r.RKey() == 0 || keyspace.IsWindow(r.RKey()) || r.index == 0 {
 		t.Errorf("region key %#x (index %#x): zero, with the window bit, or of index 0", r.RKey(), r.index)
 	}
 	w, err := tb.AllocWindow(pd, WindowType2)
 	wantErr(t, "AllocWindow", err, nil)
-	if w.RKey()&windowBit == 0 {
+	if !keyspace.IsWindow(w.RKey()) {
 		t.Errorf("window key %#x without the window bit", w.RKey())
 	}
 	if got, ok := tb.Region(r.RKey()); !ok || got != r {
@@ -29,20 +30,6 @@ func TestKeyFormat(t *testing.T) {
 	}
 	if _, ok := tb.Region(w.RKey()); ok {
 		t.Error("Region finds a window key")
-	}
-}
-
-func TestIncRKey(t *testing.T) {
-	tests := []struct{ in, want uint32 }{
-		{0x00012300, 0x00012301},
-		{0x000123fe, 0x000123ff},
-		{0x000123ff, 0x00012300}, // the variant wraps, the index stays
-		{0xffffffff, 0xffffff00},
-	}
-	for _, tc := range tests {
-		if got := IncRKey(tc.in); got != tc.want {
-			t.Errorf("IncRKey(%#x) = %#x, want %#x", tc.in, got, tc.want)
-		}
 	}
 }
 
@@ -81,7 +68,7 @@ func TestStaleKeyNeverMatches(t *testing.T) {
 	buf := make([]byte, 64)
 	first := register(t, tb, pd, buf, rw)
 	index := first.index
-	variant := func(r *Region) uint8 { return uint8(tb.regions.perm.decrypt(r.RKey())) }
+	variant := func(r *Region) uint8 { return (tb.regions.Variant(r.RKey())) }
 	var old []uint32
 	cur := first
 	for reuse := 0; reuse < 5; {
@@ -98,14 +85,14 @@ func TestStaleKeyNeverMatches(t *testing.T) {
 			wantErr(t, "Deregister filler", tb.Deregister(cur), nil)
 			fillers++
 		}
-		if fillers < reuseDelay {
-			t.Errorf("index reused after %d other registrations, want at least %d", fillers, reuseDelay)
+		if fillers < keyspace.ReuseDelay {
+			t.Errorf("index reused after %d other registrations, want at least %d", fillers, keyspace.ReuseDelay)
 		}
 		reuse++
-		if prev, _ := tb.regions.lookup(old[len(old)-1]); prev != nil {
+		if prev, _ := tb.regions.Lookup(old[len(old)-1]); prev != nil {
 			t.Fatalf("reuse %d: the old key %#x still finds a region", reuse, old[len(old)-1])
 		}
-		if got, want := variant(cur), uint8(tb.regions.perm.decrypt(old[len(old)-1]))+1; got != want {
+		if got, want := variant(cur), (tb.regions.Variant(old[len(old)-1]))+1; got != want {
 			t.Fatalf("reuse %d: key %#x has variant %#x, want the last one incremented: %#x", reuse, cur.RKey(), got, want)
 		}
 		for _, k := range old {
@@ -243,7 +230,7 @@ func TestKeysHideTheirMaking(t *testing.T) {
 		bits int // the bits the table chooses: a window's low byte is the consumer's
 	}{{"regions", regions, 31}, {"windows", windows, 23}} {
 		// What rxe calls the index, and a guesser steps through.
-		index := func(k uint32) int64 { return int64(k >> 8 & (indexSpace - 1)) }
+		index := func(k uint32) int64 { return int64(k >> 8 & (keyspace.Indices - 1)) }
 		shared, near := 0, 0
 		seen := map[int64]int{}
 		for i, k := range set.keys {
@@ -324,7 +311,7 @@ func TestNeighbourKeyNotGuessed(t *testing.T) {
 	for {
 		r := register(t, tb, victimPD, make([]byte, 64), 0)
 		if r.index == victim.index {
-			if r.RKey()>>8 == old>>8 || r.RKey() == IncRKey(old) {
+			if r.RKey()>>8 == old>>8 || r.RKey() == keyspace.IncRKey(old) {
 				t.Errorf("the slot's next key %#x is next to its last %#x", r.RKey(), old)
 			}
 			break
@@ -343,7 +330,7 @@ func TestWindowKeyByteIsTheConsumers(t *testing.T) {
 	r := register(t, tb, pd, make([]byte, 64), LocalWrite|RemoteRead|MWBind)
 	w, err := tb.AllocWindow(pd, WindowType2)
 	wantErr(t, "AllocWindow", err, nil)
-	next := IncRKey(w.RKey())
+	next := keyspace.IncRKey(w.RKey())
 	req := &BindRequest{WindowKey: w.RKey(), NewKey: next, RegionKey: r.LKey(), Addr: r.Addr(), Length: 64, Access: RemoteRead}
 	wantErr(t, "BindWindow", tb.BindWindow(req, Requester{PD: pd, QPN: 7}), nil)
 	if w.RKey() != next {
@@ -361,28 +348,5 @@ func TestWindowKeyByteIsTheConsumers(t *testing.T) {
 			break
 		}
 		wantErr(t, "DeallocWindow", tb.DeallocWindow(w2), nil)
-	}
-}
-
-// TestFeistelIsAPermutation: encrypt and decrypt undo each other, and
-// encrypt maps a whole small domain onto itself.
-func TestFeistelIsAPermutation(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	for _, bits := range []uint8{12, 23, 31} {
-		f := newFeistel(bits, rng)
-		for range 10000 {
-			x := rng.Uint32() & (1<<bits - 1)
-			if y := f.encrypt(x); y>>bits != 0 || f.decrypt(y) != x {
-				t.Fatalf("%d bits: %#x → %#x → %#x", bits, x, y, f.decrypt(y))
-			}
-		}
-	}
-	f := newFeistel(12, rng)
-	seen := make([]bool, 1<<12)
-	for x := range uint32(1 << 12) {
-		seen[f.encrypt(x)] = true
-	}
-	if i := slices.Index(seen, false); i >= 0 {
-		t.Errorf("12 bits: nothing maps to %#x", i)
 	}
 }

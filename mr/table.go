@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 
 	"log/slog"
+
+	"github.com/softnic/softnic/mr/keyspace"
 )
 
 // PDHandle is the number of a protection domain in a Table (ibv_pd's
@@ -27,6 +29,10 @@ type Config struct {
 	MaxRegions, MaxWindows int
 }
 
+// MaxKeys bounds the regions, and the windows, a table holds at once: the
+// index space of their keys (ibv_query_device's max_mr and max_mw).
+const MaxKeys = keyspace.Indices
+
 // Table is a NIC's memory-region table: protection domains, regions,
 // memory windows and arenas, found by key for the data path and by address
 // for local buffers, on-demand paging and the registration cache.
@@ -37,9 +43,9 @@ type Config struct {
 type Table struct {
 	mu        sync.Mutex // registration, deregistration, PDs, windows, arenas
 	closed    bool
-	regions   keyTable[Region] // keys the table chose
-	requested keyTable[Region] // keys applications chose (fi_mr requested_key)
-	windows   keyTable[Window]
+	regions   keyspace.Table[Region] // keys the table chose
+	requested keyspace.Table[Region] // keys applications chose (fi_mr requested_key)
+	windows   keyspace.Table[Window]
 	pds       map[PDHandle]*pdState
 	nextPD    PDHandle
 	arenas    int
@@ -108,18 +114,18 @@ func NewTable(cfg Config) *Table {
 	if t.log == nil {
 		t.log = slog.New(slog.DiscardHandler)
 	}
-	t.regions.init(layoutRegion, limit(cfg.MaxRegions), rng)
-	t.requested.init(layoutRequested, limit(cfg.MaxRegions), rng)
-	t.requested.chain = func(r *Region) *atomic.Pointer[Region] { return &r.sameIndex }
-	t.requested.keyOf = func(r *Region) uint32 { return r.key }
-	t.windows.init(layoutWindow, limit(cfg.MaxWindows), rng)
+	t.regions.Init(keyspace.RegionKeys, limit(cfg.MaxRegions), rng)
+	t.requested.Init(keyspace.RequestedKeys, limit(cfg.MaxRegions), rng)
+	t.requested.Chain = func(r *Region) *atomic.Pointer[Region] { return &r.sameIndex }
+	t.requested.KeyOf = func(r *Region) uint32 { return r.key }
+	t.windows.Init(keyspace.WindowKeys, limit(cfg.MaxWindows), rng)
 	t.addrSnap.Store(&addrSnapshot{arenas: new(addrIndex)})
 	return t
 }
 
 func limit(n int) uint32 {
-	if n <= 0 || n >= indexSpace {
-		return indexSpace
+	if n <= 0 || n >= keyspace.Indices {
+		return keyspace.Indices
 	}
 	return uint32(n) + 1 // index 0 is never handed out
 }
@@ -269,12 +275,12 @@ func (t *Table) register(spec regSpec) (*Region, error) {
 	r.index, r.requested = i, spec.requested
 	r.key = spec.requestedKey
 	if !spec.requested {
-		r.key = t.regions.keyAt(i)
+		r.key = t.regions.KeyAt(i)
 		// Key 0 is left out (software takes it for no key at all), and so is
 		// a requested key.
-		for r.key == 0 || t.requested.has(r.key) {
-			t.regions.skip(i)
-			r.key = t.regions.keyAt(i)
+		for r.key == 0 || t.requested.Has(r.key) {
+			t.regions.Skip(i)
+			r.key = t.regions.KeyAt(i)
 		}
 	}
 	// r is complete: publish it, by address, then by key.
@@ -282,9 +288,9 @@ func (t *Table) register(spec regSpec) (*Region, error) {
 		t.addrInsert(e)
 	}
 	if spec.requested {
-		t.requested.installKey(r.key, r)
+		t.requested.InstallKey(r.key, r)
 	} else {
-		t.regions.install(i, r.key, r)
+		t.regions.Install(i, r.key, r)
 	}
 	t.pds[spec.pd].regions++
 	t.stats.registered.Add(1)
@@ -349,14 +355,14 @@ func (t *Table) arenaOf(b []byte) *Arena {
 // or a free one.
 func (t *Table) keyIndexLocked(spec regSpec) (uint32, error) {
 	if !spec.requested {
-		i, err := t.regions.alloc()
-		if err != nil {
-			return 0, fmt.Errorf("%d regions: %w", t.regions.live, err)
+		i, ok := t.regions.Alloc()
+		if !ok {
+			return 0, fmt.Errorf("%d regions: %w", t.regions.Live(), ErrNoMem)
 		}
 		return i, nil
 	}
-	i, ok := t.requested.index(spec.requestedKey)
-	if !ok || i >= t.requested.limit {
+	i, ok := t.requested.Index(spec.requestedKey)
+	if !ok || i >= t.requested.Limit() {
 		return 0, fmt.Errorf("key %#x out of range: %w", spec.requestedKey, ErrKeyRejected)
 	}
 	if _, why := t.region(spec.requestedKey); why == 0 {
@@ -384,7 +390,7 @@ func (t *Table) deregisterLocked(r *Region) error {
 	if n := r.windows.Load(); n > 0 {
 		return fmt.Errorf("region %#x has %d windows bound: %w", r.key, n, ErrBusy)
 	}
-	t.keysOf(r).remove(r.index, r)
+	t.keysOf(r).Remove(r.index, r)
 	for _, e := range r.exts {
 		t.addrRemove(e)
 	}
@@ -474,19 +480,30 @@ func (t *Table) Region(key uint32) (*Region, bool) {
 // region finds the region whose key is key: one the table chose or one an
 // application requested. It is lock-free.
 func (t *Table) region(key uint32) (*Region, Reason) {
-	r, why := t.regions.lookup(key)
+	r, why := lookup(&t.regions, key)
 	if why == 0 {
 		return r, 0
 	}
-	r, whyRequested := t.requested.lookup(key)
+	r, whyRequested := lookup(&t.requested, key)
 	if whyRequested == 0 || whyRequested == ReasonStaleKey {
 		return r, whyRequested
 	}
 	return nil, why
 }
 
+// lookup returns the object key names in kt, or why there is none.
+func lookup[T any](kt *keyspace.Table[T], key uint32) (*T, Reason) {
+	switch p, stale := kt.Lookup(key); {
+	case p != nil:
+		return p, 0
+	case stale:
+		return nil, ReasonStaleKey
+	}
+	return nil, ReasonUnknownKey
+}
+
 // keysOf returns the key table r is in.
-func (t *Table) keysOf(r *Region) *keyTable[Region] {
+func (t *Table) keysOf(r *Region) *keyspace.Table[Region] {
 	if r.requested {
 		return &t.requested
 	}
@@ -618,9 +635,9 @@ func (e *extent) regionPD() PDHandle {
 // path or registration: each region is seen as it is when reached.
 func (t *Table) Regions() iter.Seq[RegionInfo] {
 	return func(yield func(RegionInfo) bool) {
-		for _, kt := range []*keyTable[Region]{&t.regions, &t.requested} {
+		for _, kt := range []*keyspace.Table[Region]{&t.regions, &t.requested} {
 			stopped := false
-			kt.each(func(r *Region) bool {
+			kt.Each(func(r *Region) bool {
 				stopped = !yield(r.Info())
 				return !stopped
 			})
@@ -645,7 +662,7 @@ type Stats struct {
 // Stats returns the table's counters.
 func (t *Table) Stats() Stats {
 	t.mu.Lock()
-	s := Stats{PDs: len(t.pds), Regions: t.regions.live + t.requested.live, Windows: t.windows.live, Arenas: t.arenas}
+	s := Stats{PDs: len(t.pds), Regions: t.regions.Live() + t.requested.Live(), Windows: t.windows.Live(), Arenas: t.arenas}
 	t.mu.Unlock()
 	t.drainMu.Lock()
 	s.Draining = len(t.draining)
@@ -672,13 +689,13 @@ func (t *Table) Close() error {
 		return nil
 	}
 	var ws []*Window
-	t.windows.each(func(w *Window) bool { ws = append(ws, w); return true })
+	t.windows.Each(func(w *Window) bool { ws = append(ws, w); return true })
 	for _, w := range ws {
 		t.deallocWindowLocked(w)
 	}
 	var rs []*Region
-	for _, kt := range []*keyTable[Region]{&t.regions, &t.requested} {
-		kt.each(func(r *Region) bool { rs = append(rs, r); return true })
+	for _, kt := range []*keyspace.Table[Region]{&t.regions, &t.requested} {
+		kt.Each(func(r *Region) bool { rs = append(rs, r); return true })
 	}
 	for _, r := range rs {
 		if err := t.deregisterLocked(r); err != nil {

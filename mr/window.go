@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"iter"
 	"sync/atomic"
+
+	"github.com/softnic/softnic/mr/keyspace"
 )
 
 // WindowType is the memory window type of ibv_alloc_mw.
@@ -53,13 +55,13 @@ func (t *Table) AllocWindow(pd PDHandle, typ WindowType) (*Window, error) {
 	if err := t.usableLocked(pd); err != nil {
 		return nil, err
 	}
-	i, err := t.windows.alloc()
-	if err != nil {
-		return nil, fmt.Errorf("%d windows: %w", t.windows.live, err)
+	i, ok := t.windows.Alloc()
+	if !ok {
+		return nil, fmt.Errorf("%d windows: %w", t.windows.Live(), ErrNoMem)
 	}
 	w := &Window{t: t, typ: typ, pd: pd, index: i}
-	w.key.Store(t.windows.keyAt(i))
-	t.windows.install(i, w.key.Load(), w)
+	w.key.Store(t.windows.KeyAt(i))
+	t.windows.Install(i, w.key.Load(), w)
 	t.pds[pd].windows++
 	return w, nil
 }
@@ -86,7 +88,7 @@ func (t *Table) DeallocWindow(w *Window) error {
 
 func (t *Table) deallocWindowLocked(w *Window) {
 	t.unbindLocked(w)
-	t.windows.remove(w.index, w)
+	t.windows.Remove(w.index, w)
 	w.dead = true
 	t.pds[w.pd].windows--
 }
@@ -106,7 +108,7 @@ type BindRequest struct {
 	WindowKey uint32
 	// NewKey is the rkey after the bind; only its 8-bit variant is used, the
 	// index stays the window's (rxe_do_bind_mw). ibv_bind_mw passes
-	// IncRKey(WindowKey).
+	// keyspace.IncRKey(WindowKey).
 	NewKey uint32
 	// RegionKey is the lkey of the region to bind to (bind_info.mr); unused
 	// when Length is 0.
@@ -159,7 +161,7 @@ func (t *Table) BindWindow(req *BindRequest, who Requester) error {
 		if b, err = t.checkBindRegionLocked(req, who); err != nil {
 			return err
 		}
-		b.key = t.windows.keyFor(w.index, uint8(req.NewKey))
+		b.key = t.windows.KeyFor(w.index, uint8(req.NewKey))
 		if w.typ == WindowType2 {
 			b.qpn = who.QPN
 		}
@@ -167,7 +169,7 @@ func (t *Table) BindWindow(req *BindRequest, who Requester) error {
 	}
 	t.unbindLocked(w)
 	w.bind.Store(b)
-	w.key.Store(t.windows.rekey(w.index, req.NewKey))
+	w.key.Store(t.windows.Rekey(w.index, req.NewKey))
 	return nil
 }
 
@@ -205,7 +207,7 @@ func (t *Table) checkBindRegionLocked(req *BindRequest, who Requester) (*windowB
 
 // windowLocked returns the window whose current key is key.
 func (t *Table) windowLocked(key uint32) (*Window, error) {
-	w, why := t.windows.lookup(key)
+	w, why := lookup(&t.windows, key)
 	if why != 0 {
 		return nil, fmt.Errorf("window key %#x: %v: %w", key, why, ErrInvalid)
 	}
@@ -222,7 +224,7 @@ func (t *Table) windowLocked(key uint32) (*Window, error) {
 func (t *Table) Invalidate(rkey uint32, who Requester) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if rkey&windowBit == 0 {
+	if !keyspace.IsWindow(rkey) {
 		return fmt.Errorf("invalidate region key %#x: %w", rkey, ErrInvalid)
 	}
 	w, err := t.windowLocked(rkey)
@@ -260,7 +262,7 @@ type WindowInfo struct {
 // or registration.
 func (t *Table) Windows() iter.Seq[WindowInfo] {
 	return func(yield func(WindowInfo) bool) {
-		t.windows.each(func(w *Window) bool {
+		t.windows.Each(func(w *Window) bool {
 			wi := WindowInfo{RKey: w.key.Load(), Type: w.typ, PD: w.pd}
 			if b := w.bind.Load(); b != nil {
 				wi.Bound, wi.RegionKey, wi.Addr, wi.Len, wi.Access, wi.QPN = true, b.mr.key, b.base, b.length, b.access, b.qpn

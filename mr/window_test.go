@@ -1,6 +1,10 @@
 package mr
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/softnic/softnic/mr/keyspace"
+)
 
 type windowFixture struct {
 	tb                                *Table
@@ -49,13 +53,13 @@ func TestBindWindowRules(t *testing.T) {
 		want     error
 	}{
 		{"type 1 bind", WindowType1, false, func(w *Window) BindRequest {
-			return BindRequest{WindowKey: w.RKey(), NewKey: IncRKey(w.RKey()), RegionKey: f.mr.LKey(), Addr: base, Length: 100, Access: RemoteRead}
+			return BindRequest{WindowKey: w.RKey(), NewKey: keyspace.IncRKey(w.RKey()), RegionKey: f.mr.LKey(), Addr: base, Length: 100, Access: RemoteRead}
 		}, qp, nil},
 		{"type 1 rebind while bound", WindowType1, true, func(w *Window) BindRequest {
-			return BindRequest{WindowKey: w.RKey(), NewKey: IncRKey(w.RKey()), RegionKey: f.mr.LKey(), Addr: base + 8, Length: 8, Access: RemoteWrite}
+			return BindRequest{WindowKey: w.RKey(), NewKey: keyspace.IncRKey(w.RKey()), RegionKey: f.mr.LKey(), Addr: base + 8, Length: 8, Access: RemoteWrite}
 		}, qp, nil},
 		{"type 1 with length 0 unbinds", WindowType1, true, func(w *Window) BindRequest {
-			return BindRequest{WindowKey: w.RKey(), NewKey: IncRKey(w.RKey())}
+			return BindRequest{WindowKey: w.RKey(), NewKey: keyspace.IncRKey(w.RKey())}
 		}, qp, nil},
 		{"type 2 bind", WindowType2, false, func(w *Window) BindRequest {
 			return BindRequest{WindowKey: w.RKey(), NewKey: w.RKey() + 7, RegionKey: f.mr.LKey(), Addr: base, Length: 4096, Access: RemoteRead | RemoteWrite | RemoteAtomic}
@@ -68,13 +72,13 @@ func TestBindWindowRules(t *testing.T) {
 		}, qp, nil},
 
 		{"o10-36.2.2: a type 1 window is never zero-based", WindowType1, false, func(w *Window) BindRequest {
-			return BindRequest{WindowKey: w.RKey(), NewKey: IncRKey(w.RKey()), RegionKey: f.mr.LKey(), Addr: base, Length: 8, Access: RemoteRead | ZeroBased}
+			return BindRequest{WindowKey: w.RKey(), NewKey: keyspace.IncRKey(w.RKey()), RegionKey: f.mr.LKey(), Addr: base, Length: 8, Access: RemoteRead | ZeroBased}
 		}, qp, ErrInvalid},
 		{"o10-37.2.30: a type 2 window must be free", WindowType2, true, func(w *Window) BindRequest {
-			return BindRequest{WindowKey: w.RKey(), NewKey: IncRKey(w.RKey()), RegionKey: f.mr.LKey(), Addr: base, Length: 8, Access: RemoteRead}
+			return BindRequest{WindowKey: w.RKey(), NewKey: keyspace.IncRKey(w.RKey()), RegionKey: f.mr.LKey(), Addr: base, Length: 8, Access: RemoteRead}
 		}, qp, ErrInvalid},
 		{"o10-37.2.40: a type 2 bind has a length", WindowType2, false, func(w *Window) BindRequest {
-			return BindRequest{WindowKey: w.RKey(), NewKey: IncRKey(w.RKey()), RegionKey: f.mr.LKey(), Addr: base}
+			return BindRequest{WindowKey: w.RKey(), NewKey: keyspace.IncRKey(w.RKey()), RegionKey: f.mr.LKey(), Addr: base}
 		}, qp, ErrInvalid},
 		{"C10-72: the QP's PD is the window's", WindowType2, false, func(w *Window) BindRequest {
 			return BindRequest{WindowKey: w.RKey(), NewKey: w.RKey(), RegionKey: f.mr.LKey(), Addr: base, Length: 8, Access: RemoteRead}
@@ -113,10 +117,10 @@ func TestBindWindowRules(t *testing.T) {
 			return BindRequest{WindowKey: w.RKey(), NewKey: w.RKey(), RegionKey: f.mr.LKey(), Addr: base, Length: 8, Access: RemoteRead | LocalWrite}
 		}, qp, ErrInvalid},
 		{"the window key must be the current one", WindowType2, false, func(w *Window) BindRequest {
-			return BindRequest{WindowKey: IncRKey(w.RKey()), NewKey: w.RKey(), RegionKey: f.mr.LKey(), Addr: base, Length: 8, Access: RemoteRead}
+			return BindRequest{WindowKey: keyspace.IncRKey(w.RKey()), NewKey: w.RKey(), RegionKey: f.mr.LKey(), Addr: base, Length: 8, Access: RemoteRead}
 		}, qp, ErrInvalid},
 		{"the region key must name a region", WindowType1, false, func(w *Window) BindRequest {
-			return BindRequest{WindowKey: w.RKey(), NewKey: w.RKey(), RegionKey: IncRKey(f.mr.LKey()), Addr: base, Length: 8, Access: RemoteRead}
+			return BindRequest{WindowKey: w.RKey(), NewKey: w.RKey(), RegionKey: keyspace.IncRKey(f.mr.LKey()), Addr: base, Length: 8, Access: RemoteRead}
 		}, qp, ErrInvalid},
 	}
 	for _, tc := range tests {
@@ -124,7 +128,7 @@ func TestBindWindowRules(t *testing.T) {
 			w := f.window(t, tc.typ)
 			defer f.tb.DeallocWindow(w)
 			if tc.prebound {
-				wantErr(t, "first bind", f.tb.BindWindow(&BindRequest{WindowKey: w.RKey(), NewKey: IncRKey(w.RKey()), RegionKey: f.mr.LKey(), Addr: base, Length: 8, Access: RemoteRead}, qp), nil)
+				wantErr(t, "first bind", f.tb.BindWindow(&BindRequest{WindowKey: w.RKey(), NewKey: keyspace.IncRKey(w.RKey()), RegionKey: f.mr.LKey(), Addr: base, Length: 8, Access: RemoteRead}, qp), nil)
 			}
 			before := w.RKey()
 			req := tc.req(w)
@@ -164,11 +168,11 @@ func TestWindowAccess(t *testing.T) {
 	f := newWindowFixture(t)
 	qp5 := Requester{PD: f.pd, QPN: 5}
 	w2 := f.window(t, WindowType2)
-	wantErr(t, "bind type 2", f.tb.BindWindow(&BindRequest{WindowKey: w2.RKey(), NewKey: IncRKey(w2.RKey()), RegionKey: f.mr.LKey(), Addr: f.mr.Addr() + 100, Length: 200, Access: RemoteRead | RemoteWrite}, qp5), nil)
+	wantErr(t, "bind type 2", f.tb.BindWindow(&BindRequest{WindowKey: w2.RKey(), NewKey: keyspace.IncRKey(w2.RKey()), RegionKey: f.mr.LKey(), Addr: f.mr.Addr() + 100, Length: 200, Access: RemoteRead | RemoteWrite}, qp5), nil)
 	zb := f.window(t, WindowType2)
 	wantErr(t, "bind zero-based", f.tb.BindWindow(&BindRequest{WindowKey: zb.RKey(), NewKey: zb.RKey(), RegionKey: f.mr.LKey(), Addr: f.mr.Addr() + 1000, Length: 16, Access: RemoteRead | ZeroBased}, qp5), nil)
 	w1 := f.window(t, WindowType1)
-	wantErr(t, "bind type 1", f.tb.BindWindow(&BindRequest{WindowKey: w1.RKey(), NewKey: IncRKey(w1.RKey()), RegionKey: f.mr.LKey(), Addr: f.mr.Addr(), Length: 64, Access: RemoteAtomic}, qp5), nil)
+	wantErr(t, "bind type 1", f.tb.BindWindow(&BindRequest{WindowKey: w1.RKey(), NewKey: keyspace.IncRKey(w1.RKey()), RegionKey: f.mr.LKey(), Addr: f.mr.Addr(), Length: 64, Access: RemoteAtomic}, qp5), nil)
 	if n := f.mr.Info().Windows; n != 3 {
 		t.Errorf("region has %d windows bound, want 3", n)
 	}
@@ -192,7 +196,7 @@ func TestWindowAccess(t *testing.T) {
 		{"zero-based window: offset 0 is the bound address", zb.RKey(), 0, 16, RemoteRead, qp5, 0, 1000},
 		{"zero-based window: offset past its length", zb.RKey(), 8, 9, RemoteRead, qp5, ReasonRange, 0},
 		{"type 1 window: any QP of the PD", w1.RKey(), f.mr.Addr() + 8, 8, RemoteAtomic, Requester{PD: f.pd, QPN: 77}, 0, 8},
-		{"a stale window key", IncRKey(w2.RKey()), va, 8, RemoteRead, qp5, ReasonStaleKey, 0},
+		{"a stale window key", keyspace.IncRKey(w2.RKey()), va, 8, RemoteRead, qp5, ReasonStaleKey, 0},
 	}
 	for _, tc := range tests {
 		s, err := f.tb.Remote(tc.key, tc.addr, tc.n, tc.need, tc.who)
@@ -209,7 +213,7 @@ func TestWindowAccess(t *testing.T) {
 	// "ibv_dereg_mr() fails if any memory window is still bound to this MR."
 	wantErr(t, "Deregister with windows bound", f.tb.Deregister(f.mr), ErrBusy)
 	old := w1.RKey()
-	wantErr(t, "unbind type 1", f.tb.BindWindow(&BindRequest{WindowKey: w1.RKey(), NewKey: IncRKey(w1.RKey())}, qp5), nil)
+	wantErr(t, "unbind type 1", f.tb.BindWindow(&BindRequest{WindowKey: w1.RKey(), NewKey: keyspace.IncRKey(w1.RKey())}, qp5), nil)
 	_, err := f.tb.Remote(old, f.mr.Addr(), 8, RemoteRead, qp5)
 	wantReason(t, "old type 1 key after the unbind", err, ReasonStaleKey)
 	_, err = f.tb.Remote(w1.RKey(), f.mr.Addr(), 8, RemoteRead, qp5)
@@ -229,7 +233,7 @@ func TestInvalidate(t *testing.T) {
 	qp5 := Requester{PD: f.pd, QPN: 5}
 	bind := func(w *Window) {
 		t.Helper()
-		wantErr(t, "bind", f.tb.BindWindow(&BindRequest{WindowKey: w.RKey(), NewKey: IncRKey(w.RKey()), RegionKey: f.mr.LKey(), Addr: f.mr.Addr(), Length: 8, Access: RemoteRead}, qp5), nil)
+		wantErr(t, "bind", f.tb.BindWindow(&BindRequest{WindowKey: w.RKey(), NewKey: keyspace.IncRKey(w.RKey()), RegionKey: f.mr.LKey(), Addr: f.mr.Addr(), Length: 8, Access: RemoteRead}, qp5), nil)
 	}
 	w2 := f.window(t, WindowType2)
 	bind(w2)
@@ -245,7 +249,7 @@ func TestInvalidate(t *testing.T) {
 		{"o10-37.2.26: a type 1 window cannot be invalidated", w1.RKey(), qp5, ErrInvalid},
 		{"a region registered by ibv_reg_mr cannot be invalidated", f.mr.RKey(), qp5, ErrInvalid},
 		{"a free window", free2.RKey(), qp5, ErrInvalid},
-		{"a stale key", IncRKey(w2.RKey()), qp5, ErrInvalid},
+		{"a stale key", keyspace.IncRKey(w2.RKey()), qp5, ErrInvalid},
 		{"an unknown key", 0xfff0_0000, qp5, ErrInvalid},
 		{"type 2B: another QP", w2.RKey(), Requester{PD: f.pd, QPN: 6}, ErrInvalid},
 		{"another PD", w2.RKey(), Requester{PD: f.pd2, QPN: 5}, ErrInvalid},

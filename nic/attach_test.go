@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/mr/keyspace"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/attachd"
 	"github.com/softnic/softnic/verbs"
@@ -312,7 +313,7 @@ func TestAttachDetachCleansUp(t *testing.T) {
 	// A bound window keeps its region from being deregistered: the daemon
 	// must free the window first.
 	bind := verbs.SendWR{Opcode: verbs.WRBindMW, Flags: verbs.Signaled, Bind: &mr.BindRequest{
-		WindowKey: w.RKey(), NewKey: mr.IncRKey(w.RKey()), RegionKey: region.LKey(),
+		WindowKey: w.RKey(), NewKey: keyspace.IncRKey(w.RKey()), RegionKey: region.LKey(),
 		Addr: region.Addr(), Length: 4096, Access: mr.RemoteRead}}
 	if err := c.QP().PostSend(&bind); err != nil {
 		t.Fatal(err)
@@ -687,7 +688,7 @@ func TestMemoryWindows(t *testing.T) {
 			}
 			old := w.RKey()
 			bind := verbs.SendWR{ID: 1, Opcode: verbs.WRBindMW, Flags: verbs.Signaled, Bind: &mr.BindRequest{
-				WindowKey: old, NewKey: mr.IncRKey(old), RegionKey: region.LKey(),
+				WindowKey: old, NewKey: keyspace.IncRKey(old), RegionKey: region.LKey(),
 				Addr: region.Addr() + 4096, Length: 4096, Access: mr.RemoteWrite | mr.RemoteRead}}
 			if err := a.qp.PostSend(&bind); err != nil {
 				t.Fatal(err)
@@ -695,8 +696,8 @@ func TestMemoryWindows(t *testing.T) {
 			if wc := wait(t, a.cq); wc.Status != verbs.Success || wc.Opcode != verbs.WCBindMW {
 				t.Fatalf("bind: %v", wc.String())
 			}
-			if w.RKey() != mr.IncRKey(old) {
-				t.Fatalf("after the bind the window's rkey is %#x, want %#x", w.RKey(), mr.IncRKey(old))
+			if w.RKey() != keyspace.IncRKey(old) {
+				t.Fatalf("after the bind the window's rkey is %#x, want %#x", w.RKey(), keyspace.IncRKey(old))
 			}
 			copy(b.mr.Bytes(), "windowed")
 			write := verbs.SendWR{ID: 2, Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{b.mr.SGE(0, 8)},
@@ -720,7 +721,7 @@ func TestMemoryWindows(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			bind.ID, bind.Bind.WindowKey, bind.Bind.NewKey = 3, foreign.RKey(), mr.IncRKey(foreign.RKey())
+			bind.ID, bind.Bind.WindowKey, bind.Bind.NewKey = 3, foreign.RKey(), keyspace.IncRKey(foreign.RKey())
 			if err := a.qp.PostSend(&bind); err != nil {
 				t.Fatal(err)
 			}

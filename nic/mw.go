@@ -7,7 +7,7 @@ import (
 // MW is a memory window (ibv_mw): remote access to part of a region,
 // granted and revoked by work requests instead of by registration. A
 // BIND_MW work request (qp.WRBindMW) binds it: its Bind names the window
-// by its current rkey and gives the next one (mr.IncRKey of it, as
+// by its current rkey and gives the next one (keyspace.IncRKey of it, as
 // ibv_bind_mw does), the region by its lkey, the range and the access.
 // LOCAL_INV, or a peer's SEND WITH INVALIDATE, invalidates a type 2
 // window. The same calls work on embedded and attached devices.

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/mr/keyspace"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/verbs"
 )
@@ -30,7 +31,7 @@ func ExamplePD_AllocMW() {
 	region := must(opd.AllocMR(4096, mr.LocalWrite|mr.MWBind))
 	w := must(opd.AllocMW(mr.WindowType2))
 	bind := verbs.SendWR{Opcode: verbs.WRBindMW, Flags: verbs.Signaled, Bind: &mr.BindRequest{
-		WindowKey: w.RKey(), NewKey: mr.IncRKey(w.RKey()), RegionKey: region.LKey(),
+		WindowKey: w.RKey(), NewKey: keyspace.IncRKey(w.RKey()), RegionKey: region.LKey(),
 		Addr: region.Addr() + 1024, Length: 16, Access: mr.RemoteWrite}}
 	must(0, oqp.PostSend(&bind))
 	wc := make([]verbs.WC, 1)

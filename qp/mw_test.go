@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/mr/keyspace"
 	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
@@ -39,7 +40,7 @@ func newWindow(t *testing.T, h *host) *mr.Window {
 // region with access acc and the next rkey variant.
 func bindWR(h *host, w *mr.Window, off uint64, acc mr.Access) *verbs.SendWR {
 	return &verbs.SendWR{ID: 100, Opcode: verbs.WRBindMW, Flags: verbs.Signaled, Bind: &mr.BindRequest{
-		WindowKey: w.RKey(), NewKey: mr.IncRKey(w.RKey()), RegionKey: h.region.LKey(),
+		WindowKey: w.RKey(), NewKey: keyspace.IncRKey(w.RKey()), RegionKey: h.region.LKey(),
 		Addr: h.va(off), Length: winLen, Access: acc}}
 }
 
@@ -52,8 +53,8 @@ func boundWindow(t *testing.T) (*sim, *host, *host, *mr.Window) {
 	old := w.RKey()
 	post(t, b, bindWR(b, w, winOff, mr.RemoteWrite|mr.RemoteRead))
 	expectWC(t, s.waitWC(b, 1, time.Second)[0], verbs.WC{ID: 100, Status: verbs.Success, Opcode: verbs.WCBindMW, QPN: b.qp.Num()})
-	if w.RKey() != mr.IncRKey(old) {
-		t.Fatalf("after the bind the window's rkey is %#x, want %#x", w.RKey(), mr.IncRKey(old))
+	if w.RKey() != keyspace.IncRKey(old) {
+		t.Fatalf("after the bind the window's rkey is %#x, want %#x", w.RKey(), keyspace.IncRKey(old))
 	}
 	return s, a, b, w
 }
@@ -272,7 +273,7 @@ func TestBindRequestCopiedAtPost(t *testing.T) {
 	w1, w2 := newWindow(t, b), newWindow(t, b)
 	var req mr.BindRequest
 	for i, w := range []*mr.Window{w1, w2} {
-		req = mr.BindRequest{WindowKey: w.RKey(), NewKey: mr.IncRKey(w.RKey()), RegionKey: b.region.LKey(),
+		req = mr.BindRequest{WindowKey: w.RKey(), NewKey: keyspace.IncRKey(w.RKey()), RegionKey: b.region.LKey(),
 			Addr: b.va(uint64(winOff + i*winLen)), Length: winLen, Access: mr.RemoteWrite}
 		post(t, b, &verbs.SendWR{ID: uint64(i), Opcode: verbs.WRBindMW, Flags: verbs.Signaled, Bind: &req})
 	}

@@ -1,4 +1,10 @@
-package mr
+// Package keyspace hands out the 32-bit keys of memory regions and windows
+// and finds the object a key names: the lkey/rkey space of package mr's
+// table, as rxe's MR and MW pools are. It owns how keys are built (so that
+// a peer cannot read an index, an order of registration or a next key off
+// the keys it sees), when a freed index may be used again, and lock-free
+// lookup; what a key's object may be used for is package mr's.
+package keyspace
 
 import (
 	"math/rand/v2"
@@ -42,18 +48,22 @@ const (
 	chunkSlots = 1 << chunkShift
 	numChunks  = indexSpace >> chunkShift
 
-	// reuseDelay is how many freed indices wait before one is handed out
+	// ReuseDelay is how many freed indices wait before one is handed out
 	// again: like rxe's cyclic index allocation (xa_alloc_cyclic) it keeps a
 	// just-freed index out of use for a while. A region's variant is then
 	// bumped, so that a stale region key matches nothing for 256 reuses of
 	// its slot; a window's, which everyone who held the window saw, is drawn
 	// at random (other than the last), as rxe draws every key byte.
-	reuseDelay = 1024
+	ReuseDelay = 1024
 )
 
-// MaxKeys bounds the regions, and the windows, a table holds at once: the
-// index space of their keys (ibv_query_device's max_mr and max_mw).
-const MaxKeys = indexSpace
+// Indices is the size of a table's index space: the most objects it
+// holds at once.
+const Indices = indexSpace
+
+// IsWindow reports whether key is a window's: bit 31 tells window keys
+// from region keys.
+func IsWindow(key uint32) bool { return key&windowBit != 0 }
 
 // IncRKey returns key with its 8-bit variant incremented, as ibv_inc_rkey(3)
 // computes the new rkey of a memory window bind.
@@ -61,14 +71,14 @@ func IncRKey(key uint32) uint32 {
 	return key&^variantMask | (key+1)&variantMask
 }
 
-// keyLayout is how a table builds its keys from its slots (see the top of
+// Layout is how a table builds its keys from its slots (see the top of
 // this file).
-type keyLayout uint8
+type Layout uint8
 
 const (
-	layoutRequested keyLayout = iota // index<<8 | variant, as the application chose it
-	layoutRegion                     // index<<8 | variant, permuted as a whole
-	layoutWindow                     // windowBit | permuted index<<8 | variant
+	RequestedKeys Layout = iota // index<<8 | variant, as the application chose it
+	RegionKeys                  // index<<8 | variant, permuted as a whole
+	WindowKeys                  // windowBit | permuted index<<8 | variant
 )
 
 // feistelRounds is the number of rounds of a feistel permutation: each
@@ -153,12 +163,12 @@ type keyChunk[T any] struct {
 	variant [chunkSlots]uint8
 }
 
-// keyTable maps keys to objects: a two-level array indexed by the key's
+// Table maps keys to objects: a two-level array indexed by the key's
 // index, the whole key compared on lookup. Lookups are lock-free; every
-// other method needs the owning Table's mutex.
-type keyTable[T any] struct {
-	layout  keyLayout
-	perm    feistel // layoutRegion: of 31 bits; layoutWindow: of indexBits
+// other method needs its owner's lock.
+type Table[T any] struct {
+	layout  Layout
+	perm    feistel // RegionKeys: of 31 bits; WindowKeys: of indexBits
 	limit   uint32  // indices usable
 	chunks  [numChunks]atomic.Pointer[keyChunk[T]]
 	storeMu sync.Mutex // held across a slot store
@@ -172,17 +182,19 @@ type keyTable[T any] struct {
 	// Requested keys (fi_mr requested_key) are chosen by applications, and
 	// several may share an index: keys 1 and 2 are both index 0. The slot
 	// holds one; the others hang off it in a chain, walked only when the
-	// slot's key differs. nil but in the table of requested keys.
-	chain func(*T) *atomic.Pointer[T]
-	keyOf func(*T) uint32
+	// slot's key differs. Chain returns an object's link in the chain and
+	// KeyOf its key; both nil but in the table of requested keys, whose
+	// owner sets them before any other call.
+	Chain func(*T) *atomic.Pointer[T]
+	KeyOf func(*T) uint32
 }
 
-func (kt *keyTable[T]) init(layout keyLayout, limit uint32, rng *rand.Rand) {
+func (kt *Table[T]) Init(layout Layout, limit uint32, rng *rand.Rand) {
 	kt.layout, kt.limit, kt.rng = layout, min(limit, indexSpace), rng
 	switch layout {
-	case layoutRegion:
+	case RegionKeys:
 		kt.perm = newFeistel(31, rng)
-	case layoutWindow:
+	case WindowKeys:
 		kt.perm = newFeistel(indexBits, rng)
 	}
 	// Index 0 is never handed out, so that the table has a key nobody
@@ -190,38 +202,49 @@ func (kt *keyTable[T]) init(layout keyLayout, limit uint32, rng *rand.Rand) {
 	kt.next = 1
 }
 
-// index returns the index of the slot key would be in, and false for a key
+// Index returns the index of the slot key would be in, and false for a key
 // of another table.
-func (kt *keyTable[T]) index(key uint32) (uint32, bool) {
+func (kt *Table[T]) Index(key uint32) (uint32, bool) {
 	switch kt.layout {
-	case layoutRegion:
+	case RegionKeys:
 		return kt.perm.decrypt(key) >> variantBits, key&windowBit == 0
-	case layoutWindow:
+	case WindowKeys:
 		return kt.perm.decrypt(key >> variantBits & (indexSpace - 1)), key&windowBit != 0
 	}
 	return key >> variantBits, key&windowBit == 0
 }
 
-// keyFor returns the key of index i with variant v.
-func (kt *keyTable[T]) keyFor(i uint32, v uint8) uint32 {
+// Variant returns the variant key carries: the part that changes when its
+// slot is reused.
+func (kt *Table[T]) Variant(key uint32) uint8 {
+	if kt.layout == RegionKeys {
+		return uint8(kt.perm.decrypt(key))
+	}
+	return uint8(key)
+}
+
+// KeyFor returns the key of index i with variant v.
+func (kt *Table[T]) KeyFor(i uint32, v uint8) uint32 {
 	switch kt.layout {
-	case layoutRegion:
+	case RegionKeys:
 		return kt.perm.encrypt(i<<variantBits | uint32(v))
-	case layoutWindow:
+	case WindowKeys:
 		return windowBit | kt.perm.encrypt(i)<<variantBits | uint32(v)
 	}
 	return i<<variantBits | uint32(v)
 }
 
-// lookup returns the object named by key, or why there is none.
-func (kt *keyTable[T]) lookup(key uint32) (*T, Reason) {
-	i, ok := kt.index(key)
+// Lookup returns the object named by key; when there is none, stale
+// reports a key whose slot holds another key (freed, reused or re-keyed)
+// rather than an empty or foreign slot.
+func (kt *Table[T]) Lookup(key uint32) (p *T, stale bool) {
+	i, ok := kt.Index(key)
 	if !ok {
-		return nil, ReasonUnknownKey
+		return nil, false
 	}
 	c := kt.chunks[i>>chunkShift].Load()
 	if c == nil {
-		return nil, ReasonUnknownKey
+		return nil, false
 	}
 	s := &c.slots[i&(chunkSlots-1)]
 	seq := s.seq.Load()
@@ -231,27 +254,27 @@ func (kt *keyTable[T]) lookup(key uint32) (*T, Reason) {
 	}
 	switch {
 	case p == nil:
-		return nil, ReasonUnknownKey
+		return nil, false
 	case k != key:
 		return kt.lookupChain(p, key)
 	}
-	return p, 0
+	return p, false
 }
 
 // lookupChain looks for key among the requested keys sharing head's index.
-func (kt *keyTable[T]) lookupChain(head *T, key uint32) (*T, Reason) {
-	if kt.chain != nil {
-		for c := kt.chain(head).Load(); c != nil; c = kt.chain(c).Load() {
-			if kt.keyOf(c) == key {
-				return c, 0
+func (kt *Table[T]) lookupChain(head *T, key uint32) (p *T, stale bool) {
+	if kt.Chain != nil {
+		for c := kt.Chain(head).Load(); c != nil; c = kt.Chain(c).Load() {
+			if kt.KeyOf(c) == key {
+				return c, false
 			}
 		}
 	}
-	return nil, ReasonStaleKey
+	return nil, true
 }
 
 // loadLocked reads a slot a writer is storing, once the store is done.
-func (kt *keyTable[T]) loadLocked(s *slot[T]) (uint32, *T) {
+func (kt *Table[T]) loadLocked(s *slot[T]) (uint32, *T) {
 	kt.storeMu.Lock()
 	defer kt.storeMu.Unlock()
 	return s.key.Load(), s.ptr.Load()
@@ -259,7 +282,7 @@ func (kt *keyTable[T]) loadLocked(s *slot[T]) (uint32, *T) {
 
 // slot returns index i's slot and its variant byte, creating the
 // chunk (with random first variants) if needed.
-func (kt *keyTable[T]) slot(i uint32) (*slot[T], *uint8) {
+func (kt *Table[T]) slot(i uint32) (*slot[T], *uint8) {
 	cp := &kt.chunks[i>>chunkShift]
 	c := cp.Load()
 	if c == nil {
@@ -273,35 +296,36 @@ func (kt *keyTable[T]) slot(i uint32) (*slot[T], *uint8) {
 	return &c.slots[j], &c.variant[j]
 }
 
-// alloc takes a free index for a table-chosen key.
-func (kt *keyTable[T]) alloc() (uint32, error) {
+// Alloc takes a free index for a table-chosen key; false when every
+// index below the table's limit is in use or waiting for reuse.
+func (kt *Table[T]) Alloc() (uint32, bool) {
 	queued := len(kt.free) - kt.head
 	switch {
-	case queued > reuseDelay || (queued > 0 && kt.next >= kt.limit):
+	case queued > ReuseDelay || (queued > 0 && kt.next >= kt.limit):
 		i := kt.free[kt.head]
 		kt.head++
-		if kt.head >= reuseDelay && kt.head*2 >= len(kt.free) {
+		if kt.head >= ReuseDelay && kt.head*2 >= len(kt.free) {
 			kt.free = append(kt.free[:0], kt.free[kt.head:]...)
 			kt.head = 0
 		}
-		return i, nil
+		return i, true
 	case kt.next < kt.limit:
 		kt.next++
-		return kt.next - 1, nil
+		return kt.next - 1, true
 	}
-	return 0, ErrNoMem
+	return 0, false
 }
 
-// keyAt returns the key the free index i is handed out with: its slot's
+// KeyAt returns the key the free index i is handed out with: its slot's
 // next variant.
-func (kt *keyTable[T]) keyAt(i uint32) uint32 {
+func (kt *Table[T]) KeyAt(i uint32) uint32 {
 	_, v := kt.slot(i)
-	return kt.keyFor(i, *v)
+	return kt.KeyFor(i, *v)
 }
 
-// skip moves the free index i on to its next variant, for a key that must
-// not be handed out (see Table.register).
-func (kt *keyTable[T]) skip(i uint32) {
+// Skip moves the free index i on to its next variant, for a key that must
+// not be handed out (package mr's Table.register).
+func (kt *Table[T]) Skip(i uint32) {
 	_, v := kt.slot(i)
 	kt.nextVariant(v)
 }
@@ -309,26 +333,26 @@ func (kt *keyTable[T]) skip(i uint32) {
 // nextVariant changes a slot's variant for its next key: one up for a
 // region, whose keys hide it; at random but never the same for a window,
 // whose keys show it.
-func (kt *keyTable[T]) nextVariant(v *uint8) {
-	if kt.layout == layoutWindow {
+func (kt *Table[T]) nextVariant(v *uint8) {
+	if kt.layout == WindowKeys {
 		*v += 1 + uint8(kt.rng.UintN(variantMask))
 		return
 	}
 	*v++
 }
 
-// install publishes p at the free index i under key (from keyAt).
-func (kt *keyTable[T]) install(i, key uint32, p *T) {
+// Install publishes p at the free index i under key (from KeyAt).
+func (kt *Table[T]) Install(i, key uint32, p *T) {
 	s, _ := kt.slot(i)
 	kt.store(s, key, p)
 	kt.live++
 }
 
-// installKey publishes p under a requested key, chained behind the slot's
+// InstallKey publishes p under a requested key, chained behind the slot's
 // object if the index is in use. The key must not be in use, and must
 // belong to the table (index).
-func (kt *keyTable[T]) installKey(key uint32, p *T) {
-	i, _ := kt.index(key)
+func (kt *Table[T]) InstallKey(key uint32, p *T) {
+	i, _ := kt.Index(key)
 	s, v := kt.slot(i)
 	kt.live++
 	head := s.ptr.Load()
@@ -337,30 +361,36 @@ func (kt *keyTable[T]) installKey(key uint32, p *T) {
 		kt.store(s, key, p)
 		return
 	}
-	kt.chain(p).Store(kt.chain(head).Load())
-	kt.chain(head).Store(p)
+	kt.Chain(p).Store(kt.Chain(head).Load())
+	kt.Chain(head).Store(p)
 }
 
-// has reports whether key names an object.
-func (kt *keyTable[T]) has(key uint32) bool {
-	_, why := kt.lookup(key)
-	return why == 0
+// Has reports whether key names an object.
+func (kt *Table[T]) Has(key uint32) bool {
+	p, _ := kt.Lookup(key)
+	return p != nil
 }
 
-// rekey publishes a new key for the object at index i (a window bind),
+// Live returns the number of objects in the table.
+func (kt *Table[T]) Live() int { return kt.live }
+
+// Limit returns the number of indices the table may hand out.
+func (kt *Table[T]) Limit() uint32 { return kt.limit }
+
+// Rekey publishes a new key for the object at index i (a window bind),
 // keeping only the variant of newKey.
-func (kt *keyTable[T]) rekey(i uint32, newKey uint32) uint32 {
+func (kt *Table[T]) Rekey(i uint32, newKey uint32) uint32 {
 	s, v := kt.slot(i)
 	*v = uint8(newKey)
-	key := kt.keyFor(i, *v)
+	key := kt.KeyFor(i, *v)
 	kt.store(s, key, s.ptr.Load())
 	return key
 }
 
-// remove unpublishes p, at index i. When no key uses the index any more
+// Remove unpublishes p, at index i. When no key uses the index any more
 // it is queued for reuse with its next variant (a table of requested keys
 // hands out no index of its own).
-func (kt *keyTable[T]) remove(i uint32, p *T) {
+func (kt *Table[T]) Remove(i uint32, p *T) {
 	s, v := kt.slot(i)
 	kt.live--
 	head := s.ptr.Load()
@@ -368,26 +398,26 @@ func (kt *keyTable[T]) remove(i uint32, p *T) {
 		// p is chained: unlink it. A reader standing on p still finds the
 		// rest of the chain through it.
 		prev := head
-		for kt.chain(prev).Load() != p {
-			prev = kt.chain(prev).Load()
+		for kt.Chain(prev).Load() != p {
+			prev = kt.Chain(prev).Load()
 		}
-		kt.chain(prev).Store(kt.chain(p).Load())
+		kt.Chain(prev).Store(kt.Chain(p).Load())
 		return
 	}
-	if kt.chain != nil {
-		if next := kt.chain(p).Load(); next != nil {
-			kt.store(s, kt.keyOf(next), next)
+	if kt.Chain != nil {
+		if next := kt.Chain(p).Load(); next != nil {
+			kt.store(s, kt.KeyOf(next), next)
 			return
 		}
 	}
 	kt.store(s, s.key.Load(), nil)
-	if kt.layout != layoutRequested {
+	if kt.layout != RequestedKeys {
 		kt.nextVariant(v)
 		kt.free = append(kt.free, i)
 	}
 }
 
-func (kt *keyTable[T]) store(s *slot[T], key uint32, p *T) {
+func (kt *Table[T]) store(s *slot[T], key uint32, p *T) {
 	kt.storeMu.Lock()
 	seq := s.seq.Load()
 	s.seq.Store(seq + 1)
@@ -397,9 +427,9 @@ func (kt *keyTable[T]) store(s *slot[T], key uint32, p *T) {
 	kt.storeMu.Unlock()
 }
 
-// each calls fn for every object in the table, chained ones included,
+// Each calls fn for every object in the table, chained ones included,
 // without locking; it sees each slot as it is at the moment it is read.
-func (kt *keyTable[T]) each(fn func(*T) bool) {
+func (kt *Table[T]) Each(fn func(*T) bool) {
 	for ci := range kt.chunks {
 		c := kt.chunks[ci].Load()
 		if c == nil {
@@ -416,9 +446,9 @@ func (kt *keyTable[T]) each(fn func(*T) bool) {
 }
 
 // chained returns the object chained after p, if the table chains.
-func (kt *keyTable[T]) chained(p *T) *T {
-	if kt.chain == nil {
+func (kt *Table[T]) chained(p *T) *T {
+	if kt.Chain == nil {
 		return nil
 	}
-	return kt.chain(p).Load()
+	return kt.Chain(p).Load()
 }
