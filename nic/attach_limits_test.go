@@ -4,11 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"path/filepath"
 	"strings"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,54 +23,6 @@ func limitsWith(t testing.TB, key string, n int64) *quota.Limits {
 		t.Fatal(err)
 	}
 	return &l
-}
-
-// emfileListener fails its first accepts with EMFILE, as a process out of
-// descriptors does.
-type emfileListener struct {
-	net.Listener
-	fail atomic.Int32
-}
-
-func (l *emfileListener) Accept() (net.Conn, error) {
-	if l.fail.Add(-1) >= 0 {
-		return nil, &net.OpError{Op: "accept", Net: "unix", Err: syscall.EMFILE}
-	}
-	return l.Listener.Accept()
-}
-
-// TestServeOutlastsEMFILE: Serve waits out a process out of descriptors,
-// counts it, and attaches the next process; it ends only when its
-// listener closes.
-func TestServeOutlastsEMFILE(t *testing.T) {
-	dev, err := nic.Open(nic.Config{Addr: loopback, Embed: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
-	srv := attachd.NewServer(dev, attachd.Config{})
-	defer srv.Close()
-	path := filepath.Join(t.TempDir(), "softnic.sock")
-	ul, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &emfileListener{Listener: ul}
-	l.fail.Store(3)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(l) }()
-	att, err := nic.Open(nic.Config{Attach: path})
-	if err != nil {
-		t.Fatalf("attach after three EMFILEs: %v", err)
-	}
-	att.Close()
-	if n := srv.AcceptErrors(); n != 3 {
-		t.Errorf("AcceptErrors = %d, want 3", n)
-	}
-	l.Close()
-	if err := <-served; err == nil {
-		t.Error("Serve returned nil once its listener closed")
-	}
 }
 
 // serveLimited serves a device with the default limits changed by
@@ -214,22 +162,5 @@ func TestAttachLimits(t *testing.T) {
 			})
 			released(t, d)
 		})
-	}
-}
-
-// TestAttachListenBacklogCut: a listener asking for an absurd backlog gets
-// the most the daemon gives, charged to the process, instead of a channel
-// of that many slots (which once ended the daemon).
-func TestAttachListenBacklogCut(t *testing.T) {
-	d := startDaemon(t, nic.Config{})
-	e := attachedEnd(t, d)
-	l, err := e.dev.Listen(0, nic.ListenOptions{PD: e.pd, QP: nic.QPConfig{SendCQ: e.cq}, Backlog: 1 << 40})
-	if err != nil {
-		t.Fatalf("Listen with a backlog of 2^40: %v", err)
-	}
-	heap := d.srv.Usage().Total[quota.Heap]
-	l.Close()
-	if after := d.srv.Usage().Total[quota.Heap]; heap-after < 4096<<10 {
-		t.Errorf("the listener's backlog was charged %d bytes, want 4096 requests' worth", heap-after)
 	}
 }
