@@ -128,6 +128,10 @@ type embeddedCQ struct {
 	dev *embeddedDevice
 	cq  *qp.CQ
 	pub *CQ
+	// attending counts the waiters of the CQ that wait for the device's
+	// socket themselves (embeddedDevice.attend): a completion written by
+	// another goroutine interrupts their wait.
+	attending atomic.Int32
 }
 
 func (d *embeddedDevice) createCQ(pub *Device, depth int) (*CQ, error) {
@@ -138,8 +142,17 @@ func (d *embeddedDevice) createCQ(pub *Device, depth int) (*CQ, error) {
 	ec := &embeddedCQ{dev: d, cq: c}
 	cq := newCQ(pub, ec)
 	ec.pub = cq
-	c.SetNotify(cq.signal)
+	c.SetNotify(ec.notify)
 	return cq, nil
+}
+
+// notify is told of every completion written to the CQ: it wakes a waiter
+// that sleeps on the CQ, and interrupts one that waits for the socket.
+func (c *embeddedCQ) notify() {
+	c.pub.signal()
+	if c.attending.Load() > 0 {
+		c.dev.conn.Interrupt()
+	}
 }
 
 // ownCQ returns the embedded CQ of c, if c is of this device.
@@ -159,14 +172,45 @@ func (c *embeddedCQ) poll(wcs []verbs.WC, drive bool) (int, error) {
 	return n, err
 }
 
-func (c *embeddedCQ) destroy(pub *CQ) error { return pub.retire() }
-func (c *embeddedCQ) len() int              { return c.cq.Len() }
+func (c *embeddedCQ) destroy(pub *CQ) error {
+	err := pub.retire()
+	if c.attending.Load() > 0 {
+		c.dev.conn.Interrupt()
+	}
+	return err
+}
 
-// park hands the socket back to the device's reader, which the waiter
-// leaves to it while it sleeps on CQ.wake, signalled by the CQ's writes.
-func (c *embeddedCQ) park(context.Context, <-chan struct{}) (bool, error) {
-	c.dev.stopPolling()
-	return false, nil
+func (c *embeddedCQ) len() int { return c.cq.Len() }
+
+// park has the waiter wait for the device's socket itself and process
+// what arrives (see progress.go), unless another goroutine waits for it:
+// then it sleeps on CQ.wake, which the CQ's writes signal. With
+// Config.BusyPoll the reader keeps the socket, and the waiter sleeps, as
+// it does where the socket's waits cannot be interrupted.
+func (c *embeddedCQ) park(ctx context.Context, done <-chan struct{}) (bool, error) {
+	d := c.dev
+	if d.cfg.BusyPoll > 0 || !d.conn.WaitsInterruptibly() {
+		d.stopPolling()
+		return false, nil
+	}
+	p := &d.prog
+	p.lastAttend.Store(int64(d.now())) // the reader leaves the socket after its batch
+	d.stopPolling()
+	for {
+		if waited, err := d.attend(c, ctx); waited {
+			return true, err
+		}
+		// Another goroutine waits for the socket and will process what
+		// comes for this CQ. It hands the socket on when it leaves, if it
+		// sees this sleeper; if it left before, the socket is free.
+		p.sleepers.Add(1)
+		if p.attended.Load() > 0 {
+			err := c.pub.sleep(ctx, done)
+			p.sleepers.Add(-1)
+			return true, err
+		}
+		p.sleepers.Add(-1)
+	}
 }
 
 // embeddedSRQ is an SRQ of package qp.

@@ -1,6 +1,7 @@
 package nic
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/netip"
@@ -47,6 +48,27 @@ import (
 // Whatever the socket holds when the reader returns is read then: nothing
 // is lost when polling stops, only read by the other party.
 //
+//
+// An application that sleeps in CQ.Wait would otherwise be woken by the
+// reader: the reader reads the socket, processes, writes the CQ, and the
+// runtime makes the waiter runnable, waking a second thread to run it
+// (and to look for work, taking a CPU from the peer on two cores), while
+// the reader goes back to the socket. So a waiter waits for the socket
+// itself (attend), in the netpoller, and processes what arrives on its
+// own goroutine, until its CQ is written: one thread wakes per packet, and
+// it runs the application. One goroutine at a time waits for the socket
+// (udp.Conn.WaitBatchTurn); a waiter that finds another there sleeps on
+// its CQ, and the one there, when it leaves, hands the socket back to the
+// reader if it sees sleepers (attended, sleepers: each of the two checks
+// the other's count after changing its own, so that one of them sees the
+// other). A completion that another goroutine writes to the CQ, the CQ's
+// destruction, or the end of the waiter's context interrupts its wait
+// (udp.Conn.Interrupt). The reader parks while waiters come back to the
+// socket within pollIdle of each other, and returns to it when none came
+// for pollIdle (each waiter that leaves sets the reader's timer to that):
+// an application that stops waiting delays what arrives after by that
+// much at most.
+//
 // An attached process's CQs are rings the daemon fills: its polls cannot
 // read the daemon's socket. A daemon serving processes that poll
 // busy-polls instead (Config.BusyPoll, softnic serve --busy-poll), which
@@ -83,6 +105,20 @@ type progress struct {
 	lastPoll atomic.Int64
 	resume   chan struct{} // wakes the parked reader
 
+	// park is the parked reader's timer. A waiter that leaves the socket
+	// sets it to pollIdle: the reader, parked without a timer while the
+	// waiter waited, looks then whether another came.
+	park *time.Timer
+
+	// The CQ waiters that wait for the socket themselves (attend):
+	// lastAttend is the device time one last began or ended such a wait,
+	// attended counts the goroutines waiting for the socket (such waiters
+	// and the reader), sleepers the waiters that sleep on their CQ
+	// instead.
+	lastAttend atomic.Int64
+	attended   atomic.Int32
+	sleepers   atomic.Int32
+
 	readErrors quota.Sometimes // a socket that keeps failing is logged once a minute
 
 	// doorbells are the QPs posted to while an application polled: the
@@ -110,6 +146,8 @@ func (p *progress) init(gro bool) {
 	}
 	p.out = newBatch()
 	p.resume = make(chan struct{}, 1)
+	p.park = time.NewTimer(time.Hour)
+	p.park.Stop()
 }
 
 // polled reports whether an application polls the device now.
@@ -229,15 +267,67 @@ func (d *embeddedDevice) catchUp() {
 	}
 }
 
+// attend is a CQ waiter's wait for the socket (see the top of the file): it
+// waits in the netpoller, unless another goroutine waits there already
+// (waited false), and processes the packets it reads, until it read some,
+// c was written to, ctx ended or the device closed.
+func (d *embeddedDevice) attend(c *embeddedCQ, ctx context.Context) (waited bool, err error) {
+	p := &d.prog
+	d.conn.Rearm()
+	c.attending.Add(1)
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, d.conn.Interrupt)
+		defer stop()
+	}
+	p.attended.Add(1)
+	n, waited := 0, true
+	switch {
+	case c.cq.Len() > 0 || c.pub.users.gone():
+	case ctx.Err() != nil:
+		err = ctx.Err()
+	case d.closed():
+		err = ErrClosed
+	default:
+		n, waited, err = d.conn.WaitBatchTurn(p.msgs, &p.role) // the role is held when n > 0
+	}
+	c.attending.Add(-1)
+	if n > 0 {
+		d.process(n)
+		p.role.Unlock()
+	}
+	p.lastAttend.Store(int64(d.now()))
+	if p.attended.Add(-1) == 0 {
+		if p.sleepers.Load() > 0 {
+			d.resumeReader()
+		} else {
+			p.park.Reset(pollIdle)
+		}
+	}
+	if err != nil && !errors.Is(err, ErrClosed) && ctx.Err() == nil {
+		if errors.Is(err, net.ErrClosed) || d.closed() {
+			return true, ErrClosed
+		}
+		p.readErrors.Log(d.log, "softnic: read", slog.Any("error", err))
+		err = nil
+	}
+	return waited, err
+}
+
+func (d *embeddedDevice) resumeReader() {
+	select {
+	case d.prog.resume <- struct{}{}:
+	default:
+	}
+}
+
 // readLoop is the reader goroutine.
 func (d *embeddedDevice) readLoop() {
 	defer d.wg.Done()
 	p := &d.prog
-	park := time.NewTimer(time.Hour)
-	defer park.Stop()
+	defer p.park.Stop()
 	var busy busyPoll
 	for {
-		if !d.parkWhilePolled(park) {
+		if !d.parkWhileYielded() {
 			return
 		}
 		var n int
@@ -249,7 +339,9 @@ func (d *embeddedDevice) readLoop() {
 			}
 		}
 		if n == 0 && err == nil && !d.spin(&busy) {
+			p.attended.Add(1)
 			n, err = d.conn.ReadBatchTurn(p.msgs, &p.role) // the role is held when n > 0
+			p.attended.Add(-1)
 		}
 		if n > 0 {
 			d.process(n)
@@ -265,38 +357,55 @@ func (d *embeddedDevice) readLoop() {
 	}
 }
 
-// parkWhilePolled keeps the reader off the socket while an application
-// polls. It reports false when the device closes.
-func (d *embeddedDevice) parkWhilePolled(park *time.Timer) bool {
+// parkWhileYielded keeps the reader off the socket while an application
+// polls, and while CQ waiters wait for it themselves or came within
+// pollIdle and leave no sleeper without one. It reports false when the
+// device closes.
+func (d *embeddedDevice) parkWhileYielded() bool {
 	p := &d.prog
 	for parked := 0; ; parked++ {
-		last := p.lastPoll.Load()
-		if last == 0 {
-			return true
-		}
-		idle := qp.Time(last).Add(pollIdle).Sub(d.now()) // until no poll has come for pollIdle
-		if idle <= 0 {
-			if p.lastPoll.CompareAndSwap(last, 0) {
+		now := d.now()
+		idle := time.Duration(0) // until the reader looks again
+		if last := p.lastPoll.Load(); last != 0 {
+			idle = qp.Time(last).Add(pollIdle).Sub(now) // until no poll has come for pollIdle
+			if idle <= 0 && p.lastPoll.CompareAndSwap(last, 0) {
 				b := d.getBatch() // the reader's own batch is the role holder's
 				d.ringDoorbells(b)
 				d.putBatch(b)
 			}
+		}
+		polled := idle > 0
+		switch {
+		case polled:
+			if parked > 0 {
+				// Polled for a while: a streak, not polls between waits.
+				// Registering the socket again costs system calls and
+				// allocations, so it is not done for every poll.
+				d.conn.StopWaiting()
+			}
+			// While polls keep coming, each look is a wakeup for
+			// nothing: the reader looks less often, up to maxPark.
+			p.park.Reset(max(idle, min(pollIdle<<min(parked, 4), maxPark)))
+		case p.attended.Load() > 0:
+			// A waiter waits for the socket: it resumes the reader if it
+			// leaves a sleeper, and sets the timer otherwise.
+			p.park.Stop()
+			if p.attended.Load() == 0 {
+				continue // it left meanwhile, and may have set the timer before the Stop
+			}
+		case p.sleepers.Load() > 0:
 			return true
+		default:
+			if idle = qp.Time(p.lastAttend.Load()).Add(pollIdle).Sub(now); idle <= 0 {
+				return true
+			}
+			p.park.Reset(idle)
 		}
-		if parked > 0 {
-			// Polled for a while: a streak, not polls between waits.
-			// Registering the socket again costs system calls and
-			// allocations, so it is not done for every poll.
-			d.conn.StopWaiting()
-		}
-		// While polls keep coming, each look is a wakeup for nothing: the
-		// reader looks less often, up to maxPark.
-		park.Reset(max(idle, min(pollIdle<<min(parked, 4), maxPark)))
 		select {
 		case <-d.closing:
 			return false
 		case <-p.resume:
-		case <-park.C:
+		case <-p.park.C:
 		}
 	}
 }

@@ -2,6 +2,7 @@ package nic_test
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"slices"
 	"sync"
@@ -29,22 +30,7 @@ func TestPollAndReaderHandOver(t *testing.T) {
 		perQP = 600
 		depth = 8
 	)
-	a := openDevice(t, nic.Config{})
-	b := endOn(t, openDevice(t, nic.Config{}))
-	opts := nic.ConnectOptions{Timeout: 20} // 4 s: under -race, nothing resent for being slow
-	ends := []*end{endOn(t, a), endOn(t, a)}
-	for _, e := range ends {
-		peer, err := b.pd.CreateQP(nic.QPConfig{SendCQ: b.cq})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := e.qp.Connect(b.dev.Addr(), peer.Num(), opts); err != nil {
-			t.Fatal(err)
-		}
-		if err := peer.Connect(a.Addr(), e.qp.Num(), opts); err != nil {
-			t.Fatal(err)
-		}
-	}
+	a, b, ends := twoEndsToOne(t)
 	fetched := make([][]uint64, len(ends))
 	var wg sync.WaitGroup
 	for i, e := range ends {
@@ -144,6 +130,28 @@ func TestTimerCatchesUpBeforeTimeout(t *testing.T) {
 	}
 }
 
+// twoEndsToOne opens device a with two ends, each with a QP connected to a
+// QP of its own on the end b of another device.
+func twoEndsToOne(t *testing.T) (a *nic.Device, b *end, ends []*end) {
+	a = openDevice(t, nic.Config{})
+	b = endOn(t, openDevice(t, nic.Config{}))
+	opts := nic.ConnectOptions{Timeout: 20} // 4 s: under -race, nothing resent for being slow
+	ends = []*end{endOn(t, a), endOn(t, a)}
+	for _, e := range ends {
+		peer, err := b.pd.CreateQP(nic.QPConfig{SendCQ: b.cq})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.qp.Connect(b.dev.Addr(), peer.Num(), opts); err != nil {
+			t.Fatal(err)
+		}
+		if err := peer.Connect(a.Addr(), e.qp.Num(), opts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return a, b, ends
+}
+
 func leUint64(b []byte) uint64 {
 	return uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
 		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
@@ -156,31 +164,158 @@ func leUint64(b []byte) uint64 {
 // leave at a fraction of one per round trip (the waiter of a contended
 // lock, the socket registered again in the netpoller when the reader comes
 // back between two polls); one on the path would make it one at least.
+//
+// The same holds for a round trip waited for with CQ.Wait, whose waiter
+// waits for the socket and processes what arrives itself.
 func TestPollRoundTripAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector's sync.Pool drops packet batches on purpose")
 	}
 	a, b := connected(t, nic.Config{}, nic.ConnectOptions{})
-	for _, op := range []verbs.WROpcode{verbs.WRWrite, verbs.WRRead, verbs.WRFetchAdd} {
-		wr := verbs.SendWR{Opcode: op, Flags: verbs.Signaled, SGL: []verbs.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey(), CompareAdd: 1}
-		var wcs [1]verbs.WC
-		roundTrip := func() {
-			if err := a.qp.PostSend(&wr); err != nil {
-				t.Fatal(err)
-			}
-			for {
-				n, err := a.cq.Poll(wcs[:])
-				if err != nil || n == 1 && wcs[0].Status != verbs.Success {
-					t.Fatalf("%v: %v, %v", op, wcs[0].String(), err)
+	for _, wait := range []bool{false, true} {
+		for _, op := range []verbs.WROpcode{verbs.WRWrite, verbs.WRRead, verbs.WRFetchAdd} {
+			wr := verbs.SendWR{Opcode: op, Flags: verbs.Signaled, SGL: []verbs.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey(), CompareAdd: 1}
+			var wcs [1]verbs.WC
+			roundTrip := func() {
+				if err := a.qp.PostSend(&wr); err != nil {
+					t.Fatal(err)
 				}
-				if n == 1 {
+				for {
+					var n int
+					var err error
+					if wait {
+						n, err = a.cq.Wait(context.Background(), wcs[:])
+					} else {
+						n, err = a.cq.Poll(wcs[:])
+					}
+					if err != nil || n == 1 && wcs[0].Status != verbs.Success {
+						t.Fatalf("%v: %v, %v", op, wcs[0].String(), err)
+					}
+					if n == 1 {
+						return
+					}
+				}
+			}
+			roundTrip() // the batches' pools fill
+			if n := mallocsPer(200, roundTrip); n >= 1 {
+				t.Errorf("%v, waiting %v: %v allocations per round trip, want 0", op, wait, n)
+			}
+		}
+	}
+}
+
+// A waiter that waits for the socket itself (see progress.go) wakes for
+// what does not come through the socket: a completion another goroutine
+// writes to its CQ, the end of its context, its CQ destroyed, its device
+// closed.
+func TestAttendingWaiterInterrupted(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		do   func(e *end, cq *nic.CQ, cancel context.CancelFunc)
+		want func(n int, wc verbs.WC, err error) bool
+	}{
+		{"completion", func(e *end, _ *nic.CQ, _ context.CancelFunc) {
+			// The receive posted is flushed to the CQ on this goroutine.
+			if err := e.qp.Modify(&verbs.Attr{State: verbs.Err}, verbs.AttrState); err != nil {
+				t.Error(err)
+			}
+		}, func(n int, wc verbs.WC, err error) bool {
+			return n == 1 && err == nil && wc.ID == 42 && wc.Status == verbs.WRFlushErr
+		}},
+		{"context", func(_ *end, _ *nic.CQ, cancel context.CancelFunc) { cancel() },
+			func(_ int, _ verbs.WC, err error) bool { return errors.Is(err, context.Canceled) }},
+		{"CQ destroyed", func(_ *end, cq *nic.CQ, _ context.CancelFunc) {
+			if err := cq.Destroy(); err != nil {
+				t.Error(err)
+			}
+		}, func(_ int, _ verbs.WC, err error) bool { return errors.Is(err, nic.ErrClosed) }},
+		{"device closed", func(e *end, _ *nic.CQ, _ context.CancelFunc) { e.dev.Close() },
+			func(_ int, _ verbs.WC, err error) bool { return errors.Is(err, nic.ErrClosed) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, _ := connected(t, nic.Config{}, nic.ConnectOptions{})
+			if !nic.WaitersAttend(a.dev) {
+				t.Skip("the portable socket layer's waits cannot be interrupted: waiters sleep on their CQ")
+			}
+			cq := a.cq
+			switch tc.name {
+			case "completion":
+				if err := a.qp.PostRecv(&verbs.RecvWR{ID: 42, SGL: []verbs.SGE{a.mr.SGE(0, 8)}}); err != nil {
+					t.Fatal(err)
+				}
+			case "CQ destroyed":
+				var err error
+				if cq, err = a.dev.CreateCQ(4); err != nil { // no QP uses it
+					t.Fatal(err)
+				}
+			}
+			nic.ParkReader(a.dev)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			type result struct {
+				n   int
+				wc  verbs.WC
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				var wcs [1]verbs.WC
+				n, err := cq.Wait(ctx, wcs[:])
+				done <- result{n, wcs[0], err}
+			}()
+			for deadline := time.Now().Add(10 * time.Second); !nic.Attending(cq); {
+				if time.Now().After(deadline) {
+					t.Fatal("the waiter does not wait for the socket")
+				}
+				runtime.Gosched()
+			}
+			tc.do(a, cq, cancel)
+			select {
+			case r := <-done:
+				if !tc.want(r.n, r.wc, r.err) {
+					t.Errorf("Wait: %d, %v, %v", r.n, r.wc.String(), r.err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the waiter still waits 10 s after")
+			}
+		})
+	}
+}
+
+// Two applications wait on two CQs of one device, each for its own QP's
+// operations: one at a time waits for the socket and processes what
+// comes for both, the other sleeps on its CQ until woken, and the socket
+// passes between them; every operation completes once, and nothing is
+// resent.
+func TestWaitersShareTheSocket(t *testing.T) {
+	const perQP = 500
+	a, b, ends := twoEndsToOne(t)
+	var wg sync.WaitGroup
+	for _, e := range ends {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			var wcs [1]verbs.WC
+			for i := range perQP {
+				wr := verbs.SendWR{ID: uint64(i), Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{e.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+				if err := e.qp.PostSend(&wr); err != nil {
+					t.Error(err)
+					return
+				}
+				n, err := e.cq.Wait(ctx, wcs[:])
+				if err != nil || n != 1 || wcs[0].ID != uint64(i) || wcs[0].Status != verbs.Success {
+					t.Errorf("WRITE %d: %d, %v, %v", i, n, wcs[0].String(), err)
 					return
 				}
 			}
-		}
-		roundTrip() // the batches' pools fill
-		if n := mallocsPer(200, roundTrip); n >= 1 {
-			t.Errorf("%v: %v allocations per round trip, want 0", op, n)
+		})
+	}
+	wg.Wait()
+	for _, d := range []*nic.Device{a, b.dev} {
+		for _, name := range noLoss {
+			if v, _ := d.Counter(name); v != 0 {
+				t.Errorf("%v: %s = %d, want 0", d.Addr(), name, v)
+			}
 		}
 	}
 }

@@ -97,8 +97,8 @@ type cqProvider interface {
 	len() int
 	destroy(c *CQ) error
 	// park prepares a waiter that found the CQ empty for its sleep. It
-	// reports whether it slept already, and why it woke: false sends the
-	// waiter to sleep on CQ.wake.
+	// reports whether it slept already (CQ.sleep, or a wait of its own),
+	// and why it woke: false sends the waiter to sleep on CQ.wake.
 	park(ctx context.Context, done <-chan struct{}) (slept bool, err error)
 }
 

@@ -245,32 +245,36 @@ func (c *CQ) wait(ctx context.Context, poll func() (int, error)) (int, error) {
 			passOn()
 			return n, err
 		}
-		if slept, err := c.prov.park(ctx, done); slept {
-			woken = true
-			if err == nil {
-				continue
-			}
-			passOn()
-			if errors.Is(err, ErrClosed) {
-				if n, err := poll(); n > 0 || err != nil {
-					return n, err
-				}
-			}
-			return 0, err
+		slept, err := c.prov.park(ctx, done)
+		if !slept {
+			err = c.sleep(ctx, done)
 		}
-		select {
-		case <-c.wake:
-			woken = true
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-done:
+		woken = true
+		if err == nil {
+			continue
+		}
+		passOn()
+		if errors.Is(err, ErrClosed) {
 			if n, err := poll(); n > 0 || err != nil {
 				return n, err
 			}
-			return 0, ErrClosed
-		case <-c.gone:
-			return 0, ErrClosed
 		}
+		return 0, err
+	}
+}
+
+// sleep waits until the CQ is written to (c.wake), ctx ends, the device
+// closes (done) or the CQ is destroyed.
+func (c *CQ) sleep(ctx context.Context, done <-chan struct{}) error {
+	select {
+	case <-c.wake:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-done:
+		return ErrClosed
+	case <-c.gone:
+		return ErrClosed
 	}
 }
 

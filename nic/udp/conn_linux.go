@@ -3,12 +3,14 @@
 package udp
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -56,6 +58,10 @@ type sysConn struct {
 	wturn sync.Locker
 	wn    int
 	werr  error
+	// interrupted is set by Interrupt and cleared by Rearm: while it is
+	// set, the registration's read deadline has passed, which ends a
+	// WaitBatchTurn at once.
+	interrupted atomic.Bool
 }
 
 // waiter is the socket's registration in the netpoller: an epoll instance
@@ -206,12 +212,39 @@ func (s *sysConn) register() error {
 		return err
 	}
 	s.wt.Store(w)
+	if s.interrupted.Load() {
+		w.f.SetReadDeadline(longAgo)
+	}
 	return nil
+}
+
+const waitsInterruptibly = true
+
+// longAgo is a deadline that has passed.
+var longAgo = time.Unix(1, 0)
+
+func (c *Conn) interrupt() {
+	s := &c.sys
+	s.interrupted.Store(true)
+	if w := s.wt.Load(); w != nil {
+		w.f.SetReadDeadline(longAgo) // fails harmlessly on a registration closed meanwhile
+	}
+}
+
+func (c *Conn) rearm() {
+	s := &c.sys
+	if s.interrupted.Swap(false) {
+		if w := s.wt.Load(); w != nil {
+			w.f.SetReadDeadline(time.Time{})
+		}
+	}
 }
 
 func (c *Conn) stopWaiting() {
 	s := &c.sys
-	s.wmu.Lock()
+	if !s.wmu.TryLock() {
+		return // a goroutine waits for the socket: it stays in the netpoller
+	}
 	defer s.wmu.Unlock()
 	if w := s.wt.Swap(nil); w != nil {
 		w.f.Close()
@@ -312,6 +345,39 @@ func (c *Conn) readBatchTurn(msgs []Message, turn sync.Locker) (int, error) {
 	s := &c.sys
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	n, err := c.waitLocked(msgs, turn)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// Interrupted: the deadline is this wait's to clear, so that the
+		// next ReadBatchTurn waits; the next WaitBatchTurn's caller
+		// rearms.
+		s.wt.Load().f.SetReadDeadline(time.Time{})
+		return 0, nil
+	}
+	return n, err
+}
+
+func (c *Conn) waitBatchTurn(msgs []Message, turn sync.Locker) (int, bool, error) {
+	s := &c.sys
+	if !s.wmu.TryLock() {
+		return 0, false, nil
+	}
+	defer s.wmu.Unlock()
+	if s.interrupted.Load() {
+		return 0, true, nil // an interrupted ReadBatchTurn cleared the deadline
+	}
+	n, err := c.waitLocked(msgs, turn)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return 0, true, nil
+	}
+	return n, true, err
+}
+
+// waitLocked waits for the socket in the netpoller, registering it if it
+// is not, and reads with turn held once it is readable (tryReadTurn). wmu
+// is held. It returns os.ErrDeadlineExceeded, unwrapped, when an
+// Interrupt ended the wait.
+func (c *Conn) waitLocked(msgs []Message, turn sync.Locker) (int, error) {
+	s := &c.sys
 	w := s.wt.Load()
 	if w == nil {
 		if err := s.register(); err != nil {
@@ -323,7 +389,10 @@ func (c *Conn) readBatchTurn(msgs []Message, turn sync.Locker) (int, error) {
 	err := w.rc.Read(s.wread)
 	n, rerr := s.wn, s.werr
 	s.wmsgs, s.wturn, s.werr = nil, nil, nil
-	if err != nil {
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded) && !s.closed.Load():
+		return 0, os.ErrDeadlineExceeded
+	case err != nil:
 		return 0, c.ioError("wait", err)
 	}
 	return n, rerr

@@ -643,3 +643,67 @@ func TestBatchesDoNotAllocate(t *testing.T) {
 		})
 	}
 }
+
+// WaitBatchTurn waits only when no other goroutine waits for the socket,
+// and Interrupt ends its wait, and every later one until Rearm; it ends a
+// ReadBatchTurn too, which returns 0. A datagram ends the wait with the
+// turn held, as ReadBatchTurn's does.
+func TestWaitBatchTurn(t *testing.T) {
+	a := listen(t, "127.0.0.1:0", Options{})
+	b := listen(t, "127.0.0.1:0", Options{})
+	msgs := messages(4, 2048)
+	var turn sync.Mutex
+	type result struct {
+		n      int
+		waited bool
+		err    error
+	}
+	wait := func() <-chan result {
+		done := make(chan result, 1)
+		go func() {
+			n, waited, err := b.WaitBatchTurn(msgs, &turn)
+			done <- result{n, waited, err}
+		}()
+		return done
+	}
+	expect := func(what string, done <-chan result, want result) {
+		t.Helper()
+		select {
+		case r := <-done:
+			if r != want {
+				t.Fatalf("%s: %+v, want %+v", what, r, want)
+			}
+		case <-time.After(watchdog):
+			t.Fatalf("%s: still waiting", what)
+		}
+	}
+
+	reading := make(chan result, 1)
+	go func() {
+		n, err := b.ReadBatchTurn(msgs[:1], &turn)
+		reading <- result{n, true, err}
+	}()
+	waitForIOWait(t, "udp.(*Conn).readBatchTurn")
+	expect("WaitBatchTurn beside a waiting ReadBatchTurn", wait(), result{})
+	b.Interrupt()
+	expect("ReadBatchTurn interrupted", reading, result{0, true, nil})
+
+	expect("WaitBatchTurn after an Interrupt", wait(), result{0, true, nil})
+	b.Rearm()
+	done := wait()
+	waitForIOWait(t, "udp.(*Conn).waitBatchTurn")
+	b.Interrupt()
+	expect("WaitBatchTurn interrupted", done, result{0, true, nil})
+
+	b.Rearm()
+	done = wait()
+	waitForIOWait(t, "udp.(*Conn).waitBatchTurn")
+	if _, err := a.WriteBatch([]Message{{Buf: []byte("one"), Addr: b.LocalAddr()}}); err != nil {
+		t.Fatal(err)
+	}
+	expect("WaitBatchTurn with a datagram", done, result{1, true, nil})
+	if turn.TryLock() {
+		t.Error("WaitBatchTurn returned a datagram without the turn")
+	}
+	turn.Unlock()
+}

@@ -134,6 +134,14 @@ func (c *Conn) readBatchTurn(msgs []Message, turn sync.Locker) (int, error) {
 	return n, err
 }
 
+// waitBatchTurn never waits here: waitRead's read cannot be interrupted.
+const waitsInterruptibly = false
+
+func (c *Conn) waitBatchTurn([]Message, sync.Locker) (int, bool, error) { return 0, false, nil }
+
+func (c *Conn) interrupt() {}
+func (c *Conn) rearm()     {}
+
 func (c *Conn) stopWaiting() {}
 
 func (c *Conn) close() error { return c.uc.Close() }

@@ -337,17 +337,43 @@ func (c *Conn) WriteBatch(msgs []Message) (int, error) { return c.writeBatch(msg
 // read only under turn, with ReadBatchTurn or TryReadBatch, each read
 // distinct datagrams in the order they came, and none sleeps holding turn:
 // one may sleep here while others poll with TryReadBatch. After Close, or
-// when Close interrupts it, it returns an error matching net.ErrClosed. One
-// goroutine at a time may call it.
+// when Close interrupts it, it returns an error matching net.ErrClosed;
+// Interrupt ends it with 0. Goroutines that call it at once wait in turn.
 func (c *Conn) ReadBatchTurn(msgs []Message, turn sync.Locker) (int, error) {
 	return c.readBatchTurn(msgs, turn)
 }
 
+// WaitBatchTurn is ReadBatchTurn for a goroutine that waits for something
+// else too, which another goroutine's Interrupt reports, and which may
+// find the socket waited for already: it returns at once, with waited
+// false, when another goroutine waits in ReadBatchTurn or WaitBatchTurn
+// (and always with the portable fallback, whose waits cannot be
+// interrupted). Otherwise it waits as ReadBatchTurn does, and returns 0
+// without error when Interrupt was called during the wait, or before it
+// and since the last Rearm. A goroutine that waits for an event X
+// calls Rearm, then makes sure that whoever causes X calls Interrupt
+// afterwards, then checks that X has not happened, then waits: it
+// cannot miss X.
+func (c *Conn) WaitBatchTurn(msgs []Message, turn sync.Locker) (n int, waited bool, err error) {
+	return c.waitBatchTurn(msgs, turn)
+}
+
+// WaitsInterruptibly reports whether WaitBatchTurn can wait (on Linux; not
+// with the portable fallback).
+func (c *Conn) WaitsInterruptibly() bool { return waitsInterruptibly }
+
+// Interrupt ends a WaitBatchTurn under way, and every one that begins
+// before the next Rearm; and a ReadBatchTurn under way, which returns 0.
+func (c *Conn) Interrupt() { c.interrupt() }
+
+// Rearm undoes Interrupt, for the WaitBatchTurns that begin after it.
+func (c *Conn) Rearm() { c.rearm() }
+
 // StopWaiting takes the socket out of Go's netpoller until the next
 // ReadBatch or ReadBatchTurn waits for it: a process that polls the socket
 // with TryReadBatch, and has no goroutine waiting for it, is then not
-// woken by its datagrams (see conn_linux.go). It must not be called during
-// such a wait; elsewhere it does nothing.
+// woken by its datagrams (see conn_linux.go). During such a wait it does
+// nothing, as it does off Linux.
 func (c *Conn) StopWaiting() { c.stopWaiting() }
 
 // Close closes the socket and wakes a ReadBatch, ReadBatchTurn or
