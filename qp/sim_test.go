@@ -15,6 +15,7 @@ import (
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
+	"github.com/softnic/softnic/wire/wirefmt"
 )
 
 // This file is the test bench of the transport: hosts with a region table,
@@ -236,7 +237,7 @@ func (s *sim) summary(h *host, data []byte) string {
 		s.showPkt.BTH.SetPSN(p.BTH.PSN().Add(s.psnShift))
 		p = &s.showPkt
 	}
-	return s.symbolic(string(p.AppendSummary(nil)))
+	return s.symbolic(string(wirefmt.AppendSummary(nil, p)))
 }
 
 func (s *sim) peer(h *host) *host {

@@ -159,9 +159,10 @@ func (s Syndrome) NakCode() NakCode { return NakCode(s & synValueMask) }
 
 // String describes the syndrome: "ACK(credit=31)", "RNR NAK(timer=14,1280us)",
 // "NAK(PSN sequence error)" or "reserved(0x5f)".
-func (s Syndrome) String() string { return string(s.appendText(nil)) }
+func (s Syndrome) String() string { return string(s.AppendString(nil)) }
 
-func (s Syndrome) appendText(dst []byte) []byte {
+// AppendString appends what String returns, without allocating.
+func (s Syndrome) AppendString(dst []byte) []byte {
 	switch s.Type() {
 	case AckTypeACK:
 		dst = append(dst, "ACK(credit="...)

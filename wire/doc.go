@@ -6,7 +6,7 @@
 // Ethernet/IP/UDP framing, pcap and pcapng files read. Of InfiniBand
 // management it keeps what the transport shares with it: QP1 (GSIQPN,
 // GSIQKey), GIDs and MTU codes; package wire/mad codes the management
-// datagrams themselves.
+// datagrams themselves. Package wire/wirefmt prints packets for people.
 //
 // Headers are typed views over byte slices (type BTH []byte and so on) with
 // accessors and setters that do not bounds-check; [Packet.Decode] validates

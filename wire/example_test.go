@@ -6,6 +6,7 @@ import (
 	"net/netip"
 
 	"github.com/softnic/softnic/wire"
+	"github.com/softnic/softnic/wire/wirefmt"
 )
 
 // Encode an RDMA WRITE Only into a buffer, seal its ICRC, and decode it.
@@ -31,7 +32,7 @@ func ExampleFields_Encode() {
 		panic(err)
 	}
 	fmt.Println(n, "bytes")
-	fmt.Println(string(p.AppendSummary(nil)))
+	fmt.Println(string(wirefmt.AppendSummary(nil, &p)))
 	fmt.Printf("payload %q, pad %d\n", p.Payload, p.BTH.PadCount())
 	// Output:
 	// 40 bytes
@@ -52,7 +53,7 @@ func ExampleFields_EncodeHeaders() {
 	}
 	copy(buf[off:], "8 bytes!")
 	var p wire.Packet
-	fmt.Println(p.Decode(buf), string(p.AppendSummary(nil)))
+	fmt.Println(p.Decode(buf), string(wirefmt.AppendSummary(nil, &p)))
 	// Output:
 	// <nil> RC Send Last Immediate qp=0x000011 psn=0x000007 ackreq=1 imm=0x0000cafe payload=8
 }

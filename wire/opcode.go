@@ -211,11 +211,11 @@ func (op OpCode) String() string {
 	if name := opTable[op].name; name != "" {
 		return name
 	}
-	return string(op.appendName(nil))
+	return string(op.AppendString(nil))
 }
 
-// appendName appends op's name without allocating.
-func (op OpCode) appendName(dst []byte) []byte {
+// AppendString appends what String returns, without allocating.
+func (op OpCode) AppendString(dst []byte) []byte {
 	if name := opTable[op].name; name != "" {
 		return append(dst, name...)
 	}

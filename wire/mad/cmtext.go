@@ -1,8 +1,11 @@
 package mad
 
-import "github.com/softnic/softnic/wire"
+import (
+	"github.com/softnic/softnic/wire"
+	"github.com/softnic/softnic/wire/wirefmt"
+)
 
-// AppendPacketSummary appends p's summary (wire.Packet.AppendSummary) to
+// AppendPacketSummary appends p's summary (wirefmt.AppendSummary) to
 // dst and, when p is a UD packet to QP1 carrying a CM MAD, the MAD's
 // summary after it:
 //
@@ -10,7 +13,7 @@ import "github.com/softnic/softnic/wire"
 //
 // It does not allocate if dst has room. p must hold a decoded packet.
 func AppendPacketSummary(dst []byte, p *wire.Packet) []byte {
-	dst = p.AppendSummary(dst)
+	dst = wirefmt.AppendSummary(dst, p)
 	var m MAD
 	if decodePacket(p, &m) {
 		dst = append(dst, ' ')
@@ -19,16 +22,16 @@ func AppendPacketSummary(dst []byte, p *wire.Packet) []byte {
 	return dst
 }
 
-// AppendPacketVerbose appends every field of p (wire.Packet.AppendVerbose)
+// AppendPacketVerbose appends every field of p (wirefmt.AppendVerbose)
 // to dst and, when p is a UD packet to QP1 carrying a CM MAD, the lines of
 // the MAD's AppendVerbose before the payload line. It does not allocate if
 // dst has room. p must hold a decoded packet.
 func AppendPacketVerbose(dst []byte, p *wire.Packet) []byte {
-	dst = p.AppendVerboseHeaders(dst)
+	dst = wirefmt.AppendVerboseHeaders(dst, p)
 	if m := (MAD{}); decodePacket(p, &m) {
 		dst = m.AppendVerbose(dst)
 	}
-	return p.AppendVerboseTrailer(dst)
+	return wirefmt.AppendVerboseTrailer(dst, p)
 }
 
 // decodePacket decodes p's payload into m and reports whether it is a CM
@@ -86,7 +89,7 @@ func (m *MAD) AppendSummary(dst []byte) []byte {
 }
 
 // AppendVerbose appends every field of m to dst in the format of
-// wire.Packet.AppendVerbose: the MAD header, then the CM message, each line
+// wirefmt.AppendVerbose: the MAD header, then the CM message, each line
 // indented by two spaces and ending in a newline. A REQ's paths get a line
 // each, and so does the rdma_cm header when its private data starts with
 // one. Private data and a REJ's ARI are shown with their length and in hex

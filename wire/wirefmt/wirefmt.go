@@ -1,4 +1,15 @@
-package wire
+// Package wirefmt prints RoCEv2 packets for people: the one-line summary
+// that softnic decode, the demo and the ladders show for a packet, and the
+// listing of every field of every header behind decode -v. Package wire
+// decodes the packets; package wire/mad prints the CM MADs they carry to
+// QP1 with these lines.
+package wirefmt
+
+import (
+	"strconv"
+
+	"github.com/softnic/softnic/wire"
+)
 
 // AppendSummary appends a one-line description of p to dst, without a
 // newline: the opcode name, destination QP, PSN and AckReq bit, the fields of
@@ -10,20 +21,20 @@ package wire
 // QP1 after it.
 //
 // It does not allocate if dst has room. p must hold a decoded packet.
-func (p *Packet) AppendSummary(dst []byte) []byte {
+func AppendSummary(dst []byte, p *wire.Packet) []byte {
 	op := p.OpCode()
-	dst = op.appendName(dst)
+	dst = op.AppendString(dst)
 	dst = append(dst, " qp="...)
-	dst = AppendHex(dst, uint64(p.BTH.DestQP()), 6)
+	dst = wire.AppendHex(dst, uint64(p.BTH.DestQP()), 6)
 	dst = append(dst, " psn="...)
-	dst = AppendHex(dst, uint64(p.BTH.PSN()), 6)
+	dst = wire.AppendHex(dst, uint64(p.BTH.PSN()), 6)
 	dst = append(dst, " ackreq="...)
 	dst = appendBool(dst, p.BTH.AckReq())
 	if p.DETH != nil {
 		dst = append(dst, " qkey="...)
-		dst = AppendHex(dst, uint64(p.DETH.QKey()), 8)
+		dst = wire.AppendHex(dst, uint64(p.DETH.QKey()), 8)
 		dst = append(dst, " srcqp="...)
-		dst = AppendHex(dst, uint64(p.DETH.SrcQP()), 6)
+		dst = wire.AppendHex(dst, uint64(p.DETH.SrcQP()), 6)
 	}
 	if p.FETH != nil {
 		dst = append(dst, " plt="...)
@@ -33,44 +44,44 @@ func (p *Packet) AppendSummary(dst []byte) []byte {
 	}
 	if p.RETH != nil {
 		dst = append(dst, " va="...)
-		dst = AppendHex(dst, p.RETH.VA(), 16)
+		dst = wire.AppendHex(dst, p.RETH.VA(), 16)
 		dst = append(dst, " rkey="...)
-		dst = AppendHex(dst, uint64(p.RETH.RKey()), 8)
+		dst = wire.AppendHex(dst, uint64(p.RETH.RKey()), 8)
 		dst = append(dst, " dmalen="...)
 		dst = appendUint(dst, uint64(p.RETH.DMALen()))
 	}
 	if p.AtomicETH != nil {
 		dst = append(dst, " va="...)
-		dst = AppendHex(dst, p.AtomicETH.VA(), 16)
+		dst = wire.AppendHex(dst, p.AtomicETH.VA(), 16)
 		dst = append(dst, " rkey="...)
-		dst = AppendHex(dst, uint64(p.AtomicETH.RKey()), 8)
-		if op == OpRCFetchAdd {
+		dst = wire.AppendHex(dst, uint64(p.AtomicETH.RKey()), 8)
+		if op == wire.OpRCFetchAdd {
 			dst = append(dst, " add="...)
-			dst = AppendHex(dst, p.AtomicETH.SwapAdd(), 1)
+			dst = wire.AppendHex(dst, p.AtomicETH.SwapAdd(), 1)
 		} else {
 			dst = append(dst, " swap="...)
-			dst = AppendHex(dst, p.AtomicETH.SwapAdd(), 1)
+			dst = wire.AppendHex(dst, p.AtomicETH.SwapAdd(), 1)
 			dst = append(dst, " compare="...)
-			dst = AppendHex(dst, p.AtomicETH.Compare(), 1)
+			dst = wire.AppendHex(dst, p.AtomicETH.Compare(), 1)
 		}
 	}
 	if p.AETH != nil {
 		dst = append(dst, " syndrome="...)
-		dst = p.AETH.Syndrome().appendText(dst)
+		dst = p.AETH.Syndrome().AppendString(dst)
 		dst = append(dst, " msn="...)
 		dst = appendUint(dst, uint64(p.AETH.MSN()))
 	}
 	if p.AtomicAckETH != nil {
 		dst = append(dst, " orig="...)
-		dst = AppendHex(dst, p.AtomicAckETH.OrigData(), 1)
+		dst = wire.AppendHex(dst, p.AtomicAckETH.OrigData(), 1)
 	}
 	if p.ImmDT != nil {
 		dst = append(dst, " imm="...)
-		dst = AppendHex(dst, uint64(p.ImmDT.Imm()), 8)
+		dst = wire.AppendHex(dst, uint64(p.ImmDT.Imm()), 8)
 	}
 	if p.IETH != nil {
 		dst = append(dst, " invrkey="...)
-		dst = AppendHex(dst, uint64(p.IETH.RKey()), 8)
+		dst = wire.AppendHex(dst, uint64(p.IETH.RKey()), 8)
 	}
 	dst = append(dst, " payload="...)
 	dst = appendUint(dst, uint64(len(p.Payload)))
@@ -86,15 +97,15 @@ func (p *Packet) AppendSummary(dst []byte) []byte {
 // It is AppendVerboseHeaders followed by AppendVerboseTrailer: package
 // wire/mad's AppendPacketVerbose puts the lines of a CM MAD to QP1 between
 // the two.
-func (p *Packet) AppendVerbose(dst []byte) []byte {
-	return p.AppendVerboseTrailer(p.AppendVerboseHeaders(dst))
+func AppendVerbose(dst []byte, p *wire.Packet) []byte {
+	return AppendVerboseTrailer(AppendVerboseHeaders(dst, p), p)
 }
 
 // AppendVerboseHeaders appends the header lines of AppendVerbose.
-func (p *Packet) AppendVerboseHeaders(dst []byte) []byte {
+func AppendVerboseHeaders(dst []byte, p *wire.Packet) []byte {
 	b := p.BTH
 	dst = append(dst, "  BTH opcode="...)
-	dst = AppendHex(dst, uint64(b.OpCode()), 2)
+	dst = wire.AppendHex(dst, uint64(b.OpCode()), 2)
 	dst = append(dst, " se="...)
 	dst = appendBool(dst, b.SE())
 	dst = append(dst, " m="...)
@@ -104,29 +115,29 @@ func (p *Packet) AppendVerboseHeaders(dst []byte) []byte {
 	dst = append(dst, " tver="...)
 	dst = appendUint(dst, uint64(b.TVer()))
 	dst = append(dst, " pkey="...)
-	dst = AppendHex(dst, uint64(b.PKey()), 4)
+	dst = wire.AppendHex(dst, uint64(b.PKey()), 4)
 	dst = append(dst, " fecn="...)
 	dst = appendBool(dst, b.FECN())
 	dst = append(dst, " becn="...)
 	dst = appendBool(dst, b.BECN())
 	dst = append(dst, " resv6a="...)
-	dst = AppendHex(dst, uint64(b.Resv6a()), 2)
+	dst = wire.AppendHex(dst, uint64(b.Resv6a()), 2)
 	dst = append(dst, " destqp="...)
-	dst = AppendHex(dst, uint64(b.DestQP()), 6)
+	dst = wire.AppendHex(dst, uint64(b.DestQP()), 6)
 	dst = append(dst, " ackreq="...)
 	dst = appendBool(dst, b.AckReq())
 	dst = append(dst, " resv7="...)
-	dst = AppendHex(dst, uint64(b.Resv7()), 2)
+	dst = wire.AppendHex(dst, uint64(b.Resv7()), 2)
 	dst = append(dst, " psn="...)
-	dst = AppendHex(dst, uint64(b.PSN()), 6)
+	dst = wire.AppendHex(dst, uint64(b.PSN()), 6)
 	dst = append(dst, '\n')
 	if d := p.DETH; d != nil {
 		dst = append(dst, "  DETH qkey="...)
-		dst = AppendHex(dst, uint64(d.QKey()), 8)
+		dst = wire.AppendHex(dst, uint64(d.QKey()), 8)
 		dst = append(dst, " resv8="...)
-		dst = AppendHex(dst, uint64(d.Resv8()), 2)
+		dst = wire.AppendHex(dst, uint64(d.Resv8()), 2)
 		dst = append(dst, " srcqp="...)
-		dst = AppendHex(dst, uint64(d.SrcQP()), 6)
+		dst = wire.AppendHex(dst, uint64(d.SrcQP()), 6)
 		dst = append(dst, '\n')
 	}
 	if f := p.FETH; f != nil {
@@ -136,51 +147,51 @@ func (p *Packet) AppendVerboseHeaders(dst []byte) []byte {
 		dst = append(dst, " sel="...)
 		dst = appendUint(dst, uint64(v.SelectivityLevel))
 		dst = append(dst, " resv="...)
-		dst = AppendHex(dst, uint64(v.Resv), 8)
+		dst = wire.AppendHex(dst, uint64(v.Resv), 8)
 		dst = append(dst, '\n')
 	}
 	if r := p.RETH; r != nil {
 		dst = append(dst, "  RETH va="...)
-		dst = AppendHex(dst, r.VA(), 16)
+		dst = wire.AppendHex(dst, r.VA(), 16)
 		dst = append(dst, " rkey="...)
-		dst = AppendHex(dst, uint64(r.RKey()), 8)
+		dst = wire.AppendHex(dst, uint64(r.RKey()), 8)
 		dst = append(dst, " dmalen="...)
 		dst = appendUint(dst, uint64(r.DMALen()))
 		dst = append(dst, '\n')
 	}
 	if a := p.AtomicETH; a != nil {
 		dst = append(dst, "  AtomicETH va="...)
-		dst = AppendHex(dst, a.VA(), 16)
+		dst = wire.AppendHex(dst, a.VA(), 16)
 		dst = append(dst, " rkey="...)
-		dst = AppendHex(dst, uint64(a.RKey()), 8)
+		dst = wire.AppendHex(dst, uint64(a.RKey()), 8)
 		dst = append(dst, " swapadd="...)
-		dst = AppendHex(dst, a.SwapAdd(), 16)
+		dst = wire.AppendHex(dst, a.SwapAdd(), 16)
 		dst = append(dst, " compare="...)
-		dst = AppendHex(dst, a.Compare(), 16)
+		dst = wire.AppendHex(dst, a.Compare(), 16)
 		dst = append(dst, '\n')
 	}
 	if a := p.AETH; a != nil {
 		dst = append(dst, "  AETH syndrome="...)
-		dst = AppendHex(dst, uint64(a.Syndrome()), 2)
+		dst = wire.AppendHex(dst, uint64(a.Syndrome()), 2)
 		dst = append(dst, ' ')
-		dst = a.Syndrome().appendText(dst)
+		dst = a.Syndrome().AppendString(dst)
 		dst = append(dst, " msn="...)
 		dst = appendUint(dst, uint64(a.MSN()))
 		dst = append(dst, '\n')
 	}
 	if a := p.AtomicAckETH; a != nil {
 		dst = append(dst, "  AtomicAckETH orig="...)
-		dst = AppendHex(dst, a.OrigData(), 16)
+		dst = wire.AppendHex(dst, a.OrigData(), 16)
 		dst = append(dst, '\n')
 	}
 	if i := p.ImmDT; i != nil {
 		dst = append(dst, "  ImmDT imm="...)
-		dst = AppendHex(dst, uint64(i.Imm()), 8)
+		dst = wire.AppendHex(dst, uint64(i.Imm()), 8)
 		dst = append(dst, '\n')
 	}
 	if i := p.IETH; i != nil {
 		dst = append(dst, "  IETH rkey="...)
-		dst = AppendHex(dst, uint64(i.RKey()), 8)
+		dst = wire.AppendHex(dst, uint64(i.RKey()), 8)
 		dst = append(dst, '\n')
 	}
 	return dst
@@ -188,13 +199,13 @@ func (p *Packet) AppendVerboseHeaders(dst []byte) []byte {
 
 // AppendVerboseTrailer appends the last line of AppendVerbose: the
 // payload's length, the pad and the ICRC.
-func (p *Packet) AppendVerboseTrailer(dst []byte) []byte {
+func AppendVerboseTrailer(dst []byte, p *wire.Packet) []byte {
 	dst = append(dst, "  payload="...)
 	dst = appendUint(dst, uint64(len(p.Payload)))
 	dst = append(dst, " pad="...)
 	dst = appendUint(dst, uint64(p.BTH.PadCount()))
 	dst = append(dst, " icrc="...)
-	dst = AppendHex(dst, uint64(p.ICRC()), 8)
+	dst = wire.AppendHex(dst, uint64(p.ICRC()), 8)
 	return append(dst, '\n')
 }
 
@@ -205,3 +216,6 @@ func appendBool(dst []byte, v bool) []byte {
 	}
 	return append(dst, '0')
 }
+
+// appendUint appends v in decimal.
+func appendUint(dst []byte, v uint64) []byte { return strconv.AppendUint(dst, v, 10) }
