@@ -54,8 +54,8 @@ func TestAttachedEndpointReleasesCQ(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if after := openDescriptors(t); after > before {
-				t.Errorf("%d descriptors open after 20 endpoints, %d before", after, before)
+			if left := descriptorsLeft(t, before); left != nil {
+				t.Errorf("%d descriptors more than before 20 endpoints, 5 s after: %q", len(left), left)
 			}
 		})
 	}

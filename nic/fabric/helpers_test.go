@@ -29,15 +29,52 @@ func openDevice(t testing.TB, cfg nic.Config) *nic.Device {
 	return dev
 }
 
-// openDescriptors counts the process's open descriptors: an attached
-// device's and, the daemon running in the test, its daemon's.
-func openDescriptors(t *testing.T) int {
+// openDescriptors lists what the process's open descriptors refer to: an
+// attached device's and, the daemon running in the test, its daemon's.
+func openDescriptors(t *testing.T) []string {
 	t.Helper()
 	fds, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
-		t.Skipf("no descriptor count: %v", err)
+		t.Skipf("no descriptor list: %v", err)
 	}
-	return len(fds)
+	var open []string
+	for _, fd := range fds {
+		if target, err := os.Readlink("/proc/self/fd/" + fd.Name()); err == nil { // ReadDir's own is gone
+			open = append(open, target)
+		}
+	}
+	return open
+}
+
+// descriptorsLeft returns the descriptors open beyond the before's count
+// (those whose targets were not open before), waiting up to 5 s for the
+// count to fall back: a daemon in the test closes an object's descriptors
+// after it answered the verb that destroyed it.
+func descriptorsLeft(t *testing.T, before []string) []string {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		now := openDescriptors(t)
+		if len(now) <= len(before) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			was := make(map[string]int, len(before))
+			for _, target := range before {
+				was[target]++
+			}
+			var left []string
+			for _, target := range now {
+				if was[target] > 0 {
+					was[target]--
+				} else {
+					left = append(left, target)
+				}
+			}
+			return left
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // end is a verbs peer of the endpoints under test: a device with a PD, a
