@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math/bits"
 	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"sync"
@@ -17,14 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softnic/softnic/internal/golden"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/wire"
 	"github.com/softnic/softnic/wire/mad"
 )
-
-// goldenRping is rping.pcap of ../shared/golden: rping between two Linux
-// rdma_rxe guests over rdma_cm (see the README there).
-var goldenRping = filepath.Join("..", "..", "shared", "golden", "rping.pcap")
 
 // cmPacket is one CM MAD as it crossed the wire: the UD headers, the MAD
 // and the datagram's addresses.
@@ -67,29 +61,14 @@ func firstHandshake(t *testing.T, packets []cmPacket) []cmPacket {
 	return out
 }
 
+// readGoldenHandshake returns the first handshake of rping.pcap of
+// ../shared/golden: rping between two Linux rdma_rxe guests over rdma_cm
+// (see the README there).
 func readGoldenHandshake(t *testing.T) []cmPacket {
-	f, err := os.Open(goldenRping)
-	if err != nil {
-		t.Skipf("no golden capture (the shared folder beside the repository): %v", err)
-	}
-	defer f.Close()
-	r, err := wire.NewPcapReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var packets []cmPacket
-	for {
-		fr, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if fr.RoCE {
-			if c, ok := decodeCMPacket(t, fr.Env, slices.Clone(fr.Payload)); ok {
-				packets = append(packets, c)
-			}
+	for _, fr := range golden.Frames(t, golden.Path(t, "rping.pcap")) {
+		if c, ok := decodeCMPacket(t, fr.Env, fr.Payload); ok {
+			packets = append(packets, c)
 		}
 	}
 	return firstHandshake(t, packets)

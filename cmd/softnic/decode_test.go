@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/cmd/softnic/internal/decode"
-	"github.com/softnic/softnic/cmd/softnic/internal/golden"
+	"github.com/softnic/softnic/internal/golden"
 	"github.com/softnic/softnic/wire"
 )
 

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/softnic/softnic/cmd/softnic/internal/golden"
+	"github.com/softnic/softnic/internal/golden"
 	"github.com/softnic/softnic/wire"
 )
 

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/softnic/softnic/internal/golden"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -82,34 +83,34 @@ func rpingMADs(t *testing.T) map[int]MADFields {
 // BTH and DETH, the MAD, and the ICRC over the captured IP and UDP headers
 // must give the captured bytes.
 func TestGoldenCM(t *testing.T) {
-	path := filepath.Join(goldenDir, "rping.pcap")
+	path := golden.Path(t, "rping.pcap")
 	want := rpingMADs(t)
 	seen := 0
-	for _, fr := range readGoldenOrSkip(t, path) {
+	for _, fr := range golden.Frames(t, path) {
 		var p wire.Packet
-		if err := p.Decode(fr.payload); err != nil {
-			t.Fatalf("frame %d: %v", fr.n, err)
+		if err := p.Decode(fr.Payload); err != nil {
+			t.Fatalf("frame %d: %v", fr.N, err)
 		}
 		if p.DETH == nil {
 			continue
 		}
 		seen++
-		wantMAD, ok := want[fr.n]
+		wantMAD, ok := want[fr.N]
 		if !ok {
-			t.Errorf("frame %d: a UD packet where none is expected", fr.n)
+			t.Errorf("frame %d: a UD packet where none is expected", fr.N)
 			continue
 		}
 		if p.BTH.DestQP() != wire.GSIQPN || p.DETH.SrcQP() != wire.GSIQPN || p.DETH.QKey() != wire.GSIQKey || len(p.Payload) != MADSize {
-			t.Errorf("frame %d: %s is not a MAD from QP1 to QP1", fr.n, AppendPacketSummary(nil, &p))
+			t.Errorf("frame %d: %s is not a MAD from QP1 to QP1", fr.N, AppendPacketSummary(nil, &p))
 		}
 		var m MAD
 		if err := m.Decode(p.Payload); err != nil {
-			t.Fatalf("frame %d: MAD.Decode: %v", fr.n, err)
+			t.Fatalf("frame %d: MAD.Decode: %v", fr.N, err)
 		}
 		var got MADFields
 		m.Fields(&got)
 		if got != wantMAD {
-			t.Errorf("frame %d: decoded\n%+v\nwant\n%+v", fr.n, got, wantMAD)
+			t.Errorf("frame %d: decoded\n%+v\nwant\n%+v", fr.N, got, wantMAD)
 		}
 
 		var f wire.Fields
@@ -120,16 +121,16 @@ func TestGoldenCM(t *testing.T) {
 			t.Fatal(err)
 		}
 		if _, err := got.Encode(buf[off:]); err != nil {
-			t.Fatalf("frame %d: MADFields.Encode: %v", fr.n, err)
+			t.Fatalf("frame %d: MADFields.Encode: %v", fr.N, err)
 		}
 		n := len(buf) - wire.ICRCSize
-		icrc, err := wire.ICRCFromHeaders(fr.ipudp, buf[:n])
+		icrc, err := wire.ICRCFromHeaders(fr.IPUDP, buf[:n])
 		if err != nil {
 			t.Fatal(err)
 		}
 		binary.LittleEndian.PutUint32(buf[n:], icrc)
-		if !bytes.Equal(buf, fr.payload) {
-			t.Errorf("frame %d: re-encoded packet differs:\n got %x\nwant %x", fr.n, buf, fr.payload)
+		if !bytes.Equal(buf, fr.Payload) {
+			t.Errorf("frame %d: re-encoded packet differs:\n got %x\nwant %x", fr.N, buf, fr.Payload)
 		}
 	}
 	if seen != len(want) {
@@ -145,10 +146,10 @@ func TestGoldenCM(t *testing.T) {
 // packets use source port 62965, which only the flow label decoded from
 // bytes 88-90 of the REQ gives.
 func TestGoldenFlowLabel(t *testing.T) {
-	frames := readGoldenOrSkip(t, filepath.Join(goldenDir, "rping.pcap"))
+	frames := golden.Frames(t, golden.Path(t, "rping.pcap"))
 	var p wire.Packet
 	var m MAD
-	if err := p.Decode(frames[0].payload); err != nil {
+	if err := p.Decode(frames[0].Payload); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Decode(p.Payload); err != nil || m.REQ == nil {
@@ -168,23 +169,13 @@ func TestGoldenFlowLabel(t *testing.T) {
 	}
 	sport := uint16(0xc000 | (fl&0x3fff ^ fl>>14))
 	for _, fr := range frames {
-		if err := p.Decode(fr.payload); err != nil {
+		if err := p.Decode(fr.Payload); err != nil {
 			t.Fatal(err)
 		}
-		if p.OpCode().Transport() == wire.TransportRC && fr.env.Src.Port() != sport {
-			t.Fatalf("frame %d: UDP source port %d, the flow label gives %d", fr.n, fr.env.Src.Port(), sport)
+		if p.OpCode().Transport() == wire.TransportRC && fr.Env.Src.Port() != sport {
+			t.Fatalf("frame %d: UDP source port %d, the flow label gives %d", fr.N, fr.Env.Src.Port(), sport)
 		}
 	}
-}
-
-// readGoldenOrSkip reads a shared golden capture, skipping the test when the
-// shared folder is absent.
-func readGoldenOrSkip(t *testing.T, path string) []goldenFrame {
-	t.Helper()
-	if _, err := os.Stat(path); err != nil {
-		t.Skipf("no golden capture %s (the shared folder beside the repository)", path)
-	}
-	return readGolden(t, path)
 }
 
 // sampleMAD returns MADFields for a CM message with attribute attr and a
@@ -691,10 +682,11 @@ func FuzzMAD(f *testing.F) {
 		mf := sampleMAD(attr)
 		f.Add(encodeMAD(f, &mf))
 	}
-	if frames, err := filepath.Glob(filepath.Join(goldenDir, "rping.pcap")); err == nil && len(frames) == 1 {
+	path := filepath.Join(golden.Dir(), "rping.pcap")
+	if _, err := os.Stat(path); err == nil {
 		var p wire.Packet
-		for _, fr := range readGolden(f, frames[0]) {
-			if p.Decode(fr.payload) == nil && p.DETH != nil {
+		for _, fr := range golden.Frames(f, path) {
+			if p.Decode(fr.Payload) == nil && p.DETH != nil {
 				f.Add(p.Payload)
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softnic/softnic/internal/golden"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -315,15 +316,15 @@ func TestTsharkGoldenCM(t *testing.T) {
 	if err != nil {
 		t.Skip("tshark is not on PATH; install Debian's tshark to run this test")
 	}
-	path := filepath.Join(goldenDir, "rping.pcap")
+	path := golden.Path(t, "rping.pcap")
 	var pkts [][]byte
-	for _, fr := range readGoldenOrSkip(t, path) {
+	for _, fr := range golden.Frames(t, path) {
 		var p wire.Packet
-		if err := p.Decode(fr.payload); err != nil {
+		if err := p.Decode(fr.Payload); err != nil {
 			t.Fatal(err)
 		}
 		if p.DETH != nil {
-			pkts = append(pkts, fr.payload)
+			pkts = append(pkts, fr.Payload)
 		}
 	}
 	args := []string{"-n", "-r", path, "-Y", "infiniband.mad", "-T", "fields", "-E", "separator=/t", "-E", "aggregator=,"}

@@ -3,10 +3,10 @@ package mad
 import (
 	"fmt"
 	"net/netip"
-	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/softnic/softnic/internal/golden"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -103,14 +103,14 @@ func TestCMSummary(t *testing.T) {
 		41: ud + "psn=0x00000d ackreq=1 qkey=0x80010000 srcqp=0x000001 payload=256 CM DisconnectReply comm_id=0x24ce6050 remote_comm_id=0x5818c37c",
 	}
 	var p wire.Packet
-	for _, fr := range readGoldenOrSkip(t, filepath.Join(goldenDir, "rping.pcap")) {
-		if err := p.Decode(fr.payload); err != nil {
+	for _, fr := range golden.Frames(t, golden.Path(t, "rping.pcap")) {
+		if err := p.Decode(fr.Payload); err != nil {
 			t.Fatal(err)
 		}
-		if got := string(AppendPacketSummary(nil, &p)); want[fr.n] != "" && got != want[fr.n] {
-			t.Errorf("frame %d:\n got %s\nwant %s", fr.n, got, want[fr.n])
-		} else if want[fr.n] == "" && strings.Contains(got, " CM ") {
-			t.Errorf("frame %d is no MAD: %s", fr.n, got)
+		if got := string(AppendPacketSummary(nil, &p)); want[fr.N] != "" && got != want[fr.N] {
+			t.Errorf("frame %d:\n got %s\nwant %s", fr.N, got, want[fr.N])
+		} else if want[fr.N] == "" && strings.Contains(got, " CM ") {
+			t.Errorf("frame %d is no MAD: %s", fr.N, got)
 		}
 	}
 
@@ -167,9 +167,9 @@ func encodeUD(t testing.TB, qp uint32, payload []byte) []byte {
 // golden REQ, whose rdma_cm header gets a line, and one of each message
 // with all fields set.
 func TestCMVerbose(t *testing.T) {
-	frames := readGoldenOrSkip(t, filepath.Join(goldenDir, "rping.pcap"))
+	frames := golden.Frames(t, golden.Path(t, "rping.pcap"))
 	var p wire.Packet
-	if err := p.Decode(frames[0].payload); err != nil {
+	if err := p.Decode(frames[0].Payload); err != nil {
 		t.Fatal(err)
 	}
 	got := string(AppendPacketVerbose(nil, &p))

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/internal/browsertest"
+	"github.com/softnic/softnic/internal/golden"
 )
 
 // TestHTMLInBrowser opens the page of host_dropack.pcap's ladder in a
@@ -20,11 +21,7 @@ import (
 // the viewport.
 func TestHTMLInBrowser(t *testing.T) {
 	b := browsertest.Start(t)
-	path := filepath.Join(goldenDir, "host_dropack.pcap")
-	if _, err := os.Stat(path); err != nil {
-		t.Skipf("golden capture not available: %v", err)
-	}
-	l := readCapture(t, path, Options{})
+	l := readCapture(t, golden.Path(t, "host_dropack.pcap"), Options{})
 	dir := t.TempDir()
 	file := filepath.Join(dir, "ladder.html")
 	var page bytes.Buffer

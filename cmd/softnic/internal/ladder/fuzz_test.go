@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softnic/softnic/internal/golden"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -25,7 +26,7 @@ var fuzzEnvs = []wire.Envelope{
 // renderers; the text must be UTF-8 and the page well-formed.
 func FuzzLadder(f *testing.F) {
 	for _, name := range []string{"host_badicrc.pcap", "rping.pcap", "read_large.pcap", "atomic_fadd.pcap"} {
-		path := filepath.Join(goldenDir, name)
+		path := filepath.Join(golden.Dir(), name)
 		if files, _ := filepath.Glob(path); len(files) == 0 {
 			continue
 		}

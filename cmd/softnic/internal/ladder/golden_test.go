@@ -2,22 +2,16 @@ package ladder
 
 import (
 	"bytes"
-	"errors"
 	"flag"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/softnic/softnic/wire"
+	"github.com/softnic/softnic/internal/golden"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.ladder from the golden captures")
-
-// goldenDir holds the captures of Linux rxe beside the repository (see its
-// README.md).
-var goldenDir = filepath.Join("..", "..", "..", "..", "..", "shared", "golden")
 
 // readCapture draws every RoCEv2 packet of a capture.
 func readCapture(t testing.TB, path string, o Options) *Ladder {
@@ -32,28 +26,11 @@ func readCapture(t testing.TB, path string, o Options) *Ladder {
 // capturePackets returns the RoCEv2 packets of a capture.
 func capturePackets(t testing.TB, path string) []Packet {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := wire.NewPcapReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var ps []Packet
-	for {
-		fr, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			return ps
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if fr.RoCE {
-			ps = append(ps, Packet{Time: fr.Time, Env: fr.Env, Data: bytes.Clone(fr.Payload), ICRC: fr.ICRC})
-		}
+	for _, fr := range golden.Frames(t, path) {
+		ps = append(ps, Packet{Time: fr.Time, Env: fr.Env, Data: fr.Payload, ICRC: fr.ICRC})
 	}
+	return ps
 }
 
 // want is what a capture's ladder must name: the anomalies by kind (and
@@ -116,9 +93,9 @@ var goldenLadders = map[string]want{
 // names against what the capture's README says happened, and compares the
 // text with testdata/NAME.ladder (go test -update rewrites them).
 func TestGoldenLadders(t *testing.T) {
-	files, _ := filepath.Glob(filepath.Join(goldenDir, "*.pcap"))
+	files, _ := filepath.Glob(filepath.Join(golden.Dir(), "*.pcap"))
 	if len(files) == 0 {
-		t.Skipf("no golden captures in %s", goldenDir)
+		t.Skipf("no golden captures in %s", golden.Dir())
 	}
 	for _, path := range files {
 		name := filepath.Base(path)

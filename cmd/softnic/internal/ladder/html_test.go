@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/softnic/softnic/internal/golden"
 )
 
 // TestHTML renders the ladder of every golden capture as a page and
@@ -15,9 +17,9 @@ import (
 // resource and hold no script, and have one arrow group with a line per
 // packet, and one table row per anomaly.
 func TestHTML(t *testing.T) {
-	files, _ := filepath.Glob(filepath.Join(goldenDir, "*.pcap"))
+	files, _ := filepath.Glob(filepath.Join(golden.Dir(), "*.pcap"))
 	if len(files) == 0 {
-		t.Skipf("no golden captures in %s", goldenDir)
+		t.Skipf("no golden captures in %s", golden.Dir())
 	}
 	for _, path := range files {
 		t.Run(filepath.Base(path), func(t *testing.T) {

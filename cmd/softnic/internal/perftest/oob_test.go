@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/softnic/softnic/cmd/softnic/internal/golden"
+	"github.com/softnic/softnic/internal/golden"
 	"github.com/softnic/softnic/wire"
 )
 

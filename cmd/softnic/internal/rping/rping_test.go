@@ -5,7 +5,7 @@ import (
 	"io"
 	"testing"
 
-	"github.com/softnic/softnic/cmd/softnic/internal/golden"
+	"github.com/softnic/softnic/internal/golden"
 	"github.com/softnic/softnic/wire"
 )
 
