@@ -114,6 +114,12 @@ type attachReply struct {
 	fds []int
 }
 
+// AttachSupported returns nil where attach mode works (Linux), and
+// elsewhere an error wrapping ErrNotSupported that names what is missing:
+// what Open with Config.Attach returns there. Tests that attach skip when
+// it is not nil.
+func AttachSupported() error { return shm.Supported() }
+
 // attach opens a device attached to the daemon whose control socket is at
 // path.
 func attach(cfg Config, path string) (*Device, error) {
@@ -122,6 +128,9 @@ func attach(cfg Config, path string) (*Device, error) {
 	}
 	fail := func(err error) (*Device, error) {
 		return nil, fmt.Errorf("softnic: attach to %s: %w", path, err)
+	}
+	if err := AttachSupported(); err != nil {
+		return fail(err)
 	}
 	c, err := DialControl(context.Background(), path)
 	if errors.Is(err, ErrAccess) || errors.Is(err, ErrInvalid) {

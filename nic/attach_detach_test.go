@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softnic/softnic/internal/testenv"
 	"github.com/softnic/softnic/nic/internal/attachproto"
 	"github.com/softnic/softnic/nic/shm"
 )
@@ -18,6 +19,7 @@ import (
 // and then never closes the session (stopped, or hung) is cut off, and
 // Close still unmaps and returns.
 func TestDetachFromHungDaemon(t *testing.T) {
+	testenv.MustHaveAttach(t)
 	defer func(w time.Duration) { detachWait = w }(detachWait)
 	detachWait = 100 * time.Millisecond
 	path := filepath.Join(t.TempDir(), "hung.sock")

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softnic/softnic/internal/testenv"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/mr/keyspace"
 	"github.com/softnic/softnic/nic"
@@ -36,9 +37,7 @@ func startDaemon(t testing.TB, cfg nic.Config) *daemon {
 // startServer is startDaemon with the attach server configured by scfg.
 func startServer(t testing.TB, cfg nic.Config, scfg attachd.Config) *daemon {
 	t.Helper()
-	if runtime.GOOS != "linux" {
-		t.Skip("attach mode needs Linux (memfds, eventfds, SO_PEERCRED)")
-	}
+	testenv.MustHaveAttach(t)
 	if !cfg.Addr.IsValid() {
 		cfg.Addr = loopback
 	}

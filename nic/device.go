@@ -74,6 +74,10 @@ type Config struct {
 	// BusyPoll is an error (ErrInvalid); when SOFTNIC_SOCKET decides, they
 	// are ignored, so that a program written for an embedded NIC runs
 	// attached unchanged.
+	//
+	// Attach mode needs Linux (its memfds, eventfds and SO_PEERCRED):
+	// elsewhere, and in builds with the softnic_portable tag, Open
+	// returns the error of AttachSupported, which wraps ErrNotSupported.
 	Attach string
 	// Embed runs the NIC in this process whatever SOFTNIC_SOCKET says, as
 	// the daemon itself does.

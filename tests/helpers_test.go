@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softnic/softnic/internal/testenv"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/attachd"
@@ -112,9 +113,7 @@ func waitWC(t testing.TB, cq *nic.CQ, timeout time.Duration) verbs.WC {
 // on a unix socket, as softnic serve does; it returns the socket's path.
 func startDaemon(t testing.TB, cfg nic.Config) (string, *nic.Device) {
 	t.Helper()
-	if runtime.GOOS != "linux" {
-		t.Skip("attach mode needs Linux (memfds, eventfds, SO_PEERCRED)")
-	}
+	testenv.MustHaveAttach(t)
 	cfg.Embed = true
 	dev := openDevice(t, cfg)
 	srv := attachd.NewServer(dev, attachd.Config{})
@@ -190,6 +189,7 @@ func TestAttachDaemon(t *testing.T) {
 // busyPoll (Config.BusyPoll), and returns its socket.
 func daemonProcess(tb testing.TB, busyPoll time.Duration) string {
 	tb.Helper()
+	testenv.MustHaveAttach(tb)
 	path := filepath.Join(tb.TempDir(), "softnic.sock")
 	cmd := exec.Command(os.Args[0], "-test.run=^TestAttachDaemon$")
 	cmd.Env = append(os.Environ(), envDaemon+"="+path, envDaemonBusyPoll+"="+busyPoll.String())

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/softnic/softnic/cmd/softnic/internal/control"
+	"github.com/softnic/softnic/internal/testenv"
 	"github.com/softnic/softnic/nic"
 )
 
@@ -93,6 +94,7 @@ func TestControlSocketUmaskRace(t *testing.T) {
 // process listening on it (SO_PEERCRED); the daemon refuses to start on
 // that path.
 func TestControlSocketImpostor(t *testing.T) {
+	testenv.MustHaveAttach(t)
 	path := filepath.Join(sharedDir(t, 0o1777), "ctl.sock")
 	imp := startNobody(t, "impostor", path)
 	const owner = "uid 65534 (nobody)"

@@ -24,6 +24,7 @@ import (
 	"github.com/softnic/softnic/cmd/softnic/internal/control"
 	"github.com/softnic/softnic/cmd/softnic/internal/daemon"
 	"github.com/softnic/softnic/cmd/softnic/internal/flagval"
+	"github.com/softnic/softnic/internal/testenv"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/verbs"
@@ -63,9 +64,7 @@ type testDaemon struct {
 // line. The test's cleanup stops it.
 func startDaemon(t *testing.T, args ...string) *testDaemon {
 	t.Helper()
-	if runtime.GOOS != "linux" {
-		t.Skip("the daemon's control socket and attach mode need Linux (SO_PEERCRED, memfds, eventfds)")
-	}
+	testenv.MustHaveAttach(t)
 	checkLeaks(t)
 	d := &testDaemon{control: filepath.Join(t.TempDir(), "ctl.sock"), stderr: &syncBuffer{}, exit: make(chan int, 1)}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -1,3 +1,9 @@
+// Examples cannot skip, and this one needs attach mode: it is built where
+// attach mode works, as nic.AttachSupported and internal/testenv's
+// MustHaveAttach know it (nic/shm's memfd_linux.go).
+
+//go:build linux && !softnic_portable
+
 package attachd_test
 
 import (

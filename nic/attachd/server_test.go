@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softnic/softnic/internal/testenv"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/quota"
@@ -25,6 +26,7 @@ import (
 // test process, with cfg, and returns the server and its socket's path.
 func serveTest(t testing.TB, cfg Config) (*nic.Device, *Server, string) {
 	t.Helper()
+	testenv.MustHaveAttach(t)
 	dev, err := nic.Open(nic.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0"), Embed: true})
 	if err != nil {
 		t.Fatal(err)
@@ -375,6 +377,7 @@ func (l *emfileListener) Accept() (net.Conn, error) {
 // counts it, and attaches the next process; it ends only when its
 // listener closes.
 func TestServeOutlastsEMFILE(t *testing.T) {
+	testenv.MustHaveAttach(t)
 	dev, err := nic.Open(nic.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0"), Embed: true})
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/softnic/softnic/internal/testenv"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/attachd"
 )
@@ -37,9 +38,11 @@ type Daemon struct {
 
 // NewDaemon starts a daemon with opts.Config and attaches a client to it
 // (Daemon.Client). It logs the seed, checks for leaks (unless
-// Options.NoLeakCheck) and closes both when the test ends.
+// Options.NoLeakCheck) and closes both when the test ends. Where attach
+// mode is not supported (nic.AttachSupported) it skips the test.
 func NewDaemon(t testing.TB, opts *Options) *Daemon {
 	t.Helper()
+	testenv.MustHaveAttach(t)
 	return inTest(t, opts, StartDaemon, func(d *Daemon) (uint64, func()) { return d.Seed, d.Close })
 }
 

@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softnic/softnic/internal/testenv"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/netem"
 	"github.com/softnic/softnic/nic"
@@ -165,9 +166,13 @@ const Access = mr.LocalWrite | mr.RemoteWrite | mr.RemoteRead | mr.RemoteAtomic
 // NewPair returns two devices on loopback with an RC QP each, connected to
 // each other. It logs the seed, checks for leaks (unless
 // Options.NoLeakCheck) and closes everything when the test ends; it fails
-// the test if something cannot be made.
+// the test if something cannot be made. With Options.Attached it skips the
+// test where attach mode is not supported (nic.AttachSupported).
 func NewPair(t testing.TB, opts *Options) *Pair {
 	t.Helper()
+	if opts != nil && opts.Attached {
+		testenv.MustHaveAttach(t)
+	}
 	return inTest(t, opts, StartPair, func(p *Pair) (uint64, func()) { return p.Seed, p.Close })
 }
 
@@ -189,15 +194,15 @@ func inTest[T any](t testing.TB, opts *Options, start func(*Options) (T, error),
 }
 
 // StartPair is NewPair for a caller that closes the pair itself (Close).
-func StartPair(opts *Options) (p *Pair, err error) {
+func StartPair(opts *Options) (_ *Pair, err error) {
 	o := optionsOrZero(opts)
-	p = &Pair{Recorder: NewRecorder(o.RecordLimit)}
+	p := &Pair{Recorder: NewRecorder(o.RecordLimit)}
 	if p.Seed, err = o.seed(); err != nil {
 		return nil, err
 	}
 	defer func() {
 		if err != nil {
-			p.Close()
+			p.Close() // what was made before the error
 		}
 	}()
 	rng := rand.New(rand.NewPCG(p.Seed, 0))

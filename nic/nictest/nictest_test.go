@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"net/netip"
 	"runtime"
 	"strings"
@@ -268,5 +269,26 @@ func TestCheckLeaks(t *testing.T) {
 	ft.end()
 	if len(ft.errs) != 0 {
 		t.Errorf("the leak check reported %q with nothing left", ft.errs)
+	}
+}
+
+// TestStartPairFails: a pair whose second device cannot be made (both
+// ends asked for one UDP port) is an error, and what was made for it is
+// closed: nothing leaks, nothing panics.
+func TestStartPairFails(t *testing.T) {
+	nictest.CheckLeaks(t)
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := c.LocalAddr().(*net.UDPAddr).AddrPort()
+	c.Close()
+	p, err := nictest.StartPair(&nictest.Options{Config: nic.Config{Addr: addr}})
+	if err == nil {
+		p.Close()
+		t.Fatalf("a pair with both ends on %v: no error", addr)
+	}
+	if p != nil {
+		t.Errorf("StartPair returned a pair with its error %v", err)
 	}
 }

@@ -4,7 +4,8 @@
 // completions in those slots, sealed memfd mappings, eventfds, and the
 // unix-socket transport that carries control messages with file
 // descriptors (SCM_RIGHTS) between the two. Memfds and eventfds are
-// Linux's (memfd_linux.go): elsewhere Create, Map and NewEventFD return
+// Linux's (memfd_linux.go): elsewhere, and in a Linux build with the
+// softnic_portable tag, Supported, Create, Map and NewEventFD return
 // mr.ErrNotSupported, and without SCM_RIGHTS (Windows) a Conn carries
 // lines but no descriptors.
 //

@@ -1,3 +1,5 @@
+//go:build linux && !softnic_portable
+
 package shm
 
 import (
@@ -6,6 +8,10 @@ import (
 
 	"golang.org/x/sys/unix"
 )
+
+// Supported returns nil: Linux has the sealed memfds and eventfds attach
+// mode needs.
+func Supported() error { return nil }
 
 // seals are the seals Create puts on its memfds: the size is fixed (no
 // shrinking, no growing) and no seal may be added or removed later.

@@ -1,4 +1,4 @@
-//go:build !linux
+//go:build !linux || softnic_portable
 
 package shm
 
@@ -12,6 +12,9 @@ import (
 // TestNoMemfd: without memfds and eventfds, attach mode's shared memory and
 // wakeups say they are not supported.
 func TestNoMemfd(t *testing.T) {
+	if err := Supported(); !errors.Is(err, mr.ErrNotSupported) {
+		t.Errorf("Supported = %v, want ErrNotSupported", err)
+	}
 	if _, err := Create("shm-test", PageSize); !errors.Is(err, mr.ErrNotSupported) {
 		t.Errorf("Create = %v, want ErrNotSupported", err)
 	}

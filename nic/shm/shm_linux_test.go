@@ -1,3 +1,5 @@
+//go:build !softnic_portable
+
 package shm
 
 import (
