@@ -494,6 +494,9 @@ func TestServeBystanderUnderRemoteAttacks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("measures a bystander for seconds")
 	}
+	if raceEnabled {
+		t.Skip("the race detector slows the daemon, which runs in this test's process, several times: its speed is not the daemon's")
+	}
 	d := startDaemon(t, "--region", "mem:1m:rw", "--cm-handshake-timeout", "300ms")
 	by := d.remoteBystander(t, 0)
 	for _, tt := range []struct{ attack, counter string }{
