@@ -534,6 +534,9 @@ func TestDisconnect(t *testing.T) {
 					t.Errorf("peer's QP is %s, want ERR", st)
 				}
 				for _, e := range []*cmEnd{a, b} {
+					// The closer counts when the DREP comes, which its
+					// device may process after the peer's Done.
+					waitCounter(t, e.dev, "cm_disconnected", 1)
 					if n := cmCounter(t, e.dev, "cm_disconnected"); n != 1 {
 						t.Errorf("cm_disconnected = %d, want 1", n)
 					}
