@@ -22,7 +22,7 @@
 // abort, shutdown …), each followed by the MADs that crossed the link,
 // the events, states, counts and tables it produced: the handshake and
 // its losses (handshake.txt, rtu-lost.txt, rep-lost-after-mra.txt,
-// duplicate-req.txt, mra.txt, private-data.txt), refusals
+// duplicate-req.txt, mra.txt, private-data.txt, calls.txt), refusals
 // (no-listener.txt, reject.txt, mtu.txt, backlog.txt, half-open.txt,
 // no-amplification.txt, listener.txt), the end (disconnect.txt,
 // qp-failed.txt, abort.txt, shutdown.txt), timeouts (req-timeout.txt,
