@@ -18,6 +18,7 @@ import (
 	"github.com/softnic/softnic/mr/keyspace"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/attachd"
+	"github.com/softnic/softnic/nic/nictest"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -268,7 +269,7 @@ func TestAttachIsolation(t *testing.T) {
 		if err := b.qp.PostSend(&tc.wr); err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
-		if wc := wait(t, b.cq); wc.Status != tc.want {
+		if wc := nictest.Wait(t, b.cq); wc.Status != tc.want {
 			t.Errorf("%s: %v, want %s", tc.name, &wc, tc.want)
 		}
 	}
@@ -317,7 +318,7 @@ func TestAttachDetachCleansUp(t *testing.T) {
 	if err := c.QP().PostSend(&bind); err != nil {
 		t.Fatal(err)
 	}
-	if wc := wait(t, cq); wc.Status != verbs.Success {
+	if wc := nictest.Wait(t, cq); wc.Status != verbs.Success {
 		t.Fatalf("bind: %v", wc.String())
 	}
 	if got := countRegions(d.dev); got != regionsBefore+1 {
@@ -430,7 +431,7 @@ func TestAttachConnectionManager(t *testing.T) {
 		if err := c.QP().PostSend(&wr); err != nil {
 			t.Fatal(err)
 		}
-		if wc := wait(t, cq); wc.Status != verbs.Success || wc.ID != 5 {
+		if wc := nictest.Wait(t, cq); wc.Status != verbs.Success || wc.ID != 5 {
 			t.Errorf("WRITE over the accepted connection: %v", &wc)
 		}
 		pc.Close()
@@ -473,7 +474,7 @@ func TestAttachQueueFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 1000 {
-		if wc := wait(t, a.cq); wc.Status != verbs.Success {
+		if wc := nictest.Wait(t, a.cq); wc.Status != verbs.Success {
 			t.Fatalf("completion %d: %v", i, &wc)
 		}
 		wr.ID = uint64(depth + i)
@@ -692,7 +693,7 @@ func TestMemoryWindows(t *testing.T) {
 			if err := a.qp.PostSend(&bind); err != nil {
 				t.Fatal(err)
 			}
-			if wc := wait(t, a.cq); wc.Status != verbs.Success || wc.Opcode != verbs.WCBindMW {
+			if wc := nictest.Wait(t, a.cq); wc.Status != verbs.Success || wc.Opcode != verbs.WCBindMW {
 				t.Fatalf("bind: %v", wc.String())
 			}
 			if w.RKey() != keyspace.IncRKey(old) {
@@ -704,7 +705,7 @@ func TestMemoryWindows(t *testing.T) {
 			if err := b.qp.PostSend(&write); err != nil {
 				t.Fatal(err)
 			}
-			if wc := wait(t, b.cq); wc.Status != verbs.Success {
+			if wc := nictest.Wait(t, b.cq); wc.Status != verbs.Success {
 				t.Fatalf("WRITE through the window: %v", wc.String())
 			}
 			syncMemory(a)
@@ -724,7 +725,7 @@ func TestMemoryWindows(t *testing.T) {
 			if err := a.qp.PostSend(&bind); err != nil {
 				t.Fatal(err)
 			}
-			if wc := wait(t, a.cq); wc.Status != verbs.MWBindErr {
+			if wc := nictest.Wait(t, a.cq); wc.Status != verbs.MWBindErr {
 				t.Errorf("binding a window of another PD: %v, want MW_BIND_ERR", wc.String())
 			}
 			if foreign.RKey() == bind.Bind.NewKey {
@@ -774,7 +775,7 @@ func TestBusyPoll(t *testing.T) {
 			if err := a.qp.PostSend(&write); err != nil {
 				t.Fatal(err)
 			}
-			if wc := wait(t, a.cq); wc.Status != verbs.Success {
+			if wc := nictest.Wait(t, a.cq); wc.Status != verbs.Success {
 				t.Fatalf("WRITE: %v", wc.String())
 			}
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/attachd"
+	"github.com/softnic/softnic/nic/nictest"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/verbs"
@@ -52,7 +53,7 @@ func (p provider) device(t testing.TB, cfg nic.Config) *nic.Device {
 	if p.attached {
 		return attachTo(t, startDaemon(t, cfg))
 	}
-	return openDevice(t, cfg)
+	return nictest.OpenDevice(t, cfg)
 }
 
 // end opens an end on a device of its own: an attached end's region is
@@ -226,7 +227,7 @@ func TestUDSendChecks(t *testing.T) {
 		if err := q.PostSend(&ok); err != nil {
 			t.Fatalf("a send of the MTU: %v", err)
 		}
-		if wc := wait(t, a.cq); wc.Status != verbs.Success {
+		if wc := nictest.Wait(t, a.cq); wc.Status != verbs.Success {
 			t.Errorf("a send of the MTU: %v", &wc)
 		}
 		if st := q.Status().State; st != verbs.RTS {

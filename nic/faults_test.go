@@ -11,6 +11,7 @@ import (
 
 	"github.com/softnic/softnic/netem"
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/nictest"
 	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
@@ -55,7 +56,7 @@ func TestFaultRuleHoldsBack(t *testing.T) {
 		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
 		t.Fatal(err)
 	}
-	if wc := wait(t, a.cq); wc.Status != verbs.Success {
+	if wc := nictest.Wait(t, a.cq); wc.Status != verbs.Success {
 		t.Fatalf("the WRITE completed with %v", wc.Status)
 	}
 	syncMemory(b)

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/nictest"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -54,7 +55,7 @@ func TestGuessingPeerHeldBack(t *testing.T) {
 		if err := q.PostSend(wr); err != nil {
 			t.Fatal(err)
 		}
-		return wait(t, from.cq).Status
+		return nictest.Wait(t, from.cq).Status
 	}
 	bad := func(i int) uint32 { return server.mr.RKey() ^ uint32(i+1)<<12 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/nictest"
 	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
@@ -27,7 +28,7 @@ func TestLocalQPIsolation(t *testing.T) {
 		open func(t *testing.T) (*nic.Device, func() *end)
 	}{
 		{"embedded", func(t *testing.T) (*nic.Device, func() *end) {
-			dev := openDevice(t, nic.Config{})
+			dev := nictest.OpenDevice(t, nic.Config{})
 			return dev, func() *end { return endOn(t, dev) }
 		}},
 		{"attached", func(t *testing.T) (*nic.Device, func() *end) {
@@ -74,7 +75,7 @@ func TestLocalQPIsolation(t *testing.T) {
 					}
 					copy(attacker.mr.Bytes(), "attacker")
 					post(t, attacker, verbs.WRWrite, attacker.mr.SGE(0, 8), victim.mr)
-					if wc := wait(t, attacker.cq); wc.Status != verbs.RetryExcErr {
+					if wc := nictest.Wait(t, attacker.cq); wc.Status != verbs.RetryExcErr {
 						t.Errorf("the attacker's WRITE completed with %s, want RETRY_EXC_ERR (never delivered)", wc.Status)
 					}
 				}
@@ -90,7 +91,7 @@ func TestLocalQPIsolation(t *testing.T) {
 				// The victim's real peer still writes, at the PSN it expects.
 				copy(peer.mr.Bytes(), "the peer")
 				post(t, peer, verbs.WRWrite, peer.mr.SGE(0, 8), victim.mr)
-				if wc := wait(t, peer.cq); wc.Status != verbs.Success {
+				if wc := nictest.Wait(t, peer.cq); wc.Status != verbs.Success {
 					t.Fatalf("the peer's WRITE completed with %s", wc.Status)
 				}
 				syncMemory(victim)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/nictest"
 	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
@@ -32,24 +33,9 @@ type end struct {
 	qp  *nic.QP
 }
 
-// openDevice opens a device (on a free loopback port unless cfg says
-// otherwise) that the test closes when it ends.
-func openDevice(t testing.TB, cfg nic.Config) *nic.Device {
-	t.Helper()
-	if !cfg.Addr.IsValid() {
-		cfg.Addr = loopback
-	}
-	dev, err := nic.Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dev.Close() })
-	return dev
-}
-
 func openEnd(t testing.TB, cfg nic.Config) *end {
 	t.Helper()
-	return endOn(t, openDevice(t, cfg))
+	return endOn(t, nictest.OpenDevice(t, cfg))
 }
 
 // endOn returns an end on an open device.
@@ -99,17 +85,6 @@ func checkLeaks(t testing.TB) {
 // Status takes that lock. (RDMA gives the target's CPU no completion for a
 // one-sided operation; the race detector, rightly, wants one.)
 func syncMemory(e *end) { e.qp.Status() }
-
-func wait(t testing.TB, cq *nic.CQ) verbs.WC {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var wc [1]verbs.WC
-	if _, err := cq.Wait(ctx, wc[:]); err != nil {
-		t.Fatalf("waiting for a completion: %v", err)
-	}
-	return wc[0]
-}
 
 func TestLoopbackOperations(t *testing.T) {
 	forEachProvider(t, func(t *testing.T, p provider) {
@@ -165,7 +140,7 @@ func exerciseOperations(t *testing.T, a, b *end) {
 		if err := a.qp.PostSend(wr); err != nil {
 			t.Fatal(err)
 		}
-		wc := wait(t, a.cq)
+		wc := nictest.Wait(t, a.cq)
 		if wc.Status != verbs.Success || wc.ID != wr.ID {
 			t.Fatalf("%s: completion %v", wr.Opcode, &wc)
 		}
@@ -193,7 +168,7 @@ func exerciseOperations(t *testing.T, a, b *end) {
 		t.Fatal(err)
 	}
 	post(&verbs.SendWR{ID: 5, Opcode: verbs.WRSendImm, Imm: 7, SGL: []verbs.SGE{a.mr.SGE(0, 1000)}})
-	wc := wait(t, b.cq)
+	wc := nictest.Wait(t, b.cq)
 	if wc.Status != verbs.Success || wc.ID != 77 || wc.ByteLen != 1000 || wc.Imm != 7 || !bytes.Equal(b.mr.Bytes()[500000:501000], src[:1000]) {
 		t.Fatalf("receive at b: %v", &wc)
 	}
@@ -204,10 +179,10 @@ func exerciseOperations(t *testing.T, a, b *end) {
 	if err := b.qp.PostSend(&verbs.SendWR{ID: 9, Opcode: verbs.WRSendImm, Imm: 8, Flags: verbs.Signaled, SGL: []verbs.SGE{b.mr.SGE(700000, 12)}}); err != nil {
 		t.Fatal(err)
 	}
-	if wc := wait(t, a.cq); wc.ID != 78 || wc.Status != verbs.Success || wc.ByteLen != 12 || wc.Imm != 8 || string(src[600000:600012]) != "hello from b" {
+	if wc := nictest.Wait(t, a.cq); wc.ID != 78 || wc.Status != verbs.Success || wc.ByteLen != 12 || wc.Imm != 8 || string(src[600000:600012]) != "hello from b" {
 		t.Fatalf("receive at a: %v, buffer %q", &wc, src[600000:600012])
 	}
-	if wc := wait(t, b.cq); wc.ID != 9 || wc.Status != verbs.Success {
+	if wc := nictest.Wait(t, b.cq); wc.ID != 9 || wc.Status != verbs.Success {
 		t.Fatalf("send at b: %v", &wc)
 	}
 }
@@ -219,7 +194,7 @@ func TestBadRKeyCompletesWithRemAccessErr(t *testing.T) {
 		if err := a.qp.PostSend(wr); err != nil {
 			t.Fatal(err)
 		}
-		if wc := wait(t, a.cq); wc.Status != verbs.RemAccessErr {
+		if wc := nictest.Wait(t, a.cq); wc.Status != verbs.RemAccessErr {
 			t.Fatalf("completion %v, want REM_ACCESS_ERR", &wc)
 		}
 		if st := a.qp.Status().State; st != verbs.Err {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/nictest"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -25,7 +26,7 @@ func TestPostReadContextIsWRID(t *testing.T) {
 		if err := a.qp.PostSend(wr); err != nil {
 			t.Fatal(err)
 		}
-		wc := wait(t, a.cq)
+		wc := nictest.Wait(t, a.cq)
 		if wc.ID != id || wc.Status != verbs.Success || wc.Opcode != verbs.WCRead || wc.ByteLen != 4096 {
 			t.Fatalf("completion %v, want wr_id %d RDMA_READ SUCCESS len 4096", &wc, id)
 		}
@@ -54,7 +55,7 @@ func TestQPPostSendDeferred(t *testing.T) {
 		t.Fatalf("%d packets sent after the doorbell, want 3", n)
 	}
 	for i := range 3 {
-		if wc := wait(t, a.cq); wc.ID != uint64(i) || wc.Status != verbs.Success {
+		if wc := nictest.Wait(t, a.cq); wc.ID != uint64(i) || wc.Status != verbs.Success {
 			t.Fatalf("completion %v, want wr_id %d SUCCESS", &wc, i)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/nictest"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -133,8 +134,8 @@ func TestTimerCatchesUpBeforeTimeout(t *testing.T) {
 // twoEndsToOne opens device a with two ends, each with a QP connected to a
 // QP of its own on the end b of another device.
 func twoEndsToOne(t *testing.T) (a *nic.Device, b *end, ends []*end) {
-	a = openDevice(t, nic.Config{})
-	b = endOn(t, openDevice(t, nic.Config{}))
+	a = nictest.OpenDevice(t, nic.Config{})
+	b = endOn(t, nictest.OpenDevice(t, nic.Config{}))
 	opts := nic.ConnectOptions{Timeout: 20} // 4 s: under -race, nothing resent for being slow
 	ends = []*end{endOn(t, a), endOn(t, a)}
 	for _, e := range ends {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/nictest"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -84,7 +85,7 @@ func TestOnQPError(t *testing.T) {
 				if err := a.qp.PostSend(wr); err != nil {
 					t.Fatal(err)
 				}
-				if wc := wait(t, a.cq); wc.Status != verbs.RemAccessErr {
+				if wc := nictest.Wait(t, a.cq); wc.Status != verbs.RemAccessErr {
 					t.Fatalf("round %d: completion %v, want REM_ACCESS_ERR", round, &wc)
 				}
 				if e := ea.next(t); e.q != a.qp || e.cause != verbs.RemAccessErr {

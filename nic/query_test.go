@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/nictest"
 )
 
 // TestQueryLimitsHold: the limits Query reports are those the device
@@ -18,7 +19,7 @@ func TestQueryLimitsHold(t *testing.T) {
 		open  func(t *testing.T) *nic.Device
 		maxQP int
 	}{
-		{"embedded", func(t *testing.T) *nic.Device { return openDevice(t, nic.Config{MaxQPs: 8}) }, 7},
+		{"embedded", func(t *testing.T) *nic.Device { return nictest.OpenDevice(t, nic.Config{MaxQPs: 8}) }, 7},
 		{"attached", func(t *testing.T) *nic.Device {
 			return attachTo(t, serveLimited(t, "process.qps", 3, "process.objects", 40))
 		}, 3},

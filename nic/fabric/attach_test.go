@@ -70,7 +70,7 @@ func TestEndpointFlushedAfterClose(t *testing.T) {
 		name string
 		open func(t *testing.T) *nic.Device
 	}{
-		{"embedded", func(t *testing.T) *nic.Device { return openDevice(t, nic.Config{}) }},
+		{"embedded", func(t *testing.T) *nic.Device { return nictest.OpenDevice(t, nic.Config{}) }},
 		{"attached", func(t *testing.T) *nic.Device { return nictest.NewDaemon(t, nil).Client }},
 	}
 	reapers := []struct {
@@ -163,7 +163,7 @@ func TestEndpointFlushedAfterClose(t *testing.T) {
 					}
 					// A peer device without the QP: the write is retried until
 					// Close flushes it.
-					peer := openDevice(t, nic.Config{})
+					peer := nictest.OpenDevice(t, nic.Config{})
 					if err := ep.QP().Connect(peer.Addr(), 0xabcd, nic.ConnectOptions{}); err != nil {
 						t.Fatal(err)
 					}

@@ -16,7 +16,7 @@ import (
 func TestDomainRegionsReachableThroughQPs(t *testing.T) {
 	nictest.CheckLeaks(t)
 	a := openEnd(t, nic.Config{})
-	bdev := openDevice(t, nic.Config{})
+	bdev := nictest.OpenDevice(t, nic.Config{})
 	dom, err := fabric.OpenDomain(bdev, fabric.DomainConfig{Cache: &mr.CacheConfig{}})
 	if err != nil {
 		t.Fatal(err)
@@ -48,7 +48,7 @@ func TestDomainRegionsReachableThroughQPs(t *testing.T) {
 	if err := a.qp.PostSend(wr); err != nil {
 		t.Fatal(err)
 	}
-	if wc := wait(t, a.cq); wc.Status != verbs.Success {
+	if wc := nictest.Wait(t, a.cq); wc.Status != verbs.Success {
 		t.Fatalf("completion %v", wc.String())
 	}
 	bqp.Status() // orders the check after the device's write (the device writes memory under the QP's lock)

@@ -30,7 +30,7 @@ type epSide struct {
 
 func openEndpoint(t testing.TB, devCfg nic.Config, cfg fabric.EndpointConfig) *epSide {
 	t.Helper()
-	dev := openDevice(t, devCfg)
+	dev := nictest.OpenDevice(t, devCfg)
 	s := &epSide{dev: dev}
 	var err error
 	if s.pd, err = dev.AllocPD(); err != nil {

@@ -1,7 +1,6 @@
 package fabric_test
 
 import (
-	"context"
 	"net/netip"
 	"os"
 	"testing"
@@ -9,25 +8,10 @@ import (
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
-	"github.com/softnic/softnic/verbs"
+	"github.com/softnic/softnic/nic/nictest"
 )
 
 var loopback = netip.MustParseAddrPort("127.0.0.1:0")
-
-// openDevice opens a device on a free loopback port (unless cfg says
-// otherwise) that the test closes when it ends.
-func openDevice(t testing.TB, cfg nic.Config) *nic.Device {
-	t.Helper()
-	if !cfg.Addr.IsValid() {
-		cfg.Addr = loopback
-	}
-	dev, err := nic.Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dev.Close() })
-	return dev
-}
 
 // openDescriptors lists what the process's open descriptors refer to: an
 // attached device's and, the daemon running in the test, its daemon's.
@@ -88,7 +72,7 @@ type end struct {
 
 func openEnd(t testing.TB, cfg nic.Config) *end {
 	t.Helper()
-	e := &end{dev: openDevice(t, cfg)}
+	e := &end{dev: nictest.OpenDevice(t, cfg)}
 	pd, err := e.dev.AllocPD()
 	if err != nil {
 		t.Fatal(err)
@@ -103,16 +87,4 @@ func openEnd(t testing.TB, cfg nic.Config) *end {
 		t.Fatal(err)
 	}
 	return e
-}
-
-// wait returns the next work completion of cq, failing the test after 10 s.
-func wait(t testing.TB, cq *nic.CQ) verbs.WC {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var wc [1]verbs.WC
-	if _, err := cq.Wait(ctx, wc[:]); err != nil {
-		t.Fatalf("waiting for a completion: %v", err)
-	}
-	return wc[0]
 }

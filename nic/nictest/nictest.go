@@ -330,11 +330,33 @@ func (o *Options) dial(c *closers, a, b *End) error {
 // the test without one.
 func (e *End) Wait(t testing.TB) verbs.WC {
 	t.Helper()
+	return Wait(t, e.CQ)
+}
+
+// Wait waits up to a minute for the next completion of cq and fails the
+// test without one.
+func Wait(t testing.TB, cq *nic.CQ) verbs.WC {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var wc [1]verbs.WC
-	if _, err := e.CQ.Wait(ctx, wc[:]); err != nil {
+	if _, err := cq.Wait(ctx, wc[:]); err != nil {
 		t.Fatalf("nictest: waiting for a completion: %v", err)
 	}
 	return wc[0]
+}
+
+// OpenDevice opens a device with cfg, on a port of 127.0.0.1 the system
+// picks unless cfg.Addr says otherwise, and closes it when t ends.
+func OpenDevice(t testing.TB, cfg nic.Config) *nic.Device {
+	t.Helper()
+	if !cfg.Addr.IsValid() {
+		cfg.Addr = netip.MustParseAddrPort("127.0.0.1:0")
+	}
+	dev, err := nic.Open(cfg)
+	if err != nil {
+		t.Fatalf("nictest: open device: %v", err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	return dev
 }
