@@ -23,6 +23,7 @@ import (
 	"github.com/softnic/softnic/internal/testenv"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/nictest"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/verbs"
@@ -305,7 +306,7 @@ type target struct {
 
 func startTarget(t *testing.T, workers int) *target {
 	t.Helper()
-	tg := &target{dev: openDevice(t, nic.Config{}), conns: map[int]*nic.Conn{}}
+	tg := &target{dev: nictest.OpenDevice(t, nic.Config{}), conns: map[int]*nic.Conn{}}
 	pd, err := tg.dev.AllocPD()
 	if err != nil {
 		t.Fatal(err)

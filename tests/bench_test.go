@@ -12,6 +12,7 @@ import (
 
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/nicbench"
+	"github.com/softnic/softnic/nic/nictest"
 	"github.com/softnic/softnic/nic/udp/udptest"
 	"github.com/softnic/softnic/verbs"
 )
@@ -77,7 +78,7 @@ func BenchmarkWorkloads(b *testing.B) {
 	}
 	for _, peer := range []string{"process", "in-process"} {
 		b.Run("peer="+peer, func(b *testing.B) {
-			a := openDevice(b, nic.Config{})
+			a := nictest.OpenDevice(b, nic.Config{})
 			var target nicbench.Target
 			var ping udptest.PingPongResult
 			if peer == "process" {
@@ -85,7 +86,7 @@ func BenchmarkWorkloads(b *testing.B) {
 				target = p
 				ping, err = udptest.MeasurePingPongTo(20000, p.Echo())
 			} else {
-				target, err = nicbench.NewDeviceTarget(openDevice(b, nic.Config{}))
+				target, err = nicbench.NewDeviceTarget(nictest.OpenDevice(b, nic.Config{}))
 				if err == nil {
 					ping, err = udptest.MeasurePingPong(20000)
 				}
@@ -193,9 +194,9 @@ var daemons = []struct {
 	name       string
 	open, peer func(testing.TB, nic.Config) *nic.Device
 }{
-	{"daemon=process", attachedElsewhere, openDevice},
-	{"daemon=process,busy-poll=50us", attachedToBusyPoller, openDevice},
-	{"daemon=in-process", attachedDevice, openDevice},
+	{"daemon=process", attachedElsewhere, nictest.OpenDevice},
+	{"daemon=process,busy-poll=50us", attachedToBusyPoller, nictest.OpenDevice},
+	{"daemon=in-process", attachedDevice, nictest.OpenDevice},
 	{"daemon=process,peer=process", attachedElsewhere, attachedElsewhere},
 }
 
@@ -218,7 +219,7 @@ func inRounds(n int, run func(dev, start, k int)) {
 func BenchmarkAttachedWrite64K(b *testing.B) {
 	for _, d := range daemons {
 		b.Run(d.name, func(b *testing.B) {
-			p := [2]*nicbench.Initiator{newInitiator(b, openDevice, d.peer), newInitiator(b, d.open, d.peer)}
+			p := [2]*nicbench.Initiator{newInitiator(b, nictest.OpenDevice, d.peer), newInitiator(b, d.open, d.peer)}
 			var took [2]time.Duration
 			var switches [2]int64
 			var last time.Duration // the embedded device's time in this round
@@ -256,7 +257,7 @@ func BenchmarkAttachedWrite8Latency(b *testing.B) {
 	for _, d := range daemons {
 		for _, by := range []nicbench.Completion{nicbench.Wait, nicbench.Poll} {
 			b.Run(d.name+"/completion="+by.String(), func(b *testing.B) {
-				p := [2]*nicbench.Initiator{newInitiator(b, openDevice, d.peer), newInitiator(b, d.open, d.peer)}
+				p := [2]*nicbench.Initiator{newInitiator(b, nictest.OpenDevice, d.peer), newInitiator(b, d.open, d.peer)}
 				b.ReportAllocs()
 				b.ResetTimer()
 				l, err := nicbench.LatencyRounds(&p, verbs.WRWrite, by, b.N)

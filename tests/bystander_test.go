@@ -6,6 +6,7 @@ import (
 	"github.com/softnic/softnic/internal/bystander"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/nicbench"
+	"github.com/softnic/softnic/nic/nictest"
 )
 
 // The attack tests show that what one process does to a daemon does not
@@ -25,7 +26,7 @@ func newBystander(t testing.TB, control string) *bystander.Bystander {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dev.Close() })
-	target, err := nicbench.NewDeviceTarget(openDevice(t, nic.Config{Embed: true}))
+	target, err := nicbench.NewDeviceTarget(nictest.OpenDevice(t, nic.Config{Embed: true}))
 	if err != nil {
 		t.Fatal(err)
 	}

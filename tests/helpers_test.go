@@ -20,6 +20,7 @@ import (
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/attachd"
 	"github.com/softnic/softnic/nic/nicbench"
+	"github.com/softnic/softnic/nic/nictest"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -52,10 +53,10 @@ type mode struct {
 }
 
 var modes = []mode{
-	{"embedded", openDevice, openDevice},
+	{"embedded", nictest.OpenDevice, nictest.OpenDevice},
 	{"attached", attachedDevice, attachedDevice},
-	{"attached-embedded", attachedDevice, openDevice},
-	{"attached-busy-polling", attachedToBusyPollerHere, openDevice},
+	{"attached-embedded", attachedDevice, nictest.OpenDevice},
+	{"attached-busy-polling", attachedToBusyPollerHere, nictest.OpenDevice},
 }
 
 // attachedToBusyPollerHere is attachedDevice with a daemon that
@@ -70,19 +71,6 @@ func forEachMode(t *testing.T, test func(*testing.T, mode)) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) { test(t, m) })
 	}
-}
-
-func openDevice(t testing.TB, cfg nic.Config) *nic.Device {
-	t.Helper()
-	if !cfg.Addr.IsValid() {
-		cfg.Addr = loopback
-	}
-	d, err := nic.Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	return d
 }
 
 // link is one connected RC QP pair between two devices, with a CQ on each
@@ -115,7 +103,7 @@ func startDaemon(t testing.TB, cfg nic.Config) (string, *nic.Device) {
 	t.Helper()
 	testenv.MustHaveAttach(t)
 	cfg.Embed = true
-	dev := openDevice(t, cfg)
+	dev := nictest.OpenDevice(t, cfg)
 	srv := attachd.NewServer(dev, attachd.Config{})
 	path := filepath.Join(t.TempDir(), "softnic.sock")
 	l, err := net.Listen("unix", path)
