@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -591,10 +592,17 @@ func TestVerbsFaults(t *testing.T) {
 			if err := c.Start(); err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(func() { c.Process.Kill() })
 			go func() { done <- c.Wait() }()
-			time.Sleep(300 * time.Millisecond) // the server listens first; a client too early fails, and the wait below says so
+			if c != server {
+				continue
+			}
+			// The server listens for its client's TCP connection first.
+			waitFor(20*time.Second, func() bool { return len(done) > 0 || tcpListening(t, port) })
+			if !tcpListening(t, port) {
+				t.Fatalf("the ib_write_bw server does not listen on TCP port %s", port)
+			}
 		}
-		t.Cleanup(func() { server.Process.Kill(); client.Process.Kill() })
 		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 			var stat map[string]uint64
 			h.inspect(t, "stat", &stat)
@@ -675,4 +683,29 @@ func TestVerbsFaults(t *testing.T) {
 			}
 		}
 	})
+}
+
+// tcpListening reports whether a socket of this host listens on TCP port
+// port, as ss -ltn would show it, without connecting to it (a perftest
+// server takes the first connection for its client's).
+func tcpListening(t *testing.T, port string) bool {
+	t.Helper()
+	n, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		t.Fatalf("port %q: %v", port, err)
+	}
+	want := fmt.Sprintf(":%04X ", n)
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(table)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			// sl local_address rem_address st ...: state 0A is LISTEN.
+			if f := strings.Fields(line); len(f) > 3 && strings.HasSuffix(f[1]+" ", want) && f[3] == "0A" {
+				return true
+			}
+		}
+	}
+	return false
 }
