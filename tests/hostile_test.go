@@ -153,10 +153,12 @@ func (s *rawSession) Close() {
 }
 
 // envAttack is set in the attacker processes (TestAttacker) to the attack
-// they make; envAttackSocket to the daemon's control socket.
+// they make; envAttackSocket to the daemon's control socket;
+// envAttackVictim, for an attack on another process's QP, to its number.
 const (
 	envAttack       = "SOFTNIC_TEST_ATTACK"
 	envAttackSocket = "SOFTNIC_TEST_ATTACK_SOCKET"
+	envAttackVictim = "SOFTNIC_TEST_ATTACK_VICTIM"
 )
 
 // attacks are what an attacker process can do, by name: each sets itself
@@ -169,7 +171,7 @@ var attacks = map[string]func(control string) (step func() error, err error){
 	"qps":              qpsFlood,
 	"mappings":         mappingsFlood,
 	"waits":            waitsFlood,
-	"control-flood":    controlFlood,
+	"hijack":           hijack,
 }
 
 // TestAttacker is not a test of its own: it is the body of the attacker

@@ -6,14 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/shm"
+	"github.com/softnic/softnic/verbs"
+	"github.com/softnic/softnic/wire"
 )
 
 // The local attacks of one process on the daemon's resources, each a step
@@ -27,10 +29,6 @@ const (
 	localQPs      = 16
 	localMappings = 64
 	localWaits    = 64
-	// floodConns is how many connections a control flood's step opens
-	// before it closes them all: more than the daemon answers at once
-	// (control.Pending).
-	floodConns = 300
 )
 
 // localLimits are the flags of the daemon the local attacks are made on.
@@ -162,26 +160,62 @@ func waitsFlood(control string) (func() error, error) {
 	}, nil
 }
 
-// controlFlood opens floodConns connections to the control socket, which
-// send nothing, and closes them all. It connects with blocking system calls
-// of its own, as cheap to the attacker as connecting gets.
-func controlFlood(control string) (func() error, error) {
-	addr := &unix.SockaddrUnix{Name: control}
-	fds := make([]int, 0, floodConns)
+// hijackWrites is how many WRITEs a hijack's step posts at its victim.
+const hijackWrites = 16
+
+// hijack points a QP of its own at the QP of another process that
+// SOFTNIC_TEST_ATTACK_VICTIM names (the bystander's, whose number a
+// program of the same user reads from softnic qp --json), at each step
+// from RESET again with the next guess of the PSN the victim expects, and
+// posts hijackWrites WRITEs at it. The victim is connected elsewhere, so
+// the daemon drops every one of them (wrong_source), and the attacker's
+// QP waits for ACKs that never come until the next step resets it.
+func hijack(control string) (func() error, error) {
+	victim, err := strconv.ParseUint(os.Getenv(envAttackVictim), 0, 32)
+	if err != nil {
+		return nil, fmt.Errorf("the victim's QP number: %w", err)
+	}
+	dev, err := nic.Open(nic.Config{Attach: control})
+	if err != nil {
+		return nil, err
+	}
+	pd, err := dev.AllocPD()
+	if err != nil {
+		return nil, err
+	}
+	cq, err := dev.CreateCQ(4 * hijackWrites)
+	if err != nil {
+		return nil, err
+	}
+	m, err := pd.AllocMR(4096, mr.LocalWrite)
+	if err != nil {
+		return nil, err
+	}
+	q, err := pd.CreateQP(nic.QPConfig{SendCQ: cq, MaxSendWR: hijackWrites})
+	if err != nil {
+		return nil, err
+	}
+	wcs := make([]verbs.WC, 4*hijackWrites)
+	var guess wire.PSN
 	return func() error {
-		defer func() {
-			for _, fd := range fds {
-				unix.Close(fd)
+		if err := q.Modify(&verbs.Attr{State: verbs.Reset}, verbs.AttrState); err != nil {
+			return err
+		}
+		for { // the completions of the last step's WRITEs, if any
+			if n, err := cq.Poll(wcs); n == 0 || err != nil {
+				if err != nil {
+					return err
+				}
+				break
 			}
-			fds = fds[:0]
-		}()
-		for range floodConns {
-			fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-			if err != nil {
-				return err
-			}
-			fds = append(fds, fd)
-			if err := unix.Connect(fd, addr); err != nil {
+		}
+		guess = guess.Add(hijackWrites)
+		if err := q.Connect(dev.Addr(), uint32(victim), nic.ConnectOptions{RemotePSN: 1, LocalPSN: guess}); err != nil {
+			return err
+		}
+		for range hijackWrites {
+			wr := verbs.SendWR{Opcode: verbs.WRWrite, SGL: []verbs.SGE{m.SGE(0, 64)}, RemoteAddr: 0x1000, RKey: 0x1234}
+			if err := q.PostSend(&wr); err != nil {
 				return err
 			}
 		}
@@ -190,11 +224,11 @@ func controlFlood(control string) (func() error, error) {
 }
 
 // TestBystanderUnderLocalAttacks: a process repeating one of the local
-// attacks (sessions, QPs, mappings or waits to its limit and let go)
-// leaves another attached process's
-// 64 KiB WRITEs within 2× of their throughput and p99 latency without it;
-// the daemon refuses the attacker at its limit, counting it, and answers
-// afterwards.
+// attacks (sessions, QPs, mappings or waits to its limit and let go, or
+// WRITEs from a QP of its own at the bystander's QP) leaves another
+// attached process's 64 KiB WRITEs within 2× of their throughput and p99
+// latency without it; the daemon refuses or drops what the attacker asks,
+// counting it, and answers afterwards.
 func TestBystanderUnderLocalAttacks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds softnic and runs processes")
@@ -206,9 +240,10 @@ func TestBystanderUnderLocalAttacks(t *testing.T) {
 		{"qps", "quota_refused_qps"},
 		{"mappings", "quota_refused_mappings"},
 		{"waits", "quota_refused_waits"},
-		{"control-flood", "control_refused_busy"},
+		{"hijack", "wrong_source"},
 	} {
 		t.Run(tt.attack, func(t *testing.T) {
+			t.Setenv(envAttackVictim, fmt.Sprint(by.QP.Num()))
 			var before map[string]uint64
 			d.inspect(t, "stat", &before)
 			a := startAttacker(t, tt.attack, d.control)
