@@ -149,7 +149,7 @@ func newQPPair(t testing.TB, a, b *end, cfg nic.QPConfig) (*nic.QP, *nic.QP) {
 }
 
 func TestAttachedOperations(t *testing.T) {
-	checkLeaks(t)
+	nictest.CheckLeaks(t)
 	_, a, b := attachedToEmbedded(t)
 	exerciseOperations(t, a, b)
 }
@@ -233,7 +233,7 @@ func TestAttachConfig(t *testing.T) {
 // other's keys: the daemon's device checks a process's lkeys and rkeys
 // against the PDs it owns.
 func TestAttachIsolation(t *testing.T) {
-	checkLeaks(t)
+	nictest.CheckLeaks(t)
 	d := startDaemon(t, nic.Config{})
 	a, b := attachedEnd(t, d), attachedEnd(t, d)
 	// b's QP connected to a second QP of b's own.
@@ -282,7 +282,7 @@ func TestAttachIsolation(t *testing.T) {
 // (or exits), the daemon destroys everything it made: its connections are
 // disconnected (the peer sees a DREQ), its QPs and regions are gone.
 func TestAttachDetachCleansUp(t *testing.T) {
-	checkLeaks(t)
+	nictest.CheckLeaks(t)
 	d := startDaemon(t, nic.Config{})
 	regionsBefore := countRegions(d.dev)
 	peer := openCMEnd(t, nic.Config{})
@@ -358,7 +358,7 @@ func countRegions(d *nic.Device) int {
 // through the daemon's connection manager; errors keep their sentinels and
 // types across the socket.
 func TestAttachConnectionManager(t *testing.T) {
-	checkLeaks(t)
+	nictest.CheckLeaks(t)
 	d := startDaemon(t, nic.Config{})
 	dev := attachTo(t, d)
 	pd, _ := dev.AllocPD()
@@ -513,7 +513,7 @@ func TestAttachNoAllocations(t *testing.T) {
 // asked for (an attached CQ's daemon signals once per arming).
 func TestCQConcurrentWaiters(t *testing.T) {
 	forEachProvider(t, func(t *testing.T, p provider) {
-		checkLeaks(t)
+		nictest.CheckLeaks(t)
 		a := p.end(t, nic.Config{})
 		b := openEnd(t, nic.Config{})
 		connectEnds(t, a, b)
@@ -549,7 +549,7 @@ func TestCQConcurrentWaiters(t *testing.T) {
 // still sleeps until the daemon signals, and a waiter asleep when the
 // daemon goes away wakes with ErrClosed.
 func TestAttachedCQWaitEnds(t *testing.T) {
-	checkLeaks(t)
+	nictest.CheckLeaks(t)
 	d, a, b := attachedToEmbedded(t)
 	var wc [1]verbs.WC
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
@@ -603,7 +603,7 @@ func expectClosed(t *testing.T, waited <-chan error, what string) {
 // embedded and attached alike: EBUSY while a QP uses them, then gone.
 func TestDestroyQueues(t *testing.T) {
 	forEachProvider(t, func(t *testing.T, p provider) {
-		checkLeaks(t)
+		nictest.CheckLeaks(t)
 		dev := p.device(t, nic.Config{})
 		pd, err := dev.AllocPD()
 		if err != nil {
@@ -666,7 +666,7 @@ func TestDestroyQueues(t *testing.T) {
 func TestMemoryWindows(t *testing.T) {
 	for _, mode := range []string{"embedded", "attached"} {
 		t.Run(mode, func(t *testing.T) {
-			checkLeaks(t)
+			nictest.CheckLeaks(t)
 			var a *end
 			var other *nic.Device // where the foreign window lives
 			if mode == "attached" {
@@ -747,13 +747,13 @@ func TestMemoryWindows(t *testing.T) {
 func TestBusyPoll(t *testing.T) {
 	const poll = 200 * time.Millisecond
 	t.Run("embedded", func(t *testing.T) {
-		checkLeaks(t)
+		nictest.CheckLeaks(t)
 		a, b := openEnd(t, nic.Config{BusyPoll: poll}), openEnd(t, nic.Config{BusyPoll: poll})
 		connectEnds(t, a, b)
 		exerciseOperations(t, a, b)
 	})
 	t.Run("attached", func(t *testing.T) {
-		checkLeaks(t)
+		nictest.CheckLeaks(t)
 		d := startDaemon(t, nic.Config{BusyPoll: poll})
 		a := attachedEnd(t, d)
 		b := openEnd(t, nic.Config{})
@@ -812,6 +812,9 @@ func TestBusyPoll(t *testing.T) {
 // call succeeds or fails with ErrClosed, as on an embedded device.
 func TestAttachPostWhileClosing(t *testing.T) {
 	const posters, quota, rounds = 4, 32, 20
+	// Checked over the whole test, not each subtest: the daemon's and b's
+	// sockets, opened here, take their epoll descriptors when first waited on.
+	nictest.CheckLeaks(t)
 	d := startDaemon(t, nic.Config{})
 	b := openEnd(t, nic.Config{})
 	for _, tc := range []struct {
@@ -822,7 +825,6 @@ func TestAttachPostWhileClosing(t *testing.T) {
 		{"device closed", func(a *end, q *nic.QP) error { return a.dev.Close() }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			checkLeaks(t)
 			for round := range rounds {
 				a := attachedEnd(t, d)
 				q, bq := newQPPair(t, a, b, nic.QPConfig{MaxSendWR: posters * quota, MaxRecvWR: posters * quota})

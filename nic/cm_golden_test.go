@@ -16,6 +16,7 @@ import (
 
 	"github.com/softnic/softnic/internal/golden"
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/nictest"
 	"github.com/softnic/softnic/wire"
 	"github.com/softnic/softnic/wire/mad"
 )
@@ -211,7 +212,7 @@ func TestCMGoldenREQReachesListener(t *testing.T) {
 		{name: "softnic GUID", guid: 0x02736e0000000001},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			checkLeaks(t)
+			nictest.CheckLeaks(t)
 			b := openCMEnd(t, nic.Config{})
 			l, err := b.dev.Listen(7174, nic.ListenOptions{PD: b.pd, QP: nic.QPConfig{SendCQ: b.cq}})
 			if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/nictest"
 	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 	"github.com/softnic/softnic/wire/mad"
@@ -133,7 +134,7 @@ func cmCounter(t testing.TB, d *nic.Device, name string) uint64 {
 
 func TestDialAccept(t *testing.T) {
 	forEachProvider(t, func(t *testing.T, p provider) {
-		checkLeaks(t)
+		nictest.CheckLeaks(t)
 		a := p.cmEnd(t, nic.Config{})
 		b := p.cmEnd(t, nic.Config{MTU: 1024})
 		l := b.listen(t, 0)
@@ -268,7 +269,7 @@ func cmExchangeAt(t testing.TB, a, b *cmEnd, c, s *nic.Conn, base int) {
 
 func TestDialRejectedByListener(t *testing.T) {
 	forEachProvider(t, func(t *testing.T, p provider) {
-		checkLeaks(t)
+		nictest.CheckLeaks(t)
 		a, b := p.cmEnd(t, nic.Config{}), p.cmEnd(t, nic.Config{})
 		l := b.listen(t, 0)
 		ctx := cmContext(t)
@@ -296,7 +297,7 @@ func TestDialRejectedByListener(t *testing.T) {
 
 func TestDialNoListener(t *testing.T) {
 	forEachProvider(t, func(t *testing.T, p provider) {
-		checkLeaks(t)
+		nictest.CheckLeaks(t)
 		a, b := p.cmEnd(t, nic.Config{}), p.cmEnd(t, nic.Config{})
 		_, err := a.dev.Dial(cmContext(t), b.dev.Addr(), 9999, a.dialOptions())
 		if !errors.Is(err, nic.ErrConnRefused) {
@@ -314,7 +315,7 @@ func TestDialNoListener(t *testing.T) {
 // retries, naming the address.
 func TestDialNoDevice(t *testing.T) {
 	forEachProvider(t, func(t *testing.T, p provider) {
-		checkLeaks(t)
+		nictest.CheckLeaks(t)
 		a := p.cmEnd(t, nic.Config{})
 		nobody := netip.MustParseAddrPort("127.0.0.1:9") // discard: nothing answers
 		opts := a.dialOptions()
@@ -336,7 +337,7 @@ func TestDialNoDevice(t *testing.T) {
 
 func TestDialContextCanceled(t *testing.T) {
 	forEachProvider(t, func(t *testing.T, p provider) {
-		checkLeaks(t)
+		nictest.CheckLeaks(t)
 		a := p.cmEnd(t, nic.Config{})
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		defer cancel()
@@ -388,7 +389,7 @@ func TestMADLoss(t *testing.T) {
 			{"RTU", mad.AttrReadyToUse, true},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				checkLeaks(t)
+				nictest.CheckLeaks(t)
 				hook := cmOnFirst(tc.attr, nic.SendDrop)
 				var acfg, bcfg nic.Config
 				if tc.dialer {
@@ -454,7 +455,7 @@ func TestMADLoss(t *testing.T) {
 // application has not answered yet.
 func TestDuplicateREQ(t *testing.T) {
 	forEachProvider(t, func(t *testing.T, p provider) {
-		checkLeaks(t)
+		nictest.CheckLeaks(t)
 		a := p.cmEnd(t, nic.Config{SendHook: cmOnFirst(mad.AttrConnectRequest, nic.SendDuplicate)})
 		mra := make(chan struct{})
 		var mraOnce sync.Once
@@ -498,7 +499,7 @@ func TestDisconnect(t *testing.T) {
 			dialer bool // the dialer closes
 		}{{"dialer closes", true}, {"acceptor closes", false}} {
 			t.Run(tc.name, func(t *testing.T) {
-				checkLeaks(t)
+				nictest.CheckLeaks(t)
 				a, b := p.cmEnd(t, nic.Config{}), p.cmEnd(t, nic.Config{})
 				c, s := connectCM(t, a, b, b.listen(t, 0), a.dialOptions(), nic.AcceptOptions{})
 				closer, other, otherEnd := c, s, b
@@ -552,7 +553,7 @@ func TestDisconnect(t *testing.T) {
 // QPs' work requests, whose completions can be polled after Close.
 func TestDeviceCloseDisconnects(t *testing.T) {
 	forEachProvider(t, func(t *testing.T, mode provider) {
-		checkLeaks(t)
+		nictest.CheckLeaks(t)
 		a, b := mode.cmEnd(t, nic.Config{}), openCMEnd(t, nic.Config{})
 		c, s := connectCM(t, a, b, b.listen(t, 0), a.dialOptions(), nic.AcceptOptions{})
 		if err := c.QP().PostRecv(&verbs.RecvWR{ID: 9}); err != nil {
@@ -578,7 +579,7 @@ func TestDeviceCloseDisconnects(t *testing.T) {
 // retries: Done closes and Err says RETRY_EXC_ERR.
 func TestPeerVanishes(t *testing.T) {
 	forEachProvider(t, func(t *testing.T, p provider) {
-		checkLeaks(t)
+		nictest.CheckLeaks(t)
 		var silent atomic.Bool
 		a := p.cmEnd(t, nic.Config{})
 		b := p.cmEnd(t, nic.Config{SendHook: func([]byte) nic.SendAction {
@@ -616,7 +617,7 @@ func TestPeerVanishes(t *testing.T) {
 
 func TestListenBusy(t *testing.T) {
 	forEachProvider(t, func(t *testing.T, p provider) {
-		checkLeaks(t)
+		nictest.CheckLeaks(t)
 		b := p.cmEnd(t, nic.Config{})
 		l := b.listen(t, 0)
 		if _, err := b.dev.Listen(cmPort, nic.ListenOptions{PD: b.pd, QP: nic.QPConfig{SendCQ: b.cq}}); !errors.Is(err, nic.ErrBusy) {
@@ -635,7 +636,7 @@ func TestListenBusy(t *testing.T) {
 
 func TestCMOptionErrors(t *testing.T) {
 	forEachProvider(t, func(t *testing.T, p provider) {
-		checkLeaks(t)
+		nictest.CheckLeaks(t)
 		a, b := p.cmEnd(t, nic.Config{MTU: 1024}), p.cmEnd(t, nic.Config{})
 		ctx := cmContext(t)
 		good := a.dialOptions()
@@ -671,7 +672,7 @@ func TestCMOptionErrors(t *testing.T) {
 // A dialer with a larger MTU than the listener's connects at the smaller.
 func TestMTUNegotiation(t *testing.T) {
 	forEachProvider(t, func(t *testing.T, p provider) {
-		checkLeaks(t)
+		nictest.CheckLeaks(t)
 		a, b := p.cmEnd(t, nic.Config{MTU: 4096}), p.cmEnd(t, nic.Config{MTU: 512})
 		c, s := connectCM(t, a, b, b.listen(t, 0), a.dialOptions(), nic.AcceptOptions{})
 		if ca, sa := c.QP().Attr(), s.QP().Attr(); ca.PathMTU != 512 || sa.PathMTU != 512 {
@@ -685,7 +686,7 @@ func TestMTUNegotiation(t *testing.T) {
 // carries a WRITE and a SEND each way.
 func TestConcurrentDials(t *testing.T) {
 	forEachProvider(t, func(t *testing.T, p provider) {
-		checkLeaks(t)
+		nictest.CheckLeaks(t)
 		const n = 100
 		a, b := p.cmEnd(t, nic.Config{}), p.cmEnd(t, nic.Config{})
 		l := b.listen(t, n)
@@ -759,7 +760,7 @@ func TestDialFamilies(t *testing.T) {
 			{"one device", "127.0.0.1:0", true},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				checkLeaks(t)
+				nictest.CheckLeaks(t)
 				cfg := nic.Config{Addr: netip.MustParseAddrPort(tc.addr)}
 				a := p.cmEnd(t, cfg)
 				b := a
@@ -815,7 +816,7 @@ func BenchmarkDialAccept(b *testing.B) {
 // An accepted QP may take its receive WRs from an SRQ (the REP says so).
 func TestAcceptWithSRQ(t *testing.T) {
 	forEachProvider(t, func(t *testing.T, p provider) {
-		checkLeaks(t)
+		nictest.CheckLeaks(t)
 		a, b := p.cmEnd(t, nic.Config{}), p.cmEnd(t, nic.Config{})
 		srq, err := b.pd.CreateSRQ(16, 1)
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/nictest"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -44,7 +45,7 @@ func TestTsharkCMCapture(t *testing.T) {
 	if err != nil {
 		t.Skip("tshark is not on PATH; install Debian's tshark to run this test")
 	}
-	checkLeaks(t)
+	nictest.CheckLeaks(t)
 	var file syncBuffer
 	w, err := wire.NewPcapWriter(&file)
 	if err != nil {

@@ -69,7 +69,7 @@ func (p provider) end(t testing.TB, cfg nic.Config) *end {
 // connected returns two ends with connected RC QPs.
 func (p provider) connected(t testing.TB, cfg nic.Config, opts nic.ConnectOptions) (*end, *end) {
 	t.Helper()
-	checkLeaks(t)
+	nictest.CheckLeaks(t)
 	a, b := p.end(t, cfg), p.end(t, cfg)
 	oa, ob := opts, opts
 	oa.LocalPSN, oa.RemotePSN = 100, 2000

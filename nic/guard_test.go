@@ -15,7 +15,7 @@ import (
 // need a key go unanswered, a good key's included, while a peer on another
 // address is served as before.
 func TestGuessingPeerHeldBack(t *testing.T) {
-	checkLeaks(t)
+	nictest.CheckLeaks(t)
 	server := openEnd(t, nic.Config{})
 	nic.SetGuardRate(server.dev, 0.001) // no refusal is earned back during the test
 	attacker := openEnd(t, nic.Config{})

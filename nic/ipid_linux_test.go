@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/nictest"
 	"github.com/softnic/softnic/nic/udp"
 	"github.com/softnic/softnic/nic/udp/udptest"
 	"github.com/softnic/softnic/wire"
@@ -28,7 +29,7 @@ func TestExactIPID(t *testing.T) {
 		{"another identification", 0x4d2, 0x4d3, "bad_icrc"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			checkLeaks(t)
+			nictest.CheckLeaks(t)
 			e := openEnd(t, nic.Config{RecoverIPID: true, UDP: udp.Options{IPIDs: true}})
 			if !e.dev.Features().IPIDs {
 				t.Skip("the device has no raw socket for the identifications (CAP_NET_RAW needed)")

@@ -52,7 +52,7 @@ func TestLocalQPIsolation(t *testing.T) {
 	for _, dv := range devices {
 		for _, tc := range attacks {
 			t.Run(dv.name+"/"+tc.name, func(t *testing.T) {
-				checkLeaks(t)
+				nictest.CheckLeaks(t)
 				dev, newEnd := dv.open(t)
 				victim := newEnd()
 				peer := newEnd()

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -62,22 +61,6 @@ func endOn(t testing.TB, dev *nic.Device) *end {
 func connected(t testing.TB, cfg nic.Config, opts nic.ConnectOptions) (*end, *end) {
 	t.Helper()
 	return providers[0].connected(t, cfg, opts)
-}
-
-// checkLeaks fails the test if goroutines started during it outlive it.
-func checkLeaks(t testing.TB) {
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(2 * time.Second)
-		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
-		if n := runtime.NumGoroutine(); n > before {
-			buf := make([]byte, 1<<16)
-			buf = buf[:runtime.Stack(buf, true)]
-			t.Errorf("%d goroutines leaked:\n%s", n-before, buf)
-		}
-	})
 }
 
 // syncMemory orders the test's accesses to e's registered memory with the
@@ -247,7 +230,7 @@ func TestUnknownQPIsCountedAndTraced(t *testing.T) {
 // closes: no packet came for it.
 func TestCloseFlushesOutstandingWork(t *testing.T) {
 	forEachProvider(t, func(t *testing.T, mode provider) {
-		checkLeaks(t)
+		nictest.CheckLeaks(t)
 		a := mode.end(t, nic.Config{})
 		// Connected to a port where nobody listens: the WRITE can never complete.
 		if err := a.qp.Connect(netip.MustParseAddrPort("127.0.0.1:9"), 0x33, nic.ConnectOptions{}); err != nil {
@@ -292,7 +275,7 @@ func TestCloseFlushesOutstandingWork(t *testing.T) {
 func TestRecoverIPID(t *testing.T) {
 	for _, recover := range []bool{false, true} {
 		t.Run(fmt.Sprint("recover=", recover), func(t *testing.T) {
-			checkLeaks(t)
+			nictest.CheckLeaks(t)
 			e := openEnd(t, nic.Config{RecoverIPID: recover})
 			conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 			if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/softnic/softnic/netem"
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/nictest"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -26,7 +27,7 @@ import (
 func TestRandomOpsThroughFaults(t *testing.T) { forEachMode(t, randomOpsThroughFaults) }
 
 func randomOpsThroughFaults(t *testing.T, m mode) {
-	checkLeaks(t)
+	nictest.CheckLeaks(t)
 	total := 10000
 	if testing.Short() {
 		total = 1000

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
@@ -27,22 +26,6 @@ import (
 var loopback = netip.MustParseAddrPort("127.0.0.1:0")
 
 const allAccess = mr.LocalWrite | mr.RemoteWrite | mr.RemoteRead | mr.RemoteAtomic
-
-// checkLeaks fails the test if goroutines started during it outlive it.
-func checkLeaks(t testing.TB) {
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(5 * time.Second)
-		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
-		if n := runtime.NumGoroutine(); n > before {
-			buf := make([]byte, 1<<16)
-			buf = buf[:runtime.Stack(buf, true)]
-			t.Errorf("%d goroutines leaked:\n%s", n-before, buf)
-		}
-	})
-}
 
 // mode says how a test's two devices are opened: each embedded, or
 // attached to a daemon of its own (in this process, reached through its

@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -27,6 +26,7 @@ import (
 	"github.com/softnic/softnic/internal/testenv"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/nictest"
 	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
@@ -65,7 +65,7 @@ type testDaemon struct {
 func startDaemon(t *testing.T, args ...string) *testDaemon {
 	t.Helper()
 	testenv.MustHaveAttach(t)
-	checkLeaks(t)
+	nictest.CheckLeaks(t)
 	d := &testDaemon{control: filepath.Join(t.TempDir(), "ctl.sock"), stderr: &syncBuffer{}, exit: make(chan int, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	d.stop = cancel
@@ -87,27 +87,6 @@ func startDaemon(t *testing.T, args ...string) *testDaemon {
 		t.Fatalf("ready line %q: %v", line, err)
 	}
 	return d
-}
-
-// checkLeaks fails the test if goroutines started during it outlive it
-// (its other cleanups, the daemon's stop among them, run first).
-func checkLeaks(t *testing.T) {
-	// os/signal starts its watcher goroutine, for good, on the first
-	// Notify: start it before counting.
-	c := make(chan os.Signal, 1)
-	signal.Notify(c, os.Interrupt)
-	signal.Stop(c)
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(5 * time.Second)
-		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
-		if n := runtime.NumGoroutine(); n > before {
-			buf := make([]byte, 1<<16)
-			t.Errorf("%d goroutines leaked:\n%s", n-before, buf[:runtime.Stack(buf, true)])
-		}
-	})
 }
 
 // shutdown stops the daemon and returns its exit status.
