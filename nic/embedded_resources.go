@@ -166,8 +166,20 @@ func (c *embeddedCQ) poll(wcs []verbs.WC, drive bool) (int, error) {
 		return 0, ErrClosed
 	}
 	n, err := c.cq.Poll(wcs)
-	if n == 0 && err == nil && drive && len(wcs) > 0 && c.dev.drive() {
+	if !drive || len(wcs) == 0 || err != nil {
+		return n, err
+	}
+	if n == 0 && c.dev.drive() {
 		n, err = c.cq.Poll(wcs)
+	}
+	if n > 0 {
+		// A poll that finds completions says the application polls, as an
+		// empty one does (drive): what it posts next waits for its next
+		// poll and leaves with the rest. Without it, a poller that always
+		// found completions the reader goroutine wrote (after a wait, or a
+		// stretch descheduled) kept the reader on the socket and sent each
+		// post alone.
+		c.dev.prog.lastPoll.Store(int64(c.dev.now()))
 	}
 	return n, err
 }

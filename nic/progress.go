@@ -41,7 +41,7 @@ import (
 // waiting, like a poller (udp.Conn.ReadBatchTurn).
 // While an application polls, the reader stays off the socket altogether,
 // so that arriving packets do not wake it, nor any thread of the process,
-// for nothing: a poll that finds nothing stamps progress.lastPoll, and the
+// for nothing: each poll stamps progress.lastPoll, and the
 // reader takes the socket out of the netpoller (udp.Conn.StopWaiting) and
 // parks until no poll has for pollIdle, or a poller that goes to sleep in
 // CQ.Wait wakes it.
@@ -100,8 +100,8 @@ type progress struct {
 	in   inbound
 	out  *batch
 
-	// lastPoll is the device time of the last empty poll that drove the
-	// device; 0 when no application polls.
+	// lastPoll is the device time of the last poll; 0 when no
+	// application polls.
 	lastPoll atomic.Int64
 	resume   chan struct{} // wakes the parked reader
 

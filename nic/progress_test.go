@@ -334,3 +334,65 @@ func mallocsPer(runs int, f func()) float64 {
 	runtime.ReadMemStats(&after)
 	return float64(after.Mallocs-before.Mallocs) / float64(runs)
 }
+
+// What an application posts between two polls leaves at its next poll,
+// all of it together, also when the poll before the posts found
+// completions the reader goroutine wrote (the application had waited, or
+// been descheduled, and the reader took the socket back): a poll that
+// returns completions says the application polls, as an empty one does.
+// Otherwise such a poller, finding the reader's completions at every
+// call, never polled empty, and each of its posts left alone in a system
+// call of its own. Each try checks that a WRITE posted after such a poll
+// has not left before the next; a try that the scheduler interrupts for
+// longer than the reader waits (pollIdle) may see it sent, not all five.
+func TestPostAfterPollLeavesAtNextPoll(t *testing.T) {
+	a, b := connected(t, nic.Config{}, nic.ConnectOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	wr := verbs.SendWR{Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+	var wcs [1]verbs.WC
+	post := func() {
+		t.Helper()
+		if err := a.qp.PostSend(&wr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sent := func() uint64 {
+		v, ok := a.dev.Counter("sent_pkts")
+		if !ok {
+			t.Fatal("no sent_pkts counter")
+		}
+		return v
+	}
+	deferred := 0
+	for range 5 {
+		post()
+		if _, err := a.cq.Wait(ctx, wcs[:]); err != nil { // the reader has the socket again
+			t.Fatal(err)
+		}
+		post()
+		if err := a.cq.WaitReady(ctx); err != nil { // the reader processed its ACK
+			t.Fatal(err)
+		}
+		if n, err := a.cq.Poll(wcs[:]); n != 1 || err != nil {
+			t.Fatalf("poll: %d completions, %v; want the one waiting", n, err)
+		}
+		before := sent()
+		post()
+		if sent() == before {
+			deferred++
+		}
+		for n := 0; n == 0; {
+			var err error
+			if n, err = a.cq.Poll(wcs[:]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if sent() == before {
+			t.Fatal("the WRITE posted between two polls was not sent by the second")
+		}
+	}
+	if deferred == 0 {
+		t.Error("each WRITE posted after a poll that found a completion was sent at once, not at the next poll")
+	}
+}
