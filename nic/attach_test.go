@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -152,6 +153,70 @@ func TestAttachedOperations(t *testing.T) {
 	nictest.CheckLeaks(t)
 	_, a, b := attachedToEmbedded(t)
 	exerciseOperations(t, a, b)
+}
+
+// Between two processes attached to one daemon, the goroutine that sends
+// a process's packets to the daemon's own device reads the device's
+// socket and processes what it holds (hooks.Device.Drive), beside the
+// device's reader, which waits for the socket: with both processes
+// writing to each other at once, every WRITE arrives and completes, and
+// every packet the device sent it took once, none resent (the ACK
+// timeout is a minute, past the test's wait).
+func TestAttachDrivesItsOwnPackets(t *testing.T) {
+	nictest.CheckLeaks(t)
+	d := startDaemon(t, nic.Config{})
+	a, b := attachedEnd(t, d), attachedEnd(t, d)
+	if err := a.qp.Connect(b.dev.Addr(), b.qp.Num(), nic.ConnectOptions{Timeout: 24}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.qp.Connect(a.dev.Addr(), a.qp.Num(), nic.ConnectOptions{Timeout: 24}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const n, size = 200, 64
+	// Each writes from the first n*size bytes of its region to the next
+	// n*size of the other's, a pattern of its own.
+	writes := func(from, to *end, seed int) error {
+		for i := range n {
+			fill(from.mr.Bytes()[i*size:(i+1)*size], seed+i)
+			wr := verbs.SendWR{ID: uint64(i), Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{from.mr.SGE(i*size, size)},
+				RemoteAddr: to.mr.Addr() + uint64((n+i)*size), RKey: to.mr.RKey()}
+			if err := from.qp.PostSend(&wr); err != nil {
+				return err
+			}
+			var wc [1]verbs.WC
+			if _, err := from.cq.Wait(ctx, wc[:]); err != nil {
+				return fmt.Errorf("WRITE %d: %w", i, err)
+			}
+			if wc[0].Status != verbs.Success || wc[0].ID != uint64(i) {
+				return fmt.Errorf("WRITE %d: %v", i, wc[0].String())
+			}
+		}
+		return nil
+	}
+	done := make(chan error)
+	go func() { done <- writes(b, a, n) }()
+	if err := writes(a, b, 0); err != nil {
+		t.Error(err)
+	}
+	if err := <-done; err != nil {
+		t.Error(err)
+	}
+	for _, e := range [][2]*end{{a, b}, {b, a}} {
+		if !bytes.Equal(e[1].mr.Bytes()[n*size:2*n*size], e[0].mr.Bytes()[:n*size]) {
+			t.Error("the WRITEs' data did not arrive")
+		}
+	}
+	sent, rcvd := counter(t, d.dev, "sent_pkts"), counter(t, d.dev, "rcvd_pkts")
+	if sent < 2*n || rcvd != sent {
+		t.Errorf("the daemon's device sent %d packets and took %d; want as many, at least %d", sent, rcvd, 2*n)
+	}
+	for _, c := range []string{"retransmitted_pkts", "duplicate_request", "duplicate_response"} {
+		if v := counter(t, d.dev, c); v != 0 {
+			t.Errorf("%s = %d, want 0", c, v)
+		}
+	}
 }
 
 func TestAttachRefusesPrivateMemory(t *testing.T) {

@@ -67,5 +67,11 @@ func (q *embeddedQP) TryLock() bool           { return q.mu.TryLock() }
 func (q *embeddedQP) Unlock()                 { q.mu.Unlock() }
 func (q *embeddedQP) DestroyedLocked() bool   { return q.destroyed }
 func (q *embeddedQP) TransportLocked() *qp.QP { return q.qp }
-func (q *embeddedQP) FlushLocked()            { q.flushNowLocked() }
 func (q *embeddedQP) Halt()                   { q.halt() }
+
+// FlushLocked sends what the QP has to send, and reports whether its
+// peer is a QP of this device.
+func (q *embeddedQP) FlushLocked() bool {
+	q.flushNowLocked()
+	return q.peer.Load()&peerLocal != 0
+}

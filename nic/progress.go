@@ -223,6 +223,24 @@ func (d *embeddedDevice) drive() bool {
 	return true
 }
 
+// Drive is a daemon's turn after it sent packets from an attached
+// process's QP to a QP of this device (hooks.Device): over loopback they
+// are in the socket when the send returns, and processing them on the
+// sending goroutine, with the packets they make in turn (the ACK of a
+// WRITE), spares each its handover to the reader through the netpoller
+// (a wakeup, an epoll_pwait, an empty read). Unless another holds the
+// role, it reads and processes until the socket is empty, catchUpBatches
+// batches at most. The reader keeps waiting for the socket meanwhile, and
+// comes for what Drive leaves.
+func (d *embeddedDevice) Drive() {
+	p := &d.prog
+	if !p.role.TryLock() {
+		return
+	}
+	defer p.role.Unlock()
+	d.processQueued(true)
+}
+
 // stopPolling tells a parked reader that the application no longer polls:
 // it is about to sleep.
 func (d *embeddedDevice) stopPolling() {
@@ -255,13 +273,22 @@ func (d *embeddedDevice) catchUp() {
 	p := &d.prog
 	p.role.Lock()
 	defer p.role.Unlock()
+	d.processQueued(false)
+}
+
+// processQueued reads what the socket holds, without waiting, and
+// processes it, catchUpBatches batches at most. A batch that did not fill
+// p.msgs emptied the socket, unless again is set: what it processed may
+// have sent packets to the device itself. p.role is held.
+func (d *embeddedDevice) processQueued(again bool) {
+	p := &d.prog
 	for range catchUpBatches {
 		n, err := d.conn.TryReadBatch(p.msgs)
 		if err != nil || n == 0 {
 			return
 		}
 		d.process(n)
-		if n < len(p.msgs) {
+		if n < len(p.msgs) && !again {
 			return
 		}
 	}

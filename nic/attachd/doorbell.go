@@ -285,7 +285,12 @@ func (s *session) pass(woke bool) (rang, ok bool) {
 	for _, h := range failing {
 		h.pub.Modify(&verbs.Attr{State: verbs.Err}, verbs.AttrState)
 	}
-	worked, idle := s.scan(true)
+	worked, idle, self := s.scan(true)
+	if self {
+		// The packets went to the device's own socket: processed here,
+		// they reach their QP without waking the device's reader.
+		s.srv.edev.Drive()
+	}
 	worked += len(failing)
 	if woke && worked == 0 {
 		s.cnt[cntDoorbellsEmpty].Add(1)
@@ -378,7 +383,7 @@ func (s *session) pollQueues(doorbell bool) bool {
 	}
 	// The last look before the doorbell takes over must not skip a QP: a
 	// post that found the doorbell off is in its ring, and marked.
-	worked, idle := s.scan(doorbell)
+	worked, idle, _ := s.scan(doorbell)
 	if idle > 0 && s.bell.spend(time.Now(), s.work(), idle) > 0 {
 		s.cnt[cntDoorbellsThrottled].Add(1)
 	}
@@ -387,9 +392,10 @@ func (s *session) pollQueues(doorbell bool) bool {
 
 // scan services each QP marked in the doorbell page once. It returns how
 // many had new work requests, and how many had none (a mark of no QP
-// counts too). Unless wait is set, a QP whose lock is taken is marked
-// again for the next scan, and counts as neither.
-func (s *session) scan(wait bool) (worked, idle int) {
+// counts too), and whether any sent to a QP of the daemon's own device.
+// Unless wait is set, a QP whose lock is taken is marked again for the
+// next scan, and counts as neither.
+func (s *session) scan(wait bool) (worked, idle int, self bool) {
 	qps := s.qpSnap.Load()
 	for slot := range s.bell.db.Take {
 		var h *hostedQP
@@ -406,14 +412,16 @@ func (s *session) scan(wait bool) (worked, idle int) {
 			s.bell.db.Mark(slot)
 			continue
 		}
-		if h.serviceLocked() {
+		w, toSelf := h.serviceLocked()
+		h.q.Unlock()
+		if w {
 			worked++
 		} else {
 			idle++
 		}
-		h.q.Unlock()
+		self = self || toSelf
 	}
-	return worked, idle
+	return worked, idle, self
 }
 
 // fail has the doorbell goroutine move h's QP to the error state: the

@@ -90,7 +90,7 @@ func TestDoorbellLooksAtMarkedQPs(t *testing.T) {
 		for _, slot := range []uint32{hostedOf(t, srv, l.a).slot, hostedOf(t, srv, l.b).slot, shm.MaxSlots - 1} {
 			s.bell.db.Mark(slot)
 		}
-		if worked, idle = s.scan(true); worked+idle == 3 {
+		if worked, idle, _ = s.scan(true); worked+idle == 3 {
 			break
 		}
 	}

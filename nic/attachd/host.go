@@ -172,19 +172,20 @@ func (h *hostedQP) result(handle uint32) attachproto.QPResult {
 
 // serviceLocked takes the new work requests of the QP's rings into the QP
 // and sends what they start; the doorbell goroutine calls it. It reports
-// whether there were any. The QP's lock is held.
-func (h *hostedQP) serviceLocked() bool {
+// whether there were any, and whether what they sent went to a QP of the
+// daemon's own device (hooks.QP.FlushLocked). The QP's lock is held.
+func (h *hostedQP) serviceLocked() (worked, self bool) {
 	if h.q.DestroyedLocked() {
-		return false
+		return false, false
 	}
-	worked := h.PullRecvLocked()
+	worked = h.PullRecvLocked()
 	if h.PullSendLocked() {
 		worked = true
 	}
 	if worked {
-		h.q.FlushLocked()
+		self = h.q.FlushLocked()
 	}
-	return worked
+	return worked, self
 }
 
 // PullSendLocked takes the new send work requests of the QP's ring into

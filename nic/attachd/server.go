@@ -65,13 +65,13 @@ type Config struct {
 // doorbellRate).
 type Server struct {
 	dev *nic.Device
-	// embedded tells that dev is an embedded device, which the server
-	// can serve; unhook stops its busy-polling reader from polling the
-	// server's queues.
-	embedded bool
-	unhook   func()
-	cfg      Config
-	log      *slog.Logger
+	// edev is the embedded device behind dev, which the server can
+	// serve, nil if dev is attached; unhook stops its busy-polling reader
+	// from polling the server's queues.
+	edev   hooks.Device
+	unhook func()
+	cfg    Config
+	log    *slog.Logger
 
 	// ledger keeps what each process and user holds, against the limits.
 	ledger *quota.Ledger
@@ -115,7 +115,7 @@ func NewServer(d *nic.Device, cfg Config) *Server {
 		ledger: quota.NewLedger(*limits, cfg.LimitFlag), unhook: func() {}}
 	s.accepts.Log = s.log
 	if e, ok := embedded(d); ok {
-		s.embedded = true
+		s.edev = e
 		s.unhook = e.SetBusyPoller(busyPoller{s})
 	}
 	return s
@@ -425,7 +425,7 @@ func (s *Server) newSession(c *net.UnixConn) (*session, error) {
 	}
 	ss.log = s.log.With(slog.Int("pid", ss.pid))
 	ss.ctx, ss.cancel = context.WithCancel(context.Background())
-	if !s.embedded {
+	if s.edev == nil {
 		return nil, fmt.Errorf("attach: an attach server of an attached device: %w", nic.ErrNotSupported)
 	}
 	select {

@@ -53,6 +53,12 @@ type Device interface {
 	// busy-polls (Config.BusyPoll); clear removes p. A device that does
 	// not busy-poll ignores p.
 	SetBusyPoller(p BusyPoller) (clear func())
+	// Drive reads what the device's socket holds and processes it on the
+	// caller's goroutine, unless another goroutine is processing (which
+	// then reads it): the daemon calls it after it sent packets to the
+	// device itself (QP.FlushLocked), which the socket holds as soon as
+	// they are sent.
+	Drive()
 }
 
 // BusyPoller is what the reader of a device that busy-polls polls besides
@@ -103,8 +109,9 @@ type QP interface {
 	// and read, with the lock held.
 	TransportLocked() *qp.QP
 	// FlushLocked sends what the QP has to send, from the caller's
-	// goroutine.
-	FlushLocked()
+	// goroutine, and reports whether the QP is connected to a QP of its
+	// own device, whose socket its packets went to (Device.Drive).
+	FlushLocked() (self bool)
 	// Halt moves the QP to the error state, which flushes its work
 	// requests, without ending its connection on that account: the
 	// connection is being closed anyway.
