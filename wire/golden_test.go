@@ -1,4 +1,4 @@
-package wire
+package wire_test
 
 import (
 	"bytes"
@@ -7,20 +7,25 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/softnic/softnic/internal/golden"
+	"github.com/softnic/softnic/wire"
 )
 
-// goldenDir holds captures of Linux Soft-RoCE (rdma_rxe, kernel 6.1) made
-// with ../shared/lab/rxe; its README.md describes each file.
-var goldenDir = filepath.Join("..", "..", "shared", "golden")
+// The golden tests are in package wire_test, so that they read the rxe
+// captures of ../shared/golden (golden.Dir, its README.md describes each
+// file, made with ../shared/lab/rxe) through internal/golden, which
+// imports wire.
 
-// paddedDir holds captures made with the same lab of what goldenDir lacks:
-// messages whose length is not a multiple of 4 (testdata/rxe/README.md).
+// paddedDir holds captures made with the same lab of what the golden folder
+// lacks: messages whose length is not a multiple of 4 (testdata/rxe/README.md).
 var paddedDir = filepath.Join("testdata", "rxe")
 
 // goldenCounts is the number of RoCEv2 frames in each capture and how many of
-// them carry a bad ICRC, from the table in goldenDir/README.md.
+// them carry a bad ICRC, from the table in the golden folder's README.md.
 var goldenCounts = map[string]struct{ roce, bad int }{
 	"write_small.pcap":         {10, 0},
 	"write_large.pcap":         {45, 0},
@@ -53,15 +58,6 @@ var goldenCounts = map[string]struct{ roce, bad int }{
 // captures; everything else was sent by rxe.
 var hostPeer = netip.MustParseAddr("10.77.0.1")
 
-// goldenFrame is a RoCEv2 frame copied out of a capture.
-type goldenFrame struct {
-	n       int // frame number in the file, from 1
-	data    []byte
-	env     Envelope
-	ipudp   []byte
-	payload []byte
-}
-
 // goldenFiles returns the paths of the rxe captures: the padded ones kept
 // here and the shared golden ones, which are left out with a message when
 // the shared folder is absent.
@@ -71,47 +67,14 @@ func goldenFiles(t testing.TB) []string {
 	if err != nil || len(padded) == 0 {
 		t.Fatalf("no captures in %s: %v", paddedDir, err)
 	}
-	shared, err := filepath.Glob(filepath.Join(goldenDir, "*.pcap"))
+	shared, err := filepath.Glob(filepath.Join(golden.Dir(), "*.pcap"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(shared) == 0 {
-		t.Logf("no golden captures in %s (the shared folder beside the repository): skipping them", goldenDir)
+		t.Logf("no golden captures in %s (the shared folder beside the repository): skipping them", golden.Dir())
 	}
 	return append(padded, shared...)
-}
-
-// readGolden returns the RoCEv2 frames of a capture.
-func readGolden(t testing.TB, path string) []goldenFrame {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := NewPcapReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var frames []goldenFrame
-	for n := 1; ; n++ {
-		fr, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			return frames
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if fr.RoCE {
-			frames = append(frames, goldenFrame{
-				n:       n,
-				data:    bytes.Clone(fr.Data),
-				env:     fr.Env,
-				ipudp:   bytes.Clone(fr.IPUDP),
-				payload: bytes.Clone(fr.Payload),
-			})
-		}
-	}
 }
 
 // TestGolden decodes every RoCEv2 frame of every capture, verifies its ICRC
@@ -126,29 +89,29 @@ func TestGolden(t *testing.T) {
 			if !ok {
 				t.Fatalf("no expected counts for %s: add it to goldenCounts from the README", name)
 			}
-			frames := readGolden(t, path)
+			frames := golden.Frames(t, path)
 			if len(frames) != want.roce {
 				t.Errorf("%d RoCEv2 frames, README says %d", len(frames), want.roce)
 			}
 			bad, padded := 0, 0
-			var p Packet
-			var f Fields
+			var p wire.Packet
+			var f wire.Fields
 			buf := make([]byte, 16384)
 			for _, fr := range frames {
-				if err := p.Decode(fr.payload); err != nil {
-					t.Errorf("frame %d: Decode: %v", fr.n, err)
+				if err := p.Decode(fr.Payload); err != nil {
+					t.Errorf("frame %d: Decode: %v", fr.N, err)
 					continue
 				}
-				n := len(fr.payload) - ICRCSize
-				icrc, err := ICRCFromHeaders(fr.ipudp, fr.payload[:n])
+				n := len(fr.Payload) - wire.ICRCSize
+				icrc, err := wire.ICRCFromHeaders(fr.IPUDP, fr.Payload[:n])
 				if err != nil {
-					t.Fatalf("frame %d: ICRCFromHeaders: %v", fr.n, err)
+					t.Fatalf("frame %d: ICRCFromHeaders: %v", fr.N, err)
 				}
 				if icrc != p.ICRC() {
 					bad++
-					if p.OpCode() != OpRCAck || fr.env.Src.Addr() != hostPeer {
+					if p.OpCode() != wire.OpRCAck || fr.Env.Src.Addr() != hostPeer {
 						t.Errorf("frame %d: bad ICRC on %v from %v; only the host peer's ACKs are corrupted",
-							fr.n, p.OpCode(), fr.env.Src)
+							fr.N, p.OpCode(), fr.Env.Src)
 					}
 				}
 
@@ -158,18 +121,18 @@ func TestGolden(t *testing.T) {
 				p.Fields(&f)
 				m, err := f.Encode(buf, p.Payload)
 				if err != nil {
-					t.Fatalf("frame %d: Encode: %v", fr.n, err)
+					t.Fatalf("frame %d: Encode: %v", fr.N, err)
 				}
-				fr.env.Seal(buf[:m])
+				fr.Env.Seal(buf[:m])
 				got := buf[:m]
-				if !bytes.Equal(got[:n], fr.payload[:n]) {
-					t.Errorf("frame %d: re-encoded %v differs:\n got %x\nwant %x", fr.n, p.OpCode(), got[:n], fr.payload[:n])
+				if !bytes.Equal(got[:n], fr.Payload[:n]) {
+					t.Errorf("frame %d: re-encoded %v differs:\n got %x\nwant %x", fr.N, p.OpCode(), got[:n], fr.Payload[:n])
 				}
 				if sealed := binary.LittleEndian.Uint32(got[n:]); sealed != icrc {
-					t.Errorf("frame %d: Seal wrote %#08x, the ICRC over the captured headers is %#08x", fr.n, sealed, icrc)
+					t.Errorf("frame %d: Seal wrote %#08x, the ICRC over the captured headers is %#08x", fr.N, sealed, icrc)
 				}
-				if icrc == p.ICRC() && !bytes.Equal(got, fr.payload) {
-					t.Errorf("frame %d: sealed packet differs from the capture", fr.n)
+				if icrc == p.ICRC() && !bytes.Equal(got, fr.Payload) {
+					t.Errorf("frame %d: sealed packet differs from the capture", fr.N)
 				}
 			}
 			if bad != want.bad {
@@ -190,19 +153,19 @@ func TestGolden(t *testing.T) {
 func TestGoldenEnvelope(t *testing.T) {
 	for _, path := range goldenFiles(t) {
 		t.Run(filepath.Base(path), func(t *testing.T) {
-			for _, fr := range readGolden(t, path) {
-				n := len(fr.payload) - ICRCSize
-				want, err := ICRCFromHeaders(fr.ipudp, fr.payload[:n])
+			for _, fr := range golden.Frames(t, path) {
+				n := len(fr.Payload) - wire.ICRCSize
+				want, err := wire.ICRCFromHeaders(fr.IPUDP, fr.Payload[:n])
 				if err != nil {
-					t.Fatalf("frame %d: %v", fr.n, err)
+					t.Fatalf("frame %d: %v", fr.N, err)
 				}
-				if got := fr.env.ICRC(fr.payload[:n]); got != want {
-					t.Errorf("frame %d: Envelope.ICRC = %#08x, over the captured headers %#08x", fr.n, got, want)
+				if got := fr.Env.ICRC(fr.Payload[:n]); got != want {
+					t.Errorf("frame %d: Envelope.ICRC = %#08x, over the captured headers %#08x", fr.N, got, want)
 				}
 				// The host peer sent from an unconnected UDP socket with
 				// DF, the way softnic sends: Linux gave every datagram ID 0.
-				if fr.env.Src.Addr() == hostPeer && fr.env.IPID != 0 {
-					t.Errorf("frame %d: the host peer's datagram has IP ID %#04x, want 0", fr.n, fr.env.IPID)
+				if fr.Env.Src.Addr() == hostPeer && fr.Env.IPID != 0 {
+					t.Errorf("frame %d: the host peer's datagram has IP ID %#04x, want 0", fr.N, fr.Env.IPID)
 				}
 			}
 		})
@@ -216,17 +179,166 @@ func TestGoldenEnvelope(t *testing.T) {
 // left through an ordinary UDP socket, so the host kernel filled in their UDP
 // checksum (which the ICRC masks); that field is not compared for them.
 func TestGoldenFraming(t *testing.T) {
-	const udpChecksum = ethHeaderSize + ipv4HeaderSize + 6
+	const udpChecksum = 14 + 20 + 6 // in the UDP header after Ethernet and IPv4
 	for _, path := range goldenFiles(t) {
 		t.Run(filepath.Base(path), func(t *testing.T) {
-			for _, fr := range readGolden(t, path) {
-				got := appendFrame(nil, &fr.env, fr.payload)
-				want := bytes.Clone(fr.data)
-				if fr.env.Src.Addr() == hostPeer {
+			frames := golden.Frames(t, path)
+			var capture bytes.Buffer
+			w, err := wire.NewPcapWriter(&capture)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, fr := range frames {
+				if err := w.WritePacket(fr.Time, &fr.Env, fr.Payload); err != nil {
+					t.Fatalf("frame %d: %v", fr.N, err)
+				}
+			}
+			r, err := wire.NewPcapReader(&capture)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, fr := range frames {
+				written, err := r.Next()
+				if err != nil {
+					t.Fatalf("frame %d: reading back what PcapWriter wrote: %v", fr.N, err)
+				}
+				got, want := written.Data, bytes.Clone(fr.Data)
+				if fr.Env.Src.Addr() == hostPeer {
 					want[udpChecksum], want[udpChecksum+1] = 0, 0
 				}
 				if !bytes.Equal(got[12:], want[12:]) {
-					t.Fatalf("frame %d:\n got %x\nwant %x", fr.n, got[12:], want[12:])
+					t.Fatalf("frame %d:\n got %x\nwant %x", fr.N, got[12:], want[12:])
+				}
+			}
+		})
+	}
+}
+
+// TestRecoverIPIDGolden recovers the IPv4 identification of every frame of
+// every rxe capture from its UDP payload alone, as a receiver on a UDP
+// socket must: starting from ID 0 (softnic's) or from a wrong guess, it
+// finds exactly the captured ID. The only frames it rejects are the ACKs
+// host_badicrc.pcap corrupted on purpose.
+func TestRecoverIPIDGolden(t *testing.T) {
+	recovered, nonZero := 0, 0
+	for _, path := range goldenFiles(t) {
+		corrupted := filepath.Base(path) == "host_badicrc.pcap"
+		for _, fr := range golden.Frames(t, path) {
+			captured := fr.Env
+			n := len(fr.Payload) - wire.ICRCSize
+			icrc, err := wire.ICRCFromHeaders(fr.IPUDP, fr.Payload[:n])
+			if err != nil {
+				t.Fatal(err)
+			}
+			good := icrc == binary.LittleEndian.Uint32(fr.Payload[n:])
+			for _, guess := range []uint16{0, captured.IPID ^ 0xffff} {
+				env := captured
+				env.IPID = guess
+				id, ok := env.RecoverIPID(fr.Payload)
+				switch {
+				case good && (!ok || id != captured.IPID):
+					t.Errorf("%s frame %d from ID %#04x: RecoverIPID = %#04x, %v; captured ID %#04x",
+						filepath.Base(path), fr.N, guess, id, ok, captured.IPID)
+				case !good && ok:
+					t.Errorf("%s frame %d: a bad ICRC accepted with ID %#04x", filepath.Base(path), fr.N, id)
+				case !good && !corrupted:
+					t.Errorf("%s frame %d: bad ICRC in a capture with none", filepath.Base(path), fr.N)
+				}
+			}
+			if good {
+				recovered++
+			}
+			if good && captured.IPID != 0 {
+				nonZero++
+			}
+		}
+	}
+	t.Logf("%d frames recovered, %d of them with a non-zero ID", recovered, nonZero)
+	if files, _ := filepath.Glob(filepath.Join(golden.Dir(), "*.pcap")); len(files) > 0 && nonZero < 500 {
+		t.Errorf("only %d frames with a non-zero ID: the captures are not rxe's", nonZero)
+	}
+}
+
+// FuzzDecode feeds arbitrary bytes to Decode. Whatever it accepts must
+// re-encode from its Fields and payload to the same bytes, apart from the
+// pad bytes and the ICRC, which Fields do not describe and Encode zeroes; and
+// the re-encoded packet must decode to the same Fields. Whatever it rejects
+// must be rejected with one of its documented errors. The corpus starts with
+// every golden packet and a packet of every opcode.
+func FuzzDecode(f *testing.F) {
+	for _, op := range wire.ValidOpCodes() {
+		f.Add(wire.EncodeSample(f, op))
+	}
+	for _, path := range goldenFiles(f) {
+		for _, fr := range golden.Frames(f, path) {
+			f.Add(fr.Payload)
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var p wire.Packet
+		if err := p.Decode(b); err != nil {
+			if !wire.IsDecodeError(err) {
+				t.Fatalf("untyped error %v", err)
+			}
+			return
+		}
+		var fields wire.Fields
+		p.Fields(&fields)
+		out := make([]byte, fields.Len(len(p.Payload)))
+		n, err := fields.Encode(out, p.Payload)
+		if err != nil {
+			t.Fatalf("Encode of a decoded packet: %v", err)
+		}
+		want := bytes.Clone(b)
+		clear(want[len(want)-wire.ICRCSize-int(p.BTH.PadCount()):])
+		if !bytes.Equal(out[:n], want) {
+			t.Fatalf("re-encoded\n %x\nwant\n %x", out[:n], want)
+		}
+		var q wire.Packet
+		if err := q.Decode(out[:n]); err != nil {
+			t.Fatalf("decode of the re-encoded packet: %v", err)
+		}
+		var again wire.Fields
+		q.Fields(&again)
+		if again != fields {
+			t.Fatalf("fields changed:\n%+v\n%+v", fields, again)
+		}
+	})
+}
+
+// TestPcapngTshark: golden captures converted to pcapng by tshark (-F
+// pcapng, its default format) read as the same frames: the CM and RC
+// traffic of rping, the 580 frames of host_badicrc with their bad ICRCs,
+// and the READs of read_large. (Three of them: tshark takes most of a
+// second to start.)
+func TestPcapngTshark(t *testing.T) {
+	tshark, err := exec.LookPath("tshark")
+	if err != nil {
+		t.Skip("tshark is not on PATH; install Debian's tshark to run this test")
+	}
+	for _, name := range []string{"rping.pcap", "host_badicrc.pcap", "read_large.pcap"} {
+		path := golden.Path(t, name)
+		t.Run(name, func(t *testing.T) {
+			ng := filepath.Join(t.TempDir(), "capture.pcapng")
+			if out, err := exec.Command(tshark, "-r", path, "-F", "pcapng", "-w", ng).CombinedOutput(); err != nil {
+				t.Fatalf("tshark: %v\n%s", err, out)
+			}
+			if b, err := os.ReadFile(ng); err != nil || len(b) < 4 || binary.LittleEndian.Uint32(b) != 0x0a0d0d0a { // a section header block
+				t.Fatalf("tshark did not write pcapng: %v %.4x", err, b)
+			}
+			want, got := golden.Open(t, path), golden.Open(t, ng)
+			for i := 1; ; i++ {
+				w, werr := want.Next()
+				g, gerr := got.Next()
+				if werr != nil || gerr != nil {
+					if !errors.Is(werr, io.EOF) || !errors.Is(gerr, io.EOF) {
+						t.Fatalf("frame %d: from pcap %v, from pcapng %v; want both to end together", i, werr, gerr)
+					}
+					break
+				}
+				if !g.Time.Equal(w.Time) || !bytes.Equal(g.Data, w.Data) || g.RoCE != w.RoCE || g.Env != w.Env ||
+					!bytes.Equal(g.Payload, w.Payload) || g.ICRC != w.ICRC {
+					t.Errorf("frame %d differs:\npcapng %+v\npcap   %+v", i, g, w)
 				}
 			}
 		})

@@ -1,7 +1,8 @@
 // Package golden gives tests the captures of Linux rxe they compare with:
 // ../shared/golden beside the repository (see its README.md), which a clone
-// on its own lacks, and the RoCEv2 frames in a capture. Package wire's own
-// tests read captures without it, since it imports wire.
+// on its own lacks, and the RoCEv2 frames in a capture. Package wire's
+// tests that read them are in package wire_test, since this package imports
+// wire.
 package golden
 
 import (
@@ -37,7 +38,14 @@ func Path(t testing.TB, name string) string {
 // t if it is not there.
 func Reader(t testing.TB, name string) *wire.PcapReader {
 	t.Helper()
-	f, err := os.Open(Path(t, name))
+	return Open(t, Path(t, name))
+}
+
+// Open opens the capture file at path for reading, closed when t ends,
+// failing t if it cannot be read.
+func Open(t testing.TB, path string) *wire.PcapReader {
+	t.Helper()
+	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,15 +68,7 @@ type Frame struct {
 // if it cannot be read.
 func Frames(t testing.TB, path string) []Frame {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := wire.NewPcapReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := Open(t, path)
 	var frames []Frame
 	for n := 1; ; n++ {
 		fr, err := r.Next()
