@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic/cm"
 	"github.com/softnic/softnic/nic/internal/attachproto"
+	"github.com/softnic/softnic/nic/internal/provider"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/verbs"
@@ -23,22 +25,23 @@ import (
 
 // attachedPD is a PD of the daemon's, named by handle h.
 type attachedPD struct {
-	a  *attachment
-	h  uint32
-	pd mr.PDHandle // its number in the daemon's region table
+	a     *attachment
+	h     uint32
+	pd    mr.PDHandle // its number in the daemon's region table
+	owner any         // the public PD
 }
 
-func (a *attachment) allocPD(d *Device) (*PD, error) {
+func (a *attachment) AllocPD(owner any) (provider.PD, error) {
 	var r attachproto.PDResult
 	if _, err := a.call(context.Background(), attachproto.OpAllocPD, nil, nil, &r); err != nil {
 		return nil, err
 	}
-	return &PD{dev: d, prov: &attachedPD{a: a, h: r.H, pd: r.PD}}, nil
+	return &attachedPD{a: a, h: r.H, pd: r.PD, owner: owner}, nil
 }
 
-func (p *attachedPD) handle() mr.PDHandle { return p.pd }
+func (p *attachedPD) Handle() mr.PDHandle { return p.pd }
 
-func (p *attachedPD) dealloc() error {
+func (p *attachedPD) Dealloc() error {
 	_, err := p.a.call(context.Background(), attachproto.OpDeallocPD, attachproto.HandleArgs{H: p.h}, nil, nil)
 	return err
 }
@@ -52,21 +55,13 @@ func (c *attachedCQ) daemonHandle() uint32  { return c.h }
 func (s *attachedSRQ) daemonHandle() uint32 { return s.h }
 func (q *attachedQP) daemonHandle() uint32  { return q.h }
 
-// daemonHandle is the daemon's handle of the object whose provider is prov,
-// 0 for another device's (which the daemon refuses).
+// daemonHandle is the daemon's handle of the provider object prov, 0 for
+// none or another device's (which the daemon refuses).
 func daemonHandle(prov any) uint32 {
 	if n, ok := prov.(named); ok {
 		return n.daemonHandle()
 	}
 	return 0
-}
-
-// qpHandle is the daemon's handle of q, 0 for none.
-func qpHandle(q *QP) uint32 {
-	if q == nil {
-		return 0
-	}
-	return daemonHandle(q.prov)
 }
 
 // sharedBuf is memory this process shares with the daemon: a memfd of
@@ -79,26 +74,32 @@ type sharedBuf struct {
 	refs  int    // regions over the memory; it is unmapped with the last
 }
 
-// attachedMR is a region of an attached device.
+// attachedMR is a region of an attached device, in the PD pd: mem, part
+// of buf's memory, which the daemon registered with the key key at addr.
 type attachedMR struct {
-	a   *attachment
-	pub *MR
-	h   uint32
-	buf *sharedBuf
+	a    *attachment
+	pd   *attachedPD
+	h    uint32
+	buf  *sharedBuf
+	mem  []byte
+	key  uint32
+	addr uint64
 }
 
 // newMR returns the region the daemon registered as r over b's memory mem.
-func (a *attachment) newMR(pd *PD, mem []byte, r *attachproto.MRResult, b *sharedBuf) *MR {
-	m := &attachedMR{a: a, h: r.H, buf: b}
-	m.pub = &MR{pd: pd, buf: mem, key: r.LKey, addr: r.Addr, prov: m}
-	return m.pub
+func (p *attachedPD) newMR(mem []byte, r *attachproto.MRResult, b *sharedBuf) *attachedMR {
+	return &attachedMR{a: p.a, pd: p, h: r.H, buf: b, mem: mem, key: r.LKey, addr: r.Addr}
 }
 
-func (p *attachedPD) allocMR(pd *PD, size int, access mr.Access) (*MR, error) {
+func (m *attachedMR) Bytes() []byte { return m.mem }
+func (m *attachedMR) Key() uint32   { return m.key }
+func (m *attachedMR) Addr() uint64  { return m.addr }
+
+func (p *attachedPD) AllocMR(size int, access mr.Access) (provider.MR, error) {
 	a := p.a
 	m, err := shm.Create("softnic-mr", size)
 	if err != nil {
-		return nil, fmt.Errorf("softnic: memory region of %d bytes: %v: %w", size, err, ErrNoMem)
+		return nil, fmt.Errorf("softnic: memory region of %d bytes: %v: %w", size, err, mr.ErrNoMem)
 	}
 	var r attachproto.MRResult
 	_, err = a.call(context.Background(), attachproto.OpAllocMR, attachproto.AllocMRArgs{PD: p.h, Size: size, Access: access}, []int{m.FD()}, &r)
@@ -109,28 +110,28 @@ func (p *attachedPD) allocMR(pd *PD, size int, access mr.Access) (*MR, error) {
 	}
 	b := &sharedBuf{m: m, size: size, owner: r.H, live: true, refs: 1}
 	mem := m.Bytes()[:size:size]
-	reg := a.newMR(pd, mem, &r, b)
+	reg := p.newMR(mem, &r, b)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.ended.Load() {
 		m.Close()
-		return nil, ErrClosed
+		return nil, cm.ErrClosed
 	}
 	a.bufs[b] = struct{}{}
 	a.mrs[reg] = struct{}{}
 	return reg, nil
 }
 
-func (p *attachedPD) regMR(pd *PD, buf []byte, access mr.Access) (*MR, error) {
+func (p *attachedPD) RegMR(buf []byte, access mr.Access) (provider.MR, error) {
 	a := p.a
 	if len(buf) == 0 {
-		return nil, fmt.Errorf("softnic: register an empty buffer: %w", ErrInvalid)
+		return nil, fmt.Errorf("softnic: register an empty buffer: %w", mr.ErrInvalid)
 	}
 	start := addrOf(buf)
 	a.mu.Lock()
 	if a.ended.Load() {
 		a.mu.Unlock()
-		return nil, ErrClosed
+		return nil, cm.ErrClosed
 	}
 	var b *sharedBuf
 	for x := range a.bufs {
@@ -146,7 +147,7 @@ func (p *attachedPD) regMR(pd *PD, buf []byte, access mr.Access) (*MR, error) {
 	a.mu.Unlock()
 	if b == nil {
 		return nil, fmt.Errorf("softnic: register %d bytes at %#x: an attached process registers only memory it shares with the daemon; allocate it with PD.AllocMR (and register parts of it with RegMR): %w",
-			len(buf), start, ErrFault)
+			len(buf), start, mr.ErrFault)
 	}
 	var r attachproto.MRResult
 	off := int(start - addrOf(b.m.Bytes()))
@@ -157,17 +158,17 @@ func (p *attachedPD) regMR(pd *PD, buf []byte, access mr.Access) (*MR, error) {
 		a.unrefLocked(b)
 		return nil, err
 	}
-	reg := a.newMR(pd, buf, &r, b)
+	reg := p.newMR(buf, &r, b)
 	if a.mrs != nil {
 		a.mrs[reg] = struct{}{}
 	}
 	return reg, nil
 }
 
-// regShared has the daemon map the memfd fd and register n bytes at
+// RegShared has the daemon map the memfd fd and register n bytes at
 // offset off of it at iova; m, this process's mapping of them (from skip),
 // becomes the region's memory.
-func (p *attachedPD) regShared(pd *PD, m *shm.Mapping, skip, fd int, off int64, n int, iova uint64, access mr.Access) (*MR, error) {
+func (p *attachedPD) RegShared(m *shm.Mapping, skip, fd int, off int64, n int, iova uint64, access mr.Access) (provider.MR, error) {
 	a := p.a
 	m.CloseFD()
 	var r attachproto.MRResult
@@ -177,26 +178,26 @@ func (p *attachedPD) regShared(pd *PD, m *shm.Mapping, skip, fd int, off int64, 
 		return nil, err
 	}
 	b := &sharedBuf{m: m, size: len(m.Bytes()), owner: r.H, refs: 1}
-	reg := a.newMR(pd, m.Bytes()[skip:skip+n:skip+n], &r, b)
+	reg := p.newMR(m.Bytes()[skip:skip+n:skip+n], &r, b)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.ended.Load() {
 		m.Close()
-		return nil, ErrClosed
+		return nil, cm.ErrClosed
 	}
 	a.bufs[b] = struct{}{}
 	a.mrs[reg] = struct{}{}
 	return reg, nil
 }
 
-func (m *attachedMR) dereg() error {
+func (m *attachedMR) Dereg() error {
 	a := m.a
 	if _, err := a.call(context.Background(), attachproto.OpDeregMR, attachproto.HandleArgs{H: m.h}, nil, nil); err != nil {
 		return err
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	delete(a.mrs, m.pub)
+	delete(a.mrs, m)
 	if m.h == m.buf.owner {
 		m.buf.live = false
 	}
@@ -212,13 +213,13 @@ func (a *attachment) unrefLocked(b *sharedBuf) {
 	}
 }
 
-func (p *attachedPD) sgeAt(start, n uint64) (verbs.SGE, bool) {
+func (p *attachedPD) SGEAt(start, n uint64) (verbs.SGE, bool) {
 	a := p.a
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for m := range a.mrs {
-		base := addrOf(m.buf)
-		if m.pd.prov == p && start >= base && start-base <= uint64(len(m.buf)) && n <= uint64(len(m.buf))-(start-base) {
+		base := addrOf(m.mem)
+		if m.pd == p && start >= base && start-base <= uint64(len(m.mem)) && n <= uint64(len(m.mem))-(start-base) {
 			return verbs.SGE{Addr: m.addr + (start - base), Length: uint32(n), LKey: m.key}, true
 		}
 	}
@@ -228,9 +229,10 @@ func (p *attachedPD) sgeAt(start, n uint64) (verbs.SGE, bool) {
 // attachedCQ is the completion ring of an attached device's CQ: the
 // daemon writes completions, Poll reads them without a system call, and a
 // waiter that finds it empty arms it and sleeps reading the CQ's eventfd,
-// which the daemon signals (see CQ.wait).
+// which the daemon signals (see nic's CQ.wait).
 type attachedCQ struct {
 	a     *attachment
+	st    *provider.CQState
 	h     uint32
 	depth uint32
 	ev    *os.File
@@ -244,9 +246,9 @@ type attachedCQ struct {
 	kept   []verbs.WC // what the ring held when the device closed, not polled yet
 }
 
-func (a *attachment) createCQ(d *Device, depth int) (*CQ, error) {
+func (a *attachment) CreateCQ(depth int, st *provider.CQState) (provider.CQ, error) {
 	if depth <= 0 || depth > qp.MaxCQE {
-		return nil, fmt.Errorf("completion queue depth %d: %w", depth, ErrInvalid)
+		return nil, fmt.Errorf("completion queue depth %d: %w", depth, mr.ErrInvalid)
 	}
 	var r attachproto.CQResult
 	fds, err := a.call(context.Background(), attachproto.OpCreateCQ, attachproto.CreateCQArgs{Depth: depth}, nil, &r)
@@ -258,16 +260,16 @@ func (a *attachment) createCQ(d *Device, depth int) (*CQ, error) {
 		a.drop(attachproto.OpDestroyCQ, r.H)
 		return nil, err
 	}
-	ac := &attachedCQ{a: a, h: r.H, depth: uint32(depth), ev: os.NewFile(uintptr(fds[1]), "softnic-cq-event"), m: m, ring: ring}
+	ac := &attachedCQ{a: a, st: st, h: r.H, depth: uint32(depth), ev: os.NewFile(uintptr(fds[1]), "softnic-cq-event"), m: m, ring: ring}
 	a.mu.Lock()
 	if a.ended.Load() {
 		a.mu.Unlock()
 		ac.close(false)
-		return nil, ErrClosed
+		return nil, cm.ErrClosed
 	}
 	a.cqs[ac] = struct{}{}
 	a.mu.Unlock()
-	return newCQ(d, ac), nil
+	return ac, nil
 }
 
 // mapCQ maps the ring of a CQ of depth entries whose memfd is fds[0]; the
@@ -290,10 +292,10 @@ func (a *attachment) drop(op string, h uint32) {
 	a.call(context.Background(), op, attachproto.HandleArgs{H: h}, nil, nil)
 }
 
-// destroy has the daemon destroy the CQ, then unmaps its ring; a waiter
+// Destroy has the daemon destroy the CQ, then unmaps its ring; a waiter
 // asleep on it wakes with ErrClosed.
-func (c *attachedCQ) destroy(pub *CQ) error {
-	if pub.users.gone() {
+func (c *attachedCQ) Destroy() error {
+	if c.st.Users.Gone() {
 		return nil
 	}
 	a := c.a
@@ -304,12 +306,12 @@ func (c *attachedCQ) destroy(pub *CQ) error {
 	delete(a.cqs, c)
 	a.mu.Unlock()
 	c.close(false)
-	return pub.retire()
+	return c.st.Retire()
 }
 
-// park lets one waiter at a time, the one holding c.lead, arm the CQ and
-// sleep on its eventfd; the others sleep on CQ.wake.
-func (c *attachedCQ) park(ctx context.Context, done <-chan struct{}) (bool, error) {
+// Park lets one waiter at a time, the one holding c.lead, arm the CQ and
+// sleep on its eventfd; the others sleep in CQState.Sleep.
+func (c *attachedCQ) Park(ctx context.Context, done <-chan struct{}) (bool, error) {
 	if !c.lead.TryLock() {
 		return false, nil
 	}
@@ -327,7 +329,7 @@ func (c *attachedCQ) sleep(ctx context.Context, done <-chan struct{}) error {
 	}
 	select {
 	case <-done:
-		return ErrClosed
+		return cm.ErrClosed
 	default:
 	}
 	if ctx.Done() != nil {
@@ -348,13 +350,13 @@ func (c *attachedCQ) sleep(ctx context.Context, done <-chan struct{}) error {
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		select {
 		case <-done:
-			return ErrClosed
+			return cm.ErrClosed
 		default: // a deadline left by an earlier waiter's context
 			c.ev.SetReadDeadline(time.Time{})
 			return nil
 		}
 	default:
-		return ErrClosed
+		return cm.ErrClosed
 	}
 }
 
@@ -370,14 +372,14 @@ func (c *attachedCQ) interrupt() {
 	}
 }
 
-// poll moves up to len(wcs) completions out of the ring; the daemon
+// Poll moves up to len(wcs) completions out of the ring; the daemon
 // processes the packets, so drive has nothing to do.
-func (c *attachedCQ) poll(wcs []verbs.WC, _ bool) (int, error) {
+func (c *attachedCQ) Poll(wcs []verbs.WC, _ bool) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		if len(c.kept) == 0 {
-			return 0, ErrClosed
+			return 0, cm.ErrClosed
 		}
 		n := copy(wcs, c.kept)
 		c.kept = c.kept[n:]
@@ -399,7 +401,7 @@ func (c *attachedCQ) poll(wcs []verbs.WC, _ bool) (int, error) {
 		return n, nil
 	}
 	if c.ring.Overflow().Load() != 0 {
-		return 0, ErrOverflow
+		return 0, qp.ErrOverflow
 	}
 	return 0, nil
 }
@@ -416,7 +418,7 @@ func (c *attachedCQ) arm() bool {
 	return c.ring.Producer().Load() == c.cons
 }
 
-func (c *attachedCQ) len() int {
+func (c *attachedCQ) Len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -446,9 +448,10 @@ func (c *attachedCQ) close(keep bool) {
 	c.ev.Close()
 }
 
-// attachedSRQ is the ring of an attached device's SRQ.
+// attachedSRQ is the ring of an attached device's SRQ, of the PD pd.
 type attachedSRQ struct {
 	a      *attachment
+	pd     *attachedPD
 	h      uint32
 	depth  uint32
 	maxSGE int
@@ -458,12 +461,14 @@ type attachedSRQ struct {
 	ring   shm.Ring
 	prod   uint32
 	closed bool
+
+	destroyed atomic.Bool // by Destroy
 }
 
-func (p *attachedPD) createSRQ(pd *PD, depth, maxSGE int) (*SRQ, error) {
+func (p *attachedPD) CreateSRQ(depth, maxSGE int) (provider.SRQ, error) {
 	a := p.a
 	if depth <= 0 || depth > qp.MaxSRQWR || maxSGE <= 0 || maxSGE > qp.MaxSGE {
-		return nil, fmt.Errorf("SRQ depth %d, max SGE %d: %w", depth, maxSGE, ErrInvalid)
+		return nil, fmt.Errorf("SRQ depth %d, max SGE %d: %w", depth, maxSGE, mr.ErrInvalid)
 	}
 	var r attachproto.SRQResult
 	fds, err := a.call(context.Background(), attachproto.OpCreateSRQ, attachproto.CreateSRQArgs{PD: p.h, Depth: depth, MaxSGE: maxSGE}, nil, &r)
@@ -475,15 +480,15 @@ func (p *attachedPD) createSRQ(pd *PD, depth, maxSGE int) (*SRQ, error) {
 		a.drop(attachproto.OpDestroySRQ, r.H)
 		return nil, err
 	}
-	s := &attachedSRQ{a: a, h: r.H, depth: uint32(depth), maxSGE: maxSGE, m: m, ring: ring}
+	s := &attachedSRQ{a: a, pd: p, h: r.H, depth: uint32(depth), maxSGE: maxSGE, m: m, ring: ring}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.ended.Load() {
 		s.close()
-		return nil, ErrClosed
+		return nil, cm.ErrClosed
 	}
 	a.srqs[s] = struct{}{}
-	return &SRQ{pd: pd, prov: s}, nil
+	return s, nil
 }
 
 // mapRing maps the ring of n slots of size bytes whose memfd is fds[0],
@@ -496,9 +501,9 @@ func mapRing(fds []int, size, n int) (*shm.Mapping, shm.Ring, error) {
 	return shm.MapRing(fds[0], n, size)
 }
 
-// postRecv posts a receive WR. It needs no doorbell: the daemon takes an
+// PostRecv posts a receive WR. It needs no doorbell: the daemon takes an
 // SRQ's WRs as packets arrive.
-func (s *attachedSRQ) postRecv(wr *verbs.RecvWR) error {
+func (s *attachedSRQ) PostRecv(wr *verbs.RecvWR) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return postRecvLocked(&s.ring, &s.prod, s.depth, s.maxSGE, s.closed || s.a.ended.Load(), wr)
@@ -509,15 +514,15 @@ func (s *attachedSRQ) postRecv(wr *verbs.RecvWR) error {
 func postRecvLocked(ring *shm.Ring, prod *uint32, depth uint32, maxSGE int, closed bool, wr *verbs.RecvWR) error {
 	switch {
 	case closed:
-		return ErrClosed
+		return cm.ErrClosed
 	case len(wr.SGL) > maxSGE:
-		return fmt.Errorf("receive WR with %d SGEs, at most %d: %w", len(wr.SGL), maxSGE, ErrInvalid)
+		return fmt.Errorf("receive WR with %d SGEs, at most %d: %w", len(wr.SGL), maxSGE, mr.ErrInvalid)
 	case *prod-ring.Consumer().Load() >= depth:
-		return fmt.Errorf("receive queue full (%d WRs): %w", depth, ErrNoMem)
+		return fmt.Errorf("receive queue full (%d WRs): %w", depth, mr.ErrNoMem)
 	}
 	for i := range wr.SGL {
 		if uint64(wr.SGL[i].Length)+wr.SGL[i].Addr < wr.SGL[i].Addr {
-			return fmt.Errorf("receive SGE %d wraps the address space: %w", i, ErrInvalid)
+			return fmt.Errorf("receive SGE %d wraps the address space: %w", i, mr.ErrInvalid)
 		}
 	}
 	if err := shm.EncodeRecv(ring.Slot(*prod), wr); err != nil {
@@ -535,8 +540,8 @@ type attachedMW struct {
 	key atomic.Uint32 // its rkey after the binds posted
 }
 
-// allocMW has the daemon allocate a window in pd.
-func (p *attachedPD) allocMW(pd *PD, typ mr.WindowType) (*MW, error) {
+// AllocMW has the daemon allocate a window in the PD.
+func (p *attachedPD) AllocMW(typ mr.WindowType) (provider.MW, error) {
 	a := p.a
 	var r attachproto.MWResult
 	if _, err := a.call(context.Background(), attachproto.OpAllocMW, attachproto.AllocMWArgs{PD: p.h, Type: typ}, nil, &r); err != nil {
@@ -547,14 +552,14 @@ func (p *attachedPD) allocMW(pd *PD, typ mr.WindowType) (*MW, error) {
 	a.mu.Lock()
 	a.mws[r.RKey>>8] = w
 	a.mu.Unlock()
-	return &MW{pd: pd, typ: typ, prov: w}, nil
+	return w, nil
 }
 
-// rkey is the key of the last bind posted for the window, as libibverbs
+// RKey is the key of the last bind posted for the window, as libibverbs
 // updates mw->rkey when ibv_bind_mw posts.
-func (w *attachedMW) rkey() uint32 { return w.key.Load() }
+func (w *attachedMW) RKey() uint32 { return w.key.Load() }
 
-func (w *attachedMW) dealloc() error {
+func (w *attachedMW) Dealloc() error {
 	a := w.a
 	if _, err := a.call(context.Background(), attachproto.OpDeallocMW, attachproto.HandleArgs{H: w.h}, nil, nil); err != nil {
 		return err
@@ -586,9 +591,9 @@ func (a *attachment) bindPosted(wr *verbs.SendWR) {
 	}
 }
 
-// destroy has the daemon destroy the SRQ, then unmaps its ring.
-func (s *attachedSRQ) destroy(pub *SRQ) error {
-	if pub.users.gone() {
+// Destroy has the daemon destroy the SRQ, then unmaps its ring.
+func (s *attachedSRQ) Destroy() error {
+	if s.destroyed.Load() {
 		return nil
 	}
 	a := s.a
@@ -599,7 +604,8 @@ func (s *attachedSRQ) destroy(pub *SRQ) error {
 	delete(a.srqs, s)
 	a.mu.Unlock()
 	s.close()
-	return pub.retire()
+	s.destroyed.Store(true)
+	return nil
 }
 
 func (s *attachedSRQ) close() {
@@ -617,11 +623,12 @@ func (s *attachedSRQ) close() {
 // written only under its lock with the QP open: close takes both locks to
 // unmap them.
 type attachedQP struct {
-	a    *attachment
-	h    uint32
-	num  uint32
-	slot uint32 // in the doorbell page
-	cfg  attachproto.QPConfig
+	a     *attachment
+	owner any // the public QP
+	h     uint32
+	num   uint32
+	slot  uint32 // in the doorbell page
+	cfg   attachproto.QPConfig
 	// info is what the daemon told of the QP last (zero once the QP is
 	// closed), read by posts without a lock; infoMu orders its writers.
 	info   atomic.Pointer[attachproto.QueryQPResult]
@@ -638,44 +645,49 @@ type attachedQP struct {
 	closed atomic.Bool
 }
 
-func (p *attachedPD) createQP(pd *PD, cfg QPConfig) (*QP, error) {
+func (p *attachedPD) CreateQP(cfg provider.QPConfig) (provider.QP, error) {
 	a := p.a
-	if err := a.checkQPConfig(pd, &cfg); err != nil {
+	if err := p.checkQPConfig(&cfg); err != nil {
 		return nil, err
 	}
 	var r attachproto.QPResult
-	fds, err := a.call(context.Background(), attachproto.OpCreateQP, attachproto.CreateQPArgs{PD: p.h, Config: cfg.args()}, nil, &r)
+	fds, err := a.call(context.Background(), attachproto.OpCreateQP, attachproto.CreateQPArgs{PD: p.h, Config: qpArgs(&cfg)}, nil, &r)
 	if err != nil {
 		return nil, err
 	}
-	q, err := a.newQP(pd, &r, fds)
+	q, err := p.newQP(&r, fds)
 	if err != nil {
 		a.drop(attachproto.OpDestroyQP, r.H)
+		return nil, err
 	}
-	return q, err
+	return q, nil
 }
 
-// checkQPConfig checks that cfg names objects of this device.
-func (a *attachment) checkQPConfig(pd *PD, cfg *QPConfig) error {
+// checkQPConfig checks that cfg, for a QP of the PD, names objects of this
+// device.
+func (p *attachedPD) checkQPConfig(cfg *provider.QPConfig) error {
 	switch {
 	case cfg.SendCQ == nil:
-		return fmt.Errorf("QP needs a send CQ: %w", ErrInvalid)
-	case !a.ownCQ(cfg.SendCQ), cfg.RecvCQ != nil && !a.ownCQ(cfg.RecvCQ):
-		return fmt.Errorf("CQ of another device: %w", ErrInvalid)
-	case cfg.SRQ != nil && cfg.SRQ.pd != pd:
-		return fmt.Errorf("SRQ of another PD: %w", ErrInvalid)
+		return fmt.Errorf("QP needs a send CQ: %w", mr.ErrInvalid)
+	case !p.a.ownCQ(cfg.SendCQ), cfg.RecvCQ != nil && !p.a.ownCQ(cfg.RecvCQ):
+		return fmt.Errorf("CQ of another device: %w", mr.ErrInvalid)
+	}
+	if s, ok := cfg.SRQ.(*attachedSRQ); cfg.SRQ != nil && (!ok || s.pd != p) {
+		return fmt.Errorf("SRQ of another PD: %w", mr.ErrInvalid)
 	}
 	return nil
 }
 
 // ownCQ reports whether c is a CQ of this device.
-func (a *attachment) ownCQ(c *CQ) bool {
-	ac, ok := c.prov.(*attachedCQ)
+func (a *attachment) ownCQ(c provider.CQ) bool {
+	ac, ok := c.(*attachedCQ)
 	return ok && ac.a == a
 }
 
-// newQP maps the rings of a QP the daemon made.
-func (a *attachment) newQP(pd *PD, r *attachproto.QPResult, fds []int) (*QP, error) {
+// newQP maps the rings of a QP the daemon made in the PD, and has the
+// device wrap it.
+func (p *attachedPD) newQP(r *attachproto.QPResult, fds []int) (*attachedQP, error) {
+	a := p.a
 	c := r.Config
 	want := 2
 	if c.SRQ != 0 {
@@ -698,36 +710,40 @@ func (a *attachment) newQP(pd *PD, r *attachproto.QPResult, fds []int) (*QP, err
 		}
 	}
 	q.cache(&attachproto.QueryQPResult{Attr: r.Attr, Status: qp.Status{State: r.Attr.State}})
+	q.owner = a.up.WrapQP(p.owner, q)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.ended.Load() {
 		q.close()
-		return nil, ErrClosed
+		return nil, cm.ErrClosed
 	}
-	nq := &QP{dev: a.d, pd: pd, num: r.QPN, prov: q}
-	a.qps[q] = nq
-	return nq, nil
+	a.qps[q] = struct{}{}
+	return q, nil
 }
 
-// qpError passes the daemon's news of a QP's error on to Config.OnQPError.
+// qpError passes the daemon's news of a QP's error up to the device
+// (Config.OnQPError).
 func (a *attachment) qpError(m *attachproto.Msg) {
 	var ev attachproto.QPErrorEvent
-	if a.d.qpErrors == nil || json.Unmarshal(m.Args, &ev) != nil {
+	if json.Unmarshal(m.Args, &ev) != nil {
 		return
 	}
 	a.mu.Lock()
-	var q *QP
-	for aq, nq := range a.qps {
+	var q *attachedQP
+	for aq := range a.qps {
 		if aq.h == ev.H {
-			q = nq
+			q = aq
 			break
 		}
 	}
 	a.mu.Unlock()
 	if q != nil {
-		a.d.qpErrors.Post(qpError{q, ev.Cause})
+		a.up.QPError(q.owner, ev.Cause)
 	}
 }
+
+func (q *attachedQP) Num() uint32 { return q.num }
+func (q *attachedQP) Owner() any  { return q.owner }
 
 // cache records what the daemon told of the QP: posting checks its state
 // and attributes, and Attr and Status fall back on it once the daemon
@@ -779,21 +795,21 @@ func (q *attachedQP) countQueued(st *qp.Status) {
 	q.rqMu.Unlock()
 }
 
-func (q *attachedQP) typ() verbs.Type { return q.cfg.Type }
+func (q *attachedQP) Type() verbs.Type { return q.cfg.Type }
 
-func (q *attachedQP) attr() verbs.Attr {
+func (q *attachedQP) Attr() verbs.Attr {
 	a, _ := q.query() // on error, what the daemon told last
 	return a.Attr
 }
 
-func (q *attachedQP) status() qp.Status {
+func (q *attachedQP) Status() qp.Status {
 	a, _ := q.query() // on error, what the daemon told last
 	return a.Status
 }
 
-func (q *attachedQP) modify(attr *verbs.Attr, mask verbs.AttrMask) error {
+func (q *attachedQP) Modify(attr *verbs.Attr, mask verbs.AttrMask) error {
 	if q.closed.Load() {
-		return ErrClosed // as an embedded QP after Destroy: the daemon forgot its handle
+		return cm.ErrClosed // as an embedded QP after Destroy: the daemon forgot its handle
 	}
 	var r attachproto.QueryQPResult
 	if _, err := q.a.call(context.Background(), attachproto.OpModifyQP, attachproto.ModifyQPArgs{H: q.h, Attr: *attr, Mask: mask}, nil, &r); err != nil {
@@ -810,7 +826,7 @@ func (q *attachedQP) modify(attr *verbs.Attr, mask verbs.AttrMask) error {
 func (q *attachedQP) checkSend(wr *verbs.SendWR) error {
 	at := &q.info.Load().Attr
 	if !at.State.TakesSends() {
-		return fmt.Errorf("the QP is %s; posting sends needs RTS: %w", at.State, ErrInvalid)
+		return fmt.Errorf("the QP is %s; posting sends needs RTS: %w", at.State, mr.ErrInvalid)
 	}
 	caps := qp.SendCaps{Type: q.cfg.Type, MaxSGE: q.cfg.MaxSendSGE, MaxInline: q.cfg.MaxInline,
 		MTU: at.PayloadMTU(q.cfg.Type), MaxRdAtomic: at.MaxRdAtomic}
@@ -820,13 +836,13 @@ func (q *attachedQP) checkSend(wr *verbs.SendWR) error {
 // postSendLocked writes wr into the next slot of the send ring.
 func (q *attachedQP) postSendLocked(wr *verbs.SendWR) error {
 	if q.closed.Load() || q.a.ended.Load() {
-		return ErrClosed
+		return cm.ErrClosed
 	}
 	if err := q.checkSend(wr); err != nil {
 		return fmt.Errorf("QP %#x: %w", q.num, err)
 	}
 	if q.sqProd-q.sq.Consumer().Load() >= q.sq.Len() {
-		return fmt.Errorf("QP %#x: send queue full (%d WRs): %w", q.num, q.sq.Len(), ErrNoMem)
+		return fmt.Errorf("QP %#x: send queue full (%d WRs): %w", q.num, q.sq.Len(), mr.ErrNoMem)
 	}
 	if err := shm.EncodeSend(q.sq.Slot(q.sqProd), wr); err != nil {
 		return fmt.Errorf("QP %#x: %w", q.num, err)
@@ -835,7 +851,7 @@ func (q *attachedQP) postSendLocked(wr *verbs.SendWR) error {
 	return nil
 }
 
-func (q *attachedQP) postSend(wr *verbs.SendWR, ring bool) error {
+func (q *attachedQP) PostSend(wr *verbs.SendWR, ring bool) error {
 	a := q.a
 	q.sqMu.Lock()
 	err := q.postSendLocked(wr)
@@ -852,7 +868,7 @@ func (q *attachedQP) postSend(wr *verbs.SendWR, ring bool) error {
 	return err
 }
 
-func (q *attachedQP) postSends(wrs []verbs.SendWR) (int, error) {
+func (q *attachedQP) PostSends(wrs []verbs.SendWR) (int, error) {
 	a := q.a
 	q.sqMu.Lock()
 	n := 0
@@ -876,16 +892,16 @@ func (q *attachedQP) postSends(wrs []verbs.SendWR) (int, error) {
 	return n, err
 }
 
-// ringDoorbell rings the doorbell for the send ring, if the daemon asks
+// RingDoorbell rings the doorbell for the send ring, if the daemon asks
 // for it: a QP with requests outstanding takes new ones without.
-func (q *attachedQP) ringDoorbell() error {
+func (q *attachedQP) RingDoorbell() error {
 	a := q.a
 	q.sqMu.Lock()
 	closed := q.closed.Load() || a.ended.Load()
 	bell := !closed && q.sq.Doorbell().Load() != 0
 	q.sqMu.Unlock()
 	if closed {
-		return ErrClosed
+		return cm.ErrClosed
 	}
 	if bell {
 		a.ringDoorbell(q.slot)
@@ -893,15 +909,15 @@ func (q *attachedQP) ringDoorbell() error {
 	return nil
 }
 
-func (q *attachedQP) postRecv(wr *verbs.RecvWR) error {
+func (q *attachedQP) PostRecv(wr *verbs.RecvWR) error {
 	a := q.a
 	switch {
 	case q.cfg.SRQ != 0:
-		return fmt.Errorf("QP %#x takes its receive WRs from an SRQ: %w", q.num, ErrInvalid)
+		return fmt.Errorf("QP %#x takes its receive WRs from an SRQ: %w", q.num, mr.ErrInvalid)
 	case q.closed.Load() || a.ended.Load():
-		return fmt.Errorf("QP %#x: %w", q.num, ErrClosed)
+		return fmt.Errorf("QP %#x: %w", q.num, cm.ErrClosed)
 	case q.info.Load().Attr.State == verbs.Reset:
-		return fmt.Errorf("QP %#x is RESET; posting receives needs INIT or later: %w", q.num, ErrInvalid)
+		return fmt.Errorf("QP %#x is RESET; posting receives needs INIT or later: %w", q.num, mr.ErrInvalid)
 	}
 	q.rqMu.Lock()
 	err := postRecvLocked(&q.rq, &q.rqProd, q.rq.Len(), q.cfg.MaxRecvSGE, q.closed.Load() || a.ended.Load(), wr)
@@ -916,7 +932,7 @@ func (q *attachedQP) postRecv(wr *verbs.RecvWR) error {
 	return nil
 }
 
-func (q *attachedQP) destroy() error {
+func (q *attachedQP) Destroy() error {
 	a := q.a
 	if q.closed.Load() {
 		return nil

@@ -7,7 +7,10 @@ import (
 	"net/netip"
 	"sync"
 
+	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic/cm"
 	"github.com/softnic/softnic/nic/internal/attachproto"
+	"github.com/softnic/softnic/nic/internal/provider"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
 )
@@ -16,56 +19,59 @@ import (
 // the connections (its CM on its QP1) on behalf of the process, with QPs
 // whose rings the process maps.
 
-// attachedListener is a listener of the daemon's, named by handle h.
+// attachedListener is a listener of the daemon's on port, named by handle
+// h; the QPs of the connections it accepts are of the PD pd.
 type attachedListener struct {
 	a      *attachment
 	h      uint32
+	port   uint16
+	pd     *attachedPD
 	closed chan struct{} // closed by Close
 }
 
-func (a *attachment) listen(l *Listener, opts *ListenOptions) (listenerProvider, error) {
-	port := l.port
-	if err := a.checkQPConfig(opts.PD, &opts.QP); err != nil {
-		return nil, fmt.Errorf("softnic: listen on port %d: %w", port, err)
+// Listen listens with a PD of this device (nic's Listen checked it).
+func (a *attachment) Listen(port uint16, opts *provider.ListenOptions) (provider.Listener, uint16, error) {
+	pd := opts.PD.(*attachedPD)
+	if err := pd.checkQPConfig(&opts.QP); err != nil {
+		return nil, 0, fmt.Errorf("softnic: listen on port %d: %w", port, err)
 	}
 	var r attachproto.ListenResult
-	args := attachproto.ListenArgs{Port: port, PD: daemonHandle(opts.PD.prov), QP: opts.QP.args(), Backlog: opts.Backlog}
+	args := attachproto.ListenArgs{Port: port, PD: pd.h, QP: qpArgs(&opts.QP), Backlog: opts.Backlog}
 	if _, err := a.call(context.Background(), attachproto.OpListen, args, nil, &r); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	l.port = r.Port
-	return &attachedListener{a: a, h: r.H, closed: make(chan struct{})}, nil
+	return &attachedListener{a: a, h: r.H, port: r.Port, pd: pd, closed: make(chan struct{})}, r.Port, nil
 }
 
-// acceptRequest asks the daemon for l's next request. A closed listener
+// AcceptRequest asks the daemon for the listener's next request. A closed listener
 // fails with ErrClosed, as an embedded one does, without asking: the
 // daemon has forgotten its handle. A call that Close overtakes fails at
 // the daemon with ErrClosed or, if the handle went first, ErrInvalid;
 // either is ErrClosed here.
-func (al *attachedListener) acceptRequest(ctx context.Context, l *Listener) (*Request, error) {
-	if isClosed(al.closed) {
-		return nil, l.errClosed()
+func (al *attachedListener) AcceptRequest(ctx context.Context) (provider.Request, error) {
+	if provider.IsClosed(al.closed) {
+		return nil, provider.ListenerClosed(al.port)
 	}
 	var r attachproto.RequestResult
 	if _, err := al.a.call(ctx, attachproto.OpAcceptRequest, attachproto.HandleArgs{H: al.h}, nil, &r); err != nil {
 		switch {
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
-		case isClosed(al.closed):
-			return nil, l.errClosed()
+		case provider.IsClosed(al.closed):
+			return nil, provider.ListenerClosed(al.port)
 		}
 		return nil, err
 	}
-	return &Request{l: l, peer: r.Remote, private: r.Private, prov: &attachedRequest{a: al.a, h: r.H}}, nil
+	return &attachedRequest{a: al.a, h: r.H, peer: r.Remote, private: r.Private, pd: al.pd}, nil
 }
 
-// closeListener closes l at the daemon, once: closing it again returns nil
-// as an embedded listener's Close does. So does closing it after the
+// Close closes the listener at the daemon, once: closing it again returns
+// nil as an embedded listener's Close does. So does closing it after the
 // session ended, which closed it at the daemon.
-func (al *attachedListener) close() error {
+func (al *attachedListener) Close() error {
 	a := al.a
 	a.mu.Lock()
-	if isClosed(al.closed) {
+	if provider.IsClosed(al.closed) {
 		a.mu.Unlock()
 		return nil
 	}
@@ -78,42 +84,49 @@ func (al *attachedListener) close() error {
 	return err
 }
 
-// attachedRequest is a request the daemon's listener received, named by
-// handle h, and the process's answer once given: the connection accepted,
-// or rejected. The daemon forgets an answered request; these give a second
-// answer the embedded device's errors.
+// attachedRequest is a request from peer the daemon's listener received,
+// named by handle h, for a connection whose QP is of the PD pd; and the
+// process's answer once given: the connection accepted, or rejected. The
+// daemon forgets an answered request; these give a second answer the
+// embedded device's errors.
 type attachedRequest struct {
 	a        *attachment
 	h        uint32
+	peer     netip.AddrPort
+	private  []byte
+	pd       *attachedPD
 	answerMu sync.Mutex
-	accepted *Conn
+	accepted provider.Conn
 	rejected bool
 }
 
-func (ar *attachedRequest) accept(r *Request, opts AcceptOptions) (*Conn, error) {
+func (ar *attachedRequest) Remote() netip.AddrPort { return ar.peer }
+func (ar *attachedRequest) PrivateData() []byte    { return ar.private }
+
+func (ar *attachedRequest) Accept(opts *provider.AcceptOptions) (provider.Connection, error) {
 	ar.answerMu.Lock()
 	defer ar.answerMu.Unlock()
-	if err := ar.answeredLocked(r.peer); err != nil {
-		return nil, err
+	if err := ar.answeredLocked(); err != nil {
+		return provider.Connection{}, err
 	}
 	a := ar.a
 	var res attachproto.ConnResult
 	fds, err := a.call(context.Background(), attachproto.OpAccept, attachproto.AcceptArgs{
 		Request: ar.h, PrivateData: opts.PrivateData, ResponderResources: opts.ResponderResources,
-		InitiatorDepth: opts.InitiatorDepth, RNRRetryCount: opts.RNRRetryCount, UseQP: qpHandle(opts.UseQP),
+		InitiatorDepth: opts.InitiatorDepth, RNRRetryCount: opts.RNRRetryCount, UseQP: daemonHandle(opts.UseQP),
 	}, nil, &res)
 	if err != nil {
-		return nil, err
+		return provider.Connection{}, err
 	}
-	c, err := a.newConn(r.l.pd, &res, fds, opts.UseQP)
-	ar.accepted = c
+	c, err := ar.pd.newConn(&res, fds, opts.UseQP)
+	ar.accepted = c.Conn
 	return c, err
 }
 
-func (ar *attachedRequest) reject(r *Request, private []byte) error {
+func (ar *attachedRequest) Reject(private []byte) error {
 	ar.answerMu.Lock()
 	defer ar.answerMu.Unlock()
-	if err := ar.answeredLocked(r.peer); err != nil {
+	if err := ar.answeredLocked(); err != nil {
 		return err
 	}
 	_, err := ar.a.call(context.Background(), attachproto.OpReject, attachproto.RejectArgs{Request: ar.h, Private: private}, nil, nil)
@@ -122,9 +135,9 @@ func (ar *attachedRequest) reject(r *Request, private []byte) error {
 }
 
 // answeredLocked returns the error an embedded device gives a request
-// from peer answered already, as the CM state it left: why the connection
-// ended, or that it is established (or rejected), which is EINVAL.
-func (r *attachedRequest) answeredLocked(peer netip.AddrPort) error {
+// answered already, as the CM state it left: why the connection ended, or
+// that it is established (or rejected), which is EINVAL.
+func (r *attachedRequest) answeredLocked() error {
 	state := ""
 	switch {
 	case r.rejected:
@@ -141,48 +154,53 @@ func (r *attachedRequest) answeredLocked(peer netip.AddrPort) error {
 		default:
 		}
 	}
-	return fmt.Errorf("connection with %v is %s: %w", peer, state, ErrInvalid)
+	return fmt.Errorf("connection with %v is %s: %w", r.peer, state, mr.ErrInvalid)
 }
 
-// dialMTU leaves the path MTU to the daemon, unless the options ask for
+// DialMTU leaves the path MTU to the daemon, unless the options ask for
 // one.
-func (a *attachment) dialMTU(asked int, _ netip.AddrPort) int { return asked }
+func (a *attachment) DialMTU(asked int, _ netip.AddrPort) int { return asked }
 
-func (a *attachment) dial(ctx context.Context, _ *Device, remote netip.AddrPort, port uint16, o *DialOptions) (*Conn, error) {
-	// A QP of the caller's is checked by Dial; the daemon checks it too.
-	if err := a.checkQPConfig(o.PD, &o.QP); o.UseQP == nil && err != nil {
-		return nil, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err)
+// Dial connects with a QP of o.PD, or o.UseQP, both of this device (nic's
+// Dial checked them; the daemon checks them too).
+func (a *attachment) Dial(ctx context.Context, remote netip.AddrPort, port uint16, o *provider.DialOptions) (provider.Connection, error) {
+	pd := o.PD.(*attachedPD)
+	if err := pd.checkQPConfig(&o.QP); o.UseQP == nil && err != nil {
+		return provider.Connection{}, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err)
 	}
 	var res attachproto.ConnResult
 	fds, err := a.call(ctx, attachproto.OpDial, dialArgs(remote, port, o), nil, &res)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, ctx.Err())
+			return provider.Connection{}, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, ctx.Err())
 		}
-		return nil, err
+		return provider.Connection{}, err
 	}
-	return a.newConn(o.PD, &res, fds, o.UseQP)
+	return pd.newConn(&res, fds, o.UseQP)
 }
 
-// newConn wraps a connection the daemon made, with its QP: a new one, or
-// use, the caller's, which the daemon has connected.
-func (a *attachment) newConn(pd *PD, r *attachproto.ConnResult, fds []int, use *QP) (*Conn, error) {
-	q, err := use, error(nil)
+// newConn returns a connection the daemon made, with its QP: a new one of
+// the PD, or use, the caller's, which the daemon has connected.
+func (p *attachedPD) newConn(r *attachproto.ConnResult, fds []int, use provider.QP) (provider.Connection, error) {
+	a := p.a
+	var q *attachedQP
+	var err error
 	if use != nil {
 		shm.CloseFDs(fds)
-		use.prov.(*attachedQP).cache(&attachproto.QueryQPResult{Attr: r.QP.Attr, Status: qp.Status{State: r.QP.Attr.State}})
+		q = use.(*attachedQP)
+		q.cache(&attachproto.QueryQPResult{Attr: r.QP.Attr, Status: qp.Status{State: r.QP.Attr.State}})
 	} else {
-		q, err = a.newQP(pd, &r.QP, fds)
+		q, err = p.newQP(&r.QP, fds)
 	}
 	if err != nil {
 		a.call(context.Background(), attachproto.OpDisconnect, attachproto.HandleArgs{H: r.H}, nil, nil)
 		a.mu.Lock()
 		delete(a.unknownEnds, r.H)
 		a.mu.Unlock()
-		return nil, err
+		return provider.Connection{}, err
 	}
-	ac := &attachedConn{a: a, h: r.H, closed: make(chan struct{})}
-	c := &Conn{dev: a.d, qp: q, peer: r.Remote, private: r.Private, ownQP: use == nil, prov: ac}
+	ac := &attachedConn{a: a, h: r.H, qp: q, ownQP: use == nil, closed: make(chan struct{})}
+	c := provider.Connection{QP: q, Remote: r.Remote, Private: r.Private, Conn: ac}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if why, ok := a.unknownEnds[r.H]; ok {
@@ -190,42 +208,44 @@ func (a *attachment) newConn(pd *PD, r *attachproto.ConnResult, fds []int, use *
 		ac.endLocked(why)
 	}
 	if a.ended.Load() {
-		ac.endLocked(ErrClosed)
+		ac.endLocked(cm.ErrClosed)
 	}
 	a.conns[r.H] = ac
 	return c, nil
 }
 
 // attachedConn is a connection the daemon's connection manager made,
-// named by handle h; ended and why say whether and why it ended, under
-// the attachment's lock.
+// named by handle h, with its QP (made for it if ownQP); ended and why say
+// whether and why it ended, under the attachment's lock.
 type attachedConn struct {
 	a      *attachment
 	h      uint32
+	qp     *attachedQP
+	ownQP  bool
 	closed chan struct{} // closed when it ends
 	ended  bool
 	why    error
 }
 
-func (c *attachedConn) done() <-chan struct{} { return c.closed }
+func (c *attachedConn) Done() <-chan struct{} { return c.closed }
 
-func (c *attachedConn) err() error {
+func (c *attachedConn) Err() error {
 	c.a.mu.Lock()
 	defer c.a.mu.Unlock()
 	return c.why
 }
 
-// disconnect closes the connection at the daemon (DREQ, DREP waited for)
-// and unmaps its QP's rings.
-func (c *attachedConn) disconnect(pub *Conn) {
+// Disconnect closes the connection at the daemon (DREQ, DREP waited for)
+// and unmaps the rings of its QP, if made for it.
+func (c *attachedConn) Disconnect() {
 	a := c.a
 	a.call(context.Background(), attachproto.OpDisconnect, attachproto.HandleArgs{H: c.h}, nil, nil)
 	a.mu.Lock()
 	c.endLocked(nil)
 	delete(a.conns, c.h)
 	a.mu.Unlock()
-	if pub.ownQP {
-		a.forget(pub.qp.prov.(*attachedQP))
+	if c.ownQP {
+		a.forget(c.qp)
 	}
 }
 
@@ -255,11 +275,11 @@ func (c *attachedConn) endLocked(err error) {
 }
 
 // dialArgs describes a Dial's options to the daemon.
-func dialArgs(remote netip.AddrPort, port uint16, o *DialOptions) attachproto.DialArgs {
+func dialArgs(remote netip.AddrPort, port uint16, o *provider.DialOptions) attachproto.DialArgs {
 	return attachproto.DialArgs{
-		Remote: remote, Port: port, PD: daemonHandle(o.PD.prov), QP: o.QP.args(), Private: o.PrivateData,
+		Remote: remote, Port: port, PD: daemonHandle(o.PD), QP: qpArgs(&o.QP), Private: o.PrivateData,
 		ResponderResources: o.ResponderResources, InitiatorDepth: o.InitiatorDepth,
 		RetryCount: o.RetryCount, RNRRetryCount: o.RNRRetryCount, MTU: o.MTU,
-		Timeout: o.Timeout, CMRetries: o.CMRetries, CMTimeout: o.CMTimeout, UseQP: qpHandle(o.UseQP),
+		Timeout: o.Timeout, CMRetries: o.CMRetries, CMTimeout: o.CMTimeout, UseQP: daemonHandle(o.UseQP),
 	}
 }

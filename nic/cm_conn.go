@@ -14,6 +14,7 @@ import (
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/cm"
+	"github.com/softnic/softnic/nic/internal/provider"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
@@ -57,9 +58,7 @@ type ListenOptions struct {
 type Listener struct {
 	dev  *Device
 	port uint16
-	pd   *PD
-	qp   QPConfig
-	prov listenerProvider
+	prov provider.Listener
 }
 
 // Listen starts accepting connection requests for rdma_cm port port: REQs
@@ -76,13 +75,11 @@ func (d *Device) Listen(port uint16, opts ListenOptions) (*Listener, error) {
 	case opts.Backlog < 0:
 		return nil, fmt.Errorf("softnic: listen on port %d: backlog %d: %w", port, opts.Backlog, ErrInvalid)
 	}
-	l := &Listener{dev: d, port: port, pd: opts.PD, qp: opts.QP}
-	p, err := d.prov.listen(l, &opts)
+	p, port, err := d.prov.Listen(port, &provider.ListenOptions{PD: opts.PD.prov, QP: opts.QP.provider(), Backlog: opts.Backlog})
 	if err != nil {
 		return nil, err
 	}
-	l.prov = p
-	return l, nil
+	return &Listener{dev: d, port: port, prov: p}, nil
 }
 
 // Port returns the rdma_cm port the listener accepts requests for.
@@ -114,28 +111,16 @@ func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 // unanswered: the caller accepts or rejects it. A requester that waits
 // meanwhile gets an MRA for each REQ it repeats.
 func (l *Listener) AcceptRequest(ctx context.Context) (*Request, error) {
-	return l.prov.acceptRequest(ctx, l)
-}
-
-// isClosed reports whether closed, a listener's channel closed by its
-// Close, is closed.
-func isClosed(closed <-chan struct{}) bool {
-	select {
-	case <-closed:
-		return true
-	default:
-		return false
+	p, err := l.prov.AcceptRequest(ctx)
+	if err != nil {
+		return nil, err
 	}
-}
-
-// errClosed is what a call on the listener returns once it is closed.
-func (l *Listener) errClosed() error {
-	return fmt.Errorf("softnic: listener on port %d: %w", l.port, ErrClosed)
+	return &Request{l: l, peer: p.Remote(), private: p.PrivateData(), prov: p}, nil
 }
 
 // Close stops listening; requests not yet taken by AcceptRequest are
 // rejected (consumer reject). Connections already made stay.
-func (l *Listener) Close() error { return l.prov.close() }
+func (l *Listener) Close() error { return l.prov.Close() }
 
 // Request is a connection request a Listener received and the application
 // has not answered yet.
@@ -143,7 +128,7 @@ type Request struct {
 	l       *Listener
 	peer    netip.AddrPort
 	private []byte
-	prov    requestProvider
+	prov    provider.Request
 }
 
 // PrivateData returns the requester's private data: the REQ's after the
@@ -183,7 +168,23 @@ type AcceptOptions struct {
 // returns the connection. The REP is sent again only when the requester
 // repeats its REQ, and the wait is bounded by Config.CM (a timeout wraps
 // ErrTimedOut). If the QP cannot be made, the request is rejected.
-func (r *Request) Accept(opts AcceptOptions) (*Conn, error) { return r.prov.accept(r, opts) }
+func (r *Request) Accept(opts AcceptOptions) (*Conn, error) {
+	c, err := r.prov.Accept(opts.provider())
+	if err != nil {
+		return nil, err
+	}
+	return r.l.dev.newConn(&c), nil
+}
+
+// provider is o with providers.
+func (o *AcceptOptions) provider() *provider.AcceptOptions {
+	p := &provider.AcceptOptions{PrivateData: o.PrivateData, ResponderResources: o.ResponderResources,
+		InitiatorDepth: o.InitiatorDepth, RNRRetryCount: o.RNRRetryCount}
+	if o.UseQP != nil {
+		p.UseQP = o.UseQP.prov
+	}
+	return p
+}
 
 // Reject refuses the request with a REJ, reason "consumer reject" (28),
 // carrying privateData (at most mad.REJPrivateDataSize bytes), as
@@ -193,7 +194,7 @@ func (r *Request) Reject(privateData []byte) error {
 		return fmt.Errorf("softnic: reject %v: %d bytes of private data, a REJ carries %d: %w",
 			r.peer, len(privateData), mad.REJPrivateDataSize, ErrInvalid)
 	}
-	return r.prov.reject(r, privateData)
+	return r.prov.Reject(privateData)
 }
 
 // DialOptions configure Dial. Zero fields take the defaults noted, which
@@ -253,7 +254,7 @@ func (o *DialOptions) setDefaults(d *Device, remote netip.AddrPort) error {
 	def(&o.CMTimeout, cmDefaultCMTimeout)
 	def(&o.CMRetries, cmDefaultCMRetries)
 	asked := o.MTU
-	o.MTU = d.prov.dialMTU(o.MTU, remote)
+	o.MTU = d.prov.DialMTU(o.MTU, remote)
 	switch {
 	case o.PD == nil || o.PD.dev != d:
 		return fmt.Errorf("DialOptions.PD of this device is required: %w", ErrInvalid)
@@ -312,11 +313,25 @@ func (d *Device) Dial(ctx context.Context, remote netip.AddrPort, port uint16, o
 			return fail(fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err))
 		}
 	}
-	c, err := d.prov.dial(ctx, d, remote, port, &opts)
+	c, err := d.prov.Dial(ctx, remote, port, opts.provider())
 	if err != nil {
 		return fail(err)
 	}
-	return c, nil
+	return d.newConn(&c), nil
+}
+
+// provider is o with providers.
+func (o *DialOptions) provider() *provider.DialOptions {
+	p := &provider.DialOptions{
+		PD: o.PD.prov, QP: o.QP.provider(), PrivateData: o.PrivateData,
+		ResponderResources: o.ResponderResources, InitiatorDepth: o.InitiatorDepth,
+		RetryCount: o.RetryCount, RNRRetryCount: o.RNRRetryCount, MTU: o.MTU,
+		Timeout: o.Timeout, CMRetries: o.CMRetries, CMTimeout: o.CMTimeout,
+	}
+	if o.UseQP != nil {
+		p.UseQP = o.UseQP.prov
+	}
+	return p
 }
 
 // cmBackoff waits before the try after the busy-th REJ "no resources"
@@ -348,13 +363,10 @@ func cmAccess(responderResources uint8) mr.Access {
 // checkConnQP checks that a QP the caller brings to a connection can make
 // one: an RC QP of device d, in RESET or INIT.
 func checkConnQP(d *Device, q *QP) error {
-	if q.dev != d || q.Type() != verbs.RC {
+	if q.dev != d {
 		return fmt.Errorf("a connection's QP must be an RC QP of its device: %w", ErrInvalid)
 	}
-	if st := q.Attr().State; st != verbs.Reset && st != verbs.Init {
-		return fmt.Errorf("a connection's QP must be in RESET or INIT, not %s: %w", st, ErrInvalid)
-	}
-	return nil
+	return provider.CheckConnQP(q.prov)
 }
 
 // Conn is a connected RC QP and the connection manager's state for it.
@@ -364,8 +376,12 @@ type Conn struct {
 	peer      netip.AddrPort
 	private   []byte
 	closeOnce sync.Once
-	ownQP     bool // the QP was made for the connection: Close destroys it
-	prov      connProvider
+	prov      provider.Conn
+}
+
+// newConn wraps a connection the provider made.
+func (d *Device) newConn(c *provider.Connection) *Conn {
+	return &Conn{dev: d, qp: c.QP.Owner().(*QP), peer: c.Remote, private: c.Private, prov: c.Conn}
 }
 
 // QP returns the connection's QP, in RTS.
@@ -381,13 +397,13 @@ func (c *Conn) RemoteAddr() netip.AddrPort { return c.peer }
 
 // Done is closed when the connection ends: Close, the peer's DREQ, the QP
 // entering the error state, or the device closing.
-func (c *Conn) Done() <-chan struct{} { return c.prov.done() }
+func (c *Conn) Done() <-chan struct{} { return c.prov.Done() }
 
 // Err says why the connection ended, once Done is closed: nil after Close,
 // an error wrapping ErrConnReset after the peer's DREQ (or REJ), a
 // *QPError when the QP failed (RETRY_EXC_ERR when the peer vanished;
 // errors.Is ErrTimedOut), ErrClosed when the device closed.
-func (c *Conn) Err() error { return c.prov.err() }
+func (c *Conn) Err() error { return c.prov.Err() }
 
 // Close disconnects, as rdma_disconnect and rdma_destroy_qp do: it moves
 // the QP to the error state (its outstanding WRs complete with
@@ -397,6 +413,6 @@ func (c *Conn) Err() error { return c.prov.err() }
 // when the connection had already ended (the peer's DREQ, or a failed QP:
 // the DREQ is still sent). Close always returns nil.
 func (c *Conn) Close() error {
-	c.closeOnce.Do(func() { c.prov.disconnect(c) })
+	c.closeOnce.Do(c.prov.Disconnect)
 	return nil
 }

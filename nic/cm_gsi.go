@@ -9,6 +9,7 @@ import (
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/cm"
+	"github.com/softnic/softnic/nic/internal/provider"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
@@ -74,8 +75,8 @@ func newCM(d *embeddedDevice) (*cmDriver, error) {
 	if c.mr, err = pd.RegMR(c.buf, mr.LocalWrite); err != nil {
 		return nil, err
 	}
-	gsi, err := pd.prov.(*embeddedPD).createNumbered(pd, QPConfig{
-		Type: verbs.UD, SendCQ: c.cq, MaxSendWR: gsiSendDepth, MaxRecvWR: gsiRecvBuffers,
+	gsi, err := pd.prov.(*embeddedPD).createNumbered(provider.QPConfig{
+		Type: verbs.UD, SendCQ: c.cq.prov, MaxSendWR: gsiSendDepth, MaxRecvWR: gsiRecvBuffers,
 		MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: mad.MADSize,
 	}, wire.GSIQPN)
 	if err != nil {
@@ -130,7 +131,7 @@ func (c *cmDriver) receive(wc *verbs.WC) {
 	}
 	var mtu wire.MTU
 	if c.mad.AttrID() == mad.AttrConnectRequest {
-		mtu, _ = wire.MTUFromBytes(c.dev.pathMTU(wc.Src)) // the most a REQ may ask for
+		mtu, _ = wire.MTUFromBytes(c.dev.PathMTU(wc.Src)) // the most a REQ may ask for
 	}
 	c.run(func(e *cm.Engine, now qp.Time, out *cm.Output) { e.Receive(now, wc.Src, mtu, &c.mad, out) })
 }
@@ -223,7 +224,7 @@ func (c *cmDriver) tick(now qp.Time) {
 func (c *cmDriver) perform(ended []endedConn, mads []cm.MAD) {
 	for _, e := range ended {
 		c.dev.log.Debug("cm: peer disconnected", slog.Any("peer", e.peer), slog.Any("qpn", e.qp.num))
-		e.qp.modify(&verbs.Attr{State: verbs.Err}, verbs.AttrState)
+		e.qp.Modify(&verbs.Attr{State: verbs.Err}, verbs.AttrState)
 	}
 	for i := range mads {
 		m := &mads[i]

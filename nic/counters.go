@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 
 	"github.com/softnic/softnic/nic/cm"
+	"github.com/softnic/softnic/verbs"
 )
 
 // DevCounter names a counter of what the device itself drops or injects,
@@ -60,21 +61,19 @@ type devCounters struct{ v [numDevCounters]atomic.Uint64 }
 func (c *devCounters) inc(k DevCounter) { c.v[k].Add(1) }
 
 // CounterValue is one named counter and its value, as Counters lists them;
-// qp.CounterID and DevCounter name the counters it reports.
-type CounterValue struct {
-	Name  string
-	Value uint64
-}
+// qp.CounterID and DevCounter name the counters it reports (package
+// verbs's).
+type CounterValue = verbs.CounterValue
 
 // Counters returns every counter of the device: the transport's, named as
 // rxe's hw_counters, then the device's drop and fault counts.
-func (d *Device) Counters() []CounterValue { return d.prov.counters() }
+func (d *Device) Counters() []CounterValue { return d.prov.Counters() }
 
-func (d *embeddedDevice) counters() []CounterValue {
+func (d *embeddedDevice) Counters() []CounterValue {
 	var out []CounterValue
-	d.qpc.Each(func(name string, v uint64) { out = append(out, CounterValue{name, v}) })
+	d.qpc.Each(func(name string, v uint64) { out = append(out, CounterValue{Name: name, Value: v}) })
 	for k := DevCounter(0); k < numDevCounters; k++ {
-		out = append(out, CounterValue{devCounterNames[k], d.devc.v[k].Load()})
+		out = append(out, CounterValue{Name: devCounterNames[k], Value: d.devc.v[k].Load()})
 	}
 	return out
 }

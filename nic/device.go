@@ -16,6 +16,7 @@ import (
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/netem"
 	"github.com/softnic/softnic/nic/internal/hooks"
+	"github.com/softnic/softnic/nic/internal/provider"
 	"github.com/softnic/softnic/nic/udp"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/verbs"
@@ -153,9 +154,11 @@ type Config struct {
 // daemon's shared with other processes (attached, see Config.Attach),
 // with the same methods. Its methods are safe for concurrent use.
 type Device struct {
-	prov     deviceProvider // the embedded device, or the attachment to a daemon's
-	log      *slog.Logger
-	qpErrors *hooks.Queue[qpError] // for Config.OnQPError; nil without it
+	prov      provider.Device // the embedded device, or the attachment to a daemon's
+	log       *slog.Logger
+	qpErrors  *hooks.Queue[qpError] // for Config.OnQPError; nil without it
+	onQPError func(*QP, verbs.WCStatus)
+	wg        sync.WaitGroup // the goroutine that calls Config.OnQPError
 }
 
 // Open creates a device and starts its goroutines, or attaches to a
@@ -172,15 +175,15 @@ func Open(cfg Config) (*Device, error) {
 }
 
 // Addr returns the address and port the device listens on.
-func (d *Device) Addr() netip.AddrPort { return d.prov.addr() }
+func (d *Device) Addr() netip.AddrPort { return d.prov.Addr() }
 
 // Done is closed when the device closes or, for an attached device, when
 // its session with the daemon ends (the daemon stopped): its verbs fail
 // from then on, and Poll finds only the completions it already holds.
-func (d *Device) Done() <-chan struct{} { return d.prov.done() }
+func (d *Device) Done() <-chan struct{} { return d.prov.Done() }
 
 // MTU returns the device's largest path MTU.
-func (d *Device) MTU() int { return d.prov.mtu() }
+func (d *Device) MTU() int { return d.prov.MTU() }
 
 // MaxQPs returns how many QPs the device holds at once (Config.MaxQPs);
 // 0 for an attached device, whose QPs are its daemon's.
@@ -201,7 +204,7 @@ func (d *Device) Memory() *mr.Table {
 }
 
 // Features reports the socket offloads in use.
-func (d *Device) Features() udp.Features { return d.prov.features() }
+func (d *Device) Features() udp.Features { return d.prov.Features() }
 
 // Close stops the device: its connections are disconnected (one DREQ
 // each, not waited for) and pending connection requests rejected, every QP
@@ -213,7 +216,11 @@ func (d *Device) Features() udp.Features { return d.prov.features() }
 // (waiting no more than 5 s for a daemon that does not answer), keeping the
 // completions in the process; once they are polled, an attached CQ's Poll
 // returns ErrClosed where an embedded one's finds nothing.
-func (d *Device) Close() error { return d.prov.close() }
+func (d *Device) Close() error {
+	err := d.prov.Close()
+	d.wg.Wait()
+	return err
+}
 
 // QPs returns every QP of an embedded device, QP1 (the connection
 // manager's) included, in QP number order; nil for an attached device.
@@ -315,6 +322,7 @@ func openEmbedded(cfg Config) (*Device, error) {
 		closing: make(chan struct{}),
 	}
 	d.pub = &Device{prov: d, log: cfg.Logger}
+	d.pub.reportQPErrors(cfg.OnQPError)
 	if cfg.Faults != nil && cfg.Faults.Enabled() {
 		d.faults.set(netem.NewInjector(*cfg.Faults))
 	}
@@ -332,21 +340,30 @@ func openEmbedded(cfg Config) (*Device, error) {
 	d.wg.Add(2)
 	go d.readLoop()
 	go d.timerLoop()
-	d.pub.reportQPErrors(cfg.OnQPError, &d.wg)
+	d.pub.startQPErrors()
 	return d.pub, nil
 }
 
-// reportQPErrors starts, with onQPError (Config.OnQPError), the goroutine
-// that calls it, counted in wg, until the device is done.
-func (d *Device) reportQPErrors(onQPError func(*QP, verbs.WCStatus), wg *sync.WaitGroup) {
+// reportQPErrors has the device queue its QPs' errors for onQPError
+// (Config.OnQPError), if set, once startQPErrors runs.
+func (d *Device) reportQPErrors(onQPError func(*QP, verbs.WCStatus)) {
 	if onQPError == nil {
 		return
 	}
 	d.qpErrors = hooks.NewQueue[qpError]()
-	wg.Add(1)
+	d.onQPError = onQPError
+}
+
+// startQPErrors starts the goroutine that calls Config.OnQPError with the
+// errors queued, until the device is done; Close waits for it.
+func (d *Device) startQPErrors() {
+	if d.qpErrors == nil {
+		return
+	}
+	d.wg.Add(1)
 	go func() {
-		defer wg.Done()
-		d.qpErrors.Run(d.Done(), func(e qpError) { onQPError(e.q, e.cause) })
+		defer d.wg.Done()
+		d.qpErrors.Run(d.Done(), func(e qpError) { d.onQPError(e.q, e.cause) })
 	}()
 }
 
@@ -354,24 +371,24 @@ func (d *Device) reportQPErrors(onQPError func(*QP, verbs.WCStatus), wg *sync.Wa
 // and GSI QPs, and rxe starts its own at 0x11.
 const firstQPN = 0x11
 
-func (d *embeddedDevice) addr() netip.AddrPort   { return d.local }
-func (d *embeddedDevice) done() <-chan struct{}  { return d.closing }
-func (d *embeddedDevice) mtu() int               { return d.cfg.MTU }
+func (d *embeddedDevice) Addr() netip.AddrPort   { return d.local }
+func (d *embeddedDevice) Done() <-chan struct{}  { return d.closing }
+func (d *embeddedDevice) MTU() int               { return d.cfg.MTU }
 func (d *embeddedDevice) maxQPs() int            { return len(d.qps) }
 func (d *embeddedDevice) memory() *mr.Table      { return d.mem }
-func (d *embeddedDevice) features() udp.Features { return d.conn.Features() }
+func (d *embeddedDevice) Features() udp.Features { return d.conn.Features() }
 
 // now is the device clock the QPs' timers run on.
 func (d *embeddedDevice) now() qp.Time { return qp.Time(time.Since(d.epoch)) }
 
-func (d *embeddedDevice) close() error {
+func (d *embeddedDevice) Close() error {
 	var err error
 	d.closeOnce.Do(func() {
 		d.cm.shutdown()
 		close(d.closing)
 		for i := range d.qps {
 			if q := d.qps[i].Load(); q != nil {
-				q.destroy()
+				q.Destroy()
 			}
 		}
 		err = d.conn.Close()

@@ -64,20 +64,25 @@
 // One API, two providers. The public types (Device, PD, MR, MW, CQ, SRQ,
 // QP, Listener, Request, Conn) hold what both kinds of device share and
 // send every verb to the device's provider, as libibverbs sends each to
-// its provider's verbs_context_ops (provider.go): the embedded provider
-// runs the NIC in this process, the attached one asks the daemon. What a
-// provider lacks is an optional interface whose absence is ErrNotSupported
-// (or the zero value of a query) in one place. The files, by owner:
+// its provider's verbs_context_ops: the embedded provider runs the NIC in
+// this process, the attached one asks the daemon. Their interfaces are
+// package nic/internal/provider's, over objects of the providers' own,
+// which the public types wrap; what comes back up (a QP to wrap, a QP's
+// error) goes through provider.Up. What a provider lacks is an optional
+// interface whose absence is ErrNotSupported (or the zero value of a
+// query) in one place. The files, by owner:
 //
 //   - the façade: provider.go, device.go, resources.go, mw.go, connect.go,
-//     cm_conn.go, counters.go, errors.go, trace.go, qperror.go;
+//     cm_conn.go, counters.go, errors.go, trace.go, qperror.go, attach.go
+//     (which mode, and the connection to a trusted daemon) and
+//     attach_cred.go (which daemon it trusts);
 //   - the embedded provider: embedded_resources.go, embedded_cm.go and
 //     cm_gsi.go (the CM engine of package nic/cm on QP1), progress.go,
 //     send.go, timers.go, guard.go, local.go, pathmtu.go, and
 //     embedded_hooks.go, the hooks it exports to a daemon through package
 //     nic/internal/hooks;
-//   - the attached provider: attach.go, attach_client.go,
-//     attach_client_cm.go, attach_cred.go (which daemon it trusts).
+//   - the attached provider: attach_session.go, attach_client.go,
+//     attach_client_cm.go.
 //
 // The daemon side, which drives the embedded device through those hooks,
 // is package nic/attachd; the attach protocol between it and the attached

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 
 	"github.com/softnic/softnic/nic/cm"
+	"github.com/softnic/softnic/nic/internal/provider"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
@@ -25,10 +26,11 @@ import (
 type embeddedListener struct {
 	dev *embeddedDevice
 	l   *cmListener
+	pd  *embeddedPD       // of the QPs of the connections accepted
+	qp  provider.QPConfig // of those QPs
 }
 
-func (d *embeddedDevice) listen(pub *Listener, opts *ListenOptions) (listenerProvider, error) {
-	port := pub.port
+func (d *embeddedDevice) Listen(port uint16, opts *provider.ListenOptions) (provider.Listener, uint16, error) {
 	l := &cmListener{port: port, ready: make(chan struct{}, 1), closed: make(chan struct{})}
 	var err error
 	d.cm.run(func(e *cm.Engine, _ qp.Time, _ *cm.Output) {
@@ -37,49 +39,54 @@ func (d *embeddedDevice) listen(pub *Listener, opts *ListenOptions) (listenerPro
 		}
 	})
 	if err != nil {
-		return nil, fmt.Errorf("softnic: listen: %w", err)
+		return nil, 0, fmt.Errorf("softnic: listen: %w", err)
 	}
 	d.log.Debug("cm: listening", slog.Any("port", port))
-	return &embeddedListener{dev: d, l: l}, nil
+	return &embeddedListener{dev: d, l: l, pd: opts.PD.(*embeddedPD), qp: opts.QP}, port, nil
 }
 
-func (el *embeddedListener) acceptRequest(ctx context.Context, l *Listener) (*Request, error) {
+func (el *embeddedListener) AcceptRequest(ctx context.Context) (provider.Request, error) {
 	for {
-		if isClosed(el.l.closed) {
-			return nil, l.errClosed()
+		if provider.IsClosed(el.l.closed) {
+			return nil, provider.ListenerClosed(el.l.port)
 		}
 		if id := el.dev.cm.nextRequest(el.l); id != nil {
-			return &Request{l: l, peer: id.peer, private: id.req.PrivateData[mad.CMAHeaderSize:],
-				prov: &embeddedRequest{dev: el.dev, id: id}}, nil
+			return &embeddedRequest{dev: el.dev, id: id, l: el}, nil
 		}
 		select {
 		case <-el.l.ready:
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-el.l.closed:
-			return nil, l.errClosed()
+			return nil, provider.ListenerClosed(el.l.port)
 		case <-el.dev.closing:
 			return nil, ErrClosed
 		}
 	}
 }
 
-func (el *embeddedListener) close() error {
+func (el *embeddedListener) Close() error {
 	el.dev.cm.run(func(e *cm.Engine, now qp.Time, out *cm.Output) { e.Unlisten(now, el.l.engine, out) })
 	return nil
 }
 
-// embeddedRequest is a request the engine received.
+// embeddedRequest is a request the engine received for the listener l.
 type embeddedRequest struct {
 	dev *embeddedDevice
 	id  *cmID
+	l   *embeddedListener
 }
 
-func (er *embeddedRequest) accept(r *Request, opts AcceptOptions) (*Conn, error) {
-	return er.acceptWith(r, opts, r.l.qp)
+func (er *embeddedRequest) Remote() netip.AddrPort { return er.id.peer }
+func (er *embeddedRequest) PrivateData() []byte {
+	return er.id.req.PrivateData[mad.CMAHeaderSize:]
 }
 
-func (er *embeddedRequest) reject(_ *Request, private []byte) error {
+func (er *embeddedRequest) Accept(opts *provider.AcceptOptions) (provider.Connection, error) {
+	return er.acceptWith(opts, er.l.qp)
+}
+
+func (er *embeddedRequest) Reject(private []byte) error {
 	var err error
 	er.dev.cm.run(func(e *cm.Engine, now qp.Time, out *cm.Output) {
 		err = e.Reject(now, er.id.comm, mad.RejectConsumer, private, out)
@@ -90,39 +97,38 @@ func (er *embeddedRequest) reject(_ *Request, private []byte) error {
 	return err
 }
 
-// ACCEPT
-// acceptWith accepts the request r with a QP made with cfg.
-func (er *embeddedRequest) acceptWith(r *Request, opts AcceptOptions, cfg QPConfig) (*Conn, error) {
+// acceptWith accepts the request with a QP made with cfg.
+func (er *embeddedRequest) acceptWith(opts *provider.AcceptOptions, cfg provider.QPConfig) (provider.Connection, error) {
 	d := er.dev
 	c := d.cm
 	id := er.id
 	req := id.req
 	if len(opts.PrivateData) > mad.REPPrivateDataSize {
-		return nil, fmt.Errorf("softnic: accept %v: %d bytes of private data, a REP carries %d: %w",
+		return provider.Connection{}, fmt.Errorf("softnic: accept %v: %d bytes of private data, a REP carries %d: %w",
 			id.peer, len(opts.PrivateData), mad.REPPrivateDataSize, ErrInvalid)
 	}
 	if opts.RNRRetryCount > 7 {
-		return nil, fmt.Errorf("softnic: accept %v: RNR retry count %d > 7: %w", id.peer, opts.RNRRetryCount, ErrInvalid)
+		return provider.Connection{}, fmt.Errorf("softnic: accept %v: RNR retry count %d > 7: %w", id.peer, opts.RNRRetryCount, ErrInvalid)
 	}
 	rr := cmp.Or(opts.ResponderResources, min(cmDefaultRdAtomic, req.InitiatorDepth))
 	rr = min(rr, qp.MaxRdAtomicLimit)
 	depth := min(cmp.Or(opts.InitiatorDepth, cmDefaultRdAtomic), req.ResponderResources)
 	rnr := cmp.Or(opts.RNRRetryCount, cmDefaultRetry)
 
-	q, err := opts.UseQP, error(nil)
-	if q != nil {
-		err = checkConnQP(r.l.dev, q)
+	var eq *embeddedQP
+	var err error
+	if opts.UseQP != nil {
+		eq, err = d.connQP(opts.UseQP)
 	} else {
-		q, err = createConnQP(r.l.pd, cfg)
+		eq, err = er.l.pd.createConnQP(cfg)
 	}
 	if err != nil {
 		er.abandon(mad.RejectNoQP)
-		return nil, fmt.Errorf("softnic: accept %v: %w", id.peer, err)
+		return provider.Connection{}, fmt.Errorf("softnic: accept %v: %w", id.peer, err)
 	}
 	// A failed accept destroys the QP it made, and leaves the caller's in
 	// the error state.
-	eq := q.prov.(*embeddedQP) // of this device, checked above
-	drop := func() { q.Destroy() }
+	drop := func() { eq.Destroy() }
 	if opts.UseQP != nil {
 		drop = eq.halt
 	}
@@ -130,7 +136,7 @@ func (er *embeddedRequest) acceptWith(r *Request, opts AcceptOptions, cfg QPConf
 	// one the dialer sends from, as Linux's CM has them (cm_req_handler
 	// makes the REQ's its sq_psn).
 	psn := c.randomPSN()
-	err = q.connect(id.peer, req.LocalQPN, &ConnectOptions{
+	err = eq.pub.connect(id.peer, req.LocalQPN, &ConnectOptions{
 		LocalPSN: req.StartingPSN, RemotePSN: psn, MTU: req.PathMTU.Bytes(), Access: cmAccess(rr),
 		Timeout: min(req.PrimaryPath.LocalACKTimeout, cm.MaxHonouredTimeout), RetryCnt: req.RetryCount, RNRRetry: req.RNRRetryCount,
 		MinRNRTimer: cmMinRNRTimer, MaxRdAtomic: depth, MaxDestRdAtomic: rr,
@@ -138,7 +144,7 @@ func (er *embeddedRequest) acceptWith(r *Request, opts AcceptOptions, cfg QPConf
 	if err != nil {
 		drop()
 		er.abandon(mad.RejectConsumer)
-		return nil, fmt.Errorf("softnic: accept %v: %w", id.peer, err)
+		return provider.Connection{}, fmt.Errorf("softnic: accept %v: %w", id.peer, err)
 	}
 	// The first request the QP takes before the RTU establishes the
 	// connection too (see cm.Engine.CommEstablished).
@@ -148,7 +154,7 @@ func (er *embeddedRequest) acceptWith(r *Request, opts AcceptOptions, cfg QPConf
 	eq.mu.Unlock()
 	c.run(func(e *cm.Engine, now qp.Time, out *cm.Output) {
 		err = e.Accept(now, id.comm, &cm.AcceptParams{
-			QPN: q.num, PSN: psn, SRQ: cfg.SRQ != nil, Private: opts.PrivateData,
+			QPN: eq.num, PSN: psn, SRQ: cfg.SRQ != nil, Private: opts.PrivateData,
 			ResponderResources: rr, InitiatorDepth: depth, RNRRetryCount: rnr,
 		}, out)
 		if err == nil {
@@ -171,11 +177,21 @@ func (er *embeddedRequest) acceptWith(r *Request, opts AcceptOptions, cfg QPConf
 	}
 	if err != nil {
 		drop()
-		return nil, err
+		return provider.Connection{}, err
 	}
 	d.log.Debug("cm: accepted", slog.Any("peer", id.peer), slog.Any("port", id.port),
-		slog.Any("qpn", q.num), slog.Any("remote_qpn", req.LocalQPN))
-	return d.newConn(id, q, r.private, opts.UseQP == nil), nil
+		slog.Any("qpn", eq.num), slog.Any("remote_qpn", req.LocalQPN))
+	return d.newConn(id, eq, er.PrivateData(), opts.UseQP == nil), nil
+}
+
+// connQP checks that q, a QP the caller brings to a connection, can make
+// one: an RC QP of this device in RESET or INIT.
+func (d *embeddedDevice) connQP(q provider.QP) (*embeddedQP, error) {
+	eq, ok := d.ownQP(q)
+	if !ok {
+		return nil, fmt.Errorf("a connection's QP must be an RC QP of its device: %w", ErrInvalid)
+	}
+	return eq, provider.CheckConnQP(q)
 }
 
 // abandon rejects the request after a local failure.
@@ -186,17 +202,19 @@ func (er *embeddedRequest) abandon(reason mad.RejectReason) {
 // dialMTU asks for the path MTU toward remote, which may carry less than
 // the device's MTU (or than asked): its MTU, as rxe's interface MTU bounds
 // its own.
-func (d *embeddedDevice) dialMTU(asked int, remote netip.AddrPort) int {
-	return min(cmp.Or(asked, d.cfg.MTU), d.pathMTU(remote))
+func (d *embeddedDevice) DialMTU(asked int, remote netip.AddrPort) int {
+	return min(cmp.Or(asked, d.cfg.MTU), d.PathMTU(remote))
 }
 
-func (d *embeddedDevice) dial(ctx context.Context, _ *Device, remote netip.AddrPort, port uint16, opts *DialOptions) (*Conn, error) {
-	q, err := opts.UseQP, error(nil)
-	if q == nil {
-		q, err = createConnQP(opts.PD, opts.QP)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err)
+// Dial connects with a QP of opts.PD, or opts.UseQP, both of this device
+// (nic's Dial checked them).
+func (d *embeddedDevice) Dial(ctx context.Context, remote netip.AddrPort, port uint16, opts *provider.DialOptions) (provider.Connection, error) {
+	var q *embeddedQP
+	var err error
+	if opts.UseQP != nil {
+		q = opts.UseQP.(*embeddedQP)
+	} else if q, err = opts.PD.(*embeddedPD).createConnQP(opts.QP); err != nil {
+		return provider.Connection{}, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err)
 	}
 	c, err := d.dialOnce(ctx, q, remote, port, opts)
 	for busy := 0; err != nil; busy++ {
@@ -224,15 +242,15 @@ func (d *embeddedDevice) dial(ctx context.Context, _ *Device, remote netip.AddrP
 			// The caller's QP, connected before the handshake failed.
 			// One the handshake never reached (a REJ, no answer) stays
 			// as it was, for the caller to try again.
-			q.prov.(*embeddedQP).halt()
+			q.halt()
 		}
-		return nil, err
+		return provider.Connection{}, err
 	}
 	return c, nil
 }
 
 // dial makes one connection attempt with the QP q, still in RESET.
-func (d *embeddedDevice) dialOnce(ctx context.Context, q *QP, remote netip.AddrPort, port uint16, o *DialOptions) (*Conn, error) {
+func (d *embeddedDevice) dialOnce(ctx context.Context, q *embeddedQP, remote netip.AddrPort, port uint16, o *provider.DialOptions) (provider.Connection, error) {
 	c := d.cm
 	mtu, _ := wire.MTUFromBytes(o.MTU)
 	psn := c.randomPSN()
@@ -249,32 +267,32 @@ func (d *embeddedDevice) dialOnce(ctx context.Context, q *QP, remote netip.AddrP
 		var comm *cm.ID
 		if comm, err = e.Connect(now, &p, out); err == nil {
 			id = newCMID(comm)
-			id.qp = q.prov.(*embeddedQP)
+			id.qp = q
 		}
 	})
 	if err != nil {
-		return nil, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err)
+		return provider.Connection{}, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err)
 	}
 	var res cmResult
 	select {
 	case res = <-id.result:
 	case <-ctx.Done():
 		c.run(func(e *cm.Engine, now qp.Time, out *cm.Output) { e.Abort(now, id.comm, out) })
-		return nil, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, ctx.Err())
+		return provider.Connection{}, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, ctx.Err())
 	case <-d.closing:
 		res.err = ErrClosed
 	}
 	if res.err == ErrClosed {
-		return nil, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, ErrClosed)
+		return provider.Connection{}, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, ErrClosed)
 	}
 	if res.err != nil {
-		return nil, res.err
+		return provider.Connection{}, res.err
 	}
 	rep := res.rep
 	rr := min(o.ResponderResources, rep.InitiatorDepth)
 	// The dialer sends from the REP's Starting PSN and expects its own
 	// REQ's (see Accept).
-	err = q.connect(remote, rep.LocalQPN, &ConnectOptions{
+	err = q.pub.connect(remote, rep.LocalQPN, &ConnectOptions{
 		LocalPSN: rep.StartingPSN, RemotePSN: psn, MTU: o.MTU, Access: cmAccess(rr),
 		Timeout: o.Timeout, RetryCnt: o.RetryCount, RNRRetry: rep.RNRRetryCount, MinRNRTimer: cmMinRNRTimer,
 		MaxRdAtomic: min(o.InitiatorDepth, rep.ResponderResources), MaxDestRdAtomic: rr,
@@ -287,7 +305,7 @@ func (d *embeddedDevice) dialOnce(ctx context.Context, q *QP, remote netip.AddrP
 		err = e.Establish(id.comm, out)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err)
+		return provider.Connection{}, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err)
 	}
 	d.log.Debug("cm: connected", slog.Any("peer", remote), slog.Any("port", port),
 		slog.Any("qpn", q.num), slog.Any("remote_qpn", rep.LocalQPN), slog.Int("mtu", o.MTU))
@@ -295,39 +313,42 @@ func (d *embeddedDevice) dialOnce(ctx context.Context, q *QP, remote netip.AddrP
 }
 
 // createConnQP creates the RC QP of a connection.
-func createConnQP(pd *PD, cfg QPConfig) (*QP, error) {
+func (p *embeddedPD) createConnQP(cfg provider.QPConfig) (*embeddedQP, error) {
 	if cfg.Type != 0 && cfg.Type != verbs.RC {
 		return nil, fmt.Errorf("the connection manager connects RC QPs, not %s: %w", cfg.Type, ErrInvalid)
 	}
 	cfg.Type = verbs.RC
-	return pd.CreateQP(cfg)
+	return p.createNumbered(cfg, 0)
 }
 
-// embeddedConn is a connection of the embedded device's engine.
+// embeddedConn is a connection of the embedded device's engine, with its
+// QP; ownQP says the QP was made for it, and Disconnect destroys it.
 type embeddedConn struct {
-	dev *embeddedDevice
-	id  *cmID
+	dev   *embeddedDevice
+	id    *cmID
+	qp    *embeddedQP
+	ownQP bool
 }
 
-// newConn wraps an established connection, and ends it when its QP fails.
-func (d *embeddedDevice) newConn(id *cmID, q *QP, private []byte, ownQP bool) *Conn {
-	c := &Conn{dev: d.pub, qp: q, peer: id.peer, private: slices.Clone(private), ownQP: ownQP,
-		prov: &embeddedConn{dev: d, id: id}}
-	q.prov.(*embeddedQP).setOnError(func(cause verbs.WCStatus) { d.cm.qpFailed(id, q.num, cause) })
-	return c
+// newConn returns an established connection, and ends it when its QP
+// fails.
+func (d *embeddedDevice) newConn(id *cmID, q *embeddedQP, private []byte, ownQP bool) provider.Connection {
+	q.setOnError(func(cause verbs.WCStatus) { d.cm.qpFailed(id, q.num, cause) })
+	return provider.Connection{QP: q, Remote: id.peer, Private: slices.Clone(private),
+		Conn: &embeddedConn{dev: d, id: id, qp: q, ownQP: ownQP}}
 }
 
-func (ec *embeddedConn) done() <-chan struct{} { return ec.id.done }
+func (ec *embeddedConn) Done() <-chan struct{} { return ec.id.done }
 
-func (ec *embeddedConn) err() error {
+func (ec *embeddedConn) Err() error {
 	ec.dev.cm.mu.Lock()
 	defer ec.dev.cm.mu.Unlock()
 	return ec.id.err
 }
 
-func (ec *embeddedConn) disconnect(c *Conn) {
+func (ec *embeddedConn) Disconnect() {
 	d, id := ec.dev, ec.id
-	halt(c)
+	ec.qp.halt()
 	var wait bool
 	d.cm.run(func(e *cm.Engine, now qp.Time, out *cm.Output) {
 		ended := id.ended
@@ -339,24 +360,20 @@ func (ec *embeddedConn) disconnect(c *Conn) {
 		case <-d.closing:
 		}
 	}
-	if c.ownQP {
-		c.qp.Destroy()
+	if ec.ownQP {
+		ec.qp.Destroy()
 	}
-	d.log.Debug("cm: disconnected", slog.Any("peer", id.peer), slog.Any("qpn", c.qp.num))
+	d.log.Debug("cm: disconnected", slog.Any("peer", id.peer), slog.Any("qpn", ec.qp.num))
 }
 
-// halt moves the QP of c, a connection of the embedded device, to the
-// error state, which flushes its work requests, without the QP's error
-// ending the connection as a failure. Close halts the connection before
-// it disconnects it; a daemon whose process detaches halts the process's
-// connections at once and closes them in the background.
-func halt(c *Conn) { c.qp.prov.(*embeddedQP).halt() }
-
 // halt moves the QP to the error state, which flushes its work requests,
-// with no error hook: nothing ends when it fails.
+// with no error hook: nothing ends when it fails. A connection's Close
+// halts its QP before it disconnects; a daemon whose process detaches
+// halts the process's connections' QPs at once (hooks.QP.Halt) and closes
+// them in the background.
 func (q *embeddedQP) halt() {
 	q.setOnError(nil)
-	q.modify(&verbs.Attr{State: verbs.Err}, verbs.AttrState)
+	q.Modify(&verbs.Attr{State: verbs.Err}, verbs.AttrState)
 }
 
 // qpFailed ends id's connection because its QP entered the error state.

@@ -37,7 +37,11 @@ func init() {
 		if !ok {
 			return nil, unsupported("accepting with a QP configuration of its own")
 		}
-		return er.acceptWith(r, opts, cfg)
+		c, err := er.acceptWith(opts.provider(), cfg.provider())
+		if err != nil {
+			return nil, err
+		}
+		return r.l.dev.newConn(&c), nil
 	}
 	hooks.Abandon = func(r *Request, reason mad.RejectReason) {
 		if er, ok := r.prov.(*embeddedRequest); ok {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/internal/hooks"
+	"github.com/softnic/softnic/nic/internal/provider"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/verbs"
@@ -22,9 +23,10 @@ import (
 type embeddedPD struct {
 	dev *embeddedDevice
 	pd  mr.PDHandle
+	pub *PD
 }
 
-func (d *embeddedDevice) allocPD(pub *Device) (*PD, error) {
+func (d *embeddedDevice) AllocPD(owner any) (provider.PD, error) {
 	if d.closed() {
 		return nil, ErrClosed
 	}
@@ -32,39 +34,34 @@ func (d *embeddedDevice) allocPD(pub *Device) (*PD, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &PD{dev: pub, prov: &embeddedPD{dev: d, pd: pd}}, nil
+	return &embeddedPD{dev: d, pd: pd, pub: owner.(*PD)}, nil
 }
 
-func (p *embeddedPD) handle() mr.PDHandle { return p.pd }
-func (p *embeddedPD) dealloc() error      { return p.dev.mem.DeallocPD(p.pd) }
+func (p *embeddedPD) Handle() mr.PDHandle { return p.pd }
+func (p *embeddedPD) Dealloc() error      { return p.dev.mem.DeallocPD(p.pd) }
 
-// ownPD returns the embedded PD of pd, if pd is of this device.
-func (d *embeddedDevice) ownPD(pd *PD) (*embeddedPD, bool) {
-	p, ok := pd.prov.(*embeddedPD)
-	return p, ok && p.dev == d
-}
-
-// embeddedMR is a region of the embedded device's table; arena, if set, is
-// the memory the device allocated or adopted for it.
+// embeddedMR is a region of the embedded device's table over buf; arena,
+// if set, is the memory the device allocated or adopted for it.
 type embeddedMR struct {
 	dev   *embeddedDevice
 	r     *mr.Region
+	buf   []byte
 	arena *mr.Arena
 }
 
-func (p *embeddedPD) newMR(pd *PD, r *mr.Region, buf []byte, arena *mr.Arena) *MR {
-	return &MR{pd: pd, buf: buf, key: r.LKey(), addr: r.Addr(), prov: &embeddedMR{dev: p.dev, r: r, arena: arena}}
+func (p *embeddedPD) newMR(r *mr.Region, buf []byte, arena *mr.Arena) *embeddedMR {
+	return &embeddedMR{dev: p.dev, r: r, buf: buf, arena: arena}
 }
 
-func (p *embeddedPD) regMR(pd *PD, buf []byte, access mr.Access) (*MR, error) {
+func (p *embeddedPD) RegMR(buf []byte, access mr.Access) (provider.MR, error) {
 	r, err := p.dev.mem.Register(p.pd, buf, access)
 	if err != nil {
 		return nil, err
 	}
-	return p.newMR(pd, r, buf, nil), nil
+	return p.newMR(r, buf, nil), nil
 }
 
-func (p *embeddedPD) allocMR(pd *PD, size int, access mr.Access) (*MR, error) {
+func (p *embeddedPD) AllocMR(size int, access mr.Access) (provider.MR, error) {
 	mem := p.dev.mem
 	a, err := mem.NewArena(p.pd, uint64(size))
 	if err != nil {
@@ -75,12 +72,12 @@ func (p *embeddedPD) allocMR(pd *PD, size int, access mr.Access) (*MR, error) {
 		mem.FreeArena(a)
 		return nil, err
 	}
-	return p.newMR(pd, r, a.Bytes(), a), nil
+	return p.newMR(r, a.Bytes(), a), nil
 }
 
-// regShared adopts the mapping as an arena of the region table: the
+// RegShared adopts the mapping as an arena of the region table: the
 // device reaches the region's memory through it.
-func (p *embeddedPD) regShared(pd *PD, m *shm.Mapping, skip, _ int, _ int64, n int, iova uint64, access mr.Access) (*MR, error) {
+func (p *embeddedPD) RegShared(m *shm.Mapping, skip, _ int, _ int64, n int, iova uint64, access mr.Access) (provider.MR, error) {
 	mem := p.dev.mem
 	a, err := mem.AdoptArena(p.pd, m.Bytes())
 	if err != nil {
@@ -93,10 +90,10 @@ func (p *embeddedPD) regShared(pd *PD, m *shm.Mapping, skip, _ int, _ int64, n i
 		mem.FreeArena(a)
 		return nil, err
 	}
-	return p.newMR(pd, r, a.Bytes()[skip:skip+n], a), nil
+	return p.newMR(r, a.Bytes()[skip:skip+n], a), nil
 }
 
-func (p *embeddedPD) sgeAt(start, n uint64) (verbs.SGE, bool) {
+func (p *embeddedPD) SGEAt(start, n uint64) (verbs.SGE, bool) {
 	r, ok := p.dev.mem.RegionAt(p.pd, start, n)
 	if ok {
 		off := uint64(0)
@@ -111,9 +108,12 @@ func (p *embeddedPD) sgeAt(start, n uint64) (verbs.SGE, bool) {
 	return verbs.SGE{}, false
 }
 
-func (m *embeddedMR) region() *mr.Region { return m.r }
+func (m *embeddedMR) Region() *mr.Region { return m.r }
+func (m *embeddedMR) Bytes() []byte      { return m.buf }
+func (m *embeddedMR) Key() uint32        { return m.r.LKey() }
+func (m *embeddedMR) Addr() uint64       { return m.r.Addr() }
 
-func (m *embeddedMR) dereg() error {
+func (m *embeddedMR) Dereg() error {
 	if err := m.dev.mem.Deregister(m.r); err != nil {
 		return err
 	}
@@ -127,42 +127,40 @@ func (m *embeddedMR) dereg() error {
 type embeddedCQ struct {
 	dev *embeddedDevice
 	cq  *qp.CQ
-	pub *CQ
+	st  *provider.CQState
 	// attending counts the waiters of the CQ that wait for the device's
 	// socket themselves (embeddedDevice.attend): a completion written by
 	// another goroutine interrupts their wait.
 	attending atomic.Int32
 }
 
-func (d *embeddedDevice) createCQ(pub *Device, depth int) (*CQ, error) {
+func (d *embeddedDevice) CreateCQ(depth int, st *provider.CQState) (provider.CQ, error) {
 	c, err := qp.NewCQ(depth)
 	if err != nil {
 		return nil, err
 	}
-	ec := &embeddedCQ{dev: d, cq: c}
-	cq := newCQ(pub, ec)
-	ec.pub = cq
+	ec := &embeddedCQ{dev: d, cq: c, st: st}
 	c.SetNotify(ec.notify)
-	return cq, nil
+	return ec, nil
 }
 
 // notify is told of every completion written to the CQ: it wakes a waiter
 // that sleeps on the CQ, and interrupts one that waits for the socket.
 func (c *embeddedCQ) notify() {
-	c.pub.signal()
+	c.st.Signal()
 	if c.attending.Load() > 0 {
 		c.dev.conn.Interrupt()
 	}
 }
 
 // ownCQ returns the embedded CQ of c, if c is of this device.
-func (d *embeddedDevice) ownCQ(c *CQ) (*embeddedCQ, bool) {
-	ec, ok := c.prov.(*embeddedCQ)
+func (d *embeddedDevice) ownCQ(c provider.CQ) (*embeddedCQ, bool) {
+	ec, ok := c.(*embeddedCQ)
 	return ec, ok && ec.dev == d
 }
 
-func (c *embeddedCQ) poll(wcs []verbs.WC, drive bool) (int, error) {
-	if c.pub.users.gone() {
+func (c *embeddedCQ) Poll(wcs []verbs.WC, drive bool) (int, error) {
+	if c.st.Users.Gone() {
 		return 0, ErrClosed
 	}
 	n, err := c.cq.Poll(wcs)
@@ -184,22 +182,22 @@ func (c *embeddedCQ) poll(wcs []verbs.WC, drive bool) (int, error) {
 	return n, err
 }
 
-func (c *embeddedCQ) destroy(pub *CQ) error {
-	err := pub.retire()
+func (c *embeddedCQ) Destroy() error {
+	err := c.st.Retire()
 	if c.attending.Load() > 0 {
 		c.dev.conn.Interrupt()
 	}
 	return err
 }
 
-func (c *embeddedCQ) len() int { return c.cq.Len() }
+func (c *embeddedCQ) Len() int { return c.cq.Len() }
 
-// park has the waiter wait for the device's socket itself and process
+// Park has the waiter wait for the device's socket itself and process
 // what arrives (see progress.go), unless another goroutine waits for it:
-// then it sleeps on CQ.wake, which the CQ's writes signal. With
+// then it sleeps in CQState.Sleep, which the CQ's writes signal. With
 // Config.BusyPoll the reader keeps the socket, and the waiter sleeps, as
 // it does where the socket's waits cannot be interrupted.
-func (c *embeddedCQ) park(ctx context.Context, done <-chan struct{}) (bool, error) {
+func (c *embeddedCQ) Park(ctx context.Context, done <-chan struct{}) (bool, error) {
 	d := c.dev
 	if d.cfg.BusyPoll > 0 || !d.conn.WaitsInterruptibly() {
 		d.stopPolling()
@@ -217,7 +215,7 @@ func (c *embeddedCQ) park(ctx context.Context, done <-chan struct{}) (bool, erro
 		// sees this sleeper; if it left before, the socket is free.
 		p.sleepers.Add(1)
 		if p.attended.Load() > 0 {
-			err := c.pub.sleep(ctx, done)
+			err := c.st.Sleep(ctx, done)
 			p.sleepers.Add(-1)
 			return true, err
 		}
@@ -225,31 +223,33 @@ func (c *embeddedCQ) park(ctx context.Context, done <-chan struct{}) (bool, erro
 	}
 }
 
-// embeddedSRQ is an SRQ of package qp.
+// embeddedSRQ is an SRQ of package qp, in the PD pd.
 type embeddedSRQ struct {
-	dev *embeddedDevice
-	srq *qp.SRQ
-	pub *SRQ
+	pd    *embeddedPD
+	srq   *qp.SRQ
+	users provider.Users // QPs receiving from it
 }
 
-func (p *embeddedPD) createSRQ(pd *PD, depth, maxSGE int) (*SRQ, error) {
+func (p *embeddedPD) CreateSRQ(depth, maxSGE int) (provider.SRQ, error) {
 	s, err := qp.NewSRQ(p.pd, depth, maxSGE)
 	if err != nil {
 		return nil, err
 	}
-	es := &embeddedSRQ{dev: p.dev, srq: s}
-	es.pub = &SRQ{pd: pd, prov: es}
-	return es.pub, nil
+	return &embeddedSRQ{pd: p, srq: s}, nil
 }
 
-func (s *embeddedSRQ) postRecv(wr *verbs.RecvWR) error {
-	if s.pub.users.gone() {
+func (s *embeddedSRQ) PostRecv(wr *verbs.RecvWR) error {
+	if s.users.Gone() {
 		return fmt.Errorf("posting to a destroyed SRQ: %w", ErrClosed)
 	}
 	return s.srq.PostRecv(wr)
 }
 
-func (s *embeddedSRQ) destroy(pub *SRQ) error { return pub.retire() }
+// Destroy marks the SRQ destroyed unless a QP uses it.
+func (s *embeddedSRQ) Destroy() error {
+	_, err := s.users.Destroy("SRQ")
+	return err
+}
 
 // embeddedQP is a QP the embedded device drives: the transport state
 // machine of package qp, and what the device keeps for it.
@@ -286,26 +286,25 @@ type embeddedQP struct {
 
 	queues hooks.Queues // of a QP the daemon runs for an attached process
 
-	uses []*users // of its CQs and SRQ, released by Destroy
+	uses []*provider.Users // of its CQs and SRQ, released by Destroy
 }
 
-func (p *embeddedPD) createQP(pd *PD, cfg QPConfig) (*QP, error) {
-	q, err := p.createNumbered(pd, cfg, 0)
-	if err != nil {
-		return nil, err
-	}
-	return q.pub, nil
+func (p *embeddedPD) CreateQP(cfg provider.QPConfig) (provider.QP, error) {
+	return p.createNumbered(cfg, 0)
 }
+
+// Owner is the public QP.
+func (q *embeddedQP) Owner() any { return q.pub }
 
 // ownQP returns the embedded QP of q, if q is of this device.
-func (d *embeddedDevice) ownQP(q *QP) (*embeddedQP, bool) {
-	eq, ok := q.prov.(*embeddedQP)
+func (d *embeddedDevice) ownQP(q provider.QP) (*embeddedQP, bool) {
+	eq, ok := q.(*embeddedQP)
 	return eq, ok && eq.dev == d
 }
 
-// createNumbered creates a QP of pd, whose provider p is, numbered num,
-// or with the next free number if num is 0.
-func (p *embeddedPD) createNumbered(pd *PD, cfg QPConfig, num uint32) (*embeddedQP, error) {
+// createNumbered creates a QP of p numbered num, or with the next free
+// number if num is 0.
+func (p *embeddedPD) createNumbered(cfg provider.QPConfig, num uint32) (*embeddedQP, error) {
 	d := p.dev
 	if d.closed() {
 		return nil, ErrClosed
@@ -330,20 +329,22 @@ func (p *embeddedPD) createNumbered(pd *PD, cfg QPConfig, num uint32) (*embedded
 		MaxRecvSGE: cfg.MaxRecvSGE, MaxInline: cfg.MaxInline, SignalAll: cfg.SignalAll,
 		Counters: &d.qpc, Guard: &d.guard,
 	}
+	var srq *embeddedSRQ
 	if cfg.SRQ != nil {
-		if cfg.SRQ.pd != pd {
+		var ok bool
+		if srq, ok = cfg.SRQ.(*embeddedSRQ); !ok || srq.pd != p {
 			return nil, fmt.Errorf("SRQ of another PD: %w", ErrInvalid)
 		}
-		qc.SRQ = cfg.SRQ.prov.(*embeddedSRQ).srq // of pd, so of this device
+		qc.SRQ = srq.srq
 	}
-	uses, err := holdQueues(&cfg)
+	uses, err := holdQueues(scq, rcq, srq)
 	if err != nil {
 		return nil, err
 	}
-	q, err := d.newQP(pd, cfg, qc, num)
+	q, err := d.newQP(p.pub, cfg.Queues, qc, num)
 	if err != nil {
 		for _, u := range uses {
-			u.done()
+			u.Done()
 		}
 		return nil, err
 	}
@@ -351,17 +352,18 @@ func (p *embeddedPD) createNumbered(pd *PD, cfg QPConfig, num uint32) (*embedded
 	return q, nil
 }
 
-// holdQueues counts a new QP among the users of the CQs and SRQ of cfg.
-func holdQueues(cfg *QPConfig) ([]*users, error) {
-	uses := []*users{&cfg.SendCQ.users, &cfg.RecvCQ.users}
+// holdQueues counts a new QP among the users of its CQs and SRQ (nil for
+// none).
+func holdQueues(scq, rcq *embeddedCQ, srq *embeddedSRQ) ([]*provider.Users, error) {
+	uses := []*provider.Users{&scq.st.Users, &rcq.st.Users}
 	names := []string{"send CQ", "receive CQ"}
-	if cfg.SRQ != nil {
-		uses, names = append(uses, &cfg.SRQ.users), append(names, "SRQ")
+	if srq != nil {
+		uses, names = append(uses, &srq.users), append(names, "SRQ")
 	}
 	for i, u := range uses {
-		if err := u.add(names[i]); err != nil {
+		if err := u.Add(names[i]); err != nil {
 			for _, held := range uses[:i] {
-				held.done()
+				held.Done()
 			}
 			return nil, err
 		}
@@ -371,7 +373,7 @@ func holdQueues(cfg *QPConfig) ([]*users, error) {
 
 // newQP installs a QP numbered num (or the next free number) with the
 // transport configuration qc.
-func (d *embeddedDevice) newQP(pd *PD, cfg QPConfig, qc qp.Config, num uint32) (*embeddedQP, error) {
+func (d *embeddedDevice) newQP(pd *PD, queues hooks.Queues, qc qp.Config, num uint32) (*embeddedQP, error) {
 	d.qpMu.Lock()
 	defer d.qpMu.Unlock()
 	if num == 0 {
@@ -386,10 +388,10 @@ func (d *embeddedDevice) newQP(pd *PD, cfg QPConfig, qc qp.Config, num uint32) (
 	if err != nil {
 		return nil, err
 	}
-	q := &embeddedQP{dev: d, num: num, qp: inner, queues: cfg.queues}
-	q.pub = &QP{dev: pd.dev, pd: pd, num: num, prov: q}
-	if cfg.queues != nil {
-		cfg.queues.Bind(q)
+	q := &embeddedQP{dev: d, num: num, qp: inner, queues: queues}
+	q.pub = wrapQP(pd, q)
+	if queues != nil {
+		queues.Bind(q)
 	}
 	d.qps[num%uint32(len(d.qps))].Store(q)
 	return q, nil
@@ -411,15 +413,15 @@ func (d *embeddedDevice) freeQPN() (uint32, bool) {
 	return 0, false
 }
 
-func (q *embeddedQP) typ() verbs.Type { return q.qp.Type() }
+func (q *embeddedQP) Type() verbs.Type { return q.qp.Type() }
 
-func (q *embeddedQP) attr() verbs.Attr {
+func (q *embeddedQP) Attr() verbs.Attr {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.qp.Attr()
 }
 
-func (q *embeddedQP) status() qp.Status {
+func (q *embeddedQP) Status() qp.Status {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	st := q.qp.Status()
@@ -429,13 +431,13 @@ func (q *embeddedQP) status() qp.Status {
 	return st
 }
 
-func (q *embeddedQP) traffic() verbs.Traffic {
+func (q *embeddedQP) Traffic() verbs.Traffic {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.qp.Traffic()
 }
 
-func (q *embeddedQP) modify(attr *verbs.Attr, mask verbs.AttrMask) error {
+func (q *embeddedQP) Modify(attr *verbs.Attr, mask verbs.AttrMask) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed {
@@ -449,7 +451,7 @@ func (q *embeddedQP) modify(attr *verbs.Attr, mask verbs.AttrMask) error {
 	return nil
 }
 
-func (q *embeddedQP) postSend(wr *verbs.SendWR, ring bool) error {
+func (q *embeddedQP) PostSend(wr *verbs.SendWR, ring bool) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed {
@@ -464,7 +466,7 @@ func (q *embeddedQP) postSend(wr *verbs.SendWR, ring bool) error {
 	return nil
 }
 
-func (q *embeddedQP) ringDoorbell() error {
+func (q *embeddedQP) RingDoorbell() error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed {
@@ -474,7 +476,7 @@ func (q *embeddedQP) ringDoorbell() error {
 	return nil
 }
 
-func (q *embeddedQP) postSends(wrs []verbs.SendWR) (int, error) {
+func (q *embeddedQP) PostSends(wrs []verbs.SendWR) (int, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed {
@@ -494,7 +496,7 @@ func (q *embeddedQP) postSends(wrs []verbs.SendWR) (int, error) {
 	return n, err
 }
 
-func (q *embeddedQP) postRecv(wr *verbs.RecvWR) error {
+func (q *embeddedQP) PostRecv(wr *verbs.RecvWR) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed {
@@ -530,9 +532,9 @@ func (q *embeddedQP) reportErrorLocked() {
 	q.onError(q.qp.Status().Cause)
 }
 
-// destroy moves the QP to the error state, flushing its work requests,
+// Destroy moves the QP to the error state, flushing its work requests,
 // and removes it from the device.
-func (q *embeddedQP) destroy() error {
+func (q *embeddedQP) Destroy() error {
 	q.mu.Lock()
 	if q.destroyed {
 		q.mu.Unlock()
@@ -544,7 +546,7 @@ func (q *embeddedQP) destroy() error {
 	q.destroyed = true
 	q.mu.Unlock()
 	for _, u := range q.uses {
-		u.done()
+		u.Done()
 	}
 	d := q.dev
 	d.qps[q.num%uint32(len(d.qps))].CompareAndSwap(q, nil)
@@ -557,14 +559,14 @@ type embeddedMW struct {
 	w   *mr.Window
 }
 
-func (p *embeddedPD) allocMW(pd *PD, typ mr.WindowType) (*MW, error) {
+func (p *embeddedPD) AllocMW(typ mr.WindowType) (provider.MW, error) {
 	w, err := p.dev.mem.AllocWindow(p.pd, typ)
 	if err != nil {
 		return nil, err
 	}
-	return &MW{pd: pd, typ: typ, prov: &embeddedMW{dev: p.dev, w: w}}, nil
+	return &embeddedMW{dev: p.dev, w: w}, nil
 }
 
-// rkey is the window's key, which changes when a bind executes.
-func (w *embeddedMW) rkey() uint32   { return w.w.RKey() }
-func (w *embeddedMW) dealloc() error { return w.dev.mem.DeallocWindow(w.w) }
+// RKey is the window's key, which changes when a bind executes.
+func (w *embeddedMW) RKey() uint32   { return w.w.RKey() }
+func (w *embeddedMW) Dealloc() error { return w.dev.mem.DeallocWindow(w.w) }

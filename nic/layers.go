@@ -23,7 +23,7 @@ func (m *MR) PD() *PD { return m.pd }
 // callers that take buffers without their region (fi_mr's desc may be
 // omitted when the domain does not require FI_MR_LOCAL); the lookup costs
 // a search of the region table.
-func (pd *PD) SGEAt(addr, n uint64) (verbs.SGE, bool) { return pd.prov.sgeAt(addr, n) }
+func (pd *PD) SGEAt(addr, n uint64) (verbs.SGE, bool) { return pd.prov.SGEAt(addr, n) }
 
 // PollOnly is Poll without progress: it takes the completions the CQ holds
 // and, when it holds none, returns at once instead of processing the

@@ -169,9 +169,9 @@ func (d *embeddedDevice) probeRoute(dst netip.Addr) route {
 // too large for it, at most Config.MTU. An attached device returns the
 // daemon's Config.MTU: the daemon picks the path MTU of the connections
 // it makes.
-func (d *Device) PathMTU(dst netip.AddrPort) int { return d.prov.pathMTU(dst) }
+func (d *Device) PathMTU(dst netip.AddrPort) int { return d.prov.PathMTU(dst) }
 
-func (d *embeddedDevice) pathMTU(dst netip.AddrPort) int { return d.route(dst.Addr()).mtu }
+func (d *embeddedDevice) PathMTU(dst netip.AddrPort) int { return d.route(dst.Addr()).mtu }
 
 // pathTooBig handles the kernel's EMSGSIZE for a packet of q to dst: the
 // route carries less than q's path MTU (a route's MTU changed, or an ICMP

@@ -309,7 +309,7 @@ func (d *embeddedDevice) attend(c *embeddedCQ, ctx context.Context) (waited bool
 	p.attended.Add(1)
 	n, waited := 0, true
 	switch {
-	case c.cq.Len() > 0 || c.pub.users.gone():
+	case c.cq.Len() > 0 || c.st.Users.Gone():
 	case ctx.Err() != nil:
 		err = ctx.Err()
 	case d.closed():

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/internal/hooks"
+	"github.com/softnic/softnic/nic/internal/provider"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/verbs"
@@ -18,17 +18,25 @@ import (
 // together, and only together.
 type PD struct {
 	dev  *Device
-	prov pdProvider
+	prov provider.PD
 }
 
 // AllocPD allocates a protection domain (ibv_alloc_pd).
-func (d *Device) AllocPD() (*PD, error) { return d.prov.allocPD(d) }
+func (d *Device) AllocPD() (*PD, error) {
+	pd := &PD{dev: d}
+	p, err := d.prov.AllocPD(pd)
+	if err != nil {
+		return nil, err
+	}
+	pd.prov = p
+	return pd, nil
+}
 
 // Handle returns the PD's number in the device's region table.
-func (pd *PD) Handle() mr.PDHandle { return pd.prov.handle() }
+func (pd *PD) Handle() mr.PDHandle { return pd.prov.Handle() }
 
 // Dealloc frees the PD (ibv_dealloc_pd); ErrBusy while regions remain.
-func (pd *PD) Dealloc() error { return pd.prov.dealloc() }
+func (pd *PD) Dealloc() error { return pd.prov.Dealloc() }
 
 // MR is a registered memory region (ibv_mr).
 type MR struct {
@@ -36,7 +44,15 @@ type MR struct {
 	buf  []byte
 	key  uint32 // lkey == rkey
 	addr uint64
-	prov mrProvider
+	prov provider.MR
+}
+
+// newMR wraps the region p registered in pd, or returns err.
+func newMR(pd *PD, p provider.MR, err error) (*MR, error) {
+	if err != nil {
+		return nil, err
+	}
+	return &MR{pd: pd, buf: p.Bytes(), key: p.Key(), addr: p.Addr(), prov: p}, nil
 }
 
 // RegMR registers buf for the device (ibv_reg_mr): its address is buf's,
@@ -44,7 +60,10 @@ type MR struct {
 // attached device registers only memory of its regions from AllocMR, and
 // refuses other memory with ErrFault; its regions' addresses are the
 // daemon's (use MR.SGE and MR.Addr, not buf's address).
-func (pd *PD) RegMR(buf []byte, access mr.Access) (*MR, error) { return pd.prov.regMR(pd, buf, access) }
+func (pd *PD) RegMR(buf []byte, access mr.Access) (*MR, error) {
+	p, err := pd.prov.RegMR(buf, access)
+	return newMR(pd, p, err)
+}
 
 // AllocMR registers size bytes of device-owned memory, mapped outside the
 // Go heap (the memory a daemon hosts for remote peers). An attached
@@ -53,7 +72,8 @@ func (pd *PD) AllocMR(size int, access mr.Access) (*MR, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("memory region of %d bytes: %w", size, ErrInvalid)
 	}
-	return pd.prov.allocMR(pd, size, access)
+	p, err := pd.prov.AllocMR(size, access)
+	return newMR(pd, p, err)
 }
 
 // RegShared registers n bytes at offset off of the memfd fd as a region
@@ -74,7 +94,8 @@ func (pd *PD) RegShared(fd int, off int64, n int, iova uint64, access mr.Access)
 	if err != nil {
 		return nil, err
 	}
-	return pd.prov.regShared(pd, m, skip, fd, off, n, iova, access)
+	p, err := pd.prov.RegShared(m, skip, fd, off, n, iova, access)
+	return newMR(pd, p, err)
 }
 
 // LKey and RKey are the region's keys (equal, as in rxe).
@@ -94,8 +115,8 @@ func (m *MR) Bytes() []byte { return m.buf }
 // Region returns the region in the device's table; nil for an attached
 // device's.
 func (m *MR) Region() *mr.Region {
-	if h, ok := m.prov.(regionHolder); ok {
-		return h.region()
+	if h, ok := m.prov.(provider.RegionHolder); ok {
+		return h.Region()
 	}
 	return nil
 }
@@ -107,75 +128,25 @@ func (m *MR) SGE(off, n int) verbs.SGE {
 
 // Dereg deregisters the region (ibv_dereg_mr); ErrBusy while a memory
 // window is bound to it.
-func (m *MR) Dereg() error { return m.prov.dereg() }
+func (m *MR) Dereg() error { return m.prov.Dereg() }
 
 // CQ is a completion queue.
 type CQ struct {
 	dev     *Device
-	wake    chan struct{}
-	waiters atomic.Int32  // goroutines in wait
-	users   users         // QPs completing to it
-	gone    chan struct{} // closed when the CQ is destroyed
-	prov    cqProvider
-}
-
-func newCQ(d *Device, p cqProvider) *CQ {
-	return &CQ{dev: d, wake: make(chan struct{}, 1), gone: make(chan struct{}), prov: p}
-}
-
-// signal wakes a waiter of the CQ, if one sleeps on c.wake.
-func (c *CQ) signal() {
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
-}
-
-// users counts the QPs that use a CQ or an SRQ, which cannot be destroyed
-// while any does (EBUSY, as ibv_destroy_cq and ibv_destroy_srq), nor used
-// by a new QP once destroyed.
-type users struct {
-	mu   sync.Mutex // orders add and destroy
-	n    int
-	dead atomic.Bool // destroyed; read without mu by Poll and PostRecv
-}
-
-// gone reports whether the object was destroyed.
-func (u *users) gone() bool { return u.dead.Load() }
-
-func (u *users) add(what string) error {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.dead.Load() {
-		return fmt.Errorf("%s was destroyed: %w", what, ErrInvalid)
-	}
-	u.n++
-	return nil
-}
-
-func (u *users) done() {
-	u.mu.Lock()
-	u.n--
-	u.mu.Unlock()
-}
-
-// destroy marks the object destroyed unless a QP uses it, and reports
-// whether this call did.
-func (u *users) destroy(what string) (bool, error) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	switch {
-	case u.dead.Load():
-		return false, nil
-	case u.n > 0:
-		return false, fmt.Errorf("%s is used by %d QPs; destroy them first: %w", what, u.n, ErrBusy)
-	}
-	u.dead.Store(true)
-	return true, nil
+	waiters atomic.Int32 // goroutines in wait
+	st      *provider.CQState
+	prov    provider.CQ
 }
 
 // CreateCQ creates a completion queue of depth entries (ibv_create_cq).
-func (d *Device) CreateCQ(depth int) (*CQ, error) { return d.prov.createCQ(d, depth) }
+func (d *Device) CreateCQ(depth int) (*CQ, error) {
+	st := provider.NewCQState()
+	p, err := d.prov.CreateCQ(depth, st)
+	if err != nil {
+		return nil, err
+	}
+	return &CQ{dev: d, st: st, prov: p}, nil
+}
 
 // Poll moves up to len(wcs) completions into wcs (ibv_poll_cq) without
 // blocking. When an embedded device's CQ holds none, Poll first processes
@@ -187,22 +158,12 @@ func (c *CQ) Poll(wcs []verbs.WC) (int, error) { return c.poll(wcs, true) }
 // poll is Poll; drive says whether it may process packets when it finds no
 // completion, as a poll in a loop does (CQ.Wait's do not: the reader
 // stays on the socket for them).
-func (c *CQ) poll(wcs []verbs.WC, drive bool) (int, error) { return c.prov.poll(wcs, drive) }
+func (c *CQ) poll(wcs []verbs.WC, drive bool) (int, error) { return c.prov.Poll(wcs, drive) }
 
 // Destroy destroys the CQ (ibv_destroy_cq): completions not yet polled are
 // discarded, and Poll and Wait return ErrClosed from then on. It fails
 // with ErrBusy while a QP completes to the CQ.
-func (c *CQ) Destroy() error { return c.prov.destroy(c) }
-
-// retire marks the CQ destroyed unless a QP uses it, and wakes its
-// waiters.
-func (c *CQ) retire() error {
-	did, err := c.users.destroy("CQ")
-	if did {
-		close(c.gone)
-	}
-	return err
-}
+func (c *CQ) Destroy() error { return c.prov.Destroy() }
 
 // Wait blocks until at least one completion is available, then polls up to
 // len(wcs) of them. It returns early with ctx's error, or ErrClosed when
@@ -224,10 +185,10 @@ func (c *CQ) WaitReady(ctx context.Context) error {
 // wait calls poll until it finds completions (or fails), sleeping between
 // calls until the CQ is written to, ctx ends or the device closes.
 //
-// A waiter sleeps on c.wake, which the CQ's writes signal, unless the
+// A waiter sleeps in c.st.Sleep, which the CQ's writes signal, unless the
 // provider's park put it to sleep already: an attached CQ's daemon
 // signals an eventfd once per arming, so one waiter at a time arms the CQ
-// and reads the eventfd, the others sleep on c.wake. One write wakes one
+// and reads the eventfd, the others sleep in c.st.Sleep. One write wakes one
 // waiter, so a woken waiter that leaves while others wait passes the
 // wakeup on, and one of them takes its place.
 func (c *CQ) wait(ctx context.Context, poll func() (int, error)) (int, error) {
@@ -236,7 +197,7 @@ func (c *CQ) wait(ctx context.Context, poll func() (int, error)) (int, error) {
 	woken := false
 	passOn := func() {
 		if woken && c.waiters.Load() > 1 {
-			c.signal()
+			c.st.Signal()
 		}
 	}
 	done := c.dev.Done()
@@ -245,9 +206,9 @@ func (c *CQ) wait(ctx context.Context, poll func() (int, error)) (int, error) {
 			passOn()
 			return n, err
 		}
-		slept, err := c.prov.park(ctx, done)
+		slept, err := c.prov.Park(ctx, done)
 		if !slept {
-			err = c.sleep(ctx, done)
+			err = c.st.Sleep(ctx, done)
 		}
 		woken = true
 		if err == nil {
@@ -263,47 +224,31 @@ func (c *CQ) wait(ctx context.Context, poll func() (int, error)) (int, error) {
 	}
 }
 
-// sleep waits until the CQ is written to (c.wake), ctx ends, the device
-// closes (done) or the CQ is destroyed.
-func (c *CQ) sleep(ctx context.Context, done <-chan struct{}) error {
-	select {
-	case <-c.wake:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-done:
-		return ErrClosed
-	case <-c.gone:
-		return ErrClosed
-	}
-}
-
 // Len returns how many completions wait to be polled.
-func (c *CQ) Len() int { return c.prov.len() }
+func (c *CQ) Len() int { return c.prov.Len() }
 
 // SRQ is a shared receive queue.
 type SRQ struct {
-	pd    *PD
-	users users // QPs receiving from it
-	prov  srqProvider
+	pd   *PD
+	prov provider.SRQ
 }
 
 // CreateSRQ creates a shared receive queue (ibv_create_srq).
-func (pd *PD) CreateSRQ(depth, maxSGE int) (*SRQ, error) { return pd.prov.createSRQ(pd, depth, maxSGE) }
+func (pd *PD) CreateSRQ(depth, maxSGE int) (*SRQ, error) {
+	p, err := pd.prov.CreateSRQ(depth, maxSGE)
+	if err != nil {
+		return nil, err
+	}
+	return &SRQ{pd: pd, prov: p}, nil
+}
 
 // PostRecv adds a receive WR (ibv_post_srq_recv).
-func (s *SRQ) PostRecv(wr *verbs.RecvWR) error { return s.prov.postRecv(wr) }
+func (s *SRQ) PostRecv(wr *verbs.RecvWR) error { return s.prov.PostRecv(wr) }
 
 // Destroy destroys the SRQ (ibv_destroy_srq): its receive WRs are
 // discarded, and posting to it fails. It fails with ErrBusy while a QP
 // receives from it.
-func (s *SRQ) Destroy() error { return s.prov.destroy(s) }
-
-// retire marks the SRQ destroyed unless a QP uses it.
-func (s *SRQ) retire() error {
-	_, err := s.users.destroy("SRQ")
-	return err
-}
+func (s *SRQ) Destroy() error { return s.prov.Destroy() }
 
 // QPConfig creates a QP (ibv_qp_init_attr).
 type QPConfig struct {
@@ -323,11 +268,40 @@ type QP struct {
 	dev  *Device
 	pd   *PD
 	num  uint32
-	prov qpProvider
+	prov provider.QP
 }
 
 // CreateQP creates a QP in the RESET state (ibv_create_qp).
-func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) { return pd.prov.createQP(pd, cfg) }
+func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
+	p, err := pd.prov.CreateQP(cfg.provider())
+	if err != nil {
+		return nil, err
+	}
+	return p.Owner().(*QP), nil
+}
+
+// provider is cfg with its queues' providers.
+func (cfg *QPConfig) provider() provider.QPConfig {
+	c := provider.QPConfig{
+		Type: cfg.Type, MaxSendWR: cfg.MaxSendWR, MaxRecvWR: cfg.MaxRecvWR, MaxSendSGE: cfg.MaxSendSGE,
+		MaxRecvSGE: cfg.MaxRecvSGE, MaxInline: cfg.MaxInline, SignalAll: cfg.SignalAll, Queues: cfg.queues,
+	}
+	if cfg.SendCQ != nil {
+		c.SendCQ = cfg.SendCQ.prov
+	}
+	if cfg.RecvCQ != nil {
+		c.RecvCQ = cfg.RecvCQ.prov
+	}
+	if cfg.SRQ != nil {
+		c.SRQ = cfg.SRQ.prov
+	}
+	return c
+}
+
+// wrapQP is the public QP of q, which the provider made in pd.
+func wrapQP(pd *PD, q provider.QP) *QP {
+	return &QP{dev: pd.dev, pd: pd, num: q.Num(), prov: q}
+}
 
 // Num returns the QP number.
 func (q *QP) Num() uint32 { return q.num }
@@ -336,33 +310,33 @@ func (q *QP) Num() uint32 { return q.num }
 func (q *QP) PD() *PD { return q.pd }
 
 // Type returns the QP's transport service.
-func (q *QP) Type() verbs.Type { return q.prov.typ() }
+func (q *QP) Type() verbs.Type { return q.prov.Type() }
 
 // Attr returns the QP's attributes (ibv_query_qp).
-func (q *QP) Attr() verbs.Attr { return q.prov.attr() }
+func (q *QP) Attr() verbs.Attr { return q.prov.Attr() }
 
 // Status returns a snapshot of the QP's sequence state.
-func (q *QP) Status() qp.Status { return q.prov.status() }
+func (q *QP) Status() qp.Status { return q.prov.Status() }
 
 // Traffic returns the packets, bytes and messages the QP has sent and
 // received. An attached device's QPs are counted in the daemon, which
 // shows them (softnic serve --metrics): here they are ErrNotSupported.
 func (q *QP) Traffic() (verbs.Traffic, error) {
-	if t, ok := q.prov.(trafficCounter); ok {
-		return t.traffic(), nil
+	if t, ok := q.prov.(provider.TrafficCounter); ok {
+		return t.Traffic(), nil
 	}
 	return verbs.Traffic{}, fmt.Errorf("QP %#x: %w", q.num, unsupported("traffic"))
 }
 
 // Modify changes the QP's attributes and state (ibv_modify_qp).
-func (q *QP) Modify(attr *verbs.Attr, mask verbs.AttrMask) error { return q.prov.modify(attr, mask) }
+func (q *QP) Modify(attr *verbs.Attr, mask verbs.AttrMask) error { return q.prov.Modify(attr, mask) }
 
 // PostSend posts one send work request (ibv_post_send) and sends what it
 // can at once; while an application polls the device's CQs (see CQ.Poll),
 // what it posts leaves with that application's next poll instead, with
 // everything posted to the device's QPs since, in as few system calls as
 // it takes.
-func (q *QP) PostSend(wr *verbs.SendWR) error { return q.prov.postSend(wr, true) }
+func (q *QP) PostSend(wr *verbs.SendWR) error { return q.prov.PostSend(wr, true) }
 
 // PostSendDeferred posts a send work request without ringing the doorbell:
 // this call sends nothing, so that several posts can leave in one batch
@@ -370,20 +344,20 @@ func (q *QP) PostSend(wr *verbs.SendWR) error { return q.prov.postSend(wr, true)
 // PostSend, PostSends or RingDoorbell on the QP, or sooner if the device
 // drains the QP for its own reasons (a response arrives, a timer fires):
 // the deferral is a batching hint, never a promise to hold packets back.
-func (q *QP) PostSendDeferred(wr *verbs.SendWR) error { return q.prov.postSend(wr, false) }
+func (q *QP) PostSendDeferred(wr *verbs.SendWR) error { return q.prov.PostSend(wr, false) }
 
 // RingDoorbell sends what the QP has queued, such as the work requests of
 // PostSendDeferred.
-func (q *QP) RingDoorbell() error { return q.prov.ringDoorbell() }
+func (q *QP) RingDoorbell() error { return q.prov.RingDoorbell() }
 
 // PostSends posts a list of send work requests, then sends; it returns how
 // many were posted before an error (like ibv_post_send's bad_wr).
-func (q *QP) PostSends(wrs []verbs.SendWR) (int, error) { return q.prov.postSends(wrs) }
+func (q *QP) PostSends(wrs []verbs.SendWR) (int, error) { return q.prov.PostSends(wrs) }
 
 // PostRecv posts a receive work request (ibv_post_recv).
-func (q *QP) PostRecv(wr *verbs.RecvWR) error { return q.prov.postRecv(wr) }
+func (q *QP) PostRecv(wr *verbs.RecvWR) error { return q.prov.PostRecv(wr) }
 
 // Destroy moves the QP to the error state, so that its outstanding WRs
 // complete with WR_FLUSH_ERR, and removes it from the device
 // (ibv_destroy_qp). Packets for it are dropped from then on.
-func (q *QP) Destroy() error { return q.prov.destroy() }
+func (q *QP) Destroy() error { return q.prov.Destroy() }

@@ -92,3 +92,11 @@ type Traffic struct {
 	SentMsgs            uint64 // send WRs completed successfully
 	RcvdMsgs            uint64 // requests the responder completed (each moves the MSN on) and UD datagrams delivered
 }
+
+// CounterValue is one named counter and its value, as a device lists them
+// (nic.Device.Counters): CounterID names the transport's, and a device
+// names its own beside them.
+type CounterValue struct {
+	Name  string
+	Value uint64
+}
