@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/softnic/softnic/internal/testenv"
 	"github.com/softnic/softnic/nic/internal/attachproto"
 	"github.com/softnic/softnic/nic/shm"
 )
@@ -19,7 +18,9 @@ import (
 // and then never closes the session (stopped, or hung) is cut off, and
 // Close still unmaps and returns.
 func TestDetachFromHungDaemon(t *testing.T) {
-	testenv.MustHaveAttach(t)
+	if err := AttachSupported(); err != nil { // nictest.MustHaveAttach, which imports this package
+		t.Skipf("attach mode is not supported here: %v", err)
+	}
 	defer func(w time.Duration) { detachWait = w }(detachWait)
 	detachWait = 100 * time.Millisecond
 	path := filepath.Join(t.TempDir(), "hung.sock")

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/softnic/softnic/internal/testenv"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/mr/keyspace"
 	"github.com/softnic/softnic/nic"
@@ -39,7 +38,7 @@ func startDaemon(t testing.TB, cfg nic.Config) *daemon {
 // startServer is startDaemon with the attach server configured by scfg.
 func startServer(t testing.TB, cfg nic.Config, scfg attachd.Config) *daemon {
 	t.Helper()
-	testenv.MustHaveAttach(t)
+	nictest.MustHaveAttach(t)
 	if !cfg.Addr.IsValid() {
 		cfg.Addr = loopback
 	}

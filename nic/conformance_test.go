@@ -15,7 +15,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/softnic/softnic/internal/testenv"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/attachd"
@@ -552,7 +551,7 @@ func TestQueueLimitsParity(t *testing.T) {
 // it brings back what the test wrote there, and local SGEs name it by the
 // same address.
 func TestRegShared(t *testing.T) {
-	testenv.MustHaveAttach(t) // the region is attach mode's shared memory
+	nictest.MustHaveAttach(t) // the region is attach mode's shared memory
 	forEachProvider(t, func(t *testing.T, mode provider) {
 		a, b := mode.end(t, nic.Config{}), openEnd(t, nic.Config{})
 		connectEnds(t, a, b)

@@ -20,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/softnic/softnic/internal/testenv"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/nictest"
@@ -52,7 +51,7 @@ type serveDaemon struct {
 // flags args, until the test ends.
 func startServe(t *testing.T, bin string, args ...string) *serveDaemon {
 	t.Helper()
-	testenv.MustHaveAttach(t)
+	nictest.MustHaveAttach(t)
 	d := &serveDaemon{bin: bin, control: filepath.Join(t.TempDir(), "ctl.sock"), stderr: &lockedBuffer{}}
 	cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0", "--control", d.control, "--log-level", "info"}, args...)...)
 	cmd.Stderr = d.stderr

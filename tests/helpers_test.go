@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/softnic/softnic/internal/testenv"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/attachd"
@@ -84,7 +83,7 @@ func waitWC(t testing.TB, cq *nic.CQ, timeout time.Duration) verbs.WC {
 // on a unix socket, as softnic serve does; it returns the socket's path.
 func startDaemon(t testing.TB, cfg nic.Config) (string, *nic.Device) {
 	t.Helper()
-	testenv.MustHaveAttach(t)
+	nictest.MustHaveAttach(t)
 	cfg.Embed = true
 	dev := nictest.OpenDevice(t, cfg)
 	srv := attachd.NewServer(dev, attachd.Config{})
@@ -160,7 +159,7 @@ func TestAttachDaemon(t *testing.T) {
 // busyPoll (Config.BusyPoll), and returns its socket.
 func daemonProcess(tb testing.TB, busyPoll time.Duration) string {
 	tb.Helper()
-	testenv.MustHaveAttach(tb)
+	nictest.MustHaveAttach(tb)
 	path := filepath.Join(tb.TempDir(), "softnic.sock")
 	cmd := exec.Command(os.Args[0], "-test.run=^TestAttachDaemon$")
 	cmd.Env = append(os.Environ(), envDaemon+"="+path, envDaemonBusyPoll+"="+busyPoll.String())

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/cmd/softnic/internal/daemon"
-	"github.com/softnic/softnic/internal/testenv"
+	"github.com/softnic/softnic/nic/nictest"
 	"golang.org/x/sys/unix"
 )
 
@@ -342,7 +342,7 @@ func startChildDaemon(t *testing.T, env []string, args ...string) *childDaemon {
 // startChildDaemonAt is startChildDaemon with its control socket at path.
 func startChildDaemonAt(t *testing.T, control string, env []string, args ...string) *childDaemon {
 	t.Helper()
-	testenv.MustHaveAttach(t)
+	nictest.MustHaveAttach(t)
 	args = append([]string{"serve", "--listen", "127.0.0.1:0", "--control", control}, args...)
 	d := &childDaemon{childProc: startChild(t, nil, env, args...), control: control}
 	if err := json.Unmarshal(d.line(t), &d.ready); err != nil {

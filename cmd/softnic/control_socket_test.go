@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/softnic/softnic/cmd/softnic/internal/control"
-	"github.com/softnic/softnic/internal/testenv"
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/nictest"
 )
 
 // TestControlSocketMode: the control socket is the daemon's user's alone
@@ -94,7 +94,7 @@ func TestControlSocketUmaskRace(t *testing.T) {
 // process listening on it (SO_PEERCRED); the daemon refuses to start on
 // that path.
 func TestControlSocketImpostor(t *testing.T) {
-	testenv.MustHaveAttach(t)
+	nictest.MustHaveAttach(t)
 	path := filepath.Join(sharedDir(t, 0o1777), "ctl.sock")
 	imp := startNobody(t, "impostor", path)
 	const owner = "uid 65534 (nobody)"

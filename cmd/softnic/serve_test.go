@@ -23,7 +23,6 @@ import (
 	"github.com/softnic/softnic/cmd/softnic/internal/control"
 	"github.com/softnic/softnic/cmd/softnic/internal/daemon"
 	"github.com/softnic/softnic/cmd/softnic/internal/flagval"
-	"github.com/softnic/softnic/internal/testenv"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/nictest"
@@ -64,7 +63,7 @@ type testDaemon struct {
 // line. The test's cleanup stops it.
 func startDaemon(t *testing.T, args ...string) *testDaemon {
 	t.Helper()
-	testenv.MustHaveAttach(t)
+	nictest.MustHaveAttach(t)
 	nictest.CheckLeaks(t)
 	d := &testDaemon{control: filepath.Join(t.TempDir(), "ctl.sock"), stderr: &syncBuffer{}, exit: make(chan int, 1)}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/softnic/softnic/internal/testenv"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/quota"
@@ -22,11 +21,21 @@ import (
 	"github.com/softnic/softnic/verbs"
 )
 
+// mustHaveAttach skips t unless attach mode works here, as
+// nictest.MustHaveAttach does for tests that can import nictest (which
+// imports this package).
+func mustHaveAttach(t testing.TB) {
+	t.Helper()
+	if err := nic.AttachSupported(); err != nil {
+		t.Skipf("attach mode is not supported here: %v", err)
+	}
+}
+
 // serveTest serves a device on loopback to attached processes from the
 // test process, with cfg, and returns the server and its socket's path.
 func serveTest(t testing.TB, cfg Config) (*nic.Device, *Server, string) {
 	t.Helper()
-	testenv.MustHaveAttach(t)
+	mustHaveAttach(t)
 	dev, err := nic.Open(nic.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0"), Embed: true})
 	if err != nil {
 		t.Fatal(err)
@@ -377,7 +386,7 @@ func (l *emfileListener) Accept() (net.Conn, error) {
 // counts it, and attaches the next process; it ends only when its
 // listener closes.
 func TestServeOutlastsEMFILE(t *testing.T) {
-	testenv.MustHaveAttach(t)
+	mustHaveAttach(t)
 	dev, err := nic.Open(nic.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0"), Embed: true})
 	if err != nil {
 		t.Fatal(err)

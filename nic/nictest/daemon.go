@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/softnic/softnic/internal/testenv"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/attachd"
 )
@@ -36,13 +35,25 @@ type Daemon struct {
 	closers closers
 }
 
+// MustHaveAttach skips t, saying why, unless attach mode works here
+// (nic.AttachSupported: Linux, built without the softnic_portable tag). A
+// test that opens an attached device, starts an attach server or sets
+// SOFTNIC_SOCKET calls it first, since off Linux those fail with
+// nic.ErrNotSupported; NewDaemon and NewPair with Options.Attached call it.
+func MustHaveAttach(t testing.TB) {
+	t.Helper()
+	if err := nic.AttachSupported(); err != nil {
+		t.Skipf("attach mode is not supported here: %v", err)
+	}
+}
+
 // NewDaemon starts a daemon with opts.Config and attaches a client to it
 // (Daemon.Client). It logs the seed, checks for leaks (unless
 // Options.NoLeakCheck) and closes both when the test ends. Where attach
 // mode is not supported (nic.AttachSupported) it skips the test.
 func NewDaemon(t testing.TB, opts *Options) *Daemon {
 	t.Helper()
-	testenv.MustHaveAttach(t)
+	MustHaveAttach(t)
 	return inTest(t, opts, StartDaemon, func(d *Daemon) (uint64, func()) { return d.Seed, d.Close })
 }
 

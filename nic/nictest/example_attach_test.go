@@ -1,6 +1,6 @@
 // Examples cannot skip, and this one needs attach mode: it is built where
-// attach mode works, as nic.AttachSupported and internal/testenv's
-// MustHaveAttach know it (nic/shm's memfd_linux.go).
+// attach mode works, as nic.AttachSupported and nictest.MustHaveAttach
+// know it (nic/shm's memfd_linux.go).
 
 //go:build linux && !softnic_portable
 

@@ -9,7 +9,8 @@
 // of a syndrome, a PSN retransmitted, a packet it waits for (Recorder).
 // Everything random in it, the first PSNs and the random faults, comes
 // from one seed that a failing test logs (Options.Seed, SOFTNIC_TEST_SEED),
-// so that its run repeats.
+// so that its run repeats. A test that needs attach mode skips, saying
+// why, where the system lacks it (MustHaveAttach).
 //
 // It uses package nic's public API only, and its devices listen on
 // loopback at ports the system picks, so that tests run in parallel.
@@ -25,7 +26,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/softnic/softnic/internal/testenv"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/netem"
 	"github.com/softnic/softnic/nic"
@@ -171,7 +171,7 @@ const Access = mr.LocalWrite | mr.RemoteWrite | mr.RemoteRead | mr.RemoteAtomic
 func NewPair(t testing.TB, opts *Options) *Pair {
 	t.Helper()
 	if opts != nil && opts.Attached {
-		testenv.MustHaveAttach(t)
+		MustHaveAttach(t)
 	}
 	return inTest(t, opts, StartPair, func(p *Pair) (uint64, func()) { return p.Seed, p.Close })
 }
