@@ -123,7 +123,21 @@ func TestTsharkCM(t *testing.T) {
 	if err := os.WriteFile(path, file.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"-n", "-r", path, "-T", "fields", "-E", "separator=/t", "-E", "aggregator=,"}
+	cols := tsharkCMFields(t, tshark, path)
+	if len(cols) != len(pkts) {
+		t.Fatalf("tshark printed %d lines for %d packets", len(cols), len(pkts))
+	}
+	for i, col := range cols {
+		p := pkts[i]
+		t.Run(p.name, func(t *testing.T) { checkTsharkCM(t, col, &p.mad, p.pkt) })
+	}
+}
+
+// tsharkCMFields has tshark print cmTsharkFields of every MAD of the
+// capture at path and returns them, a map from field to value a packet.
+func tsharkCMFields(t *testing.T, tshark, path string) []map[string]string {
+	t.Helper()
+	args := []string{"-n", "-r", path, "-Y", "infiniband.mad", "-T", "fields", "-E", "separator=/t", "-E", "aggregator=,"}
 	for _, f := range cmTsharkFields {
 		args = append(args, "-e", f)
 	}
@@ -131,20 +145,15 @@ func TestTsharkCM(t *testing.T) {
 	if err != nil {
 		t.Fatalf("tshark: %v", err)
 	}
-	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
-	if len(lines) != len(pkts) {
-		t.Fatalf("tshark printed %d lines for %d packets:\n%s", len(lines), len(pkts), out)
+	var cols []map[string]string
+	for line := range strings.Lines(string(out)) {
+		col := map[string]string{}
+		for j, v := range strings.Split(strings.TrimSuffix(line, "\n"), "\t") {
+			col[cmTsharkFields[j]] = v
+		}
+		cols = append(cols, col)
 	}
-	for i, line := range lines {
-		p := pkts[i]
-		t.Run(p.name, func(t *testing.T) {
-			col := map[string]string{}
-			for j, v := range strings.Split(line, "\t") {
-				col[cmTsharkFields[j]] = v
-			}
-			checkTsharkCM(t, col, &p.mad, p.pkt)
-		})
-	}
+	return cols
 }
 
 // checkTsharkCM compares what tshark shows of one CM packet with the MAD
@@ -327,19 +336,11 @@ func TestTsharkGoldenCM(t *testing.T) {
 			pkts = append(pkts, fr.Payload)
 		}
 	}
-	args := []string{"-n", "-r", path, "-Y", "infiniband.mad", "-T", "fields", "-E", "separator=/t", "-E", "aggregator=,"}
-	for _, f := range cmTsharkFields {
-		args = append(args, "-e", f)
+	cols := tsharkCMFields(t, tshark, path)
+	if len(cols) != len(pkts) {
+		t.Fatalf("tshark shows %d MADs, softnic finds %d", len(cols), len(pkts))
 	}
-	out, err := exec.Command(tshark, args...).Output()
-	if err != nil {
-		t.Fatalf("tshark: %v", err)
-	}
-	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
-	if len(lines) != len(pkts) {
-		t.Fatalf("tshark shows %d MADs, softnic finds %d", len(lines), len(pkts))
-	}
-	for i, line := range lines {
+	for i, col := range cols {
 		var p wire.Packet
 		var m MAD
 		var mad MADFields
@@ -350,12 +351,6 @@ func TestTsharkGoldenCM(t *testing.T) {
 			t.Fatal(err)
 		}
 		m.Fields(&mad)
-		t.Run(m.AttrID().String(), func(t *testing.T) {
-			col := map[string]string{}
-			for j, v := range strings.Split(line, "\t") {
-				col[cmTsharkFields[j]] = v
-			}
-			checkTsharkCM(t, col, &mad, pkts[i])
-		})
+		t.Run(m.AttrID().String(), func(t *testing.T) { checkTsharkCM(t, col, &mad, pkts[i]) })
 	}
 }
