@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/softnic/softnic/nic"
@@ -66,11 +67,24 @@ type doorbell struct {
 	fd   int
 
 	// listening is fd as the runtime's poller watches it, nil while the
-	// doorbell goroutine does not listen; stopped once the process
-	// detached.
+	// doorbell goroutine does not listen, and raw its raw descriptor;
+	// stopped once the process detached.
 	mu        sync.Mutex
 	listening *os.File
+	raw       syscall.RawConn
 	stopped   bool
+
+	// poked tells the doorbell goroutine that the daemon has work for it
+	// (session.fail), which a look at the marks would not see.
+	poked atomic.Bool
+
+	// The doorbell goroutine's wait (await), for raw.Read's callback
+	// (readFn, readSignals).
+	looked  bool
+	buf     [8]byte
+	signals uint64
+	readErr error
+	readFn  func(fd uintptr) bool
 
 	pollingSaid bool // the doorbell goroutine logged that it cannot listen
 
@@ -95,6 +109,7 @@ func (b *doorbell) open() error {
 	b.fd = fd
 	b.db, _ = shm.NewDoorbell(b.page.Bytes())
 	b.needWake = b.db.NeedWake()
+	b.readFn = b.readSignals
 	return nil
 }
 
@@ -102,10 +117,10 @@ func (b *doorbell) open() error {
 // eventfd, then the page.
 func (b *doorbell) fds() []int { return []int{b.fd, b.page.FD()} }
 
-// listen returns the eventfd for the doorbell goroutine to read, in the
-// runtime's poller: a duplicate, which leaves the poller when deafen
-// closes it. It returns nil once the process detached.
-func (b *doorbell) listen() (*os.File, error) {
+// listen returns the eventfd for the doorbell goroutine to wait for
+// (await), in the runtime's poller: a duplicate, which leaves the poller
+// when deafen closes it. It returns nil once the process detached.
+func (b *doorbell) listen() (syscall.RawConn, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.stopped {
@@ -116,9 +131,57 @@ func (b *doorbell) listen() (*os.File, error) {
 		if err != nil {
 			return nil, fmt.Errorf("doorbell eventfd: dup: %w", err)
 		}
-		b.listening = os.NewFile(uintptr(fd), "softnic-doorbell")
+		f := os.NewFile(uintptr(fd), "softnic-doorbell")
+		raw, err := f.SyscallConn()
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("doorbell eventfd: %w", err)
+		}
+		b.listening, b.raw = f, raw
 	}
-	return b.listening, nil
+	return b.raw, nil
+}
+
+// await waits, with raw from listen, for the process to signal the
+// eventfd, and returns the signals it read, 0 if it found a QP marked
+// before it waited. The doorbell goroutine calls it after a pass that
+// found nothing, when the eventfd is empty unless a post came since: so
+// it looks at the marks, not the eventfd, before it waits, which spares
+// a system call a wakeup. That look is what makes a signal that came
+// before the wait harmless (raw.Read forgets the readiness the runtime's
+// poller saw then): the post marked its QP before it signalled.
+func (b *doorbell) await(raw syscall.RawConn) (uint64, error) {
+	b.looked, b.signals, b.readErr = false, 0, nil
+	if err := raw.Read(b.readFn); err != nil {
+		return 0, err
+	}
+	return b.signals, b.readErr
+}
+
+// readSignals is await's callback: the first call looks at the marks
+// (and whether the daemon poked), the next ones, after readiness, read
+// the eventfd. It reports whether the wait is over.
+func (b *doorbell) readSignals(fd uintptr) bool {
+	if !b.looked {
+		b.looked = true
+		return b.db.Pending() || b.poked.Swap(false)
+	}
+	for {
+		n, err := syscall.Read(int(fd), b.buf[:])
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EAGAIN:
+			return false
+		case err != nil:
+			b.readErr = os.NewSyscallError("read doorbell eventfd", err)
+		case n != len(b.buf):
+			b.readErr = fmt.Errorf("doorbell eventfd: read %d bytes", n)
+		default:
+			b.signals = binary.NativeEndian.Uint64(b.buf[:])
+		}
+		return true
+	}
 }
 
 // deafen stops listening: signals of the eventfd wake nothing until listen.
@@ -127,7 +190,7 @@ func (b *doorbell) deafen() {
 	defer b.mu.Unlock()
 	if b.listening != nil {
 		b.listening.Close()
-		b.listening = nil
+		b.listening, b.raw = nil, nil
 	}
 }
 
@@ -138,6 +201,12 @@ func (b *doorbell) stop() {
 	b.stopped = true
 	b.mu.Unlock()
 	b.deafen()
+}
+
+// poke wakes the doorbell goroutine for work of the daemon's.
+func (b *doorbell) poke() {
+	b.poked.Store(true)
+	b.signal()
 }
 
 // signal signals the eventfd, unless it is closed.
@@ -216,7 +285,6 @@ func (b *doorbellBudget) spend(now time.Time, work uint64, n int) time.Duration 
 func (s *session) doorbellLoop() {
 	defer close(s.bellDone)
 	defer s.bell.deafen()
-	var b [8]byte
 	woke := false
 	for {
 		s.bell.needWake.Store(0)
@@ -242,12 +310,13 @@ func (s *session) doorbellLoop() {
 				continue
 			}
 		}
-		f, err := s.bell.listen()
-		if f == nil && err == nil {
+		raw, err := s.bell.listen()
+		if raw == nil && err == nil {
 			return
 		}
+		var signals uint64
 		if err == nil {
-			_, err = f.Read(b[:])
+			signals, err = s.bell.await(raw)
 		}
 		if err != nil {
 			if s.ctx.Err() != nil {
@@ -265,9 +334,12 @@ func (s *session) doorbellLoop() {
 			}
 			continue
 		}
+		if signals == 0 {
+			continue // a QP marked before the wait
+		}
 		woke = true
 		s.cnt[cntDoorbells].Add(1)
-		s.cnt[cntDoorbellSignals].Add(binary.NativeEndian.Uint64(b[:]))
+		s.cnt[cntDoorbellSignals].Add(signals)
 	}
 }
 
@@ -430,7 +502,7 @@ func (s *session) fail(h *hostedQP) {
 	s.mu.Lock()
 	s.failing = append(s.failing, h)
 	s.mu.Unlock()
-	s.wake()
+	s.bell.poke()
 }
 
 // wake signals the process's doorbell from the daemon.

@@ -158,3 +158,70 @@ func TestDoorbellFloodThrottled(t *testing.T) {
 		t.Errorf("the flooder's own WRITE after the flood: %v", wc.String())
 	}
 }
+
+// The doorbell goroutine's wait (await) ends at once, without reading the
+// eventfd, when a QP is marked or the daemon poked it, and otherwise when
+// the process signals, with the signals it read; once the process
+// detached (stop), it fails.
+func TestDoorbellAwait(t *testing.T) {
+	mustHaveAttach(t)
+	var b doorbell
+	if err := b.open(); err != nil {
+		t.Fatal(err)
+	}
+	defer b.close()
+	raw, err := b.listen()
+	if err != nil || raw == nil {
+		t.Fatalf("listen: %v, %v", raw, err)
+	}
+	b.db.Mark(3)
+	b.signal()
+	if n, err := b.await(raw); n != 0 || err != nil {
+		t.Errorf("await with a QP marked: %d signals, %v; want 0, nil", n, err)
+	}
+	for slot := range b.db.Take {
+		if slot != 3 {
+			t.Errorf("marked slot %d, want 3", slot)
+		}
+	}
+	b.poke()
+	if n, err := b.await(raw); n != 0 || err != nil {
+		t.Errorf("await after a poke: %d signals, %v; want 0, nil", n, err)
+	}
+	// A signal the runtime's poller saw before the wait began may go
+	// unheard (a post marks its QP first, which the look sees): the
+	// process signals until the wait ends, with every signal made.
+	stop := make(chan struct{})
+	signalled := make(chan uint64)
+	go func() {
+		n := uint64(2) // the mark's and the poke's, not read yet
+		for {
+			select {
+			case <-stop:
+				signalled <- n
+				return
+			case <-time.After(time.Millisecond):
+				b.signal()
+				n++
+			}
+		}
+	}()
+	n, err := b.await(raw)
+	close(stop)
+	made := <-signalled
+	if err != nil || n == 0 || n > made {
+		t.Errorf("await while signalled: %d signals, %v; want 1 to %d", n, err, made)
+	}
+	done := make(chan error)
+	go func() {
+		_, err := b.await(raw)
+		done <- err
+	}()
+	b.stop()
+	if err := <-done; err == nil {
+		t.Error("await after stop: no error")
+	}
+	if raw, err := b.listen(); raw != nil || err != nil {
+		t.Errorf("listen after stop: %v, %v; want nil, nil", raw, err)
+	}
+}

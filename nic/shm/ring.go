@@ -177,6 +177,17 @@ func (d Doorbell) Mark(slot uint32) {
 	}
 }
 
+// Pending reports whether a QP is marked: whether Take would yield a
+// slot now.
+func (d Doorbell) Pending() bool {
+	for i := range summaryWords {
+		if d.word(offSummary+i*8).Load() != 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // Take clears the marks and yields the slot of each, once (use it as
 // "for slot := range d.Take"). A mark made while Take runs is yielded by
 // this Take or by the next; the marks a loop stopped early did not reach
