@@ -52,6 +52,8 @@ func (c *Config) embeddedOnly() string {
 		return "BusyPoll"
 	case c.CM != CMLimits{}:
 		return "CM"
+	case c.Access != AccessLimits{}:
+		return "Access"
 	}
 	return ""
 }

@@ -71,10 +71,10 @@ type Config struct {
 	// otherwise SOFTNIC_SOCKET, if set, names the socket to attach to;
 	// otherwise the NIC is embedded. An attached device uses the daemon's
 	// address, MTU, socket, faults and capture: with Attach set, setting
-	// Addr, MTU, Faults, SendHook, Trace, UDP, MaxQPs, RecoverIPID, CM or
-	// BusyPoll is an error (ErrInvalid); when SOFTNIC_SOCKET decides, they
-	// are ignored, so that a program written for an embedded NIC runs
-	// attached unchanged.
+	// Addr, MTU, Faults, SendHook, Trace, UDP, MaxQPs, RecoverIPID, CM,
+	// Access or BusyPoll is an error (ErrInvalid); when SOFTNIC_SOCKET
+	// decides, they are ignored, so that a program written for an
+	// embedded NIC runs attached unchanged.
 	//
 	// Attach mode needs Linux (its memfds, eventfds and SO_PEERCRED):
 	// elsewhere, and in builds with the softnic_portable tag, Open
@@ -130,6 +130,9 @@ type Config struct {
 	// CM bounds what the connection manager holds for the connection
 	// requests it receives (see CMLimits).
 	CM CMLimits
+	// Access bounds how fast a peer may fail R_Key checks, as one guessing
+	// keys does, before the device holds it back (see AccessLimits).
+	Access AccessLimits
 	// BusyPoll keeps the device's receive loop polling, for this long after
 	// the last packet or work request, instead of sleeping until the next
 	// one: the socket and, in a daemon, the queues of the attached
@@ -291,6 +294,10 @@ func openEmbedded(cfg Config) (*Device, error) {
 		return nil, fmt.Errorf("softnic: %w", err)
 	}
 	cfg.CM = cfg.CM.WithDefaults()
+	if err := cfg.Access.Check(); err != nil {
+		return nil, fmt.Errorf("softnic: %w", err)
+	}
+	cfg.Access = cfg.Access.WithDefaults()
 	if cfg.BusyPoll < 0 || cfg.BusyPoll > time.Second {
 		return nil, fmt.Errorf("softnic: BusyPoll %v is not within 0 and 1s: %w", cfg.BusyPoll, ErrInvalid)
 	}
@@ -328,7 +335,7 @@ func openEmbedded(cfg Config) (*Device, error) {
 	}
 	d.batches.New = func() any { return newBatch() }
 	d.timers.init()
-	d.guard.init(d)
+	d.guard.init(d, cfg.Access)
 	d.prog.init(conn.Features().GRO)
 	if d.cm, err = newCM(d); err != nil {
 		conn.Close()

@@ -1,6 +1,8 @@
 package nic
 
 import (
+	"cmp"
+	"fmt"
 	"hash/maphash"
 	"net/netip"
 	"sync"
@@ -12,27 +14,62 @@ import (
 
 // A peer that guesses rkeys fails R_Key checks, one per guess, and the
 // transport tells the device of each (qp.Guard). The device gives every
-// source a bucket of guardBurst refusals that refills at guardRate a
-// second; a source whose bucket runs dry is held back until it has
-// earned one refusal again: its requests that need an R_Key check are
-// then dropped unanswered, good key or not, so that guessing slows from
-// the thousands a second a peer can otherwise try to guardRate. A peer
-// that uses its keys as it should fails none: each failure also ends its
-// RC connection.
+// source a bucket of AccessLimits.Refusals refusals that refills at
+// AccessLimits.Rate a second; a source whose bucket runs dry is held back
+// until it has earned one refusal again: its requests that need an R_Key
+// check are then dropped unanswered, good key or not, so that guessing
+// slows from the thousands a second a peer can otherwise try to the rate.
+// A peer that uses its keys as it should fails none: each failure also
+// ends its RC connection.
 //
 // A source is a peer's IP address: RoCE peers send from many UDP ports, and
 // a connected QP takes packets only from its peer's address. Programs
 // attached to this device share its address, so for a QP connected to
 // another QP of the device the source is the uid that owns the sending QP
-// (or the device itself). The table is small and fixed (guardSets ×
-// guardWays sources); a new source takes the place of the least suspect
-// one of its set.
+// (or the device itself). The table is fixed when the device opens
+// (AccessLimits.Sources, in sets of guardWays); a new source takes the
+// place of the least suspect one of its set.
+const guardWays = 4
+
+// AccessLimits bound how fast one source may fail R_Key checks (guess
+// keys); see Config.Access. Zero fields take the defaults noted.
+type AccessLimits struct {
+	// Refusals is how many R_Key checks a source may fail in a row before
+	// it is held back (default 16).
+	Refusals int
+	// Rate is how many refusals a second a held source earns back
+	// (default 2): the pace of a guesser's tries once held.
+	Rate float64
+	// Sources is how many sources the device remembers (default 256,
+	// rounded up to a multiple of 4); a new one takes the place of the
+	// least suspect.
+	Sources int
+}
+
+// Defaults of AccessLimits.
 const (
-	guardBurst = 16 // R_Key refusals a source may have in a row
-	guardRate  = 2  // refusals a second a source earns back
-	guardSets  = 64
-	guardWays  = 4
+	DefaultAccessRefusals = 16
+	DefaultAccessRate     = 2
+	DefaultAccessSources  = 256
 )
+
+// WithDefaults returns l with its zero fields set to their defaults, and
+// Sources rounded up to a multiple of 4.
+func (l AccessLimits) WithDefaults() AccessLimits {
+	l.Refusals = cmp.Or(l.Refusals, DefaultAccessRefusals)
+	l.Rate = cmp.Or(l.Rate, DefaultAccessRate)
+	l.Sources = (cmp.Or(l.Sources, DefaultAccessSources) + guardWays - 1) / guardWays * guardWays
+	return l
+}
+
+// Check returns an error wrapping ErrInvalid if a limit is negative or
+// past what the device keeps (a million sources).
+func (l AccessLimits) Check() error {
+	if l.Refusals < 0 || l.Rate < 0 || l.Sources < 0 || l.Sources > 1<<20 {
+		return fmt.Errorf("access limits %+v: negative, or more than %d sources: %w", l, 1<<20, ErrInvalid)
+	}
+	return nil
+}
 
 // guardSource names a source of requests.
 type guardSource struct {
@@ -51,24 +88,27 @@ type guardEntry struct {
 
 // guard is the device's qp.Guard.
 type guard struct {
-	d    *embeddedDevice
-	rate float64 // guardRate; tests slow it down
+	d     *embeddedDevice
+	burst float64 // AccessLimits.Refusals
+	rate  float64 // AccessLimits.Rate; tests slow it down
 	// until is when the last hold ends (a qp.Time), 0 once it has: while it
 	// is 0, Held answers from it alone.
 	until atomic.Int64
 	seed  maphash.Seed
 
 	mu   sync.Mutex
-	sets [guardSets][guardWays]guardEntry
+	sets [][guardWays]guardEntry
 }
 
-func (g *guard) init(d *embeddedDevice) {
-	g.d, g.seed, g.rate = d, maphash.MakeSeed(), guardRate
+// init sets the guard up for d with the limits l (WithDefaults applied).
+func (g *guard) init(d *embeddedDevice, l AccessLimits) {
+	g.d, g.seed, g.burst, g.rate = d, maphash.MakeSeed(), float64(l.Refusals), l.Rate
+	g.sets = make([][guardWays]guardEntry, l.Sources/guardWays)
 }
 
 // refill brings e's bucket up to date at now and returns it.
 func (g *guard) refill(e *guardEntry, now qp.Time) float64 {
-	e.tokens = min(guardBurst, e.tokens+now.Sub(e.at).Seconds()*g.rate)
+	e.tokens = min(g.burst, e.tokens+now.Sub(e.at).Seconds()*g.rate)
 	e.at = now
 	return e.tokens
 }
@@ -123,7 +163,7 @@ func (g *guard) refused(src guardSource, now qp.Time) {
 // find returns src's entry or, with add, makes one in place of a free or
 // the least suspect entry of its set. g.mu is held.
 func (g *guard) find(src guardSource, now qp.Time, add bool) *guardEntry {
-	set := &g.sets[maphash.Comparable(g.seed, src)%guardSets]
+	set := &g.sets[maphash.Comparable(g.seed, src)%uint64(len(g.sets))]
 	var victim *guardEntry
 	for i := range set {
 		e := &set[i]
@@ -138,7 +178,7 @@ func (g *guard) find(src guardSource, now qp.Time, add bool) *guardEntry {
 		}
 	}
 	if victim != nil {
-		*victim = guardEntry{src: src, used: true, tokens: guardBurst, at: now}
+		*victim = guardEntry{src: src, used: true, tokens: g.burst, at: now}
 	}
 	return victim
 }

@@ -16,8 +16,9 @@ import (
 // address is served as before.
 func TestGuessingPeerHeldBack(t *testing.T) {
 	nictest.CheckLeaks(t)
-	server := openEnd(t, nic.Config{})
-	nic.SetGuardRate(server.dev, 0.001) // no refusal is earned back during the test
+	// The default limits, but for the rate: no refusal is earned back
+	// during the test.
+	server := openEnd(t, nic.Config{Access: nic.AccessLimits{Rate: 0.001}})
 	attacker := openEnd(t, nic.Config{})
 	bystanderDev, err := nic.Open(nic.Config{Addr: netip.MustParseAddrPort("127.0.0.2:0")})
 	if err != nil {

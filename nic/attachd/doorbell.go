@@ -26,19 +26,19 @@ import (
 // A process can signal the eventfd and mark QPs without posting anything.
 // Each look that finds nothing (a wakeup with no new work request, a mark
 // of a QP with none) spends a token of the process's doorbell budget,
-// which refills at doorbellRate tokens a second, plus one for each work
-// request taken from its rings, up to doorbellBurst. With the budget
-// spent, the daemon stops listening to the process's eventfd (it leaves
-// the runtime's poller, so that signals wake nothing) and ignores its
-// marks until the budget is back at doorbellResume tokens, a second at
-// most; the process's busy QPs still take new work requests as the device
+// which refills at DoorbellLimits.Rate tokens a second, plus one for each
+// work request taken from its rings, up to DoorbellLimits.Burst. With the
+// budget spent, the daemon stops listening to the process's eventfd (it
+// leaves the runtime's poller, so that signals wake nothing) and ignores
+// its marks until the budget is back at a quarter of the burst (or half
+// the rate, if less), a second at most; the process's busy QPs still take new work requests as the device
 // runs them. Waiting for a quarter of the burst rather than one token
 // lets the daemon spend its wakeups for such a process in runs, a pause
 // between runs, rather than a pause between each two: the pauses (timers,
 // leaving and joining the poller) cost more than the wakeups.
 //
 // The bound: a process that rings for nothing costs the daemon at most
-// doorbellBurst, then doorbellRate, wakeups or looks a second, whatever it
+// the burst, then the rate, of wakeups or looks a second, whatever it
 // does with its eventfd and its page (on a 2-core VM, a process flooding
 // its doorbell from a tight loop cost the daemon 1.6% of a CPU, against
 // 35 to 40% without the budget on the same busy machine, and a whole CPU
@@ -48,11 +48,35 @@ import (
 // wakeups (doorbells), the signals they read (doorbell_signals), the
 // wakeups that found nothing (doorbells_empty) and the times the doorbell
 // went unheard (doorbells_throttled).
+
+// DoorbellLimits bound what a process that rings its doorbell for nothing
+// costs the daemon; see Config.Doorbell. Zero fields take the defaults.
+type DoorbellLimits struct {
+	// Burst is how many looks that find nothing a process may cause
+	// before it is throttled (default 256).
+	Burst int
+	// Rate is how many such looks a second it may cause once throttled
+	// (default 1000), besides one for each work request it posts.
+	Rate int
+}
+
+// Defaults of DoorbellLimits.
 const (
-	doorbellRate   = 1000 // tokens a second
-	doorbellBurst  = 256  // tokens at most
-	doorbellResume = doorbellBurst / 4
+	DefaultDoorbellBurst = 256
+	DefaultDoorbellRate  = 1000
 )
+
+// WithDefaults returns l with its fields that are not positive set to
+// their defaults.
+func (l DoorbellLimits) WithDefaults() DoorbellLimits {
+	if l.Burst <= 0 {
+		l.Burst = DefaultDoorbellBurst
+	}
+	if l.Rate <= 0 {
+		l.Rate = DefaultDoorbellRate
+	}
+	return l
+}
 
 // doorbell is the daemon's side of a process's doorbell: its eventfd, its
 // page, and the budget of the process's looks that found nothing.
@@ -249,32 +273,44 @@ func (b *doorbell) quiet() bool {
 }
 
 // doorbellBudget is a token bucket of looks at a process's queues that
-// find nothing; see doorbellRate.
+// find nothing; see DoorbellLimits.
 type doorbellBudget struct {
+	burst, rate float64 // DoorbellLimits'
+	// resume is what the budget gets back to before the process is heard
+	// again: a quarter of the burst, but less than the rate, so that the
+	// pause is a second at most.
+	resume float64
+
 	tokens float64
 	at     time.Time // when tokens was brought up to date; zero: never
 	work   uint64    // the work requests taken then
 }
 
+// newDoorbellBudget returns a full budget of the limits l (WithDefaults
+// applied).
+func newDoorbellBudget(l DoorbellLimits) doorbellBudget {
+	return doorbellBudget{burst: float64(l.Burst), rate: float64(l.Rate), resume: float64(min(l.Burst/4, l.Rate/2))}
+}
+
 // spend brings the budget up to date at now, with work the work requests
 // taken so far (each earns a token), and takes n tokens. It returns how
-// long the budget then takes to get back to doorbellResume tokens, 0 if
-// it is not below zero. The debt is capped so that this is a second at
+// long the budget then takes to get back to b.resume tokens, 0 if it is
+// not below zero. The debt is capped so that this is a second at
 // most.
 func (b *doorbellBudget) spend(now time.Time, work uint64, n int) time.Duration {
 	if b.at.IsZero() {
-		b.tokens = doorbellBurst
+		b.tokens = b.burst
 	} else if now.After(b.at) {
-		b.tokens += now.Sub(b.at).Seconds()*doorbellRate + float64(work-b.work)
+		b.tokens += now.Sub(b.at).Seconds()*b.rate + float64(work-b.work)
 	} else {
 		b.tokens += float64(work - b.work)
 	}
 	b.at, b.work = now, work
-	b.tokens = max(min(b.tokens, doorbellBurst)-float64(n), doorbellResume-doorbellRate)
+	b.tokens = max(min(b.tokens, b.burst)-float64(n), b.resume-b.rate)
 	if b.tokens >= 0 {
 		return 0
 	}
-	return time.Duration(math.Ceil((doorbellResume - b.tokens) * float64(time.Second) / doorbellRate))
+	return time.Duration(math.Ceil((b.resume - b.tokens) * float64(time.Second) / b.rate))
 }
 
 // doorbellLoop serves the process's doorbell: it takes the new work

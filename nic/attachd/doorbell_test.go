@@ -1,6 +1,7 @@
 package attachd
 
 import (
+	"fmt"
 	"runtime"
 	"testing"
 	"time"
@@ -10,11 +11,23 @@ import (
 	"github.com/softnic/softnic/verbs"
 )
 
+// TestDoorbellBudget spends budgets of the default limits and of others
+// with explicit times.
 func TestDoorbellBudget(t *testing.T) {
+	for _, l := range []DoorbellLimits{{}, {Burst: 16, Rate: 100}, {Burst: 4096, Rate: 10}, {Burst: 1, Rate: 1}} {
+		l = l.WithDefaults()
+		t.Run(fmt.Sprintf("%+v", l), func(t *testing.T) { testDoorbellBudget(t, l) })
+	}
+}
+
+func testDoorbellBudget(t *testing.T, l DoorbellLimits) {
 	t0 := time.Unix(1000, 0)
 	ms := func(n float64) time.Time { return t0.Add(time.Duration(n * float64(time.Millisecond))) }
-	// A token short waits until the budget is back at doorbellResume.
-	short := (doorbellResume + 1) * (time.Second / doorbellRate)
+	burst, resume, work := l.Burst, min(l.Burst/4, l.Rate/2), uint64(min(l.Burst, 50))
+	// A token short waits until the budget is back at a quarter of the
+	// burst (half the rate if less).
+	short := time.Duration(resume+1) * (time.Second / time.Duration(l.Rate))
+	tick := 1000 / float64(l.Rate) // ms to earn a token
 	type spend struct {
 		at    time.Time
 		work  uint64
@@ -25,16 +38,16 @@ func TestDoorbellBudget(t *testing.T) {
 		name  string
 		steps []spend
 	}{
-		{"a burst is free", []spend{{t0, 0, doorbellBurst, 0}}},
-		{"one past the burst waits", []spend{{t0, 0, doorbellBurst + 1, short}}},
-		{"time refills", []spend{{t0, 0, doorbellBurst, 0}, {ms(10), 0, 10, 0}, {ms(10), 0, 1, short}}},
-		{"refills no further than the burst", []spend{{t0, 0, 1, 0}, {ms(60000), 0, doorbellBurst, 0}, {ms(60000), 0, 1, short}}},
-		{"work earns tokens", []spend{{t0, 0, doorbellBurst, 0}, {t0, 50, 50, 0}, {t0, 50, 1, short}}},
+		{"a burst is free", []spend{{t0, 0, burst, 0}}},
+		{"one past the burst waits", []spend{{t0, 0, burst + 1, short}}},
+		{"time refills", []spend{{t0, 0, burst, 0}, {ms(float64(work) * tick), 0, int(work), 0}, {ms(float64(work) * tick), 0, 1, short}}},
+		{"refills no further than the burst", []spend{{t0, 0, 1, 0}, {ms(60000), 0, burst, 0}, {ms(60000), 0, 1, short}}},
+		{"work earns tokens", []spend{{t0, 0, burst, 0}, {t0, work, int(work), 0}, {t0, work, 1, short}}},
 		{"the pause is a second at most", []spend{{t0, 0, 1 << 20, time.Second}, {t0, 0, 1 << 20, time.Second}}},
-		{"a clock going back refills nothing", []spend{{t0, 0, doorbellBurst, 0}, {ms(-500), 0, 1, short}}},
+		{"a clock going back refills nothing", []spend{{t0, 0, burst, 0}, {ms(-500), 0, 1, short}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var b doorbellBudget
+			b := newDoorbellBudget(l)
 			for i, s := range tc.steps {
 				if got := b.spend(s.at, s.work, s.n); got != s.pause {
 					t.Errorf("step %d: spend(%v, work %d, %d) = %v, want %v", i, s.at.Sub(t0), s.work, s.n, got, s.pause)
@@ -103,11 +116,13 @@ func TestDoorbellLooksAtMarkedQPs(t *testing.T) {
 }
 
 // TestDoorbellFloodThrottled: a process that signals its doorbell in a
-// loop without posting wakes the daemon no more than the budget allows,
-// is counted, and then finds its doorbell heard again: its posts complete,
-// as another process's do throughout.
+// loop without posting wakes the daemon no more than the budget allows
+// (of limits below the defaults, which the server must have taken from
+// its Config), is counted, and then finds its doorbell heard again: its
+// posts complete, as another process's do throughout.
 func TestDoorbellFloodThrottled(t *testing.T) {
-	_, srv, path := serveTest(t, Config{})
+	limits := DoorbellLimits{Burst: 64, Rate: 250}
+	_, srv, path := serveTest(t, Config{Doorbell: limits})
 	flooder := newLoop(t, path, false)
 	s := onlySession(t, srv)
 	other := newLoop(t, path, false)
@@ -148,7 +163,7 @@ func TestDoorbellFloodThrottled(t *testing.T) {
 		c[x.Name] = x.Value
 	}
 	t.Logf("%d signals in %v: %v", signals, took, c)
-	if most := doorbellBurst + uint64(took.Seconds()*doorbellRate) + 1; c["doorbells"] > most {
+	if most := uint64(limits.Burst) + uint64(took.Seconds()*float64(limits.Rate)) + 1; c["doorbells"] > most {
 		t.Errorf("the daemon woke %d times for the flood in %v, more than %d", c["doorbells"], took, most)
 	}
 	if c["doorbells_empty"] == 0 || c["doorbells_throttled"] == 0 || c["doorbell_signals"] < c["doorbells"] {

@@ -45,6 +45,9 @@ type Config struct {
 	// AllowGroups admits the members of these groups besides the
 	// daemon's own user and root, who are always admitted.
 	AllowGroups []int
+	// Doorbell bounds the wakeups a process that rings its doorbell for
+	// nothing costs the daemon (see DoorbellLimits).
+	Doorbell DoorbellLimits
 }
 
 // Server lets other processes use a device as theirs: it is the
@@ -62,7 +65,7 @@ type Config struct {
 // work request or ring index fails that QP alone (LOC_QP_OP_ERR, QP in
 // the error state), memory a process offers must be a sealed memfd, and a
 // process that rings its doorbell for nothing is throttled (see
-// doorbellRate).
+// DoorbellLimits).
 type Server struct {
 	dev *nic.Device
 	// edev is the embedded device behind dev, which the server can
@@ -106,6 +109,7 @@ func NewServer(d *nic.Device, cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = deviceLogger(d)
 	}
+	cfg.Doorbell = cfg.Doorbell.WithDefaults()
 	limits := cfg.Limits
 	if limits == nil {
 		l := quota.DefaultLimits(quota.Probe(d.MaxQPs()))
@@ -443,6 +447,7 @@ func (s *Server) newSession(c *net.UnixConn) (*session, error) {
 		ss.acct.Close()
 		return nil, err
 	}
+	ss.bell.budget = newDoorbellBudget(s.cfg.Doorbell)
 	if err := ss.bell.open(); err != nil {
 		return fail(err)
 	}
