@@ -8,6 +8,7 @@ import (
 
 	"log/slog"
 
+	"github.com/softnic/softnic/nic/internal/attached"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/nic/udp"
 )
@@ -65,8 +66,9 @@ func (c *Config) embeddedOnly() string {
 func AttachSupported() error { return shm.Supported() }
 
 // attach opens a device attached to the daemon whose control socket is at
-// path: its provider is the session with the daemon (openAttached) over a
-// connection to a daemon the process trusts (DialControl).
+// path: its provider is the session with the daemon (package
+// nic/internal/attached) over a connection to a daemon the process trusts
+// (DialControl).
 func attach(cfg Config, path string) (*Device, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -86,7 +88,7 @@ func attach(cfg Config, path string) (*Device, error) {
 	}
 	d := &Device{log: cfg.Logger}
 	d.reportQPErrors(cfg.OnQPError)
-	if d.prov, err = openAttached(c, path, cfg.Logger, upcalls{d}); err != nil {
+	if d.prov, err = attached.Open(c, path, cfg.Logger, upcalls{d}); err != nil {
 		return fail(err)
 	}
 	d.startQPErrors()

@@ -81,8 +81,7 @@
 //     send.go, timers.go, guard.go, local.go, pathmtu.go, and
 //     embedded_hooks.go, the hooks it exports to a daemon through package
 //     nic/internal/hooks;
-//   - the attached provider: attach_session.go, attach_client.go,
-//     attach_client_cm.go.
+//   - the attached provider is package nic/internal/attached.
 //
 // The daemon side, which drives the embedded device through those hooks,
 // is package nic/attachd; the attach protocol between it and the attached

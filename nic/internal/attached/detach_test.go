@@ -1,16 +1,20 @@
-package nic
+package attached
 
 import (
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net"
 	"net/netip"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/softnic/softnic/nic/cm"
 	"github.com/softnic/softnic/nic/internal/attachproto"
+	"github.com/softnic/softnic/nic/internal/provider"
 	"github.com/softnic/softnic/nic/shm"
+	"github.com/softnic/softnic/verbs"
 )
 
 // TestDetachFromHungDaemon: Close waits for the daemon to finish the
@@ -18,7 +22,7 @@ import (
 // and then never closes the session (stopped, or hung) is cut off, and
 // Close still unmaps and returns.
 func TestDetachFromHungDaemon(t *testing.T) {
-	if err := AttachSupported(); err != nil { // nictest.MustHaveAttach, which imports this package
+	if err := shm.Supported(); err != nil { // nic.AttachSupported; nictest.MustHaveAttach imports nic, which imports this package
 		t.Skipf("attach mode is not supported here: %v", err)
 	}
 	defer func(w time.Duration) { detachWait = w }(detachWait)
@@ -48,7 +52,11 @@ func TestDetachFromHungDaemon(t *testing.T) {
 		page.Close()
 		hung <- c // read nothing more, close nothing
 	}()
-	dev, err := Open(Config{Attach: path})
+	uc, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := Open(uc, path, slog.New(slog.DiscardHandler), noUp{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +67,13 @@ func TestDetachFromHungDaemon(t *testing.T) {
 	if took := time.Since(start); took < detachWait || took > detachWait+5*time.Second {
 		t.Errorf("Close took %v; want detachWait (%v), then give up", took, detachWait)
 	}
-	if _, err := dev.AllocPD(); !errors.Is(err, ErrClosed) {
+	if _, err := dev.AllocPD(nil); !errors.Is(err, cm.ErrClosed) {
 		t.Errorf("AllocPD after Close: %v, want ErrClosed", err)
 	}
 }
+
+// noUp is the device above a provider that makes no QP.
+type noUp struct{}
+
+func (noUp) WrapQP(_ any, q provider.QP) any { return q }
+func (noUp) QPError(any, verbs.WCStatus)     {}

@@ -1,4 +1,16 @@
-package nic
+// Package attached is nic's attached provider: a device of a softnic
+// daemon's that the process shares with the other processes of its host
+// (nic.Config.Attach). It owns the process's session with the daemon (the
+// calls over the control socket and their answers, the daemon's events),
+// the memory the two share (the rings of the process's CQs, SRQs and QPs,
+// its regions' memfds, the doorbell page) and what the process knows of
+// the objects the daemon makes for it, each named by a handle. It
+// implements the interfaces of package nic/internal/provider over objects
+// of its own, which package nic wraps in its public types; nic dials the
+// daemon (nic.DialControl) and hands Open the connection. The daemon's
+// side is package nic/attachd, and the protocol between them package
+// nic/internal/attachproto.
+package attached
 
 import (
 	"context"
@@ -74,10 +86,10 @@ type attachReply struct {
 	fds []int
 }
 
-// openAttached opens the session with the daemon whose control socket is
-// path, over c, connected to it, and starts reading the daemon's answers
-// and events; up is the device it is the provider of.
-func openAttached(c *net.UnixConn, path string, log *slog.Logger, up provider.Up) (*attachment, error) {
+// Open opens the session with the daemon whose control socket is path,
+// over c, connected to it, and starts reading the daemon's answers and
+// events; up is the device it is the provider of.
+func Open(c *net.UnixConn, path string, log *slog.Logger, up provider.Up) (provider.Device, error) {
 	t := shm.NewConn(c, attachproto.MaxLine)
 	m, fds, err := handshake(t)
 	if err == nil && len(fds) != 2 {

@@ -1,4 +1,4 @@
-package nic
+package attached
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/cm"
@@ -73,6 +74,9 @@ type sharedBuf struct {
 	live  bool   // the AllocMR region is registered: RegMR may take parts of the memory
 	refs  int    // regions over the memory; it is unmapped with the last
 }
+
+// addrOf is the address of b's first byte.
+func addrOf(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b)))) }
 
 // attachedMR is a region of an attached device, in the PD pd: mem, part
 // of buf's memory, which the daemon registered with the key key at addr.
