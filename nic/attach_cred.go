@@ -9,6 +9,7 @@ import (
 	"os/user"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/softnic/softnic/nic/internal/hooks"
 )
@@ -62,7 +63,11 @@ func control(c *net.UnixConn, f func(fd int)) error {
 // the process listening on it belong to the caller's user or root, or to
 // the user EnvSocketOwner names. Otherwise it fails with ErrAccess,
 // naming the owner: whoever created the path first would receive what the
-// caller sends, the memory of its regions included.
+// caller sends, the memory of its regions included. While the daemon's
+// backlog is full (it paces its accepts; a flood of connections fills it)
+// DialControl waits for room, in turn with the other processes
+// connecting, until ctx's deadline or for ConnectWait, and then fails
+// with an error wrapping syscall.EAGAIN.
 func DialControl(ctx context.Context, path string) (*net.UnixConn, error) {
 	trusted, err := trustedOwners()
 	if err != nil {
@@ -82,12 +87,10 @@ func DialControl(ctx context.Context, path string) (*net.UnixConn, error) {
 	if !slices.Contains(trusted, uid) {
 		return nil, untrusted(fmt.Sprintf("control socket %s belongs to", path), uid, trusted)
 	}
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "unix", path)
+	c, err := dialUnix(ctx, path)
 	if err != nil {
 		return nil, err
 	}
-	c := nc.(*net.UnixConn)
 	cred, err := PeerCredOf(c)
 	if err == nil && !slices.Contains(trusted, cred.UID) {
 		err = untrusted(fmt.Sprintf("the process listening on control socket %s (pid %d) runs as", path, cred.PID), cred.UID, trusted)
@@ -98,6 +101,10 @@ func DialControl(ctx context.Context, path string) (*net.UnixConn, error) {
 	}
 	return c, nil
 }
+
+// ConnectWait is how long DialControl waits for room in a daemon's
+// backlog when its context has no deadline.
+const ConnectWait = 5 * time.Second
 
 // trustedOwners returns the users a client trusts to run its daemon: its
 // own, root, and the one EnvSocketOwner names.

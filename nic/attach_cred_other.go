@@ -3,7 +3,9 @@
 package nic
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"os"
 	"runtime"
 )
@@ -19,4 +21,14 @@ func peerCred(int) (PeerCred, error) {
 
 func fileOwner(os.FileInfo) (int, error) {
 	return -1, fmt.Errorf("checking who owns a control socket on %s: %w", runtime.GOOS, ErrNotSupported)
+}
+
+// dialUnix connects to the unix socket at path.
+func dialUnix(ctx context.Context, path string) (*net.UnixConn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		return nil, err
+	}
+	return c.(*net.UnixConn), nil
 }

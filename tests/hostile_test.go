@@ -172,6 +172,7 @@ var attacks = map[string]func(control string) (step func() error, err error){
 	"mappings":         mappingsFlood,
 	"waits":            waitsFlood,
 	"hijack":           hijack,
+	"control-flood":    controlFlood,
 }
 
 // TestAttacker is not a test of its own: it is the body of the attacker

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/shm"
@@ -29,6 +31,10 @@ const (
 	localQPs      = 16
 	localMappings = 64
 	localWaits    = 64
+	// floodConns is how many connections a control flood's step opens
+	// before it closes them all: more than the daemon answers at once
+	// (control.Pending).
+	floodConns = 300
 )
 
 // localLimits are the flags of the daemon the local attacks are made on.
@@ -160,6 +166,33 @@ func waitsFlood(control string) (func() error, error) {
 	}, nil
 }
 
+// controlFlood opens floodConns connections to the control socket, which
+// send nothing, and closes them all. It connects with blocking system calls
+// of its own, as cheap to the attacker as connecting gets.
+func controlFlood(control string) (func() error, error) {
+	addr := &unix.SockaddrUnix{Name: control}
+	fds := make([]int, 0, floodConns)
+	return func() error {
+		defer func() {
+			for _, fd := range fds {
+				unix.Close(fd)
+			}
+			fds = fds[:0]
+		}()
+		for range floodConns {
+			fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				return err
+			}
+			fds = append(fds, fd)
+			if err := unix.Connect(fd, addr); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, nil
+}
+
 // hijackWrites is how many WRITEs a hijack's step posts at its victim.
 const hijackWrites = 16
 
@@ -224,8 +257,9 @@ func hijack(control string) (func() error, error) {
 }
 
 // TestBystanderUnderLocalAttacks: a process repeating one of the local
-// attacks (sessions, QPs, mappings or waits to its limit and let go, or
-// WRITEs from a QP of its own at the bystander's QP) leaves another
+// attacks (sessions, QPs, mappings or waits to its limit and let go,
+// WRITEs from a QP of its own at the bystander's QP, or silent
+// connections to the control socket, opened and closed) leaves another
 // attached process's 64 KiB WRITEs within 2× of their throughput and p99
 // latency without it; the daemon refuses or drops what the attacker asks,
 // counting it, and answers afterwards.
@@ -241,6 +275,7 @@ func TestBystanderUnderLocalAttacks(t *testing.T) {
 		{"mappings", "quota_refused_mappings"},
 		{"waits", "quota_refused_waits"},
 		{"hijack", "wrong_source"},
+		{"control-flood", "control_refused_busy"},
 	} {
 		t.Run(tt.attack, func(t *testing.T) {
 			t.Setenv(envAttackVictim, fmt.Sprint(by.QP.Num()))

@@ -8,7 +8,8 @@ import (
 	"github.com/softnic/softnic/nic"
 )
 
-// take accepts the next connection and returns it, recorded as awaited.
+// take accepts the next connection, at AcceptRate, and returns it,
+// recorded as awaited.
 // Where the system does not tell who connected (all but Linux), every
 // connection is the one unknown peer's, which Admit refuses: the
 // connections beyond PerProcess are refused as they come. take returns an
@@ -16,6 +17,9 @@ import (
 func (s *Server) take() (*net.UnixConn, error) {
 	peer := nic.PeerCred{PID: -1, UID: -1}
 	for {
+		if !s.pace.take(s.done) {
+			return nil, net.ErrClosed
+		}
 		c, err := s.Accepts.Accept(s.Listener, s.done)
 		if err != nil {
 			return nil, err
@@ -45,3 +49,7 @@ func (s *Server) take() (*net.UnixConn, error) {
 
 // peerCred is nic.ErrNotSupported: the system does not tell.
 func peerCred(int) (nic.PeerCred, error) { return nic.PeerCred{}, nic.ErrNotSupported }
+
+// setBacklog leaves the backlog as it is: elsewhere than Linux it is not
+// changed after listen.
+func setBacklog(net.Listener, int) {}

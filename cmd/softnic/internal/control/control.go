@@ -77,6 +77,23 @@ const (
 	PerUser    = Pending / 4
 )
 
+// AcceptRate, AcceptBurst and Backlog pace the daemon's accepts: at most
+// AcceptBurst at once and AcceptRate a second beyond, the connections
+// that come faster waiting in the socket's backlog of Backlog. A flood
+// of connections (a process connecting and closing as fast as it can)
+// then costs the daemon at most AcceptRate accepts a second, rather than
+// as much CPU as the flooder spends: accepting, telling who connected and
+// closing cost the daemon about what connecting costs the flooder. A
+// client meanwhile waits its turn in the kernel (nic.DialControl connects
+// blocking, and the kernel lets the processes waiting for room in the
+// backlog in one at a time, in order), and then about Backlog/AcceptRate
+// (26 ms) behind the connections queued before it.
+const (
+	AcceptRate  = 5000
+	AcceptBurst = 64
+	Backlog     = 128
+)
+
 // Info is the result of info.
 type Info struct {
 	Version     string    `json:"version"`
@@ -203,6 +220,10 @@ type Server struct {
 	pending  chan struct{}
 	deferred atomic.Uint64
 	busy     atomic.Uint64
+	// pace paces the accepts; silent counts the connections closed
+	// without a word by the time they were accepted.
+	pace   pacer
+	silent atomic.Uint64
 
 	mu      sync.Mutex
 	closed  bool
@@ -220,13 +241,24 @@ func (s *Server) Deferred() uint64 { return s.deferred.Load() }
 // PerProcess or PerUser connections waiting to send their request.
 func (s *Server) Busy() uint64 { return s.busy.Load() }
 
-// Start answers requests on a goroutine of its own until Close.
+// Paced counts the times the accept loop waited for AcceptRate:
+// connections came faster.
+func (s *Server) Paced() uint64 { return s.pace.paced.Load() }
+
+// Silent counts the connections whose client had closed without a word
+// by the time they were accepted: closed at once, before anything else.
+func (s *Server) Silent() uint64 { return s.silent.Load() }
+
+// Start answers requests on a goroutine of its own until Close. It sets
+// the socket's backlog to Backlog, where the system allows.
 func (s *Server) Start() {
 	s.done = make(chan struct{})
 	s.pending = make(chan struct{}, Pending)
 	if s.Cred == nil {
 		s.Cred = peerCred
 	}
+	s.pace = pacer{rate: AcceptRate, burst: AcceptBurst}
+	setBacklog(s.Listener, Backlog)
 	s.wg.Add(1) // before Close can Wait: the accept loop adds a count per request
 	go func() {
 		defer s.wg.Done()
@@ -234,9 +266,9 @@ func (s *Server) Start() {
 	}()
 }
 
-// serve accepts connections until Close: an error that passes, such as
-// EMFILE, is waited out (quota.Backoff), and with Pending
-// connections being answered, the next waits for one to end. It tells who
+// serve accepts connections until Close, at AcceptRate (take): an error
+// that passes, such as EMFILE, is waited out (quota.Backoff), and with
+// Pending connections being answered, the next waits for one to end. It tells who
 // connected, and refuses a connection beyond PerProcess or PerUser itself
 // (take), with no goroutine for it; each other connection is answered on
 // a goroutine of its own.
@@ -435,10 +467,10 @@ func (s *Server) Close() error {
 var ErrNoDaemon = errors.New("no softnic daemon answers")
 
 // Call sends cmd to the daemon at path and decodes its result into
-// res. A daemon busy with connections of the caller's process or user
-// that have not sent their request (EAGAIN), or whose socket's backlog is
-// full, is asked again, after 1 ms, doubling to 100 ms, for as long as
-// Timeout allows.
+// res. A daemon whose socket's backlog is full is waited for
+// (nic.DialControl); one busy with connections of the caller's process or
+// user that have not sent their request (EAGAIN) is asked again, after
+// 1 ms, doubling to 100 ms; both for as long as Timeout allows.
 func Call(ctx context.Context, path, cmd string, res any) error {
 	if err := CheckDir(path, false); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
@@ -470,7 +502,7 @@ func call(ctx context.Context, path, cmd string) (*Reply, error) {
 	if errors.Is(err, nic.ErrAccess) || errors.Is(err, nic.ErrInvalid) {
 		return nil, err
 	}
-	if errors.Is(err, syscall.EAGAIN) { // the socket's backlog is full: as busy as a refusal
+	if errors.Is(err, syscall.EAGAIN) { // the socket's backlog was full until the deadline: as busy as a refusal
 		return &Reply{Code: "EAGAIN", Error: fmt.Sprintf("control socket %s: %v", path, err)}, nil
 	}
 	if err != nil {

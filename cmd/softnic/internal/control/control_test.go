@@ -366,9 +366,9 @@ func TestControlPending(t *testing.T) {
 		}}
 	s.Start()
 	defer s.Close()
-	silent := make([]net.Conn, Pending)
-	for i := range silent {
-		if silent[i], err = net.Dial("unix", path); err != nil {
+	silent := make([]*net.UnixConn, Pending)
+	for i := range silent { // beyond AcceptBurst and Backlog: DialControl waits for room
+		if silent[i], err = nic.DialControl(t.Context(), path); err != nil {
 			t.Fatal(err)
 		}
 		defer silent[i].Close()
@@ -400,8 +400,9 @@ func TestControlPending(t *testing.T) {
 	}
 }
 
-// TestControlCallBacklogFull: a socket whose backlog is full refuses the
-// connection (EAGAIN); Call tries again until the daemon accepts.
+// TestControlCallBacklogFull: a socket whose backlog is full has Call
+// wait for room (a connection without blocking would fail with EAGAIN)
+// until the daemon accepts.
 func TestControlCallBacklogFull(t *testing.T) {
 	path := t.TempDir() + "/ctl.sock"
 	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
@@ -448,4 +449,69 @@ func TestControlCallBacklogFull(t *testing.T) {
 	}
 	<-started
 	s.Close()
+}
+
+// TestControlBacklog: the server sets its socket's backlog to Backlog,
+// whatever the listener was made with: a connection beyond it waits (or
+// fails with EAGAIN, connecting without blocking).
+func TestControlBacklog(t *testing.T) {
+	l, err := net.Listen("unix", t.TempDir()+"/ctl.sock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	setBacklog(l, 3)
+	var queued []net.Conn
+	defer func() {
+		for _, c := range queued {
+			c.Close()
+		}
+	}()
+	for {
+		c, err := net.Dial("unix", l.Addr().String())
+		if errors.Is(err, syscall.EAGAIN) {
+			break
+		}
+		if err != nil || len(queued) > 16 {
+			t.Fatalf("filling a backlog of 3: %d connections, %v", len(queued), err)
+		}
+		queued = append(queued, c)
+	}
+	if len(queued) != 4 { // Linux lets in one more than the backlog
+		t.Errorf("a backlog of 3 took %d connections, want 4", len(queued))
+	}
+}
+
+// TestControlSilent: a connection whose client closed without a word is
+// closed as it is accepted, counted, and asked nothing of (its
+// credentials, a goroutine); the next connection is answered.
+func TestControlSilent(t *testing.T) {
+	path := t.TempDir() + "/ctl.sock"
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var creds atomic.Int64
+	s := &Server{Listener: l, Admit: nic.PeerCredOf, Handle: func(cmd string, _ nic.PeerCred) (any, error) { return cmd, nil },
+		Cred: func(fd int) (nic.PeerCred, error) {
+			creds.Add(1)
+			return peerCred(fd)
+		}}
+	const silent = 5
+	for range silent { // queued before the server accepts: closed by then
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+	}
+	s.Start()
+	defer s.Close()
+	var res string
+	if err := Call(t.Context(), path, "info", &res); err != nil || res != "info" {
+		t.Errorf("Call after %d silent connections: %q, %v", silent, res, err)
+	}
+	if s.Silent() != silent || creds.Load() != 1 {
+		t.Errorf("Silent() = %d, credentials asked %d times; want %d and 1 (the Call's)", s.Silent(), creds.Load(), silent)
+	}
 }

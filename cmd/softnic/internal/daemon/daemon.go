@@ -710,6 +710,8 @@ func (d *daemon) deviceCounters() control.Counters {
 		control.Counter{Name: "receive_errors", Value: d.recvErrors.Load()},
 		control.Counter{Name: "control_accept_errors", Value: d.ctl.Accepts.Errors()},
 		control.Counter{Name: "control_accepts_deferred", Value: d.ctl.Deferred()},
+		control.Counter{Name: "control_accepts_paced", Value: d.ctl.Paced()},
+		control.Counter{Name: "control_closed_silent", Value: d.ctl.Silent()},
 		control.Counter{Name: "control_refused_busy", Value: d.ctl.Busy()},
 		control.Counter{Name: "control_refused_peers", Value: d.attach.RefusedPeers()},
 		control.Counter{Name: "qps", Value: uint64(len(d.dev.QPs()))},
