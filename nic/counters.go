@@ -33,8 +33,9 @@ const (
 	CMEstablished  // connections that reached the established state
 	CMDisconnected // established connections that ended (DREQ, REJ or DREQ timeout)
 	// The limits on connection requests (CMLimits).
-	CMRejectedBusy      // REQs rejected ("no resources") beyond the half-open limits
+	CMRejectedBusy      // REQs refused beyond the half-open limits (REJ "no resources", or dropped past the REJ rate)
 	CMHandshakeTimeouts // requests dropped whose handshake did not complete in time (no RTU: the requester gave up, or never sent the REQ)
+	CMRejectsDropped    // REQs dropped unanswered: their source had spent its REJs (cm.Limits.RejectRate)
 	PathMTUExceeded     // packets the kernel refused as larger than the route carries (EMSGSIZE): the path MTU toward that peer is lowered
 	numDevCounters
 )
@@ -43,7 +44,7 @@ var devCounterNames = [numDevCounters]string{
 	"bad_icrc", "icrc_ipid_recovered", "icrc_ipid_verified", "malformed", "unknown_qp", "access_holds", "fault_dropped", "fault_duplicated",
 	"fault_corrupted", "fault_delayed", "cm_tx_msgs", "cm_tx_retries", "cm_rx_msgs",
 	"cm_rx_duplicates", "cm_rx_dropped", "cm_established", "cm_disconnected",
-	"cm_rejected_busy", "cm_handshake_timeouts", "path_mtu_exceeded",
+	"cm_rejected_busy", "cm_handshake_timeouts", "cm_rejects_dropped", "path_mtu_exceeded",
 }
 
 func (c DevCounter) String() string { return devCounterNames[c] }
@@ -53,7 +54,7 @@ func (c DevCounter) String() string { return devCounterNames[c] }
 var cmCounters = [cm.NumCounters]DevCounter{
 	cm.TxMsgs: CMTxMsgs, cm.TxRetries: CMTxRetries, cm.RxMsgs: CMRxMsgs, cm.RxDuplicates: CMRxDuplicates,
 	cm.RxDropped: CMRxDropped, cm.Connected: CMEstablished, cm.Disconnected: CMDisconnected,
-	cm.RejectedBusy: CMRejectedBusy, cm.HandshakeTimeouts: CMHandshakeTimeouts,
+	cm.RejectedBusy: CMRejectedBusy, cm.HandshakeTimeouts: CMHandshakeTimeouts, cm.RejectsDropped: CMRejectsDropped,
 }
 
 type devCounters struct{ v [numDevCounters]atomic.Uint64 }

@@ -46,6 +46,8 @@ func defineServe(fs *flag.FlagSet) func(*invocation) error {
 	halfOpen := fs.Int("cm-half-open", 0, "accept at most `N` connection requests at once whose handshake has not completed "+
 		"(default 256); more are rejected, reason no resources")
 	halfOpenPerSource := fs.Int("cm-half-open-per-source", 0, "the same, from one IPv4 address or IPv6 /64: at most `N` (default 32)")
+	rejectRate := fs.Int("cm-reject-rate", 0, "answer at most `N` connection requests a second from one IPv4 address or IPv6 /64 "+
+		"with a reject, after a burst of 32 (default 100); beyond, a request that would be rejected is dropped unanswered and counted")
 	handshake := fs.Duration("cm-handshake-timeout", 0, "drop a connection request whose handshake has not completed within `DURATION` "+
 		"(default 20s), whatever timeouts and retries the request asks for")
 	allowGroup := fs.String("allow-group", "", "let the members of `GROUP` (a name or a number) use the control socket, attach and inspect "+
@@ -64,14 +66,14 @@ func defineServe(fs *flag.FlagSet) func(*invocation) error {
 			}
 			cfg.AllowGroup = gid
 		}
-		cfg.CM = nic.CMLimits{HalfOpen: *halfOpen, HalfOpenPerSource: *halfOpenPerSource, Handshake: *handshake}
+		cfg.CM = nic.CMLimits{HalfOpen: *halfOpen, HalfOpenPerSource: *halfOpenPerSource, Handshake: *handshake, RejectRate: *rejectRate}
 		if err := checkMTUFlag(mtu.Val); err != nil {
 			return err
 		}
 		cfg.MTU, cfg.StrictICRC = mtu.Val, *strict
-		if *halfOpen < 0 || *halfOpenPerSource < 0 || *handshake < 0 {
-			return usagef("--cm-half-open %d, --cm-half-open-per-source %d, --cm-handshake-timeout %v: want 0 (the default) or more",
-				*halfOpen, *halfOpenPerSource, *handshake)
+		if *halfOpen < 0 || *halfOpenPerSource < 0 || *handshake < 0 || *rejectRate < 0 {
+			return usagef("--cm-half-open %d, --cm-half-open-per-source %d, --cm-handshake-timeout %v, --cm-reject-rate %d: want 0 (the default) or more",
+				*halfOpen, *halfOpenPerSource, *handshake, *rejectRate)
 		}
 		if cfg.BusyPoll < 0 || cfg.BusyPoll > time.Second {
 			return usagef("--busy-poll %v: want a duration from 0 to 1s, such as 50us", cfg.BusyPoll)

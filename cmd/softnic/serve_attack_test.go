@@ -19,6 +19,7 @@ import (
 	"github.com/softnic/softnic/internal/bystander"
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/cm"
 	"github.com/softnic/softnic/nic/nicbench"
 	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
@@ -218,8 +219,10 @@ func TestServeSpoofedREQ(t *testing.T) {
 }
 
 // 2,000 REQs from one address at once: the daemon holds at most its limit
-// per source of them (the rest are rejected "no resources" and counted),
-// answers each with one MAD, a bystander's operations go through
+// per source of them, answers those with one REP each, and refuses the
+// rest, counted: with a REJ "no resources" each up to the source's REJ
+// burst and rate (cm.DefaultRejectBurst, DefaultRejectRate), unanswered
+// beyond (cm_rejects_dropped); a bystander's operations go through
 // meanwhile, and everything is back when the handshake time is over.
 // Before, the daemon took them one by one, each waiting for its RTU, and a
 // bystander waited 35 s.
@@ -228,28 +231,32 @@ func TestServeREQBurst(t *testing.T) {
 	d := startDaemon(t, "--region", "mem:4k:rw", "--cm-handshake-timeout", "2s")
 	before := d.usage(t)
 	a := newREQAttacker(t, "127.0.0.10", d)
+	rx := d.counter(t, "cm_rx_msgs")
 	start := time.Now()
-	answered := func() int { got, _, _ := a.answers(); return got[mad.AttrConnectReply] + got[mad.AttrConnectReject] }
 	for i := range reqs {
 		a.send(d.ready.CMPort, 0x10000+uint32(i), 20, 15)
 		if i%200 == 199 {
-			// Keep within what the attacker's own socket buffer holds of
-			// the answers (net.core.rmem_max may be 208 KiB).
-			waitFor(time.Second, func() bool { return answered() >= i-200 })
+			// Keep within what the daemon's socket buffer holds.
+			waitFor(time.Second, func() bool { return d.counter(t, "cm_rx_msgs") >= rx+uint64(i-200) })
 		}
 	}
 	d.bystander(t, "during a burst")
-	if !waitFor(10*time.Second, func() bool { return answered() >= reqs }) {
-		got, _, _ := a.answers()
-		t.Fatalf("after %v the burst of %d REQs brought %v", time.Since(start), reqs, got)
+	refused := uint64(reqs - 32)
+	if !waitFor(10*time.Second, func() bool { return d.counter(t, "cm_rejected_busy") >= refused }) {
+		t.Fatalf("after %v the burst of %d REQs: cm_rejected_busy %d, want %d", time.Since(start), reqs, d.counter(t, "cm_rejected_busy"), refused)
 	}
+	took := time.Since(start)
+	dropped := d.counter(t, "cm_rejects_dropped")
+	rejs := int(refused - dropped)
+	waitFor(5*time.Second, func() bool { got, _, _ := a.answers(); return got[mad.AttrConnectReject] >= rejs })
 	got, reasons, bytes := a.answers()
-	if got[mad.AttrConnectReply] != 32 || reasons[mad.RejectNoResources] != reqs-32 || bytes > a.sent.Load() {
-		t.Errorf("%d REQs brought %v (REJs %v), %d bytes of %d sent; want 32 REPs (the limit per source), the rest REJ no resources",
-			reqs, got, reasons, bytes, a.sent.Load())
+	most := cm.DefaultRejectBurst + int(took.Seconds()*cm.DefaultRejectRate) + 1
+	if got[mad.AttrConnectReply] != 32 || reasons[mad.RejectNoResources] != rejs || rejs < cm.DefaultRejectBurst || rejs > most || bytes > a.sent.Load() {
+		t.Errorf("%d REQs in %v brought %v (REJs %v), %d bytes of %d sent, %d REQs dropped unanswered; want 32 REPs (the limit per source), %d to %d REJs no resources (the rest dropped)",
+			reqs, took, got, reasons, bytes, a.sent.Load(), dropped, cm.DefaultRejectBurst, most)
 	}
-	if n := d.counter(t, "cm_rejected_busy"); n != reqs-32 {
-		t.Errorf("cm_rejected_busy %d, want %d", n, reqs-32)
+	if n := d.counter(t, "cm_rejected_busy"); n != refused {
+		t.Errorf("cm_rejected_busy %d, want %d", n, refused)
 	}
 	if !waitFor(10*time.Second, func() bool { return d.counter(t, "cm_handshake_timeouts") == 32 }) {
 		t.Errorf("cm_handshake_timeouts %d, want 32", d.counter(t, "cm_handshake_timeouts"))
@@ -434,6 +441,7 @@ func (c *daemonClient) sendFlood() (func() error, error) {
 // listen and connection manager at port, and returns one step, which the
 // attacker repeats while attacking.
 var remoteAttacks = map[string]func(listen string, port uint16) (func() error, error){
+	"req-burst":        reqAttack("127.0.0.10", 200, 20, 15),
 	"stuck-handshakes": reqAttack("127.0.0.11", 1, 31, 15),
 	"spoofed-reqs":     reqAttack("127.0.0.9", 1, 20, 15),
 	"send-flood": func(listen string, port uint16) (func() error, error) {
@@ -501,6 +509,7 @@ func TestServeBystanderUnderRemoteAttacks(t *testing.T) {
 	d := startDaemon(t, "--region", "mem:1m:rw", "--cm-handshake-timeout", "300ms")
 	by := d.remoteBystander(t, 0)
 	for _, tt := range []struct{ attack, counter string }{
+		{"req-burst", "cm_rejected_busy"},
 		{"stuck-handshakes", "cm_handshake_timeouts"},
 		{"spoofed-reqs", "cm_handshake_timeouts"},
 		{"send-flood", "sends_received"},

@@ -301,14 +301,16 @@ const (
 	RxDropped                          // CM MADs that fit no connection, or REQs beyond a listener's backlog
 	Connected                          // connections that reached the established state
 	Disconnected                       // established connections that ended (DREQ, REJ or DREQ timeout)
-	RejectedBusy                       // REQs rejected ("no resources") beyond the half-open limits
+	RejectedBusy                       // REQs refused beyond the half-open limits (REJ "no resources", or dropped: RejectsDropped)
 	HandshakeTimeouts                  // requests dropped whose handshake did not complete in time
+	RejectsDropped                     // REQs dropped unanswered: their source had spent its REJs (Limits.RejectRate)
 	NumCounters
 )
 
 var counterNames = [NumCounters]string{
 	"cm_tx_msgs", "cm_tx_retries", "cm_rx_msgs", "cm_rx_duplicates", "cm_rx_dropped",
 	"cm_established", "cm_disconnected", "cm_rejected_busy", "cm_handshake_timeouts",
+	"cm_rejects_dropped",
 }
 
 // String returns the counter's name, as package nic's Device.Counters
@@ -384,6 +386,11 @@ type Engine struct {
 	// all and by source (sourceKey).
 	halfOpen   int
 	halfOpenBy map[netip.Prefix]int
+
+	// rejects are the sources' budgets of REJs (mayReject), a slot each
+	// by a hash of their sourceKey with rejectSeed.
+	rejects    [rejectSlots]qp.Time
+	rejectSeed uint64
 }
 
 // New returns an engine whose REQs and REPs carry the CA GUID guid, which
@@ -396,6 +403,7 @@ func New(guid uint64, lim Limits, rng *rand.Rand) *Engine {
 		remotes:    make(map[remoteKey]*ID),
 		listeners:  make(map[uint16]*Listener),
 		halfOpenBy: make(map[netip.Prefix]int),
+		rejectSeed: rng.Uint64(),
 	}
 }
 
@@ -421,6 +429,17 @@ type Limits struct {
 	// REQ may ask for days): then the request is dropped and the QP made
 	// for it destroyed (cm_handshake_timeouts).
 	Handshake time.Duration
+	// RejectRate bounds the REJs that answer the REQs of one source (an
+	// IPv4 address or IPv6 /64, as for HalfOpenPerSource), whatever the
+	// reason: RejectBurst at once (default 32), then RejectRate a second
+	// (default 100). A REQ beyond is dropped unanswered and counted
+	// (cm_rejects_dropped), as a real CM drops what it has no room for,
+	// and its requester tries again on its own timer. A storm of REQs from
+	// one source then costs the device their reception and nothing more,
+	// and an address a storm is spoofed from is sent no more than the
+	// rate. (The engine keeps rejectSlots budgets: sources whose hashes
+	// meet share one.)
+	RejectRate, RejectBurst int
 }
 
 // Defaults of Limits.
@@ -428,6 +447,8 @@ const (
 	DefaultHalfOpen          = 256
 	DefaultHalfOpenPerSource = 32
 	DefaultHandshake         = 20 * time.Second
+	DefaultRejectRate        = 100
+	DefaultRejectBurst       = 32
 )
 
 // WithDefaults returns l with its zero fields set to their defaults.
@@ -435,13 +456,15 @@ func (l Limits) WithDefaults() Limits {
 	l.HalfOpen = cmp.Or(l.HalfOpen, DefaultHalfOpen)
 	l.HalfOpenPerSource = cmp.Or(l.HalfOpenPerSource, DefaultHalfOpenPerSource)
 	l.Handshake = cmp.Or(l.Handshake, DefaultHandshake)
+	l.RejectRate = cmp.Or(l.RejectRate, DefaultRejectRate)
+	l.RejectBurst = cmp.Or(l.RejectBurst, DefaultRejectBurst)
 	return l
 }
 
 // Check returns an error wrapping mr.ErrInvalid (EINVAL) if a limit is
 // negative.
 func (l Limits) Check() error {
-	if l.HalfOpen < 0 || l.HalfOpenPerSource < 0 || l.Handshake < 0 {
+	if l.HalfOpen < 0 || l.HalfOpenPerSource < 0 || l.Handshake < 0 || l.RejectRate < 0 || l.RejectBurst < 0 {
 		return fmt.Errorf("CM limits %+v: negative: %w", l, mr.ErrInvalid)
 	}
 	return nil
@@ -463,6 +486,32 @@ func sourceKey(a netip.Addr) netip.Prefix {
 	}
 	p, _ := a.Prefix(64)
 	return p
+}
+
+// rejectSlots is how many budgets of REJs (Limits.RejectRate) an engine
+// keeps: 8 KiB, whatever the number of sources.
+const rejectSlots = 1024
+
+// mayReject reports whether a REJ may answer a REQ from src at now, and
+// if so spends it from the budget of src's slot: the slot holds when the
+// budget is whole again (the generic cell rate algorithm), each REJ moving
+// it one interval of the rate on, and a REJ is allowed while that is at
+// most RejectBurst-1 intervals ahead.
+func (e *Engine) mayReject(now qp.Time, src netip.Addr) bool {
+	interval := time.Second / time.Duration(e.lim.RejectRate)
+	key := sourceKey(src)
+	a := key.Addr().As16()
+	h := e.rejectSeed
+	for _, b := range a { // FNV-1a from the seed
+		h = (h ^ uint64(b)) * 0x100000001b3
+	}
+	slot := &e.rejects[h%rejectSlots]
+	full := max(*slot, now)
+	if full.Sub(now) > time.Duration(e.lim.RejectBurst-1)*interval {
+		return false
+	}
+	*slot = full.Add(interval)
+	return true
 }
 
 // RandomPSN returns a random starting PSN, as Linux draws one per
@@ -770,17 +819,17 @@ func (e *Engine) settle(id *ID, out *Output) {
 	}
 }
 
-// admit counts a new half-open request from src, unless the limits are
-// reached: then it reports false.
-func (e *Engine) admit(id *ID, src netip.Addr) bool {
-	key := sourceKey(src)
-	if e.halfOpen >= e.lim.HalfOpen || e.halfOpenBy[key] >= e.lim.HalfOpenPerSource {
-		return false
-	}
+// full reports whether a new half-open request from src would pass the
+// limits.
+func (e *Engine) full(src netip.Addr) bool {
+	return e.halfOpen >= e.lim.HalfOpen || e.halfOpenBy[sourceKey(src)] >= e.lim.HalfOpenPerSource
+}
+
+// admit counts id, a new request from src within the limits, half-open.
+func (e *Engine) admit(id *ID, src netip.Addr) {
 	e.halfOpen++
-	e.halfOpenBy[key]++
+	e.halfOpenBy[sourceKey(src)]++
 	id.halfOpen = true
-	return true
 }
 
 // settleHalfOpen stops counting id among the half-open requests: its
@@ -848,8 +897,12 @@ func (e *Engine) Receive(now qp.Time, src netip.AddrPort, mtu wire.MTU, m *mad.M
 
 // issueREJ rejects a REQ that gets no communication of its own, as
 // Linux's cm_issue_rej does: our communication ID 0, the REQ's transaction
-// ID.
-func (e *Engine) issueREJ(src netip.AddrPort, m *mad.MAD, reason mad.RejectReason, ari []byte, out *Output) {
+// ID; or drops it, counted, if its source has spent its REJs (mayReject).
+func (e *Engine) issueREJ(now qp.Time, src netip.AddrPort, m *mad.MAD, reason mad.RejectReason, ari []byte, out *Output) {
+	if !e.mayReject(now, src.Addr()) {
+		out.count(RejectsDropped)
+		return
+	}
 	f := mad.MADFields{Header: mad.CMHeader(mad.AttrConnectReject, m.Header.TransactionID())}
 	f.REJ = mad.REJFields{
 		RemoteCommID:    m.REQ.LocalCommID(),
@@ -868,10 +921,12 @@ func (e *Engine) receiveREQ(now qp.Time, src netip.AddrPort, mtu wire.MTU, m *ma
 		e.duplicateREQ(now, id, out)
 		return
 	}
+	// Every refusal is decided from the REQ's fields in place, before
+	// anything is allocated for it, and costs a REJ at most (issueREJ).
 	ps, port, ok := r.ServiceID().RDMACM()
 	l := e.listeners[port]
 	if !ok || ps != mad.PortSpaceTCP || l == nil {
-		e.issueREJ(src, m, mad.RejectInvalidServiceID, nil, out)
+		e.issueREJ(now, src, m, mad.RejectInvalidServiceID, nil, out)
 		return
 	}
 	if want := r.PathMTU(); want.Bytes() == 0 || want > mtu {
@@ -879,30 +934,30 @@ func (e *Engine) receiveREQ(now qp.Time, src netip.AddrPort, mtu wire.MTU, m *ma
 		// larger one than its path toward the requester carries and names
 		// that in the first ARI byte, from which a softnic dialer retries
 		// with it: the connection gets the smaller of both sides' MTUs.
-		e.issueREJ(src, m, mad.RejectInvalidMTU, []byte{byte(mtu)}, out)
+		e.issueREJ(now, src, m, mad.RejectInvalidMTU, []byte{byte(mtu)}, out)
 		return
 	}
 	if _, err := mad.DecodeCMAHeader(r.PrivateData()); err != nil || r.TransportServiceType() != 0 {
 		// rdma_cm's listener fails a REQ without its header or for
 		// another transport than RC, and Linux's CM then rejects it as
 		// the consumer.
-		e.issueREJ(src, m, mad.RejectConsumer, nil, out)
+		e.issueREJ(now, src, m, mad.RejectConsumer, nil, out)
 		return
 	}
-	req := r.Fields()
-	id := e.newID(false, peerAddr(src, req.LocalCAGUID), port)
-	if !e.admit(id, src.Addr()) {
+	if e.full(src.Addr()) {
 		out.count(RejectedBusy)
-		e.issueREJ(src, m, mad.RejectNoResources, nil, out)
+		e.issueREJ(now, src, m, mad.RejectNoResources, nil, out)
 		return
 	}
 	if len(l.backlog) >= l.max {
 		// A full backlog drops the REQ without a REJ, as Linux does when
 		// the listener has no room (ENOMEM): the requester retries.
-		e.settleHalfOpen(id)
 		out.count(RxDropped)
 		return
 	}
+	req := r.Fields()
+	id := e.newID(false, peerAddr(src, req.LocalCAGUID), port)
+	e.admit(id, src.Addr())
 	id.remote, id.tid, id.req = req.LocalCommID, m.Header.TransactionID(), &req
 	id.remoteQPN = req.LocalQPN
 	id.remoteSrc = src

@@ -29,7 +29,7 @@ import (
 // package internal/datadriven; -rewrite writes the outputs). The commands:
 //
 //	engines [b-mtu=N]                  a new link; b's path MTU toward a (4096)
-//	limits H [half-open=N] [per-source=N] [handshake=D]
+//	limits H [half-open=N] [per-source=N] [handshake=D] [reject-rate=N] [reject-burst=N]
 //	    H's Limits; those not given take their defaults
 //	listen H [port=N] [backlog=N]      H listens on port (7471)
 //	unlisten H [port=N]                H closes its listener
@@ -341,6 +341,8 @@ func (e *cmTranscript) run(t *testing.T, d *datadriven.TestData) string {
 		s.e.lim = Limits{
 			HalfOpen:          e.intArg(t, d, "half-open", 0),
 			HalfOpenPerSource: e.intArg(t, d, "per-source", 0),
+			RejectRate:        e.intArg(t, d, "reject-rate", 0),
+			RejectBurst:       e.intArg(t, d, "reject-burst", 0),
 		}
 		if v, ok := d.Arg("handshake"); ok {
 			s.e.lim.Handshake = e.durArg(t, d, v[0])
