@@ -33,10 +33,9 @@ const (
 
 // DefaultWindow is the most request PSNs an RC requester keeps
 // unacknowledged when Config.Window is zero: 32 messages of 64 KiB at path
-// MTU 4096 (256 held 16, a quarter of what fi_rmabw keeps in flight, and
-// left a responder idle between its bursts), and below the 1,000 packets
-// of a netem queue, which a window that opens at once must not overrun
-// (TestPacedReads).
+// MTU 4096 (256 held 16, a quarter of what fi_rmabw keeps in flight), and
+// below the 1,000 packets of a netem queue, which a window that opens at
+// once must not overrun (TestPacedReads).
 const DefaultWindow = 512
 
 // Config is fixed when a QP is created (ibv_qp_init_attr and the device
