@@ -113,12 +113,18 @@ func (p *attachedPD) AllocMR(size int, access mr.Access) (provider.MR, error) {
 		return nil, err
 	}
 	b := &sharedBuf{m: m, size: size, owner: r.H, live: true, refs: 1}
-	mem := m.Bytes()[:size:size]
-	reg := p.newMR(mem, &r, b)
+	return p.newShared(b, m.Bytes()[:size:size], &r)
+}
+
+// newShared returns the region the daemon registered as r over mem, all
+// or part of b's memory, which it shares with the daemon from now on.
+func (p *attachedPD) newShared(b *sharedBuf, mem []byte, r *attachproto.MRResult) (provider.MR, error) {
+	a := p.a
+	reg := p.newMR(mem, r, b)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.ended.Load() {
-		m.Close()
+		b.m.Close()
 		return nil, cm.ErrClosed
 	}
 	a.bufs[b] = struct{}{}
@@ -182,16 +188,7 @@ func (p *attachedPD) RegShared(m *shm.Mapping, skip, fd int, off int64, n int, i
 		return nil, err
 	}
 	b := &sharedBuf{m: m, size: len(m.Bytes()), owner: r.H, refs: 1}
-	reg := p.newMR(m.Bytes()[skip:skip+n:skip+n], &r, b)
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.ended.Load() {
-		m.Close()
-		return nil, cm.ErrClosed
-	}
-	a.bufs[b] = struct{}{}
-	a.mrs[reg] = struct{}{}
-	return reg, nil
+	return p.newShared(b, m.Bytes()[skip:skip+n:skip+n], &r)
 }
 
 func (m *attachedMR) Dereg() error {
