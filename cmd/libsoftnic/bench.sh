@@ -34,7 +34,10 @@
 #	cmd/libsoftnic/bench.sh [DIR]
 #
 # DIR (default: a temporary directory) receives the softnic binary, the
-# library and the daemon's control socket.
+# library and the daemon's control socket. The daemon runs with softnic
+# serve's defaults, which sleep between operations, for both sides;
+# SERVE_FLAGS adds flags to it (SERVE_FLAGS=--busy-poll=50us), for both
+# sides too.
 set -eu
 rounds=${ROUNDS:-3}
 dir=${1:-$(mktemp -d /tmp/libsoftnic-bench.XXXXXX)}
@@ -46,7 +49,8 @@ ctl=$dir/ctl.sock
 port=$((47000 + $$ % 1000))
 oob=$((18600 + $$ % 1000))
 
-"$sn" serve --listen "127.0.0.1:$port" --control "$ctl" >"$dir/serve.out" 2>"$dir/serve.err" &
+# shellcheck disable=SC2086 # SERVE_FLAGS is a list of flags
+"$sn" serve --listen "127.0.0.1:$port" --control "$ctl" ${SERVE_FLAGS:-} >"$dir/serve.out" 2>"$dir/serve.err" &
 daemon=$!
 trap 'kill $daemon 2>/dev/null; wait $daemon 2>/dev/null' EXIT INT TERM
 i=0
@@ -126,4 +130,4 @@ done
 echo
 gcc -O2 -o "$dir/regcost" tests/testdata/libsoftnic_regcost.c -libverbs
 $lib "$dir/regcost"
-echo "load: $(uptime)"
+echo "daemon: softnic serve ${SERVE_FLAGS:-(defaults)}; load: $(uptime)"

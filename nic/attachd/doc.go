@@ -12,11 +12,13 @@
 //
 // It drives the device through its public API and, for what a daemon
 // needs beyond it (the QP's lock and transport while it fills the QP's
-// queues from rings, the device's busy-polling reader), through the hooks
-// the embedded device exports in package nic/internal/hooks; it speaks
-// package nic/internal/attachproto with the attached provider. It trusts
-// nothing it reads from a process: a corrupt ring or work request fails
-// that QP alone, and a process that rings its doorbell for nothing is
-// throttled. softnic serve (cmd/softnic/internal/daemon) runs it on its
-// control socket; package nic/nictest runs one for tests.
+// queues from rings, the device's busy-polling reader, the device's
+// socket read on the doorbell goroutine after it sent packets to the
+// device itself), through the hooks the embedded device exports in
+// package nic/internal/hooks; it speaks package nic/internal/attachproto
+// with the attached provider. It trusts nothing it reads from a process:
+// a corrupt ring or work request fails that QP alone, and a process that
+// rings its doorbell for nothing is throttled. softnic serve
+// (cmd/softnic/internal/daemon) runs it on its control socket; package
+// nic/nictest runs one for tests.
 package attachd
