@@ -21,29 +21,8 @@ import (
 // a story told as commands (connect two QPs, post work, lose chosen
 // packets, run the link) and the packets, completions, counters and
 // memory each command must produce, in the datadriven format (see package
-// internal/datadriven; -rewrite writes the outputs). The commands:
-//
-//	pair [type=RC|UC|UD] [timeout=N] [retry=N] [rnr-retry=N] [min-rnr-timer=N] [rd-atomic=N] [dest-rd-atomic=N]
-//	    two hosts a and b, each with a 1 MiB region, connected; a's PSNs
-//	    start at 0x100, b's at 0xfffff0
-//	access H [read] [write] [atomic]   the remote access H's QP grants
-//	fill H off=N len=N seed=N          fill H's region with a pattern
-//	put H off=N u64=N                  store a 64-bit word in H's region
-//	drop from=H [op=NAME|N] [psn=N] [count=N]
-//	    lose the next count (1) packets H sends that match (PSNs as shown)
-//	post H id=N op=NAME len=N [off=N] [remote=N] [rkey-xor=N] [signaled] [fence] [imm=N] [add=N] [compare=N] [swap=N]
-//	    a send WR from off of H's region to remote of the peer's (with
-//	    its rkey's bits flipped by rkey-xor)
-//	post-recv H id=N len=N [off=N]     a receive WR into H's region
-//	wait H=N … [H.COUNTER=N …]         run the link until H has N completions
-//	    in all and each counter has reached N; prints the packets
-//	settle                             run until nothing is left to do
-//	completions H                      H's completions since the last look
-//	counters H [NAME …]                H's non-zero counters, or those named
-//	state H                            H's QP state, error cause and receive WRs queued
-//	word H off=N                       the 64-bit word at off of H's region
-//	zero H off=N len=N                 whether the range holds only zeros
-//	compare H=OFF H=OFF len=N          whether the two ranges hold the same bytes
+// internal/datadriven; -rewrite writes the outputs). The commands, and
+// how to read a transcript without Go: testdata/README.md.
 func TestTranscripts(t *testing.T) { runTranscripts(t, datadriven.Rewriting()) }
 
 func runTranscripts(t *testing.T, rewrite bool) {
@@ -51,6 +30,7 @@ func runTranscripts(t *testing.T, rewrite bool) {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no transcripts: %v", err)
 	}
+	datadriven.CheckDocumented(t, filepath.Join("testdata", "README.md"), files)
 	for _, path := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(path), ".txt"), func(t *testing.T) {
 			var e transcriptEnv
@@ -361,10 +341,11 @@ func counterNamed(h *host, name string) (v uint64, ok bool) {
 }
 
 // checkTranscript compares the packet trace of a scenario written in Go
-// with its golden transcript, testdata/scenarios/NAME.txt (go test -run
-// NAME -rewrite regenerates it; review the diff before committing). A
-// scenario run from another test (TestPSNWrap) is checked against its own
-// golden transcript and never rewrites it.
+// with its golden transcript, testdata/scenarios/NAME.txt, below the
+// comment lines at its top that say what the story shows (go test -run
+// NAME -rewrite regenerates the trace and keeps the comment; review the
+// diff before committing). A scenario run from another test (TestPSNWrap)
+// is checked against its own golden transcript and never rewrites it.
 func checkTranscript(t *testing.T, s *sim) {
 	t.Helper()
 	name := t.Name()
@@ -373,20 +354,33 @@ func checkTranscript(t *testing.T, s *sim) {
 	}
 	path := filepath.Join("testdata", "scenarios", strings.ReplaceAll(name, "/", "_")+".txt")
 	got := s.trace.String()
+	file, err := os.ReadFile(path)
+	comment, want := splitComment(string(file))
 	if datadriven.Rewriting() && name == t.Name() {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+		if err := os.WriteFile(path, []byte(comment+got), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return
 	}
-	want, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatalf("no golden transcript (run with -rewrite): %v\ngot:\n%s", err, got)
 	}
-	if got != string(want) {
+	if got != want {
 		t.Errorf("transcript differs from %s (run with -rewrite to accept):\ngot:\n%s\nwant:\n%s", path, got, want)
 	}
+}
+
+// splitComment returns the lines starting with "#" at the top of a golden
+// transcript and what follows them.
+func splitComment(file string) (comment, rest string) {
+	rest = file
+	for strings.HasPrefix(rest, "#") {
+		line, after, _ := strings.Cut(rest, "\n")
+		comment += line + "\n"
+		rest = after
+	}
+	return comment, rest
 }

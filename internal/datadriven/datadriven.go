@@ -235,3 +235,39 @@ func splitArgs(line string) ([]string, error) {
 	}
 	return fields, nil
 }
+
+// CheckDocumented fails t for each command of the transcripts at paths
+// that no line of a code block (between lines of ```) of the Markdown file
+// readme starts with: the list of commands a reader without Go reads the
+// transcripts by.
+func CheckDocumented(t testing.TB, readme string, paths []string) {
+	t.Helper()
+	doc, err := os.ReadFile(readme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed, inBlock := map[string]bool{}, false
+	for line := range strings.Lines(string(doc)) {
+		if strings.HasPrefix(line, "```") {
+			inBlock = !inBlock
+		} else if cmd, _, _ := strings.Cut(strings.TrimSpace(line), " "); inBlock && cmd != "" {
+			listed[cmd] = true
+		}
+	}
+	for _, path := range paths {
+		text, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cases, _, err := parse(path, string(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cases {
+			if !listed[c.Cmd] {
+				t.Errorf("%s: command %q is not listed in %s", c.Pos, c.Cmd, readme)
+				listed[c.Cmd] = true // once
+			}
+		}
+	}
+}

@@ -64,3 +64,37 @@ func TestParseErrors(t *testing.T) {
 		}
 	}
 }
+
+// errorRecorder is a testing.TB that keeps the errors reported to it.
+type errorRecorder struct {
+	testing.TB
+	errs []string
+}
+
+func (r *errorRecorder) Errorf(format string, args ...any) {
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
+}
+
+// TestCheckDocumented: a command of a transcript that no line of the
+// README's code blocks starts with is reported, once, with its position;
+// a command named only in prose does not count.
+func TestCheckDocumented(t *testing.T) {
+	readme := filepath.Join(t.TempDir(), "README.md")
+	doc := "silent is named here, outside a code block.\n\n```\necho [ARG …]   print the command\n```\n"
+	if err := os.WriteFile(readme, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := &errorRecorder{TB: t}
+	CheckDocumented(r, readme, []string{"testdata/format.txt"})
+	if len(r.errs) != 1 || !strings.Contains(r.errs[0], `command "silent" is not listed`) || !strings.Contains(r.errs[0], "format.txt:") {
+		t.Errorf("errors %q, want one naming silent and where it is", r.errs)
+	}
+	if err := os.WriteFile(readme, []byte(doc+"```\nsilent          print nothing\n```\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r.errs = nil
+	CheckDocumented(r, readme, []string{"testdata/format.txt"})
+	if len(r.errs) != 0 {
+		t.Errorf("errors %q with every command listed", r.errs)
+	}
+}

@@ -26,53 +26,14 @@ import (
 // link (with the time they were sent and their key fields; communication
 // IDs by the names the transcript gives them), the events the engines
 // output and what the command asks to see, in the datadriven format (see
-// package internal/datadriven; -rewrite writes the outputs). The commands:
-//
-//	engines [b-mtu=N]                  a new link; b's path MTU toward a (4096)
-//	limits H [half-open=N] [per-source=N] [handshake=D] [reject-rate=N] [reject-burst=N]
-//	    H's Limits; those not given take their defaults
-//	listen H [port=N] [backlog=N]      H listens on port (7471)
-//	unlisten H [port=N]                H closes its listener
-//	connect H NAME [port=N] [qpn=N] [private=S] [private-len=N] [cm-timeout=N] [ack-timeout=N] [cm-retries=N]
-//	    H dials the other side: REQ with CM timeout 12, ACK timeout 10, 3 CM
-//	    retries, QPN 0x11, PSN 0x123456, MTU 1024, private data "hello"
-//	    (private-len=N: N bytes "abc…")
-//	next H [port=N]                    the application takes the first request
-//	    waiting in H's backlog (requests are named by side and number: b1, b2 …)
-//	accept H NAME [srq] [private=S] [private-len=N]
-//	    H accepts: REP with QPN 0x22, PSN 0x654321, "welcome"
-//	reject H NAME [private=S] [private-len=N]
-//	    H rejects (consumer reject)
-//	establish H NAME                   the dialer, its QP ready, sends the RTU
-//	first-request H NAME               NAME's QP got its first request
-//	disconnect H NAME                  H sends a DREQ
-//	end H NAME                         NAME's QP failed (RETRY_EXC_ERR)
-//	abort H NAME                       H gives up the communication
-//	shutdown H                         H's device closes
-//	drop from=H [type=NAME] [count=N]  lose the next count (1) MADs H sends of
-//	    that type (REQ, REP, RTU, MRA, REJ, DREQ, DREP), or all of them (count=all)
-//	duplicate NAME                     the REQ NAME's acceptor received arrives again
-//	inject H TYPE [from=ADDR] [comm=C] [remote=C] …
-//	    a MAD no engine of the link sent arrives at H from ADDR (the other
-//	    side's address); H's answers are printed, not delivered. C is a
-//	    number or a communication's name. TYPE and its fields:
-//	    REQ [port=N] [service=N] [transport=N] [mtu=N] [cma=false]: comm=1,
-//	        the longest hold the wire allows, rdma_cm's header unless cma=false
-//	    REP [qpn=N], DREQ [qpn=N], RTU, DREP
-//	    REJ [reason=N] [message=REQ|REP|other]: reason 28 (consumer), REQ
-//	    MRA [message=REQ|REP] [service-timeout=N]: of the REQ, 0
-//	deliver                            run until nothing is in flight
-//	tick D                             run D of time
-//	settle [limit=D]                   run until nothing is in flight and no timer is armed (1 m)
-//	state H NAME                       NAME's state and error
-//	timer H                            when H's engine next wants a Tick
-//	counts H                           H's non-zero counts
-//	tables H                           H's communications, half-open requests and backlogs
+// package internal/datadriven; -rewrite writes the outputs). The commands,
+// and how to read a transcript without Go: testdata/README.md.
 func TestTranscripts(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("testdata", "*.txt"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no transcripts: %v", err)
 	}
+	datadriven.CheckDocumented(t, filepath.Join("testdata", "README.md"), files)
 	for _, path := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(path), ".txt"), func(t *testing.T) {
 			var e cmTranscript
