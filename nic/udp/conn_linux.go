@@ -261,8 +261,18 @@ func (c *Conn) close() error {
 		w.f.Close() // wakes a read that waits, which holds wmu
 	}
 	s.life.Lock()
-	defer s.life.Unlock()
-	return os.NewSyscallError("close", unix.Close(s.fd))
+	err := os.NewSyscallError("close", unix.Close(s.fd))
+	// A registration made while the socket was being closed (register
+	// found it open before closed was set) is stored by now, since
+	// register holds life: close it too, or its epoll descriptor outlives
+	// the socket. Outside life: closing waits for the wait's callback,
+	// which takes life.
+	w := s.wt.Load()
+	s.life.Unlock()
+	if w != nil {
+		w.f.Close() // ErrClosed if it was closed above
+	}
+	return err
 }
 
 func (s *sysConn) configure(fd int, opt Options) error {

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"runtime"
 	"sync"
 	"syscall"
 	"testing"
@@ -706,4 +708,48 @@ func TestWaitBatchTurn(t *testing.T) {
 		t.Error("WaitBatchTurn returned a datagram without the turn")
 	}
 	turn.Unlock()
+}
+
+// TestCloseDuringFirstWait: a Close that races the first wait of the
+// socket, which registers it in the netpoller (an epoll descriptor of its
+// own), closes that registration too, whichever comes first: no epoll
+// descriptor outlives the socket.
+func TestCloseDuringFirstWait(t *testing.T) {
+	before := epollDescriptors(t)
+	var closed []*Conn // kept, so that no finalizer closes a leaked descriptor
+	for i := range 2000 {
+		c, err := Listen(netip.MustParseAddrPort("127.0.0.1:0"), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			c.ReadBatchTurn(messages(1, 2048), noTurn{}) // ends with Close
+		}()
+		for start := time.Now(); time.Since(start) < time.Duration(i%100)*time.Microsecond; { // Close at a different point of the wait's start each time
+		}
+		c.Close()
+		<-done
+		closed = append(closed, c)
+	}
+	if after := epollDescriptors(t); after > before {
+		t.Errorf("%d epoll descriptors open after %d sockets closed during their first wait, %d before", after, len(closed), before)
+	}
+	runtime.KeepAlive(closed)
+}
+
+// epollDescriptors counts the process's open epoll descriptors.
+func epollDescriptors(t *testing.T) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("no /proc/self/fd: %v", err)
+	}
+	n := 0
+	for _, e := range ents {
+		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && target == "anon_inode:[eventpoll]" {
+			n++
+		}
+	}
+	return n
 }
