@@ -112,17 +112,6 @@ func connectCMAnswer(t testing.TB, a, b *cmEnd, l *nic.Listener, dopts nic.DialO
 	return c, s
 }
 
-func cmWaitCQ(t testing.TB, cq *nic.CQ) verbs.WC {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var wc [1]verbs.WC
-	if _, err := cq.Wait(ctx, wc[:]); err != nil {
-		t.Fatalf("waiting for a completion: %v", err)
-	}
-	return wc[0]
-}
-
 func cmCounter(t testing.TB, d *nic.Device, name string) uint64 {
 	t.Helper()
 	v, ok := d.Counter(name)
@@ -246,7 +235,7 @@ func cmExchangeAt(t testing.TB, a, b *cmEnd, c, s *nic.Conn, base int) {
 	for _, sd := range sides {
 		got := map[uint64]verbs.WCStatus{}
 		for len(got) < 3 {
-			wc := cmWaitCQ(t, sd.end.cq)
+			wc := nictest.Wait(t, sd.end.cq)
 			if wc.QPN != sd.conn.QP().Num() {
 				t.Fatalf("completion of QP %#x on a CQ shared by another connection's test", wc.QPN)
 			}
@@ -414,7 +403,7 @@ func TestMADLoss(t *testing.T) {
 				if err := c.QP().PostSend(&wr); err != nil {
 					t.Fatal(err)
 				}
-				if wc := cmWaitCQ(t, a.cq); wc.ID != 9 || wc.Status != verbs.Success {
+				if wc := nictest.Wait(t, a.cq); wc.ID != 9 || wc.Status != verbs.Success {
 					t.Fatalf("first WRITE: %+v", wc)
 				}
 				s := <-accepted
@@ -528,7 +517,7 @@ func TestDisconnect(t *testing.T) {
 				if !errors.Is(other.Err(), nic.ErrConnReset) {
 					t.Errorf("peer's Err %v, want ECONNRESET", other.Err())
 				}
-				if wc := cmWaitCQ(t, otherEnd.cq); wc.ID != 42 || wc.Status != verbs.WRFlushErr {
+				if wc := nictest.Wait(t, otherEnd.cq); wc.ID != 42 || wc.Status != verbs.WRFlushErr {
 					t.Errorf("the peer's posted receive completed as %v, want WR_FLUSH_ERR", &wc)
 				}
 				if st := other.QP().Attr().State; st != verbs.Err {
@@ -604,7 +593,7 @@ func TestPeerVanishes(t *testing.T) {
 		if !errors.As(c.Err(), &qerr) || qerr.Status != verbs.RetryExcErr || !errors.Is(c.Err(), nic.ErrTimedOut) {
 			t.Fatalf("Err %v, want RETRY_EXC_ERR", c.Err())
 		}
-		if wc := cmWaitCQ(t, a.cq); wc.Status != verbs.RetryExcErr {
+		if wc := nictest.Wait(t, a.cq); wc.Status != verbs.RetryExcErr {
 			t.Errorf("completion %v, want RETRY_EXC_ERR", &wc)
 		}
 		start := time.Now()
@@ -835,7 +824,7 @@ func TestAcceptWithSRQ(t *testing.T) {
 		if err := c.QP().PostSend(&verbs.SendWR{ID: 1, Opcode: verbs.WRSend, SGL: []verbs.SGE{a.mr.SGE(0, 15)}}); err != nil {
 			t.Fatal(err)
 		}
-		if wc := cmWaitCQ(t, b.cq); wc.ID != 9 || wc.Status != verbs.Success || wc.QPN != s.QP().Num() || wc.ByteLen != 15 {
+		if wc := nictest.Wait(t, b.cq); wc.ID != 9 || wc.Status != verbs.Success || wc.QPN != s.QP().Num() || wc.ByteLen != 15 {
 			t.Fatalf("receive completion %v", &wc)
 		}
 		s.QP().Status()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/nictest"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -140,7 +141,7 @@ func TestListenerAfterCloseParity(t *testing.T) {
 			}
 			// The refused answers left the connection's QP alone: the
 			// disconnect flushed it.
-			if wc := cmWaitCQ(t, srv.cq); wc.ID != 88 || wc.Status != verbs.WRFlushErr {
+			if wc := nictest.Wait(t, srv.cq); wc.ID != 88 || wc.Status != verbs.WRFlushErr {
 				t.Errorf("the receive completed %v, want WR_FLUSH_ERR", &wc)
 			}
 			if _, err := r.Accept(nic.AcceptOptions{}); !errors.Is(err, nic.ErrConnReset) {
@@ -180,7 +181,7 @@ func TestListenerAfterCloseParity(t *testing.T) {
 					t.Errorf("Close #%d: %v, want nil", i+1, err)
 				}
 			}
-			if wc := cmWaitCQ(t, srv.cq); wc.ID != 77 || wc.Status != verbs.WRFlushErr {
+			if wc := nictest.Wait(t, srv.cq); wc.ID != 77 || wc.Status != verbs.WRFlushErr {
 				t.Errorf("the receive completed %v, want WR_FLUSH_ERR", &wc)
 			}
 			select {

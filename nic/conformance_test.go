@@ -579,7 +579,7 @@ func TestRegShared(t *testing.T) {
 			if err := b.qp.PostSend(&wrs[i]); err != nil {
 				t.Fatal(err)
 			}
-			if wc := cmWaitCQ(t, b.cq); wc.Status != verbs.Success {
+			if wc := nictest.Wait(t, b.cq); wc.Status != verbs.Success {
 				t.Fatalf("%v", &wc)
 			}
 		}
@@ -596,7 +596,7 @@ func TestRegShared(t *testing.T) {
 		if err := a.qp.PostSend(&w); err != nil {
 			t.Fatal(err)
 		}
-		if wc := cmWaitCQ(t, a.cq); wc.Status != verbs.Success {
+		if wc := nictest.Wait(t, a.cq); wc.Status != verbs.Success {
 			t.Fatalf("%v", &wc)
 		}
 		syncMemory(b)
@@ -707,10 +707,10 @@ func TestConnectOwnQP(t *testing.T) {
 		if err := aq.PostSend(&s); err != nil {
 			t.Fatal(err)
 		}
-		if wc := cmWaitCQ(t, a.cq); wc.Status != verbs.Success {
+		if wc := nictest.Wait(t, a.cq); wc.Status != verbs.Success {
 			t.Fatalf("SEND: %v", &wc)
 		}
-		if wc := cmWaitCQ(t, b.cq); wc.Status != verbs.Success || wc.ID != 77 || string(b.mr.Bytes()[:19]) != "sent before nothing" {
+		if wc := nictest.Wait(t, b.cq); wc.Status != verbs.Success || wc.ID != 77 || string(b.mr.Bytes()[:19]) != "sent before nothing" {
 			t.Fatalf("receive posted before the connection: %v holding %q", &wc, b.mr.Bytes()[:19])
 		}
 		c.Close()

@@ -3,7 +3,6 @@ package tests
 import (
 	"bufio"
 	"cmp"
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -19,7 +18,6 @@ import (
 	"github.com/softnic/softnic/nic/attachd"
 	"github.com/softnic/softnic/nic/nicbench"
 	"github.com/softnic/softnic/nic/nictest"
-	"github.com/softnic/softnic/verbs"
 )
 
 var loopback = netip.MustParseAddrPort("127.0.0.1:0")
@@ -66,17 +64,6 @@ func connectPair(t testing.TB, da, db *nic.Device, pa, pb *nic.PD, opts nic.Conn
 		t.Fatal(err)
 	}
 	return l
-}
-
-func waitWC(t testing.TB, cq *nic.CQ, timeout time.Duration) verbs.WC {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	var wc [1]verbs.WC
-	if _, err := cq.Wait(ctx, wc[:]); err != nil {
-		t.Fatalf("waiting for a completion: %v", err)
-	}
-	return wc[0]
 }
 
 // startDaemon opens a device with cfg and serves it to attached processes
