@@ -160,6 +160,19 @@ func ring(h *hostedQP) {
 	h.s.wake()
 }
 
+// spoilSend returns a spoiler of TestAttachedQueueCorruption that posts a
+// WRITE of id on the loop's QP a with byte at of its send WQE set to v.
+func spoilSend(id uint64, at int, v byte) func(*testing.T, *loop, *hostedQP, *hostedQP) (*nic.CQ, uint64) {
+	return func(t *testing.T, l *loop, a, _ *hostedQP) (*nic.CQ, uint64) {
+		prod := a.sq.Producer().Load()
+		slot := a.sq.Slot(prod)
+		shm.EncodeSend(slot, &verbs.SendWR{ID: id, Opcode: verbs.WRWrite})
+		slot[at] = v
+		a.sq.Producer().Store(prod + 1)
+		return l.acq, id
+	}
+}
+
 // TestAttachedQueueCorruption: garbage in a shared queue, written as a
 // buggy or hostile process could, fails the QP that owns the queue and
 // nothing else: the QP completes LOC_QP_OP_ERR (or, with its completion
@@ -171,22 +184,8 @@ func TestAttachedQueueCorruption(t *testing.T) {
 		srq   bool
 		spoil func(t *testing.T, l *loop, a, b *hostedQP) (cq *nic.CQ, id uint64)
 	}{
-		{"send WQE with an unknown opcode", false, func(t *testing.T, l *loop, a, _ *hostedQP) (*nic.CQ, uint64) {
-			prod := a.sq.Producer().Load()
-			slot := a.sq.Slot(prod)
-			shm.EncodeSend(slot, &verbs.SendWR{ID: 0xbad, Opcode: verbs.WRWrite})
-			slot[8] = 99
-			a.sq.Producer().Store(prod + 1)
-			return l.acq, 0xbad
-		}},
-		{"send WQE with more SGEs than the QP takes", false, func(t *testing.T, l *loop, a, _ *hostedQP) (*nic.CQ, uint64) {
-			prod := a.sq.Producer().Load()
-			slot := a.sq.Slot(prod)
-			shm.EncodeSend(slot, &verbs.SendWR{ID: 0xbad2, Opcode: verbs.WRWrite})
-			slot[10] = 200
-			a.sq.Producer().Store(prod + 1)
-			return l.acq, 0xbad2
-		}},
+		{"send WQE with an unknown opcode", false, spoilSend(0xbad, 8, 99)},
+		{"send WQE with more SGEs than the QP takes", false, spoilSend(0xbad2, 10, 200)},
 		{"send producer index beyond the ring", false, func(t *testing.T, l *loop, a, _ *hostedQP) (*nic.CQ, uint64) {
 			a.sq.Producer().Store(a.sq.Producer().Load() + 1000)
 			return l.acq, 0
