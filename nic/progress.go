@@ -15,6 +15,7 @@ import (
 	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/nic/udp"
 	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -229,9 +230,9 @@ func (d *embeddedDevice) drive() bool {
 // sending goroutine, with the packets they make in turn (the ACK of a
 // WRITE), spares each its handover to the reader through the netpoller
 // (a wakeup, an epoll_pwait, an empty read). Unless another holds the
-// role, it reads and processes until the socket is empty, catchUpBatches
-// batches at most. The reader keeps waiting for the socket meanwhile, and
-// comes for what Drive leaves.
+// role, it reads and processes what the socket holds, and reads again
+// while what it processed sent packets (processQueued). The reader keeps
+// waiting for the socket meanwhile, and comes for what Drive leaves.
 func (d *embeddedDevice) Drive() {
 	p := &d.prog
 	if !p.role.TryLock() {
@@ -278,17 +279,19 @@ func (d *embeddedDevice) catchUp() {
 
 // processQueued reads what the socket holds, without waiting, and
 // processes it, catchUpBatches batches at most. A batch that did not fill
-// p.msgs emptied the socket, unless again is set: what it processed may
-// have sent packets to the device itself. p.role is held.
+// p.msgs emptied the socket, unless again is set and the device sent
+// packets meanwhile, which may be for itself (the ACK of a WRITE it
+// processed): then it reads once more. p.role is held.
 func (d *embeddedDevice) processQueued(again bool) {
 	p := &d.prog
 	for range catchUpBatches {
+		sent := d.qpc.Get(verbs.SentPkts)
 		n, err := d.conn.TryReadBatch(p.msgs)
 		if err != nil || n == 0 {
 			return
 		}
 		d.process(n)
-		if n < len(p.msgs) && !again {
+		if n < len(p.msgs) && (!again || d.qpc.Get(verbs.SentPkts) == sent) {
 			return
 		}
 	}
