@@ -15,6 +15,7 @@ import (
 	"github.com/softnic/softnic/cmd/softnic/internal/flagval"
 	"github.com/softnic/softnic/netem"
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/attachd"
 	"go.uber.org/zap/zapcore"
 )
 
@@ -50,6 +51,15 @@ func defineServe(fs *flag.FlagSet) func(*invocation) error {
 		"with a reject, after a burst of 32 (default 100); beyond, a request that would be rejected is dropped unanswered and counted")
 	handshake := fs.Duration("cm-handshake-timeout", 0, "drop a connection request whose handshake has not completed within `DURATION` "+
 		"(default 20s), whatever timeouts and retries the request asks for")
+	accessRefusals := fs.Int("access-refusals", 0, "hold back a source (a peer's IP address, or an attached program's user) once it has failed `N` "+
+		"R_Key checks in a row, as one guessing keys does (default 16)")
+	accessRate := fs.Int("access-refusal-rate", 0, "then let a held-back source fail `N` R_Key checks a second (default 2)")
+	accessSources := fs.Int("access-sources", 0, "remember the failed R_Key checks of `N` sources (default 256); a new one takes the place of the least suspect")
+	doorbellBurst := fs.Int("doorbell-burst", 0, "throttle an attached program once its doorbell has woken the daemon `N` times for nothing (default 256)")
+	doorbellRate := fs.Int("doorbell-rate", 0, "then heed `N` such wakeups a second (default 1000), and one more for each work request it posts")
+	logRate := fs.Int("log-rate", 0, "log at most `N` lines a second of each kind of event (a connection, a SEND, a program attaching ...), "+
+		"and count those left out (default 10)")
+	stopGrace := fs.Duration("stop-grace", 0, "on SIGTERM, wait at most `DURATION` for the peers to answer their disconnects (default 2s)")
 	allowGroup := fs.String("allow-group", "", "let the members of `GROUP` (a name or a number) use the control socket, attach and inspect "+
 		"their own processes, besides the daemon's user and root")
 	web := webFlags(fs)
@@ -74,6 +84,17 @@ func defineServe(fs *flag.FlagSet) func(*invocation) error {
 		if *halfOpen < 0 || *halfOpenPerSource < 0 || *handshake < 0 || *rejectRate < 0 {
 			return usagef("--cm-half-open %d, --cm-half-open-per-source %d, --cm-handshake-timeout %v, --cm-reject-rate %d: want 0 (the default) or more",
 				*halfOpen, *halfOpenPerSource, *handshake, *rejectRate)
+		}
+		cfg.Access = nic.AccessLimits{Refusals: *accessRefusals, Rate: float64(*accessRate), Sources: *accessSources}
+		if err := cfg.Access.Check(); err != nil || *accessRate < 0 {
+			return usagef("--access-refusals %d, --access-refusal-rate %d, --access-sources %d: want 0 (the default) or more, and at most %d sources",
+				*accessRefusals, *accessRate, *accessSources, 1<<20)
+		}
+		cfg.Doorbell = attachd.DoorbellLimits{Burst: *doorbellBurst, Rate: *doorbellRate}
+		cfg.LogRate, cfg.StopGrace = *logRate, *stopGrace
+		if *doorbellBurst < 0 || *doorbellRate < 0 || *logRate < 0 || *stopGrace < 0 {
+			return usagef("--doorbell-burst %d, --doorbell-rate %d, --log-rate %d, --stop-grace %v: want 0 (the default) or more",
+				*doorbellBurst, *doorbellRate, *logRate, *stopGrace)
 		}
 		if cfg.BusyPoll < 0 || cfg.BusyPoll > time.Second {
 			return usagef("--busy-poll %v: want a duration from 0 to 1s, such as 50us", cfg.BusyPoll)

@@ -573,24 +573,40 @@ func TestServeStaleControlSocket(t *testing.T) {
 }
 
 // TestServeStopsWithoutDREP: a peer that vanished never answers the DREP
-// the stopping daemon sends it; the daemon waits a moment for it, not the
-// minute of CM retries (16 tries of 4.3 s with the peer's REQ's timeouts).
+// the stopping daemon sends it; the daemon waits its grace for it
+// (--stop-grace, 2 s by default), not the minute of CM retries (16 tries
+// of 4.3 s with the peer's REQ's timeouts).
 func TestServeStopsWithoutDREP(t *testing.T) {
-	d := startDaemon(t)
-	var vanished atomic.Bool
-	dialDaemonFrom(t, d, nic.Config{SendHook: func([]byte) nic.SendAction {
-		if vanished.Load() {
-			return nic.SendDrop
-		}
-		return nic.SendPass
-	}})
-	vanished.Store(true)
-	start := time.Now()
-	if code := d.shutdown(t); code != 0 {
-		t.Errorf("exit status %d", code)
-	}
-	if took := time.Since(start); took > daemon.DisconnectWait+2*time.Second {
-		t.Errorf("the daemon took %v to stop", took)
+	for _, tc := range []struct {
+		args  []string
+		grace time.Duration
+	}{{nil, daemon.DefaultStopGrace}, {[]string{"--stop-grace", "300ms"}, 300 * time.Millisecond}} {
+		t.Run(tc.grace.String(), func(t *testing.T) {
+			d := startDaemon(t, tc.args...)
+			var vanished atomic.Bool
+			dialDaemonFrom(t, d, nic.Config{SendHook: func([]byte) nic.SendAction {
+				if vanished.Load() {
+					return nic.SendDrop
+				}
+				return nic.SendPass
+			}})
+			// The daemon has the connection (the RTU reached it) before the
+			// peer vanishes.
+			if n := d.counterReaches(t, "connections_active", 1); n != 1 {
+				t.Fatalf("connections_active %d, want 1", n)
+			}
+			vanished.Store(true)
+			start := time.Now()
+			if code := d.shutdown(t); code != 0 {
+				t.Errorf("exit status %d", code)
+			}
+			if took := time.Since(start); took < tc.grace || took > tc.grace+2*time.Second {
+				t.Errorf("the daemon took %v to stop, want its grace of %v and at most 2 s more", took, tc.grace)
+			}
+			if want := fmt.Sprintf(`"waited": %v}`, tc.grace.Seconds()); !strings.Contains(d.stderr.String(), want) {
+				t.Errorf("the log does not say the daemon waited %v:\n%s", tc.grace, d.stderr)
+			}
+		})
 	}
 }
 

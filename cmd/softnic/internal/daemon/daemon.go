@@ -53,8 +53,9 @@ const (
 	RecvBufferSize = 64 << 10
 )
 
-// DisconnectWait is how long a stopping daemon waits for its peers' DREPs.
-const DisconnectWait = 2 * time.Second
+// DefaultStopGrace is how long a stopping daemon waits for its peers'
+// DREPs unless Config.StopGrace says otherwise.
+const DefaultStopGrace = 2 * time.Second
 
 // Config is what the daemon runs with: softnic serve's command line.
 type Config struct {
@@ -68,14 +69,25 @@ type Config struct {
 	FaultSpec  string // the --faults text, for info
 	BusyPoll   time.Duration
 	CM         nic.CMLimits
-	MTU        int  // --mtu: the cap of every path MTU; 0 for none below 4096
-	StrictICRC bool // --strict-icrc: no recovery of IPv4 identifications
+	Access     nic.AccessLimits       // --access-*: how fast a source may fail R_Key checks
+	Doorbell   attachd.DoorbellLimits // --doorbell-*: what ringing for nothing may cost
+	LogRate    int                    // --log-rate: lines a second of each kind; 0 for DefaultLogRate
+	StopGrace  time.Duration          // --stop-grace: the wait for the peers' DREPs; 0 for DefaultStopGrace
+	MTU        int                    // --mtu: the cap of every path MTU; 0 for none below 4096
+	StrictICRC bool                   // --strict-icrc: no recovery of IPv4 identifications
 	// AllowGroup is the group whose members may use the control socket
 	// besides the daemon's user and root; -1 for none.
 	AllowGroup int
 	Web        WebConfig      // --metrics, --http
 	Limits     flagval.Limits // changes to the attached processes' default limits
 	Version    string         // softnic's, for info
+}
+
+// setDefaults gives the limits left at zero their defaults, so that stat
+// shows what the daemon runs with.
+func (c *Config) setDefaults() {
+	c.CM, c.Access, c.Doorbell = c.CM.WithDefaults(), c.Access.WithDefaults(), c.Doorbell.WithDefaults()
+	c.LogRate, c.StopGrace = cmp.Or(c.LogRate, DefaultLogRate), cmp.Or(c.StopGrace, DefaultStopGrace)
 }
 
 // icrcMode says in words how the daemon checks the ICRC of IPv4 packets
@@ -133,26 +145,31 @@ type daemon struct {
 	wg sync.WaitGroup // the receive and flush loops, and a goroutine per handshake and connection
 }
 
-// daemonLogs are the log lines of the events peers cause, each kind
-// rate-limited: a flood of them cannot fill the log.
+// daemonLogs are the log lines of the events peers and attached programs
+// cause, each kind rate-limited: a flood of them cannot fill the log. The
+// daemon's own kinds are rateLogs; the library's lines (nic, attachd: a
+// program attached or detached, a QP of one failed) go through lib, which
+// takes as many lines of each message a second.
 type daemonLogs struct {
 	connected, disconnected, disconnectedByPeer, lost *rateLog
 	send, writeImm, recvFailed, acceptErr             *rateLog
 	handshakeTimeout                                  *rateLog
+	lib                                               *sampledLog
 }
 
-func newDaemonLogs(log *zap.Logger) daemonLogs {
+func newDaemonLogs(log *zap.Logger, rate int) daemonLogs {
 	return daemonLogs{
-		connected:          newRateLog(log, zapcore.InfoLevel, "connected"),
-		disconnected:       newRateLog(log, zapcore.InfoLevel, "disconnected"),
-		disconnectedByPeer: newRateLog(log, zapcore.InfoLevel, "disconnected by the peer"),
-		lost:               newRateLog(log, zapcore.WarnLevel, "connection lost"),
-		send:               newRateLog(log, zapcore.InfoLevel, "SEND received"),
-		writeImm:           newRateLog(log, zapcore.InfoLevel, "RDMA WRITE with immediate"),
-		recvFailed:         newRateLog(log, zapcore.WarnLevel, "receive failed"),
-		acceptErr:          newRateLog(log, zapcore.WarnLevel, "accepting a connection"),
+		connected:          newRateLog(log, zapcore.InfoLevel, "connected", rate),
+		disconnected:       newRateLog(log, zapcore.InfoLevel, "disconnected", rate),
+		disconnectedByPeer: newRateLog(log, zapcore.InfoLevel, "disconnected by the peer", rate),
+		lost:               newRateLog(log, zapcore.WarnLevel, "connection lost", rate),
+		send:               newRateLog(log, zapcore.InfoLevel, "SEND received", rate),
+		writeImm:           newRateLog(log, zapcore.InfoLevel, "RDMA WRITE with immediate", rate),
+		recvFailed:         newRateLog(log, zapcore.WarnLevel, "receive failed", rate),
+		acceptErr:          newRateLog(log, zapcore.WarnLevel, "accepting a connection", rate),
 		handshakeTimeout: newRateLog(log, zapcore.InfoLevel,
-			"connection request dropped: the requester did not complete the handshake (it gave up, or its address was spoofed)"),
+			"connection request dropped: the requester did not complete the handshake (it gave up, or its address was spoofed)", rate),
+		lib: newSampledLog(log, rate),
 	}
 }
 
@@ -161,6 +178,7 @@ func (l *daemonLogs) flush() {
 	for _, r := range []*rateLog{l.connected, l.disconnected, l.disconnectedByPeer, l.lost, l.send, l.writeImm, l.recvFailed, l.acceptErr, l.handshakeTimeout} {
 		r.Flush()
 	}
+	l.lib.Flush()
 }
 
 type servedRegion struct {
@@ -195,12 +213,13 @@ type ReadyRegion struct {
 // Run runs the daemon until ctx is cancelled (SIGINT, SIGTERM). Any
 // failure to start is an exit.Error of status 2.
 func Run(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
+	cfg.setDefaults()
 	d := &daemon{cfg: cfg, started: time.Now(), conns: make(map[uint32]*servedConn)}
 	d.quit, d.cancelQuit = context.WithCancel(context.Background())
 	d.log = zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(logEncoderConfig()),
 		zapcore.Lock(zapcore.AddSync(stderr)), cfg.LogLevel))
 	defer d.log.Sync()
-	d.logs = newDaemonLogs(d.log)
+	d.logs = newDaemonLogs(d.log, cfg.LogRate)
 	if err := d.start(); err != nil {
 		d.stop()
 		return exit.Status(2, err)
@@ -240,7 +259,7 @@ func (d *daemon) start() error {
 		return err
 	}
 	// The library logs through slog; its lines join the daemon's zap log.
-	libLog := zapslog.New(d.log)
+	libLog := zapslog.New(d.logs.lib.Logger())
 	d.ctl = &control.Server{Listener: l, Admit: d.admit, Handle: d.control, Attach: d.serveAttached,
 		Accepts: quota.Backoff{Log: libLog, What: cfg.Control}}
 	if err := d.listenWeb(); err != nil {
@@ -251,7 +270,7 @@ func (d *daemon) start() error {
 			return fmt.Errorf("--pcap: %w", err)
 		}
 	}
-	ncfg := nic.Config{Addr: cfg.Listen, Logger: libLog, Faults: cfg.Faults, Embed: true, BusyPoll: cfg.BusyPoll, CM: cfg.CM, MTU: cfg.MTU,
+	ncfg := nic.Config{Addr: cfg.Listen, Logger: libLog, Faults: cfg.Faults, Embed: true, BusyPoll: cfg.BusyPoll, CM: cfg.CM, Access: cfg.Access, MTU: cfg.MTU,
 		// Linux rxe's packets: their IPv4 identifications are checked as
 		// they are where a raw socket shows them, recovered otherwise.
 		RecoverIPID: !cfg.StrictICRC, UDP: udp.Options{IPIDs: true}}
@@ -264,7 +283,7 @@ func (d *daemon) start() error {
 	}
 	limits := quota.DefaultLimits(quota.Probe(d.dev.MaxQPs()))
 	cfg.Limits.Apply(&limits)
-	acfg := attachd.Config{Logger: libLog, Limits: &limits, LimitFlag: "softnic serve --limit"}
+	acfg := attachd.Config{Logger: libLog, Limits: &limits, LimitFlag: "softnic serve --limit", Doorbell: cfg.Doorbell}
 	if cfg.AllowGroup >= 0 {
 		acfg.AllowGroups = []int{cfg.AllowGroup}
 	}
@@ -444,8 +463,8 @@ func (d *daemon) stop() error {
 		})
 	}
 	// A peer that vanished never answers its DREQ, and the CM's retries
-	// could take minutes: the disconnects get DisconnectWait, then closing
-	// the device ends those still waiting.
+	// could take minutes: the disconnects get Config.StopGrace, then
+	// closing the device ends those still waiting.
 	disconnected := make(chan struct{})
 	go func() {
 		wg.Wait()
@@ -453,8 +472,8 @@ func (d *daemon) stop() error {
 	}()
 	select {
 	case <-disconnected:
-	case <-time.After(DisconnectWait):
-		d.log.Info("stopping without the DREPs of peers that do not answer", zap.Duration("waited", DisconnectWait))
+	case <-time.After(d.cfg.StopGrace):
+		d.log.Info("stopping without the DREPs of peers that do not answer", zap.Duration("waited", d.cfg.StopGrace))
 	}
 	if d.attach != nil {
 		d.attach.Close() // every attached process's resources destroyed, its connections disconnected
@@ -684,7 +703,28 @@ func (d *daemon) info() *control.Info {
 // reasons), the refused remote accesses by reason, the daemon's own, and
 // the attached processes'.
 func (d *daemon) counters(v viewer) control.Counters {
-	return append(d.deviceCounters(), d.attachedCounters(v)...)
+	return slices.Concat(d.deviceCounters(), d.limitCounters(), d.attachedCounters(v))
+}
+
+// limitCounters are the limits the daemon runs with that --limit does
+// not set, as limit_NAME: those on what peers may hold or cost it, whose
+// effect the counters beside show (cm_rejected_busy,
+// cm_handshake_timeouts, access_holds, each program's doorbells_throttled,
+// the log's more_not_logged). Durations are in milliseconds.
+func (d *daemon) limitCounters() control.Counters {
+	c := d.cfg
+	return control.Counters{
+		{Name: "limit_cm_half_open", Value: uint64(c.CM.HalfOpen)},
+		{Name: "limit_cm_half_open_per_source", Value: uint64(c.CM.HalfOpenPerSource)},
+		{Name: "limit_cm_handshake_timeout_ms", Value: uint64(c.CM.Handshake.Milliseconds())},
+		{Name: "limit_access_refusals", Value: uint64(c.Access.Refusals)},
+		{Name: "limit_access_refusal_rate", Value: uint64(c.Access.Rate)},
+		{Name: "limit_access_sources", Value: uint64(c.Access.Sources)},
+		{Name: "limit_doorbell_burst", Value: uint64(c.Doorbell.Burst)},
+		{Name: "limit_doorbell_rate", Value: uint64(c.Doorbell.Rate)},
+		{Name: "limit_log_rate", Value: uint64(c.LogRate)},
+		{Name: "limit_stop_grace_ms", Value: uint64(c.StopGrace.Milliseconds())},
+	}
 }
 
 // deviceCounters is counters without the attached processes'.

@@ -10,13 +10,14 @@ import (
 
 // rateLog writes the log lines of one kind of event a peer can cause as
 // often as it likes (a SEND received, a connection made or lost): at most
-// RateLogBurst lines a second. The events left out are counted, and the
+// burst lines a second (--log-rate). The events left out are counted, and the
 // next line written (or Flush's) says how many there were, so that a
 // flood costs the log a few lines a second and still shows its size.
 type rateLog struct {
 	log   *zap.Logger
 	level zapcore.Level
 	msg   string
+	burst int
 	now   func() time.Time // time.Now, or a test's clock
 
 	mu      sync.Mutex
@@ -25,14 +26,15 @@ type rateLog struct {
 	skipped uint64    // events not logged since the last line
 }
 
-// RateLogBurst is how many lines of one kind a second the log takes.
-const RateLogBurst = 10
+// DefaultLogRate is how many lines of one kind a second the log takes
+// unless Config.LogRate says otherwise.
+const DefaultLogRate = 10
 
 // NotLoggedKey names the log field of the count of events left out.
 const NotLoggedKey = "more_not_logged"
 
-func newRateLog(log *zap.Logger, level zapcore.Level, msg string) *rateLog {
-	return &rateLog{log: log, level: level, msg: msg, now: time.Now}
+func newRateLog(log *zap.Logger, level zapcore.Level, msg string, burst int) *rateLog {
+	return &rateLog{log: log, level: level, msg: msg, burst: burst, now: time.Now}
 }
 
 // Log writes the event's line, unless this second's lines are used up;
@@ -59,7 +61,7 @@ func (r *rateLog) take() (uint64, bool) {
 	if now.Sub(r.window) >= time.Second {
 		r.window, r.lines = now, 0
 	}
-	if r.lines >= RateLogBurst {
+	if r.lines >= r.burst {
 		r.skipped++
 		return 0, false
 	}
@@ -78,5 +80,62 @@ func (r *rateLog) Flush() {
 	r.mu.Unlock()
 	if skipped > 0 {
 		r.log.Log(r.level, r.msg+" (the ones not logged)", zap.Uint64(NotLoggedKey, skipped))
+	}
+}
+
+// sampledLog bounds the lines the library (nic, attachd) writes into the
+// daemon's log, as rateLog does for the daemon's own kinds of event: each
+// message at most rate lines a second, the rest counted and told by
+// Flush. A program that attaches and detaches in a loop, or fails QP
+// after QP, cannot fill the log.
+type sampledLog struct {
+	log, sampled *zap.Logger
+
+	mu      sync.Mutex
+	dropped map[sampledKey]uint64 // lines left out since the last Flush
+}
+
+type sampledKey struct {
+	level zapcore.Level
+	msg   string
+}
+
+// sampledKinds bounds the messages whose left-out lines are told apart;
+// the library has a few dozen.
+const sampledKinds = 256
+
+func newSampledLog(log *zap.Logger, rate int) *sampledLog {
+	s := &sampledLog{log: log, dropped: map[sampledKey]uint64{}}
+	s.sampled = log.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
+		return zapcore.NewSamplerWithOptions(c, time.Second, rate, 0, zapcore.SamplerHook(s.hook))
+	}))
+	return s
+}
+
+// Logger returns the logger whose lines are bounded.
+func (s *sampledLog) Logger() *zap.Logger { return s.sampled }
+
+func (s *sampledLog) hook(e zapcore.Entry, d zapcore.SamplingDecision) {
+	if d&zapcore.LogDropped == 0 {
+		return
+	}
+	k := sampledKey{e.Level, e.Message}
+	s.mu.Lock()
+	if _, ok := s.dropped[k]; !ok && len(s.dropped) >= sampledKinds {
+		k.msg = "(other messages)"
+	}
+	s.dropped[k]++
+	s.mu.Unlock()
+}
+
+// Flush writes, for each message some of whose lines were left out since
+// the last Flush, one line that counts them.
+func (s *sampledLog) Flush() {
+	s.mu.Lock()
+	dropped := s.dropped
+	s.dropped = map[sampledKey]uint64{}
+	s.mu.Unlock()
+	for k, n := range dropped {
+		s.log.Log(k.level, k.msg+" (the ones not logged)", zap.Uint64(NotLoggedKey, n))
 	}
 }

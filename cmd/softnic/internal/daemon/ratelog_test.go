@@ -9,11 +9,11 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 )
 
-// A flood of events writes RateLogBurst lines a second; the first line of
+// A flood of events writes DefaultLogRate lines a second; the first line of
 // the next second counts the events left out, and Flush counts the rest.
 func TestRateLog(t *testing.T) {
 	core, logs := observer.New(zapcore.InfoLevel)
-	r := newRateLog(zap.New(core), zapcore.InfoLevel, "SEND received")
+	r := newRateLog(zap.New(core), zapcore.InfoLevel, "SEND received", DefaultLogRate)
 	now := time.Unix(1000, 0)
 	r.now = func() time.Time { return now }
 	built := 0
@@ -23,13 +23,13 @@ func TestRateLog(t *testing.T) {
 	for i := range 1000 {
 		event(i)
 	}
-	if logs.Len() != RateLogBurst || built != RateLogBurst {
-		t.Fatalf("%d lines written, %d built for 1000 events in one second; want %d", logs.Len(), built, RateLogBurst)
+	if logs.Len() != DefaultLogRate || built != DefaultLogRate {
+		t.Fatalf("%d lines written, %d built for 1000 events in one second; want %d", logs.Len(), built, DefaultLogRate)
 	}
 	now = now.Add(999 * time.Millisecond)
 	event(1000)
-	if logs.Len() != RateLogBurst {
-		t.Fatalf("%d lines within the second, want %d", logs.Len(), RateLogBurst)
+	if logs.Len() != DefaultLogRate {
+		t.Fatalf("%d lines within the second, want %d", logs.Len(), DefaultLogRate)
 	}
 	now = now.Add(time.Millisecond)
 	event(1001)
@@ -55,7 +55,7 @@ func TestRateLog(t *testing.T) {
 // Below the logger's level, nothing is built or counted.
 func TestRateLogLevel(t *testing.T) {
 	core, logs := observer.New(zapcore.WarnLevel)
-	r := newRateLog(zap.New(core), zapcore.InfoLevel, "connected")
+	r := newRateLog(zap.New(core), zapcore.InfoLevel, "connected", DefaultLogRate)
 	for range 100 {
 		r.Log(func() []zap.Field { t.Fatal("fields built for a level the logger drops"); return nil })
 	}

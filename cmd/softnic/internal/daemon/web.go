@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -176,7 +177,7 @@ func (d *daemon) stopWeb() {
 // them), the attached processes and the regions.
 func (d *daemon) metricsSnapshot() *metrics.Snapshot {
 	s := &metrics.Snapshot{}
-	for _, c := range d.deviceCounters() {
+	for _, c := range slices.Concat(d.deviceCounters(), d.limitCounters()) {
 		s.Counters = append(s.Counters, metrics.Counter(c))
 	}
 	owners := map[uint32]int{}

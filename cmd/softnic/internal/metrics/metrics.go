@@ -14,7 +14,8 @@
 //     one query sums them, and a new reason is a new label value, not a new
 //     metric for the dashboard to learn;
 //   - the levels (connections_active, attached_processes, goroutines, ...)
-//     as gauges, and stat's qps as softnic_qps{state}, by state.
+//     and the limits (limit_NAME: softnic_limit_cm_half_open, ...) as
+//     gauges, and stat's qps as softnic_qps{state}, by state.
 //
 // Per-QP and per-process series are bounded: a daemon may hold thousands of
 // QPs, and each label value is a series Prometheus keeps for weeks. The
@@ -126,7 +127,7 @@ const (
 
 // kinds says how each of softnic stat's counters that is not a plain
 // counter is exported; the refused accesses are recognised by their
-// prefix, rejected_.
+// prefix, rejected_, and the limits, gauges, by theirs, limit_ (kindOf).
 var kinds = map[string]int{
 	"bad_icrc": kindDropped, "malformed": kindDropped, "unknown_qp": kindDropped, "ghost_ack": kindDropped,
 	"duplicate_response": kindDropped, "wrong_qp_state": kindDropped, "wrong_transport": kindDropped,
@@ -237,7 +238,7 @@ func (c *Collector) collectDevice(ch chan<- prometheus.Metric, counters []Counte
 			ch <- prometheus.MustNewConstMetric(refused, prometheus.CounterValue, v, reason)
 			continue
 		}
-		switch kinds[k.Name] {
+		switch kindOf(k.Name) {
 		case kindDropped:
 			ch <- prometheus.MustNewConstMetric(dropped, prometheus.CounterValue, v, k.Name)
 		case kindFault:
@@ -256,8 +257,16 @@ func (c *Collector) collectDevice(ch chan<- prometheus.Metric, counters []Counte
 // connections_active or qps, rather than a count: it can fall, and a rate
 // of it means nothing.
 func Level(name string) bool {
-	k := kinds[name]
+	k := kindOf(name)
 	return k == kindGauge || k == kindCovered
+}
+
+// kindOf returns how softnic stat's counter name is exported.
+func kindOf(name string) int {
+	if strings.HasPrefix(name, "limit_") {
+		return kindGauge
+	}
+	return kinds[name]
 }
 
 func helpOf(name string) string {
