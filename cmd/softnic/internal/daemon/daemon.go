@@ -717,6 +717,8 @@ func (d *daemon) limitCounters() control.Counters {
 		{Name: "limit_cm_half_open", Value: uint64(c.CM.HalfOpen)},
 		{Name: "limit_cm_half_open_per_source", Value: uint64(c.CM.HalfOpenPerSource)},
 		{Name: "limit_cm_handshake_timeout_ms", Value: uint64(c.CM.Handshake.Milliseconds())},
+		{Name: "limit_cm_reject_rate", Value: uint64(c.CM.RejectRate)},
+		{Name: "limit_cm_reject_burst", Value: uint64(c.CM.RejectBurst)},
 		{Name: "limit_access_refusals", Value: uint64(c.Access.Refusals)},
 		{Name: "limit_access_refusal_rate", Value: uint64(c.Access.Rate)},
 		{Name: "limit_access_sources", Value: uint64(c.Access.Sources)},
