@@ -254,6 +254,57 @@ func TestPacedReads(t *testing.T) {
 	}
 }
 
+// TestReadRequestsLeaveTogether: READ responses open the congestion window
+// one PSN at a time, yet once the window is full the requester holds its
+// READ requests until there is room for an ACK's worth of PSNs, then sends
+// as many as fit at once, so that they leave in one send as a WRITE's
+// packets do. Here the responses arrive one by one (a 1 Gbit/s link); a's
+// window is 32 PSNs (ACKs every 16) and each READ takes 4, so the requests
+// after the first window leave in groups of at least 4, not one by one.
+func TestReadRequestsLeaveTogether(t *testing.T) {
+	a := newHost(t, "a", "10.0.0.1", verbs.RC, 0x11, qp.Config{Window: 32})
+	b := newHost(t, "b", "10.0.0.2", verbs.RC, 0x22, qp.Config{})
+	connect(t, a, b, defaultAttr())
+	s := newSim(t, a, b)
+	s.tracing = false
+	s.path = &path{Delay: 10 * time.Microsecond, Limit: 1 << 20, Rate: 125e6,
+		rng: rand.New(rand.NewPCG(1, 2)), free: map[*host]qp.Time{}, queued: map[*host]int{}}
+	var groups []int // READ requests a sent at one time, in order
+	var last qp.Time
+	s.drop = func(from *host, p *wire.Packet) bool {
+		if from == a && p.OpCode() == wire.OpRCReadRequest {
+			if len(groups) == 0 || s.now != last {
+				groups = append(groups, 0)
+			}
+			groups[len(groups)-1]++
+			last = s.now
+		}
+		return false
+	}
+	const reads, size = 64, 4 * testMTU
+	for i := range reads {
+		post(t, a, &verbs.SendWR{ID: uint64(i), Opcode: verbs.WRRead, Flags: verbs.Signaled,
+			SGL: sgl(a.sge(uint64(i)*size, size)), RemoteAddr: b.va(uint64(i) * size), RKey: b.region.RKey()})
+	}
+	for i, wc := range s.waitWC(a, reads, time.Second) {
+		if wc.Status != verbs.Success || wc.ID != uint64(i) {
+			t.Fatalf("completion %d: wr_id %d %s", i, wc.ID, wc.Status)
+		}
+	}
+	if got := a.counter(verbs.RetransmittedPkts); got != 0 {
+		t.Fatalf("%d requests sent again on a lossless link", got)
+	}
+	t.Logf("READ requests sent together: %v", groups)
+	if len(groups) < 2 {
+		t.Fatalf("READ requests in %d group(s), want the window to fill up and open again", len(groups))
+	}
+	for i, n := range groups[:len(groups)-1] {
+		if n < 4 {
+			t.Fatalf("group %d of %v: %d READ requests left together, want at least 4", i, groups, n)
+		}
+	}
+}
+
 // TestFastPathAllocs: moving a 64 KiB WRITE or READ from post to completion
 // allocates nothing, READ responses paced (after a lost response) or not.
 func TestFastPathAllocs(t *testing.T) {

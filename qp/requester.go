@@ -23,6 +23,7 @@ type requester struct {
 	sinceAck int      // packets sent since the last one with AckReq
 	rdAtomic int      // READ/ATOMIC WQEs started and not completed
 	halted   bool     // a WQE failed (or the QP is in ERR): nothing more is sent
+	full     bool     // the window filled up: READ requests wait for room (fits)
 	rnrWait  bool     // waiting out an RNR NAK's timer
 	rnrUntil Time
 	rnrPSN   wire.PSN
@@ -88,12 +89,32 @@ func (r *requester) next(buf []byte, now Time) (int, netip.AddrPort) {
 				continue
 			}
 		}
-		if q.cfg.Type == verbs.RC && !q.cc.maySend(r.psn.Sub(q.comp.psn)) {
+		if q.cfg.Type == verbs.RC && !r.fits(w) {
 			return 0, netip.AddrPort{}
 		}
 		return r.encode(w, buf, now)
 	}
 	return 0, netip.AddrPort{}
+}
+
+// fits reports whether the congestion window lets w's next packet leave.
+// Once the window has filled up, a READ request waits until it has room
+// for an ACK's worth of PSNs (ackEvery), and then READ requests leave
+// until it is full again: READ responses open the window one PSN at a
+// time, and a request sent as soon as it fits would leave in a send of
+// its own every few responses, where a WRITE's window opens by an ACK's
+// worth at a time and its packets leave together.
+func (r *requester) fits(w *sendWQE) bool {
+	cc, inFlight := &r.q.cc, r.psn.Sub(r.q.comp.psn)
+	if !cc.maySend(inFlight) {
+		r.full = true
+		return false
+	}
+	if r.full && w.wr.Opcode == verbs.WRRead {
+		r.full = !cc.maySend(inFlight + int32(cc.ackEvery()) - 1)
+		return !r.full
+	}
+	return true
 }
 
 // start begins a posted WQE: it checks the ordering rules, executes
