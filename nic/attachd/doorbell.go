@@ -1,7 +1,7 @@
 package attachd
 
 import (
-	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -105,7 +105,6 @@ type doorbell struct {
 	// The doorbell goroutine's wait (await), for raw.Read's callback
 	// (readFn, readSignals).
 	looked  bool
-	buf     [8]byte
 	signals uint64
 	readErr error
 	readFn  func(fd uintptr) bool
@@ -190,22 +189,16 @@ func (b *doorbell) readSignals(fd uintptr) bool {
 		b.looked = true
 		return b.db.Pending() || b.poked.Swap(false)
 	}
-	for {
-		n, err := syscall.Read(int(fd), b.buf[:])
-		switch {
-		case err == syscall.EINTR:
-			continue
-		case err == syscall.EAGAIN:
-			return false
-		case err != nil:
-			b.readErr = os.NewSyscallError("read doorbell eventfd", err)
-		case n != len(b.buf):
-			b.readErr = fmt.Errorf("doorbell eventfd: read %d bytes", n)
-		default:
-			b.signals = binary.NativeEndian.Uint64(b.buf[:])
-		}
-		return true
+	n, err := shm.Drain(int(fd))
+	switch {
+	case errors.Is(err, syscall.EAGAIN):
+		return false
+	case err != nil:
+		b.readErr = fmt.Errorf("read doorbell eventfd: %w", err)
+	default:
+		b.signals = n
 	}
+	return true
 }
 
 // deafen stops listening: signals of the eventfd wake nothing until listen.

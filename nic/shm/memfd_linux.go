@@ -78,3 +78,21 @@ func Signal(fd int) {
 	binary.NativeEndian.PutUint64(one[:], 1)
 	unix.Write(fd, one[:])
 }
+
+// Drain reads the eventfd fd's counter, which leaves it zero: the signals
+// since the last Drain, or syscall.EAGAIN when there were none.
+func Drain(fd int) (uint64, error) {
+	var buf [8]byte
+	for {
+		n, err := unix.Read(fd, buf[:])
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return 0, err
+		case n != len(buf):
+			return 0, fmt.Errorf("eventfd: read %d bytes", n)
+		}
+		return binary.NativeEndian.Uint64(buf[:]), nil
+	}
+}

@@ -43,3 +43,8 @@ func NewEventFD() (int, error) {
 
 // Signal does nothing: NewEventFD makes no eventfd to signal.
 func Signal(int) {}
+
+// Drain returns mr.ErrNotSupported: NewEventFD makes no eventfd to read.
+func Drain(int) (uint64, error) {
+	return 0, fmt.Errorf("eventfd on %s: %w", platform(), mr.ErrNotSupported)
+}

@@ -183,3 +183,24 @@ func TestConnCarriesDescriptors(t *testing.T) {
 		t.Errorf("taking a descriptor that never came: %v", err)
 	}
 }
+
+// TestDrainReadsTheSignals: Drain returns the signals since the last
+// Drain and leaves the counter zero, so the next one finds none.
+func TestDrainReadsTheSignals(t *testing.T) {
+	fd, err := NewEventFD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if _, err := Drain(fd); !errors.Is(err, unix.EAGAIN) {
+		t.Fatalf("Drain of a new eventfd: %v, want EAGAIN", err)
+	}
+	Signal(fd)
+	Signal(fd)
+	if n, err := Drain(fd); n != 2 || err != nil {
+		t.Fatalf("Drain after two signals = %d, %v; want 2, nil", n, err)
+	}
+	if _, err := Drain(fd); !errors.Is(err, unix.EAGAIN) {
+		t.Fatalf("second Drain: %v, want EAGAIN", err)
+	}
+}
