@@ -67,7 +67,8 @@ func control(c *net.UnixConn, f func(fd int)) error {
 // backlog is full (it paces its accepts; a flood of connections fills it)
 // DialControl waits for room, in turn with the other processes
 // connecting, until ctx's deadline or for ConnectWait, and then fails
-// with an error wrapping syscall.EAGAIN.
+// with an error wrapping syscall.EAGAIN (the wait is the kernel's: ctx's
+// cancellation ends it no sooner).
 func DialControl(ctx context.Context, path string) (*net.UnixConn, error) {
 	trusted, err := trustedOwners()
 	if err != nil {

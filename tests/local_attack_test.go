@@ -293,3 +293,37 @@ func TestBystanderUnderLocalAttacks(t *testing.T) {
 		})
 	}
 }
+
+// TestControlFloodLetsClientsIn: while a process floods the control
+// socket with silent connections (controlFlood, as fast as it can), the
+// daemon's commands and a program attaching still get in: each waits its
+// turn in the kernel's queue (nic.DialControl) behind at most the
+// backlog, where with a non-blocking connect they would lose every turn
+// to the flooder.
+func TestControlFloodLetsClientsIn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds softnic and runs processes")
+	}
+	d := startServe(t, buildSoftnic(t))
+	a := startAttacker(t, "control-flood", d.control)
+	a.Attack(t, true)
+	defer a.Attack(t, false)
+	for i := range 5 {
+		start := time.Now()
+		var info struct{ PID int }
+		d.inspect(t, "info", &info)
+		took := time.Since(start)
+		start = time.Now()
+		dev, err := nic.Open(nic.Config{Attach: d.control})
+		if err != nil {
+			t.Fatalf("attaching during the flood: %v", err)
+		}
+		dev.Close()
+		t.Logf("during the flood, try %d: softnic info answered in %v, an attach in %v", i+1, took.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	}
+	var stat map[string]uint64
+	d.inspect(t, "stat", &stat)
+	if stat["control_accepts_paced"] == 0 {
+		t.Errorf("control_accepts_paced 0: the flood was not paced")
+	}
+}
