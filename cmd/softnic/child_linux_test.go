@@ -22,10 +22,12 @@ import (
 )
 
 // What a child (see child_test.go) needs of Linux: a lower descriptor
-// limit, a umask, another user's credentials, and death with its parent.
+// limit, a umask, no CAP_NET_RAW, another user's credentials, and death
+// with its parent.
 const (
-	childNoFileEnv = "SOFTNIC_TEST_NOFILE" // first lower RLIMIT_NOFILE to this
-	childUmaskEnv  = "SOFTNIC_TEST_UMASK"  // first set the umask to this (octal)
+	childNoFileEnv = "SOFTNIC_TEST_NOFILE"     // first lower RLIMIT_NOFILE to this
+	childUmaskEnv  = "SOFTNIC_TEST_UMASK"      // first set the umask to this (octal)
+	childNoRawEnv  = "SOFTNIC_TEST_NO_NET_RAW" // first give up CAP_NET_RAW (through setpriv), as a daemon without the privilege runs
 )
 
 // removeSharedExe removes the test binary's copy for other users.
@@ -70,6 +72,22 @@ func sharedExe() (string, error) {
 // prepareChild sets the child up as the environment says; it returns the
 // exit code of a child that cannot be, or 0.
 func prepareChild() int {
+	if os.Getenv(childNoRawEnv) != "" {
+		// Capabilities are per thread, and the runtime's threads run
+		// already: the child runs itself again under setpriv, which
+		// execs it with CAP_NET_RAW out of its bounding set.
+		os.Unsetenv(childNoRawEnv)
+		exe, err := os.Executable()
+		setpriv := ""
+		if err == nil {
+			setpriv, err = exec.LookPath("setpriv")
+		}
+		if err == nil {
+			err = syscall.Exec(setpriv, append([]string{"setpriv", "--bounding-set=-net_raw", "--inh-caps=-net_raw", "--", exe}, os.Args[1:]...), os.Environ())
+		}
+		fmt.Fprintf(os.Stderr, "%s: %v\n", childNoRawEnv, err)
+		return 2
+	}
 	if v := os.Getenv(childNoFileEnv); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err == nil {
