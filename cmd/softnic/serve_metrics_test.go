@@ -104,6 +104,10 @@ func TestServeMetrics(t *testing.T) {
 			t.Fatalf("WRITE %d: %v %v", i, err, wc[0].Status)
 		}
 	}
+	// The daemon counts the connection in its handshake goroutine, which
+	// may get to it after the client's dial returned and its WRITEs
+	// completed.
+	d.counterReaches(t, "connections_active", 1)
 	after := scrapeMetrics(t, d.ready.Metrics)
 
 	// The device: at least the WRITEs' packets and bytes (the connection
