@@ -15,6 +15,7 @@ import (
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/netem"
+	"github.com/softnic/softnic/nic/internal/guard"
 	"github.com/softnic/softnic/nic/internal/hooks"
 	"github.com/softnic/softnic/nic/internal/provider"
 	"github.com/softnic/softnic/nic/udp"
@@ -153,6 +154,46 @@ type Config struct {
 	OnQPError func(q *QP, cause verbs.WCStatus)
 }
 
+// AccessLimits bound how fast one source may fail R_Key checks (guess
+// keys); see Config.Access. Zero fields take the defaults noted.
+type AccessLimits struct {
+	// Refusals is how many R_Key checks a source may fail in a row before
+	// it is held back (default 16).
+	Refusals int
+	// Rate is how many refusals a second a held source earns back
+	// (default 2): the pace of a guesser's tries once held.
+	Rate float64
+	// Sources is how many sources the device remembers (default 256,
+	// rounded up to a multiple of 4); a new one takes the place of the
+	// least suspect.
+	Sources int
+}
+
+// Defaults of AccessLimits.
+const (
+	DefaultAccessRefusals = 16
+	DefaultAccessRate     = 2
+	DefaultAccessSources  = 256
+)
+
+// WithDefaults returns l with its zero fields set to their defaults, and
+// Sources rounded up to a multiple of 4.
+func (l AccessLimits) WithDefaults() AccessLimits {
+	l.Refusals = cmp.Or(l.Refusals, DefaultAccessRefusals)
+	l.Rate = cmp.Or(l.Rate, DefaultAccessRate)
+	l.Sources = (cmp.Or(l.Sources, DefaultAccessSources) + guard.Ways - 1) / guard.Ways * guard.Ways
+	return l
+}
+
+// Check returns an error wrapping ErrInvalid if a limit is negative or
+// past what the device keeps (a million sources).
+func (l AccessLimits) Check() error {
+	if l.Refusals < 0 || l.Rate < 0 || l.Sources < 0 || l.Sources > 1<<20 {
+		return fmt.Errorf("access limits %+v: negative, or more than %d sources: %w", l, 1<<20, ErrInvalid)
+	}
+	return nil
+}
+
 // Device is a softnic NIC: one run in this process (embedded) or a
 // daemon's shared with other processes (attached, see Config.Attach),
 // with the same methods. Its methods are safe for concurrent use.
@@ -246,7 +287,7 @@ type embeddedDevice struct {
 
 	qpc   verbs.Counters
 	devc  devCounters
-	guard guard // holds back sources that fail too many R_Key checks
+	guard guard.Guard // holds back sources that fail too many R_Key checks
 
 	qpMu    sync.Mutex // QP number allocation
 	qps     []atomic.Pointer[embeddedQP]
@@ -335,7 +376,10 @@ func openEmbedded(cfg Config) (*Device, error) {
 	}
 	d.batches.New = func() any { return newBatch() }
 	d.timers.init()
-	d.guard.init(d, cfg.Access)
+	d.guard.Init(guard.Config{
+		Refusals: cfg.Access.Refusals, Rate: cfg.Access.Rate, Sources: cfg.Access.Sources,
+		Now: d.now, Source: d.guardSource, OnHold: func() { d.devc.inc(AccessHolds) },
+	})
 	d.prog.init(conn.Features().GRO)
 	if d.cm, err = newCM(d); err != nil {
 		conn.Close()

@@ -78,9 +78,9 @@
 //     attach_cred.go (which daemon it trusts);
 //   - the embedded provider: embedded_resources.go, embedded_cm.go and
 //     cm_gsi.go (the CM engine of package nic/cm on QP1), progress.go,
-//     send.go, timers.go, guard.go, local.go, pathmtu.go, and
-//     embedded_hooks.go, the hooks it exports to a daemon through package
-//     nic/internal/hooks;
+//     send.go, timers.go, local.go, pathmtu.go, and embedded_hooks.go,
+//     the hooks it exports to a daemon through package nic/internal/hooks;
+//     its R_Key guard is package nic/internal/guard;
 //   - the attached provider is package nic/internal/attached.
 //
 // The daemon side, which drives the embedded device through those hooks,

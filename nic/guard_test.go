@@ -1,6 +1,7 @@
 package nic_test
 
 import (
+	"errors"
 	"net/netip"
 	"testing"
 
@@ -93,5 +94,36 @@ func TestGuessingPeerHeldBack(t *testing.T) {
 	}
 	if n := counter(t, server.dev, "held_access"); n < 2 {
 		t.Errorf("held_access = %d, want at least 2 (each held request and its retries)", n)
+	}
+}
+
+// TestAccessLimitsDefaults checks the limits a device's guard gets: zero
+// fields take the defaults, Sources is rounded up to whole sets of the
+// guard's table, and limits a device cannot keep are refused.
+func TestAccessLimitsDefaults(t *testing.T) {
+	for _, c := range []struct {
+		in, want nic.AccessLimits
+		bad      bool
+	}{
+		{in: nic.AccessLimits{}, want: nic.AccessLimits{Refusals: 16, Rate: 2, Sources: 256}},
+		{in: nic.AccessLimits{Refusals: 3, Rate: 10, Sources: 5}, want: nic.AccessLimits{Refusals: 3, Rate: 10, Sources: 8}},
+		{in: nic.AccessLimits{Refusals: 2, Rate: 0.5, Sources: 4096}, want: nic.AccessLimits{Refusals: 2, Rate: 0.5, Sources: 4096}},
+		{in: nic.AccessLimits{Refusals: -1}, bad: true},
+		{in: nic.AccessLimits{Rate: -1}, bad: true},
+		{in: nic.AccessLimits{Sources: 1<<20 + 1}, bad: true},
+	} {
+		err := c.in.Check()
+		if c.bad {
+			if !errors.Is(err, nic.ErrInvalid) {
+				t.Errorf("%+v.Check() = %v, want ErrInvalid", c.in, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%+v.Check() = %v", c.in, err)
+		}
+		if got := c.in.WithDefaults(); got != c.want {
+			t.Errorf("%+v.WithDefaults() = %+v, want %+v", c.in, got, c.want)
+		}
 	}
 }

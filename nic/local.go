@@ -3,6 +3,7 @@ package nic
 import (
 	"net/netip"
 
+	"github.com/softnic/softnic/nic/internal/guard"
 	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
@@ -89,4 +90,23 @@ const noteNotPeer = "dropped: not for the QP connected to its sender"
 // port only.
 func (d *embeddedDevice) fromOwnPort(q *embeddedQP, src netip.AddrPort) bool {
 	return q.peer.Load()&peerLocal == 0 || src.Port() == d.local.Port()
+}
+
+// guardSource returns the source of the requests QP qpn receives from its
+// peer (see package nic/internal/guard).
+func (d *embeddedDevice) guardSource(qpn uint32, peer netip.AddrPort) guard.Source {
+	src := guard.Source{IP: peer.Addr().As16()}
+	q := d.lookup(qpn)
+	if q == nil {
+		return src
+	}
+	p := q.peer.Load()
+	if p&peerLocal == 0 {
+		return src
+	}
+	src.Owner = 1
+	if s := d.lookup(p &^ peerLocal); s != nil && s.queues != nil {
+		src.Owner = 2 + s.queues.Owner()
+	}
+	return src
 }
