@@ -18,6 +18,7 @@ import (
 	"github.com/softnic/softnic/nic/internal/guard"
 	"github.com/softnic/softnic/nic/internal/hooks"
 	"github.com/softnic/softnic/nic/internal/provider"
+	"github.com/softnic/softnic/nic/internal/route"
 	"github.com/softnic/softnic/nic/udp"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/verbs"
@@ -294,8 +295,8 @@ type embeddedDevice struct {
 	nextQPN uint32
 
 	// routes holds, per peer address, our source address toward it and the
-	// path MTU (see route); bounded (maxRoutes).
-	routes boundedMap[netip.Addr, route]
+	// path MTU; bounded.
+	routes route.Table
 
 	faults faultState // the fault injector of Config.Faults or SetFaults
 
@@ -376,6 +377,7 @@ func openEmbedded(cfg Config) (*Device, error) {
 	}
 	d.batches.New = func() any { return newBatch() }
 	d.timers.init()
+	d.routes.Init(d.local.Addr(), cfg.MTU)
 	d.guard.Init(guard.Config{
 		Refusals: cfg.Access.Refusals, Rate: cfg.Access.Rate, Sources: cfg.Access.Sources,
 		Now: d.now, Source: d.guardSource, OnHold: func() { d.devc.inc(AccessHolds) },
@@ -490,7 +492,7 @@ func (d *embeddedDevice) sourceFor(dst netip.AddrPort) netip.AddrPort {
 	if !d.local.Addr().IsUnspecified() {
 		return d.local
 	}
-	return netip.AddrPortFrom(d.route(dst.Addr()).src, d.local.Port())
+	return netip.AddrPortFrom(d.routes.Get(dst.Addr()).Src, d.local.Port())
 }
 
 // receive checks one datagram and hands it to its QP.

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package nic
+package route
 
 import (
 	"net"
