@@ -163,7 +163,7 @@ func (c *cmDriver) run(f func(e *cm.Engine, now qp.Time, out *cm.Output)) {
 		}
 	}
 	if arm {
-		c.dev.timers.add(timerEntry{at: at, fn: c.tick})
+		c.dev.timers.Add(at, wakeup{fn: c.tick})
 	}
 	c.perform(ended, out.MADs)
 }

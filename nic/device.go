@@ -19,6 +19,7 @@ import (
 	"github.com/softnic/softnic/nic/internal/hooks"
 	"github.com/softnic/softnic/nic/internal/provider"
 	"github.com/softnic/softnic/nic/internal/route"
+	"github.com/softnic/softnic/nic/internal/timers"
 	"github.com/softnic/softnic/nic/udp"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/verbs"
@@ -300,7 +301,7 @@ type embeddedDevice struct {
 
 	faults faultState // the fault injector of Config.Faults or SetFaults
 
-	timers  timers
+	timers  timers.Queue[wakeup]
 	batches sync.Pool
 	prog    progress
 
@@ -376,7 +377,7 @@ func openEmbedded(cfg Config) (*Device, error) {
 		d.faults.set(netem.NewInjector(*cfg.Faults))
 	}
 	d.batches.New = func() any { return newBatch() }
-	d.timers.init()
+	d.timers.Init()
 	d.routes.Init(d.local.Addr(), cfg.MTU)
 	d.guard.Init(guard.Config{
 		Refusals: cfg.Access.Refusals, Rate: cfg.Access.Rate, Sources: cfg.Access.Sources,

@@ -81,7 +81,8 @@
 //     send.go, timers.go, local.go, pathmtu.go, and embedded_hooks.go,
 //     the hooks it exports to a daemon through package nic/internal/hooks;
 //     its R_Key guard is package nic/internal/guard, its routes to peers
-//     (source address, path MTU) package nic/internal/route;
+//     (source address, path MTU) package nic/internal/route, the queue
+//     its timer goroutine serves package nic/internal/timers;
 //   - the attached provider is package nic/internal/attached.
 //
 // The daemon side, which drives the embedded device through those hooks,

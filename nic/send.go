@@ -126,7 +126,7 @@ func (d *embeddedDevice) stage(b *batch, n int, pkt []byte, env *wire.Envelope) 
 			d.devc.inc(FaultDelayed)
 			d.trace(Sent, env, pkt, NoteFaultDelayed)
 			for range copies {
-				d.timers.delay(d.now().Add(fate.Delay), slices.Clone(pkt), env)
+				d.timers.Add(d.now().Add(fate.Delay), wakeup{pkt: slices.Clone(pkt), env: *env})
 			}
 			return n
 		}

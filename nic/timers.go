@@ -2,103 +2,21 @@ package nic
 
 import (
 	"slices"
-	"sync"
 	"time"
 
+	"github.com/softnic/softnic/nic/internal/timers"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/wire"
 )
 
-// timers holds the device's pending wakeups: QP timers, packets the
-// fault injector holds back and the connection manager's timers. One
-// goroutine (timerLoop) serves them.
-type timers struct {
-	mu   sync.Mutex
-	h    timerHeap
-	wake chan struct{}
-}
-
-type timerEntry struct {
-	at  qp.Time
+// wakeup is what the device does when an entry of its timers.Queue is due:
+// a QP's Tick, a packet the fault injector held back sent, or a function
+// (the connection manager's timers) called with the current time.
+type wakeup struct {
 	q   *embeddedQP   // a QP whose Deadline is due, or
 	pkt []byte        // a delayed packet
 	env wire.Envelope // and its datagram, or
 	fn  func(qp.Time) // a function to call with the current time
-}
-
-// timerHeap is a binary min-heap of entries by time, typed so that a push
-// does not box its entry (container/heap's interface would allocate).
-type timerHeap []timerEntry
-
-func (h *timerHeap) push(e timerEntry) {
-	*h = append(*h, e)
-	s := *h
-	for i := len(s) - 1; i > 0; {
-		parent := (i - 1) / 2
-		if s[parent].at <= s[i].at {
-			break
-		}
-		s[parent], s[i] = s[i], s[parent]
-		i = parent
-	}
-}
-
-func (h *timerHeap) pop() timerEntry {
-	s := *h
-	e := s[0]
-	last := len(s) - 1
-	s[0] = s[last]
-	s[last] = timerEntry{}
-	s = s[:last]
-	for i := 0; ; {
-		least, l, r := i, 2*i+1, 2*i+2
-		if l < len(s) && s[l].at < s[least].at {
-			least = l
-		}
-		if r < len(s) && s[r].at < s[least].at {
-			least = r
-		}
-		if least == i {
-			break
-		}
-		s[i], s[least] = s[least], s[i]
-		i = least
-	}
-	*h = s
-	return e
-}
-
-func (t *timers) init() { t.wake = make(chan struct{}, 1) }
-
-func (t *timers) add(e timerEntry) {
-	t.mu.Lock()
-	t.h.push(e)
-	first := t.h[0].at == e.at
-	t.mu.Unlock()
-	if first {
-		select {
-		case t.wake <- struct{}{}:
-		default:
-		}
-	}
-}
-
-func (t *timers) delay(at qp.Time, pkt []byte, env *wire.Envelope) {
-	t.add(timerEntry{at: at, pkt: pkt, env: *env})
-}
-
-// due pops the entries due at now into buf and returns them with the time
-// until the next one (or -1 when none is left).
-func (t *timers) due(now qp.Time, buf []timerEntry) ([]timerEntry, time.Duration) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for len(t.h) > 0 && t.h[0].at <= now {
-		buf = append(buf, t.h.pop())
-	}
-	if len(t.h) == 0 {
-		return buf, -1
-	}
-	return buf, t.h[0].at.Sub(now)
 }
 
 // schedule asks for a Tick of q at its deadline, if it has one and no
@@ -109,7 +27,7 @@ func (d *embeddedDevice) schedule(q *embeddedQP) {
 		return
 	}
 	q.timerAt = at
-	d.timers.add(timerEntry{at: at, q: q})
+	d.timers.Add(at, wakeup{q: q})
 }
 
 func (d *embeddedDevice) timerLoop() {
@@ -117,17 +35,17 @@ func (d *embeddedDevice) timerLoop() {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	out := newBatch()
-	var due []timerEntry
+	var due []timers.Entry[wakeup]
 	for {
 		now := d.now()
 		var wait time.Duration
-		due, wait = d.timers.due(now, due[:0])
-		if slices.ContainsFunc(due, func(e timerEntry) bool { return e.q != nil }) {
+		due, wait = d.timers.Due(now, due[:0])
+		if slices.ContainsFunc(due, func(e timers.Entry[wakeup]) bool { return e.V.q != nil }) {
 			d.catchUp()
 			now = d.now()
 		}
 		for i := range due {
-			e := &due[i]
+			e := &due[i].V
 			switch {
 			case e.fn != nil:
 				e.fn(now)
@@ -139,7 +57,7 @@ func (d *embeddedDevice) timerLoop() {
 			}
 			q := e.q
 			q.mu.Lock()
-			if q.timerAt == e.at {
+			if q.timerAt == due[i].At {
 				q.timerAt = 0
 			}
 			if !q.destroyed {
@@ -156,7 +74,7 @@ func (d *embeddedDevice) timerLoop() {
 		select {
 		case <-d.closing:
 			return
-		case <-d.timers.wake:
+		case <-d.timers.Wake():
 		case <-timer.C:
 		}
 	}

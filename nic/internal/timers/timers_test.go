@@ -1,4 +1,4 @@
-package nic
+package timers
 
 import (
 	"math/rand/v2"
@@ -31,17 +31,17 @@ func TestTimerHeap(t *testing.T) {
 		}()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var h timerHeap
+			var h heap[int]
 			var pending []qp.Time // what the heap holds, sorted
 			pop := func() {
 				t.Helper()
-				if got := h.pop().at; got != pending[0] {
+				if got := h.pop().At; got != pending[0] {
 					t.Fatalf("popped %v with %v pending, want the earliest", got, pending)
 				}
 				pending = pending[1:]
 			}
 			for i, at := range tc.at {
-				h.push(timerEntry{at: at})
+				h.push(Entry[int]{At: at})
 				pos, _ := slices.BinarySearch(pending, at)
 				pending = slices.Insert(pending, pos, at)
 				if i%3 == 2 { // pop between pushes
@@ -56,10 +56,10 @@ func TestTimerHeap(t *testing.T) {
 			}
 		})
 	}
-	var h timerHeap
-	h.push(timerEntry{at: 1})
+	var h heap[int]
+	h.push(Entry[int]{At: 1})
 	h.pop()
-	if n := testing.AllocsPerRun(100, func() { h.push(timerEntry{at: 2}); h.pop() }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { h.push(Entry[int]{At: 2}); h.pop() }); n != 0 {
 		t.Errorf("push and pop: %v allocations, want 0", n)
 	}
 }
