@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
@@ -436,6 +437,71 @@ func (c *daemonClient) sendFlood() (func() error, error) {
 	}, nil
 }
 
+// guessWait is how long a key guesser waits for the answer to a guess
+// before it makes the next: a source held back gets none.
+const guessWait = time.Millisecond
+
+// keyGuess returns an attack step that guesses a key, as the guesser of
+// issue 14 did, a new connection each: it writes 8 bytes at a random
+// address with a random rkey on c's connection, waits up to guessWait for
+// the refusal, closes the connection and dials the next one. A guess that
+// succeeds is an error.
+func (c *daemonClient) keyGuess(cmPort uint16) (func() error, error) {
+	buf, err := c.pd.RegMR(make([]byte, 64), mr.LocalWrite)
+	if err != nil {
+		return nil, err
+	}
+	peer := c.conn.RemoteAddr()
+	rng := rand.New(rand.NewPCG(14, uint64(os.Getpid())))
+	var wc [16]verbs.WC
+	guesses := uint64(0)
+	return func() error {
+		// A goroutine spins meanwhile, as the attacker does while off:
+		// waiting, the step alone would leave the CPU to the bystander.
+		var stop atomic.Bool
+		defer stop.Store(true)
+		go func() {
+			for !stop.Load() {
+			}
+		}()
+		guesses++
+		wr := verbs.SendWR{ID: guesses, Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{buf.SGE(0, 8)}, RemoteAddr: rng.Uint64(), RKey: rng.Uint32()}
+		if err := c.conn.QP().PostSend(&wr); err != nil {
+			return err
+		}
+		// Waited for, not polled: a post made right after a poll waits for
+		// the next poll, or a packet, to be sent, and the next connection's
+		// REQ would wait for the CM to send it again. What the CQ holds of
+		// the previous guesses (flushed by their connection's close) is
+		// taken here too.
+		ctx, cancel := context.WithTimeout(context.Background(), guessWait)
+		defer cancel()
+		for answered := false; !answered; {
+			n, err := c.cq.Wait(ctx, wc[:])
+			if ctx.Err() != nil {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			for _, w := range wc[:n] {
+				if w.ID == guesses {
+					if w.Status == verbs.Success {
+						return fmt.Errorf("rkey %#x at %#x was guessed", wr.RKey, wr.RemoteAddr)
+					}
+					answered = true
+				}
+			}
+		}
+		c.conn.Close()
+		ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		conn, err := c.dev.Dial(ctx, peer, cmPort, nic.DialOptions{PD: c.pd, QP: nic.QPConfig{SendCQ: c.cq}})
+		c.conn = conn
+		return err
+	}, nil
+}
+
 // remoteAttacks are the attacks of an attacker process (runRemoteAttack)
 // by name: each sets itself up against the daemon whose device is at
 // listen and connection manager at port, and returns one step, which the
@@ -450,6 +516,13 @@ var remoteAttacks = map[string]func(listen string, port uint16) (func() error, e
 			return nil, err
 		}
 		return c.sendFlood()
+	},
+	"key-guess": func(listen string, port uint16) (func() error, error) {
+		c, err := openDaemonClient(nic.Config{Addr: netip.MustParseAddrPort("127.0.0.13:0")}, listen, port)
+		if err != nil {
+			return nil, err
+		}
+		return c.keyGuess(port)
 	},
 }
 
@@ -494,11 +567,10 @@ func startRemoteAttacker(t *testing.T, d *testDaemon, attack string) *bystander.
 // TestServeBystanderUnderRemoteAttacks: a remote peer's 64 KiB WRITEs into
 // the daemon's region keep within 2× of their throughput and p99 latency
 // without the attack while an attacker process repeats one of the
-// network's attacks: REQs asking for 39 hours, REQs from an address that
-// never completes them, or SENDs as fast as they complete. The daemon
-// counts each. (Bursts of 200 REQs from one address are not among them:
-// on a quiet machine they raise the bystander's p99 about 3×; see the
-// README's security model.)
+// network's attacks: bursts of 200 REQs from one address, REQs asking for
+// 39 hours, REQs from an address that never completes them, SENDs as fast
+// as they complete, or rkeys guessed, a new connection each. The daemon
+// counts each.
 func TestServeBystanderUnderRemoteAttacks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("measures a bystander for seconds")
@@ -513,6 +585,7 @@ func TestServeBystanderUnderRemoteAttacks(t *testing.T) {
 		{"stuck-handshakes", "cm_handshake_timeouts"},
 		{"spoofed-reqs", "cm_handshake_timeouts"},
 		{"send-flood", "sends_received"},
+		{"key-guess", "access_holds"},
 	} {
 		t.Run(tt.attack, func(t *testing.T) {
 			before := d.counter(t, tt.counter)

@@ -455,10 +455,13 @@ func dialDaemonClient(t *testing.T, d *testDaemon, cfg nic.Config) *daemonClient
 
 // openDaemonClient is dialDaemonClient without a test, for an attacker process,
 // to the daemon at listen whose connection manager is at cmPort: closing
-// the client's device ends it. The client is returned with an error once
+// the client's device ends it. The client's device is at cfg.Addr, or
+// 127.0.0.1 when that is unset. The client is returned with an error once
 // its device is open.
 func openDaemonClient(cfg nic.Config, listen string, cmPort uint16) (*daemonClient, error) {
-	cfg.Addr = netip.MustParseAddrPort("127.0.0.1:0")
+	if !cfg.Addr.IsValid() {
+		cfg.Addr = netip.MustParseAddrPort("127.0.0.1:0")
+	}
 	dev, err := nic.Open(cfg)
 	if err != nil {
 		return nil, err
