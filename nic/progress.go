@@ -122,6 +122,13 @@ type progress struct {
 
 	readErrors quota.Sometimes // a socket that keeps failing is logged once a minute
 
+	// readerWaits is set while the reader goroutine waits for the socket
+	// in the netpoller, where nothing but a packet reaches it: a post
+	// left for the next poll then interrupts that wait, so that the
+	// reader parks, and sends what was posted when the polls stop
+	// (doorbellLocked). Whoever clears it interrupts.
+	readerWaits atomic.Bool
+
 	// doorbells are the QPs posted to while an application polled: the
 	// next poll sends what they hold (ringDoorbells).
 	doorbells struct {
@@ -161,7 +168,10 @@ func (d *embeddedDevice) polled() bool {
 // the device, leaves it for that application's next poll, which sends what
 // every QP was given since, each QP's packets in one system call: a
 // program that posts a few operations between two polls sends them
-// together. q.mu is held.
+// together. A program may stop polling without going to CQ.Wait (it
+// dials, say): the parked reader sends what is left when no poll came for
+// pollIdle, and a reader that still waits for the socket is interrupted
+// to park. q.mu is held.
 func (q *embeddedQP) doorbellLocked() {
 	d := q.dev
 	if d.polled() && !q.rung {
@@ -170,6 +180,9 @@ func (q *embeddedQP) doorbellLocked() {
 		p.doorbells.mu.Lock()
 		p.doorbells.qps = append(p.doorbells.qps, q)
 		p.doorbells.mu.Unlock()
+		if p.readerWaits.CompareAndSwap(true, false) {
+			d.conn.Interrupt()
+		}
 	}
 	if !q.rung || !d.polled() {
 		// Nobody polls, or the poller stopped before it took the QP
@@ -177,6 +190,15 @@ func (q *embeddedQP) doorbellLocked() {
 		// stopped): send now.
 		q.flushNowLocked()
 	}
+}
+
+// doorbellsHeld reports whether QPs posted to while an application polled
+// wait for their doorbells to be rung.
+func (d *embeddedDevice) doorbellsHeld() bool {
+	p := &d.prog
+	p.doorbells.mu.Lock()
+	defer p.doorbells.mu.Unlock()
+	return len(p.doorbells.qps) > 0
 }
 
 // ringDoorbells sends what the QPs posted to while an application polled
@@ -369,9 +391,17 @@ func (d *embeddedDevice) readLoop() {
 			}
 		}
 		if n == 0 && err == nil && !d.spin(&busy) {
+			p.readerWaits.Store(true)
+			if d.doorbellsHeld() {
+				// Posted for a poll since parkWhileYielded looked: park
+				// (doorbellLocked interrupts a wait that began before).
+				p.readerWaits.Store(false)
+				continue
+			}
 			p.attended.Add(1)
 			n, err = d.conn.ReadBatchTurn(p.msgs, &p.role) // the role is held when n > 0
 			p.attended.Add(-1)
+			p.readerWaits.Store(false)
 		}
 		if n > 0 {
 			d.process(n)
