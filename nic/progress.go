@@ -181,7 +181,7 @@ func (q *embeddedQP) doorbellLocked() {
 		p.doorbells.qps = append(p.doorbells.qps, q)
 		p.doorbells.mu.Unlock()
 		if p.readerWaits.CompareAndSwap(true, false) {
-			d.conn.Interrupt()
+			d.conn.Interrupt() // does nothing on the portable socket (see the README)
 		}
 	}
 	if !q.rung || !d.polled() {
