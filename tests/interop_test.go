@@ -614,10 +614,11 @@ func clip(out string) string {
 }
 
 // The result rows of perftest's tables: bytes, iterations, then the
-// figures.
+// figures. A latency row's t_stdev is "-nan" when perftest's variance
+// came out negative (a few huge outliers, as a stalled guest makes).
 var (
 	bwRowRE  = regexp.MustCompile(`(?m)^ (\d+) +(\d+) +([0-9.]+) +([0-9.]+)\s+([0-9.]+) *$`)
-	latRowRE = regexp.MustCompile(`(?m)^ (\d+) +(\d+) +([0-9.]+) +([0-9.]+) +([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+) *$`)
+	latRowRE = regexp.MustCompile(`(?m)^ (\d+) +(\d+) +([0-9.]+) +([0-9.]+) +([0-9.]+)\s+([0-9.]+)\s+([0-9.]+|-?nan)\s+([0-9.]+)\s+([0-9.]+) *$`)
 )
 
 // sideBySide runs the same tests between the two guests with rxe's
