@@ -154,7 +154,7 @@ func TestBenchCPUProfile(t *testing.T) {
 }
 
 // TestBenchTable: without --json the figures come as a table, one row a
-// workload with its ratio, then fi_rmabw's RESULT lines for the same
+// workload with its ratio and the initiator's retries, then fi_rmabw's RESULT lines for the same
 // workloads; --only measures only the workloads it names, over several
 // runs.
 func TestBenchTable(t *testing.T) {
@@ -163,7 +163,7 @@ func TestBenchTable(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	for _, want := range []string{
-		"one-process", "median of 3 runs", "raw UDP: 4 KiB datagrams", "write 65536B w=64 ", "read 8B latency ", "fetch_sum u64 w=64 ", "×",
+		"one-process", "median of 3 runs", "RETRIES (PACKETS)", "raw UDP: 4 KiB datagrams", "write 65536B w=64 ", "read 8B latency ", "fetch_sum u64 w=64 ", "×",
 		"RESULT softnic write 65536B w=64 | median ", " Gbit/s (runs=3)\n",
 		"RESULT softnic read 8B latency median | median ", "RESULT softnic read 8B latency p99 | median ", " us (runs=3)\n",
 		"RESULT softnic fetch_sum u64 w=64 | median ", " Mops/s (runs=3)\n",

@@ -78,6 +78,11 @@ type Result struct {
 type benchFigures struct {
 	w    nicbench.Workload
 	runs []nicbench.Figure
+	// retries and resent are the initiator's go-back-N retries
+	// (completer_retry_err) and the request packets they sent again
+	// (retransmitted_pkts) over the runs: on loopback, where nothing is
+	// lost but what a full socket drops, each is a timeout or a drop.
+	retries, resent uint64
 }
 
 // median returns the median of runs of values got from each run by f.
@@ -240,11 +245,15 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) (*Result, error) {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
+			before := retryCounts(a)
 			fig, err := w.Run(in, cfg.Limit, rtts)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", w.Name, err)
 			}
+			after := retryCounts(a)
 			f.runs = append(f.runs, fig)
+			f.retries += after[0] - before[0]
+			f.resent += after[1] - before[1]
 		}
 		res.figures = append(res.figures, f)
 	}
@@ -255,6 +264,20 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) (*Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// retryCounts returns d's completer_retry_err and retransmitted_pkts.
+func retryCounts(d *nic.Device) [2]uint64 {
+	var c [2]uint64
+	for _, v := range d.Counters() {
+		switch v.Name {
+		case verbs.CompleterRetryErr.String():
+			c[0] = v.Value
+		case verbs.RetransmittedPkts.String():
+			c[1] = v.Value
+		}
+	}
+	return c
 }
 
 // rawDatagrams is how many datagrams a raw throughput run sends: about a
@@ -431,27 +454,27 @@ func Print(w io.Writer, res *Result) {
 		cfg.configName(), where, cfg.Runs, limit, res.cpus)
 	gbps, gso, ping := res.raw()
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "WORKLOAD\tSOFTNIC\tRATIO TO RAW UDP\tOPS")
+	fmt.Fprintln(tw, "WORKLOAD\tSOFTNIC\tRATIO TO RAW UDP\tOPS\tRETRIES (PACKETS)")
 	if len(res.rawGbps) > 0 {
-		fmt.Fprintf(tw, "raw UDP: 4 KiB datagrams, sendmmsg/recvmmsg\t%.1f Gbit/s\t\t\n", gbps)
+		fmt.Fprintf(tw, "raw UDP: 4 KiB datagrams, sendmmsg/recvmmsg\t%.1f Gbit/s\t\t\t\n", gbps)
 	}
 	if len(res.rawGSOGbps) > 0 {
-		fmt.Fprintf(tw, "raw UDP: the same coalesced by GSO and GRO\t%.1f Gbit/s\t\t\n", gso)
+		fmt.Fprintf(tw, "raw UDP: the same coalesced by GSO and GRO\t%.1f Gbit/s\t\t\t\n", gso)
 	}
 	if len(res.rawPingPong) > 0 {
-		fmt.Fprintf(tw, "raw UDP: 8-byte ping-pong\t%s\t\t\n", ping)
+		fmt.Fprintf(tw, "raw UDP: 8-byte ping-pong\t%s\t\t\t\n", ping)
 	}
 	for i := range res.figures {
 		f := &res.figures[i]
-		ops := f.ops()
+		ops := fmt.Sprintf("%.0f\t%d (%d)", f.ops(), f.retries, f.resent)
 		switch f.w.Kind() {
 		case nicbench.Bandwidth:
-			fmt.Fprintf(tw, "%s\t%.1f Gbit/s\t%s\t%.0f\n", f.w.Name, f.value(), ratio(f.value(), gbps, len(res.rawGbps)), ops)
+			fmt.Fprintf(tw, "%s\t%.1f Gbit/s\t%s\t%s\n", f.w.Name, f.value(), ratio(f.value(), gbps, len(res.rawGbps)), ops)
 		case nicbench.Rate:
-			fmt.Fprintf(tw, "%s\t%.3f Mops/s\t\t%.0f\n", f.w.Name, f.value()/1e6, ops)
+			fmt.Fprintf(tw, "%s\t%.3f Mops/s\t\t%s\n", f.w.Name, f.value()/1e6, ops)
 		case nicbench.Delay:
 			l := Latency{MedianMicros: f.value(), P99Micros: f.p99()}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f\n", f.w.Name, l, ratio(f.value(), ping.MedianMicros, len(res.rawPingPong)), ops)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.w.Name, l, ratio(f.value(), ping.MedianMicros, len(res.rawPingPong)), ops)
 		}
 	}
 	tw.Flush()
