@@ -5,14 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/netip"
 	"sync"
-	"time"
 
 	"log/slog"
 
-	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/cm"
 	"github.com/softnic/softnic/nic/internal/provider"
 	"github.com/softnic/softnic/qp"
@@ -26,19 +23,6 @@ import (
 // rdma_disconnect): REQ, REP and RTU between the devices' QP1s, with the
 // service ID of rdma_cm's TCP port space and its private-data header, so
 // that a softnic peer and a Linux rdma_cm peer understand each other.
-
-// Defaults of the connection manager, those of Linux's rdma_cm.
-const (
-	cmDefaultRdAtomic   = 16 // responder resources and initiator depth asked for
-	cmDefaultRetry      = 7  // transport retry_cnt and rnr_retry
-	cmDefaultAckTimeout = 14 // local ACK timeout: 4.096 µs × 2^14 ≈ 67 ms
-	cmDefaultCMTimeout  = 20 // CM response timeout: 4.096 µs × 2^20 ≈ 4.3 s (CMA_CM_RESPONSE_TIMEOUT)
-	cmDefaultCMRetries  = 15 // CMA_MAX_CM_RETRIES
-	cmDefaultBacklog    = 128
-	// cmMinRNRTimer is the RNR NAK timer of connected QPs, QP.Connect's
-	// default (0.64 ms). Linux's CM leaves it 0, which codes 655 ms.
-	cmMinRNRTimer = 12
-)
 
 // ListenOptions configure a Listener.
 type ListenOptions struct {
@@ -246,13 +230,13 @@ func (o *DialOptions) setDefaults(d *Device, remote netip.AddrPort) error {
 			*v = x
 		}
 	}
-	def(&o.ResponderResources, cmDefaultRdAtomic)
-	def(&o.InitiatorDepth, cmDefaultRdAtomic)
-	def(&o.RetryCount, cmDefaultRetry)
-	def(&o.RNRRetryCount, cmDefaultRetry)
-	def(&o.Timeout, cmDefaultAckTimeout)
-	def(&o.CMTimeout, cmDefaultCMTimeout)
-	def(&o.CMRetries, cmDefaultCMRetries)
+	def(&o.ResponderResources, provider.CMDefaultRdAtomic)
+	def(&o.InitiatorDepth, provider.CMDefaultRdAtomic)
+	def(&o.RetryCount, provider.CMDefaultRetry)
+	def(&o.RNRRetryCount, provider.CMDefaultRetry)
+	def(&o.Timeout, provider.CMDefaultAckTimeout)
+	def(&o.CMTimeout, provider.CMDefaultCMTimeout)
+	def(&o.CMRetries, provider.CMDefaultCMRetries)
 	asked := o.MTU
 	o.MTU = d.prov.DialMTU(o.MTU, remote)
 	switch {
@@ -334,32 +318,6 @@ func (o *DialOptions) provider() *provider.DialOptions {
 	return p
 }
 
-// cmBackoff waits before the try after the busy-th REJ "no resources"
-// (the peer holds as many requests as it takes, CMLimits): a random time,
-// doubling with each try, from 10–20 ms up to the CM response timeout. It
-// reports false if ctx ended first.
-func cmBackoff(ctx context.Context, busy int, cmTimeout uint8) bool {
-	d := min(time.Duration(10+rand.IntN(10))*time.Millisecond<<min(busy, 16), cm.Duration(cmTimeout))
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// cmAccess is the access a connected QP grants its peer, as Linux's CM
-// sets it: remote write, and remote read and atomics if it takes any
-// READ or atomic at all.
-func cmAccess(responderResources uint8) mr.Access {
-	if responderResources == 0 {
-		return mr.RemoteWrite
-	}
-	return mr.RemoteWrite | mr.RemoteRead | mr.RemoteAtomic
-}
-
 // checkConnQP checks that a QP the caller brings to a connection can make
 // one: an RC QP of device d, in RESET or INIT.
 func checkConnQP(d *Device, q *QP) error {
@@ -416,3 +374,10 @@ func (c *Conn) Close() error {
 	c.closeOnce.Do(c.prov.Disconnect)
 	return nil
 }
+
+// CMLimits bound what the connection manager holds for the connection
+// requests it receives, whatever the requesters ask for, so that no
+// requester (or address spoofing one) can hold a device's resources for
+// long, lock other requesters out, or have it send more than it receives
+// (package cm's Limits, where the fields and their defaults are described).
+type CMLimits = cm.Limits

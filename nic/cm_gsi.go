@@ -16,13 +16,6 @@ import (
 	"github.com/softnic/softnic/wire/mad"
 )
 
-// CMLimits bound what the connection manager holds for the connection
-// requests it receives, whatever the requesters ask for, so that no
-// requester (or address spoofing one) can hold a device's resources for
-// long, lock other requesters out, or have it send more than it receives
-// (package cm's Limits, where the fields and their defaults are described).
-type CMLimits = cm.Limits
-
 // QP1, the General Services Interface, carries the connection manager's
 // MADs: a UD QP numbered 1 with the well-known Q_Key 0x80010000, created
 // with the device. Its receive buffers (a GRH's 40 bytes, then the 256-byte
@@ -44,10 +37,10 @@ const (
 // (the QP error hook does) but never the other way round.
 type cmDriver struct {
 	dev *embeddedDevice
-	gsi *QP
-	cq  *CQ
+	gsi *embeddedQP
+	cq  *embeddedCQ
 	buf []byte // gsiRecvBuffers receive buffers
-	mr  *MR
+	mr  *embeddedMR
 
 	mu     sync.Mutex
 	e      *cm.Engine
@@ -65,25 +58,30 @@ func newCM(d *embeddedDevice) (*cmDriver, error) {
 		e:   cm.New(cm.GUID(d.local), d.cfg.CM, rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))),
 		buf: make([]byte, gsiRecvBuffers*gsiBufferSize),
 	}
-	pd, err := d.pub.AllocPD()
+	p, err := d.AllocPD(nil)
 	if err != nil {
 		return nil, err
 	}
-	if c.cq, err = d.pub.CreateCQ(2 * gsiRecvBuffers); err != nil {
+	pd := p.(*embeddedPD)
+	cq, err := d.CreateCQ(2*gsiRecvBuffers, provider.NewCQState())
+	if err != nil {
 		return nil, err
 	}
-	if c.mr, err = pd.RegMR(c.buf, mr.LocalWrite); err != nil {
+	c.cq = cq.(*embeddedCQ)
+	m, err := pd.RegMR(c.buf, mr.LocalWrite)
+	if err != nil {
 		return nil, err
 	}
-	gsi, err := pd.prov.(*embeddedPD).createNumbered(provider.QPConfig{
-		Type: verbs.UD, SendCQ: c.cq.prov, MaxSendWR: gsiSendDepth, MaxRecvWR: gsiRecvBuffers,
+	c.mr = m.(*embeddedMR)
+	if c.gsi, err = pd.createNumbered(provider.QPConfig{
+		Type: verbs.UD, SendCQ: c.cq, MaxSendWR: gsiSendDepth, MaxRecvWR: gsiRecvBuffers,
 		MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: mad.MADSize,
-	}, wire.GSIQPN)
-	if err != nil {
+	}, wire.GSIQPN); err != nil {
 		return nil, err
 	}
-	c.gsi = gsi.pub
-	if err := c.gsi.Connect(netip.AddrPort{}, 0, ConnectOptions{QKey: wire.GSIQKey}); err != nil {
+	o := provider.ConnectOptions{QKey: wire.GSIQKey}
+	o.SetDefaults(d.cfg.MTU)
+	if err := provider.Connect(c.gsi, d.cfg.MTU, netip.AddrPort{}, 0, &o); err != nil {
 		return nil, err
 	}
 	for i := range gsiRecvBuffers {
@@ -95,14 +93,15 @@ func newCM(d *embeddedDevice) (*cmDriver, error) {
 }
 
 func (c *cmDriver) postRecv(slot uint64) error {
-	return c.gsi.PostRecv(&verbs.RecvWR{ID: slot, SGL: []verbs.SGE{c.mr.SGE(int(slot)*gsiBufferSize, gsiBufferSize)}})
+	sge := verbs.SGE{Addr: c.mr.Addr() + slot*gsiBufferSize, Length: gsiBufferSize, LKey: c.mr.Key()}
+	return c.gsi.PostRecv(&verbs.RecvWR{ID: slot, SGL: []verbs.SGE{sge}})
 }
 
 // poll hands the MADs QP1 received to the engine. It runs on the reader
 // goroutine, which is also the only one to fill QP1's buffers.
 func (c *cmDriver) poll() {
 	for {
-		n, _ := c.cq.poll(c.wcs[:], false) // it runs in the device's progress
+		n, _ := c.cq.Poll(c.wcs[:], false) // it runs in the device's progress
 		if n == 0 {
 			return
 		}
@@ -122,11 +121,11 @@ func (c *cmDriver) poll() {
 func (c *cmDriver) receive(wc *verbs.WC) {
 	off := int(wc.ID) * gsiBufferSize
 	if wc.Status != verbs.Success || wc.Opcode != verbs.WCRecv || wc.ByteLen < wire.GRHSize {
-		c.dev.devc.inc(CMRxDropped)
+		c.dev.devc.Inc(CMRxDropped)
 		return
 	}
 	if err := c.mad.Decode(c.buf[off+wire.GRHSize : off+int(wc.ByteLen)]); err != nil {
-		c.dev.devc.inc(CMRxDropped)
+		c.dev.devc.Inc(CMRxDropped)
 		return
 	}
 	var mtu wire.MTU
@@ -157,11 +156,7 @@ func (c *cmDriver) run(f func(e *cm.Engine, now qp.Time, out *cm.Output)) {
 		c.wakeAt = at
 	}
 	c.mu.Unlock()
-	for k, n := range out.Counts {
-		if n != 0 {
-			c.dev.devc.v[cmCounters[k]].Add(n)
-		}
-	}
+	c.dev.devc.AddCM(&out.Counts)
 	if arm {
 		c.dev.timers.Add(at, wakeup{fn: c.tick})
 	}
@@ -231,7 +226,7 @@ func (c *cmDriver) perform(ended []endedConn, mads []cm.MAD) {
 		err := c.gsi.PostSend(&verbs.SendWR{
 			Opcode: verbs.WRSend, Flags: verbs.Inline, Inline: m.MAD[:],
 			Dest: m.Dst, DestQPN: wire.GSIQPN, QKey: wire.GSIQKey,
-		})
+		}, true)
 		if err != nil {
 			// A full send queue or a closing device: the CM's
 			// retransmission covers the loss.

@@ -1,106 +1,26 @@
 package nic
 
 import (
-	"fmt"
 	"net/netip"
 
-	"github.com/softnic/softnic/mr"
-	"github.com/softnic/softnic/verbs"
-	"github.com/softnic/softnic/wire"
+	"github.com/softnic/softnic/nic/internal/provider"
 )
 
 // ConnectOptions are the attributes QP.Connect moves a QP through
-// INIT → RTR → RTS with. Zero fields take the defaults noted.
-type ConnectOptions struct {
-	// LocalPSN is the first PSN this QP sends; RemotePSN the first it
-	// expects (the peer's LocalPSN).
-	LocalPSN, RemotePSN wire.PSN
-	// MTU is the path MTU (default: Device.PathMTU toward the peer).
-	MTU int
-	// Access is what the peer may do to this QP's memory (default remote
-	// read, write and atomic).
-	Access mr.Access
-	// Timeout is the local ACK timeout exponent (default 14: 4.096 µs ×
-	// 2^14 ≈ 67 ms, what perftest and rdma_cm use).
-	Timeout uint8
-	// RetryCnt and RNRRetry bound retransmissions (default 7 each: forever,
-	// as rxe does).
-	RetryCnt, RNRRetry uint8
-	// MinRNRTimer is the RNR NAK timer code (default 12: 0.64 ms).
-	MinRNRTimer uint8
-	// MaxRdAtomic and MaxDestRdAtomic bound outstanding READ/ATOMICs as
-	// requester and responder (default 16 each).
-	MaxRdAtomic, MaxDestRdAtomic uint8
-	// QKey is a UD QP's Q_Key (default 0x11111111).
-	QKey uint32
-}
-
-func (o *ConnectOptions) setDefaults(d *Device, remote netip.AddrPort) {
-	def := func(v *uint8, x uint8) {
-		if *v == 0 {
-			*v = x
-		}
-	}
-	if o.MTU == 0 {
-		o.MTU = d.MTU()
-		if remote.IsValid() {
-			o.MTU = d.PathMTU(remote)
-		}
-	}
-	if o.Access == 0 {
-		o.Access = mr.RemoteRead | mr.RemoteWrite | mr.RemoteAtomic
-	}
-	def(&o.Timeout, 14)
-	def(&o.RetryCnt, 7)
-	def(&o.RNRRetry, 7)
-	def(&o.MinRNRTimer, 12)
-	def(&o.MaxRdAtomic, 16)
-	def(&o.MaxDestRdAtomic, 16)
-	if o.QKey == 0 {
-		o.QKey = 0x11111111
-	}
-}
+// INIT → RTR → RTS with; zero fields take the defaults each field notes.
+// They are package nic/internal/provider's, which the connection manager
+// connects with too.
+type ConnectOptions = provider.ConnectOptions
 
 // Connect moves a QP from RESET to RTS, connected to QP remoteQPN at remote
 // (an RC or UC QP; for UD, remote and remoteQPN are ignored). It is the
 // out-of-band way of connecting (both sides exchange QPN and PSN, as
 // perftest does); the connection manager does it over the network.
 func (q *QP) Connect(remote netip.AddrPort, remoteQPN uint32, o ConnectOptions) error {
-	o.setDefaults(q.dev, remote)
-	return q.connect(remote, remoteQPN, &o)
-}
-
-// connect moves the QP from RESET to RTS with exactly the attributes in o
-// (no defaults: the connection manager passes negotiated values, some of
-// which may be zero).
-func (q *QP) connect(remote netip.AddrPort, remoteQPN uint32, o *ConnectOptions) error {
-	if o.MTU > q.dev.MTU() {
-		return fmt.Errorf("path MTU %d exceeds the device MTU %d: %w", o.MTU, q.dev.MTU(), ErrInvalid)
+	mtu := q.dev.MTU()
+	if remote.IsValid() {
+		mtu = q.dev.PathMTU(remote)
 	}
-	typ := q.Type()
-	steps := []struct {
-		attr verbs.Attr
-		mask verbs.AttrMask
-	}{
-		{verbs.Attr{State: verbs.Init, AccessFlags: o.Access, QKey: o.QKey}, verbs.AttrState | verbs.AttrAccessFlags},
-		{verbs.Attr{State: verbs.RTR, Remote: remote, PathMTU: o.MTU, DestQPN: remoteQPN, RQPSN: o.RemotePSN,
-			MaxDestRdAtomic: o.MaxDestRdAtomic, MinRNRTimer: o.MinRNRTimer},
-			verbs.AttrState | verbs.AttrRemote | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN},
-		{verbs.Attr{State: verbs.RTS, SQPSN: o.LocalPSN, Timeout: o.Timeout, RetryCnt: o.RetryCnt,
-			RNRRetry: o.RNRRetry, MaxRdAtomic: o.MaxRdAtomic}, verbs.AttrState | verbs.AttrSQPSN},
-	}
-	switch typ {
-	case verbs.RC:
-		steps[1].mask |= verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer
-		steps[2].mask |= verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxRdAtomic
-	case verbs.UD:
-		steps[0].mask = verbs.AttrState | verbs.AttrQKey
-		steps[1].mask = verbs.AttrState | verbs.AttrPathMTU
-	}
-	for _, s := range steps {
-		if err := q.Modify(&s.attr, s.mask); err != nil {
-			return fmt.Errorf("connect QP %#x to %v QP %#x: %w", q.num, remote, remoteQPN, err)
-		}
-	}
-	return nil
+	o.SetDefaults(mtu)
+	return provider.Connect(q.prov, q.dev.MTU(), remote, remoteQPN, &o)
 }

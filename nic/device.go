@@ -6,22 +6,18 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"log/slog"
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/netem"
+	"github.com/softnic/softnic/nic/internal/embedded"
 	"github.com/softnic/softnic/nic/internal/guard"
 	"github.com/softnic/softnic/nic/internal/hooks"
 	"github.com/softnic/softnic/nic/internal/provider"
-	"github.com/softnic/softnic/nic/internal/route"
-	"github.com/softnic/softnic/nic/internal/timers"
 	"github.com/softnic/softnic/nic/udp"
-	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
@@ -210,6 +206,9 @@ type Device struct {
 // Open creates a device and starts its goroutines, or attaches to a
 // daemon's device (see Config.Attach).
 func Open(cfg Config) (*Device, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
 	path, err := cfg.attachPath()
 	switch {
 	case err != nil:
@@ -235,7 +234,7 @@ func (d *Device) MTU() int { return d.prov.MTU() }
 // 0 for an attached device, whose QPs are its daemon's.
 func (d *Device) MaxQPs() int {
 	if o, ok := d.prov.(nicOwner); ok {
-		return o.maxQPs()
+		return o.MaxQPs()
 	}
 	return 0
 }
@@ -244,7 +243,7 @@ func (d *Device) MaxQPs() int {
 // device, whose regions are in the daemon's table.
 func (d *Device) Memory() *mr.Table {
 	if o, ok := d.prov.(nicOwner); ok {
-		return o.memory()
+		return o.Memory()
 	}
 	return nil
 }
@@ -271,49 +270,15 @@ func (d *Device) Close() error {
 // QPs returns every QP of an embedded device, QP1 (the connection
 // manager's) included, in QP number order; nil for an attached device.
 func (d *Device) QPs() []*QP {
-	if o, ok := d.prov.(nicOwner); ok {
-		return o.allQPs()
+	o, ok := d.prov.(nicOwner)
+	if !ok {
+		return nil
 	}
-	return nil
-}
-
-// embeddedDevice is the embedded provider: the NIC run in this process.
-type embeddedDevice struct {
-	pub   *Device
-	cfg   Config
-	log   *slog.Logger
-	conn  *udp.Conn
-	local netip.AddrPort
-	mem   *mr.Table
-	epoch time.Time
-
-	qpc   verbs.Counters
-	devc  devCounters
-	guard guard.Guard // holds back sources that fail too many R_Key checks
-
-	qpMu    sync.Mutex // QP number allocation
-	qps     []atomic.Pointer[embeddedQP]
-	nextQPN uint32
-
-	// routes holds, per peer address, our source address toward it and the
-	// path MTU; bounded.
-	routes route.Table
-
-	faults faultState // the fault injector of Config.Faults or SetFaults
-
-	timers  timers.Queue[wakeup]
-	batches sync.Pool
-	prog    progress
-
-	cm *cmDriver // the connection manager and its QP1
-
-	// poller, in a daemon that busy-polls, serves the attached processes
-	// whose queues its reader polls too.
-	poller atomic.Pointer[busyPollHook]
-
-	closeOnce sync.Once
-	closing   chan struct{} // closed by Close
-	wg        sync.WaitGroup
+	var qps []*QP
+	for _, q := range o.QPs() {
+		qps = append(qps, q.Owner().(*QP))
+	}
+	return qps
 }
 
 // openEmbedded creates an embedded device and starts its goroutines.
@@ -321,32 +286,10 @@ func openEmbedded(cfg Config) (*Device, error) {
 	if !cfg.Addr.IsValid() {
 		cfg.Addr = DefaultAddr
 	}
-	if cfg.MTU == 0 {
-		cfg.MTU = 4096
-	}
-	if cfg.MTU != 256 && cfg.MTU != 512 && cfg.MTU != 1024 && cfg.MTU != 2048 && cfg.MTU != 4096 {
-		return nil, fmt.Errorf("softnic: MTU %d is not 256, 512, 1024, 2048 or 4096: %w", cfg.MTU, ErrInvalid)
-	}
-	if cfg.MaxQPs == 0 {
-		cfg.MaxQPs = 1 << 14
-	}
-	if cfg.MaxQPs < 2 || cfg.MaxQPs > 1<<20 {
-		return nil, fmt.Errorf("softnic: MaxQPs %d: %w", cfg.MaxQPs, ErrInvalid)
-	}
-	if err := cfg.CM.Check(); err != nil {
-		return nil, fmt.Errorf("softnic: %w", err)
-	}
-	cfg.CM = cfg.CM.WithDefaults()
 	if err := cfg.Access.Check(); err != nil {
 		return nil, fmt.Errorf("softnic: %w", err)
 	}
-	cfg.Access = cfg.Access.WithDefaults()
-	if cfg.BusyPoll < 0 || cfg.BusyPoll > time.Second {
-		return nil, fmt.Errorf("softnic: BusyPoll %v is not within 0 and 1s: %w", cfg.BusyPoll, ErrInvalid)
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	access := cfg.Access.WithDefaults()
 	if cfg.Faults == nil {
 		if spec := os.Getenv(EnvFaults); spec != "" {
 			f, err := netem.ParseFaults(spec)
@@ -356,46 +299,20 @@ func openEmbedded(cfg Config) (*Device, error) {
 			cfg.Faults = &f
 		}
 	}
-	conn, err := udp.Listen(cfg.Addr, cfg.UDP)
+	d := &Device{log: cfg.Logger}
+	d.reportQPErrors(cfg.OnQPError)
+	p, err := newEmbeddedDevice(embedded.Config{
+		Addr: cfg.Addr, MTU: cfg.MTU, Logger: cfg.Logger, Faults: cfg.Faults, SendHook: cfg.SendHook,
+		Trace: cfg.Trace, UDP: cfg.UDP, MaxQPs: cfg.MaxQPs, RecoverIPID: cfg.RecoverIPID, CM: cfg.CM,
+		Access:   guard.Config{Refusals: access.Refusals, Rate: access.Rate, Sources: access.Sources},
+		BusyPoll: cfg.BusyPoll,
+	}, upcalls{d})
 	if err != nil {
-		return nil, fmt.Errorf("softnic: listen on %v: %w", cfg.Addr, err)
+		return nil, err
 	}
-	d := &embeddedDevice{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		conn:    conn,
-		local:   conn.LocalAddr(),
-		mem:     mr.NewTable(mr.Config{Logger: cfg.Logger}),
-		epoch:   time.Now(),
-		qps:     make([]atomic.Pointer[embeddedQP], cfg.MaxQPs),
-		nextQPN: firstQPN,
-		closing: make(chan struct{}),
-	}
-	d.pub = &Device{prov: d, log: cfg.Logger}
-	d.pub.reportQPErrors(cfg.OnQPError)
-	if cfg.Faults != nil && cfg.Faults.Enabled() {
-		d.faults.set(netem.NewInjector(*cfg.Faults))
-	}
-	d.batches.New = func() any { return newBatch() }
-	d.timers.Init()
-	d.routes.Init(d.local.Addr(), cfg.MTU)
-	d.guard.Init(guard.Config{
-		Refusals: cfg.Access.Refusals, Rate: cfg.Access.Rate, Sources: cfg.Access.Sources,
-		Now: d.now, Source: d.guardSource, OnHold: func() { d.devc.inc(AccessHolds) },
-	})
-	d.prog.init(conn.Features().GRO)
-	if d.cm, err = newCM(d); err != nil {
-		conn.Close()
-		d.mem.Close()
-		return nil, fmt.Errorf("softnic: QP1: %w", err)
-	}
-	d.log.Info("softnic device open", slog.Any("addr", d.local), slog.Int("mtu", cfg.MTU),
-		slog.Any("udp", conn.Features()), slog.Bool("faults", d.faults.on.Load()))
-	d.wg.Add(2)
-	go d.readLoop()
-	go d.timerLoop()
-	d.pub.startQPErrors()
-	return d.pub, nil
+	d.prov = p
+	d.startQPErrors()
+	return d, nil
 }
 
 // reportQPErrors has the device queue its QPs' errors for onQPError
@@ -421,147 +338,15 @@ func (d *Device) startQPErrors() {
 	}()
 }
 
-// firstQPN is the first QP number handed out: 0 and 1 are the IBTA's SMI
-// and GSI QPs, and rxe starts its own at 0x11.
-const firstQPN = 0x11
-
-func (d *embeddedDevice) Addr() netip.AddrPort   { return d.local }
-func (d *embeddedDevice) Done() <-chan struct{}  { return d.closing }
-func (d *embeddedDevice) MTU() int               { return d.cfg.MTU }
-func (d *embeddedDevice) maxQPs() int            { return len(d.qps) }
-func (d *embeddedDevice) memory() *mr.Table      { return d.mem }
-func (d *embeddedDevice) Features() udp.Features { return d.conn.Features() }
-
-// now is the device clock the QPs' timers run on.
-func (d *embeddedDevice) now() qp.Time { return qp.Time(time.Since(d.epoch)) }
-
-func (d *embeddedDevice) Close() error {
-	var err error
-	d.closeOnce.Do(func() {
-		d.cm.shutdown()
-		close(d.closing)
-		for i := range d.qps {
-			if q := d.qps[i].Load(); q != nil {
-				q.Destroy()
-			}
-		}
-		err = d.conn.Close()
-		d.wg.Wait()
-		if cerr := d.mem.Close(); err == nil {
-			err = cerr
-		}
-		d.log.Info("softnic device closed", slog.Any("addr", d.local))
-	})
-	return err
-}
-
-func (d *embeddedDevice) closed() bool {
-	select {
-	case <-d.closing:
-		return true
-	default:
-		return false
-	}
-}
-
-// lookup returns the QP numbered qpn, or nil.
-func (d *embeddedDevice) lookup(qpn uint32) *embeddedQP {
-	q := d.qps[qpn%uint32(len(d.qps))].Load()
-	if q == nil || q.num != qpn {
+// SetFaults replaces the injector that decides the fate of the packets
+// the device sends (Config.Faults at first); nil sends every packet as it
+// is. The packets it holds back meanwhile are still released. An attached
+// device's packets are sent by its daemon, whose device takes the faults:
+// SetFaults returns ErrNotSupported there.
+func (d *Device) SetFaults(in FaultInjector) error {
+	if o, ok := d.prov.(nicOwner); ok {
+		o.SetFaults(in)
 		return nil
 	}
-	return q
-}
-
-// allQPs returns every QP, QP1 included, in QP number order.
-func (d *embeddedDevice) allQPs() []*QP {
-	var qps []*QP
-	for i := range d.qps {
-		if q := d.qps[i].Load(); q != nil {
-			qps = append(qps, q.pub)
-		}
-	}
-	slices.SortFunc(qps, func(a, b *QP) int { return cmp.Compare(a.num, b.num) })
-	return qps
-}
-
-// sourceFor returns the address the device sends from toward dst: the
-// bound address, or for a wildcard bind the address the kernel routes
-// from (see route). The ICRC covers it, so it must be exactly what the
-// kernel will put on the wire.
-func (d *embeddedDevice) sourceFor(dst netip.AddrPort) netip.AddrPort {
-	if !d.local.Addr().IsUnspecified() {
-		return d.local
-	}
-	return netip.AddrPortFrom(d.routes.Get(dst.Addr()).Src, d.local.Port())
-}
-
-// receive checks one datagram and hands it to its QP.
-func (d *embeddedDevice) receive(b []byte, src, dst netip.AddrPort, now qp.Time, in *inbound) {
-	env := wire.Envelope{Src: netip.AddrPortFrom(src.Addr().Unmap(), src.Port()), Dst: dst}
-	verdict := ""
-	defer func() {
-		if d.cfg.Trace != nil {
-			d.cfg.Trace(&TracePacket{Time: time.Now(), Dir: Received, Env: env, Data: b, Note: verdict})
-		}
-	}()
-	if err := env.Check(b); err != nil {
-		// Not with identification 0: with the one the packet carries, if
-		// the socket saw it (udp.Options.IPIDs); else, with RecoverIPID,
-		// with the one the ICRC points at.
-		id, seen, ok := d.conn.IPIDOf(src, b, func(id uint16) bool {
-			e := env
-			e.IPID = id
-			return e.Check(b) == nil
-		})
-		switch {
-		case ok:
-			d.devc.inc(ICRCIPIDVerified)
-		case !seen && d.cfg.RecoverIPID:
-			if id, ok = env.RecoverIPID(b); ok {
-				d.devc.inc(ICRCIPIDRecovered)
-			}
-		}
-		if !ok {
-			d.devc.inc(BadICRC)
-			verdict = "dropped: bad ICRC"
-			return
-		}
-		env.IPID = id
-	}
-	if err := in.pkt.Decode(b); err != nil {
-		d.devc.inc(Malformed)
-		verdict = "dropped: " + err.Error()
-		return
-	}
-	q := d.lookup(in.pkt.BTH.DestQP())
-	if q == nil {
-		d.devc.inc(UnknownQP)
-		verdict = "dropped: no such QP"
-		return
-	}
-	if !d.fromOwnPort(q, env.Src) {
-		d.qpc.Add(verbs.WrongSource, 1)
-		verdict = "dropped: not from the QP its receiver is connected to"
-		return
-	}
-	d.qpc.Add(verbs.RcvdPkts, 1)
-	d.qpc.Add(verbs.RcvdBytes, uint64(len(b)))
-	q.mu.Lock()
-	if !q.destroyed {
-		if q.queues != nil {
-			q.queues.PullRecvLocked()
-		}
-		q.qp.Receive(&in.pkt, &env, now)
-		if q.commEst != nil && q.qp.Status().ExpectedPSN != q.commEstPSN {
-			f := q.commEst
-			q.commEst = nil
-			f()
-		}
-	}
-	q.mu.Unlock()
-	if !q.dirty {
-		q.dirty = true
-		in.dirty = append(in.dirty, q)
-	}
+	return fmt.Errorf("softnic: %w", unsupported("the faults"))
 }

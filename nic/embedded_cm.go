@@ -5,11 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"slices"
+	"time"
 
 	"log/slog"
 
+	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/cm"
 	"github.com/softnic/softnic/nic/internal/provider"
 	"github.com/softnic/softnic/qp"
@@ -34,7 +37,7 @@ func (d *embeddedDevice) Listen(port uint16, opts *provider.ListenOptions) (prov
 	l := &cmListener{port: port, ready: make(chan struct{}, 1), closed: make(chan struct{})}
 	var err error
 	d.cm.run(func(e *cm.Engine, _ qp.Time, _ *cm.Output) {
-		if l.engine, err = e.Listen(port, cmp.Or(opts.Backlog, cmDefaultBacklog)); err == nil {
+		if l.engine, err = e.Listen(port, cmp.Or(opts.Backlog, provider.CMDefaultBacklog)); err == nil {
 			l.engine.Context = l
 		}
 	})
@@ -60,7 +63,7 @@ func (el *embeddedListener) AcceptRequest(ctx context.Context) (provider.Request
 		case <-el.l.closed:
 			return nil, provider.ListenerClosed(el.l.port)
 		case <-el.dev.closing:
-			return nil, ErrClosed
+			return nil, cm.ErrClosed
 		}
 	}
 }
@@ -83,7 +86,7 @@ func (er *embeddedRequest) PrivateData() []byte {
 }
 
 func (er *embeddedRequest) Accept(opts *provider.AcceptOptions) (provider.Connection, error) {
-	return er.acceptWith(opts, er.l.qp)
+	return er.AcceptWith(opts, er.l.qp)
 }
 
 func (er *embeddedRequest) Reject(private []byte) error {
@@ -97,23 +100,25 @@ func (er *embeddedRequest) Reject(private []byte) error {
 	return err
 }
 
-// acceptWith accepts the request with a QP made with cfg.
-func (er *embeddedRequest) acceptWith(opts *provider.AcceptOptions, cfg provider.QPConfig) (provider.Connection, error) {
+// AcceptWith accepts the request with a QP made with cfg: Accept with the
+// listener's, a daemon with its own for an attached process
+// (hooks.AcceptWith).
+func (er *embeddedRequest) AcceptWith(opts *provider.AcceptOptions, cfg provider.QPConfig) (provider.Connection, error) {
 	d := er.dev
 	c := d.cm
 	id := er.id
 	req := id.req
 	if len(opts.PrivateData) > mad.REPPrivateDataSize {
 		return provider.Connection{}, fmt.Errorf("softnic: accept %v: %d bytes of private data, a REP carries %d: %w",
-			id.peer, len(opts.PrivateData), mad.REPPrivateDataSize, ErrInvalid)
+			id.peer, len(opts.PrivateData), mad.REPPrivateDataSize, mr.ErrInvalid)
 	}
 	if opts.RNRRetryCount > 7 {
-		return provider.Connection{}, fmt.Errorf("softnic: accept %v: RNR retry count %d > 7: %w", id.peer, opts.RNRRetryCount, ErrInvalid)
+		return provider.Connection{}, fmt.Errorf("softnic: accept %v: RNR retry count %d > 7: %w", id.peer, opts.RNRRetryCount, mr.ErrInvalid)
 	}
-	rr := cmp.Or(opts.ResponderResources, min(cmDefaultRdAtomic, req.InitiatorDepth))
+	rr := cmp.Or(opts.ResponderResources, min(provider.CMDefaultRdAtomic, req.InitiatorDepth))
 	rr = min(rr, qp.MaxRdAtomicLimit)
-	depth := min(cmp.Or(opts.InitiatorDepth, cmDefaultRdAtomic), req.ResponderResources)
-	rnr := cmp.Or(opts.RNRRetryCount, cmDefaultRetry)
+	depth := min(cmp.Or(opts.InitiatorDepth, provider.CMDefaultRdAtomic), req.ResponderResources)
+	rnr := cmp.Or(opts.RNRRetryCount, provider.CMDefaultRetry)
 
 	var eq *embeddedQP
 	var err error
@@ -123,7 +128,7 @@ func (er *embeddedRequest) acceptWith(opts *provider.AcceptOptions, cfg provider
 		eq, err = er.l.pd.createConnQP(cfg)
 	}
 	if err != nil {
-		er.abandon(mad.RejectNoQP)
+		er.Abandon(mad.RejectNoQP)
 		return provider.Connection{}, fmt.Errorf("softnic: accept %v: %w", id.peer, err)
 	}
 	// A failed accept destroys the QP it made, and leaves the caller's in
@@ -136,14 +141,14 @@ func (er *embeddedRequest) acceptWith(opts *provider.AcceptOptions, cfg provider
 	// one the dialer sends from, as Linux's CM has them (cm_req_handler
 	// makes the REQ's its sq_psn).
 	psn := c.randomPSN()
-	err = eq.pub.connect(id.peer, req.LocalQPN, &ConnectOptions{
+	err = provider.Connect(eq, d.cfg.MTU, id.peer, req.LocalQPN, &provider.ConnectOptions{
 		LocalPSN: req.StartingPSN, RemotePSN: psn, MTU: req.PathMTU.Bytes(), Access: cmAccess(rr),
 		Timeout: min(req.PrimaryPath.LocalACKTimeout, cm.MaxHonouredTimeout), RetryCnt: req.RetryCount, RNRRetry: req.RNRRetryCount,
-		MinRNRTimer: cmMinRNRTimer, MaxRdAtomic: depth, MaxDestRdAtomic: rr,
+		MinRNRTimer: provider.CMMinRNRTimer, MaxRdAtomic: depth, MaxDestRdAtomic: rr,
 	})
 	if err != nil {
 		drop()
-		er.abandon(mad.RejectConsumer)
+		er.Abandon(mad.RejectConsumer)
 		return provider.Connection{}, fmt.Errorf("softnic: accept %v: %w", id.peer, err)
 	}
 	// The first request the QP takes before the RTU establishes the
@@ -166,14 +171,14 @@ func (er *embeddedRequest) acceptWith(opts *provider.AcceptOptions, cfg provider
 		case res := <-id.result:
 			err = res.err
 		case <-d.closing:
-			err = ErrClosed
+			err = cm.ErrClosed
 		}
 	}
 	eq.mu.Lock()
 	eq.commEst = nil
 	eq.mu.Unlock()
-	if err == ErrClosed {
-		err = fmt.Errorf("softnic: accept %v: %w", id.peer, ErrClosed)
+	if err == cm.ErrClosed {
+		err = fmt.Errorf("softnic: accept %v: %w", id.peer, cm.ErrClosed)
 	}
 	if err != nil {
 		drop()
@@ -189,13 +194,14 @@ func (er *embeddedRequest) acceptWith(opts *provider.AcceptOptions, cfg provider
 func (d *embeddedDevice) connQP(q provider.QP) (*embeddedQP, error) {
 	eq, ok := d.ownQP(q)
 	if !ok {
-		return nil, fmt.Errorf("a connection's QP must be an RC QP of its device: %w", ErrInvalid)
+		return nil, fmt.Errorf("a connection's QP must be an RC QP of its device: %w", mr.ErrInvalid)
 	}
 	return eq, provider.CheckConnQP(q)
 }
 
-// abandon rejects the request after a local failure.
-func (er *embeddedRequest) abandon(reason mad.RejectReason) {
+// Abandon rejects the request after a local failure (a daemon's too,
+// hooks.Abandon).
+func (er *embeddedRequest) Abandon(reason mad.RejectReason) {
 	er.dev.cm.run(func(e *cm.Engine, now qp.Time, out *cm.Output) { e.Reject(now, er.id.comm, reason, nil, out) })
 }
 
@@ -218,7 +224,7 @@ func (d *embeddedDevice) Dial(ctx context.Context, remote netip.AddrPort, port u
 	}
 	c, err := d.dialOnce(ctx, q, remote, port, opts)
 	for busy := 0; err != nil; busy++ {
-		var rej *RejectError
+		var rej *cm.RejectError
 		if !errors.As(err, &rej) {
 			break
 		}
@@ -280,10 +286,10 @@ func (d *embeddedDevice) dialOnce(ctx context.Context, q *embeddedQP, remote net
 		c.run(func(e *cm.Engine, now qp.Time, out *cm.Output) { e.Abort(now, id.comm, out) })
 		return provider.Connection{}, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, ctx.Err())
 	case <-d.closing:
-		res.err = ErrClosed
+		res.err = cm.ErrClosed
 	}
-	if res.err == ErrClosed {
-		return provider.Connection{}, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, ErrClosed)
+	if res.err == cm.ErrClosed {
+		return provider.Connection{}, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, cm.ErrClosed)
 	}
 	if res.err != nil {
 		return provider.Connection{}, res.err
@@ -292,9 +298,9 @@ func (d *embeddedDevice) dialOnce(ctx context.Context, q *embeddedQP, remote net
 	rr := min(o.ResponderResources, rep.InitiatorDepth)
 	// The dialer sends from the REP's Starting PSN and expects its own
 	// REQ's (see Accept).
-	err = q.pub.connect(remote, rep.LocalQPN, &ConnectOptions{
+	err = provider.Connect(q, d.cfg.MTU, remote, rep.LocalQPN, &provider.ConnectOptions{
 		LocalPSN: rep.StartingPSN, RemotePSN: psn, MTU: o.MTU, Access: cmAccess(rr),
-		Timeout: o.Timeout, RetryCnt: o.RetryCount, RNRRetry: rep.RNRRetryCount, MinRNRTimer: cmMinRNRTimer,
+		Timeout: o.Timeout, RetryCnt: o.RetryCount, RNRRetry: rep.RNRRetryCount, MinRNRTimer: provider.CMMinRNRTimer,
 		MaxRdAtomic: min(o.InitiatorDepth, rep.ResponderResources), MaxDestRdAtomic: rr,
 	})
 	c.run(func(e *cm.Engine, now qp.Time, out *cm.Output) {
@@ -315,7 +321,7 @@ func (d *embeddedDevice) dialOnce(ctx context.Context, q *embeddedQP, remote net
 // createConnQP creates the RC QP of a connection.
 func (p *embeddedPD) createConnQP(cfg provider.QPConfig) (*embeddedQP, error) {
 	if cfg.Type != 0 && cfg.Type != verbs.RC {
-		return nil, fmt.Errorf("the connection manager connects RC QPs, not %s: %w", cfg.Type, ErrInvalid)
+		return nil, fmt.Errorf("the connection manager connects RC QPs, not %s: %w", cfg.Type, mr.ErrInvalid)
 	}
 	cfg.Type = verbs.RC
 	return p.createNumbered(cfg, 0)
@@ -379,7 +385,33 @@ func (q *embeddedQP) halt() {
 // qpFailed ends id's connection because its QP entered the error state.
 // It runs under the QP's lock.
 func (c *cmDriver) qpFailed(id *cmID, qpn uint32, cause verbs.WCStatus) {
-	err := &QPError{QPN: qpn, Status: cause}
+	err := &cm.QPError{QPN: qpn, Status: cause}
 	c.run(func(e *cm.Engine, _ qp.Time, out *cm.Output) { e.End(id.comm, err, out) })
 	c.dev.log.Debug("cm: connection's QP failed", slog.Any("peer", id.peer), slog.Any("error", err))
+}
+
+// cmBackoff waits before the try after the busy-th REJ "no resources"
+// (the peer holds as many requests as it takes, CMLimits): a random time,
+// doubling with each try, from 10–20 ms up to the CM response timeout. It
+// reports false if ctx ended first.
+func cmBackoff(ctx context.Context, busy int, cmTimeout uint8) bool {
+	d := min(time.Duration(10+rand.IntN(10))*time.Millisecond<<min(busy, 16), cm.Duration(cmTimeout))
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// cmAccess is the access a connected QP grants its peer, as Linux's CM
+// sets it: remote write, and remote read and atomics if it takes any
+// READ or atomic at all.
+func cmAccess(responderResources uint8) mr.Access {
+	if responderResources == 0 {
+		return mr.RemoteWrite
+	}
+	return mr.RemoteWrite | mr.RemoteRead | mr.RemoteAtomic
 }

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic/cm"
 	"github.com/softnic/softnic/nic/internal/hooks"
 	"github.com/softnic/softnic/nic/internal/provider"
 	"github.com/softnic/softnic/nic/shm"
@@ -23,18 +25,20 @@ import (
 type embeddedPD struct {
 	dev *embeddedDevice
 	pd  mr.PDHandle
-	pub *PD
+	// owner is the PD's public object; nil for QP1's, the connection
+	// manager's.
+	owner any
 }
 
 func (d *embeddedDevice) AllocPD(owner any) (provider.PD, error) {
 	if d.closed() {
-		return nil, ErrClosed
+		return nil, cm.ErrClosed
 	}
 	pd, err := d.mem.AllocPD()
 	if err != nil {
 		return nil, err
 	}
-	return &embeddedPD{dev: d, pd: pd, pub: owner.(*PD)}, nil
+	return &embeddedPD{dev: d, pd: pd, owner: owner}, nil
 }
 
 func (p *embeddedPD) Handle() mr.PDHandle { return p.pd }
@@ -161,7 +165,7 @@ func (d *embeddedDevice) ownCQ(c provider.CQ) (*embeddedCQ, bool) {
 
 func (c *embeddedCQ) Poll(wcs []verbs.WC, drive bool) (int, error) {
 	if c.st.Users.Gone() {
-		return 0, ErrClosed
+		return 0, cm.ErrClosed
 	}
 	n, err := c.cq.Poll(wcs)
 	if !drive || len(wcs) == 0 || err != nil {
@@ -240,7 +244,7 @@ func (p *embeddedPD) CreateSRQ(depth, maxSGE int) (provider.SRQ, error) {
 
 func (s *embeddedSRQ) PostRecv(wr *verbs.RecvWR) error {
 	if s.users.Gone() {
-		return fmt.Errorf("posting to a destroyed SRQ: %w", ErrClosed)
+		return fmt.Errorf("posting to a destroyed SRQ: %w", cm.ErrClosed)
 	}
 	return s.srq.PostRecv(wr)
 }
@@ -254,9 +258,9 @@ func (s *embeddedSRQ) Destroy() error {
 // embeddedQP is a QP the embedded device drives: the transport state
 // machine of package qp, and what the device keeps for it.
 type embeddedQP struct {
-	dev *embeddedDevice
-	pub *QP
-	num uint32
+	dev   *embeddedDevice
+	owner any // the public QP (provider.Up.WrapQP)
+	num   uint32
 
 	mu        sync.Mutex
 	qp        *qp.QP
@@ -294,7 +298,7 @@ func (p *embeddedPD) CreateQP(cfg provider.QPConfig) (provider.QP, error) {
 }
 
 // Owner is the public QP.
-func (q *embeddedQP) Owner() any { return q.pub }
+func (q *embeddedQP) Owner() any { return q.owner }
 
 // ownQP returns the embedded QP of q, if q is of this device.
 func (d *embeddedDevice) ownQP(q provider.QP) (*embeddedQP, bool) {
@@ -307,13 +311,13 @@ func (d *embeddedDevice) ownQP(q provider.QP) (*embeddedQP, bool) {
 func (p *embeddedPD) createNumbered(cfg provider.QPConfig, num uint32) (*embeddedQP, error) {
 	d := p.dev
 	if d.closed() {
-		return nil, ErrClosed
+		return nil, cm.ErrClosed
 	}
 	if cfg.Type == 0 {
 		cfg.Type = verbs.RC
 	}
 	if cfg.SendCQ == nil {
-		return nil, fmt.Errorf("QP needs a send CQ: %w", ErrInvalid)
+		return nil, fmt.Errorf("QP needs a send CQ: %w", mr.ErrInvalid)
 	}
 	if cfg.RecvCQ == nil {
 		cfg.RecvCQ = cfg.SendCQ
@@ -321,7 +325,7 @@ func (p *embeddedPD) createNumbered(cfg provider.QPConfig, num uint32) (*embedde
 	scq, sok := d.ownCQ(cfg.SendCQ)
 	rcq, rok := d.ownCQ(cfg.RecvCQ)
 	if !sok || !rok {
-		return nil, fmt.Errorf("CQ of another device: %w", ErrInvalid)
+		return nil, fmt.Errorf("CQ of another device: %w", mr.ErrInvalid)
 	}
 	qc := qp.Config{
 		Type: cfg.Type, PD: p.pd, Memory: d.mem, SendCQ: scq.cq, RecvCQ: rcq.cq,
@@ -333,7 +337,7 @@ func (p *embeddedPD) createNumbered(cfg provider.QPConfig, num uint32) (*embedde
 	if cfg.SRQ != nil {
 		var ok bool
 		if srq, ok = cfg.SRQ.(*embeddedSRQ); !ok || srq.pd != p {
-			return nil, fmt.Errorf("SRQ of another PD: %w", ErrInvalid)
+			return nil, fmt.Errorf("SRQ of another PD: %w", mr.ErrInvalid)
 		}
 		qc.SRQ = srq.srq
 	}
@@ -341,7 +345,7 @@ func (p *embeddedPD) createNumbered(cfg provider.QPConfig, num uint32) (*embedde
 	if err != nil {
 		return nil, err
 	}
-	q, err := d.newQP(p.pub, cfg.Queues, qc, num)
+	q, err := d.newQP(p.owner, cfg.Queues, qc, num)
 	if err != nil {
 		for _, u := range uses {
 			u.Done()
@@ -373,23 +377,23 @@ func holdQueues(scq, rcq *embeddedCQ, srq *embeddedSRQ) ([]*provider.Users, erro
 
 // newQP installs a QP numbered num (or the next free number) with the
 // transport configuration qc.
-func (d *embeddedDevice) newQP(pd *PD, queues hooks.Queues, qc qp.Config, num uint32) (*embeddedQP, error) {
+func (d *embeddedDevice) newQP(pd any, queues hooks.Queues, qc qp.Config, num uint32) (*embeddedQP, error) {
 	d.qpMu.Lock()
 	defer d.qpMu.Unlock()
 	if num == 0 {
 		var ok bool
 		if num, ok = d.freeQPN(); !ok {
-			return nil, fmt.Errorf("all %d QPs in use: %w", len(d.qps), ErrNoMem)
+			return nil, fmt.Errorf("all %d QPs in use: %w", len(d.qps), mr.ErrNoMem)
 		}
 	} else if d.qps[num%uint32(len(d.qps))].Load() != nil {
-		return nil, fmt.Errorf("QP number %#x in use: %w", num, ErrBusy)
+		return nil, fmt.Errorf("QP number %#x in use: %w", num, mr.ErrBusy)
 	}
 	inner, err := qp.New(num, qc)
 	if err != nil {
 		return nil, err
 	}
 	q := &embeddedQP{dev: d, num: num, qp: inner, queues: queues}
-	q.pub = wrapQP(pd, q)
+	q.owner = d.up.WrapQP(pd, q)
 	if queues != nil {
 		queues.Bind(q)
 	}
@@ -441,7 +445,7 @@ func (q *embeddedQP) Modify(attr *verbs.Attr, mask verbs.AttrMask) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed {
-		return ErrClosed
+		return cm.ErrClosed
 	}
 	if err := q.qp.Modify(attr, mask); err != nil {
 		return err
@@ -455,7 +459,7 @@ func (q *embeddedQP) PostSend(wr *verbs.SendWR, ring bool) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed {
-		return ErrClosed
+		return cm.ErrClosed
 	}
 	if err := q.qp.PostSend(wr); err != nil {
 		return err
@@ -470,7 +474,7 @@ func (q *embeddedQP) RingDoorbell() error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed {
-		return ErrClosed
+		return cm.ErrClosed
 	}
 	q.doorbellLocked()
 	return nil
@@ -480,7 +484,7 @@ func (q *embeddedQP) PostSends(wrs []verbs.SendWR) (int, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed {
-		return 0, ErrClosed
+		return 0, cm.ErrClosed
 	}
 	n := 0
 	var err error
@@ -500,7 +504,7 @@ func (q *embeddedQP) PostRecv(wr *verbs.RecvWR) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed {
-		return ErrClosed
+		return cm.ErrClosed
 	}
 	return q.qp.PostRecv(wr)
 }
@@ -570,3 +574,28 @@ func (p *embeddedPD) AllocMW(typ mr.WindowType) (provider.MW, error) {
 // RKey is the window's key, which changes when a bind executes.
 func (w *embeddedMW) RKey() uint32   { return w.w.RKey() }
 func (w *embeddedMW) Dealloc() error { return w.dev.mem.DeallocWindow(w.w) }
+
+// noteErrorLocked reports, once per entry into the error state, a QP that
+// an error completion moved there; a Modify to ERR, a Destroy or a CQ
+// overflow (cause SUCCESS) is no error of the QP's to report.
+func (q *embeddedQP) noteErrorLocked() {
+	if q.qp.State() != verbs.Err {
+		q.errorNoted = false
+		return
+	}
+	if q.errorNoted {
+		return
+	}
+	q.errorNoted = true
+	cause := q.qp.Status().Cause
+	switch {
+	case cause == verbs.Success:
+	case q.queues != nil:
+		q.queues.Failed(cause)
+	default:
+		q.dev.up.QPError(q.owner, cause)
+	}
+}
+
+// addrOf is the address of b's first byte.
+func addrOf(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b)))) }

@@ -2,7 +2,6 @@ package nic
 
 import (
 	"context"
-	"unsafe"
 
 	"github.com/softnic/softnic/verbs"
 )
@@ -40,5 +39,3 @@ func (c *CQ) PollOnly(wcs []verbs.WC) (int, error) { return c.poll(wcs, false) }
 func (c *CQ) WaitPoll(ctx context.Context, poll func() (int, error)) (int, error) {
 	return c.wait(ctx, poll)
 }
-
-func addrOf(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b)))) }

@@ -71,7 +71,7 @@ func (d *embeddedDevice) sendsToPeer(q *embeddedQP, pkt []byte, env *wire.Envelo
 	dq := d.lookup(wire.BTH(pkt).DestQP())
 	switch {
 	case dq == nil:
-		d.devc.inc(UnknownQP)
+		d.devc.Inc(UnknownQP)
 	case dq.peer.Load() != peerLocal|q.num:
 		d.qpc.Add(verbs.WrongSource, 1)
 	default:

@@ -11,6 +11,7 @@ import (
 
 	"log/slog"
 
+	"github.com/softnic/softnic/nic/cm"
 	"github.com/softnic/softnic/nic/internal/hooks"
 	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/nic/udp"
@@ -338,7 +339,7 @@ func (d *embeddedDevice) attend(c *embeddedCQ, ctx context.Context) (waited bool
 	case ctx.Err() != nil:
 		err = ctx.Err()
 	case d.closed():
-		err = ErrClosed
+		err = cm.ErrClosed
 	default:
 		n, waited, err = d.conn.WaitBatchTurn(p.msgs, &p.role) // the role is held when n > 0
 	}
@@ -355,9 +356,9 @@ func (d *embeddedDevice) attend(c *embeddedCQ, ctx context.Context) (waited bool
 			p.park.Reset(pollIdle)
 		}
 	}
-	if err != nil && !errors.Is(err, ErrClosed) && ctx.Err() == nil {
+	if err != nil && !errors.Is(err, cm.ErrClosed) && ctx.Err() == nil {
 		if errors.Is(err, net.ErrClosed) || d.closed() {
-			return true, ErrClosed
+			return true, cm.ErrClosed
 		}
 		p.readErrors.Log(d.log, "softnic: read", slog.Any("error", err))
 		err = nil

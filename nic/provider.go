@@ -24,16 +24,22 @@ import (
 // nic/fabric's fi_mr domains register in) and its link's faults: the
 // embedded provider. An attached device's are its daemon's.
 type nicOwner interface {
-	setFaults(in FaultInjector)
-	maxQPs() int
-	memory() *mr.Table
-	allQPs() []*QP
+	SetFaults(in FaultInjector)
+	MaxQPs() int
+	Memory() *mr.Table
+	// QPs returns every QP, QP1 included, in QP number order.
+	QPs() []provider.QP
 }
 
 // upcalls is the device as its provider sees it (provider.Up).
 type upcalls struct{ d *Device }
 
-func (u upcalls) WrapQP(pd any, q provider.QP) any { return wrapQP(pd.(*PD), q) }
+// WrapQP wraps q, made in pd; the connection manager's QP1 is of no PD of
+// the application's (pd nil).
+func (u upcalls) WrapQP(pd any, q provider.QP) any {
+	p, _ := pd.(*PD)
+	return &QP{dev: u.d, pd: p, num: q.Num(), prov: q}
+}
 
 func (u upcalls) QPError(q any, cause verbs.WCStatus) {
 	if u.d.qpErrors != nil {

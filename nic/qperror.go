@@ -16,25 +16,3 @@ type qpError struct {
 	q     *QP
 	cause verbs.WCStatus
 }
-
-// noteErrorLocked reports, once per entry into the error state, a QP that
-// an error completion moved there; a Modify to ERR, a Destroy or a CQ
-// overflow (cause SUCCESS) is no error of the QP's to report.
-func (q *embeddedQP) noteErrorLocked() {
-	if q.qp.State() != verbs.Err {
-		q.errorNoted = false
-		return
-	}
-	if q.errorNoted {
-		return
-	}
-	q.errorNoted = true
-	cause := q.qp.Status().Cause
-	switch {
-	case cause == verbs.Success:
-	case q.queues != nil:
-		q.queues.Failed(cause)
-	case q.dev.pub.qpErrors != nil:
-		q.dev.pub.qpErrors.Post(qpError{q.pub, cause})
-	}
-}

@@ -1,12 +1,6 @@
 package nic
 
 import (
-	"math"
-	"os"
-
-	"github.com/softnic/softnic/mr"
-	"github.com/softnic/softnic/nic/cm"
-	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -40,38 +34,3 @@ const (
 // attached device's limits are the daemon's device's within what the
 // daemon lets one process hold (attachd.Config.Limits, in package nic/attachd).
 func (d *Device) Query() DeviceAttr { return d.prov.Query() }
-
-func (d *embeddedDevice) Query() DeviceAttr {
-	guid := cm.GUID(d.local)
-	maxQP := d.maxQPs() - 1 // QP1, the connection manager's, holds one
-	return DeviceAttr{
-		FWVer:           "softnic",
-		NodeGUID:        guid,
-		SysImageGUID:    guid,
-		MaxMRSize:       mr.MaxRegionSize,
-		PageSizeCap:     uint64(os.Getpagesize()),
-		VendorID:        0xffffff, // none assigned, as rxe's
-		MaxQP:           maxQP,
-		MaxQPWR:         qp.MaxQPWR,
-		Caps:            CapSysImageGUID | CapRCRNRNakGen | CapSRQResize | CapMemWindow | CapMemWindowType2,
-		MaxSGE:          qp.MaxSGE,
-		MaxSGERd:        qp.MaxSGE,
-		MaxCQ:           math.MaxInt32,
-		MaxCQE:          qp.MaxCQE,
-		MaxMR:           mr.MaxKeys,
-		MaxPD:           math.MaxInt32,
-		MaxQPRdAtom:     qp.MaxRdAtomicLimit,
-		MaxQPInitRdAtom: qp.MaxRdAtomicLimit,
-		MaxResRdAtom:    qp.MaxRdAtomicLimit * maxQP,
-		// What rxe reports, and all a program may count on: atomic among
-		// the device's own atomics.
-		AtomicCap:       AtomicHCA,
-		MaxMW:           mr.MaxKeys,
-		MaxSRQ:          math.MaxInt32,
-		MaxSRQWR:        qp.MaxSRQWR,
-		MaxSRQSGE:       qp.MaxSGE,
-		MaxPKeys:        1,
-		LocalCAAckDelay: 15, // rxe's
-		PhysPortCnt:     1,
-	}
-}

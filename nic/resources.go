@@ -298,15 +298,11 @@ func (cfg *QPConfig) provider() provider.QPConfig {
 	return c
 }
 
-// wrapQP is the public QP of q, which the provider made in pd.
-func wrapQP(pd *PD, q provider.QP) *QP {
-	return &QP{dev: pd.dev, pd: pd, num: q.Num(), prov: q}
-}
-
 // Num returns the QP number.
 func (q *QP) Num() uint32 { return q.num }
 
-// PD returns the QP's protection domain.
+// PD returns the QP's protection domain; nil for QP1, the connection
+// manager's (Device.QPs).
 func (q *QP) PD() *PD { return q.pd }
 
 // Type returns the QP's transport service.

@@ -1,7 +1,6 @@
 package nic
 
 import (
-	"fmt"
 	"net/netip"
 	"slices"
 	"sync"
@@ -109,21 +108,21 @@ func (d *embeddedDevice) stage(b *batch, n int, pkt []byte, env *wire.Envelope) 
 		fate := d.fate(pkt)
 		switch {
 		case fate.Drop:
-			d.devc.inc(FaultDropped)
+			d.devc.Inc(FaultDropped)
 			d.trace(Sent, env, pkt, NoteFaultDropped)
 			return n
 		case fate.CorruptBit >= 0:
 			pkt[fate.CorruptBit/8] ^= 1 << (fate.CorruptBit % 8)
-			d.devc.inc(FaultCorrupted)
+			d.devc.Inc(FaultCorrupted)
 			note = "corrupted by the fault injector"
 		}
 		if fate.Duplicate {
-			d.devc.inc(FaultDuplicated)
+			d.devc.Inc(FaultDuplicated)
 			copies = 2
 			note = NoteFaultDuplicated
 		}
 		if fate.Delay > 0 {
-			d.devc.inc(FaultDelayed)
+			d.devc.Inc(FaultDelayed)
 			d.trace(Sent, env, pkt, NoteFaultDelayed)
 			for range copies {
 				d.timers.Add(d.now().Add(fate.Delay), wakeup{pkt: slices.Clone(pkt), env: *env})
@@ -139,38 +138,7 @@ func (d *embeddedDevice) stage(b *batch, n int, pkt []byte, env *wire.Envelope) 
 	return n
 }
 
-// SendAction is what Config.SendHook wants done with a packet.
-type SendAction uint8
-
-const (
-	SendPass      SendAction = iota // send it (through the fault injector, if any)
-	SendDrop                        // lose it
-	SendDuplicate                   // send it twice
-)
-
-// FaultInjector decides the fate of each packet a device sends: a
-// netem.Injector (what Config.Faults makes), or a test's own that switches
-// faults on and off as it runs (package nictest). The device calls Decide
-// for one packet at a time, so it needs no lock of its own; it must not
-// keep or modify pkt.
-type FaultInjector interface {
-	Decide(pkt []byte) netem.Fate
-}
-
-// SetFaults replaces the injector that decides the fate of the packets
-// the device sends (Config.Faults at first); nil sends every packet as it
-// is. The packets it holds back meanwhile are still released. An attached
-// device's packets are sent by its daemon, whose device takes the faults:
-// SetFaults returns ErrNotSupported there.
-func (d *Device) SetFaults(in FaultInjector) error {
-	if o, ok := d.prov.(nicOwner); ok {
-		o.setFaults(in)
-		return nil
-	}
-	return fmt.Errorf("softnic: %w", unsupported("the faults"))
-}
-
-func (d *embeddedDevice) setFaults(in FaultInjector) { d.faults.set(in) }
+func (d *embeddedDevice) SetFaults(in FaultInjector) { d.faults.set(in) }
 
 // faultState is a device's fault injector and the lock its Decide runs
 // under; on spares the data path that lock while there is none.
@@ -229,25 +197,6 @@ func (d *embeddedDevice) send(msgs []udp.Message) (sent int, err error) {
 	}
 	return sent, err
 }
-
-// NoteFaultDropped is the TracePacket.Note of a packet sent that the fault
-// injector dropped before it reached the socket: a trace of both ends
-// shows it never arrived.
-const NoteFaultDropped = "dropped by the fault injector"
-
-// NoteFaultDuplicated is the TracePacket.Note of a packet sent that the
-// fault injector sends twice (it is traced once).
-const NoteFaultDuplicated = "duplicated by the fault injector"
-
-// NoteFaultDelayed is the TracePacket.Note of a packet sent that the fault
-// injector holds back: it is traced again, with NoteFaultReleased, when it
-// goes to the socket.
-const NoteFaultDelayed = "delayed by the fault injector"
-
-// NoteFaultReleased is the TracePacket.Note of a packet the fault injector
-// held back (NoteFaultDelayed) as it goes to the socket at last: after
-// packets sent later, a reordering.
-const NoteFaultReleased = "released by the fault injector"
 
 // sendOne sends a single packet outside any QP (delayed by the fault
 // injector).

@@ -2,36 +2,23 @@ package nic
 
 import (
 	"sync"
-	"time"
 
+	"github.com/softnic/softnic/nic/internal/embedded"
 	"github.com/softnic/softnic/wire"
 )
 
 // Direction says whether a traced packet was sent or received.
-type Direction uint8
+type Direction = embedded.Direction
 
 const (
-	Sent Direction = iota + 1
-	Received
+	Sent     = embedded.Sent
+	Received = embedded.Received
 )
 
-func (d Direction) String() string {
-	if d == Sent {
-		return "sent"
-	}
-	return "received"
-}
-
-// TracePacket is one packet seen by a device, for Config.Trace.
-type TracePacket struct {
-	Time time.Time
-	Dir  Direction
-	Env  wire.Envelope // the datagram's addresses and ports
-	Data []byte        // the RoCEv2 packet, BTH through ICRC; valid only during the call
-	// Note says what the device did with it beyond the ordinary: "dropped:
-	// bad ICRC", "delayed by the fault injector", ...
-	Note string
-}
+// TracePacket is one packet seen by a device, for Config.Trace: when,
+// which way, the datagram's addresses, the packet (valid only during the
+// call) and what the device did with it beyond the ordinary.
+type TracePacket = embedded.TracePacket
 
 // PcapTrace returns a Trace function that writes packets to w as a
 // capture shows them: every packet the device sends (except those the
@@ -52,3 +39,34 @@ func PcapTrace(w *wire.PcapWriter, received bool, onErr func(error)) func(*Trace
 		}
 	}
 }
+
+// SendAction is what Config.SendHook wants done with a packet.
+type SendAction = embedded.SendAction
+
+const (
+	SendPass      = embedded.SendPass      // send it (through the fault injector, if any)
+	SendDrop      = embedded.SendDrop      // lose it
+	SendDuplicate = embedded.SendDuplicate // send it twice
+)
+
+// FaultInjector decides the fate of each packet a device sends: a
+// netem.Injector (what Config.Faults makes), or a test's own that switches
+// faults on and off as it runs (package nictest). The device calls Decide
+// for one packet at a time, so it needs no lock of its own; it must not
+// keep or modify pkt.
+type FaultInjector = embedded.FaultInjector
+
+// The TracePacket.Notes of what the fault injector did to a packet sent.
+const (
+	// NoteFaultDropped: dropped before it reached the socket; a trace of
+	// both ends shows it never arrived.
+	NoteFaultDropped = embedded.NoteFaultDropped
+	// NoteFaultDuplicated: sent twice (it is traced once).
+	NoteFaultDuplicated = embedded.NoteFaultDuplicated
+	// NoteFaultDelayed: held back; it is traced again, with
+	// NoteFaultReleased, when it goes to the socket.
+	NoteFaultDelayed = embedded.NoteFaultDelayed
+	// NoteFaultReleased: held back (NoteFaultDelayed), it goes to the
+	// socket at last, after packets sent later: a reordering.
+	NoteFaultReleased = embedded.NoteFaultReleased
+)
