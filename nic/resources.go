@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/internal/hooks"
@@ -119,6 +120,24 @@ func (m *MR) Region() *mr.Region {
 		return h.Region()
 	}
 	return nil
+}
+
+// Word returns the 32-bit word at offset off of the region, for a program
+// that watches for what a peer writes there by loading it atomically in a
+// loop, as RDMA programs poll their buffers (perftest's ib_write_lat polls
+// its last byte). An attached device's daemon writes the region's memory
+// from its own process, so such a load sees the peer's WRITE once it has
+// landed. Word returns nil where a loop of loads is not how a WRITE
+// becomes visible, an embedded device's region, whose device goroutines
+// copy into it without atomics (a program learns there that a WRITE has
+// landed from the QP, Status's MSN, or from a completion, which order the
+// placement before what the program reads next), and for a word that is
+// not aligned on 4 bytes or not wholly in the region.
+func (m *MR) Word(off int) *atomic.Uint32 {
+	if _, ok := m.prov.(provider.Shared); !ok || off < 0 || off > len(m.buf)-4 || (addrOf(m.buf)+uint64(off))%4 != 0 {
+		return nil
+	}
+	return (*atomic.Uint32)(unsafe.Pointer(&m.buf[off]))
 }
 
 // SGE returns the scatter/gather element for n bytes at offset off.

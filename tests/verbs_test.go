@@ -575,6 +575,42 @@ func TestVerbsMixed(t *testing.T) {
 	}
 }
 
+// TestVerbsMixedAttached pairs perftest through libsoftnic with softnic
+// perftest attached to the same daemon (SOFTNIC_SOCKET), in both
+// directions, as cmd/libsoftnic/bench.sh compares them: on an attached
+// device softnic perftest's write_lat watches its target for the peer's
+// WRITEs (nic.MR.Word) as ib_write_lat polls its buffer.
+func TestVerbsMixedAttached(t *testing.T) {
+	bin, lib := needLibsoftnic(t, "ib_write_lat")
+	h := startVerbsHost(t, bin, lib, "", "127.0.0.1:0")
+	goAttached := func(ctx context.Context, args ...string) *exec.Cmd {
+		c := exec.CommandContext(ctx, bin, append([]string{"perftest"}, args...)...)
+		c.Env = append(os.Environ(), "SOFTNIC_SOCKET="+h.control)
+		return c
+	}
+	udp := fmt.Sprint(h.addr.Port())
+	for _, c := range []struct {
+		test, tool string
+		args       []string
+	}{
+		{"write_lat", "ib_write_lat", []string{"-s", "8"}},
+		{"write_lat several packets", "ib_write_lat", []string{"-s", fmt.Sprint(2*h.mtu + 5)}},
+		{"write_bw", "ib_write_bw", []string{"-s", "65536"}},
+		{"read_bw", "ib_read_bw", []string{"-s", "65536"}},
+	} {
+		t.Run(c.test, func(t *testing.T) {
+			test, _, _ := strings.Cut(c.test, " ")
+			port := freePort()
+			lib := append([]string{c.tool, "-F", "-n", "100", "-p", port}, c.args...)
+			gop := append([]string{test, "--port", udp, "-n", "100", "--oob-port", port}, c.args...)
+			runCmds(t, 30*time.Second, goAttached, gop, h.program, append(lib, h.ip()))
+			port = freePort()
+			lib[5], gop[6] = port, port
+			runCmds(t, 30*time.Second, h.program, lib, goAttached, append(gop, h.ip()))
+		})
+	}
+}
+
 // TestVerbsFaults: a program killed in the middle of a transfer leaves
 // nothing in the daemon, and a daemon that stops in the middle of one
 // makes the programs' verbs fail, so that they end instead of hanging,

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/softnic/softnic/nic"
 )
 
 // freePorts returns a UDP port free on 127.0.0.1 and 127.0.0.2 and a TCP
@@ -183,6 +186,57 @@ func TestPerftestLoopback(t *testing.T) {
 			}
 			if tt.args[0] != "send_bw" && tt.args[0] != "write_lat" && bwRow.FindString(srv) != bwRow.FindString(cli) {
 				t.Errorf("the server prints the client's results %q as %q", bwRow.FindString(cli), bwRow.FindString(srv))
+			}
+		})
+	}
+}
+
+// TestPerftestAttached runs write_lat and write_bw between two softnic
+// perftests attached to one daemon (SOFTNIC_SOCKET), as
+// cmd/libsoftnic/bench.sh compares them with perftest through libsoftnic:
+// write_lat's sides learn of the peer's WRITEs by watching their target
+// (nic.MR.Word), which the daemon writes. Both exit 0 with a result row,
+// and the traffic went through the daemon.
+func TestPerftestAttached(t *testing.T) {
+	d := startDaemon(t)
+	t.Setenv(nic.EnvSocket, d.control)
+	_, port, err := net.SplitHostPort(d.ready.Listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := func() uint64 {
+		var out, errOut bytes.Buffer
+		if code := runContext(context.Background(), []string{"stat", "--control", d.control, "--json"}, &out, &errOut); code != 0 {
+			t.Fatalf("stat: exit %d: %s", code, errOut.String())
+		}
+		var stat map[string]uint64
+		if err := json.Unmarshal(out.Bytes(), &stat); err != nil {
+			t.Fatalf("stat --json: %v: %s", err, out.String())
+		}
+		return stat["sent_pkts"]
+	}
+	tests := []struct {
+		args []string
+		row  *regexp.Regexp
+		sent uint64 // at least: write_lat's WRITEs of both sides, write_bw's two packets a message
+	}{
+		{[]string{"write_lat", "-s", "8", "-n", "100"}, regexp.MustCompile(`(?m)^ 8 +100 +([0-9.]+\s+){6}[0-9.]+ *$`), 200},
+		{[]string{"write_bw", "-s", "4099", "-n", "200"}, regexp.MustCompile(`(?m)^ 4099 +200 +([0-9.]+\s+){2}[0-9.]+ *$`), 400},
+	}
+	for _, tt := range tests {
+		args := tt.args
+		t.Run(args[0], func(t *testing.T) {
+			_, tcp := freePorts(t)
+			common := append(append([]string{"perftest"}, args...), "--port", port, "--oob-port", fmt.Sprint(tcp))
+			before := sent()
+			srv, cli := runPair(t, common, append(append([]string{}, common...), "127.0.0.1"), nil)
+			for side, out := range map[string]string{"server": srv, "client": cli} {
+				if !tt.row.MatchString(out) {
+					t.Errorf("%s prints no result row:\n%s", side, out)
+				}
+			}
+			if got := sent() - before; got < tt.sent {
+				t.Errorf("the daemon sent %d packets during the test, want at least %d", got, tt.sent)
 			}
 		})
 	}

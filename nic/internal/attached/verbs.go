@@ -96,6 +96,7 @@ func (p *attachedPD) newMR(mem []byte, r *attachproto.MRResult, b *sharedBuf) *a
 }
 
 func (m *attachedMR) Bytes() []byte { return m.mem }
+func (m *attachedMR) Shared()       {}
 func (m *attachedMR) Key() uint32   { return m.key }
 func (m *attachedMR) Addr() uint64  { return m.addr }
 

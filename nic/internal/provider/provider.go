@@ -14,7 +14,7 @@
 // (QP.Owner) and names QPs by it when it reports their errors. A provider
 // recognises only its own objects: another device's is ErrInvalid. What
 // one provider lacks is an optional interface (TrafficCounter,
-// RegionHolder) whose absence the façade turns into ErrNotSupported.
+// RegionHolder, Shared) whose absence the façade turns into ErrNotSupported.
 package provider
 
 import (
@@ -98,6 +98,14 @@ type MR interface {
 // process's region table.
 type RegionHolder interface {
 	Region() *mr.Region
+}
+
+// Shared is the optional part of an MR whose memory another process
+// writes through a mapping it shares with this one (an attached device's
+// region, which its daemon writes peers' data into): loads of the memory
+// see those writes without any lock of this process.
+type Shared interface {
+	Shared()
 }
 
 // MW is a memory window's provider.
