@@ -51,6 +51,8 @@ func (c *Config) embeddedOnly() string {
 		return "RecoverIPID"
 	case c.BusyPoll != 0:
 		return "BusyPoll"
+	case c.WaitSpin != 0:
+		return "WaitSpin"
 	case c.CM != CMLimits{}:
 		return "CM"
 	case c.Access != AccessLimits{}:

@@ -267,6 +267,7 @@ func TestAttachConfig(t *testing.T) {
 		{"Attach with an address of its own", nic.Config{Attach: d.path, Addr: loopback}, "", nic.ErrInvalid, false},
 		{"Attach with an MTU", nic.Config{Attach: d.path, MTU: 1024}, "", nic.ErrInvalid, false},
 		{"Attach with busy polling", nic.Config{Attach: d.path, BusyPoll: time.Millisecond}, "", nic.ErrInvalid, false},
+		{"Attach with a wait spin", nic.Config{Attach: d.path, WaitSpin: time.Millisecond}, "", nic.ErrInvalid, false},
 		{"SOFTNIC_SOCKET", nic.Config{}, d.path, nil, true},
 		{"SOFTNIC_SOCKET ignores embedded fields", nic.Config{Addr: loopback, MTU: 1024}, d.path, nil, true},
 		{"Embed wins over SOFTNIC_SOCKET", nic.Config{Embed: true, Addr: loopback}, d.path, nil, false},
@@ -867,6 +868,9 @@ func TestBusyPoll(t *testing.T) {
 	})
 	if _, err := nic.Open(nic.Config{Addr: loopback, BusyPoll: -time.Microsecond}); !errors.Is(err, nic.ErrInvalid) {
 		t.Errorf("a negative BusyPoll: %v, want ErrInvalid", err)
+	}
+	if _, err := nic.Open(nic.Config{Addr: loopback, WaitSpin: 2 * time.Second}); !errors.Is(err, nic.ErrInvalid) {
+		t.Errorf("a WaitSpin past 1s: %v, want ErrInvalid", err)
 	}
 }
 

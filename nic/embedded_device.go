@@ -92,6 +92,12 @@ func newEmbeddedDevice(cfg embedded.Config, up provider.Up) (*embeddedDevice, er
 	if cfg.BusyPoll < 0 || cfg.BusyPoll > time.Second {
 		return nil, fmt.Errorf("softnic: BusyPoll %v is not within 0 and 1s: %w", cfg.BusyPoll, mr.ErrInvalid)
 	}
+	if cfg.WaitSpin > time.Second {
+		return nil, fmt.Errorf("softnic: WaitSpin %v is past 1s: %w", cfg.WaitSpin, mr.ErrInvalid)
+	}
+	if cfg.WaitSpin == 0 {
+		cfg.WaitSpin = DefaultWaitSpin
+	}
 	conn, err := udp.Listen(cfg.Addr, cfg.UDP)
 	if err != nil {
 		return nil, fmt.Errorf("softnic: listen on %v: %w", cfg.Addr, err)

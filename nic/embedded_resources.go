@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/cm"
 	"github.com/softnic/softnic/nic/internal/hooks"
 	"github.com/softnic/softnic/nic/internal/provider"
+	"github.com/softnic/softnic/nic/internal/spin"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/verbs"
@@ -136,6 +138,7 @@ type embeddedCQ struct {
 	// socket themselves (embeddedDevice.attend): a completion written by
 	// another goroutine interrupts their wait.
 	attending atomic.Int32
+	spinning  *spin.Policy // how long a waiter busy-polls before it sleeps
 }
 
 func (d *embeddedDevice) CreateCQ(depth int, st *provider.CQState) (provider.CQ, error) {
@@ -143,7 +146,7 @@ func (d *embeddedDevice) CreateCQ(depth int, st *provider.CQState) (provider.CQ,
 	if err != nil {
 		return nil, err
 	}
-	ec := &embeddedCQ{dev: d, cq: c, st: st}
+	ec := &embeddedCQ{dev: d, cq: c, st: st, spinning: spin.NewPolicy(d.cfg.WaitSpin)}
 	c.SetNotify(ec.notify)
 	return ec, nil
 }
@@ -196,13 +199,19 @@ func (c *embeddedCQ) Destroy() error {
 
 func (c *embeddedCQ) Len() int { return c.cq.Len() }
 
-// Park has the waiter wait for the device's socket itself and process
-// what arrives (see progress.go), unless another goroutine waits for it:
-// then it sleeps in CQState.Sleep, which the CQ's writes signal. With
-// Config.BusyPoll the reader keeps the socket, and the waiter sleeps, as
-// it does where the socket's waits cannot be interrupted.
+// Park first busy-polls, driving the device as an empty Poll does, for
+// the budget the CQ's spinning policy gives (Config.WaitSpin). Then it has
+// the waiter wait for the device's socket itself and process what arrives
+// (see progress.go), unless another goroutine waits for it: then it
+// sleeps in CQState.Sleep, which the CQ's writes signal. With
+// Config.BusyPoll the reader keeps the socket, and the waiter sleeps at
+// once, as it does, after its spin, where the socket's waits cannot be
+// interrupted.
 func (c *embeddedCQ) Park(ctx context.Context, done <-chan struct{}) (bool, error) {
 	d := c.dev
+	if d.cfg.BusyPoll == 0 && c.spin() {
+		return true, nil
+	}
 	if d.cfg.BusyPoll > 0 || !d.conn.WaitsInterruptibly() {
 		d.stopPolling()
 		return false, nil
@@ -224,6 +233,27 @@ func (c *embeddedCQ) Park(ctx context.Context, done <-chan struct{}) (bool, erro
 			return true, err
 		}
 		p.sleepers.Add(-1)
+	}
+}
+
+// spin busy-polls for the budget the CQ's spinning policy gives: it
+// drives the device as an empty Poll does until the CQ holds a completion
+// or was destroyed, which it reports, or the budget has passed.
+func (c *embeddedCQ) spin() bool {
+	budget := c.spinning.Budget()
+	if budget == 0 {
+		return false
+	}
+	end := time.Now().Add(budget)
+	for {
+		if c.cq.Len() > 0 || c.st.Users.Gone() {
+			c.spinning.Spun(true)
+			return true
+		}
+		if !c.dev.drive() && time.Now().After(end) {
+			c.spinning.Spun(false)
+			return false
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package nic_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"slices"
 	"sync"
@@ -31,7 +32,7 @@ func TestPollAndReaderHandOver(t *testing.T) {
 		perQP = 600
 		depth = 8
 	)
-	a, b, ends := twoEndsToOne(t)
+	a, b, ends := twoEndsToOne(t, nic.Config{})
 	fetched := make([][]uint64, len(ends))
 	var wg sync.WaitGroup
 	for i, e := range ends {
@@ -133,8 +134,8 @@ func TestTimerCatchesUpBeforeTimeout(t *testing.T) {
 
 // twoEndsToOne opens device a with two ends, each with a QP connected to a
 // QP of its own on the end b of another device.
-func twoEndsToOne(t *testing.T) (a *nic.Device, b *end, ends []*end) {
-	a = nictest.OpenDevice(t, nic.Config{})
+func twoEndsToOne(t *testing.T, cfg nic.Config) (a *nic.Device, b *end, ends []*end) {
+	a = nictest.OpenDevice(t, cfg)
 	b = endOn(t, nictest.OpenDevice(t, nic.Config{}))
 	opts := nic.ConnectOptions{Timeout: 20} // 4 s: under -race, nothing resent for being slow
 	ends = []*end{endOn(t, a), endOn(t, a)}
@@ -167,41 +168,48 @@ func leUint64(b []byte) uint64 {
 // back between two polls); one on the path would make it one at least.
 //
 // The same holds for a round trip waited for with CQ.Wait, whose waiter
-// waits for the socket and processes what arrives itself.
+// busy-polls as Poll does (Config.WaitSpin), or, without the spin, waits
+// for the socket and processes what arrives itself.
 func TestPollRoundTripAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector's sync.Pool drops packet batches on purpose")
 	}
-	a, b := connected(t, nic.Config{}, nic.ConnectOptions{})
-	for _, wait := range []bool{false, true} {
-		for _, op := range []verbs.WROpcode{verbs.WRWrite, verbs.WRRead, verbs.WRFetchAdd} {
-			wr := verbs.SendWR{Opcode: op, Flags: verbs.Signaled, SGL: []verbs.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey(), CompareAdd: 1}
-			var wcs [1]verbs.WC
-			roundTrip := func() {
-				if err := a.qp.PostSend(&wr); err != nil {
-					t.Fatal(err)
+	for _, m := range []struct {
+		name string
+		wait bool
+		spin time.Duration
+	}{{"polling", false, 0}, {"waiting", true, 0}, {"waiting without a spin", true, -1}} {
+		t.Run(m.name, func(t *testing.T) {
+			a, b := connected(t, nic.Config{WaitSpin: m.spin}, nic.ConnectOptions{})
+			for _, op := range []verbs.WROpcode{verbs.WRWrite, verbs.WRRead, verbs.WRFetchAdd} {
+				wr := verbs.SendWR{Opcode: op, Flags: verbs.Signaled, SGL: []verbs.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey(), CompareAdd: 1}
+				var wcs [1]verbs.WC
+				roundTrip := func() {
+					if err := a.qp.PostSend(&wr); err != nil {
+						t.Fatal(err)
+					}
+					for {
+						var n int
+						var err error
+						if m.wait {
+							n, err = a.cq.Wait(context.Background(), wcs[:])
+						} else {
+							n, err = a.cq.Poll(wcs[:])
+						}
+						if err != nil || n == 1 && wcs[0].Status != verbs.Success {
+							t.Fatalf("%v: %v, %v", op, wcs[0].String(), err)
+						}
+						if n == 1 {
+							return
+						}
+					}
 				}
-				for {
-					var n int
-					var err error
-					if wait {
-						n, err = a.cq.Wait(context.Background(), wcs[:])
-					} else {
-						n, err = a.cq.Poll(wcs[:])
-					}
-					if err != nil || n == 1 && wcs[0].Status != verbs.Success {
-						t.Fatalf("%v: %v, %v", op, wcs[0].String(), err)
-					}
-					if n == 1 {
-						return
-					}
+				roundTrip() // the batches' pools fill
+				if n := mallocsPer(200, roundTrip); n >= 1 {
+					t.Errorf("%v: %v allocations per round trip, want 0", op, n)
 				}
 			}
-			roundTrip() // the batches' pools fill
-			if n := mallocsPer(200, roundTrip); n >= 1 {
-				t.Errorf("%v, waiting %v: %v allocations per round trip, want 0", op, wait, n)
-			}
-		}
+		})
 	}
 }
 
@@ -287,10 +295,17 @@ func TestAttendingWaiterInterrupted(t *testing.T) {
 // operations: one at a time waits for the socket and processes what
 // comes for both, the other sleeps on its CQ until woken, and the socket
 // passes between them; every operation completes once, and nothing is
-// resent.
+// resent. The same holds when they busy-poll before they sleep
+// (Config.WaitSpin), driving the device in turns.
 func TestWaitersShareTheSocket(t *testing.T) {
+	for _, spin := range []time.Duration{-1, 0} {
+		t.Run(fmt.Sprintf("spin %v", spin), func(t *testing.T) { waitersShareTheSocket(t, nic.Config{WaitSpin: spin}) })
+	}
+}
+
+func waitersShareTheSocket(t *testing.T, cfg nic.Config) {
 	const perQP = 500
-	a, b, ends := twoEndsToOne(t)
+	a, b, ends := twoEndsToOne(t, cfg)
 	var wg sync.WaitGroup
 	for _, e := range ends {
 		wg.Go(func() {

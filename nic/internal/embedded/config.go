@@ -32,6 +32,7 @@ type Config struct {
 	// device gives it (Now, Source, OnHold).
 	Access   guard.Config
 	BusyPoll time.Duration
+	WaitSpin time.Duration // 0 is nic.DefaultWaitSpin
 }
 
 // SendAction is what Config.SendHook wants done with a packet
