@@ -3,22 +3,27 @@
 # through softnic's Go API, on one softnic daemon on loopback, in the same
 # run, alternating, ROUNDS rounds (default 3):
 #
-#	ib_write_bw -F -s 65536   against  softnic perftest write_bw -s 65536
-#	ib_read_bw -F -s 65536    against  softnic perftest read_bw -s 65536
-#	ib_write_lat -F -s 8      against  softnic perftest write_lat -s 8
+#	ib_write_bw -F -s 65536 -n 5000  against  softnic perftest write_bw -s 65536 -n 5000
+#	ib_read_bw -F -s 65536 -n 5000   against  softnic perftest read_bw -s 65536 -n 5000
+#	ib_write_lat -F -s 8 -n 1000     against  softnic perftest write_lat -s 8 -n 1000
 #
 # Both sides of each test are attached to the daemon: the library's
 # through softnic run, the Go ones because SOFTNIC_SOCKET names the daemon
-# (softnic perftest's device then attaches, nic.Config). Each tool's
-# default iterations: 5000 for bandwidth, 1000 for latency. The latency
+# (softnic perftest's device then attaches, nic.Config). The iterations
+# are given: ib_read_bw's default is 1000, the other tools' 5000 for
+# bandwidth and 1000 for latency, as softnic perftest's. The latency
 # test is the same ping-pong on both sides, compared in the same column
 # (t_typical, half a round trip): each side WRITEs 8 bytes into the
 # peer's buffer, then spins until the peer's WRITE has landed in its own,
 # ib_write_lat polling the buffer's last byte, softnic perftest loading
 # the word that holds it atomically (nic.MR.Word; the daemon writes it
 # through the memory it shares with each program), and both poll the CQ
-# in a loop for their WRITE's completion (libsoftnic's ibv_poll_cq yields
-# the CPU after a poll that found nothing; nic's CQ.Poll does not).
+# in a loop for their WRITE's completion, each poll that finds nothing
+# giving up the CPU to the daemon (an attached device's CQ.Poll, under
+# libsoftnic's ibv_poll_cq too). The bandwidth tests' clients differ in
+# how they wait: ib_write_bw and ib_read_bw poll, libsoftnic's
+# ibv_poll_cq napping once a thread has waited 200 us, while softnic
+# perftest sleeps in CQ.Wait.
 #
 # Beside it, for continuity with the figures before 26 November 2026, it
 # prints softnic bench --attach's write_8_poll (write_rtt_bench): the
@@ -108,14 +113,14 @@ while [ $r -le "$rounds" ]; do
 		# Alternate which stack goes first in each round.
 		[ $((r % 2)) -eq 1 ] || stack=$([ $stack = lib ] && echo go || echo lib)
 		if [ $stack = lib ]; then
-			run write_bw lib 4 $lib ib_write_bw -F -s 65536 -p $oob :: $lib ib_write_bw -F -s 65536 -p $oob 127.0.0.1
-			run read_bw lib 4 $lib ib_read_bw -F -s 65536 -p $oob :: $lib ib_read_bw -F -s 65536 -p $oob 127.0.0.1
-			run write_lat lib 5 $lib ib_write_lat -F -s 8 -p $oob :: $lib ib_write_lat -F -s 8 -p $oob 127.0.0.1
+			run write_bw lib 4 $lib ib_write_bw -F -s 65536 -n 5000 -p $oob :: $lib ib_write_bw -F -s 65536 -n 5000 -p $oob 127.0.0.1
+			run read_bw lib 4 $lib ib_read_bw -F -s 65536 -n 5000 -p $oob :: $lib ib_read_bw -F -s 65536 -n 5000 -p $oob 127.0.0.1
+			run write_lat lib 5 $lib ib_write_lat -F -s 8 -n 1000 -p $oob :: $lib ib_write_lat -F -s 8 -n 1000 -p $oob 127.0.0.1
 		else
 			g="--port $port --oob-port $oob"
-			run write_bw go 4 $gop write_bw -s 65536 $g :: $gop write_bw -s 65536 $g 127.0.0.1
-			run read_bw go 4 $gop read_bw -s 65536 $g :: $gop read_bw -s 65536 $g 127.0.0.1
-			run write_lat go 5 $gop write_lat -s 8 $g :: $gop write_lat -s 8 $g 127.0.0.1
+			run write_bw go 4 $gop write_bw -s 65536 -n 5000 $g :: $gop write_bw -s 65536 -n 5000 $g 127.0.0.1
+			run read_bw go 4 $gop read_bw -s 65536 -n 5000 $g :: $gop read_bw -s 65536 -n 5000 $g 127.0.0.1
+			run write_lat go 5 $gop write_lat -s 8 -n 1000 $g :: $gop write_lat -s 8 -n 1000 $g 127.0.0.1
 			before=$(resent)
 			rtt=$("$sn" bench --attach "$ctl" --only raw_udp_ping_pong --ops 2000 --json |
 				sed 's/.*"write_8_poll":{"median_us":\([0-9.]*\).*/\1/')

@@ -177,8 +177,9 @@ func snDestroyCQ(c *C.struct_sn_cq) C.int {
 //export snReschedule
 func snReschedule() { runtime.Gosched() }
 
-// snPollCQ is ops.poll_cq (ibv_poll_cq); the caller yields the CPU when it
-// returns 0 (see sn_poll_cq in verbs.c).
+// snPollCQ is ops.poll_cq (ibv_poll_cq): CQ.Poll, which gives up the CPU
+// when it finds nothing; the caller naps too once the thread has waited
+// long (see sn_poll_cq in verbs.c).
 //
 //export snPollCQ
 func snPollCQ(c *C.struct_ibv_cq, n C.int, wc *C.struct_ibv_wc) C.int {

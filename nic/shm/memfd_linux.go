@@ -96,3 +96,9 @@ func Drain(fd int) (uint64, error) {
 		return binary.NativeEndian.Uint64(buf[:]), nil
 	}
 }
+
+// Yield gives up the thread's CPU to another thread that is ready to run
+// (sched_yield), such as the daemon's, which is to write what the caller
+// polls its shared memory for: on a host with few CPUs, a poller that
+// kept its CPU would make the daemon wait for a scheduler time slice.
+func Yield() { unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }

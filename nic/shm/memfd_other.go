@@ -48,3 +48,7 @@ func Signal(int) {}
 func Drain(int) (uint64, error) {
 	return 0, fmt.Errorf("eventfd on %s: %w", platform(), mr.ErrNotSupported)
 }
+
+// Yield lets the process's other goroutines run: there is no daemon
+// sharing memory with this build to give the CPU to.
+func Yield() { runtime.Gosched() }
