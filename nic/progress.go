@@ -471,11 +471,22 @@ func (d *embeddedDevice) parkWhileYielded() bool {
 	}
 }
 
+// answerEvery is how many datagrams process takes before it sends the
+// answers they made (ACKs, READ responses, the requests that the ACKs and
+// responses let go). One read with GRO holds up to udp.MaxBatch runs of up
+// to 64 KiB, which may be a peer's whole window of WRITEs (or of READ
+// responses): answered only once all of it is placed, the peer's window
+// stays shut while this side works, and the two sides take turns instead
+// of working at once. 64 datagrams are one ACK's worth of a full window
+// (qp's ackEvery), and the ACK costs one small send.
+const answerEvery = 64
+
 // process hands the n datagrams of p.msgs to their QPs and sends the QPs'
-// answers. p.role is held.
+// answers, every answerEvery datagrams and at the end. p.role is held.
 func (d *embeddedDevice) process(n int) {
 	p := &d.prog
 	now := d.now()
+	taken := 0
 	for i := range n {
 		m := &p.msgs[i]
 		local := m.Local
@@ -485,8 +496,22 @@ func (d *embeddedDevice) process(n int) {
 		dst := netip.AddrPortFrom(local, d.local.Port())
 		for dg := range udp.Segments(m) {
 			d.receive(dg, m.Addr, dst, now, &p.in)
+			taken++
+		}
+		if taken >= answerEvery && i < n-1 {
+			d.answer(now)
+			now, taken = d.now(), 0
 		}
 	}
+	d.answer(now)
+	d.ringDoorbells(p.out)
+	d.cm.poll()
+}
+
+// answer sends what the QPs that took packets since the last answer have
+// to send now. p.role is held.
+func (d *embeddedDevice) answer(now qp.Time) {
+	p := &d.prog
 	for _, q := range p.in.dirty {
 		q.dirty = false
 		q.mu.Lock()
@@ -494,10 +519,8 @@ func (d *embeddedDevice) process(n int) {
 		q.mu.Unlock()
 	}
 	d.sendStaged(p.out)
-	d.ringDoorbells(p.out)
 	clear(p.in.dirty)
 	p.in.dirty = p.in.dirty[:0]
-	d.cm.poll()
 }
 
 // busyPoll is the state of a busy-polling reader.
