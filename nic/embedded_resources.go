@@ -3,6 +3,7 @@ package nic
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -250,10 +251,14 @@ func (c *embeddedCQ) spin() bool {
 			c.spinning.Spun(true)
 			return true
 		}
-		if !c.dev.drive() && time.Now().After(end) {
+		if c.dev.drive() {
+			continue
+		}
+		if time.Now().After(end) {
 			c.spinning.Spun(false)
 			return false
 		}
+		runtime.Gosched() // the device's goroutines (timers) run meanwhile if they must
 	}
 }
 
