@@ -204,17 +204,6 @@ func TestPerftestAttached(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sent := func() uint64 {
-		var out, errOut bytes.Buffer
-		if code := runContext(context.Background(), []string{"stat", "--control", d.control, "--json"}, &out, &errOut); code != 0 {
-			t.Fatalf("stat: exit %d: %s", code, errOut.String())
-		}
-		var stat map[string]uint64
-		if err := json.Unmarshal(out.Bytes(), &stat); err != nil {
-			t.Fatalf("stat --json: %v: %s", err, out.String())
-		}
-		return stat["sent_pkts"]
-	}
 	tests := []struct {
 		args []string
 		row  *regexp.Regexp
@@ -228,17 +217,84 @@ func TestPerftestAttached(t *testing.T) {
 		t.Run(args[0], func(t *testing.T) {
 			_, tcp := freePorts(t)
 			common := append(append([]string{"perftest"}, args...), "--port", port, "--oob-port", fmt.Sprint(tcp))
-			before := sent()
+			before := sentPackets(t, d)
 			srv, cli := runPair(t, common, append(append([]string{}, common...), "127.0.0.1"), nil)
 			for side, out := range map[string]string{"server": srv, "client": cli} {
 				if !tt.row.MatchString(out) {
 					t.Errorf("%s prints no result row:\n%s", side, out)
 				}
 			}
-			if got := sent() - before; got < tt.sent {
+			if got := sentPackets(t, d) - before; got < tt.sent {
 				t.Errorf("the daemon sent %d packets during the test, want at least %d", got, tt.sent)
 			}
 		})
+	}
+}
+
+// sentPackets returns the packets the daemon d has sent (softnic stat).
+func sentPackets(t *testing.T, d *testDaemon) uint64 {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	if code := runContext(context.Background(), []string{"stat", "--control", d.control, "--json"}, &out, &errOut); code != 0 {
+		t.Fatalf("stat: exit %d: %s", code, errOut.String())
+	}
+	var stat map[string]uint64
+	if err := json.Unmarshal(out.Bytes(), &stat); err != nil {
+		t.Fatalf("stat --json: %v: %s", err, out.String())
+	}
+	return stat["sent_pkts"]
+}
+
+// TestPerftestAttachedDaemonStops: a daemon that stops in the middle of
+// an attached write_lat ends both sides with an error, the one waiting for
+// its peer's WRITE (spinning on its target, which no one writes any more)
+// as well as the one waiting for its completion, instead of spinning on.
+func TestPerftestAttachedDaemonStops(t *testing.T) {
+	d := startDaemon(t)
+	t.Setenv(nic.EnvSocket, d.control)
+	_, port, err := net.SplitHostPort(d.ready.Listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, tcp := freePorts(t)
+	args := []string{"perftest", "write_lat", "-s", "8", "-n", "4000000", "--port", port, "--oob-port", fmt.Sprint(tcp)}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	type result struct {
+		code   int
+		stderr string
+	}
+	results := make(chan result, 2)
+	// side runs args until its out-of-band connection finds the server
+	// listening, as runPair does.
+	side := func(args []string) {
+		for {
+			var out, errOut bytes.Buffer
+			code := runContext(ctx, args, &out, &errOut)
+			if code == 0 || !notListening(errOut.String()) || ctx.Err() != nil {
+				results <- result{code, errOut.String()}
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	go side(args)
+	go side(append(append([]string{}, args...), "127.0.0.1"))
+	for sentPackets(t, d) < 1000 && ctx.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
+	}
+	d.stop()
+	for range 2 {
+		select {
+		case r := <-results:
+			// The daemon flushes the QPs of its programs as it stops, then
+			// ends their sessions.
+			if r.code == 0 || !strings.Contains(r.stderr, "device closed") && !strings.Contains(r.stderr, "WR_FLUSH_ERR") {
+				t.Errorf("exit %d, want an error saying the WRITE was flushed or the device closed: %s", r.code, r.stderr)
+			}
+		case <-ctx.Done():
+			t.Fatal("a side still runs 60 s after the daemon stopped")
+		}
 	}
 }
 
