@@ -153,7 +153,7 @@ func icrc(h *pseudoHeader, n int, pkt []byte) uint32 {
 		bth[bthECN] = 0xff
 	}
 	crc := updateIEEE(icrcSeed, h[:n+len(bth)])
-	return crc32.Update(crc, crc32.IEEETable, pkt[len(bth):])
+	return updateBulk(crc, pkt[len(bth):])
 }
 
 // updateIEEE is crc32.Update(crc, crc32.IEEETable, p) for the few dozen
