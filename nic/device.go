@@ -166,7 +166,7 @@ type Config struct {
 
 // DefaultWaitSpin is Config.WaitSpin's default: a few round trips between
 // two processes on loopback.
-const DefaultWaitSpin = 50 * time.Microsecond
+const DefaultWaitSpin = embedded.DefaultWaitSpin
 
 // AccessLimits bound how fast one source may fail R_Key checks (guess
 // keys); see Config.Access. Zero fields take the defaults noted.
@@ -317,7 +317,7 @@ func openEmbedded(cfg Config) (*Device, error) {
 	}
 	d := &Device{log: cfg.Logger}
 	d.reportQPErrors(cfg.OnQPError)
-	p, err := newEmbeddedDevice(embedded.Config{
+	p, err := embedded.Open(embedded.Config{
 		Addr: cfg.Addr, MTU: cfg.MTU, Logger: cfg.Logger, Faults: cfg.Faults, SendHook: cfg.SendHook,
 		Trace: cfg.Trace, UDP: cfg.UDP, MaxQPs: cfg.MaxQPs, RecoverIPID: cfg.RecoverIPID, CM: cfg.CM,
 		Access:   guard.Config{Refusals: access.Refusals, Rate: access.Rate, Sources: access.Sources},

@@ -8,7 +8,8 @@
 // QP answers; a second goroutine runs the QPs' timers. An application that
 // polls a CQ in a loop does the reading and processing itself, on its own
 // goroutine, whenever its poll finds nothing, and the reader goroutine
-// stays out of its way meanwhile (see progress.go). Posting a work
+// stays out of its way meanwhile (see package nic/internal/embedded's
+// progress.go). Posting a work
 // request sends its first packets at once from the caller's goroutine.
 // Each QP has a lock that whoever drives it holds from building its
 // packets until the socket has taken them, so a QP's packets leave in PSN
@@ -73,16 +74,14 @@
 // query) in one place. The files, by owner:
 //
 //   - the façade: provider.go, device.go, resources.go, mw.go, connect.go,
-//     cm_conn.go, counters.go, errors.go, trace.go, qperror.go, attach.go
-//     (which mode, and the connection to a trusted daemon) and
-//     attach_cred.go (which daemon it trusts);
-//   - the embedded provider: embedded_resources.go, embedded_cm.go and
-//     cm_gsi.go (the CM engine of package nic/cm on QP1), progress.go,
-//     send.go, timers.go, local.go, pathmtu.go, and embedded_hooks.go,
-//     the hooks it exports to a daemon through package nic/internal/hooks;
-//     its R_Key guard is package nic/internal/guard, its routes to peers
-//     (source address, path MTU) package nic/internal/route, the queue
-//     its timer goroutine serves package nic/internal/timers;
+//     cm_conn.go, counters.go, errors.go, trace.go, qperror.go, query.go,
+//     pathmtu.go, layers.go, attach.go (which mode, and the connection to
+//     a trusted daemon), attach_cred.go (which daemon it trusts) and
+//     embedded_hooks.go (the hooks of package nic/internal/hooks, through
+//     which a daemon reaches the embedded provider);
+//   - the embedded provider is package nic/internal/embedded, with its
+//     R_Key guard (package nic/internal/guard), its routes to peers
+//     (nic/internal/route) and its timer queue (nic/internal/timers);
 //   - the attached provider is package nic/internal/attached.
 //
 // The daemon side, which drives the embedded device through those hooks,

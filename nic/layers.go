@@ -2,6 +2,7 @@ package nic
 
 import (
 	"context"
+	"unsafe"
 
 	"github.com/softnic/softnic/verbs"
 )
@@ -39,3 +40,6 @@ func (c *CQ) PollOnly(wcs []verbs.WC) (int, error) { return c.poll(wcs, false) }
 func (c *CQ) WaitPoll(ctx context.Context, poll func() (int, error)) (int, error) {
 	return c.wait(ctx, poll)
 }
+
+// addrOf is the address of b's first byte.
+func addrOf(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b)))) }

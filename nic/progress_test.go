@@ -2,7 +2,6 @@ package nic_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -100,38 +99,6 @@ func TestPollAndReaderHandOver(t *testing.T) {
 	}
 }
 
-// An ACK that arrives while the goroutine that would process it cannot
-// (descheduled, on a loaded machine) is processed before the ACK timer
-// that falls due meanwhile runs: the timer declares no loss, and nothing
-// is sent again.
-func TestTimerCatchesUpBeforeTimeout(t *testing.T) {
-	const timeout = 8 // 4.096 µs × 2^8: about 1 ms
-	a, b := connected(t, nic.Config{}, nic.ConnectOptions{Timeout: timeout})
-	release := nic.HoldProgress(a.dev)
-	wr := verbs.SendWR{Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
-	if err := a.qp.PostSend(&wr); err != nil {
-		release()
-		t.Fatal(err)
-	}
-	// The ACK comes back and waits in the socket; the timer falls due 20
-	// times over.
-	time.Sleep(20 * time.Millisecond)
-	release()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var wcs [1]verbs.WC
-	if _, err := a.cq.Wait(ctx, wcs[:]); err != nil || wcs[0].Status != verbs.Success {
-		t.Fatalf("WRITE: %v, %v", wcs[0].String(), err)
-	}
-	for _, d := range []*nic.Device{a.dev, b.dev} {
-		for _, name := range noLoss {
-			if v, _ := d.Counter(name); v != 0 {
-				t.Errorf("%v: %s = %d, want 0", d.Addr(), name, v)
-			}
-		}
-	}
-}
-
 // twoEndsToOne opens device a with two ends, each with a QP connected to a
 // QP of its own on the end b of another device.
 func twoEndsToOne(t *testing.T, cfg nic.Config) (a *nic.Device, b *end, ends []*end) {
@@ -208,84 +175,6 @@ func TestPollRoundTripAllocs(t *testing.T) {
 				if n := mallocsPer(200, roundTrip); n >= 1 {
 					t.Errorf("%v: %v allocations per round trip, want 0", op, n)
 				}
-			}
-		})
-	}
-}
-
-// A waiter that waits for the socket itself (see progress.go) wakes for
-// what does not come through the socket: a completion another goroutine
-// writes to its CQ, the end of its context, its CQ destroyed, its device
-// closed.
-func TestAttendingWaiterInterrupted(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		do   func(e *end, cq *nic.CQ, cancel context.CancelFunc)
-		want func(n int, wc verbs.WC, err error) bool
-	}{
-		{"completion", func(e *end, _ *nic.CQ, _ context.CancelFunc) {
-			// The receive posted is flushed to the CQ on this goroutine.
-			if err := e.qp.Modify(&verbs.Attr{State: verbs.Err}, verbs.AttrState); err != nil {
-				t.Error(err)
-			}
-		}, func(n int, wc verbs.WC, err error) bool {
-			return n == 1 && err == nil && wc.ID == 42 && wc.Status == verbs.WRFlushErr
-		}},
-		{"context", func(_ *end, _ *nic.CQ, cancel context.CancelFunc) { cancel() },
-			func(_ int, _ verbs.WC, err error) bool { return errors.Is(err, context.Canceled) }},
-		{"CQ destroyed", func(_ *end, cq *nic.CQ, _ context.CancelFunc) {
-			if err := cq.Destroy(); err != nil {
-				t.Error(err)
-			}
-		}, func(_ int, _ verbs.WC, err error) bool { return errors.Is(err, nic.ErrClosed) }},
-		{"device closed", func(e *end, _ *nic.CQ, _ context.CancelFunc) { e.dev.Close() },
-			func(_ int, _ verbs.WC, err error) bool { return errors.Is(err, nic.ErrClosed) }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			a, _ := connected(t, nic.Config{}, nic.ConnectOptions{})
-			if !nic.WaitersAttend(a.dev) {
-				t.Skip("the portable socket layer's waits cannot be interrupted: waiters sleep on their CQ")
-			}
-			cq := a.cq
-			switch tc.name {
-			case "completion":
-				if err := a.qp.PostRecv(&verbs.RecvWR{ID: 42, SGL: []verbs.SGE{a.mr.SGE(0, 8)}}); err != nil {
-					t.Fatal(err)
-				}
-			case "CQ destroyed":
-				var err error
-				if cq, err = a.dev.CreateCQ(4); err != nil { // no QP uses it
-					t.Fatal(err)
-				}
-			}
-			nic.ParkReader(a.dev)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			type result struct {
-				n   int
-				wc  verbs.WC
-				err error
-			}
-			done := make(chan result, 1)
-			go func() {
-				var wcs [1]verbs.WC
-				n, err := cq.Wait(ctx, wcs[:])
-				done <- result{n, wcs[0], err}
-			}()
-			for deadline := time.Now().Add(10 * time.Second); !nic.Attending(cq); {
-				if time.Now().After(deadline) {
-					t.Fatal("the waiter does not wait for the socket")
-				}
-				runtime.Gosched()
-			}
-			tc.do(a, cq, cancel)
-			select {
-			case r := <-done:
-				if !tc.want(r.n, r.wc, r.err) {
-					t.Errorf("Wait: %d, %v, %v", r.n, r.wc.String(), r.err)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("the waiter still waits 10 s after")
 			}
 		})
 	}

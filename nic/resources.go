@@ -170,8 +170,9 @@ func (d *Device) CreateCQ(depth int) (*CQ, error) {
 // Poll moves up to len(wcs) completions into wcs (ibv_poll_cq) without
 // blocking. When an embedded device's CQ holds none, Poll first processes
 // the packets the device has received, on the calling goroutine (see
-// progress.go): an application that polls in a loop drives the device
-// itself, instead of waiting for the device's goroutine to be scheduled.
+// progress.go in package nic/internal/embedded): an application that
+// polls in a loop drives the device itself, instead of waiting for the
+// device's goroutine to be scheduled.
 func (c *CQ) Poll(wcs []verbs.WC) (int, error) { return c.poll(wcs, true) }
 
 // poll is Poll; drive says whether it may process packets when it finds no

@@ -32,8 +32,11 @@ type Config struct {
 	// device gives it (Now, Source, OnHold).
 	Access   guard.Config
 	BusyPoll time.Duration
-	WaitSpin time.Duration // 0 is nic.DefaultWaitSpin
+	WaitSpin time.Duration // 0 is DefaultWaitSpin
 }
+
+// DefaultWaitSpin is Config.WaitSpin's default (nic.DefaultWaitSpin).
+const DefaultWaitSpin = 50 * time.Microsecond
 
 // SendAction is what Config.SendHook wants done with a packet
 // (nic.SendAction).

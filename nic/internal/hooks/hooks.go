@@ -1,6 +1,7 @@
-// Package hooks is how the embedded device of package nic lends itself to
-// the daemon side of attach mode (package nic/attachd), which serves it to
-// attached processes: the interfaces each side implements for the other,
+// Package hooks is how the embedded device (package nic/internal/embedded,
+// behind package nic) lends itself to the daemon side of attach mode
+// (package nic/attachd), which serves it to attached processes: the
+// interfaces each side implements for the other,
 // and the functions package nic sets at init to reach into its public
 // types for the daemon; and the few helpers both sides share (MapShared,
 // UserName, Queue). Only nic and the packages under it can import it, so

@@ -3,9 +3,10 @@
 // libibverbs and a device's provider: the interfaces a provider's device,
 // PD, MR, MW, CQ, SRQ, QP, listener, request and connection implement, the
 // options of the verbs that make them, and the little state both sides of
-// a CQ or SRQ share. The embedded provider runs the NIC in the process
-// (package nic); the attached one asks a softnic daemon (package
-// nic/internal/attached).
+// a CQ or SRQ share, and what both providers connect QPs with
+// (ConnectOptions, Connect, rdma_cm's defaults). The embedded provider
+// runs the NIC in the process (package nic/internal/embedded); the
+// attached one asks a softnic daemon (package nic/internal/attached).
 //
 // A provider speaks in its own objects, never in nic's: package nic wraps
 // each in a public type. What has to come back up goes through Up, which

@@ -25,10 +25,8 @@ import (
 // IP, UDP and InfiniBand headers and the ICRC.
 const rxeHeaderAllowance = 80
 
-// RoCEMTU returns the largest RoCE path MTU (256 to 4096) whose packets
-// fit a network interface MTU of ifMTU bytes, as rxe chooses its active
-// MTU: 1024 on a 1500-byte Ethernet link, 4096 on a 9000-byte one. It
-// returns 0 if not even 256 fits.
+// RoCEMTU is the RoCE path MTU of a network interface MTU of ifMTU bytes,
+// which package nic's RoCEMTU documents.
 func RoCEMTU(ifMTU int) int {
 	for m := wire.MTU4096; m >= wire.MTU256; m-- {
 		if m.Bytes() <= ifMTU-rxeHeaderAllowance {
@@ -38,9 +36,8 @@ func RoCEMTU(ifMTU int) int {
 	return 0
 }
 
-// LocalMTU returns the RoCE path MTU (RoCEMTU) of the network interface
-// that holds the address local, or whose network contains it (127.0.0.2
-// is on lo, whose address is 127.0.0.1/8).
+// LocalMTU is the RoCE path MTU of the network interface of local, which
+// package nic's LocalMTU documents.
 func LocalMTU(local netip.Addr) (int, error) {
 	ifs, err := net.Interfaces()
 	if err != nil {

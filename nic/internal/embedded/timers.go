@@ -1,4 +1,4 @@
-package nic
+package embedded
 
 import (
 	"slices"

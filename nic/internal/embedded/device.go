@@ -1,4 +1,4 @@
-package nic
+package embedded
 
 import (
 	"cmp"
@@ -17,7 +17,6 @@ import (
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/netem"
 	"github.com/softnic/softnic/nic/cm"
-	"github.com/softnic/softnic/nic/internal/embedded"
 	"github.com/softnic/softnic/nic/internal/guard"
 	"github.com/softnic/softnic/nic/internal/provider"
 	"github.com/softnic/softnic/nic/internal/route"
@@ -35,7 +34,7 @@ import (
 // embeddedDevice is the embedded provider: the NIC run in this process.
 type embeddedDevice struct {
 	up    provider.Up
-	cfg   embedded.Config
+	cfg   Config
 	log   *slog.Logger
 	conn  *udp.Conn
 	local netip.AddrPort
@@ -43,7 +42,7 @@ type embeddedDevice struct {
 	epoch time.Time
 
 	qpc   verbs.Counters
-	devc  embedded.DevCounters
+	devc  DevCounters
 	guard guard.Guard // holds back sources that fail too many R_Key checks
 
 	qpMu    sync.Mutex // QP number allocation
@@ -71,8 +70,9 @@ type embeddedDevice struct {
 	wg        sync.WaitGroup
 }
 
-// newEmbeddedDevice creates an embedded device and starts its goroutines.
-func newEmbeddedDevice(cfg embedded.Config, up provider.Up) (*embeddedDevice, error) {
+// Open creates an embedded device and starts its goroutines; up is the
+// façade that wraps its QPs.
+func Open(cfg Config, up provider.Up) (provider.Device, error) {
 	if cfg.MTU == 0 {
 		cfg.MTU = 4096
 	}

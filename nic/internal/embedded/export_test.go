@@ -1,0 +1,47 @@
+package embedded
+
+import (
+	"net/netip"
+	"runtime"
+	"time"
+
+	"github.com/softnic/softnic/nic/internal/hooks"
+)
+
+// The tests of package embedded_test, which open devices through package
+// nic, reach a device's embedded provider through the daemon's hook
+// (hooks.Embedded).
+
+// HoldProgress takes the progress role of d, as the goroutine that
+// processes its packets holds it, until release is called: what arrives
+// meanwhile waits in the socket, as it does while that goroutine is
+// descheduled.
+func HoldProgress(d hooks.Device) (release func()) {
+	role := &d.(*embeddedDevice).prog.role
+	role.Lock()
+	return role.Unlock
+}
+
+// Attending reports whether a CQ waiter of d waits for its socket itself
+// (the reader does not: see ParkReader).
+func Attending(d hooks.Device) bool { return d.(*embeddedDevice).prog.attended.Load() > 0 }
+
+// ParkReader takes d's reader off the socket for an hour, as CQ waiters
+// that keep coming back to the socket do, and returns once it is off.
+func ParkReader(d hooks.Device) {
+	e := d.(*embeddedDevice)
+	e.prog.lastAttend.Store(int64(e.now().Add(time.Hour)))
+	e.conn.Interrupt()
+	for e.prog.attended.Load() > 0 {
+		runtime.Gosched()
+	}
+}
+
+// WaitersAttend reports whether CQ waiters of d may wait for its socket
+// themselves (not with the portable socket layer).
+func WaitersAttend(d hooks.Device) bool { return d.(*embeddedDevice).conn.WaitsInterruptibly() }
+
+// SourceFor is the address d sends from toward dst.
+func SourceFor(d hooks.Device, dst netip.AddrPort) netip.AddrPort {
+	return d.(*embeddedDevice).sourceFor(dst)
+}
