@@ -1,4 +1,4 @@
-package nic_test
+package embedded_test
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/internal/embedded"
+	"github.com/softnic/softnic/nic/nictest"
 	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
@@ -32,22 +34,20 @@ func TestAnswersLeaveDuringABatch(t *testing.T) {
 			events = append(events, "ack")
 		}
 	}
-	a := openEnd(t, nic.Config{})
-	b := openEnd(t, nic.Config{Trace: trace})
-	opts := nic.ConnectOptions{MTU: 4096, Timeout: 20} // 4 s: nothing resent for being slow
-	if err := a.qp.Connect(b.dev.Addr(), b.qp.Num(), opts); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.qp.Connect(a.dev.Addr(), a.qp.Num(), opts); err != nil {
-		t.Fatal(err)
-	}
 	const size = 64 << 10
+	// a receives no WRITE and sends no ACK: the trace hears b's alone.
+	p := nictest.NewPair(t, &nictest.Options{
+		Config:     nic.Config{Trace: trace},
+		Connect:    nic.ConnectOptions{MTU: 4096, Timeout: 20}, // 4 s: nothing resent for being slow
+		RegionSize: 16 * size,
+	})
+	a, b := p.A, p.B
 	write := func(n int) {
 		t.Helper()
 		for i := range n {
 			wr := verbs.SendWR{ID: uint64(i), Opcode: verbs.WRWrite, Flags: verbs.Signaled,
-				SGL: []verbs.SGE{a.mr.SGE(i*size, size)}, RemoteAddr: b.mr.Addr() + uint64(i*size), RKey: b.mr.RKey()}
-			if err := a.qp.PostSend(&wr); err != nil {
+				SGL: []verbs.SGE{a.MR.SGE(i*size, size)}, RemoteAddr: b.MR.Addr() + uint64(i*size), RKey: b.MR.RKey()}
+			if err := a.QP.PostSend(&wr); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -58,7 +58,7 @@ func TestAnswersLeaveDuringABatch(t *testing.T) {
 		defer cancel()
 		wcs := make([]verbs.WC, n)
 		for got := 0; got < n; {
-			k, err := a.cq.Wait(ctx, wcs[got:])
+			k, err := a.CQ.Wait(ctx, wcs[got:])
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -75,11 +75,11 @@ func TestAnswersLeaveDuringABatch(t *testing.T) {
 		write(16)
 		wait(16)
 	}
-	sent := func() uint64 { n, _ := a.dev.Counter("sent_pkts"); return n }
+	sent := func() uint64 { n, _ := a.Dev.Counter("sent_pkts"); return n }
 	mu.Lock()
 	tracing = true
 	mu.Unlock()
-	release := nic.HoldProgress(b.dev)
+	release := embedded.HoldProgress(device(b.Dev))
 	before := sent()
 	const writes = 8 // 128 packets, an ACK asked for every 16
 	write(writes)
