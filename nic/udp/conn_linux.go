@@ -94,10 +94,11 @@ type reader struct {
 type writer struct {
 	mu    sync.Mutex
 	hdrs  [MaxBatch]unix.Mmsghdr
-	iovs  [MaxBatch]unix.Iovec
+	iovs  [MaxWriteMessages]unix.Iovec
 	names [MaxBatch]unix.RawSockaddrInet6
 	oob   []byte        // MaxBatch slots of writeOOBSpace bytes
 	runs  [MaxBatch]int // messages per entry, from splitRuns
+	used  int           // iovecs pointed at the caller's buffers, cleared after the call
 
 	// sendmmsgFn is the system call; tests replace it to fake refusals
 	// the loopback device never produces.
@@ -527,7 +528,7 @@ func (c *Conn) writeBatch(msgs []Message) (int, error) {
 	w := c.sys.wr
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	defer clear(w.iovs[:])
+	defer w.release()
 	sent := 0
 	// plain is set after the kernel refused a GSO send with EMSGSIZE: the
 	// chunk goes again one datagram at a time, which tells whether the
@@ -536,7 +537,7 @@ func (c *Conn) writeBatch(msgs []Message) (int, error) {
 	// too, and the caller hears of it; GSO stays on).
 	plain := false
 	for sent < len(msgs) {
-		chunk := msgs[sent:min(len(msgs), sent+MaxBatch)]
+		chunk := msgs[sent:min(len(msgs), sent+MaxWriteMessages)]
 		lim := gsoLimits{maxSegments: 1, maxBytes: maxPayloadIPv4}
 		if c.sys.v6 {
 			lim.maxBytes = maxPayloadIPv6
@@ -568,6 +569,12 @@ func (c *Conn) writeBatch(msgs []Message) (int, error) {
 	return sent, nil
 }
 
+// release forgets the caller's buffers the iovecs point at.
+func (w *writer) release() {
+	clear(w.iovs[:w.used])
+	w.used = 0
+}
+
 // gsoRefused turns GSO off for good: the kernel refused a segmentation
 // that the same datagrams sent one by one passed.
 func (c *Conn) gsoRefused() {
@@ -596,6 +603,7 @@ func (w *writer) pack(chunk []Message, nr int, v6 bool) (int, syscall.Errno) {
 			w.iovs[i+j].Base = unsafe.SliceData(buf)
 			w.iovs[i+j].SetLen(len(buf))
 		}
+		w.used = max(w.used, i+n)
 		if n > 1 {
 			oob := w.oob[r*writeOOBSpace:][:writeOOBSpace]
 			putSegmentControl(oob, uint16(len(first.Buf)))

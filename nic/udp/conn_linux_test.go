@@ -96,6 +96,38 @@ func roundTripSizes() []int {
 	return sizes
 }
 
+// TestWriteBatchOneCall: a burst of MaxWriteMessages datagrams cut as
+// softnic cuts 64 KiB WRITEs at MTU 4096 (a first packet with a RETH, then
+// 15 shorter ones: two runs an operation) leaves in one sendmmsg call, and
+// arrives whole and in order.
+func TestWriteBatchOneCall(t *testing.T) {
+	tx := listen(t, "127.0.0.1:0", Options{DisableGRO: true})
+	rx := listen(t, "127.0.0.1:0", Options{DisableGSO: true})
+	requireOffloads(t, tx, true, false)
+	calls := 0
+	tx.sys.wr.sendmmsgFn = func(fd int, hdrs []unix.Mmsghdr) (int, syscall.Errno) {
+		calls++
+		return sendmmsg(fd, hdrs)
+	}
+	var sizes []int
+	for len(sizes) < MaxWriteMessages {
+		sizes = append(sizes, 12+16+4096+4)
+		sizes = append(sizes, repeat(15, 12+4096+4)...)
+	}
+	msgs := outgoing(sizes, rx.LocalAddr(), 1)
+	if n, err := tx.WriteBatch(msgs); err != nil || n != len(msgs) {
+		t.Fatalf("WriteBatch = %d, %v, want %d, nil", n, err, len(msgs))
+	}
+	if calls != 1 {
+		t.Errorf("%d sendmmsg calls for %d datagrams, want 1", calls, len(msgs))
+	}
+	for i, r := range readDatagrams(t, rx, len(msgs), 1<<16) {
+		if !bytes.Equal(r.data, msgs[i].Buf) {
+			t.Fatalf("datagram %d: got %d bytes, want %d", i, len(r.data), len(msgs[i].Buf))
+		}
+	}
+}
+
 func TestRoundTrip(t *testing.T) {
 	tests := []struct {
 		name     string

@@ -40,6 +40,13 @@ import (
 // many. Slices of this length make the best use of each system call.
 const MaxBatch = 64
 
+// MaxWriteMessages is the most messages one sendmmsg call of WriteBatch
+// carries: with GSO its MaxBatch entries may each carry a run of several
+// datagrams, so that a batch of this many, a burst of 64 KiB WRITEs or READ
+// responses at MTU 4096 (16 operations), goes in one system call. Without
+// GSO (or to several destinations) a call carries MaxBatch of them.
+const MaxWriteMessages = 4 * MaxBatch
+
 // MaxGSOSegments is the most datagrams one UDP_SEGMENT send carries: the
 // kernel's UDP_MAX_SEGMENTS was 64 when UDP GSO appeared in Linux 4.18 (newer
 // kernels take more: 6.18 takes 128 and refuses 129 with EINVAL), so 64 is

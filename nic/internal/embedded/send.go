@@ -17,7 +17,10 @@ import (
 )
 
 // batch is a set of packet buffers filled by QPs and sent with one
-// WriteBatch. Each goroutine that sends uses its own.
+// WriteBatch: udp.MaxWriteMessages of them, so that a burst of 64 KiB
+// operations goes in one system call (with 64, the burst that an ACK of 64
+// PSNs lets go, four 64 KiB WRITEs, left in two: 63 packets, then the
+// last one alone). Each goroutine that sends uses its own.
 type batch struct {
 	bufs [][]byte
 	msgs []udp.Message
@@ -25,8 +28,8 @@ type batch struct {
 }
 
 func newBatch() *batch {
-	b := &batch{bufs: make([][]byte, udp.MaxBatch), msgs: make([]udp.Message, udp.MaxBatch)}
-	mem := make([]byte, udp.MaxBatch*qp.MaxPacketSize)
+	b := &batch{bufs: make([][]byte, udp.MaxWriteMessages), msgs: make([]udp.Message, udp.MaxWriteMessages)}
+	mem := make([]byte, udp.MaxWriteMessages*qp.MaxPacketSize)
 	for i := range b.bufs {
 		b.bufs[i] = mem[i*qp.MaxPacketSize : (i+1)*qp.MaxPacketSize : (i+1)*qp.MaxPacketSize]
 	}
