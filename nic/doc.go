@@ -9,7 +9,8 @@
 // polls a CQ in a loop does the reading and processing itself, on its own
 // goroutine, whenever its poll finds nothing, and the reader goroutine
 // stays out of its way meanwhile (see package nic/internal/embedded's
-// progress.go). Posting a work
+// progress.go); CQ.Wait does the same for a while (Config.WaitSpin)
+// before it sleeps. Posting a work
 // request sends its first packets at once from the caller's goroutine.
 // Each QP has a lock that whoever drives it holds from building its
 // packets until the socket has taken them, so a QP's packets leave in PSN

@@ -51,7 +51,10 @@ import (
 // is lost when polling stops, only read by the other party.
 //
 //
-// An application that sleeps in CQ.Wait would otherwise be woken by the
+// A CQ waiter first polls as a poller does, for a bounded spin
+// (Config.WaitSpin, package nic/internal/spin), which finds a completion
+// that comes within it with no thread woken. Past the spin, an
+// application that sleeps in CQ.Wait would otherwise be woken by the
 // reader: the reader reads the socket, processes, writes the CQ, and the
 // runtime makes the waiter runnable, waking a second thread to run it
 // (and to look for work, taking a CPU from the peer on two cores), while

@@ -210,13 +210,29 @@ func (c *embeddedCQ) Len() int { return c.cq.Len() }
 // interrupted.
 func (c *embeddedCQ) Park(ctx context.Context, done <-chan struct{}) (bool, error) {
 	d := c.dev
-	if d.cfg.BusyPoll == 0 && c.spin() {
-		return true, nil
+	spun := false
+	if d.cfg.BusyPoll == 0 {
+		var found bool
+		if found, spun = c.spin(); found {
+			return true, nil
+		}
 	}
 	if d.cfg.BusyPoll > 0 || !d.conn.WaitsInterruptibly() {
 		d.stopPolling()
 		return false, nil
 	}
+	start := time.Now()
+	slept, err := c.attend(ctx, done)
+	if c.cq.Len() > 0 {
+		c.spinning.Slept(time.Since(start), spun)
+	}
+	return slept, err
+}
+
+// attend has the waiter wait for the device's socket and process what
+// arrives, or sleep on the CQ while another goroutine does (see Park).
+func (c *embeddedCQ) attend(ctx context.Context, done <-chan struct{}) (bool, error) {
+	d := c.dev
 	p := &d.prog
 	p.lastAttend.Store(int64(d.now())) // the reader leaves the socket after its batch
 	d.stopPolling()
@@ -239,24 +255,25 @@ func (c *embeddedCQ) Park(ctx context.Context, done <-chan struct{}) (bool, erro
 
 // spin busy-polls for the budget the CQ's spinning policy gives: it
 // drives the device as an empty Poll does until the CQ holds a completion
-// or was destroyed, which it reports, or the budget has passed.
-func (c *embeddedCQ) spin() bool {
+// or was destroyed (found), or the budget has passed. spun says whether
+// it was given a budget.
+func (c *embeddedCQ) spin() (found, spun bool) {
 	budget := c.spinning.Budget()
 	if budget == 0 {
-		return false
+		return false, false
 	}
 	end := time.Now().Add(budget)
 	for {
 		if c.cq.Len() > 0 || c.st.Users.Gone() {
 			c.spinning.Spun(true)
-			return true
+			return true, true
 		}
 		if c.dev.drive() {
 			continue
 		}
 		if time.Now().After(end) {
 			c.spinning.Spun(false)
-			return false
+			return false, true
 		}
 		runtime.Gosched() // the device's goroutines (timers) run meanwhile if they must
 	}

@@ -11,6 +11,14 @@
 // budget of CPU and of latency thrown away: after two spins in a row found
 // nothing, waits sleep at once, and spin again only after 1, 2, 4 … up to
 // MaxSkip waits that slept, until a spin finds its completion.
+//
+// Which of the two made the spins fail shows in the sleep that followed.
+// A peer that was slow (descheduled) answered long after the spin: once it
+// is back, a wait that slept at once and got its completion within the
+// budget has the next wait spin again, without waiting out the skip. A
+// spinner that kept the peer from running (the two on one CPU) got its
+// completion soon after it stopped spinning: then short sleeps prove
+// nothing, and only the skip brings the next spin.
 package spin
 
 import (
@@ -31,6 +39,7 @@ type Policy struct {
 	fails  atomic.Int32 // spins in a row that found nothing
 	skip   atomic.Int32 // waits left that sleep without spinning
 	next   atomic.Int32 // the skip after the next failed spin
+	slow   atomic.Bool  // the last failed spin's completion came past the budget
 }
 
 // NewPolicy returns a policy that spins for budget at most; budget ≤ 0
@@ -68,4 +77,15 @@ func (p *Policy) Spun(found bool) {
 	n := p.next.Load()
 	p.skip.Store(n)
 	p.next.Store(min(2*n, MaxSkip))
+}
+
+// Slept records the sleep of a waiter that found its completion after it:
+// d is how long it slept, spun whether it spun (and failed) first.
+func (p *Policy) Slept(d time.Duration, spun bool) {
+	switch {
+	case spun:
+		p.slow.Store(d > p.budget)
+	case d <= p.budget && p.slow.Load():
+		p.skip.Store(0)
+	}
 }

@@ -6,39 +6,46 @@ import (
 	"time"
 )
 
-// The budgets a policy gives over a sequence of waits: each letter of
-// waits is one wait, S a spin that finds its completion, F one that finds
-// nothing; a wait given no budget does not spin, and its letter says
-// nothing. want has one letter per wait: s when it was given the budget,
-// - when it was told to sleep at once.
+// The budgets a policy gives over a sequence of waits. Each word of waits
+// is one wait: S a spin that finds its completion; F a spin that finds
+// nothing, then a sleep; - a wait told to sleep at once. A sleep's letter
+// says how long it took to its completion: l longer than the budget, s
+// shorter. A wait that gets a budget where the word says -, or none where
+// it says S or F, fails the case.
 func TestPolicyBacksOffAfterFailedSpins(t *testing.T) {
 	const budget = 50 * time.Microsecond
 	for _, tc := range []struct {
-		name, waits, want string
+		name, waits string
 	}{
-		{"spins that succeed keep spinning", "SSSSS", "sssss"},
-		{"one failure in a row keeps spinning", "SFSFSFS", "sssssss"},
-		{"two failures skip one wait", "FFxS", "ss-s"},
-		{"failed probes double the skip", "FFxFxxFxxxxS", "ss-s--s----s"},
-		{"a success resets the skip", "FFxFxxSFFxS", "ss-s--sss-s"},
+		{"spins that succeed keep spinning", "S S S S S"},
+		{"one failure in a row keeps spinning", "S Fl S Fs S Fl S"},
+		{"two failures skip one wait", "Fl Fl -l S"},
+		{"failed probes double the skip", "Fl Fl -l Fl -l -l Fl -l -l -l -l S"},
+		{"a success resets the skip", "Fl Fl -l Fl -l -l S Fl Fl -l S"},
+		// The peer was slow: once a sleep is short again, spin again.
+		{"a short sleep after slow failures ends the skip", "Fl Fl -l Fl -s S"},
+		// The spinner kept the peer from its CPU: short sleeps prove nothing.
+		{"a short sleep after quick failures does not", "Fs Fs -s Fs -s -s Fs -s -s -s -s S"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := NewPolicy(budget)
-			var got strings.Builder
-			for _, w := range tc.waits {
+			for i, w := range strings.Fields(tc.waits) {
 				b := p.Budget()
 				switch {
-				case b == 0:
-					got.WriteByte('-')
-					continue
-				case b != budget:
-					t.Fatalf("budget %v, want %v or 0", b, budget)
+				case w[0] == '-' && b != 0:
+					t.Fatalf("wait %d (%s): budget %v, want 0", i, w, b)
+				case w[0] != '-' && b != budget:
+					t.Fatalf("wait %d (%s): budget %v, want %v", i, w, b, budget)
+				case w[0] != '-':
+					p.Spun(w[0] == 'S')
 				}
-				got.WriteByte('s')
-				p.Spun(w == 'S')
-			}
-			if got.String() != tc.want {
-				t.Errorf("waits %s: budgets %s, want %s", tc.waits, got.String(), tc.want)
+				if len(w) > 1 {
+					d := budget / 2
+					if w[1] == 'l' {
+						d = 2 * budget
+					}
+					p.Slept(d, w[0] == 'F')
+				}
 			}
 		})
 	}
