@@ -10,31 +10,31 @@ import (
 type DevCounter = embedded.DevCounter
 
 const (
-	BadICRC           = embedded.BadICRC           // packets whose ICRC did not verify
-	ICRCIPIDRecovered = embedded.ICRCIPIDRecovered // IPv4 packets accepted with a recovered IP identification (Config.RecoverIPID)
-	ICRCIPIDVerified  = embedded.ICRCIPIDVerified  // IPv4 packets whose ICRC verified with the identification a raw socket saw them carry (udp.Options.IPIDs)
-	Malformed         = embedded.Malformed         // packets that did not decode (wire.Packet.Decode)
-	UnknownQP         = embedded.UnknownQP         // packets for a QP number the device does not have
-	AccessHolds       = embedded.AccessHolds       // times a source was held back for failing too many R_Key checks (held_access counts its dropped requests)
-	FaultDropped      = embedded.FaultDropped      // packets the fault injector dropped
-	FaultDuplicated   = embedded.FaultDuplicated   // packets the fault injector sent twice
-	FaultCorrupted    = embedded.FaultCorrupted    // packets the fault injector corrupted
-	FaultDelayed      = embedded.FaultDelayed      // packets the fault injector held back
+	BadICRC           DevCounter = embedded.BadICRC           // packets whose ICRC did not verify
+	ICRCIPIDRecovered DevCounter = embedded.ICRCIPIDRecovered // IPv4 packets accepted with a recovered IP identification (Config.RecoverIPID)
+	ICRCIPIDVerified  DevCounter = embedded.ICRCIPIDVerified  // IPv4 packets whose ICRC verified with the identification a raw socket saw them carry (udp.Options.IPIDs)
+	Malformed         DevCounter = embedded.Malformed         // packets that did not decode (wire.Packet.Decode)
+	UnknownQP         DevCounter = embedded.UnknownQP         // packets for a QP number the device does not have
+	AccessHolds       DevCounter = embedded.AccessHolds       // times a source was held back for failing too many R_Key checks (held_access counts its dropped requests)
+	FaultDropped      DevCounter = embedded.FaultDropped      // packets the fault injector dropped
+	FaultDuplicated   DevCounter = embedded.FaultDuplicated   // packets the fault injector sent twice
+	FaultCorrupted    DevCounter = embedded.FaultCorrupted    // packets the fault injector corrupted
+	FaultDelayed      DevCounter = embedded.FaultDelayed      // packets the fault injector held back
 	// The connection manager's counts, named after Linux's ib_cm counter
 	// groups (cm_tx_msgs, cm_tx_retries, cm_rx_msgs, cm_rx_duplicates) and
 	// summed over the message types.
-	CMTxMsgs       = embedded.CMTxMsgs       // CM MADs sent, retransmissions included
-	CMTxRetries    = embedded.CMTxRetries    // CM MADs sent again after a timeout
-	CMRxMsgs       = embedded.CMRxMsgs       // CM MADs received
-	CMRxDuplicates = embedded.CMRxDuplicates // CM MADs received again (a retransmission or a stale message), answered from state
-	CMRxDropped    = embedded.CMRxDropped    // CM MADs that fit no connection or do not decode, or REQs beyond a listener's backlog
-	CMEstablished  = embedded.CMEstablished  // connections that reached the established state
-	CMDisconnected = embedded.CMDisconnected // established connections that ended (DREQ, REJ or DREQ timeout)
+	CMTxMsgs       DevCounter = embedded.CMTxMsgs       // CM MADs sent, retransmissions included
+	CMTxRetries    DevCounter = embedded.CMTxRetries    // CM MADs sent again after a timeout
+	CMRxMsgs       DevCounter = embedded.CMRxMsgs       // CM MADs received
+	CMRxDuplicates DevCounter = embedded.CMRxDuplicates // CM MADs received again (a retransmission or a stale message), answered from state
+	CMRxDropped    DevCounter = embedded.CMRxDropped    // CM MADs that fit no connection or do not decode, or REQs beyond a listener's backlog
+	CMEstablished  DevCounter = embedded.CMEstablished  // connections that reached the established state
+	CMDisconnected DevCounter = embedded.CMDisconnected // established connections that ended (DREQ, REJ or DREQ timeout)
 	// The limits on connection requests (CMLimits).
-	CMRejectedBusy      = embedded.CMRejectedBusy      // REQs refused beyond the half-open limits (REJ "no resources", or dropped past the REJ rate)
-	CMHandshakeTimeouts = embedded.CMHandshakeTimeouts // requests dropped whose handshake did not complete in time (no RTU: the requester gave up, or never sent the REQ)
-	CMRejectsDropped    = embedded.CMRejectsDropped    // REQs dropped unanswered: their source had spent its REJs (cm.Limits.RejectRate)
-	PathMTUExceeded     = embedded.PathMTUExceeded     // packets the kernel refused as larger than the route carries (EMSGSIZE): the path MTU toward that peer is lowered
+	CMRejectedBusy      DevCounter = embedded.CMRejectedBusy      // REQs refused beyond the half-open limits (REJ "no resources", or dropped past the REJ rate)
+	CMHandshakeTimeouts DevCounter = embedded.CMHandshakeTimeouts // requests dropped whose handshake did not complete in time (no RTU: the requester gave up, or never sent the REQ)
+	CMRejectsDropped    DevCounter = embedded.CMRejectsDropped    // REQs dropped unanswered: their source had spent its REJs (cm.Limits.RejectRate)
+	PathMTUExceeded     DevCounter = embedded.PathMTUExceeded     // packets the kernel refused as larger than the route carries (EMSGSIZE): the path MTU toward that peer is lowered
 )
 
 // CounterValue is one named counter and its value, as Counters lists them;

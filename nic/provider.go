@@ -12,7 +12,7 @@ import (
 // Conn) hold what both kinds of device share and send every verb to a
 // provider of package nic/internal/provider, as libibverbs sends each to
 // the verbs_context_ops of the device's provider: the embedded provider
-// runs the NIC in this process (embeddedDevice and its objects), the
+// runs the NIC in this process (package nic/internal/embedded), the
 // attached one asks a softnic daemon (package nic/internal/attached).
 // A provider returns objects of its own, which the public types wrap; it
 // reaches the public types only through upcalls. What one provider lacks

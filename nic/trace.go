@@ -11,8 +11,8 @@ import (
 type Direction = embedded.Direction
 
 const (
-	Sent     = embedded.Sent
-	Received = embedded.Received
+	Sent     Direction = embedded.Sent
+	Received Direction = embedded.Received
 )
 
 // TracePacket is one packet seen by a device, for Config.Trace: when,
@@ -44,9 +44,9 @@ func PcapTrace(w *wire.PcapWriter, received bool, onErr func(error)) func(*Trace
 type SendAction = embedded.SendAction
 
 const (
-	SendPass      = embedded.SendPass      // send it (through the fault injector, if any)
-	SendDrop      = embedded.SendDrop      // lose it
-	SendDuplicate = embedded.SendDuplicate // send it twice
+	SendPass      SendAction = embedded.SendPass      // send it (through the fault injector, if any)
+	SendDrop      SendAction = embedded.SendDrop      // lose it
+	SendDuplicate SendAction = embedded.SendDuplicate // send it twice
 )
 
 // FaultInjector decides the fate of each packet a device sends: a
