@@ -83,10 +83,15 @@ func (s *perfSession) turns() turns {
 
 // watcher waits as perftest's ib_write_lat does: it spins on the last
 // byte of its target, loading the aligned word that holds it atomically
-// (the daemon writes it from its process; an atomic load is what Go's
+// (the daemon writes it from its own process; an atomic load is what Go's
 // memory model needs to see such a write), and spins on the CQ for its
-// WRITE's completion. Every spinPeek spins it looks whether ctx ended or
-// the device closed, so that neither wait outlives them.
+// WRITE's completion, an attached CQ's Poll giving up the CPU when it
+// finds nothing. Every spinPeek spins it looks whether ctx ended or the
+// device closed, so that neither wait outlives them, and lets the
+// process's other goroutines run (runtime.Gosched), which may be the
+// daemon's when it runs in the same process, as in tests. Not at every
+// spin: a Gosched puts the goroutine on the global run queue and wakes
+// an idle processor's thread to look for work, a thread woken per spin.
 type watcher struct {
 	ctx  context.Context
 	done <-chan struct{}
@@ -104,8 +109,8 @@ func (w *watcher) awaitWrite(k int) error {
 		if b[w.at] == byte(k) {
 			return nil
 		}
-		runtime.Gosched()
 		if i%spinPeek == 0 {
+			runtime.Gosched()
 			if err := w.ended(); err != nil {
 				return fmt.Errorf("waiting for the peer's WRITE %d: %w", k, err)
 			}
@@ -118,8 +123,8 @@ func (w *watcher) awaitCompletion(wcs []verbs.WC) error {
 		if n, err := w.cq.Poll(wcs[:1]); n > 0 || err != nil {
 			return err
 		}
-		runtime.Gosched()
 		if i%spinPeek == 0 {
+			runtime.Gosched()
 			if err := w.ended(); err != nil {
 				return err
 			}
