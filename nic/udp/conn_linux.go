@@ -176,12 +176,12 @@ func (s *sysConn) waitFor(events int16) error {
 	defer s.life.RUnlock()
 	fds := [1]unix.PollFd{{Fd: int32(s.fd), Events: events}}
 	for !s.closed.Load() {
-		_, _, errno := unix.Syscall(unix.SYS_POLL, uintptr(unsafe.Pointer(&fds[0])), 1, ^uintptr(0)) // no timeout
+		_, err := unix.Poll(fds[:], -1) // no timeout; ppoll where there is no poll (arm64)
 		switch {
-		case errno == 0 && !s.closed.Load():
+		case err == nil && !s.closed.Load():
 			return nil
-		case errno != 0 && errno != syscall.EINTR:
-			return os.NewSyscallError("poll", errno)
+		case err != nil && err != syscall.EINTR:
+			return os.NewSyscallError("poll", err)
 		}
 	}
 	return net.ErrClosed
