@@ -25,15 +25,15 @@ import (
 // the device's QP1 (see cm_gsi.go), which Listen, Dial and the objects
 // they return drive.
 
-// embeddedListener is a listener of the embedded device's engine.
-type embeddedListener struct {
-	dev *embeddedDevice
+// Listener is a listener of the embedded device's engine.
+type Listener struct {
+	dev *Device
 	l   *cmListener
-	pd  *embeddedPD       // of the QPs of the connections accepted
+	pd  *PD               // of the QPs of the connections accepted
 	qp  provider.QPConfig // of those QPs
 }
 
-func (d *embeddedDevice) Listen(port uint16, opts *provider.ListenOptions) (provider.Listener, uint16, error) {
+func (d *Device) Listen(port uint16, opts *provider.ListenOptions) (provider.Listener, uint16, error) {
 	l := &cmListener{port: port, ready: make(chan struct{}, 1), closed: make(chan struct{})}
 	var err error
 	d.cm.run(func(e *cm.Engine, _ qp.Time, _ *cm.Output) {
@@ -45,16 +45,16 @@ func (d *embeddedDevice) Listen(port uint16, opts *provider.ListenOptions) (prov
 		return nil, 0, fmt.Errorf("softnic: listen: %w", err)
 	}
 	d.log.Debug("cm: listening", slog.Any("port", port))
-	return &embeddedListener{dev: d, l: l, pd: opts.PD.(*embeddedPD), qp: opts.QP}, port, nil
+	return &Listener{dev: d, l: l, pd: opts.PD.(*PD), qp: opts.QP}, port, nil
 }
 
-func (el *embeddedListener) AcceptRequest(ctx context.Context) (provider.Request, error) {
+func (el *Listener) AcceptRequest(ctx context.Context) (provider.Request, error) {
 	for {
 		if provider.IsClosed(el.l.closed) {
 			return nil, provider.ListenerClosed(el.l.port)
 		}
 		if id := el.dev.cm.nextRequest(el.l); id != nil {
-			return &embeddedRequest{dev: el.dev, id: id, l: el}, nil
+			return &Request{dev: el.dev, id: id, l: el}, nil
 		}
 		select {
 		case <-el.l.ready:
@@ -68,28 +68,28 @@ func (el *embeddedListener) AcceptRequest(ctx context.Context) (provider.Request
 	}
 }
 
-func (el *embeddedListener) Close() error {
+func (el *Listener) Close() error {
 	el.dev.cm.run(func(e *cm.Engine, now qp.Time, out *cm.Output) { e.Unlisten(now, el.l.engine, out) })
 	return nil
 }
 
-// embeddedRequest is a request the engine received for the listener l.
-type embeddedRequest struct {
-	dev *embeddedDevice
+// Request is a request the engine received for the listener l.
+type Request struct {
+	dev *Device
 	id  *cmID
-	l   *embeddedListener
+	l   *Listener
 }
 
-func (er *embeddedRequest) Remote() netip.AddrPort { return er.id.peer }
-func (er *embeddedRequest) PrivateData() []byte {
+func (er *Request) Remote() netip.AddrPort { return er.id.peer }
+func (er *Request) PrivateData() []byte {
 	return er.id.req.PrivateData[mad.CMAHeaderSize:]
 }
 
-func (er *embeddedRequest) Accept(opts *provider.AcceptOptions) (provider.Connection, error) {
+func (er *Request) Accept(opts *provider.AcceptOptions) (provider.Connection, error) {
 	return er.AcceptWith(opts, er.l.qp)
 }
 
-func (er *embeddedRequest) Reject(private []byte) error {
+func (er *Request) Reject(private []byte) error {
 	var err error
 	er.dev.cm.run(func(e *cm.Engine, now qp.Time, out *cm.Output) {
 		err = e.Reject(now, er.id.comm, mad.RejectConsumer, private, out)
@@ -103,7 +103,7 @@ func (er *embeddedRequest) Reject(private []byte) error {
 // AcceptWith accepts the request with a QP made with cfg: Accept with the
 // listener's, a daemon with its own for an attached process
 // (hooks.AcceptWith).
-func (er *embeddedRequest) AcceptWith(opts *provider.AcceptOptions, cfg provider.QPConfig) (provider.Connection, error) {
+func (er *Request) AcceptWith(opts *provider.AcceptOptions, cfg provider.QPConfig) (provider.Connection, error) {
 	d := er.dev
 	c := d.cm
 	id := er.id
@@ -120,7 +120,7 @@ func (er *embeddedRequest) AcceptWith(opts *provider.AcceptOptions, cfg provider
 	depth := min(cmp.Or(opts.InitiatorDepth, provider.CMDefaultRdAtomic), req.ResponderResources)
 	rnr := cmp.Or(opts.RNRRetryCount, provider.CMDefaultRetry)
 
-	var eq *embeddedQP
+	var eq *QP
 	var err error
 	if opts.UseQP != nil {
 		eq, err = d.connQP(opts.UseQP)
@@ -191,7 +191,7 @@ func (er *embeddedRequest) AcceptWith(opts *provider.AcceptOptions, cfg provider
 
 // connQP checks that q, a QP the caller brings to a connection, can make
 // one: an RC QP of this device in RESET or INIT.
-func (d *embeddedDevice) connQP(q provider.QP) (*embeddedQP, error) {
+func (d *Device) connQP(q provider.QP) (*QP, error) {
 	eq, ok := d.ownQP(q)
 	if !ok {
 		return nil, fmt.Errorf("a connection's QP must be an RC QP of its device: %w", mr.ErrInvalid)
@@ -201,25 +201,25 @@ func (d *embeddedDevice) connQP(q provider.QP) (*embeddedQP, error) {
 
 // Abandon rejects the request after a local failure (a daemon's too,
 // hooks.Abandon).
-func (er *embeddedRequest) Abandon(reason mad.RejectReason) {
+func (er *Request) Abandon(reason mad.RejectReason) {
 	er.dev.cm.run(func(e *cm.Engine, now qp.Time, out *cm.Output) { e.Reject(now, er.id.comm, reason, nil, out) })
 }
 
 // dialMTU asks for the path MTU toward remote, which may carry less than
 // the device's MTU (or than asked): its MTU, as rxe's interface MTU bounds
 // its own.
-func (d *embeddedDevice) DialMTU(asked int, remote netip.AddrPort) int {
+func (d *Device) DialMTU(asked int, remote netip.AddrPort) int {
 	return min(cmp.Or(asked, d.cfg.MTU), d.PathMTU(remote))
 }
 
 // Dial connects with a QP of opts.PD, or opts.UseQP, both of this device
 // (nic's Dial checked them).
-func (d *embeddedDevice) Dial(ctx context.Context, remote netip.AddrPort, port uint16, opts *provider.DialOptions) (provider.Connection, error) {
-	var q *embeddedQP
+func (d *Device) Dial(ctx context.Context, remote netip.AddrPort, port uint16, opts *provider.DialOptions) (provider.Connection, error) {
+	var q *QP
 	var err error
 	if opts.UseQP != nil {
-		q = opts.UseQP.(*embeddedQP)
-	} else if q, err = opts.PD.(*embeddedPD).createConnQP(opts.QP); err != nil {
+		q = opts.UseQP.(*QP)
+	} else if q, err = opts.PD.(*PD).createConnQP(opts.QP); err != nil {
 		return provider.Connection{}, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err)
 	}
 	c, err := d.dialOnce(ctx, q, remote, port, opts)
@@ -256,7 +256,7 @@ func (d *embeddedDevice) Dial(ctx context.Context, remote netip.AddrPort, port u
 }
 
 // dial makes one connection attempt with the QP q, still in RESET.
-func (d *embeddedDevice) dialOnce(ctx context.Context, q *embeddedQP, remote netip.AddrPort, port uint16, o *provider.DialOptions) (provider.Connection, error) {
+func (d *Device) dialOnce(ctx context.Context, q *QP, remote netip.AddrPort, port uint16, o *provider.DialOptions) (provider.Connection, error) {
 	c := d.cm
 	mtu, _ := wire.MTUFromBytes(o.MTU)
 	psn := c.randomPSN()
@@ -319,7 +319,7 @@ func (d *embeddedDevice) dialOnce(ctx context.Context, q *embeddedQP, remote net
 }
 
 // createConnQP creates the RC QP of a connection.
-func (p *embeddedPD) createConnQP(cfg provider.QPConfig) (*embeddedQP, error) {
+func (p *PD) createConnQP(cfg provider.QPConfig) (*QP, error) {
 	if cfg.Type != 0 && cfg.Type != verbs.RC {
 		return nil, fmt.Errorf("the connection manager connects RC QPs, not %s: %w", cfg.Type, mr.ErrInvalid)
 	}
@@ -327,32 +327,32 @@ func (p *embeddedPD) createConnQP(cfg provider.QPConfig) (*embeddedQP, error) {
 	return p.createNumbered(cfg, 0)
 }
 
-// embeddedConn is a connection of the embedded device's engine, with its
+// Conn is a connection of the embedded device's engine, with its
 // QP; ownQP says the QP was made for it, and Disconnect destroys it.
-type embeddedConn struct {
-	dev   *embeddedDevice
+type Conn struct {
+	dev   *Device
 	id    *cmID
-	qp    *embeddedQP
+	qp    *QP
 	ownQP bool
 }
 
 // newConn returns an established connection, and ends it when its QP
 // fails.
-func (d *embeddedDevice) newConn(id *cmID, q *embeddedQP, private []byte, ownQP bool) provider.Connection {
+func (d *Device) newConn(id *cmID, q *QP, private []byte, ownQP bool) provider.Connection {
 	q.setOnError(func(cause verbs.WCStatus) { d.cm.qpFailed(id, q.num, cause) })
 	return provider.Connection{QP: q, Remote: id.peer, Private: slices.Clone(private),
-		Conn: &embeddedConn{dev: d, id: id, qp: q, ownQP: ownQP}}
+		Conn: &Conn{dev: d, id: id, qp: q, ownQP: ownQP}}
 }
 
-func (ec *embeddedConn) Done() <-chan struct{} { return ec.id.done }
+func (ec *Conn) Done() <-chan struct{} { return ec.id.done }
 
-func (ec *embeddedConn) Err() error {
+func (ec *Conn) Err() error {
 	ec.dev.cm.mu.Lock()
 	defer ec.dev.cm.mu.Unlock()
 	return ec.id.err
 }
 
-func (ec *embeddedConn) Disconnect() {
+func (ec *Conn) Disconnect() {
 	d, id := ec.dev, ec.id
 	ec.qp.halt()
 	var wait bool
@@ -377,7 +377,7 @@ func (ec *embeddedConn) Disconnect() {
 // halts its QP before it disconnects; a daemon whose process detaches
 // halts the process's connections' QPs at once (hooks.QP.Halt) and closes
 // them in the background.
-func (q *embeddedQP) halt() {
+func (q *QP) halt() {
 	q.setOnError(nil)
 	q.Modify(&verbs.Attr{State: verbs.Err}, verbs.AttrState)
 }

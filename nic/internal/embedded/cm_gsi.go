@@ -36,11 +36,11 @@ const (
 // released, so that a QP's lock may be held while calling into the driver
 // (the QP error hook does) but never the other way round.
 type cmDriver struct {
-	dev *embeddedDevice
-	gsi *embeddedQP
-	cq  *embeddedCQ
+	dev *Device
+	gsi *QP
+	cq  *CQ
 	buf []byte // gsiRecvBuffers receive buffers
-	mr  *embeddedMR
+	mr  *MR
 
 	mu     sync.Mutex
 	e      *cm.Engine
@@ -52,7 +52,7 @@ type cmDriver struct {
 }
 
 // newCM creates QP1 and the connection manager of d.
-func newCM(d *embeddedDevice) (*cmDriver, error) {
+func newCM(d *Device) (*cmDriver, error) {
 	c := &cmDriver{
 		dev: d,
 		e:   cm.New(cm.GUID(d.local), d.cfg.CM, rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))),
@@ -62,17 +62,17 @@ func newCM(d *embeddedDevice) (*cmDriver, error) {
 	if err != nil {
 		return nil, err
 	}
-	pd := p.(*embeddedPD)
+	pd := p.(*PD)
 	cq, err := d.CreateCQ(2*gsiRecvBuffers, provider.NewCQState())
 	if err != nil {
 		return nil, err
 	}
-	c.cq = cq.(*embeddedCQ)
+	c.cq = cq.(*CQ)
 	m, err := pd.RegMR(c.buf, mr.LocalWrite)
 	if err != nil {
 		return nil, err
 	}
-	c.mr = m.(*embeddedMR)
+	c.mr = m.(*MR)
 	if c.gsi, err = pd.createNumbered(provider.QPConfig{
 		Type: verbs.UD, SendCQ: c.cq, MaxSendWR: gsiSendDepth, MaxRecvWR: gsiRecvBuffers,
 		MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: mad.MADSize,
@@ -201,7 +201,7 @@ func (c *cmDriver) wakeLocked(events []cm.Event) {
 // (Accept and Dial set it under it).
 type endedConn struct {
 	peer netip.AddrPort
-	qp   *embeddedQP
+	qp   *QP
 }
 
 // tick runs the engine's timers; the device's timer goroutine calls it.
@@ -281,7 +281,7 @@ type cmID struct {
 	err     error
 	settled chan struct{}
 
-	qp *embeddedQP // flushed when the peer disconnects
+	qp *QP // flushed when the peer disconnects
 }
 
 // cmResult is the outcome of a handshake that a Dial or an Accept waits

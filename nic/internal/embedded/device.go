@@ -31,8 +31,8 @@ import (
 // socket, region table, QP table and counters, and what it does with each
 // packet it receives.
 
-// embeddedDevice is the embedded provider: the NIC run in this process.
-type embeddedDevice struct {
+// Device is the embedded provider: the NIC run in this process.
+type Device struct {
 	up    provider.Up
 	cfg   Config
 	log   *slog.Logger
@@ -46,7 +46,7 @@ type embeddedDevice struct {
 	guard guard.Guard // holds back sources that fail too many R_Key checks
 
 	qpMu    sync.Mutex // QP number allocation
-	qps     []atomic.Pointer[embeddedQP]
+	qps     []atomic.Pointer[QP]
 	nextQPN uint32
 
 	// routes holds, per peer address, our source address toward it and the
@@ -102,7 +102,7 @@ func Open(cfg Config, up provider.Up) (provider.Device, error) {
 	if err != nil {
 		return nil, fmt.Errorf("softnic: listen on %v: %w", cfg.Addr, err)
 	}
-	d := &embeddedDevice{
+	d := &Device{
 		up:      up,
 		cfg:     cfg,
 		log:     cfg.Logger,
@@ -110,7 +110,7 @@ func Open(cfg Config, up provider.Up) (provider.Device, error) {
 		local:   conn.LocalAddr(),
 		mem:     mr.NewTable(mr.Config{Logger: cfg.Logger}),
 		epoch:   time.Now(),
-		qps:     make([]atomic.Pointer[embeddedQP], cfg.MaxQPs),
+		qps:     make([]atomic.Pointer[QP], cfg.MaxQPs),
 		nextQPN: firstQPN,
 		closing: make(chan struct{}),
 	}
@@ -141,17 +141,17 @@ func Open(cfg Config, up provider.Up) (provider.Device, error) {
 // and GSI QPs, and rxe starts its own at 0x11.
 const firstQPN = 0x11
 
-func (d *embeddedDevice) Addr() netip.AddrPort   { return d.local }
-func (d *embeddedDevice) Done() <-chan struct{}  { return d.closing }
-func (d *embeddedDevice) MTU() int               { return d.cfg.MTU }
-func (d *embeddedDevice) MaxQPs() int            { return len(d.qps) }
-func (d *embeddedDevice) Memory() *mr.Table      { return d.mem }
-func (d *embeddedDevice) Features() udp.Features { return d.conn.Features() }
+func (d *Device) Addr() netip.AddrPort   { return d.local }
+func (d *Device) Done() <-chan struct{}  { return d.closing }
+func (d *Device) MTU() int               { return d.cfg.MTU }
+func (d *Device) MaxQPs() int            { return len(d.qps) }
+func (d *Device) Memory() *mr.Table      { return d.mem }
+func (d *Device) Features() udp.Features { return d.conn.Features() }
 
 // now is the device clock the QPs' timers run on.
-func (d *embeddedDevice) now() qp.Time { return qp.Time(time.Since(d.epoch)) }
+func (d *Device) now() qp.Time { return qp.Time(time.Since(d.epoch)) }
 
-func (d *embeddedDevice) Close() error {
+func (d *Device) Close() error {
 	var err error
 	d.closeOnce.Do(func() {
 		d.cm.shutdown()
@@ -171,7 +171,7 @@ func (d *embeddedDevice) Close() error {
 	return err
 }
 
-func (d *embeddedDevice) closed() bool {
+func (d *Device) closed() bool {
 	select {
 	case <-d.closing:
 		return true
@@ -181,7 +181,7 @@ func (d *embeddedDevice) closed() bool {
 }
 
 // lookup returns the QP numbered qpn, or nil.
-func (d *embeddedDevice) lookup(qpn uint32) *embeddedQP {
+func (d *Device) lookup(qpn uint32) *QP {
 	q := d.qps[qpn%uint32(len(d.qps))].Load()
 	if q == nil || q.num != qpn {
 		return nil
@@ -190,7 +190,7 @@ func (d *embeddedDevice) lookup(qpn uint32) *embeddedQP {
 }
 
 // QPs returns every QP, QP1 included, in QP number order.
-func (d *embeddedDevice) QPs() []provider.QP {
+func (d *Device) QPs() []provider.QP {
 	var qps []provider.QP
 	for i := range d.qps {
 		if q := d.qps[i].Load(); q != nil {
@@ -205,7 +205,7 @@ func (d *embeddedDevice) QPs() []provider.QP {
 // bound address, or for a wildcard bind the address the kernel routes
 // from (see route). The ICRC covers it, so it must be exactly what the
 // kernel will put on the wire.
-func (d *embeddedDevice) sourceFor(dst netip.AddrPort) netip.AddrPort {
+func (d *Device) sourceFor(dst netip.AddrPort) netip.AddrPort {
 	if !d.local.Addr().IsUnspecified() {
 		return d.local
 	}
@@ -213,7 +213,7 @@ func (d *embeddedDevice) sourceFor(dst netip.AddrPort) netip.AddrPort {
 }
 
 // receive checks one datagram and hands it to its QP.
-func (d *embeddedDevice) receive(b []byte, src, dst netip.AddrPort, now qp.Time, in *inbound) {
+func (d *Device) receive(b []byte, src, dst netip.AddrPort, now qp.Time, in *inbound) {
 	env := wire.Envelope{Src: netip.AddrPortFrom(src.Addr().Unmap(), src.Port()), Dst: dst}
 	verdict := ""
 	defer func() {
@@ -282,14 +282,14 @@ func (d *embeddedDevice) receive(b []byte, src, dst netip.AddrPort, now qp.Time,
 	}
 }
 
-func (d *embeddedDevice) Counters() []verbs.CounterValue {
+func (d *Device) Counters() []verbs.CounterValue {
 	var out []verbs.CounterValue
 	d.qpc.Each(func(name string, v uint64) { out = append(out, verbs.CounterValue{Name: name, Value: v}) })
 	d.devc.Each(func(name string, v uint64) { out = append(out, verbs.CounterValue{Name: name, Value: v}) })
 	return out
 }
 
-func (d *embeddedDevice) Query() verbs.DeviceAttr {
+func (d *Device) Query() verbs.DeviceAttr {
 	guid := cm.GUID(d.local)
 	maxQP := d.MaxQPs() - 1 // QP1, the connection manager's, holds one
 	return verbs.DeviceAttr{
@@ -324,7 +324,7 @@ func (d *embeddedDevice) Query() verbs.DeviceAttr {
 	}
 }
 
-func (d *embeddedDevice) PathMTU(dst netip.AddrPort) int { return d.routes.Get(dst.Addr()).MTU }
+func (d *Device) PathMTU(dst netip.AddrPort) int { return d.routes.Get(dst.Addr()).MTU }
 
 // pathTooBig handles the kernel's EMSGSIZE for a packet of q to dst: the
 // route carries less than q's path MTU (a route's MTU changed, or an ICMP
@@ -333,7 +333,7 @@ func (d *embeddedDevice) PathMTU(dst netip.AddrPort) int { return d.routes.Get(d
 // the route carries, or one step below q's), and fails a connected q at
 // once (its work requests complete with WR_FLUSH_ERR) rather than let it
 // send the packet again until its retries run out. q.mu is held.
-func (d *embeddedDevice) pathTooBig(q *embeddedQP, dst netip.AddrPort) {
+func (d *Device) pathTooBig(q *QP, dst netip.AddrPort) {
 	d.devc.Inc(PathMTUExceeded)
 	qpMTU := q.qp.Attr().PathMTU
 	if qpMTU == 0 || q.qp.Type() == verbs.UD {

@@ -17,19 +17,19 @@ import (
 // meanwhile waits in the socket, as it does while that goroutine is
 // descheduled.
 func HoldProgress(d hooks.Device) (release func()) {
-	role := &d.(*embeddedDevice).prog.role
+	role := &d.(*Device).prog.role
 	role.Lock()
 	return role.Unlock
 }
 
 // Attending reports whether a CQ waiter of d waits for its socket itself
 // (the reader does not: see ParkReader).
-func Attending(d hooks.Device) bool { return d.(*embeddedDevice).prog.attended.Load() > 0 }
+func Attending(d hooks.Device) bool { return d.(*Device).prog.attended.Load() > 0 }
 
 // ParkReader takes d's reader off the socket for an hour, as CQ waiters
 // that keep coming back to the socket do, and returns once it is off.
 func ParkReader(d hooks.Device) {
-	e := d.(*embeddedDevice)
+	e := d.(*Device)
 	e.prog.lastAttend.Store(int64(e.now().Add(time.Hour)))
 	e.conn.Interrupt()
 	for e.prog.attended.Load() > 0 {
@@ -39,9 +39,9 @@ func ParkReader(d hooks.Device) {
 
 // WaitersAttend reports whether CQ waiters of d may wait for its socket
 // themselves (not with the portable socket layer).
-func WaitersAttend(d hooks.Device) bool { return d.(*embeddedDevice).conn.WaitsInterruptibly() }
+func WaitersAttend(d hooks.Device) bool { return d.(*Device).conn.WaitsInterruptibly() }
 
 // SourceFor is the address d sends from toward dst.
 func SourceFor(d hooks.Device, dst netip.AddrPort) netip.AddrPort {
-	return d.(*embeddedDevice).sourceFor(dst)
+	return d.(*Device).sourceFor(dst)
 }

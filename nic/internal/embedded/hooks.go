@@ -13,7 +13,7 @@ import (
 type busyPollHook struct{ p hooks.BusyPoller }
 
 // SetBusyPoller has the reader poll p too while the device busy-polls.
-func (d *embeddedDevice) SetBusyPoller(p hooks.BusyPoller) (clear func()) {
+func (d *Device) SetBusyPoller(p hooks.BusyPoller) (clear func()) {
 	if d.cfg.BusyPoll <= 0 {
 		return func() {}
 	}
@@ -24,23 +24,23 @@ func (d *embeddedDevice) SetBusyPoller(p hooks.BusyPoller) (clear func()) {
 
 // The embedded QP as a daemon's hooks.Queues drive it.
 
-func (q *embeddedQP) Num() uint32             { return q.num }
-func (q *embeddedQP) Lock()                   { q.mu.Lock() }
-func (q *embeddedQP) TryLock() bool           { return q.mu.TryLock() }
-func (q *embeddedQP) Unlock()                 { q.mu.Unlock() }
-func (q *embeddedQP) DestroyedLocked() bool   { return q.destroyed }
-func (q *embeddedQP) TransportLocked() *qp.QP { return q.qp }
-func (q *embeddedQP) Halt()                   { q.halt() }
+func (q *QP) Num() uint32             { return q.num }
+func (q *QP) Lock()                   { q.mu.Lock() }
+func (q *QP) TryLock() bool           { return q.mu.TryLock() }
+func (q *QP) Unlock()                 { q.mu.Unlock() }
+func (q *QP) DestroyedLocked() bool   { return q.destroyed }
+func (q *QP) TransportLocked() *qp.QP { return q.qp }
+func (q *QP) Halt()                   { q.halt() }
 
 // FlushLocked sends what the QP has to send, and reports whether its
 // peer is a QP of this device.
-func (q *embeddedQP) FlushLocked() bool {
+func (q *QP) FlushLocked() bool {
 	q.flushNowLocked()
 	return q.peer.Load()&peerLocal != 0
 }
 
 // TransportCQ is the CQ of package qp the device completes to.
-func (c *embeddedCQ) TransportCQ() *qp.CQ { return c.cq }
+func (c *CQ) TransportCQ() *qp.CQ { return c.cq }
 
 // TransportSRQ is the SRQ of package qp.
-func (s *embeddedSRQ) TransportSRQ() *qp.SRQ { return s.srq }
+func (s *SRQ) TransportSRQ() *qp.SRQ { return s.srq }

@@ -32,7 +32,7 @@ import (
 const peerLocal = 1 << 31
 
 // notePeerLocked records the QP's connection in q.peer after a Modify.
-func (q *embeddedQP) notePeerLocked() {
+func (q *QP) notePeerLocked() {
 	a := q.qp.Attr()
 	p := uint32(0)
 	if q.qp.Type() != verbs.UD && a.Remote.IsValid() && a.DestQPN != 0 {
@@ -48,7 +48,7 @@ func (q *embeddedQP) notePeerLocked() {
 // port, or with a wildcard bind its port on a loopback address or on an
 // address the kernel routes to from that address itself (one of the
 // host's).
-func (d *embeddedDevice) isSelf(a netip.AddrPort) bool {
+func (d *Device) isSelf(a netip.AddrPort) bool {
 	ip, local := a.Addr().Unmap(), d.local.Addr().Unmap()
 	switch {
 	case a.Port() != d.local.Port():
@@ -64,7 +64,7 @@ func (d *embeddedDevice) isSelf(a netip.AddrPort) bool {
 // sendsToPeer reports whether pkt, which q is about to send, may go: a
 // packet from a QP connected to this device must be for the QP connected
 // to it. A refused packet is counted and traced.
-func (d *embeddedDevice) sendsToPeer(q *embeddedQP, pkt []byte, env *wire.Envelope) bool {
+func (d *Device) sendsToPeer(q *QP, pkt []byte, env *wire.Envelope) bool {
 	if q.peer.Load()&peerLocal == 0 {
 		return true
 	}
@@ -88,13 +88,13 @@ const noteNotPeer = "dropped: not for the QP connected to its sender"
 // fromOwnPort reports whether a packet from src may reach q: a QP
 // connected to a QP of this device takes packets from the device's own
 // port only.
-func (d *embeddedDevice) fromOwnPort(q *embeddedQP, src netip.AddrPort) bool {
+func (d *Device) fromOwnPort(q *QP, src netip.AddrPort) bool {
 	return q.peer.Load()&peerLocal == 0 || src.Port() == d.local.Port()
 }
 
 // guardSource returns the source of the requests QP qpn receives from its
 // peer (see package nic/internal/guard).
-func (d *embeddedDevice) guardSource(qpn uint32, peer netip.AddrPort) guard.Source {
+func (d *Device) guardSource(qpn uint32, peer netip.AddrPort) guard.Source {
 	src := guard.Source{IP: peer.Addr().As16()}
 	q := d.lookup(qpn)
 	if q == nil {

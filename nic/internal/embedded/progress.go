@@ -137,14 +137,14 @@ type progress struct {
 	// next poll sends what they hold (ringDoorbells).
 	doorbells struct {
 		mu  sync.Mutex
-		qps []*embeddedQP
+		qps []*QP
 	}
 }
 
 // inbound is the scratch state of one batch of received packets.
 type inbound struct {
 	pkt   wire.Packet
-	dirty []*embeddedQP // QPs that took packets in this batch and may have answers
+	dirty []*QP // QPs that took packets in this batch and may have answers
 }
 
 func (p *progress) init(gro bool) {
@@ -163,7 +163,7 @@ func (p *progress) init(gro bool) {
 }
 
 // polled reports whether an application polls the device now.
-func (d *embeddedDevice) polled() bool {
+func (d *Device) polled() bool {
 	last := d.prog.lastPoll.Load()
 	return last != 0 && d.now().Sub(qp.Time(last)) < pollIdle
 }
@@ -176,7 +176,7 @@ func (d *embeddedDevice) polled() bool {
 // dials, say): the parked reader sends what is left when no poll came for
 // pollIdle, and a reader that still waits for the socket is interrupted
 // to park. q.mu is held.
-func (q *embeddedQP) doorbellLocked() {
+func (q *QP) doorbellLocked() {
 	d := q.dev
 	if d.polled() && !q.rung {
 		q.rung = true
@@ -198,7 +198,7 @@ func (q *embeddedQP) doorbellLocked() {
 
 // doorbellsHeld reports whether QPs posted to while an application polled
 // wait for their doorbells to be rung.
-func (d *embeddedDevice) doorbellsHeld() bool {
+func (d *Device) doorbellsHeld() bool {
 	p := &d.prog
 	p.doorbells.mu.Lock()
 	defer p.doorbells.mu.Unlock()
@@ -207,7 +207,7 @@ func (d *embeddedDevice) doorbellsHeld() bool {
 
 // ringDoorbells sends what the QPs posted to while an application polled
 // hold, through b. No QP lock is held.
-func (d *embeddedDevice) ringDoorbells(b *batch) {
+func (d *Device) ringDoorbells(b *batch) {
 	p := &d.prog
 	now := d.now()
 	for {
@@ -234,7 +234,7 @@ func (d *embeddedDevice) ringDoorbells(b *batch) {
 // the socket, and unless another holds the role it sends what was posted
 // since the last poll and reads what the socket holds, without waiting,
 // and processes it. It reports whether it processed a packet.
-func (d *embeddedDevice) drive() bool {
+func (d *Device) drive() bool {
 	p := &d.prog
 	p.lastPoll.Store(int64(d.now()))
 	if !p.role.TryLock() {
@@ -259,7 +259,7 @@ func (d *embeddedDevice) drive() bool {
 // role, it reads and processes what the socket holds, and reads again
 // while what it processed sent packets (processQueued). The reader keeps
 // waiting for the socket meanwhile, and comes for what Drive leaves.
-func (d *embeddedDevice) Drive() {
+func (d *Device) Drive() {
 	p := &d.prog
 	if !p.role.TryLock() {
 		return
@@ -270,7 +270,7 @@ func (d *embeddedDevice) Drive() {
 
 // stopPolling tells a parked reader that the application no longer polls:
 // it is about to sleep.
-func (d *embeddedDevice) stopPolling() {
+func (d *Device) stopPolling() {
 	p := &d.prog
 	if p.lastPoll.Swap(0) != 0 {
 		b := d.getBatch()
@@ -296,7 +296,7 @@ const catchUpBatches = 4
 // milliseconds), the timer goroutine, woken on another CPU, would
 // otherwise declare a timeout that is not one, and send a whole window
 // again from the smallest congestion window.
-func (d *embeddedDevice) catchUp() {
+func (d *Device) catchUp() {
 	p := &d.prog
 	p.role.Lock()
 	defer p.role.Unlock()
@@ -308,7 +308,7 @@ func (d *embeddedDevice) catchUp() {
 // p.msgs emptied the socket, unless again is set and the device sent
 // packets meanwhile, which may be for itself (the ACK of a WRITE it
 // processed): then it reads once more. p.role is held.
-func (d *embeddedDevice) processQueued(again bool) {
+func (d *Device) processQueued(again bool) {
 	p := &d.prog
 	for range catchUpBatches {
 		sent := d.qpc.Get(verbs.SentPkts)
@@ -327,7 +327,7 @@ func (d *embeddedDevice) processQueued(again bool) {
 // waits in the netpoller, unless another goroutine waits there already
 // (waited false), and processes the packets it reads, until it read some,
 // c was written to, ctx ended or the device closed.
-func (d *embeddedDevice) attend(c *embeddedCQ, ctx context.Context) (waited bool, err error) {
+func (d *Device) attend(c *CQ, ctx context.Context) (waited bool, err error) {
 	p := &d.prog
 	d.conn.Rearm()
 	c.attending.Add(1)
@@ -369,7 +369,7 @@ func (d *embeddedDevice) attend(c *embeddedCQ, ctx context.Context) (waited bool
 	return waited, err
 }
 
-func (d *embeddedDevice) resumeReader() {
+func (d *Device) resumeReader() {
 	select {
 	case d.prog.resume <- struct{}{}:
 	default:
@@ -377,7 +377,7 @@ func (d *embeddedDevice) resumeReader() {
 }
 
 // readLoop is the reader goroutine.
-func (d *embeddedDevice) readLoop() {
+func (d *Device) readLoop() {
 	defer d.wg.Done()
 	p := &d.prog
 	defer p.park.Stop()
@@ -425,7 +425,7 @@ func (d *embeddedDevice) readLoop() {
 // polls, and while CQ waiters wait for it themselves or came within
 // pollIdle and leave no sleeper without one. It reports false when the
 // device closes.
-func (d *embeddedDevice) parkWhileYielded() bool {
+func (d *Device) parkWhileYielded() bool {
 	p := &d.prog
 	for parked := 0; ; parked++ {
 		now := d.now()
@@ -486,7 +486,7 @@ const answerEvery = 64
 
 // process hands the n datagrams of p.msgs to their QPs and sends the QPs'
 // answers, every answerEvery datagrams and at the end. p.role is held.
-func (d *embeddedDevice) process(n int) {
+func (d *Device) process(n int) {
 	p := &d.prog
 	now := d.now()
 	taken := 0
@@ -513,7 +513,7 @@ func (d *embeddedDevice) process(n int) {
 
 // answer sends what the QPs that took packets since the last answer have
 // to send now. p.role is held.
-func (d *embeddedDevice) answer(now qp.Time) {
+func (d *Device) answer(now qp.Time) {
 	p := &d.prog
 	for _, q := range p.in.dirty {
 		q.dirty = false
@@ -536,7 +536,7 @@ type busyPoll struct {
 // instead of sleeping: when the device busy-polls (Config.BusyPoll), it
 // polls the socket and the attached processes' queues until nothing has
 // come for Config.BusyPoll.
-func (d *embeddedDevice) spin(b *busyPoll) bool {
+func (d *Device) spin(b *busyPoll) bool {
 	if d.cfg.BusyPoll <= 0 {
 		return false
 	}

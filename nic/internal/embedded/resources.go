@@ -24,16 +24,16 @@ import (
 // device's region table, CQs, SRQs and QPs of package qp that the device
 // drives itself.
 
-// embeddedPD is a PD of the embedded device's region table.
-type embeddedPD struct {
-	dev *embeddedDevice
+// PD is a PD of the embedded device's region table.
+type PD struct {
+	dev *Device
 	pd  mr.PDHandle
 	// owner is the PD's public object; nil for QP1's, the connection
 	// manager's.
 	owner any
 }
 
-func (d *embeddedDevice) AllocPD(owner any) (provider.PD, error) {
+func (d *Device) AllocPD(owner any) (provider.PD, error) {
 	if d.closed() {
 		return nil, cm.ErrClosed
 	}
@@ -41,26 +41,26 @@ func (d *embeddedDevice) AllocPD(owner any) (provider.PD, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &embeddedPD{dev: d, pd: pd, owner: owner}, nil
+	return &PD{dev: d, pd: pd, owner: owner}, nil
 }
 
-func (p *embeddedPD) Handle() mr.PDHandle { return p.pd }
-func (p *embeddedPD) Dealloc() error      { return p.dev.mem.DeallocPD(p.pd) }
+func (p *PD) Handle() mr.PDHandle { return p.pd }
+func (p *PD) Dealloc() error      { return p.dev.mem.DeallocPD(p.pd) }
 
-// embeddedMR is a region of the embedded device's table over buf; arena,
+// MR is a region of the embedded device's table over buf; arena,
 // if set, is the memory the device allocated or adopted for it.
-type embeddedMR struct {
-	dev   *embeddedDevice
+type MR struct {
+	dev   *Device
 	r     *mr.Region
 	buf   []byte
 	arena *mr.Arena
 }
 
-func (p *embeddedPD) newMR(r *mr.Region, buf []byte, arena *mr.Arena) *embeddedMR {
-	return &embeddedMR{dev: p.dev, r: r, buf: buf, arena: arena}
+func (p *PD) newMR(r *mr.Region, buf []byte, arena *mr.Arena) *MR {
+	return &MR{dev: p.dev, r: r, buf: buf, arena: arena}
 }
 
-func (p *embeddedPD) RegMR(buf []byte, access mr.Access) (provider.MR, error) {
+func (p *PD) RegMR(buf []byte, access mr.Access) (provider.MR, error) {
 	r, err := p.dev.mem.Register(p.pd, buf, access)
 	if err != nil {
 		return nil, err
@@ -68,7 +68,7 @@ func (p *embeddedPD) RegMR(buf []byte, access mr.Access) (provider.MR, error) {
 	return p.newMR(r, buf, nil), nil
 }
 
-func (p *embeddedPD) AllocMR(size int, access mr.Access) (provider.MR, error) {
+func (p *PD) AllocMR(size int, access mr.Access) (provider.MR, error) {
 	mem := p.dev.mem
 	a, err := mem.NewArena(p.pd, uint64(size))
 	if err != nil {
@@ -84,7 +84,7 @@ func (p *embeddedPD) AllocMR(size int, access mr.Access) (provider.MR, error) {
 
 // RegShared adopts the mapping as an arena of the region table: the
 // device reaches the region's memory through it.
-func (p *embeddedPD) RegShared(m *shm.Mapping, skip, _ int, _ int64, n int, iova uint64, access mr.Access) (provider.MR, error) {
+func (p *PD) RegShared(m *shm.Mapping, skip, _ int, _ int64, n int, iova uint64, access mr.Access) (provider.MR, error) {
 	mem := p.dev.mem
 	a, err := mem.AdoptArena(p.pd, m.Bytes())
 	if err != nil {
@@ -100,7 +100,7 @@ func (p *embeddedPD) RegShared(m *shm.Mapping, skip, _ int, _ int64, n int, iova
 	return p.newMR(r, a.Bytes()[skip:skip+n], a), nil
 }
 
-func (p *embeddedPD) SGEAt(start, n uint64) (verbs.SGE, bool) {
+func (p *PD) SGEAt(start, n uint64) (verbs.SGE, bool) {
 	r, ok := p.dev.mem.RegionAt(p.pd, start, n)
 	if ok {
 		off := uint64(0)
@@ -115,12 +115,12 @@ func (p *embeddedPD) SGEAt(start, n uint64) (verbs.SGE, bool) {
 	return verbs.SGE{}, false
 }
 
-func (m *embeddedMR) Region() *mr.Region { return m.r }
-func (m *embeddedMR) Bytes() []byte      { return m.buf }
-func (m *embeddedMR) Key() uint32        { return m.r.LKey() }
-func (m *embeddedMR) Addr() uint64       { return m.r.Addr() }
+func (m *MR) Region() *mr.Region { return m.r }
+func (m *MR) Bytes() []byte      { return m.buf }
+func (m *MR) Key() uint32        { return m.r.LKey() }
+func (m *MR) Addr() uint64       { return m.r.Addr() }
 
-func (m *embeddedMR) Dereg() error {
+func (m *MR) Dereg() error {
 	if err := m.dev.mem.Deregister(m.r); err != nil {
 		return err
 	}
@@ -130,31 +130,31 @@ func (m *embeddedMR) Dereg() error {
 	return nil
 }
 
-// embeddedCQ is a CQ of package qp the embedded device completes to.
-type embeddedCQ struct {
-	dev *embeddedDevice
+// CQ is a CQ of package qp the embedded device completes to.
+type CQ struct {
+	dev *Device
 	cq  *qp.CQ
 	st  *provider.CQState
 	// attending counts the waiters of the CQ that wait for the device's
-	// socket themselves (embeddedDevice.attend): a completion written by
+	// socket themselves (Device.attend): a completion written by
 	// another goroutine interrupts their wait.
 	attending atomic.Int32
 	spinning  *spin.Policy // how long a waiter busy-polls before it sleeps
 }
 
-func (d *embeddedDevice) CreateCQ(depth int, st *provider.CQState) (provider.CQ, error) {
+func (d *Device) CreateCQ(depth int, st *provider.CQState) (provider.CQ, error) {
 	c, err := qp.NewCQ(depth)
 	if err != nil {
 		return nil, err
 	}
-	ec := &embeddedCQ{dev: d, cq: c, st: st, spinning: spin.NewPolicy(d.cfg.WaitSpin)}
+	ec := &CQ{dev: d, cq: c, st: st, spinning: spin.NewPolicy(d.cfg.WaitSpin)}
 	c.SetNotify(ec.notify)
 	return ec, nil
 }
 
 // notify is told of every completion written to the CQ: it wakes a waiter
 // that sleeps on the CQ, and interrupts one that waits for the socket.
-func (c *embeddedCQ) notify() {
+func (c *CQ) notify() {
 	c.st.Signal()
 	if c.attending.Load() > 0 {
 		c.dev.conn.Interrupt()
@@ -162,12 +162,12 @@ func (c *embeddedCQ) notify() {
 }
 
 // ownCQ returns the embedded CQ of c, if c is of this device.
-func (d *embeddedDevice) ownCQ(c provider.CQ) (*embeddedCQ, bool) {
-	ec, ok := c.(*embeddedCQ)
+func (d *Device) ownCQ(c provider.CQ) (*CQ, bool) {
+	ec, ok := c.(*CQ)
 	return ec, ok && ec.dev == d
 }
 
-func (c *embeddedCQ) Poll(wcs []verbs.WC, drive bool) (int, error) {
+func (c *CQ) Poll(wcs []verbs.WC, drive bool) (int, error) {
 	if c.st.Users.Gone() {
 		return 0, cm.ErrClosed
 	}
@@ -190,7 +190,7 @@ func (c *embeddedCQ) Poll(wcs []verbs.WC, drive bool) (int, error) {
 	return n, err
 }
 
-func (c *embeddedCQ) Destroy() error {
+func (c *CQ) Destroy() error {
 	err := c.st.Retire()
 	if c.attending.Load() > 0 {
 		c.dev.conn.Interrupt()
@@ -198,7 +198,7 @@ func (c *embeddedCQ) Destroy() error {
 	return err
 }
 
-func (c *embeddedCQ) Len() int { return c.cq.Len() }
+func (c *CQ) Len() int { return c.cq.Len() }
 
 // Park first busy-polls, driving the device as an empty Poll does, for
 // the budget the CQ's spinning policy gives (Config.WaitSpin). Then it has
@@ -208,7 +208,7 @@ func (c *embeddedCQ) Len() int { return c.cq.Len() }
 // Config.BusyPoll the reader keeps the socket, and the waiter sleeps at
 // once, as it does, after its spin, where the socket's waits cannot be
 // interrupted.
-func (c *embeddedCQ) Park(ctx context.Context, done <-chan struct{}) (bool, error) {
+func (c *CQ) Park(ctx context.Context, done <-chan struct{}) (bool, error) {
 	d := c.dev
 	spun := false
 	if d.cfg.BusyPoll == 0 {
@@ -231,7 +231,7 @@ func (c *embeddedCQ) Park(ctx context.Context, done <-chan struct{}) (bool, erro
 
 // attend has the waiter wait for the device's socket and process what
 // arrives, or sleep on the CQ while another goroutine does (see Park).
-func (c *embeddedCQ) attend(ctx context.Context, done <-chan struct{}) (bool, error) {
+func (c *CQ) attend(ctx context.Context, done <-chan struct{}) (bool, error) {
 	d := c.dev
 	p := &d.prog
 	p.lastAttend.Store(int64(d.now())) // the reader leaves the socket after its batch
@@ -257,7 +257,7 @@ func (c *embeddedCQ) attend(ctx context.Context, done <-chan struct{}) (bool, er
 // drives the device as an empty Poll does until the CQ holds a completion
 // or was destroyed (found), or the budget has passed. spun says whether
 // it was given a budget.
-func (c *embeddedCQ) spin() (found, spun bool) {
+func (c *CQ) spin() (found, spun bool) {
 	budget := c.spinning.Budget()
 	if budget == 0 {
 		return false, false
@@ -279,22 +279,22 @@ func (c *embeddedCQ) spin() (found, spun bool) {
 	}
 }
 
-// embeddedSRQ is an SRQ of package qp, in the PD pd.
-type embeddedSRQ struct {
-	pd    *embeddedPD
+// SRQ is an SRQ of package qp, in the PD pd.
+type SRQ struct {
+	pd    *PD
 	srq   *qp.SRQ
 	users provider.Users // QPs receiving from it
 }
 
-func (p *embeddedPD) CreateSRQ(depth, maxSGE int) (provider.SRQ, error) {
+func (p *PD) CreateSRQ(depth, maxSGE int) (provider.SRQ, error) {
 	s, err := qp.NewSRQ(p.pd, depth, maxSGE)
 	if err != nil {
 		return nil, err
 	}
-	return &embeddedSRQ{pd: p, srq: s}, nil
+	return &SRQ{pd: p, srq: s}, nil
 }
 
-func (s *embeddedSRQ) PostRecv(wr *verbs.RecvWR) error {
+func (s *SRQ) PostRecv(wr *verbs.RecvWR) error {
 	if s.users.Gone() {
 		return fmt.Errorf("posting to a destroyed SRQ: %w", cm.ErrClosed)
 	}
@@ -302,15 +302,15 @@ func (s *embeddedSRQ) PostRecv(wr *verbs.RecvWR) error {
 }
 
 // Destroy marks the SRQ destroyed unless a QP uses it.
-func (s *embeddedSRQ) Destroy() error {
+func (s *SRQ) Destroy() error {
 	_, err := s.users.Destroy("SRQ")
 	return err
 }
 
-// embeddedQP is a QP the embedded device drives: the transport state
+// QP is a QP the embedded device drives: the transport state
 // machine of package qp, and what the device keeps for it.
-type embeddedQP struct {
-	dev   *embeddedDevice
+type QP struct {
+	dev   *Device
 	owner any // the public QP (provider.Up.WrapQP)
 	num   uint32
 
@@ -345,22 +345,22 @@ type embeddedQP struct {
 	uses []*provider.Users // of its CQs and SRQ, released by Destroy
 }
 
-func (p *embeddedPD) CreateQP(cfg provider.QPConfig) (provider.QP, error) {
+func (p *PD) CreateQP(cfg provider.QPConfig) (provider.QP, error) {
 	return p.createNumbered(cfg, 0)
 }
 
 // Owner is the public QP.
-func (q *embeddedQP) Owner() any { return q.owner }
+func (q *QP) Owner() any { return q.owner }
 
 // ownQP returns the embedded QP of q, if q is of this device.
-func (d *embeddedDevice) ownQP(q provider.QP) (*embeddedQP, bool) {
-	eq, ok := q.(*embeddedQP)
+func (d *Device) ownQP(q provider.QP) (*QP, bool) {
+	eq, ok := q.(*QP)
 	return eq, ok && eq.dev == d
 }
 
 // createNumbered creates a QP of p numbered num, or with the next free
 // number if num is 0.
-func (p *embeddedPD) createNumbered(cfg provider.QPConfig, num uint32) (*embeddedQP, error) {
+func (p *PD) createNumbered(cfg provider.QPConfig, num uint32) (*QP, error) {
 	d := p.dev
 	if d.closed() {
 		return nil, cm.ErrClosed
@@ -385,10 +385,10 @@ func (p *embeddedPD) createNumbered(cfg provider.QPConfig, num uint32) (*embedde
 		MaxRecvSGE: cfg.MaxRecvSGE, MaxInline: cfg.MaxInline, SignalAll: cfg.SignalAll,
 		Counters: &d.qpc, Guard: &d.guard,
 	}
-	var srq *embeddedSRQ
+	var srq *SRQ
 	if cfg.SRQ != nil {
 		var ok bool
-		if srq, ok = cfg.SRQ.(*embeddedSRQ); !ok || srq.pd != p {
+		if srq, ok = cfg.SRQ.(*SRQ); !ok || srq.pd != p {
 			return nil, fmt.Errorf("SRQ of another PD: %w", mr.ErrInvalid)
 		}
 		qc.SRQ = srq.srq
@@ -410,7 +410,7 @@ func (p *embeddedPD) createNumbered(cfg provider.QPConfig, num uint32) (*embedde
 
 // holdQueues counts a new QP among the users of its CQs and SRQ (nil for
 // none).
-func holdQueues(scq, rcq *embeddedCQ, srq *embeddedSRQ) ([]*provider.Users, error) {
+func holdQueues(scq, rcq *CQ, srq *SRQ) ([]*provider.Users, error) {
 	uses := []*provider.Users{&scq.st.Users, &rcq.st.Users}
 	names := []string{"send CQ", "receive CQ"}
 	if srq != nil {
@@ -429,7 +429,7 @@ func holdQueues(scq, rcq *embeddedCQ, srq *embeddedSRQ) ([]*provider.Users, erro
 
 // newQP installs a QP numbered num (or the next free number) with the
 // transport configuration qc.
-func (d *embeddedDevice) newQP(pd any, queues hooks.Queues, qc qp.Config, num uint32) (*embeddedQP, error) {
+func (d *Device) newQP(pd any, queues hooks.Queues, qc qp.Config, num uint32) (*QP, error) {
 	d.qpMu.Lock()
 	defer d.qpMu.Unlock()
 	if num == 0 {
@@ -444,7 +444,7 @@ func (d *embeddedDevice) newQP(pd any, queues hooks.Queues, qc qp.Config, num ui
 	if err != nil {
 		return nil, err
 	}
-	q := &embeddedQP{dev: d, num: num, qp: inner, queues: queues}
+	q := &QP{dev: d, num: num, qp: inner, queues: queues}
 	q.owner = d.up.WrapQP(pd, q)
 	if queues != nil {
 		queues.Bind(q)
@@ -455,7 +455,7 @@ func (d *embeddedDevice) newQP(pd any, queues hooks.Queues, qc qp.Config, num ui
 
 // freeQPN finds an unused QP number, counting up from the last one handed
 // out so that a number is not reused soon (as rxe does). d.qpMu is held.
-func (d *embeddedDevice) freeQPN() (uint32, bool) {
+func (d *Device) freeQPN() (uint32, bool) {
 	n := uint32(len(d.qps))
 	for range n {
 		num := d.nextQPN
@@ -469,15 +469,15 @@ func (d *embeddedDevice) freeQPN() (uint32, bool) {
 	return 0, false
 }
 
-func (q *embeddedQP) Type() verbs.Type { return q.qp.Type() }
+func (q *QP) Type() verbs.Type { return q.qp.Type() }
 
-func (q *embeddedQP) Attr() verbs.Attr {
+func (q *QP) Attr() verbs.Attr {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.qp.Attr()
 }
 
-func (q *embeddedQP) Status() qp.Status {
+func (q *QP) Status() qp.Status {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	st := q.qp.Status()
@@ -487,13 +487,13 @@ func (q *embeddedQP) Status() qp.Status {
 	return st
 }
 
-func (q *embeddedQP) Traffic() verbs.Traffic {
+func (q *QP) Traffic() verbs.Traffic {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.qp.Traffic()
 }
 
-func (q *embeddedQP) Modify(attr *verbs.Attr, mask verbs.AttrMask) error {
+func (q *QP) Modify(attr *verbs.Attr, mask verbs.AttrMask) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed {
@@ -507,7 +507,7 @@ func (q *embeddedQP) Modify(attr *verbs.Attr, mask verbs.AttrMask) error {
 	return nil
 }
 
-func (q *embeddedQP) PostSend(wr *verbs.SendWR, ring bool) error {
+func (q *QP) PostSend(wr *verbs.SendWR, ring bool) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed {
@@ -522,7 +522,7 @@ func (q *embeddedQP) PostSend(wr *verbs.SendWR, ring bool) error {
 	return nil
 }
 
-func (q *embeddedQP) RingDoorbell() error {
+func (q *QP) RingDoorbell() error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed {
@@ -532,7 +532,7 @@ func (q *embeddedQP) RingDoorbell() error {
 	return nil
 }
 
-func (q *embeddedQP) PostSends(wrs []verbs.SendWR) (int, error) {
+func (q *QP) PostSends(wrs []verbs.SendWR) (int, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed {
@@ -552,7 +552,7 @@ func (q *embeddedQP) PostSends(wrs []verbs.SendWR) (int, error) {
 	return n, err
 }
 
-func (q *embeddedQP) PostRecv(wr *verbs.RecvWR) error {
+func (q *QP) PostRecv(wr *verbs.RecvWR) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed {
@@ -563,7 +563,7 @@ func (q *embeddedQP) PostRecv(wr *verbs.RecvWR) error {
 
 // flushNowLocked sends what the QP has to send, from the caller's
 // goroutine.
-func (q *embeddedQP) flushNowLocked() {
+func (q *QP) flushNowLocked() {
 	b := q.dev.getBatch()
 	q.flushLocked(b, q.dev.now())
 	q.dev.putBatch(b)
@@ -571,7 +571,7 @@ func (q *embeddedQP) flushNowLocked() {
 
 // setOnError installs fn as the QP's error hook (nil removes it); fn runs
 // at once if the QP is already in the error state.
-func (q *embeddedQP) setOnError(fn func(cause verbs.WCStatus)) {
+func (q *QP) setOnError(fn func(cause verbs.WCStatus)) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.onError, q.errorSeen = fn, false
@@ -580,7 +580,7 @@ func (q *embeddedQP) setOnError(fn func(cause verbs.WCStatus)) {
 
 // reportErrorLocked calls the error hook the first time it finds the QP in
 // the error state.
-func (q *embeddedQP) reportErrorLocked() {
+func (q *QP) reportErrorLocked() {
 	if q.onError == nil || q.errorSeen || q.qp.State() != verbs.Err {
 		return
 	}
@@ -590,7 +590,7 @@ func (q *embeddedQP) reportErrorLocked() {
 
 // Destroy moves the QP to the error state, flushing its work requests,
 // and removes it from the device.
-func (q *embeddedQP) Destroy() error {
+func (q *QP) Destroy() error {
 	q.mu.Lock()
 	if q.destroyed {
 		q.mu.Unlock()
@@ -609,28 +609,28 @@ func (q *embeddedQP) Destroy() error {
 	return nil
 }
 
-// embeddedMW is a memory window of the embedded device's region table.
-type embeddedMW struct {
-	dev *embeddedDevice
+// MW is a memory window of the embedded device's region table.
+type MW struct {
+	dev *Device
 	w   *mr.Window
 }
 
-func (p *embeddedPD) AllocMW(typ mr.WindowType) (provider.MW, error) {
+func (p *PD) AllocMW(typ mr.WindowType) (provider.MW, error) {
 	w, err := p.dev.mem.AllocWindow(p.pd, typ)
 	if err != nil {
 		return nil, err
 	}
-	return &embeddedMW{dev: p.dev, w: w}, nil
+	return &MW{dev: p.dev, w: w}, nil
 }
 
 // RKey is the window's key, which changes when a bind executes.
-func (w *embeddedMW) RKey() uint32   { return w.w.RKey() }
-func (w *embeddedMW) Dealloc() error { return w.dev.mem.DeallocWindow(w.w) }
+func (w *MW) RKey() uint32   { return w.w.RKey() }
+func (w *MW) Dealloc() error { return w.dev.mem.DeallocWindow(w.w) }
 
 // noteErrorLocked reports, once per entry into the error state, a QP that
 // an error completion moved there; a Modify to ERR, a Destroy or a CQ
 // overflow (cause SUCCESS) is no error of the QP's to report.
-func (q *embeddedQP) noteErrorLocked() {
+func (q *QP) noteErrorLocked() {
 	if q.qp.State() != verbs.Err {
 		q.errorNoted = false
 		return

@@ -39,7 +39,7 @@ func newBatch() *batch {
 // flushLocked sends everything q wants to send now, in batches, then
 // (re)schedules q's timer. q.mu is held: a QP's packets leave in the order
 // it built them, whichever goroutine drains it.
-func (q *embeddedQP) flushLocked(b *batch, now qp.Time) { q.drainLocked(b, now, false) }
+func (q *QP) flushLocked(b *batch, now qp.Time) { q.drainLocked(b, now, false) }
 
 // drainLocked is flushLocked for a batch that may hold other QPs'
 // acknowledgements already; with keep, a QP that has nothing but
@@ -49,7 +49,7 @@ func (q *embeddedQP) flushLocked(b *batch, now qp.Time) { q.drainLocked(b, now, 
 // and no order with the packets of other goroutines: only the goroutine
 // that processes received packets makes them. Every other packet leaves
 // before q.mu is released.
-func (q *embeddedQP) drainLocked(b *batch, now qp.Time, keep bool) {
+func (q *QP) drainLocked(b *batch, now qp.Time, keep bool) {
 	d := q.dev
 	if q.queues != nil {
 		q.queues.PullSendLocked()
@@ -95,7 +95,7 @@ func (q *embeddedQP) drainLocked(b *batch, now qp.Time, keep bool) {
 }
 
 // sendStaged sends what b holds.
-func (d *embeddedDevice) sendStaged(b *batch) {
+func (d *Device) sendStaged(b *batch) {
 	if b.n > 0 {
 		d.send(b.msgs[:b.n])
 		b.n = 0
@@ -104,7 +104,7 @@ func (d *embeddedDevice) sendStaged(b *batch) {
 
 // stage puts a sealed packet into the batch at index n, through the fault
 // injector and the trace, and returns the next free index.
-func (d *embeddedDevice) stage(b *batch, n int, pkt []byte, env *wire.Envelope) int {
+func (d *Device) stage(b *batch, n int, pkt []byte, env *wire.Envelope) int {
 	note := ""
 	copies := 1
 	if d.faults.on.Load() || d.cfg.SendHook != nil {
@@ -141,7 +141,7 @@ func (d *embeddedDevice) stage(b *batch, n int, pkt []byte, env *wire.Envelope) 
 	return n
 }
 
-func (d *embeddedDevice) SetFaults(in FaultInjector) { d.faults.set(in) }
+func (d *Device) SetFaults(in FaultInjector) { d.faults.set(in) }
 
 // faultState is a device's fault injector and the lock its Decide runs
 // under; on spares the data path that lock while there is none.
@@ -169,7 +169,7 @@ func (f *faultState) decide(pkt []byte) netem.Fate {
 }
 
 // fate decides what the fault injector and Config.SendHook do to pkt.
-func (d *embeddedDevice) fate(pkt []byte) netem.Fate {
+func (d *Device) fate(pkt []byte) netem.Fate {
 	fate := d.faults.decide(pkt)
 	if d.cfg.SendHook != nil {
 		switch d.cfg.SendHook(pkt) {
@@ -184,7 +184,7 @@ func (d *embeddedDevice) fate(pkt []byte) netem.Fate {
 
 // send writes msgs to the socket and counts the outcome; on an error,
 // msgs[sent] is the message that failed, and those after it were not sent.
-func (d *embeddedDevice) send(msgs []udp.Message) (sent int, err error) {
+func (d *Device) send(msgs []udp.Message) (sent int, err error) {
 	sent, err = d.conn.WriteBatch(msgs)
 	d.qpc.Add(verbs.SentPkts, uint64(sent))
 	bytes := 0
@@ -203,15 +203,15 @@ func (d *embeddedDevice) send(msgs []udp.Message) (sent int, err error) {
 
 // sendOne sends a single packet outside any QP (delayed by the fault
 // injector).
-func (d *embeddedDevice) sendOne(pkt []byte, dst netip.AddrPort) {
+func (d *Device) sendOne(pkt []byte, dst netip.AddrPort) {
 	d.send([]udp.Message{{Buf: pkt, Addr: dst}})
 }
 
-func (d *embeddedDevice) trace(dir Direction, env *wire.Envelope, pkt []byte, note string) {
+func (d *Device) trace(dir Direction, env *wire.Envelope, pkt []byte, note string) {
 	if d.cfg.Trace != nil {
 		d.cfg.Trace(&TracePacket{Time: time.Now(), Dir: dir, Env: *env, Data: pkt, Note: note})
 	}
 }
 
-func (d *embeddedDevice) getBatch() *batch  { return d.batches.Get().(*batch) }
-func (d *embeddedDevice) putBatch(b *batch) { d.batches.Put(b) }
+func (d *Device) getBatch() *batch  { return d.batches.Get().(*batch) }
+func (d *Device) putBatch(b *batch) { d.batches.Put(b) }

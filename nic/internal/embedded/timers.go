@@ -13,7 +13,7 @@ import (
 // a QP's Tick, a packet the fault injector held back sent, or a function
 // (the connection manager's timers) called with the current time.
 type wakeup struct {
-	q   *embeddedQP   // a QP whose Deadline is due, or
+	q   *QP           // a QP whose Deadline is due, or
 	pkt []byte        // a delayed packet
 	env wire.Envelope // and its datagram, or
 	fn  func(qp.Time) // a function to call with the current time
@@ -21,7 +21,7 @@ type wakeup struct {
 
 // schedule asks for a Tick of q at its deadline, if it has one and no
 // earlier wakeup is already queued. q.mu is held.
-func (d *embeddedDevice) schedule(q *embeddedQP) {
+func (d *Device) schedule(q *QP) {
 	at, ok := q.qp.Deadline()
 	if !ok || (q.timerAt != 0 && q.timerAt <= at) {
 		return
@@ -30,7 +30,7 @@ func (d *embeddedDevice) schedule(q *embeddedQP) {
 	d.timers.Add(at, wakeup{q: q})
 }
 
-func (d *embeddedDevice) timerLoop() {
+func (d *Device) timerLoop() {
 	defer d.wg.Done()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
