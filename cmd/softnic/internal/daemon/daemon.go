@@ -270,7 +270,10 @@ func (d *daemon) start() error {
 			return fmt.Errorf("--pcap: %w", err)
 		}
 	}
-	ncfg := nic.Config{Addr: cfg.Listen, Logger: libLog, Faults: cfg.Faults, Embed: true, BusyPoll: cfg.BusyPoll, CM: cfg.CM, Access: cfg.Access, MTU: cfg.MTU,
+	// The daemon's one CQ waiter, receiveLoop, sleeps at once: how much CPU
+	// the daemon burns for speed is --busy-poll's to say, and a waiter
+	// spinning through a SEND flood took it from the other peers.
+	ncfg := nic.Config{Addr: cfg.Listen, Logger: libLog, Faults: cfg.Faults, Embed: true, BusyPoll: cfg.BusyPoll, WaitSpin: -1, CM: cfg.CM, Access: cfg.Access, MTU: cfg.MTU,
 		// Linux rxe's packets: their IPv4 identifications are checked as
 		// they are where a raw socket shows them, recovered otherwise.
 		RecoverIPID: !cfg.StrictICRC, UDP: udp.Options{IPIDs: true}}
