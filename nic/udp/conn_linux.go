@@ -58,10 +58,13 @@ type sysConn struct {
 	wturn sync.Locker
 	wn    int
 	werr  error
-	// interrupted is set by Interrupt and cleared by Rearm: while it is
-	// set, the registration's read deadline has passed, which ends a
-	// WaitBatchTurn at once.
+	// interrupted is set by Interrupt, and cleared by the WaitBatchTurn
+	// that finds it stale: while it is set, the registration's read
+	// deadline has passed, which ends a wait at once. interrupts counts the
+	// Interrupts: a WaitBatchTurn ends at once when it moved since its
+	// caller's Rearm, whoever else rearmed meanwhile.
 	interrupted atomic.Bool
+	interrupts  atomic.Uint64
 }
 
 // waiter is the socket's registration in the netpoller: an epoll instance
@@ -226,20 +229,14 @@ var longAgo = time.Unix(1, 0)
 
 func (c *Conn) interrupt() {
 	s := &c.sys
+	s.interrupts.Add(1)
 	s.interrupted.Store(true)
 	if w := s.wt.Load(); w != nil {
 		w.f.SetReadDeadline(longAgo) // fails harmlessly on a registration closed meanwhile
 	}
 }
 
-func (c *Conn) rearm() {
-	s := &c.sys
-	if s.interrupted.Swap(false) {
-		if w := s.wt.Load(); w != nil {
-			w.f.SetReadDeadline(time.Time{})
-		}
-	}
-}
+func (c *Conn) rearm() uint64 { return c.sys.interrupts.Load() }
 
 func (c *Conn) stopWaiting() {
 	s := &c.sys
@@ -367,14 +364,26 @@ func (c *Conn) readBatchTurn(msgs []Message, turn sync.Locker) (int, error) {
 	return n, err
 }
 
-func (c *Conn) waitBatchTurn(msgs []Message, turn sync.Locker) (int, bool, error) {
+func (c *Conn) waitBatchTurn(msgs []Message, turn sync.Locker, armed uint64) (int, bool, error) {
 	s := &c.sys
 	if !s.wmu.TryLock() {
 		return 0, false, nil
 	}
 	defer s.wmu.Unlock()
-	if s.interrupted.Load() {
-		return 0, true, nil // an interrupted ReadBatchTurn cleared the deadline
+	if s.interrupts.Load() != armed {
+		return 0, true, nil
+	}
+	// What is left of an Interrupt before the caller armed is stale: it
+	// is cleared here, by the one goroutine that waits, and not by Rearm,
+	// which another goroutine may call while this one waits, undoing an
+	// Interrupt meant for this wait (it then slept until a datagram came).
+	if s.interrupted.Swap(false) {
+		if w := s.wt.Load(); w != nil {
+			w.f.SetReadDeadline(time.Time{})
+		}
+		if s.interrupts.Load() != armed {
+			return 0, true, nil // one came as the deadline was cleared
+		}
 	}
 	n, err := c.waitLocked(msgs, turn)
 	if errors.Is(err, os.ErrDeadlineExceeded) {

@@ -679,7 +679,8 @@ func TestBatchesDoNotAllocate(t *testing.T) {
 }
 
 // WaitBatchTurn waits only when no other goroutine waits for the socket,
-// and Interrupt ends its wait, and every later one until Rearm; it ends a
+// and Interrupt ends its wait, and every later one given a Rearm from
+// before it, whatever other goroutines rearmed since; it ends a
 // ReadBatchTurn too, which returns 0. A datagram ends the wait with the
 // turn held, as ReadBatchTurn's does.
 func TestWaitBatchTurn(t *testing.T) {
@@ -692,10 +693,10 @@ func TestWaitBatchTurn(t *testing.T) {
 		waited bool
 		err    error
 	}
-	wait := func() <-chan result {
+	wait := func(armed uint64) <-chan result {
 		done := make(chan result, 1)
 		go func() {
-			n, waited, err := b.WaitBatchTurn(msgs, &turn)
+			n, waited, err := b.WaitBatchTurn(msgs, &turn, armed)
 			done <- result{n, waited, err}
 		}()
 		return done
@@ -717,20 +718,27 @@ func TestWaitBatchTurn(t *testing.T) {
 		n, err := b.ReadBatchTurn(msgs[:1], &turn)
 		reading <- result{n, true, err}
 	}()
+	armed := b.Rearm()
 	waitForIOWait(t, "udp.(*Conn).readBatchTurn")
-	expect("WaitBatchTurn beside a waiting ReadBatchTurn", wait(), result{})
+	expect("WaitBatchTurn beside a waiting ReadBatchTurn", wait(armed), result{})
 	b.Interrupt()
 	expect("ReadBatchTurn interrupted", reading, result{0, true, nil})
 
-	expect("WaitBatchTurn after an Interrupt", wait(), result{0, true, nil})
-	b.Rearm()
-	done := wait()
+	expect("WaitBatchTurn after an Interrupt", wait(armed), result{0, true, nil})
+	done := wait(b.Rearm())
 	waitForIOWait(t, "udp.(*Conn).waitBatchTurn")
 	b.Interrupt()
 	expect("WaitBatchTurn interrupted", done, result{0, true, nil})
 
+	// An Interrupt meant for one waiter survives another's Rearm (two CQ
+	// waiters of one device: the second rearming undid the first's
+	// Interrupt, which then slept until a datagram came).
+	armed = b.Rearm()
+	b.Interrupt()
 	b.Rearm()
-	done = wait()
+	expect("WaitBatchTurn interrupted before another's Rearm", wait(armed), result{0, true, nil})
+
+	done = wait(b.Rearm())
 	waitForIOWait(t, "udp.(*Conn).waitBatchTurn")
 	if _, err := a.WriteBatch([]Message{{Buf: []byte("one"), Addr: b.LocalAddr()}}); err != nil {
 		t.Fatal(err)

@@ -137,10 +137,10 @@ func (c *Conn) readBatchTurn(msgs []Message, turn sync.Locker) (int, error) {
 // waitBatchTurn never waits here: waitRead's read cannot be interrupted.
 const waitsInterruptibly = false
 
-func (c *Conn) waitBatchTurn([]Message, sync.Locker) (int, bool, error) { return 0, false, nil }
+func (c *Conn) waitBatchTurn([]Message, sync.Locker, uint64) (int, bool, error) { return 0, false, nil }
 
-func (c *Conn) interrupt() {}
-func (c *Conn) rearm()     {}
+func (c *Conn) interrupt()    {}
+func (c *Conn) rearm() uint64 { return 0 }
 
 func (c *Conn) stopWaiting() {}
 

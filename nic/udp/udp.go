@@ -357,24 +357,26 @@ func (c *Conn) ReadBatchTurn(msgs []Message, turn sync.Locker) (int, error) {
 // (and always with the portable fallback, whose waits cannot be
 // interrupted). Otherwise it waits as ReadBatchTurn does, and returns 0
 // without error when Interrupt was called during the wait, or before it
-// and since the last Rearm. A goroutine that waits for an event X
-// calls Rearm, then makes sure that whoever causes X calls Interrupt
-// afterwards, then checks that X has not happened, then waits: it
-// cannot miss X.
-func (c *Conn) WaitBatchTurn(msgs []Message, turn sync.Locker) (n int, waited bool, err error) {
-	return c.waitBatchTurn(msgs, turn)
+// and since the Rearm that returned armed. A goroutine that waits for an
+// event X calls Rearm, then makes sure that whoever causes X calls
+// Interrupt afterwards, then checks that X has not happened, then waits,
+// giving what Rearm returned: it cannot miss X, whatever other goroutines
+// rearm meanwhile.
+func (c *Conn) WaitBatchTurn(msgs []Message, turn sync.Locker, armed uint64) (n int, waited bool, err error) {
+	return c.waitBatchTurn(msgs, turn, armed)
 }
 
 // WaitsInterruptibly reports whether WaitBatchTurn can wait (on Linux; not
 // with the portable fallback).
 func (c *Conn) WaitsInterruptibly() bool { return waitsInterruptibly }
 
-// Interrupt ends a WaitBatchTurn under way, and every one that begins
-// before the next Rearm; and a ReadBatchTurn under way, which returns 0.
+// Interrupt ends a WaitBatchTurn under way, and every one given a Rearm's
+// result from before it; and a ReadBatchTurn under way, which returns 0.
 func (c *Conn) Interrupt() { c.interrupt() }
 
-// Rearm undoes Interrupt, for the WaitBatchTurns that begin after it.
-func (c *Conn) Rearm() { c.rearm() }
+// Rearm returns what a WaitBatchTurn that is to end at the Interrupts
+// after this call, and at none before it, is given.
+func (c *Conn) Rearm() (armed uint64) { return c.rearm() }
 
 // StopWaiting takes the socket out of Go's netpoller until the next
 // ReadBatch or ReadBatchTurn waits for it: a process that polls the socket

@@ -329,7 +329,7 @@ func (d *Device) processQueued(again bool) {
 // c was written to, ctx ended or the device closed.
 func (d *Device) attend(c *CQ, ctx context.Context) (waited bool, err error) {
 	p := &d.prog
-	d.conn.Rearm()
+	armed := d.conn.Rearm()
 	c.attending.Add(1)
 	if ctx.Done() != nil {
 		stop := context.AfterFunc(ctx, d.conn.Interrupt)
@@ -344,7 +344,7 @@ func (d *Device) attend(c *CQ, ctx context.Context) (waited bool, err error) {
 	case d.closed():
 		err = cm.ErrClosed
 	default:
-		n, waited, err = d.conn.WaitBatchTurn(p.msgs, &p.role) // the role is held when n > 0
+		n, waited, err = d.conn.WaitBatchTurn(p.msgs, &p.role, armed) // the role is held when n > 0
 	}
 	c.attending.Add(-1)
 	if n > 0 {
