@@ -45,3 +45,19 @@ func WaitersAttend(d hooks.Device) bool { return d.(*Device).conn.WaitsInterrupt
 func SourceFor(d hooks.Device, dst netip.AddrPort) netip.AddrPort {
 	return d.(*Device).sourceFor(dst)
 }
+
+// PollUnderWay makes d look as it does while an application's poll
+// processes a batch (drive), from now on, and takes the reader off the
+// socket; the poll ends, without another, when end is called, which wakes
+// the reader to look.
+func PollUnderWay(d hooks.Device) (end func()) {
+	e := d.(*Device)
+	p := &e.prog
+	p.driving.Store(true)
+	p.lastPoll.Store(int64(e.now()))
+	e.conn.Interrupt()
+	return func() {
+		p.driving.Store(false)
+		e.resumeReader()
+	}
+}

@@ -46,7 +46,11 @@ import (
 // for nothing: each poll stamps progress.lastPoll, and the
 // reader takes the socket out of the netpoller (udp.Conn.StopWaiting) and
 // parks until no poll has for pollIdle, or a poller that goes to sleep in
-// CQ.Wait wakes it.
+// CQ.Wait wakes it. A poll that is still processing its batch counts as
+// one that has just come, however long ago it began (a burst of READ
+// responses to build and send can take longer than pollIdle): a reader
+// that took the next batch then would leave the poller spinning beside
+// it, on a CPU the peer needs.
 // Whatever the socket holds when the reader returns is read then: nothing
 // is lost when polling stops, only read by the other party.
 //
@@ -106,8 +110,10 @@ type progress struct {
 	out  *batch
 
 	// lastPoll is the device time of the last poll; 0 when no
-	// application polls.
+	// application polls. driving is set while a poller holds the role
+	// (drive): the poll is still under way, however long ago it began.
 	lastPoll atomic.Int64
+	driving  atomic.Bool
 	resume   chan struct{} // wakes the parked reader
 
 	// park is the parked reader's timer. A waiter that leaves the socket
@@ -241,12 +247,18 @@ func (d *Device) drive() bool {
 		return false
 	}
 	defer p.role.Unlock()
+	p.driving.Store(true)
+	defer p.driving.Store(false)
 	d.ringDoorbells(p.out)
 	n, err := d.conn.TryReadBatch(p.msgs)
 	if err != nil || n == 0 {
 		return false
 	}
 	d.process(n)
+	// The poll lasted until now: a batch whose answers took longer than
+	// pollIdle to build and send does not make the reader think that
+	// polling stopped.
+	p.lastPoll.Store(int64(d.now()))
 	return true
 }
 
@@ -432,6 +444,9 @@ func (d *Device) parkWhileYielded() bool {
 		idle := time.Duration(0) // until the reader looks again
 		if last := p.lastPoll.Load(); last != 0 {
 			idle = qp.Time(last).Add(pollIdle).Sub(now) // until no poll has come for pollIdle
+			if idle <= 0 && p.driving.Load() {
+				idle = pollIdle // a poll under way: look again when it may have ended
+			}
 			if idle <= 0 && p.lastPoll.CompareAndSwap(last, 0) {
 				b := d.getBatch() // the reader's own batch is the role holder's
 				d.ringDoorbells(b)

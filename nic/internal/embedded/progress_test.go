@@ -135,3 +135,41 @@ func TestAttendingWaiterInterrupted(t *testing.T) {
 		})
 	}
 }
+
+// A poll whose batch takes longer than the reader's pollIdle to process
+// (its answers built and sent: a burst of READ responses) keeps the
+// reader off the socket until it ends: the reader would otherwise take
+// the next batch while the poller comes back and spins beside it, two
+// threads where one does the work. Once the poll ends and none follows,
+// the reader comes back. (What is checked is that something does not
+// happen for a while: a reader that comes back during the poll fails it
+// whenever it is scheduled within the 20 ms.)
+func TestReaderStaysOffDuringALongPoll(t *testing.T) {
+	a := nictest.NewPair(t, nil).A
+	dev := device(a.Dev)
+	if !embedded.WaitersAttend(dev) {
+		t.Skip("the portable socket layer's waits cannot be interrupted: the reader stays on the socket")
+	}
+	end := embedded.PollUnderWay(dev)
+	deadline := time.Now().Add(10 * time.Second)
+	for embedded.Attending(dev) {
+		if time.Now().After(deadline) {
+			end()
+			t.Fatal("the reader did not leave the socket for the poll")
+		}
+		runtime.Gosched()
+	}
+	for until := time.Now().Add(20 * time.Millisecond); time.Now().Before(until); time.Sleep(100 * time.Microsecond) {
+		if embedded.Attending(dev) {
+			end()
+			t.Fatal("the reader went back to the socket while the poll was under way")
+		}
+	}
+	end()
+	for !embedded.Attending(dev) {
+		if time.Now().After(deadline) {
+			t.Fatal("the reader did not come back to the socket after the poll")
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
