@@ -16,3 +16,7 @@ func DumpSQ(q *QP) string {
 	}
 	return b.String()
 }
+
+// PaceWindow is the READ response packets q's responder sends a round; 0
+// while it does not pace.
+func PaceWindow(q *QP) int { return q.resp.pace.wnd }

@@ -368,3 +368,94 @@ func TestFastPathAllocs(t *testing.T) {
 		})
 	}
 }
+
+// TestReadRetryOfQueuedResponses: once a lost READ response has started
+// the responder's pacer, a go-back-N of the requester (here after a
+// timeout) asks again for READs whose responses the responder still holds
+// queued, none of them sent: those requests are no sign of loss, and the
+// pacer's window, grown by the new READs since, is not cut. Every READ
+// completes with the right data.
+func TestReadRetryOfQueuedResponses(t *testing.T) {
+	_, a, b := pair(t, defaultAttr())
+	rngFill(rand.New(rand.NewPCG(5, 6)), b.buf[:16*testMTU])
+	buf := make([]byte, qp.MaxPacketSize)
+	var pkt wire.Packet
+	now := qp.Time(0)
+	// move hands what from sends now to to, but for the packet numbered
+	// drop (-1: none).
+	move := func(from, to *host, drop int) {
+		for i := 0; ; i++ {
+			n, dst := from.qp.Transmit(buf, now)
+			if n == 0 {
+				return
+			}
+			env := wire.Envelope{Src: from.addr, Dst: dst}
+			env.Seal(buf[:n])
+			if err := pkt.Decode(buf[:n]); err != nil {
+				t.Fatal(err)
+			}
+			if i != drop {
+				to.qp.Receive(&pkt, &env, now)
+			}
+		}
+	}
+	read := func(i int, size uint32) {
+		off := uint64(i) * 4 * testMTU
+		post(t, a, &verbs.SendWR{ID: uint64(i), Opcode: verbs.WRRead, Flags: verbs.Signaled,
+			SGL: sgl(a.sge(off, size)), RemoteAddr: b.va(off), RKey: b.region.RKey()})
+	}
+	read(0, 4*testMTU)
+	move(a, b, -1)
+	move(b, a, 1) // the second response is lost; a asks again for the rest
+	now = now.Add(50 * time.Microsecond)
+	move(a, b, -1)
+	paced := qp.PaceWindow(b.qp)
+	if paced == 0 {
+		t.Fatal("the lost response did not start the pacer")
+	}
+	const more = 8
+	for i := 1; i <= more; i++ {
+		read(i, testMTU)
+	}
+	move(a, b, -1)
+	if got := qp.PaceWindow(b.qp); got != paced+more {
+		t.Fatalf("after %d new READs the pacer's window is %d, want %d", more, got, paced+more)
+	}
+	// b sends nothing meanwhile (descheduled): a times out and asks again
+	// for READ 0's rest and the READs after it, all still queued at b.
+	now = now.Add(time.Second)
+	a.qp.Tick(now)
+	move(a, b, -1)
+	if got := a.counter(verbs.RetransmittedPkts); got < 2 {
+		t.Fatalf("%d requests sent again after the timeout, want the go-back-N to resend READ 0 and more", got)
+	}
+	if got := qp.PaceWindow(b.qp); got != paced+more {
+		t.Errorf("requests for responses still queued cut the pacer's window to %d, want %d", got, paced+more)
+	}
+	var wcs []verbs.WC
+	for step := 0; len(wcs) < more+1; step++ {
+		if step == 10000 {
+			t.Fatalf("%d of %d READs completed\n%s", len(wcs), more+1, qp.DumpSQ(a.qp))
+		}
+		move(a, b, -1)
+		move(b, a, -1)
+		wcs = append(wcs, a.poll()...)
+		now = now.Add(10 * time.Microsecond)
+		a.qp.Tick(now)
+		b.qp.Tick(now)
+	}
+	for i, wc := range wcs {
+		if wc.Status != verbs.Success || wc.ID != uint64(i) {
+			t.Fatalf("completion %d: wr_id %d %s", i, wc.ID, wc.Status)
+		}
+	}
+	for i := range more + 1 {
+		off, size := i*4*testMTU, testMTU
+		if i == 0 {
+			size = 4 * testMTU
+		}
+		if !bytes.Equal(a.buf[off:off+size], b.buf[off:off+size]) {
+			t.Fatalf("READ %d: the data differs", i)
+		}
+	}
+}

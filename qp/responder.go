@@ -643,8 +643,8 @@ func (r *responder) executeAtomicWrite(p *wire.Packet) (outcome, failure) {
 
 // duplicate answers a request whose PSN was already executed: SEND and
 // WRITE are acknowledged again (C9-105), READ is replayed from the PSN asked
-// for with its rkey checked again, ATOMIC gets its saved result: nothing
-// executes twice.
+// for with its rkey checked again (unless its responses from that PSN on
+// are still queued), ATOMIC gets its saved result: nothing executes twice.
 func (r *responder) duplicate(p *wire.Packet, psn wire.PSN, now Time) {
 	q := r.q
 	op := p.OpCode()
@@ -660,6 +660,16 @@ func (r *responder) duplicate(p *wire.Packet, psn wire.PSN, now Time) {
 		va, length := p.RETH.VA(), uint64(p.RETH.DMALen())
 		if p.RETH.RKey() != res.rkey || va != res.va+off || off+length != res.length {
 			return // not a retry of the same READ
+		}
+		if e := r.queuedRead(res.first); e != nil && !psn.Before(e.psn) {
+			// None of the responses asked for has left yet: a go-back-N
+			// asks again for every READ after a lost response, and a
+			// requester that timed out while this side was slow asks
+			// again for what is still queued. They leave as queued, and
+			// the request says nothing of loss to the pacer, which would
+			// otherwise cut its window once a round for as long as the
+			// go-back-N lasts.
+			return
 		}
 		var span mr.Span
 		if length > 0 {
