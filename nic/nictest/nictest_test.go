@@ -62,10 +62,15 @@ func TestPair(t *testing.T) {
 // TestFaultDropsMiddle: dropping the Middle of a three-packet WRITE makes
 // B NAK the Last (PSN sequence error) and A send the Middle again; once
 // the rule is off, the same WRITE goes through with no retransmission.
+// The ACK timer (Timeout 24, about 69 s, past the minute a completion is
+// waited for) never fires: the WRITE recovers by the NAK alone, and a busy
+// machine's scheduling, which delayed a WRITE's ACK past the default 67 ms
+// and had A resend the whole WRITE, makes no retransmission.
 func TestFaultDropsMiddle(t *testing.T) {
 	for _, attached := range []bool{false, true} {
 		t.Run(fmt.Sprintf("attached=%v", attached), func(t *testing.T) {
-			p := nictest.NewPair(t, &nictest.Options{Attached: attached, Config: nic.Config{MTU: 1024}})
+			p := nictest.NewPair(t, &nictest.Options{Attached: attached, Config: nic.Config{MTU: 1024},
+				Connect: nic.ConnectOptions{Timeout: 24}})
 			middle := p.A.QP.Attr().SQPSN.Add(1)
 			f := p.A.Faults.Add(netem.Rule{Action: netem.ActionDrop, OpCodes: []wire.OpCode{wire.OpRCWriteMiddle}, QP: p.B.QP.Num()})
 			write(t, p, 3000)
