@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/nic/internal/hooks"
+	"github.com/softnic/softnic/qp"
 )
 
 // The tests of package embedded_test, which open devices through package
@@ -60,4 +61,17 @@ func PollUnderWay(d hooks.Device) (end func()) {
 		p.driving.Store(false)
 		e.resumeReader()
 	}
+}
+
+// StallTimers keeps d's timer goroutine busy until release is called, as
+// a goroutine that gets no CPU is, and returns once it is.
+func StallTimers(d hooks.Device) (release func()) {
+	e := d.(*Device)
+	running, done := make(chan struct{}), make(chan struct{})
+	e.timers.Add(e.now(), wakeup{fn: func(qp.Time) {
+		close(running)
+		<-done
+	}})
+	<-running
+	return func() { close(done) }
 }

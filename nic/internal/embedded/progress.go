@@ -13,6 +13,7 @@ import (
 
 	"github.com/softnic/softnic/nic/cm"
 	"github.com/softnic/softnic/nic/internal/hooks"
+	"github.com/softnic/softnic/nic/internal/timers"
 	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/nic/udp"
 	"github.com/softnic/softnic/qp"
@@ -108,6 +109,7 @@ type progress struct {
 	msgs []udp.Message
 	in   inbound
 	out  *batch
+	due  []timers.Entry[wakeup] // the QP timers a poller runs (tickDue)
 
 	// lastPoll is the device time of the last poll; 0 when no
 	// application polls. driving is set while a poller holds the role
@@ -163,6 +165,7 @@ func (p *progress) init(gro bool) {
 		p.msgs[i].Buf = make([]byte, size)
 	}
 	p.out = newBatch()
+	p.due = make([]timers.Entry[wakeup], 0, 64)
 	p.resume = make(chan struct{}, 1)
 	p.park = time.NewTimer(time.Hour)
 	p.park.Stop()
@@ -238,11 +241,13 @@ func (d *Device) ringDoorbells(b *batch) {
 
 // drive is a poller's turn: it stamps lastPoll, which keeps the reader off
 // the socket, and unless another holds the role it sends what was posted
-// since the last poll and reads what the socket holds, without waiting,
-// and processes it. It reports whether it processed a packet.
+// since the last poll, reads what the socket holds, without waiting, and
+// processes it, and runs the QPs' timers that are due (tickDue). It
+// reports whether it processed a packet.
 func (d *Device) drive() bool {
 	p := &d.prog
-	p.lastPoll.Store(int64(d.now()))
+	now := d.now()
+	p.lastPoll.Store(int64(now))
 	if !p.role.TryLock() {
 		return false
 	}
@@ -251,15 +256,19 @@ func (d *Device) drive() bool {
 	defer p.driving.Store(false)
 	d.ringDoorbells(p.out)
 	n, err := d.conn.TryReadBatch(p.msgs)
-	if err != nil || n == 0 {
-		return false
+	processed := err == nil && n > 0
+	if processed {
+		d.process(n)
+		// The poll lasted until now: a batch whose answers took longer
+		// than pollIdle to build and send does not make the reader think
+		// that polling stopped.
+		now = d.now()
+		p.lastPoll.Store(int64(now))
 	}
-	d.process(n)
-	// The poll lasted until now: a batch whose answers took longer than
-	// pollIdle to build and send does not make the reader think that
-	// polling stopped.
-	p.lastPoll.Store(int64(d.now()))
-	return true
+	if d.timers.Next() <= now {
+		d.tickDue(now)
+	}
+	return processed
 }
 
 // Drive is a daemon's turn after it sent packets from an attached

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/softnic/softnic/nic/internal/hooks"
 	"github.com/softnic/softnic/nic/nictest"
 	"github.com/softnic/softnic/verbs"
+	"github.com/softnic/softnic/wire"
 )
 
 // device returns the embedded provider of d, as the daemon reaches it.
@@ -172,4 +174,54 @@ func TestReaderStaysOffDuringALongPoll(t *testing.T) {
 		}
 		time.Sleep(100 * time.Microsecond)
 	}
+}
+
+// An application that polls runs the QPs' timers that fall due as it
+// polls: with the timer goroutine held up (as one that gets no CPU on a
+// machine whose cores the poller and its peer keep busy), a WRITE whose
+// packet was lost is sent again at its ACK timeout, found by a poll, and
+// completes while the application polls.
+func TestPollerRunsTimers(t *testing.T) {
+	var drop atomic.Bool
+	drop.Store(true)
+	hook := func(pkt []byte) nic.SendAction {
+		if wire.BTH(pkt).OpCode() == wire.OpRCWriteOnly && drop.Swap(false) {
+			return nic.SendDrop
+		}
+		return nic.SendPass
+	}
+	const timeout = 10 // 4.096 µs × 2^10: about 4 ms
+	p := nictest.NewPair(t, &nictest.Options{Config: nic.Config{SendHook: hook}, Connect: nic.ConnectOptions{Timeout: timeout}})
+	a, b := p.A, p.B
+	release := embedded.StallTimers(device(a.Dev))
+	defer release()
+	wr := verbs.SendWR{Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{a.MR.SGE(0, 8)}, RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey()}
+	if err := a.QP.PostSend(&wr); err != nil {
+		t.Fatal(err)
+	}
+	var wcs [1]verbs.WC
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		n, err := a.CQ.Poll(wcs[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the WRITE did not complete in 10 s of polls with the timer goroutine held up (retransmitted_pkts %d)", counter(a.Dev, "retransmitted_pkts"))
+		}
+		runtime.Gosched()
+	}
+	if wcs[0].Status != verbs.Success {
+		t.Fatalf("WRITE: %v", wcs[0].String())
+	}
+	if got := counter(a.Dev, "retransmitted_pkts"); got == 0 {
+		t.Error("retransmitted_pkts = 0: the WRITE completed without being sent again")
+	}
+}
+
+func counter(d *nic.Device, name string) uint64 {
+	v, _ := d.Counter(name)
+	return v
 }

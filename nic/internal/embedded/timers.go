@@ -55,16 +55,7 @@ func (d *Device) timerLoop() {
 				d.sendOne(e.pkt, e.env.Dst)
 				continue
 			}
-			q := e.q
-			q.mu.Lock()
-			if q.timerAt == due[i].At {
-				q.timerAt = 0
-			}
-			if !q.destroyed {
-				q.qp.Tick(now)
-				q.flushLocked(out, now)
-			}
-			q.mu.Unlock()
+			e.q.tick(due[i].At, now, out)
 		}
 		clear(due)
 		if wait < 0 {
@@ -78,4 +69,43 @@ func (d *Device) timerLoop() {
 		case <-timer.C:
 		}
 	}
+}
+
+// tick runs q's timers at now, for its wakeup due at at, and sends what
+// they let go through b.
+func (q *QP) tick(at, now qp.Time, b *batch) {
+	q.mu.Lock()
+	if q.timerAt == at {
+		q.timerAt = 0
+	}
+	if !q.destroyed {
+		q.qp.Tick(now)
+		q.flushLocked(b, now)
+	}
+	q.mu.Unlock()
+}
+
+// isQP reports whether w is a QP's wakeup.
+func isQP(w *wakeup) bool { return w.q != nil }
+
+// tickDue is a poller's turn at the QPs' timers (drive): while an
+// application polls, its goroutine runs the ACK timeouts and the READ
+// pacer's rounds that are due, as it processes packets, instead of waking
+// the timer goroutine to run them on a CPU that the poller and the peer
+// keep busy (on two cores the pacer's rounds then came milliseconds late).
+// What else is due stays for the timer goroutine. As there, what the
+// socket holds is processed first: a timeout is a loss only if its
+// acknowledgement has not arrived. p.role is held.
+func (d *Device) tickDue(now qp.Time) {
+	p := &d.prog
+	due := d.timers.DueWhere(now, p.due[:0], isQP)
+	if len(due) > 0 {
+		d.processQueued(false)
+		now = d.now()
+	}
+	for i := range due {
+		due[i].V.q.tick(due[i].At, now, p.out)
+	}
+	clear(due)
+	p.due = due[:0]
 }

@@ -2,11 +2,14 @@
 // timers, packets the fault injector holds back, the connection manager's
 // timers), each an entry due at a device time carrying what the device
 // does then. One goroutine of the device waits on Wake and takes what is
-// Due.
+// Due; an application that polls takes the QPs' (DueWhere) when Next says
+// one may be due.
 package timers
 
 import (
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/softnic/softnic/qp"
@@ -65,17 +68,35 @@ func (h *heap[V]) pop() Entry[V] {
 type Queue[V any] struct {
 	mu   sync.Mutex
 	h    heap[V]
+	next atomic.Int64 // h[0].At, or math.MaxInt64 when h is empty
 	wake chan struct{}
 }
 
 // Init makes q ready for use.
-func (q *Queue[V]) Init() { q.wake = make(chan struct{}, 1) }
+func (q *Queue[V]) Init() {
+	q.wake = make(chan struct{}, 1)
+	q.next.Store(math.MaxInt64)
+}
+
+// Next returns when the first entry is due (math.MaxInt64 when none is),
+// without taking q's lock: a poller looks at it every poll.
+func (q *Queue[V]) Next() qp.Time { return qp.Time(q.next.Load()) }
+
+// noteNextLocked updates next. q.mu is held.
+func (q *Queue[V]) noteNextLocked() {
+	next := int64(math.MaxInt64)
+	if len(q.h) > 0 {
+		next = int64(q.h[0].At)
+	}
+	q.next.Store(next)
+}
 
 // Add queues v at at, and signals Wake if it is now the first due.
 func (q *Queue[V]) Add(at qp.Time, v V) {
 	q.mu.Lock()
 	q.h.push(Entry[V]{At: at, V: v})
 	first := q.h[0].At == at
+	q.noteNextLocked()
 	q.mu.Unlock()
 	if first {
 		select {
@@ -96,8 +117,33 @@ func (q *Queue[V]) Due(now qp.Time, buf []Entry[V]) ([]Entry[V], time.Duration) 
 	for len(q.h) > 0 && q.h[0].At <= now {
 		buf = append(buf, q.h.pop())
 	}
+	q.noteNextLocked()
 	if len(q.h) == 0 {
 		return buf, -1
 	}
 	return buf, q.h[0].At.Sub(now)
+}
+
+// DueWhere pops the entries due at now for which take reports true into
+// buf and returns them; the others due stay queued, for the goroutine
+// that waits on Wake (which was told of them when they were added).
+func (q *Queue[V]) DueWhere(now qp.Time, buf []Entry[V], take func(*V) bool) []Entry[V] {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	start := len(buf)
+	for len(q.h) > 0 && q.h[0].At <= now {
+		buf = append(buf, q.h.pop())
+	}
+	taken := start
+	for i := start; i < len(buf); i++ {
+		if take(&buf[i].V) {
+			buf[taken] = buf[i]
+			taken++
+		} else {
+			q.h.push(buf[i])
+		}
+	}
+	clear(buf[taken:])
+	q.noteNextLocked()
+	return buf[:taken]
 }

@@ -1,6 +1,7 @@
 package timers
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -61,5 +62,48 @@ func TestTimerHeap(t *testing.T) {
 	h.pop()
 	if n := testing.AllocsPerRun(100, func() { h.push(Entry[int]{At: 2}); h.pop() }); n != 0 {
 		t.Errorf("push and pop: %v allocations, want 0", n)
+	}
+}
+
+// DueWhere takes the entries due that its predicate accepts, earliest
+// first, and leaves the rest queued for Due; Next follows the earliest
+// entry queued.
+func TestDueWhere(t *testing.T) {
+	var q Queue[int]
+	q.Init()
+	if got := q.Next(); got != math.MaxInt64 {
+		t.Fatalf("Next of an empty queue: %v, want math.MaxInt64", got)
+	}
+	for i, at := range []qp.Time{30, 10, 20, 50, 40} {
+		q.Add(at, i) // values 0..4; even ones are taken
+	}
+	if got := q.Next(); got != 10 {
+		t.Fatalf("Next: %v, want 10", got)
+	}
+	even := func(v *int) bool { return *v%2 == 0 }
+	var buf []Entry[int]
+	buf = q.DueWhere(35, buf[:0], even)
+	if want := []Entry[int]{{20, 2}, {30, 0}}; !slices.Equal(buf, want) {
+		t.Fatalf("DueWhere(35): %v, want %v", buf, want)
+	}
+	if got := q.Next(); got != 10 {
+		t.Fatalf("Next after DueWhere: %v, want 10 (the entry it left)", got)
+	}
+	buf, wait := q.Due(45, buf[:0])
+	if want := []Entry[int]{{10, 1}, {40, 4}}; !slices.Equal(buf, want) || wait != 5 {
+		t.Fatalf("Due(45): %v, %v; want %v, 5ns", buf, wait, want)
+	}
+	if got := q.Next(); got != 50 {
+		t.Fatalf("Next: %v, want 50", got)
+	}
+	if buf = q.DueWhere(100, buf[:0], even); len(buf) != 0 || q.Next() != 50 {
+		t.Fatalf("DueWhere(100) of an odd entry: %v, Next %v; want nothing taken, 50", buf, q.Next())
+	}
+	buf = make([]Entry[int], 0, 8)
+	if n := testing.AllocsPerRun(100, func() {
+		q.Add(60, 6)
+		buf = q.DueWhere(100, buf[:0], even)
+	}); n != 0 {
+		t.Errorf("Add and DueWhere: %v allocations, want 0", n)
 	}
 }
