@@ -311,28 +311,17 @@ func TestFastPathAllocs(t *testing.T) {
 	for _, op := range []verbs.WROpcode{verbs.WRWrite, verbs.WRRead} {
 		t.Run(op.String(), func(t *testing.T) {
 			_, a, b := pair(t, defaultAttr())
-			buf := make([]byte, qp.MaxPacketSize)
-			var pkt wire.Packet
+			m := newMover(t)
 			now := qp.Time(0)
 			dropOne := op == verbs.WRRead // lose one READ response, once: the pacer starts
-			move := func(from, to *host) {
-				for {
-					n, dst := from.qp.Transmit(buf, now)
-					if n == 0 {
-						return
-					}
-					env := wire.Envelope{Src: from.addr, Dst: dst}
-					env.Seal(buf[:n])
-					if err := pkt.Decode(buf[:n]); err != nil {
-						t.Fatal(err)
-					}
-					if dropOne && pkt.OpCode() == wire.OpRCReadResponseMiddle {
-						dropOne = false
-						continue
-					}
-					to.qp.Receive(&pkt, &env, now)
+			drop := func(_ int, p *wire.Packet) bool {
+				if dropOne && p.OpCode() == wire.OpRCReadResponseMiddle {
+					dropOne = false
+					return true
 				}
+				return false
 			}
+			move := func(from, to *host) { m.move(from, to, now, drop) }
 			wr := verbs.SendWR{Opcode: op, Flags: verbs.Signaled, SGL: sgl(a.sge(0, 64<<10)), RemoteAddr: b.va(0), RKey: b.region.RKey()}
 			var wc [1]verbs.WC
 			steps := 0 // of the last transfer
@@ -378,26 +367,12 @@ func TestFastPathAllocs(t *testing.T) {
 func TestReadRetryOfQueuedResponses(t *testing.T) {
 	_, a, b := pair(t, defaultAttr())
 	rngFill(rand.New(rand.NewPCG(5, 6)), b.buf[:16*testMTU])
-	buf := make([]byte, qp.MaxPacketSize)
-	var pkt wire.Packet
+	m := newMover(t)
 	now := qp.Time(0)
 	// move hands what from sends now to to, but for the packet numbered
 	// drop (-1: none).
 	move := func(from, to *host, drop int) {
-		for i := 0; ; i++ {
-			n, dst := from.qp.Transmit(buf, now)
-			if n == 0 {
-				return
-			}
-			env := wire.Envelope{Src: from.addr, Dst: dst}
-			env.Seal(buf[:n])
-			if err := pkt.Decode(buf[:n]); err != nil {
-				t.Fatal(err)
-			}
-			if i != drop {
-				to.qp.Receive(&pkt, &env, now)
-			}
-		}
+		m.move(from, to, now, func(i int, _ *wire.Packet) bool { return i == drop })
 	}
 	read := func(i int, size uint32) {
 		off := uint64(i) * 4 * testMTU
@@ -456,6 +431,35 @@ func TestReadRetryOfQueuedResponses(t *testing.T) {
 		}
 		if !bytes.Equal(a.buf[off:off+size], b.buf[off:off+size]) {
 			t.Fatalf("READ %d: the data differs", i)
+		}
+	}
+}
+
+// mover hands the packets one host sends straight to the other, with no
+// simulated link between them.
+type mover struct {
+	t   testing.TB
+	buf []byte
+	pkt wire.Packet
+}
+
+func newMover(t testing.TB) *mover { return &mover{t: t, buf: make([]byte, qp.MaxPacketSize)} }
+
+// move hands what from sends at now to to, but for the packets (numbered
+// from 0 in this call) that drop reports lost.
+func (m *mover) move(from, to *host, now qp.Time, drop func(i int, p *wire.Packet) bool) {
+	for i := 0; ; i++ {
+		n, dst := from.qp.Transmit(m.buf, now)
+		if n == 0 {
+			return
+		}
+		env := wire.Envelope{Src: from.addr, Dst: dst}
+		env.Seal(m.buf[:n])
+		if err := m.pkt.Decode(m.buf[:n]); err != nil {
+			m.t.Fatal(err)
+		}
+		if !drop(i, &m.pkt) {
+			to.qp.Receive(&m.pkt, &env, now)
 		}
 	}
 }
