@@ -123,18 +123,24 @@ static uint64_t sn_data_path(void)
  * sn_poll_cq: a poll that finds nothing gives up the CPU, so as not to keep
  * it from the daemon that is to produce the completion (package nic's
  * attached CQ.Poll yields, shm.Yield). Past SN_SPIN_NS after the thread's
- * last post or completion it also naps SN_NAP_NS (plus the timer's slack,
- * 50 us by default) per empty poll, so that a thread that waits long, as a
- * bandwidth test's client waits for a completion every hundred messages
- * (about 6 ms for 64 KiB messages at 1 GB/s, with 28 more queued), stops
- * taking a CPU from the daemon moving its data; a completion due within a
- * round trip, even one of a latency test's larger messages, is still taken
- * at once. (ib_write_bw -s 65536 -n 20000's client, at load 11: 24,705
- * empty polls, each yielding, before; 16,476 yielding and 634 napping
- * after.)
+ * last post or completion it also waits for the CQ (snWaitCQ: asleep on
+ * the CQ's eventfd, which the daemon signals when it writes a completion)
+ * for SN_WAIT_NS at most, then returns what the CQ holds: a thread that
+ * waits long, as a bandwidth test's client waits for a completion every
+ * hundred messages (about 6 ms for 64 KiB messages at 1 GB/s, with 28
+ * more queued), stops taking a CPU from the daemon moving its data and
+ * takes the completion as soon as it comes, while a completion due within
+ * a round trip, even one of a latency test's larger messages, is still
+ * taken at once. The bound keeps a program that polls other CQs or its
+ * memory in the same loop as responsive as the 20 us nap (70 us with the
+ * timer's slack) this wait replaced. (ib_read_bw -s 65536 -n 5000's
+ * client on a host at load 11 to 12, where the daemon often takes over a
+ * millisecond per completion: 136 and 62 ms of CPU outside perftest's own
+ * code with the nap, 26 and 20 ms with the wait; ib_write_bw -Q 100's, 36
+ * and 62 ms against 32 and 29.)
  */
 #define SN_SPIN_NS 1000000
-#define SN_NAP_NS 20000
+#define SN_WAIT_NS 100000
 
 static __thread uint64_t sn_busy_at; /* the thread's last post or completion */
 
@@ -143,13 +149,10 @@ static int sn_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 	uint64_t now = sn_data_path();
 	int got = snPollCQ(cq, n, wc);
 
-	if (got != 0) {
-		sn_busy_at = now;
-	} else if (now - sn_busy_at >= SN_SPIN_NS) {
-		struct timespec nap = { .tv_nsec = SN_NAP_NS };
-
-		nanosleep(&nap, NULL);
-	}
+	if (got == 0 && now - sn_busy_at >= SN_SPIN_NS && snWaitCQ(cq, SN_WAIT_NS))
+		got = snPollCQ(cq, n, wc);
+	if (got > 0)
+		sn_busy_at = sn_now();
 	return got;
 }
 
