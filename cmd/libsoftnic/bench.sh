@@ -3,27 +3,38 @@
 # through softnic's Go API, on one softnic daemon on loopback, in the same
 # run, alternating, ROUNDS rounds (default 3):
 #
-#	ib_write_bw -F -s 65536 -n 5000  against  softnic perftest write_bw -s 65536 -n 5000
-#	ib_read_bw -F -s 65536 -n 5000   against  softnic perftest read_bw -s 65536 -n 5000
-#	ib_write_lat -F -s 8 -n 1000     against  softnic perftest write_lat -s 8 -n 1000
+#	write_bw       ib_write_bw -F -s 65536 -n 5000         against  softnic perftest write_bw -s 65536 -n 5000 --poll
+#	write_bw_q100  ib_write_bw -F -Q 100 -s 65536 -n 5000  against  softnic perftest write_bw -Q 100 -s 65536 -n 5000
+#	read_bw        ib_read_bw -F -s 65536 -n 5000          against  softnic perftest read_bw -s 65536 -n 5000 --poll
+#	read_bw_q100   ib_read_bw -F -Q 100 -s 65536 -n 5000   against  softnic perftest read_bw -Q 100 -s 65536 -n 5000
+#	write_lat      ib_write_lat -F -s 8 -n 1000            against  softnic perftest write_lat -s 8 -n 1000
 #
 # Both sides of each test are attached to the daemon: the library's
 # through softnic run, the Go ones because SOFTNIC_SOCKET names the daemon
 # (softnic perftest's device then attaches, nic.Config). The iterations
 # are given: ib_read_bw's default is 1000, the other tools' 5000 for
-# bandwidth and 1000 for latency, as softnic perftest's. The latency
-# test is the same ping-pong on both sides, compared in the same column
-# (t_typical, half a round trip): each side WRITEs 8 bytes into the
-# peer's buffer, then spins until the peer's WRITE has landed in its own,
-# ib_write_lat polling the buffer's last byte, softnic perftest loading
-# the word that holds it atomically (nic.MR.Word; the daemon writes it
-# through the memory it shares with each program), and both poll the CQ
-# in a loop for their WRITE's completion, each poll that finds nothing
-# giving up the CPU to the daemon (an attached device's CQ.Poll, under
-# libsoftnic's ibv_poll_cq too). The bandwidth tests' clients differ in
-# how they wait: ib_write_bw and ib_read_bw poll, libsoftnic's
-# ibv_poll_cq napping once a thread has waited 200 us, while softnic
-# perftest sleeps in CQ.Wait.
+# bandwidth and 1000 for latency, as softnic perftest's.
+#
+# How the bandwidth tests' clients wait. perftest asks for a completion
+# every 100 messages, but for every message when they are larger than
+# 8 KiB, unless -Q says otherwise: so write_bw and read_bw compare clients
+# that each take a completion per message and poll their CQ in a loop
+# (ib_write_bw, ib_read_bw; softnic perftest --poll), each empty poll
+# giving up the CPU to the daemon (libsoftnic's ibv_poll_cq; an attached
+# device's CQ.Poll). The _q100 rows compare clients that take a completion
+# every 100 messages, as softnic perftest did by default before 26
+# November 2026: ib_write_bw -Q 100 polls (libsoftnic's ibv_poll_cq,
+# once the thread has waited 1 ms, sleeps on the CQ's eventfd for up to
+# 100 us per poll), softnic perftest -Q 100 sleeps in CQ.Wait.
+#
+# The latency test is the same ping-pong on both sides, compared in the
+# same column (t_typical, half a round trip): each side WRITEs 8 bytes into
+# the peer's buffer, then spins until the peer's WRITE has landed in its
+# own, ib_write_lat polling the buffer's last byte, softnic perftest
+# loading the word that holds it atomically (nic.MR.Word; the daemon
+# writes it through the memory it shares with each program), and both poll
+# the CQ in a loop for their WRITE's completion, each poll that finds
+# nothing giving up the CPU to the daemon.
 #
 # Beside it, for continuity with the figures before 26 November 2026, it
 # prints softnic bench --attach's write_8_poll (write_rtt_bench): the
@@ -114,12 +125,16 @@ while [ $r -le "$rounds" ]; do
 		[ $((r % 2)) -eq 1 ] || stack=$([ $stack = lib ] && echo go || echo lib)
 		if [ $stack = lib ]; then
 			run write_bw lib 4 $lib ib_write_bw -F -s 65536 -n 5000 -p $oob :: $lib ib_write_bw -F -s 65536 -n 5000 -p $oob 127.0.0.1
+			run write_bw_q100 lib 4 $lib ib_write_bw -F -Q 100 -s 65536 -n 5000 -p $oob :: $lib ib_write_bw -F -Q 100 -s 65536 -n 5000 -p $oob 127.0.0.1
 			run read_bw lib 4 $lib ib_read_bw -F -s 65536 -n 5000 -p $oob :: $lib ib_read_bw -F -s 65536 -n 5000 -p $oob 127.0.0.1
+			run read_bw_q100 lib 4 $lib ib_read_bw -F -Q 100 -s 65536 -n 5000 -p $oob :: $lib ib_read_bw -F -Q 100 -s 65536 -n 5000 -p $oob 127.0.0.1
 			run write_lat lib 5 $lib ib_write_lat -F -s 8 -n 1000 -p $oob :: $lib ib_write_lat -F -s 8 -n 1000 -p $oob 127.0.0.1
 		else
 			g="--port $port --oob-port $oob"
-			run write_bw go 4 $gop write_bw -s 65536 -n 5000 $g :: $gop write_bw -s 65536 -n 5000 $g 127.0.0.1
-			run read_bw go 4 $gop read_bw -s 65536 -n 5000 $g :: $gop read_bw -s 65536 -n 5000 $g 127.0.0.1
+			run write_bw go 4 $gop write_bw -s 65536 -n 5000 --poll $g :: $gop write_bw -s 65536 -n 5000 --poll $g 127.0.0.1
+			run write_bw_q100 go 4 $gop write_bw -Q 100 -s 65536 -n 5000 $g :: $gop write_bw -Q 100 -s 65536 -n 5000 $g 127.0.0.1
+			run read_bw go 4 $gop read_bw -s 65536 -n 5000 --poll $g :: $gop read_bw -s 65536 -n 5000 --poll $g 127.0.0.1
+			run read_bw_q100 go 4 $gop read_bw -Q 100 -s 65536 -n 5000 $g :: $gop read_bw -Q 100 -s 65536 -n 5000 $g 127.0.0.1
 			run write_lat go 5 $gop write_lat -s 8 -n 1000 $g :: $gop write_lat -s 8 -n 1000 $g 127.0.0.1
 			before=$(resent)
 			rtt=$("$sn" bench --attach "$ctl" --only raw_udp_ping_pong --ops 2000 --json |
@@ -133,7 +148,7 @@ done
 echo
 med() { awk -v t="$1" -v s="$2" '$1 == t && $2 == s {print $3}' "$results" | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 echo "medians of $rounds rounds (bandwidth: BW average MB/s; latency: t_typical us):"
-for t in write_bw read_bw write_lat; do
+for t in write_bw write_bw_q100 read_bw read_bw_q100 write_lat; do
 	l=$(med $t lib)
 	g=$(med $t go)
 	echo "$t libsoftnic=$l go=$g libsoftnic/go=$(awk -v l="$l" -v g="$g" 'BEGIN {printf "%.2f", l / g}')"

@@ -23,13 +23,15 @@ func definePerftest(fs *flag.FlagSet) func(*invocation) error {
 	mtu := addMTUFlag(fs, 0, "the path `MTU` offered: 256 to 4096 (default: what the interface carries, as rxe derives it: 1024 on 1500-byte Ethernet)")
 	port := fs.Uint("port", uint(wire.UDPPort), "the RoCEv2 UDP `PORT` of the device, and where the peer's is (Linux rxe's is 4791)")
 	oobPort := fs.Uint("oob-port", perftest.DefaultOOBPort, "perftest's TCP `PORT` for the out-of-band exchange")
+	cqMod := fs.Int("Q", 0, "a bandwidth test's client asks for a completion every `N` messages (default, as perftest: 100, 1 for messages over 8 KiB)")
+	poll := fs.Bool("poll", false, "a bandwidth test's client polls its CQ in a loop, as perftest's does, instead of sleeping until a completion comes")
 	counters := fs.Bool("counters", false, "print the device's counters after the test")
 	pcap := fs.String("pcap", "", "capture every packet sent and received to `FILE`")
 	return func(inv *invocation) error {
 		if err := inv.parse(1, 2); err != nil {
 			return err
 		}
-		cfg := perftest.Config{MTU: mtu.Val, Counters: *counters, Pcap: *pcap, Iters: *iters}
+		cfg := perftest.Config{MTU: mtu.Val, Counters: *counters, Pcap: *pcap, Iters: *iters, CQMod: *cqMod, Poll: *poll}
 		var ok bool
 		if cfg.Test, ok = perftest.ParseTest(inv.args[0]); !ok {
 			return usagef("unknown test %q: want write_bw, read_bw, send_bw, atomic_bw or write_lat", inv.args[0])
@@ -56,6 +58,9 @@ func definePerftest(fs *flag.FlagSet) func(*invocation) error {
 			return usagef("-u %d: want a timeout exponent from 0 to 31", *timeout)
 		}
 		cfg.Timeout = uint8(*timeout)
+		if *cqMod < 0 {
+			return usagef("-Q %d: want a positive number of messages per completion", *cqMod)
+		}
 		if *port == 0 || *port > 0xFFFF || *oobPort == 0 || *oobPort > 0xFFFF {
 			return usagef("--port %d, --oob-port %d: want ports from 1 to 65535", *port, *oobPort)
 		}

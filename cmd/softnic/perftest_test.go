@@ -155,6 +155,8 @@ func TestPerftestLoopback(t *testing.T) {
 		{"write_bw many packets", []string{"write_bw", "-s", "4099", "-n", "200"}, "4099"},
 		{"read_bw", []string{"read_bw", "-s", "3000", "-n", "200"}, "3000"},
 		{"read_bw small", []string{"read_bw", "-s", "64", "-n", "300"}, "64"},
+		{"write_bw polled, a completion per message", []string{"write_bw", "-s", "9000", "-n", "200", "--poll"}, "9000"},
+		{"read_bw polled, a completion per 7", []string{"read_bw", "-s", "1500", "-n", "100", "-Q", "7", "--poll"}, "1500"},
 		{"send_bw", []string{"send_bw", "-s", "2500", "-n", "1000"}, "2500"},
 		{"atomic_bw fetch-add", []string{"atomic_bw", "-n", "300"}, "8"},
 		{"atomic_bw compare-swap", []string{"atomic_bw", "-A", "CMP_AND_SWAP", "-n", "100"}, "8"},

@@ -98,8 +98,11 @@ const (
 	defaultTxDepth      = 128 // send WRs outstanding in a bandwidth test
 	defaultRxDepth      = 512 // receive WRs a send_bw server keeps posted
 	defaultCQModeration = 100 // a bandwidth test's client asks for every 100th completion
-	DefaultQPTimeout    = 14  // 4.096 µs × 2^14 ≈ 67 ms
-	AtomicSize          = 8
+	// perftest asks for every completion of messages larger than this,
+	// unless -Q says otherwise.
+	cqModerationSizeLimit = 8192
+	DefaultQPTimeout      = 14 // 4.096 µs × 2^14 ≈ 67 ms
+	AtomicSize            = 8
 	// MaxSize and MaxIters bound what a test holds in memory: the
 	// message buffers and two timestamps per iteration.
 	MaxSize  = 64 << 20
@@ -120,6 +123,27 @@ type Config struct {
 	OOBPort  uint16 // perftest's TCP port
 	Counters bool
 	Pcap     string
+	// CQMod is how often a bandwidth test's client asks for a completion
+	// (-Q): every CQMod-th message and the last. 0 is perftest's default:
+	// every 100th, every one for messages larger than 8 KiB.
+	CQMod int
+	// Poll has a bandwidth test's client poll its CQ in a loop, as
+	// perftest's does (an attached CQ's Poll that finds nothing gives up
+	// the CPU), instead of sleeping in CQ.Wait.
+	Poll bool
+}
+
+// cqModeration is the client's CQ moderation: cfg.CQMod or perftest's
+// default for the message size, at most depth.
+func (c *Config) cqModeration(depth int) int {
+	m := c.CQMod
+	if m == 0 {
+		m = defaultCQModeration
+		if c.Size > cqModerationSizeLimit {
+			m = 1
+		}
+	}
+	return min(m, depth)
 }
 
 func (c *Config) server() bool { return c.Host == "" }

@@ -61,6 +61,31 @@ func TestPerfLayout(t *testing.T) {
 
 func ms(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
 
+func TestCQModeration(t *testing.T) {
+	// perftest 4.5's rule: every 100th completion, every one for messages
+	// over 8 KiB unless -Q is given, never more than the TX depth.
+	tests := []struct {
+		name        string
+		size, cqMod int
+		depth, want int
+	}{
+		{"small message", 4096, 0, 128, 100},
+		{"8 KiB", 8192, 0, 128, 100},
+		{"over 8 KiB", 8193, 0, 128, 1},
+		{"64 KiB", 65536, 0, 128, 1},
+		{"64 KiB with -Q 100", 65536, 100, 128, 100},
+		{"-Q 1 on small messages", 64, 1, 128, 1},
+		{"-Q past the depth", 64, 500, 128, 128},
+		{"default past a short test's depth", 64, 0, 20, 20},
+	}
+	for _, tt := range tests {
+		c := Config{Size: tt.size, CQMod: tt.cqMod}
+		if got := c.cqModeration(tt.depth); got != tt.want {
+			t.Errorf("%s: size %d, -Q %d, depth %d: moderation %d, want %d", tt.name, tt.size, tt.cqMod, tt.depth, got, tt.want)
+		}
+	}
+}
+
 func TestBWFigures(t *testing.T) {
 	tests := []struct {
 		name      string

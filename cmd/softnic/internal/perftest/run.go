@@ -375,7 +375,7 @@ func (s *perfSession) bwWR(wr *verbs.SendWR, sge *[1]verbs.SGE, i int, signaled 
 func (s *perfSession) runBWClient() (bwReport, error) {
 	n := s.cfg.Iters
 	depth := min(defaultTxDepth, n)
-	cqModeration := min(defaultCQModeration, depth)
+	cqModeration := s.cfg.cqModeration(depth)
 	posted := make([]time.Duration, n)
 	completed := make([]time.Duration, n) // of the signaled messages
 	var (
@@ -400,7 +400,7 @@ func (s *perfSession) runBWClient() (bwReport, error) {
 		if queued > 0 {
 			s.qp.RingDoorbell()
 		}
-		k, err := s.cq.Wait(s.ctx, wcs[:])
+		k, err := s.waitCQ(wcs[:])
 		if err != nil {
 			return bwReport{}, fmt.Errorf("waiting for completions (%d of %d done): %w", done, n, err)
 		}
@@ -417,6 +417,22 @@ func (s *perfSession) runBWClient() (bwReport, error) {
 		return bwReport{}, err
 	}
 	return bwFigures(s.cfg.Size, posted, completed, cqModeration), nil
+}
+
+// waitCQ waits for completions of the client's messages: it sleeps in
+// CQ.Wait, or with cfg.Poll polls in a loop until it finds some.
+func (s *perfSession) waitCQ(wcs []verbs.WC) (int, error) {
+	if !s.cfg.Poll {
+		return s.cq.Wait(s.ctx, wcs)
+	}
+	for {
+		if k, err := s.cq.Poll(wcs); k > 0 || err != nil {
+			return k, err
+		}
+		if err := s.ctx.Err(); err != nil {
+			return 0, err
+		}
+	}
 }
 
 // postReceives posts the send_bw server's receive buffers: as many as
