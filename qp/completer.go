@@ -145,6 +145,11 @@ func (c *completer) onProgress(n uint32, now Time) {
 		c.armTimer(now)
 	}
 	q.cc.onAck(n)
+	if c.psn.After(q.req.psn) {
+		// Acknowledged past what the go-back-N has sent again: the
+		// originals arrived, and the timeout that started it was spurious.
+		q.cc.undo()
+	}
 }
 
 // retry starts a go-back-N retransmission from the oldest unacknowledged

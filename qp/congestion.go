@@ -10,6 +10,11 @@ package qp
 type congestion struct {
 	cwnd, ssthresh float64
 	max            float64 // Config.Window
+
+	// The window and threshold before the last timeout, which undo puts
+	// back if the timeout proves spurious; undoable until then.
+	priorCwnd, priorSsthresh float64
+	undoable                 bool
 }
 
 // minWindow is the window after repeated loss, and after a timeout.
@@ -43,10 +48,24 @@ func (c *congestion) onAck(n uint32) {
 // half the old window would leave in one burst (TCP after its
 // retransmission timeout does the same).
 func (c *congestion) onLoss(timeout bool) {
+	c.priorCwnd, c.priorSsthresh, c.undoable = c.cwnd, c.ssthresh, timeout
 	c.ssthresh = max(c.cwnd/2, minWindow)
 	c.cwnd = c.ssthresh
 	if timeout {
 		c.cwnd = minWindow
+	}
+}
+
+// undo puts back the window from before the last timeout, which proved
+// spurious: what the requester took for lost was only late (the peer, or
+// this side's processing, descheduled past the ACK timeout on a loaded
+// machine), as an acknowledgement of packets the go-back-N has not sent
+// again shows. TCP's F-RTO and Eifel undo the same way; without it every
+// such stall costs a slow start from minWindow, on every QP it stalls.
+func (c *congestion) undo() {
+	if c.undoable {
+		c.cwnd, c.ssthresh = max(c.cwnd, c.priorCwnd), c.priorSsthresh
+		c.undoable = false
 	}
 }
 

@@ -37,3 +37,27 @@ func TestCongestion(t *testing.T) {
 		t.Errorf("ackEvery at cwnd %v: %d, want %d", c.cwnd, got, minWindow/2)
 	}
 }
+
+// TestCongestionUndo: a timeout that proves spurious gets back the window
+// and threshold it cut, and only once; a loss signalled otherwise (a NAK,
+// a gap) keeps its cut.
+func TestCongestionUndo(t *testing.T) {
+	c := newCongestion(256)
+	c.onAck(100)   // slow start: 132
+	c.onLoss(true) // minWindow, threshold 66
+	c.onAck(4)
+	c.undo()
+	if c.cwnd != 132 || c.ssthresh != 256 {
+		t.Fatalf("undo after a timeout: cwnd %v, ssthresh %v; want 132, 256", c.cwnd, c.ssthresh)
+	}
+	c.onAck(1000) // 256, the limit
+	c.undo()
+	if c.cwnd != 256 || c.ssthresh != 256 {
+		t.Fatalf("a second undo: cwnd %v, ssthresh %v; want 256, 256 unchanged", c.cwnd, c.ssthresh)
+	}
+	c.onLoss(false)
+	c.undo()
+	if c.cwnd != 128 || c.ssthresh != 128 {
+		t.Fatalf("undo after a NAK: cwnd %v, ssthresh %v; want the halving kept, 128, 128", c.cwnd, c.ssthresh)
+	}
+}
