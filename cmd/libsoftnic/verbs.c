@@ -126,20 +126,24 @@ static uint64_t sn_data_path(void)
  * last post or completion it also waits for the CQ (snWaitCQ: asleep on
  * the CQ's eventfd, which the daemon signals when it writes a completion)
  * for SN_WAIT_NS at most, then returns what the CQ holds: a thread that
- * waits long, as a bandwidth test's client waits for a completion every
- * hundred messages (about 6 ms for 64 KiB messages at 1 GB/s, with 28
- * more queued), stops taking a CPU from the daemon moving its data and
- * takes the completion as soon as it comes, while a completion due within
- * a round trip, even one of a latency test's larger messages, is still
- * taken at once. The bound keeps a program that polls other CQs or its
- * memory in the same loop as responsive as the 20 us nap (70 us with the
- * timer's slack) this wait replaced. (ib_read_bw -s 65536 -n 5000's
- * client on a host at load 11 to 12, where the daemon often takes over a
- * millisecond per completion: 136 and 62 ms of CPU outside perftest's own
- * code with the nap, 26 and 20 ms with the wait; ib_write_bw -Q 100's, 36
- * and 62 ms against 32 and 29.)
+ * waits long, as a bandwidth test's client with -Q 100 waits for a
+ * completion every hundred messages (about 6 ms for 64 KiB messages at
+ * 1 GB/s, with 28 more queued), stops taking a CPU from the daemon moving
+ * its data and takes the completion as soon as it comes, while a
+ * completion due within a round trip of small messages is still taken at
+ * once (one of larger messages costs a wakeup, a few percent of its round
+ * trip). The bound keeps a program that polls other CQs or its memory in
+ * the same loop as responsive as the 20 us nap (70 us with the timer's
+ * slack) this wait replaced. Client CPU outside perftest's own code, on a
+ * host at load 5 to 12, where the daemon often takes over a millisecond
+ * per completion: ib_read_bw -s 65536 -n 5000, 136 and 62 ms with the
+ * nap after 1 ms, 26 and 20 ms with the wait after 1 ms; ib_read_bw -Q 100
+ * -s 65536 -n 5000, 37.5 and 67 ms with the wait after 1 ms, 33.5 and 23
+ * ms after 200 us; ib_write_bw -Q 100's, 37 and 55 ms against 32 and 29;
+ * ib_write_lat -s 8's t_typical did not move (27.7 to 46.0 us in 12
+ * alternating runs of the three).
  */
-#define SN_SPIN_NS 1000000
+#define SN_SPIN_NS 200000
 #define SN_WAIT_NS 100000
 
 static __thread uint64_t sn_busy_at; /* the thread's last post or completion */
