@@ -23,9 +23,9 @@
 # giving up the CPU to the daemon (libsoftnic's ibv_poll_cq; an attached
 # device's CQ.Poll). The _q100 rows compare clients that take a completion
 # every 100 messages, as softnic perftest did by default before 26
-# November 2026: ib_write_bw -Q 100 polls (libsoftnic's ibv_poll_cq,
-# once the thread has waited 200 us, sleeps on the CQ's eventfd for up to
-# 100 us per poll), softnic perftest -Q 100 sleeps in CQ.Wait.
+# November 2026: ib_write_bw -Q 100 polls (libsoftnic's ibv_poll_cq
+# naps 20 us per empty poll once the thread has waited 1 ms), softnic
+# perftest -Q 100 sleeps in CQ.Wait.
 #
 # The latency test is the same ping-pong on both sides, compared in the
 # same column (t_typical, half a round trip): each side WRITEs 8 bytes into

@@ -123,28 +123,24 @@ static uint64_t sn_data_path(void)
  * sn_poll_cq: a poll that finds nothing gives up the CPU, so as not to keep
  * it from the daemon that is to produce the completion (package nic's
  * attached CQ.Poll yields, shm.Yield). Past SN_SPIN_NS after the thread's
- * last post or completion it also waits for the CQ (snWaitCQ: asleep on
- * the CQ's eventfd, which the daemon signals when it writes a completion)
- * for SN_WAIT_NS at most, then returns what the CQ holds: a thread that
- * waits long, as a bandwidth test's client with -Q 100 waits for a
- * completion every hundred messages (about 6 ms for 64 KiB messages at
- * 1 GB/s, with 28 more queued), stops taking a CPU from the daemon moving
- * its data and takes the completion as soon as it comes, while a
- * completion due within a round trip of small messages is still taken at
- * once (one of larger messages costs a wakeup, a few percent of its round
- * trip). The bound keeps a program that polls other CQs or its memory in
- * the same loop as responsive as the 20 us nap (70 us with the timer's
- * slack) this wait replaced. Client CPU outside perftest's own code, on a
- * host at load 5 to 12, where the daemon often takes over a millisecond
- * per completion: ib_read_bw -s 65536 -n 5000, 136 and 62 ms with the
- * nap after 1 ms, 26 and 20 ms with the wait after 1 ms; ib_read_bw -Q 100
- * -s 65536 -n 5000, 37.5 and 67 ms with the wait after 1 ms, 33.5 and 23
- * ms after 200 us; ib_write_bw -Q 100's, 37 and 55 ms against 32 and 29;
- * ib_write_lat -s 8's t_typical did not move (27.7 to 46.0 us in 12
- * alternating runs of the three).
+ * last post or completion it also naps SN_NAP_NS (plus the timer's slack,
+ * 50 us by default) per empty poll, so that a thread that waits long, as a
+ * bandwidth test's client with -Q 100 waits for a completion every hundred
+ * messages (about 6 ms for 64 KiB messages at 1 GB/s, with 28 more queued), stops
+ * taking a CPU from the daemon moving its data; a completion due within a
+ * round trip, even one of a latency test's larger messages, is still taken
+ * at once. (ib_write_bw -s 65536 -n 20000's client, at load 11: 24,705
+ * empty polls, each yielding, before; 16,476 yielding and 634 napping
+ * after.) Sleeping on the CQ's eventfd instead (nic's CQ.WaitReady with a
+ * deadline), which returns when the completion comes, took ib_write_lat
+ * -s 8 into a state where t_typical was 430 to 1019 us, in 3 of 23 runs
+ * at load 5 to 12 (none in 18 runs of the nap, 6 of them napping after
+ * 200 us; t_typical 21 to 48 us): the wakeup goes through Go's poller,
+ * a thread woken to wake the caller's, and on a saturated host each round
+ * trip that outlasted the spin then waited for two scheduler slices.
  */
-#define SN_SPIN_NS 200000
-#define SN_WAIT_NS 100000
+#define SN_SPIN_NS 1000000
+#define SN_NAP_NS 20000
 
 static __thread uint64_t sn_busy_at; /* the thread's last post or completion */
 
@@ -153,10 +149,13 @@ static int sn_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 	uint64_t now = sn_data_path();
 	int got = snPollCQ(cq, n, wc);
 
-	if (got == 0 && now - sn_busy_at >= SN_SPIN_NS && snWaitCQ(cq, SN_WAIT_NS))
-		got = snPollCQ(cq, n, wc);
-	if (got > 0)
-		sn_busy_at = sn_now();
+	if (got != 0) {
+		sn_busy_at = now;
+	} else if (now - sn_busy_at >= SN_SPIN_NS) {
+		struct timespec nap = { .tv_nsec = SN_NAP_NS };
+
+		nanosleep(&nap, NULL);
+	}
 	return got;
 }
 

@@ -14,7 +14,6 @@ import (
 	"runtime"
 	"runtime/cgo"
 	"sync"
-	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -179,8 +178,8 @@ func snDestroyCQ(c *C.struct_sn_cq) C.int {
 func snReschedule() { runtime.Gosched() }
 
 // snPollCQ is ops.poll_cq (ibv_poll_cq): CQ.Poll, which gives up the CPU
-// when it finds nothing; the caller waits for the CQ (snWaitCQ) once the
-// thread has waited long (see sn_poll_cq in verbs.c).
+// when it finds nothing; the caller naps too once the thread has waited
+// long (see sn_poll_cq in verbs.c).
 //
 //export snPollCQ
 func snPollCQ(c *C.struct_ibv_cq, n C.int, wc *C.struct_ibv_wc) C.int {
@@ -210,21 +209,6 @@ func snPollCQ(c *C.struct_ibv_cq, n C.int, wc *C.struct_ibv_wc) C.int {
 		}
 	}
 	return C.int(got)
-}
-
-// snWaitCQ waits up to ns nanoseconds for the CQ to hold a completion,
-// which it leaves for snPollCQ, and reports whether it does: the wait of
-// an ibv_poll_cq that found nothing for long (see sn_poll_cq in verbs.c).
-//
-//export snWaitCQ
-func snWaitCQ(c *C.struct_ibv_cq, ns C.uint64_t) C.int {
-	q := cqOf(c)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(ns))
-	defer cancel()
-	if q.c.WaitReady(ctx) != nil {
-		return 0
-	}
-	return 1
 }
 
 // wcOpcodes maps softnic's completion opcodes to ibv_wc_opcode.
