@@ -317,8 +317,12 @@ func (h *hostedQP) PublishLocked() {
 
 // askDoorbell sets whether posting to r needs a doorbell. Asking for one
 // again, it looks at the ring once more: a request posted while the flag
-// was clear is taken by the doorbell goroutine, for which the QP is
-// marked and woken here.
+// was clear (a process that polled the completion of the QP's last send
+// and posted again before this) is taken by the doorbell goroutine, for
+// which the QP is marked and woken here, or, while the device busy-polls,
+// by the reader's next pass over the marks, which needs no wakeup: a mark
+// made while busy was set is seen by the pass that BusyPolling(false)
+// makes after clearing it.
 func (h *hostedQP) askDoorbell(r shm.Ring, need bool, fetched uint32) {
 	flag := r.Doorbell()
 	switch {
@@ -328,7 +332,9 @@ func (h *hostedQP) askDoorbell(r shm.Ring, need bool, fetched uint32) {
 		flag.Store(1)
 		if r.Producer().Load() != fetched {
 			h.s.bell.db.Mark(h.slot)
-			h.s.wake()
+			if !h.s.srv.busy.Load() {
+				h.s.wake()
+			}
 		}
 	}
 }
