@@ -286,8 +286,9 @@ var notYetListening = regexp.MustCompile(`Couldn't connect to|cma event RDMA_CM_
 
 // perftestReady is what a perftest server prints as it starts waiting for
 // its client. A perftest client over rdma_cm (-R) must not start before
-// the server listens: one that is rejected retries with the rdma_cm_ids it
-// destroyed (perftest's error path), and crashes.
+// the server listens, which comes later and which the daemon's log tells
+// (verbsHost.listening): one that is rejected retries with the rdma_cm_ids
+// it destroyed (perftest's error path), and crashes.
 var perftestReady = regexp.MustCompile(`Waiting for client to connect`)
 
 // runPair runs a server program on tp.server, then its client on
@@ -295,15 +296,29 @@ var perftestReady = regexp.MustCompile(`Waiting for client to connect`)
 // A perftest client waits for its server to say it is ready.
 func runPair(t *testing.T, tp verbsTopology, limit time.Duration, server, client []string) (sout, cout string) {
 	t.Helper()
-	return runCmds(t, limit, tp.server.program, server, tp.client.program, client)
+	listening := always
+	if i := slices.Index(server, "-p"); i >= 0 && i+1 < len(server) && slices.Contains(server, "-R") {
+		listening = tp.server.listening(server[i+1])
+	}
+	return runCmds(t, limit, tp.server.program, server, listening, tp.client.program, client)
+}
+
+// always is runCmds's listening for servers that need no wait.
+func always() bool { return true }
+
+// listening returns a function that reports whether a program attached to
+// the daemon listens for rdma_cm connections on port, as the daemon logs.
+func (h *verbsHost) listening(port string) func() bool {
+	line := regexp.MustCompile(`process listens for rdma_cm connections.*"port": ` + regexp.QuoteMeta(port) + `\b`)
+	return func() bool { return line.MatchString(h.stderr.String()) }
 }
 
 // runCmds runs server with the command maker srv, then client with cli,
 // as runPair does. A perftest server's output is line-buffered (stdbuf),
-// and its client starts once it says it waits; other clients that find
-// no server listening yet are started again.
+// and its client starts once it says it waits and listening reports true;
+// other clients that find no server listening yet are started again.
 func runCmds(t *testing.T, limit time.Duration, srv func(context.Context, ...string) *exec.Cmd, server []string,
-	cli func(context.Context, ...string) *exec.Cmd, client []string) (sout, cout string) {
+	listening func() bool, cli func(context.Context, ...string) *exec.Cmd, client []string) (sout, cout string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
@@ -319,7 +334,7 @@ func runCmds(t *testing.T, limit time.Duration, srv func(context.Context, ...str
 	}
 	done := make(chan error, 1)
 	go func() { done <- s.Wait() }()
-	for perftest && !perftestReady.MatchString(sbuf.String()) {
+	for perftest && !(perftestReady.MatchString(sbuf.String()) && listening()) {
 		select {
 		case err := <-done:
 			t.Fatalf("server %s exited (%v) before it waited for its client:\n%s", strings.Join(server, " "), err, sbuf.String())
@@ -327,12 +342,6 @@ func runCmds(t *testing.T, limit time.Duration, srv func(context.Context, ...str
 			t.Fatalf("server %s did not wait for its client:\n%s", strings.Join(server, " "), sbuf.String())
 		case <-time.After(20 * time.Millisecond):
 		}
-	}
-	if perftest && slices.Contains(server, "-R") {
-		// perftest says it waits a moment before it listens over rdma_cm
-		// (-R), and nothing else tells when it does. Over TCP, a client
-		// that comes too soon is refused and started again below.
-		time.Sleep(200 * time.Millisecond)
 	}
 	var out []byte
 	var err error
@@ -569,10 +578,10 @@ func TestVerbsMixed(t *testing.T) {
 			port := freePort()
 			lib := append([]string{c.tool, "-F", "-n", "100", "-p", port}, c.args...)
 			gop := append([]string{c.test, "--bind", ipB, "-n", "100", "--oob-port", port}, c.args...)
-			runCmds(t, 30*time.Second, goPerftest, gop, h.program, append(lib, ipB))
+			runCmds(t, 30*time.Second, goPerftest, gop, always, h.program, append(lib, ipB))
 			port = freePort()
 			lib[5], gop[6] = port, port
-			runCmds(t, 30*time.Second, h.program, lib, goPerftest, append(gop, ipA))
+			runCmds(t, 30*time.Second, h.program, lib, always, goPerftest, append(gop, ipA))
 		})
 	}
 }
@@ -605,10 +614,10 @@ func TestVerbsMixedAttached(t *testing.T) {
 			port := freePort()
 			lib := append([]string{c.tool, "-F", "-n", "100", "-p", port}, c.args...)
 			gop := append([]string{test, "--port", udp, "-n", "100", "--oob-port", port}, c.args...)
-			runCmds(t, 30*time.Second, goAttached, gop, h.program, append(lib, h.ip()))
+			runCmds(t, 30*time.Second, goAttached, gop, always, h.program, append(lib, h.ip()))
 			port = freePort()
 			lib[5], gop[6] = port, port
-			runCmds(t, 30*time.Second, h.program, lib, goAttached, append(gop, h.ip()))
+			runCmds(t, 30*time.Second, h.program, lib, always, goAttached, append(gop, h.ip()))
 		})
 	}
 }

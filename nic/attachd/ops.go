@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/softnic/softnic/mr"
@@ -409,6 +410,9 @@ func (s *session) listen(_ context.Context, raw json.RawMessage, _ []int) (any, 
 		hl.close(s)
 		return nil, nil, err
 	}
+	// The line an operator (or a test starting the client of an rdma_cm
+	// server) reads to know that connections to the port are taken now.
+	s.log.Info("process listens for rdma_cm connections", slog.Int("port", int(l.Port())))
 	return attachproto.ListenResult{H: h, Port: l.Port()}, nil, nil
 }
 
