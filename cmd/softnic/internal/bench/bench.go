@@ -231,31 +231,34 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) (*Result, error) {
 		return nil, err
 	}
 	rtts := make([]time.Duration, maxRTTs)
+	for _, w := range nicbench.Workloads {
+		if cfg.wants(w.Key) {
+			res.figures = append(res.figures, benchFigures{w: w})
+		}
+	}
+	// The runs go round the workloads, the raw-UDP limits first in each
+	// round, rather than one workload's runs one after the other: this
+	// VM's host changes speed from one half-minute to the next, and a
+	// median of runs taken apart is not one phase's figure.
 	for range cfg.Runs {
 		if err := res.measureRaw(ctx, echo); err != nil {
 			return nil, err
 		}
-	}
-	for _, w := range nicbench.Workloads {
-		if !cfg.wants(w.Key) {
-			continue
-		}
-		f := benchFigures{w: w}
-		for range cfg.Runs {
+		for i := range res.figures {
+			f := &res.figures[i]
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
 			before := retryCounts(a)
-			fig, err := w.Run(in, cfg.Limit, rtts)
+			fig, err := f.w.Run(in, cfg.Limit, rtts)
 			if err != nil {
-				return nil, fmt.Errorf("%s: %w", w.Name, err)
+				return nil, fmt.Errorf("%s: %w", f.w.Name, err)
 			}
 			after := retryCounts(a)
 			f.runs = append(f.runs, fig)
 			f.retries += after[0] - before[0]
 			f.resent += after[1] - before[1]
 		}
-		res.figures = append(res.figures, f)
 	}
 	if cfg.Attach != "" {
 		n := cmp.Or(cfg.Limit.Ops, 20000)
