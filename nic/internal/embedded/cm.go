@@ -3,373 +3,82 @@ package embedded
 import (
 	"cmp"
 	"context"
-	"errors"
-	"fmt"
-	"math/rand/v2"
 	"net/netip"
-	"slices"
-	"time"
 
-	"log/slog"
-
-	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/cm"
+	"github.com/softnic/softnic/nic/internal/cmhost"
 	"github.com/softnic/softnic/nic/internal/provider"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/verbs"
-	"github.com/softnic/softnic/wire"
-	"github.com/softnic/softnic/wire/mad"
 )
 
-// The embedded device's connection manager: the engine of package cm on
-// the device's QP1 (see cm_gsi.go), which Listen, Dial and the objects
-// they return drive.
-
-// Listener is a listener of the embedded device's engine.
-type Listener struct {
-	dev *Device
-	l   *cmListener
-	pd  *PD               // of the QPs of the connections accepted
-	qp  provider.QPConfig // of those QPs
-}
+// The embedded device's connection manager is package cmhost's, on the
+// device's QP1: the device serves provider.Device's Listen and Dial with
+// it, runs it in its progress and on its timer goroutine, and lends it
+// what cmhost.Device and cmhost.QP ask.
 
 func (d *Device) Listen(port uint16, opts *provider.ListenOptions) (provider.Listener, uint16, error) {
-	l := &cmListener{port: port, ready: make(chan struct{}, 1), closed: make(chan struct{})}
-	var err error
-	d.cm.run(func(e *cm.Engine, _ qp.Time, _ *cm.Output) {
-		if l.engine, err = e.Listen(port, cmp.Or(opts.Backlog, provider.CMDefaultBacklog)); err == nil {
-			l.engine.Context = l
-		}
-	})
-	if err != nil {
-		return nil, 0, fmt.Errorf("softnic: listen: %w", err)
-	}
-	d.log.Debug("cm: listening", slog.Any("port", port))
-	return &Listener{dev: d, l: l, pd: opts.PD.(*PD), qp: opts.QP}, port, nil
+	return d.cm.Listen(port, opts)
 }
 
-func (el *Listener) AcceptRequest(ctx context.Context) (provider.Request, error) {
-	for {
-		if provider.IsClosed(el.l.closed) {
-			return nil, provider.ListenerClosed(el.l.port)
-		}
-		if id := el.dev.cm.nextRequest(el.l); id != nil {
-			return &Request{dev: el.dev, id: id, l: el}, nil
-		}
-		select {
-		case <-el.l.ready:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-el.l.closed:
-			return nil, provider.ListenerClosed(el.l.port)
-		case <-el.dev.closing:
-			return nil, cm.ErrClosed
-		}
-	}
+func (d *Device) Dial(ctx context.Context, remote netip.AddrPort, port uint16, opts *provider.DialOptions) (provider.Connection, error) {
+	return d.cm.Dial(ctx, remote, port, opts)
 }
 
-func (el *Listener) Close() error {
-	el.dev.cm.run(func(e *cm.Engine, now qp.Time, out *cm.Output) { e.Unlisten(now, el.l.engine, out) })
-	return nil
-}
-
-// Request is a request the engine received for the listener l.
-type Request struct {
-	dev *Device
-	id  *cmID
-	l   *Listener
-}
-
-func (er *Request) Remote() netip.AddrPort { return er.id.peer }
-func (er *Request) PrivateData() []byte {
-	return er.id.req.PrivateData[mad.CMAHeaderSize:]
-}
-
-func (er *Request) Accept(opts *provider.AcceptOptions) (provider.Connection, error) {
-	return er.AcceptWith(opts, er.l.qp)
-}
-
-func (er *Request) Reject(private []byte) error {
-	var err error
-	er.dev.cm.run(func(e *cm.Engine, now qp.Time, out *cm.Output) {
-		err = e.Reject(now, er.id.comm, mad.RejectConsumer, private, out)
-	})
-	if err == nil {
-		er.dev.log.Debug("cm: rejected", slog.Any("peer", er.id.peer), slog.Any("port", er.id.port))
-	}
-	return err
-}
-
-// AcceptWith accepts the request with a QP made with cfg: Accept with the
-// listener's, a daemon with its own for an attached process
-// (hooks.AcceptWith).
-func (er *Request) AcceptWith(opts *provider.AcceptOptions, cfg provider.QPConfig) (provider.Connection, error) {
-	d := er.dev
-	c := d.cm
-	id := er.id
-	req := id.req
-	if len(opts.PrivateData) > mad.REPPrivateDataSize {
-		return provider.Connection{}, fmt.Errorf("softnic: accept %v: %d bytes of private data, a REP carries %d: %w",
-			id.peer, len(opts.PrivateData), mad.REPPrivateDataSize, mr.ErrInvalid)
-	}
-	if opts.RNRRetryCount > 7 {
-		return provider.Connection{}, fmt.Errorf("softnic: accept %v: RNR retry count %d > 7: %w", id.peer, opts.RNRRetryCount, mr.ErrInvalid)
-	}
-	rr := cmp.Or(opts.ResponderResources, min(provider.CMDefaultRdAtomic, req.InitiatorDepth))
-	rr = min(rr, qp.MaxRdAtomicLimit)
-	depth := min(cmp.Or(opts.InitiatorDepth, provider.CMDefaultRdAtomic), req.ResponderResources)
-	rnr := cmp.Or(opts.RNRRetryCount, provider.CMDefaultRetry)
-
-	var eq *QP
-	var err error
-	if opts.UseQP != nil {
-		eq, err = d.connQP(opts.UseQP)
-	} else {
-		eq, err = er.l.pd.createConnQP(cfg)
-	}
-	if err != nil {
-		er.Abandon(mad.RejectNoQP)
-		return provider.Connection{}, fmt.Errorf("softnic: accept %v: %w", id.peer, err)
-	}
-	// A failed accept destroys the QP it made, and leaves the caller's in
-	// the error state.
-	drop := func() { eq.Destroy() }
-	if opts.UseQP != nil {
-		drop = eq.halt
-	}
-	// The REQ's Starting PSN is the one this side sends from, the REP's the
-	// one the dialer sends from, as Linux's CM has them (cm_req_handler
-	// makes the REQ's its sq_psn).
-	psn := c.randomPSN()
-	err = provider.Connect(eq, d.cfg.MTU, id.peer, req.LocalQPN, &provider.ConnectOptions{
-		LocalPSN: req.StartingPSN, RemotePSN: psn, MTU: req.PathMTU.Bytes(), Access: cmAccess(rr),
-		Timeout: min(req.PrimaryPath.LocalACKTimeout, cm.MaxHonouredTimeout), RetryCnt: req.RetryCount, RNRRetry: req.RNRRetryCount,
-		MinRNRTimer: provider.CMMinRNRTimer, MaxRdAtomic: depth, MaxDestRdAtomic: rr,
-	})
-	if err != nil {
-		drop()
-		er.Abandon(mad.RejectConsumer)
-		return provider.Connection{}, fmt.Errorf("softnic: accept %v: %w", id.peer, err)
-	}
-	// The first request the QP takes before the RTU establishes the
-	// connection too (see cm.Engine.CommEstablished).
-	eq.mu.Lock()
-	eq.commEstPSN = eq.qp.Status().ExpectedPSN
-	eq.commEst = func() { c.run(func(e *cm.Engine, _ qp.Time, out *cm.Output) { e.CommEstablished(id.comm, out) }) }
-	eq.mu.Unlock()
-	c.run(func(e *cm.Engine, now qp.Time, out *cm.Output) {
-		err = e.Accept(now, id.comm, &cm.AcceptParams{
-			QPN: eq.num, PSN: psn, SRQ: cfg.SRQ != nil, Private: opts.PrivateData,
-			ResponderResources: rr, InitiatorDepth: depth, RNRRetryCount: rnr,
-		}, out)
-		if err == nil {
-			id.qp = eq
-		}
-	})
-	if err == nil {
-		select {
-		case res := <-id.result:
-			err = res.err
-		case <-d.closing:
-			err = cm.ErrClosed
-		}
-	}
-	eq.mu.Lock()
-	eq.commEst = nil
-	eq.mu.Unlock()
-	if err == cm.ErrClosed {
-		err = fmt.Errorf("softnic: accept %v: %w", id.peer, cm.ErrClosed)
-	}
-	if err != nil {
-		drop()
-		return provider.Connection{}, err
-	}
-	d.log.Debug("cm: accepted", slog.Any("peer", id.peer), slog.Any("port", id.port),
-		slog.Any("qpn", eq.num), slog.Any("remote_qpn", req.LocalQPN))
-	return d.newConn(id, eq, er.PrivateData(), opts.UseQP == nil), nil
-}
-
-// connQP checks that q, a QP the caller brings to a connection, can make
-// one: an RC QP of this device in RESET or INIT.
-func (d *Device) connQP(q provider.QP) (*QP, error) {
-	eq, ok := d.ownQP(q)
-	if !ok {
-		return nil, fmt.Errorf("a connection's QP must be an RC QP of its device: %w", mr.ErrInvalid)
-	}
-	return eq, provider.CheckConnQP(q)
-}
-
-// Abandon rejects the request after a local failure (a daemon's too,
-// hooks.Abandon).
-func (er *Request) Abandon(reason mad.RejectReason) {
-	er.dev.cm.run(func(e *cm.Engine, now qp.Time, out *cm.Output) { e.Reject(now, er.id.comm, reason, nil, out) })
-}
-
-// dialMTU asks for the path MTU toward remote, which may carry less than
+// DialMTU asks for the path MTU toward remote, which may carry less than
 // the device's MTU (or than asked): its MTU, as rxe's interface MTU bounds
 // its own.
 func (d *Device) DialMTU(asked int, remote netip.AddrPort) int {
 	return min(cmp.Or(asked, d.cfg.MTU), d.PathMTU(remote))
 }
 
-// Dial connects with a QP of opts.PD, or opts.UseQP, both of this device
-// (nic's Dial checked them).
-func (d *Device) Dial(ctx context.Context, remote netip.AddrPort, port uint16, opts *provider.DialOptions) (provider.Connection, error) {
-	var q *QP
-	var err error
-	if opts.UseQP != nil {
-		q = opts.UseQP.(*QP)
-	} else if q, err = opts.PD.(*PD).createConnQP(opts.QP); err != nil {
-		return provider.Connection{}, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err)
-	}
-	c, err := d.dialOnce(ctx, q, remote, port, opts)
-	for busy := 0; err != nil; busy++ {
-		var rej *cm.RejectError
-		if !errors.As(err, &rej) {
-			break
-		}
-		if rej.Reason == mad.RejectInvalidMTU && len(rej.ARI) > 0 {
-			mtu := wire.MTU(rej.ARI[0]).Bytes()
-			if mtu == 0 || mtu >= opts.MTU {
-				break
-			}
-			d.log.Debug("cm: peer takes a smaller MTU", slog.Any("peer", remote), slog.Int("mtu", mtu))
-			opts.MTU = mtu
-		} else if rej.Reason != mad.RejectNoResources || busy >= int(opts.CMRetries) || !cmBackoff(ctx, busy, opts.CMTimeout) {
-			break
-		}
-		c, err = d.dialOnce(ctx, q, remote, port, opts)
-	}
+// cmHost is the device's connection manager as its progress drives it:
+// poll hands it the MADs QP1 received, after each batch of packets.
+type cmHost struct{ *cmhost.Host }
+
+func (c cmHost) poll() { c.Poll() }
+
+// newCM creates QP1 and the connection manager of d.
+func newCM(d *Device) (cmHost, error) {
+	h, err := cmhost.New(cmDevice{d}, d.cfg.CM, d.log)
+	return cmHost{h}, err
+}
+
+// cmDevice is the device as its connection manager's host sees it
+// (cmhost.Device).
+type cmDevice struct{ *Device }
+
+func (d cmDevice) SourceFor(dst netip.AddrPort) netip.AddrPort { return d.sourceFor(dst) }
+func (d cmDevice) Now() qp.Time                                { return d.now() }
+func (d cmDevice) At(at qp.Time, fn func(now qp.Time))         { d.timers.Add(at, wakeup{fn: fn}) }
+func (d cmDevice) CountCM(counts *cm.Counts)                   { d.devc.AddCM(counts) }
+func (d cmDevice) CountSendErr()                               { d.qpc.Add(verbs.SendErr, 1) }
+
+func (d cmDevice) CreateQP(pd provider.PD, cfg provider.QPConfig, num uint32) (cmhost.QP, error) {
+	q, err := pd.(*PD).createNumbered(cfg, num)
 	if err != nil {
-		switch st := q.Attr().State; {
-		case opts.UseQP == nil:
-			q.Destroy()
-		case st != verbs.Reset && st != verbs.Init:
-			// The caller's QP, connected before the handshake failed.
-			// One the handshake never reached (a REJ, no answer) stays
-			// as it was, for the caller to try again.
-			q.halt()
-		}
-		return provider.Connection{}, err
+		return nil, err
 	}
-	return c, nil
+	return q, nil
 }
 
-// dial makes one connection attempt with the QP q, still in RESET.
-func (d *Device) dialOnce(ctx context.Context, q *QP, remote netip.AddrPort, port uint16, o *provider.DialOptions) (provider.Connection, error) {
-	c := d.cm
-	mtu, _ := wire.MTUFromBytes(o.MTU)
-	psn := c.randomPSN()
-	p := cm.DialParams{
-		Peer: remote, Src: d.sourceFor(remote).Addr().Unmap(), Port: port, QPN: q.num, PSN: psn,
-		MTU: mtu, SRQ: o.QP.SRQ != nil, Private: o.PrivateData,
-		ResponderResources: o.ResponderResources, InitiatorDepth: o.InitiatorDepth,
-		RetryCount: o.RetryCount, RNRRetryCount: o.RNRRetryCount,
-		ACKTimeout: o.Timeout, CMTimeout: o.CMTimeout, CMRetries: o.CMRetries,
+func (d cmDevice) OwnQP(q provider.QP) (cmhost.QP, bool) {
+	eq, ok := d.ownQP(q)
+	if !ok {
+		return nil, false
 	}
-	var id *cmID
-	var err error
-	c.run(func(e *cm.Engine, now qp.Time, out *cm.Output) {
-		var comm *cm.ID
-		if comm, err = e.Connect(now, &p, out); err == nil {
-			id = newCMID(comm)
-			id.qp = q
-		}
-	})
-	if err != nil {
-		return provider.Connection{}, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err)
-	}
-	var res cmResult
-	select {
-	case res = <-id.result:
-	case <-ctx.Done():
-		c.run(func(e *cm.Engine, now qp.Time, out *cm.Output) { e.Abort(now, id.comm, out) })
-		return provider.Connection{}, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, ctx.Err())
-	case <-d.closing:
-		res.err = cm.ErrClosed
-	}
-	if res.err == cm.ErrClosed {
-		return provider.Connection{}, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, cm.ErrClosed)
-	}
-	if res.err != nil {
-		return provider.Connection{}, res.err
-	}
-	rep := res.rep
-	rr := min(o.ResponderResources, rep.InitiatorDepth)
-	// The dialer sends from the REP's Starting PSN and expects its own
-	// REQ's (see Accept).
-	err = provider.Connect(q, d.cfg.MTU, remote, rep.LocalQPN, &provider.ConnectOptions{
-		LocalPSN: rep.StartingPSN, RemotePSN: psn, MTU: o.MTU, Access: cmAccess(rr),
-		Timeout: o.Timeout, RetryCnt: o.RetryCount, RNRRetry: rep.RNRRetryCount, MinRNRTimer: provider.CMMinRNRTimer,
-		MaxRdAtomic: min(o.InitiatorDepth, rep.ResponderResources), MaxDestRdAtomic: rr,
-	})
-	c.run(func(e *cm.Engine, now qp.Time, out *cm.Output) {
-		if err != nil {
-			e.Abort(now, id.comm, out)
-			return
-		}
-		err = e.Establish(id.comm, out)
-	})
-	if err != nil {
-		return provider.Connection{}, fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err)
-	}
-	d.log.Debug("cm: connected", slog.Any("peer", remote), slog.Any("port", port),
-		slog.Any("qpn", q.num), slog.Any("remote_qpn", rep.LocalQPN), slog.Int("mtu", o.MTU))
-	return d.newConn(id, q, rep.PrivateData[:], o.UseQP == nil), nil
+	return eq, true
 }
 
-// createConnQP creates the RC QP of a connection.
-func (p *PD) createConnQP(cfg provider.QPConfig) (*QP, error) {
-	if cfg.Type != 0 && cfg.Type != verbs.RC {
-		return nil, fmt.Errorf("the connection manager connects RC QPs, not %s: %w", cfg.Type, mr.ErrInvalid)
-	}
-	cfg.Type = verbs.RC
-	return p.createNumbered(cfg, 0)
-}
+// The embedded QP as the connection manager's host drives it (cmhost.QP).
 
-// Conn is a connection of the embedded device's engine, with its
-// QP; ownQP says the QP was made for it, and Disconnect destroys it.
-type Conn struct {
-	dev   *Device
-	id    *cmID
-	qp    *QP
-	ownQP bool
-}
-
-// newConn returns an established connection, and ends it when its QP
-// fails.
-func (d *Device) newConn(id *cmID, q *QP, private []byte, ownQP bool) provider.Connection {
-	q.setOnError(func(cause verbs.WCStatus) { d.cm.qpFailed(id, q.num, cause) })
-	return provider.Connection{QP: q, Remote: id.peer, Private: slices.Clone(private),
-		Conn: &Conn{dev: d, id: id, qp: q, ownQP: ownQP}}
-}
-
-func (ec *Conn) Done() <-chan struct{} { return ec.id.done }
-
-func (ec *Conn) Err() error {
-	ec.dev.cm.mu.Lock()
-	defer ec.dev.cm.mu.Unlock()
-	return ec.id.err
-}
-
-func (ec *Conn) Disconnect() {
-	d, id := ec.dev, ec.id
-	ec.qp.halt()
-	var wait bool
-	d.cm.run(func(e *cm.Engine, now qp.Time, out *cm.Output) {
-		ended := id.ended
-		wait = e.Disconnect(now, id.comm, out) && !ended
-	})
-	if wait {
-		select {
-		case <-id.settled:
-		case <-d.closing:
-		}
-	}
-	if ec.ownQP {
-		ec.qp.Destroy()
-	}
-	d.log.Debug("cm: disconnected", slog.Any("peer", id.peer), slog.Any("qpn", ec.qp.num))
+// OnError installs fn as the QP's error hook (nil removes it); fn runs
+// at once if the QP is already in the error state.
+func (q *QP) OnError(fn func(cause verbs.WCStatus)) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.onError, q.errorSeen = fn, false
+	q.reportErrorLocked()
 }
 
 // halt moves the QP to the error state, which flushes its work requests,
@@ -378,40 +87,17 @@ func (ec *Conn) Disconnect() {
 // halts the process's connections' QPs at once (hooks.QP.Halt) and closes
 // them in the background.
 func (q *QP) halt() {
-	q.setOnError(nil)
+	q.OnError(nil)
 	q.Modify(&verbs.Attr{State: verbs.Err}, verbs.AttrState)
 }
 
-// qpFailed ends id's connection because its QP entered the error state.
-// It runs under the QP's lock.
-func (c *cmDriver) qpFailed(id *cmID, qpn uint32, cause verbs.WCStatus) {
-	err := &cm.QPError{QPN: qpn, Status: cause}
-	c.run(func(e *cm.Engine, _ qp.Time, out *cm.Output) { e.End(id.comm, err, out) })
-	c.dev.log.Debug("cm: connection's QP failed", slog.Any("peer", id.peer), slog.Any("error", err))
-}
-
-// cmBackoff waits before the try after the busy-th REJ "no resources"
-// (the peer holds as many requests as it takes, CMLimits): a random time,
-// doubling with each try, from 10–20 ms up to the CM response timeout. It
-// reports false if ctx ended first.
-func cmBackoff(ctx context.Context, busy int, cmTimeout uint8) bool {
-	d := min(time.Duration(10+rand.IntN(10))*time.Millisecond<<min(busy, 16), cm.Duration(cmTimeout))
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// cmAccess is the access a connected QP grants its peer, as Linux's CM
-// sets it: remote write, and remote read and atomics if it takes any
-// READ or atomic at all.
-func cmAccess(responderResources uint8) mr.Access {
-	if responderResources == 0 {
-		return mr.RemoteWrite
-	}
-	return mr.RemoteWrite | mr.RemoteRead | mr.RemoteAtomic
+// OnFirstRequest has fn called, with mu held, when the QP's responder
+// takes its first request from now on, and then cleared (nil clears it):
+// the connection manager waits for it, or the RTU, to establish an
+// accepted connection.
+func (q *QP) OnFirstRequest(fn func()) {
+	q.mu.Lock()
+	q.commEstPSN = q.qp.Status().ExpectedPSN
+	q.commEst = fn
+	q.mu.Unlock()
 }

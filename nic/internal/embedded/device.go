@@ -59,7 +59,7 @@ type Device struct {
 	batches sync.Pool
 	prog    progress
 
-	cm *cmDriver // the connection manager and its QP1
+	cm cmHost // the connection manager and its QP1
 
 	// poller, in a daemon that busy-polls, serves the attached processes
 	// whose queues its reader polls too.
@@ -154,7 +154,7 @@ func (d *Device) now() qp.Time { return qp.Time(time.Since(d.epoch)) }
 func (d *Device) Close() error {
 	var err error
 	d.closeOnce.Do(func() {
-		d.cm.shutdown()
+		d.cm.Shutdown()
 		close(d.closing)
 		for i := range d.qps {
 			if q := d.qps[i].Load(); q != nil {

@@ -6,10 +6,11 @@
 // the answers sent in batches through the fault injector and the trace,
 // the path MTU lowered on EMSGSIZE), who processes packets when (the
 // reader goroutine, a poller or a CQ waiter: progress.go), the checks
-// between QPs of one device (local.go), the device's counters and
-// ibv_query_device's answer, and the connection manager: the engine of
-// package nic/cm on QP1 (cm_gsi.go) and the listeners, requests and
-// connections it makes (cm.go).
+// between QPs of one device (local.go), and the device's counters and
+// ibv_query_device's answer. Its connection manager is package
+// nic/internal/cmhost's, hosted on the device's QP1: the device lends it
+// QPs, its clock, timers and counters, and serves Listen and Dial with it
+// (cm.go).
 //
 // It implements the interfaces of package nic/internal/provider and knows
 // nothing of nic's public types: nic wraps its objects, and what goes back

@@ -569,15 +569,6 @@ func (q *QP) flushNowLocked() {
 	q.dev.putBatch(b)
 }
 
-// setOnError installs fn as the QP's error hook (nil removes it); fn runs
-// at once if the QP is already in the error state.
-func (q *QP) setOnError(fn func(cause verbs.WCStatus)) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.onError, q.errorSeen = fn, false
-	q.reportErrorLocked()
-}
-
 // reportErrorLocked calls the error hook the first time it finds the QP in
 // the error state.
 func (q *QP) reportErrorLocked() {
