@@ -175,8 +175,8 @@ func (c *completer) retry(now Time, timeout bool) {
 		c.retryLeft--
 	}
 	q.cnt.Inc(verbs.CompleterRetryErr)
+	q.cc.onLoss(timeout, c.retrying)
 	c.retrying = true
-	q.cc.onLoss(timeout)
 	q.req.goBack(c.psn)
 	c.armTimer(now)
 }

@@ -46,9 +46,14 @@ func (c *congestion) onAck(n uint32) {
 // starts again from the smallest window instead: nothing came back for a
 // whole timeout, so the ACKs that would clock the resend out are gone and
 // half the old window would leave in one burst (TCP after its
-// retransmission timeout does the same).
-func (c *congestion) onLoss(timeout bool) {
-	c.priorCwnd, c.priorSsthresh, c.undoable = c.cwnd, c.ssthresh, timeout
+// retransmission timeout does the same). Timeouts in a row, nothing
+// acknowledged between (again), keep for undo the window from before the
+// first, as TCP does from where its loss state began.
+func (c *congestion) onLoss(timeout, again bool) {
+	if !again || !c.undoable {
+		c.priorCwnd, c.priorSsthresh = c.cwnd, c.ssthresh
+	}
+	c.undoable = timeout
 	c.ssthresh = max(c.cwnd/2, minWindow)
 	c.cwnd = c.ssthresh
 	if timeout {

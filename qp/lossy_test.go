@@ -468,29 +468,36 @@ func (m *mover) move(from, to *host, now qp.Time, drop func(i int, p *wire.Packe
 // timeout (its peer descheduled, on a loaded machine) sends again from the
 // oldest packet with the smallest window; the late ACK then acknowledges
 // packets the go-back-N has not sent again, and the requester takes back
-// the window it had: the stall costs no slow start.
+// the window it had: the stall costs no slow start, however many timeouts
+// in a row it lasted.
 func TestSpuriousTimeoutUndone(t *testing.T) {
-	_, a, b := pair(t, defaultAttr())
-	m := newMover(t)
-	now := qp.Time(0)
-	keep := func(int, *wire.Packet) bool { return false }
-	post(t, a, &verbs.SendWR{Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: sgl(a.sge(0, 16*testMTU)), RemoteAddr: b.va(0), RKey: b.region.RKey()})
-	m.move(a, b, now, keep) // every packet reaches b, whose ACK waits
-	before := a.qp.Status().Window
-	now = now.Add(time.Second)
-	a.qp.Tick(now)
-	if w := a.qp.Status().Window; w >= before {
-		t.Fatalf("window %d after the timeout, want less than %d", w, before)
-	}
-	m.move(a, b, now, func(int, *wire.Packet) bool { return true }) // the go-back-N's packets, lost
-	if a.counter(verbs.RetransmittedPkts) == 0 {
-		t.Fatal("nothing sent again after the timeout")
-	}
-	m.move(b, a, now, keep) // the late ACK of them all
-	if wcs := a.poll(); len(wcs) != 1 || wcs[0].Status != verbs.Success {
-		t.Fatalf("completions %v, want the WRITE's", wcs)
-	}
-	if w := a.qp.Status().Window; w != before {
-		t.Errorf("window %d after the late ACK, want %d back", w, before)
+	for _, timeouts := range []int{1, 3} {
+		t.Run(fmt.Sprintf("timeouts=%d", timeouts), func(t *testing.T) {
+			_, a, b := pair(t, defaultAttr())
+			m := newMover(t)
+			now := qp.Time(0)
+			keep := func(int, *wire.Packet) bool { return false }
+			post(t, a, &verbs.SendWR{Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: sgl(a.sge(0, 16*testMTU)), RemoteAddr: b.va(0), RKey: b.region.RKey()})
+			m.move(a, b, now, keep) // every packet reaches b, whose ACK waits
+			before := a.qp.Status().Window
+			for range timeouts {
+				now = now.Add(time.Second)
+				a.qp.Tick(now)
+				if w := a.qp.Status().Window; w >= before {
+					t.Fatalf("window %d after the timeout, want less than %d", w, before)
+				}
+				m.move(a, b, now, func(int, *wire.Packet) bool { return true }) // the go-back-N's packets, lost
+			}
+			if got := a.counter(verbs.CompleterRetryErr); got != uint64(timeouts) {
+				t.Fatalf("%d retries, want %d", got, timeouts)
+			}
+			m.move(b, a, now, keep) // the late ACK of them all
+			if wcs := a.poll(); len(wcs) != 1 || wcs[0].Status != verbs.Success {
+				t.Fatalf("completions %v, want the WRITE's", wcs)
+			}
+			if w := a.qp.Status().Window; w != before {
+				t.Errorf("window %d after the late ACK, want %d back", w, before)
+			}
+		})
 	}
 }
