@@ -51,8 +51,6 @@ func (c *Config) embeddedOnly() string {
 		return "RecoverIPID"
 	case c.BusyPoll != 0:
 		return "BusyPoll"
-	case c.WaitSpin != 0:
-		return "WaitSpin"
 	case c.CM != CMLimits{}:
 		return "CM"
 	case c.Access != AccessLimits{}:
@@ -90,7 +88,11 @@ func attach(cfg Config, path string) (*Device, error) {
 	}
 	d := &Device{log: cfg.Logger}
 	d.reportQPErrors(cfg.OnQPError)
-	if d.prov, err = attached.Open(c, path, cfg.Logger, upcalls{d}); err != nil {
+	spin := cfg.WaitSpin
+	if spin == 0 {
+		spin = DefaultWaitSpin
+	}
+	if d.prov, err = attached.Open(c, path, cfg.Logger, spin, upcalls{d}); err != nil {
 		return fail(err)
 	}
 	d.startQPErrors()

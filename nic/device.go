@@ -71,7 +71,7 @@ type Config struct {
 	// otherwise the NIC is embedded. An attached device uses the daemon's
 	// address, MTU, socket, faults and capture: with Attach set, setting
 	// Addr, MTU, Faults, SendHook, Trace, UDP, MaxQPs, RecoverIPID, CM,
-	// Access, BusyPoll or WaitSpin is an error (ErrInvalid); when SOFTNIC_SOCKET
+	// Access or BusyPoll is an error (ErrInvalid); when SOFTNIC_SOCKET
 	// decides, they are ignored, so that a program written for an
 	// embedded NIC runs attached unchanged.
 	//
@@ -140,17 +140,20 @@ type Config struct {
 	// while traffic flows and nothing once it stops. 0, the default, sleeps
 	// at once; an attached process posts with a doorbell then.
 	BusyPoll time.Duration
-	// WaitSpin is how long CQ.Wait (and WaitReady) on an embedded device
-	// busy-polls, processing packets on the calling goroutine as Poll
-	// does, before it sleeps: a completion that comes meanwhile is found
-	// without a thread woken, a round trip after its post (one 8-byte
-	// WRITE in 15 µs against 40 µs asleep, between two processes on
+	// WaitSpin is how long CQ.Wait (and WaitReady) busy-polls before it
+	// sleeps: on an embedded device it processes packets on the calling
+	// goroutine as Poll does, on an attached one it watches the CQ's ring,
+	// giving up the CPU between looks (sched_yield) to the daemon that
+	// writes it. A completion that comes meanwhile is found without a
+	// thread woken, a round trip after its post (one 8-byte WRITE in
+	// 15 µs against 40 µs asleep, embedded, between two processes on
 	// loopback). It costs a CPU for that long per wait that finds its CQ
 	// empty; when two spins in a row find nothing, waits sleep at once
 	// for a while (see package nic/internal/spin), so that a slow peer or
 	// a loaded machine costs a spin per 256 waits at most. 0 takes
-	// DefaultWaitSpin, a negative value never spins; a device that
-	// busy-polls (BusyPoll) does not spin in Wait.
+	// DefaultWaitSpin, a negative value never spins, more than a second
+	// is an error (ErrInvalid); an embedded device that busy-polls
+	// (BusyPoll) does not spin in Wait.
 	WaitSpin time.Duration
 	// OnQPError, if set, is called each time one of the device's QPs
 	// enters the error state by itself: an error completion moved it
@@ -229,6 +232,8 @@ func Open(cfg Config) (*Device, error) {
 	switch {
 	case err != nil:
 		return nil, err
+	case cfg.WaitSpin > time.Second:
+		return nil, fmt.Errorf("softnic: WaitSpin %v is past 1s: %w", cfg.WaitSpin, ErrInvalid)
 	case path != "":
 		return attach(cfg, path)
 	}

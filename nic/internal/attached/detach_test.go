@@ -56,7 +56,7 @@ func TestDetachFromHungDaemon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dev, err := Open(uc, path, slog.New(slog.DiscardHandler), noUp{})
+	dev, err := Open(uc, path, slog.New(slog.DiscardHandler), 0, noUp{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,6 +49,9 @@ type attachment struct {
 	attr    verbs.DeviceAttr // hello's
 	log     *slog.Logger
 	closing chan struct{} // closed when the session ends
+	// waitSpin is how long a CQ waiter watches its ring before it sleeps
+	// (nic.Config.WaitSpin; not positive: it never spins).
+	waitSpin time.Duration
 
 	// The doorbell is rung under bellMu's read lock and closed under its
 	// write lock, so that a post racing Close never touches the unmapped
@@ -88,8 +91,10 @@ type attachReply struct {
 
 // Open opens the session with the daemon whose control socket is path,
 // over c, connected to it, and starts reading the daemon's answers and
-// events; up is the device it is the provider of.
-func Open(c *net.UnixConn, path string, log *slog.Logger, up provider.Up) (provider.Device, error) {
+// events; up is the device it is the provider of. Its CQ waiters watch
+// their rings for waitSpin before they sleep (see attachedCQ.Park); a
+// waitSpin that is not positive sleeps at once.
+func Open(c *net.UnixConn, path string, log *slog.Logger, waitSpin time.Duration, up provider.Up) (provider.Device, error) {
 	t := shm.NewConn(c, attachproto.MaxLine)
 	m, fds, err := handshake(t)
 	if err == nil && len(fds) != 2 {
@@ -115,7 +120,7 @@ func Open(c *net.UnixConn, path string, log *slog.Logger, up provider.Up) (provi
 	}
 	bell, _ := shm.NewDoorbell(page.Bytes())
 	a := &attachment{
-		up: up, t: t, path: path, hello: hello, attr: attr, log: log, closing: make(chan struct{}),
+		up: up, t: t, path: path, hello: hello, attr: attr, log: log, closing: make(chan struct{}), waitSpin: waitSpin,
 		bellFD: fds[0], bellMap: page, bell: bell, needWake: bell.NeedWake(),
 		calls: make(map[uint64]chan attachReply), conns: make(map[uint32]*attachedConn), unknownEnds: make(map[uint32]error),
 		qps: make(map[*attachedQP]struct{}), cqs: make(map[*attachedCQ]struct{}),

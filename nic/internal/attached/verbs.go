@@ -15,6 +15,7 @@ import (
 	"github.com/softnic/softnic/nic/cm"
 	"github.com/softnic/softnic/nic/internal/attachproto"
 	"github.com/softnic/softnic/nic/internal/provider"
+	"github.com/softnic/softnic/nic/internal/spin"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/verbs"
@@ -230,15 +231,17 @@ func (p *attachedPD) SGEAt(start, n uint64) (verbs.SGE, bool) {
 
 // attachedCQ is the completion ring of an attached device's CQ: the
 // daemon writes completions, Poll reads them without a system call, and a
-// waiter that finds it empty arms it and sleeps reading the CQ's eventfd,
-// which the daemon signals (see nic's CQ.wait).
+// waiter that finds it empty watches the ring for a while (spinning),
+// then arms it and sleeps reading the CQ's eventfd, which the daemon
+// signals (see nic's CQ.wait).
 type attachedCQ struct {
-	a     *attachment
-	st    *provider.CQState
-	h     uint32
-	depth uint32
-	ev    *os.File
-	lead  sync.Mutex // held by the one waiter that reads ev
+	a        *attachment
+	st       *provider.CQState
+	h        uint32
+	depth    uint32
+	ev       *os.File
+	lead     sync.Mutex   // held by the one waiter that reads ev
+	spinning *spin.Policy // how long a waiter watches the ring before it sleeps
 
 	mu     sync.Mutex
 	m      *shm.Mapping
@@ -262,7 +265,8 @@ func (a *attachment) CreateCQ(depth int, st *provider.CQState) (provider.CQ, err
 		a.drop(attachproto.OpDestroyCQ, r.H)
 		return nil, err
 	}
-	ac := &attachedCQ{a: a, st: st, h: r.H, depth: uint32(depth), ev: os.NewFile(uintptr(fds[1]), "softnic-cq-event"), m: m, ring: ring}
+	ac := &attachedCQ{a: a, st: st, h: r.H, depth: uint32(depth), ev: os.NewFile(uintptr(fds[1]), "softnic-cq-event"),
+		spinning: spin.NewPolicy(a.waitSpin), m: m, ring: ring}
 	a.mu.Lock()
 	if a.ended.Load() {
 		a.mu.Unlock()
@@ -311,14 +315,58 @@ func (c *attachedCQ) Destroy() error {
 	return c.st.Retire()
 }
 
-// Park lets one waiter at a time, the one holding c.lead, arm the CQ and
-// sleep on its eventfd; the others sleep in CQState.Sleep.
+// Park first watches the ring, giving up the CPU between looks
+// (shm.Yield), for the budget the CQ's spinning policy gives
+// (nic.Config.WaitSpin): a completion the daemon writes meanwhile is
+// found with no thread of this process woken, and the daemon, which
+// writes it into a ring no waiter armed, signals nothing. Then it lets
+// one waiter at a time, the one holding c.lead, arm the CQ and sleep on
+// its eventfd; the others sleep in CQState.Sleep.
 func (c *attachedCQ) Park(ctx context.Context, done <-chan struct{}) (bool, error) {
+	found, spun := c.spin()
+	if found {
+		return true, nil
+	}
 	if !c.lead.TryLock() {
 		return false, nil
 	}
 	defer c.lead.Unlock()
-	return true, c.sleep(ctx, done)
+	start := time.Now()
+	err := c.sleep(ctx, done)
+	if c.Len() > 0 {
+		c.spinning.Slept(time.Since(start), spun)
+	}
+	return true, err
+}
+
+// spin watches the ring for the budget the CQ's spinning policy gives,
+// until it holds a completion or the CQ is closed (found), yielding the
+// CPU between looks so that on a host of few CPUs the daemon, which is
+// to write the completion, is not kept from running. spun says whether
+// it was given a budget.
+func (c *attachedCQ) spin() (found, spun bool) {
+	budget := c.spinning.Budget()
+	if budget == 0 {
+		return false, false
+	}
+	end := time.Now().Add(budget)
+	for !c.ready() {
+		if time.Now().After(end) {
+			c.spinning.Spun(false)
+			return false, true
+		}
+		shm.Yield()
+	}
+	c.spinning.Spun(true)
+	return true, true
+}
+
+// ready reports whether a poll would find something: a completion, an
+// overflow, or the CQ closed.
+func (c *attachedCQ) ready() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed || c.ring.Producer().Load() != c.cons || c.ring.Overflow().Load() != 0
 }
 
 // sleep arms the CQ and, unless completions came meanwhile, blocks reading

@@ -92,9 +92,6 @@ func Open(cfg Config, up provider.Up) (provider.Device, error) {
 	if cfg.BusyPoll < 0 || cfg.BusyPoll > time.Second {
 		return nil, fmt.Errorf("softnic: BusyPoll %v is not within 0 and 1s: %w", cfg.BusyPoll, mr.ErrInvalid)
 	}
-	if cfg.WaitSpin > time.Second {
-		return nil, fmt.Errorf("softnic: WaitSpin %v is past 1s: %w", cfg.WaitSpin, mr.ErrInvalid)
-	}
 	if cfg.WaitSpin == 0 {
 		cfg.WaitSpin = DefaultWaitSpin
 	}

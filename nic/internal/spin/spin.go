@@ -1,9 +1,9 @@
-// Package spin decides how long a CQ waiter of the embedded device
-// busy-polls before it sleeps, as Linux's busy_poll does for a socket and
-// KVM's halt polling for an idle vCPU: a waiter woken through the runtime's
-// netpoller costs two or more thread wakeups per completion, where one that
-// polls, driving the device itself, finds its completion a round trip after
-// it posted.
+// Package spin decides how long a CQ waiter busy-polls before it sleeps,
+// as Linux's busy_poll does for a socket and KVM's halt polling for an
+// idle vCPU: a waiter woken through the runtime's netpoller costs two or
+// more thread wakeups per completion, where one that polls (driving the
+// embedded device itself, or watching an attached CQ's ring while the
+// daemon writes it) finds its completion a round trip after it posted.
 //
 // Spinning pays only when the completion comes within the budget. When it
 // does not (the peer is far, or the machine so loaded that the spinner and

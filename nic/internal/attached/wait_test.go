@@ -1,0 +1,202 @@
+package attached
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/softnic/softnic/nic/internal/provider"
+	"github.com/softnic/softnic/nic/internal/spin"
+	"github.com/softnic/softnic/nic/shm"
+	"github.com/softnic/softnic/verbs"
+)
+
+// ringDaemon plays the daemon's side of one CQ ring, as attachd's
+// hostedCQ writes it: a completion goes into the next slot, the producer
+// index is published, and the eventfd is signalled if a waiter armed the
+// ring.
+type ringDaemon struct {
+	ring    shm.Ring
+	efd     int // a duplicate of the waiter's eventfd
+	mu      sync.Mutex
+	prod    uint32
+	signals atomic.Int32 // completions that found the ring armed
+}
+
+// newWaitCQ returns an attached CQ whose waiters spin for budget, over a
+// ring of its own, and the daemon's side of it.
+func newWaitCQ(t *testing.T, budget time.Duration) (*attachedCQ, *ringDaemon) {
+	t.Helper()
+	if err := shm.Supported(); err != nil {
+		t.Skipf("attach mode is not supported here: %v", err)
+	}
+	const depth = 16
+	m, err := shm.Create("softnic-test-cq", shm.RingSize(depth, shm.CQESize))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring, err := shm.NewRing(m.Bytes(), depth, shm.CQESize)
+	if err != nil {
+		m.Close()
+		t.Fatal(err)
+	}
+	efd, err := shm.NewEventFD()
+	if err != nil {
+		m.Close()
+		t.Fatal(err)
+	}
+	dup, err := shm.DupFD(efd)
+	if err != nil {
+		m.Close()
+		shm.CloseFD(efd)
+		t.Fatal(err)
+	}
+	c := &attachedCQ{st: provider.NewCQState(), depth: depth, ev: os.NewFile(uintptr(efd), "test-cq-event"),
+		spinning: spin.NewPolicy(budget), m: m, ring: ring}
+	t.Cleanup(func() {
+		c.close(false)
+		shm.CloseFD(dup)
+	})
+	return c, &ringDaemon{ring: ring, efd: dup}
+}
+
+// write completes the work request id.
+func (d *ringDaemon) write(id uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	shm.EncodeCQE(d.ring.Slot(d.prod), &verbs.WC{ID: id, Opcode: verbs.WCWrite})
+	d.prod++
+	d.ring.Producer().Store(d.prod)
+	if armed := d.ring.Armed(); armed.Load() != 0 && armed.Swap(0) != 0 {
+		d.signals.Add(1)
+		shm.Signal(d.efd)
+	}
+}
+
+// wait is nic's CQ.Wait over c alone: poll, park, sleep in CQState.Sleep
+// if the park did not, until a completion comes. A completion that never
+// comes (a lost wakeup) fails the test after 10 s.
+func wait(t *testing.T, c *attachedCQ) verbs.WC {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	wcs := make([]verbs.WC, 1)
+	for {
+		n, err := c.Poll(wcs, false)
+		if n > 0 || err != nil {
+			if err != nil {
+				t.Fatalf("poll: %v", err)
+			}
+			return wcs[0]
+		}
+		slept, err := c.Park(ctx, nil)
+		if !slept && err == nil {
+			err = c.st.Sleep(ctx, nil)
+		}
+		if err != nil {
+			t.Fatalf("wait: %v (a completion written and never seen)", err)
+		}
+	}
+}
+
+// A completion the daemon writes while the waiter spins is found by the
+// spin: the waiter never arms the ring, so the daemon signals nothing and
+// no thread sleeps on either side.
+func TestWaitFindsCompletionWhileSpinning(t *testing.T) {
+	c, d := newWaitCQ(t, time.Second)
+	for i := range uint64(100) {
+		go func() {
+			// Give the waiter a varying head start into its spin.
+			for range 1 + i%8 {
+				shm.Yield()
+			}
+			d.write(i)
+		}()
+		if wc := wait(t, c); wc.ID != i {
+			t.Fatalf("op %d: completion of %d", i, wc.ID)
+		}
+	}
+	if d.ring.Armed().Load() != 0 || d.signals.Load() != 0 {
+		t.Errorf("ring armed %d, signalled %d times; a waiter that spins arms nothing", d.ring.Armed().Load(), d.signals.Load())
+	}
+	if _, err := shm.Drain(d.efd); !errors.Is(err, syscall.EAGAIN) {
+		t.Errorf("the CQ's eventfd: %v, want it never signalled (EAGAIN)", err)
+	}
+}
+
+// A completion the daemon writes once the waiter has given up spinning
+// and armed the ring is signalled, and wakes the waiter.
+func TestWaitWakesAfterSpin(t *testing.T) {
+	for _, budget := range []time.Duration{-1, time.Microsecond, 50 * time.Microsecond} {
+		t.Run(budget.String(), func(t *testing.T) {
+			c, d := newWaitCQ(t, budget)
+			for i := range uint64(20) {
+				go func() {
+					for d.ring.Armed().Load() == 0 { // the waiter spun, and sleeps, or is about to
+						shm.Yield()
+					}
+					d.write(i)
+				}()
+				if wc := wait(t, c); wc.ID != i {
+					t.Fatalf("op %d: completion of %d", i, wc.ID)
+				}
+			}
+			if n := d.signals.Load(); n != 20 {
+				t.Errorf("%d of 20 completions found the ring armed", n)
+			}
+		})
+	}
+}
+
+// A completion the daemon writes between the end of a spin that found
+// nothing and the arming of the ring, when the daemon sees no waiter to
+// signal, is found by the waiter's look at the ring after it armed it:
+// it does not sleep.
+func TestWaitSeesCompletionBeforeArming(t *testing.T) {
+	c, d := newWaitCQ(t, time.Microsecond)
+	if found, spun := c.spin(); found || !spun {
+		t.Fatalf("spin over an empty ring: found %v, spun %v; want a spin that found nothing", found, spun)
+	}
+	d.write(1)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.sleep(ctx, nil); err != nil {
+		t.Fatalf("sleep with a completion in the ring: %v", err)
+	}
+	if d.signals.Load() != 0 {
+		t.Errorf("the daemon signalled a ring armed after its write")
+	}
+	if wc := wait(t, c); wc.ID != 1 {
+		t.Errorf("completion of %d, want 1", wc.ID)
+	}
+}
+
+// However the daemon's write falls against the waiter's spin, its arming
+// and its sleep, the waiter gets the completion: the daemon writes after
+// a delay of its own, up to several spins long, while the spinning
+// policy gives the waiter spins or not as they find completions. Run it
+// with -count and in parallel to stress the handover.
+func TestWaitLosesNoWakeup(t *testing.T) {
+	const budget = 20 * time.Microsecond
+	c, d := newWaitCQ(t, budget)
+	ops := uint64(2000)
+	if testing.Short() {
+		ops = 300
+	}
+	for i := range ops {
+		delay := time.Duration(i*7919%97) * budget / 32 // 0 to 3 spins
+		go func() {
+			for end := time.Now().Add(delay); time.Now().Before(end); {
+				shm.Yield()
+			}
+			d.write(i)
+		}()
+		if wc := wait(t, c); wc.ID != i {
+			t.Fatalf("op %d: completion of %d", i, wc.ID)
+		}
+	}
+}
