@@ -340,9 +340,10 @@ func (c *attachedCQ) Park(ctx context.Context, done <-chan struct{}) (bool, erro
 }
 
 // spin watches the ring for the budget the CQ's spinning policy gives,
-// until it holds a completion or the CQ is closed (found), yielding the
-// CPU between looks so that on a host of few CPUs the daemon, which is
-// to write the completion, is not kept from running. spun says whether
+// until it holds a completion (found), yielding the CPU between looks so
+// that on a host of few CPUs the daemon, which is to write the
+// completion, is not kept from running. A CQ closed meanwhile ends the
+// spin, not found: the sleep that follows reports it. spun says whether
 // it was given a budget.
 func (c *attachedCQ) spin() (found, spun bool) {
 	budget := c.spinning.Budget()
@@ -350,23 +351,29 @@ func (c *attachedCQ) spin() (found, spun bool) {
 		return false, false
 	}
 	end := time.Now().Add(budget)
-	for !c.ready() {
-		if time.Now().After(end) {
+	for {
+		held, closed := c.look()
+		switch {
+		case held:
+			c.spinning.Spun(true)
+			return true, true
+		case closed || time.Now().After(end):
 			c.spinning.Spun(false)
 			return false, true
 		}
 		shm.Yield()
 	}
-	c.spinning.Spun(true)
-	return true, true
 }
 
-// ready reports whether a poll would find something: a completion, an
-// overflow, or the CQ closed.
-func (c *attachedCQ) ready() bool {
+// look reports whether the ring holds a completion, and whether the CQ is
+// closed.
+func (c *attachedCQ) look() (held, closed bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.closed || c.ring.Producer().Load() != c.cons || c.ring.Overflow().Load() != 0
+	if c.closed {
+		return len(c.kept) > 0, true
+	}
+	return c.ring.Producer().Load() != c.cons, false
 }
 
 // sleep arms the CQ and, unless completions came meanwhile, blocks reading

@@ -3,6 +3,7 @@ package attached
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softnic/softnic/nic/cm"
 	"github.com/softnic/softnic/nic/internal/provider"
 	"github.com/softnic/softnic/nic/internal/spin"
 	"github.com/softnic/softnic/nic/shm"
@@ -172,6 +174,46 @@ func TestWaitSeesCompletionBeforeArming(t *testing.T) {
 	}
 	if wc := wait(t, c); wc.ID != 1 {
 		t.Errorf("completion of %d, want 1", wc.ID)
+	}
+}
+
+// A waiter for a CQ that is closed while it waits, or before, stops
+// spinning and returns ErrClosed, as WaitReady, which looks at Len rather
+// than polling, needs: a spin that took the closed CQ for a completion
+// would send it back to Len, and to the spin, for ever.
+func TestWaitOnClosedCQ(t *testing.T) {
+	for _, closeFirst := range []bool{true, false} {
+		t.Run(fmt.Sprintf("closed first %v", closeFirst), func(t *testing.T) {
+			c, _ := newWaitCQ(t, time.Second)
+			if closeFirst {
+				c.close(false)
+			} else {
+				go func() {
+					for range 8 {
+						shm.Yield()
+					}
+					c.close(false)
+				}()
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			for range 1000 {
+				if c.Len() != 0 {
+					t.Fatalf("Len %d after the CQ closed, with nothing written", c.Len())
+				}
+				slept, err := c.Park(ctx, nil)
+				if !slept {
+					t.Fatal("the waiter leading the CQ was sent to CQState.Sleep")
+				}
+				if err != nil {
+					if !errors.Is(err, cm.ErrClosed) {
+						t.Fatalf("Park: %v, want ErrClosed", err)
+					}
+					return
+				}
+			}
+			t.Fatal("1000 parks on a closed CQ, none of which reported it")
+		})
 	}
 }
 
