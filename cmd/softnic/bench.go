@@ -25,7 +25,7 @@ func defineBench(fs *flag.FlagSet) func(*invocation) error {
 	runs := fs.Int("runs", 1, "measure each workload `R` times and report the median, as fi_rmabw -r does")
 	one := fs.Bool("one-process", false, "put the peer device in this process instead of a process of its own")
 	peerWaits := fs.Bool("peer-waits", false, "let the peer process sleep until packets come instead of polling, as fi_rmabw's target does")
-	only := fs.String("only", "", "measure only the workloads named, `KEYS` separated by commas (the keys of --json, raw_udp_gbps and raw_udp_gso_gbps and raw_udp_ping_pong included)")
+	only := fs.String("only", "", "measure only the workloads named, `KEYS` separated by commas (the keys of --json, raw_udp_gbps, raw_udp_gso_gbps, raw_udp_ping_pong and raw_udp_ping_pong_poll included)")
 	attach := fs.String("attach", "", "also measure a device attached to the daemon whose control socket is `PATH` against an embedded one")
 	asJSON := fs.Bool("json", false, "print the results as one line of JSON")
 	profile := fs.String("cpuprofile", "", "write this process's CPU profile to `FILE`, and the peer process's to FILE.peer")

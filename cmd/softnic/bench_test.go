@@ -21,6 +21,7 @@ type benchJSON struct {
 	Config   string              `json:"config"`
 	RawGbps  float64             `json:"raw_udp_gbps"`
 	RawPing  bench.Latency       `json:"raw_udp_ping_pong"`
+	RawPoll  bench.Latency       `json:"raw_udp_ping_pong_poll"`
 	Attached *bench.AttachResult `json:"attached"`
 	figures  map[string]json.RawMessage
 }
@@ -72,6 +73,9 @@ func checkFigures(t *testing.T, res benchJSON) {
 	}
 	if !(res.RawGbps > 0) || !(res.RawPing.MedianMicros > 0) || res.RawPing.P99Micros < res.RawPing.MedianMicros {
 		t.Errorf("raw UDP: %v Gbit/s, ping-pong %+v", res.RawGbps, res.RawPing)
+	}
+	if !(res.RawPoll.MedianMicros > 0) || res.RawPoll.P99Micros < res.RawPoll.MedianMicros {
+		t.Errorf("raw UDP: busy-polled ping-pong %+v", res.RawPoll)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/udp"
 	"github.com/softnic/softnic/nic/udp/udptest"
 	"github.com/softnic/softnic/verbs"
 )
@@ -62,8 +63,9 @@ func (t *DeviceTarget) Accept(from netip.AddrPort, qpn uint32, opts nic.ConnectO
 	return q.Num(), nil
 }
 
-// poll polls the target's CQ until stop is closed.
-func (t *DeviceTarget) poll(stop <-chan struct{}) {
+// poll polls the target's CQ until stop is closed, each poll holding cpu,
+// which a busy-polling echo takes while it spins (udptest.EchoPoll).
+func (t *DeviceTarget) poll(stop <-chan struct{}, cpu sync.Locker) {
 	var wcs [16]verbs.WC
 	for i := 0; ; i++ {
 		if i%1024 == 0 {
@@ -73,7 +75,10 @@ func (t *DeviceTarget) poll(stop <-chan struct{}) {
 			default:
 			}
 		}
-		if _, err := t.CQ.Poll(wcs[:]); err != nil {
+		cpu.Lock()
+		_, err := t.CQ.Poll(wcs[:])
+		cpu.Unlock()
+		if err != nil {
 			return
 		}
 	}
@@ -89,6 +94,9 @@ type (
 		Addr   netip.AddrPort `json:"addr"`
 		Region Region         `json:"region"`
 		Echo   netip.AddrPort `json:"echo"` // a UDP socket that sends every datagram back
+		// EchoPoll is another, served by a busy-polling goroutine
+		// (udptest.EchoPoll).
+		EchoPoll netip.AddrPort `json:"echo_poll"`
 	}
 	peerAccept struct {
 		From  netip.AddrPort     `json:"from"`
@@ -103,8 +111,9 @@ type (
 )
 
 // ServePeer is the body of a peer process: it opens a device with cfg,
-// makes it a target, opens a UDP echo socket beside it for the raw
-// ping-pong, says hello on out, and accepts the QPs that in asks for, one
+// makes it a target, opens two UDP echo sockets beside it for the raw
+// ping-pongs (one read by a goroutine that sleeps, one by a goroutine
+// that busy-polls while datagrams come), says hello on out, and accepts the QPs that in asks for, one
 // request a line, until in ends (as it does when the process that started
 // this one exits: the peer dies with it). With by Poll, a goroutine polls
 // the target's CQ in a loop all the while, which makes it process the
@@ -126,17 +135,28 @@ func ServePeer(in io.Reader, out io.Writer, cfg nic.Config, by Completion) error
 	if err != nil {
 		return err
 	}
+	echoPoll, err := udp.Listen(netip.AddrPortFrom(d.Addr().Addr(), 0), udp.Options{})
+	if err != nil {
+		echo.Close()
+		return err
+	}
 	var running sync.WaitGroup
 	defer running.Wait()
+	// The CQ's poller and the polling echo take turns: on two CPUs, a
+	// third thread spinning beside the ping-pong's two would share them.
+	var cpu sync.Mutex
 	running.Go(func() { udptest.Echo(echo) })
+	running.Go(func() { udptest.EchoPoll(echoPoll, &cpu) })
 	defer echo.Close()
+	defer echoPoll.Close()
 	if by == Poll {
 		stop := make(chan struct{})
 		defer close(stop)
-		running.Go(func() { t.poll(stop) })
+		running.Go(func() { t.poll(stop, &cpu) })
 	}
 	enc := json.NewEncoder(out)
-	if err := enc.Encode(peerHello{Addr: t.Addr(), Region: t.Region(), Echo: echo.LocalAddr().(*net.UDPAddr).AddrPort()}); err != nil {
+	hello := peerHello{Addr: t.Addr(), Region: t.Region(), Echo: echo.LocalAddr().(*net.UDPAddr).AddrPort(), EchoPoll: echoPoll.LocalAddr()}
+	if err := enc.Encode(hello); err != nil {
 		return err
 	}
 	dec := json.NewDecoder(in)
@@ -198,6 +218,10 @@ func (p *Peer) Region() Region { return p.hello.Region }
 
 // Echo is the peer's UDP echo socket, for udptest.MeasurePingPongTo.
 func (p *Peer) Echo() netip.AddrPort { return p.hello.Echo }
+
+// EchoPoll is the peer's busy-polled UDP echo socket, for
+// udptest.MeasurePingPongPollTo.
+func (p *Peer) EchoPoll() netip.AddrPort { return p.hello.EchoPoll }
 
 // Accept asks the peer for a QP connected to QP qpn at from.
 func (p *Peer) Accept(from netip.AddrPort, qpn uint32, opts nic.ConnectOptions, depth int) (uint32, error) {

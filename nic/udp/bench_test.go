@@ -22,3 +22,10 @@ func BenchmarkRawUDP4KGSO(b *testing.B) {
 func BenchmarkRawUDPPingPong(b *testing.B) {
 	udptest.PingPong(b)
 }
+
+// BenchmarkRawUDPPingPongPoll is the floor of busy-polled latencies: the
+// same round trip with both sides spinning on a recvmmsg that does not
+// wait.
+func BenchmarkRawUDPPingPongPoll(b *testing.B) {
+	udptest.PingPongPoll(b)
+}

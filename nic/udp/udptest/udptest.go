@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -306,6 +307,164 @@ func runPingPong(n int, dst netip.AddrPort, start func()) (res PingPongResult, e
 		}
 	}
 	return percentiles(rtts), nil
+}
+
+// PingPongPoll is PingPong with both sides busy-polling: each spins on
+// udp.Conn.TryReadBatch (a recvmmsg that does not wait) instead of
+// sleeping in a read, as an RDMA application that polls its CQ and a
+// provider that makes progress in its polls (fi_rmabw's, softnic's) do.
+// It is the floor of the latencies learnt by busy-polling, which
+// PingPong's wakeups would hide: on a VM a thread's wakeup costs
+// microseconds.
+func PingPongPoll(b *testing.B) PingPongResult {
+	b.Helper()
+	b.ReportAllocs()
+	res, err := runPingPongPoll(b.N, netip.AddrPort{}, b.ResetTimer)
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(res.Median)/float64(time.Microsecond), "median-µs")
+	b.ReportMetric(float64(res.P99)/float64(time.Microsecond), "p99-µs")
+	return res
+}
+
+// MeasurePingPongPoll is PingPongPoll outside a benchmark: n round trips.
+func MeasurePingPongPoll(n int) (PingPongResult, error) {
+	return runPingPongPoll(n, netip.AddrPort{}, nil)
+}
+
+// MeasurePingPongPollTo is MeasurePingPongPoll against an echo socket
+// elsewhere, such as one that EchoPoll serves in another process.
+func MeasurePingPongPollTo(n int, echo netip.AddrPort) (PingPongResult, error) {
+	return runPingPongPoll(n, echo, nil)
+}
+
+// pingTimeout is how long a ping waits for its echo: loopback at one
+// datagram in flight loses none, so a lost one is an error.
+const pingTimeout = time.Second
+
+// runPingPongPoll measures n busy-polled round trips to echo, or to an
+// EchoPoll of its own when echo is not valid.
+func runPingPongPoll(n int, dst netip.AddrPort, start func()) (res PingPongResult, err error) {
+	lo := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), 0)
+	if dst.IsValid() && dst.Addr().Is6() && !dst.Addr().Is4In6() {
+		lo = netip.AddrPortFrom(netip.IPv6Loopback(), 0)
+	}
+	client, err := udp.Listen(lo, udp.Options{})
+	if err != nil {
+		return res, err
+	}
+	defer client.Close()
+	if !dst.IsValid() {
+		echo, err := udp.Listen(lo, udp.Options{})
+		if err != nil {
+			return res, err
+		}
+		echoed := make(chan error, 1)
+		defer func() {
+			echo.Close()
+			if eerr := <-echoed; !errors.Is(eerr, net.ErrClosed) && err == nil {
+				err = fmt.Errorf("udptest: echo: %w", eerr)
+			}
+		}()
+		go func() { echoed <- EchoPoll(echo, nil) }()
+		dst = echo.LocalAddr()
+	}
+
+	rtts := make([]time.Duration, n)
+	var ping, pong [8]byte
+	out := []udp.Message{{Buf: ping[:], Addr: dst}}
+	in := []udp.Message{{Buf: pong[:]}}
+	if start != nil {
+		start()
+	}
+	for i := range rtts {
+		ping[0], ping[1], ping[2], ping[3] = byte(i>>24), byte(i>>16), byte(i>>8), byte(i)
+		t0 := time.Now()
+		if _, err := client.WriteBatch(out); err != nil {
+			return res, err
+		}
+		k, spins := 0, 0
+		for k == 0 {
+			if k, err = client.TryReadBatch(in); err != nil {
+				return res, err
+			}
+			if spins++; k == 0 && spins%1024 == 0 && time.Since(t0) > pingTimeout {
+				return res, fmt.Errorf("udptest: ping %d: no echo in %v", i, pingTimeout)
+			}
+		}
+		rtts[i] = time.Since(t0)
+		if in[0].N != len(ping) || pong != ping {
+			return res, fmt.Errorf("udptest: ping %d: got %d bytes %x", i, in[0].N, pong[:in[0].N])
+		}
+	}
+	return percentiles(rtts), nil
+}
+
+// EchoSpin is how long EchoPoll keeps spinning after the last datagram
+// before it sleeps in a read: far longer than the gaps of a ping-pong,
+// short enough that an echo left alone soon stops taking a CPU.
+const EchoSpin = 10 * time.Millisecond
+
+// EchoPoll is Echo for busy-polled ping-pongs: it sends every datagram
+// reaching c back to its sender, spinning on TryReadBatch while datagrams
+// come, with c out of the netpoller (udp.Conn.StopWaiting, so that no
+// thread of the process wakes at each datagram), and sleeping in
+// ReadBatch once none came for EchoSpin. While it spins it holds cpu, if
+// not nil, which the process's other busy-pollers take in turn: on two
+// CPUs a third spinning thread would take turns with the two of the
+// ping-pong. It returns the error that ended it (net.ErrClosed after
+// Close).
+func EchoPoll(c *udp.Conn, cpu sync.Locker) error {
+	msgs := make([]udp.Message, udp.MaxBatch)
+	for i := range msgs {
+		msgs[i].Buf = make([]byte, 64)
+	}
+	for {
+		n, err := c.ReadBatch(msgs)
+		if err != nil {
+			return err
+		}
+		c.StopWaiting()
+		if cpu != nil {
+			cpu.Lock()
+		}
+		err = echoSpinning(c, msgs, n)
+		if cpu != nil {
+			cpu.Unlock()
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// echoSpinning sends the n datagrams of msgs back, then reads and echoes
+// without waiting until none has come for EchoSpin.
+func echoSpinning(c *udp.Conn, msgs []udp.Message, n int) error {
+	last := time.Now()
+	for spins := 0; ; spins++ {
+		if n > 0 {
+			for i := range msgs[:n] {
+				msgs[i].Buf = msgs[i].Buf[:msgs[i].N]
+			}
+			_, err := c.WriteBatch(msgs[:n])
+			for i := range msgs[:n] {
+				msgs[i].Buf = msgs[i].Buf[:cap(msgs[i].Buf)]
+			}
+			if err != nil {
+				return fmt.Errorf("echo: %w", err)
+			}
+			last, spins = time.Now(), 0
+		} else if spins%1024 == 0 && time.Since(last) > EchoSpin {
+			return nil
+		}
+		var err error
+		if n, err = c.TryReadBatch(msgs); err != nil {
+			return err
+		}
+	}
 }
 
 // Echo sends every datagram reaching c back to its sender until c is

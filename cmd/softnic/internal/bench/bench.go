@@ -31,7 +31,7 @@ import (
 )
 
 // RawKeys are the keys of the raw-UDP limits.
-var RawKeys = []string{"raw_udp_gbps", "raw_udp_gso_gbps", "raw_udp_ping_pong"}
+var RawKeys = []string{"raw_udp_gbps", "raw_udp_gso_gbps", "raw_udp_ping_pong", "raw_udp_ping_pong_poll"}
 
 // Keys returns the keys of everything bench measures: the raw-UDP limits,
 // then nicbench's workloads.
@@ -69,10 +69,11 @@ type Result struct {
 	figures []benchFigures
 	// The raw-UDP limits: 4 KiB datagrams with sendmmsg/recvmmsg and no
 	// offload, the same coalesced by GSO and GRO, and a ping-pong with the
-	// peer's process (or this one).
-	rawGbps, rawGSOGbps []float64
-	rawPingPong         []udptest.PingPongResult
-	attached            *AttachResult
+	// peer's process (or this one), with both sides sleeping in their
+	// reads and with both busy-polling.
+	rawGbps, rawGSOGbps          []float64
+	rawPingPong, rawPingPongPoll []udptest.PingPongResult
+	attached                     *AttachResult
 }
 
 type benchFigures struct {
@@ -118,12 +119,18 @@ func (f *benchFigures) ops() float64 {
 	return m
 }
 
-func (r *Result) raw() (gbps, gso float64, ping Latency) {
+func (r *Result) raw() (gbps, gso float64, ping, pingPoll Latency) {
 	gbps, _, _ = median(r.rawGbps, func(x float64) float64 { return x })
 	gso, _, _ = median(r.rawGSOGbps, func(x float64) float64 { return x })
-	ping.MedianMicros, _, _ = median(r.rawPingPong, func(x udptest.PingPongResult) float64 { return micros(x.Median) })
-	ping.P99Micros, _, _ = median(r.rawPingPong, func(x udptest.PingPongResult) float64 { return micros(x.P99) })
-	return gbps, gso, ping
+	return gbps, gso, pingLatency(r.rawPingPong), pingLatency(r.rawPingPongPoll)
+}
+
+// pingLatency is the median over runs of the ping-pongs' medians and
+// 99th percentiles.
+func pingLatency(runs []udptest.PingPongResult) (l Latency) {
+	l.MedianMicros, _, _ = median(runs, func(x udptest.PingPongResult) float64 { return micros(x.Median) })
+	l.P99Micros, _, _ = median(runs, func(x udptest.PingPongResult) float64 { return micros(x.P99) })
+	return l
 }
 
 // configName names where the peer device was, and whether a peer process
@@ -146,7 +153,7 @@ func (r *Result) JSON() map[string]any {
 		"config": r.cfg.configName(), "cpus": r.cpus, "runs": r.cfg.Runs,
 		"time_s": r.cfg.Limit.Time.Seconds(), "ops": r.cfg.Limit.Ops,
 	}
-	gbps, gso, ping := r.raw()
+	gbps, gso, ping, pingPoll := r.raw()
 	if len(r.rawGbps) > 0 {
 		m["raw_udp_gbps"] = gbps
 	}
@@ -155,6 +162,9 @@ func (r *Result) JSON() map[string]any {
 	}
 	if len(r.rawPingPong) > 0 {
 		m["raw_udp_ping_pong"] = ping
+	}
+	if len(r.rawPingPongPoll) > 0 {
+		m["raw_udp_ping_pong_poll"] = pingPoll
 	}
 	for i := range r.figures {
 		f := &r.figures[i]
@@ -209,7 +219,7 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) (*Result, error) {
 		return nil, err
 	}
 	var target nicbench.Target
-	echo := netip.AddrPort{}
+	var echo, echoPoll netip.AddrPort
 	if cfg.OneProcess {
 		b, err := devs.open(nic.DefaultAddr.Addr())
 		if err != nil {
@@ -224,7 +234,7 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) (*Result, error) {
 			return nil, err
 		}
 		defer p.Close()
-		target, echo = p, p.Echo()
+		target, echo, echoPoll = p, p.Echo(), p.EchoPoll()
 	}
 	in, err := nicbench.Dial(a, target, nicbench.MaxQPs)
 	if err != nil {
@@ -241,7 +251,7 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) (*Result, error) {
 	// VM's host changes speed from one half-minute to the next, and a
 	// median of runs taken apart is not one phase's figure.
 	for range cfg.Runs {
-		if err := res.measureRaw(ctx, echo); err != nil {
+		if err := res.measureRaw(ctx, echo, echoPoll); err != nil {
 			return nil, err
 		}
 		for i := range res.figures {
@@ -288,9 +298,9 @@ func retryCounts(d *nic.Device) [2]uint64 {
 // (25 per operation, at most, with --ops).
 const rawDatagrams = 300000
 
-// measureRaw measures the raw-UDP limits cfg asks for once; the ping-pong
-// against echo, if valid.
-func (r *Result) measureRaw(ctx context.Context, echo netip.AddrPort) error {
+// measureRaw measures the raw-UDP limits cfg asks for once; the
+// ping-pongs against echo and echoPoll, if valid.
+func (r *Result) measureRaw(ctx context.Context, echo, echoPoll netip.AddrPort) error {
 	pings, datagrams := maxRTTs/4, rawDatagrams
 	if r.cfg.Limit.Ops > 0 {
 		pings, datagrams = min(pings, r.cfg.Limit.Ops), min(datagrams, 25*r.cfg.Limit.Ops)
@@ -320,6 +330,17 @@ func (r *Result) measureRaw(ctx context.Context, echo netip.AddrPort) error {
 				p, err = udptest.MeasurePingPong(pings)
 			}
 			r.rawPingPong = append(r.rawPingPong, p)
+			return err
+		}},
+		{"raw_udp_ping_pong_poll", func() error {
+			var p udptest.PingPongResult
+			var err error
+			if echoPoll.IsValid() {
+				p, err = udptest.MeasurePingPongPollTo(pings, echoPoll)
+			} else {
+				p, err = udptest.MeasurePingPongPoll(pings)
+			}
+			r.rawPingPongPoll = append(r.rawPingPongPoll, p)
 			return err
 		}},
 	} {
@@ -455,7 +476,7 @@ func Print(w io.Writer, res *Result) {
 	}
 	fmt.Fprintf(w, "softnic bench (%s): %s, on loopback; each figure the median of %d runs of %s; raw UDP measured in the same run; %d CPUs\n\n",
 		cfg.configName(), where, cfg.Runs, limit, res.cpus)
-	gbps, gso, ping := res.raw()
+	gbps, gso, ping, pingPoll := res.raw()
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "WORKLOAD\tSOFTNIC\tRATIO TO RAW UDP\tOPS\tRETRIES (PACKETS)")
 	if len(res.rawGbps) > 0 {
@@ -467,6 +488,9 @@ func Print(w io.Writer, res *Result) {
 	if len(res.rawPingPong) > 0 {
 		fmt.Fprintf(tw, "raw UDP: 8-byte ping-pong\t%s\t\t\t\n", ping)
 	}
+	if len(res.rawPingPongPoll) > 0 {
+		fmt.Fprintf(tw, "raw UDP: 8-byte ping-pong, busy-polled\t%s\t\t\t\n", pingPoll)
+	}
 	for i := range res.figures {
 		f := &res.figures[i]
 		ops := fmt.Sprintf("%.0f\t%d (%d)", f.ops(), f.retries, f.resent)
@@ -476,8 +500,15 @@ func Print(w io.Writer, res *Result) {
 		case nicbench.Rate:
 			fmt.Fprintf(tw, "%s\t%.3f Mops/s\t\t%s\n", f.w.Name, f.value()/1e6, ops)
 		case nicbench.Delay:
+			// A latency learnt by busy-polling compares with the
+			// busy-polled ping-pong, one learnt by waiting with the one
+			// whose sides sleep.
+			floor, n := ping.MedianMicros, len(res.rawPingPong)
+			if f.w.By == nicbench.Poll {
+				floor, n = pingPoll.MedianMicros, len(res.rawPingPongPoll)
+			}
 			l := Latency{MedianMicros: f.value(), P99Micros: f.p99()}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.w.Name, l, ratio(f.value(), ping.MedianMicros, len(res.rawPingPong)), ops)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.w.Name, l, ratio(f.value(), floor, n), ops)
 		}
 	}
 	tw.Flush()
