@@ -13,6 +13,7 @@ package udptest
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"slices"
@@ -236,8 +237,15 @@ type PingPongResult struct {
 // latency floor any UDP protocol in Go pays on this machine.
 func PingPong(b *testing.B) PingPongResult {
 	b.Helper()
+	return benchPingPong(b, runPingPong)
+}
+
+// benchPingPong runs b.N round trips of run against an echo of its own and
+// reports them.
+func benchPingPong(b *testing.B, run func(n int, dst netip.AddrPort, start func()) (PingPongResult, error)) PingPongResult {
+	b.Helper()
 	b.ReportAllocs()
-	res, err := runPingPong(b.N, netip.AddrPort{}, b.ResetTimer)
+	res, err := run(b.N, netip.AddrPort{}, b.ResetTimer)
 	b.StopTimer()
 	if err != nil {
 		b.Fatal(err)
@@ -251,7 +259,8 @@ func PingPong(b *testing.B) PingPongResult {
 func MeasurePingPong(n int) (PingPongResult, error) { return runPingPong(n, netip.AddrPort{}, nil) }
 
 // MeasurePingPongTo is MeasurePingPong against an echo socket elsewhere,
-// such as one that Echo serves in another process.
+// such as one that Echo serves in another process (an echo that is not
+// valid: MeasurePingPong's own).
 func MeasurePingPongTo(n int, echo netip.AddrPort) (PingPongResult, error) {
 	return runPingPong(n, echo, nil)
 }
@@ -273,14 +282,7 @@ func runPingPong(n int, dst netip.AddrPort, start func()) (res PingPongResult, e
 		if err != nil {
 			return res, err
 		}
-		echoed := make(chan error, 1)
-		defer func() {
-			echo.Close()
-			if eerr := <-echoed; !errors.Is(eerr, net.ErrClosed) && err == nil {
-				err = fmt.Errorf("udptest: echo: %w", eerr)
-			}
-		}()
-		go func() { echoed <- Echo(echo) }()
+		defer serveEcho(echo, func() error { return Echo(echo) })(&err)
 		dst = echo.LocalAddr().(*net.UDPAddr).AddrPort()
 	}
 
@@ -318,15 +320,7 @@ func runPingPong(n int, dst netip.AddrPort, start func()) (res PingPongResult, e
 // microseconds.
 func PingPongPoll(b *testing.B) PingPongResult {
 	b.Helper()
-	b.ReportAllocs()
-	res, err := runPingPongPoll(b.N, netip.AddrPort{}, b.ResetTimer)
-	b.StopTimer()
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ReportMetric(float64(res.Median)/float64(time.Microsecond), "median-µs")
-	b.ReportMetric(float64(res.P99)/float64(time.Microsecond), "p99-µs")
-	return res
+	return benchPingPong(b, runPingPongPoll)
 }
 
 // MeasurePingPongPoll is PingPongPoll outside a benchmark: n round trips.
@@ -335,9 +329,25 @@ func MeasurePingPongPoll(n int) (PingPongResult, error) {
 }
 
 // MeasurePingPongPollTo is MeasurePingPongPoll against an echo socket
-// elsewhere, such as one that EchoPoll serves in another process.
+// elsewhere, such as one that EchoPoll serves in another process (an echo
+// that is not valid: MeasurePingPongPoll's own).
 func MeasurePingPongPollTo(n int, echo netip.AddrPort) (PingPongResult, error) {
 	return runPingPongPoll(n, echo, nil)
+}
+
+// serveEcho runs serve, an echo on c, in a goroutine of its own, and
+// returns what stops it: it closes c, waits for serve to return, and sets
+// *err to the error that ended it, unless that is c's closing or *err is
+// set already.
+func serveEcho(c io.Closer, serve func() error) (stop func(err *error)) {
+	echoed := make(chan error, 1)
+	go func() { echoed <- serve() }()
+	return func(err *error) {
+		c.Close()
+		if eerr := <-echoed; !errors.Is(eerr, net.ErrClosed) && *err == nil {
+			*err = fmt.Errorf("udptest: echo: %w", eerr)
+		}
+	}
 }
 
 // pingTimeout is how long a ping waits for its echo: loopback at one
@@ -361,14 +371,7 @@ func runPingPongPoll(n int, dst netip.AddrPort, start func()) (res PingPongResul
 		if err != nil {
 			return res, err
 		}
-		echoed := make(chan error, 1)
-		defer func() {
-			echo.Close()
-			if eerr := <-echoed; !errors.Is(eerr, net.ErrClosed) && err == nil {
-				err = fmt.Errorf("udptest: echo: %w", eerr)
-			}
-		}()
-		go func() { echoed <- EchoPoll(echo, nil) }()
+		defer serveEcho(echo, func() error { return EchoPoll(echo, nil) })(&err)
 		dst = echo.LocalAddr()
 	}
 

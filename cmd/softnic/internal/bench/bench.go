@@ -322,24 +322,12 @@ func (r *Result) measureRaw(ctx context.Context, echo, echoPoll netip.AddrPort) 
 			return nil // the kernel may not have the offloads
 		}},
 		{"raw_udp_ping_pong", func() error {
-			var p udptest.PingPongResult
-			var err error
-			if echo.IsValid() {
-				p, err = udptest.MeasurePingPongTo(pings, echo)
-			} else {
-				p, err = udptest.MeasurePingPong(pings)
-			}
+			p, err := udptest.MeasurePingPongTo(pings, echo) // its own echo when echo is not valid
 			r.rawPingPong = append(r.rawPingPong, p)
 			return err
 		}},
 		{"raw_udp_ping_pong_poll", func() error {
-			var p udptest.PingPongResult
-			var err error
-			if echoPoll.IsValid() {
-				p, err = udptest.MeasurePingPongPollTo(pings, echoPoll)
-			} else {
-				p, err = udptest.MeasurePingPongPoll(pings)
-			}
+			p, err := udptest.MeasurePingPongPollTo(pings, echoPoll)
 			r.rawPingPongPoll = append(r.rawPingPongPoll, p)
 			return err
 		}},
