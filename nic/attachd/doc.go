@@ -4,9 +4,9 @@
 // as their own. It owns the sessions of the attached processes and what
 // each makes on the device: its PDs, regions, CQs, SRQs, QPs, listeners
 // and connections, named by handles only it can use; the rings of each
-// queue, in memory the process and the daemon both map, which it moves
-// between the process and the device's QPs; each process's doorbell and
-// its budget; who may attach (SO_PEERCRED) and what each process and user
+// queue, in memory the process and the daemon both map, which package
+// nic/attachd/internal/rings moves between the process and the device's
+// QPs; each process's doorbell and its budget; who may attach (SO_PEERCRED) and what each process and user
 // may hold (package nic/quota). When a process detaches, exits or dies,
 // everything it made is destroyed.
 //

@@ -181,13 +181,13 @@ func (s *session) createCQ(_ context.Context, raw json.RawMessage, _ []int) (any
 		c.close()
 		return nil, nil, err
 	}
-	efd, err := dupFD(c.efd)
+	efd, err := dupFD(c.EventFD())
 	if err != nil {
 		s.remove(h)
 		c.close()
 		return nil, nil, err
 	}
-	return attachproto.CQResult{H: h, Depth: a.Depth}, []int{c.m.TakeFD(), efd}, nil
+	return attachproto.CQResult{H: h, Depth: a.Depth}, []int{c.TakeFD(), efd}, nil
 }
 
 func (s *session) createSRQ(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
@@ -208,7 +208,7 @@ func (s *session) createSRQ(_ context.Context, raw json.RawMessage, _ []int) (an
 		r.close()
 		return nil, nil, err
 	}
-	return attachproto.SRQResult{H: h, Depth: a.Depth, MaxSGE: a.MaxSGE}, []int{r.m.TakeFD()}, nil
+	return attachproto.SRQResult{H: h, Depth: a.Depth, MaxSGE: a.MaxSGE}, []int{r.TakeFD()}, nil
 }
 
 // createQP answers with the QP's rings.
@@ -235,7 +235,7 @@ func (s *session) createQP(_ context.Context, raw json.RawMessage, _ []int) (any
 		h.close()
 		return nil, nil, err
 	}
-	return h.result(handle), h.ringFDs(), nil
+	return h.result(handle), h.TakeFDs(), nil
 }
 
 func (s *session) modifyQP(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
@@ -618,7 +618,7 @@ func (s *session) hostConn(c *nic.Conn, h *hostedQP, use uint32) (any, []int, er
 	res := attachproto.ConnResult{H: ch, QP: h.result(qh), Private: c.PrivateData(), Remote: c.RemoteAddr()}
 	var fds []int
 	if use == 0 {
-		fds = h.ringFDs()
+		fds = h.TakeFDs()
 	}
 	return hostedConnResult{res, func() { s.srv.wg.Go(func() { hc.watch(s, ch) }) }}, fds, nil
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/attachd/internal/rings"
 	"github.com/softnic/softnic/nic/internal/attachproto"
 	"github.com/softnic/softnic/nic/internal/hooks"
 	"github.com/softnic/softnic/nic/quota"
@@ -410,9 +411,10 @@ type session struct {
 
 	qpErrors *hooks.Queue[qpFailure] // its QPs' errors, told to the process (qp_error)
 
-	cnt      [numSessionCounters]atomic.Uint64
-	callWG   sync.WaitGroup // calls in progress, and the goroutine that tells QP errors
-	bellDone chan struct{}  // closed when the doorbell loop returns
+	cnt        [numSessionCounters]atomic.Uint64
+	ringCounts rings.Counts   // cnt's counters the rings count
+	callWG     sync.WaitGroup // calls in progress, and the goroutine that tells QP errors
+	bellDone   chan struct{}  // closed when the doorbell loop returns
 }
 
 // newSession identifies the process at the other end of c, sets up its
@@ -428,6 +430,8 @@ func (s *Server) newSession(c *net.UnixConn) (*session, error) {
 		byQPN: make(map[uint32]*hostedQP), qpErrors: hooks.NewQueue[qpFailure](),
 	}
 	ss.log = s.log.With(slog.Int("pid", ss.pid))
+	ss.ringCounts = rings.Counts{SendWQEs: &ss.cnt[cntSendWQEs], RecvWQEs: &ss.cnt[cntRecvWQEs],
+		CQEs: &ss.cnt[cntCQEs], CQOverflows: &ss.cnt[cntCQOverflows], BadQueues: &ss.cnt[cntBadQueues]}
 	ss.ctx, ss.cancel = context.WithCancel(context.Background())
 	if s.edev == nil {
 		return nil, fmt.Errorf("attach: an attach server of an attached device: %w", nic.ErrNotSupported)

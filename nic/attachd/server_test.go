@@ -164,11 +164,11 @@ func ring(h *hostedQP) {
 // WRITE of id on the loop's QP a with byte at of its send WQE set to v.
 func spoilSend(id uint64, at int, v byte) func(*testing.T, *loop, *hostedQP, *hostedQP) (*nic.CQ, uint64) {
 	return func(t *testing.T, l *loop, a, _ *hostedQP) (*nic.CQ, uint64) {
-		prod := a.sq.Producer().Load()
-		slot := a.sq.Slot(prod)
+		prod := a.SendRing().Producer().Load()
+		slot := a.SendRing().Slot(prod)
 		shm.EncodeSend(slot, &verbs.SendWR{ID: id, Opcode: verbs.WRWrite})
 		slot[at] = v
-		a.sq.Producer().Store(prod + 1)
+		a.SendRing().Producer().Store(prod + 1)
 		return l.acq, id
 	}
 }
@@ -187,19 +187,23 @@ func TestAttachedQueueCorruption(t *testing.T) {
 		{"send WQE with an unknown opcode", false, spoilSend(0xbad, 8, 99)},
 		{"send WQE with more SGEs than the QP takes", false, spoilSend(0xbad2, 10, 200)},
 		{"send producer index beyond the ring", false, func(t *testing.T, l *loop, a, _ *hostedQP) (*nic.CQ, uint64) {
-			a.sq.Producer().Store(a.sq.Producer().Load() + 1000)
+			a.SendRing().Producer().Store(a.SendRing().Producer().Load() + 1000)
 			return l.acq, 0
 		}},
 		{"receive WQE with reserved bytes set", false, func(t *testing.T, l *loop, _, b *hostedQP) (*nic.CQ, uint64) {
-			prod := b.rq.Producer().Load()
-			slot := b.rq.Slot(prod)
+			prod := b.RecvRing().Producer().Load()
+			slot := b.RecvRing().Slot(prod)
 			shm.EncodeRecv(slot, &verbs.RecvWR{ID: 0xbad3})
 			slot[15] = 1
-			b.rq.Producer().Store(prod + 1)
+			b.RecvRing().Producer().Store(prod + 1)
 			return l.bcq, 0xbad3
 		}},
 		{"SRQ producer index beyond the ring", true, func(t *testing.T, l *loop, _, b *hostedQP) (*nic.CQ, uint64) {
-			b.srq.ring.Producer().Store(b.srq.ring.Producer().Load() + 77)
+			srq, err := lookup[*hostedSRQ](b.s, b.cfg.SRQ)
+			if err != nil {
+				t.Fatal(err)
+			}
+			srq.Ring().Producer().Store(srq.Ring().Producer().Load() + 77)
 			// The daemon takes SRQ receives as packets arrive: send one.
 			wr := verbs.SendWR{ID: 1, Opcode: verbs.WRSend, SGL: []verbs.SGE{l.m.SGE(0, 8)}}
 			if err := l.a.PostSend(&wr); err != nil {
@@ -248,7 +252,12 @@ func TestAttachedCQConsumerSpoilt(t *testing.T) {
 	if wc := l.write(t, 1); wc.Status != verbs.Success {
 		t.Fatalf("before: %v", wc.String())
 	}
-	ring := hostedOf(t, srv, l.a).scq.ring
+	a := hostedOf(t, srv, l.a)
+	scq, err := lookup[*hostedCQ](a.s, a.cfg.SendCQ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring := scq.Ring()
 	ring.Consumer().Store(ring.Consumer().Load() + 12345)
 	wr := verbs.SendWR{ID: 2, Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{l.m.SGE(0, 8)}, RemoteAddr: l.m.Addr(), RKey: l.m.RKey()}
 	if err := l.a.PostSend(&wr); err != nil {
@@ -319,14 +328,14 @@ func TestAttachedBadWQEsLoggedOnce(t *testing.T) {
 	l := newLoop(t, path, false)
 	h := hostedOf(t, srv, l.a)
 	const bad = 6
-	prod := h.sq.Producer().Load()
+	prod := h.SendRing().Producer().Load()
 	for i := range bad {
-		slot := h.sq.Slot(prod)
+		slot := h.SendRing().Slot(prod)
 		shm.EncodeSend(slot, &verbs.SendWR{ID: uint64(0xbad0 + i), Opcode: verbs.WRWrite})
 		slot[8] = 99 // no such opcode
 		prod++
 	}
-	h.sq.Producer().Store(prod)
+	h.SendRing().Producer().Store(prod)
 	ring(h)
 	for i := range bad {
 		if wc := waitWC(t, l.acq); wc.Status != verbs.LocQPOpErr || wc.ID != uint64(0xbad0+i) {

@@ -1,0 +1,135 @@
+package rings
+
+import (
+	"sync"
+
+	"github.com/softnic/softnic/nic/shm"
+	"github.com/softnic/softnic/qp"
+	"github.com/softnic/softnic/verbs"
+)
+
+// CQ is the ring a device CQ's completions go to, which the attached
+// process polls. Completions are moved the moment the device pushes them
+// (the CQ's notify function), on the goroutine that pushed them.
+type CQ struct {
+	qcq   *qp.CQ // the device's CQ
+	depth uint32
+	cnt   *Counts
+	owner Owner
+
+	mu     sync.Mutex
+	m      *shm.Mapping
+	ring   shm.Ring
+	efd    int    // signalled when the process armed the ring
+	prod   uint32 // completions written, ever
+	closed bool
+	wcs    [16]verbs.WC
+}
+
+// NewCQ makes the ring and eventfd of qcq, a CQ of depth entries of the
+// process owner, and has qcq's completions moved into the ring from now
+// on.
+func NewCQ(qcq *qp.CQ, depth int, cnt *Counts, owner Owner) (*CQ, error) {
+	c := &CQ{qcq: qcq, depth: uint32(depth), cnt: cnt, owner: owner, efd: -1}
+	var err error
+	if c.m, c.ring, err = newRing("softnic-cq", depth, shm.CQESize); err != nil {
+		return nil, err
+	}
+	if c.efd, err = shm.NewEventFD(); err != nil {
+		c.Close()
+		return nil, err
+	}
+	c.qcq.SetNotify(c.drain)
+	return c, nil
+}
+
+// Ring is the completion ring as the process maps it.
+func (c *CQ) Ring() shm.Ring { return c.ring }
+
+// TakeFD returns the descriptor of the ring, for the process to map; the
+// caller closes it once sent.
+func (c *CQ) TakeFD() int { return c.m.TakeFD() }
+
+// EventFD is the eventfd signalled when the process armed the ring and a
+// completion came; it stays the CQ's.
+func (c *CQ) EventFD() int { return c.efd }
+
+// drain moves the completions the device pushed into the ring. It runs
+// inside the device's push, with the pushing QP's lock held; a completion
+// another QP pushed meanwhile is moved too, while that QP waits in its own
+// drain, its state unchanged.
+func (c *CQ) drain() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		n, _ := c.qcq.Poll(c.wcs[:])
+		if n == 0 {
+			break
+		}
+		if c.closed {
+			continue
+		}
+		for i := range n {
+			if r := c.owner.QP(c.wcs[i].QPN); r != nil {
+				r.retire(&c.wcs[i])
+			}
+			c.pushLocked(&c.wcs[i])
+		}
+	}
+	if !c.closed {
+		// A closed CQ's ring is unmapped: a QP flushed after its process
+		// detached (a connection closing in the background) must not touch it.
+		c.publishLocked()
+	}
+}
+
+// push writes one completion of the daemon's own into the ring.
+func (c *CQ) push(wc *verbs.WC) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.closed {
+		c.pushLocked(wc)
+		c.publishLocked()
+	}
+}
+
+// pushLocked writes wc into the next slot. A full ring, or one whose
+// consumer index the process spoilt, loses it: the ring is marked
+// overflowed, and the QP that completed is moved to the error state, as a
+// CQ overflow does to an embedded device's QPs.
+func (c *CQ) pushLocked(wc *verbs.WC) {
+	if used := c.prod - c.ring.Consumer().Load(); used >= c.depth {
+		c.ring.Overflow().Store(1)
+		c.cnt.CQOverflows.Add(1)
+		c.owner.Overflowed(wc.QPN)
+		return
+	}
+	shm.EncodeCQE(c.ring.Slot(c.prod), wc)
+	c.prod++
+	c.cnt.CQEs.Add(1)
+}
+
+// publishLocked makes the completions written visible and wakes the
+// process if it waits for them.
+func (c *CQ) publishLocked() {
+	c.ring.Producer().Store(c.prod)
+	if armed := c.ring.Armed(); armed.Load() != 0 && armed.Swap(0) != 0 {
+		shm.Signal(c.efd)
+	}
+}
+
+// Close unmaps the ring and closes the eventfd, and reports whether they
+// were open until now.
+func (c *CQ) Close() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.closed = true
+	c.m.Close()
+	if c.efd >= 0 {
+		shm.CloseFD(c.efd)
+	}
+	return true
+}
