@@ -74,7 +74,7 @@ type QP interface {
 }
 
 // Host drives the connection manager's engine (package cm): it feeds
-// it the MADs QP1 receives (on the reader goroutine, after each batch),
+// it the MADs QP1 receives (Poll, after each batch the device processes),
 // time (through a timer entry of the device) and the application's calls,
 // and carries out what the engine's Output asks: it wakes the goroutines
 // that wait, flushes QPs and sends MADs. The engine runs under mu, and so
@@ -94,7 +94,7 @@ type Host struct {
 	e      *cm.Engine
 	wakeAt qp.Time // the earliest timer entry queued for the engine, 0 if none
 
-	// Reader goroutine scratch.
+	// Poll's scratch.
 	wcs [64]verbs.WC
 	mad mad.MAD
 }
