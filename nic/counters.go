@@ -35,6 +35,7 @@ const (
 	CMHandshakeTimeouts DevCounter = embedded.CMHandshakeTimeouts // requests dropped whose handshake did not complete in time (no RTU: the requester gave up, or never sent the REQ)
 	CMRejectsDropped    DevCounter = embedded.CMRejectsDropped    // REQs dropped unanswered: their source had spent its REJs (cm.Limits.RejectRate)
 	PathMTUExceeded     DevCounter = embedded.PathMTUExceeded     // packets the kernel refused as larger than the route carries (EMSGSIZE): the path MTU toward that peer is lowered
+	SendBatches         DevCounter = embedded.SendBatches         // batches of packets handed to the socket, each in one sendmmsg (sent_pkts over it: how many a system call carries)
 )
 
 // CounterValue is one named counter and its value, as Counters lists them;

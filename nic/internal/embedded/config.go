@@ -120,6 +120,7 @@ const (
 	CMHandshakeTimeouts
 	CMRejectsDropped
 	PathMTUExceeded
+	SendBatches
 	numDevCounters
 )
 
@@ -127,7 +128,7 @@ var devCounterNames = [numDevCounters]string{
 	"bad_icrc", "icrc_ipid_recovered", "icrc_ipid_verified", "malformed", "unknown_qp", "access_holds", "fault_dropped", "fault_duplicated",
 	"fault_corrupted", "fault_delayed", "cm_tx_msgs", "cm_tx_retries", "cm_rx_msgs",
 	"cm_rx_duplicates", "cm_rx_dropped", "cm_established", "cm_disconnected",
-	"cm_rejected_busy", "cm_handshake_timeouts", "cm_rejects_dropped", "path_mtu_exceeded",
+	"cm_rejected_busy", "cm_handshake_timeouts", "cm_rejects_dropped", "path_mtu_exceeded", "send_batches",
 }
 
 func (c DevCounter) String() string { return devCounterNames[c] }

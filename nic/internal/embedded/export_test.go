@@ -75,3 +75,24 @@ func StallTimers(d hooks.Device) (release func()) {
 	<-running
 	return func() { close(done) }
 }
+
+// RingAll rings the doorbell of every QP of d, as a poll rings those of
+// the QPs posted to while an application polled (ringDoorbells).
+func RingAll(d hooks.Device) {
+	e := d.(*Device)
+	p := &e.prog
+	for _, pq := range e.QPs() {
+		q := pq.(*QP)
+		q.mu.Lock()
+		if !q.rung {
+			q.rung = true
+			p.doorbells.mu.Lock()
+			p.doorbells.qps = append(p.doorbells.qps, q)
+			p.doorbells.mu.Unlock()
+		}
+		q.mu.Unlock()
+	}
+	b := e.getBatch()
+	e.ringDoorbells(b)
+	e.putBatch(b)
+}

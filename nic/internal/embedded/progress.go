@@ -215,27 +215,22 @@ func (d *Device) doorbellsHeld() bool {
 }
 
 // ringDoorbells sends what the QPs posted to while an application polled
-// hold, through b. No QP lock is held.
+// hold, through b, the packets of all of them together (drainAll): a
+// program that posts to several QPs between two polls sends them in one
+// system call. No QP lock is held.
 func (d *Device) ringDoorbells(b *batch) {
 	p := &d.prog
-	now := d.now()
 	for {
 		p.doorbells.mu.Lock()
-		n := len(p.doorbells.qps)
-		if n == 0 {
-			p.doorbells.mu.Unlock()
+		b.rung = append(b.rung[:0], p.doorbells.qps...)
+		clear(p.doorbells.qps)
+		p.doorbells.qps = p.doorbells.qps[:0]
+		p.doorbells.mu.Unlock()
+		if len(b.rung) == 0 {
 			return
 		}
-		q := p.doorbells.qps[n-1]
-		p.doorbells.qps[n-1] = nil
-		p.doorbells.qps = p.doorbells.qps[:n-1]
-		p.doorbells.mu.Unlock()
-		q.mu.Lock()
-		q.rung = false
-		if !q.destroyed {
-			q.flushLocked(b, now)
-		}
-		q.mu.Unlock()
+		d.drainAll(b, b.rung, d.now(), true)
+		clear(b.rung)
 	}
 }
 
@@ -541,11 +536,8 @@ func (d *Device) answer(now qp.Time) {
 	p := &d.prog
 	for _, q := range p.in.dirty {
 		q.dirty = false
-		q.mu.Lock()
-		q.drainLocked(p.out, now, true)
-		q.mu.Unlock()
 	}
-	d.sendStaged(p.out)
+	d.drainAll(p.out, p.in.dirty, now, false)
 	clear(p.in.dirty)
 	p.in.dirty = p.in.dirty[:0]
 }

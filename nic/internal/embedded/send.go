@@ -20,15 +20,20 @@ import (
 // WriteBatch: udp.MaxWriteMessages of them, so that a burst of 64 KiB
 // operations goes in one system call (with 64, the burst that an ACK of 64
 // PSNs lets go, four 64 KiB WRITEs, left in two: 63 packets, then the
-// last one alone). Each goroutine that sends uses its own.
+// last one alone). Each goroutine that sends uses its own, empty (n 0)
+// when it is not sending.
 type batch struct {
 	bufs [][]byte
 	msgs []udp.Message
-	n    int // messages staged in msgs, not sent yet
+	// owners[i] is the QP that staged msgs[i], locked until it leaves.
+	owners []*QP
+	n      int   // messages staged in msgs, not sent yet
+	rung   []*QP // scratch: the QPs whose doorbells ringDoorbells rings
 }
 
 func newBatch() *batch {
-	b := &batch{bufs: make([][]byte, udp.MaxWriteMessages), msgs: make([]udp.Message, udp.MaxWriteMessages)}
+	b := &batch{bufs: make([][]byte, udp.MaxWriteMessages), msgs: make([]udp.Message, udp.MaxWriteMessages),
+		owners: make([]*QP, udp.MaxWriteMessages)}
 	mem := make([]byte, udp.MaxWriteMessages*qp.MaxPacketSize)
 	for i := range b.bufs {
 		b.bufs[i] = mem[i*qp.MaxPacketSize : (i+1)*qp.MaxPacketSize : (i+1)*qp.MaxPacketSize]
@@ -39,54 +44,90 @@ func newBatch() *batch {
 // flushLocked sends everything q wants to send now, in batches, then
 // (re)schedules q's timer. q.mu is held: a QP's packets leave in the order
 // it built them, whichever goroutine drains it.
-func (q *QP) flushLocked(b *batch, now qp.Time) { q.drainLocked(b, now, false) }
+func (q *QP) flushLocked(b *batch, now qp.Time) {
+	q.stageLocked(b, now)
+	q.dev.sendBatch(b)
+	q.finishLocked()
+}
 
-// drainLocked is flushLocked for a batch that may hold other QPs'
-// acknowledgements already; with keep, a QP that has nothing but
-// acknowledgements to send leaves them in b too (b.n counts them), for the
-// caller to send with those of other QPs in one system call. An
-// acknowledgement (an ACK, a NAK, an ATOMIC ACKNOWLEDGE) has no payload
-// and no order with the packets of other goroutines: only the goroutine
-// that processes received packets makes them. Every other packet leaves
-// before q.mu is released.
-func (q *QP) drainLocked(b *batch, now qp.Time, keep bool) {
+// drainAll sends what each of qps has to send now (the QPs that took
+// packets, whose answers are due, or with rung the QPs whose doorbells
+// rang), all their packets together, in as few system calls as b holds:
+// the ACKs, READ responses and requests that one read of the socket lets
+// go, or the WRITEs a program posted to several QPs between two polls,
+// leave in one sendmmsg however many QPs they are for, and reach the peer
+// in one read of its socket, whose answers come back the same way. Each
+// QP stays locked from its first packet staged until the send that holds
+// its last one, so that no packet of its that another goroutine builds
+// meanwhile (a post, a timer) can overtake them; a QP that another
+// goroutine holds is waited for only once what the others staged has
+// left. No QP lock is held.
+func (d *Device) drainAll(b *batch, qps []*QP, now qp.Time, rung bool) {
+	first := 0 // qps[first:i] are locked
+	for i, q := range qps {
+		if !q.mu.TryLock() {
+			d.release(b, qps[first:i])
+			first = i
+			q.mu.Lock()
+		}
+		if rung {
+			q.rung = false
+		}
+		if !q.destroyed {
+			q.stageLocked(b, now)
+		}
+	}
+	d.release(b, qps[first:])
+}
+
+// release sends what b holds, all of it staged by qps, whose locks are
+// held, and unlocks them; then it finishes each (finishLocked) holding its
+// lock alone, since a QP's error hook may lock another QP (the connection
+// manager's sends on QP1).
+func (d *Device) release(b *batch, qps []*QP) {
+	d.sendBatch(b)
+	for _, q := range qps {
+		q.mu.Unlock()
+	}
+	for _, q := range qps {
+		q.mu.Lock()
+		if !q.destroyed {
+			q.finishLocked()
+		}
+		q.mu.Unlock()
+	}
+}
+
+// stageLocked puts into b what q has to send now, sending b whenever it
+// fills up. q.mu is held, and stays held until b has been sent
+// (sendBatch): q's packets leave in order only while no other goroutine
+// can send its next ones.
+func (q *QP) stageLocked(b *batch, now qp.Time) {
 	d := q.dev
 	if q.queues != nil {
 		q.queues.PullSendLocked()
 	}
-	others, acks := b.n, true // others: staged by other QPs
 	for {
-		dry := false
-		for b.n < len(b.msgs)-1 { // room for a duplicate
-			l, dst := q.qp.Transmit(b.bufs[b.n], now)
-			if l == 0 {
-				dry = true
-				break
-			}
-			pkt := b.bufs[b.n][:l]
-			if op := wire.BTH(pkt).OpCode(); op != wire.OpRCAck && op != wire.OpRCAtomicAck {
-				acks = false
-			}
-			env := wire.Envelope{Src: d.sourceFor(dst), Dst: dst}
-			env.Seal(pkt)
-			if d.sendsToPeer(q, pkt, &env) {
-				b.n = d.stage(b, b.n, pkt, &env)
-			}
+		if b.n >= len(b.msgs)-1 { // room for a duplicate
+			d.sendBatch(b)
 		}
-		if dry && keep && acks {
-			break
+		l, dst := q.qp.Transmit(b.bufs[b.n], now)
+		if l == 0 {
+			return
 		}
-		if b.n > 0 {
-			if sent, err := d.send(b.msgs[:b.n]); isMsgSize(err) && sent >= others {
-				d.pathTooBig(q, b.msgs[sent].Addr)
-			}
-			b.n, others = 0, 0
-		}
-		if dry {
-			break
+		pkt := b.bufs[b.n][:l]
+		env := wire.Envelope{Src: d.sourceFor(dst), Dst: dst}
+		env.Seal(pkt)
+		if d.sendsToPeer(q, pkt, &env) {
+			b.n = d.stage(b, q, pkt, &env)
 		}
 	}
-	d.schedule(q)
+}
+
+// finishLocked (re)schedules q's timer and reports what its sending did
+// to it. q.mu is held.
+func (q *QP) finishLocked() {
+	q.dev.schedule(q)
 	q.reportErrorLocked()
 	q.noteErrorLocked()
 	if q.queues != nil {
@@ -94,17 +135,25 @@ func (q *QP) drainLocked(b *batch, now qp.Time, keep bool) {
 	}
 }
 
-// sendStaged sends what b holds.
-func (d *Device) sendStaged(b *batch) {
-	if b.n > 0 {
-		d.send(b.msgs[:b.n])
-		b.n = 0
+// sendBatch sends what b holds. A datagram larger than its route carries
+// (EMSGSIZE) lowers the path MTU toward its destination for the QP that
+// staged it, whose lock is held, and ends that QP; those after it in b are
+// not sent (each QP's retry sends them again).
+func (d *Device) sendBatch(b *batch) {
+	if b.n == 0 {
+		return
 	}
+	if sent, err := d.send(b.msgs[:b.n]); isMsgSize(err) {
+		d.pathTooBig(b.owners[sent], b.msgs[sent].Addr)
+	}
+	clear(b.owners[:b.n])
+	b.n = 0
 }
 
-// stage puts a sealed packet into the batch at index n, through the fault
-// injector and the trace, and returns the next free index.
-func (d *Device) stage(b *batch, n int, pkt []byte, env *wire.Envelope) int {
+// stage puts a sealed packet of q's into b, through the fault injector and
+// the trace, and returns the next free index.
+func (d *Device) stage(b *batch, q *QP, pkt []byte, env *wire.Envelope) int {
+	n := b.n
 	note := ""
 	copies := 1
 	if d.faults.on.Load() || d.cfg.SendHook != nil {
@@ -135,7 +184,7 @@ func (d *Device) stage(b *batch, n int, pkt []byte, env *wire.Envelope) int {
 	}
 	d.trace(Sent, env, pkt, note)
 	for range copies {
-		b.msgs[n] = udp.Message{Buf: pkt, Addr: env.Dst}
+		b.msgs[n], b.owners[n] = udp.Message{Buf: pkt, Addr: env.Dst}, q
 		n++
 	}
 	return n
@@ -185,6 +234,7 @@ func (d *Device) fate(pkt []byte) netem.Fate {
 // send writes msgs to the socket and counts the outcome; on an error,
 // msgs[sent] is the message that failed, and those after it were not sent.
 func (d *Device) send(msgs []udp.Message) (sent int, err error) {
+	d.devc.Inc(SendBatches)
 	sent, err = d.conn.WriteBatch(msgs)
 	d.qpc.Add(verbs.SentPkts, uint64(sent))
 	bytes := 0
