@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/internal/spin"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/verbs"
 )
@@ -50,7 +51,8 @@ import (
 // went unheard (doorbells_throttled).
 
 // DoorbellLimits bound what a process that rings its doorbell for nothing
-// costs the daemon; see Config.Doorbell. Zero fields take the defaults.
+// costs the daemon, and how long the daemon stays awake for a process
+// that posts; see Config.Doorbell. Zero fields take the defaults.
 type DoorbellLimits struct {
 	// Burst is how many looks that find nothing a process may cause
 	// before it is throttled (default 256).
@@ -58,22 +60,32 @@ type DoorbellLimits struct {
 	// Rate is how many such looks a second it may cause once throttled
 	// (default 1000), besides one for each work request it posts.
 	Rate int
+	// Spin is how long the doorbell goroutine stays awake after it took
+	// work requests from the process's rings: it drives the device and
+	// looks for the process's next post, giving up the CPU between looks,
+	// before it asks for a doorbell again and sleeps (see
+	// session.spin). Default DefaultDoorbellSpin; negative never spins.
+	Spin time.Duration
 }
 
 // Defaults of DoorbellLimits.
 const (
 	DefaultDoorbellBurst = 256
 	DefaultDoorbellRate  = 1000
+	DefaultDoorbellSpin  = nic.DefaultWaitSpin
 )
 
-// WithDefaults returns l with its fields that are not positive set to
-// their defaults.
+// WithDefaults returns l with its counts that are not positive, and a
+// zero Spin, set to their defaults.
 func (l DoorbellLimits) WithDefaults() DoorbellLimits {
 	if l.Burst <= 0 {
 		l.Burst = DefaultDoorbellBurst
 	}
 	if l.Rate <= 0 {
 		l.Rate = DefaultDoorbellRate
+	}
+	if l.Spin == 0 {
+		l.Spin = DefaultDoorbellSpin
 	}
 	return l
 }
@@ -113,6 +125,9 @@ type doorbell struct {
 
 	budgetMu sync.Mutex
 	budget   doorbellBudget
+	// spinning is how long the doorbell goroutine stays awake after it
+	// took work requests (DoorbellLimits.Spin).
+	spinning *spin.Policy
 	// quietUntil is when the process's marks are looked at again (Unix
 	// nanoseconds), 0 when they are: a busy-polling reader skips them
 	// until then.
@@ -279,6 +294,13 @@ type doorbellBudget struct {
 	work   uint64    // the work requests taken then
 }
 
+// configure sets the doorbell's budget and spin to the limits l
+// (WithDefaults applied).
+func (b *doorbell) configure(l DoorbellLimits) {
+	b.budget = newDoorbellBudget(l)
+	b.spinning = spin.NewPolicy(l.Spin)
+}
+
 // newDoorbellBudget returns a full budget of the limits l (WithDefaults
 // applied).
 func newDoorbellBudget(l DoorbellLimits) doorbellBudget {
@@ -307,16 +329,18 @@ func (b *doorbellBudget) spend(now time.Time, work uint64, n int) time.Duration 
 }
 
 // doorbellLoop serves the process's doorbell: it takes the new work
-// requests of the QPs marked in the doorbell page, then sleeps on the
-// doorbell eventfd. NeedWake tells posters whether it sleeps: set before
-// the last look at the marks, so that a post either is seen by that look
-// or finds NeedWake set and signals.
+// requests of the QPs marked in the doorbell page, spins for a while if
+// it took any (spin), then sleeps on the doorbell eventfd. NeedWake tells
+// posters whether it sleeps: set before the last look at the marks, so
+// that a post either is seen by that look or finds NeedWake set and
+// signals.
 func (s *session) doorbellLoop() {
 	defer close(s.bellDone)
 	defer s.bell.deafen()
 	woke := false
 	for {
 		s.bell.needWake.Store(0)
+		work := s.work()
 		for {
 			rang, ok := s.pass(woke)
 			if !ok {
@@ -326,6 +350,9 @@ func (s *session) doorbellLoop() {
 			if !rang {
 				break
 			}
+		}
+		if s.work() != work && s.spin() {
+			continue
 		}
 		if !s.srv.busy.Load() {
 			// While the device busy-polls, its reader takes the posts, and
@@ -369,6 +396,49 @@ func (s *session) doorbellLoop() {
 		woke = true
 		s.cnt[cntDoorbells].Add(1)
 		s.cnt[cntDoorbellSignals].Add(signals)
+	}
+}
+
+// spin keeps the doorbell goroutine awake after it took work requests
+// from the process's rings, for the budget the doorbell's spinning policy
+// gives (DoorbellLimits.Spin), until the process posts again (a QP
+// marked) or the daemon pokes; it reports whether one of them came.
+// Meanwhile it drives the device, which processes on this goroutine the
+// answers to what it sent, and writes the process's completions, and
+// gives up the CPU between looks (shm.Yield) so that, on a host of few
+// CPUs, the process and the peer run. A process that waits for its
+// completion spinning (its CQ.Wait does for nic.Config.WaitSpin) or
+// polling then posts its next request to a daemon that is awake: without
+// the spin each of its operations costs the daemon two wakeups from
+// sleep, one for the doorbell and one for the answer, which on a VM whose
+// idle CPUs are slow to wake cost more than the operation. NeedWake stays
+// clear, so the process's posts signal nothing. The spin only follows
+// work: a process that posts nothing, or whose next post keeps coming
+// after the budget, gets no spin, or one in MaxSkip doorbells (package
+// nic/internal/spin), and a daemon whose device busy-polls, its reader
+// polling the rings and the socket already, none.
+func (s *session) spin() bool {
+	if s.srv.busy.Load() {
+		return false
+	}
+	budget := s.bell.spinning.Budget()
+	if budget == 0 {
+		return false
+	}
+	end := time.Now().Add(budget)
+	for {
+		if s.bell.db.Pending() || s.bell.poked.Load() {
+			s.bell.spinning.Spun(true)
+			return true
+		}
+		if s.ctx.Err() != nil || time.Now().After(end) {
+			s.bell.spinning.Spun(false)
+			return false
+		}
+		if s.srv.edev != nil {
+			s.srv.edev.Drive()
+		}
+		shm.Yield()
 	}
 }
 

@@ -240,3 +240,70 @@ func TestDoorbellAwait(t *testing.T) {
 		t.Errorf("listen after stop: %v, %v; want nil, nil", raw, err)
 	}
 }
+
+// TestDoorbellSpinsAfterWork: after it took a process's work requests,
+// the doorbell goroutine stays awake (DoorbellLimits.Spin), so that the
+// process's next post, made as soon as its completion came, needs no
+// doorbell signal and wakes nothing; once the process stops posting, the
+// goroutine asks for a doorbell again and sleeps when the spin is over,
+// and a post then rings and completes. The spin is long here (a second)
+// so that a loaded machine does not end it between two WRITEs.
+func TestDoorbellSpinsAfterWork(t *testing.T) {
+	for _, spin := range []time.Duration{time.Second, 20 * time.Millisecond} {
+		t.Run(spin.String(), func(t *testing.T) {
+			_, srv, path := serveTest(t, Config{Doorbell: DoorbellLimits{Spin: spin}})
+			l := newLoop(t, path, false)
+			s := onlySession(t, srv)
+			if wc := l.write(t, 1); wc.Status != verbs.Success {
+				t.Fatalf("the first WRITE: %v", wc.String())
+			}
+			const writes = 20
+			signals := s.cnt[cntDoorbellSignals].Load()
+			start := time.Now()
+			for id := uint64(2); id < 2+writes; id++ {
+				if wc := l.write(t, id); wc.Status != verbs.Success || wc.ID != id {
+					t.Fatalf("WRITE %d: %v", id, wc.String())
+				}
+			}
+			if n := s.cnt[cntDoorbellSignals].Load() - signals; spin == time.Second && time.Since(start) < spin && n != 0 {
+				t.Errorf("%d WRITEs posted one after the other's completion rang %d times; want none, the daemon awake", writes, n)
+			}
+			// Nothing posted: the doorbell goroutine stops spinning and
+			// asks for a doorbell, within the spin.
+			for s.bell.needWake.Load() == 0 {
+				if time.Since(start) > spin+10*time.Second {
+					t.Fatalf("the doorbell goroutine still awake %v after the last post", time.Since(start))
+				}
+				runtime.Gosched()
+			}
+			signals = s.cnt[cntDoorbellSignals].Load()
+			if wc := l.write(t, 100); wc.Status != verbs.Success {
+				t.Fatalf("a WRITE to the sleeping daemon: %v", wc.String())
+			}
+			if s.cnt[cntDoorbellSignals].Load() == signals {
+				t.Error("a WRITE posted to the sleeping daemon rang no doorbell")
+			}
+		})
+	}
+}
+
+// TestDoorbellNoSpin: with Spin negative the doorbell goroutine sleeps as
+// soon as it has taken the process's work requests, and a process that
+// posts after each completion rings for each.
+func TestDoorbellNoSpin(t *testing.T) {
+	_, srv, path := serveTest(t, Config{Doorbell: DoorbellLimits{Spin: -1}})
+	l := newLoop(t, path, false)
+	s := onlySession(t, srv)
+	for id := uint64(1); id <= 5; id++ {
+		for s.bell.needWake.Load() == 0 { // the goroutine's last look before it sleeps
+			runtime.Gosched()
+		}
+		signals := s.cnt[cntDoorbellSignals].Load()
+		if wc := l.write(t, id); wc.Status != verbs.Success {
+			t.Fatalf("WRITE %d: %v", id, wc.String())
+		}
+		if s.cnt[cntDoorbellSignals].Load() == signals {
+			t.Errorf("WRITE %d rang no doorbell, the daemon spinning", id)
+		}
+	}
+}

@@ -116,13 +116,16 @@ func (h *hostedQP) Failed(cause verbs.WCStatus) { h.s.qpErrors.Post(qpFailure{h,
 // missedPost has a request taken that the process posted to one of the
 // QP's rings while the ring asked for no doorbell (rings.QP's
 // PublishLocked): by the doorbell goroutine, for which the QP is marked
-// and woken here, or, while the device busy-polls, by the reader's next
-// pass over the marks, which needs no wakeup: a mark made while busy was
-// set is seen by the pass that BusyPolling(false) makes after clearing
-// it. The QP's lock is held.
+// and, if it sleeps (NeedWake set), woken here, or, while the device
+// busy-polls, by the reader's next pass over the marks, which needs no
+// wakeup: a mark made while busy was set is seen by the pass that
+// BusyPolling(false) makes after clearing it. A doorbell goroutine that
+// is awake (spinning after the process's last post, or driving the
+// device that runs this) sees the mark in its next look, as it sees a
+// process's, before it sets NeedWake and sleeps. The QP's lock is held.
 func (h *hostedQP) missedPost() {
 	h.s.bell.db.Mark(h.slot)
-	if !h.s.srv.busy.Load() {
+	if !h.s.srv.busy.Load() && h.s.bell.needWake.Load() != 0 {
 		h.s.wake()
 	}
 }

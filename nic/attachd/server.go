@@ -451,7 +451,7 @@ func (s *Server) newSession(c *net.UnixConn) (*session, error) {
 		ss.acct.Close()
 		return nil, err
 	}
-	ss.bell.budget = newDoorbellBudget(s.cfg.Doorbell)
+	ss.bell.configure(s.cfg.Doorbell)
 	if err := ss.bell.open(); err != nil {
 		return fail(err)
 	}
