@@ -1,8 +1,10 @@
 package udp_test
 
 import (
+	"net/netip"
 	"testing"
 
+	"github.com/softnic/softnic/nic/udp"
 	"github.com/softnic/softnic/nic/udp/udptest"
 )
 
@@ -28,4 +30,25 @@ func BenchmarkRawUDPPingPong(b *testing.B) {
 // wait.
 func BenchmarkRawUDPPingPongPoll(b *testing.B) {
 	udptest.PingPongPoll(b)
+}
+
+// BenchmarkTryReadBatchEmpty is one look at an empty socket with a full
+// batch of buffers, what a busy-polling device does between datagrams:
+// its cost bounds how soon a poller sees a datagram that arrives.
+func BenchmarkTryReadBatchEmpty(b *testing.B) {
+	c, err := udp.Listen(netip.MustParseAddrPort("127.0.0.1:0"), udp.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	msgs := make([]udp.Message, udp.MaxBatch)
+	for i := range msgs {
+		msgs[i].Buf = make([]byte, 64<<10)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if n, err := c.TryReadBatch(msgs); n != 0 || err != nil {
+			b.Fatalf("read %d datagrams, %v, from a socket nobody sends to", n, err)
+		}
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -792,4 +793,104 @@ func epollDescriptors(t *testing.T) int {
 		}
 	}
 	return n
+}
+
+// TestReadsPointAtTheBuffersGiven: the reader keeps its iovecs and headers
+// from one read to the next and points them again only where a read gives
+// other buffers (or the same ones cut shorter), and resets what the kernel
+// wrote: each read lands in the buffers it was given, whole, with its own
+// sender, whatever the reads before it received or found empty.
+func TestReadsPointAtTheBuffersGiven(t *testing.T) {
+	rx := listen(t, "127.0.0.1:0", Options{DisableGRO: true})
+	senders := []*Conn{listen(t, "127.0.0.1:0", Options{DisableGSO: true}), listen(t, "127.0.0.1:0", Options{DisableGSO: true})}
+	timer := time.AfterFunc(watchdog, func() { rx.Close() })
+	defer timer.Stop()
+	kept, fresh := messages(MaxBatch, 2048), messages(MaxBatch, 2048)
+	short := make([]Message, MaxBatch) // kept's buffers, cut to 1000 bytes
+	for i := range short {
+		short[i].Buf = kept[i].Buf[:1000:1000]
+	}
+	tests := []struct {
+		name      string
+		sender    int
+		sizes     []int // nil: nothing is sent, and the read finds nothing
+		msgs      []Message
+		want      []int // the sizes read, in order
+		truncated uint64
+	}{
+		{name: "three", sender: 0, sizes: []int{100, 1500, 7}, msgs: kept, want: []int{100, 1500, 7}},
+		{name: "nothing", msgs: kept},
+		{name: "one from another sender", sender: 1, sizes: []int{1200}, msgs: kept, want: []int{1200}},
+		{name: "other buffers", sender: 0, sizes: []int{2000, 30}, msgs: fresh, want: []int{2000, 30}},
+		{name: "the first buffers cut shorter", sender: 1, sizes: []int{1500, 900}, msgs: short, want: []int{900}, truncated: 1},
+		{name: "the first buffers whole again", sender: 0, sizes: []int{1500}, msgs: kept, want: []int{1500}},
+		{name: "a batch of one", sender: 1, sizes: []int{64, 65}, msgs: fresh[:1], want: []int{64}},
+		{name: "what it left", msgs: fresh, want: []int{65}},
+	}
+	for step, tt := range tests {
+		before := rx.Stats().Truncated
+		if tt.sizes != nil {
+			if _, err := senders[tt.sender].WriteBatch(outgoing(tt.sizes, rx.LocalAddr(), step)); err != nil {
+				t.Fatalf("%s: %v", tt.name, err)
+			}
+		}
+		var n int
+		var err error
+		if tt.want == nil {
+			n, err = rx.TryReadBatch(tt.msgs)
+		} else {
+			n, err = rx.ReadBatch(tt.msgs)
+		}
+		if err != nil || n != len(tt.want) {
+			t.Fatalf("%s: read %d datagrams, %v; want %d", tt.name, n, err, len(tt.want))
+		}
+		src := step // the step that sent what is read
+		if tt.sizes == nil {
+			src = step - 1
+		}
+		from := senders[tests[src].sender].LocalAddr()
+		for i, size := range tt.want {
+			m := &tt.msgs[i]
+			want := make([]byte, size)
+			payload(want, src, slices.Index(tests[src].sizes, size))
+			if !bytes.Equal(m.Buf[:m.N], want) || m.Addr != from || m.Local != rx.LocalAddr().Addr() {
+				t.Fatalf("%s: datagram %d: %d bytes %x… from %v to %v; want %d bytes %x… from %v to %v",
+					tt.name, i, m.N, head(m.Buf[:m.N]), m.Addr, m.Local, size, head(want), from, rx.LocalAddr().Addr())
+			}
+		}
+		if got := rx.Stats().Truncated - before; got != tt.truncated {
+			t.Fatalf("%s: %d datagrams truncated, want %d", tt.name, got, tt.truncated)
+		}
+	}
+}
+
+// TestReadResetsControlSpace: a read whose datagram carried one control
+// message (its destination) leaves the kernel's shorter control length in
+// the header; the next read into the same buffers offers the whole space
+// again, so that a coalesced run, which carries its segment size too, is
+// not dropped as truncated (MSG_CTRUNC).
+func TestReadResetsControlSpace(t *testing.T) {
+	tx := listen(t, "127.0.0.1:0", Options{})
+	rx := listen(t, "127.0.0.1:0", Options{})
+	requireOffloads(t, tx, true, false)
+	requireOffloads(t, rx, false, true)
+	timer := time.AfterFunc(watchdog, func() { rx.Close() })
+	defer timer.Stop()
+	msgs := messages(MaxBatch, 64<<10)
+	for _, sizes := range [][]int{{300}, {500, 500, 500}} {
+		if _, err := tx.WriteBatch(outgoing(sizes, rx.LocalAddr(), 1)); err != nil {
+			t.Fatal(err)
+		}
+		total := 0
+		for _, size := range sizes {
+			total += size
+		}
+		n, err := rx.ReadBatch(msgs)
+		if err != nil || n != 1 || msgs[0].N != total {
+			t.Fatalf("%d datagrams sent: read %d messages (the first of %d bytes), %v; want one of %d", len(sizes), n, msgs[0].N, err, total)
+		}
+		if s := rx.Stats(); s.Truncated != 0 {
+			t.Fatalf("%d datagrams sent: %d dropped as truncated", len(sizes), s.Truncated)
+		}
+	}
 }

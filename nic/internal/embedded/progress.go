@@ -171,10 +171,10 @@ func (p *progress) init(gro bool) {
 	p.park.Stop()
 }
 
-// polled reports whether an application polls the device now.
-func (d *Device) polled() bool {
+// polled reports whether an application polls the device at now.
+func (d *Device) polled(now qp.Time) bool {
 	last := d.prog.lastPoll.Load()
-	return last != 0 && d.now().Sub(qp.Time(last)) < pollIdle
+	return last != 0 && now.Sub(qp.Time(last)) < pollIdle
 }
 
 // doorbellLocked sends what q has to send, or, while an application polls
@@ -187,7 +187,8 @@ func (d *Device) polled() bool {
 // to park. q.mu is held.
 func (q *QP) doorbellLocked() {
 	d := q.dev
-	if d.polled() && !q.rung {
+	now := d.now() // one reading for both looks: a stop in between clears lastPoll
+	if d.polled(now) && !q.rung {
 		q.rung = true
 		p := &d.prog
 		p.doorbells.mu.Lock()
@@ -197,7 +198,7 @@ func (q *QP) doorbellLocked() {
 			d.conn.Interrupt() // does nothing on the portable socket (see the README)
 		}
 	}
-	if !q.rung || !d.polled() {
+	if !q.rung || !d.polled(now) {
 		// Nobody polls, or the poller stopped before it took the QP
 		// (stopPolling and the reader ring what was there when it
 		// stopped): send now.

@@ -172,13 +172,9 @@ func (c *CQ) Poll(wcs []verbs.WC, drive bool) (int, error) {
 		return 0, cm.ErrClosed
 	}
 	n, err := c.cq.Poll(wcs)
-	if !drive || len(wcs) == 0 || err != nil {
-		return n, err
-	}
-	if n == 0 && c.dev.drive() {
-		n, err = c.cq.Poll(wcs)
-	}
-	if n > 0 {
+	switch {
+	case !drive || len(wcs) == 0 || err != nil:
+	case n > 0:
 		// A poll that finds completions says the application polls, as an
 		// empty one does (drive): what it posts next waits for its next
 		// poll and leaves with the rest. Without it, a poller that always
@@ -186,6 +182,8 @@ func (c *CQ) Poll(wcs []verbs.WC, drive bool) (int, error) {
 		// stretch descheduled) kept the reader on the socket and sent each
 		// post alone.
 		c.dev.prog.lastPoll.Store(int64(c.dev.now()))
+	case c.dev.drive(): // which stamps the poll itself
+		n, err = c.cq.Poll(wcs)
 	}
 	return n, err
 }
