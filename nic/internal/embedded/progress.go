@@ -179,9 +179,9 @@ func (d *Device) polled(now qp.Time) bool {
 
 // doorbellLocked sends what q has to send, or, while an application polls
 // the device, leaves it for that application's next poll, which sends what
-// every QP was given since, each QP's packets in one system call: a
-// program that posts a few operations between two polls sends them
-// together. A program may stop polling without going to CQ.Wait (it
+// every QP was given since, all of it in one system call as far as a batch
+// holds (drainAll): a program that posts a few operations between two
+// polls, to one QP or several, sends them together. A program may stop polling without going to CQ.Wait (it
 // dials, say): the parked reader sends what is left when no poll came for
 // pollIdle, and a reader that still waits for the socket is interrupted
 // to park. q.mu is held.
