@@ -400,9 +400,14 @@ func (s *session) doorbellLoop() {
 }
 
 // spin keeps the doorbell goroutine awake after it took work requests
-// from the process's rings, for the budget the doorbell's spinning policy
-// gives (DoorbellLimits.Spin), until the process posts again (a QP
-// marked) or the daemon pokes; it reports whether one of them came.
+// from the process's rings, until the process posts again (a QP marked)
+// or the daemon pokes, and reports whether one of them came; it gives up
+// once the budget the doorbell's spinning policy gives
+// (DoorbellLimits.Spin) has passed since the spin began or since the last
+// completion written to the process, whichever came later: the budget is
+// the time the process has to post again once it has its completion, a
+// process asleep in CQ.Wait included (it wakes in tens of microseconds),
+// not counting the time its request took.
 // Meanwhile it drives the device, which processes on this goroutine the
 // answers to what it sent, and writes the process's completions, and
 // gives up the CPU between looks (shm.Yield) so that, on a host of few
@@ -426,12 +431,17 @@ func (s *session) spin() bool {
 		return false
 	}
 	end := time.Now().Add(budget)
+	cqes := s.cnt[cntCQEs].Load()
 	for {
 		if s.bell.db.Pending() || s.bell.poked.Load() {
 			s.bell.spinning.Spun(true)
 			return true
 		}
-		if s.ctx.Err() != nil || time.Now().After(end) {
+		now := time.Now()
+		if n := s.cnt[cntCQEs].Load(); n != cqes {
+			cqes, end = n, now.Add(budget)
+		}
+		if s.ctx.Err() != nil || now.After(end) {
 			s.bell.spinning.Spun(false)
 			return false
 		}
