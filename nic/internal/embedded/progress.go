@@ -107,9 +107,12 @@ type progress struct {
 	// holder's.
 	role sync.Mutex
 	msgs []udp.Message
-	in   inbound
-	out  *batch
-	due  []timers.Entry[wakeup] // the QP timers a poller runs (tickDue)
+	// drained is set when a poll's read found the socket empty: the next
+	// poll reads one datagram (pollBatch).
+	drained bool
+	in      inbound
+	out     *batch
+	due     []timers.Entry[wakeup] // the QP timers a poller runs (tickDue)
 
 	// lastPoll is the device time of the last poll; 0 when no
 	// application polls. driving is set while a poller holds the role
@@ -235,6 +238,21 @@ func (d *Device) ringDoorbells(b *batch) {
 	}
 }
 
+// pollBatch is what a poll reads into: one message after a read that
+// found the socket empty, else every one. A recvmmsg that returned a
+// datagram looks for the next before it returns, and on a socket that
+// holds one, as it does while an application waits for each round trip,
+// that look cost as much as the read (a second ___sys_recvmsg, its
+// headers copied in, to find nothing): a busy-polled round trip has two
+// such reads, one on each side. The first read of a burst takes one
+// datagram and the next the rest, one system call more per burst.
+func (p *progress) pollBatch() []udp.Message {
+	if p.drained {
+		return p.msgs[:1]
+	}
+	return p.msgs
+}
+
 // drive is a poller's turn: it stamps lastPoll, which keeps the reader off
 // the socket, and unless another holds the role it sends what was posted
 // since the last poll, reads what the socket holds, without waiting, and
@@ -251,7 +269,8 @@ func (d *Device) drive() bool {
 	p.driving.Store(true)
 	defer p.driving.Store(false)
 	d.ringDoorbells(p.out)
-	n, err := d.conn.TryReadBatch(p.msgs)
+	n, err := d.conn.TryReadBatch(p.pollBatch())
+	p.drained = n == 0
 	processed := err == nil && n > 0
 	if processed {
 		d.process(n)
