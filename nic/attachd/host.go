@@ -205,6 +205,7 @@ func (s *session) newHostedCQ(depth int) (*hostedCQ, error) {
 	}
 	c := &hostedCQ{s: s, cq: cq, bill: bill}
 	if c.CQ, err = rings.NewCQ(cqOf(cq), depth, &s.ringCounts, ringOwner{s}); err != nil {
+		cq.Destroy()
 		s.acct.Release(bill)
 		return nil, err
 	}
@@ -268,6 +269,7 @@ func (s *session) newHostedSRQ(pd *nic.PD, depth, maxSGE int) (*hostedSRQ, error
 	}
 	r := &hostedSRQ{s: s, srq: srq, qsrq: srqOf(srq), bill: bill}
 	if r.SRQ, err = rings.NewSRQ(r.qsrq, depth, maxSGE, &s.ringCounts); err != nil {
+		srq.Destroy()
 		s.acct.Release(bill)
 		return nil, err
 	}
