@@ -57,6 +57,8 @@ func defineServe(fs *flag.FlagSet) func(*invocation) error {
 	accessSources := fs.Int("access-sources", 0, "remember the failed R_Key checks of `N` sources (default 256); a new one takes the place of the least suspect")
 	doorbellBurst := fs.Int("doorbell-burst", 0, "throttle an attached program once its doorbell has woken the daemon `N` times for nothing (default 256)")
 	doorbellRate := fs.Int("doorbell-rate", 0, "then heed `N` such wakeups a second (default 1000), and one more for each work request it posts")
+	doorbellSpin := fs.Duration("doorbell-spin", 0, "once it has taken an attached program's work requests, stay awake for its next post, driving the "+
+		"device, until `DURATION` after the program's last completion (default 50us; negative: sleep at once)")
 	logRate := fs.Int("log-rate", 0, "log at most `N` lines a second of each kind of event (a connection, a SEND, a program attaching ...), "+
 		"and count those left out (default 10)")
 	stopGrace := fs.Duration("stop-grace", 0, "on SIGTERM, wait at most `DURATION` for the peers to answer their disconnects (default 2s)")
@@ -90,7 +92,10 @@ func defineServe(fs *flag.FlagSet) func(*invocation) error {
 			return usagef("--access-refusals %d, --access-refusal-rate %d, --access-sources %d: want 0 (the default) or more, and at most %d sources",
 				*accessRefusals, *accessRate, *accessSources, 1<<20)
 		}
-		cfg.Doorbell = attachd.DoorbellLimits{Burst: *doorbellBurst, Rate: *doorbellRate}
+		cfg.Doorbell = attachd.DoorbellLimits{Burst: *doorbellBurst, Rate: *doorbellRate, Spin: *doorbellSpin}
+		if *doorbellSpin > time.Second {
+			return usagef("--doorbell-spin %v: want at most 1s, such as 50us", *doorbellSpin)
+		}
 		cfg.LogRate, cfg.StopGrace = *logRate, *stopGrace
 		if *doorbellBurst < 0 || *doorbellRate < 0 || *logRate < 0 || *stopGrace < 0 {
 			return usagef("--doorbell-burst %d, --doorbell-rate %d, --log-rate %d, --stop-grace %v: want 0 (the default) or more",

@@ -60,6 +60,7 @@ func TestBadUsage(t *testing.T) {
 		{"serve log level", []string{"serve", "--log-level", "loud"}, `--log-level "loud": want debug, info, warn or error`},
 		{"serve faults", []string{"serve", "--faults", "drop=2"}, "--faults:"},
 		{"serve busy-poll", []string{"serve", "--busy-poll", "2s"}, "--busy-poll 2s:"},
+		{"serve doorbell-spin", []string{"serve", "--doorbell-spin", "2s"}, "--doorbell-spin 2s: want at most 1s"},
 		{"serve control", []string{"serve", "--control", ""}, "--control: want a path"},
 		{"serve region unit", []string{"serve", "--region", "m:1mi"}, `region "m:1mi": size "1mi": want a number of bytes`},
 
