@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"net/netip"
 	"os"
 	"os/exec"
 	"slices"
@@ -26,7 +27,9 @@ import (
 //
 // Throughput baseline: raw UDP, 4 KiB datagrams, sendmmsg/recvmmsg batches,
 // no segmentation offload. Latency baseline: a raw Go UDP ping-pong, with
-// an echo socket in the peer's process when it has one.
+// an echo socket in the peer's process when it has one; a latency learnt by
+// busy-polling also reports its ratio to the same ping-pong busy-polled on
+// both sides ("x-raw-poll").
 
 var rawThroughput = sync.OnceValues(func() (udptest.ThroughputResult, error) {
 	return udptest.MeasureThroughput(500000, udptest.ThroughputConfig{})
@@ -80,16 +83,19 @@ func BenchmarkWorkloads(b *testing.B) {
 		b.Run("peer="+peer, func(b *testing.B) {
 			a := nictest.OpenDevice(b, nic.Config{})
 			var target nicbench.Target
-			var ping udptest.PingPongResult
+			var echo, echoPoll netip.AddrPort // not valid: the ping-pongs' own
 			if peer == "process" {
 				p := peerProcess(b)
-				target = p
-				ping, err = udptest.MeasurePingPongTo(20000, p.Echo())
+				target, echo, echoPoll = p, p.Echo(), p.EchoPoll()
 			} else {
 				target, err = nicbench.NewDeviceTarget(nictest.OpenDevice(b, nic.Config{}))
-				if err == nil {
-					ping, err = udptest.MeasurePingPong(20000)
-				}
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			var ping, pingPoll udptest.PingPongResult
+			if ping, err = udptest.MeasurePingPongTo(20000, echo); err == nil {
+				pingPoll, err = udptest.MeasurePingPongPollTo(20000, echoPoll)
 			}
 			if err != nil {
 				b.Fatal(err)
@@ -99,15 +105,16 @@ func BenchmarkWorkloads(b *testing.B) {
 				b.Fatal(err)
 			}
 			for _, w := range nicbench.Workloads {
-				b.Run(w.Key, func(b *testing.B) { runWorkload(b, in, w, raw.Gbps, ping.Median) })
+				b.Run(w.Key, func(b *testing.B) { runWorkload(b, in, w, raw.Gbps, ping.Median, pingPoll.Median) })
 			}
 		})
 	}
 }
 
 // runWorkload runs b.N operations of w and reports its figures, with
-// their ratio to rawGbps or rawRTT.
-func runWorkload(b *testing.B, in *nicbench.Initiator, w nicbench.Workload, rawGbps float64, rawRTT time.Duration) {
+// their ratio to rawGbps or rawRTT (and a busy-polled latency to
+// rawPollRTT too).
+func runWorkload(b *testing.B, in *nicbench.Initiator, w nicbench.Workload, rawGbps float64, rawRTT, rawPollRTT time.Duration) {
 	rtts := make([]time.Duration, b.N)
 	retx0, _ := in.Dev.Counter("retransmitted_pkts")
 	b.ReportAllocs()
@@ -130,6 +137,9 @@ func runWorkload(b *testing.B, in *nicbench.Initiator, w nicbench.Workload, rawG
 		b.ReportMetric(f.Value, "median-µs")
 		b.ReportMetric(f.P99, "p99-µs")
 		b.ReportMetric(f.Value/micros(rawRTT), "x-raw")
+		if w.By == nicbench.Poll {
+			b.ReportMetric(f.Value/micros(rawPollRTT), "x-raw-poll")
+		}
 	}
 }
 
