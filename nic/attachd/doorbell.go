@@ -407,7 +407,10 @@ func (s *session) doorbellLoop() {
 // completion written to the process, whichever came later: the budget is
 // the time the process has to post again once it has its completion, a
 // process asleep in CQ.Wait included (it wakes in tens of microseconds),
-// not counting the time its request took.
+// not counting the time its request took. It spins twice the budget at
+// most: a process streaming requests, whose posts need no doorbell while
+// its QP has requests outstanding, gets completions all along, and would
+// otherwise keep the goroutine spinning as long as the stream lasts.
 // Meanwhile it drives the device, which processes on this goroutine the
 // answers to what it sent, and writes the process's completions, and
 // gives up the CPU between looks (shm.Yield) so that, on a host of few
@@ -430,7 +433,8 @@ func (s *session) spin() bool {
 	if budget == 0 {
 		return false
 	}
-	end := time.Now().Add(budget)
+	start := time.Now()
+	end, limit := start.Add(budget), start.Add(2*budget)
 	cqes := s.cnt[cntCQEs].Load()
 	for {
 		if s.bell.db.Pending() || s.bell.poked.Load() {
@@ -440,6 +444,9 @@ func (s *session) spin() bool {
 		now := time.Now()
 		if n := s.cnt[cntCQEs].Load(); n != cqes {
 			cqes, end = n, now.Add(budget)
+			if end.After(limit) {
+				end = limit
+			}
 		}
 		if s.ctx.Err() != nil || now.After(end) {
 			s.bell.spinning.Spun(false)
