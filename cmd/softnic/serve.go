@@ -58,7 +58,7 @@ func defineServe(fs *flag.FlagSet) func(*invocation) error {
 	doorbellBurst := fs.Int("doorbell-burst", 0, "throttle an attached program once its doorbell has woken the daemon `N` times for nothing (default 256)")
 	doorbellRate := fs.Int("doorbell-rate", 0, "then heed `N` such wakeups a second (default 1000), and one more for each work request it posts")
 	doorbellSpin := fs.Duration("doorbell-spin", 0, "once it has taken an attached program's work requests, stay awake for its next post, driving the "+
-		"device, until `DURATION` after the program's last completion (default 50us; negative: sleep at once)")
+		"device, until `DURATION` after the program's last completion, twice that after the post at most (default 50us; negative: sleep at once)")
 	logRate := fs.Int("log-rate", 0, "log at most `N` lines a second of each kind of event (a connection, a SEND, a program attaching ...), "+
 		"and count those left out (default 10)")
 	stopGrace := fs.Duration("stop-grace", 0, "on SIGTERM, wait at most `DURATION` for the peers to answer their disconnects (default 2s)")
