@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -640,6 +641,38 @@ func TestCQWaitReady(t *testing.T) {
 		var wc [2]verbs.WC
 		if n, err := a.cq.Poll(wc[:]); n != 1 || err != nil || wc[0].Status != verbs.Success {
 			t.Fatalf("Poll after WaitReady: %d completions (%v), %v", n, err, &wc[0])
+		}
+	})
+}
+
+// TestCQWaitReadyDestroyed: a waiter of WaitReady, which looks at Len
+// and not at Poll's ErrClosed, returns ErrClosed once the CQ is destroyed,
+// whether it spins (Config.WaitSpin) or sleeps when that happens; a
+// waiter that took the destroyed CQ for a completion went back to its
+// spin for ever.
+func TestCQWaitReadyDestroyed(t *testing.T) {
+	forEachProvider(t, func(t *testing.T, mode provider) {
+		for _, spin := range []time.Duration{time.Second, -1} {
+			t.Run(fmt.Sprintf("spin %v", spin), func(t *testing.T) {
+				a := mode.end(t, nic.Config{WaitSpin: spin})
+				cq, err := a.dev.CreateCQ(4)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ready := make(chan error, 1)
+				go func() { ready <- cq.WaitReady(context.Background()) }()
+				if err := cq.Destroy(); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case err := <-ready:
+					if !errors.Is(err, nic.ErrClosed) {
+						t.Errorf("WaitReady on a destroyed CQ: %v, want ErrClosed", err)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("WaitReady did not return after the CQ was destroyed")
+				}
+			})
 		}
 	})
 }

@@ -207,6 +207,12 @@ func (c *CQ) Len() int { return c.cq.Len() }
 // once, as it does, after its spin, where the socket's waits cannot be
 // interrupted.
 func (c *CQ) Park(ctx context.Context, done <-chan struct{}) (bool, error) {
+	if c.st.Users.Gone() {
+		// The spin and attend end for a destroyed CQ as for a completion:
+		// WaitReady, which looks at Len and not at Poll's ErrClosed, is
+		// told here.
+		return true, cm.ErrClosed
+	}
 	d := c.dev
 	spun := false
 	if d.cfg.BusyPoll == 0 {
