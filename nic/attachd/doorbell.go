@@ -338,9 +338,9 @@ func (s *session) doorbellLoop() {
 	defer close(s.bellDone)
 	defer s.bell.deafen()
 	woke := false
+	work := s.work()
 	for {
 		s.bell.needWake.Store(0)
-		work := s.work()
 		for {
 			rang, ok := s.pass(woke)
 			if !ok {
@@ -351,8 +351,11 @@ func (s *session) doorbellLoop() {
 				break
 			}
 		}
-		if s.work() != work && s.spin() {
-			continue
+		if w := s.work(); w != work {
+			work = w
+			if s.spin() {
+				continue
+			}
 		}
 		if !s.srv.busy.Load() {
 			// While the device busy-polls, its reader takes the posts, and
