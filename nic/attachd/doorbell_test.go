@@ -276,11 +276,12 @@ func TestDoorbellSpinsAfterWork(t *testing.T) {
 				}
 				runtime.Gosched()
 			}
+			asleep(s)
 			signals = s.cnt[cntDoorbellSignals].Load()
 			if wc := l.write(t, 100); wc.Status != verbs.Success {
 				t.Fatalf("a WRITE to the sleeping daemon: %v", wc.String())
 			}
-			if s.cnt[cntDoorbellSignals].Load() == signals {
+			if !signalCounted(s, signals) {
 				t.Error("a WRITE posted to the sleeping daemon rang no doorbell")
 			}
 		})
@@ -294,16 +295,56 @@ func TestDoorbellNoSpin(t *testing.T) {
 	_, srv, path := serveTest(t, Config{Doorbell: DoorbellLimits{Spin: -1}})
 	l := newLoop(t, path, false)
 	s := onlySession(t, srv)
-	for id := uint64(1); id <= 5; id++ {
-		for s.bell.needWake.Load() == 0 { // the goroutine's last look before it sleeps
-			runtime.Gosched()
-		}
+	// The doorbell page starts with NeedWake set, before the goroutine's
+	// first look clears it: the first WRITE is not counted.
+	if wc := l.write(t, 1); wc.Status != verbs.Success {
+		t.Fatalf("the first WRITE: %v", wc.String())
+	}
+	for id := uint64(2); id <= 6; id++ {
+		asleep(s)
 		signals := s.cnt[cntDoorbellSignals].Load()
 		if wc := l.write(t, id); wc.Status != verbs.Success {
 			t.Fatalf("WRITE %d: %v", id, wc.String())
 		}
-		if s.cnt[cntDoorbellSignals].Load() == signals {
+		if !signalCounted(s, signals) {
 			t.Errorf("WRITE %d rang no doorbell, the daemon spinning", id)
 		}
 	}
+}
+
+// asleep returns once s's doorbell goroutine sleeps: NeedWake set, and
+// kept for 20 ms with no work request taken. The goroutine sets NeedWake
+// before its last look at the marks, and a post that comes before that
+// look is taken without a doorbell, the daemon awake; on a loaded machine
+// the goroutine can be descheduled between the two.
+func asleep(s *session) {
+	for {
+		for s.bell.needWake.Load() == 0 {
+			runtime.Gosched()
+		}
+		work, since := s.work(), time.Now()
+		for s.bell.needWake.Load() != 0 && s.work() == work {
+			if time.Since(since) > 20*time.Millisecond {
+				return
+			}
+			runtime.Gosched()
+		}
+	}
+}
+
+// signalCounted reports whether the count of s's doorbell signals moves
+// past before within 10 seconds. The daemon counts a signal when its wait
+// reads the eventfd, which can be after the WRITE that signalled has
+// completed: a goroutine that set NeedWake takes the process's post in
+// its last look before it sleeps, and reads the signal in the wait that
+// follows.
+func signalCounted(s *session, before uint64) bool {
+	deadline := time.Now().Add(10 * time.Second)
+	for s.cnt[cntDoorbellSignals].Load() == before {
+		if time.Now().After(deadline) {
+			return false
+		}
+		runtime.Gosched()
+	}
+	return true
 }
