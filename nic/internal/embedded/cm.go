@@ -32,16 +32,9 @@ func (d *Device) DialMTU(asked int, remote netip.AddrPort) int {
 	return min(cmp.Or(asked, d.cfg.MTU), d.PathMTU(remote))
 }
 
-// cmHost is the device's connection manager as its progress drives it:
-// poll hands it the MADs QP1 received, after each batch of packets.
-type cmHost struct{ *cmhost.Host }
-
-func (c cmHost) poll() { c.Poll() }
-
 // newCM creates QP1 and the connection manager of d.
-func newCM(d *Device) (cmHost, error) {
-	h, err := cmhost.New(cmDevice{d}, d.cfg.CM, d.log)
-	return cmHost{h}, err
+func newCM(d *Device) (*cmhost.Host, error) {
+	return cmhost.New(cmDevice{d}, d.cfg.CM, d.log)
 }
 
 // cmDevice is the device as its connection manager's host sees it

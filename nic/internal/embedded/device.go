@@ -17,6 +17,7 @@ import (
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/netem"
 	"github.com/softnic/softnic/nic/cm"
+	"github.com/softnic/softnic/nic/internal/cmhost"
 	"github.com/softnic/softnic/nic/internal/guard"
 	"github.com/softnic/softnic/nic/internal/provider"
 	"github.com/softnic/softnic/nic/internal/route"
@@ -59,7 +60,7 @@ type Device struct {
 	batches sync.Pool
 	prog    progress
 
-	cm cmHost // the connection manager and its QP1
+	cm *cmhost.Host // the connection manager and its QP1
 
 	// poller, in a daemon that busy-polls, serves the attached processes
 	// whose queues its reader polls too.

@@ -547,7 +547,7 @@ func (d *Device) process(n int) {
 	}
 	d.answer(now)
 	d.ringDoorbells(p.out)
-	d.cm.poll()
+	d.cm.Poll()
 }
 
 // answer sends what the QPs that took packets since the last answer have
