@@ -99,11 +99,14 @@ type reader struct {
 
 // writer holds what sendmmsg calls need, built once so WriteBatch does not
 // allocate. Entry r of hdrs is run r of the chunk being sent: its iovecs are
-// consecutive in iovs and point at the caller's buffers.
+// consecutive in iovs and point at the caller's buffers, up to three a
+// message (Buf, Payload, Trailer; the empty ones left out). A run carries
+// at most MaxGSOSegments messages, so an entry's iovecs stay far below the
+// kernel's UIO_MAXIOV (1024).
 type writer struct {
 	mu    sync.Mutex
 	hdrs  [MaxBatch]unix.Mmsghdr
-	iovs  [MaxWriteMessages]unix.Iovec
+	iovs  [3 * MaxWriteMessages]unix.Iovec
 	names [MaxBatch]unix.RawSockaddrInet6
 	oob   []byte        // MaxBatch slots of writeOOBSpace bytes
 	runs  [MaxBatch]int // messages per entry, from splitRuns
@@ -609,7 +612,7 @@ func (c *Conn) gsoRefused() {
 // and returns how many it built; it stops at a run whose destination the
 // socket cannot take and returns why.
 func (w *writer) pack(chunk []Message, nr int, v6 bool) (int, syscall.Errno) {
-	i := 0
+	i, v := 0, 0 // the run's first message and first iovec
 	for r := range nr {
 		n := w.runs[r]
 		first := &chunk[i]
@@ -619,17 +622,19 @@ func (w *writer) pack(chunk []Message, nr int, v6 bool) (int, syscall.Errno) {
 			return r, errno
 		}
 		h.Namelen = namelen
-		h.Iov = &w.iovs[i]
-		h.SetIovlen(n)
+		h.Iov = &w.iovs[v]
+		start := v
 		for j := range n {
-			buf := chunk[i+j].Buf
-			w.iovs[i+j].Base = unsafe.SliceData(buf)
-			w.iovs[i+j].SetLen(len(buf))
+			m := &chunk[i+j]
+			v = w.point(v, m.Buf)
+			v = w.point(v, m.Payload)
+			v = w.point(v, m.Trailer)
 		}
-		w.used = max(w.used, i+n)
+		h.SetIovlen(v - start)
+		w.used = max(w.used, v)
 		if n > 1 {
 			oob := w.oob[r*writeOOBSpace:][:writeOOBSpace]
-			putSegmentControl(oob, uint16(len(first.Buf)))
+			putSegmentControl(oob, uint16(first.Len()))
 			h.Control = unsafe.SliceData(oob)
 			h.SetControllen(writeOOBSpace)
 		} else {
@@ -639,6 +644,17 @@ func (w *writer) pack(chunk []Message, nr int, v6 bool) (int, syscall.Errno) {
 		i += n
 	}
 	return nr, 0
+}
+
+// point points iovec v at b and returns the next free iovec; an empty b
+// takes none (an empty datagram is a message without iovecs).
+func (w *writer) point(v int, b []byte) int {
+	if len(b) == 0 {
+		return v
+	}
+	w.iovs[v].Base = unsafe.SliceData(b)
+	w.iovs[v].SetLen(len(b))
+	return v + 1
 }
 
 // sendRuns sends the first nr packed entries and returns how many messages
