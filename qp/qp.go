@@ -5,13 +5,14 @@ import (
 	"net/netip"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/qp/wrcheck"
 	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
 // Device limits, reported by the NIC as its attributes.
 const (
-	MaxMessageSize   = 1 << 31 // bytes in one message, as the IBTA allows
+	MaxMessageSize   = wrcheck.MaxMessageSize
 	MaxRdAtomicLimit = 128     // max_qp_rd_atom and max_qp_init_rd_atom
 	MaxQPWR          = 1 << 16 // max_qp_wr: work requests one send or receive queue holds
 	MaxSRQWR         = 1 << 20 // max_srq_wr: work requests one shared receive queue holds
@@ -369,75 +370,8 @@ func (q *QP) PostSend(wr *verbs.SendWR) error {
 }
 
 // sendCaps returns what the QP's send queue takes now.
-func (q *QP) sendCaps() SendCaps {
-	return SendCaps{Type: q.cfg.Type, MaxSGE: q.cfg.MaxSendSGE, MaxInline: q.cfg.MaxInline, MTU: q.mtu, MaxRdAtomic: q.attr.MaxRdAtomic}
-}
-
-// SendCaps is what a QP's send queue takes, whatever its peer: Check
-// refuses a send WR beyond it. An attached process checks its posts with
-// the same function, so that both refuse the same WRs.
-type SendCaps struct {
-	Type        verbs.Type
-	MaxSGE      int    // max_send_sge
-	MaxInline   int    // max_inline_data
-	MTU         uint32 // the payload of one packet: a UD message fits in one
-	MaxRdAtomic uint8  // max_rd_atomic: 0 refuses READ and atomics
-}
-
-// Check returns ErrInvalid for a send WR a QP with capabilities c cannot
-// carry: an opcode of another transport, more SGEs or inline bytes than
-// it takes, a message too long (for UD, longer than the MTU), an atomic
-// without its one 8-byte SGE, a READ or atomic with max_rd_atomic 0, a
-// BIND_MW without its request, a UD send without its destination.
-func (c SendCaps) Check(wr *verbs.SendWR) error {
-	op := wr.Opcode
-	ok := false
-	switch c.Type {
-	case verbs.RC:
-		ok = op >= verbs.WRWrite && op <= verbs.WRBindMW
-	case verbs.UC:
-		ok = op.IsWrite() || op == verbs.WRSend || op == verbs.WRSendImm || op.IsLocal()
-	case verbs.UD:
-		ok = op == verbs.WRSend || op == verbs.WRSendImm
-	}
-	if !ok {
-		return fmt.Errorf("%s QP cannot post %s: %w", c.Type, op, ErrInvalid)
-	}
-	if len(wr.SGL) > c.MaxSGE {
-		return fmt.Errorf("%d SGEs, max_send_sge is %d: %w", len(wr.SGL), c.MaxSGE, ErrInvalid)
-	}
-	n := uint64(0)
-	if wr.Flags&verbs.Inline != 0 {
-		if op.IsReadOrAtomic() || op.IsLocal() {
-			return fmt.Errorf("%s cannot be inline: %w", op, ErrInvalid)
-		}
-		if len(wr.Inline) > c.MaxInline {
-			return fmt.Errorf("%d bytes inline, max_inline_data is %d: %w", len(wr.Inline), c.MaxInline, ErrInvalid)
-		}
-		n = uint64(len(wr.Inline))
-	} else {
-		for i := range wr.SGL {
-			n += uint64(wr.SGL[i].Length)
-			if wr.SGL[i].Addr+uint64(wr.SGL[i].Length) < wr.SGL[i].Addr {
-				return fmt.Errorf("SGE %d wraps the address space: %w", i, ErrInvalid)
-			}
-		}
-	}
-	switch {
-	case n > MaxMessageSize:
-		return fmt.Errorf("message of %d bytes exceeds %d: %w", n, MaxMessageSize, ErrInvalid)
-	case c.Type == verbs.UD && n > uint64(c.MTU):
-		return fmt.Errorf("UD message of %d bytes exceeds the MTU %d: %w", n, c.MTU, ErrInvalid)
-	case op.IsAtomic() && (len(wr.SGL) != 1 || wr.SGL[0].Length != 8):
-		return fmt.Errorf("%s needs one 8-byte SGE for the original value: %w", op, ErrInvalid)
-	case op.IsReadOrAtomic() && c.MaxRdAtomic == 0:
-		return fmt.Errorf("%s with max_rd_atomic 0: %w", op, ErrInvalid)
-	case op == verbs.WRBindMW && wr.Bind == nil:
-		return fmt.Errorf("BIND_MW without a bind request: %w", ErrInvalid)
-	case c.Type == verbs.UD && (!wr.Dest.IsValid() || wr.DestQPN == 0 || wr.DestQPN > 0xFFFFFF):
-		return fmt.Errorf("UD send needs a destination address and QPN: %w", ErrInvalid)
-	}
-	return nil
+func (q *QP) sendCaps() wrcheck.SendCaps {
+	return wrcheck.SendCaps{Type: q.cfg.Type, MaxSGE: q.cfg.MaxSendSGE, MaxInline: q.cfg.MaxInline, MTU: q.mtu, MaxRdAtomic: q.attr.MaxRdAtomic}
 }
 
 // PostRecv queues a receive work request (ibv_post_recv). ErrNoMem when the
