@@ -5,15 +5,15 @@ import (
 	"net/netip"
 
 	"github.com/softnic/softnic/mr"
-	"github.com/softnic/softnic/qp/wrcheck"
+	"github.com/softnic/softnic/qp/verbcheck"
 	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
 
 // Device limits, reported by the NIC as its attributes.
 const (
-	MaxMessageSize   = wrcheck.MaxMessageSize
-	MaxRdAtomicLimit = 128     // max_qp_rd_atom and max_qp_init_rd_atom
+	MaxMessageSize   = verbcheck.MaxMessageSize
+	MaxRdAtomicLimit = verbcheck.MaxRdAtomicLimit
 	MaxQPWR          = 1 << 16 // max_qp_wr: work requests one send or receive queue holds
 	MaxSRQWR         = 1 << 20 // max_srq_wr: work requests one shared receive queue holds
 	MaxCQE           = 1 << 22 // max_cqe: completions one CQ holds
@@ -241,7 +241,7 @@ func (q *QP) Modify(attr *verbs.Attr, mask verbs.AttrMask) error {
 	if extra := given &^ (req | opt); extra != 0 {
 		return fmt.Errorf("QP %#x: %s→%s does not take %s: %w", q.num, from, to, extra, ErrInvalid)
 	}
-	if err := validateAttr(attr, given); err != nil {
+	if err := verbcheck.Attr(attr, given); err != nil {
 		return fmt.Errorf("QP %#x: %w", q.num, err)
 	}
 
@@ -314,38 +314,6 @@ func (q *QP) applyAttr(a *verbs.Attr, m verbs.AttrMask) {
 	q.mtu = q.attr.PayloadMTU(q.cfg.Type)
 }
 
-func validateAttr(a *verbs.Attr, m verbs.AttrMask) error {
-	switch {
-	case m&verbs.AttrPathMTU != 0 && !validMTU(a.PathMTU):
-		return fmt.Errorf("path MTU %d is not 256, 512, 1024, 2048 or 4096: %w", a.PathMTU, ErrInvalid)
-	case m&verbs.AttrTimeout != 0 && a.Timeout > 31:
-		return fmt.Errorf("timeout %d > 31: %w", a.Timeout, ErrInvalid)
-	case m&verbs.AttrRetryCnt != 0 && a.RetryCnt > 7:
-		return fmt.Errorf("retry_cnt %d > 7: %w", a.RetryCnt, ErrInvalid)
-	case m&verbs.AttrRNRRetry != 0 && a.RNRRetry > 7:
-		return fmt.Errorf("rnr_retry %d > 7: %w", a.RNRRetry, ErrInvalid)
-	case m&verbs.AttrMinRNRTimer != 0 && a.MinRNRTimer > 31:
-		return fmt.Errorf("min_rnr_timer %d > 31: %w", a.MinRNRTimer, ErrInvalid)
-	case m&verbs.AttrMaxRdAtomic != 0 && a.MaxRdAtomic > MaxRdAtomicLimit:
-		return fmt.Errorf("max_rd_atomic %d > %d: %w", a.MaxRdAtomic, MaxRdAtomicLimit, ErrInvalid)
-	case m&verbs.AttrMaxDestRdAtomic != 0 && a.MaxDestRdAtomic > MaxRdAtomicLimit:
-		return fmt.Errorf("max_dest_rd_atomic %d > %d: %w", a.MaxDestRdAtomic, MaxRdAtomicLimit, ErrInvalid)
-	case m&verbs.AttrDestQPN != 0 && (a.DestQPN == 0 || a.DestQPN > 0xFFFFFF):
-		return fmt.Errorf("destination QPN %#x: %w", a.DestQPN, ErrInvalid)
-	case m&verbs.AttrRemote != 0 && (!a.Remote.IsValid() || a.Remote.Port() == 0):
-		return fmt.Errorf("remote address %v: %w", a.Remote, ErrInvalid)
-	case m&verbs.AttrAccessFlags != 0 && a.AccessFlags&^(mr.RemoteWrite|mr.RemoteRead|mr.RemoteAtomic|mr.LocalWrite) != 0:
-		return fmt.Errorf("QP access flags %v: %w", a.AccessFlags, ErrInvalid)
-	case m&verbs.AttrRQPSN != 0 && a.RQPSN > wire.PSNMask, m&verbs.AttrSQPSN != 0 && a.SQPSN > wire.PSNMask:
-		return fmt.Errorf("PSN beyond 24 bits: %w", ErrInvalid)
-	}
-	return nil
-}
-
-func validMTU(n int) bool {
-	return n == 256 || n == 512 || n == 1024 || n == 2048 || n == 4096
-}
-
 // PostSend queues a send work request (ibv_post_send). The WR is copied:
 // the caller may reuse wr (and, for Inline, its data) at once. It returns
 // ErrNoMem when the send queue is full and ErrInvalid for a WR the QP
@@ -370,8 +338,8 @@ func (q *QP) PostSend(wr *verbs.SendWR) error {
 }
 
 // sendCaps returns what the QP's send queue takes now.
-func (q *QP) sendCaps() wrcheck.SendCaps {
-	return wrcheck.SendCaps{Type: q.cfg.Type, MaxSGE: q.cfg.MaxSendSGE, MaxInline: q.cfg.MaxInline, MTU: q.mtu, MaxRdAtomic: q.attr.MaxRdAtomic}
+func (q *QP) sendCaps() verbcheck.SendCaps {
+	return verbcheck.SendCaps{Type: q.cfg.Type, MaxSGE: q.cfg.MaxSendSGE, MaxInline: q.cfg.MaxInline, MTU: q.mtu, MaxRdAtomic: q.attr.MaxRdAtomic}
 }
 
 // PostRecv queues a receive work request (ibv_post_recv). ErrNoMem when the

@@ -18,7 +18,7 @@ import (
 	"github.com/softnic/softnic/nic/internal/spin"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/qp"
-	"github.com/softnic/softnic/qp/wrcheck"
+	"github.com/softnic/softnic/qp/verbcheck"
 	"github.com/softnic/softnic/verbs"
 )
 
@@ -892,7 +892,7 @@ func (q *attachedQP) Modify(attr *verbs.Attr, mask verbs.AttrMask) error {
 	return nil
 }
 
-// checkSend refuses what the embedded QP refuses (wrcheck.SendCaps.Check):
+// checkSend refuses what the embedded QP refuses (verbcheck.SendCaps.Check):
 // a post in the wrong state, or a WR the QP cannot carry whatever its
 // peer. What depends on the device's state (keys, addresses) is checked by
 // the daemon, which fails the QP.
@@ -901,7 +901,7 @@ func (q *attachedQP) checkSend(wr *verbs.SendWR) error {
 	if !at.State.TakesSends() {
 		return fmt.Errorf("the QP is %s; posting sends needs RTS: %w", at.State, mr.ErrInvalid)
 	}
-	caps := wrcheck.SendCaps{Type: q.cfg.Type, MaxSGE: q.cfg.MaxSendSGE, MaxInline: q.cfg.MaxInline,
+	caps := verbcheck.SendCaps{Type: q.cfg.Type, MaxSGE: q.cfg.MaxSendSGE, MaxInline: q.cfg.MaxInline,
 		MTU: at.PayloadMTU(q.cfg.Type), MaxRdAtomic: at.MaxRdAtomic}
 	return caps.Check(wr)
 }

@@ -1,19 +1,23 @@
-// Package wrcheck checks a send work request against what a queue pair's
-// send queue takes, whatever its peer: the embedded QP (package qp) refuses
-// a post with it, and an attached process checks its posts with the same
-// function before they reach the daemon, so that both refuse the same WRs
-// with the same errors.
-package wrcheck
+// Package verbcheck checks what the verbs hand a queue pair before the QP
+// (package qp) takes it, whatever its peer: a send work request against
+// what the QP's send queue takes (SendCaps.Check), which an attached
+// process applies to its posts too, so that both refuse the same WRs with
+// the same errors, and the attributes of a modify (Attr).
+package verbcheck
 
 import (
 	"fmt"
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/verbs"
+	"github.com/softnic/softnic/wire"
 )
 
-// MaxMessageSize is the most bytes one message carries, as the IBTA allows.
-const MaxMessageSize = 1 << 31
+// Limits the checks apply.
+const (
+	MaxMessageSize   = 1 << 31 // bytes in one message, as the IBTA allows
+	MaxRdAtomicLimit = 128     // max_rd_atomic and max_dest_rd_atomic
+)
 
 // ErrInvalid (EINVAL) is what Check refuses a WR with; it is package mr's
 // (and so package qp's) ErrInvalid.
@@ -84,4 +88,42 @@ func (c SendCaps) Check(wr *verbs.SendWR) error {
 		return fmt.Errorf("UD send needs a destination address and QPN: %w", ErrInvalid)
 	}
 	return nil
+}
+
+// Attr returns ErrInvalid for attributes a that no QP takes, of those mask m
+// says a modify applies: a path MTU other than 256 to 4096, a timeout,
+// retry count or RNR timer beyond its field, more READs and atomics in
+// flight than MaxRdAtomicLimit, a QPN or PSN beyond 24 bits, an invalid
+// remote address, access flags a QP does not have.
+func Attr(a *verbs.Attr, m verbs.AttrMask) error {
+	switch {
+	case m&verbs.AttrPathMTU != 0 && !validMTU(a.PathMTU):
+		return fmt.Errorf("path MTU %d is not 256, 512, 1024, 2048 or 4096: %w", a.PathMTU, ErrInvalid)
+	case m&verbs.AttrTimeout != 0 && a.Timeout > 31:
+		return fmt.Errorf("timeout %d > 31: %w", a.Timeout, ErrInvalid)
+	case m&verbs.AttrRetryCnt != 0 && a.RetryCnt > 7:
+		return fmt.Errorf("retry_cnt %d > 7: %w", a.RetryCnt, ErrInvalid)
+	case m&verbs.AttrRNRRetry != 0 && a.RNRRetry > 7:
+		return fmt.Errorf("rnr_retry %d > 7: %w", a.RNRRetry, ErrInvalid)
+	case m&verbs.AttrMinRNRTimer != 0 && a.MinRNRTimer > 31:
+		return fmt.Errorf("min_rnr_timer %d > 31: %w", a.MinRNRTimer, ErrInvalid)
+	case m&verbs.AttrMaxRdAtomic != 0 && a.MaxRdAtomic > MaxRdAtomicLimit:
+		return fmt.Errorf("max_rd_atomic %d > %d: %w", a.MaxRdAtomic, MaxRdAtomicLimit, ErrInvalid)
+	case m&verbs.AttrMaxDestRdAtomic != 0 && a.MaxDestRdAtomic > MaxRdAtomicLimit:
+		return fmt.Errorf("max_dest_rd_atomic %d > %d: %w", a.MaxDestRdAtomic, MaxRdAtomicLimit, ErrInvalid)
+	case m&verbs.AttrDestQPN != 0 && (a.DestQPN == 0 || a.DestQPN > 0xFFFFFF):
+		return fmt.Errorf("destination QPN %#x: %w", a.DestQPN, ErrInvalid)
+	case m&verbs.AttrRemote != 0 && (!a.Remote.IsValid() || a.Remote.Port() == 0):
+		return fmt.Errorf("remote address %v: %w", a.Remote, ErrInvalid)
+	case m&verbs.AttrAccessFlags != 0 && a.AccessFlags&^(mr.RemoteWrite|mr.RemoteRead|mr.RemoteAtomic|mr.LocalWrite) != 0:
+		return fmt.Errorf("QP access flags %v: %w", a.AccessFlags, ErrInvalid)
+	case m&verbs.AttrRQPSN != 0 && a.RQPSN > wire.PSNMask, m&verbs.AttrSQPSN != 0 && a.SQPSN > wire.PSNMask:
+		return fmt.Errorf("PSN beyond 24 bits: %w", ErrInvalid)
+	}
+	return nil
+}
+
+// validMTU reports whether n is an IBTA path MTU.
+func validMTU(n int) bool {
+	return n == 256 || n == 512 || n == 1024 || n == 2048 || n == 4096
 }

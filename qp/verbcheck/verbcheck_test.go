@@ -1,4 +1,4 @@
-package wrcheck
+package verbcheck
 
 import (
 	"errors"
@@ -43,6 +43,38 @@ func TestCheck(t *testing.T) {
 				t.Fatalf("Check = %v, want nil", err)
 			case !tt.ok && !errors.Is(err, mr.ErrInvalid):
 				t.Fatalf("Check = %v, want ErrInvalid", err)
+			}
+		})
+	}
+}
+
+func TestAttr(t *testing.T) {
+	tests := []struct {
+		name string
+		attr verbs.Attr
+		mask verbs.AttrMask
+		ok   bool
+	}{
+		{name: "MTU 4096", attr: verbs.Attr{PathMTU: 4096}, mask: verbs.AttrPathMTU, ok: true},
+		{name: "MTU 1500", attr: verbs.Attr{PathMTU: 1500}, mask: verbs.AttrPathMTU},
+		{name: "MTU 1500 not applied", attr: verbs.Attr{PathMTU: 1500}, mask: verbs.AttrTimeout, ok: true},
+		{name: "timeout 32", attr: verbs.Attr{Timeout: 32}, mask: verbs.AttrTimeout},
+		{name: "retry_cnt 8", attr: verbs.Attr{RetryCnt: 8}, mask: verbs.AttrRetryCnt},
+		{name: "max_rd_atomic at the limit", attr: verbs.Attr{MaxRdAtomic: MaxRdAtomicLimit}, mask: verbs.AttrMaxRdAtomic, ok: true},
+		{name: "max_dest_rd_atomic past the limit", attr: verbs.Attr{MaxDestRdAtomic: MaxRdAtomicLimit + 1}, mask: verbs.AttrMaxDestRdAtomic},
+		{name: "destination QPN 0", attr: verbs.Attr{}, mask: verbs.AttrDestQPN},
+		{name: "remote without a port", attr: verbs.Attr{Remote: netip.MustParseAddrPort("192.0.2.1:0")}, mask: verbs.AttrRemote},
+		{name: "PSN beyond 24 bits", attr: verbs.Attr{SQPSN: 1 << 24}, mask: verbs.AttrSQPSN},
+		{name: "access flags a QP lacks", attr: verbs.Attr{AccessFlags: mr.ZeroBased}, mask: verbs.AttrAccessFlags},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := Attr(&tt.attr, tt.mask)
+			switch {
+			case tt.ok && err != nil:
+				t.Fatalf("Attr = %v, want nil", err)
+			case !tt.ok && !errors.Is(err, mr.ErrInvalid):
+				t.Fatalf("Attr = %v, want ErrInvalid", err)
 			}
 		})
 	}
