@@ -112,10 +112,20 @@ type writer struct {
 	runs  [MaxBatch]int // messages per entry, from splitRuns
 	used  int           // iovecs pointed at the caller's buffers, cleared after the call
 
-	// sendmmsgFn is the system call; tests replace it to fake refusals
-	// the loopback device never produces.
+	// flat holds a gathered datagram that send copies to send it alone.
+	flat [flatMax]byte
+
+	// sendmmsgFn and sendtoFn are the system calls; tests replace them to
+	// fake refusals the loopback device never produces, and to see which
+	// one a batch took.
 	sendmmsgFn func(fd int, hdrs []unix.Mmsghdr) (int, syscall.Errno)
+	sendtoFn   func(fd int, b []byte, h *unix.Msghdr) syscall.Errno
 }
+
+// flatMax is the longest gathered datagram that send copies into one
+// buffer to send it with sendto: copying a few hundred bytes costs tens of
+// nanoseconds, less than what sendto saves.
+const flatMax = 512
 
 func newReader() *reader {
 	r := &reader{oob: make([]byte, MaxBatch*readOOBSpace), stale: MaxBatch}
@@ -135,7 +145,39 @@ func newWriter() *writer {
 		w.hdrs[i].Hdr.Name = (*byte)(unsafe.Pointer(&w.names[i]))
 	}
 	w.sendmmsgFn = sendmmsg
+	w.sendtoFn = sendto
 	return w
+}
+
+// send sends hdrs without waiting. An entry alone without a control
+// message (one datagram, not a GSO run) goes by sendto, which reads no
+// msghdr nor iovec array from the process: a 40-byte datagram's WriteBatch
+// and the TryReadBatch that takes it on loopback cost 0.3-0.5 µs less CPU
+// than with sendmmsg of one (5.5-6.1 against 5.9-6.4 µs on a 2-CPU VM,
+// alternating in one process), and a busy-polled round trip of a small
+// operation waits for two such sends, its request's and its response's.
+// A gathered datagram of at most flatMax bytes is copied into flat to go
+// the same way; a longer one stays with sendmmsg, which gathers it.
+func (w *writer) send(fd int, hdrs []unix.Mmsghdr) (int, syscall.Errno) {
+	if len(hdrs) != 1 || hdrs[0].Hdr.Controllen != 0 {
+		return w.sendmmsgFn(fd, hdrs)
+	}
+	h := &hdrs[0].Hdr
+	b := w.flat[:0]
+	if iovs := unsafe.Slice(h.Iov, h.Iovlen); len(iovs) == 1 {
+		b = unsafe.Slice(iovs[0].Base, iovs[0].Len)
+	} else {
+		for _, iov := range iovs {
+			if len(b)+int(iov.Len) > flatMax {
+				return w.sendmmsgFn(fd, hdrs)
+			}
+			b = append(b, unsafe.Slice(iov.Base, iov.Len)...)
+		}
+	}
+	if errno := w.sendtoFn(fd, b, h); errno != 0 {
+		return 0, errno
+	}
+	return 1, 0
 }
 
 // init configures the socket (buffers, don't-fragment, pktinfo, the
@@ -694,7 +736,7 @@ func (c *Conn) sendRuns(chunk []Message, nr int) (done int, refused syscall.Errn
 	return done, 0, nil
 }
 
-// sendmmsg sends hdrs without waiting; EBADF once closed.
+// sendmmsg sends hdrs without waiting (see writer.send); EBADF once closed.
 func (s *sysConn) sendmmsg(w *writer, hdrs []unix.Mmsghdr) (int, syscall.Errno) {
 	s.life.RLock()
 	defer s.life.RUnlock()
@@ -702,7 +744,7 @@ func (s *sysConn) sendmmsg(w *writer, hdrs []unix.Mmsghdr) (int, syscall.Errno) 
 		return 0, syscall.EBADF
 	}
 	for {
-		n, errno := w.sendmmsgFn(s.fd, hdrs)
+		n, errno := w.send(s.fd, hdrs)
 		if errno != syscall.EINTR {
 			return n, errno
 		}

@@ -282,6 +282,67 @@ func TestWriteBatchGathers(t *testing.T) {
 	}
 }
 
+// TestLoneDatagramsGoBySendto: a batch of one datagram, not a GSO run,
+// leaves by sendto, gathered from its parts into one buffer when it is
+// short enough; anything else by sendmmsg. Each arrives byte for byte as
+// the same datagram sent whole, from the sender's address.
+func TestLoneDatagramsGoBySendto(t *testing.T) {
+	tests := []struct {
+		name     string
+		addr     string
+		sizes    []int
+		gather   bool
+		sendto   int // calls of each
+		sendmmsg int
+	}{
+		{name: "ipv4 one", addr: "127.0.0.1:0", sizes: []int{12 + 16 + 8 + 4}, sendto: 1},
+		{name: "ipv6 one", addr: "[::1]:0", sizes: []int{12 + 4 + 8 + 4}, sendto: 1},
+		{name: "empty", addr: "127.0.0.1:0", sizes: []int{0}, sendto: 1},
+		{name: "one gathered", addr: "127.0.0.1:0", sizes: []int{12 + 16 + 8 + 4}, gather: true, sendto: 1},
+		{name: "gathered to flatMax", addr: "127.0.0.1:0", sizes: []int{flatMax}, gather: true, sendto: 1},
+		{name: "gathered past flatMax", addr: "127.0.0.1:0", sizes: []int{flatMax + 1}, gather: true, sendmmsg: 1},
+		{name: "one large", addr: "127.0.0.1:0", sizes: []int{9000}, sendto: 1},
+		{name: "two", addr: "127.0.0.1:0", sizes: []int{40, 60}, sendmmsg: 1},
+		{name: "gso run", addr: "127.0.0.1:0", sizes: repeat(3, 1000), sendmmsg: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tx := listen(t, tt.addr, Options{})
+			rx := listen(t, tt.addr, Options{DisableGRO: true})
+			requireOffloads(t, tx, true, false)
+			var sendtos, sendmmsgs int
+			w := tx.sys.wr
+			w.sendtoFn = func(fd int, b []byte, h *unix.Msghdr) syscall.Errno {
+				sendtos++
+				return sendto(fd, b, h)
+			}
+			w.sendmmsgFn = func(fd int, hdrs []unix.Mmsghdr) (int, syscall.Errno) {
+				sendmmsgs++
+				return sendmmsg(fd, hdrs)
+			}
+			whole := outgoing(tt.sizes, rx.LocalAddr(), 1)
+			msgs := whole
+			if tt.gather {
+				// A header, a payload and an ICRC, as a packet built
+				// from a registered region is.
+				b := whole[0].Buf
+				msgs = []Message{{Buf: b[:12:12], Payload: b[12 : len(b)-4 : len(b)-4], Trailer: b[len(b)-4:], Addr: whole[0].Addr}}
+			}
+			if n, err := tx.WriteBatch(msgs); err != nil || n != len(msgs) {
+				t.Fatalf("WriteBatch = %d, %v, want %d, nil", n, err, len(msgs))
+			}
+			if sendtos != tt.sendto || sendmmsgs != tt.sendmmsg {
+				t.Errorf("%d sendto and %d sendmmsg calls, want %d and %d", sendtos, sendmmsgs, tt.sendto, tt.sendmmsg)
+			}
+			for i, r := range readDatagrams(t, rx, len(whole), 1<<16) {
+				if !bytes.Equal(r.data, whole[i].Buf) || r.from != tx.LocalAddr() {
+					t.Fatalf("datagram %d: %d bytes %x… from %v, want %d bytes %x… from %v", i, len(r.data), head(r.data), r.from, len(whole[i].Buf), head(whole[i].Buf), tx.LocalAddr())
+				}
+			}
+		})
+	}
+}
+
 func TestLocalAddressOfWildcard(t *testing.T) {
 	tests := []struct {
 		name, bind, dst string
@@ -719,8 +780,11 @@ func TestBatchesDoNotAllocate(t *testing.T) {
 		addr     string
 		gso, gro bool
 		gather   bool // each datagram in three parts (gathered)
+		one      bool // one small datagram (sendto)
 	}{
 		{name: "ipv4 plain", addr: "127.0.0.1:0"},
+		{name: "ipv4 one", addr: "127.0.0.1:0", one: true},
+		{name: "ipv4 one, gathered", addr: "127.0.0.1:0", one: true, gather: true},
 		{name: "ipv4 gso and gro", addr: "127.0.0.1:0", gso: true, gro: true},
 		{name: "ipv6 plain", addr: "[::1]:0"},
 		{name: "ipv6 gso and gro", addr: "[::1]:0", gso: true, gro: true},
@@ -733,6 +797,9 @@ func TestBatchesDoNotAllocate(t *testing.T) {
 			requireOffloads(t, tx, tt.gso, false)
 			requireOffloads(t, rx, false, tt.gro)
 			out := outgoing(repeat(16, 1024), rx.LocalAddr(), 1)
+			if tt.one {
+				out = outgoing([]int{12 + 16 + 8 + 4}, rx.LocalAddr(), 1)
+			}
 			if tt.gather {
 				out = gathered(out)
 			}

@@ -44,6 +44,14 @@ func sendmmsg(fd int, hdrs []unix.Mmsghdr) (int, syscall.Errno) {
 	return int(n), 0
 }
 
+// sendto sends b, one datagram, to the address h names, without blocking.
+func sendto(fd int, b []byte, h *unix.Msghdr) syscall.Errno {
+	_, _, errno := unix.Syscall6(unix.SYS_SENDTO, uintptr(fd),
+		uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)), 0,
+		uintptr(unsafe.Pointer(h.Name)), uintptr(h.Namelen))
+	return errno
+}
+
 // putSockaddr writes ap into sa as a sockaddr_in6 (v6) or, in its first bytes,
 // a sockaddr_in, and returns the length to pass the kernel. It refuses an
 // invalid address (EINVAL) and one of the other family (EAFNOSUPPORT): an IPv6
