@@ -501,3 +501,50 @@ func TestSpuriousTimeoutUndone(t *testing.T) {
 		})
 	}
 }
+
+// The driver may hold an ACK timeout that has run out (HoldAckTimeout):
+// the timer starts again from then, and the Tick that would have sent
+// again from the oldest packet sends nothing, the window and the retry
+// budget untouched; once the held timer runs out too, Tick retries.
+func TestHoldAckTimeout(t *testing.T) {
+	attr := defaultAttr()
+	attr.RetryCnt = 3
+	_, a, b := pair(t, attr)
+	m := newMover(t)
+	timeout := time.Duration(4096<<attr.Timeout) * time.Nanosecond
+	post(t, a, &verbs.SendWR{Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: sgl(a.sge(0, 4*testMTU)), RemoteAddr: b.va(0), RKey: b.region.RKey()})
+	now := qp.Time(0)
+	m.move(a, b, now, func(int, *wire.Packet) bool { return true }) // lost
+	window, left := a.qp.Status().Window, a.qp.Status().RetriesLeft
+	for _, step := range []struct {
+		at          time.Duration
+		hold        bool
+		timedOut    bool
+		wantRetries uint64
+	}{
+		{timeout - 1, false, false, 0},
+		{timeout, true, true, 0}, // held: runs again from here
+		{2*timeout - 1, false, false, 0},
+		{2 * timeout, false, true, 1},
+	} {
+		now := now.Add(step.at)
+		if got := a.qp.AckTimedOut(now); got != step.timedOut {
+			t.Fatalf("at %v: AckTimedOut %v, want %v", step.at, got, step.timedOut)
+		}
+		if step.hold {
+			a.qp.HoldAckTimeout(now)
+			if a.qp.AckTimedOut(now) {
+				t.Fatalf("at %v: timed out after HoldAckTimeout", step.at)
+			}
+		}
+		a.qp.Tick(now)
+		if got := a.counter(verbs.CompleterRetryErr); got != step.wantRetries {
+			t.Fatalf("at %v: %d retries, want %d", step.at, got, step.wantRetries)
+		}
+		if step.wantRetries == 0 {
+			if s := a.qp.Status(); s.Window != window || s.RetriesLeft != left {
+				t.Fatalf("at %v: window %d, retries left %d; want %d and %d as before", step.at, s.Window, s.RetriesLeft, window, left)
+			}
+		}
+	}
+}

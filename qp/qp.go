@@ -466,6 +466,22 @@ func (q *QP) Tick(now Time) {
 	q.afterStep()
 }
 
+// AckTimedOut reports whether the local ACK timer has run out at now: the
+// next Tick sends again from the oldest unacknowledged request (or fails
+// it with RETRY_EXC_ERR), unless HoldAckTimeout restarts the timer first.
+func (q *QP) AckTimedOut(now Time) bool { return q.comp.armed && now >= q.comp.due }
+
+// HoldAckTimeout restarts a running local ACK timer at now, as an ACK
+// would, leaving the retry budget and the window as they are. The driver
+// holds a timeout when the requests are more likely queued at a peer that
+// stopped answering than lost: the embedded device does while a retry
+// that another of its QPs sent when its timer ran out is unanswered.
+func (q *QP) HoldAckTimeout(now Time) {
+	if q.comp.armed {
+		q.comp.armTimer(now)
+	}
+}
+
 // afterStep finishes a step: a completion lost to a full CQ puts the QP in
 // the error state.
 func (q *QP) afterStep() {

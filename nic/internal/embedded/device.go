@@ -57,6 +57,7 @@ type Device struct {
 	faults faultState // the fault injector of Config.Faults or SetFaults
 
 	timers  timers.Queue[wakeup]
+	silence silence // of peers that stop answering: see QP.tick
 	batches sync.Pool
 	prog    progress
 
@@ -261,6 +262,7 @@ func (d *Device) receive(b []byte, src, dst netip.AddrPort, now qp.Time, in *inb
 	}
 	d.qpc.Add(verbs.RcvdPkts, 1)
 	d.qpc.Add(verbs.RcvdBytes, uint64(len(b)))
+	d.silence.heard.Store(int64(now))
 	q.mu.Lock()
 	if !q.destroyed {
 		if q.queues != nil {

@@ -336,6 +336,13 @@ type QP struct {
 	commEst    func()
 	commEstPSN wire.PSN // the responder's expected PSN when commEst was set
 
+	// retried is when the ACK timer last ran out and the QP sent again;
+	// holds counts the timeouts held since the oldest unacknowledged PSN
+	// was heldAcked (holdTimeoutLocked). Under mu.
+	retried   qp.Time
+	holds     uint8
+	heldAcked wire.PSN
+
 	dirty bool // owned by the holder of the device's progress role
 	rung  bool // in the device's doorbells to ring; under mu
 

@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/softnic/softnic/nic/internal/timers"
@@ -79,10 +80,60 @@ func (q *QP) tick(at, now qp.Time, b *batch) {
 		q.timerAt = 0
 	}
 	if !q.destroyed {
+		if q.qp.AckTimedOut(now) && !q.holdTimeoutLocked(now) {
+			q.retried = now
+			q.dev.silence.retried.Store(int64(now))
+		}
 		q.qp.Tick(now)
 		q.flushLocked(b, now)
 	}
 	q.mu.Unlock()
+}
+
+// silence is what the device knows of peers that stop answering: when a
+// packet for one of its QPs last arrived, and when a QP last sent again
+// because its ACK timer ran out (device times, 0 for never).
+//
+// A peer descheduled past the ACK timeout (a loaded machine stalls a
+// process for tens of milliseconds) times out every QP that has requests
+// outstanding toward it, each of which sends its window again, from the
+// smallest congestion window, into the socket where the originals wait:
+// over 64 QPs, one stall resent a thousand packets, which the peer then
+// read and dropped as duplicates, and stalled longer doing so. The first
+// QP whose timer runs out sends again, as one QP would; the others'
+// timeouts are held (HoldAckTimeout) while the device has heard nothing
+// since that retry, which answers for them all: when the peer runs
+// again, its ACKs for the originals end the holds, and a QP whose
+// requests were lost indeed times out one timeout later.
+type silence struct {
+	heard, retried atomic.Int64
+}
+
+// maxHolds bounds the timeouts of a QP held in a row with nothing
+// acknowledged between, so that a peer that never answers again fails
+// every QP's requests, maxHolds timeouts later than it would without
+// holds.
+const maxHolds = 4
+
+// holdTimeoutLocked holds q's ACK timeout, which has run out at now, if
+// another QP's retry has gone unanswered: nothing arrived for any QP of
+// the device since that retry. A device that talks to several peers holds
+// only while it hears from none of them. q.mu is held.
+func (q *QP) holdTimeoutLocked(now qp.Time) bool {
+	s := &q.dev.silence
+	retried := qp.Time(s.retried.Load())
+	if retried == 0 || retried == q.retried || qp.Time(s.heard.Load()) >= retried {
+		return false
+	}
+	if acked := q.qp.Status().AckedPSN; acked != q.heldAcked {
+		q.heldAcked, q.holds = acked, 0
+	}
+	if q.holds >= maxHolds {
+		return false
+	}
+	q.holds++
+	q.qp.HoldAckTimeout(now)
+	return true
 }
 
 // isQP reports whether w is a QP's wakeup.
