@@ -337,6 +337,7 @@ func (b *doorbellBudget) spend(now time.Time, work uint64, n int) time.Duration 
 func (s *session) doorbellLoop() {
 	defer close(s.bellDone)
 	defer s.bell.deafen()
+	defer s.unpoll()
 	woke := false
 	work := s.work()
 	for {
@@ -369,6 +370,7 @@ func (s *session) doorbellLoop() {
 				continue
 			}
 		}
+		s.unpoll()
 		raw, err := s.bell.listen()
 		if raw == nil && err == nil {
 			return
@@ -453,12 +455,25 @@ func (s *session) spin() bool {
 		}
 		if s.ctx.Err() != nil || now.After(end) {
 			s.bell.spinning.Spun(false)
+			s.unpoll()
 			return false
 		}
 		if s.srv.edev != nil {
-			s.srv.edev.Drive()
+			s.srv.edev.Poll()
+			s.polled = true
 		}
 		shm.Yield()
+	}
+}
+
+// unpoll hands the device's socket back to its reader if the doorbell
+// goroutine polled the device while it spun (hooks.Device.Poll): the
+// goroutine is about to sleep, and what arrives next is the reader's to
+// read.
+func (s *session) unpoll() {
+	if s.polled {
+		s.polled = false
+		s.srv.edev.StopPolling()
 	}
 }
 
@@ -491,6 +506,7 @@ func (s *session) pass(woke bool) (rang, ok bool) {
 		if d := s.bell.spend(time.Now(), s.work(), idle); d > 0 {
 			s.cnt[cntDoorbellsThrottled].Add(1)
 			s.bell.deafen()
+			s.unpoll()
 			if !s.pause(d) {
 				return false, false
 			}

@@ -415,6 +415,9 @@ type session struct {
 	ringCounts rings.Counts   // cnt's counters the rings count
 	callWG     sync.WaitGroup // calls in progress, and the goroutine that tells QP errors
 	bellDone   chan struct{}  // closed when the doorbell loop returns
+	// polled is set while the doorbell goroutine, spinning, polls the
+	// device (session.spin); that goroutine's alone.
+	polled bool
 }
 
 // newSession identifies the process at the other end of c, sets up its

@@ -304,6 +304,20 @@ func (d *Device) Drive() {
 	d.processQueued(true)
 }
 
+// Poll is the turn of a daemon that spins for an attached process's next
+// post (hooks.Device): a poller's (drive), on the caller's goroutine. It
+// keeps the reader off the socket while the daemon spins, so that what
+// arrives meanwhile, the answers to what the daemon sent for the process,
+// is read by the spinner alone: the reader, left waiting in the
+// netpoller, had a thread of the daemon woken for each, to find the
+// socket already read or the role taken. A daemon that stops spinning
+// calls StopPolling before it sleeps.
+func (d *Device) Poll() { d.drive() }
+
+// StopPolling hands the socket back to the reader when a daemon that
+// polled the device (Poll) is about to sleep (hooks.Device).
+func (d *Device) StopPolling() { d.stopPolling() }
+
 // stopPolling tells a parked reader that the application no longer polls:
 // it is about to sleep.
 func (d *Device) stopPolling() {

@@ -60,6 +60,12 @@ type Device interface {
 	// device itself (QP.FlushLocked), which the socket holds as soon as
 	// they are sent.
 	Drive()
+	// Poll is Drive for a daemon that spins waiting for an attached
+	// process to post: it also keeps the device's reader off the socket,
+	// and sends what the device holds back for a poll, until StopPolling,
+	// which the daemon calls before it sleeps.
+	Poll()
+	StopPolling()
 }
 
 // BusyPoller is what the reader of a device that busy-polls polls besides
