@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -40,9 +41,15 @@ type sysConn struct {
 	// which closes fd once no call uses it. closed is set first, and the
 	// socket shut down and the waiter closed, which wake the calls that
 	// wait.
-	life           sync.RWMutex
-	closed         atomic.Bool
-	v6             bool
+	life   sync.RWMutex
+	closed atomic.Bool
+	v6     bool
+	// bound is the address the socket is bound to, the Local of every
+	// datagram it receives; invalid for a wildcard bind, whose datagrams
+	// carry their destination (IP_PKTINFO). Asking for it when it is
+	// known cost 0.14-0.5 µs of CPU per datagram sent and received on
+	// loopback (2-CPU VM).
+	bound          netip.Addr
 	gso            atomic.Bool // cleared for good when the kernel refuses a GSO send
 	gro            bool
 	rcvbuf, sndbuf int
@@ -189,6 +196,9 @@ func (c *Conn) init(opt Options) error {
 		return err
 	}
 	c.sys.v6 = c.local.Addr().Is6()
+	if a := c.local.Addr(); !a.IsUnspecified() {
+		c.sys.bound = a.WithZone("")
+	}
 	var serr error
 	if err := rc.Control(func(fd uintptr) {
 		if serr = c.sys.configure(int(fd), opt); serr == nil {
@@ -343,9 +353,11 @@ func (s *sysConn) configure(fd int, opt Options) error {
 	if err != nil {
 		return os.NewSyscallError("setsockopt MTU_DISCOVER", err)
 	}
-	if s.v6 {
+	switch {
+	case s.bound.IsValid():
+	case s.v6:
 		err = unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, 1)
-	} else {
+	default:
 		err = unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_PKTINFO, 1)
 	}
 	if err != nil {
@@ -581,6 +593,9 @@ func (c *Conn) collect(msgs []Message, n int) int {
 		m.Addr = sockaddrAddrPort(&r.names[i])
 		oob := r.oob[i*readOOBSpace:][:h.Hdr.Controllen]
 		m.Local, m.Segment = parseControl(oob)
+		if c.sys.bound.IsValid() {
+			m.Local = c.sys.bound
+		}
 		if m.Segment >= m.N {
 			m.Segment = 0
 		}

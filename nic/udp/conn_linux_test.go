@@ -394,8 +394,10 @@ func TestSocketOptions(t *testing.T) {
 	}{
 		{name: "ipv4 DF", addr: "127.0.0.1:0", level: unix.IPPROTO_IP, opt: unix.IP_MTU_DISCOVER, want: unix.IP_PMTUDISC_DO},
 		{name: "ipv4 pktinfo", addr: "0.0.0.0:0", level: unix.IPPROTO_IP, opt: unix.IP_PKTINFO, want: 1},
+		{name: "ipv4 bound, no pktinfo", addr: "127.0.0.1:0", level: unix.IPPROTO_IP, opt: unix.IP_PKTINFO, want: 0},
 		{name: "ipv6 DF", addr: "[::1]:0", level: unix.IPPROTO_IPV6, opt: unix.IPV6_MTU_DISCOVER, want: unix.IPV6_PMTUDISC_DO},
 		{name: "ipv6 pktinfo", addr: "[::]:0", level: unix.IPPROTO_IPV6, opt: unix.IPV6_RECVPKTINFO, want: 1},
+		{name: "ipv6 bound, no pktinfo", addr: "[::1]:0", level: unix.IPPROTO_IPV6, opt: unix.IPV6_RECVPKTINFO, want: 0},
 		{name: "ipv6 only", addr: "[::]:0", level: unix.IPPROTO_IPV6, opt: unix.IPV6_V6ONLY, want: 1},
 	}
 	for _, tt := range tests {

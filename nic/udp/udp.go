@@ -7,8 +7,9 @@
 // (IP_MTU_DISCOVER=IP_PMTUDISC_DO), so Linux stamps IPv4 ID 0 on every
 // datagram it sends: the RoCEv2 ICRC covers the IP header, and that is the only
 // way a UDP socket's sender can know the ID it must put into the CRC. Each
-// received datagram carries the local address it was sent to (IP_PKTINFO), the
-// other half of the ICRC's IP header when the socket is bound to a wildcard.
+// datagram a socket bound to a wildcard receives carries the local address it
+// was sent to (IP_PKTINFO), the other half of the ICRC's IP header; a socket
+// bound to one address receives only what is sent to that address.
 //
 // GSO changes the IPv4 ID: a coalesced run leaves the socket as one packet
 // with ID 0, and the kernel's software segmentation, used before any device
