@@ -3,10 +3,12 @@ package attachd
 import (
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/internal/hooks"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/verbs"
 )
@@ -285,6 +287,59 @@ func TestDoorbellSpinsAfterWork(t *testing.T) {
 				t.Error("a WRITE posted to the sleeping daemon rang no doorbell")
 			}
 		})
+	}
+}
+
+// pollWatch is the daemon's device, with whether the doorbell goroutine
+// polls it (hooks.Device.Poll) and has not handed its socket back to the
+// reader (StopPolling).
+type pollWatch struct {
+	hooks.Device
+	polls   atomic.Int64
+	polling atomic.Bool
+}
+
+func (w *pollWatch) Poll() {
+	w.polls.Add(1)
+	w.polling.Store(true)
+	w.Device.Poll()
+}
+
+func (w *pollWatch) StopPolling() {
+	w.polling.Store(false)
+	w.Device.StopPolling()
+}
+
+// TestDoorbellSpinHandsBackTheSocket: the doorbell goroutine polls the
+// device while it spins, which keeps the device's reader off the socket,
+// and hands the socket back before it sleeps: asleep with the device
+// polled, it would leave what arrives next to a parked reader, which
+// looks again only pollIdle later.
+func TestDoorbellSpinHandsBackTheSocket(t *testing.T) {
+	w := &pollWatch{}
+	_, srv, path := serveTestWith(t, Config{Doorbell: DoorbellLimits{Spin: 20 * time.Millisecond}}, func(srv *Server) {
+		w.Device = srv.edev
+		srv.edev = w
+	})
+	l := newLoop(t, path, false)
+	s := onlySession(t, srv)
+	for id := uint64(1); id <= 5; id++ {
+		if wc := l.write(t, id); wc.Status != verbs.Success {
+			t.Fatalf("WRITE %d: %v", id, wc.String())
+		}
+	}
+	asleep(s)
+	if w.polls.Load() == 0 {
+		t.Error("the doorbell goroutine spun after the last WRITE without polling the device")
+	}
+	// The goroutine sets NeedWake, looks at the marks once more, then
+	// hands the socket back and sleeps: on a loaded machine it can be
+	// descheduled in between.
+	for deadline := time.Now().Add(10 * time.Second); w.polling.Load(); {
+		if time.Now().After(deadline) {
+			t.Fatal("the doorbell goroutine sleeps with the device polled, its reader kept off the socket")
+		}
+		runtime.Gosched()
 	}
 }
 

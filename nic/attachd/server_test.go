@@ -35,12 +35,22 @@ func mustHaveAttach(t testing.TB) {
 // test process, with cfg, and returns the server and its socket's path.
 func serveTest(t testing.TB, cfg Config) (*nic.Device, *Server, string) {
 	t.Helper()
+	return serveTestWith(t, cfg, nil)
+}
+
+// serveTestWith is serveTest with setup called on the server before it
+// serves.
+func serveTestWith(t testing.TB, cfg Config, setup func(*Server)) (*nic.Device, *Server, string) {
+	t.Helper()
 	mustHaveAttach(t)
 	dev, err := nic.Open(nic.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0"), Embed: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := NewServer(dev, cfg)
+	if setup != nil {
+		setup(srv)
+	}
 	path := filepath.Join(t.TempDir(), "softnic.sock")
 	l, err := net.Listen("unix", path)
 	if err != nil {
