@@ -22,6 +22,10 @@ type Workload struct {
 	// spread over.
 	Size, Window, QPs int
 	By                Completion
+	// Series names the workloads whose figures are read against each
+	// other (the WRITEs over 1 to 64 QPs: "qps"), which softnic bench
+	// measures in turns; empty for the others.
+	Series string
 }
 
 // Kind says what a workload's figure is.
@@ -53,7 +57,7 @@ func throughput(op verbs.WROpcode, size int) Workload {
 // aggregate is 64 KiB WRITEs spread over qps QPs.
 func aggregate(qps int) Workload {
 	w := throughput(verbs.WRWrite, LargeSize)
-	w.Key, w.Name, w.QPs = fmt.Sprintf("write_64k_qps%d_gbps", qps), fmt.Sprintf("%s qps=%d", w.Name, qps), qps
+	w.Key, w.Name, w.QPs, w.Series = fmt.Sprintf("write_64k_qps%d_gbps", qps), fmt.Sprintf("%s qps=%d", w.Name, qps), qps, "qps"
 	return w
 }
 

@@ -254,20 +254,26 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) (*Result, error) {
 		if err := res.measureRaw(ctx, echo, echoPoll); err != nil {
 			return nil, err
 		}
-		for i := range res.figures {
-			f := &res.figures[i]
+		for i := 0; i < len(res.figures); {
+			series := res.figures[i:seriesEnd(res.figures, i)]
+			i += len(series)
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
+			if len(series) > 1 {
+				if err := measureInTurns(ctx, series, in, cfg.Limit); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			f := &series[0]
 			before := retryCounts(a)
 			fig, err := f.w.Run(in, cfg.Limit, rtts)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", f.w.Name, err)
 			}
-			after := retryCounts(a)
 			f.runs = append(f.runs, fig)
-			f.retries += after[0] - before[0]
-			f.resent += after[1] - before[1]
+			f.countRetries(before, retryCounts(a))
 		}
 	}
 	if cfg.Attach != "" {
@@ -277,6 +283,60 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) (*Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// seriesEnd returns the end of the run of figures from i on whose
+// workloads are of one series (nicbench.Workload.Series), i+1 for a
+// workload of none.
+func seriesEnd(figs []benchFigures, i int) int {
+	j := i + 1
+	for series := figs[i].w.Series; series != "" && j < len(figs) && figs[j].w.Series == series; j++ {
+	}
+	return j
+}
+
+// turns is how many turns each workload of a series takes in a run.
+const turns = 4
+
+// measureInTurns measures the throughput workloads of one series, whose
+// figures are read against each other (16 QPs against one), in turns:
+// each runs for a quarter of lim, then the next, round and round, and its
+// figure is what all its turns moved in all their time. This VM's host
+// switches between two speeds every few tens of seconds, and one speed
+// change between two workloads measured one after the other made the
+// ratio of their figures 0.58 or 1.7; in turns, a change falls on each
+// of them alike. Each turn ends with its window completed, as a run does.
+func measureInTurns(ctx context.Context, series []benchFigures, in *nicbench.Initiator, lim nicbench.Limit) error {
+	turn := nicbench.Limit{Time: lim.Time / turns, Ops: (lim.Ops + turns - 1) / turns}
+	ops := make([]int, len(series))
+	took := make([]time.Duration, len(series))
+	for range turns {
+		for i := range series {
+			f := &series[i]
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			w := f.w
+			before := retryCounts(in.Dev)
+			n, d, err := in.Throughput(w.Op, w.Size, w.Window, w.QPs, w.By, turn)
+			if err != nil {
+				return fmt.Errorf("%s: %w", w.Name, err)
+			}
+			f.countRetries(before, retryCounts(in.Dev))
+			ops[i] += n
+			took[i] += d
+		}
+	}
+	for i := range series {
+		f := &series[i]
+		f.runs = append(f.runs, nicbench.Figure{Value: nicbench.Gbps(ops[i], f.w.Size, took[i]), Ops: ops[i]})
+	}
+	return nil
+}
+
+func (f *benchFigures) countRetries(before, after [2]uint64) {
+	f.retries += after[0] - before[0]
+	f.resent += after[1] - before[1]
 }
 
 // retryCounts returns d's completer_retry_err and retransmitted_pkts.
