@@ -8,7 +8,6 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 	"unsafe"
 
@@ -242,14 +241,8 @@ type attachedCQ struct {
 	h        uint32
 	depth    uint32
 	ev       *os.File
-	lead     sync.Mutex   // held by the one waiter that waits for ev
+	lead     sync.Mutex   // held by the one waiter that reads ev
 	spinning *spin.Policy // how long a waiter watches the ring before it sleeps
-
-	// The lead waiter's wait for ev (sleep): raw is ev's, readyFn
-	// c.ready, looked its state; set by the first sleep.
-	raw     syscall.RawConn
-	readyFn func(fd uintptr) bool
-	looked  bool
 
 	mu     sync.Mutex
 	m      *shm.Mapping
@@ -384,12 +377,10 @@ func (c *attachedCQ) look() (held, closed bool) {
 	return c.ring.Producer().Load() != c.cons, false
 }
 
-// sleep arms the CQ and, unless completions came meanwhile, waits for the
-// daemon to signal its eventfd, for ctx to end or the device to close.
-// The wait is the runtime's poller's, woken straight from the eventfd,
-// which it never reads (ready): a read before the wait, to find it empty,
-// and one after, to empty it, were two system calls a waited operation
-// did for nothing. The caller holds c.lead.
+// sleep arms the CQ and, unless completions came meanwhile, blocks reading
+// its eventfd until the daemon signals it, ctx ends or the device closes.
+// The reader runs on the runtime's poller, woken straight from the
+// eventfd. The caller holds c.lead.
 func (c *attachedCQ) sleep(ctx context.Context, done <-chan struct{}) error {
 	if !c.arm() {
 		return nil
@@ -407,15 +398,8 @@ func (c *attachedCQ) sleep(ctx context.Context, done <-chan struct{}) error {
 			}
 		}()
 	}
-	if c.raw == nil {
-		raw, err := c.ev.SyscallConn()
-		if err != nil {
-			return cm.ErrClosed
-		}
-		c.raw, c.readyFn = raw, c.ready
-	}
-	c.looked = false
-	err := c.raw.Read(c.readyFn)
+	var b [8]byte
+	_, err := c.ev.Read(b[:])
 	switch {
 	case err == nil:
 		return nil
@@ -432,25 +416,6 @@ func (c *attachedCQ) sleep(ctx context.Context, done <-chan struct{}) error {
 	default:
 		return cm.ErrClosed
 	}
-}
-
-// ready is sleep's callback: the first call looks at the ring, and has
-// the wait wait for the eventfd unless a completion is there; the next,
-// once the poller found the eventfd readable, ends it. That look is what
-// makes a signal that came before the wait harmless: the wait forgets
-// the readiness the runtime's poller saw until then (it resets it as it
-// begins), and the daemon publishes a completion before it signals. The
-// eventfd's counter is left as it is: the runtime's poller is
-// edge-triggered, and each signal of the daemon's (an eventfd write) is
-// an edge of its own however much the counter holds (it fills after
-// 2^64-2 signals, which no process lives to see).
-func (c *attachedCQ) ready(uintptr) bool {
-	if c.looked {
-		return true
-	}
-	c.looked = true
-	held, closed := c.look()
-	return held || closed
 }
 
 // longAgo is a deadline that has passed.
