@@ -106,21 +106,15 @@ type reader struct {
 
 // writer holds what sendmmsg calls need, built once so WriteBatch does not
 // allocate. Entry r of hdrs is run r of the chunk being sent: its iovecs are
-// consecutive in iovs and point at the caller's buffers, up to three a
-// message (Buf, Payload, Trailer; the empty ones left out). A run carries
-// at most MaxGSOSegments messages, so an entry's iovecs stay far below the
-// kernel's UIO_MAXIOV (1024).
+// consecutive in iovs and point at the caller's buffers, one a message.
 type writer struct {
 	mu    sync.Mutex
 	hdrs  [MaxBatch]unix.Mmsghdr
-	iovs  [3 * MaxWriteMessages]unix.Iovec
+	iovs  [MaxWriteMessages]unix.Iovec
 	names [MaxBatch]unix.RawSockaddrInet6
 	oob   []byte        // MaxBatch slots of writeOOBSpace bytes
 	runs  [MaxBatch]int // messages per entry, from splitRuns
 	used  int           // iovecs pointed at the caller's buffers, cleared after the call
-
-	// flat holds a gathered datagram that send copies to send it alone.
-	flat [flatMax]byte
 
 	// sendmmsgFn and sendtoFn are the system calls; tests replace them to
 	// fake refusals the loopback device never produces, and to see which
@@ -128,11 +122,6 @@ type writer struct {
 	sendmmsgFn func(fd int, hdrs []unix.Mmsghdr) (int, syscall.Errno)
 	sendtoFn   func(fd int, b []byte, h *unix.Msghdr) syscall.Errno
 }
-
-// flatMax is the longest gathered datagram that send copies into one
-// buffer to send it with sendto: copying a few hundred bytes costs tens of
-// nanoseconds, less than what sendto saves.
-const flatMax = 512
 
 func newReader() *reader {
 	r := &reader{oob: make([]byte, MaxBatch*readOOBSpace), stale: MaxBatch}
@@ -163,24 +152,12 @@ func newWriter() *writer {
 // than with sendmmsg of one (5.5-6.1 against 5.9-6.4 µs on a 2-CPU VM,
 // alternating in one process), and a busy-polled round trip of a small
 // operation waits for two such sends, its request's and its response's.
-// A gathered datagram of at most flatMax bytes is copied into flat to go
-// the same way; a longer one stays with sendmmsg, which gathers it.
 func (w *writer) send(fd int, hdrs []unix.Mmsghdr) (int, syscall.Errno) {
 	if len(hdrs) != 1 || hdrs[0].Hdr.Controllen != 0 {
 		return w.sendmmsgFn(fd, hdrs)
 	}
 	h := &hdrs[0].Hdr
-	b := w.flat[:0]
-	if iovs := unsafe.Slice(h.Iov, h.Iovlen); len(iovs) == 1 {
-		b = unsafe.Slice(iovs[0].Base, iovs[0].Len)
-	} else {
-		for _, iov := range iovs {
-			if len(b)+int(iov.Len) > flatMax {
-				return w.sendmmsgFn(fd, hdrs)
-			}
-			b = append(b, unsafe.Slice(iov.Base, iov.Len)...)
-		}
-	}
+	b := unsafe.Slice(h.Iov.Base, h.Iov.Len)
 	if errno := w.sendtoFn(fd, b, h); errno != 0 {
 		return 0, errno
 	}
@@ -669,7 +646,7 @@ func (c *Conn) gsoRefused() {
 // and returns how many it built; it stops at a run whose destination the
 // socket cannot take and returns why.
 func (w *writer) pack(chunk []Message, nr int, v6 bool) (int, syscall.Errno) {
-	i, v := 0, 0 // the run's first message and first iovec
+	i := 0
 	for r := range nr {
 		n := w.runs[r]
 		first := &chunk[i]
@@ -679,19 +656,17 @@ func (w *writer) pack(chunk []Message, nr int, v6 bool) (int, syscall.Errno) {
 			return r, errno
 		}
 		h.Namelen = namelen
-		h.Iov = &w.iovs[v]
-		start := v
+		h.Iov = &w.iovs[i]
+		h.SetIovlen(n)
 		for j := range n {
-			m := &chunk[i+j]
-			v = w.point(v, m.Buf)
-			v = w.point(v, m.Payload)
-			v = w.point(v, m.Trailer)
+			buf := chunk[i+j].Buf
+			w.iovs[i+j].Base = unsafe.SliceData(buf)
+			w.iovs[i+j].SetLen(len(buf))
 		}
-		h.SetIovlen(v - start)
-		w.used = max(w.used, v)
+		w.used = max(w.used, i+n)
 		if n > 1 {
 			oob := w.oob[r*writeOOBSpace:][:writeOOBSpace]
-			putSegmentControl(oob, uint16(first.Len()))
+			putSegmentControl(oob, uint16(len(first.Buf)))
 			h.Control = unsafe.SliceData(oob)
 			h.SetControllen(writeOOBSpace)
 		} else {
@@ -701,17 +676,6 @@ func (w *writer) pack(chunk []Message, nr int, v6 bool) (int, syscall.Errno) {
 		i += n
 	}
 	return nr, 0
-}
-
-// point points iovec v at b and returns the next free iovec; an empty b
-// takes none (an empty datagram is a message without iovecs).
-func (w *writer) point(v int, b []byte) int {
-	if len(b) == 0 {
-		return v
-	}
-	w.iovs[v].Base = unsafe.SliceData(b)
-	w.iovs[v].SetLen(len(b))
-	return v + 1
 }
 
 // sendRuns sends the first nr packed entries and returns how many messages

@@ -195,112 +195,20 @@ func TestRoundTrip(t *testing.T) {
 
 func head(b []byte) []byte { return b[:min(len(b), 8)] }
 
-// gathered returns msgs with each datagram cut into a Buf, a Payload and a
-// Trailer of its own (copies, so that nothing is shared with msgs), as
-// softnic's QPs send a header, a slice of a region and the ICRC: the cut
-// points vary with the index, so that some parts are empty.
-func gathered(msgs []Message) []Message {
-	out := make([]Message, len(msgs))
-	for i, m := range msgs {
-		b := bytes.Clone(m.Buf)
-		h := min(len(b), 12+i%29)
-		t := min(len(b)-h, 4*(i%3))
-		out[i] = Message{Buf: b[:h:h], Payload: bytes.Clone(b[h : len(b)-t]), Trailer: bytes.Clone(b[len(b)-t:]), Addr: m.Addr}
-	}
-	return out
-}
-
-// TestWriteBatchGathers: datagrams gathered from three parts arrive byte
-// for byte as the same datagrams sent whole, alone and in GSO runs of
-// several segments whose last is shorter (each segment is exactly the
-// first's length, whichever parts it is gathered from), over IPv4 and
-// IPv6, and a burst as long as MaxWriteMessages still leaves in one
-// sendmmsg call.
-func TestWriteBatchGathers(t *testing.T) {
-	tests := []struct {
-		name     string
-		addr     string
-		gso, gro bool
-	}{
-		{name: "ipv4 plain", addr: "127.0.0.1:0"},
-		{name: "ipv4 gso and gro", addr: "127.0.0.1:0", gso: true, gro: true},
-		{name: "ipv6 plain", addr: "[::1]:0"},
-		{name: "ipv6 gso and gro", addr: "[::1]:0", gso: true, gro: true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			tx := listen(t, tt.addr, Options{DisableGSO: !tt.gso, DisableGRO: true})
-			rx := listen(t, tt.addr, Options{DisableGSO: true, DisableGRO: !tt.gro})
-			requireOffloads(t, tx, tt.gso, false)
-			requireOffloads(t, rx, false, tt.gro)
-			calls := 0
-			tx.sys.wr.sendmmsgFn = func(fd int, hdrs []unix.Mmsghdr) (int, syscall.Errno) {
-				calls++
-				return sendmmsg(fd, hdrs)
-			}
-			var sizes []int
-			for len(sizes) < MaxWriteMessages {
-				sizes = append(sizes, 12+16+4096+4)
-				sizes = append(sizes, repeat(14, 12+4096+4)...)
-				sizes = append(sizes, 12+1000+4)
-			}
-			sizes = sizes[:MaxWriteMessages]
-			whole := outgoing(sizes, rx.LocalAddr(), 2)
-			msgs := gathered(whole)
-			if n, err := tx.WriteBatch(msgs); err != nil || n != len(msgs) {
-				t.Fatalf("WriteBatch = %d, %v, want %d, nil", n, err, len(msgs))
-			}
-			if tt.gso && calls != 1 {
-				t.Errorf("%d sendmmsg calls for %d gathered datagrams, want 1", calls, len(msgs))
-			}
-			coalesced := 0
-			for i, r := range readDatagrams(t, rx, len(msgs), 1<<16) {
-				if !bytes.Equal(r.data, whole[i].Buf) {
-					t.Fatalf("datagram %d: got %d bytes %x…, want %d bytes %x…", i, len(r.data), head(r.data), len(whole[i].Buf), head(whole[i].Buf))
-				}
-				if r.coalesced {
-					coalesced++
-				}
-			}
-			if tt.gso && tt.gro && coalesced == 0 {
-				t.Errorf("GSO sender and GRO receiver: no gathered datagram arrived coalesced")
-			}
-
-			// The sizes of the round trip test: empty datagrams, runs
-			// broken by longer ones, more than one chunk.
-			whole = outgoing(roundTripSizes(), rx.LocalAddr(), 3)
-			msgs = gathered(whole)
-			if n, err := tx.WriteBatch(msgs); err != nil || n != len(msgs) {
-				t.Fatalf("WriteBatch = %d, %v, want %d, nil", n, err, len(msgs))
-			}
-			for i, r := range readDatagrams(t, rx, len(msgs), 1<<16) {
-				if !bytes.Equal(r.data, whole[i].Buf) {
-					t.Fatalf("datagram %d of the mixed sizes: got %d bytes %x…, want %d bytes %x…", i, len(r.data), head(r.data), len(whole[i].Buf), head(whole[i].Buf))
-				}
-			}
-		})
-	}
-}
-
 // TestLoneDatagramsGoBySendto: a batch of one datagram, not a GSO run,
-// leaves by sendto, gathered from its parts into one buffer when it is
-// short enough; anything else by sendmmsg. Each arrives byte for byte as
+// leaves by sendto; anything else by sendmmsg. Each arrives byte for byte as
 // the same datagram sent whole, from the sender's address.
 func TestLoneDatagramsGoBySendto(t *testing.T) {
 	tests := []struct {
 		name     string
 		addr     string
 		sizes    []int
-		gather   bool
 		sendto   int // calls of each
 		sendmmsg int
 	}{
 		{name: "ipv4 one", addr: "127.0.0.1:0", sizes: []int{12 + 16 + 8 + 4}, sendto: 1},
 		{name: "ipv6 one", addr: "[::1]:0", sizes: []int{12 + 4 + 8 + 4}, sendto: 1},
 		{name: "empty", addr: "127.0.0.1:0", sizes: []int{0}, sendto: 1},
-		{name: "one gathered", addr: "127.0.0.1:0", sizes: []int{12 + 16 + 8 + 4}, gather: true, sendto: 1},
-		{name: "gathered to flatMax", addr: "127.0.0.1:0", sizes: []int{flatMax}, gather: true, sendto: 1},
-		{name: "gathered past flatMax", addr: "127.0.0.1:0", sizes: []int{flatMax + 1}, gather: true, sendmmsg: 1},
 		{name: "one large", addr: "127.0.0.1:0", sizes: []int{9000}, sendto: 1},
 		{name: "two", addr: "127.0.0.1:0", sizes: []int{40, 60}, sendmmsg: 1},
 		{name: "gso run", addr: "127.0.0.1:0", sizes: repeat(3, 1000), sendmmsg: 1},
@@ -321,15 +229,8 @@ func TestLoneDatagramsGoBySendto(t *testing.T) {
 				return sendmmsg(fd, hdrs)
 			}
 			whole := outgoing(tt.sizes, rx.LocalAddr(), 1)
-			msgs := whole
-			if tt.gather {
-				// A header, a payload and an ICRC, as a packet built
-				// from a registered region is.
-				b := whole[0].Buf
-				msgs = []Message{{Buf: b[:12:12], Payload: b[12 : len(b)-4 : len(b)-4], Trailer: b[len(b)-4:], Addr: whole[0].Addr}}
-			}
-			if n, err := tx.WriteBatch(msgs); err != nil || n != len(msgs) {
-				t.Fatalf("WriteBatch = %d, %v, want %d, nil", n, err, len(msgs))
+			if n, err := tx.WriteBatch(whole); err != nil || n != len(whole) {
+				t.Fatalf("WriteBatch = %d, %v, want %d, nil", n, err, len(whole))
 			}
 			if sendtos != tt.sendto || sendmmsgs != tt.sendmmsg {
 				t.Errorf("%d sendto and %d sendmmsg calls, want %d and %d", sendtos, sendmmsgs, tt.sendto, tt.sendmmsg)
@@ -781,16 +682,13 @@ func TestBatchesDoNotAllocate(t *testing.T) {
 		name     string
 		addr     string
 		gso, gro bool
-		gather   bool // each datagram in three parts (gathered)
 		one      bool // one small datagram (sendto)
 	}{
 		{name: "ipv4 plain", addr: "127.0.0.1:0"},
 		{name: "ipv4 one", addr: "127.0.0.1:0", one: true},
-		{name: "ipv4 one, gathered", addr: "127.0.0.1:0", one: true, gather: true},
 		{name: "ipv4 gso and gro", addr: "127.0.0.1:0", gso: true, gro: true},
 		{name: "ipv6 plain", addr: "[::1]:0"},
 		{name: "ipv6 gso and gro", addr: "[::1]:0", gso: true, gro: true},
-		{name: "ipv4 gso and gro, gathered", addr: "127.0.0.1:0", gso: true, gro: true, gather: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -801,9 +699,6 @@ func TestBatchesDoNotAllocate(t *testing.T) {
 			out := outgoing(repeat(16, 1024), rx.LocalAddr(), 1)
 			if tt.one {
 				out = outgoing([]int{12 + 16 + 8 + 4}, rx.LocalAddr(), 1)
-			}
-			if tt.gather {
-				out = gathered(out)
 			}
 			in := make([]Message, 16)
 			for i := range in {

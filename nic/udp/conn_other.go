@@ -29,11 +29,6 @@ type sysConn struct {
 	n     int
 	from  netip.AddrPort
 	has   bool
-
-	// wmu guards flat, where a message whose datagram is in several
-	// parts is put together: net.UDPConn writes one buffer.
-	wmu  sync.Mutex
-	flat []byte
 }
 
 func (c *Conn) init(opt Options) error {
@@ -152,17 +147,8 @@ func (c *Conn) stopWaiting() {}
 func (c *Conn) close() error { return c.uc.Close() }
 
 func (c *Conn) writeBatch(msgs []Message) (int, error) {
-	s := &c.sys
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
 	for i := range msgs {
-		m := &msgs[i]
-		b := m.Buf
-		if len(m.Payload)+len(m.Trailer) > 0 {
-			s.flat = append(append(append(s.flat[:0], m.Buf...), m.Payload...), m.Trailer...)
-			b = s.flat
-		}
-		if _, err := c.uc.WriteToUDPAddrPort(b, m.Addr); err != nil {
+		if _, err := c.uc.WriteToUDPAddrPort(msgs[i].Buf, msgs[i].Addr); err != nil {
 			return i, fmt.Errorf("udp: send to %v from %v: %w", msgs[i].Addr, c.local, err)
 		}
 	}

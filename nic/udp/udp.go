@@ -180,25 +180,15 @@ type counters struct {
 //
 // For ReadBatch, Buf's capacity is the space offered (give 64 KiB buffers when
 // GRO is on: a coalesced run fills up to 64 KiB) and the call sets N, Addr,
-// Local and Segment. For WriteBatch, Buf, Payload and Trailer are one
-// datagram and Addr its destination; the other fields are ignored.
+// Local and Segment. For WriteBatch, Buf is one datagram and Addr its
+// destination; the other fields are ignored.
 type Message struct {
-	Buf []byte
-	// Payload and Trailer, for WriteBatch only, continue the datagram that
-	// Buf starts: the kernel gathers the three into one datagram as it
-	// copies them, so that a payload kept elsewhere (a registered memory
-	// region) need not be copied behind its header first. Either may be
-	// empty; ReadBatch ignores them.
-	Payload, Trailer []byte
-	N                int            // read: bytes received into Buf
-	Addr             netip.AddrPort // read: the sender; write: the destination
-	Local            netip.Addr     // read: our address the datagram was sent to
-	Segment          int            // read: with GRO, Buf[:N] holds datagrams of Segment bytes (the last may be shorter); 0 = one datagram
+	Buf     []byte
+	N       int            // read: bytes received into Buf
+	Addr    netip.AddrPort // read: the sender; write: the destination
+	Local   netip.Addr     // read: our address the datagram was sent to
+	Segment int            // read: with GRO, Buf[:N] holds datagrams of Segment bytes (the last may be shorter); 0 = one datagram
 }
-
-// Len returns the length of the datagram m is for WriteBatch: Buf, Payload
-// and Trailer together.
-func (m *Message) Len() int { return len(m.Buf) + len(m.Payload) + len(m.Trailer) }
 
 // Segments iterates over the datagrams a received Message holds: Buf[:N]
 // split every Segment bytes, or Buf[:N] once when Segment is 0. Each datagram
@@ -242,12 +232,12 @@ func splitRuns(msgs []Message, lim gsoLimits, runs []int) int {
 	nr := 0
 	for i := 0; i < len(msgs) && nr < len(runs); nr++ {
 		first := &msgs[i]
-		seg := first.Len()
+		seg := len(first.Buf)
 		total, n := seg, 1
 		if seg > 0 && idInvisible(first.Addr.Addr()) {
 			for j := i + 1; j < len(msgs) && n < lim.maxSegments; j++ {
 				next := &msgs[j]
-				l := next.Len()
+				l := len(next.Buf)
 				if next.Addr != first.Addr || l == 0 || l > seg || total+l > lim.maxBytes {
 					break
 				}
@@ -347,9 +337,8 @@ func (c *Conn) ReadBatch(msgs []Message) (int, error) { return c.readBatch(msgs,
 // datagram is queued (the portable fallback may wait a millisecond).
 func (c *Conn) TryReadBatch(msgs []Message) (int, error) { return c.readBatch(msgs, false) }
 
-// WriteBatch sends every message of msgs and returns how many it sent, each
-// as one datagram gathered from its Buf, Payload and Trailer. With GSO on,
-// each run of consecutive datagrams to one destination that have the
+// WriteBatch sends every message of msgs and returns how many it sent. With
+// GSO on, each run of consecutive datagrams to one destination that have the
 // same length (the last may be shorter) goes to the kernel as one send that
 // the kernel segments, without a copy (see the package doc for what that does
 // to the IPv4 ID). When the socket buffer is full it waits

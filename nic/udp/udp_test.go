@@ -38,7 +38,6 @@ func TestSplitRuns(t *testing.T) {
 		dsts    map[int]netip.AddrPort
 		lim     gsoLimits
 		maxRuns int
-		parts   bool // each datagram cut into Buf, Payload and Trailer
 		want    []int
 	}{
 		{name: "empty batch", sizes: nil, lim: gso, want: []int{}},
@@ -58,19 +57,11 @@ func TestSplitRuns(t *testing.T) {
 		{name: "oversized datagram alone", sizes: []int{70000, 70000}, lim: gso, want: []int{1, 1}},
 		{name: "IPv4 beyond loopback is never coalesced (the IP ID trap)", sizes: repeat(3, 100), dsts: map[int]netip.AddrPort{0: remote4, 1: remote4, 2: remote4}, lim: gso, want: []int{1, 1, 1}},
 		{name: "IPv6 beyond loopback coalesces", sizes: repeat(3, 100), dsts: map[int]netip.AddrPort{0: remote6, 1: remote6, 2: remote6}, lim: gso, want: []int{3}},
-		{name: "gathered datagrams: the sum of their parts", sizes: []int{100, 100, 60}, parts: true, lim: gso, want: []int{3}},
-		{name: "gathered datagram longer than the first", sizes: []int{100, 101}, parts: true, lim: gso, want: []int{1, 1}},
 		{name: "runs slice full", sizes: repeat(4, 100), dsts: map[int]netip.AddrPort{1: dstB, 3: dstB}, lim: gso, maxRuns: 2, want: []int{1, 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			msgs := batch(tt.sizes, tt.dsts)
-			if tt.parts {
-				for i := range msgs {
-					b := msgs[i].Buf
-					msgs[i].Buf, msgs[i].Payload, msgs[i].Trailer = b[:10], b[10:len(b)-4], b[len(b)-4:]
-				}
-			}
 			maxRuns := tt.maxRuns
 			if maxRuns == 0 {
 				maxRuns = max(len(msgs), 1)

@@ -239,7 +239,7 @@ func (d *Device) send(msgs []udp.Message) (sent int, err error) {
 	d.qpc.Add(verbs.SentPkts, uint64(sent))
 	bytes := 0
 	for i := range msgs[:sent] {
-		bytes += msgs[i].Len()
+		bytes += len(msgs[i].Buf)
 	}
 	d.qpc.Add(verbs.SentBytes, uint64(bytes))
 	if err != nil {
