@@ -551,25 +551,41 @@ func TestAttachQueueFull(t *testing.T) {
 }
 
 // TestAttachNoAllocations: posting and polling an attached QP allocate
-// nothing.
+// nothing, whether the waiter spins for its completion or sleeps on the
+// CQ's wakeup.
 func TestAttachNoAllocations(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector's sync.Pool drops packet batches on purpose")
 	}
-	_, a, b := attachedToEmbedded(t)
-	wr := verbs.SendWR{Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
-	var wcs [1]verbs.WC
-	ctx := context.Background()
-	n := testing.AllocsPerRun(200, func() {
-		if err := a.qp.PostSend(&wr); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := a.cq.Wait(ctx, wcs[:]); err != nil || wcs[0].Status != verbs.Success {
-			t.Fatal(err, wcs[0].String())
-		}
-	})
-	if n != 0 {
-		t.Errorf("%v allocations per WRITE posted and completed", n)
+	for _, tc := range []struct {
+		name string
+		spin time.Duration
+	}{{"spinning", 0}, {"sleeping", -1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := startDaemon(t, nic.Config{})
+			dev, err := nic.Open(nic.Config{Attach: d.path, WaitSpin: tc.spin})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { dev.Close() })
+			a := attachedEndOn(t, dev)
+			b := openEnd(t, nic.Config{})
+			connectEnds(t, a, b)
+			wr := verbs.SendWR{Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+			var wcs [1]verbs.WC
+			ctx := context.Background()
+			n := testing.AllocsPerRun(200, func() {
+				if err := a.qp.PostSend(&wr); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := a.cq.Wait(ctx, wcs[:]); err != nil || wcs[0].Status != verbs.Success {
+					t.Fatal(err, wcs[0].String())
+				}
+			})
+			if n != 0 {
+				t.Errorf("%v allocations per WRITE posted and completed", n)
+			}
+		})
 	}
 }
 

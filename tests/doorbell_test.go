@@ -14,7 +14,8 @@ import (
 // can without posting anything, with or without marking every one of its
 // QPs in its doorbell page as rung. Another attached process's 64 KiB
 // WRITEs keep within 2× of their throughput and p99 latency without the
-// flood; the daemon counts the flood against the flooding process and
+// flood; the daemon counts the flood against the flooding process (its
+// wakeups, nearly all empty) and
 // wakes for it no more than the README says: 256 times, then 1,000 a
 // second.
 func TestDoorbellFlood(t *testing.T) {
@@ -48,8 +49,11 @@ func TestDoorbellFlood(t *testing.T) {
 			if most := 256 + uint64(1000*took.Seconds()); c("doorbells") > most {
 				t.Errorf("the daemon woke %d times for the attacker's doorbell in %v, more than %d", c("doorbells"), took, most)
 			}
-			if c("doorbells_empty") == 0 || c("doorbell_signals") < 10*c("doorbells") {
-				t.Errorf("the flood is not counted as such: %d signals, %d wakeups, %d empty",
+			// The daemon never reads the process's eventfd (the process could
+			// make the read block), so it sees signals that came together as
+			// one: the flood shows as wakeups that found nothing.
+			if c("doorbells_empty") == 0 || c("doorbells_empty") < c("doorbells")*9/10 {
+				t.Errorf("the flood is not counted as such: %d signals taken, %d wakeups, %d empty",
 					c("doorbell_signals"), c("doorbells"), c("doorbells_empty"))
 			}
 			if c("doorbells_throttled") == 0 {

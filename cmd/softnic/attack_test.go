@@ -425,14 +425,14 @@ func fromUser(t *testing.T, control string, n, per int, cmd, errno, resource str
 // throughout, and once they let go its descriptors and goroutines are
 // back where they were. The daemon's limit is 1024 descriptors (256
 // under the race detector), of which attached processes get three
-// quarters: a process an eighth of those (96, 32 sessions of 3), a user
+// quarters: a process an eighth of those (96, 19 sessions of 5), a user
 // half (384, four processes' worth).
 func TestAttackSessions(t *testing.T) {
 	nofile := 1024
 	if raceEnabled {
 		nofile = 256
 	}
-	per := (nofile - nofile/4) / 8 / 3
+	per := (nofile - nofile/4) / 8 / 5
 	d := startChildDaemon(t, []string{childNoFileEnv + "=" + strconv.Itoa(nofile)})
 	pid := d.cmd.Process.Pid
 	before := loadOf(t, d.control, pid)

@@ -1,15 +1,12 @@
 package attachd
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/softnic/softnic/nic"
@@ -46,7 +43,8 @@ import (
 // on an idle one); and the time a look at one of its QPs holds that
 // QP's lock, which no other process's traffic needs. Its own CPU is the
 // kernel's to share out. softnic stat counts, per process, the doorbell's
-// wakeups (doorbells), the signals they read (doorbell_signals), the
+// wakeups (doorbells), the signals they took (doorbell_signals: those that
+// came together, before the daemon took them, count once), the
 // wakeups that found nothing (doorbells_empty) and the times the doorbell
 // went unheard (doorbells_throttled).
 
@@ -92,34 +90,37 @@ func (l DoorbellLimits) WithDefaults() DoorbellLimits {
 
 // doorbell is the daemon's side of a process's doorbell: its eventfd, its
 // page, and the budget of the process's looks that found nothing.
+//
+// The daemon never reads or writes the process's eventfd, whose open file
+// description the process holds (and can make blocking): it waits on an
+// epoll fd of its own in which the eventfd is registered edge-triggered
+// (shm.NewEpoll, shm.Waiter), and wakes its own doorbell goroutine with a
+// second eventfd, its own, registered there too.
 type doorbell struct {
 	page     *shm.Mapping
 	db       shm.Doorbell   // in page
 	needWake *atomic.Uint32 // in page
 
-	// fd is the eventfd, -1 once closed; the daemon signals it under fdMu's
-	// read lock (wake), and closes it under the write lock.
+	// fd is the process's eventfd, own the daemon's, and epfd the epoll fd
+	// that waits for both; -1 once closed. The daemon signals own under
+	// fdMu's read lock (signal), and closes them under the write lock.
 	fdMu sync.RWMutex
 	fd   int
+	own  int
+	epfd int
 
-	// listening is fd as the runtime's poller watches it, nil while the
-	// doorbell goroutine does not listen, and raw its raw descriptor;
-	// stopped once the process detached.
+	// listening is a copy of epfd as the runtime's poller watches it, nil
+	// while the doorbell goroutine does not listen; stopped once the
+	// process detached.
 	mu        sync.Mutex
-	listening *os.File
-	raw       syscall.RawConn
+	listening *shm.Waiter
 	stopped   bool
 
 	// poked tells the doorbell goroutine that the daemon has work for it
 	// (session.fail), which a look at the marks would not see.
 	poked atomic.Bool
 
-	// The doorbell goroutine's wait (await), for raw.Read's callback
-	// (readFn, readSignals).
-	looked  bool
-	signals uint64
-	readErr error
-	readFn  func(fd uintptr) bool
+	lookFn func() bool // b.look, bound once for await
 
 	pollingSaid bool // the doorbell goroutine logged that it cannot listen
 
@@ -134,20 +135,29 @@ type doorbell struct {
 	quietUntil atomic.Int64
 }
 
-// open makes the eventfd and the page.
-func (b *doorbell) open() error {
-	fd, err := shm.NewEventFD()
-	if err != nil {
+// open makes the eventfds, the epoll fd and the page.
+func (b *doorbell) open() (err error) {
+	b.fd, b.own, b.epfd = -1, -1, -1
+	defer func() {
+		if err != nil {
+			b.closeFDs()
+		}
+	}()
+	if b.fd, err = shm.NewEventFD(); err != nil {
+		return err
+	}
+	if b.own, err = shm.NewEventFD(); err != nil {
+		return err
+	}
+	if b.epfd, err = shm.NewEpoll(b.fd, b.own); err != nil {
 		return err
 	}
 	if b.page, err = shm.Create("softnic-doorbell", shm.DoorbellSize); err != nil {
-		shm.CloseFD(fd)
 		return err
 	}
-	b.fd = fd
 	b.db, _ = shm.NewDoorbell(b.page.Bytes())
 	b.needWake = b.db.NeedWake()
-	b.readFn = b.readSignals
+	b.lookFn = b.look
 	return nil
 }
 
@@ -155,66 +165,41 @@ func (b *doorbell) open() error {
 // eventfd, then the page.
 func (b *doorbell) fds() []int { return []int{b.fd, b.page.FD()} }
 
-// listen returns the eventfd for the doorbell goroutine to wait for
-// (await), in the runtime's poller: a duplicate, which leaves the poller
+// listen returns the doorbell's wait for the doorbell goroutine (await),
+// in the runtime's poller: a copy of the epoll fd, which leaves the poller
 // when deafen closes it. It returns nil once the process detached.
-func (b *doorbell) listen() (syscall.RawConn, error) {
+func (b *doorbell) listen() (*shm.Waiter, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.stopped {
 		return nil, nil
 	}
 	if b.listening == nil {
-		fd, err := shm.DupFD(b.fd)
+		fd, err := shm.DupFD(b.epfd)
 		if err != nil {
-			return nil, fmt.Errorf("doorbell eventfd: dup: %w", err)
+			return nil, fmt.Errorf("doorbell epoll fd: dup: %w", err)
 		}
-		f := os.NewFile(uintptr(fd), "softnic-doorbell")
-		raw, err := f.SyscallConn()
-		if err != nil {
-			f.Close()
-			return nil, fmt.Errorf("doorbell eventfd: %w", err)
+		if b.listening, err = shm.NewWaiter(fd, "softnic-doorbell"); err != nil {
+			return nil, fmt.Errorf("doorbell: %w", err)
 		}
-		b.listening, b.raw = f, raw
 	}
-	return b.raw, nil
+	return b.listening, nil
 }
 
-// await waits, with raw from listen, for the process to signal the
-// eventfd, and returns the signals it read, 0 if it found a QP marked
-// before it waited. The doorbell goroutine calls it after a pass that
-// found nothing, when the eventfd is empty unless a post came since: so
-// it looks at the marks, not the eventfd, before it waits, which spares
-// a system call a wakeup. That look is what makes a signal that came
-// before the wait harmless (raw.Read forgets the readiness the runtime's
-// poller saw then): the post marked its QP before it signalled.
-func (b *doorbell) await(raw syscall.RawConn) (uint64, error) {
-	b.looked, b.signals, b.readErr = false, 0, nil
-	if err := raw.Read(b.readFn); err != nil {
-		return 0, err
-	}
-	return b.signals, b.readErr
+// await waits, with w from listen, for the process to signal its eventfd
+// (or the daemon its own), and returns the signals it took (each a wakeup
+// of the epoll fd, which folds the signals that came together), and
+// whether one ended the wait, as opposed to a QP marked before it waited.
+// It takes the signals that came before it and then looks at the marks
+// (look): a post marks its QP before it signals, so a signal before the
+// look is for a mark the look sees.
+func (b *doorbell) await(w *shm.Waiter) (signals uint64, woke bool, err error) {
+	n, woke, err := w.Wait(b.lookFn)
+	return uint64(n), woke, err
 }
 
-// readSignals is await's callback: the first call looks at the marks
-// (and whether the daemon poked), the next ones, after readiness, read
-// the eventfd. It reports whether the wait is over.
-func (b *doorbell) readSignals(fd uintptr) bool {
-	if !b.looked {
-		b.looked = true
-		return b.db.Pending() || b.poked.Swap(false)
-	}
-	n, err := shm.Drain(int(fd))
-	switch {
-	case errors.Is(err, syscall.EAGAIN):
-		return false
-	case err != nil:
-		b.readErr = fmt.Errorf("read doorbell eventfd: %w", err)
-	default:
-		b.signals = n
-	}
-	return true
-}
+// look is await's look: whether a QP is marked or the daemon poked.
+func (b *doorbell) look() bool { return b.db.Pending() || b.poked.Swap(false) }
 
 // deafen stops listening: signals of the eventfd wake nothing until listen.
 func (b *doorbell) deafen() {
@@ -222,7 +207,7 @@ func (b *doorbell) deafen() {
 	defer b.mu.Unlock()
 	if b.listening != nil {
 		b.listening.Close()
-		b.listening, b.raw = nil, nil
+		b.listening = nil
 	}
 }
 
@@ -241,23 +226,33 @@ func (b *doorbell) poke() {
 	b.signal()
 }
 
-// signal signals the eventfd, unless it is closed.
+// signal wakes the doorbell goroutine with the daemon's own eventfd,
+// unless it is closed.
 func (b *doorbell) signal() {
 	b.fdMu.RLock()
 	defer b.fdMu.RUnlock()
-	if b.fd >= 0 {
-		shm.Signal(b.fd)
+	if b.own >= 0 {
+		shm.Signal(b.own)
 	}
 }
 
-// close closes the eventfd and unmaps the page, once the doorbell
+// close closes the descriptors and unmaps the page, once the doorbell
 // goroutine and the busy-polling readers are done with them.
 func (b *doorbell) close() {
 	b.fdMu.Lock()
-	shm.CloseFD(b.fd)
-	b.fd = -1
+	b.closeFDs()
 	b.fdMu.Unlock()
 	b.page.Close()
+}
+
+// closeFDs closes the eventfds and the epoll fd that are open.
+func (b *doorbell) closeFDs() {
+	for _, fd := range []*int{&b.fd, &b.own, &b.epfd} {
+		if *fd >= 0 {
+			shm.CloseFD(*fd)
+			*fd = -1
+		}
+	}
 }
 
 // spend takes n tokens from the budget for looks that found nothing, at
@@ -371,13 +366,14 @@ func (s *session) doorbellLoop() {
 			}
 		}
 		s.unpoll()
-		raw, err := s.bell.listen()
-		if raw == nil && err == nil {
+		w, err := s.bell.listen()
+		if w == nil && err == nil {
 			return
 		}
 		var signals uint64
+		rang := false
 		if err == nil {
-			signals, err = s.bell.await(raw)
+			signals, rang, err = s.bell.await(w)
 		}
 		if err != nil {
 			if s.ctx.Err() != nil {
@@ -395,12 +391,12 @@ func (s *session) doorbellLoop() {
 			}
 			continue
 		}
-		if signals == 0 {
+		s.cnt[cntDoorbellSignals].Add(signals)
+		if !rang {
 			continue // a QP marked before the wait
 		}
 		woke = true
 		s.cnt[cntDoorbells].Add(1)
-		s.cnt[cntDoorbellSignals].Add(signals)
 	}
 }
 

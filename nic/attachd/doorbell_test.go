@@ -139,7 +139,7 @@ func TestDoorbellFloodThrottled(t *testing.T) {
 				flooded <- n
 				return
 			default:
-				s.wake() // the process's doorbell eventfd
+				shm.Signal(s.bell.fd) // the process's doorbell eventfd
 			}
 		}
 	}()
@@ -176,10 +176,10 @@ func TestDoorbellFloodThrottled(t *testing.T) {
 	}
 }
 
-// The doorbell goroutine's wait (await) ends at once, without reading the
-// eventfd, when a QP is marked or the daemon poked it, and otherwise when
-// the process signals, with the signals it read; once the process
-// detached (stop), it fails.
+// The doorbell goroutine's wait (await) ends at once, taking the signals
+// that came before it, when a QP is marked or the daemon poked it, and
+// otherwise when the process signals, with the signals it took; once the
+// process detached (stop), it fails.
 func TestDoorbellAwait(t *testing.T) {
 	mustHaveAttach(t)
 	var b doorbell
@@ -192,9 +192,9 @@ func TestDoorbellAwait(t *testing.T) {
 		t.Fatalf("listen: %v, %v", raw, err)
 	}
 	b.db.Mark(3)
-	b.signal()
-	if n, err := b.await(raw); n != 0 || err != nil {
-		t.Errorf("await with a QP marked: %d signals, %v; want 0, nil", n, err)
+	shm.Signal(b.fd) // the process's
+	if n, rang, err := b.await(raw); n != 1 || rang || err != nil {
+		t.Errorf("await with a QP marked: %d signals, rang %v, %v; want the signal taken, not rung, nil", n, rang, err)
 	}
 	for slot := range b.db.Take {
 		if slot != 3 {
@@ -202,36 +202,36 @@ func TestDoorbellAwait(t *testing.T) {
 		}
 	}
 	b.poke()
-	if n, err := b.await(raw); n != 0 || err != nil {
-		t.Errorf("await after a poke: %d signals, %v; want 0, nil", n, err)
+	if n, rang, err := b.await(raw); n != 1 || rang || err != nil {
+		t.Errorf("await after a poke: %d signals, rang %v, %v; want the poke's taken, not rung, nil", n, rang, err)
 	}
-	// A signal the runtime's poller saw before the wait began may go
-	// unheard (a post marks its QP first, which the look sees): the
-	// process signals until the wait ends, with every signal made.
+	// A signal that came before the wait's look is taken before it (a post
+	// marks its QP first, which the look sees): the process signals until
+	// the wait ends, with every signal made.
 	stop := make(chan struct{})
 	signalled := make(chan uint64)
 	go func() {
-		n := uint64(2) // the mark's and the poke's, not read yet
+		n := uint64(0)
 		for {
 			select {
 			case <-stop:
 				signalled <- n
 				return
 			case <-time.After(time.Millisecond):
-				b.signal()
+				shm.Signal(b.fd)
 				n++
 			}
 		}
 	}()
-	n, err := b.await(raw)
+	n, rang, err := b.await(raw)
 	close(stop)
 	made := <-signalled
-	if err != nil || n == 0 || n > made {
-		t.Errorf("await while signalled: %d signals, %v; want 1 to %d", n, err, made)
+	if err != nil || !rang || n == 0 || n > made {
+		t.Errorf("await while signalled: %d signals, rang %v, %v; want 1 to %d, rung", n, rang, err, made)
 	}
 	done := make(chan error)
 	go func() {
-		_, err := b.await(raw)
+		_, _, err := b.await(raw)
 		done <- err
 	}()
 	b.stop()
@@ -389,9 +389,9 @@ func asleep(s *session) {
 
 // signalCounted reports whether the count of s's doorbell signals moves
 // past before within 10 seconds. The daemon counts a signal when its wait
-// reads the eventfd, which can be after the WRITE that signalled has
+// takes it, which can be after the WRITE that signalled has
 // completed: a goroutine that set NeedWake takes the process's post in
-// its last look before it sleeps, and reads the signal in the wait that
+// its last look before it sleeps, and takes the signal in the wait that
 // follows.
 func signalCounted(s *session, before uint64) bool {
 	deadline := time.Now().Add(10 * time.Second)

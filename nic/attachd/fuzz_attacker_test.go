@@ -56,7 +56,7 @@ type fuzzRing struct {
 	r    shm.Ring
 	send bool   // a send ring, which posts encode send work requests into
 	prod uint32 // the producer index the attacker keeps
-	ev   int    // a completion ring's eventfd, else -1
+	ev   int    // a completion ring's wakeup (an epoll fd), else -1
 }
 
 // fuzzRegion is memory the attacker registered: its mapping, if it made a

@@ -166,7 +166,8 @@ func (s *session) deregMR(_ context.Context, raw json.RawMessage, _ []int) (any,
 	return destroyObject(s, raw, s.deregister)
 }
 
-// createCQ answers with the CQ's ring and eventfd.
+// createCQ answers with the CQ's ring and the epoll fd that waits for its
+// wakeups.
 func (s *session) createCQ(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
 	a, err := args[attachproto.CreateCQArgs](raw)
 	if err != nil {
@@ -181,13 +182,7 @@ func (s *session) createCQ(_ context.Context, raw json.RawMessage, _ []int) (any
 		c.close()
 		return nil, nil, err
 	}
-	efd, err := dupFD(c.EventFD())
-	if err != nil {
-		s.remove(h)
-		c.close()
-		return nil, nil, err
-	}
-	return attachproto.CQResult{H: h, Depth: a.Depth}, []int{c.TakeFD(), efd}, nil
+	return attachproto.CQResult{H: h, Depth: a.Depth}, []int{c.TakeFD(), c.TakeWaitFD()}, nil
 }
 
 func (s *session) createSRQ(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
@@ -665,13 +660,4 @@ func (s *session) disconnect(ctx context.Context, raw json.RawMessage, _ []int) 
 	case <-ctx.Done():
 		return nil, nil, ctx.Err()
 	}
-}
-
-// dupFD returns a copy of fd, closed on exec.
-func dupFD(fd int) (int, error) {
-	d, err := shm.DupFD(fd)
-	if err != nil {
-		return -1, fmt.Errorf("dup: %w", err)
-	}
-	return d, nil
 }

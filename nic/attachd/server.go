@@ -363,7 +363,7 @@ const (
 	cntCQEs                      // completions written to its completion rings
 	cntBadQueues                 // QPs failed for a corrupt work request or ring index
 	cntCQOverflows               // completions lost to a full completion ring
-	cntDoorbellSignals           // signals of its doorbell eventfd, as the wakeups read them
+	cntDoorbellSignals           // signals of its doorbell, as the daemon's waits took them (those that came together count once)
 	cntDoorbellsEmpty            // wakeups that found no new work request
 	cntDoorbellsThrottled        // times its doorbell went unheard for a while: it rang for nothing too often
 	numSessionCounters
@@ -683,9 +683,11 @@ const (
 	waitHeap    = 16 << 10
 )
 
-// sessionBill is what a session holds: its socket, its doorbell eventfd
-// and the duplicate its goroutine reads, the doorbell page, and its heap.
-var sessionBill = quota.Of(quota.Sessions, 1).Plus(quota.Descriptors, 3).Plus(quota.Mappings, 1).
+// sessionBill is what a session holds: its socket, its doorbell's two
+// eventfds (the process's and the daemon's own), the epoll fd that waits
+// for them and the duplicate its goroutine waits on, the doorbell page,
+// and its heap.
+var sessionBill = quota.Of(quota.Sessions, 1).Plus(quota.Descriptors, 5).Plus(quota.Mappings, 1).
 	Plus(quota.Memory, shm.DoorbellSize).Plus(quota.Heap, sessionHeap)
 
 // waitBill is what a call waiting for the network holds; watchBill the

@@ -164,10 +164,10 @@ func hostedOf(t testing.TB, srv *Server, q *nic.QP) *hostedQP {
 }
 
 // ring rings h's doorbell, as its process does: it marks h in the
-// doorbell page and signals the doorbell eventfd.
+// doorbell page and signals its doorbell eventfd.
 func ring(h *hostedQP) {
 	h.s.bell.db.Mark(h.slot)
-	h.s.wake()
+	shm.Signal(h.s.bell.fd)
 }
 
 // spoilSend returns a spoiler of TestAttachedQueueCorruption that posts a

@@ -1,9 +1,10 @@
 // Package shm is what an attached process and the softnic daemon share in
 // attach mode: the layout of the queues both map (send, receive and
 // completion rings of fixed-size slots), the encoding of work requests and
-// completions in those slots, sealed memfd mappings, eventfds, and the
-// unix-socket transport that carries control messages with file
-// descriptors (SCM_RIGHTS) between the two. Memfds and eventfds are
+// completions in those slots, sealed memfd mappings, the wakeups
+// (eventfds waited on through epoll fds, wait.go), and the unix-socket
+// transport that carries control messages with file descriptors
+// (SCM_RIGHTS) between the two. Memfds and eventfds are
 // Linux's (memfd_linux.go): elsewhere, and in a Linux build with the
 // softnic_portable tag, Supported, Create, Map and NewEventFD return
 // mr.ErrNotSupported, and without SCM_RIGHTS (Windows) a Conn carries

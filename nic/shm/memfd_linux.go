@@ -60,8 +60,9 @@ func mapSealed(fd int, off int64, size int) ([]byte, error) {
 }
 
 // NewEventFD returns a non-blocking eventfd: a counter one side adds to
-// (Signal) and the other reads, waking when it is not zero. Where the
-// system has no eventfds (all but Linux) it returns mr.ErrNotSupported.
+// (Signal), which wakes the waiter of an epoll fd it is registered in
+// (NewEpoll, Waiter). Where the system has no eventfds (all but Linux) it
+// returns mr.ErrNotSupported.
 func NewEventFD() (int, error) {
 	fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
 	if err != nil {
@@ -70,31 +71,13 @@ func NewEventFD() (int, error) {
 	return fd, nil
 }
 
-// Signal adds one to the eventfd fd. A counter at its maximum (the reader
-// has not read for 2^64-2 signals) already wakes the reader, so EAGAIN is
-// not an error.
+// Signal adds one to the eventfd fd, which must be non-blocking. A
+// counter at its maximum (2^64-2 signals; nobody reads it) fails with
+// EAGAIN, which is ignored: the waiter has woken for the signals before.
 func Signal(fd int) {
 	var one [8]byte
 	binary.NativeEndian.PutUint64(one[:], 1)
 	unix.Write(fd, one[:])
-}
-
-// Drain reads the eventfd fd's counter, which leaves it zero: the signals
-// since the last Drain, or syscall.EAGAIN when there were none.
-func Drain(fd int) (uint64, error) {
-	var buf [8]byte
-	for {
-		n, err := unix.Read(fd, buf[:])
-		switch {
-		case err == unix.EINTR:
-			continue
-		case err != nil:
-			return 0, err
-		case n != len(buf):
-			return 0, fmt.Errorf("eventfd: read %d bytes", n)
-		}
-		return binary.NativeEndian.Uint64(buf[:]), nil
-	}
 }
 
 // Yield gives up the thread's CPU to another thread that is ready to run

@@ -44,11 +44,16 @@ func NewEventFD() (int, error) {
 // Signal does nothing: NewEventFD makes no eventfd to signal.
 func Signal(int) {}
 
-// Drain returns mr.ErrNotSupported: NewEventFD makes no eventfd to read.
-func Drain(int) (uint64, error) {
-	return 0, fmt.Errorf("eventfd on %s: %w", platform(), mr.ErrNotSupported)
-}
-
 // Yield lets the process's other goroutines run: there is no daemon
 // sharing memory with this build to give the CPU to.
 func Yield() { runtime.Gosched() }
+
+// NewEpoll returns mr.ErrNotSupported: wakeups are eventfds, which the
+// system does not have.
+func NewEpoll(...int) (int, error) {
+	return -1, fmt.Errorf("epoll on %s: %w", platform(), mr.ErrNotSupported)
+}
+
+func takeWakeups(int) int { return 0 }
+
+func setNonblock(int) error { return fmt.Errorf("epoll on %s: %w", platform(), mr.ErrNotSupported) }

@@ -4,8 +4,10 @@ package shm
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -184,23 +186,92 @@ func TestConnCarriesDescriptors(t *testing.T) {
 	}
 }
 
-// TestDrainReadsTheSignals: Drain returns the signals since the last
-// Drain and leaves the counter zero, so the next one finds none.
-func TestDrainReadsTheSignals(t *testing.T) {
+// newTestWaiter returns an eventfd, an epoll fd in which it is registered
+// and the Waiter of that, closed when t ends.
+func newTestWaiter(t *testing.T) (efd, epfd int, w *Waiter) {
+	t.Helper()
+	efd, err := NewEventFD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(efd) })
+	if epfd, err = NewEpoll(efd); err != nil {
+		t.Fatal(err)
+	}
+	if w, err = NewWaiter(epfd, "test-wakeup"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	return efd, epfd, w
+}
+
+// TestWaiterTakesEarlierWakeups: wakeups signalled before a Wait are
+// taken by it before its look, as one, and do not end it; those signalled
+// after the look end the wait and are taken as one, however often they
+// are signalled before the waiter runs.
+func TestWaiterTakesEarlierWakeups(t *testing.T) {
+	efd, epfd, w := newTestWaiter(t)
+	w.SetDeadline(time.Now().Add(10 * time.Second))
+
+	Signal(efd)
+	Signal(efd)
+	looks := 0
+	if n, woke, err := w.Wait(func() bool { looks++; return true }); n != 1 || woke || err != nil || looks != 1 {
+		t.Fatalf("Wait whose look finds work = %d, %v, %v after %d looks; want the two signals taken as 1, not woken, nil after 1", n, woke, err, looks)
+	}
+	if n := takeWakeups(epfd); n != 0 {
+		t.Fatalf("%d wakeups left after a Wait took them", n)
+	}
+
+	Signal(efd) // before the Wait: taken before the look
+	n, woke, err := w.Wait(func() bool {
+		Signal(efd) // after the look, as a completion the look missed
+		Signal(efd)
+		return false
+	})
+	if n != 2 || !woke || err != nil {
+		t.Fatalf("Wait woken after its look = %d, %v, %v; want 2 taken (one event of the two signals after the look), woken, nil", n, woke, err)
+	}
+}
+
+// TestWaiterEnds: a Wait under way returns an error at its deadline and
+// when the Waiter closes.
+func TestWaiterEnds(t *testing.T) {
+	for _, how := range []string{"deadline", "close"} {
+		t.Run(how, func(t *testing.T) {
+			_, _, w := newTestWaiter(t)
+			looked := make(chan struct{})
+			go func() {
+				<-looked
+				if how == "deadline" {
+					w.SetDeadline(time.Unix(1, 0))
+				} else {
+					w.Close()
+				}
+			}()
+			if _, _, err := w.Wait(func() bool { close(looked); return false }); err == nil {
+				t.Fatalf("Wait ended by %s returned no error", how)
+			}
+		})
+	}
+}
+
+// TestSignalNeverBlocks: a full counter (as a process that held the
+// eventfd could make it) fails the signal, which returns.
+func TestSignalNeverBlocks(t *testing.T) {
 	fd, err := NewEventFD()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer unix.Close(fd)
-	if _, err := Drain(fd); !errors.Is(err, unix.EAGAIN) {
-		t.Fatalf("Drain of a new eventfd: %v, want EAGAIN", err)
+	var full [8]byte
+	binary.NativeEndian.PutUint64(full[:], 1<<64-2)
+	if _, err := unix.Write(fd, full[:]); err != nil {
+		t.Fatal(err)
 	}
-	Signal(fd)
-	Signal(fd)
-	if n, err := Drain(fd); n != 2 || err != nil {
-		t.Fatalf("Drain after two signals = %d, %v; want 2, nil", n, err)
-	}
-	if _, err := Drain(fd); !errors.Is(err, unix.EAGAIN) {
-		t.Fatalf("second Drain: %v, want EAGAIN", err)
+	Signal(fd) // returns, or the test times out
+	var got [8]byte
+	if _, err := unix.Read(fd, got[:]); err != nil || binary.NativeEndian.Uint64(got[:]) != 1<<64-2 {
+		t.Fatalf("counter %d, %v after a signal of a full eventfd; want it unchanged", binary.NativeEndian.Uint64(got[:]), err)
 	}
 }

@@ -348,7 +348,7 @@ func (a *attachment) call(ctx context.Context, op string, args any, fds []int, r
 }
 
 // answerFDs is how many descriptors the answer to each request carries at
-// most: a CQ's ring and eventfd, a QP's or SRQ's rings. call closes any
+// most: a CQ's ring and wakeup, a QP's or SRQ's rings. call closes any
 // more, which no caller would.
 var answerFDs = map[string]int{attachproto.OpCreateCQ: 2, attachproto.OpCreateSRQ: 1, attachproto.OpCreateQP: 2, attachproto.OpAccept: 2, attachproto.OpDial: 2}
 

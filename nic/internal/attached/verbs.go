@@ -233,16 +233,18 @@ func (p *attachedPD) SGEAt(start, n uint64) (verbs.SGE, bool) {
 // attachedCQ is the completion ring of an attached device's CQ: the
 // daemon writes completions, Poll reads them without a system call, and a
 // waiter that finds it empty watches the ring for a while (spinning),
-// then arms it and sleeps reading the CQ's eventfd, which the daemon
-// signals (see nic's CQ.wait).
+// then arms it and sleeps on the CQ's wakeup, an epoll fd in which the
+// daemon's eventfd for the CQ is registered (shm.Waiter; see nic's
+// CQ.wait).
 type attachedCQ struct {
 	a        *attachment
 	st       *provider.CQState
 	h        uint32
 	depth    uint32
-	ev       *os.File
-	lead     sync.Mutex   // held by the one waiter that reads ev
+	ev       *shm.Waiter
+	lead     sync.Mutex   // held by the one waiter that waits on ev
 	spinning *spin.Policy // how long a waiter watches the ring before it sleeps
+	armFn    func() bool  // c.arm, bound once for the lead waiter's wait
 
 	mu     sync.Mutex
 	m      *shm.Mapping
@@ -262,12 +264,19 @@ func (a *attachment) CreateCQ(depth int, st *provider.CQState) (provider.CQ, err
 		return nil, err
 	}
 	m, ring, err := mapCQ(fds, depth)
+	var ev *shm.Waiter
+	if err == nil {
+		if ev, err = shm.NewWaiter(fds[1], "softnic-cq-wakeup"); err != nil {
+			m.Close()
+		}
+	}
 	if err != nil {
 		a.drop(attachproto.OpDestroyCQ, r.H)
 		return nil, err
 	}
-	ac := &attachedCQ{a: a, st: st, h: r.H, depth: uint32(depth), ev: os.NewFile(uintptr(fds[1]), "softnic-cq-event"),
+	ac := &attachedCQ{a: a, st: st, h: r.H, depth: uint32(depth), ev: ev,
 		spinning: spin.NewPolicy(a.waitSpin), m: m, ring: ring}
+	ac.armFn = ac.arm
 	a.mu.Lock()
 	if a.ended.Load() {
 		a.mu.Unlock()
@@ -280,7 +289,7 @@ func (a *attachment) CreateCQ(depth int, st *provider.CQState) (provider.CQ, err
 }
 
 // mapCQ maps the ring of a CQ of depth entries whose memfd is fds[0]; the
-// CQ's eventfd, fds[1], is left open. On error it closes both.
+// CQ's wakeup, fds[1], is left open. On error it closes both.
 func mapCQ(fds []int, depth int) (*shm.Mapping, shm.Ring, error) {
 	if len(fds) != 2 {
 		shm.CloseFDs(fds)
@@ -322,7 +331,7 @@ func (c *attachedCQ) Destroy() error {
 // found with no thread of this process woken, and the daemon, which
 // writes it into a ring no waiter armed, signals nothing. Then it lets
 // one waiter at a time, the one holding c.lead, arm the CQ and sleep on
-// its eventfd; the others sleep in CQState.Sleep.
+// its wakeup; the others sleep in CQState.Sleep.
 func (c *attachedCQ) Park(ctx context.Context, done <-chan struct{}) (bool, error) {
 	found, spun := c.spin()
 	if found {
@@ -377,29 +386,26 @@ func (c *attachedCQ) look() (held, closed bool) {
 	return c.ring.Producer().Load() != c.cons, false
 }
 
-// sleep arms the CQ and, unless completions came meanwhile, blocks reading
-// its eventfd until the daemon signals it, ctx ends or the device closes.
-// The reader runs on the runtime's poller, woken straight from the
-// eventfd. The caller holds c.lead.
+// sleep arms the CQ and, unless completions came meanwhile, waits for the
+// daemon's wakeup, for ctx to end or the device to close. The wait is the
+// runtime's poller's, woken straight from the epoll fd; it takes the
+// wakeups of earlier armings first, then arms the CQ and looks at the
+// ring (arm). The caller holds c.lead.
 func (c *attachedCQ) sleep(ctx context.Context, done <-chan struct{}) error {
-	if !c.arm() {
-		return nil
-	}
 	select {
 	case <-done:
 		return cm.ErrClosed
 	default:
 	}
 	if ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, func() { c.ev.SetReadDeadline(longAgo) })
+		stop := context.AfterFunc(ctx, func() { c.ev.SetDeadline(longAgo) })
 		defer func() {
 			if !stop() {
-				c.ev.SetReadDeadline(time.Time{})
+				c.ev.SetDeadline(time.Time{})
 			}
 		}()
 	}
-	var b [8]byte
-	_, err := c.ev.Read(b[:])
+	_, _, err := c.ev.Wait(c.armFn)
 	switch {
 	case err == nil:
 		return nil
@@ -410,7 +416,7 @@ func (c *attachedCQ) sleep(ctx context.Context, done <-chan struct{}) error {
 		case <-done:
 			return cm.ErrClosed
 		default: // a deadline left by an earlier waiter's context
-			c.ev.SetReadDeadline(time.Time{})
+			c.ev.SetDeadline(time.Time{})
 			return nil
 		}
 	default:
@@ -426,7 +432,7 @@ func (c *attachedCQ) interrupt() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.closed {
-		c.ev.SetReadDeadline(longAgo)
+		c.ev.SetDeadline(longAgo)
 	}
 }
 
@@ -479,8 +485,15 @@ func (c *attachedCQ) poll(wcs []verbs.WC) (int, error) {
 	return 0, nil
 }
 
-// arm asks the daemon to signal the next completion, and reports whether
-// the ring is still empty.
+// arm is sleep's look, once the wait took the wakeups that came before
+// it: it asks the daemon to signal the next completion, and reports
+// whether the ring holds a completion already (the daemon writes one
+// before it looks whether the ring is armed), or the CQ is closed. The
+// arming must follow the take: a wakeup taken may be the daemon's answer
+// to an earlier arming, whose completion another thread polled (a
+// program's ibv_poll_cq while libsoftnic waits for its next event), and
+// the daemon, which disarmed the ring as it signalled, would signal no
+// other.
 func (c *attachedCQ) arm() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -488,7 +501,7 @@ func (c *attachedCQ) arm() bool {
 		return true
 	}
 	c.ring.Armed().Store(1)
-	return c.ring.Producer().Load() == c.cons
+	return c.ring.Producer().Load() != c.cons
 }
 
 func (c *attachedCQ) Len() int {

@@ -11,6 +11,17 @@
 // the attach line (id 0) and carries the process's doorbell: an eventfd and
 // the doorbell page.
 //
+// The wakeups: the process signals its doorbell eventfd (a write of 1),
+// and the daemon waits on an epoll fd of its own in which the eventfd is
+// registered; the daemon never reads or writes it. A CQ's wakeup is the
+// other way round: create_cq's second descriptor is an epoll fd in which
+// an eventfd the daemon keeps to itself is registered edge-triggered; each
+// signal of the daemon's (once per arming of the ring) makes the epoll fd
+// readable, and the process takes the wakeup with epoll_wait and a
+// timeout of 0, then arms the ring again and looks at it before it waits
+// (shm.Waiter). Neither side ever holds a descriptor whose open file
+// description the other can make blocking and then use to block it.
+//
 // A request has an id and an op; its reply has the same id and a result or
 // an error. Replies come in any order: calls that wait for the network
 // (dial, accept_request, accept, disconnect) are answered when done, and
@@ -64,7 +75,7 @@ const (
 	OpRegMR         = "reg_mr"     // over memory of an earlier alloc_mr
 	OpRegShared     = "reg_shared" // with the memfd the process maps the region's memory from
 	OpDeregMR       = "dereg_mr"   //
-	OpCreateCQ      = "create_cq"  // replied with the ring's memfd and the CQ's eventfd
+	OpCreateCQ      = "create_cq"  // replied with the ring's memfd and the CQ's wakeup (an epoll fd)
 	OpCreateSRQ     = "create_srq" // replied with the ring's memfd
 	OpCreateQP      = "create_qp"  // replied with the send (and receive) ring's memfds
 	OpModifyQP      = "modify_qp"

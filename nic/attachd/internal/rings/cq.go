@@ -20,22 +20,28 @@ type CQ struct {
 	mu     sync.Mutex
 	m      *shm.Mapping
 	ring   shm.Ring
-	efd    int    // signalled when the process armed the ring
+	efd    int    // signalled when the process armed the ring; the daemon's alone
+	epfd   int    // the process's wait for efd (shm.NewEpoll), -1 once taken
 	prod   uint32 // completions written, ever
 	closed bool
 	wcs    [16]verbs.WC
 }
 
-// NewCQ makes the ring and eventfd of qcq, a CQ of depth entries of the
+// NewCQ makes the ring and wakeup of qcq, a CQ of depth entries of the
 // process owner, and has qcq's completions moved into the ring from now
-// on.
+// on. The wakeup is an eventfd the daemon keeps to itself and an epoll fd
+// for the process to wait on: the process never holds the eventfd, so it
+// cannot make the daemon's signal block (see package shm).
 func NewCQ(qcq *qp.CQ, depth int, cnt *Counts, owner Owner) (*CQ, error) {
-	c := &CQ{qcq: qcq, depth: uint32(depth), cnt: cnt, owner: owner, efd: -1}
+	c := &CQ{qcq: qcq, depth: uint32(depth), cnt: cnt, owner: owner, efd: -1, epfd: -1}
 	var err error
 	if c.m, c.ring, err = newRing("softnic-cq", depth, shm.CQESize); err != nil {
 		return nil, err
 	}
-	if c.efd, err = shm.NewEventFD(); err != nil {
+	if c.efd, err = shm.NewEventFD(); err == nil {
+		c.epfd, err = shm.NewEpoll(c.efd)
+	}
+	if err != nil {
 		c.Close()
 		return nil, err
 	}
@@ -50,9 +56,14 @@ func (c *CQ) Ring() shm.Ring { return c.ring }
 // caller closes it once sent.
 func (c *CQ) TakeFD() int { return c.m.TakeFD() }
 
-// EventFD is the eventfd signalled when the process armed the ring and a
-// completion came; it stays the CQ's.
-func (c *CQ) EventFD() int { return c.efd }
+// TakeWaitFD returns the epoll fd the process waits on, which wakes when
+// the process armed the ring and a completion came, and forgets it: the
+// caller closes it once sent.
+func (c *CQ) TakeWaitFD() int {
+	fd := c.epfd
+	c.epfd = -1
+	return fd
+}
 
 // drain moves the completions the device pushed into the ring. It runs
 // inside the device's push, with the pushing QP's lock held; a completion
@@ -118,8 +129,8 @@ func (c *CQ) publishLocked() {
 	}
 }
 
-// Close unmaps the ring and closes the eventfd, and reports whether they
-// were open until now.
+// Close unmaps the ring and closes the eventfd (and the epoll fd if it
+// was not taken), and reports whether they were open until now.
 func (c *CQ) Close() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -128,8 +139,10 @@ func (c *CQ) Close() bool {
 	}
 	c.closed = true
 	c.m.Close()
-	if c.efd >= 0 {
-		shm.CloseFD(c.efd)
+	for _, fd := range []int{c.efd, c.epfd} {
+		if fd >= 0 {
+			shm.CloseFD(fd)
+		}
 	}
 	return true
 }

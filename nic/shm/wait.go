@@ -1,0 +1,99 @@
+package shm
+
+import (
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+)
+
+// A wakeup between the daemon and an attached process is an eventfd one
+// side signals (Signal) and an epoll fd, the waiting end, in which the
+// eventfd is registered edge-triggered (NewEpoll): each signal queues one
+// event in the epoll fd, which makes it readable; the waiter waits for
+// that readiness and takes the event (Waiter), and nobody reads the
+// eventfd. The point is that the daemon never reads, writes or waits on a
+// descriptor whose open file description a process holds: a process can
+// clear O_NONBLOCK on what it holds (it lives in the description, shared
+// with whoever else holds it) and then fill an eventfd's counter or empty
+// it, so that the daemon's next write, or its read after it saw the
+// eventfd readable, would block for ever. So for the daemon's wakeups of
+// a process (a CQ's), the daemon keeps the eventfd and hands the process
+// the epoll fd, through which nothing can be done to the eventfd
+// (epoll_ctl names a descriptor of the caller's own); for a process's
+// doorbell, the process holds the eventfd it signals and the daemon waits
+// on an epoll fd of its own. The counter is never read: it would take
+// 2^64-2 signals to fill it, and a signal that found it full would fail
+// with EAGAIN on the signaller's non-blocking description, which Signal
+// ignores.
+
+// Waiter waits for the wakeups of an epoll fd of NewEpoll's in the
+// runtime's poller. One goroutine at a time calls Wait; SetDeadline and
+// Close may come from any.
+type Waiter struct {
+	f   *os.File
+	raw syscall.RawConn
+	fn  func(uintptr) bool // w.take, bound once
+
+	// Wait's state, for fn.
+	ready  func() bool
+	looked bool
+	woke   bool
+	events int
+}
+
+// NewWaiter returns a Waiter of epfd, an epoll fd of wakeups, which it
+// owns from then on (closed on error too). epfd is made non-blocking, as
+// the runtime's poller needs.
+func NewWaiter(epfd int, name string) (*Waiter, error) {
+	if err := setNonblock(epfd); err != nil {
+		CloseFD(epfd)
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	f := os.NewFile(uintptr(epfd), name)
+	raw, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	w := &Waiter{f: f, raw: raw}
+	w.fn = w.take
+	return w, nil
+}
+
+// Wait takes the wakeups that came before it, then calls ready and, unless
+// it reports true, waits until a wakeup comes and takes it. It returns how
+// many wakeups it took in all, and whether one that came after ready's
+// look ended it (woke), or an error once the deadline passed or the
+// Waiter is closed. Taking what came before the look is what keeps a
+// wakeup from being lost or ending the wait for nothing: a signal after
+// the look ends the wait, and one before it is for something the look
+// saw, as the signaller signals after it publishes (or, for a waiter that
+// arms the signaller in ready, for an earlier arming).
+func (w *Waiter) Wait(ready func() bool) (taken int, woke bool, err error) {
+	w.ready, w.looked, w.woke, w.events = ready, false, false, 0
+	err = w.raw.Read(w.fn)
+	w.ready = nil
+	return w.events, w.woke, err
+}
+
+// take is Wait's callback: the first call takes the wakeups there are and
+// looks (ready), the next ones, once the poller saw the epoll fd readable,
+// take the wakeups and end the wait if there were any.
+func (w *Waiter) take(fd uintptr) bool {
+	n := takeWakeups(int(fd))
+	w.events += n
+	if !w.looked {
+		w.looked = true
+		return w.ready()
+	}
+	w.woke = n > 0
+	return w.woke
+}
+
+// SetDeadline ends a Wait under way, and those to come, at t (the zero
+// time: never).
+func (w *Waiter) SetDeadline(t time.Time) error { return w.f.SetReadDeadline(t) }
+
+// Close closes the epoll fd; a Wait under way returns an error.
+func (w *Waiter) Close() error { return w.f.Close() }
