@@ -124,6 +124,8 @@ type daemon struct {
 	cq      *nic.CQ // the accepted QPs' completions: only receives, the daemon posts no sends
 	srq     *nic.SRQ
 	recvMR  *nic.MR
+	recvWR  verbs.RecvWR // postRecv's, reused: a SEND received allocates nothing
+	recvSGE [1]verbs.SGE // recvWR's SGL
 	ln      *nic.Listener
 	ctl     *control.Server
 	attach  *attachd.Server // the processes attached to the device (Config.Attach)
@@ -338,8 +340,13 @@ func (d *daemon) startReceives() error {
 	return nil
 }
 
+// postRecv posts receive buffer slot to the SRQ. Its WR is the daemon's
+// own, reused (the SRQ copies it): the set-up, then the receive loop, post
+// one at a time, and a flood of SENDs allocates nothing here.
 func (d *daemon) postRecv(slot int) error {
-	return d.srq.PostRecv(&verbs.RecvWR{ID: uint64(slot), SGL: []verbs.SGE{d.recvMR.SGE(slot*RecvBufferSize, RecvBufferSize)}})
+	d.recvSGE[0] = d.recvMR.SGE(slot*RecvBufferSize, RecvBufferSize)
+	d.recvWR = verbs.RecvWR{ID: uint64(slot), SGL: d.recvSGE[:]}
+	return d.srq.PostRecv(&d.recvWR)
 }
 
 // listenControl listens on the unix socket at path, which only the
@@ -595,32 +602,28 @@ func (d *daemon) receiveLoop() {
 	}
 }
 
-// received logs one receive completion and posts its buffer again.
+// received logs one receive completion and posts its buffer again. A
+// line's fields are built only for a line written (rateLog.Log): a flood
+// of SENDs, which the log mostly leaves out, allocates nothing, so that it
+// does not run the garbage collector, which slows every other peer.
 func (d *daemon) received(wc *verbs.WC) {
 	slot := int(wc.ID)
-	peer := zap.Skip()
-	d.mu.Lock()
-	if c := d.conns[wc.QPN]; c != nil {
-		peer = zap.Stringer("peer", c.conn.RemoteAddr())
-	}
-	d.mu.Unlock()
-	qpn := zap.String("qpn", hex(uint64(wc.QPN)))
 	switch {
 	// Each is logged before it is counted: whoever sees the count sees the log.
 	case wc.Status != verbs.Success:
 		d.logs.recvFailed.Log(func() []zap.Field {
-			return []zap.Field{peer, qpn, zap.String("status", wc.Status.String()), zap.String("error", wc.Status.Text())}
+			return append(d.receivedBy(wc), zap.String("status", wc.Status.String()), zap.String("error", wc.Status.Text()))
 		})
 		d.recvErrors.Add(1)
 	case wc.Opcode == verbs.WCRecvWriteImm:
 		d.logs.writeImm.Log(func() []zap.Field {
-			return []zap.Field{peer, qpn, zap.String("imm", hex(uint64(wc.Imm))), zap.Uint32("bytes", wc.ByteLen)}
+			return append(d.receivedBy(wc), zap.String("imm", hex(uint64(wc.Imm))), zap.Uint32("bytes", wc.ByteLen))
 		})
 		d.writeImms.Add(1)
 	default:
 		d.logs.send.Log(func() []zap.Field {
 			data := d.recvMR.Bytes()[slot*RecvBufferSize:][:wc.ByteLen]
-			fields := []zap.Field{peer, qpn, zap.Uint32("bytes", wc.ByteLen), zap.String("data", excerpt(data))}
+			fields := append(d.receivedBy(wc), zap.Uint32("bytes", wc.ByteLen), zap.String("data", excerpt(data)))
 			if wc.Flags&verbs.WCWithImm != 0 {
 				fields = append(fields, zap.String("imm", hex(uint64(wc.Imm))))
 			}
@@ -632,6 +635,18 @@ func (d *daemon) received(wc *verbs.WC) {
 	if err := d.postRecv(slot); err != nil && !errors.Is(err, nic.ErrClosed) {
 		d.log.Error("reposting a receive buffer", zap.Error(err))
 	}
+}
+
+// receivedBy returns the log fields that say who a receive completion
+// came from: the peer, if its connection is still there, and the QPN.
+func (d *daemon) receivedBy(wc *verbs.WC) []zap.Field {
+	peer := zap.Skip()
+	d.mu.Lock()
+	if c := d.conns[wc.QPN]; c != nil {
+		peer = zap.Stringer("peer", c.conn.RemoteAddr())
+	}
+	d.mu.Unlock()
+	return []zap.Field{peer, zap.String("qpn", hex(uint64(wc.QPN)))}
 }
 
 // excerpt returns the first 64 bytes of b for a log line (which escapes

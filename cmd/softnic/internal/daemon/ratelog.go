@@ -38,17 +38,19 @@ func newRateLog(log *zap.Logger, level zapcore.Level, msg string, burst int) *ra
 }
 
 // Log writes the event's line, unless this second's lines are used up;
-// fields is called only for a line that is written, so that a flood does
-// not even build them.
+// fields is called only for a line that is written, and an event left out
+// allocates nothing (Logger.Check takes an entry it would not give back),
+// so that a flood does not run the garbage collector.
 func (r *rateLog) Log(fields func() []zap.Field) {
-	if ce := r.log.Check(r.level, r.msg); ce != nil {
-		if skipped, ok := r.take(); ok {
-			f := fields()
-			if skipped > 0 {
-				f = append(f, zap.Uint64(NotLoggedKey, skipped))
-			}
-			ce.Write(f...)
+	if !r.log.Core().Enabled(r.level) {
+		return
+	}
+	if skipped, ok := r.take(); ok {
+		f := fields()
+		if skipped > 0 {
+			f = append(f, zap.Uint64(NotLoggedKey, skipped))
 		}
+		r.log.Log(r.level, r.msg, f...)
 	}
 }
 
