@@ -373,7 +373,9 @@ func TestControlPending(t *testing.T) {
 		}
 		defer silent[i].Close()
 	}
-	c, err := net.Dial("unix", path)
+	// Waiting for room as well: the server may not have accepted the last
+	// silent connections yet, and a plain dial then fails with EAGAIN.
+	c, err := nic.DialControl(t.Context(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
