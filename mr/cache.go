@@ -3,12 +3,11 @@ package mr
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
-
-	"log/slog"
 )
 
 // CacheConfig sizes a registration cache, as fi_mr(3)'s FI_MR_CACHE_*

@@ -4,12 +4,11 @@ import (
 	crand "crypto/rand"
 	"fmt"
 	"iter"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
-
-	"log/slog"
 
 	"github.com/softnic/softnic/mr/keyspace"
 )

@@ -4,9 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-
 	"log/slog"
+	"os"
 
 	"github.com/softnic/softnic/nic/internal/attached"
 	"github.com/softnic/softnic/nic/shm"

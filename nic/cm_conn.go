@@ -5,10 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"sync"
-
-	"log/slog"
 
 	"github.com/softnic/softnic/nic/cm"
 	"github.com/softnic/softnic/nic/internal/provider"

@@ -3,13 +3,12 @@ package nic
 import (
 	"cmp"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
 	"time"
-
-	"log/slog"
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/netem"

@@ -2,11 +2,10 @@ package quota
 
 import (
 	"errors"
+	"log/slog"
 	"net"
 	"sync/atomic"
 	"time"
-
-	"log/slog"
 )
 
 // The waits of Backoff: net/http's Server waits 5 ms after a failed

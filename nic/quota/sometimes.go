@@ -1,10 +1,9 @@
 package quota
 
 import (
+	"log/slog"
 	"sync"
 	"time"
-
-	"log/slog"
 )
 
 // Sometimes logs an event that a peer can repeat at will (a refused

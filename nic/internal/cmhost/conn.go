@@ -5,12 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"time"
-
-	"log/slog"
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/cm"

@@ -1,11 +1,10 @@
 package cmhost
 
 import (
+	"log/slog"
 	"math/rand/v2"
 	"net/netip"
 	"sync"
-
-	"log/slog"
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/cm"

@@ -3,13 +3,12 @@ package embedded
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"log/slog"
 
 	"github.com/softnic/softnic/nic/cm"
 	"github.com/softnic/softnic/nic/internal/hooks"

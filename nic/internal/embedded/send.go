@@ -1,13 +1,12 @@
 package embedded
 
 import (
+	"log/slog"
 	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"log/slog"
 
 	"github.com/softnic/softnic/netem"
 	"github.com/softnic/softnic/nic/udp"
