@@ -77,6 +77,8 @@ type Config struct {
 	// Attach mode needs Linux (its memfds, eventfds and SO_PEERCRED):
 	// elsewhere, and in builds with the softnic_portable tag, Open
 	// returns the error of AttachSupported, which wraps ErrNotSupported.
+	// A daemon of another softnic release, whose attach protocol differs
+	// from this library's, fails Open with ErrProtoNotSupported.
 	Attach string
 	// Embed runs the NIC in this process whatever SOFTNIC_SOCKET says, as
 	// the daemon itself does.

@@ -23,6 +23,11 @@ var (
 	// ErrAccess (EACCES): a user the daemon does not serve, or a control
 	// socket of a user the client does not trust (see DialControl).
 	ErrAccess = attachproto.ErrAccess
+	// ErrProtoNotSupported (EPROTONOSUPPORT): a daemon that speaks
+	// another version of the attach protocol than this library (see
+	// Config.Attach): a program and a daemon built from different
+	// releases of softnic. The error names both versions.
+	ErrProtoNotSupported = attachproto.ErrProtoNotSupported
 	// ErrClosed is returned by calls on a closed device or destroyed object.
 	ErrClosed = cm.ErrClosed
 	// ErrConnRefused (ECONNREFUSED): nothing listens on the rdma_cm port

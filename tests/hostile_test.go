@@ -37,7 +37,7 @@ func rawAttach(control string) (*rawSession, error) {
 		return nil, err
 	}
 	s := &rawSession{c: shm.NewConn(uc, 64<<10)}
-	if err := s.c.Send([]byte(`{"cmd":"attach"}`), nil); err != nil {
+	if err := s.c.Send([]byte(`{"cmd":"attach","version":2}`), nil); err != nil { // protocol 2: attachproto.Version, bump with it
 		s.c.Close()
 		return nil, err
 	}

@@ -250,6 +250,11 @@ func errnoOf(err error) C.int {
 		return C.ECONNREFUSED
 	case errors.Is(err, nic.ErrConnReset):
 		return C.ECONNRESET
+	case errors.Is(err, nic.ErrProtoNotSupported):
+		// A daemon of another release: libibverbs answers ENOSYS for a
+		// kernel ABI it does not speak, but EPROTONOSUPPORT says which
+		// thing is wrong, and the stderr line names both versions.
+		return C.EPROTONOSUPPORT
 	case errors.Is(err, nic.ErrClosed):
 		return C.EIO
 	}

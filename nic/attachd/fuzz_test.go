@@ -97,7 +97,7 @@ func attachRaw(t *testing.T, path string) *shm.Conn {
 // daemon's answer, its doorbell's eventfd and page.
 func sendAttachLine(c *shm.Conn) ([]int, error) {
 	var m attachproto.Msg
-	err := c.Send([]byte(attachproto.Line), nil)
+	err := c.Send(attachproto.AttachLine(attachproto.Version), nil)
 	var line []byte
 	if err == nil {
 		line, err = c.ReadLine()

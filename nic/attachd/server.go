@@ -11,7 +11,6 @@ import (
 	"net"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,6 +83,11 @@ type Server struct {
 	refused  atomic.Uint64   // connections of users not admitted
 	refusals quota.Sometimes // logs refused attaches
 	stop     chan struct{}   // closed by Close: Serve returns
+	// versions counts the attaches refused for another protocol version,
+	// which versionLog logs apart from the others: a flood of refused
+	// users must not hide that a program needs another library.
+	versions   atomic.Uint64
+	versionLog quota.Sometimes
 
 	mu       sync.Mutex
 	sessions map[*session]struct{}
@@ -169,9 +173,11 @@ func (s *Server) republish() {
 
 // Serve accepts processes on l, a unix socket listener, until l or the
 // server is closed: each connection must start with the attach line a
-// client sends. An accept error that passes, such as EMFILE, is waited
-// out (AcceptErrors counts them). It returns the listener's error, or
-// ErrClosed. A server serves one listener at a time.
+// client sends, and is closed without a word if it does not (ServeConn
+// answers a line of another protocol version). An accept error that
+// passes, such as EMFILE, is waited out (AcceptErrors counts them). It
+// returns the listener's error, or ErrClosed. A server serves one
+// listener at a time.
 func (s *Server) Serve(l net.Listener) error {
 	s.accepts.What = l.Addr().String()
 	for {
@@ -199,13 +205,16 @@ func (s *Server) Serve(l net.Listener) error {
 				return
 			}
 			uc.SetReadDeadline(time.Now().Add(5 * time.Second))
-			line, err := ReadControlLine(uc, len(attachproto.Line)+2)
+			line, err := ReadControlLine(uc, attachproto.MaxAttachLine)
 			uc.SetReadDeadline(time.Time{})
-			if err != nil || strings.TrimSpace(string(line)) != attachproto.Line {
+			if err == nil {
+				_, err = attachproto.ParseAttachLine(line)
+			}
+			if err != nil {
 				uc.Close()
 				return
 			}
-			s.ServeConn(uc)
+			s.ServeConn(uc, line)
 		}()
 	}
 }
@@ -225,6 +234,11 @@ func (s *Server) Admit(c *net.UnixConn) (nic.PeerCred, error) {
 
 // RefusedPeers counts the connections Admit refused.
 func (s *Server) RefusedPeers() uint64 { return s.refused.Load() }
+
+// RefusedVersions counts the attaches refused because the client speaks
+// another version of the attach protocol than the server, or states none
+// (a program built with a library of another release).
+func (s *Server) RefusedVersions() uint64 { return s.versions.Load() }
 
 // ReadControlLine reads the first line a client sends on a control socket
 // that takes other commands besides attach, at most max bytes, and not a
@@ -249,11 +263,14 @@ func ReadControlLine(c *net.UnixConn, max int) ([]byte, error) {
 	return line, fmt.Errorf("no end of line in %d bytes: %w", max, nic.ErrInvalid)
 }
 
-// ServeConn serves the process at the other end of c, which has sent the
-// attach line, until it detaches or the server closes; then it destroys
-// everything the process made and closes c.
-func (s *Server) ServeConn(c *net.UnixConn) error {
-	ss, err := s.newSession(c)
+// ServeConn serves the process at the other end of c, which has sent line,
+// the attach line (a control socket reads it to tell attach from its other
+// commands), until it detaches or the server closes; then it destroys
+// everything the process made and closes c. A process whose line names
+// another version of the attach protocol than the server's, or none, is
+// refused with an error wrapping nic.ErrProtoNotSupported that names both.
+func (s *Server) ServeConn(c *net.UnixConn, line []byte) error {
+	ss, err := s.newSession(c, line)
 	if err != nil {
 		s.refuse(c, err)
 		return err
@@ -268,7 +285,13 @@ func (s *Server) ServeConn(c *net.UnixConn) error {
 // dropped before the close, which would otherwise reset the connection
 // under the answer.
 func (s *Server) refuse(c *net.UnixConn, err error) {
-	s.refusals.Log(s.log, "attach refused", slog.Any("error", err))
+	var ver *attachproto.VersionError
+	if errors.As(err, &ver) {
+		s.versionLog.Log(s.log, "attach refused: the program's softnic library speaks another attach protocol version",
+			slog.Int("client_version", ver.Client), slog.Int("daemon_version", ver.Daemon))
+	} else {
+		s.refusals.Log(s.log, "attach refused", slog.Any("error", err))
+	}
 	m := attachproto.Msg{}
 	m.SetError(err)
 	line, _ := json.Marshal(&m)
@@ -420,11 +443,20 @@ type session struct {
 	polled bool
 }
 
-// newSession identifies the process at the other end of c, sets up its
-// doorbell and answers its attach line.
-func (s *Server) newSession(c *net.UnixConn) (*session, error) {
+// newSession identifies the process at the other end of c, checks the
+// version its attach line names, sets up its doorbell and answers the
+// line.
+func (s *Server) newSession(c *net.UnixConn, line []byte) (*session, error) {
 	cred, err := s.Admit(c)
 	if err != nil {
+		return nil, fmt.Errorf("attach: %w", err)
+	}
+	req, err := attachproto.ParseAttachLine(line)
+	if err != nil {
+		return nil, fmt.Errorf("attach: %w", err)
+	}
+	if err := attachproto.CheckVersion(attachproto.Version, req.Version); err != nil {
+		s.versions.Add(1)
 		return nil, fmt.Errorf("attach: %w", err)
 	}
 	ss := &session{
@@ -459,7 +491,8 @@ func (s *Server) newSession(c *net.UnixConn) (*session, error) {
 		return fail(err)
 	}
 	attr, _ := json.Marshal(s.attachedAttr())
-	hello := attachproto.Hello{Addr: s.dev.Addr(), MTU: s.dev.MTU(), Features: s.dev.Features(), PID: os.Getpid(), Attr: attr}
+	hello := attachproto.Hello{Addr: s.dev.Addr(), MTU: s.dev.MTU(), Features: s.dev.Features(), PID: os.Getpid(),
+		Version: attachproto.Version, Attr: attr}
 	err = ss.reply(0, &hello, ss.bell.fds(), nil)
 	ss.bell.page.CloseFD()
 	if err != nil {

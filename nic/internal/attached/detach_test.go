@@ -22,9 +22,7 @@ import (
 // and then never closes the session (stopped, or hung) is cut off, and
 // Close still unmaps and returns.
 func TestDetachFromHungDaemon(t *testing.T) {
-	if err := shm.Supported(); err != nil { // nic.AttachSupported; nictest.MustHaveAttach imports nic, which imports this package
-		t.Skipf("attach mode is not supported here: %v", err)
-	}
+	mustHaveAttach(t)
 	defer func(w time.Duration) { detachWait = w }(detachWait)
 	detachWait = 100 * time.Millisecond
 	path := filepath.Join(t.TempDir(), "hung.sock")
@@ -45,7 +43,7 @@ func TestDetachFromHungDaemon(t *testing.T) {
 		}
 		bell, _ := shm.NewEventFD()
 		page, _ := shm.Create("hung-doorbell", shm.DoorbellSize)
-		hello, _ := json.Marshal(attachproto.Hello{Addr: netip.MustParseAddrPort("127.0.0.1:4791"), MTU: 1024})
+		hello, _ := json.Marshal(attachproto.Hello{Addr: netip.MustParseAddrPort("127.0.0.1:4791"), MTU: 1024, Version: attachproto.Version})
 		line, _ := json.Marshal(attachproto.Msg{FDs: 2, Result: hello})
 		conn.Send(line, []int{bell, page.FD()})
 		shm.CloseFDs([]int{bell})
@@ -69,6 +67,16 @@ func TestDetachFromHungDaemon(t *testing.T) {
 	}
 	if _, err := dev.AllocPD(nil); !errors.Is(err, cm.ErrClosed) {
 		t.Errorf("AllocPD after Close: %v, want ErrClosed", err)
+	}
+}
+
+// mustHaveAttach skips t unless attach mode works here, as
+// nictest.MustHaveAttach does (nictest imports nic, which imports this
+// package).
+func mustHaveAttach(t testing.TB) {
+	t.Helper()
+	if err := shm.Supported(); err != nil {
+		t.Skipf("attach mode is not supported here: %v", err)
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"log/slog"
@@ -96,15 +97,11 @@ type attachReply struct {
 // waitSpin that is not positive sleeps at once.
 func Open(c *net.UnixConn, path string, log *slog.Logger, waitSpin time.Duration, up provider.Up) (provider.Device, error) {
 	t := shm.NewConn(c, attachproto.MaxLine)
-	m, fds, err := handshake(t)
+	hello, fds, err := handshake(t)
 	if err == nil && len(fds) != 2 {
 		err = fmt.Errorf("the daemon sent %d descriptors with its answer, want 2: %w", len(fds), shm.ErrProtocol)
 	}
-	var hello attachproto.Hello
 	var attr verbs.DeviceAttr
-	if err == nil {
-		err = json.Unmarshal(m.Result, &hello)
-	}
 	if err == nil && len(hello.Attr) > 0 {
 		err = json.Unmarshal(hello.Attr, &attr)
 	}
@@ -134,30 +131,57 @@ func Open(c *net.UnixConn, path string, log *slog.Logger, waitSpin time.Duration
 	return a, nil
 }
 
-// handshake sends the attach line and reads the daemon's answer.
-func handshake(t *shm.Conn) (attachproto.Msg, []int, error) {
-	var m attachproto.Msg
-	if err := t.Send([]byte(attachproto.Line), nil); err != nil {
-		return m, nil, err
+// handshakeWait bounds the wait for the daemon's answer to the attach
+// line.
+const handshakeWait = 10 * time.Second
+
+// handshake sends the attach line and reads the daemon's answer: its
+// hello, and the descriptors that came with it. A daemon of another
+// protocol version, which refuses the line or states another version in
+// its hello, fails it with a *attachproto.VersionError; one of a release
+// before versions either states none or, reading the line for one it
+// knows, closes the connection.
+func handshake(t *shm.Conn) (attachproto.Hello, []int, error) {
+	var hello attachproto.Hello
+	if err := t.Send(attachproto.AttachLine(attachproto.Version), nil); err != nil {
+		return hello, nil, err
 	}
-	t.Unix().SetReadDeadline(time.Now().Add(10 * time.Second))
+	t.Unix().SetReadDeadline(time.Now().Add(handshakeWait))
 	defer t.Unix().SetReadDeadline(time.Time{})
 	line, err := t.ReadLine()
-	if err != nil {
-		return m, nil, fmt.Errorf("no answer to the attach request: %w", err)
+	if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
+		return hello, nil, fmt.Errorf("the daemon closed the connection without answering the attach request, as one of a release "+
+			"before attach protocol versions does (this library speaks version %d; use a library and a daemon of one release): %w", attachproto.Version, err)
 	}
+	if err != nil {
+		return hello, nil, fmt.Errorf("no answer to the attach request: %w", err)
+	}
+	var m attachproto.Msg
 	if err := json.Unmarshal(line, &m); err != nil {
-		return m, nil, fmt.Errorf("answer %q: %v: %w", line, err, shm.ErrProtocol)
+		return hello, nil, fmt.Errorf("answer %q: %v: %w", line, err, shm.ErrProtocol)
 	}
 	fds, err := t.TakeFDs(m.FDs)
 	if err != nil {
-		return m, nil, err
+		return hello, nil, err
 	}
-	if err := m.Err(); err != nil {
+	err = m.Err()
+	var ver *attachproto.VersionError
+	if errors.As(err, &ver) {
+		err = &attachproto.VersionError{Daemon: ver.Daemon, Client: attachproto.Version}
+	}
+	if err == nil {
+		if err = json.Unmarshal(m.Result, &hello); err != nil {
+			err = fmt.Errorf("answer %q: %v: %w", line, err, shm.ErrProtocol)
+		}
+	}
+	if err == nil {
+		err = attachproto.CheckVersion(hello.Version, attachproto.Version)
+	}
+	if err != nil {
 		shm.CloseFDs(fds)
-		return m, nil, err
+		return hello, nil, err
 	}
-	return m, fds, nil
+	return hello, fds, nil
 }
 
 // readLoop reads the daemon's replies and events until the session ends.

@@ -32,9 +32,7 @@ type ringDaemon struct {
 // ring of its own, and the daemon's side of it.
 func newWaitCQ(t *testing.T, budget time.Duration) (*attachedCQ, *ringDaemon) {
 	t.Helper()
-	if err := shm.Supported(); err != nil {
-		t.Skipf("attach mode is not supported here: %v", err)
-	}
+	mustHaveAttach(t)
 	const depth = 16
 	m, err := shm.Create("softnic-test-cq", shm.RingSize(depth, shm.CQESize))
 	if err != nil {

@@ -5,11 +5,16 @@
 // own types to and from these at its edge; the package holds no state and
 // does no I/O.
 //
-// The client connects to the daemon's control socket and sends the line
-// {"cmd":"attach"}; from then on both sides send Msgs, one JSON line each, with the file descriptors the
+// The client connects to the daemon's control socket and sends the attach
+// line, {"cmd":"attach","version":N} of its Version (AttachLine); from then on
+// both sides send Msgs, one JSON line each, with the file descriptors the
 // line announces in "fds" (shm.Conn). The daemon's first message answers
-// the attach line (id 0) and carries the process's doorbell: an eventfd and
-// the doorbell page.
+// the attach line (id 0): a Hello that states the daemon's Version and
+// carries the process's doorbell, an eventfd and the doorbell page, or a
+// refusal. A daemon refuses a client of another version, or of none, with
+// a *VersionError (EPROTONOSUPPORT), and a client leaves a daemon that
+// states another version or none: the two sides of a version speak it
+// alone.
 //
 // The wakeups: the process signals its doorbell eventfd (a write of 1),
 // and the daemon waits on an epoll fd of its own in which the eventfd is
@@ -37,7 +42,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/netip"
+	"strconv"
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/cm"
@@ -61,8 +68,92 @@ type Msg struct {
 	Detail json.RawMessage `json:"detail,omitempty"`
 }
 
-// Line is what a client sends first on the control socket.
-const Line = `{"cmd":"attach"}`
+// Version is the attach protocol's version, which the client sends in its
+// attach line and the daemon states in its Hello; the two must be equal.
+// Bump it with any change a client or daemon of the previous version
+// would misread: to a message, an op, an argument or a result, the
+// descriptors a message carries, the shared memory's layout, or the
+// wakeup scheme. Version 1 is the protocol before commit 967f5db, where
+// create_cq's second descriptor was an eventfd the process read; 2 is
+// 967f5db's, where it is an epoll fd (see above), and the first that
+// names itself: neither side of 1, nor of 2 before this constant, sent a
+// version, so that a side that states none speaks one of the two, and
+// the other side cannot tell which; it refuses it.
+const Version = 2
+
+// CmdAttach is the command of the attach line.
+const CmdAttach = "attach"
+
+// AttachRequest is the attach line, the first a client sends on the
+// control socket.
+type AttachRequest struct {
+	Cmd     string `json:"cmd"`               // CmdAttach
+	Version int    `json:"version,omitempty"` // the client's; 0, absent: a client of before versions
+}
+
+// MaxAttachLine bounds the attach line a daemon reads, its newline
+// included.
+const MaxAttachLine = 128
+
+// AttachLine returns the attach line of a client of protocol version v,
+// without its newline; a client of this package sends AttachLine(Version).
+func AttachLine(v int) []byte {
+	b, _ := json.Marshal(AttachRequest{Cmd: CmdAttach, Version: v})
+	return b
+}
+
+// ParseAttachLine decodes the first line a client sent on the control
+// socket, which may end in a newline. It returns an error wrapping
+// mr.ErrInvalid for a line that is not JSON or not the attach command;
+// it does not check the version (CheckVersion does).
+func ParseAttachLine(line []byte) (AttachRequest, error) {
+	var r AttachRequest
+	if err := json.Unmarshal(line, &r); err != nil {
+		return r, fmt.Errorf("attach line: %v: %w", err, mr.ErrInvalid)
+	}
+	if r.Cmd != CmdAttach {
+		return r, fmt.Errorf("the command %q is not attach: %w", r.Cmd, mr.ErrInvalid)
+	}
+	return r, nil
+}
+
+// CheckVersion returns nil if the daemon, of version daemon, and the
+// client, of version client, speak one protocol, or else a *VersionError.
+func CheckVersion(daemon, client int) error {
+	if daemon == Version && client == Version {
+		return nil
+	}
+	return &VersionError{Daemon: daemon, Client: client}
+}
+
+// ErrProtoNotSupported (EPROTONOSUPPORT): a daemon and a client that speak
+// different versions of the attach protocol (VersionError); package nic's
+// ErrProtoNotSupported. libibverbs fails ibv_get_device_list with ENOSYS
+// when the kernel's ABI is not its own; EPROTONOSUPPORT says more
+// precisely what is wrong, and is not what a verb softnic lacks answers
+// (EOPNOTSUPP).
+var ErrProtoNotSupported = errors.New("protocol not supported (EPROTONOSUPPORT)")
+
+// VersionError is an attach that failed because the daemon and the
+// client speak different versions of the attach protocol, 0 for a side
+// that stated none (a release before versions). It is errors.Is
+// ErrProtoNotSupported, and crosses the socket with its fields.
+type VersionError struct {
+	Daemon, Client int
+}
+
+func (e *VersionError) Error() string {
+	name := func(v int) string {
+		if v == 0 {
+			return "none (a release before protocol versions)"
+		}
+		return strconv.Itoa(v)
+	}
+	return fmt.Sprintf("the daemon speaks attach protocol %s, the library %s: use a library and a daemon of one release: %v",
+		name(e.Daemon), name(e.Client), ErrProtoNotSupported)
+}
+
+func (e *VersionError) Unwrap() error { return ErrProtoNotSupported }
 
 // MaxLine bounds one message of the protocol.
 const MaxLine = 64 << 10
@@ -104,6 +195,7 @@ type Hello struct {
 	MTU      int
 	Features udp.Features
 	PID      int             // the daemon's
+	Version  int             // the daemon's protocol version (Version); absent, 0, from a daemon of before versions
 	Attr     json.RawMessage // a nic.DeviceAttr: what the process's device supports (Device.Query)
 }
 
@@ -312,10 +404,11 @@ var sentinels = []struct {
 	{"EBUSY", mr.ErrBusy}, {"ENOMEM", mr.ErrNoMem}, {"EAGAIN", mr.ErrAgain}, {"EOPNOTSUPP", mr.ErrNotSupported},
 	{"EFAULT", mr.ErrFault}, {"EACCES", ErrAccess}, {"FI_ENOKEY", mr.ErrNoKey}, {"FI_EKEYREJECTED", mr.ErrKeyRejected},
 	{"ECANCELED", context.Canceled}, {"EDEADLINE", context.DeadlineExceeded},
+	{"EPROTONOSUPPORT", ErrProtoNotSupported},
 }
 
 // SetError describes err in m: its text, the code of the sentinel it is,
-// and the fields of a *cm.RejectError or *cm.QPError.
+// and the fields of a *cm.RejectError, *cm.QPError or *VersionError.
 func (m *Msg) SetError(err error) {
 	m.Error = err.Error()
 	for _, e := range sentinels {
@@ -326,6 +419,7 @@ func (m *Msg) SetError(err error) {
 	}
 	var rej *cm.RejectError
 	var qpe *cm.QPError
+	var ver *VersionError
 	switch {
 	case errors.As(err, &rej):
 		m.Code = "REJ"
@@ -333,6 +427,8 @@ func (m *Msg) SetError(err error) {
 	case errors.As(err, &qpe):
 		m.Code = "QPERR"
 		m.Detail, _ = json.Marshal(qpe)
+	case errors.As(err, &ver):
+		m.Detail, _ = json.Marshal(ver)
 	}
 }
 
@@ -353,6 +449,11 @@ func (m *Msg) Err() error {
 		var qpe cm.QPError
 		if json.Unmarshal(m.Detail, &qpe) == nil {
 			return &remoteError{msg: m.Error, err: &qpe}
+		}
+	case "EPROTONOSUPPORT":
+		var ver VersionError
+		if json.Unmarshal(m.Detail, &ver) == nil {
+			return &remoteError{msg: m.Error, err: &ver}
 		}
 	}
 	for _, e := range sentinels {

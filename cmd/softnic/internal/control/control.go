@@ -204,9 +204,10 @@ type Server struct {
 	Admit func(c *net.UnixConn) (nic.PeerCred, error)
 	// Handle answers the command cmd of peer with a result to marshal.
 	Handle func(cmd string, peer nic.PeerCred) (any, error)
-	// Attach serves a process that sent the attach command, until it
-	// detaches; nil: attach is a command like the others, for Handle.
-	Attach func(c *net.UnixConn)
+	// Attach serves a process that sent the attach command, line (which
+	// names the version of the attach protocol the process speaks), until
+	// it detaches; nil: attach is a command like the others, for Handle.
+	Attach func(c *net.UnixConn, line []byte)
 	// Accepts carries the accept loop through a process out of
 	// descriptors, and counts (Accepts.Errors) and logs it: the caller
 	// sets its Log and What.
@@ -349,7 +350,7 @@ func (s *Server) answer(c *net.UnixConn) {
 		c.SetReadDeadline(time.Time{})
 		attached = true
 		s.release()
-		s.Attach(c)
+		s.Attach(c, line)
 		return
 	}
 	if err != nil {

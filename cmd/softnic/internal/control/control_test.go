@@ -121,9 +121,10 @@ func TestControlAnswer(t *testing.T) {
 	}
 }
 
-// The attach command hands the connection over with nothing read past its
-// line: a message the process sent right after it, and the descriptor that
-// came with that message, are still there for the attach session.
+// The attach command hands the connection over with its line (which names
+// the process's protocol version) and nothing read past it: a message the
+// process sent right after it, and the descriptor that came with that
+// message, are still there for the attach session.
 func TestControlAttachHandsOver(t *testing.T) {
 	client, server := unixPair(t)
 	defer client.Close()
@@ -134,18 +135,20 @@ func TestControlAttachHandsOver(t *testing.T) {
 	defer r.Close()
 	defer w.Close()
 	next := `{"id":1,"op":"alloc_mr","fds":1}` + "\n"
-	if _, err := client.Write([]byte(`{"cmd":"attach"}` + "\n")); err != nil {
+	attach := `{"cmd":"attach","version":2}` + "\n"
+	if _, err := client.Write([]byte(attach)); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := client.WriteMsgUnix([]byte(next), syscall.UnixRights(int(w.Fd())), nil); err != nil {
 		t.Fatal(err)
 	}
-	var got []byte
+	var got, gotLine []byte
 	var fds []int
 	s := &Server{
 		Admit:  nic.PeerCredOf,
 		Handle: func(cmd string, _ nic.PeerCred) (any, error) { return nil, errors.New("not attach: " + cmd) },
-		Attach: func(c *net.UnixConn) {
+		Attach: func(c *net.UnixConn, line []byte) {
+			gotLine = line
 			buf, oob := make([]byte, 256), make([]byte, syscall.CmsgSpace(4))
 			c.SetReadDeadline(time.Now().Add(time.Second)) // nothing left to read: fail, not hang
 			n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
@@ -170,6 +173,9 @@ func TestControlAttachHandsOver(t *testing.T) {
 	s.answer(server)
 	for _, fd := range fds {
 		syscall.Close(fd)
+	}
+	if string(gotLine) != attach {
+		t.Errorf("the attach session was handed the line %q, want %q", gotLine, attach)
 	}
 	if string(got) != next || len(fds) != 1 {
 		t.Errorf("the attach session read %q with %d descriptors, want %q with 1", got, len(fds), next)

@@ -57,10 +57,10 @@ func visible[T any](v viewer, rows []T, pid func(T) int) []T {
 	return slices.DeleteFunc(rows, func(r T) bool { return !v.sees(pid(r)) })
 }
 
-// serveAttached serves a process that sent the attach command until it
-// detaches; then everything it made is gone.
-func (d *daemon) serveAttached(c *net.UnixConn) {
-	if err := d.attach.ServeConn(c); err != nil {
+// serveAttached serves a process that sent the attach command, line,
+// until it detaches; then everything it made is gone.
+func (d *daemon) serveAttached(c *net.UnixConn, line []byte) {
+	if err := d.attach.ServeConn(c, line); err != nil {
 		d.log.Debug("attach refused", zap.Error(err))
 	}
 }

@@ -774,6 +774,7 @@ func (d *daemon) deviceCounters() control.Counters {
 		control.Counter{Name: "control_closed_silent", Value: d.ctl.Silent()},
 		control.Counter{Name: "control_refused_busy", Value: d.ctl.Busy()},
 		control.Counter{Name: "control_refused_peers", Value: d.attach.RefusedPeers()},
+		control.Counter{Name: "control_refused_versions", Value: d.attach.RefusedVersions()},
 		control.Counter{Name: "qps", Value: uint64(len(d.dev.QPs()))},
 	)
 	l = append(l, runtimeCounters()...)
