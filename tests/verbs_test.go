@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -23,8 +24,9 @@ import (
 )
 
 // Unmodified RDMA programs on softnic: Debian's perftest, rping,
-// ibv_devinfo, ibv_rc_pingpong and rdma_client/rdma_server, and a C
-// program of the seeds' rules, each run through libsoftnic (softnic run)
+// ibv_devinfo, the other programs of ibverbs-utils and rdmacm-utils
+// (those softnic does not support failing cleanly), and a C program of
+// the seeds' rules, each run through libsoftnic (softnic run)
 // on a daemon; on one daemon on loopback, and on two daemons in two
 // network namespaces the test makes (root). The library is built once per
 // go test run.
@@ -57,11 +59,7 @@ func needLibsoftnic(t *testing.T, programs ...string) (bin, lib string) {
 	if libsoftnic.err != nil {
 		t.Fatal(libsoftnic.err)
 	}
-	for _, p := range programs {
-		if _, err := exec.LookPath(p); err != nil {
-			t.Skipf("%s is not installed (Debian: apt-get install perftest rdmacm-utils ibverbs-utils): %v", p, err)
-		}
-	}
+	needPrograms(t, programs...)
 	return libsoftnic.bin, libsoftnic.lib
 }
 
@@ -279,10 +277,11 @@ func freePort() string {
 	return fmt.Sprint(20000 + (os.Getpid()*37+int(portSeq.Add(1)))%20000)
 }
 
-// notYetListening tells a client that found no server yet: perftest's
-// TCP connection refused, or rping's rdma_cm connection rejected for want
-// of a listener.
-var notYetListening = regexp.MustCompile(`Couldn't connect to|cma event RDMA_CM_EVENT_REJECTED`)
+// notYetListening tells a client that found no server yet: perftest's or
+// a pingpong's TCP connection refused, rping's or ucmatose's rdma_cm
+// connection rejected for want of a listener, or rdma_client's synchronous
+// rdma_connect failing so (ECONNREFUSED).
+var notYetListening = regexp.MustCompile(`Couldn't connect to|RDMA_CM_EVENT_REJECTED|rdma_connect: Connection refused`)
 
 // perftestReady is what a perftest server prints as it starts waiting for
 // its client. A perftest client over rdma_cm (-R) must not start before
@@ -524,6 +523,177 @@ func TestVerbsPingpong(t *testing.T) {
 	}
 }
 
+// utilsCase is one of rdma-core's example programs as a server and its
+// client: the command lines for a server at ip listening on port, and
+// what each side's output says when it succeeded.
+type utilsCase struct {
+	name           string
+	server, client func(ip, port string) []string
+	sdone, cdone   string
+}
+
+// pingpongCase is one of ibverbs-utils' pingpong programs, 50 round trips
+// over GID 0, with its extra arguments.
+func pingpongCase(prog string, extra ...string) utilsCase {
+	args := func(port string) []string {
+		return append([]string{prog, "-g", "0", "-n", "50", "-p", port}, extra...)
+	}
+	return utilsCase{
+		name:   strings.Join(append([]string{prog}, extra...), " "),
+		server: func(_, port string) []string { return args(port) },
+		client: func(ip, port string) []string { return append(args(port), ip) },
+		sdone:  "50 iters in", cdone: "50 iters in",
+	}
+}
+
+// utilsCases are the programs of Debian's ibverbs-utils and rdmacm-utils
+// that run on an RC, UC and UD device without XRC or multicast, besides
+// those TestVerbsPingpong runs.
+var utilsCases = []utilsCase{
+	pingpongCase("ibv_srq_pingpong"),
+	pingpongCase("ibv_srq_pingpong", "-e"),
+	pingpongCase("ibv_uc_pingpong"),
+	pingpongCase("ibv_ud_pingpong"),
+	pingpongCase("ibv_ud_pingpong", "-e"),
+	{
+		// Two connections, ten messages each way on each.
+		name: "ucmatose",
+		server: func(ip, port string) []string {
+			return []string{"ucmatose", "-b", ip, "-p", port, "-c", "2", "-C", "10"}
+		},
+		client: func(ip, port string) []string {
+			return []string{"ucmatose", "-s", ip, "-p", port, "-c", "2", "-C", "10"}
+		},
+		sdone: "return status 0", cdone: "return status 0",
+	},
+	{
+		name:   "rdma_xserver",
+		server: func(_, port string) []string { return []string{"rdma_xserver", "-p", port} },
+		client: func(ip, port string) []string { return []string{"rdma_xclient", "-s", ip, "-p", port} },
+		sdone:  "rdma_xserver: end 0", cdone: "rdma_xclient: end 0",
+	},
+}
+
+// TestVerbsUtils runs utilsCases on one daemon and on two: each server
+// and client must exit with status 0 and say it succeeded.
+func TestVerbsUtils(t *testing.T) {
+	bin, lib := needLibsoftnic(t)
+	for _, topology := range []func(*testing.T, string, string) verbsTopology{oneDaemon, twoDaemons} {
+		tp := topology(t, bin, lib)
+		t.Run(tp.name, func(t *testing.T) {
+			for _, c := range utilsCases {
+				t.Run(c.name, func(t *testing.T) {
+					port := freePort()
+					server, client := c.server(tp.server.ip(), port), c.client(tp.server.ip(), port)
+					needPrograms(t, server[0], client[0])
+					sout, cout := runPair(t, tp, time.Minute, server, client)
+					if !strings.Contains(sout, c.sdone) || !strings.Contains(cout, c.cdone) {
+						t.Errorf("%s:\n%s\n%s:\n%s", strings.Join(server, " "), sout, strings.Join(client, " "), cout)
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestVerbsUtilsFail: the programs of ibverbs-utils and rdmacm-utils that
+// need what softnic does not support (XRC, rdma_cm's UD port space and
+// multicast, rsockets) fail at once with EOPNOTSUPP, saying so, rather
+// than hang or crash; and rdma_client, connecting to a port nothing
+// listens on, fails as librdmacm's synchronous rdma_connect does, with
+// ECONNREFUSED.
+func TestVerbsUtilsFail(t *testing.T) {
+	bin, lib := needLibsoftnic(t)
+	h := startVerbsHost(t, bin, lib, "", "127.0.0.1:0")
+	src := filepath.Join(t.TempDir(), "src")
+	if err := os.WriteFile(src, []byte("data"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const udp = "softnic: rdma_create_id with a port space other than RDMA_PS_TCP: not supported"
+	const rsocket = "softnic: rsocket: not supported"
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"ibv_xsrq_pingpong", "-g", "0", h.ip()}, "Couldn't Open the XRC Domain 95"},
+		{[]string{"rdma_xclient", "-c", "x", "-s", h.ip()}, "softnic: rdma_getaddrinfo with a port space other than RDMA_PS_TCP: not supported"},
+		{[]string{"udaddy", "-s", h.ip()}, udp},
+		{[]string{"mckey", "-m", "239.1.1.1", "-b", h.ip()}, udp},
+		{[]string{"rstream", "-s", h.ip()}, rsocket},
+		{[]string{"riostream", "-s", h.ip()}, rsocket},
+		{[]string{"rcopy", src, h.ip() + ":" + filepath.Join(t.TempDir(), "dst")}, rsocket},
+		{[]string{"rdma_client", "-s", h.ip(), "-p", freePort()}, "rdma_connect: Connection refused"},
+	} {
+		t.Run(c.args[0], func(t *testing.T) {
+			needPrograms(t, c.args[0])
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			out, err := h.program(ctx, c.args...).CombinedOutput()
+			var exit *exec.ExitError
+			if ctx.Err() != nil || !errors.As(err, &exit) || exit.ExitCode() <= 0 || !strings.Contains(string(out), c.want) {
+				t.Errorf("%s: %v (%v), want a failure saying %q:\n%s", strings.Join(c.args, " "), err, ctx.Err(), c.want, out)
+			}
+		})
+	}
+}
+
+// TestVerbsAsyncwatch: ibv_asyncwatch, waiting for the device's
+// asynchronous events, prints IBV_EVENT_DEVICE_FATAL when the daemon
+// stops, and then ends (status 1, ibv_get_async_event failing) rather
+// than wait forever.
+func TestVerbsAsyncwatch(t *testing.T) {
+	bin, lib := needLibsoftnic(t, "ibv_asyncwatch")
+	rest, err := whenDaemonStops(t, bin, lib, "softnic0: async event FD", "stdbuf", "-oL", "ibv_asyncwatch")
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(rest, "event_type IBV_EVENT_DEVICE_FATAL") {
+		t.Fatalf("ibv_asyncwatch when the daemon stopped: %v, want status 1 after IBV_EVENT_DEVICE_FATAL: %q", err, rest)
+	}
+}
+
+// whenDaemonStops runs a program on a daemon of its own, stops the daemon
+// once the program's first line starts with ready, and returns what the
+// program printed on stdout after that line and how it ended (killed
+// after 30 s).
+func whenDaemonStops(t *testing.T, bin, lib, ready string, args ...string) (rest string, err error) {
+	t.Helper()
+	h := startVerbsHost(t, bin, lib, "", "127.0.0.1:0")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := h.program(ctx, args...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr lockedBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(stdout)
+	if l, err := r.ReadString('\n'); !strings.HasPrefix(l, ready) {
+		cancel()
+		cmd.Wait()
+		t.Fatalf("%s did not open the device: %q %v\n%s", args[0], l, err, stderr.String())
+	}
+	h.stop()
+	b, _ := io.ReadAll(r)
+	err = cmd.Wait()
+	if err != nil {
+		err = fmt.Errorf("%w\n%s", err, stderr.String())
+	}
+	return string(b), err
+}
+
+// needPrograms skips the test unless every program named is installed.
+func needPrograms(t *testing.T, programs ...string) {
+	t.Helper()
+	for _, p := range programs {
+		if _, err := exec.LookPath(p); err != nil {
+			t.Skipf("%s is not installed (Debian: apt-get install perftest rdmacm-utils ibverbs-utils): %v", p, err)
+		}
+	}
+}
+
 // TestVerbsSeeds compiles the C program of the seeds' rules
 // (testdata/libsoftnic_seeds.c) against Debian's headers and libraries,
 // and runs it on libsoftnic: every check must pass.
@@ -692,27 +862,8 @@ func TestVerbsFaults(t *testing.T) {
 	})
 	t.Run("daemon stopped: IBV_EVENT_DEVICE_FATAL", func(t *testing.T) {
 		prog := compileC(t, "testdata/libsoftnic_device_fatal.c")
-		h := startVerbsHost(t, bin, lib, "", "127.0.0.1:0")
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		cmd := h.program(ctx, prog)
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var stderr lockedBuffer
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		r := bufio.NewReader(stdout)
-		if l, err := r.ReadString('\n'); l != "ready\n" {
-			t.Fatalf("the program did not open the device: %q %v\n%s", l, err, stderr.String())
-		}
-		h.stop()
-		rest, _ := io.ReadAll(r)
-		if err := cmd.Wait(); err != nil || string(rest) != "event: local catastrophic error\n" {
-			t.Fatalf("a program waiting in ibv_get_async_event when the daemon stopped: %v: %q\n%s", err, rest, stderr.String())
+		if rest, err := whenDaemonStops(t, bin, lib, "ready\n", prog); err != nil || rest != "event: local catastrophic error\n" {
+			t.Fatalf("a program waiting in ibv_get_async_event when the daemon stopped: %v: %q", err, rest)
 		}
 	})
 	t.Run("daemon stopped", func(t *testing.T) {

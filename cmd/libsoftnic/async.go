@@ -23,7 +23,11 @@ import (
 // daemon goes away. They wait in the context's queue, here, so that
 // ibv_destroy_qp can take back those of its QP that the program has not
 // read; the context's async_fd, a pipe, holds one byte while the queue is
-// not empty, so that the program can poll it.
+// not empty, so that the program can poll it. Once the daemon is gone and
+// its events are read, ibv_get_async_event fails with EIO and the
+// descriptor stays readable, as a disassociated device's does in Linux
+// (whose read answers EIO once the queue is empty), so that a program
+// waiting for events sees the end rather than wait forever.
 
 // asyncEvents is a context's queue of asynchronous events.
 type asyncEvents struct {
@@ -31,6 +35,7 @@ type asyncEvents struct {
 	queue  []C.struct_sn_async_event
 	qps    map[*nic.QP]*C.struct_sn_qp // the context's QPs, for OnQPError
 	r, w   int                         // the pipe: async_fd and async_w
+	gone   bool                        // the daemon went away: IBV_EVENT_DEVICE_FATAL was queued
 	stop   chan struct{}               // closed by ibv_close_device
 	closed chan struct{}               // closed when the watcher returns
 }
@@ -47,9 +52,10 @@ func (e *asyncEvents) pushLocked(ev C.struct_sn_async_event) {
 	e.queue = append(e.queue, ev)
 }
 
-// drainedLocked takes the pipe's byte once the queue is empty.
+// drainedLocked takes the pipe's byte once the queue is empty, unless
+// the daemon is gone.
 func (e *asyncEvents) drainedLocked() {
-	if len(e.queue) == 0 {
+	if len(e.queue) == 0 && !e.gone {
 		var b [1]byte
 		unix.Read(e.r, b[:])
 	}
@@ -77,6 +83,7 @@ func (e *asyncEvents) watch(dev *nic.Device) {
 		}
 		e.mu.Lock()
 		e.pushLocked(C.struct_sn_async_event{_type: C.IBV_EVENT_DEVICE_FATAL})
+		e.gone = true
 		e.mu.Unlock()
 	case <-e.stop:
 	}
@@ -115,7 +122,8 @@ func (e *asyncEvents) removeQP(q *nic.QP) C.uint32_t {
 }
 
 // snNextAsyncEvent takes the oldest event into ev, counting it as read
-// for its QP; it returns 0 if there is none.
+// for its QP; it returns 1 if there was one, 0 if there is none yet, and
+// -1 if there will be none: the daemon is gone.
 //
 //export snNextAsyncEvent
 func snNextAsyncEvent(ctx *C.struct_ibv_context, ev *C.struct_sn_async_event) C.int {
@@ -123,6 +131,9 @@ func snNextAsyncEvent(ctx *C.struct_ibv_context, ev *C.struct_sn_async_event) C.
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if len(e.queue) == 0 {
+		if e.gone {
+			return -1
+		}
 		return 0
 	}
 	*ev = e.queue[0]

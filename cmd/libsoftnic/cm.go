@@ -155,14 +155,15 @@ func (id *cmID) post(ev cmEvent) {
 	}
 }
 
-// syncResult waits for a synchronous id's next event and returns its
-// errno: 0 if it is want.
-func (id *cmID) syncResult(want C.enum_rdma_cm_event_type) C.int {
-	ev := <-id.sync
+// errno is what a synchronous call that waits for an event of type want
+// fails with when ev comes, as librdmacm has it: 0 if ev is want,
+// ECONNREFUSED for a rejection (whose status is the CM's positive reason,
+// not an errno), else the errno of ev's negative status.
+func (ev cmEvent) errno(want C.enum_rdma_cm_event_type) C.int {
 	if ev.typ == want {
 		return 0
 	}
-	if ev.status < 0 {
+	if ev.typ != C.RDMA_CM_EVENT_REJECTED && ev.status < 0 {
 		return -ev.status
 	}
 	return C.ECONNREFUSED
@@ -441,11 +442,7 @@ func (id *cmID) establish(connect func() (*nic.Conn, error), rr, depth uint8) C.
 		return connectEvent(err, conn, rr, depth)
 	}
 	if id.ch == nil {
-		ev := result()
-		if ev.typ == C.RDMA_CM_EVENT_ESTABLISHED {
-			return 0
-		}
-		return -ev.status
+		return result().errno(C.RDMA_CM_EVENT_ESTABLISHED)
 	}
 	go func() { id.post(result()) }()
 	return 0

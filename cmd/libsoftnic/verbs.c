@@ -758,9 +758,15 @@ EXPORT struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc
 EXPORT int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *event)
 {
 	struct sn_async_event e;
+	int got;
 
-	while (!snNextAsyncEvent(ctx, &e)) {
+	while ((got = snNextAsyncEvent(ctx, &e)) <= 0) {
 		struct pollfd p = { .fd = ctx->async_fd, .events = POLLIN };
+
+		if (got < 0) {
+			errno = EIO;
+			return -1;
+		}
 
 		if (fcntl(ctx->async_fd, F_GETFL) & O_NONBLOCK) {
 			errno = EAGAIN;

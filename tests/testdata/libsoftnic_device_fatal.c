@@ -2,8 +2,10 @@
  * Waits in ibv_get_async_event, as a program's event thread does, for
  * the event its daemon's going away raises: it prints "ready" once the
  * device is open, then the event, and exits 0 only if it is
- * IBV_EVENT_DEVICE_FATAL.
+ * IBV_EVENT_DEVICE_FATAL and the next ibv_get_async_event fails with EIO,
+ * as a disassociated device's does, rather than wait forever.
  */
+#include <errno.h>
 #include <stdio.h>
 
 #include <infiniband/verbs.h>
@@ -27,6 +29,10 @@ int main(void)
 	}
 	printf("event: %s\n", ibv_event_type_str(ev.event_type));
 	ibv_ack_async_event(&ev);
+	if (ev.event_type == IBV_EVENT_DEVICE_FATAL && (!ibv_get_async_event(ctx, &ev) || errno != EIO)) {
+		perror("ibv_get_async_event after IBV_EVENT_DEVICE_FATAL");
+		return 1;
+	}
 	ibv_close_device(ctx);
 	return ev.event_type == IBV_EVENT_DEVICE_FATAL ? 0 : 1;
 }
