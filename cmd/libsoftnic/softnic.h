@@ -32,7 +32,11 @@ struct sn_cq {
 	uintptr_t h;
 	uint32_t events; /* events ibv_get_cq_event returned, for ibv_destroy_cq */
 };
-struct sn_srq { struct ibv_srq srq; uintptr_t h; };
+struct sn_srq {
+	struct ibv_srq srq;
+	uintptr_t h;
+	struct ibv_srq_attr attr; /* as created, for ibv_query_srq */
+};
 struct sn_qp {
 	struct ibv_qp qp;
 	uintptr_t h;

@@ -581,6 +581,9 @@ EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_att
 		errno = err;
 		return NULL;
 	}
+	/* No limit is armed: ibv_modify_srq cannot arm one. */
+	srq->attr = attr->attr;
+	srq->attr.srq_limit = 0;
 	srq->srq.context = pd->context;
 	srq->srq.srq_context = attr->srq_context;
 	srq->srq.pd = pd;
@@ -600,10 +603,8 @@ EXPORT int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int ma
 
 EXPORT int ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr)
 {
-	(void)srq;
-	(void)attr;
-	sn_unsupported("ibv_query_srq");
-	return EOPNOTSUPP;
+	*attr = ((struct sn_srq *)srq)->attr;
+	return 0;
 }
 
 EXPORT int ibv_destroy_srq(struct ibv_srq *srq)

@@ -6,8 +6,8 @@
  * from 0), memory a program owns (malloc'd, stack, a private file
  * mapping) registered where it lies, a bad rkey completing with
  * IBV_WC_REM_ACCESS_ERR and raising IBV_EVENT_QP_FATAL for both QPs
- * (ibv_get_async_event), and seed 002's rdma_post_read, whose context
- * comes back as the completion's wr_id.
+ * (ibv_get_async_event), seed 002's rdma_post_read, whose context
+ * comes back as the completion's wr_id, and ibv_query_srq.
  *
  * Usage: libsoftnic_seeds IP PORT FILE, where IP is the daemon's address,
  * PORT a free rdma_cm port and FILE a scratch file. Each check prints a
@@ -356,6 +356,19 @@ static void post_read(void)
 	pthread_join(t, NULL);
 }
 
+/* ibv_query_srq answers the SRQ's sizes as created and no limit armed. */
+static void query_srq(void)
+{
+	struct ibv_srq_init_attr init = { .attr = { .max_wr = 16, .max_sge = 2 } };
+	struct ibv_srq *srq = ibv_create_srq(pd, &init);
+	struct ibv_srq_attr attr = { .srq_limit = 1 };
+
+	MUST(srq);
+	CHECK(!ibv_query_srq(srq, &attr) && attr.max_wr == 16 && attr.max_sge == 2 && attr.srq_limit == 0,
+	      "ibv_query_srq: max_wr %u, max_sge %u, srq_limit %u, as created", attr.max_wr, attr.max_sge, attr.srq_limit);
+	MUST(!ibv_destroy_srq(srq));
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 4) {
@@ -384,6 +397,7 @@ int main(int argc, char **argv)
 	program_memory(src, argv[3]);
 	bad_rkey(src, dst);
 	post_read();
+	query_srq();
 
 	printf("%d failed\n", failures);
 	return failures ? 1 : 0;
