@@ -567,6 +567,18 @@ var utilsCases = []utilsCase{
 		sdone: "return status 0", cdone: "return status 0",
 	},
 	{
+		// rdma_migrate_id: each side moves its ids to a new event
+		// channel before they disconnect.
+		name: "ucmatose -m",
+		server: func(ip, port string) []string {
+			return []string{"ucmatose", "-b", ip, "-p", port, "-c", "2", "-C", "10", "-m"}
+		},
+		client: func(ip, port string) []string {
+			return []string{"ucmatose", "-s", ip, "-p", port, "-c", "2", "-C", "10", "-m"}
+		},
+		sdone: "return status 0", cdone: "return status 0",
+	},
+	{
 		name:   "rdma_xserver",
 		server: func(_, port string) []string { return []string{"rdma_xserver", "-p", port} },
 		client: func(ip, port string) []string { return []string{"rdma_xclient", "-s", ip, "-p", port} },

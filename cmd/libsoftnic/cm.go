@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"runtime/cgo"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -39,16 +40,18 @@ type cmEvent struct {
 }
 
 // eventChannel is the Go side of an rdma_event_channel: its queued events,
-// one byte each in the pipe the program polls.
+// one byte each in the socket pair whose end r the program polls. A byte
+// read with no event queued was an event's that rdma_migrate_id moved to
+// another channel and could not take back (a reader had it already).
 type eventChannel struct {
-	w      int
+	r, w   int
 	mu     sync.Mutex
 	events []cmEvent
 }
 
 //export snCreateEventChannel
 func snCreateEventChannel(ch *C.struct_sn_event_channel) {
-	ch.h = C.uintptr_t(cgo.NewHandle(&eventChannel{w: int(ch.w)}))
+	ch.h = C.uintptr_t(cgo.NewHandle(&eventChannel{r: int(ch.ch.fd), w: int(ch.w)}))
 }
 
 //export snDestroyEventChannel
@@ -61,8 +64,30 @@ func (ch *eventChannel) push(ev cmEvent) {
 	unix.Write(ch.w, []byte{1})
 }
 
+// take removes the events of the id owner (a listener's CONNECT_REQUEST
+// events too) and, without waiting, their bytes, and returns them.
+func (ch *eventChannel) take(owner *C.struct_sn_cm_id) []cmEvent {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	var taken []cmEvent
+	kept := ch.events[:0]
+	for _, e := range ch.events {
+		if e.listen == owner || e.listen == nil && e.id == owner {
+			taken = append(taken, e)
+		} else {
+			kept = append(kept, e)
+		}
+	}
+	clear(ch.events[len(kept):])
+	ch.events = kept
+	if len(taken) > 0 {
+		unix.Recvfrom(ch.r, make([]byte, len(taken)), unix.MSG_DONTWAIT)
+	}
+	return taken
+}
+
 // snNextEvent fills ev with the channel's oldest event, whose byte the
-// caller has read.
+// caller has read; EAGAIN if there is none, the byte a moved event's.
 //
 //export snNextEvent
 func snNextEvent(c *C.struct_sn_event_channel, ev *C.struct_sn_cm_event) C.int {
@@ -97,9 +122,13 @@ func fillEvent(ev *C.struct_sn_cm_event, e *cmEvent) {
 
 // cmID is the Go side of an rdma_cm_id.
 type cmID struct {
-	cid  *C.struct_sn_cm_id
-	ch   *eventChannel // nil for a synchronous id
-	sync chan cmEvent  // a synchronous id's events
+	cid *C.struct_sn_cm_id
+	// The id's event channel, nil for a synchronous id. rdma_migrate_id
+	// changes it, under chMu, which an event's delivery holds: an event
+	// goes to the channel or is moved with the others.
+	ch   atomic.Pointer[eventChannel]
+	chMu sync.Mutex
+	sync chan cmEvent // a synchronous id's events
 	dev  *device
 	done chan struct{} // closed by rdma_destroy_id
 
@@ -120,7 +149,7 @@ type cmID struct {
 func snCreateID(c *C.struct_sn_cm_id, ch *C.struct_sn_event_channel) {
 	id := &cmID{cid: c, sync: make(chan cmEvent, 16), done: make(chan struct{})}
 	if ch != nil {
-		id.ch = handleOf[*eventChannel](ch.h)
+		id.ch.Store(handleOf[*eventChannel](ch.h))
 	}
 	if c.id.verbs != nil {
 		id.dev = deviceOf(c.id.verbs)
@@ -145,14 +174,48 @@ func idOf(c *C.struct_sn_cm_id) *cmID { return handleOf[*cmID](c.h) }
 // call waiting for it (dropped if nothing takes a synchronous id's events).
 func (id *cmID) post(ev cmEvent) {
 	ev.id = id.cid
-	if id.ch != nil {
-		id.ch.push(ev)
+	if id.deliver(ev) {
 		return
 	}
 	select {
 	case id.sync <- ev:
 	default:
 	}
+}
+
+// deliver queues ev on the id's channel; false for a synchronous id.
+func (id *cmID) deliver(ev cmEvent) bool {
+	id.chMu.Lock()
+	defer id.chMu.Unlock()
+	ch := id.ch.Load()
+	if ch != nil {
+		ch.push(ev)
+	}
+	return ch != nil
+}
+
+// snMigrateID moves the id, and its events not yet read, to the channel
+// to (rdma_migrate_id); between two channels only.
+//
+//export snMigrateID
+func snMigrateID(c *C.struct_sn_cm_id, to *C.struct_sn_event_channel) C.int {
+	id := idOf(c)
+	id.chMu.Lock()
+	defer id.chMu.Unlock()
+	from := id.ch.Load()
+	if from == nil || to == nil {
+		unsupported("rdma_migrate_id to or from a synchronous rdma_cm_id")
+		return C.EOPNOTSUPP
+	}
+	dest := handleOf[*eventChannel](to.h)
+	if dest == from {
+		return 0
+	}
+	for _, ev := range from.take(id.cid) {
+		dest.push(ev)
+	}
+	id.ch.Store(dest)
+	return 0
 }
 
 // errno is what a synchronous call that waits for an event of type want
@@ -293,9 +356,7 @@ func (id *cmID) acceptLoop(l *nic.Listener) {
 		setAddr(child.dstAddr(), netip.AddrPortFrom(r.RemoteAddr().Addr(), 0))
 		ev := cmEvent{typ: C.RDMA_CM_EVENT_CONNECT_REQUEST, listen: id.cid, private: r.PrivateData(), rr: 16, depth: 16}
 		ev.id = c
-		if id.ch != nil {
-			id.ch.push(ev)
-		} else {
+		if !id.deliver(ev) {
 			id.sync <- ev
 		}
 	}
@@ -304,7 +365,7 @@ func (id *cmID) acceptLoop(l *nic.Listener) {
 //export snGetRequest
 func snGetRequest(c *C.struct_sn_cm_id, out **C.struct_sn_cm_id) C.int {
 	id := idOf(c)
-	if id.ch != nil {
+	if id.ch.Load() != nil {
 		return C.EINVAL
 	}
 	select {
@@ -343,7 +404,7 @@ func snResolveAddr(c *C.struct_sn_cm_id, src, dst *C.struct_sn_addr, hasSrc C.in
 	id.mu.Unlock()
 	setAddr(id.srcAddr(), local)
 	setAddr(id.dstAddr(), d)
-	if id.ch == nil {
+	if id.ch.Load() == nil {
 		return 0
 	}
 	id.post(cmEvent{typ: C.RDMA_CM_EVENT_ADDR_RESOLVED})
@@ -360,7 +421,7 @@ func snResolveRoute(c *C.struct_sn_cm_id) C.int {
 		return C.EINVAL
 	}
 	id.cid.id.route.num_paths = 1
-	if id.ch != nil {
+	if id.ch.Load() != nil {
 		id.post(cmEvent{typ: C.RDMA_CM_EVENT_ROUTE_RESOLVED})
 	}
 	return 0
@@ -441,7 +502,7 @@ func (id *cmID) establish(connect func() (*nic.Conn, error), rr, depth uint8) C.
 		}
 		return connectEvent(err, conn, rr, depth)
 	}
-	if id.ch == nil {
+	if id.ch.Load() == nil {
 		return result().errno(C.RDMA_CM_EVENT_ESTABLISHED)
 	}
 	go func() { id.post(result()) }()
@@ -515,7 +576,7 @@ func snAccept(c *C.struct_sn_cm_id, data unsafe.Pointer, n, rr, depth, rnr C.int
 	if err == nil {
 		err = id.connected(conn)
 	}
-	if id.ch != nil && err == nil {
+	if id.ch.Load() != nil && err == nil {
 		id.post(connectEvent(nil, conn, opts.ResponderResources, opts.InitiatorDepth))
 	}
 	return errnoOf(err)
@@ -556,7 +617,7 @@ func snDisconnect(c *C.struct_sn_cm_id) C.int {
 		conn.Close()
 		id.disconnected()
 	}
-	if id.ch == nil {
+	if id.ch.Load() == nil {
 		end()
 		return 0
 	}

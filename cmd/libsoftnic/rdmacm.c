@@ -8,11 +8,11 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <netdb.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <rdma/rdma_verbs.h>
@@ -85,7 +85,9 @@ EXPORT struct rdma_event_channel *rdma_create_event_channel(void)
 		errno = ENOMEM;
 		return NULL;
 	}
-	if (pipe2(p, O_CLOEXEC)) {
+	/* A socket pair rather than a pipe: rdma_migrate_id takes back the
+	 * bytes of the events it moves without waiting (MSG_DONTWAIT). */
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p)) {
 		free(ch);
 		return NULL;
 	}
@@ -439,32 +441,32 @@ EXPORT int rdma_establish(struct rdma_cm_id *id)
 
 EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **event)
 {
-	struct sn_cm_event *ev;
+	struct sn_cm_event *ev = calloc(1, sizeof(*ev));
 	char c;
 	ssize_t n;
-	int err;
 
-	do
-		n = read(channel->fd, &c, 1);
-	while (n < 0 && errno == EINTR);
-	if (n == 0) {
-		/* Another thread destroyed the channel while this one waited.
-		 * With librdmacm the wait goes on (closing a descriptor does not
-		 * end a read of it), and programs such as rping, which exit
-		 * while their event thread waits, rely on that. */
-		for (;;)
-			pause();
-	}
-	if (n != 1)
-		return -1;
-	ev = calloc(1, sizeof(*ev));
 	if (!ev)
 		return fail(ENOMEM);
-	err = snNextEvent((struct sn_event_channel *)channel, ev);
-	if (err) {
-		free(ev);
-		return fail(err);
-	}
+	/* A byte with no event was one that rdma_migrate_id moved to another
+	 * channel: wait for the next. */
+	do {
+		do
+			n = read(channel->fd, &c, 1);
+		while (n < 0 && errno == EINTR);
+		if (n == 0) {
+			/* Another thread destroyed the channel while this one
+			 * waited. With librdmacm the wait goes on (closing a
+			 * descriptor does not end a read of it), and programs
+			 * such as rping, which exit while their event thread
+			 * waits, rely on that. */
+			for (;;)
+				pause();
+		}
+		if (n != 1) {
+			free(ev);
+			return -1;
+		}
+	} while (snNextEvent((struct sn_event_channel *)channel, ev));
 	*event = &ev->ev;
 	return 0;
 }
@@ -681,10 +683,12 @@ EXPORT int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **idp)
 
 EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
 {
-	(void)id;
-	(void)channel;
-	sn_unsupported("rdma_migrate_id");
-	return -1;
+	int err = snMigrateID((struct sn_cm_id *)id, (struct sn_event_channel *)channel);
+
+	if (err)
+		return fail(err);
+	id->channel = channel;
+	return 0;
 }
 
 EXPORT int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)

@@ -7,7 +7,8 @@
  * mapping) registered where it lies, a bad rkey completing with
  * IBV_WC_REM_ACCESS_ERR and raising IBV_EVENT_QP_FATAL for both QPs
  * (ibv_get_async_event), seed 002's rdma_post_read, whose context
- * comes back as the completion's wr_id, and ibv_query_srq.
+ * comes back as the completion's wr_id, ibv_query_srq, and rdma_migrate_id
+ * moving an id's event not yet read to the new channel.
  *
  * Usage: libsoftnic_seeds IP PORT FILE, where IP is the daemon's address,
  * PORT a free rdma_cm port and FILE a scratch file. Each check prints a
@@ -369,6 +370,33 @@ static void query_srq(void)
 	MUST(!ibv_destroy_srq(srq));
 }
 
+/* rdma_migrate_id moves the id's event not yet read (ADDR_RESOLVED) to
+ * the new channel, whose descriptor polls readable, the old one not. */
+static void migrate_id(void)
+{
+	struct rdma_event_channel *a = rdma_create_event_channel(), *b = rdma_create_event_channel();
+	struct rdma_addrinfo hints = { .ai_port_space = RDMA_PS_TCP }, *res;
+	struct rdma_cm_event *ev = NULL;
+	struct rdma_cm_id *id;
+
+	MUST(a && b && !rdma_create_id(a, &id, NULL, RDMA_PS_TCP));
+	MUST(!rdma_getaddrinfo(cm_ip, cm_port, &hints, &res));
+	MUST(!rdma_resolve_addr(id, NULL, res->ai_dst_addr, 1000));
+	rdma_freeaddrinfo(res);
+	struct pollfd pa = { .fd = a->fd, .events = POLLIN }, pb = { .fd = b->fd, .events = POLLIN };
+	CHECK(poll(&pa, 1, 1000) == 1, "ADDR_RESOLVED waits on the id's channel");
+	MUST(!rdma_migrate_id(id, b));
+	CHECK(id->channel == b && poll(&pa, 1, 0) == 0 && poll(&pb, 1, 0) == 1,
+	      "rdma_migrate_id: the event waits on the new channel, not on the old");
+	CHECK(!rdma_get_cm_event(b, &ev) && ev->id == id && ev->event == RDMA_CM_EVENT_ADDR_RESOLVED,
+	      "rdma_migrate_id: the new channel gives the id's ADDR_RESOLVED (%s)", ev ? rdma_event_str(ev->event) : "none");
+	if (ev)
+		rdma_ack_cm_event(ev);
+	rdma_destroy_id(id);
+	rdma_destroy_event_channel(a);
+	rdma_destroy_event_channel(b);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 4) {
@@ -398,6 +426,7 @@ int main(int argc, char **argv)
 	bad_rkey(src, dst);
 	post_read();
 	query_srq();
+	migrate_id();
 
 	printf("%d failed\n", failures);
 	return failures ? 1 : 0;
