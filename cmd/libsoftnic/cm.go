@@ -195,27 +195,45 @@ func (id *cmID) deliver(ev cmEvent) bool {
 }
 
 // snMigrateID moves the id, and its events not yet read, to the channel
-// to (rdma_migrate_id); between two channels only.
+// to, or makes it synchronous if to is nil (rdma_migrate_id).
 //
 //export snMigrateID
-func snMigrateID(c *C.struct_sn_cm_id, to *C.struct_sn_event_channel) C.int {
+func snMigrateID(c *C.struct_sn_cm_id, to *C.struct_sn_event_channel) {
 	id := idOf(c)
+	var dest *eventChannel
+	if to != nil {
+		dest = handleOf[*eventChannel](to.h)
+	}
 	id.chMu.Lock()
 	defer id.chMu.Unlock()
 	from := id.ch.Load()
-	if from == nil || to == nil {
-		unsupported("rdma_migrate_id to or from a synchronous rdma_cm_id")
-		return C.EOPNOTSUPP
-	}
-	dest := handleOf[*eventChannel](to.h)
 	if dest == from {
-		return 0
+		return
 	}
-	for _, ev := range from.take(id.cid) {
-		dest.push(ev)
+	var moved []cmEvent
+	if from != nil {
+		moved = from.take(id.cid)
+	}
+drain:
+	for from == nil {
+		select {
+		case ev := <-id.sync:
+			moved = append(moved, ev)
+		default:
+			break drain
+		}
 	}
 	id.ch.Store(dest)
-	return 0
+	for _, ev := range moved {
+		if dest != nil {
+			dest.push(ev)
+			continue
+		}
+		select {
+		case id.sync <- ev:
+		default:
+		}
+	}
 }
 
 // errno is what a synchronous call that waits for an event of type want

@@ -683,10 +683,7 @@ EXPORT int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **idp)
 
 EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
 {
-	int err = snMigrateID((struct sn_cm_id *)id, (struct sn_event_channel *)channel);
-
-	if (err)
-		return fail(err);
+	snMigrateID((struct sn_cm_id *)id, (struct sn_event_channel *)channel);
 	id->channel = channel;
 	return 0;
 }

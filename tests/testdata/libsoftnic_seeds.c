@@ -8,7 +8,8 @@
  * IBV_WC_REM_ACCESS_ERR and raising IBV_EVENT_QP_FATAL for both QPs
  * (ibv_get_async_event), seed 002's rdma_post_read, whose context
  * comes back as the completion's wr_id, ibv_query_srq, and rdma_migrate_id
- * moving an id's event not yet read to the new channel.
+ * moving an id's event not yet read to the new channel, and a synchronous
+ * id to a channel and back.
  *
  * Usage: libsoftnic_seeds IP PORT FILE, where IP is the daemon's address,
  * PORT a free rdma_cm port and FILE a scratch file. Each check prints a
@@ -371,7 +372,9 @@ static void query_srq(void)
 }
 
 /* rdma_migrate_id moves the id's event not yet read (ADDR_RESOLVED) to
- * the new channel, whose descriptor polls readable, the old one not. */
+ * the new channel, whose descriptor polls readable, the old one not; a
+ * synchronous id moved to a channel has its next event there
+ * (ROUTE_RESOLVED), and moved back to none, none. */
 static void migrate_id(void)
 {
 	struct rdma_event_channel *a = rdma_create_event_channel(), *b = rdma_create_event_channel();
@@ -392,6 +395,23 @@ static void migrate_id(void)
 	      "rdma_migrate_id: the new channel gives the id's ADDR_RESOLVED (%s)", ev ? rdma_event_str(ev->event) : "none");
 	if (ev)
 		rdma_ack_cm_event(ev);
+	rdma_destroy_id(id);
+
+	MUST(!rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP));
+	MUST(!rdma_getaddrinfo(cm_ip, cm_port, &hints, &res));
+	MUST(!rdma_resolve_addr(id, NULL, res->ai_dst_addr, 1000));
+	rdma_freeaddrinfo(res);
+	MUST(!rdma_migrate_id(id, b));
+	MUST(!rdma_resolve_route(id, 1000));
+	ev = NULL;
+	CHECK(!rdma_get_cm_event(b, &ev) && ev->id == id && ev->event == RDMA_CM_EVENT_ROUTE_RESOLVED,
+	      "rdma_migrate_id: a synchronous id moved to a channel has ROUTE_RESOLVED there (%s)",
+	      ev ? rdma_event_str(ev->event) : "none");
+	if (ev)
+		rdma_ack_cm_event(ev);
+	MUST(!rdma_migrate_id(id, NULL));
+	CHECK(id->channel == NULL && !rdma_resolve_route(id, 1000) && poll(&pb, 1, 100) == 0,
+	      "rdma_migrate_id: moved back to synchronous, rdma_resolve_route completes with no event");
 	rdma_destroy_id(id);
 	rdma_destroy_event_channel(a);
 	rdma_destroy_event_channel(b);
