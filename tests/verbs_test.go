@@ -609,8 +609,8 @@ func TestVerbsUtils(t *testing.T) {
 }
 
 // TestVerbsUtilsFail: the programs of ibverbs-utils and rdmacm-utils that
-// need what softnic does not support (XRC, rdma_cm's UD port space and
-// multicast, rsockets) fail at once with EOPNOTSUPP, saying so, rather
+// need what softnic does not support (XRC, rdma_cm's UDP and IB port
+// spaces and multicast, rsockets) fail at once with EOPNOTSUPP, saying so, rather
 // than hang or crash; and rdma_client, connecting to a port nothing
 // listens on, fails as librdmacm's synchronous rdma_connect does, with
 // ECONNREFUSED.
@@ -621,7 +621,7 @@ func TestVerbsUtilsFail(t *testing.T) {
 	if err := os.WriteFile(src, []byte("data"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	const udp = "softnic: rdma_create_id with a port space other than RDMA_PS_TCP: not supported"
+	const portSpace = "softnic: rdma_create_id with a port space other than RDMA_PS_TCP: not supported"
 	const rsocket = "softnic: rsocket: not supported"
 	for _, c := range []struct {
 		args []string
@@ -629,8 +629,9 @@ func TestVerbsUtilsFail(t *testing.T) {
 	}{
 		{[]string{"ibv_xsrq_pingpong", "-g", "0", h.ip()}, "Couldn't Open the XRC Domain 95"},
 		{[]string{"rdma_xclient", "-c", "x", "-s", h.ip()}, "softnic: rdma_getaddrinfo with a port space other than RDMA_PS_TCP: not supported"},
-		{[]string{"udaddy", "-s", h.ip()}, udp},
-		{[]string{"mckey", "-m", "239.1.1.1", "-b", h.ip()}, udp},
+		{[]string{"udaddy", "-s", h.ip()}, portSpace},
+		{[]string{"mckey", "-m", "239.1.1.1", "-b", h.ip()}, portSpace},
+		{[]string{"ucmatose", "-P", "ib", "-s", h.ip()}, portSpace},
 		{[]string{"rstream", "-s", h.ip()}, rsocket},
 		{[]string{"riostream", "-s", h.ip()}, rsocket},
 		{[]string{"rcopy", src, h.ip() + ":" + filepath.Join(t.TempDir(), "dst")}, rsocket},
