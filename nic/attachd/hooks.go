@@ -1,12 +1,11 @@
 package attachd
 
 import (
-	"log/slog"
-
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/internal/hooks"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/wire/mad"
+	"log/slog"
 )
 
 // The hooks the embedded device exports to the daemon (package hooks),

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"net"
 	"net/netip"
@@ -27,8 +28,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-
-	"log/slog"
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/cm"
