@@ -61,6 +61,8 @@ func defineServe(fs *flag.FlagSet) func(*invocation) error {
 		"device, until `DURATION` after the program's last completion, twice that after the post at most (default 50us; negative: sleep at once)")
 	logRate := fs.Int("log-rate", 0, "log at most `N` lines a second of each kind of event (a connection, a SEND, a program attaching ...), "+
 		"and count those left out (default 10)")
+	sendRate := fs.Int("send-rate", 0, "take at most `N` SENDs a second from the peers (default 10000), 64 at once: beyond, the receive buffers "+
+		"run out and the peers' SENDs are answered with RNR NAKs, on which a requester waits before it sends again")
 	stopGrace := fs.Duration("stop-grace", 0, "on SIGTERM, wait at most `DURATION` for the peers to answer their disconnects (default 2s)")
 	allowGroup := fs.String("allow-group", "", "let the members of `GROUP` (a name or a number) use the control socket, attach and inspect "+
 		"their own processes, besides the daemon's user and root")
@@ -96,10 +98,10 @@ func defineServe(fs *flag.FlagSet) func(*invocation) error {
 		if *doorbellSpin > time.Second {
 			return usagef("--doorbell-spin %v: want at most 1s, such as 50us", *doorbellSpin)
 		}
-		cfg.LogRate, cfg.StopGrace = *logRate, *stopGrace
-		if *doorbellBurst < 0 || *doorbellRate < 0 || *logRate < 0 || *stopGrace < 0 {
-			return usagef("--doorbell-burst %d, --doorbell-rate %d, --log-rate %d, --stop-grace %v: want 0 (the default) or more",
-				*doorbellBurst, *doorbellRate, *logRate, *stopGrace)
+		cfg.LogRate, cfg.SendRate, cfg.StopGrace = *logRate, *sendRate, *stopGrace
+		if *doorbellBurst < 0 || *doorbellRate < 0 || *logRate < 0 || *sendRate < 0 || *stopGrace < 0 {
+			return usagef("--doorbell-burst %d, --doorbell-rate %d, --log-rate %d, --send-rate %d, --stop-grace %v: want 0 (the default) or more",
+				*doorbellBurst, *doorbellRate, *logRate, *sendRate, *stopGrace)
 		}
 		if cfg.BusyPoll < 0 || cfg.BusyPoll > time.Second {
 			return usagef("--busy-poll %v: want a duration from 0 to 1s, such as 50us", cfg.BusyPoll)

@@ -315,36 +315,8 @@ func TestServeStuckHandshake(t *testing.T) {
 func TestServeSENDFloodLog(t *testing.T) {
 	const sends, rate = 3000, 4
 	d := startDaemon(t, "--region", "mem:4k:rw", "--log-rate", fmt.Sprint(rate))
-	c := dialDaemonClient(t, d, nic.Config{})
-	buf, err := c.pd.RegMR(make([]byte, 64), mr.LocalWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	copy(buf.Bytes(), "flood")
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var wc [16]verbs.WC
-	posted, done := 0, 0
-	for done < sends {
-		for posted < sends && posted-done < 8 {
-			wr := verbs.SendWR{ID: uint64(posted), Opcode: verbs.WRSend, Flags: verbs.Signaled, SGL: []verbs.SGE{buf.SGE(0, 5)}}
-			if err := c.conn.QP().PostSend(&wr); err != nil {
-				t.Fatal(err)
-			}
-			posted++
-		}
-		n, err := c.cq.Wait(ctx, wc[:])
-		if err != nil {
-			t.Fatalf("after %d SENDs: %v", done, err)
-		}
-		for _, w := range wc[:n] {
-			if w.Status != verbs.Success {
-				t.Fatalf("SEND %d: %v", w.ID, w.Status)
-			}
-		}
-		done += n
-	}
+	dialDaemonClient(t, d, nic.Config{}).sendMany(t, sends)
 	if n := d.counterReaches(t, "sends_received", sends); n != sends {
 		t.Fatalf("sends_received %d, want %d", n, sends)
 	}
@@ -361,6 +333,60 @@ func TestServeSENDFloodLog(t *testing.T) {
 		t.Errorf("the log does not count the SENDs it left out:\n%.2000s", log)
 	}
 	d.bystander(t, "after the flood")
+}
+
+// sendMany sends n SENDs of 5 bytes on c's QP, 8 at a time, and waits
+// for each to complete successfully.
+func (c *daemonClient) sendMany(t *testing.T, n int) {
+	t.Helper()
+	buf, err := c.pd.RegMR(make([]byte, 64), mr.LocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(buf.Bytes(), "flood")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wc [16]verbs.WC
+	posted, done := 0, 0
+	for done < n {
+		for posted < n && posted-done < 8 {
+			wr := verbs.SendWR{ID: uint64(posted), Opcode: verbs.WRSend, Flags: verbs.Signaled, SGL: []verbs.SGE{buf.SGE(0, 5)}}
+			if err := c.conn.QP().PostSend(&wr); err != nil {
+				t.Fatal(err)
+			}
+			posted++
+		}
+		k, err := c.cq.Wait(ctx, wc[:])
+		if err != nil {
+			t.Fatalf("after %d SENDs: %v", done, err)
+		}
+		for _, w := range wc[:k] {
+			if w.Status != verbs.Success {
+				t.Fatalf("SEND %d: %v", w.ID, w.Status)
+			}
+		}
+		done += k
+	}
+}
+
+// The daemon takes SENDs at --send-rate, after a burst of its receive
+// buffers: the peer's beyond wait in RNR retries, and all complete.
+func TestServeSendRate(t *testing.T) {
+	const sends, rate = 400, 500
+	d := startDaemon(t, "--region", "mem:4k:rw", "--send-rate", fmt.Sprint(rate))
+	start := time.Now()
+	dialDaemonClient(t, d, nic.Config{}).sendMany(t, sends)
+	took := time.Since(start)
+	if n := d.counterReaches(t, "sends_received", sends); n != sends {
+		t.Fatalf("sends_received %d, want %d", n, sends)
+	}
+	paced := d.counter(t, "receives_paced")
+	t.Logf("%d SENDs in %v, %d receive buffers posted late", sends, took.Round(time.Millisecond), paced)
+	// The first RecvBuffers SENDs find buffers; each later one waits for
+	// a buffer to go back, one each 1/rate.
+	if least := time.Duration(sends-daemon.RecvBuffers-1) * time.Second / rate; took < least || paced == 0 {
+		t.Errorf("%d SENDs took %v (%d paced) at --send-rate %d, want at least %v", sends, took, paced, rate, least)
+	}
 }
 
 // remoteBystander connects an embedded device of this process to the

@@ -25,12 +25,14 @@ func TestServeGuardFlags(t *testing.T) {
 		"limit_cm_reject_rate": 100, "limit_cm_reject_burst": 32,
 		"limit_access_refusals": 16, "limit_access_refusal_rate": 2, "limit_access_sources": 256,
 		"limit_doorbell_burst": 256, "limit_doorbell_rate": 1000, "limit_log_rate": 10, "limit_stop_grace_ms": 2000,
+		"limit_send_rate": 10000,
 	}
 	set := map[string]uint64{
 		"limit_cm_half_open": 7, "limit_cm_half_open_per_source": 3, "limit_cm_handshake_timeout_ms": 1500,
 		"limit_cm_reject_rate": 50, "limit_cm_reject_burst": 32,
 		"limit_access_refusals": 2, "limit_access_refusal_rate": 1, "limit_access_sources": 12,
 		"limit_doorbell_burst": 40, "limit_doorbell_rate": 400, "limit_log_rate": 4, "limit_stop_grace_ms": 300,
+		"limit_send_rate": 2500,
 	}
 	for _, tc := range []struct {
 		name string
@@ -40,7 +42,7 @@ func TestServeGuardFlags(t *testing.T) {
 		{"defaults", nil, defaults},
 		{"set", []string{"--cm-half-open", "7", "--cm-half-open-per-source", "3", "--cm-handshake-timeout", "1.5s", "--cm-reject-rate", "50",
 			"--access-refusals", "2", "--access-refusal-rate", "1", "--access-sources", "10", // 10 sources round up to 12
-			"--doorbell-burst", "40", "--doorbell-rate", "400", "--log-rate", "4", "--stop-grace", "300ms"}, set},
+			"--doorbell-burst", "40", "--doorbell-rate", "400", "--log-rate", "4", "--stop-grace", "300ms", "--send-rate", "2500"}, set},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := startDaemon(t, append([]string{"--region", "mem:4k:rw"}, tc.args...)...)

@@ -72,6 +72,7 @@ type Config struct {
 	Access     nic.AccessLimits       // --access-*: how fast a source may fail R_Key checks
 	Doorbell   attachd.DoorbellLimits // --doorbell-*: what ringing for nothing may cost
 	LogRate    int                    // --log-rate: lines a second of each kind; 0 for DefaultLogRate
+	SendRate   int                    // --send-rate: SENDs a second the daemon takes; 0 for DefaultSendRate
 	StopGrace  time.Duration          // --stop-grace: the wait for the peers' DREPs; 0 for DefaultStopGrace
 	MTU        int                    // --mtu: the cap of every path MTU; 0 for none below 4096
 	StrictICRC bool                   // --strict-icrc: no recovery of IPv4 identifications
@@ -88,6 +89,7 @@ type Config struct {
 func (c *Config) setDefaults() {
 	c.CM, c.Access, c.Doorbell = c.CM.WithDefaults(), c.Access.WithDefaults(), c.Doorbell.WithDefaults()
 	c.LogRate, c.StopGrace = cmp.Or(c.LogRate, DefaultLogRate), cmp.Or(c.StopGrace, DefaultStopGrace)
+	c.SendRate = cmp.Or(c.SendRate, DefaultSendRate)
 }
 
 // icrcMode says in words how the daemon checks the ICRC of IPv4 packets
@@ -126,6 +128,8 @@ type daemon struct {
 	recvMR  *nic.MR
 	recvWR  verbs.RecvWR // postRecv's, reused: a SEND received allocates nothing
 	recvSGE [1]verbs.SGE // recvWR's SGL
+	pacer   *sendPacer   // the receive loop's: when a buffer may be posted again
+	paced   *time.Timer  // the receive loop's wait for the pacer, reused
 	ln      *nic.Listener
 	ctl     *control.Server
 	attach  *attachd.Server // the processes attached to the device (Config.Attach)
@@ -140,7 +144,7 @@ type daemon struct {
 	conns    map[uint32]*servedConn // by local QPN
 	stopping bool                   // stop has taken its list of connections
 
-	accepted, recvMsgs, recvBytes, writeImms, recvErrors atomic.Uint64
+	accepted, recvMsgs, recvBytes, writeImms, recvErrors, recvPaced atomic.Uint64
 
 	logs daemonLogs
 
@@ -322,6 +326,9 @@ func (d *daemon) start() error {
 // startReceives creates the shared receive queue of the accepted QPs and
 // posts every receive buffer on it.
 func (d *daemon) startReceives() error {
+	d.pacer = newSendPacer(d.cfg.SendRate, time.Now)
+	d.paced = time.NewTimer(time.Hour)
+	d.paced.Stop()
 	var err error
 	if d.cq, err = d.dev.CreateCQ(2 * RecvBuffers); err != nil {
 		return err
@@ -602,10 +609,11 @@ func (d *daemon) receiveLoop() {
 	}
 }
 
-// received logs one receive completion and posts its buffer again. A
-// line's fields are built only for a line written (rateLog.Log): a flood
-// of SENDs, which the log mostly leaves out, allocates nothing, so that it
-// does not run the garbage collector, which slows every other peer.
+// received logs one receive completion and posts its buffer again, once
+// the pacer lets it (Config.SendRate). A line's fields are built only for
+// a line written (rateLog.Log): a flood of SENDs, which the log mostly
+// leaves out, allocates nothing, so that it does not run the garbage
+// collector, which slows every other peer.
 func (d *daemon) received(wc *verbs.WC) {
 	slot := int(wc.ID)
 	switch {
@@ -631,6 +639,14 @@ func (d *daemon) received(wc *verbs.WC) {
 		})
 		d.recvBytes.Add(uint64(wc.ByteLen))
 		d.recvMsgs.Add(1)
+	}
+	if wait := d.pacer.take(); wait > 0 {
+		d.recvPaced.Add(1)
+		d.paced.Reset(wait)
+		select {
+		case <-d.paced.C:
+		case <-d.quit.Done():
+		}
 	}
 	if err := d.postRecv(slot); err != nil && !errors.Is(err, nic.ErrClosed) {
 		d.log.Error("reposting a receive buffer", zap.Error(err))
@@ -743,6 +759,7 @@ func (d *daemon) limitCounters() control.Counters {
 		{Name: "limit_doorbell_burst", Value: uint64(c.Doorbell.Burst)},
 		{Name: "limit_doorbell_rate", Value: uint64(c.Doorbell.Rate)},
 		{Name: "limit_log_rate", Value: uint64(c.LogRate)},
+		{Name: "limit_send_rate", Value: uint64(c.SendRate)},
 		{Name: "limit_stop_grace_ms", Value: uint64(c.StopGrace.Milliseconds())},
 	}
 }
@@ -768,6 +785,7 @@ func (d *daemon) deviceCounters() control.Counters {
 		control.Counter{Name: "send_bytes_received", Value: d.recvBytes.Load()},
 		control.Counter{Name: "write_imms_received", Value: d.writeImms.Load()},
 		control.Counter{Name: "receive_errors", Value: d.recvErrors.Load()},
+		control.Counter{Name: "receives_paced", Value: d.recvPaced.Load()},
 		control.Counter{Name: "control_accept_errors", Value: d.ctl.Accepts.Errors()},
 		control.Counter{Name: "control_accepts_deferred", Value: d.ctl.Deferred()},
 		control.Counter{Name: "control_accepts_paced", Value: d.ctl.Paced()},

@@ -180,6 +180,7 @@ var help = map[string]string{
 	"send_bytes_received":    "Bytes of the SENDs the daemon received.",
 	"write_imms_received":    "RDMA WRITEs with immediate the daemon received.",
 	"receive_errors":         "Receive completions of the daemon with an error status.",
+	"receives_paced":         "Receive buffers of the daemon posted again late, to keep to --send-rate SENDs a second.",
 	"attached_processes":     "Processes attached to the daemon's device.",
 	"goroutines":             "Goroutines of the daemon.",
 	"heap_live_bytes":        "The daemon's live heap as of the last garbage collection.",
