@@ -128,8 +128,7 @@ type daemon struct {
 	recvMR  *nic.MR
 	recvWR  verbs.RecvWR // postRecv's, reused: a SEND received allocates nothing
 	recvSGE [1]verbs.SGE // recvWR's SGL
-	pacer   *sendPacer   // the receive loop's: when a buffer may be posted again
-	paced   *time.Timer  // the receive loop's wait for the pacer, reused
+	pacer   *sendPacer   // when the receive loop may post a buffer again
 	ln      *nic.Listener
 	ctl     *control.Server
 	attach  *attachd.Server // the processes attached to the device (Config.Attach)
@@ -144,7 +143,7 @@ type daemon struct {
 	conns    map[uint32]*servedConn // by local QPN
 	stopping bool                   // stop has taken its list of connections
 
-	accepted, recvMsgs, recvBytes, writeImms, recvErrors, recvPaced atomic.Uint64
+	accepted, recvMsgs, recvBytes, writeImms, recvErrors atomic.Uint64
 
 	logs daemonLogs
 
@@ -327,8 +326,6 @@ func (d *daemon) start() error {
 // posts every receive buffer on it.
 func (d *daemon) startReceives() error {
 	d.pacer = newSendPacer(d.cfg.SendRate, time.Now)
-	d.paced = time.NewTimer(time.Hour)
-	d.paced.Stop()
 	var err error
 	if d.cq, err = d.dev.CreateCQ(2 * RecvBuffers); err != nil {
 		return err
@@ -640,14 +637,7 @@ func (d *daemon) received(wc *verbs.WC) {
 		d.recvBytes.Add(uint64(wc.ByteLen))
 		d.recvMsgs.Add(1)
 	}
-	if wait := d.pacer.take(); wait > 0 {
-		d.recvPaced.Add(1)
-		d.paced.Reset(wait)
-		select {
-		case <-d.paced.C:
-		case <-d.quit.Done():
-		}
-	}
+	d.pacer.hold(d.quit.Done())
 	if err := d.postRecv(slot); err != nil && !errors.Is(err, nic.ErrClosed) {
 		d.log.Error("reposting a receive buffer", zap.Error(err))
 	}
@@ -785,7 +775,7 @@ func (d *daemon) deviceCounters() control.Counters {
 		control.Counter{Name: "send_bytes_received", Value: d.recvBytes.Load()},
 		control.Counter{Name: "write_imms_received", Value: d.writeImms.Load()},
 		control.Counter{Name: "receive_errors", Value: d.recvErrors.Load()},
-		control.Counter{Name: "receives_paced", Value: d.recvPaced.Load()},
+		control.Counter{Name: "receives_paced", Value: d.pacer.held.Load()},
 		control.Counter{Name: "control_accept_errors", Value: d.ctl.Accepts.Errors()},
 		control.Counter{Name: "control_accepts_deferred", Value: d.ctl.Deferred()},
 		control.Counter{Name: "control_accepts_paced", Value: d.ctl.Paced()},
