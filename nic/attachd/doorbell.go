@@ -187,15 +187,16 @@ func (b *doorbell) listen() (*shm.Waiter, error) {
 }
 
 // await waits, with w from listen, for the process to signal its eventfd
-// (or the daemon its own), and returns the signals it took (each a wakeup
-// of the epoll fd, which folds the signals that came together), and
-// whether one ended the wait, as opposed to a QP marked before it waited.
-// It takes the signals that came before it and then looks at the marks
-// (look): a post marks its QP before it signals, so a signal before the
-// look is for a mark the look sees.
-func (b *doorbell) await(w *shm.Waiter) (signals uint64, woke bool, err error) {
-	n, woke, err := w.Wait(b.lookFn)
-	return uint64(n), woke, err
+// (or the daemon its own), adds the signals it takes to signals as it
+// takes them (each a wakeup of the epoll fd, which folds the signals that
+// came together), and reports whether one ended the wait, as opposed to a
+// QP marked before it waited. It takes the signals that came before it
+// and then looks at the marks (look): a post marks its QP before it
+// signals, so a signal before the look is for a mark the look sees, or
+// for a post the goroutine took before it waited, whose signal is then
+// counted at once although the wait goes on.
+func (b *doorbell) await(w *shm.Waiter, signals *atomic.Uint64) (woke bool, err error) {
+	return w.Wait(b.lookFn, signals)
 }
 
 // look is await's look: whether a QP is marked or the daemon poked.
@@ -370,10 +371,9 @@ func (s *session) doorbellLoop() {
 		if w == nil && err == nil {
 			return
 		}
-		var signals uint64
 		rang := false
 		if err == nil {
-			signals, rang, err = s.bell.await(w)
+			rang, err = s.bell.await(w, &s.cnt[cntDoorbellSignals])
 		}
 		if err != nil {
 			if s.ctx.Err() != nil {
@@ -391,7 +391,6 @@ func (s *session) doorbellLoop() {
 			}
 			continue
 		}
-		s.cnt[cntDoorbellSignals].Add(signals)
 		if !rang {
 			continue // a QP marked before the wait
 		}

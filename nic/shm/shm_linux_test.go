@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -216,21 +217,54 @@ func TestWaiterTakesEarlierWakeups(t *testing.T) {
 	Signal(efd)
 	Signal(efd)
 	looks := 0
-	if n, woke, err := w.Wait(func() bool { looks++; return true }); n != 1 || woke || err != nil || looks != 1 {
-		t.Fatalf("Wait whose look finds work = %d, %v, %v after %d looks; want the two signals taken as 1, not woken, nil after 1", n, woke, err, looks)
+	var taken atomic.Uint64
+	if woke, err := w.Wait(func() bool { looks++; return true }, &taken); taken.Load() != 1 || woke || err != nil || looks != 1 {
+		t.Fatalf("Wait whose look finds work = %d taken, %v, %v after %d looks; want the two signals taken as 1, not woken, nil after 1", taken.Load(), woke, err, looks)
 	}
 	if n := takeWakeups(epfd); n != 0 {
 		t.Fatalf("%d wakeups left after a Wait took them", n)
 	}
 
+	taken.Store(0)
 	Signal(efd) // before the Wait: taken before the look
-	n, woke, err := w.Wait(func() bool {
+	woke, err := w.Wait(func() bool {
 		Signal(efd) // after the look, as a completion the look missed
 		Signal(efd)
 		return false
-	})
-	if n != 2 || !woke || err != nil {
-		t.Fatalf("Wait woken after its look = %d, %v, %v; want 2 taken (one event of the two signals after the look), woken, nil", n, woke, err)
+	}, &taken)
+	if taken.Load() != 2 || !woke || err != nil {
+		t.Fatalf("Wait woken after its look = %d taken, %v, %v; want 2 taken (one event of the two signals after the look), woken, nil", taken.Load(), woke, err)
+	}
+}
+
+// TestWaiterCountsAsItTakes: a wakeup taken before the look, for
+// something the waiter took care of before it waited, is counted while
+// the wait goes on, not when the next wakeup ends it (a doorbell's
+// signals counted so would lag behind the posts that made them for as
+// long as the process posts nothing more).
+func TestWaiterCountsAsItTakes(t *testing.T) {
+	efd, _, w := newTestWaiter(t)
+	w.SetDeadline(time.Now().Add(10 * time.Second))
+	Signal(efd)
+	var taken atomic.Uint64
+	looked := make(chan struct{})
+	done := make(chan bool)
+	go func() {
+		woke, _ := w.Wait(func() bool { close(looked); return false }, &taken)
+		done <- woke
+	}()
+	<-looked
+	if n := taken.Load(); n != 1 {
+		t.Errorf("the wakeup before the look: %d taken while the wait goes on, want 1", n)
+	}
+	select {
+	case <-done:
+		t.Fatal("a wakeup before the look ended the wait")
+	case <-time.After(20 * time.Millisecond):
+	}
+	Signal(efd)
+	if woke := <-done; !woke || taken.Load() != 2 {
+		t.Errorf("Wait woken by a signal after its look = %v, %d taken; want woken, 2", woke, taken.Load())
 	}
 }
 
@@ -249,7 +283,7 @@ func TestWaiterEnds(t *testing.T) {
 					w.Close()
 				}
 			}()
-			if _, _, err := w.Wait(func() bool { close(looked); return false }); err == nil {
+			if _, err := w.Wait(func() bool { close(looked); return false }, nil); err == nil {
 				t.Fatalf("Wait ended by %s returned no error", how)
 			}
 		})

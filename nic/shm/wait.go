@@ -3,6 +3,7 @@ package shm
 import (
 	"fmt"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -37,9 +38,9 @@ type Waiter struct {
 
 	// Wait's state, for fn.
 	ready  func() bool
+	taken  *atomic.Uint64
 	looked bool
 	woke   bool
-	events int
 }
 
 // NewWaiter returns a Waiter of epfd, an epoll fd of wakeups, which it
@@ -62,19 +63,22 @@ func NewWaiter(epfd int, name string) (*Waiter, error) {
 }
 
 // Wait takes the wakeups that came before it, then calls ready and, unless
-// it reports true, waits until a wakeup comes and takes it. It returns how
-// many wakeups it took in all, and whether one that came after ready's
-// look ended it (woke), or an error once the deadline passed or the
-// Waiter is closed. Taking what came before the look is what keeps a
-// wakeup from being lost or ending the wait for nothing: a signal after
-// the look ends the wait, and one before it is for something the look
-// saw, as the signaller signals after it publishes (or, for a waiter that
-// arms the signaller in ready, for an earlier arming).
-func (w *Waiter) Wait(ready func() bool) (taken int, woke bool, err error) {
-	w.ready, w.looked, w.woke, w.events = ready, false, false, 0
+// it reports true, waits until a wakeup comes and takes it. It adds the
+// wakeups it takes to taken (unless nil) as it takes them, and returns
+// whether one that came after ready's look ended it (woke), or an error
+// once the deadline passed or the Waiter is closed. Taking what came
+// before the look is what keeps a wakeup from being lost or ending the
+// wait for nothing: a signal after the look ends the wait, and one before
+// it is for something the look saw, as the signaller signals after it
+// publishes (or, for a waiter that arms the signaller in ready, for an
+// earlier arming), or for something the waiter took before it waited.
+// Such a wait goes on, for as long as no wakeup comes, with the earlier
+// ones counted already.
+func (w *Waiter) Wait(ready func() bool, taken *atomic.Uint64) (woke bool, err error) {
+	w.ready, w.taken, w.looked, w.woke = ready, taken, false, false
 	err = w.raw.Read(w.fn)
-	w.ready = nil
-	return w.events, w.woke, err
+	w.ready, w.taken = nil, nil
+	return w.woke, err
 }
 
 // take is Wait's callback: the first call takes the wakeups there are and
@@ -82,7 +86,9 @@ func (w *Waiter) Wait(ready func() bool) (taken int, woke bool, err error) {
 // take the wakeups and end the wait if there were any.
 func (w *Waiter) take(fd uintptr) bool {
 	n := takeWakeups(int(fd))
-	w.events += n
+	if w.taken != nil && n > 0 {
+		w.taken.Add(uint64(n))
+	}
 	if !w.looked {
 		w.looked = true
 		return w.ready()

@@ -405,7 +405,7 @@ func (c *attachedCQ) sleep(ctx context.Context, done <-chan struct{}) error {
 			}
 		}()
 	}
-	_, _, err := c.ev.Wait(c.armFn)
+	_, err := c.ev.Wait(c.armFn, nil)
 	switch {
 	case err == nil:
 		return nil
