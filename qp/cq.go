@@ -47,7 +47,33 @@ func (c *CQ) SetNotify(fn func()) {
 }
 
 // Depth returns the capacity of the CQ.
-func (c *CQ) Depth() int { return len(c.ring) }
+func (c *CQ) Depth() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.ring)
+}
+
+// Resize changes the capacity of the CQ to depth (ibv_resize_cq), keeping
+// its completions in order. As rxe, it fails with ErrInvalid, changing
+// nothing, for a depth of 0 or past MaxCQE, or below the completions the
+// CQ holds.
+func (c *CQ) Resize(depth int) error {
+	if depth <= 0 || depth > MaxCQE {
+		return fmt.Errorf("completion queue depth %d: %w", depth, ErrInvalid)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	count := int(c.count.Load())
+	if depth < count {
+		return fmt.Errorf("completion queue depth %d, holding %d completions: %w", depth, count, ErrInvalid)
+	}
+	ring := make([]verbs.WC, depth)
+	for i := range ring[:count] {
+		ring[i] = c.ring[(c.head+i)%len(c.ring)]
+	}
+	c.ring, c.head = ring, 0
+	return nil
+}
 
 // Len returns how many completions are waiting to be polled.
 func (c *CQ) Len() int {

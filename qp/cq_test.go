@@ -167,3 +167,38 @@ func TestNewCQDepth(t *testing.T) {
 		t.Errorf("NewCQ(1) = %v, %v", cq, err)
 	}
 }
+
+// TestCQResize: a CQ resized keeps its completions in order and takes as
+// many as its new depth; rxe refuses (EINVAL) a depth below the
+// completions it holds, 0 or past max_cqe.
+func TestCQResize(t *testing.T) {
+	cq := newTestCQ(t, 4)
+	s, a, b := pairWithCQs(t, cq, nil)
+	postWrites(t, a, b, 3)
+	s.run(time.Second, func() bool { return cq.Len() == 3 })
+	for _, depth := range []int{2, 0, -1, qp.MaxCQE + 1} {
+		if err := cq.Resize(depth); !errors.Is(err, qp.ErrInvalid) {
+			t.Errorf("Resize(%d) holding 3 = %v, want ErrInvalid", depth, err)
+		}
+	}
+	var wcs [8]verbs.WC
+	if n, _ := cq.Poll(wcs[:1]); n != 1 || wcs[0].ID != 1 {
+		t.Fatalf("Poll = %d (wr_id %d), want wr_id 1", n, wcs[0].ID)
+	}
+	for _, depth := range []int{2, 8} {
+		if err := cq.Resize(depth); err != nil || cq.Depth() != depth {
+			t.Fatalf("Resize(%d) = %v, Depth %d", depth, err, cq.Depth())
+		}
+	}
+	postWrites(t, a, b, 5)
+	s.run(time.Second, func() bool { return cq.Len() == 7 })
+	n, err := cq.Poll(wcs[:])
+	if err != nil || n != 7 {
+		t.Fatalf("Poll = %d, %v; want 7 completions", n, err)
+	}
+	for i, id := range []uint64{2, 3, 1, 2, 3, 4, 5} {
+		if wcs[i].ID != id || wcs[i].Status != verbs.Success {
+			t.Errorf("completion %d = %v, want wr_id %d SUCCESS", i, &wcs[i], id)
+		}
+	}
+}

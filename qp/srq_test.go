@@ -124,3 +124,87 @@ func TestSRQPosting(t *testing.T) {
 		}
 	}
 }
+
+// TestSRQLimit: an armed limit raises one event when a SEND takes the SRQ
+// below it, and is disarmed (ibv_query_srq's srq_limit 0), as rxe's
+// get_srq_wqe does; a limit re-armed raises one more.
+func TestSRQLimit(t *testing.T) {
+	srq, s1, _, a1, _, b1, _ := srqPair(t, 8)
+	events := 0
+	srq.SetOnLimit(func() { events++ })
+	for i := range 4 {
+		if err := srq.PostRecv(&verbs.RecvWR{ID: uint64(i), SGL: sgl(b1.sge(uint64(i)*64, 64))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := srq.Modify(&verbs.SRQAttr{Limit: 3}, verbs.SRQLimit); err != nil {
+		t.Fatal(err)
+	}
+	// 4 WRs, limit 3: the first SEND leaves 3 (no event), the second 2.
+	steps := []struct{ events, limit int }{{0, 3}, {1, 0}, {1, 0}}
+	for i, st := range steps {
+		post(t, a1, &verbs.SendWR{ID: uint64(i), Opcode: verbs.WRSend, SGL: sgl(a1.sge(0, 8))})
+		s1.waitWC(b1, i+1, time.Second)
+		if got := srq.Attr(); events != st.events || got.Limit != st.limit {
+			t.Errorf("after SEND %d: %d events, limit %d; want %d, %d", i+1, events, got.Limit, st.events, st.limit)
+		}
+	}
+	if err := srq.Modify(&verbs.SRQAttr{Limit: 2}, verbs.SRQLimit); err != nil {
+		t.Fatal(err)
+	}
+	post(t, a1, &verbs.SendWR{ID: 9, Opcode: verbs.WRSend, SGL: sgl(a1.sge(0, 8))})
+	s1.waitWC(b1, 4, time.Second)
+	if events != 2 || srq.Attr().Limit != 0 {
+		t.Errorf("re-armed at 2, a SEND leaving 0: %d events, limit %d; want 2, 0", events, srq.Attr().Limit)
+	}
+}
+
+// TestSRQModify: resizing keeps the WRs in order; what rxe refuses
+// (EINVAL) changes nothing.
+func TestSRQModify(t *testing.T) {
+	srq, s1, _, a1, _, b1, _ := srqPair(t, 4)
+	for i := range 3 {
+		if err := srq.PostRecv(&verbs.RecvWR{ID: uint64(10 + i), SGL: sgl(b1.sge(uint64(i)*64, 64))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bad := []struct {
+		name string
+		attr verbs.SRQAttr
+		mask verbs.SRQAttrMask
+	}{
+		{"size 0", verbs.SRQAttr{MaxWR: 0}, verbs.SRQMaxWR},
+		{"size past max_srq_wr", verbs.SRQAttr{MaxWR: qp.MaxSRQWR + 1}, verbs.SRQMaxWR},
+		{"size below the WRs held", verbs.SRQAttr{MaxWR: 2}, verbs.SRQMaxWR},
+		{"limit past the size", verbs.SRQAttr{Limit: 5}, verbs.SRQLimit},
+		{"limit past the new size", verbs.SRQAttr{MaxWR: 6, Limit: 7}, verbs.SRQMaxWR | verbs.SRQLimit},
+		{"negative limit", verbs.SRQAttr{Limit: -1}, verbs.SRQLimit},
+		{"unknown mask bit", verbs.SRQAttr{}, 4},
+	}
+	for _, c := range bad {
+		if err := srq.Modify(&c.attr, c.mask); !errors.Is(err, qp.ErrInvalid) {
+			t.Errorf("%s: Modify = %v, want ErrInvalid", c.name, err)
+		}
+	}
+	if got, want := srq.Attr(), (verbs.SRQAttr{MaxWR: 4, MaxSGE: 2}); got != want {
+		t.Errorf("after refused modifies Attr = %+v, want %+v", got, want)
+	}
+	if err := srq.Modify(&verbs.SRQAttr{MaxWR: 3}, verbs.SRQMaxWR); err != nil {
+		t.Fatal(err)
+	}
+	if err := srq.PostRecv(&verbs.RecvWR{ID: 13}); !errors.Is(err, qp.ErrNoMem) {
+		t.Errorf("PostRecv to an SRQ shrunk to the 3 WRs it holds = %v, want ErrNoMem", err)
+	}
+	if err := srq.Modify(&verbs.SRQAttr{MaxWR: 6, Limit: 6}, verbs.SRQMaxWR|verbs.SRQLimit); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := srq.Attr(), (verbs.SRQAttr{MaxWR: 6, MaxSGE: 2, Limit: 6}); got != want {
+		t.Errorf("Attr = %+v, want %+v", got, want)
+	}
+	for i := range 3 {
+		post(t, a1, &verbs.SendWR{ID: uint64(i), Opcode: verbs.WRSend, SGL: sgl(a1.sge(0, 8))})
+		if wc := s1.waitWC(b1, i+1, time.Second)[i]; wc.ID != uint64(10+i) {
+			t.Errorf("SEND %d took WR %d, want %d: resizing reordered the SRQ", i, wc.ID, 10+i)
+		}
+	}
+}

@@ -119,3 +119,23 @@ func (a *Attr) PayloadMTU(t Type) uint32 {
 	}
 	return uint32(a.PathMTU)
 }
+
+// SRQAttr holds a shared receive queue's attributes (ibv_srq_attr).
+type SRQAttr struct {
+	MaxWR  int // max_wr: the receive work requests the SRQ holds
+	MaxSGE int // max_sge: the SGEs of one work request; fixed at creation
+	// Limit is srq_limit, the low watermark: while it is above 0 the SRQ is
+	// armed, and the first time the work requests it holds drop below it,
+	// it raises one SRQ limit event (IBV_EVENT_SRQ_LIMIT_REACHED) and is
+	// disarmed, back to 0.
+	Limit int
+}
+
+// SRQAttrMask selects the fields of [SRQAttr] that a modify of an SRQ
+// sets, like ibv_srq_attr_mask.
+type SRQAttrMask uint8
+
+const (
+	SRQMaxWR SRQAttrMask = 1 << iota // IBV_SRQ_MAX_WR: resize the SRQ
+	SRQLimit                         // IBV_SRQ_LIMIT: arm (or, with 0, disarm) the limit
+)
