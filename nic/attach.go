@@ -86,7 +86,7 @@ func attach(cfg Config, path string) (*Device, error) {
 		return fail(fmt.Errorf("is softnic serve running with --control %s? %w", path, err))
 	}
 	d := &Device{log: cfg.Logger}
-	d.reportQPErrors(cfg.OnQPError)
+	d.reportEvents(&cfg)
 	spin := cfg.WaitSpin
 	if spin == 0 {
 		spin = DefaultWaitSpin
@@ -94,6 +94,6 @@ func attach(cfg Config, path string) (*Device, error) {
 	if d.prov, err = attached.Open(c, path, cfg.Logger, spin, upcalls{d}); err != nil {
 		return fail(err)
 	}
-	d.startQPErrors()
+	d.startEvents()
 	return d, nil
 }

@@ -166,6 +166,12 @@ type Config struct {
 	// not returned wait (up to a thousand, then they are dropped). Close
 	// waits for the call under way.
 	OnQPError func(q *QP, cause verbs.WCStatus)
+	// OnSRQLimit, if set, is called each time one of the device's SRQs
+	// reaches the limit SRQ.Modify armed: a message took the SRQ's work
+	// requests below it, which disarmed it. It is what
+	// ibv_get_async_event reports as IBV_EVENT_SRQ_LIMIT_REACHED. It is
+	// called as OnQPError is, from the same goroutine, in order with it.
+	OnSRQLimit func(s *SRQ)
 }
 
 // DefaultWaitSpin is Config.WaitSpin's default: a few round trips between
@@ -216,11 +222,12 @@ func (l AccessLimits) Check() error {
 // daemon's shared with other processes (attached, see Config.Attach),
 // with the same methods. Its methods are safe for concurrent use.
 type Device struct {
-	prov      provider.Device // the embedded device, or the attachment to a daemon's
-	log       *slog.Logger
-	qpErrors  *hooks.Queue[qpError] // for Config.OnQPError; nil without it
-	onQPError func(*QP, verbs.WCStatus)
-	wg        sync.WaitGroup // the goroutine that calls Config.OnQPError
+	prov       provider.Device // the embedded device, or the attachment to a daemon's
+	log        *slog.Logger
+	events     *hooks.Queue[asyncEvent] // for Config.OnQPError and OnSRQLimit; nil without them
+	onQPError  func(*QP, verbs.WCStatus)
+	onSRQLimit func(*SRQ)
+	wg         sync.WaitGroup // the goroutine that calls them
 }
 
 // Open creates a device and starts its goroutines, or attaches to a
@@ -322,7 +329,7 @@ func openEmbedded(cfg Config) (*Device, error) {
 		}
 	}
 	d := &Device{log: cfg.Logger}
-	d.reportQPErrors(cfg.OnQPError)
+	d.reportEvents(&cfg)
 	p, err := embedded.Open(embedded.Config{
 		Addr: cfg.Addr, MTU: cfg.MTU, Logger: cfg.Logger, Faults: cfg.Faults, SendHook: cfg.SendHook,
 		Trace: cfg.Trace, UDP: cfg.UDP, MaxQPs: cfg.MaxQPs, RecoverIPID: cfg.RecoverIPID, CM: cfg.CM,
@@ -333,30 +340,31 @@ func openEmbedded(cfg Config) (*Device, error) {
 		return nil, err
 	}
 	d.prov = p
-	d.startQPErrors()
+	d.startEvents()
 	return d, nil
 }
 
-// reportQPErrors has the device queue its QPs' errors for onQPError
-// (Config.OnQPError), if set, once startQPErrors runs.
-func (d *Device) reportQPErrors(onQPError func(*QP, verbs.WCStatus)) {
-	if onQPError == nil {
+// reportEvents has the device queue its QPs' errors and its SRQs' limits
+// for cfg.OnQPError and cfg.OnSRQLimit, those set, once startEvents runs.
+func (d *Device) reportEvents(cfg *Config) {
+	if cfg.OnQPError == nil && cfg.OnSRQLimit == nil {
 		return
 	}
-	d.qpErrors = hooks.NewQueue[qpError]()
-	d.onQPError = onQPError
+	d.events = hooks.NewQueue[asyncEvent]()
+	d.onQPError, d.onSRQLimit = cfg.OnQPError, cfg.OnSRQLimit
 }
 
-// startQPErrors starts the goroutine that calls Config.OnQPError with the
-// errors queued, until the device is done; Close waits for it.
-func (d *Device) startQPErrors() {
-	if d.qpErrors == nil {
+// startEvents starts the goroutine that calls Config.OnQPError and
+// OnSRQLimit with the events queued, until the device is done; Close
+// waits for it.
+func (d *Device) startEvents() {
+	if d.events == nil {
 		return
 	}
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		d.qpErrors.Run(d.Done(), func(e qpError) { d.onQPError(e.q, e.cause) })
+		d.events.Run(d.Done(), d.tell)
 	}()
 }
 

@@ -29,7 +29,10 @@
 // PD.CreateQP, ibv_modify_qp → QP.Modify (or QP.Connect), ibv_post_send →
 // QP.PostSend, ibv_poll_cq → CQ.Poll (CQ.Wait blocks), ibv_destroy_qp,
 // ibv_destroy_cq and ibv_destroy_srq → QP.Destroy, CQ.Destroy and
-// SRQ.Destroy (ErrBusy while a QP uses the CQ or SRQ), ibv_alloc_mw →
+// SRQ.Destroy (ErrBusy while a QP uses the CQ or SRQ), ibv_resize_cq →
+// CQ.Resize, ibv_modify_srq and ibv_query_srq → SRQ.Modify and SRQ.Attr
+// (the SRQ limit's event is Config.OnSRQLimit, as a QP's error is
+// Config.OnQPError), ibv_alloc_mw →
 // PD.AllocMW (bound by a qp.WRBindMW work request). Errors are
 // errno-named sentinels of packages mr and qp, re-exported here, and work
 // completions carry ibv_wc_status names (qp.WCStatus).

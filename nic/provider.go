@@ -42,8 +42,14 @@ func (u upcalls) WrapQP(pd any, q provider.QP) any {
 }
 
 func (u upcalls) QPError(q any, cause verbs.WCStatus) {
-	if u.d.qpErrors != nil {
-		u.d.qpErrors.Post(qpError{q.(*QP), cause})
+	if u.d.events != nil && u.d.onQPError != nil {
+		u.d.events.Post(asyncEvent{q: q.(*QP), cause: cause})
+	}
+}
+
+func (u upcalls) SRQLimit(s any) {
+	if u.d.events != nil && u.d.onSRQLimit != nil {
+		u.d.events.Post(asyncEvent{srq: s.(*SRQ)})
 	}
 }
 

@@ -247,23 +247,50 @@ func (c *CQ) wait(ctx context.Context, poll func() (int, error)) (int, error) {
 // Len returns how many completions wait to be polled.
 func (c *CQ) Len() int { return c.prov.Len() }
 
+// Resize makes the CQ hold depth completions (ibv_resize_cq), keeping
+// those it holds, in order. As rxe, it fails with ErrInvalid, changing
+// nothing, for a depth of 0 or past the device's MaxCQE, or below the
+// completions waiting to be polled.
+func (c *CQ) Resize(depth int) error { return c.prov.Resize(depth) }
+
 // SRQ is a shared receive queue.
 type SRQ struct {
 	pd   *PD
 	prov provider.SRQ
 }
 
-// CreateSRQ creates a shared receive queue (ibv_create_srq).
+// CreateSRQ creates a shared receive queue (ibv_create_srq), its limit
+// not armed.
 func (pd *PD) CreateSRQ(depth, maxSGE int) (*SRQ, error) {
-	p, err := pd.prov.CreateSRQ(depth, maxSGE)
+	s := &SRQ{pd: pd}
+	p, err := pd.prov.CreateSRQ(s, depth, maxSGE)
 	if err != nil {
 		return nil, err
 	}
-	return &SRQ{pd: pd, prov: p}, nil
+	s.prov = p
+	return s, nil
 }
 
 // PostRecv adds a receive WR (ibv_post_srq_recv).
 func (s *SRQ) PostRecv(wr *verbs.RecvWR) error { return s.prov.PostRecv(wr) }
+
+// Attr returns the SRQ's attributes (ibv_query_srq): its size, its SGEs
+// per work request, and its limit, 0 when not armed (never armed, armed
+// with 0, or reached).
+func (s *SRQ) Attr() verbs.SRQAttr { return s.prov.Attr() }
+
+// Modify changes the SRQ's attributes that mask selects (ibv_modify_srq):
+// verbs.SRQMaxWR resizes it, keeping the work requests it holds in order
+// (the device has CapSRQResize); verbs.SRQLimit arms its limit, or
+// disarms it with 0. Armed, the limit raises one event, Config.OnSRQLimit
+// (IBV_EVENT_SRQ_LIMIT_REACHED), the first time a message takes the SRQ's
+// work requests below it, and is disarmed by it. As rxe, Modify fails with
+// ErrInvalid, changing nothing, for a size of 0 or past the device's
+// MaxSRQWR, a size below the work requests the SRQ holds, or a limit past
+// the size (the new one, when both change).
+func (s *SRQ) Modify(attr *verbs.SRQAttr, mask verbs.SRQAttrMask) error {
+	return s.prov.Modify(attr, mask)
+}
 
 // Destroy destroys the SRQ (ibv_destroy_srq): its receive WRs are
 // discarded, and posting to it fails. It fails with ErrBusy while a QP

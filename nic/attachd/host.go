@@ -111,7 +111,7 @@ func (h *hostedQP) Bind(q hooks.QP) {
 func (h *hostedQP) Owner() uint32 { return uint32(h.s.uid) }
 
 // Failed tells the process of its QP's error (qp_error).
-func (h *hostedQP) Failed(cause verbs.WCStatus) { h.s.qpErrors.Post(qpFailure{h, cause}) }
+func (h *hostedQP) Failed(cause verbs.WCStatus) { h.s.events.Post(asyncEvent{qp: h, cause: cause}) }
 
 // missedPost has a request taken that the process posted to one of the
 // QP's rings while the ring asked for no doorbell (rings.QP's
@@ -193,8 +193,7 @@ func (s *session) newHostedCQ(depth int) (*hostedCQ, error) {
 	if depth <= 0 || depth > qp.MaxCQE {
 		return nil, fmt.Errorf("completion queue depth %d: %w", depth, nic.ErrInvalid)
 	}
-	bill := ringBill(depth, shm.CQESize).Add(quota.Of(quota.CQEntries, int64(depth)).
-		Plus(quota.Heap, qp.CQHeapCost(depth)+int64(unsafe.Sizeof(hostedCQ{})+unsafe.Sizeof(rings.CQ{}))).Plus(quota.Descriptors, 1))
+	bill := cqBill(depth)
 	if err := s.acct.Charge(bill); err != nil {
 		return nil, err
 	}
@@ -210,6 +209,32 @@ func (s *session) newHostedCQ(depth int) (*hostedCQ, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// cqBill is what a CQ of depth entries costs: its entries, its array in
+// the daemon's heap, its ring and eventfd.
+func cqBill(depth int) quota.Bill {
+	return ringBill(depth, shm.CQESize).Add(quota.Of(quota.CQEntries, int64(depth)).
+		Plus(quota.Heap, qp.CQHeapCost(depth)+int64(unsafe.Sizeof(hostedCQ{})+unsafe.Sizeof(rings.CQ{}))).Plus(quota.Descriptors, 1))
+}
+
+// resize resizes the CQ and its ring (rings.CQ.Resize), the bill of the
+// new size charged first: while it runs, the process is charged for both.
+func (c *hostedCQ) resize(depth int) error {
+	if depth <= 0 || depth > qp.MaxCQE {
+		return fmt.Errorf("completion queue depth %d: %w", depth, nic.ErrInvalid)
+	}
+	bill := cqBill(depth)
+	if err := c.s.acct.Charge(bill); err != nil {
+		return err
+	}
+	if err := c.Resize(depth); err != nil {
+		c.s.acct.Release(bill)
+		return err
+	}
+	c.s.acct.Release(c.bill)
+	c.bill = bill
+	return nil
 }
 
 func (c *hostedCQ) close() {
@@ -257,8 +282,7 @@ func (s *session) newHostedSRQ(pd *nic.PD, depth, maxSGE int) (*hostedSRQ, error
 	if depth <= 0 || depth > qp.MaxSRQWR || maxSGE <= 0 || maxSGE > qp.MaxSGE {
 		return nil, fmt.Errorf("SRQ depth %d, max SGE %d: %w", depth, maxSGE, nic.ErrInvalid)
 	}
-	bill := ringBill(depth, shm.RecvSlotSize(maxSGE)).Add(quota.Of(quota.SRQEntries, int64(depth)).
-		Plus(quota.Heap, qp.SRQHeapCost(depth, maxSGE)+int64(maxSGE)*int64(unsafe.Sizeof(verbs.SGE{}))))
+	bill := srqBill(depth, maxSGE)
 	if err := s.acct.Charge(bill); err != nil {
 		return nil, err
 	}
@@ -273,7 +297,34 @@ func (s *session) newHostedSRQ(pd *nic.PD, depth, maxSGE int) (*hostedSRQ, error
 		s.acct.Release(bill)
 		return nil, err
 	}
+	r.qsrq.SetOnLimit(func() { s.events.Post(asyncEvent{srq: r}) })
 	return r, nil
+}
+
+// srqBill is what an SRQ of depth entries of maxSGE SGEs costs: its
+// entries, its array in the daemon's heap and its ring.
+func srqBill(depth, maxSGE int) quota.Bill {
+	return ringBill(depth, shm.RecvSlotSize(maxSGE)).Add(quota.Of(quota.SRQEntries, int64(depth)).
+		Plus(quota.Heap, qp.SRQHeapCost(depth, maxSGE)+int64(maxSGE)*int64(unsafe.Sizeof(verbs.SGE{}))))
+}
+
+// modify changes the SRQ's attributes (rings.SRQ.Modify); a resize is
+// charged as hostedCQ.resize is.
+func (r *hostedSRQ) modify(attr *verbs.SRQAttr, mask verbs.SRQAttrMask) (resized bool, prod uint32, err error) {
+	if mask&verbs.SRQMaxWR == 0 || attr.MaxWR <= 0 || attr.MaxWR > qp.MaxSRQWR {
+		return r.Modify(attr, mask)
+	}
+	bill := srqBill(attr.MaxWR, r.qsrq.Attr().MaxSGE)
+	if err := r.s.acct.Charge(bill); err != nil {
+		return false, 0, err
+	}
+	if resized, prod, err = r.Modify(attr, mask); err != nil || !resized {
+		r.s.acct.Release(bill)
+		return resized, prod, err
+	}
+	r.s.acct.Release(r.bill)
+	r.bill = bill
+	return true, prod, nil
 }
 
 func (r *hostedSRQ) close() {

@@ -321,6 +321,48 @@ func (s *session) destroyCQ(_ context.Context, raw json.RawMessage, _ []int) (an
 	})
 }
 
+// resizeCQ resizes a CQ of the process, and answers with its new ring.
+func (s *session) resizeCQ(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
+	a, err := args[attachproto.ResizeCQArgs](raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := lookup[*hostedCQ](s, a.H)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := c.resize(a.Depth); err != nil {
+		return nil, nil, err
+	}
+	return nil, []int{c.TakeFD()}, nil
+}
+
+// modifySRQ changes attributes of an SRQ of the process, and answers with
+// its new ring if it was resized.
+func (s *session) modifySRQ(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
+	a, err := args[attachproto.ModifySRQArgs](raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := lookup[*hostedSRQ](s, a.H)
+	if err != nil {
+		return nil, nil, err
+	}
+	resized, prod, err := r.modify(&a.Attr, a.Mask)
+	if err != nil || !resized {
+		return attachproto.ModifySRQResult{}, nil, err
+	}
+	return attachproto.ModifySRQResult{Resized: true, Prod: prod}, []int{r.TakeFD()}, nil
+}
+
+func (s *session) querySRQ(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
+	r, _, err := byHandle[*hostedSRQ](s, raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	return r.qsrq.Attr(), nil, nil
+}
+
 // destroySRQ destroys an SRQ of the process, unless one of its QPs uses
 // it.
 func (s *session) destroySRQ(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {

@@ -431,7 +431,7 @@ type session struct {
 	failing []*hostedQP                   // QPs to fail from the doorbell goroutine
 	dead    bool
 
-	qpErrors *hooks.Queue[qpFailure] // its QPs' errors, told to the process (qp_error)
+	events *hooks.Queue[asyncEvent] // its QPs' errors and SRQs' limits, told to the process (qp_error, srq_limit)
 
 	cnt        [numSessionCounters]atomic.Uint64
 	ringCounts rings.Counts   // cnt's counters the rings count
@@ -461,7 +461,7 @@ func (s *Server) newSession(c *net.UnixConn, line []byte) (*session, error) {
 	ss := &session{
 		srv: s, dev: s.dev, t: shm.NewConn(c, attachproto.MaxLine), pid: cred.PID, uid: cred.UID,
 		since: time.Now(), objects: make(map[uint32]any), calls: make(map[uint64]context.CancelFunc),
-		byQPN: make(map[uint32]*hostedQP), qpErrors: hooks.NewQueue[qpFailure](),
+		byQPN: make(map[uint32]*hostedQP), events: hooks.NewQueue[asyncEvent](),
 	}
 	ss.log = s.log.With(slog.Int("pid", ss.pid))
 	ss.ringCounts = rings.Counts{SendWQEs: &ss.cnt[cntSendWQEs], RecvWQEs: &ss.cnt[cntRecvWQEs],
@@ -514,7 +514,7 @@ func (s *Server) newSession(c *net.UnixConn, line []byte) (*session, error) {
 	ss.callWG.Add(1)
 	go func() {
 		defer ss.callWG.Done()
-		ss.qpErrors.Run(ss.ctx.Done(), ss.tellQPError)
+		ss.events.Run(ss.ctx.Done(), ss.tellEvent)
 	}()
 	return ss, nil
 }
@@ -574,26 +574,37 @@ func (s *session) event(op string, body any, err error) {
 	s.t.Send(line, nil)
 }
 
-// qpFailure is a QP of the process that entered the error state by
-// itself, and the status of the completion that moved it there.
-type qpFailure struct {
-	h     *hostedQP
+// asyncEvent is a QP of the process that entered the error state by
+// itself, with the status of the completion that moved it there, or an
+// SRQ of the process that reached its limit.
+type asyncEvent struct {
+	qp    *hostedQP
 	cause verbs.WCStatus
+	srq   *hostedSRQ
 }
 
-// tellQPError tells the process that its QP entered the error state, unless
-// the process destroyed it meanwhile.
-func (s *session) tellQPError(e qpFailure) {
+// tellEvent tells the process that its QP entered the error state, or
+// that its SRQ reached its limit, unless the process destroyed it
+// meanwhile.
+func (s *session) tellEvent(e asyncEvent) {
+	var obj any = e.qp
+	if e.srq != nil {
+		obj = e.srq
+	}
 	s.mu.Lock()
 	var h uint32
-	for k, obj := range s.objects {
-		if obj == e.h {
+	for k, o := range s.objects {
+		if o == obj {
 			h = k
 			break
 		}
 	}
 	s.mu.Unlock()
-	if h != 0 {
+	switch {
+	case h == 0:
+	case e.srq != nil:
+		s.event(attachproto.EvSRQLimit, attachproto.SRQLimitEvent{H: h}, nil)
+	default:
 		s.event(attachproto.EvQPError, attachproto.QPErrorEvent{H: h, Cause: e.cause}, nil)
 	}
 }
@@ -962,6 +973,9 @@ var sessionOps = map[string]sessionOp{
 	attachproto.OpDestroyQP:     {run: (*session).destroyQP},
 	attachproto.OpDestroyCQ:     {run: (*session).destroyCQ},
 	attachproto.OpDestroySRQ:    {run: (*session).destroySRQ},
+	attachproto.OpResizeCQ:      {run: (*session).resizeCQ},
+	attachproto.OpModifySRQ:     {run: (*session).modifySRQ},
+	attachproto.OpQuerySRQ:      {run: (*session).querySRQ},
 	attachproto.OpAllocMW:       {run: (*session).allocMW},
 	attachproto.OpDeallocMW:     {run: (*session).deallocMW},
 	attachproto.OpCounters:      {run: (*session).counters},

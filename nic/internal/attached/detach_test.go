@@ -85,3 +85,4 @@ type noUp struct{}
 
 func (noUp) WrapQP(_ any, q provider.QP) any { return q }
 func (noUp) QPError(any, verbs.WCStatus)     {}
+func (noUp) SRQLimit(any)                    {}

@@ -218,6 +218,8 @@ func (a *attachment) readLoop() {
 			a.connEnded(&m)
 		case attachproto.EvQPError:
 			a.qpError(&m)
+		case attachproto.EvSRQLimit:
+			a.srqLimit(&m)
 		}
 	}
 	a.t.DropFDs()
@@ -373,7 +375,8 @@ func (a *attachment) call(ctx context.Context, op string, args any, fds []int, r
 // answerFDs is how many descriptors the answer to each request carries at
 // most: a CQ's ring and wakeup, a QP's or SRQ's rings. call closes any
 // more, which no caller would.
-var answerFDs = map[string]int{attachproto.OpCreateCQ: 2, attachproto.OpCreateSRQ: 1, attachproto.OpCreateQP: 2, attachproto.OpAccept: 2, attachproto.OpDial: 2}
+var answerFDs = map[string]int{attachproto.OpCreateCQ: 2, attachproto.OpCreateSRQ: 1, attachproto.OpCreateQP: 2, attachproto.OpAccept: 2, attachproto.OpDial: 2,
+	attachproto.OpResizeCQ: 1, attachproto.OpModifySRQ: 1}
 
 func mustJSON(v any) json.RawMessage {
 	b, _ := json.Marshal(v)

@@ -504,6 +504,35 @@ func (c *attachedCQ) arm() bool {
 	return c.ring.Producer().Load() != c.cons
 }
 
+// Resize has the daemon resize the CQ, with polls held back meanwhile:
+// the daemon moves the completions not polled to the start of a new ring,
+// which replaces this one.
+func (c *attachedCQ) Resize(depth int) error {
+	if depth <= 0 || depth > qp.MaxCQE {
+		return fmt.Errorf("completion queue depth %d: %w", depth, mr.ErrInvalid)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return cm.ErrClosed
+	}
+	fds, err := c.a.call(context.Background(), attachproto.OpResizeCQ, attachproto.ResizeCQArgs{H: c.h, Depth: depth}, nil, nil)
+	if err != nil {
+		return err
+	}
+	m, ring, err := mapRing(fds, shm.CQESize, depth)
+	if err != nil {
+		// The daemon unmapped the old ring: what it held is lost.
+		c.closed = true
+		c.m.Close()
+		c.ev.Close()
+		return err
+	}
+	c.m.Close()
+	c.m, c.ring, c.cons, c.depth = m, ring, 0, uint32(depth)
+	return nil
+}
+
 func (c *attachedCQ) Len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -537,6 +566,7 @@ func (c *attachedCQ) close(keep bool) {
 // attachedSRQ is the ring of an attached device's SRQ, of the PD pd.
 type attachedSRQ struct {
 	a      *attachment
+	owner  any // the public SRQ
 	pd     *attachedPD
 	h      uint32
 	depth  uint32
@@ -551,7 +581,7 @@ type attachedSRQ struct {
 	destroyed atomic.Bool // by Destroy
 }
 
-func (p *attachedPD) CreateSRQ(depth, maxSGE int) (provider.SRQ, error) {
+func (p *attachedPD) CreateSRQ(owner any, depth, maxSGE int) (provider.SRQ, error) {
 	a := p.a
 	if depth <= 0 || depth > qp.MaxSRQWR || maxSGE <= 0 || maxSGE > qp.MaxSGE {
 		return nil, fmt.Errorf("SRQ depth %d, max SGE %d: %w", depth, maxSGE, mr.ErrInvalid)
@@ -566,7 +596,7 @@ func (p *attachedPD) CreateSRQ(depth, maxSGE int) (provider.SRQ, error) {
 		a.drop(attachproto.OpDestroySRQ, r.H)
 		return nil, err
 	}
-	s := &attachedSRQ{a: a, pd: p, h: r.H, depth: uint32(depth), maxSGE: maxSGE, m: m, ring: ring}
+	s := &attachedSRQ{a: a, owner: owner, pd: p, h: r.H, depth: uint32(depth), maxSGE: maxSGE, m: m, ring: ring}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.ended.Load() {
@@ -617,6 +647,66 @@ func postRecvLocked(ring *shm.Ring, prod *uint32, depth uint32, maxSGE int, clos
 	*prod++
 	ring.Producer().Store(*prod)
 	return nil
+}
+
+// Attr asks the daemon, which knows whether the limit was reached.
+func (s *attachedSRQ) Attr() verbs.SRQAttr {
+	var r verbs.SRQAttr
+	if _, err := s.a.call(context.Background(), attachproto.OpQuerySRQ, attachproto.HandleArgs{H: s.h}, nil, &r); err != nil {
+		return verbs.SRQAttr{MaxWR: int(s.depth), MaxSGE: s.maxSGE}
+	}
+	return r
+}
+
+// Modify has the daemon change the SRQ, with posts held back meanwhile:
+// the daemon takes what the ring holds first and, if it resizes the SRQ,
+// answers with a new ring, which replaces this one.
+func (s *attachedSRQ) Modify(attr *verbs.SRQAttr, mask verbs.SRQAttrMask) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return cm.ErrClosed
+	}
+	var r attachproto.ModifySRQResult
+	fds, err := s.a.call(context.Background(), attachproto.OpModifySRQ, attachproto.ModifySRQArgs{H: s.h, Attr: *attr, Mask: mask}, nil, &r)
+	switch {
+	case err != nil:
+		return err
+	case !r.Resized:
+		shm.CloseFDs(fds)
+		return nil
+	}
+	m, ring, err := mapRing(fds, shm.RecvSlotSize(s.maxSGE), attr.MaxWR)
+	if err != nil {
+		// The daemon unmapped the old ring: the SRQ can take no more posts.
+		s.closed = true
+		s.m.Close()
+		return err
+	}
+	s.m.Close()
+	s.m, s.ring, s.prod, s.depth = m, ring, r.Prod, uint32(attr.MaxWR)
+	return nil
+}
+
+// srqLimit passes the daemon's news of an SRQ's limit up to the device
+// (Config.OnSRQLimit).
+func (a *attachment) srqLimit(m *attachproto.Msg) {
+	var ev attachproto.SRQLimitEvent
+	if json.Unmarshal(m.Args, &ev) != nil {
+		return
+	}
+	a.mu.Lock()
+	var s *attachedSRQ
+	for as := range a.srqs {
+		if as.h == ev.H {
+			s = as
+			break
+		}
+	}
+	a.mu.Unlock()
+	if s != nil {
+		a.up.SRQLimit(s.owner)
+	}
 }
 
 // attachedMW is a window of the daemon's, named by handle h.

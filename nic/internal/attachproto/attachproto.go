@@ -32,7 +32,8 @@
 // (dial, accept_request, accept, disconnect) are answered when done, and
 // the client may cancel one ({"op":"cancel"}). The daemon also sends events
 // (no id): "conn_ended" when a connection it carries for the client ends,
-// "qp_error" when one of the client's QPs enters the error state by itself.
+// "qp_error" when one of the client's QPs enters the error state by itself,
+// "srq_limit" when one of its SRQs reaches the limit modify_srq armed.
 //
 // Objects are named by handles the daemon hands out per process; a process
 // can name only its own, which is what keeps processes apart.
@@ -187,6 +188,14 @@ const (
 	OpCancel        = "cancel"
 	EvConnEnded     = "conn_ended"
 	EvQPError       = "qp_error"
+)
+
+// The operations and event on the sizes and limits of CQs and SRQs.
+const (
+	OpResizeCQ  = "resize_cq"  // replied with the new ring's memfd
+	OpModifySRQ = "modify_srq" // replied with the new ring's memfd if the SRQ was resized
+	OpQuerySRQ  = "query_srq"
+	EvSRQLimit  = "srq_limit"
 )
 
 // Hello is the daemon's answer to the attach line.
@@ -381,6 +390,37 @@ type CancelArgs struct{ Target uint64 }
 
 // ConnEnded tells that connection H ended; the message's error says why.
 type ConnEnded struct{ H uint32 }
+
+// ResizeCQArgs resizes CQ H to Depth entries (resize_cq). The process
+// polls no completion while it waits for the answer: the daemon moves
+// those not polled, from the ring's consumer index on, to the start of the
+// new ring, whose producer index is then their count, and unmaps the old.
+type ResizeCQArgs struct {
+	H     uint32
+	Depth int
+}
+
+// ModifySRQArgs changes the attributes of SRQ H that Mask selects
+// (modify_srq). The process posts nothing while it waits for the answer:
+// the daemon takes what the ring holds first, and a resized SRQ gets a new
+// ring, whose producer index starts at Prod.
+type ModifySRQArgs struct {
+	H    uint32
+	Attr verbs.SRQAttr
+	Mask verbs.SRQAttrMask
+}
+
+// ModifySRQResult answers modify_srq: whether the SRQ has a new ring,
+// sent with the answer, and the producer index the process posts to it
+// from.
+type ModifySRQResult struct {
+	Resized bool
+	Prod    uint32
+}
+
+// SRQLimitEvent tells that SRQ H reached the limit modify_srq armed, which
+// is disarmed (Config.OnSRQLimit).
+type SRQLimitEvent struct{ H uint32 }
 
 // QPErrorEvent tells that QP H entered the error state by itself, with the
 // status of the error completion that moved it there (Config.OnQPError).

@@ -198,6 +198,8 @@ func (c *CQ) Destroy() error {
 
 func (c *CQ) Len() int { return c.cq.Len() }
 
+func (c *CQ) Resize(depth int) error { return c.cq.Resize(depth) }
+
 // Park first busy-polls, driving the device as an empty Poll does, for
 // the budget the CQ's spinning policy gives (Config.WaitSpin). Then it has
 // the waiter wait for the device's socket itself and process what arrives
@@ -290,12 +292,26 @@ type SRQ struct {
 	users provider.Users // QPs receiving from it
 }
 
-func (p *PD) CreateSRQ(depth, maxSGE int) (provider.SRQ, error) {
+// CreateSRQ creates the SRQ, which reports its limit reached to the
+// device's upcalls (a daemon's SRQ replaces that with its own, on the
+// transport SRQ).
+func (p *PD) CreateSRQ(owner any, depth, maxSGE int) (provider.SRQ, error) {
 	s, err := qp.NewSRQ(p.pd, depth, maxSGE)
 	if err != nil {
 		return nil, err
 	}
+	up := p.dev.up
+	s.SetOnLimit(func() { up.SRQLimit(owner) })
 	return &SRQ{pd: p, srq: s}, nil
+}
+
+func (s *SRQ) Attr() verbs.SRQAttr { return s.srq.Attr() }
+
+func (s *SRQ) Modify(attr *verbs.SRQAttr, mask verbs.SRQAttrMask) error {
+	if s.users.Gone() {
+		return fmt.Errorf("modifying a destroyed SRQ: %w", cm.ErrClosed)
+	}
+	return s.srq.Modify(attr, mask)
 }
 
 func (s *SRQ) PostRecv(wr *verbs.RecvWR) error {

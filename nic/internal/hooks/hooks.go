@@ -157,10 +157,12 @@ func UserName(uid int) string {
 // fills it.
 const maxQueued = 1024
 
-// Queue hands QP errors, reported outside the data path (Config.OnQPError,
-// the attach protocol's qp_error), to one consumer goroutine, in order:
-// a QP that enters the error state by itself is posted under its lock,
-// and the data path never waits for the consumer.
+// Queue hands asynchronous events, reported outside the data path (QP
+// errors and SRQ limits: Config.OnQPError and OnSRQLimit, the attach
+// protocol's qp_error and srq_limit), to one consumer goroutine, in
+// order: a QP that enters the error state by itself, or takes an SRQ
+// below its limit, posts under its lock, and the data path never waits
+// for the consumer.
 type Queue[T any] struct {
 	mu   sync.Mutex
 	vals []T

@@ -43,6 +43,9 @@ type Up interface {
 	// QPError reports that the QP whose public object is q entered the
 	// error state by itself (Config.OnQPError).
 	QPError(q any, cause verbs.WCStatus)
+	// SRQLimit reports that the SRQ whose public object is s reached its
+	// armed limit, which is disarmed (Config.OnSRQLimit).
+	SRQLimit(s any)
 }
 
 // Device is a device's provider.
@@ -79,7 +82,8 @@ type PD interface {
 	// owns, and fd stays the caller's.
 	RegShared(m *shm.Mapping, skip, fd int, off int64, n int, iova uint64, access mr.Access) (MR, error)
 	AllocMW(typ mr.WindowType) (MW, error)
-	CreateSRQ(depth, maxSGE int) (SRQ, error)
+	// CreateSRQ creates an SRQ whose public object is owner.
+	CreateSRQ(owner any, depth, maxSGE int) (SRQ, error)
 	CreateQP(cfg QPConfig) (QP, error)
 	// SGEAt finds the region of the PD holding [start, start+n) of this
 	// process's memory.
@@ -127,11 +131,15 @@ type CQ interface {
 	// reports whether it slept already (CQState.Sleep, or a wait of its
 	// own), and why it woke: false sends the waiter to CQState.Sleep.
 	Park(ctx context.Context, done <-chan struct{}) (slept bool, err error)
+	// Resize is CQ.Resize.
+	Resize(depth int) error
 }
 
 // SRQ is a shared receive queue's provider.
 type SRQ interface {
 	PostRecv(wr *verbs.RecvWR) error
+	Attr() verbs.SRQAttr
+	Modify(attr *verbs.SRQAttr, mask verbs.SRQAttrMask) error
 	Destroy() error
 }
 

@@ -1,6 +1,7 @@
 package rings
 
 import (
+	"fmt"
 	"sync"
 
 	"github.com/softnic/softnic/nic/shm"
@@ -127,6 +128,48 @@ func (c *CQ) publishLocked() {
 	if armed := c.ring.Armed(); armed.Load() != 0 && armed.Swap(0) != 0 {
 		shm.Signal(c.efd)
 	}
+}
+
+// Resize moves the completions the process has not polled, from the
+// ring's consumer index on, to the start of a new ring of depth entries,
+// and resizes the device's CQ alike (qp.CQ.Resize, whose errors it
+// returns); the old ring is unmapped, and the process, which polls
+// nothing meanwhile, maps the new one (TakeFD) and polls it from 0. The
+// ring's armed and overflow flags move with the completions.
+func (c *CQ) Resize(depth int) error {
+	if depth <= 0 || depth > qp.MaxCQE {
+		return fmt.Errorf("completion queue depth %d: %w", depth, qp.ErrInvalid)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return fmt.Errorf("resizing a destroyed CQ: %w", qp.ErrInvalid)
+	}
+	cons := c.ring.Consumer().Load()
+	held := c.prod - cons
+	switch {
+	case held > c.depth:
+		return fmt.Errorf("completion ring consumer index %d, producer %d: %w", cons, c.prod, shm.ErrCorrupt)
+	case uint32(depth) < held:
+		return fmt.Errorf("completion queue depth %d, holding %d completions: %w", depth, held, qp.ErrInvalid)
+	}
+	m, ring, err := newRing("softnic-cq", depth, shm.CQESize)
+	if err != nil {
+		return err
+	}
+	if err := c.qcq.Resize(depth); err != nil {
+		m.Close()
+		return err
+	}
+	for i := range held {
+		copy(ring.Slot(i), c.ring.Slot(cons+i))
+	}
+	ring.Producer().Store(held)
+	ring.Armed().Store(c.ring.Armed().Load())
+	ring.Overflow().Store(c.ring.Overflow().Load())
+	c.m.Close()
+	c.m, c.ring, c.prod, c.depth = m, ring, held, uint32(depth)
+	return nil
 }
 
 // Close unmaps the ring and closes the eventfd (and the epoll fd if it

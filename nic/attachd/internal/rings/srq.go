@@ -86,6 +86,45 @@ func (r *SRQ) publishLocked() {
 	r.ring.Consumer().Store(r.fetched - uint32(r.qsrq.Len()))
 }
 
+// Modify takes the work requests the ring holds into the SRQ, then
+// changes the SRQ's attributes (qp.SRQ.Modify, whose errors it returns).
+// A resized SRQ gets a new ring, the old one unmapped: the process, which
+// posts nothing meanwhile, maps it (TakeFD) and posts to it from prod on.
+func (r *SRQ) Modify(attr *verbs.SRQAttr, mask verbs.SRQAttrMask) (resized bool, prod uint32, err error) {
+	if _, err := r.pull(); err != nil {
+		return false, 0, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false, 0, fmt.Errorf("modifying a destroyed SRQ: %w", qp.ErrInvalid)
+	}
+	resized = mask&verbs.SRQMaxWR != 0 && attr.MaxWR != r.qsrq.Attr().MaxWR
+	var m *shm.Mapping
+	var ring shm.Ring
+	if resized {
+		if attr.MaxWR <= 0 || attr.MaxWR > qp.MaxSRQWR {
+			return false, 0, fmt.Errorf("SRQ of %d WRs: %w", attr.MaxWR, qp.ErrInvalid)
+		}
+		if m, ring, err = newRing("softnic-srq", attr.MaxWR, shm.RecvSlotSize(r.maxSGE)); err != nil {
+			return false, 0, err
+		}
+	}
+	if err := r.qsrq.Modify(attr, mask); err != nil {
+		if m != nil {
+			m.Close()
+		}
+		return false, 0, err
+	}
+	if resized {
+		r.m.Close()
+		r.m, r.ring, r.fetched = m, ring, uint32(r.qsrq.Len())
+		ring.Producer().Store(r.fetched)
+		r.publishLocked()
+	}
+	return resized, r.fetched, nil
+}
+
 // Close unmaps the ring, and reports whether it was mapped until now.
 func (r *SRQ) Close() bool {
 	r.mu.Lock()
