@@ -708,8 +708,9 @@ func needPrograms(t *testing.T, programs ...string) {
 }
 
 // TestVerbsSeeds compiles the C program of the seeds' rules
-// (testdata/libsoftnic_seeds.c) against Debian's headers and libraries,
-// and runs it on libsoftnic: every check must pass.
+// (testdata/libsoftnic_seeds.c), which checks too an SRQ's limit and its
+// IBV_EVENT_SRQ_LIMIT_REACHED and ibv_resize_cq, against Debian's headers
+// and libraries, and runs it on libsoftnic: every check must pass.
 func TestVerbsSeeds(t *testing.T) {
 	bin, lib := needLibsoftnic(t)
 	prog := compileC(t, "testdata/libsoftnic_seeds.c")

@@ -19,10 +19,11 @@ import (
 
 // Asynchronous events (ibv_get_async_event): IBV_EVENT_QP_FATAL when a QP
 // enters the error state by itself (nic.Config.OnQPError: a retry count
-// exceeded, a remote access error …), IBV_EVENT_DEVICE_FATAL when the
-// daemon goes away. They wait in the context's queue, here, so that
-// ibv_destroy_qp can take back those of its QP that the program has not
-// read; the context's async_fd, a pipe, holds one byte while the queue is
+// exceeded, a remote access error …), IBV_EVENT_SRQ_LIMIT_REACHED when
+// an SRQ reaches the limit ibv_modify_srq armed (nic.Config.OnSRQLimit),
+// IBV_EVENT_DEVICE_FATAL when the daemon goes away. They wait in the
+// context's queue, here, so that ibv_destroy_qp and ibv_destroy_srq can
+// take back those of their QP or SRQ that the program has not read; the context's async_fd, a pipe, holds one byte while the queue is
 // not empty, so that the program can poll it. Once the daemon is gone and
 // its events are read, ibv_get_async_event fails with EIO and the
 // descriptor stays readable, as a disassociated device's does in Linux
@@ -33,15 +34,17 @@ import (
 type asyncEvents struct {
 	mu     sync.Mutex
 	queue  []C.struct_sn_async_event
-	qps    map[*nic.QP]*C.struct_sn_qp // the context's QPs, for OnQPError
-	r, w   int                         // the pipe: async_fd and async_w
-	gone   bool                        // the daemon went away: IBV_EVENT_DEVICE_FATAL was queued
-	stop   chan struct{}               // closed by ibv_close_device
-	closed chan struct{}               // closed when the watcher returns
+	qps    map[*nic.QP]*C.struct_sn_qp   // the context's QPs, for OnQPError
+	srqs   map[*nic.SRQ]*C.struct_sn_srq // the context's SRQs, for OnSRQLimit
+	r, w   int                           // the pipe: async_fd and async_w
+	gone   bool                          // the daemon went away: IBV_EVENT_DEVICE_FATAL was queued
+	stop   chan struct{}                 // closed by ibv_close_device
+	closed chan struct{}                 // closed when the watcher returns
 }
 
 func newAsyncEvents(r, w int) *asyncEvents {
-	return &asyncEvents{qps: make(map[*nic.QP]*C.struct_sn_qp), r: r, w: w, stop: make(chan struct{}), closed: make(chan struct{})}
+	return &asyncEvents{qps: make(map[*nic.QP]*C.struct_sn_qp), srqs: make(map[*nic.SRQ]*C.struct_sn_srq),
+		r: r, w: w, stop: make(chan struct{}), closed: make(chan struct{})}
 }
 
 // pushLocked queues an event, making the pipe readable if it was not.
@@ -67,6 +70,16 @@ func (e *asyncEvents) qpError(q *nic.QP, _ verbs.WCStatus) {
 	defer e.mu.Unlock()
 	if sq := e.qps[q]; sq != nil {
 		e.pushLocked(C.struct_sn_async_event{_type: C.IBV_EVENT_QP_FATAL, obj: unsafe.Pointer(&sq.qp)})
+	}
+}
+
+// srqLimit is nic.Config.OnSRQLimit: the SRQ's
+// IBV_EVENT_SRQ_LIMIT_REACHED.
+func (e *asyncEvents) srqLimit(s *nic.SRQ) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if ss := e.srqs[s]; ss != nil {
+		e.pushLocked(C.struct_sn_async_event{_type: C.IBV_EVENT_SRQ_LIMIT_REACHED, obj: unsafe.Pointer(&ss.srq)})
 	}
 }
 
@@ -107,9 +120,35 @@ func (e *asyncEvents) removeQP(q *nic.QP) C.uint32_t {
 	if sq == nil {
 		return 0
 	}
+	e.dropLocked(unsafe.Pointer(&sq.qp))
+	return sq.async_events
+}
+
+// addSRQ makes the SRQ's limit an event of the context.
+func (e *asyncEvents) addSRQ(s *nic.SRQ, ss *C.struct_sn_srq) {
+	e.mu.Lock()
+	e.srqs[s] = ss
+	e.mu.Unlock()
+}
+
+// removeSRQ is removeQP for an SRQ being destroyed (ibv_destroy_srq).
+func (e *asyncEvents) removeSRQ(s *nic.SRQ) C.uint32_t {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ss := e.srqs[s]
+	delete(e.srqs, s)
+	if ss == nil {
+		return 0
+	}
+	e.dropLocked(unsafe.Pointer(&ss.srq))
+	return ss.async_events
+}
+
+// dropLocked takes back the events of obj, a QP or SRQ, not read yet.
+func (e *asyncEvents) dropLocked(obj unsafe.Pointer) {
 	kept := e.queue[:0]
 	for _, ev := range e.queue {
-		if ev.obj != unsafe.Pointer(&sq.qp) {
+		if ev.obj != obj {
 			kept = append(kept, ev)
 		}
 	}
@@ -118,11 +157,10 @@ func (e *asyncEvents) removeQP(q *nic.QP) C.uint32_t {
 		e.queue = kept
 		e.drainedLocked()
 	}
-	return sq.async_events
 }
 
 // snNextAsyncEvent takes the oldest event into ev, counting it as read
-// for its QP; it returns 1 if there was one, 0 if there is none yet, and
+// for its QP or SRQ; it returns 1 if there was one, 0 if there is none yet, and
 // -1 if there will be none: the daemon is gone.
 //
 //export snNextAsyncEvent
@@ -139,8 +177,11 @@ func snNextAsyncEvent(ctx *C.struct_ibv_context, ev *C.struct_sn_async_event) C.
 	*ev = e.queue[0]
 	e.queue = e.queue[1:]
 	e.drainedLocked()
-	if ev._type == C.IBV_EVENT_QP_FATAL {
+	switch ev._type {
+	case C.IBV_EVENT_QP_FATAL:
 		(*C.struct_sn_qp)(ev.obj).async_events++
+	case C.IBV_EVENT_SRQ_LIMIT_REACHED:
+		(*C.struct_sn_srq)(ev.obj).async_events++
 	}
 	return 1
 }

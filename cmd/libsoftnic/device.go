@@ -80,7 +80,7 @@ type device struct {
 //export snOpen
 func snOpen(ctx *C.struct_sn_context) C.int {
 	async := newAsyncEvents(int(ctx.vctx.context.async_fd), int(ctx.async_w))
-	dev, err := nic.Open(nic.Config{Attach: socketPath(), OnQPError: async.qpError})
+	dev, err := nic.Open(nic.Config{Attach: socketPath(), OnQPError: async.qpError, OnSRQLimit: async.srqLimit})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "softnic: ibv_open_device: %v\n", err)
 		return errnoOf(err)

@@ -216,16 +216,51 @@ func snCreateSRQ(pd *C.struct_sn_pd, s *C.struct_sn_srq, a *C.struct_ibv_srq_ini
 	}
 	a.attr.max_sge = C.uint32_t(sge)
 	s.h = C.uintptr_t(cgo.NewHandle(srq))
+	deviceOf(pd.pd.context).async.addSRQ(srq, s)
 	return 0
 }
 
+// snDestroySRQ destroys the SRQ and sets *read to the number of its
+// asynchronous events the program has read, whose acknowledgements
+// ibv_destroy_srq waits for.
+//
 //export snDestroySRQ
-func snDestroySRQ(s *C.struct_sn_srq) C.int {
-	if err := handleOf[*nic.SRQ](s.h).Destroy(); err != nil {
+func snDestroySRQ(s *C.struct_sn_srq, read *C.uint32_t) C.int {
+	srq := handleOf[*nic.SRQ](s.h)
+	if err := srq.Destroy(); err != nil {
 		return errnoOf(err)
 	}
+	*read = deviceOf(s.srq.context).async.removeSRQ(srq)
 	cgo.Handle(s.h).Delete()
 	return 0
+}
+
+// snModifySRQ is ibv_modify_srq: IBV_SRQ_MAX_WR and IBV_SRQ_LIMIT, the
+// only bits of ibv_srq_attr_mask; any other is EINVAL.
+//
+//export snModifySRQ
+func snModifySRQ(s *C.struct_sn_srq, a *C.struct_ibv_srq_attr, mask C.int) C.int {
+	if mask&^(C.IBV_SRQ_MAX_WR|C.IBV_SRQ_LIMIT) != 0 {
+		return C.EINVAL
+	}
+	var m verbs.SRQAttrMask
+	if mask&C.IBV_SRQ_MAX_WR != 0 {
+		m |= verbs.SRQMaxWR
+	}
+	if mask&C.IBV_SRQ_LIMIT != 0 {
+		m |= verbs.SRQLimit
+	}
+	attr := verbs.SRQAttr{MaxWR: int(a.max_wr), Limit: int(a.srq_limit)}
+	return errnoOf(handleOf[*nic.SRQ](s.h).Modify(&attr, m))
+}
+
+// snQuerySRQ is ibv_query_srq: the SRQ's attributes as they are now, its
+// limit 0 once reached.
+//
+//export snQuerySRQ
+func snQuerySRQ(s *C.struct_sn_srq, a *C.struct_ibv_srq_attr) {
+	attr := handleOf[*nic.SRQ](s.h).Attr()
+	a.max_wr, a.max_sge, a.srq_limit = C.uint32_t(attr.MaxWR), C.uint32_t(attr.MaxSGE), C.uint32_t(attr.Limit)
 }
 
 // sgl converts an ibv_sge list into dst's storage.

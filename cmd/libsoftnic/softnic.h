@@ -35,7 +35,7 @@ struct sn_cq {
 struct sn_srq {
 	struct ibv_srq srq;
 	uintptr_t h;
-	struct ibv_srq_attr attr; /* as created, for ibv_query_srq */
+	uint32_t async_events; /* events ibv_get_async_event returned, for ibv_destroy_srq */
 };
 struct sn_qp {
 	struct ibv_qp qp;

@@ -507,10 +507,7 @@ EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_c
 
 EXPORT int ibv_resize_cq(struct ibv_cq *cq, int cqe)
 {
-	(void)cq;
-	(void)cqe;
-	sn_unsupported("ibv_resize_cq");
-	return EOPNOTSUPP;
+	return snResizeCQ((struct sn_cq *)cq, cqe);
 }
 
 EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
@@ -581,9 +578,6 @@ EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_att
 		errno = err;
 		return NULL;
 	}
-	/* No limit is armed: ibv_modify_srq cannot arm one. */
-	srq->attr = attr->attr;
-	srq->attr.srq_limit = 0;
 	srq->srq.context = pd->context;
 	srq->srq.srq_context = attr->srq_context;
 	srq->srq.pd = pd;
@@ -594,25 +588,27 @@ EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_att
 
 EXPORT int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask)
 {
-	(void)srq;
-	(void)attr;
-	(void)mask;
-	sn_unsupported("ibv_modify_srq");
-	return EOPNOTSUPP;
+	return snModifySRQ((struct sn_srq *)srq, attr, mask);
 }
 
 EXPORT int ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr)
 {
-	*attr = ((struct sn_srq *)srq)->attr;
+	snQuerySRQ((struct sn_srq *)srq, attr);
 	return 0;
 }
 
 EXPORT int ibv_destroy_srq(struct ibv_srq *srq)
 {
-	int err = snDestroySRQ((struct sn_srq *)srq);
+	uint32_t read;
+	int err = snDestroySRQ((struct sn_srq *)srq, &read);
 
 	if (err)
 		return err;
+	/* As libibverbs: wait until the program acked every event it got. */
+	pthread_mutex_lock(&srq->mutex);
+	while (srq->events_completed != read)
+		pthread_cond_wait(&srq->cond, &srq->mutex);
+	pthread_mutex_unlock(&srq->mutex);
 	pthread_mutex_destroy(&srq->mutex);
 	pthread_cond_destroy(&srq->cond);
 	free(srq);
@@ -799,13 +795,24 @@ EXPORT int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *
 EXPORT void ibv_ack_async_event(struct ibv_async_event *event)
 {
 	struct ibv_qp *qp = event->element.qp;
+	struct ibv_srq *srq = event->element.srq;
 
-	if (event->event_type != IBV_EVENT_QP_FATAL)
-		return;
-	pthread_mutex_lock(&qp->mutex);
-	qp->events_completed++;
-	pthread_cond_signal(&qp->cond);
-	pthread_mutex_unlock(&qp->mutex);
+	switch (event->event_type) {
+	case IBV_EVENT_QP_FATAL:
+		pthread_mutex_lock(&qp->mutex);
+		qp->events_completed++;
+		pthread_cond_signal(&qp->cond);
+		pthread_mutex_unlock(&qp->mutex);
+		break;
+	case IBV_EVENT_SRQ_LIMIT_REACHED:
+		pthread_mutex_lock(&srq->mutex);
+		srq->events_completed++;
+		pthread_cond_signal(&srq->cond);
+		pthread_mutex_unlock(&srq->mutex);
+		break;
+	default:
+		break;
+	}
 }
 
 EXPORT int ibv_fork_init(void)

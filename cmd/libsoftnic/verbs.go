@@ -160,6 +160,18 @@ func snCreateCQ(ctx *C.struct_ibv_context, c *C.struct_sn_cq, cqe C.int) C.int {
 	return 0
 }
 
+// snResizeCQ is ibv_resize_cq: the CQ takes cqe completions, as cq->cqe
+// then says.
+//
+//export snResizeCQ
+func snResizeCQ(c *C.struct_sn_cq, cqe C.int) C.int {
+	if err := handleOf[*cq](c.h).c.Resize(int(cqe)); err != nil {
+		return errnoOf(err)
+	}
+	c.cq.cqe = cqe
+	return 0
+}
+
 //export snDestroyCQ
 func snDestroyCQ(c *C.struct_sn_cq) C.int {
 	q := handleOf[*cq](c.h)

@@ -7,9 +7,12 @@
  * mapping) registered where it lies, a bad rkey completing with
  * IBV_WC_REM_ACCESS_ERR and raising IBV_EVENT_QP_FATAL for both QPs
  * (ibv_get_async_event), seed 002's rdma_post_read, whose context
- * comes back as the completion's wr_id, ibv_query_srq, and rdma_migrate_id
- * moving an id's event not yet read to the new channel, and a synchronous
- * id to a channel and back.
+ * comes back as the completion's wr_id, an SRQ's limit (ibv_modify_srq
+ * arms it, SENDs that take the SRQ below it raise one
+ * IBV_EVENT_SRQ_LIMIT_REACHED, ibv_query_srq shows it disarmed, and
+ * ibv_destroy_srq takes back its event not read), ibv_resize_cq up and
+ * down, and rdma_migrate_id moving an id's event not yet read to the new
+ * channel, and a synchronous id to a channel and back.
  *
  * Usage: libsoftnic_seeds IP PORT FILE, where IP is the daemon's address,
  * PORT a free rdma_cm port and FILE a scratch file. Each check prints a
@@ -358,17 +361,156 @@ static void post_read(void)
 	pthread_join(t, NULL);
 }
 
-/* ibv_query_srq answers the SRQ's sizes as created and no limit armed. */
-static void query_srq(void)
+/* peer_qp makes a QP whose receives complete to rcq (from srq, if set)
+ * and connects qa to it. */
+static struct ibv_qp *peer_qp(struct ibv_cq *rcq, struct ibv_srq *srq)
+{
+	struct ibv_qp_init_attr a = {
+		.send_cq = cq, .recv_cq = rcq, .srq = srq, .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1 },
+	};
+	struct ibv_qp *qp = ibv_create_qp(pd, &a);
+
+	MUST(qp);
+	connect_qp(qa, qp->qp_num, &gid);
+	connect_qp(qp, qa->qp_num, &gid);
+	return qp;
+}
+
+/* post_recvs posts n receives of 64 bytes of mr, with wr_ids from *id
+ * on, to srq, or to qp's own queue. */
+static void post_recvs(struct ibv_srq *srq, struct ibv_qp *qp, struct ibv_mr *mr, int n, uint64_t *id)
+{
+	for (int i = 0; i < n; i++, (*id)++) {
+		struct ibv_sge sge = { .addr = (uintptr_t)mr->addr + *id % 64 * 64, .length = 64, .lkey = mr->lkey };
+		struct ibv_recv_wr wr = { .wr_id = *id, .sg_list = &sge, .num_sge = 1 }, *bad;
+
+		MUST(srq ? !ibv_post_srq_recv(srq, &wr, &bad) : !ibv_post_recv(qp, &wr, &bad));
+	}
+}
+
+/* send_from_qa sends 8 bytes of src from qa and waits for the SEND's
+ * completion, which comes once the receiver's has been written. */
+static void send_from_qa(struct ibv_mr *src)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)src->addr, .length = 8, .lkey = src->lkey };
+	struct ibv_send_wr wr = { .wr_id = 0x5e4d, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+				  .send_flags = IBV_SEND_SIGNALED }, *bad;
+
+	MUST(!ibv_post_send(qa, &wr, &bad));
+	for (;;) {
+		struct ibv_wc wc = wait_wc();
+
+		if (wc.wr_id == 0x5e4d) {
+			MUST(wc.status == IBV_WC_SUCCESS);
+			return;
+		}
+	}
+}
+
+/* srq_attr_is checks what ibv_query_srq answers. */
+static void srq_attr_is(struct ibv_srq *srq, uint32_t max_wr, uint32_t limit, const char *when)
+{
+	struct ibv_srq_attr attr = { .srq_limit = 99 };
+
+	CHECK(!ibv_query_srq(srq, &attr) && attr.max_wr == max_wr && attr.max_sge == 2 && attr.srq_limit == limit,
+	      "ibv_query_srq %s: max_wr %u, max_sge %u, srq_limit %u", when, attr.max_wr, attr.max_sge, attr.srq_limit);
+}
+
+/* An SRQ's limit: ibv_modify_srq arms it (what rxe refuses is EINVAL,
+ * changing nothing); the SEND that takes the SRQ's receives below it
+ * raises one IBV_EVENT_SRQ_LIMIT_REACHED for the SRQ and disarms it;
+ * IBV_SRQ_MAX_WR resizes the SRQ; ibv_destroy_srq takes back its event
+ * not read. */
+static void srq_limit(struct ibv_mr *src, struct ibv_mr *dst)
 {
 	struct ibv_srq_init_attr init = { .attr = { .max_wr = 16, .max_sge = 2 } };
 	struct ibv_srq *srq = ibv_create_srq(pd, &init);
-	struct ibv_srq_attr attr = { .srq_limit = 1 };
+	struct ibv_async_event ev;
+	uint64_t id = 0;
 
 	MUST(srq);
-	CHECK(!ibv_query_srq(srq, &attr) && attr.max_wr == 16 && attr.max_sge == 2 && attr.srq_limit == 0,
-	      "ibv_query_srq: max_wr %u, max_sge %u, srq_limit %u, as created", attr.max_wr, attr.max_sge, attr.srq_limit);
-	MUST(!ibv_destroy_srq(srq));
+	MUST(!fcntl(ctx->async_fd, F_SETFL, fcntl(ctx->async_fd, F_GETFL) | O_NONBLOCK));
+	srq_attr_is(srq, 16, 0, "as created");
+	struct ibv_qp *qs = peer_qp(cq, srq);
+	post_recvs(srq, NULL, dst, 4, &id);
+	struct { const char *what; struct ibv_srq_attr attr; int mask; } bad[] = {
+		{ "a limit past max_wr", { .srq_limit = 17 }, IBV_SRQ_LIMIT },
+		{ "max_wr below the receives posted", { .max_wr = 3 }, IBV_SRQ_MAX_WR },
+		{ "max_wr 0", { .max_wr = 0 }, IBV_SRQ_MAX_WR },
+		{ "a limit past the new max_wr", { .max_wr = 8, .srq_limit = 9 }, IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT },
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		int err = ibv_modify_srq(srq, &bad[i].attr, bad[i].mask);
+
+		CHECK(err == EINVAL, "ibv_modify_srq with %s is EINVAL (got %d)", bad[i].what, err);
+	}
+	srq_attr_is(srq, 16, 0, "after the refused modifies");
+	struct ibv_srq_attr arm = { .srq_limit = 3 };
+	CHECK(!ibv_modify_srq(srq, &arm, IBV_SRQ_LIMIT), "ibv_modify_srq arms a limit of 3 over 4 receives");
+	srq_attr_is(srq, 16, 3, "armed");
+	send_from_qa(src);
+	CHECK(!next_async_event(&ev, 100), "no event with 3 receives left, limit 3");
+	send_from_qa(src);
+	int got = next_async_event(&ev, 10000);
+	CHECK(got && ev.event_type == IBV_EVENT_SRQ_LIMIT_REACHED && ev.element.srq == srq,
+	      "2 receives left, limit 3: IBV_EVENT_SRQ_LIMIT_REACHED for the SRQ (%s)",
+	      got ? ibv_event_type_str(ev.event_type) : "none");
+	srq_attr_is(srq, 16, 0, "once the limit was reached");
+	send_from_qa(src);
+	CHECK(!next_async_event(&ev, 100), "no event again without the limit armed again");
+
+	struct ibv_srq_attr grow = { .max_wr = 32 };
+	CHECK(!ibv_modify_srq(srq, &grow, IBV_SRQ_MAX_WR), "ibv_modify_srq resizes the SRQ to 32");
+	srq_attr_is(srq, 32, 0, "resized");
+	post_recvs(srq, NULL, dst, 31, &id);
+	struct ibv_recv_wr more = { .wr_id = 99 }, *badwr;
+	CHECK(ibv_post_srq_recv(srq, &more, &badwr) == ENOMEM, "the SRQ resized to 32 takes 32 receives");
+
+	/* A limit reached, its event not read: ibv_destroy_srq takes it back. */
+	arm.srq_limit = 32;
+	MUST(!ibv_modify_srq(srq, &arm, IBV_SRQ_LIMIT));
+	send_from_qa(src);
+	struct pollfd p = { .fd = ctx->async_fd, .events = POLLIN };
+	CHECK(poll(&p, 1, 10000) == 1, "the limit of 32 reached: an event waits");
+	MUST(!ibv_destroy_qp(qs));
+	CHECK(!ibv_destroy_srq(srq), "ibv_destroy_srq with an event not read");
+	CHECK(!next_async_event(&ev, 100), "ibv_destroy_srq took back the SRQ's event not read");
+	connect_qps();
+}
+
+/* ibv_resize_cq: a CQ holding 3 completions cannot shrink below them
+ * (EINVAL, as rxe); grown, it keeps them in order; shrunk, it holds what
+ * its new size says, cq->cqe the size asked for. */
+static void resize_cq(struct ibv_mr *src, struct ibv_mr *dst)
+{
+	struct ibv_cq *rcq = ibv_create_cq(ctx, 4, NULL, NULL, 0);
+	struct ibv_device_attr dev;
+	struct ibv_wc wc[8];
+	uint64_t id = 0;
+
+	MUST(rcq && !ibv_query_device(ctx, &dev));
+	struct ibv_qp *qr = peer_qp(rcq, NULL);
+	post_recvs(NULL, qr, dst, 4, &id);
+	for (int i = 0; i < 3; i++)
+		send_from_qa(src);
+	int sizes[] = { 2, 0, dev.max_cqe + 1 };
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		int err = ibv_resize_cq(rcq, sizes[i]);
+
+		CHECK(err == EINVAL && rcq->cqe == 4, "ibv_resize_cq to %d holding 3 completions is EINVAL (got %d)", sizes[i], err);
+	}
+	CHECK(!ibv_resize_cq(rcq, 16) && rcq->cqe == 16, "ibv_resize_cq grows the CQ to 16 (cqe %d)", rcq->cqe);
+	int n = ibv_poll_cq(rcq, 8, wc);
+	CHECK(n == 3 && wc[0].wr_id == 0 && wc[1].wr_id == 1 && wc[2].wr_id == 2 && wc[2].opcode == IBV_WC_RECV,
+	      "the grown CQ keeps its 3 completions in order (%d)", n);
+	CHECK(!ibv_resize_cq(rcq, 1) && rcq->cqe == 1, "ibv_resize_cq shrinks the empty CQ to 1 (cqe %d)", rcq->cqe);
+	send_from_qa(src);
+	n = ibv_poll_cq(rcq, 8, wc);
+	CHECK(n == 1 && wc[0].wr_id == 3 && wc[0].status == IBV_WC_SUCCESS, "the shrunk CQ holds the next completion (%d)", n);
+	MUST(!ibv_destroy_qp(qr));
+	MUST(!ibv_destroy_cq(rcq));
+	connect_qps();
 }
 
 /* rdma_migrate_id moves the id's event not yet read (ADDR_RESOLVED) to
@@ -445,7 +587,8 @@ int main(int argc, char **argv)
 	program_memory(src, argv[3]);
 	bad_rkey(src, dst);
 	post_read();
-	query_srq();
+	srq_limit(src, dst);
+	resize_cq(src, dst);
 	migrate_id();
 
 	printf("%d failed\n", failures);
