@@ -269,6 +269,14 @@ var fuzzOps = []fuzzOp{
 		return attachproto.RegSharedArgs{PD: s.handle(in), Off: int64(int8(in.byte())) * 4096, Len: fuzzSize(in), IOVA: s.addr(in), Access: mr.Access(in.byte())}
 	}},
 	{op: attachproto.OpDisconnect, args: handleOf, waits: true},
+	{op: attachproto.OpResizeCQ, args: func(s *fuzzSession, in *fuzzInput) any {
+		return attachproto.ResizeCQArgs{H: s.handle(in), Depth: fuzzDepth(in)}
+	}},
+	{op: attachproto.OpModifySRQ, args: func(s *fuzzSession, in *fuzzInput) any {
+		return attachproto.ModifySRQArgs{H: s.handle(in), Attr: verbs.SRQAttr{MaxWR: fuzzDepth(in), Limit: int(int8(in.byte()))},
+			Mask: verbs.SRQAttrMask(in.byte())}
+	}},
+	{op: attachproto.OpQuerySRQ, args: handleOf},
 }
 
 // request makes one request of fuzzOps, and keeps what the answer gives.

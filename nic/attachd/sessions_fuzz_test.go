@@ -153,6 +153,13 @@ var fuzzSessionSeeds = [][]byte{
 	// Huge and negative queue sizes.
 	fzProg(fzPD, []byte{fzRequest, fzOp(attachproto.OpCreateCQ), 6, fzRequest, fzOp(attachproto.OpCreateCQ), 7, fzRequest, fzOp(attachproto.OpCreateSRQ), 0, 6, 4,
 		fzRequest, fzOp(attachproto.OpCreateQP), 1, 3, 3, 0, 7, 5, 4, 4, 2, 0}),
+	// An SRQ resized with a limit, then refused a size of 0 and a
+	// negative limit, queried; its CQ resized, to 0, and an SRQ's handle
+	// resized as a CQ.
+	fzProg(fzPD, fzCQ, []byte{fzRequest, fzOp(attachproto.OpCreateSRQ), 0, 3, 1,
+		fzRequest, fzOp(attachproto.OpModifySRQ), 2, 4, 3, 3, fzRequest, fzOp(attachproto.OpModifySRQ), 2, 0, 200, 3,
+		fzRequest, fzOp(attachproto.OpQuerySRQ), 2, fzRequest, fzOp(attachproto.OpResizeCQ), 1, 4,
+		fzRequest, fzOp(attachproto.OpResizeCQ), 1, 0, fzRequest, fzOp(attachproto.OpResizeCQ), 2, 4}),
 }
 
 // sessionFuzz is the daemon under fuzzing, its victim, and what the
