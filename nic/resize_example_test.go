@@ -2,6 +2,7 @@ package nic_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 
@@ -47,4 +48,38 @@ func ExampleSRQ_Modify() {
 	// armed: {MaxWR:8 MaxSGE:1 Limit:4}
 	// received: SUCCESS limit reached: true
 	// disarmed: {MaxWR:8 MaxSGE:1 Limit:0}
+}
+
+// ExampleCQ_Resize grows a CQ made too small for the work a program
+// posts: a CQ of one entry takes three completions once resized to four.
+// A depth of 0, like one below the completions waiting, is refused.
+func ExampleCQ_Resize() {
+	local := must(nic.Open(nic.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0")}))
+	remote := must(nic.Open(nic.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0")}))
+	defer local.Close()
+	defer remote.Close()
+	lpd, lcq := must(local.AllocPD()), must(local.CreateCQ(1))
+	rpd, rcq := must(remote.AllocPD()), must(remote.CreateCQ(1))
+	lqp := must(lpd.CreateQP(nic.QPConfig{SendCQ: lcq}))
+	rqp := must(rpd.CreateQP(nic.QPConfig{SendCQ: rcq}))
+	must(0, lqp.Connect(remote.Addr(), rqp.Num(), nic.ConnectOptions{}))
+	must(0, rqp.Connect(local.Addr(), lqp.Num(), nic.ConnectOptions{}))
+
+	must(0, lcq.Resize(4))
+	src := must(lpd.RegMR([]byte("12345678"), 0))
+	dst := must(rpd.AllocMR(4096, mr.LocalWrite|mr.RemoteWrite))
+	for i := range 3 {
+		must(0, lqp.PostSend(&verbs.SendWR{ID: uint64(i), Opcode: verbs.WRWrite, Flags: verbs.Signaled,
+			SGL: []verbs.SGE{src.SGE(0, 8)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}))
+	}
+	wcs := make([]verbs.WC, 4)
+	for got := 0; got < 3; {
+		n := must(lcq.Wait(context.Background(), wcs[got:]))
+		got += n
+	}
+	fmt.Println("completions:", wcs[0].ID, wcs[1].ID, wcs[2].ID, wcs[2].Status)
+	fmt.Println("resize to 0 is ErrInvalid:", errors.Is(lcq.Resize(0), nic.ErrInvalid))
+	// Output:
+	// completions: 0 1 2 SUCCESS
+	// resize to 0 is ErrInvalid: true
 }
