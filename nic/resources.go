@@ -250,7 +250,9 @@ func (c *CQ) Len() int { return c.prov.Len() }
 // Resize makes the CQ hold depth completions (ibv_resize_cq), keeping
 // those it holds, in order. As rxe, it fails with ErrInvalid, changing
 // nothing, for a depth of 0 or past the device's MaxCQE, or below the
-// completions waiting to be polled.
+// completions waiting to be polled. An attached device's daemon charges
+// the new depth to the process's quota first, as it does CreateCQ's, and
+// refuses it as CreateCQ's when it does not fit.
 func (c *CQ) Resize(depth int) error { return c.prov.Resize(depth) }
 
 // SRQ is a shared receive queue.
@@ -287,7 +289,8 @@ func (s *SRQ) Attr() verbs.SRQAttr { return s.prov.Attr() }
 // work requests below it, and is disarmed by it. As rxe, Modify fails with
 // ErrInvalid, changing nothing, for a size of 0 or past the device's
 // MaxSRQWR, a size below the work requests the SRQ holds, or a limit past
-// the size (the new one, when both change).
+// the size (the new one, when both change). An attached device's daemon
+// charges a new size as CQ.Resize's.
 func (s *SRQ) Modify(attr *verbs.SRQAttr, mask verbs.SRQAttrMask) error {
 	return s.prov.Modify(attr, mask)
 }
