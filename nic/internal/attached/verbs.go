@@ -649,10 +649,14 @@ func postRecvLocked(ring *shm.Ring, prod *uint32, depth uint32, maxSGE int, clos
 	return nil
 }
 
-// Attr asks the daemon, which knows whether the limit was reached.
+// Attr asks the daemon, which knows whether the limit was reached; with
+// the daemon gone, or the SRQ destroyed, it answers the sizes it knows
+// and no limit.
 func (s *attachedSRQ) Attr() verbs.SRQAttr {
 	var r verbs.SRQAttr
 	if _, err := s.a.call(context.Background(), attachproto.OpQuerySRQ, attachproto.HandleArgs{H: s.h}, nil, &r); err != nil {
+		s.mu.Lock()
+		defer s.mu.Unlock()
 		return verbs.SRQAttr{MaxWR: int(s.depth), MaxSGE: s.maxSGE}
 	}
 	return r
