@@ -84,6 +84,16 @@ func (m *MAD) AppendSummary(dst []byte) []byte {
 		dst = appendField(dst, " qpn=", uint64(r.RemoteQPN()), 6)
 	case m.DREP != nil:
 		dst = appendCommIDs(dst, m.DREP.LocalCommID(), m.DREP.RemoteCommID())
+	case m.SIDRREQ != nil:
+		dst = appendField(dst, " request_id=", uint64(m.SIDRREQ.RequestID()), 8)
+		dst = appendField(dst, " service_id=", uint64(m.SIDRREQ.ServiceID()), 16)
+	case m.SIDRREP != nil:
+		r := m.SIDRREP
+		dst = appendField(dst, " request_id=", uint64(r.RequestID()), 8)
+		dst = append(dst, " status="...)
+		dst = appendSIDRStatus(dst, r.Status())
+		dst = appendField(dst, " qpn=", uint64(r.QPN()), 6)
+		dst = appendField(dst, " qkey=", uint64(r.QKey()), 8)
 	}
 	return dst
 }
@@ -181,8 +191,39 @@ func (m *MAD) AppendVerbose(dst []byte) []byte {
 		dst = append(dst, "  DREP"...)
 		dst = appendCommIDs(dst, m.DREP.LocalCommID(), m.DREP.RemoteCommID())
 		dst = appendPrivate(dst, m.DREP.PrivateData())
+	case m.SIDRREQ != nil:
+		f := m.SIDRREQ.Fields()
+		dst = appendField(dst, "  SIDR_REQ request_id=", uint64(f.RequestID), 8)
+		dst = appendField(dst, " pkey=", uint64(f.PKey), 4)
+		dst = appendField(dst, " resv16=", uint64(f.Resv16), 4)
+		dst = appendField(dst, " service_id=", uint64(f.ServiceID), 16)
+		dst = append(dst, '\n')
+		dst = appendCMAHeader(dst, m.SIDRREQ.PrivateData(), f.ServiceID)
+		dst = appendPrivate(append(dst, "  SIDR_REQ"...), m.SIDRREQ.PrivateData())
+	case m.SIDRREP != nil:
+		f := m.SIDRREP.Fields()
+		dst = appendField(dst, "  SIDR_REP request_id=", uint64(f.RequestID), 8)
+		dst = append(dst, " status="...)
+		dst = appendSIDRStatus(dst, f.Status)
+		dst = append(dst, " add_info_len="...)
+		dst = appendUint(dst, uint64(f.AddInfoLength))
+		dst = appendField(dst, " resv16=", uint64(f.Resv16), 4)
+		dst = appendField(dst, " qpn=", uint64(f.QPN), 6)
+		dst = appendField(dst, " resv8=", uint64(f.Resv8), 2)
+		dst = appendField(dst, " service_id=", uint64(f.ServiceID), 16)
+		dst = appendField(dst, " qkey=", uint64(f.QKey), 8)
+		dst = appendBytes(dst, " class_port_info", m.SIDRREP.ClassPortInfo())
+		dst = appendPrivate(dst, m.SIDRREP.PrivateData())
 	}
 	return dst
+}
+
+// appendSIDRStatus appends a SIDR_REP status as "2(rejected by the
+// service)".
+func appendSIDRStatus(dst []byte, s SIDRStatus) []byte {
+	dst = appendUint(dst, uint64(s))
+	dst = append(dst, '(')
+	return append(s.appendName(dst), ')')
 }
 
 // appendREQ appends the verbose lines of a REQ: its fields, its two paths,
@@ -229,22 +270,30 @@ func appendREQ(dst []byte, r REQ) []byte {
 	dst = append(dst, '\n')
 	dst = appendPath(dst, "  REQ primary", &f.PrimaryPath)
 	dst = appendPath(dst, "  REQ alternate", &f.AlternatePath)
-	if h, err := DecodeCMAHeader(r.PrivateData()); err == nil {
-		dst = append(dst, "  rdma_cm ip="...)
-		dst = appendUint(dst, uint64(h.IPVersion()))
-		dst = append(dst, " src="...)
-		dst = h.Src().AppendTo(dst)
-		dst = append(dst, " dst="...)
-		dst = h.Dst().AppendTo(dst)
-		if ps, port, ok := f.ServiceID.RDMACM(); ok {
-			dst = append(dst, ' ')
-			dst = ps.appendName(dst)
-			dst = append(dst, " port="...)
-			dst = appendUint(dst, uint64(port))
-		}
-		dst = append(dst, '\n')
-	}
+	dst = appendCMAHeader(dst, r.PrivateData(), f.ServiceID)
 	return appendPrivate(append(dst, "  REQ"...), r.PrivateData())
+}
+
+// appendCMAHeader appends a line describing the rdma_cm header that starts
+// the private data of a REQ or SIDR_REQ for service id, if it does.
+func appendCMAHeader(dst, private []byte, id ServiceID) []byte {
+	h, err := DecodeCMAHeader(private)
+	if err != nil {
+		return dst
+	}
+	dst = append(dst, "  rdma_cm ip="...)
+	dst = appendUint(dst, uint64(h.IPVersion()))
+	dst = append(dst, " src="...)
+	dst = h.Src().AppendTo(dst)
+	dst = append(dst, " dst="...)
+	dst = h.Dst().AppendTo(dst)
+	if ps, port, ok := id.RDMACM(); ok {
+		dst = append(dst, ' ')
+		dst = ps.appendName(dst)
+		dst = append(dst, " port="...)
+		dst = appendUint(dst, uint64(port))
+	}
+	return append(dst, '\n')
 }
 
 // appendPath appends a verbose line describing a REQ path.

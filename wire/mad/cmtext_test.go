@@ -30,7 +30,16 @@ func TestCMStrings(t *testing.T) {
 		{AttrReadyToUse, "ReadyToUse"},
 		{AttrDisconnectRequest, "DisconnectRequest"},
 		{AttrDisconnectReply, "DisconnectReply"},
+		{AttrServiceIDResReq, "ServiceIDResReq"},
+		{AttrServiceIDResReqResp, "ServiceIDResReqResp"},
 		{AttrAlternatePathResponse, "AlternatePathResponse"},
+		{SIDRSuccess, "success"},
+		{SIDRUnsupported, "service ID not supported"},
+		{SIDRReject, "rejected by the service"},
+		{SIDRNoQP, "no QP available"},
+		{SIDRRedirect, "redirect"},
+		{SIDRUnsupportedVersion, "unsupported class version"},
+		{SIDRStatus(6), "SIDRStatus(6)"},
 		{AttrClassPortInfo, "ClassPortInfo"},
 		{AttrID(0x001b), "AttrID(0x001b)"},
 		{AttrID(0x000f), "AttrID(0x000f)"},
@@ -125,6 +134,10 @@ func TestCMSummary(t *testing.T) {
 			" CM MsgRcptAck comm_id=0x11223344 remote_comm_id=0x55667788 mraed=REP service_timeout=19"},
 		{"REJ", sampleMAD(AttrConnectReject), wire.GSIQPN, 0,
 			" CM ConnectReject comm_id=0x11223344 remote_comm_id=0x55667788 rejected=other reason=28(consumer reject)"},
+		{"SIDR_REQ", sampleMAD(AttrServiceIDResReq), wire.GSIQPN, 0,
+			" CM ServiceIDResReq request_id=0x11223344 service_id=0x0000000001111c06"},
+		{"SIDR_REP", sampleMAD(AttrServiceIDResReqResp), wire.GSIQPN, 0,
+			" CM ServiceIDResReqResp request_id=0x11223344 status=2(rejected by the service) qpn=0xabcdef qkey=0x01234567"},
 		{"a MAD to another QP is data", sampleMAD(AttrConnectReject), 2, 0, ""},
 		{"257 bytes to QP1 are not a MAD", sampleMAD(AttrConnectReject), wire.GSIQPN, 1, ""},
 	}
@@ -188,14 +201,30 @@ func TestCMVerbose(t *testing.T) {
 	}
 
 	sampleLines := map[AttrID]string{
-		AttrMsgRcptAck:        "  MRA comm_id=0x11223344 remote_comm_id=0x55667788 mraed=REP resv6=0x15 service_timeout=19 resv3=0x6 private[222]=8182",
-		AttrConnectReject:     "  REJ comm_id=0x11223344 remote_comm_id=0x55667788 rejected=other resv6=0x2b ari_len=72 resv1=0x1 reason=28(consumer reject) ari[72]=0102",
-		AttrConnectReply:      "  REP comm_id=0x11223344 remote_comm_id=0x55667788 qkey=0x12345678 qpn=0xabcdef resv8a=0x11 eecn=0x654321 resv8b=0x22 psn=0xfedcba resv8c=0x33 resp_res=16 init_depth=32 target_ack_delay=21 failover=2 e2e_fc=1 rnr_retry=6 srq=1 resv4=0xa ca_guid=0x0002c90300aabbcc private[196]=8384",
-		AttrReadyToUse:        "  RTU comm_id=0x11223344 remote_comm_id=0x55667788 private[224]=8485",
-		AttrDisconnectRequest: "  DREQ comm_id=0x11223344 remote_comm_id=0x55667788 qpn=0xabcdef resv8=0x44 private[220]=8586",
-		AttrDisconnectReply:   "  DREP comm_id=0x11223344 remote_comm_id=0x55667788 private[224]=8687",
-		AttrConnectRequest:    "  REQ comm_id=0x11223344 resv32a=0x55667788 service_id=0x0000000001061c06 ca_guid=0x0002c90300aabbcc resv32b=0x99aabbcc qkey=0x12345678 qpn=0xabcdef resp_res=16 eecn=0x654321 init_depth=32 remote_eecn=0x123456 remote_cm_timeout=23 tst=1 e2e_fc=1 psn=0xfedcba local_cm_timeout=22 retry=6 pkey=0x8001 mtu=4096 rdc=1 rnr_retry=5 max_cm_retries=14 srq=1 ext=1",
+		AttrMsgRcptAck:          "  MRA comm_id=0x11223344 remote_comm_id=0x55667788 mraed=REP resv6=0x15 service_timeout=19 resv3=0x6 private[222]=8182",
+		AttrConnectReject:       "  REJ comm_id=0x11223344 remote_comm_id=0x55667788 rejected=other resv6=0x2b ari_len=72 resv1=0x1 reason=28(consumer reject) ari[72]=0102",
+		AttrConnectReply:        "  REP comm_id=0x11223344 remote_comm_id=0x55667788 qkey=0x12345678 qpn=0xabcdef resv8a=0x11 eecn=0x654321 resv8b=0x22 psn=0xfedcba resv8c=0x33 resp_res=16 init_depth=32 target_ack_delay=21 failover=2 e2e_fc=1 rnr_retry=6 srq=1 resv4=0xa ca_guid=0x0002c90300aabbcc private[196]=8384",
+		AttrReadyToUse:          "  RTU comm_id=0x11223344 remote_comm_id=0x55667788 private[224]=8485",
+		AttrDisconnectRequest:   "  DREQ comm_id=0x11223344 remote_comm_id=0x55667788 qpn=0xabcdef resv8=0x44 private[220]=8586",
+		AttrDisconnectReply:     "  DREP comm_id=0x11223344 remote_comm_id=0x55667788 private[224]=8687",
+		AttrServiceIDResReq:     "  SIDR_REQ request_id=0x11223344 pkey=0x8001 resv16=0x5566 service_id=0x0000000001111c06\n  SIDR_REQ private[216]=8788",
+		AttrServiceIDResReqResp: "  SIDR_REP request_id=0x11223344 status=2(rejected by the service) add_info_len=72 resv16=0x5566 qpn=0xabcdef resv8=0x77 service_id=0x0000000001111c06 qkey=0x01234567 class_port_info[72]=0203",
+
+		AttrConnectRequest: "  REQ comm_id=0x11223344 resv32a=0x55667788 service_id=0x0000000001061c06 ca_guid=0x0002c90300aabbcc resv32b=0x99aabbcc qkey=0x12345678 qpn=0xabcdef resp_res=16 eecn=0x654321 init_depth=32 remote_eecn=0x123456 remote_cm_timeout=23 tst=1 e2e_fc=1 psn=0xfedcba local_cm_timeout=22 retry=6 pkey=0x8001 mtu=4096 rdc=1 rnr_retry=5 max_cm_retries=14 srq=1 ext=1",
 	}
+	// A SIDR_REQ as rdma_cm sends it: its rdma_cm header gets a line.
+	req := MADFields{Header: CMHeader(AttrServiceIDResReq, 1)}
+	req.SIDRREQ = SIDRREQFields{RequestID: 7, PKey: 0xffff, ServiceID: RDMACMServiceID(PortSpaceUDP, 7174)}
+	cma := NewCMAHeader(netip.MustParseAddrPort("10.0.0.1:40000"), netip.MustParseAddr("10.0.0.2"))
+	CMAHeader(req.SIDRREQ.PrivateData[:CMAHeaderSize]).Encode(&cma)
+	var sidr MAD
+	if err := sidr.Decode(encodeMAD(t, &req)); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(sidr.AppendVerbose(nil)), "  rdma_cm ip=4 src=10.0.0.1:40000 dst=10.0.0.2 UDP port=7174\n"; !strings.Contains(got, want) {
+		t.Errorf("SIDR_REQ:\n%s\nwant a line\n%s", got, want)
+	}
+
 	for attr, line := range sampleLines {
 		f := sampleMAD(attr)
 		var m MAD

@@ -1,7 +1,8 @@
 // Package mad codes the management datagrams of InfiniBand's connection
 // manager (CM MADs, IBTA Volume 1 chapter 12 "Communication management" and
 // 13.4 "Management datagrams"): the common MAD header, the CM messages REQ,
-// REP, RTU, REJ, MRA, DREQ and DREP, and rdma_cm's conventions on top of
+// REP, RTU, REJ, MRA, DREQ and DREP, the service ID resolution messages
+// SIDR_REQ and SIDR_REP (sidr.go), and rdma_cm's conventions on top of
 // them (service IDs from a port space and port, the private-data header
 // with the IP addresses). The MADs travel as the 256-byte payload of UD
 // SEND packets to and from QP1 (package wire codes those packets).

@@ -8,7 +8,7 @@ var (
 	// version, management class, class version or method.
 	ErrBadMAD = errors.New("wire: not a CM MAD")
 	// ErrBadAttr: a CM MAD carries an attribute softnic does not implement
-	// (LAP, APR, SIDR, ClassPortInfo or an unknown one).
+	// (LAP, APR, ClassPortInfo or an unknown one).
 	ErrBadAttr = errors.New("wire: unsupported CM attribute")
 	// ErrBadCMAHeader: REQ private data does not start with an rdma_cm
 	// header of a version and IP version softnic knows.

@@ -232,7 +232,8 @@ func (m MADMethod) String() string {
 type AttrID uint16
 
 // The CM attributes. softnic implements the connection and disconnection
-// messages; the others are named so that a decoder can say what it drops.
+// messages and service ID resolution; the others are named so that a
+// decoder can say what it drops.
 const (
 	AttrClassPortInfo         AttrID = 0x0001
 	AttrConnectRequest        AttrID = 0x0010 // REQ
@@ -279,7 +280,7 @@ func (a AttrID) appendName(dst []byte) []byte {
 }
 
 // cmDecoded reports whether softnic decodes the CM attribute a.
-func (a AttrID) cmDecoded() bool { return a >= AttrConnectRequest && a <= AttrDisconnectReply }
+func (a AttrID) cmDecoded() bool { return a >= AttrConnectRequest && a <= AttrServiceIDResReqResp }
 
 // MAD is a decoded CM management datagram: views into the buffer passed to
 // Decode of the header and of the one CM message the attribute ID names, nil
@@ -294,7 +295,10 @@ type MAD struct {
 	RTU    RTU
 	DREQ   DREQ
 	DREP   DREP
-	Raw    []byte // the whole MAD
+	// SIDRREQ and SIDRREP are the service ID resolution messages.
+	SIDRREQ SIDRREQ
+	SIDRREP SIDRREP
+	Raw     []byte // the whole MAD
 }
 
 // Decode parses b, the payload of a UD packet to or from QP1, into m as a
@@ -304,8 +308,9 @@ type MAD struct {
 //     UD payload);
 //   - ErrBadMAD if the base version is not 1, the class not the CM, the
 //     class version not 2, or the method not Send;
-//   - ErrBadAttr if the attribute is not REQ, MRA, REJ, REP, RTU, DREQ or
-//     DREP (LAP, APR, SIDR and ClassPortInfo are not implemented).
+//   - ErrBadAttr if the attribute is not REQ, MRA, REJ, REP, RTU, DREQ,
+//     DREP, SIDR_REQ or SIDR_REP (LAP, APR and ClassPortInfo are not
+//     implemented).
 //
 // Decode checks the layout, not the meaning: field values are the CM's to
 // judge. On error m is reset to the zero MAD. Decode never panics.
@@ -338,6 +343,10 @@ func (m *MAD) Decode(b []byte) error {
 		m.DREQ = data
 	case AttrDisconnectReply:
 		m.DREP = data
+	case AttrServiceIDResReq:
+		m.SIDRREQ = data
+	case AttrServiceIDResReqResp:
+		m.SIDRREP = data
 	}
 	m.Raw = b
 	return nil
@@ -377,6 +386,10 @@ func (m *MAD) Fields(f *MADFields) {
 		f.DREQ = m.DREQ.Fields()
 	case m.DREP != nil:
 		f.DREP = m.DREP.Fields()
+	case m.SIDRREQ != nil:
+		f.SIDRREQ = m.SIDRREQ.Fields()
+	case m.SIDRREP != nil:
+		f.SIDRREP = m.SIDRREP.Fields()
 	}
 }
 
@@ -391,6 +404,9 @@ type MADFields struct {
 	RTU    RTUFields
 	DREQ   DREQFields
 	DREP   DREPFields
+	// SIDRREQ and SIDRREP are the service ID resolution messages.
+	SIDRREQ SIDRREQFields
+	SIDRREP SIDRREPFields
 }
 
 // Encode writes the MAD f describes into buf[:MADSize], typically the
@@ -425,6 +441,10 @@ func (f *MADFields) Encode(buf []byte) (n int, err error) {
 		DREQ(data).Encode(&f.DREQ)
 	case AttrDisconnectReply:
 		DREP(data).Encode(&f.DREP)
+	case AttrServiceIDResReq:
+		SIDRREQ(data).Encode(&f.SIDRREQ)
+	case AttrServiceIDResReqResp:
+		SIDRREP(data).Encode(&f.SIDRREP)
 	}
 	return MADSize, nil
 }
