@@ -5,7 +5,9 @@
 // Linux rdma_cm peer understand each other.
 //
 // It owns the communications of one device (REQ, REP, RTU, REJ, MRA, DREQ
-// and DREP, their retransmissions and timewaits), the listeners' backlogs,
+// and DREP, their retransmissions and timewaits), the service ID
+// resolutions of rdma_cm's UDP port space (SIDR_REQ and SIDR_REP,
+// sidr.go), the listeners' backlogs,
 // and the limits on the requests it holds for peers it does not know
 // (Limits). It does no I/O: it has no socket, goroutine, channel, callback
 // or clock. MADs, time and the application's calls go in (Engine.Receive,
@@ -27,6 +29,7 @@
 // no-amplification.txt, listener.txt), the end (disconnect.txt,
 // qp-failed.txt, abort.txt, shutdown.txt), timeouts (req-timeout.txt,
 // timeouts.txt) and what comes late or from elsewhere (stale.txt,
-// strangers.txt); TestTranscripts lists the commands. Go tests cover
+// strangers.txt), and service ID resolution (sidr.txt); TestTranscripts
+// lists the commands. Go tests cover
 // the MRA's service timeout, the peer address rule and the fuzz target.
 package cm

@@ -132,11 +132,14 @@ const (
 	DreqSent                     // DREQ sent, waiting for DREP
 	Timewait                     // over; duplicates are still answered until the timer ends it
 	Gone                         // out of every table
+	SidrReqSent                  // active: SIDR_REQ sent, waiting for the SIDR_REP (sidr.go)
+	SidrReqRcvd                  // passive: SIDR_REQ queued for the listener, not answered yet
 )
 
 var stateNames = [...]string{
 	ReqSent: "REQ_SENT", RepRcvd: "REP_RCVD", ReqRcvd: "REQ_RCVD", RepSent: "REP_SENT",
 	Established: "ESTABLISHED", DreqSent: "DREQ_SENT", Timewait: "TIMEWAIT", Gone: "IDLE",
+	SidrReqSent: "SIDR_REQ_SENT", SidrReqRcvd: "SIDR_REQ_RCVD",
 }
 
 func (s State) String() string {
@@ -182,6 +185,12 @@ type ID struct {
 	expires qp.Time        // passive: when the request is dropped unless its handshake completed
 	rep     *mad.REPFields // active: the REP received
 
+	// sidr marks a service ID resolution (sidr.go): the SIDR_REQ received
+	// (passive) or the SIDR_REP (active).
+	sidr    bool
+	sidrReq *mad.SIDRREQFields
+	sidrRep *mad.SIDRREPFields
+
 	// What the driver has been told (Output.Events), each once: the
 	// handshake's outcome, the connection's end, and that nothing waits
 	// for an answer any more. err is why it failed or ended.
@@ -214,7 +223,8 @@ func (id *ID) REQ() *mad.REQFields { return id.req }
 func (id *ID) REP() *mad.REPFields { return id.rep }
 
 // remoteKey identifies a passive communication by the peer's
-// communication ID and address, to recognise duplicate REQs.
+// communication ID (or SIDR request ID) and address, to recognise
+// duplicate REQs (and SIDR_REQs).
 type remoteKey struct {
 	comm uint32
 	peer netip.AddrPort
@@ -224,7 +234,8 @@ type remoteKey struct {
 // port wait in its backlog until the driver takes them (NextRequest).
 type Listener struct {
 	port    uint16
-	max     int // the backlog's room
+	ud      bool // of rdma_cm's UDP port space: it takes SIDR_REQs (ListenUD)
+	max     int  // the backlog's room
 	backlog []*ID
 	// Context is the driver's: the engine never looks at it.
 	Context any
@@ -266,11 +277,15 @@ const (
 	// EventListenerClosed: Listener takes no more requests (Unlisten,
 	// Shutdown); those it held were rejected.
 	EventListenerClosed
+	// EventResolved: the SIDR_REP of a resolution came with a QP
+	// (ID.SIDRREP); one with another status is EventFailed.
+	EventResolved
 )
 
 var eventNames = [...]string{
 	EventRequest: "request", EventReply: "reply", EventEstablished: "established",
 	EventFailed: "failed", EventEnded: "ended", EventSettled: "settled", EventListenerClosed: "listener closed",
+	EventResolved: "resolved",
 }
 
 func (t EventType) String() string {
@@ -301,7 +316,7 @@ const (
 	RxDropped                          // CM MADs that fit no connection, or REQs beyond a listener's backlog
 	Connected                          // connections that reached the established state
 	Disconnected                       // established connections that ended (DREQ, REJ or DREQ timeout)
-	RejectedBusy                       // REQs refused beyond the half-open limits (REJ "no resources", or dropped: RejectsDropped)
+	RejectedBusy                       // REQs refused beyond the half-open limits (REJ "no resources", or dropped: RejectsDropped); SIDR_REQs beyond them are dropped
 	HandshakeTimeouts                  // requests dropped whose handshake did not complete in time
 	RejectsDropped                     // REQs dropped unanswered: their source had spent its REJs (Limits.RejectRate)
 	NumCounters
@@ -378,9 +393,13 @@ type Engine struct {
 	ids       map[uint32]*ID
 	remotes   map[remoteKey]*ID
 	listeners map[uint16]*Listener
-	timers    timerHeap
-	timerSeq  uint64 // the last timer sequence number handed out
-	closed    bool
+	// The resolutions' passive side (sidr.go): the SIDR_REQs received by
+	// request ID and source, and the listeners of the UDP port space.
+	sidrs       map[remoteKey]*ID
+	udListeners map[uint16]*Listener
+	timers      timerHeap
+	timerSeq    uint64 // the last timer sequence number handed out
+	closed      bool
 
 	// The requests held before their handshake completes (half-open), in
 	// all and by source (sourceKey).
@@ -399,11 +418,13 @@ type Engine struct {
 func New(guid uint64, lim Limits, rng *rand.Rand) *Engine {
 	return &Engine{
 		guid: guid, lim: lim.WithDefaults(), rng: rng,
-		ids:        make(map[uint32]*ID),
-		remotes:    make(map[remoteKey]*ID),
-		listeners:  make(map[uint16]*Listener),
-		halfOpenBy: make(map[netip.Prefix]int),
-		rejectSeed: rng.Uint64(),
+		ids:         make(map[uint32]*ID),
+		remotes:     make(map[remoteKey]*ID),
+		listeners:   make(map[uint16]*Listener),
+		halfOpenBy:  make(map[netip.Prefix]int),
+		sidrs:       make(map[remoteKey]*ID),
+		udListeners: make(map[uint16]*Listener),
+		rejectSeed:  rng.Uint64(),
 	}
 }
 
@@ -688,6 +709,9 @@ func (e *Engine) Accept(now qp.Time, id *ID, p *AcceptParams, out *Output) error
 // that a duplicate reaches the listener again; softnic keeps it for a
 // timewait and repeats the REJ instead.
 func (e *Engine) Reject(now qp.Time, id *ID, reason mad.RejectReason, private []byte, out *Output) error {
+	if id.sidr {
+		return e.rejectSIDR(now, id, reason, private, out)
+	}
 	if id.state != ReqRcvd {
 		return e.handshakeError(id)
 	}
@@ -738,6 +762,10 @@ func (e *Engine) Abort(now qp.Time, id *ID, out *Output) {
 		e.enterTimewait(now, id, out)
 	case Established:
 		e.Disconnect(now, id, out)
+	case SidrReqSent:
+		e.remove(id, out) // a SIDR_REQ given up needs no word, as in Linux
+	case SidrReqRcvd:
+		e.Reject(now, id, mad.RejectConsumer, nil, out)
 	}
 }
 
@@ -777,6 +805,8 @@ func (e *Engine) finish(id *ID, err error, out *Output) {
 	switch {
 	case err != nil:
 		out.event(EventFailed, id, err)
+	case id.active && id.sidr:
+		out.event(EventResolved, id, nil)
 	case id.active:
 		out.event(EventReply, id, nil)
 	default:
@@ -804,6 +834,9 @@ func (e *Engine) remove(id *ID, out *Output) {
 	key := remoteKey{id.remote, id.remoteSrc}
 	if e.remotes[key] == id {
 		delete(e.remotes, key)
+	}
+	if e.sidrs[key] == id {
+		delete(e.sidrs, key)
 	}
 	e.settleHalfOpen(id)
 	e.dequeue(id)
@@ -852,7 +885,7 @@ func (e *Engine) dequeue(id *ID) {
 		return
 	}
 	id.queued = false
-	if l := e.listeners[id.port]; l != nil {
+	if l := e.listenersFor(id.sidr)[id.port]; l != nil {
 		if i := slices.Index(l.backlog, id); i >= 0 {
 			l.backlog = slices.Delete(l.backlog, i, i+1)
 		}
@@ -861,9 +894,10 @@ func (e *Engine) dequeue(id *ID) {
 
 // lookup finds the communication a MAD from src names by our local
 // communication ID. Only the address is compared: a peer need not send
-// from the port it receives on (see peerAddr).
+// from the port it receives on (see peerAddr). Resolutions are not
+// connections: no connection message finds them.
 func (e *Engine) lookup(local uint32, src netip.AddrPort) *ID {
-	if id := e.ids[local]; id != nil && id.peer.Addr() == src.Addr() {
+	if id := e.ids[local]; id != nil && !id.sidr && id.peer.Addr() == src.Addr() {
 		return id
 	}
 	return nil
@@ -892,6 +926,10 @@ func (e *Engine) Receive(now qp.Time, src netip.AddrPort, mtu wire.MTU, m *mad.M
 		e.receiveDREQ(now, src, m, out)
 	case mad.AttrDisconnectReply:
 		e.receiveDREP(now, src, m.DREP, out)
+	case mad.AttrServiceIDResReq:
+		e.receiveSIDRREQ(now, src, m, out)
+	case mad.AttrServiceIDResReqResp:
+		e.receiveSIDRREP(src, m.SIDRREP, out)
 	}
 }
 
@@ -1253,7 +1291,7 @@ func (e *Engine) receiveDREP(now qp.Time, src netip.AddrPort, d mad.DREP, out *O
 // expire handles the timer of id.
 func (e *Engine) expire(now qp.Time, id *ID, out *Output) {
 	switch id.state {
-	case ReqRcvd, RepSent:
+	case ReqRcvd, RepSent, SidrReqRcvd:
 		// The handshake took longer than handshakeTime: the application
 		// did not answer, or the requester not with an RTU (it gave up, or
 		// never was: a REQ from a spoofed address). Dropped without a
@@ -1267,7 +1305,7 @@ func (e *Engine) expire(now qp.Time, id *ID, out *Output) {
 		id.err = fmt.Errorf("connection from %v: %s in time: %w", id.peer, what, ErrTimedOut)
 		e.remove(id, out)
 		e.finish(id, id.err, out)
-	case ReqSent, DreqSent:
+	case ReqSent, DreqSent, SidrReqSent:
 		if id.sends <= int(id.retries) {
 			e.resend(id, out)
 			out.count(TxRetries)
@@ -1279,7 +1317,11 @@ func (e *Engine) expire(now qp.Time, id *ID, out *Output) {
 			e.enterTimewait(now, id, out) // Linux, too, gives up on the DREP
 			return
 		}
-		id.err = fmt.Errorf("connection to %v port %d: no reply to %d ConnectRequests: %w", id.peer, id.port, id.sends, ErrTimedOut)
+		what := "ConnectRequests"
+		if id.sidr {
+			what = "ServiceIDResReqs"
+		}
+		id.err = fmt.Errorf("connection to %v port %d: no reply to %d %s: %w", id.peer, id.port, id.sends, what, ErrTimedOut)
 		e.remove(id, out)
 		e.finish(id, id.err, out)
 	case Timewait:
@@ -1290,15 +1332,29 @@ func (e *Engine) expire(now qp.Time, id *ID, out *Output) {
 // Listen registers a listener for rdma_cm TCP port with room for backlog
 // unanswered requests.
 func (e *Engine) Listen(port uint16, backlog int) (*Listener, error) {
+	return e.listen(port, backlog, false)
+}
+
+func (e *Engine) listen(port uint16, backlog int, ud bool) (*Listener, error) {
+	m := e.listenersFor(ud)
 	switch {
 	case e.closed:
 		return nil, ErrClosed
-	case e.listeners[port] != nil:
+	case m[port] != nil:
 		return nil, fmt.Errorf("port %d is already listened on (EADDRINUSE): %w", port, mr.ErrBusy)
 	}
-	l := &Listener{port: port, max: backlog}
-	e.listeners[port] = l
+	l := &Listener{port: port, ud: ud, max: backlog}
+	m[port] = l
 	return l, nil
+}
+
+// listenersFor returns the listeners of the UDP port space if ud, else
+// of the TCP one.
+func (e *Engine) listenersFor(ud bool) map[uint16]*Listener {
+	if ud {
+		return e.udListeners
+	}
+	return e.listeners
 }
 
 // NextRequest takes the oldest request waiting in l's backlog, nil if none
@@ -1316,13 +1372,14 @@ func (e *Engine) NextRequest(l *Listener) *ID {
 // Unlisten closes l and rejects the requests in its backlog, as Linux
 // rejects (consumer reject) the pending requests of a destroyed listener.
 func (e *Engine) Unlisten(now qp.Time, l *Listener, out *Output) {
-	if e.listeners[l.port] != l {
+	m := e.listenersFor(l.ud)
+	if m[l.port] != l {
 		return
 	}
 	for id := e.NextRequest(l); id != nil; id = e.NextRequest(l) {
 		e.Reject(now, id, mad.RejectConsumer, nil, out)
 	}
-	delete(e.listeners, l.port)
+	delete(m, l.port)
 	out.Events = append(out.Events, Event{Type: EventListenerClosed, Listener: l})
 }
 
@@ -1332,8 +1389,10 @@ func (e *Engine) Unlisten(now qp.Time, l *Listener, out *Output) {
 // settled. The communications are visited in the order of their IDs, so
 // that a shutdown's output is the same every time.
 func (e *Engine) Shutdown(now qp.Time, out *Output) {
-	for _, port := range slices.Sorted(maps.Keys(e.listeners)) {
-		e.Unlisten(now, e.listeners[port], out)
+	for _, m := range []map[uint16]*Listener{e.listeners, e.udListeners} {
+		for _, port := range slices.Sorted(maps.Keys(m)) {
+			e.Unlisten(now, m[port], out)
+		}
 	}
 	e.closed = true
 	for _, local := range slices.Sorted(maps.Keys(e.ids)) {

@@ -330,6 +330,21 @@ func FuzzCMEngine(f *testing.F) {
 	p.Port = 9999 // no listener: REJ
 	l.connect(p)
 	l.settle(time.Second)
+	// A resolution answered, and one for no listener.
+	ul, err := l.b.e.ListenUD(7174, 4)
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, port := range []uint16{9999, 7174} {
+		l.call(l.a, func(e *Engine, now qp.Time, out *Output) {
+			e.Resolve(now, &ResolveParams{Peer: l.b.addr, Src: l.a.addr.Addr(), Port: port, CMTimeout: 12, CMRetries: 3}, out)
+		})
+	}
+	l.run(time.Second, func() bool { return ul.Backlog() > 0 })
+	l.call(l.b, func(e *Engine, now qp.Time, out *Output) {
+		e.AcceptUD(now, e.NextRequest(ul), 0x22, RDMAUDPQKey, nil, out)
+	})
+	l.settle(time.Minute)
 	for _, sent := range l.sent {
 		f.Add(sent[:], false)
 		f.Add(sent[:], true)
@@ -342,6 +357,9 @@ func FuzzCMEngine(f *testing.F) {
 		l := newCMLink(t)
 		l.handshake(time.Second)
 		l.settle(time.Second)
+		if _, err := l.b.e.ListenUD(7174, 4); err != nil {
+			t.Fatal(err)
+		}
 		from := l.a.addr
 		if stranger {
 			from = netip.MustParseAddrPort("10.0.0.9:4791")
@@ -360,9 +378,11 @@ func FuzzCMEngine(f *testing.F) {
 				t.Fatalf("table holds %#x as %#x in %s", local, id.local, id.state)
 			}
 		}
-		for key, id := range l.b.e.remotes {
-			if key.comm != id.remote || key.peer != id.remoteSrc || l.b.e.ids[id.local] != id {
-				t.Fatalf("remote table entry %+v for %#x is stale", key, id.local)
+		for _, m := range []map[remoteKey]*ID{l.b.e.remotes, l.b.e.sidrs} {
+			for key, id := range m {
+				if key.comm != id.remote || key.peer != id.remoteSrc || l.b.e.ids[id.local] != id {
+					t.Fatalf("remote table entry %+v for %#x is stale", key, id.local)
+				}
 			}
 		}
 	})
@@ -385,6 +405,25 @@ func TestCMPeerAddr(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := peerAddr(src, tc.guid); got != tc.want {
 				t.Errorf("peerAddr(%v, %#x) = %v, want %v", src, tc.guid, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestSIDRPeer(t *testing.T) {
+	src := netip.MustParseAddrPort("10.0.0.1:40000")
+	for _, tc := range []struct {
+		name string
+		resv uint16
+		want netip.AddrPort
+	}{
+		{"softnic's mark", sidrMark, src},
+		{"reserved 0, as Linux sends it", 0, netip.MustParseAddrPort("10.0.0.1:4791")},
+		{"another value", 0x1234, netip.MustParseAddrPort("10.0.0.1:4791")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := sidrPeer(src, tc.resv); got != tc.want {
+				t.Errorf("sidrPeer(%v, %#x) = %v, want %v", src, tc.resv, got, tc.want)
 			}
 		})
 	}

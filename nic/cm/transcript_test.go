@@ -57,6 +57,7 @@ type cmTranscript struct {
 type lnKey struct {
 	side *cmSide
 	port uint16
+	ud   bool // a listener of the UDP port space (listen H ud)
 }
 
 func (e *cmTranscript) do(t *testing.T, d *datadriven.TestData) string {
@@ -111,6 +112,10 @@ func (e *cmTranscript) watch(s *cmSide, out *Output) {
 		if ev.Type == EventReply {
 			fmt.Fprintf(&e.out, " (now %s)", ev.ID.state)
 		}
+		if ev.Type == EventResolved {
+			r := ev.ID.SIDRREP()
+			fmt.Fprintf(&e.out, " (qpn=%#x qkey=%#x private=%s)", r.QPN, r.QKey, text(r.PrivateData[:]))
+		}
 		if ev.Err != nil {
 			fmt.Fprintf(&e.out, ": %v", ev.Err)
 		}
@@ -123,6 +128,10 @@ func (e *cmTranscript) watch(s *cmSide, out *Output) {
 		var rej *RejectError
 		if errors.As(ev.Err, &rej) {
 			fmt.Fprintf(&e.out, "  REJ %v ari=%x private=%s (%d bytes)\n", rej.Reason, rej.ARI, text(rej.PrivateData), len(rej.PrivateData))
+		}
+		var sidr *SIDRError
+		if errors.As(ev.Err, &sidr) {
+			fmt.Fprintf(&e.out, "  SIDR_REP %v private=%s (%d bytes)\n", sidr.Status, text(sidr.PrivateData), len(sidr.PrivateData))
 		}
 	}
 	flush := slices.Clone(out.Flush)
@@ -214,6 +223,19 @@ func (e *cmTranscript) describe(m *mad.MAD) string {
 		fmt.Fprintf(&b, " comm=%s remote=%s qpn=%#x", e.comm(m.DREQ.LocalCommID()), e.comm(m.DREQ.RemoteCommID()), m.DREQ.RemoteQPN())
 	case m.DREP != nil:
 		fmt.Fprintf(&b, " comm=%s remote=%s", e.comm(m.DREP.LocalCommID()), e.comm(m.DREP.RemoteCommID()))
+	case m.SIDRREQ != nil:
+		r := m.SIDRREQ
+		private := r.PrivateData()
+		if _, err := mad.DecodeCMAHeader(private); err == nil {
+			private = private[mad.CMAHeaderSize:]
+		} else {
+			b.WriteString(" (no rdma_cm header)")
+		}
+		fmt.Fprintf(&b, " request=%s service=%v private=%s", e.comm(r.RequestID()), r.ServiceID(), text(private))
+	case m.SIDRREP != nil:
+		r := m.SIDRREP
+		fmt.Fprintf(&b, " request=%s (%v) service=%v qpn=%#x qkey=%#x private=%s",
+			e.comm(r.RequestID()), r.Status(), r.ServiceID(), r.QPN(), r.QKey(), text(r.PrivateData()))
 	}
 	return b.String()
 }
@@ -286,6 +308,7 @@ func (e *cmTranscript) private(t *testing.T, d *datadriven.TestData, def string)
 var attrNames = map[string]mad.AttrID{
 	"REQ": mad.AttrConnectRequest, "REP": mad.AttrConnectReply, "RTU": mad.AttrReadyToUse, "MRA": mad.AttrMsgRcptAck,
 	"REJ": mad.AttrConnectReject, "DREQ": mad.AttrDisconnectRequest, "DREP": mad.AttrDisconnectReply,
+	"SIDR_REQ": mad.AttrServiceIDResReq, "SIDR_REP": mad.AttrServiceIDResReqResp,
 }
 
 func (e *cmTranscript) run(t *testing.T, d *datadriven.TestData) string {
@@ -312,14 +335,19 @@ func (e *cmTranscript) run(t *testing.T, d *datadriven.TestData) string {
 	case "listen":
 		s := e.side(t, d)
 		port := uint16(e.intArg(t, d, "port", 7471))
-		ln, err := s.e.Listen(port, e.intArg(t, d, "backlog", 8))
+		_, ud := d.Arg("ud")
+		listen := s.e.Listen
+		if ud {
+			listen = s.e.ListenUD
+		}
+		ln, err := listen(port, e.intArg(t, d, "backlog", 8))
 		if err != nil {
 			return errOut(err)
 		}
-		e.listeners[lnKey{s, port}] = ln
+		e.listeners[lnKey{s, port, ud}] = ln
 	case "unlisten":
 		s := e.side(t, d)
-		ln := e.listeners[lnKey{s, uint16(e.intArg(t, d, "port", 7471))}]
+		ln := e.listeners[e.lnKey(t, d, s)]
 		if ln == nil {
 			d.Fatalf(t, "unlisten H [port=N] needs a listener")
 		}
@@ -350,7 +378,7 @@ func (e *cmTranscript) run(t *testing.T, d *datadriven.TestData) string {
 		return errOut(err)
 	case "next":
 		s := e.side(t, d)
-		ln := e.listeners[lnKey{s, uint16(e.intArg(t, d, "port", 7471))}]
+		ln := e.listeners[e.lnKey(t, d, s)]
 		if ln == nil {
 			d.Fatalf(t, "next H [port=N] needs a listener")
 		}
@@ -359,6 +387,35 @@ func (e *cmTranscript) run(t *testing.T, d *datadriven.TestData) string {
 			return "no request\n"
 		}
 		return fmt.Sprintf("%s: request of %s from %v port %d\n", e.name(id), e.comm(id.remote), id.peer, id.port)
+	case "resolve":
+		s := e.side(t, d)
+		if len(d.CmdArgs) < 2 {
+			d.Fatalf(t, "resolve H NAME")
+		}
+		p := &ResolveParams{
+			Peer: l.peer(s).addr, Src: s.addr.Addr(), Port: uint16(e.intArg(t, d, "port", 7174)),
+			Private:   e.private(t, d, "hello"),
+			CMTimeout: uint8(e.intArg(t, d, "cm-timeout", 12)), CMRetries: uint8(e.intArg(t, d, "cm-retries", 3)),
+		}
+		name := d.CmdArgs[1].Key
+		var err error
+		out := l.step(s, func(en *Engine, now qp.Time, out *Output) {
+			var id *ID
+			if id, err = en.Resolve(now, p, out); err == nil {
+				e.ids[name] = id
+				e.names[id.local] = name
+			}
+		})
+		l.emit(s, &out)
+		return errOut(err)
+	case "accept-ud":
+		s, id := e.side(t, d), e.id(t, d)
+		var err error
+		l.call(s, func(en *Engine, now qp.Time, out *Output) {
+			err = en.AcceptUD(now, id, uint32(e.intArg(t, d, "qpn", 0x22)), uint32(e.intArg(t, d, "qkey", RDMAUDPQKey)),
+				e.private(t, d, "welcome"), out)
+		})
+		return errOut(err)
 	case "accept":
 		s, id := e.side(t, d), e.id(t, d)
 		ap := l.acceptParams()
@@ -492,9 +549,20 @@ func (e *cmTranscript) run(t *testing.T, d *datadriven.TestData) string {
 			}
 		}
 		slices.Sort(ports)
+		ports = slices.Compact(ports)
 		backlogs := ""
 		for _, p := range ports {
-			backlogs += fmt.Sprintf(" backlog(%d)=%d", p, e.listeners[lnKey{s, p}].Backlog())
+			if ln := e.listeners[lnKey{s, p, false}]; ln != nil {
+				backlogs += fmt.Sprintf(" backlog(%d)=%d", p, ln.Backlog())
+			}
+		}
+		for _, p := range ports {
+			if ln := e.listeners[lnKey{s, p, true}]; ln != nil {
+				backlogs += fmt.Sprintf(" ud-backlog(%d)=%d", p, ln.Backlog())
+			}
+		}
+		if len(s.e.sidrs) > 0 || len(s.e.udListeners) > 0 {
+			backlogs = fmt.Sprintf(" resolutions=%d", len(s.e.sidrs)) + backlogs
 		}
 		return fmt.Sprintf("communications=%d %v half-open=%d sources=%d%s\n",
 			len(s.e.ids), names, s.e.halfOpen, len(s.e.halfOpenBy), backlogs)
@@ -502,6 +570,12 @@ func (e *cmTranscript) run(t *testing.T, d *datadriven.TestData) string {
 		d.Fatalf(t, "unknown command")
 	}
 	return ""
+}
+
+// lnKey is the listener the command names: side, [ud], [port=N] (7471).
+func (e *cmTranscript) lnKey(t *testing.T, d *datadriven.TestData, s *cmSide) lnKey {
+	_, ud := d.Arg("ud")
+	return lnKey{s, uint16(e.intArg(t, d, "port", 7471)), ud}
 }
 
 // id2 is id for commands whose first argument is the name.
@@ -606,6 +680,23 @@ func (e *cmTranscript) inject(t *testing.T, d *datadriven.TestData) {
 		f.DREQ = mad.DREQFields{LocalCommID: comm, RemoteCommID: remote, RemoteQPN: uint32(e.intArg(t, d, "qpn", 0x11))}
 	case mad.AttrDisconnectReply:
 		f.DREP = mad.DREPFields{LocalCommID: comm, RemoteCommID: remote}
+	case mad.AttrServiceIDResReq:
+		var mark uint16 = sidrMark
+		if v, ok := d.Arg("mark"); ok && v[0] == "false" {
+			mark = 0
+		}
+		f.SIDRREQ = mad.SIDRREQFields{RequestID: comm, PKey: 0xFFFF, Resv16: mark,
+			ServiceID: mad.RDMACMServiceID(mad.PortSpaceUDP, uint16(e.intArg(t, d, "port", 7174)))}
+		if v, ok := d.Arg("service"); ok {
+			f.SIDRREQ.ServiceID = mad.ServiceID(e.atoi(t, d, v[0]))
+		}
+		if v, ok := d.Arg("cma"); !ok || v[0] != "false" {
+			cma := mad.NewCMAHeader(netip.AddrPortFrom(from.Addr(), 40000), s.addr.Addr())
+			mad.CMAHeader(f.SIDRREQ.PrivateData[:mad.CMAHeaderSize]).Encode(&cma)
+		}
+	case mad.AttrServiceIDResReqResp:
+		f.SIDRREP = mad.SIDRREPFields{RequestID: comm, Status: mad.SIDRStatus(e.intArg(t, d, "status", 0)),
+			QPN: uint32(e.intArg(t, d, "qpn", 0x22)), QKey: RDMAUDPQKey}
 	}
 	var b [mad.MADSize]byte
 	if _, err := f.Encode(b[:]); err != nil {
