@@ -42,6 +42,7 @@ type Listener struct {
 	dev  *Device
 	port uint16
 	prov provider.Listener
+	ud   bool // of the UDP port space (ListenUD, cm_ud.go)
 }
 
 // Listen starts accepting connection requests for rdma_cm port port: REQs
@@ -152,6 +153,9 @@ type AcceptOptions struct {
 // repeats its REQ, and the wait is bounded by Config.CM (a timeout wraps
 // ErrTimedOut). If the QP cannot be made, the request is rejected.
 func (r *Request) Accept(opts AcceptOptions) (*Conn, error) {
+	if r.UD() {
+		return nil, fmt.Errorf("softnic: accept %v: a resolution is answered with AcceptUD: %w", r.peer, ErrInvalid)
+	}
 	c, err := r.prov.Accept(opts.provider())
 	if err != nil {
 		return nil, err

@@ -41,7 +41,10 @@
 // with the IBTA CM protocol between the devices' QP1s: rdma_listen →
 // Device.Listen, rdma_accept and rdma_reject → Request.Accept and
 // Request.Reject, rdma_connect → Device.Dial, rdma_disconnect → Conn.Close.
-// It holds the requests of peers it does not know within CMLimits, and
+// rdma_cm's UDP port space (RDMA_PS_UDP) has no connection: its listener
+// (Device.ListenUD) answers each service ID resolution with a UD QP
+// (Request.AcceptUD), and rdma_connect → Device.Resolve learns that QP and
+// its Q_Key (SIDR_REQ, SIDR_REP). It holds the requests of peers it does not know within CMLimits, and
 // answers a REQ with no more than the REQ until the requester shows it
 // receives. The path MTU toward each peer is the route's, as rxe takes its
 // interface's (Device.PathMTU, RoCEMTU), capped by Config.MTU.

@@ -277,6 +277,12 @@ var fuzzOps = []fuzzOp{
 			Mask: verbs.SRQAttrMask(in.byte())}
 	}},
 	{op: attachproto.OpQuerySRQ, args: handleOf},
+	{op: attachproto.OpListenUD, args: func(s *fuzzSession, in *fuzzInput) any {
+		return attachproto.ListenUDArgs{Port: 7000 + uint16(in.byte()%4), Backlog: int(in.byte())}
+	}},
+	{op: attachproto.OpAcceptUD, args: func(s *fuzzSession, in *fuzzInput) any {
+		return attachproto.AcceptUDArgs{Request: s.handle(in), QP: s.handle(in)}
+	}},
 }
 
 // request makes one request of fuzzOps, and keeps what the answer gives.

@@ -368,8 +368,9 @@ func (s *session) deregister(m *hostedMR) error {
 // connections it accepts are made with cfg.
 type hostedListener struct {
 	l    *nic.Listener
-	pd   *nic.PD
+	pd   *nic.PD // nil for ud
 	cfg  attachproto.QPConfig
+	ud   bool       // of the UDP port space (listen_ud): its requests are resolutions
 	bill quota.Bill // its backlog
 }
 

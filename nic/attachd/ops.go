@@ -429,19 +429,27 @@ func (s *session) listen(_ context.Context, raw json.RawMessage, _ []int) (any, 
 	if err != nil {
 		return nil, nil, err
 	}
+	return s.hostListener(a.Backlog, &hostedListener{pd: pd, cfg: a.QP}, func(backlog int) (*nic.Listener, error) {
+		return s.dev.Listen(a.Port, nic.ListenOptions{PD: pd, QP: cfg, Backlog: backlog})
+	})
+}
+
+// hostListener makes hl's listener with listen, its backlog charged, and
+// hands it to the process.
+func (s *session) hostListener(backlog int, hl *hostedListener, listen func(backlog int) (*nic.Listener, error)) (any, []int, error) {
 	// A backlog beyond maxAttachBacklog is cut to it, as listen(2) cuts
 	// one beyond net.core.somaxconn; Listen refuses one below 0.
-	backlog := min(cmp.Or(a.Backlog, defaultBacklog), maxAttachBacklog)
-	bill := quota.Of(quota.Heap, int64(max(backlog, 0))*backlogHeap)
-	if err := s.acct.Charge(bill); err != nil {
+	backlog = min(cmp.Or(backlog, defaultBacklog), maxAttachBacklog)
+	hl.bill = quota.Of(quota.Heap, int64(max(backlog, 0))*backlogHeap)
+	if err := s.acct.Charge(hl.bill); err != nil {
 		return nil, nil, err
 	}
-	l, err := s.dev.Listen(a.Port, nic.ListenOptions{PD: pd, QP: cfg, Backlog: backlog})
+	l, err := listen(backlog)
 	if err != nil {
-		s.acct.Release(bill)
+		s.acct.Release(hl.bill)
 		return nil, nil, err
 	}
-	hl := &hostedListener{l: l, pd: pd, cfg: a.QP, bill: bill}
+	hl.l = l
 	h, err := s.add(hl)
 	if err != nil {
 		hl.close(s)
@@ -449,7 +457,7 @@ func (s *session) listen(_ context.Context, raw json.RawMessage, _ []int) (any, 
 	}
 	// The line an operator (or a test starting the client of an rdma_cm
 	// server) reads to know that connections to the port are taken now.
-	s.log.Info("process listens for rdma_cm connections", slog.Int("port", int(l.Port())))
+	s.log.Info("process listens for rdma_cm connections", slog.Int("port", int(l.Port())), slog.Bool("udp", hl.ud))
 	return attachproto.ListenResult{H: h, Port: l.Port()}, nil, nil
 }
 
@@ -500,6 +508,9 @@ func (s *session) accept(ctx context.Context, raw json.RawMessage, _ []int) (any
 	r, err := lookup[*hostedRequest](s, a.Request)
 	if err != nil {
 		return nil, nil, err
+	}
+	if r.l.ud {
+		return nil, nil, fmt.Errorf("request %d is a resolution, answered with accept_ud: %w", a.Request, nic.ErrInvalid)
 	}
 	s.remove(a.Request)
 	h, cfg, err := s.connQP(r.l.pd, r.l.cfg, a.UseQP)

@@ -986,6 +986,9 @@ var sessionOps = map[string]sessionOp{
 	attachproto.OpAccept:        {waits: true, run: (*session).accept},
 	attachproto.OpDial:          {waits: true, run: (*session).dial},
 	attachproto.OpDisconnect:    {waits: true, run: (*session).disconnect},
+	attachproto.OpListenUD:      {run: (*session).listenUD},
+	attachproto.OpAcceptUD:      {run: (*session).acceptUD},
+	attachproto.OpResolve:       {waits: true, run: (*session).resolve},
 }
 
 // args decodes a request's arguments.

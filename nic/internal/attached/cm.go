@@ -90,14 +90,15 @@ func (al *attachedListener) Close() error {
 // daemon forgets an answered request; these give a second answer the
 // embedded device's errors.
 type attachedRequest struct {
-	a        *attachment
-	h        uint32
-	peer     netip.AddrPort
-	private  []byte
-	pd       *attachedPD
-	answerMu sync.Mutex
-	accepted provider.Conn
-	rejected bool
+	a          *attachment
+	h          uint32
+	peer       netip.AddrPort
+	private    []byte
+	pd         *attachedPD
+	answerMu   sync.Mutex
+	accepted   provider.Conn
+	acceptedUD bool // answered with AcceptUD
+	rejected   bool
 }
 
 func (ar *attachedRequest) Remote() netip.AddrPort { return ar.peer }
@@ -142,6 +143,8 @@ func (r *attachedRequest) answeredLocked() error {
 	switch {
 	case r.rejected:
 		state = "rejected"
+	case r.acceptedUD:
+		state = "answered"
 	case r.accepted == nil:
 		return nil
 	case r.accepted.Err() != nil:

@@ -448,7 +448,8 @@ var sentinels = []struct {
 }
 
 // SetError describes err in m: its text, the code of the sentinel it is,
-// and the fields of a *cm.RejectError, *cm.QPError or *VersionError.
+// and the fields of a *cm.RejectError, *cm.SIDRError, *cm.QPError or
+// *VersionError.
 func (m *Msg) SetError(err error) {
 	m.Error = err.Error()
 	for _, e := range sentinels {
@@ -460,10 +461,14 @@ func (m *Msg) SetError(err error) {
 	var rej *cm.RejectError
 	var qpe *cm.QPError
 	var ver *VersionError
+	var sidr *cm.SIDRError
 	switch {
 	case errors.As(err, &rej):
 		m.Code = "REJ"
 		m.Detail, _ = json.Marshal(rej)
+	case errors.As(err, &sidr):
+		m.Code = "SIDR"
+		m.Detail, _ = json.Marshal(sidr)
 	case errors.As(err, &qpe):
 		m.Code = "QPERR"
 		m.Detail, _ = json.Marshal(qpe)
@@ -489,6 +494,11 @@ func (m *Msg) Err() error {
 		var qpe cm.QPError
 		if json.Unmarshal(m.Detail, &qpe) == nil {
 			return &remoteError{msg: m.Error, err: &qpe}
+		}
+	case "SIDR":
+		var sidr cm.SIDRError
+		if json.Unmarshal(m.Detail, &sidr) == nil {
+			return &remoteError{msg: m.Error, err: &sidr}
 		}
 	case "EPROTONOSUPPORT":
 		var ver VersionError

@@ -37,6 +37,8 @@ func roundTrip(t testing.TB, err error) (Msg, error) {
 func TestErrorsCrossTheSocket(t *testing.T) {
 	rej := &cm.RejectError{Addr: netip.MustParseAddrPort("10.0.0.2:4791"), Port: 7000,
 		Reason: mad.RejectInvalidServiceID, PrivateData: []byte{1, 2}}
+	sidr := &cm.SIDRError{Addr: netip.MustParseAddrPort("10.0.0.2:4791"), Port: 7174,
+		Status: mad.SIDRUnsupported, PrivateData: []byte{3, 4}}
 	tests := []struct {
 		name string
 		err  error
@@ -63,6 +65,7 @@ func TestErrorsCrossTheSocket(t *testing.T) {
 		{"protocol not supported", ErrProtoNotSupported, "EPROTONOSUPPORT", ErrProtoNotSupported},
 		{"reject", fmt.Errorf("dial: %w", rej), "REJ", cm.ErrConnRefused},
 		{"QP error", &cm.QPError{QPN: 0x12, Status: verbs.RetryExcErr}, "QPERR", cm.ErrTimedOut},
+		{"SIDR refused", fmt.Errorf("resolve: %w", sidr), "SIDR", cm.ErrConnRefused},
 		{"other", errors.New("something else"), "", nil},
 	}
 	for _, tt := range tests {
@@ -83,6 +86,11 @@ func TestErrorsCrossTheSocket(t *testing.T) {
 	var gotRej *cm.RejectError
 	if !errors.As(err, &gotRej) || gotRej.Port != rej.Port || gotRej.Reason != rej.Reason || string(gotRej.PrivateData) != string(rej.PrivateData) {
 		t.Errorf("REJ across the socket: %#v, want %#v", gotRej, rej)
+	}
+	_, err = roundTrip(t, sidr)
+	var gotSIDR *cm.SIDRError
+	if !errors.As(err, &gotSIDR) || gotSIDR.Port != sidr.Port || gotSIDR.Status != sidr.Status || string(gotSIDR.PrivateData) != string(sidr.PrivateData) {
+		t.Errorf("SIDR_REP across the socket: %#v, want %#v", gotSIDR, sidr)
 	}
 	_, err = roundTrip(t, &cm.QPError{QPN: 0x12, Status: verbs.RetryExcErr})
 	var gotQP *cm.QPError

@@ -33,18 +33,28 @@ type Listener struct {
 
 // Listen is provider.Device's Listen.
 func (h *Host) Listen(port uint16, opts *provider.ListenOptions) (provider.Listener, uint16, error) {
+	l, err := h.listen(port, opts.Backlog, (*cm.Engine).Listen)
+	if err != nil {
+		return nil, 0, err
+	}
+	return &Listener{h: h, l: l, pd: opts.PD, qp: opts.QP}, port, nil
+}
+
+// listen registers a listener of the engine with listen (Listen or
+// ListenUD).
+func (h *Host) listen(port uint16, backlog int, listen func(*cm.Engine, uint16, int) (*cm.Listener, error)) (*cmListener, error) {
 	l := &cmListener{port: port, ready: make(chan struct{}, 1), closed: make(chan struct{})}
 	var err error
 	h.run(func(e *cm.Engine, _ qp.Time, _ *cm.Output) {
-		if l.engine, err = e.Listen(port, cmp.Or(opts.Backlog, provider.CMDefaultBacklog)); err == nil {
+		if l.engine, err = listen(e, port, cmp.Or(backlog, provider.CMDefaultBacklog)); err == nil {
 			l.engine.Context = l
 		}
 	})
 	if err != nil {
-		return nil, 0, fmt.Errorf("softnic: listen: %w", err)
+		return nil, fmt.Errorf("softnic: listen: %w", err)
 	}
-	h.log.Debug("cm: listening", slog.Any("port", port))
-	return &Listener{h: h, l: l, pd: opts.PD, qp: opts.QP}, port, nil
+	h.log.Debug("cm: listening", slog.Any("port", port), slog.Bool("ud", l.engine.UD()))
+	return l, nil
 }
 
 func (el *Listener) AcceptRequest(ctx context.Context) (provider.Request, error) {
@@ -81,6 +91,9 @@ type Request struct {
 
 func (er *Request) Remote() netip.AddrPort { return er.id.peer }
 func (er *Request) PrivateData() []byte {
+	if r := er.id.comm.SIDRREQ(); r != nil {
+		return r.PrivateData[mad.CMAHeaderSize:]
+	}
 	return er.id.req.PrivateData[mad.CMAHeaderSize:]
 }
 
@@ -106,6 +119,9 @@ func (er *Request) AcceptWith(opts *provider.AcceptOptions, cfg provider.QPConfi
 	h := er.h
 	id := er.id
 	req := id.req
+	if req == nil {
+		return provider.Connection{}, fmt.Errorf("softnic: accept %v: a service ID resolution is answered with AcceptUD: %w", id.peer, mr.ErrInvalid)
+	}
 	if len(opts.PrivateData) > mad.REPPrivateDataSize {
 		return provider.Connection{}, fmt.Errorf("softnic: accept %v: %d bytes of private data, a REP carries %d: %w",
 			id.peer, len(opts.PrivateData), mad.REPPrivateDataSize, mr.ErrInvalid)

@@ -6,7 +6,8 @@
 // wait, flushes the QPs of connections the peer ended, sends MADs); and
 // the provider objects of the connection manager that package nic wraps:
 // the listeners, requests and connections, with the RC QPs they connect
-// and the attributes negotiated (host.go, conn.go).
+// and the attributes negotiated (host.go, conn.go), and the service ID
+// resolutions of rdma_cm's UDP port space (sidr.go).
 //
 // It sees its device through two narrow interfaces: Device (QP1 and
 // connections' QPs made in it, its clock and timer goroutine, its routes,

@@ -229,6 +229,8 @@ func (h *Host) wakeLocked(events []cm.Event) {
 		switch ev.Type {
 		case cm.EventReply:
 			id.finish(cmResult{rep: ev.ID.REP()})
+		case cm.EventResolved:
+			id.finish(cmResult{sidr: ev.ID.SIDRREP()})
 		case cm.EventEstablished:
 			id.finish(cmResult{})
 		case cm.EventFailed:
@@ -328,10 +330,12 @@ type cmID struct {
 }
 
 // cmResult is the outcome of a handshake that a Dial or an Accept waits
-// for: the REP (dialer), nothing (acceptor: the RTU came), or an error.
+// for: the REP (dialer), nothing (acceptor: the RTU came), or an error;
+// or of a resolution that a Resolve waits for: the SIDR_REP.
 type cmResult struct {
-	rep *mad.REPFields
-	err error
+	rep  *mad.REPFields
+	sidr *mad.SIDRREPFields
+	err  error
 }
 
 // newCMID returns the host's side of comm and makes it comm's Context.

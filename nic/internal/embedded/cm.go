@@ -25,6 +25,14 @@ func (d *Device) Dial(ctx context.Context, remote netip.AddrPort, port uint16, o
 	return d.cm.Dial(ctx, remote, port, opts)
 }
 
+func (d *Device) ListenUD(port uint16, backlog int) (provider.Listener, uint16, error) {
+	return d.cm.ListenUD(port, backlog)
+}
+
+func (d *Device) Resolve(ctx context.Context, remote netip.AddrPort, port uint16, o *provider.ResolveOptions) (provider.Resolution, error) {
+	return d.cm.Resolve(ctx, remote, port, o)
+}
+
 // DialMTU asks for the path MTU toward remote, which may carry less than
 // the device's MTU (or than asked): its MTU, as rxe's interface MTU bounds
 // its own.

@@ -69,6 +69,12 @@ type Device interface {
 	// its options ask for (0 for the default).
 	DialMTU(asked int, remote netip.AddrPort) int
 	Dial(ctx context.Context, remote netip.AddrPort, port uint16, o *DialOptions) (Connection, error)
+	// ListenUD listens on port of rdma_cm's UDP port space, whose
+	// requests are service ID resolutions (sidr.go).
+	ListenUD(port uint16, backlog int) (Listener, uint16, error)
+	// Resolve resolves port of rdma_cm's UDP port space at remote to the
+	// UD QP that serves it.
+	Resolve(ctx context.Context, remote netip.AddrPort, port uint16, o *ResolveOptions) (Resolution, error)
 }
 
 // PD is a protection domain's provider.
@@ -197,6 +203,9 @@ type Request interface {
 	PrivateData() []byte
 	Accept(opts *AcceptOptions) (Connection, error)
 	Reject(private []byte) error
+	// AcceptUD answers a request of a UD listener with the UD QP q, of
+	// Q_Key qkey.
+	AcceptUD(q QP, qkey uint32, private []byte) error
 }
 
 // AcceptOptions are nic.AcceptOptions with providers.
