@@ -279,9 +279,10 @@ func freePort() string {
 
 // notYetListening tells a client that found no server yet: perftest's or
 // a pingpong's TCP connection refused, rping's or ucmatose's rdma_cm
-// connection rejected for want of a listener, or rdma_client's synchronous
-// rdma_connect failing so (ECONNREFUSED).
-var notYetListening = regexp.MustCompile(`Couldn't connect to|RDMA_CM_EVENT_REJECTED|rdma_connect: Connection refused`)
+// connection rejected for want of a listener, udaddy's resolution
+// unreachable with status 1 (SIDR_REP "service ID not supported"), or
+// rdma_client's synchronous rdma_connect failing so (ECONNREFUSED).
+var notYetListening = regexp.MustCompile(`Couldn't connect to|RDMA_CM_EVENT_REJECTED|RDMA_CM_EVENT_UNREACHABLE, error: 1\b|rdma_connect: Connection refused`)
 
 // perftestReady is what a perftest server prints as it starts waiting for
 // its client. A perftest client over rdma_cm (-R) must not start before
@@ -579,6 +580,16 @@ var utilsCases = []utilsCase{
 		sdone: "return status 0", cdone: "return status 0",
 	},
 	{
+		// rdma_cm's UDP port space: the client resolves the server's
+		// port to its UD QP (SIDR) and sends ten messages, which the
+		// server answers to the address of each. udaddy's port is
+		// 7174 (its -p is the port space), each daemon's own.
+		name:   "udaddy",
+		server: func(ip, _ string) []string { return []string{"udaddy", "-b", ip} },
+		client: func(ip, _ string) []string { return []string{"udaddy", "-s", ip} },
+		sdone:  "return status 0", cdone: "return status 0",
+	},
+	{
 		name:   "rdma_xserver",
 		server: func(_, port string) []string { return []string{"rdma_xserver", "-p", port} },
 		client: func(ip, port string) []string { return []string{"rdma_xclient", "-s", ip, "-p", port} },
@@ -609,8 +620,8 @@ func TestVerbsUtils(t *testing.T) {
 }
 
 // TestVerbsUtilsFail: the programs of ibverbs-utils and rdmacm-utils that
-// need what softnic does not support (XRC, rdma_cm's UDP and IB port
-// spaces and multicast, rsockets) fail at once with EOPNOTSUPP, saying so, rather
+// need what softnic does not support (XRC, rdma_cm's IB port space and
+// multicast, rsockets) fail at once with EOPNOTSUPP, saying so, rather
 // than hang or crash; and rdma_client, connecting to a port nothing
 // listens on, fails as librdmacm's synchronous rdma_connect does, with
 // ECONNREFUSED.
@@ -621,16 +632,16 @@ func TestVerbsUtilsFail(t *testing.T) {
 	if err := os.WriteFile(src, []byte("data"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	const portSpace = "softnic: rdma_create_id with a port space other than RDMA_PS_TCP: not supported"
+	const portSpace = "softnic: rdma_create_id with a port space other than RDMA_PS_TCP and RDMA_PS_UDP: not supported"
+	const multicast = "softnic: rdma_join_multicast_ex: not supported"
 	const rsocket = "softnic: rsocket: not supported"
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{"ibv_xsrq_pingpong", "-g", "0", h.ip()}, "Couldn't Open the XRC Domain 95"},
-		{[]string{"rdma_xclient", "-c", "x", "-s", h.ip()}, "softnic: rdma_getaddrinfo with a port space other than RDMA_PS_TCP: not supported"},
-		{[]string{"udaddy", "-s", h.ip()}, portSpace},
-		{[]string{"mckey", "-m", "239.1.1.1", "-b", h.ip()}, portSpace},
+		{[]string{"rdma_xclient", "-c", "x", "-s", h.ip()}, "softnic: rdma_getaddrinfo with a port space other than RDMA_PS_TCP and RDMA_PS_UDP: not supported"},
+		{[]string{"mckey", "-m", "239.1.1.1", "-b", h.ip()}, multicast},
 		{[]string{"ucmatose", "-P", "ib", "-s", h.ip()}, portSpace},
 		{[]string{"rstream", "-s", h.ip()}, rsocket},
 		{[]string{"riostream", "-s", h.ip()}, rsocket},

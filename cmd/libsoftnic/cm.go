@@ -37,6 +37,11 @@ type cmEvent struct {
 	private    []byte
 	// The connection's negotiated parameters, as rdma_conn_param.
 	rr, depth uint8
+	// ud: the event's parameters are rdma_ud_param's, of a UDP id
+	// (cm_ud.go): the peer's QP, Q_Key and address for an address handle.
+	ud        bool
+	qpn, qkey uint32
+	peer      netip.Addr
 }
 
 // eventChannel is the Go side of an rdma_event_channel: its queued events,
@@ -111,6 +116,10 @@ func fillEvent(ev *C.struct_sn_cm_event, e *cmEvent) {
 	}
 	ev.ev.event = e.typ
 	ev.ev.status = e.status
+	if e.ud {
+		fillUDEvent(ev, e)
+		return
+	}
 	p := (*C.struct_rdma_conn_param)(unsafe.Pointer(&ev.ev.param))
 	if n := copy(unsafe.Slice((*byte)(unsafe.Pointer(&ev.private_data)), len(ev.private_data)), e.private); n > 0 {
 		p.private_data = unsafe.Pointer(&ev.private_data)
@@ -262,6 +271,8 @@ func snDestroyID(c *C.struct_sn_cm_id) {
 	}
 	if l != nil {
 		l.Close()
+	}
+	if cq != nil {
 		cq.Destroy()
 		pd.Dealloc()
 	}
@@ -329,6 +340,9 @@ func snListen(c *C.struct_sn_cm_id, backlog C.int) C.int {
 	if id.listener != nil {
 		return 0
 	}
+	if id.ud() {
+		return id.listenUDLocked(backlog)
+	}
 	pd, err := id.dev.dev.AllocPD()
 	if err != nil {
 		return errnoOf(err)
@@ -347,11 +361,18 @@ func snListen(c *C.struct_sn_cm_id, backlog C.int) C.int {
 		}
 		return errnoOf(err)
 	}
-	id.listener, id.lpd, id.lcq = l, pd, cq
+	id.lpd, id.lcq = pd, cq
+	id.listening(l)
+	return 0
+}
+
+// listening records the listener l of the id, whose mu is held, and
+// takes its requests.
+func (id *cmID) listening(l *nic.Listener) {
+	id.listener = l
 	id.local = netip.AddrPortFrom(id.local.Addr(), l.Port())
 	setAddr(id.srcAddr(), id.local)
 	go id.acceptLoop(l)
-	return 0
 }
 
 // acceptLoop turns each connection request into a new id and a
@@ -372,7 +393,7 @@ func (id *cmID) acceptLoop(l *nic.Listener) {
 		child.req, child.local, child.peer = r, id.local, r.RemoteAddr()
 		child.mu.Unlock()
 		setAddr(child.dstAddr(), netip.AddrPortFrom(r.RemoteAddr().Addr(), 0))
-		ev := cmEvent{typ: C.RDMA_CM_EVENT_CONNECT_REQUEST, listen: id.cid, private: r.PrivateData(), rr: 16, depth: 16}
+		ev := cmEvent{typ: C.RDMA_CM_EVENT_CONNECT_REQUEST, listen: id.cid, private: r.PrivateData(), rr: 16, depth: 16, ud: r.UD()}
 		ev.id = c
 		if !id.deliver(ev) {
 			id.sync <- ev
@@ -466,6 +487,9 @@ func snConnect(c *C.struct_sn_cm_id, data unsafe.Pointer, n, rr, depth, retry, r
 	if q == nil {
 		unsupported("rdma_connect without a QP made by rdma_create_qp on the id")
 		return C.EOPNOTSUPP
+	}
+	if id.ud() {
+		return id.resolveUD(C.GoBytes(data, n))
 	}
 	id.mu.Lock()
 	peer, rport := id.peer, id.rport
@@ -578,6 +602,9 @@ func snAccept(c *C.struct_sn_cm_id, data unsafe.Pointer, n, rr, depth, rnr C.int
 	if q == nil {
 		unsupported("rdma_accept without a QP made by rdma_create_qp on the id")
 		return C.EOPNOTSUPP
+	}
+	if id.ud() {
+		return id.acceptUD(q, C.GoBytes(data, n))
 	}
 	id.mu.Lock()
 	r := id.req

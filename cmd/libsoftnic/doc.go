@@ -54,7 +54,12 @@
 // connection manager (Device.Listen, Dial, Request.Accept and Reject,
 // Conn.Close), with the QP the program created on the rdma_cm_id;
 // events reach the program through the event channel, whose descriptor
-// polls readable while events wait.
+// polls readable while events wait. An rdma_cm_id of the UDP port space
+// (RDMA_PS_UDP) has a UD QP, in RTS with RDMA_UDP_QKEY from
+// rdma_create_qp on, and no connection (cm_ud.go): rdma_listen is
+// Device.ListenUD, rdma_accept Request.AcceptUD, and rdma_connect
+// Device.Resolve, whose ESTABLISHED carries the peer's QPN, Q_Key and
+// address handle attributes in param.ud.
 package main
 
 func main() {}

@@ -146,13 +146,13 @@ EXPORT int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id 
 {
 	struct sn_cm_id *id;
 
-	if (ps != RDMA_PS_TCP) {
-		sn_unsupported("rdma_create_id with a port space other than RDMA_PS_TCP");
+	if (ps != RDMA_PS_TCP && ps != RDMA_PS_UDP) {
+		sn_unsupported("rdma_create_id with a port space other than RDMA_PS_TCP and RDMA_PS_UDP");
 		return -1;
 	}
 	if (!sn_cm_verbs())
 		return -1;
-	id = new_id(channel, context, ps, IBV_QPT_RC);
+	id = new_id(channel, context, ps, ps == RDMA_PS_UDP ? IBV_QPT_UD : IBV_QPT_RC);
 	if (!id)
 		return -1;
 	*idp = &id->id;
@@ -253,7 +253,8 @@ EXPORT int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 }
 
 /* init_qp moves a QP rdma_cm made to INIT, as librdmacm does, so that the
- * program may post receives before it connects. */
+ * program may post receives before it connects; a UD QP, which has no
+ * connection, on to RTS with rdma_cm's Q_Key (RDMA_UDP_QKEY). */
 static int init_qp(struct ibv_qp *qp)
 {
 	struct ibv_qp_attr attr = {
@@ -261,8 +262,20 @@ static int init_qp(struct ibv_qp *qp)
 		.port_num = 1,
 		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ,
 	};
+	int err;
 
-	return ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+	if (qp->qp_type != IBV_QPT_UD)
+		return ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+	attr.qkey = RDMA_UDP_QKEY;
+	err = ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY);
+	attr.qp_state = IBV_QPS_RTR;
+	if (!err)
+		err = ibv_modify_qp(qp, &attr, IBV_QP_STATE);
+	attr.qp_state = IBV_QPS_RTS;
+	attr.sq_psn = 0;
+	if (!err)
+		err = ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_SQ_PSN);
+	return err;
 }
 
 /* make_cq makes a CQ with its own completion channel for an identifier
@@ -333,7 +346,7 @@ EXPORT int rdma_create_qp(struct rdma_cm_id *cid, struct ibv_pd *pd, struct ibv_
 		}
 		id->own_cqs = 1;
 	}
-	a.qp_type = IBV_QPT_RC;
+	a.qp_type = cid->qp_type;
 	qp = ibv_create_qp(pd, &a);
 	if (!qp) {
 		err = errno;
@@ -553,7 +566,7 @@ EXPORT __be16 rdma_get_dst_port(struct rdma_cm_id *id)
 }
 
 /* rdma_getaddrinfo resolves node and service as getaddrinfo does, for RC
- * connections of RDMA_PS_TCP. */
+ * connections of RDMA_PS_TCP and UD QPs of RDMA_PS_UDP. */
 EXPORT int rdma_getaddrinfo(const char *node, const char *service, const struct rdma_addrinfo *hints,
 			    struct rdma_addrinfo **res)
 {
@@ -561,16 +574,19 @@ EXPORT int rdma_getaddrinfo(const char *node, const char *service, const struct 
 	struct rdma_addrinfo *r;
 	struct sockaddr *sa;
 	int passive = hints && (hints->ai_flags & RAI_PASSIVE);
+	int udp = hints && (hints->ai_port_space == RDMA_PS_UDP || (!hints->ai_port_space && hints->ai_qp_type == IBV_QPT_UD));
 	int err;
 
-	if (hints && hints->ai_port_space && hints->ai_port_space != RDMA_PS_TCP) {
-		sn_unsupported("rdma_getaddrinfo with a port space other than RDMA_PS_TCP");
+	if (hints && hints->ai_port_space && hints->ai_port_space != RDMA_PS_TCP && hints->ai_port_space != RDMA_PS_UDP) {
+		sn_unsupported("rdma_getaddrinfo with a port space other than RDMA_PS_TCP and RDMA_PS_UDP");
 		return -1;
 	}
-	if (hints && hints->ai_qp_type && hints->ai_qp_type != IBV_QPT_RC) {
-		sn_unsupported("rdma_getaddrinfo for QP types other than RC");
+	if (hints && hints->ai_qp_type && hints->ai_qp_type != (udp ? IBV_QPT_UD : IBV_QPT_RC)) {
+		sn_unsupported("rdma_getaddrinfo for QP types other than RC (RDMA_PS_TCP) and UD (RDMA_PS_UDP)");
 		return -1;
 	}
+	if (udp)
+		h.ai_socktype = SOCK_DGRAM;
 	if (hints && (hints->ai_flags & RAI_NUMERICHOST))
 		h.ai_flags |= AI_NUMERICHOST;
 	if (passive)
@@ -590,8 +606,8 @@ EXPORT int rdma_getaddrinfo(const char *node, const char *service, const struct 
 	memcpy(sa, ai->ai_addr, ai->ai_addrlen);
 	r->ai_flags = hints ? hints->ai_flags : 0;
 	r->ai_family = ai->ai_family;
-	r->ai_qp_type = IBV_QPT_RC;
-	r->ai_port_space = RDMA_PS_TCP;
+	r->ai_qp_type = udp ? IBV_QPT_UD : IBV_QPT_RC;
+	r->ai_port_space = udp ? RDMA_PS_UDP : RDMA_PS_TCP;
 	if (passive) {
 		r->ai_src_addr = sa;
 		r->ai_src_len = ai->ai_addrlen;
@@ -629,7 +645,7 @@ EXPORT int rdma_create_ep(struct rdma_cm_id **idp, struct rdma_addrinfo *res, st
 	struct rdma_cm_id *cid;
 	struct sn_cm_id *id;
 
-	if (rdma_create_id(NULL, &cid, NULL, RDMA_PS_TCP))
+	if (rdma_create_id(NULL, &cid, NULL, res->ai_port_space ? res->ai_port_space : RDMA_PS_TCP))
 		return -1;
 	id = (struct sn_cm_id *)cid;
 	cid->pd = pd;
