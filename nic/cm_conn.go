@@ -175,11 +175,16 @@ func (o *AcceptOptions) provider() *provider.AcceptOptions {
 
 // Reject refuses the request with a REJ, reason "consumer reject" (28),
 // carrying privateData (at most mad.REJPrivateDataSize bytes), as
-// rdma_reject does.
+// rdma_reject does; a resolution (UD) with a SIDR_REP, status "rejected
+// by the service" (at most mad.SIDRREPPrivateDataSize bytes).
 func (r *Request) Reject(privateData []byte) error {
-	if len(privateData) > mad.REJPrivateDataSize {
-		return fmt.Errorf("softnic: reject %v: %d bytes of private data, a REJ carries %d: %w",
-			r.peer, len(privateData), mad.REJPrivateDataSize, ErrInvalid)
+	msg, most := "REJ", mad.REJPrivateDataSize
+	if r.UD() {
+		msg, most = "SIDR_REP", mad.SIDRREPPrivateDataSize
+	}
+	if len(privateData) > most {
+		return fmt.Errorf("softnic: reject %v: %d bytes of private data, a %s carries %d: %w",
+			r.peer, len(privateData), msg, most, ErrInvalid)
 	}
 	return r.prov.Reject(privateData)
 }

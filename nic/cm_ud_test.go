@@ -153,7 +153,12 @@ func TestResolveUDRefused(t *testing.T) {
 		if _, err := b.dev.ListenUD(udPort, nic.ListenUDOptions{}); !errors.Is(err, nic.ErrBusy) {
 			t.Errorf("a second UD listener on the port: %v, want ErrBusy", err)
 		}
-		answered := answerUD(ctx, t, l, func(r *nic.Request) error { return r.Reject([]byte("no")) })
+		answered := answerUD(ctx, t, l, func(r *nic.Request) error {
+			if err := r.Reject(make([]byte, mad.SIDRREPPrivateDataSize+1)); !errors.Is(err, nic.ErrInvalid) {
+				t.Errorf("a reject with more private data than a SIDR_REP carries: %v, want ErrInvalid", err)
+			}
+			return r.Reject([]byte("no"))
+		})
 		_, err = a.dev.Resolve(ctx, b.dev.Addr(), udPort, resolveOptions("hello"))
 		if !errors.As(err, &sidr) || sidr.Status != mad.SIDRReject || errors.Is(err, nic.ErrConnRefused) ||
 			string(bytes.TrimRight(sidr.PrivateData, "\x00")) != "no" {

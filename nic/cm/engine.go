@@ -707,7 +707,9 @@ func (e *Engine) Accept(now qp.Time, id *ID, p *AcceptParams, out *Output) error
 // Reject refuses the REQ of id with reason and private data (at most
 // mad.REJPrivateDataSize bytes). Linux forgets a rejected REQ at once, so
 // that a duplicate reaches the listener again; softnic keeps it for a
-// timewait and repeats the REJ instead.
+// timewait and repeats the REJ instead. A resolution's SIDR_REQ is
+// refused with a SIDR_REP (at most mad.SIDRREPPrivateDataSize bytes of
+// private data; see rejectSIDR).
 func (e *Engine) Reject(now qp.Time, id *ID, reason mad.RejectReason, private []byte, out *Output) error {
 	if id.sidr {
 		return e.rejectSIDR(now, id, reason, private, out)
