@@ -58,6 +58,23 @@ func (c *attachedCQ) daemonHandle() uint32  { return c.h }
 func (s *attachedSRQ) daemonHandle() uint32 { return s.h }
 func (q *attachedQP) daemonHandle() uint32  { return q.h }
 
+// findNamed returns the object of set, one of a's sets (guarded by a.mu),
+// that the daemon names h, or nil: the object of the daemon's news.
+func findNamed[T interface {
+	comparable
+	named
+}](a *attachment, set map[T]struct{}, h uint32) T {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for o := range set {
+		if o.daemonHandle() == h {
+			return o
+		}
+	}
+	var none T
+	return none
+}
+
 // daemonHandle is the daemon's handle of the provider object prov, 0 for
 // none or another device's (which the daemon refuses).
 func daemonHandle(prov any) uint32 {
@@ -699,16 +716,7 @@ func (a *attachment) srqLimit(m *attachproto.Msg) {
 	if json.Unmarshal(m.Args, &ev) != nil {
 		return
 	}
-	a.mu.Lock()
-	var s *attachedSRQ
-	for as := range a.srqs {
-		if as.h == ev.H {
-			s = as
-			break
-		}
-	}
-	a.mu.Unlock()
-	if s != nil {
+	if s := findNamed(a, a.srqs, ev.H); s != nil {
 		a.up.SRQLimit(s.owner)
 	}
 }
@@ -908,16 +916,7 @@ func (a *attachment) qpError(m *attachproto.Msg) {
 	if json.Unmarshal(m.Args, &ev) != nil {
 		return
 	}
-	a.mu.Lock()
-	var q *attachedQP
-	for aq := range a.qps {
-		if aq.h == ev.H {
-			q = aq
-			break
-		}
-	}
-	a.mu.Unlock()
-	if q != nil {
+	if q := findNamed(a, a.qps, ev.H); q != nil {
 		a.up.QPError(q.owner, ev.Cause)
 	}
 }
