@@ -760,19 +760,7 @@ func FuzzMAD(f *testing.F) {
 		if m.REQ == nil {
 			return
 		}
-		h, err := DecodeCMAHeader(m.REQ.PrivateData())
-		if err != nil {
-			if !errors.Is(err, ErrBadCMAHeader) {
-				t.Fatalf("DecodeCMAHeader: untyped error %v", err)
-			}
-			return
-		}
-		hf := h.Fields()
-		again := make(CMAHeader, CMAHeaderSize)
-		again.Encode(&hf)
-		if again.Fields() != hf {
-			t.Fatalf("rdma_cm header %+v encodes to %x, which decodes to %+v", hf, []byte(again), again.Fields())
-		}
+		checkCMAHeader(t, m.REQ.PrivateData())
 	})
 }
 
@@ -817,18 +805,26 @@ func FuzzSIDR(f *testing.F) {
 			}
 			return
 		}
-		h, err := DecodeCMAHeader(m.SIDRREQ.PrivateData())
-		if err != nil {
-			if !errors.Is(err, ErrBadCMAHeader) {
-				t.Fatalf("DecodeCMAHeader: untyped error %v", err)
-			}
-			return
-		}
-		hf := h.Fields()
-		again := make(CMAHeader, CMAHeaderSize)
-		again.Encode(&hf)
-		if again.Fields() != hf {
-			t.Fatalf("rdma_cm header %+v encodes to %x, which decodes to %+v", hf, []byte(again), again.Fields())
-		}
+		checkCMAHeader(t, m.SIDRREQ.PrivateData())
 	})
+}
+
+// checkCMAHeader checks that private data starting with an rdma_cm header
+// survives the header's round trip, and that any other fails with
+// ErrBadCMAHeader.
+func checkCMAHeader(t *testing.T, private []byte) {
+	t.Helper()
+	h, err := DecodeCMAHeader(private)
+	if err != nil {
+		if !errors.Is(err, ErrBadCMAHeader) {
+			t.Fatalf("DecodeCMAHeader: untyped error %v", err)
+		}
+		return
+	}
+	hf := h.Fields()
+	again := make(CMAHeader, CMAHeaderSize)
+	again.Encode(&hf)
+	if again.Fields() != hf {
+		t.Fatalf("rdma_cm header %+v encodes to %x, which decodes to %+v", hf, []byte(again), again.Fields())
+	}
 }
