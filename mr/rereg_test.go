@@ -1,6 +1,9 @@
 package mr
 
-import "testing"
+import (
+	"errors"
+	"testing"
+)
 
 // TestRereg checks ibv_rereg_mr as rxe implements it (rxe_rereg_user_mr):
 // PD and access change in place and the keys stay valid.
@@ -91,4 +94,73 @@ func TestReregDeregistered(t *testing.T) {
 	r := register(t, tb, pd, make([]byte, 8), rw)
 	wantErr(t, "Deregister", tb.Deregister(r), nil)
 	wantErr(t, "Rereg of a deregistered region", tb.Rereg(r, ReregAccess, 0, LocalWrite), ErrInvalid)
+}
+
+// TestReregConcurrent re-registers a region back and forth between
+// (pd1, REMOTE_READ) and (pd2, REMOTE_READ|REMOTE_WRITE) while readers
+// check it from both PDs; run it with -race. PD and access change
+// together, so no check may ever see pd1 with REMOTE_WRITE (a torn
+// state), and every refusal is for the PD or the access.
+func TestReregConcurrent(t *testing.T) {
+	tb := newTable(t)
+	pd1, pd2 := allocPD(t, tb), allocPD(t, tb)
+	r := register(t, tb, pd1, aligned(64), RemoteRead)
+	defer tb.Deregister(r)
+	key := r.RKey()
+	iterations := 5000
+	if testing.Short() {
+		iterations = 500
+	}
+	done := make(chan struct{})
+	errs := make(chan error, 1)
+	go func() {
+		defer close(done)
+		for range iterations {
+			for _, to := range []struct {
+				pd  PDHandle
+				acc Access
+			}{{pd2, rw}, {pd1, RemoteRead}} {
+				if err := tb.Rereg(r, ReregPD|ReregAccess, to.pd, to.acc); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}
+	}()
+	var writes1, refusals int
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		for _, pd := range []PDHandle{pd1, pd2} {
+			s, err := tb.Remote(key, r.Addr(), 8, RemoteWrite, Requester{PD: pd, QPN: 1})
+			s.Release()
+			switch {
+			case err == nil && pd == pd1:
+				writes1++
+			case err != nil:
+				refusals++
+				if !errors.Is(err, ReasonWrongPD) && !errors.Is(err, ReasonAccess) {
+					t.Fatalf("REMOTE_WRITE from PD %d refused for %v", pd, err)
+				}
+			}
+		}
+	}
+	select {
+	case err := <-errs:
+		t.Fatalf("Rereg: %v", err)
+	default:
+	}
+	if writes1 != 0 {
+		t.Fatalf("%d REMOTE_WRITEs from pd1 passed: PD and access were seen torn", writes1)
+	}
+	if refusals == 0 {
+		t.Fatal("no check was refused: the readers never ran against the changes")
+	}
+	// The last change left (pd1, REMOTE_READ).
+	s, err := tb.Remote(key, r.Addr(), 8, RemoteRead, Requester{PD: pd1, QPN: 1})
+	wantReason(t, "REMOTE_READ from pd1 at the end", err, 0)
+	s.Release()
 }
