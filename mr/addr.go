@@ -175,7 +175,7 @@ func (q *addrQuery) visit(it extentItem) bool {
 }
 
 func (q *addrQuery) accepts(e *extent) bool {
-	return q.filter == findAny || (e.arena.pd == q.pd && !e.arena.freed.Load())
+	return q.filter == findAny || (e.arena.PD() == q.pd && !e.arena.freed.Load())
 }
 
 // overlapping calls fn for every extent that overlaps or touches

@@ -145,7 +145,7 @@ const pageShift = 12
 // resolve addresses inside it.
 type Arena struct {
 	t     *Table
-	pd    PDHandle
+	pd    atomic.Uint32 // PDHandle; MoveArena changes it, address searches read it
 	mem   memory
 	ext   extent
 	freed atomic.Bool // FreeArena was called
@@ -191,7 +191,8 @@ func (t *Table) AdoptArena(pd PDHandle, mapping []byte) (*Arena, error) {
 
 // newArenaLocked makes an arena of pd over b, a mapping the arena owns.
 func (t *Table) newArenaLocked(pd PDHandle, b []byte) *Arena {
-	a := &Arena{t: t, pd: pd}
+	a := &Arena{t: t}
+	a.pd.Store(uint32(pd))
 	a.mem.arena = a
 	a.mem.init([][]byte{b})
 	a.ext = extent{start: addrOf(b), end: addrOf(b) + uint64(len(b)), arena: a}
@@ -217,7 +218,29 @@ func (a *Arena) Bytes() []byte { return a.mem.segs[0] }
 func (a *Arena) Addr() uint64 { return a.ext.start }
 
 // PD returns the arena's protection domain.
-func (a *Arena) PD() PDHandle { return a.pd }
+func (a *Arena) PD() PDHandle { return PDHandle(a.pd.Load()) }
+
+// MoveArena moves a to protection domain pd: implicit regions of pd
+// resolve addresses inside it from then on, and pd, not the old PD,
+// cannot be deallocated while a lives. A region re-registered into
+// another PD (Rereg) takes the arena it owns along, so that its old PD can
+// go as it can in rxe, where re-registration moves the MR's reference to
+// the new PD. ErrInvalid for an arena freed or of another table, or a PD
+// not allocated.
+func (t *Table) MoveArena(a *Arena, pd PDHandle) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if a.t != t || a.freed.Load() {
+		return fmt.Errorf("arena already freed or of another table: %w", ErrInvalid)
+	}
+	if err := t.usableLocked(pd); err != nil {
+		return err
+	}
+	t.pds[a.PD()].arenas--
+	t.pds[pd].arenas++
+	a.pd.Store(uint32(pd))
+	return nil
+}
 
 // FreeArena drops the owner's reference to a. The mapping stays until the
 // regions registered over it are deregistered and their transfers released.
@@ -228,7 +251,7 @@ func (t *Table) FreeArena(a *Arena) error {
 		return fmt.Errorf("arena already freed or of another table: %w", ErrInvalid)
 	}
 	a.freed.Store(true)
-	t.pds[a.pd].arenas--
+	t.pds[a.PD()].arenas--
 	t.arenas--
 	a.mem.unref()
 	return nil

@@ -164,3 +164,40 @@ func TestReregConcurrent(t *testing.T) {
 	wantReason(t, "REMOTE_READ from pd1 at the end", err, 0)
 	s.Release()
 }
+
+// TestMoveArena moves a region's arena along with the region, so that the
+// old PD can be deallocated, as rxe's re-registration lets it.
+func TestMoveArena(t *testing.T) {
+	tb := newTable(t)
+	pd1, pd2 := allocPD(t, tb), allocPD(t, tb)
+	a, err := tb.NewArena(pd1, PageSize)
+	wantErr(t, "NewArena", err, nil)
+	r := register(t, tb, pd1, a.Bytes(), rw)
+	wantErr(t, "Rereg", tb.Rereg(r, ReregPD, pd2, 0), nil)
+	wantErr(t, "DeallocPD of the arena's PD", tb.DeallocPD(pd1), ErrBusy)
+	wantErr(t, "MoveArena to an unknown PD", tb.MoveArena(a, 99), ErrInvalid)
+	wantErr(t, "MoveArena", tb.MoveArena(a, pd2), nil)
+	if a.PD() != pd2 {
+		t.Fatalf("arena PD %d, want %d", a.PD(), pd2)
+	}
+	wantErr(t, "DeallocPD of the emptied PD", tb.DeallocPD(pd1), nil)
+	wantErr(t, "DeallocPD of the new PD", tb.DeallocPD(pd2), ErrBusy)
+	// With the region gone, implicit regions of the new PD still resolve
+	// inside the arena, and those of another PD do not.
+	wantErr(t, "Deregister", tb.Deregister(r), nil)
+	pd3 := allocPD(t, tb)
+	for _, tc := range []struct {
+		pd   PDHandle
+		want Reason
+	}{{pd2, 0}, {pd3, ReasonNotMapped}} {
+		imp, err := tb.RegisterImplicit(tc.pd, OnDemand|LocalWrite|RemoteRead)
+		wantErr(t, "RegisterImplicit", err, nil)
+		s, err := tb.Remote(imp.RKey(), a.Addr(), 8, RemoteRead, Requester{PD: tc.pd, QPN: 1})
+		wantReason(t, "implicit READ inside the moved arena", err, tc.want)
+		s.Release()
+		wantErr(t, "Deregister implicit", tb.Deregister(imp), nil)
+	}
+	wantErr(t, "FreeArena", tb.FreeArena(a), nil)
+	wantErr(t, "MoveArena of a freed arena", tb.MoveArena(a, pd2), ErrInvalid)
+	wantErr(t, "DeallocPD at the end", tb.DeallocPD(pd2), nil)
+}

@@ -418,6 +418,10 @@ const (
 // Rereg changes the protection domain and/or the access flags of r in place
 // (ibv_rereg_mr). As in rxe (rxe_rereg_user_mr) the region object stays the
 // same, so its lkey and rkey stay valid and unchanged: peers need no new key.
+// The arenas r's memory lies in stay in their PD; the owner of one that
+// only r uses moves it along with MoveArena. A check that starts after
+// Rereg returns sees the new PD and access together; a Span taken before
+// keeps the access it was granted, as a transfer rxe has started goes on.
 // Like rxe, only ReregPD and ReregAccess are supported:
 //
 //   - flags 0: ErrInvalid (ib_uverbs_rereg_mr);
@@ -714,7 +718,7 @@ func (t *Table) Close() error {
 	t.addrMu.Unlock()
 	for _, a := range as {
 		a.freed.Store(true)
-		t.pds[a.pd].arenas--
+		t.pds[a.PD()].arenas--
 		t.arenas--
 		a.mem.unref()
 	}
