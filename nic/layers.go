@@ -16,7 +16,7 @@ import (
 func (pd *PD) Device() *Device { return pd.dev }
 
 // PD returns the protection domain the region belongs to (ibv_mr's pd).
-func (m *MR) PD() *PD { return m.pd }
+func (m *MR) PD() *PD { return m.pd.Load() }
 
 // SGEAt returns the SGE of the n bytes at machine address addr, in a
 // region of pd that holds them all, or false if none does. It is for

@@ -41,7 +41,7 @@ func (pd *PD) Dealloc() error { return pd.prov.Dealloc() }
 
 // MR is a registered memory region (ibv_mr).
 type MR struct {
-	pd   *PD
+	pd   atomic.Pointer[PD] // Rereg changes it
 	buf  []byte
 	key  uint32 // lkey == rkey
 	addr uint64
@@ -53,7 +53,9 @@ func newMR(pd *PD, p provider.MR, err error) (*MR, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &MR{pd: pd, buf: p.Bytes(), key: p.Key(), addr: p.Addr(), prov: p}, nil
+	m := &MR{buf: p.Bytes(), key: p.Key(), addr: p.Addr(), prov: p}
+	m.pd.Store(pd)
+	return m, nil
 }
 
 // RegMR registers buf for the device (ibv_reg_mr): its address is buf's,
@@ -148,6 +150,42 @@ func (m *MR) SGE(off, n int) verbs.SGE {
 // Dereg deregisters the region (ibv_dereg_mr); ErrBusy while a memory
 // window is bound to it.
 func (m *MR) Dereg() error { return m.prov.Dereg() }
+
+// Rereg re-registers the region in place (ibv_rereg_mr): flags says what
+// changes, mr.ReregPD to move it into pd (a PD of the same device) and
+// mr.ReregAccess to give it access instead of its access flags; the
+// argument a flag does not name is ignored. As in Linux rxe, the region
+// keeps its memory, address and keys, so peers go on using its rkey, and
+// every check made after Rereg returns (a peer's READ, WRITE or ATOMIC, a
+// local SGE) sees the new PD and access together: from then on only QPs
+// of the new PD may use it, and with the new rights. A transfer already
+// under way finishes with the rights it started with.
+//
+// Errors are those of ibv_rereg_mr on rxe: ErrInvalid for flags 0, a nil
+// or another device's pd, a PD deallocated, or access breaking RegMR's
+// rules (REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE); ErrBusy
+// while a memory window is bound to the region; ErrNotSupported for
+// mr.ReregTranslation (new memory: deregister and register instead),
+// unknown flags, and an access change that turns mr.ZeroBased or
+// mr.OnDemand on or off, which changes the translation. On error nothing
+// changes. An attached device's daemon makes the same checks, and moves
+// a region only into a PD of the same process.
+func (m *MR) Rereg(flags mr.ReregFlags, pd *PD, access mr.Access) error {
+	var to provider.PD
+	if flags&mr.ReregPD != 0 {
+		if pd == nil {
+			return fmt.Errorf("rereg into a nil PD: %w", ErrInvalid)
+		}
+		to = pd.prov
+	}
+	if err := m.prov.Rereg(flags, to, access); err != nil {
+		return err
+	}
+	if flags&mr.ReregPD != 0 {
+		m.pd.Store(pd)
+	}
+	return nil
+}
 
 // CQ is a completion queue.
 type CQ struct {

@@ -283,6 +283,9 @@ var fuzzOps = []fuzzOp{
 	{op: attachproto.OpAcceptUD, args: func(s *fuzzSession, in *fuzzInput) any {
 		return attachproto.AcceptUDArgs{Request: s.handle(in), QP: s.handle(in)}
 	}},
+	{op: attachproto.OpReregMR, args: func(s *fuzzSession, in *fuzzInput) any {
+		return attachproto.ReregMRArgs{H: s.handle(in), Flags: mr.ReregFlags(in.byte() % 16), PD: s.handle(in), Access: mr.Access(in.byte())}
+	}},
 }
 
 // request makes one request of fuzzOps, and keeps what the answer gives.

@@ -965,6 +965,7 @@ var sessionOps = map[string]sessionOp{
 	attachproto.OpRegMR:         {run: (*session).regMR},
 	attachproto.OpRegShared:     {fds: 1, run: (*session).regShared},
 	attachproto.OpDeregMR:       {run: (*session).deregMR},
+	attachproto.OpReregMR:       {run: (*session).reregMR},
 	attachproto.OpCreateCQ:      {run: (*session).createCQ},
 	attachproto.OpCreateSRQ:     {run: (*session).createSRQ},
 	attachproto.OpCreateQP:      {run: (*session).createQP},

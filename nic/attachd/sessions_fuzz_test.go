@@ -160,6 +160,15 @@ var fuzzSessionSeeds = [][]byte{
 		fzRequest, fzOp(attachproto.OpModifySRQ), 2, 4, 3, 3, fzRequest, fzOp(attachproto.OpModifySRQ), 2, 0, 200, 3,
 		fzRequest, fzOp(attachproto.OpQuerySRQ), 2, fzRequest, fzOp(attachproto.OpResizeCQ), 1, 4,
 		fzRequest, fzOp(attachproto.OpResizeCQ), 1, 0, fzRequest, fzOp(attachproto.OpResizeCQ), 2, 4}),
+	// A region moved into a second PD of the session with new access,
+	// its first PD deallocated; moved into the victim's PD handle, an
+	// edge handle, a CQ's handle re-registered; translation, no flags,
+	// REMOTE_WRITE without LOCAL_WRITE.
+	fzProg(fzPD, fzCQ, fzRegion, fzPD, []byte{fzRequest, fzOp(attachproto.OpReregMR), 6, 6, 9, byte(mr.LocalWrite | mr.RemoteRead),
+		fzRequest, fzOp(attachproto.OpDeallocPD), 0,
+		fzRequest, fzOp(attachproto.OpReregMR), 6, 2, 1, 0, fzRequest, fzOp(attachproto.OpReregMR), 6, 2, 2, 0,
+		fzRequest, fzOp(attachproto.OpReregMR), 3, 4, 0, fzAll, fzRequest, fzOp(attachproto.OpReregMR), 6, 1, 0, 0,
+		fzRequest, fzOp(attachproto.OpReregMR), 6, 0, 0, 0, fzRequest, fzOp(attachproto.OpReregMR), 6, 4, 0, byte(mr.RemoteWrite)}),
 }
 
 // sessionFuzz is the daemon under fuzzing, its victim, and what the

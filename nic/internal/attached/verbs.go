@@ -226,6 +226,32 @@ func (m *attachedMR) Dereg() error {
 	return nil
 }
 
+// Rereg has the daemon re-register the region; with mr.ReregPD, pd must
+// be a PD of the same attachment.
+func (m *attachedMR) Rereg(flags mr.ReregFlags, pd provider.PD, access mr.Access) error {
+	var to *attachedPD
+	if flags&mr.ReregPD != 0 {
+		p, ok := pd.(*attachedPD)
+		if !ok || p.a != m.a {
+			return fmt.Errorf("rereg into a PD of another device: %w", mr.ErrInvalid)
+		}
+		to = p
+	}
+	args := attachproto.ReregMRArgs{H: m.h, Flags: flags, Access: access}
+	if to != nil {
+		args.PD = to.h
+	}
+	if _, err := m.a.call(context.Background(), attachproto.OpReregMR, args, nil, nil); err != nil {
+		return err
+	}
+	if to != nil {
+		m.a.mu.Lock()
+		m.pd = to
+		m.a.mu.Unlock()
+	}
+	return nil
+}
+
 // unrefLocked drops a reference to b and unmaps it with the last.
 func (a *attachment) unrefLocked(b *sharedBuf) {
 	if b.refs--; b.refs == 0 && a.bufs != nil {

@@ -198,6 +198,10 @@ const (
 	EvSRQLimit  = "srq_limit"
 )
 
+// OpReregMR changes the PD and/or the access of a region of the process
+// in place (ibv_rereg_mr); its handle and keys stay.
+const OpReregMR = "rereg_mr"
+
 // Hello is the daemon's answer to the attach line.
 type Hello struct {
 	Addr     netip.AddrPort
@@ -264,6 +268,16 @@ type MRResult struct {
 	H          uint32
 	LKey, RKey uint32
 	Addr       uint64
+}
+
+// ReregMRArgs re-registers region H (rereg_mr): Flags says what changes,
+// PD is the process's handle of the new PD (with mr.ReregPD) and Access
+// the new access (with mr.ReregAccess).
+type ReregMRArgs struct {
+	H      uint32
+	Flags  mr.ReregFlags
+	PD     uint32
+	Access mr.Access
 }
 
 // CreateCQArgs asks for a CQ of Depth entries.

@@ -130,6 +130,26 @@ func (m *MR) Dereg() error {
 	return nil
 }
 
+// Rereg re-registers the region in place (mr.Table.Rereg): its key stays,
+// and the arena it owns (AllocMR, RegShared) moves to its new PD.
+func (m *MR) Rereg(flags mr.ReregFlags, pd provider.PD, access mr.Access) error {
+	h := m.r.PD()
+	if flags&mr.ReregPD != 0 {
+		p, ok := pd.(*PD)
+		if !ok || p.dev != m.dev {
+			return fmt.Errorf("rereg into a PD of another device: %w", mr.ErrInvalid)
+		}
+		h = p.pd
+	}
+	if err := m.dev.mem.Rereg(m.r, flags, h, access); err != nil {
+		return err
+	}
+	if m.arena != nil && m.arena.PD() != h {
+		return m.dev.mem.MoveArena(m.arena, h)
+	}
+	return nil
+}
+
 // CQ is a CQ of package qp the embedded device completes to.
 type CQ struct {
 	dev *Device

@@ -103,6 +103,9 @@ type MR interface {
 	Key() uint32
 	Addr() uint64
 	Dereg() error
+	// Rereg is MR.Rereg; pd is the new PD when flags has mr.ReregPD, and
+	// may be another device's, which Rereg refuses.
+	Rereg(flags mr.ReregFlags, pd PD, access mr.Access) error
 }
 
 // RegionHolder is the optional part of an MR whose region is in this
