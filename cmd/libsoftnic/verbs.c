@@ -440,6 +440,32 @@ EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
 	return err;
 }
 
+/*
+ * ibv_rereg_mr with libibverbs' return convention: input it refuses itself
+ * is IBV_REREG_MR_ERR_INPUT, what the device refuses IBV_REREG_MR_ERR_CMD,
+ * with errno set either way. The region keeps its keys, as on rxe.
+ */
+EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length, int access)
+{
+	int err;
+
+	if ((flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) ||
+	    ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!addr || !length)) ||
+	    (access && !(flags & IBV_REREG_MR_CHANGE_ACCESS))) {
+		errno = EINVAL;
+		return IBV_REREG_MR_ERR_INPUT;
+	}
+	err = snReregMR((struct sn_mr *)mr, flags, (flags & IBV_REREG_MR_CHANGE_PD) ? (struct sn_pd *)pd : NULL,
+			access);
+	if (err) {
+		errno = err;
+		return IBV_REREG_MR_ERR_CMD;
+	}
+	if (flags & IBV_REREG_MR_CHANGE_PD)
+		mr->pd = pd;
+	return 0;
+}
+
 EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *ctx)
 {
 	struct sn_channel *ch = calloc(1, sizeof(*ch));

@@ -110,6 +110,29 @@ func snDeregMR(m *C.struct_sn_mr) C.int {
 	return 0
 }
 
+// snReregMR re-registers a region in place (ibv_rereg_mr past
+// libibverbs' own checks of its input): pd is the new PD, nil unless flags
+// has IBV_REREG_MR_CHANGE_PD. A new address range is refused with
+// EOPNOTSUPP, as rxe refuses it.
+//
+//export snReregMR
+func snReregMR(m *C.struct_sn_mr, flags C.int, pd *C.struct_sn_pd, access C.int) C.int {
+	if flags&C.IBV_REREG_MR_CHANGE_TRANSLATION != 0 {
+		unsupported("ibv_rereg_mr of a new address range (IBV_REREG_MR_CHANGE_TRANSLATION)")
+		return C.EOPNOTSUPP
+	}
+	var p *nic.PD
+	if pd != nil {
+		p = handleOf[*nic.PD](pd.h)
+	}
+	r := handleOf[*region](m.h)
+	if err := r.m.Rereg(mr.ReregFlags(flags), p, mr.Access(access&^C.IBV_ACCESS_OPTIONAL_RANGE)); err != nil {
+		return errnoOf(err)
+	}
+	m.mr.lkey, m.mr.rkey = C.uint32_t(r.m.LKey()), C.uint32_t(r.m.RKey())
+	return 0
+}
+
 //export snAllocMW
 func snAllocMW(pd *C.struct_sn_pd, w *C.struct_sn_mw, typ C.int) C.int {
 	mw, err := handleOf[*nic.PD](pd.h).AllocMW(mr.WindowType(typ))

@@ -11,8 +11,9 @@
  * arms it, SENDs that take the SRQ below it raise one
  * IBV_EVENT_SRQ_LIMIT_REACHED, ibv_query_srq shows it disarmed, and
  * ibv_destroy_srq takes back its event not read), ibv_resize_cq up and
- * down, and rdma_migrate_id moving an id's event not yet read to the new
- * channel, and a synchronous id to a channel and back.
+ * down, rdma_migrate_id moving an id's event not yet read to the new
+ * channel, and a synchronous id to a channel and back, and ibv_rereg_mr
+ * changing a region's access and PD under a peer's WRITEs.
  *
  * Usage: libsoftnic_seeds IP PORT FILE, where IP is the daemon's address,
  * PORT a free rdma_cm port and FILE a scratch file. Each check prints a
@@ -559,6 +560,97 @@ static void migrate_id(void)
 	rdma_destroy_event_channel(b);
 }
 
+/* rereg_is checks what an ibv_rereg_mr refused answers: libibverbs' code
+ * and errno, and a region left as it was. */
+static void rereg_is(struct ibv_mr *mr, int flags, struct ibv_pd *to, void *addr, size_t len, int access, int code,
+		     int err, const char *what)
+{
+	struct ibv_pd *was = mr->pd;
+	uint32_t rkey = mr->rkey;
+
+	errno = 0;
+	int ret = ibv_rereg_mr(mr, flags, to, addr, len, access);
+
+	CHECK(ret == code && errno == err && mr->pd == was && mr->rkey == rkey,
+	      "ibv_rereg_mr %s: %d with errno %d (want %d, %d)", what, ret, errno, code, err);
+}
+
+/* ibv_rereg_mr as rxe does it: a new PD and/or new access flags in place,
+ * the keys kept, each change seen by the next remote operation; libibverbs'
+ * own checks IBV_REREG_MR_ERR_INPUT, the device's IBV_REREG_MR_ERR_CMD,
+ * errno EINVAL either way, and a new address range EOPNOTSUPP. */
+static void rereg_mr(struct ibv_mr *src)
+{
+	struct ibv_async_event ev;
+	char *tbuf = aligned_alloc(4096, 4096);
+	struct ibv_pd *pd2 = ibv_alloc_pd(ctx);
+
+	MUST(tbuf && pd2);
+	memset(tbuf, 0, 4096);
+	struct ibv_mr *t = ibv_reg_mr(pd, tbuf, 4096, IBV_ACCESS_LOCAL_WRITE);
+	MUST(t);
+	uint32_t rkey = t->rkey;
+	struct ibv_qp_init_attr a = {
+		.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1 },
+	};
+	struct ibv_qp *q2 = ibv_create_qp(pd2, &a);
+	MUST(q2);
+
+	connect_qps();
+	strcpy(src->addr, "rereg 1");
+	struct ibv_wc wc = rdma(IBV_WR_RDMA_WRITE, src->addr, 8, src->lkey, (uintptr_t)tbuf, rkey);
+	CHECK(wc.status == IBV_WC_REM_ACCESS_ERR, "ibv_rereg_mr: a WRITE before REMOTE_WRITE is given is refused (%s)",
+	      ibv_wc_status_str(wc.status));
+	connect_qps();
+	CHECK(!ibv_rereg_mr(t, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE) &&
+		      t->rkey == rkey && t->lkey == rkey && t->pd == pd,
+	      "ibv_rereg_mr IBV_REREG_MR_CHANGE_ACCESS gives REMOTE_WRITE and keeps the keys");
+	wc = rdma(IBV_WR_RDMA_WRITE, src->addr, 8, src->lkey, (uintptr_t)tbuf, rkey);
+	CHECK(wc.status == IBV_WC_SUCCESS && !strcmp(tbuf, "rereg 1"), "ibv_rereg_mr: the WRITE with the same rkey lands (%s)",
+	      ibv_wc_status_str(wc.status));
+	CHECK(!ibv_rereg_mr(t, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, IBV_ACCESS_LOCAL_WRITE),
+	      "ibv_rereg_mr takes REMOTE_WRITE away");
+	strcpy(src->addr, "rereg 2");
+	wc = rdma(IBV_WR_RDMA_WRITE, src->addr, 8, src->lkey, (uintptr_t)tbuf, rkey);
+	CHECK(wc.status == IBV_WC_REM_ACCESS_ERR && !strcmp(tbuf, "rereg 1"), "ibv_rereg_mr: the WRITE is refused again (%s)",
+	      ibv_wc_status_str(wc.status));
+	connect_qps();
+
+	CHECK(!ibv_rereg_mr(t, IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS, pd2, NULL, 0,
+			    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE) && t->pd == pd2 && t->rkey == rkey,
+	      "ibv_rereg_mr IBV_REREG_MR_CHANGE_PD moves the region to a second PD (mr->pd follows)");
+	wc = rdma(IBV_WR_RDMA_WRITE, src->addr, 8, src->lkey, (uintptr_t)tbuf, rkey);
+	CHECK(wc.status == IBV_WC_REM_ACCESS_ERR && !strcmp(tbuf, "rereg 1"),
+	      "ibv_rereg_mr: a QP of the old PD may no longer WRITE it (%s)", ibv_wc_status_str(wc.status));
+	connect_qp(qa, q2->qp_num, &gid);
+	connect_qp(q2, qa->qp_num, &gid);
+	wc = rdma(IBV_WR_RDMA_WRITE, src->addr, 8, src->lkey, (uintptr_t)tbuf, rkey);
+	CHECK(wc.status == IBV_WC_SUCCESS && !strcmp(tbuf, "rereg 2"), "ibv_rereg_mr: a QP of the new PD WRITEs it (%s)",
+	      ibv_wc_status_str(wc.status));
+
+	rereg_is(t, 1 << 3, NULL, NULL, 0, 0, IBV_REREG_MR_ERR_INPUT, EINVAL, "with an unknown flag");
+	rereg_is(t, IBV_REREG_MR_CHANGE_PD, pd, NULL, 0, IBV_ACCESS_LOCAL_WRITE, IBV_REREG_MR_ERR_INPUT, EINVAL,
+		 "with access but no IBV_REREG_MR_CHANGE_ACCESS");
+	rereg_is(t, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, NULL, 0, 0, IBV_REREG_MR_ERR_INPUT, EINVAL,
+		 "IBV_REREG_MR_CHANGE_TRANSLATION without an address");
+	rereg_is(t, 0, NULL, NULL, 0, 0, IBV_REREG_MR_ERR_CMD, EINVAL, "without flags");
+	rereg_is(t, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, IBV_ACCESS_REMOTE_WRITE, IBV_REREG_MR_ERR_CMD, EINVAL,
+		 "to REMOTE_WRITE without LOCAL_WRITE");
+	rereg_is(t, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, tbuf, 4096, 0, IBV_REREG_MR_ERR_CMD, EOPNOTSUPP,
+		 "IBV_REREG_MR_CHANGE_TRANSLATION (refused as rxe refuses it)");
+
+	MUST(!ibv_destroy_qp(q2));
+	CHECK(ibv_dealloc_pd(pd2) == EBUSY, "ibv_dealloc_pd of the region's new PD is EBUSY");
+	CHECK(!ibv_rereg_mr(t, IBV_REREG_MR_CHANGE_PD, pd, NULL, 0, 0) && t->pd == pd && !ibv_dealloc_pd(pd2),
+	      "ibv_rereg_mr moves the region back, and the PD it left can be deallocated");
+	MUST(!ibv_dereg_mr(t));
+	free(tbuf);
+	connect_qps();
+	while (next_async_event(&ev, 100))
+		;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 4) {
@@ -590,6 +682,7 @@ int main(int argc, char **argv)
 	srq_limit(src, dst);
 	resize_cq(src, dst);
 	migrate_id();
+	rereg_mr(src);
 
 	printf("%d failed\n", failures);
 	return failures ? 1 : 0;
