@@ -92,8 +92,10 @@ func (t *Table) remoteWindow(rkey uint32, addr, length uint64, need Access, who 
 	if addr < b.base || length > b.length || addr-b.base > b.length-length {
 		return Span{}, nil, ReasonRange
 	}
+	// The window's PD and rights decided above, as in rxe_lookup_mw; the
+	// region's, which Rereg may have changed since the bind, do not.
 	r := b.mr
-	if _, why := r.admit(who.PD, &who); why != 0 {
+	if why := r.usable(&who); why != 0 {
 		return Span{}, nil, why
 	}
 	a := b.mrAddr + (addr - b.base)
@@ -152,23 +154,33 @@ func (r *Region) admit(pd PDHandle, who *Requester) (Access, Reason) {
 	if PDHandle(pa>>32) != pd {
 		return 0, ReasonWrongPD
 	}
+	if why := r.usable(who); why != 0 {
+		return 0, why
+	}
+	return Access(uint32(pa)), 0
+}
+
+// usable checks the region's state and, for a remote requester who, its
+// partition and endpoint: admit without the owner and the rights, which a
+// window access takes from the window.
+func (r *Region) usable(who *Requester) Reason {
 	switch f := r.flags.Load(); {
 	case f&regionDead != 0:
-		return 0, ReasonStaleKey
+		return ReasonStaleKey
 	case f&regionDisabled != 0:
-		return 0, ReasonDisabled
+		return ReasonDisabled
 	case f&regionRefreshing != 0:
-		return 0, ReasonRefreshing
+		return ReasonRefreshing
 	}
 	if who != nil {
 		if r.pkey != 0 && !pkeyMatch(r.pkey, who.PKey) {
-			return 0, ReasonPartition
+			return ReasonPartition
 		}
 		if b := r.bound.Load(); b != nil && b.Endpoint && b.EndpointQPN != who.QPN {
-			return 0, ReasonEndpoint
+			return ReasonEndpoint
 		}
 	}
-	return Access(uint32(pa)), 0
+	return 0
 }
 
 // pkeyMatch applies the IBTA partition key rule: the low 15 bits (the

@@ -31,7 +31,8 @@ func TestRereg(t *testing.T) {
 		{"flipping ZERO_BASED changes the translation", rw, ReregAccess, 0, rw | ZeroBased, false, ErrNotSupported},
 		{"flipping ON_DEMAND changes the translation", rw, ReregAccess, 0, rw | OnDemand, false, ErrNotSupported},
 		{"unknown PD", rw, ReregPD, 99, 0, false, ErrInvalid},
-		{"a window is bound: EBUSY", rw | MWBind, ReregAccess, 0, rw | MWBind, true, ErrBusy},
+		{"a window is bound: it stays, with its rights", rw | MWBind, ReregAccess, 0, LocalWrite, true, nil},
+		{"a window is bound: moved to pd2, the window stays in pd", rw | MWBind, ReregPD, pd2, 0, true, nil},
 	}
 	who := func(p PDHandle) Requester { return Requester{PD: p, QPN: 1} }
 	for _, tc := range tests {
@@ -39,8 +40,10 @@ func TestRereg(t *testing.T) {
 			buf := aligned(64)
 			r := register(t, tb, pd, buf, tc.access)
 			defer tb.Deregister(r)
+			var w *Window
 			if tc.windowed {
-				w, err := tb.AllocWindow(pd, WindowType1)
+				var err error
+				w, err = tb.AllocWindow(pd, WindowType1)
 				wantErr(t, "AllocWindow", err, nil)
 				defer tb.DeallocWindow(w)
 				wantErr(t, "bind", tb.BindWindow(&BindRequest{WindowKey: w.RKey(), NewKey: w.RKey(), RegionKey: r.LKey(), Addr: r.Addr(), Length: 8, Access: RemoteRead}, who(pd)), nil)
@@ -48,6 +51,16 @@ func TestRereg(t *testing.T) {
 			key := r.RKey()
 			err := tb.Rereg(r, tc.flags, tc.pd, tc.newAcc)
 			wantErr(t, "Rereg", err, tc.want)
+			if w != nil {
+				// As rxe_lookup_mw, the window's PD and rights decide.
+				s, err := tb.Remote(w.RKey(), r.Addr(), 8, RemoteRead, who(pd))
+				wantReason(t, "READ through the window", err, 0)
+				s.Release()
+				_, err = tb.Remote(w.RKey(), r.Addr(), 8, RemoteWrite, who(pd))
+				wantReason(t, "WRITE through the window", err, ReasonAccess)
+				_, err = tb.Remote(w.RKey(), r.Addr(), 8, RemoteRead, who(pd2))
+				wantReason(t, "READ through the window from another PD", err, ReasonWrongPD)
+			}
 			wantPD, wantAcc := pd, tc.access
 			if err == nil && tc.flags&ReregPD != 0 {
 				wantPD = tc.pd

@@ -428,9 +428,12 @@ const (
 //   - ReregTranslation or unknown flags: ErrNotSupported (EOPNOTSUPP); so is
 //     an access change that flips ZeroBased or OnDemand, which changes the
 //     translation rather than the permissions;
-//   - new access breaking ibv_reg_mr's rules, or an unknown PD: ErrInvalid;
-//   - windows bound to r: ErrBusy, as ib_uverbs_rereg_mr answered while the
-//     MR's use count was raised by bound windows.
+//   - new access breaking ibv_reg_mr's rules, or an unknown PD: ErrInvalid.
+//
+// Windows bound to r stay bound and keep working: as in rxe, whose
+// rxe_rereg_user_mr does not look at them and whose rxe_lookup_mw checks
+// an access through a window against the window's own PD and rights, an
+// access through a window does not depend on r's PD or access.
 func (t *Table) Rereg(r *Region, flags ReregFlags, pd PDHandle, access Access) error {
 	if flags == 0 {
 		return fmt.Errorf("rereg without flags: %w", ErrInvalid)
@@ -442,9 +445,6 @@ func (t *Table) Rereg(r *Region, flags ReregFlags, pd PDHandle, access Access) e
 	defer t.mu.Unlock()
 	if r.t != t || !r.live() {
 		return fmt.Errorf("region not registered: %w", ErrInvalid)
-	}
-	if n := r.windows.Load(); n > 0 {
-		return fmt.Errorf("region %#x has %d windows bound: %w", r.key, n, ErrBusy)
 	}
 	oldPD, oldAccess := r.pd(), r.access()
 	if flags&ReregAccess == 0 {

@@ -93,9 +93,11 @@ func TestMRRereg(t *testing.T) {
 		if tgt.PD() != b.pd {
 			t.Errorf("PD after moving back is not the first PD")
 		}
-		// A window bound to the region keeps it as it is: EBUSY, as
-		// ib_uverbs_rereg_mr answers while the MR is in use.
-		if err := tgt.Rereg(mr.ReregAccess, nil, mr.LocalWrite|mr.RemoteWrite|mr.MWBind); err != nil {
+		// A window bound to the region stays bound through Rereg, and an
+		// access through it is checked against the window's PD and rights
+		// alone, as rxe_lookup_mw does: a READ through it works after the
+		// region loses REMOTE_READ and after it moves to pd2.
+		if err := tgt.Rereg(mr.ReregAccess, nil, mr.LocalWrite|mr.RemoteRead|mr.MWBind); err != nil {
 			t.Fatal(err)
 		}
 		w, err := b.pd.AllocMW(mr.WindowType2)
@@ -110,17 +112,31 @@ func TestMRRereg(t *testing.T) {
 		if wc := nictest.Wait(t, b.cq); wc.Status != verbs.Success {
 			t.Fatalf("bind: %v", wc.String())
 		}
-		if err := tgt.Rereg(mr.ReregAccess, nil, mr.LocalWrite); !errors.Is(err, nic.ErrBusy) {
-			t.Errorf("Rereg with a window bound: %v, want ErrBusy", err)
-		}
-		if err := tgt.Rereg(mr.ReregPD, pd2, 0); !errors.Is(err, nic.ErrBusy) {
-			t.Errorf("Rereg into another PD with a window bound: %v, want ErrBusy", err)
+		for i, s := range []struct {
+			flags  mr.ReregFlags
+			pd     *nic.PD
+			access mr.Access
+		}{{mr.ReregAccess, nil, mr.LocalWrite}, {mr.ReregPD, pd2, 0}} {
+			if err := tgt.Rereg(s.flags, s.pd, s.access); err != nil {
+				t.Fatalf("Rereg %d with a window bound: %v", i, err)
+			}
+			dst := a.mr.Bytes()[64:72]
+			clear(dst)
+			read := verbs.SendWR{ID: uint64(200 + i), Opcode: verbs.WRRead, Flags: verbs.Signaled, SGL: []verbs.SGE{a.mr.SGE(64, 8)},
+				RemoteAddr: addr, RKey: w.RKey()}
+			if err := a.qp.PostSend(&read); err != nil {
+				t.Fatal(err)
+			}
+			if wc := nictest.Wait(t, a.cq); wc.Status != verbs.Success {
+				t.Fatalf("READ through the window after Rereg %d: %v", i, wc.String())
+			}
+			syncMemory(a)
+			if got := dst[0]; got != byte(len(steps)) {
+				t.Fatalf("READ through the window after Rereg %d brought %d, want %d", i, got, len(steps))
+			}
 		}
 		if err := w.Dealloc(); err != nil {
 			t.Fatal(err)
-		}
-		if err := tgt.Rereg(mr.ReregAccess, nil, mr.LocalWrite); err != nil {
-			t.Errorf("Rereg once the window is gone: %v", err)
 		}
 	})
 }

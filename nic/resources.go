@@ -159,16 +159,17 @@ func (m *MR) Dereg() error { return m.prov.Dereg() }
 // every check made after Rereg returns (a peer's READ, WRITE or ATOMIC, a
 // local SGE) sees the new PD and access together: from then on only QPs
 // of the new PD may use it, and with the new rights. A transfer already
-// under way finishes with the rights it started with.
+// under way finishes with the rights it started with. Memory windows bound
+// to the region stay bound, and an access through one is checked against
+// the window's PD and rights, as in rxe.
 //
 // Errors are those of ibv_rereg_mr on rxe: ErrInvalid for flags 0, a nil
 // or another device's pd, a PD deallocated, or access breaking RegMR's
-// rules (REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE); ErrBusy
-// while a memory window is bound to the region; ErrNotSupported for
-// mr.ReregTranslation (new memory: deregister and register instead),
-// unknown flags, and an access change that turns mr.ZeroBased or
-// mr.OnDemand on or off, which changes the translation. On error nothing
-// changes. An attached device's daemon makes the same checks, and moves
+// rules (REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE);
+// ErrNotSupported for mr.ReregTranslation (new memory: deregister and
+// register instead), unknown flags, and an access change that turns
+// mr.ZeroBased or mr.OnDemand on or off, which changes the translation.
+// On error nothing changes. An attached device's daemon makes the same checks, and moves
 // a region only into a PD of the same process.
 func (m *MR) Rereg(flags mr.ReregFlags, pd *PD, access mr.Access) error {
 	var to provider.PD
