@@ -113,28 +113,36 @@ func TestGoldenCM(t *testing.T) {
 			t.Errorf("frame %d: decoded\n%+v\nwant\n%+v", fr.N, got, wantMAD)
 		}
 
-		var f wire.Fields
-		p.Fields(&f)
-		buf := make([]byte, f.Len(MADSize))
-		off, err := f.EncodeHeaders(buf, MADSize)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := got.Encode(buf[off:]); err != nil {
-			t.Fatalf("frame %d: MADFields.Encode: %v", fr.N, err)
-		}
-		n := len(buf) - wire.ICRCSize
-		icrc, err := wire.ICRCFromHeaders(fr.IPUDP, buf[:n])
-		if err != nil {
-			t.Fatal(err)
-		}
-		binary.LittleEndian.PutUint32(buf[n:], icrc)
-		if !bytes.Equal(buf, fr.Payload) {
-			t.Errorf("frame %d: re-encoded packet differs:\n got %x\nwant %x", fr.N, buf, fr.Payload)
-		}
+		checkRebuilt(t, fr, &p, &got)
 	}
 	if seen != len(want) {
 		t.Errorf("%d CM MADs in %s, want %d", seen, path, len(want))
+	}
+}
+
+// checkRebuilt rebuilds the captured packet p of frame fr from its headers'
+// fields and the MAD's, f: the BTH and DETH, the MAD, and the ICRC over the
+// captured IP and UDP headers must give the captured bytes.
+func checkRebuilt(t *testing.T, fr golden.Frame, p *wire.Packet, f *MADFields) {
+	t.Helper()
+	var hf wire.Fields
+	p.Fields(&hf)
+	buf := make([]byte, hf.Len(MADSize))
+	off, err := hf.EncodeHeaders(buf, MADSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Encode(buf[off:]); err != nil {
+		t.Fatalf("frame %d: MADFields.Encode: %v", fr.N, err)
+	}
+	n := len(buf) - wire.ICRCSize
+	icrc, err := wire.ICRCFromHeaders(fr.IPUDP, buf[:n])
+	if err != nil {
+		t.Fatal(err)
+	}
+	binary.LittleEndian.PutUint32(buf[n:], icrc)
+	if !bytes.Equal(buf, fr.Payload) {
+		t.Errorf("frame %d: re-encoded packet differs:\n got %x\nwant %x", fr.N, buf, fr.Payload)
 	}
 }
 
