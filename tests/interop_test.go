@@ -30,6 +30,8 @@ import (
 //   - at MTU 1024, Debian's ib_write_bw, ib_read_bw and ib_write_lat
 //     through libsoftnic on a softnic daemon (softnic run) against rxe's,
 //     in both directions, with the same checks on the daemon's counters;
+//     and Debian's udaddy (rdma_cm's UDP port space: SIDR, then UD
+//     datagrams) the same way, both ways, and against nothing listening;
 //
 // at path MTU 1024 (Ethernet MTU 1500) and 4096 (9000). Every run must
 // exit 0 on both sides; softnic's side checks the data it can (see
@@ -221,6 +223,13 @@ type interopCase struct {
 	softnic       []string // softnic's command line, without the host for the client
 	guest         string   // the guest's command line, without the host for the client
 	rping         bool
+	// rdmacm says the guest's server is an rdma_cm listener (rping's
+	// is too); done, if set, is what both sides must print.
+	rdmacm bool
+	done   string
+	// listening, if set, reports whether softnic's server listens, in
+	// place of the check of its sockets.
+	listening func() bool
 	// daemon, if set, is the daemon softnic's command line (softnic run)
 	// runs on, whose counters are the ones checked; otherwise softnic
 	// prints its own (--counters).
@@ -308,7 +317,7 @@ func interopCases(mtu int) []interopCase {
 // ib_write_bw, ib_read_bw and ib_write_lat with a message of several
 // packets and a pad, with the checks of runPair on the daemon's counters.
 func (l *rxeLab) libsoftnicPairs(t *testing.T, mtu int) {
-	bin, lib := needLibsoftnic(t, "ib_write_bw", "ib_read_bw", "ib_write_lat")
+	bin, lib := needLibsoftnic(t, "ib_write_bw", "ib_read_bw", "ib_write_lat", "udaddy")
 	h := startVerbsHost(t, bin, lib, labNS, labHost+":4791")
 	args := fmt.Sprintf("-F -s %d -n 100 -u 20", 4*mtu+3) // the timeout as in interopCases
 	for _, softnicServer := range []bool{true, false} {
@@ -328,7 +337,71 @@ func (l *rxeLab) libsoftnicPairs(t *testing.T, mtu int) {
 			}
 			t.Run(c.name, func(t *testing.T) { l.runPair(t, bin, c) })
 		}
+		l.udaddyPair(t, bin, lib, h, softnicServer)
 	}
+	l.udaddyRefused(t, h)
+}
+
+// udaddyRefused runs udaddy's client with nothing listening on the other
+// side, through libsoftnic against g2 and from g2 against the daemon: each
+// must fail as Linux's udaddy does against Linux, with
+// RDMA_CM_EVENT_UNREACHABLE carrying the SIDR_REP's status 1 (service ID
+// not supported).
+func (l *rxeLab) udaddyRefused(t *testing.T, h *verbsHost) {
+	const want = "RDMA_CM_EVENT_UNREACHABLE, error: 1"
+	runs := []struct {
+		name string
+		run  func() (string, error)
+	}{
+		{"softnic_client/udaddy_refused", func() (string, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			out, err := h.program(ctx, "udaddy", "-s", labGuest2).CombinedOutput()
+			return string(out), err
+		}},
+		{"softnic_server/udaddy_refused", func() (string, error) {
+			return l.sh(90*time.Second, "exec", "g2", "udaddy -s "+labHost, "60")
+		}},
+	}
+	for _, r := range runs {
+		t.Run(r.name, func(t *testing.T) {
+			retrying(t, l, func() (string, error) {
+				out, err := r.run()
+				if err == nil || !strings.Contains(out, want) {
+					return out, fmt.Errorf("udaddy -s with nothing listening: %v, want a failure saying %q:\n%s", err, want, out)
+				}
+				return out, nil
+			})
+		})
+	}
+}
+
+// udaddyPair runs rdmacm-utils' udaddy, rdma_cm's UDP port space, through
+// libsoftnic against udaddy in g2: the client resolves the server's port
+// 7174 to its UD QP with a SIDR_REQ that the server's connection manager
+// answers with a SIDR_REP, then each side sends ten messages to the
+// other's address handle. Both must exit 0 saying so, with the checks of
+// runPair on the daemon's counters (the SIDR MADs are packets too).
+func (l *rxeLab) udaddyPair(t *testing.T, bin, lib string, h *verbsHost, softnicServer bool) {
+	c := interopCase{
+		name:          "softnic_client/udaddy",
+		softnicServer: softnicServer,
+		softnic:       []string{"run", "--control", h.control, "--lib", lib, "--", "udaddy"},
+		guest:         "udaddy",
+		rdmacm:        true,
+		daemon:        h,
+		done:          "return status 0",
+	}
+	if softnicServer {
+		c.name = "softnic_server/udaddy"
+		c.softnic = append(c.softnic, "-b", labHost)
+		c.guest += " -s " + labHost
+		c.listening = h.listening("7174")
+	} else {
+		c.softnic = append(c.softnic, "-s", labGuest2)
+		c.guest += " -b " + labGuest2
+	}
+	t.Run(c.name, func(t *testing.T) { l.runPair(t, bin, c) })
 }
 
 // rxeCounters reads rxe0's counters in guest g (rdma statistic).
@@ -446,10 +519,14 @@ func (l *rxeLab) attempt(bin string, c interopCase) (*interopResult, error) {
 		if c.rping {
 			listening = "ss -uln | grep -q '" + labHost + ":4791 '"
 		}
-		if !waitFor(20*time.Second, func() bool {
-			_, err := hostCmd(10*time.Second, "ip", "netns", "exec", labNS, "sh", "-c", listening)
-			return err == nil
-		}) {
+		ready := c.listening
+		if ready == nil {
+			ready = func() bool {
+				_, err := hostCmd(10*time.Second, "ip", "netns", "exec", labNS, "sh", "-c", listening)
+				return err == nil
+			}
+		}
+		if !waitFor(20*time.Second, ready) {
 			h.cmd.Process.Kill()
 			return nil, fmt.Errorf("softnic does not listen:\n%s", h.out.String())
 		}
@@ -457,7 +534,7 @@ func (l *rxeLab) attempt(bin string, c interopCase) (*interopResult, error) {
 		softnicErr = h.wait(30 * time.Second)
 		r.softnicOut = h.out.String()
 	} else {
-		id, err := l.spawnListening("g2", c.guest, c.rping)
+		id, err := l.spawnListening("g2", c.guest, c.rping || c.rdmacm)
 		if err != nil {
 			return nil, err
 		}
@@ -491,16 +568,16 @@ func (l *rxeLab) attempt(bin string, c interopCase) (*interopResult, error) {
 	return r, nil
 }
 
-// spawnListening starts cmd, a perftest or rping server, in guest g and
-// waits until it listens. It returns the lab's job ID.
-func (l *rxeLab) spawnListening(g, cmd string, rping bool) (string, error) {
+// spawnListening starts cmd, a perftest server or an rdma_cm one (rdmacm),
+// in guest g and waits until it listens. It returns the lab's job ID.
+func (l *rxeLab) spawnListening(g, cmd string, rdmacm bool) (string, error) {
 	out, err := l.sh(30*time.Second, "spawn", g, cmd)
 	if err != nil {
 		return "", fmt.Errorf("lab.sh spawn: %v\n%s", err, out)
 	}
 	id := strings.TrimSpace(out)
 	listening := "ss -ltn | grep -q ':18515 '"
-	if rping {
+	if rdmacm {
 		listening = "rdma res show cm_id | grep -q LISTEN"
 	}
 	if !waitFor(60*time.Second, func() bool {
@@ -567,6 +644,9 @@ func (l *rxeLab) runPair(t *testing.T, bin string, c interopCase) {
 	r := retrying(t, l, func() (*interopResult, error) { return l.attempt(bin, c) })
 	if c.rping && strings.Count(r.guestOut, "ping data: rdma-ping-") != 3 {
 		t.Fatalf("rping in g2 did not show 3 pings:\n%s", r.report(c))
+	}
+	if c.done != "" && !(strings.Contains(r.guestOut, c.done) && strings.Contains(r.softnicOut, c.done)) {
+		t.Fatalf("both sides must say %q:\n%s", c.done, r.report(c))
 	}
 	sn := r.daemon
 	if c.daemon == nil {
