@@ -729,17 +729,20 @@ var madErrors = []error{wire.ErrTruncated, wire.ErrBadLength, ErrBadMAD, ErrBadA
 // encode from its Fields to the same bytes, and describe itself without
 // panicking; an rdma_cm header in a REQ must survive its own round trip.
 // Whatever it rejects must be rejected with one of its documented errors.
-// The corpus starts with the golden MADs and one of every message.
+// The corpus starts with the golden MADs (rping's and udaddy's) and one of
+// every message.
 func FuzzMAD(f *testing.F) {
 	for _, attr := range cmAttrs {
 		mf := sampleMAD(attr)
 		f.Add(encodeMAD(f, &mf))
 	}
-	path := filepath.Join(golden.Dir(), "rping.pcap")
-	if _, err := os.Stat(path); err == nil {
+	for _, path := range []string{filepath.Join(golden.Dir(), "rping.pcap"), "testdata/udaddy_rxe.pcap"} {
+		if _, err := os.Stat(path); err != nil {
+			continue
+		}
 		var p wire.Packet
 		for _, fr := range golden.Frames(f, path) {
-			if p.Decode(fr.Payload) == nil && p.DETH != nil {
+			if p.Decode(fr.Payload) == nil && p.DETH != nil && p.BTH.DestQP() == wire.GSIQPN {
 				f.Add(p.Payload)
 			}
 		}
