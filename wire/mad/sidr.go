@@ -114,8 +114,9 @@ func (r SIDRREQ) Encode(f *SIDRREQFields) {
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //
 // AddInfoLen: how many bytes of the ClassPortInfo are meaningful. Linux
-// puts the vendor ID of its enhanced connection establishment in the two
-// reserved fields; softnic keeps them as reserved.
+// leaves the two reserved fields zero (testdata/udaddy_rxe.pcap); it
+// would put its enhanced connection establishment's vendor ID there only
+// with ECE, which softnic does not offer, and softnic keeps them zero.
 type SIDRREP []byte
 
 const (
