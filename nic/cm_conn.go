@@ -20,8 +20,38 @@ import (
 // The connection manager connects RC QPs by address and port, the way
 // rdma_cm does (rdma_listen, rdma_accept, rdma_reject, rdma_connect,
 // rdma_disconnect): REQ, REP and RTU between the devices' QP1s, with the
-// service ID of rdma_cm's TCP port space and its private-data header, so
-// that a softnic peer and a Linux rdma_cm peer understand each other.
+// service ID of rdma_cm's TCP port space (or of its IB port space:
+// PortSpace options) and its private-data header, so that a softnic peer
+// and a Linux rdma_cm peer understand each other.
+
+// PortSpace is an rdma_cm port space, the top of the service ID that a
+// port number completes: connections are made in the TCP and the IB port
+// spaces, resolutions of UD QPs (cm_ud.go) in the UDP and the IB ones. A
+// port of one port space is unrelated to the same number in another, but
+// in the IB port space a port is one listener's, of connections or of
+// resolutions, as in Linux. rdma_cm's private-data header leads the
+// private data in every port space, as Linux sends it for IP addresses.
+type PortSpace = mad.PortSpace
+
+// The port spaces rdma_cm's connection manager serves (Linux's
+// RDMA_PS_TCP, RDMA_PS_UDP and RDMA_PS_IB).
+const (
+	PortSpaceTCP = mad.PortSpaceTCP
+	PortSpaceUDP = mad.PortSpaceUDP
+	PortSpaceIB  = mad.PortSpaceIB
+)
+
+// checkPortSpace checks that ps (0: def) is def or the IB port space, and
+// returns it.
+func checkPortSpace(ps, def PortSpace) (PortSpace, error) {
+	if ps == 0 {
+		return def, nil
+	}
+	if ps != def && ps != PortSpaceIB {
+		return 0, fmt.Errorf("port space %v: %v or %v: %w", ps, def, PortSpaceIB, ErrInvalid)
+	}
+	return ps, nil
+}
 
 // ListenOptions configure a Listener.
 type ListenOptions struct {
@@ -35,6 +65,8 @@ type ListenOptions struct {
 	// A REQ beyond it is dropped without an answer, as Linux does, so that
 	// the requester's retransmission tries again.
 	Backlog int
+	// PortSpace is the port's: PortSpaceTCP (default) or PortSpaceIB.
+	PortSpace PortSpace
 }
 
 // Listener accepts connection requests for one rdma_cm port of a device.
@@ -46,10 +78,14 @@ type Listener struct {
 }
 
 // Listen starts accepting connection requests for rdma_cm port port: REQs
-// whose service ID is RDMA_PS_TCP's for the port (mad.RDMACMServiceID).
-// It returns ErrBusy if the port is already listened on.
+// whose service ID is RDMA_PS_TCP's for the port (mad.RDMACMServiceID), or
+// that of opts.PortSpace. It returns ErrBusy if the port is already
+// listened on.
 func (d *Device) Listen(port uint16, opts ListenOptions) (*Listener, error) {
+	ps, err := checkPortSpace(opts.PortSpace, PortSpaceTCP)
 	switch {
+	case err != nil:
+		return nil, fmt.Errorf("softnic: listen on port %d: %w", port, err)
 	case opts.PD == nil || opts.PD.dev != d:
 		return nil, fmt.Errorf("softnic: listen on port %d: ListenOptions.PD of this device is required: %w", port, ErrInvalid)
 	case opts.QP.SendCQ == nil:
@@ -59,7 +95,7 @@ func (d *Device) Listen(port uint16, opts ListenOptions) (*Listener, error) {
 	case opts.Backlog < 0:
 		return nil, fmt.Errorf("softnic: listen on port %d: backlog %d: %w", port, opts.Backlog, ErrInvalid)
 	}
-	p, port, err := d.prov.Listen(port, &provider.ListenOptions{PD: opts.PD.prov, QP: opts.QP.provider(), Backlog: opts.Backlog})
+	p, port, err := d.prov.Listen(port, &provider.ListenOptions{PD: opts.PD.prov, QP: opts.QP.provider(), Backlog: opts.Backlog, PortSpace: ps})
 	if err != nil {
 		return nil, err
 	}
@@ -230,6 +266,8 @@ type DialOptions struct {
 	// fails before the QP is connected (a REJ, no answer) leaves it as it
 	// was.
 	UseQP *QP
+	// PortSpace is the port's: PortSpaceTCP (default) or PortSpaceIB.
+	PortSpace PortSpace
 }
 
 func (o *DialOptions) setDefaults(d *Device, remote netip.AddrPort) error {
@@ -247,7 +285,11 @@ func (o *DialOptions) setDefaults(d *Device, remote netip.AddrPort) error {
 	def(&o.CMRetries, provider.CMDefaultCMRetries)
 	asked := o.MTU
 	o.MTU = d.prov.DialMTU(o.MTU, remote)
+	ps, err := checkPortSpace(o.PortSpace, PortSpaceTCP)
+	o.PortSpace = ps
 	switch {
+	case err != nil:
+		return err
 	case o.PD == nil || o.PD.dev != d:
 		return fmt.Errorf("DialOptions.PD of this device is required: %w", ErrInvalid)
 	case len(o.PrivateData) > mad.CMAPrivateDataSize:
@@ -318,7 +360,7 @@ func (o *DialOptions) provider() *provider.DialOptions {
 		PD: o.PD.prov, QP: o.QP.provider(), PrivateData: o.PrivateData,
 		ResponderResources: o.ResponderResources, InitiatorDepth: o.InitiatorDepth,
 		RetryCount: o.RetryCount, RNRRetryCount: o.RNRRetryCount, MTU: o.MTU,
-		Timeout: o.Timeout, CMRetries: o.CMRetries, CMTimeout: o.CMTimeout,
+		Timeout: o.Timeout, CMRetries: o.CMRetries, CMTimeout: o.CMTimeout, PortSpace: o.PortSpace,
 	}
 	if o.UseQP != nil {
 		p.UseQP = o.UseQP.prov

@@ -80,3 +80,60 @@ func ExampleDevice_Dial() {
 	// RTS RTS true
 	// server side: true
 }
+
+// Listen and dial in rdma_cm's IB port space (RDMA_PS_IB) rather than its
+// TCP one: the same connection, with the IB port space's service ID. A
+// dial of the same port number in the TCP port space finds nobody.
+func ExamplePortSpace() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	open := func() (*nic.Device, *nic.PD, *nic.CQ) {
+		dev, err := nic.Open(nic.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0")})
+		if err != nil {
+			log.Fatal(err)
+		}
+		pd, err := dev.AllocPD()
+		if err != nil {
+			log.Fatal(err)
+		}
+		cq, err := dev.CreateCQ(64)
+		if err != nil {
+			log.Fatal(err)
+		}
+		return dev, pd, cq
+	}
+	server, spd, scq := open()
+	defer server.Close()
+	client, cpd, ccq := open()
+	defer client.Close()
+
+	l, err := server.Listen(7471, nic.ListenOptions{PD: spd, QP: nic.QPConfig{SendCQ: scq}, PortSpace: nic.PortSpaceIB})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	opts := nic.DialOptions{PD: cpd, QP: nic.QPConfig{SendCQ: ccq}}
+	_, err = client.Dial(ctx, server.Addr(), 7471, opts)
+	fmt.Println("TCP port 7471:", errors.Is(err, nic.ErrConnRefused))
+
+	accepted := make(chan *nic.Conn)
+	go func() {
+		conn, err := l.Accept(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		accepted <- conn
+	}()
+	opts.PortSpace = nic.PortSpaceIB
+	conn, err := client.Dial(ctx, server.Addr(), 7471, opts)
+	if err != nil {
+		log.Fatal(err)
+	}
+	sconn := <-accepted
+	fmt.Println("IB port 7471:", conn.QP().Attr().State, sconn.QP().Attr().State)
+	conn.Close()
+	sconn.Close()
+	// Output:
+	// TCP port 7471: true
+	// IB port 7471: RTS RTS
+}

@@ -36,19 +36,26 @@ type ListenUDOptions struct {
 	// 128); a SIDR_REQ beyond it is dropped, and its requester tries
 	// again.
 	Backlog int
+	// PortSpace is the port's: PortSpaceUDP (default) or PortSpaceIB.
+	PortSpace PortSpace
 }
 
 // ListenUD starts taking service ID resolutions for port of rdma_cm's UDP
-// port space: SIDR_REQs whose service ID is RDMA_PS_UDP's for the port.
+// port space: SIDR_REQs whose service ID is RDMA_PS_UDP's for the port, or
+// that of opts.PortSpace.
 // Its requests, from AcceptRequest (Request.UD), are answered with
 // Request.AcceptUD or Request.Reject; Accept refuses them. A Listen on the
 // same port number is another listener. It returns ErrBusy if the port is
 // already listened on.
 func (d *Device) ListenUD(port uint16, opts ListenUDOptions) (*Listener, error) {
+	ps, err := checkPortSpace(opts.PortSpace, PortSpaceUDP)
+	if err != nil {
+		return nil, fmt.Errorf("softnic: listen on UDP port %d: %w", port, err)
+	}
 	if opts.Backlog < 0 {
 		return nil, fmt.Errorf("softnic: listen on UDP port %d: backlog %d: %w", port, opts.Backlog, ErrInvalid)
 	}
-	p, port, err := d.prov.ListenUD(port, opts.Backlog)
+	p, port, err := d.prov.ListenUD(port, ps, opts.Backlog)
 	if err != nil {
 		return nil, err
 	}
@@ -87,6 +94,8 @@ type ResolveOptions struct {
 	// × 2^CMTimeout (default 20, ≈ 4.3 s); CMRetries how often it is sent
 	// again (default 15, at most 15).
 	CMTimeout, CMRetries uint8
+	// PortSpace is the port's: PortSpaceUDP (default) or PortSpaceIB.
+	PortSpace PortSpace
 }
 
 // UDPeer is a UD QP a resolution found: where to send (a SendWR's Dest,
@@ -115,7 +124,11 @@ func (d *Device) Resolve(ctx context.Context, remote netip.AddrPort, port uint16
 		CMTimeout:   cmp.Or(opts.CMTimeout, provider.CMDefaultCMTimeout),
 		CMRetries:   cmp.Or(opts.CMRetries, provider.CMDefaultCMRetries),
 	}
+	var err error
+	o.PortSpace, err = checkPortSpace(opts.PortSpace, PortSpaceUDP)
 	switch {
+	case err != nil:
+		return fail(fmt.Errorf("softnic: resolve %v port %d: %w", remote, port, err))
 	case !remote.Addr().IsValid():
 		return fail(fmt.Errorf("softnic: resolve %v port %d: no address: %w", remote, port, ErrInvalid))
 	case len(opts.PrivateData) > cm.SIDRCMAPrivateDataSize:

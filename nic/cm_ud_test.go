@@ -172,3 +172,81 @@ func TestResolveUDRefused(t *testing.T) {
 		}
 	})
 }
+
+// TestPortSpaceIB: rdma_cm's IB port space carries connections and
+// resolutions, and its ports are not the TCP and UDP ones of the same
+// number; a port of it is one listener's, of either kind.
+func TestPortSpaceIB(t *testing.T) {
+	forEachProvider(t, func(t *testing.T, p provider) {
+		ctx := cmContext(t)
+		a, b := p.cmEnd(t, nic.Config{}), p.cmEnd(t, nic.Config{})
+		l, err := b.dev.Listen(cmPort, nic.ListenOptions{PD: b.pd, QP: nic.QPConfig{SendCQ: b.cq}, PortSpace: nic.PortSpaceIB})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		if _, err := b.dev.ListenUD(cmPort, nic.ListenUDOptions{PortSpace: nic.PortSpaceIB}); !errors.Is(err, nic.ErrBusy) {
+			t.Errorf("a UD listener on the IB port of a connection listener: %v, want ErrBusy", err)
+		}
+		if _, err := a.dev.Dial(ctx, b.dev.Addr(), cmPort, a.dialOptions()); !errors.Is(err, nic.ErrConnRefused) {
+			t.Errorf("dialling TCP port %d, listened on in the IB port space: %v, want ErrConnRefused", cmPort, err)
+		}
+		dopts := a.dialOptions()
+		dopts.PortSpace, dopts.PrivateData = nic.PortSpaceIB, []byte("hi")
+		c, s := connectCM(t, a, b, l, dopts, nic.AcceptOptions{})
+		if string(bytes.TrimRight(s.PrivateData(), "\x00")) != "hi" || c.QP().Attr().State != verbs.RTS {
+			t.Errorf("connected in the IB port space: private data %q, QP %v", s.PrivateData()[:4], c.QP().Attr().State)
+		}
+
+		ul, err := b.dev.ListenUD(udPort, nic.ListenUDOptions{PortSpace: nic.PortSpaceIB})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ul.Close()
+		if _, err := a.dev.Resolve(ctx, b.dev.Addr(), udPort, resolveOptions("hello")); !errors.Is(err, nic.ErrConnRefused) {
+			t.Errorf("resolving UDP port %d, listened on in the IB port space: %v, want ErrConnRefused", udPort, err)
+		}
+		bq := udQP(t, b)
+		answered := answerUD(ctx, t, ul, func(r *nic.Request) error { return r.AcceptUD(bq, nil) })
+		ro := resolveOptions("hello")
+		ro.PortSpace = nic.PortSpaceIB
+		peer, err := a.dev.Resolve(ctx, b.dev.Addr(), udPort, ro)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := <-answered; err != nil {
+			t.Fatal(err)
+		}
+		if peer.QPN != bq.Num() {
+			t.Errorf("resolved QP %#x in the IB port space, want %#x", peer.QPN, bq.Num())
+		}
+
+		// Connections are not made in the UDP port space, nor resolutions
+		// in the TCP one.
+		bad := a.dialOptions()
+		bad.PortSpace = nic.PortSpaceUDP
+		ro.PortSpace = nic.PortSpaceTCP
+		for what, err := range map[string]error{
+			"Listen in the UDP port space": func() error {
+				_, err := b.dev.Listen(1, nic.ListenOptions{PD: b.pd, QP: nic.QPConfig{SendCQ: b.cq}, PortSpace: nic.PortSpaceUDP})
+				return err
+			}(),
+			"ListenUD in the TCP port space": func() error {
+				_, err := b.dev.ListenUD(1, nic.ListenUDOptions{PortSpace: nic.PortSpaceTCP})
+				return err
+			}(),
+			"Dial in the UDP port space": func() error {
+				_, err := a.dev.Dial(ctx, b.dev.Addr(), 1, bad)
+				return err
+			}(),
+			"Resolve in the TCP port space": func() error {
+				_, err := a.dev.Resolve(ctx, b.dev.Addr(), 1, ro)
+				return err
+			}(),
+		} {
+			if !errors.Is(err, nic.ErrInvalid) {
+				t.Errorf("%s: %v, want ErrInvalid", what, err)
+			}
+		}
+	})
+}

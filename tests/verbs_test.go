@@ -580,6 +580,18 @@ var utilsCases = []utilsCase{
 		sdone: "return status 0", cdone: "return status 0",
 	},
 	{
+		// rdma_cm's IB port space: RC connections as in the TCP one,
+		// with the IB port space's service ID.
+		name: "ucmatose -P ib",
+		server: func(ip, port string) []string {
+			return []string{"ucmatose", "-b", ip, "-p", port, "-c", "2", "-C", "10", "-P", "ib"}
+		},
+		client: func(ip, port string) []string {
+			return []string{"ucmatose", "-s", ip, "-p", port, "-c", "2", "-C", "10", "-P", "ib"}
+		},
+		sdone: "return status 0", cdone: "return status 0",
+	},
+	{
 		// rdma_cm's UDP port space: the client resolves the server's
 		// port to its UD QP (SIDR) and sends ten messages, which the
 		// server answers to the address of each. udaddy's port is
@@ -620,8 +632,8 @@ func TestVerbsUtils(t *testing.T) {
 }
 
 // TestVerbsUtilsFail: the programs of ibverbs-utils and rdmacm-utils that
-// need what softnic does not support (XRC, rdma_cm's IB port space and
-// multicast, rsockets) fail at once with EOPNOTSUPP, saying so, rather
+// need what softnic does not support (XRC, rdma_cm's multicast,
+// rsockets) fail at once with EOPNOTSUPP, saying so, rather
 // than hang or crash; and rdma_client, connecting to a port nothing
 // listens on, fails as librdmacm's synchronous rdma_connect does, with
 // ECONNREFUSED.
@@ -632,7 +644,6 @@ func TestVerbsUtilsFail(t *testing.T) {
 	if err := os.WriteFile(src, []byte("data"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	const portSpace = "softnic: rdma_create_id with a port space other than RDMA_PS_TCP and RDMA_PS_UDP: not supported"
 	const multicast = "softnic: rdma_join_multicast_ex: not supported"
 	const rsocket = "softnic: rsocket: not supported"
 	for _, c := range []struct {
@@ -640,9 +651,8 @@ func TestVerbsUtilsFail(t *testing.T) {
 		want string
 	}{
 		{[]string{"ibv_xsrq_pingpong", "-g", "0", h.ip()}, "Couldn't Open the XRC Domain 95"},
-		{[]string{"rdma_xclient", "-c", "x", "-s", h.ip()}, "softnic: rdma_getaddrinfo with a port space other than RDMA_PS_TCP and RDMA_PS_UDP: not supported"},
+		{[]string{"rdma_xclient", "-c", "x", "-s", h.ip()}, "softnic: rdma_getaddrinfo for QP types other than RC (RDMA_PS_TCP, RDMA_PS_IB) and UD (RDMA_PS_UDP, RDMA_PS_IB): not supported"},
 		{[]string{"mckey", "-m", "239.1.1.1", "-b", h.ip()}, multicast},
-		{[]string{"ucmatose", "-P", "ib", "-s", h.ip()}, portSpace},
 		{[]string{"rstream", "-s", h.ip()}, rsocket},
 		{[]string{"riostream", "-s", h.ip()}, rsocket},
 		{[]string{"rcopy", src, h.ip() + ":" + filepath.Join(t.TempDir(), "dst")}, rsocket},

@@ -352,7 +352,7 @@ func snListen(c *C.struct_sn_cm_id, backlog C.int) C.int {
 		pd.Dealloc()
 		return errnoOf(err)
 	}
-	l, err := id.dev.dev.Listen(id.local.Port(), nic.ListenOptions{PD: pd, QP: nic.QPConfig{SendCQ: cq}, Backlog: max(int(backlog), 0)})
+	l, err := id.dev.dev.Listen(id.local.Port(), nic.ListenOptions{PD: pd, QP: nic.QPConfig{SendCQ: cq}, Backlog: max(int(backlog), 0), PortSpace: id.portSpace()})
 	if err != nil {
 		cq.Destroy()
 		pd.Dealloc()
@@ -503,6 +503,7 @@ func snConnect(c *C.struct_sn_cm_id, data unsafe.Pointer, n, rr, depth, retry, r
 	opts := nic.DialOptions{
 		PD: q.PD(), UseQP: q, PrivateData: C.GoBytes(data, n), ResponderResources: rdLimit(rr),
 		InitiatorDepth: rdLimit(depth), RetryCount: uint8(min(retry, 7)), RNRRetryCount: uint8(min(rnr, 7)),
+		PortSpace: id.portSpace(),
 	}
 	return id.establish(func() (*nic.Conn, error) { return dialListening(ctx, id.dev.dev, peer, rport, opts) },
 		opts.ResponderResources, opts.InitiatorDepth)

@@ -25,12 +25,18 @@ import (
 // QPN, Q_Key and address handle attributes in param.ud, as librdmacm's
 // do, or in UNREACHABLE: with the SIDR_REP's status, or -ETIMEDOUT.
 
-// ud reports whether the id is of the UDP port space.
-func (id *cmID) ud() bool { return id.cid.id.ps == C.RDMA_PS_UDP }
+// ud reports whether the id's QP is UD: all of the UDP port space's are,
+// those of the IB port space that were made so (rdma_getaddrinfo's
+// ai_qp_type).
+func (id *cmID) ud() bool { return id.cid.id.qp_type == C.IBV_QPT_UD }
+
+// portSpace is the id's port space, which the service IDs of its
+// connection or resolution carry.
+func (id *cmID) portSpace() nic.PortSpace { return nic.PortSpace(id.cid.id.ps) }
 
 // listenUDLocked listens for resolutions; id.mu is held.
 func (id *cmID) listenUDLocked(backlog C.int) C.int {
-	l, err := id.dev.dev.ListenUD(id.local.Port(), nic.ListenUDOptions{Backlog: max(int(backlog), 0)})
+	l, err := id.dev.dev.ListenUD(id.local.Port(), nic.ListenUDOptions{Backlog: max(int(backlog), 0), PortSpace: id.portSpace()})
 	if err != nil {
 		if errors.Is(err, nic.ErrBusy) {
 			return C.EADDRINUSE
@@ -78,7 +84,7 @@ func (id *cmID) resolveUD(private []byte) C.int {
 		for {
 			// Resolve again while nothing listens on the port yet, as
 			// dialListening does.
-			p, err = id.dev.dev.Resolve(ctx, peer, rport, nic.ResolveOptions{PrivateData: private})
+			p, err = id.dev.dev.Resolve(ctx, peer, rport, nic.ResolveOptions{PrivateData: private, PortSpace: id.portSpace()})
 			var sidr *nic.SIDRError
 			if err == nil || !errors.As(err, &sidr) || sidr.Status != mad.SIDRUnsupported || time.Now().After(deadline) || ctx.Err() != nil {
 				break

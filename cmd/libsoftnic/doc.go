@@ -59,7 +59,10 @@
 // rdma_create_qp on, and no connection (cm_ud.go): rdma_listen is
 // Device.ListenUD, rdma_accept Request.AcceptUD, and rdma_connect
 // Device.Resolve, whose ESTABLISHED carries the peer's QPN, Q_Key and
-// address handle attributes in param.ud.
+// address handle attributes in param.ud. An id of the IB port space
+// (RDMA_PS_IB) is either, by its QP type (RC unless rdma_getaddrinfo's
+// ai_qp_type asks for UD), with the IB port space's service IDs
+// (the PortSpace options of package nic's calls).
 package main
 
 func main() {}

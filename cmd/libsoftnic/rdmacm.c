@@ -141,22 +141,55 @@ struct sn_cm_id *sn_new_child(struct sn_cm_id *listen)
 	return id;
 }
 
-EXPORT int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **idp, void *context,
-			  enum rdma_port_space ps)
+/* port_space_qp_type is the QP type of a port space's ids when none is
+ * asked for (qp_type 0), as librdmacm's rdma_create_id has it, and 0 if
+ * softnic does not serve the port space, or not with that QP type: RC in
+ * the TCP port space, UD in the UDP one, either in the IB one. */
+static enum ibv_qp_type port_space_qp_type(enum rdma_port_space ps, enum ibv_qp_type qp_type)
+{
+	switch (ps) {
+	case RDMA_PS_TCP:
+		return !qp_type || qp_type == IBV_QPT_RC ? IBV_QPT_RC : 0;
+	case RDMA_PS_UDP:
+		return !qp_type || qp_type == IBV_QPT_UD ? IBV_QPT_UD : 0;
+	case RDMA_PS_IB:
+		if (!qp_type)
+			return IBV_QPT_RC;
+		return qp_type == IBV_QPT_RC || qp_type == IBV_QPT_UD ? qp_type : 0;
+	default:
+		return 0;
+	}
+}
+
+/* create_id is rdma_create_id for ids of QP type qp_type (0: the port
+ * space's), as rdma_getaddrinfo's ai_qp_type asks for one. */
+static int create_id(struct rdma_event_channel *channel, struct rdma_cm_id **idp, void *context,
+		     enum rdma_port_space ps, enum ibv_qp_type qp_type)
 {
 	struct sn_cm_id *id;
 
-	if (ps != RDMA_PS_TCP && ps != RDMA_PS_UDP) {
-		sn_unsupported("rdma_create_id with a port space other than RDMA_PS_TCP and RDMA_PS_UDP");
+	if (ps != RDMA_PS_TCP && ps != RDMA_PS_UDP && ps != RDMA_PS_IB) {
+		sn_unsupported("rdma_create_id with a port space other than RDMA_PS_TCP, RDMA_PS_UDP and RDMA_PS_IB");
+		return -1;
+	}
+	qp_type = port_space_qp_type(ps, qp_type);
+	if (!qp_type) {
+		sn_unsupported("rdma_create_id for QP types other than RC (RDMA_PS_TCP, RDMA_PS_IB) and UD (RDMA_PS_UDP, RDMA_PS_IB)");
 		return -1;
 	}
 	if (!sn_cm_verbs())
 		return -1;
-	id = new_id(channel, context, ps, ps == RDMA_PS_UDP ? IBV_QPT_UD : IBV_QPT_RC);
+	id = new_id(channel, context, ps, qp_type);
 	if (!id)
 		return -1;
 	*idp = &id->id;
 	return 0;
+}
+
+EXPORT int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **idp, void *context,
+			  enum rdma_port_space ps)
+{
+	return create_id(channel, idp, context, ps, 0);
 }
 
 EXPORT int rdma_destroy_id(struct rdma_cm_id *cid)
@@ -566,7 +599,8 @@ EXPORT __be16 rdma_get_dst_port(struct rdma_cm_id *id)
 }
 
 /* rdma_getaddrinfo resolves node and service as getaddrinfo does, for RC
- * connections of RDMA_PS_TCP and UD QPs of RDMA_PS_UDP. */
+ * connections of RDMA_PS_TCP and UD QPs of RDMA_PS_UDP, and either of
+ * RDMA_PS_IB (RC unless ai_qp_type asks for UD). */
 EXPORT int rdma_getaddrinfo(const char *node, const char *service, const struct rdma_addrinfo *hints,
 			    struct rdma_addrinfo **res)
 {
@@ -574,17 +608,21 @@ EXPORT int rdma_getaddrinfo(const char *node, const char *service, const struct 
 	struct rdma_addrinfo *r;
 	struct sockaddr *sa;
 	int passive = hints && (hints->ai_flags & RAI_PASSIVE);
-	int udp = hints && (hints->ai_port_space == RDMA_PS_UDP || (!hints->ai_port_space && hints->ai_qp_type == IBV_QPT_UD));
-	int err;
+	enum ibv_qp_type qp_type = hints ? hints->ai_qp_type : 0;
+	enum rdma_port_space ps = hints && hints->ai_port_space ? hints->ai_port_space
+					: qp_type == IBV_QPT_UD ? RDMA_PS_UDP : RDMA_PS_TCP;
+	int udp, err;
 
-	if (hints && hints->ai_port_space && hints->ai_port_space != RDMA_PS_TCP && hints->ai_port_space != RDMA_PS_UDP) {
-		sn_unsupported("rdma_getaddrinfo with a port space other than RDMA_PS_TCP and RDMA_PS_UDP");
+	if (ps != RDMA_PS_TCP && ps != RDMA_PS_UDP && ps != RDMA_PS_IB) {
+		sn_unsupported("rdma_getaddrinfo with a port space other than RDMA_PS_TCP, RDMA_PS_UDP and RDMA_PS_IB");
 		return -1;
 	}
-	if (hints && hints->ai_qp_type && hints->ai_qp_type != (udp ? IBV_QPT_UD : IBV_QPT_RC)) {
-		sn_unsupported("rdma_getaddrinfo for QP types other than RC (RDMA_PS_TCP) and UD (RDMA_PS_UDP)");
+	qp_type = port_space_qp_type(ps, qp_type);
+	if (!qp_type) {
+		sn_unsupported("rdma_getaddrinfo for QP types other than RC (RDMA_PS_TCP, RDMA_PS_IB) and UD (RDMA_PS_UDP, RDMA_PS_IB)");
 		return -1;
 	}
+	udp = qp_type == IBV_QPT_UD;
 	if (udp)
 		h.ai_socktype = SOCK_DGRAM;
 	if (hints && (hints->ai_flags & RAI_NUMERICHOST))
@@ -606,8 +644,8 @@ EXPORT int rdma_getaddrinfo(const char *node, const char *service, const struct 
 	memcpy(sa, ai->ai_addr, ai->ai_addrlen);
 	r->ai_flags = hints ? hints->ai_flags : 0;
 	r->ai_family = ai->ai_family;
-	r->ai_qp_type = udp ? IBV_QPT_UD : IBV_QPT_RC;
-	r->ai_port_space = udp ? RDMA_PS_UDP : RDMA_PS_TCP;
+	r->ai_qp_type = qp_type;
+	r->ai_port_space = ps;
 	if (passive) {
 		r->ai_src_addr = sa;
 		r->ai_src_len = ai->ai_addrlen;
@@ -645,7 +683,7 @@ EXPORT int rdma_create_ep(struct rdma_cm_id **idp, struct rdma_addrinfo *res, st
 	struct rdma_cm_id *cid;
 	struct sn_cm_id *id;
 
-	if (rdma_create_id(NULL, &cid, NULL, res->ai_port_space ? res->ai_port_space : RDMA_PS_TCP))
+	if (create_id(NULL, &cid, NULL, res->ai_port_space ? res->ai_port_space : RDMA_PS_TCP, res->ai_qp_type))
 		return -1;
 	id = (struct sn_cm_id *)cid;
 	cid->pd = pd;

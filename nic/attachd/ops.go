@@ -430,7 +430,7 @@ func (s *session) listen(_ context.Context, raw json.RawMessage, _ []int) (any, 
 		return nil, nil, err
 	}
 	return s.hostListener(a.Backlog, &hostedListener{pd: pd, cfg: a.QP}, func(backlog int) (*nic.Listener, error) {
-		return s.dev.Listen(a.Port, nic.ListenOptions{PD: pd, QP: cfg, Backlog: backlog})
+		return s.dev.Listen(a.Port, nic.ListenOptions{PD: pd, QP: cfg, Backlog: backlog, PortSpace: mad.PortSpace(a.PortSpace)})
 	})
 }
 
@@ -611,6 +611,7 @@ func (s *session) dial(ctx context.Context, raw json.RawMessage, _ []int) (any, 
 		PD: pd, QP: cfg, PrivateData: a.Private, ResponderResources: a.ResponderResources,
 		InitiatorDepth: a.InitiatorDepth, RetryCount: a.RetryCount, RNRRetryCount: a.RNRRetryCount,
 		MTU: a.MTU, Timeout: a.Timeout, CMRetries: a.CMRetries, CMTimeout: a.CMTimeout,
+		PortSpace: mad.PortSpace(a.PortSpace),
 	}
 	if a.UseQP != 0 {
 		o.UseQP = h.pub

@@ -6,6 +6,7 @@ import (
 
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/internal/attachproto"
+	"github.com/softnic/softnic/wire/mad"
 )
 
 // Service ID resolution, rdma_cm's UDP port space, for attached
@@ -19,7 +20,7 @@ func (s *session) listenUD(_ context.Context, raw json.RawMessage, _ []int) (any
 		return nil, nil, err
 	}
 	return s.hostListener(a.Backlog, &hostedListener{ud: true}, func(backlog int) (*nic.Listener, error) {
-		return s.dev.ListenUD(a.Port, nic.ListenUDOptions{Backlog: backlog})
+		return s.dev.ListenUD(a.Port, nic.ListenUDOptions{Backlog: backlog, PortSpace: mad.PortSpace(a.PortSpace)})
 	})
 }
 
@@ -50,7 +51,9 @@ func (s *session) resolve(ctx context.Context, raw json.RawMessage, _ []int) (an
 	if err != nil {
 		return nil, nil, err
 	}
-	p, err := s.dev.Resolve(ctx, a.Remote, a.Port, nic.ResolveOptions{PrivateData: a.Private, CMTimeout: a.CMTimeout, CMRetries: a.CMRetries})
+	p, err := s.dev.Resolve(ctx, a.Remote, a.Port, nic.ResolveOptions{
+		PrivateData: a.Private, CMTimeout: a.CMTimeout, CMRetries: a.CMRetries, PortSpace: mad.PortSpace(a.PortSpace),
+	})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -7,7 +7,7 @@
 // It owns the communications of one device (REQ, REP, RTU, REJ, MRA, DREQ
 // and DREP, their retransmissions and timewaits), the service ID
 // resolutions of rdma_cm's UDP port space (SIDR_REQ and SIDR_REP,
-// sidr.go), the listeners' backlogs,
+// sidr.go), both also in rdma_cm's IB port space, the listeners' backlogs,
 // and the limits on the requests it holds for peers it does not know
 // (Limits). It does no I/O: it has no socket, goroutine, channel, callback
 // or clock. MADs, time and the application's calls go in (Engine.Receive,

@@ -159,6 +159,7 @@ type ID struct {
 	remote uint32         // the peer's, 0 until known
 	tid    uint64         // transaction ID of our answers
 	peer   netip.AddrPort // where the peer receives (see peerAddr)
+	ps     mad.PortSpace  // the rdma_cm port space of port
 	port   uint16         // the rdma_cm port connected to
 	// remoteSrc is where a passive communication's REQ came from: with
 	// the requester's communication ID, it recognises duplicates.
@@ -212,6 +213,9 @@ func (id *ID) Peer() netip.AddrPort { return id.peer }
 // Port returns the rdma_cm port the communication connects to.
 func (id *ID) Port() uint16 { return id.port }
 
+// PortSpace returns the rdma_cm port space of Port.
+func (id *ID) PortSpace() mad.PortSpace { return id.ps }
+
 // Err returns why the handshake failed or the connection ended, nil
 // before (or after a local disconnect).
 func (id *ID) Err() error { return id.err }
@@ -234,7 +238,8 @@ type remoteKey struct {
 // port wait in its backlog until the driver takes them (NextRequest).
 type Listener struct {
 	port    uint16
-	ud      bool // of rdma_cm's UDP port space: it takes SIDR_REQs (ListenUD)
+	ps      mad.PortSpace
+	ud      bool // it takes SIDR_REQs (ListenUD), not REQs
 	max     int  // the backlog's room
 	backlog []*ID
 	// Context is the driver's: the engine never looks at it.
@@ -243,6 +248,9 @@ type Listener struct {
 
 // Port returns the rdma_cm port the listener takes requests for.
 func (l *Listener) Port() uint16 { return l.port }
+
+// PortSpace returns the rdma_cm port space of Port.
+func (l *Listener) PortSpace() mad.PortSpace { return l.ps }
 
 // Backlog returns how many requests wait in the listener's backlog.
 func (l *Listener) Backlog() int { return len(l.backlog) }
@@ -360,14 +368,17 @@ func (o *Output) event(t EventType, id *ID, err error) {
 
 // DialParams describe a connection to request.
 type DialParams struct {
-	Peer    netip.AddrPort // the remote device
-	Src     netip.Addr     // our address toward it
-	Port    uint16         // the rdma_cm port
-	QPN     uint32
-	PSN     wire.PSN
-	MTU     wire.MTU
-	SRQ     bool   // the QP takes its receive WRs from an SRQ
-	Private []byte // at most mad.CMAPrivateDataSize bytes
+	Peer netip.AddrPort // the remote device
+	Src  netip.Addr     // our address toward it
+	Port uint16         // the rdma_cm port
+	// PortSpace is Port's: mad.PortSpaceTCP (also when 0) or
+	// mad.PortSpaceIB, whose RC connections are made the same way.
+	PortSpace mad.PortSpace
+	QPN       uint32
+	PSN       wire.PSN
+	MTU       wire.MTU
+	SRQ       bool   // the QP takes its receive WRs from an SRQ
+	Private   []byte // at most mad.CMAPrivateDataSize bytes
 
 	ResponderResources, InitiatorDepth uint8
 	RetryCount, RNRRetryCount          uint8
@@ -387,19 +398,20 @@ type AcceptParams struct {
 // Engine holds every communication of one device. It is not safe for
 // concurrent use: the driver serialises calls.
 type Engine struct {
-	guid      uint64 // the local CA GUID in REQs and REPs
-	lim       Limits
-	rng       *rand.Rand
-	ids       map[uint32]*ID
-	remotes   map[remoteKey]*ID
-	listeners map[uint16]*Listener
+	guid    uint64 // the local CA GUID in REQs and REPs
+	lim     Limits
+	rng     *rand.Rand
+	ids     map[uint32]*ID
+	remotes map[remoteKey]*ID
+	// listeners are by port space and port: one port space's port is one
+	// listener's, of connections or of resolutions (ListenUD).
+	listeners map[listenKey]*Listener
 	// The resolutions' passive side (sidr.go): the SIDR_REQs received by
-	// request ID and source, and the listeners of the UDP port space.
-	sidrs       map[remoteKey]*ID
-	udListeners map[uint16]*Listener
-	timers      timerHeap
-	timerSeq    uint64 // the last timer sequence number handed out
-	closed      bool
+	// request ID and source.
+	sidrs    map[remoteKey]*ID
+	timers   timerHeap
+	timerSeq uint64 // the last timer sequence number handed out
+	closed   bool
 
 	// The requests held before their handshake completes (half-open), in
 	// all and by source (sourceKey).
@@ -418,13 +430,12 @@ type Engine struct {
 func New(guid uint64, lim Limits, rng *rand.Rand) *Engine {
 	return &Engine{
 		guid: guid, lim: lim.WithDefaults(), rng: rng,
-		ids:         make(map[uint32]*ID),
-		remotes:     make(map[remoteKey]*ID),
-		listeners:   make(map[uint16]*Listener),
-		halfOpenBy:  make(map[netip.Prefix]int),
-		sidrs:       make(map[remoteKey]*ID),
-		udListeners: make(map[uint16]*Listener),
-		rejectSeed:  rng.Uint64(),
+		ids:        make(map[uint32]*ID),
+		remotes:    make(map[remoteKey]*ID),
+		listeners:  make(map[listenKey]*Listener),
+		halfOpenBy: make(map[netip.Prefix]int),
+		sidrs:      make(map[remoteKey]*ID),
+		rejectSeed: rng.Uint64(),
 	}
 }
 
@@ -541,8 +552,8 @@ func (e *Engine) RandomPSN() wire.PSN { return wire.PSN(e.rng.Uint32()) & wire.P
 
 // newID returns a communication with a fresh random local communication
 // ID (Linux's are random-looking too), not yet in any table.
-func (e *Engine) newID(active bool, peer netip.AddrPort, port uint16) *ID {
-	id := &ID{active: active, peer: peer, port: port}
+func (e *Engine) newID(active bool, peer netip.AddrPort, ps mad.PortSpace, port uint16) *ID {
+	id := &ID{active: active, peer: peer, ps: ps, port: port}
 	for id.local == 0 || e.ids[id.local] != nil {
 		id.local = e.rng.Uint32()
 	}
@@ -587,7 +598,11 @@ func (e *Engine) Connect(now qp.Time, p *DialParams, out *Output) (*ID, error) {
 	if err := checkPrivate("REQ", p.Private, mad.CMAPrivateDataSize); err != nil {
 		return nil, err
 	}
-	id := e.newID(true, p.Peer, p.Port)
+	ps := cmp.Or(p.PortSpace, mad.PortSpaceTCP)
+	if ps != mad.PortSpaceTCP && ps != mad.PortSpaceIB {
+		return nil, fmt.Errorf("connections are made in the TCP and IB port spaces, not %v: %w", ps, mr.ErrInvalid)
+	}
+	id := e.newID(true, p.Peer, ps, p.Port)
 	id.tid = tidOf(id.local)
 	id.localQPN = p.QPN
 	// Linux waits twice the packet lifetime plus the peer's CM response
@@ -598,7 +613,7 @@ func (e *Engine) Connect(now qp.Time, p *DialParams, out *Output) (*ID, error) {
 	f := mad.MADFields{Header: mad.CMHeader(mad.AttrConnectRequest, id.tid)}
 	f.REQ = mad.REQFields{
 		LocalCommID:             id.local,
-		ServiceID:               mad.RDMACMServiceID(mad.PortSpaceTCP, p.Port),
+		ServiceID:               mad.RDMACMServiceID(ps, p.Port),
 		LocalCAGUID:             e.guid,
 		LocalQPN:                p.QPN,
 		ResponderResources:      p.ResponderResources,
@@ -887,7 +902,7 @@ func (e *Engine) dequeue(id *ID) {
 		return
 	}
 	id.queued = false
-	if l := e.listenersFor(id.sidr)[id.port]; l != nil {
+	if l := e.listeners[listenKey{id.ps, id.port}]; l != nil {
 		if i := slices.Index(l.backlog, id); i >= 0 {
 			l.backlog = slices.Delete(l.backlog, i, i+1)
 		}
@@ -964,8 +979,8 @@ func (e *Engine) receiveREQ(now qp.Time, src netip.AddrPort, mtu wire.MTU, m *ma
 	// Every refusal is decided from the REQ's fields in place, before
 	// anything is allocated for it, and costs a REJ at most (issueREJ).
 	ps, port, ok := r.ServiceID().RDMACM()
-	l := e.listeners[port]
-	if !ok || ps != mad.PortSpaceTCP || l == nil {
+	l := e.listeners[listenKey{ps, port}]
+	if !ok || l == nil || l.ud {
 		e.issueREJ(now, src, m, mad.RejectInvalidServiceID, nil, out)
 		return
 	}
@@ -996,7 +1011,7 @@ func (e *Engine) receiveREQ(now qp.Time, src netip.AddrPort, mtu wire.MTU, m *ma
 		return
 	}
 	req := r.Fields()
-	id := e.newID(false, peerAddr(src, req.LocalCAGUID), port)
+	id := e.newID(false, peerAddr(src, req.LocalCAGUID), ps, port)
 	e.admit(id, src.Addr())
 	id.remote, id.tid, id.req = req.LocalCommID, m.Header.TransactionID(), &req
 	id.remoteQPN = req.LocalQPN
@@ -1331,32 +1346,32 @@ func (e *Engine) expire(now qp.Time, id *ID, out *Output) {
 	}
 }
 
-// Listen registers a listener for rdma_cm TCP port with room for backlog
-// unanswered requests.
-func (e *Engine) Listen(port uint16, backlog int) (*Listener, error) {
-	return e.listen(port, backlog, false)
+// listenKey names a listener: a port of a port space.
+type listenKey struct {
+	ps   mad.PortSpace
+	port uint16
 }
 
-func (e *Engine) listen(port uint16, backlog int, ud bool) (*Listener, error) {
-	m := e.listenersFor(ud)
+// Listen registers a listener for port of rdma_cm's port space ps, TCP or
+// IB, with room for backlog unanswered connection requests.
+func (e *Engine) Listen(ps mad.PortSpace, port uint16, backlog int) (*Listener, error) {
+	if ps != mad.PortSpaceTCP && ps != mad.PortSpaceIB {
+		return nil, fmt.Errorf("connections are taken in the TCP and IB port spaces, not %v: %w", ps, mr.ErrInvalid)
+	}
+	return e.listen(ps, port, backlog, false)
+}
+
+func (e *Engine) listen(ps mad.PortSpace, port uint16, backlog int, ud bool) (*Listener, error) {
+	k := listenKey{ps, port}
 	switch {
 	case e.closed:
 		return nil, ErrClosed
-	case m[port] != nil:
-		return nil, fmt.Errorf("port %d is already listened on (EADDRINUSE): %w", port, mr.ErrBusy)
+	case e.listeners[k] != nil:
+		return nil, fmt.Errorf("%v port %d is already listened on (EADDRINUSE): %w", ps, port, mr.ErrBusy)
 	}
-	l := &Listener{port: port, ud: ud, max: backlog}
-	m[port] = l
+	l := &Listener{port: port, ps: ps, ud: ud, max: backlog}
+	e.listeners[k] = l
 	return l, nil
-}
-
-// listenersFor returns the listeners of the UDP port space if ud, else
-// of the TCP one.
-func (e *Engine) listenersFor(ud bool) map[uint16]*Listener {
-	if ud {
-		return e.udListeners
-	}
-	return e.listeners
 }
 
 // NextRequest takes the oldest request waiting in l's backlog, nil if none
@@ -1374,14 +1389,14 @@ func (e *Engine) NextRequest(l *Listener) *ID {
 // Unlisten closes l and rejects the requests in its backlog, as Linux
 // rejects (consumer reject) the pending requests of a destroyed listener.
 func (e *Engine) Unlisten(now qp.Time, l *Listener, out *Output) {
-	m := e.listenersFor(l.ud)
-	if m[l.port] != l {
+	k := listenKey{l.ps, l.port}
+	if e.listeners[k] != l {
 		return
 	}
 	for id := e.NextRequest(l); id != nil; id = e.NextRequest(l) {
 		e.Reject(now, id, mad.RejectConsumer, nil, out)
 	}
-	delete(m, l.port)
+	delete(e.listeners, k)
 	out.Events = append(out.Events, Event{Type: EventListenerClosed, Listener: l})
 }
 
@@ -1391,10 +1406,11 @@ func (e *Engine) Unlisten(now qp.Time, l *Listener, out *Output) {
 // settled. The communications are visited in the order of their IDs, so
 // that a shutdown's output is the same every time.
 func (e *Engine) Shutdown(now qp.Time, out *Output) {
-	for _, m := range []map[uint16]*Listener{e.listeners, e.udListeners} {
-		for _, port := range slices.Sorted(maps.Keys(m)) {
-			e.Unlisten(now, m[port], out)
-		}
+	keys := slices.SortedFunc(maps.Keys(e.listeners), func(a, b listenKey) int {
+		return cmp.Or(cmp.Compare(a.ps, b.ps), cmp.Compare(a.port, b.port))
+	})
+	for _, k := range keys {
+		e.Unlisten(now, e.listeners[k], out)
 	}
 	e.closed = true
 	for _, local := range slices.Sorted(maps.Keys(e.ids)) {

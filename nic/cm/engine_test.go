@@ -224,7 +224,7 @@ func (l *cmLink) dialParams() *DialParams {
 
 func (l *cmLink) listen(backlog int) *Listener {
 	l.t.Helper()
-	ln, err := l.b.e.Listen(7471, backlog)
+	ln, err := l.b.e.Listen(mad.PortSpaceTCP, 7471, backlog)
 	if err != nil {
 		l.t.Fatal(err)
 	}
@@ -331,7 +331,7 @@ func FuzzCMEngine(f *testing.F) {
 	l.connect(p)
 	l.settle(time.Second)
 	// A resolution answered, and one for no listener.
-	ul, err := l.b.e.ListenUD(7174, 4)
+	ul, err := l.b.e.ListenUD(mad.PortSpaceUDP, 7174, 4)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -357,7 +357,7 @@ func FuzzCMEngine(f *testing.F) {
 		l := newCMLink(t)
 		l.handshake(time.Second)
 		l.settle(time.Second)
-		if _, err := l.b.e.ListenUD(7174, 4); err != nil {
+		if _, err := l.b.e.ListenUD(mad.PortSpaceUDP, 7174, 4); err != nil {
 			t.Fatal(err)
 		}
 		from := l.a.addr

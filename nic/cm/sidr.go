@@ -1,6 +1,7 @@
 package cm
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -48,10 +49,13 @@ func sidrPeer(src netip.AddrPort, resv uint16) netip.AddrPort {
 
 // ResolveParams describe a service ID resolution to request.
 type ResolveParams struct {
-	Peer    netip.AddrPort // the remote device
-	Src     netip.Addr     // our address toward it
-	Port    uint16         // the rdma_cm port of the UDP port space
-	Private []byte         // at most mad.SIDRCMAPrivateDataSize bytes
+	Peer netip.AddrPort // the remote device
+	Src  netip.Addr     // our address toward it
+	Port uint16         // the rdma_cm port
+	// PortSpace is Port's: mad.PortSpaceUDP (also when 0) or
+	// mad.PortSpaceIB, whose UD QPs are resolved the same way.
+	PortSpace mad.PortSpace
+	Private   []byte // at most mad.SIDRCMAPrivateDataSize bytes
 	// CMTimeout is how long each SIDR_REQ waits for its SIDR_REP (4.096 µs
 	// × 2^CMTimeout), CMRetries how often it is sent again.
 	CMTimeout, CMRetries uint8
@@ -96,11 +100,15 @@ func (e *SIDRError) Is(target error) bool {
 	return target == ErrConnRefused && e.Status == mad.SIDRUnsupported
 }
 
-// ListenUD registers a listener for port of rdma_cm's UDP port space with
-// room for backlog unanswered SIDR_REQs. It and a Listen of the same port
-// number are two listeners.
-func (e *Engine) ListenUD(port uint16, backlog int) (*Listener, error) {
-	return e.listen(port, backlog, true)
+// ListenUD registers a listener for port of rdma_cm's port space ps, UDP
+// or IB, with room for backlog unanswered SIDR_REQs. It and a Listen of
+// the same port number in another port space are two listeners; in the
+// IB port space, which carries both, they are one port.
+func (e *Engine) ListenUD(ps mad.PortSpace, port uint16, backlog int) (*Listener, error) {
+	if ps != mad.PortSpaceUDP && ps != mad.PortSpaceIB {
+		return nil, fmt.Errorf("resolutions are taken in the UDP and IB port spaces, not %v: %w", ps, mr.ErrInvalid)
+	}
+	return e.listen(ps, port, backlog, true)
 }
 
 // UD reports whether the listener takes SIDR_REQs (ListenUD).
@@ -117,14 +125,18 @@ func (e *Engine) Resolve(now qp.Time, p *ResolveParams, out *Output) (*ID, error
 	if err := checkPrivate("SIDR_REQ", p.Private, SIDRCMAPrivateDataSize); err != nil {
 		return nil, err
 	}
-	id := e.newID(true, p.Peer, p.Port)
+	ps := cmp.Or(p.PortSpace, mad.PortSpaceUDP)
+	if ps != mad.PortSpaceUDP && ps != mad.PortSpaceIB {
+		return nil, fmt.Errorf("resolutions are made in the UDP and IB port spaces, not %v: %w", ps, mr.ErrInvalid)
+	}
+	id := e.newID(true, p.Peer, ps, p.Port)
 	id.sidr = true
 	id.tid = tidOf(id.local)
 	id.timeout, id.retries = Duration(p.CMTimeout), p.CMRetries
 	f := mad.MADFields{Header: mad.CMHeader(mad.AttrServiceIDResReq, id.tid)}
 	f.SIDRREQ = mad.SIDRREQFields{
 		RequestID: id.local, PKey: 0xFFFF, Resv16: sidrMark,
-		ServiceID: mad.RDMACMServiceID(mad.PortSpaceUDP, p.Port),
+		ServiceID: mad.RDMACMServiceID(ps, p.Port),
 	}
 	srcPort := uint16(firstPort + e.rng.IntN(lastPort-firstPort+1))
 	cma := mad.NewCMAHeader(netip.AddrPortFrom(p.Src, srcPort), p.Peer.Addr())
@@ -164,8 +176,8 @@ func (e *Engine) receiveSIDRREQ(now qp.Time, src netip.AddrPort, m *mad.MAD, out
 		return
 	}
 	ps, port, ok := r.ServiceID().RDMACM()
-	l := e.udListeners[port]
-	if !ok || ps != mad.PortSpaceUDP || l == nil {
+	l := e.listeners[listenKey{ps, port}]
+	if !ok || l == nil || !l.ud {
 		e.issueSIDRREP(now, src, m, mad.SIDRUnsupported, out)
 		return
 	}
@@ -184,7 +196,7 @@ func (e *Engine) receiveSIDRREQ(now qp.Time, src netip.AddrPort, m *mad.MAD, out
 		return
 	}
 	req := r.Fields()
-	id := e.newID(false, sidrPeer(src, req.Resv16), port)
+	id := e.newID(false, sidrPeer(src, req.Resv16), ps, port)
 	id.sidr = true
 	e.admit(id, src.Addr())
 	id.remote, id.tid, id.sidrReq, id.remoteSrc = req.RequestID, m.Header.TransactionID(), &req, src
@@ -251,7 +263,7 @@ func (e *Engine) answerSIDR(now qp.Time, id *ID, status mad.SIDRStatus, qpn, qke
 	f := mad.MADFields{Header: mad.CMHeader(mad.AttrServiceIDResReqResp, id.tid)}
 	f.SIDRREP = mad.SIDRREPFields{
 		RequestID: id.remote, Status: status, QPN: qpn, QKey: qkey,
-		ServiceID: mad.RDMACMServiceID(mad.PortSpaceUDP, id.port),
+		ServiceID: mad.RDMACMServiceID(id.ps, id.port),
 	}
 	copy(f.SIDRREP.PrivateData[:], private)
 	copy(id.msg[:], e.send(out, id.peer, &f))

@@ -2,6 +2,7 @@ package cm
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -57,7 +58,8 @@ type cmTranscript struct {
 type lnKey struct {
 	side *cmSide
 	port uint16
-	ud   bool // a listener of the UDP port space (listen H ud)
+	ud   bool          // a listener of resolutions (listen H ud)
+	ps   mad.PortSpace // TCP, or UDP if ud, unless ps=ib
 }
 
 func (e *cmTranscript) do(t *testing.T, d *datadriven.TestData) string {
@@ -334,17 +336,16 @@ func (e *cmTranscript) run(t *testing.T, d *datadriven.TestData) string {
 		s.e.lim = s.e.lim.WithDefaults()
 	case "listen":
 		s := e.side(t, d)
-		port := uint16(e.intArg(t, d, "port", 7471))
-		_, ud := d.Arg("ud")
+		k := e.lnKey(t, d, s)
 		listen := s.e.Listen
-		if ud {
+		if k.ud {
 			listen = s.e.ListenUD
 		}
-		ln, err := listen(port, e.intArg(t, d, "backlog", 8))
+		ln, err := listen(k.ps, k.port, e.intArg(t, d, "backlog", 8))
 		if err != nil {
 			return errOut(err)
 		}
-		e.listeners[lnKey{s, port, ud}] = ln
+		e.listeners[k] = ln
 	case "unlisten":
 		s := e.side(t, d)
 		ln := e.listeners[e.lnKey(t, d, s)]
@@ -365,6 +366,7 @@ func (e *cmTranscript) run(t *testing.T, d *datadriven.TestData) string {
 		p.ACKTimeout = uint8(e.intArg(t, d, "ack-timeout", int(p.ACKTimeout)))
 		p.CMRetries = uint8(e.intArg(t, d, "cm-retries", int(p.CMRetries)))
 		p.Private = e.private(t, d, "hello")
+		p.PortSpace = e.portSpace(t, d, 0)
 		name := d.CmdArgs[1].Key
 		var err error
 		out := l.step(s, func(en *Engine, now qp.Time, out *Output) {
@@ -394,7 +396,7 @@ func (e *cmTranscript) run(t *testing.T, d *datadriven.TestData) string {
 		}
 		p := &ResolveParams{
 			Peer: l.peer(s).addr, Src: s.addr.Addr(), Port: uint16(e.intArg(t, d, "port", 7174)),
-			Private:   e.private(t, d, "hello"),
+			Private: e.private(t, d, "hello"), PortSpace: e.portSpace(t, d, 0),
 			CMTimeout: uint8(e.intArg(t, d, "cm-timeout", 12)), CMRetries: uint8(e.intArg(t, d, "cm-retries", 3)),
 		}
 		name := d.CmdArgs[1].Key
@@ -542,26 +544,32 @@ func (e *cmTranscript) run(t *testing.T, d *datadriven.TestData) string {
 			names = append(names, e.comm(id.local)+" "+id.state.String())
 		}
 		slices.Sort(names)
-		var ports []uint16
+		var keys []lnKey
+		ud := false
 		for k := range e.listeners {
 			if k.side == s {
-				ports = append(ports, k.port)
+				keys = append(keys, k)
+				ud = ud || k.ud
 			}
 		}
-		slices.Sort(ports)
-		ports = slices.Compact(ports)
+		slices.SortFunc(keys, func(a, b lnKey) int {
+			if a.ud != b.ud {
+				return cmp.Compare(btoi(a.ud), btoi(b.ud))
+			}
+			return cmp.Or(cmp.Compare(a.port, b.port), cmp.Compare(a.ps, b.ps))
+		})
 		backlogs := ""
-		for _, p := range ports {
-			if ln := e.listeners[lnKey{s, p, false}]; ln != nil {
-				backlogs += fmt.Sprintf(" backlog(%d)=%d", p, ln.Backlog())
+		for _, k := range keys {
+			name := "backlog"
+			if k.ud {
+				name = "ud-" + name
 			}
-		}
-		for _, p := range ports {
-			if ln := e.listeners[lnKey{s, p, true}]; ln != nil {
-				backlogs += fmt.Sprintf(" ud-backlog(%d)=%d", p, ln.Backlog())
+			if k.ps == mad.PortSpaceIB {
+				name = "ib-" + name
 			}
+			backlogs += fmt.Sprintf(" %s(%d)=%d", name, k.port, e.listeners[k].Backlog())
 		}
-		if len(s.e.sidrs) > 0 || len(s.e.udListeners) > 0 {
+		if len(s.e.sidrs) > 0 || ud {
 			backlogs = fmt.Sprintf(" resolutions=%d", len(s.e.sidrs)) + backlogs
 		}
 		return fmt.Sprintf("communications=%d %v half-open=%d sources=%d%s\n",
@@ -575,7 +583,34 @@ func (e *cmTranscript) run(t *testing.T, d *datadriven.TestData) string {
 // lnKey is the listener the command names: side, [ud], [port=N] (7471).
 func (e *cmTranscript) lnKey(t *testing.T, d *datadriven.TestData, s *cmSide) lnKey {
 	_, ud := d.Arg("ud")
-	return lnKey{s, uint16(e.intArg(t, d, "port", 7471)), ud}
+	def := mad.PortSpaceTCP
+	if ud {
+		def = mad.PortSpaceUDP
+	}
+	return lnKey{s, uint16(e.intArg(t, d, "port", 7471)), ud, e.portSpace(t, d, def)}
+}
+
+// portSpace is the port space of argument ps (tcp, udp or ib), def
+// without it.
+func (e *cmTranscript) portSpace(t *testing.T, d *datadriven.TestData, def mad.PortSpace) mad.PortSpace {
+	v, ok := d.Arg("ps")
+	if !ok {
+		return def
+	}
+	for _, ps := range []mad.PortSpace{mad.PortSpaceTCP, mad.PortSpaceUDP, mad.PortSpaceIB} {
+		if len(v) == 1 && strings.EqualFold(v[0], ps.String()) {
+			return ps
+		}
+	}
+	d.Fatalf(t, "ps=%v: tcp, udp or ib", v)
+	return 0
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // id2 is id for commands whose first argument is the name.

@@ -36,7 +36,7 @@ func (a *attachment) Listen(port uint16, opts *provider.ListenOptions) (provider
 		return nil, 0, fmt.Errorf("softnic: listen on port %d: %w", port, err)
 	}
 	var r attachproto.ListenResult
-	args := attachproto.ListenArgs{Port: port, PD: pd.h, QP: qpArgs(&opts.QP), Backlog: opts.Backlog}
+	args := attachproto.ListenArgs{Port: port, PD: pd.h, QP: qpArgs(&opts.QP), Backlog: opts.Backlog, PortSpace: uint16(opts.PortSpace)}
 	if _, err := a.call(context.Background(), attachproto.OpListen, args, nil, &r); err != nil {
 		return nil, 0, err
 	}
@@ -284,5 +284,6 @@ func dialArgs(remote netip.AddrPort, port uint16, o *provider.DialOptions) attac
 		ResponderResources: o.ResponderResources, InitiatorDepth: o.InitiatorDepth,
 		RetryCount: o.RetryCount, RNRRetryCount: o.RNRRetryCount, MTU: o.MTU,
 		Timeout: o.Timeout, CMRetries: o.CMRetries, CMTimeout: o.CMTimeout, UseQP: daemonHandle(o.UseQP),
+		PortSpace: uint16(o.PortSpace),
 	}
 }

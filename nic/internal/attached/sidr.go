@@ -8,6 +8,7 @@ import (
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/internal/attachproto"
 	"github.com/softnic/softnic/nic/internal/provider"
+	"github.com/softnic/softnic/wire/mad"
 )
 
 // Service ID resolution, rdma_cm's UDP port space, on the daemon's
@@ -16,9 +17,10 @@ import (
 // Resolve waits for the daemon's SIDR_REP as Dial waits for its REP.
 
 // ListenUD listens on port of the UDP port space at the daemon.
-func (a *attachment) ListenUD(port uint16, backlog int) (provider.Listener, uint16, error) {
+func (a *attachment) ListenUD(port uint16, ps mad.PortSpace, backlog int) (provider.Listener, uint16, error) {
 	var r attachproto.ListenResult
-	if _, err := a.call(context.Background(), attachproto.OpListenUD, attachproto.ListenUDArgs{Port: port, Backlog: backlog}, nil, &r); err != nil {
+	args := attachproto.ListenUDArgs{Port: port, Backlog: backlog, PortSpace: uint16(ps)}
+	if _, err := a.call(context.Background(), attachproto.OpListenUD, args, nil, &r); err != nil {
 		return nil, 0, err
 	}
 	return &attachedListener{a: a, h: r.H, port: r.Port, closed: make(chan struct{})}, r.Port, nil
@@ -44,7 +46,10 @@ func (ar *attachedRequest) AcceptUD(q provider.QP, _ uint32, private []byte) err
 // Resolve asks the daemon to resolve port of the UDP port space at remote.
 func (a *attachment) Resolve(ctx context.Context, remote netip.AddrPort, port uint16, o *provider.ResolveOptions) (provider.Resolution, error) {
 	var r attachproto.ResolveResult
-	args := attachproto.ResolveArgs{Remote: remote, Port: port, Private: o.PrivateData, CMTimeout: o.CMTimeout, CMRetries: o.CMRetries}
+	args := attachproto.ResolveArgs{
+		Remote: remote, Port: port, Private: o.PrivateData, CMTimeout: o.CMTimeout, CMRetries: o.CMRetries,
+		PortSpace: uint16(o.PortSpace),
+	}
 	if _, err := a.call(ctx, attachproto.OpResolve, args, nil, &r); err != nil {
 		if ctx.Err() != nil {
 			return provider.Resolution{}, fmt.Errorf("softnic: resolve %v port %d: %w", remote, port, ctx.Err())

@@ -346,6 +346,9 @@ type ListenArgs struct {
 	PD      uint32
 	QP      QPConfig
 	Backlog int
+	// PortSpace is ListenOptions.PortSpace (0: the default). A daemon of
+	// before it ignores it, and listens in the TCP port space.
+	PortSpace uint16 `json:",omitempty"`
 }
 
 // ListenResult answers listen.
@@ -388,6 +391,7 @@ type DialArgs struct {
 	MTU                                int
 	Timeout, CMRetries, CMTimeout      uint8
 	UseQP                              uint32 // DialOptions.UseQP's handle, 0 for a new QP
+	PortSpace                          uint16 `json:",omitempty"` // DialOptions.PortSpace, as ListenArgs'
 }
 
 // ConnResult answers dial and accept: the connection's handle, and its

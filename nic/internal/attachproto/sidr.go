@@ -15,8 +15,9 @@ const (
 
 // ListenUDArgs is Device.ListenUD; it is answered with a ListenResult.
 type ListenUDArgs struct {
-	Port    uint16
-	Backlog int
+	Port      uint16
+	Backlog   int
+	PortSpace uint16 `json:",omitempty"` // ListenUDOptions.PortSpace, as ListenArgs'
 }
 
 // AcceptUDArgs answers a request of a UD listener with the process's UD
@@ -33,6 +34,7 @@ type ResolveArgs struct {
 	Port                 uint16
 	Private              []byte
 	CMTimeout, CMRetries uint8
+	PortSpace            uint16 `json:",omitempty"` // ResolveOptions.PortSpace, as ListenArgs'
 }
 
 // ResolveResult answers resolve: the UD QP that serves the port, its

@@ -33,7 +33,7 @@ type Listener struct {
 
 // Listen is provider.Device's Listen.
 func (h *Host) Listen(port uint16, opts *provider.ListenOptions) (provider.Listener, uint16, error) {
-	l, err := h.listen(port, opts.Backlog, (*cm.Engine).Listen)
+	l, err := h.listen(opts.PortSpace, port, opts.Backlog, (*cm.Engine).Listen)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -42,18 +42,18 @@ func (h *Host) Listen(port uint16, opts *provider.ListenOptions) (provider.Liste
 
 // listen registers a listener of the engine with listen (Listen or
 // ListenUD).
-func (h *Host) listen(port uint16, backlog int, listen func(*cm.Engine, uint16, int) (*cm.Listener, error)) (*cmListener, error) {
+func (h *Host) listen(ps mad.PortSpace, port uint16, backlog int, listen func(*cm.Engine, mad.PortSpace, uint16, int) (*cm.Listener, error)) (*cmListener, error) {
 	l := &cmListener{port: port, ready: make(chan struct{}, 1), closed: make(chan struct{})}
 	var err error
 	h.run(func(e *cm.Engine, _ qp.Time, _ *cm.Output) {
-		if l.engine, err = listen(e, port, cmp.Or(backlog, provider.CMDefaultBacklog)); err == nil {
+		if l.engine, err = listen(e, ps, port, cmp.Or(backlog, provider.CMDefaultBacklog)); err == nil {
 			l.engine.Context = l
 		}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("softnic: listen: %w", err)
 	}
-	h.log.Debug("cm: listening", slog.Any("port", port), slog.Bool("ud", l.engine.UD()))
+	h.log.Debug("cm: listening", slog.Any("port", port), slog.Any("port space", ps), slog.Bool("ud", l.engine.UD()))
 	return l, nil
 }
 
@@ -266,7 +266,7 @@ func (h *Host) dialOnce(ctx context.Context, q QP, remote netip.AddrPort, port u
 		MTU: mtu, SRQ: o.QP.SRQ != nil, Private: o.PrivateData,
 		ResponderResources: o.ResponderResources, InitiatorDepth: o.InitiatorDepth,
 		RetryCount: o.RetryCount, RNRRetryCount: o.RNRRetryCount,
-		ACKTimeout: o.Timeout, CMTimeout: o.CMTimeout, CMRetries: o.CMRetries,
+		ACKTimeout: o.Timeout, CMTimeout: o.CMTimeout, CMRetries: o.CMRetries, PortSpace: o.PortSpace,
 	}
 	var id *cmID
 	var err error

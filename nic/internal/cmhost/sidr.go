@@ -12,6 +12,7 @@ import (
 	"github.com/softnic/softnic/nic/internal/provider"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/verbs"
+	"github.com/softnic/softnic/wire/mad"
 )
 
 // Service ID resolution, rdma_cm's UDP port space (package cm's sidr.go):
@@ -19,8 +20,8 @@ import (
 
 // ListenUD is provider.Device's ListenUD. Its requests are answered with
 // AcceptUD (or Reject); Accept refuses them.
-func (h *Host) ListenUD(port uint16, backlog int) (provider.Listener, uint16, error) {
-	l, err := h.listen(port, backlog, (*cm.Engine).ListenUD)
+func (h *Host) ListenUD(port uint16, ps mad.PortSpace, backlog int) (provider.Listener, uint16, error) {
+	l, err := h.listen(ps, port, backlog, (*cm.Engine).ListenUD)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -50,7 +51,7 @@ func (er *Request) AcceptUD(q provider.QP, qkey uint32, private []byte) error {
 func (h *Host) Resolve(ctx context.Context, remote netip.AddrPort, port uint16, o *provider.ResolveOptions) (provider.Resolution, error) {
 	p := cm.ResolveParams{
 		Peer: remote, Src: h.dev.SourceFor(remote).Addr().Unmap(), Port: port, Private: o.PrivateData,
-		CMTimeout: o.CMTimeout, CMRetries: o.CMRetries,
+		CMTimeout: o.CMTimeout, CMRetries: o.CMRetries, PortSpace: o.PortSpace,
 	}
 	fail := func(err error) (provider.Resolution, error) {
 		return provider.Resolution{}, fmt.Errorf("softnic: resolve %v port %d: %w", remote, port, err)

@@ -10,6 +10,7 @@ import (
 	"github.com/softnic/softnic/nic/internal/provider"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/verbs"
+	"github.com/softnic/softnic/wire/mad"
 )
 
 // The embedded device's connection manager is package cmhost's, on the
@@ -25,8 +26,8 @@ func (d *Device) Dial(ctx context.Context, remote netip.AddrPort, port uint16, o
 	return d.cm.Dial(ctx, remote, port, opts)
 }
 
-func (d *Device) ListenUD(port uint16, backlog int) (provider.Listener, uint16, error) {
-	return d.cm.ListenUD(port, backlog)
+func (d *Device) ListenUD(port uint16, ps mad.PortSpace, backlog int) (provider.Listener, uint16, error) {
+	return d.cm.ListenUD(port, ps, backlog)
 }
 
 func (d *Device) Resolve(ctx context.Context, remote netip.AddrPort, port uint16, o *provider.ResolveOptions) (provider.Resolution, error) {

@@ -32,6 +32,7 @@ import (
 	"github.com/softnic/softnic/nic/udp"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/verbs"
+	"github.com/softnic/softnic/wire/mad"
 )
 
 // Up is the façade as a provider sees it.
@@ -69,11 +70,11 @@ type Device interface {
 	// its options ask for (0 for the default).
 	DialMTU(asked int, remote netip.AddrPort) int
 	Dial(ctx context.Context, remote netip.AddrPort, port uint16, o *DialOptions) (Connection, error)
-	// ListenUD listens on port of rdma_cm's UDP port space, whose
-	// requests are service ID resolutions (sidr.go).
-	ListenUD(port uint16, backlog int) (Listener, uint16, error)
-	// Resolve resolves port of rdma_cm's UDP port space at remote to the
-	// UD QP that serves it.
+	// ListenUD listens on port of rdma_cm's port space ps (UDP or IB),
+	// whose requests are service ID resolutions (sidr.go).
+	ListenUD(port uint16, ps mad.PortSpace, backlog int) (Listener, uint16, error)
+	// Resolve resolves port of rdma_cm's port space o.PortSpace at remote
+	// to the UD QP that serves it.
 	Resolve(ctx context.Context, remote netip.AddrPort, port uint16, o *ResolveOptions) (Resolution, error)
 }
 
@@ -194,9 +195,10 @@ type Listener interface {
 
 // ListenOptions are nic.ListenOptions with providers.
 type ListenOptions struct {
-	PD      PD
-	QP      QPConfig
-	Backlog int
+	PD        PD
+	QP        QPConfig
+	Backlog   int
+	PortSpace mad.PortSpace
 }
 
 // Request is a connection request's provider.
@@ -228,6 +230,7 @@ type DialOptions struct {
 	MTU                                int
 	Timeout, CMRetries, CMTimeout      uint8
 	UseQP                              QP
+	PortSpace                          mad.PortSpace
 }
 
 // Connection is a connection Dial or Accept made: its QP (the caller's
