@@ -50,7 +50,7 @@ type ListenUDOptions struct {
 func (d *Device) ListenUD(port uint16, opts ListenUDOptions) (*Listener, error) {
 	ps, err := checkPortSpace(opts.PortSpace, PortSpaceUDP)
 	if err != nil {
-		return nil, fmt.Errorf("softnic: listen on UDP port %d: %w", port, err)
+		return nil, fmt.Errorf("softnic: listen for resolutions on port %d: %w", port, err)
 	}
 	if opts.Backlog < 0 {
 		return nil, fmt.Errorf("softnic: listen on UDP port %d: backlog %d: %w", port, opts.Backlog, ErrInvalid)

@@ -79,9 +79,12 @@ func (id *ID) IsResolution() bool { return id.sidr }
 // SIDRError is a service ID resolution refused by the peer's SIDR_REP,
 // as Resolve's driver returns it.
 type SIDRError struct {
-	Addr   netip.AddrPort // the device that answered
-	Port   uint16         // the rdma_cm port resolved
-	Status mad.SIDRStatus // the SIDR_REP's status
+	Addr netip.AddrPort // the device that answered
+	Port uint16         // the rdma_cm port resolved
+	// PortSpace is Port's, UDP or IB (0, from a daemon of before it:
+	// UDP).
+	PortSpace mad.PortSpace
+	Status    mad.SIDRStatus // the SIDR_REP's status
 	// PrivateData is the SIDR_REP's private data, the whole field.
 	PrivateData []byte
 }
@@ -89,7 +92,7 @@ type SIDRError struct {
 func (e *SIDRError) Error() string {
 	s := fmt.Sprintf("service ID resolution of %v port %d refused: %v", e.Addr, e.Port, e.Status)
 	if e.Status == mad.SIDRUnsupported {
-		s += fmt.Sprintf(" (nothing listens on UDP port %d)", e.Port)
+		s += fmt.Sprintf(" (nothing listens on %v port %d)", cmp.Or(e.PortSpace, mad.PortSpaceUDP), e.Port)
 	}
 	return s
 }
@@ -158,7 +161,7 @@ func (e *Engine) receiveSIDRREP(src netip.AddrPort, r mad.SIDRREP, out *Output) 
 	id.sidrRep = &rep
 	var err error
 	if rep.Status != mad.SIDRSuccess {
-		err = &SIDRError{Addr: id.peer, Port: id.port, Status: rep.Status, PrivateData: slices.Clone(rep.PrivateData[:])}
+		err = &SIDRError{Addr: id.peer, Port: id.port, PortSpace: id.ps, Status: rep.Status, PrivateData: slices.Clone(rep.PrivateData[:])}
 		id.err = err
 	}
 	e.remove(id, out)
