@@ -179,6 +179,10 @@ type AcceptOptions struct {
 	// Conn.Close then leaves it in the error state for its owner to
 	// destroy.
 	UseQP *QP `json:"-"`
+	// SelfConnect leaves UseQP (required) to its owner, who connects it
+	// with Request.Params (in any state: rping -q has it in RTS before it
+	// accepts), as rdma_accept does for a QP rdma_cm did not make.
+	SelfConnect bool
 }
 
 // Accept answers the request with a REP, after moving a new QP (from the
@@ -192,6 +196,9 @@ func (r *Request) Accept(opts AcceptOptions) (*Conn, error) {
 	if r.UD() {
 		return nil, fmt.Errorf("softnic: accept %v: a resolution is answered with AcceptUD: %w", r.peer, ErrInvalid)
 	}
+	if opts.SelfConnect && (opts.UseQP == nil || r.Params() == nil) {
+		return nil, fmt.Errorf("softnic: accept %v: SelfConnect needs UseQP, and a device that tells Request.Params: %w", r.peer, ErrInvalid)
+	}
 	c, err := r.prov.Accept(opts.provider())
 	if err != nil {
 		return nil, err
@@ -202,7 +209,7 @@ func (r *Request) Accept(opts AcceptOptions) (*Conn, error) {
 // provider is o with providers.
 func (o *AcceptOptions) provider() *provider.AcceptOptions {
 	p := &provider.AcceptOptions{PrivateData: o.PrivateData, ResponderResources: o.ResponderResources,
-		InitiatorDepth: o.InitiatorDepth, RNRRetryCount: o.RNRRetryCount}
+		InitiatorDepth: o.InitiatorDepth, RNRRetryCount: o.RNRRetryCount, SelfConnect: o.SelfConnect}
 	if o.UseQP != nil {
 		p.UseQP = o.UseQP.prov
 	}
@@ -268,6 +275,11 @@ type DialOptions struct {
 	UseQP *QP
 	// PortSpace is the port's: PortSpaceTCP (default) or PortSpaceIB.
 	PortSpace PortSpace
+	// SelfConnect leaves UseQP (required) to its owner: Dial returns at
+	// the REP, with the QP untouched and Conn.Params telling what to
+	// connect it with, and Conn.Establish then sends the RTU, as
+	// rdma_connect and rdma_establish do for a QP rdma_cm did not make.
+	SelfConnect bool
 }
 
 func (o *DialOptions) setDefaults(d *Device, remote netip.AddrPort) error {
@@ -338,6 +350,9 @@ func (d *Device) Dial(ctx context.Context, remote netip.AddrPort, port uint16, o
 	if err := opts.setDefaults(d, remote); err != nil {
 		return fail(fmt.Errorf("softnic: dial %v port %d: %w", remote, port, err))
 	}
+	if opts.SelfConnect && opts.UseQP == nil {
+		return fail(fmt.Errorf("softnic: dial %v port %d: SelfConnect needs UseQP: %w", remote, port, ErrInvalid))
+	}
 	if q := opts.UseQP; q != nil {
 		err := checkConnQP(d, q)
 		if err == nil && q.pd != opts.PD {
@@ -361,6 +376,7 @@ func (o *DialOptions) provider() *provider.DialOptions {
 		ResponderResources: o.ResponderResources, InitiatorDepth: o.InitiatorDepth,
 		RetryCount: o.RetryCount, RNRRetryCount: o.RNRRetryCount, MTU: o.MTU,
 		Timeout: o.Timeout, CMRetries: o.CMRetries, CMTimeout: o.CMTimeout, PortSpace: o.PortSpace,
+		SelfConnect: o.SelfConnect,
 	}
 	if o.UseQP != nil {
 		p.UseQP = o.UseQP.prov
@@ -385,11 +401,12 @@ type Conn struct {
 	private   []byte
 	closeOnce sync.Once
 	prov      provider.Conn
+	params    *ConnParams // of a Dial with SelfConnect (cm_self.go)
 }
 
 // newConn wraps a connection the provider made.
 func (d *Device) newConn(c *provider.Connection) *Conn {
-	return &Conn{dev: d, qp: c.QP.Owner().(*QP), peer: c.Remote, private: c.Private, prov: c.Conn}
+	return &Conn{dev: d, qp: c.QP.Owner().(*QP), peer: c.Remote, private: c.Private, prov: c.Conn, params: c.Params}
 }
 
 // QP returns the connection's QP, in RTS.

@@ -12,6 +12,23 @@ import (
 	"github.com/softnic/softnic/nic"
 )
 
+// openExampleDevice opens a device on loopback with a PD and a CQ.
+func openExampleDevice() (*nic.Device, *nic.PD, *nic.CQ) {
+	dev, err := nic.Open(nic.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0")})
+	if err != nil {
+		log.Fatal(err)
+	}
+	pd, err := dev.AllocPD()
+	if err != nil {
+		log.Fatal(err)
+	}
+	cq, err := dev.CreateCQ(64)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return dev, pd, cq
+}
+
 // Connect two devices the way rdma_cm applications do: the server listens
 // on an rdma_cm port and accepts, the client dials the server's address
 // and port; each side reads the other's private data, and both QPs end up
@@ -19,24 +36,9 @@ import (
 func ExampleDevice_Dial() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	open := func() (*nic.Device, *nic.PD, *nic.CQ) {
-		dev, err := nic.Open(nic.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0")})
-		if err != nil {
-			log.Fatal(err)
-		}
-		pd, err := dev.AllocPD()
-		if err != nil {
-			log.Fatal(err)
-		}
-		cq, err := dev.CreateCQ(64)
-		if err != nil {
-			log.Fatal(err)
-		}
-		return dev, pd, cq
-	}
-	server, spd, scq := open()
+	server, spd, scq := openExampleDevice()
 	defer server.Close()
-	client, cpd, ccq := open()
+	client, cpd, ccq := openExampleDevice()
 	defer client.Close()
 
 	l, err := server.Listen(7471, nic.ListenOptions{PD: spd, QP: nic.QPConfig{SendCQ: scq}})
@@ -87,24 +89,9 @@ func ExampleDevice_Dial() {
 func ExamplePortSpace() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	open := func() (*nic.Device, *nic.PD, *nic.CQ) {
-		dev, err := nic.Open(nic.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0")})
-		if err != nil {
-			log.Fatal(err)
-		}
-		pd, err := dev.AllocPD()
-		if err != nil {
-			log.Fatal(err)
-		}
-		cq, err := dev.CreateCQ(64)
-		if err != nil {
-			log.Fatal(err)
-		}
-		return dev, pd, cq
-	}
-	server, spd, scq := open()
+	server, spd, scq := openExampleDevice()
 	defer server.Close()
-	client, cpd, ccq := open()
+	client, cpd, ccq := openExampleDevice()
 	defer client.Close()
 
 	l, err := server.Listen(7471, nic.ListenOptions{PD: spd, QP: nic.QPConfig{SendCQ: scq}, PortSpace: nic.PortSpaceIB})
@@ -136,4 +123,69 @@ func ExamplePortSpace() {
 	// Output:
 	// TCP port 7471: true
 	// IB port 7471: RTS RTS
+}
+
+// Connect QPs their owners move to RTR and RTS themselves, as rping -q
+// does with rdma_init_qp_attr: the acceptor connects its QP with the
+// request's Params, the dialer its own with the Params of the REP, and the
+// dialer's Establish sends the RTU that establishes the acceptor's side.
+func ExampleConn_Establish() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	server, spd, scq := openExampleDevice()
+	defer server.Close()
+	client, cpd, ccq := openExampleDevice()
+	defer client.Close()
+	newQP := func(pd *nic.PD, cq *nic.CQ) *nic.QP {
+		q, err := pd.CreateQP(nic.QPConfig{SendCQ: cq})
+		if err != nil {
+			log.Fatal(err)
+		}
+		return q
+	}
+	sq, cq := newQP(spd, scq), newQP(cpd, ccq)
+	defer sq.Destroy()
+	defer cq.Destroy()
+
+	l, err := server.Listen(7471, nic.ListenOptions{PD: spd, QP: nic.QPConfig{SendCQ: scq}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan *nic.Conn)
+	go func() {
+		req, err := l.AcceptRequest(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		p := req.Params()
+		if err := sq.Connect(p.Remote, p.RemoteQPN, p.Options); err != nil {
+			log.Fatal(err)
+		}
+		conn, err := req.Accept(nic.AcceptOptions{UseQP: sq, SelfConnect: true})
+		if err != nil {
+			log.Fatal(err)
+		}
+		accepted <- conn
+	}()
+
+	conn, err := client.Dial(ctx, server.Addr(), 7471, nic.DialOptions{PD: cpd, UseQP: cq, SelfConnect: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	p := conn.Params()
+	fmt.Println("at the REP:", cq.Attr().State, p.RemoteQPN == sq.Num())
+	if err := cq.Connect(p.Remote, p.RemoteQPN, p.Options); err != nil {
+		log.Fatal(err)
+	}
+	if err := conn.Establish(); err != nil {
+		log.Fatal(err)
+	}
+	sconn := <-accepted
+	defer sconn.Close()
+	fmt.Println("established:", cq.Attr().State, sq.Attr().State)
+	// Output:
+	// at the REP: RESET true
+	// established: RTS RTS
 }

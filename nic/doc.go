@@ -45,7 +45,10 @@
 // (Device.ListenUD) answers each service ID resolution with a UD QP
 // (Request.AcceptUD), and rdma_connect → Device.Resolve learns that QP and
 // its Q_Key (SIDR_REQ, SIDR_REP). rdma_cm's IB port space (RDMA_PS_IB)
-// carries either, by the calls' PortSpace options. It holds the requests of peers it does not know within CMLimits, and
+// carries either, by the calls' PortSpace options. A QP its owner connects
+// itself (rdma_init_qp_attr, rdma_establish) takes the attributes the
+// handshake negotiated (DialOptions.SelfConnect, Conn.Params,
+// Conn.Establish). It holds the requests of peers it does not know within CMLimits, and
 // answers a REQ with no more than the REQ until the requester shows it
 // receives. The path MTU toward each peer is the route's, as rxe takes its
 // interface's (Device.PathMTU, RoCEMTU), capped by Config.MTU.

@@ -473,21 +473,33 @@ func TestVerbsPerftest(t *testing.T) {
 }
 
 // TestVerbsRping: rping -s and rping -c -V -C 100, at 64 bytes and at
-// 65535, the most rping takes (its -S must be below its 64 KiB buffer).
+// 65535, the most rping takes (its -S must be below its 64 KiB buffer),
+// and with QPs each side connects itself (-q).
 func TestVerbsRping(t *testing.T) {
 	bin, lib := needLibsoftnic(t, "rping")
 	for _, topology := range []func(*testing.T, string, string) verbsTopology{oneDaemon, twoDaemons} {
 		tp := topology(t, bin, lib)
 		t.Run(tp.name, func(t *testing.T) {
-			for _, size := range []string{"64", "65535"} {
-				t.Run(size, func(t *testing.T) {
+			// 64 and 65535 bytes, and -q: each side creates its QP
+			// itself and connects it with rdma_init_qp_attr's RTR and
+			// RTS attributes, the client after CONNECT_RESPONSE, then
+			// rdma_establish.
+			for _, c := range []struct {
+				name string
+				args []string
+			}{
+				{"64", []string{"-S", "64"}},
+				{"65535", []string{"-S", "65535"}},
+				{"self-connected QP", []string{"-S", "64", "-q"}},
+			} {
+				t.Run(c.name, func(t *testing.T) {
 					port := freePort()
 					// -V: each side compares what it received, and fails
 					// on a difference. The server ends when the client
 					// disconnects.
 					out, _ := runPair(t, tp, time.Minute,
-						[]string{"rping", "-s", "-a", tp.server.ip(), "-p", port, "-S", size, "-C", "100", "-V"},
-						[]string{"rping", "-c", "-a", tp.server.ip(), "-p", port, "-S", size, "-C", "100", "-V"})
+						append([]string{"rping", "-s", "-a", tp.server.ip(), "-p", port, "-C", "100", "-V"}, c.args...),
+						append([]string{"rping", "-c", "-a", tp.server.ip(), "-p", port, "-C", "100", "-V"}, c.args...))
 					if !strings.Contains(out, "server DISCONNECT EVENT") {
 						t.Errorf("rping -s did not end with the client's disconnect:\n%s", out)
 					}

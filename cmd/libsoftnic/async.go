@@ -102,6 +102,18 @@ func (e *asyncEvents) watch(dev *nic.Device) {
 	}
 }
 
+// qpNumbered returns the context's QP numbered qpn, nil if none is.
+func (e *asyncEvents) qpNumbered(qpn uint32) *nic.QP {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for q := range e.qps {
+		if q.Num() == qpn {
+			return q
+		}
+	}
+	return nil
+}
+
 // addQP makes the QP's errors events of the context.
 func (e *asyncEvents) addQP(q *nic.QP, sq *C.struct_sn_qp) {
 	e.mu.Lock()

@@ -471,24 +471,35 @@ func snResolveRoute(c *C.struct_sn_cm_id) C.int {
 // the most).
 func rdLimit(n C.int) uint8 { return uint8(min(int(n), qp.MaxRdAtomicLimit)) }
 
-// programQP is the QP the program created on the id (rdma_create_qp),
-// which the connection uses.
-func (id *cmID) programQP() *nic.QP {
-	if id.cid.id.qp == nil {
-		return nil
+// programQP is the QP the connection uses: the one the program created
+// on the id (rdma_create_qp), or else the program's QP numbered qpn
+// (rdma_conn_param's qp_num), which the program connects itself (self):
+// rdma_init_qp_attr tells it how, and rdma_establish ends the dialer's
+// handshake (cm_self.go).
+func (id *cmID) programQP(qpn C.uint32_t) (q *nic.QP, self bool) {
+	if id.cid.id.qp != nil {
+		return qpOf(id.cid.id.qp).q, false
 	}
-	return qpOf(id.cid.id.qp).q
+	if qpn == 0 || id.dev == nil {
+		return nil, false
+	}
+	q = id.dev.async.qpNumbered(uint32(qpn))
+	return q, q != nil
 }
 
 //export snConnect
-func snConnect(c *C.struct_sn_cm_id, data unsafe.Pointer, n, rr, depth, retry, rnr C.int) C.int {
+func snConnect(c *C.struct_sn_cm_id, data unsafe.Pointer, n, rr, depth, retry, rnr C.int, qpn C.uint32_t) C.int {
 	id := idOf(c)
-	q := id.programQP()
+	q, self := id.programQP(qpn)
 	if q == nil {
-		unsupported("rdma_connect without a QP made by rdma_create_qp on the id")
+		unsupported("rdma_connect without a QP made by rdma_create_qp on the id or named by conn_param's qp_num")
 		return C.EOPNOTSUPP
 	}
 	if id.ud() {
+		if self {
+			unsupported("rdma_connect of a UD id with conn_param's qp_num")
+			return C.EOPNOTSUPP
+		}
 		return id.resolveUD(C.GoBytes(data, n))
 	}
 	id.mu.Lock()
@@ -503,10 +514,10 @@ func snConnect(c *C.struct_sn_cm_id, data unsafe.Pointer, n, rr, depth, retry, r
 	opts := nic.DialOptions{
 		PD: q.PD(), UseQP: q, PrivateData: C.GoBytes(data, n), ResponderResources: rdLimit(rr),
 		InitiatorDepth: rdLimit(depth), RetryCount: uint8(min(retry, 7)), RNRRetryCount: uint8(min(rnr, 7)),
-		PortSpace: id.portSpace(),
+		PortSpace: id.portSpace(), SelfConnect: self,
 	}
 	return id.establish(func() (*nic.Conn, error) { return dialListening(ctx, id.dev.dev, peer, rport, opts) },
-		opts.ResponderResources, opts.InitiatorDepth)
+		opts.ResponderResources, opts.InitiatorDepth, self)
 }
 
 // listenGrace is how long a connect goes on asking a port nothing listens
@@ -536,8 +547,9 @@ func dialListening(ctx context.Context, d *nic.Device, peer netip.AddrPort, port
 }
 
 // establish makes a connection with connect: a synchronous id waits for
-// it, an id with a channel is told with an event.
-func (id *cmID) establish(connect func() (*nic.Conn, error), rr, depth uint8) C.int {
+// it, an id with a channel is told with an event: ESTABLISHED, or
+// CONNECT_RESPONSE when the program connects its QP itself (self).
+func (id *cmID) establish(connect func() (*nic.Conn, error), rr, depth uint8, self bool) C.int {
 	result := func() cmEvent {
 		conn, err := connect()
 		if err == nil {
@@ -546,7 +558,11 @@ func (id *cmID) establish(connect func() (*nic.Conn, error), rr, depth uint8) C.
 		return connectEvent(err, conn, rr, depth)
 	}
 	if id.ch.Load() == nil {
-		return result().errno(C.RDMA_CM_EVENT_ESTABLISHED)
+		want := C.enum_rdma_cm_event_type(C.RDMA_CM_EVENT_ESTABLISHED)
+		if self {
+			want = C.RDMA_CM_EVENT_CONNECT_RESPONSE
+		}
+		return result().errno(want)
 	}
 	go func() { id.post(result()) }()
 	return 0
@@ -566,7 +582,9 @@ func (id *cmID) connected(conn *nic.Conn) error {
 	}
 	id.conn = conn
 	id.mu.Unlock()
-	id.cid.id.qp.state = C.IBV_QPS_RTS
+	if id.cid.id.qp != nil {
+		id.cid.id.qp.state = C.IBV_QPS_RTS
+	}
 	go func() {
 		select {
 		case <-conn.Done():
@@ -586,6 +604,8 @@ func (id *cmID) disconnected() {
 func connectEvent(err error, conn *nic.Conn, rr, depth uint8) cmEvent {
 	var rej *nic.RejectError
 	switch {
+	case err == nil && conn.Params() != nil:
+		return cmEvent{typ: C.RDMA_CM_EVENT_CONNECT_RESPONSE, private: conn.PrivateData(), rr: rr, depth: depth}
 	case err == nil:
 		return cmEvent{typ: C.RDMA_CM_EVENT_ESTABLISHED, private: conn.PrivateData(), rr: rr, depth: depth}
 	case errors.As(err, &rej):
@@ -597,11 +617,15 @@ func connectEvent(err error, conn *nic.Conn, rr, depth uint8) cmEvent {
 }
 
 //export snAccept
-func snAccept(c *C.struct_sn_cm_id, data unsafe.Pointer, n, rr, depth, rnr C.int) C.int {
+func snAccept(c *C.struct_sn_cm_id, data unsafe.Pointer, n, rr, depth, rnr C.int, qpn C.uint32_t) C.int {
 	id := idOf(c)
-	q := id.programQP()
+	q, self := id.programQP(qpn)
 	if q == nil {
-		unsupported("rdma_accept without a QP made by rdma_create_qp on the id")
+		unsupported("rdma_accept without a QP made by rdma_create_qp on the id or named by conn_param's qp_num")
+		return C.EOPNOTSUPP
+	}
+	if id.ud() && self {
+		unsupported("rdma_accept of a UD id with conn_param's qp_num")
 		return C.EOPNOTSUPP
 	}
 	if id.ud() {
@@ -614,7 +638,7 @@ func snAccept(c *C.struct_sn_cm_id, data unsafe.Pointer, n, rr, depth, rnr C.int
 		return C.EINVAL
 	}
 	opts := nic.AcceptOptions{PrivateData: C.GoBytes(data, n), ResponderResources: rdLimit(rr), InitiatorDepth: rdLimit(depth),
-		RNRRetryCount: uint8(min(rnr, 7)), UseQP: q}
+		RNRRetryCount: uint8(min(rnr, 7)), UseQP: q, SelfConnect: self}
 	// rdma_accept returns with the QP ready to send, as librdmacm's does
 	// (programs post at once, before ESTABLISHED): Accept returns once the
 	// peer's RTU came, a round trip after the REP, and the event follows.

@@ -62,7 +62,11 @@
 // address handle attributes in param.ud. An id of the IB port space
 // (RDMA_PS_IB) is either, by its QP type (RC unless rdma_getaddrinfo's
 // ai_qp_type asks for UD), with the IB port space's service IDs
-// (the PortSpace options of package nic's calls).
+// (the PortSpace options of package nic's calls). A QP the program creates
+// and connects itself (rping -q: the id has none, conn_param's qp_num
+// names it) gets the attributes the handshake negotiated from
+// rdma_init_qp_attr, and rdma_establish sends the dialer's RTU after its
+// CONNECT_RESPONSE (cm_self.go, package nic's SelfConnect).
 package main
 
 func main() {}

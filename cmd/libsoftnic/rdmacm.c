@@ -450,13 +450,20 @@ static void conn_param(const struct rdma_conn_param *p, const void **data, int *
 	*rnr = p->rnr_retry_count;
 }
 
+/* qp_num is conn_param's QP number: the QP of an id with none, which the
+ * program connects itself. */
+static uint32_t qp_num(const struct rdma_conn_param *p)
+{
+	return p ? p->qp_num : 0;
+}
+
 EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *param)
 {
 	const void *data;
 	int len, rr, depth, retry, rnr;
 
 	conn_param(param, &data, &len, &rr, &depth, &retry, &rnr);
-	return fail(snConnect((struct sn_cm_id *)id, (void *)data, len, rr, depth, retry, rnr));
+	return fail(snConnect((struct sn_cm_id *)id, (void *)data, len, rr, depth, retry, rnr, qp_num(param)));
 }
 
 EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *param)
@@ -465,7 +472,7 @@ EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *param)
 	int len, rr, depth, retry, rnr;
 
 	conn_param(param, &data, &len, &rr, &depth, &retry, &rnr);
-	return fail(snAccept((struct sn_cm_id *)id, (void *)data, len, rr, depth, rnr));
+	return fail(snAccept((struct sn_cm_id *)id, (void *)data, len, rr, depth, rnr, qp_num(param)));
 }
 
 EXPORT int rdma_reject(struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len)
@@ -480,9 +487,7 @@ EXPORT int rdma_disconnect(struct rdma_cm_id *id)
 
 EXPORT int rdma_establish(struct rdma_cm_id *id)
 {
-	(void)id;
-	sn_unsupported("rdma_establish (a QP the program connects itself)");
-	return -1;
+	return fail(snEstablish((struct sn_cm_id *)id));
 }
 
 EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **event)
@@ -563,15 +568,13 @@ EXPORT int rdma_set_option(struct rdma_cm_id *id, int level, int optname, void *
 }
 
 /* rdma_init_qp_attr gives the attributes of INIT, the state rdma_cm puts a
- * QP in before it connects; the connection's RTR and RTS attributes stay
- * with the daemon's connection manager. */
+ * QP in before it connects, and those of RTR and RTS that the connection's
+ * handshake negotiated (cm_self.go), for a QP the program connects
+ * itself. */
 EXPORT int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *attr, int *mask)
 {
-	(void)id;
-	if (attr->qp_state != IBV_QPS_INIT) {
-		sn_unsupported("rdma_init_qp_attr for RTR and RTS (a QP the program connects itself)");
-		return -1;
-	}
+	if (attr->qp_state != IBV_QPS_INIT)
+		return fail(snInitQPAttr((struct sn_cm_id *)id, attr, mask));
 	attr->port_num = 1;
 	attr->pkey_index = 0;
 	attr->qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;

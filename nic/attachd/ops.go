@@ -494,7 +494,7 @@ func (s *session) acceptRequest(ctx context.Context, raw json.RawMessage, _ []in
 		r.Reject(nil)
 		return nil, nil, err
 	}
-	return attachproto.RequestResult{H: h, Private: r.PrivateData(), Remote: r.RemoteAddr()}, nil, nil
+	return attachproto.RequestResult{H: h, Private: r.PrivateData(), Remote: r.RemoteAddr(), Params: r.Params()}, nil, nil
 }
 
 // accept accepts a request with a QP over new rings. The handshake goes on
@@ -519,7 +519,7 @@ func (s *session) accept(ctx context.Context, raw json.RawMessage, _ []int) (any
 		return nil, nil, err
 	}
 	opts := nic.AcceptOptions{PrivateData: a.PrivateData, ResponderResources: a.ResponderResources,
-		InitiatorDepth: a.InitiatorDepth, RNRRetryCount: a.RNRRetryCount}
+		InitiatorDepth: a.InitiatorDepth, RNRRetryCount: a.RNRRetryCount, SelfConnect: a.SelfConnect}
 	if a.UseQP != 0 {
 		opts.UseQP = h.pub
 	}
@@ -611,7 +611,7 @@ func (s *session) dial(ctx context.Context, raw json.RawMessage, _ []int) (any, 
 		PD: pd, QP: cfg, PrivateData: a.Private, ResponderResources: a.ResponderResources,
 		InitiatorDepth: a.InitiatorDepth, RetryCount: a.RetryCount, RNRRetryCount: a.RNRRetryCount,
 		MTU: a.MTU, Timeout: a.Timeout, CMRetries: a.CMRetries, CMTimeout: a.CMTimeout,
-		PortSpace: mad.PortSpace(a.PortSpace),
+		PortSpace: mad.PortSpace(a.PortSpace), SelfConnect: a.SelfConnect,
 	}
 	if a.UseQP != 0 {
 		o.UseQP = h.pub
@@ -664,7 +664,7 @@ func (s *session) hostConn(c *nic.Conn, h *hostedQP, use uint32) (any, []int, er
 		}
 		return fail(err)
 	}
-	res := attachproto.ConnResult{H: ch, QP: h.result(qh), Private: c.PrivateData(), Remote: c.RemoteAddr()}
+	res := attachproto.ConnResult{H: ch, QP: h.result(qh), Private: c.PrivateData(), Remote: c.RemoteAddr(), Params: c.Params()}
 	var fds []int
 	if use == 0 {
 		fds = h.TakeFDs()
@@ -714,4 +714,14 @@ func (s *session) disconnect(ctx context.Context, raw json.RawMessage, _ []int) 
 	case <-ctx.Done():
 		return nil, nil, ctx.Err()
 	}
+}
+
+// establish sends the RTU of a dial with SelfConnect, whose QP the
+// process has connected.
+func (s *session) establish(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
+	c, _, err := byHandle[*hostedConn](s, raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	return nil, nil, c.c.Establish()
 }

@@ -990,6 +990,7 @@ var sessionOps = map[string]sessionOp{
 	attachproto.OpListenUD:      {run: (*session).listenUD},
 	attachproto.OpAcceptUD:      {run: (*session).acceptUD},
 	attachproto.OpResolve:       {waits: true, run: (*session).resolve},
+	attachproto.OpEstablish:     {run: (*session).establish},
 }
 
 // args decodes a request's arguments.

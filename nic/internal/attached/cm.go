@@ -62,7 +62,7 @@ func (al *attachedListener) AcceptRequest(ctx context.Context) (provider.Request
 		}
 		return nil, err
 	}
-	return &attachedRequest{a: al.a, h: r.H, peer: r.Remote, private: r.Private, pd: al.pd}, nil
+	return &attachedRequest{a: al.a, h: r.H, peer: r.Remote, private: r.Private, pd: al.pd, params: r.Params}, nil
 }
 
 // Close closes the listener at the daemon, once: closing it again returns
@@ -95,6 +95,7 @@ type attachedRequest struct {
 	peer       netip.AddrPort
 	private    []byte
 	pd         *attachedPD
+	params     *provider.ConnParams
 	answerMu   sync.Mutex
 	accepted   provider.Conn
 	acceptedUD bool // answered with AcceptUD
@@ -103,6 +104,9 @@ type attachedRequest struct {
 
 func (ar *attachedRequest) Remote() netip.AddrPort { return ar.peer }
 func (ar *attachedRequest) PrivateData() []byte    { return ar.private }
+
+// Params are the daemon's; nil from a daemon of before them.
+func (ar *attachedRequest) Params() *provider.ConnParams { return ar.params }
 
 func (ar *attachedRequest) Accept(opts *provider.AcceptOptions) (provider.Connection, error) {
 	ar.answerMu.Lock()
@@ -115,6 +119,7 @@ func (ar *attachedRequest) Accept(opts *provider.AcceptOptions) (provider.Connec
 	fds, err := a.call(context.Background(), attachproto.OpAccept, attachproto.AcceptArgs{
 		Request: ar.h, PrivateData: opts.PrivateData, ResponderResources: opts.ResponderResources,
 		InitiatorDepth: opts.InitiatorDepth, RNRRetryCount: opts.RNRRetryCount, UseQP: daemonHandle(opts.UseQP),
+		SelfConnect: opts.SelfConnect,
 	}, nil, &res)
 	if err != nil {
 		return provider.Connection{}, err
@@ -179,7 +184,14 @@ func (a *attachment) Dial(ctx context.Context, remote netip.AddrPort, port uint1
 		}
 		return provider.Connection{}, err
 	}
-	return pd.newConn(&res, fds, o.UseQP)
+	c, err := pd.newConn(&res, fds, o.UseQP)
+	if err == nil && o.SelfConnect && res.Params == nil {
+		// A daemon of before SelfConnect connected the QP itself.
+		c.Conn.Disconnect()
+		return provider.Connection{}, fmt.Errorf("softnic: dial %v port %d: the daemon connects the QP itself (SelfConnect): %w", remote, port, mr.ErrNotSupported)
+	}
+	c.Params = res.Params
+	return c, err
 }
 
 // newConn returns a connection the daemon made, with its QP: a new one of
@@ -231,6 +243,12 @@ type attachedConn struct {
 }
 
 func (c *attachedConn) Done() <-chan struct{} { return c.closed }
+
+// Establish asks the daemon to send the RTU of a Dial with SelfConnect.
+func (c *attachedConn) Establish() error {
+	_, err := c.a.call(context.Background(), attachproto.OpEstablish, attachproto.HandleArgs{H: c.h}, nil, nil)
+	return err
+}
 
 func (c *attachedConn) Err() error {
 	c.a.mu.Lock()
@@ -284,6 +302,6 @@ func dialArgs(remote netip.AddrPort, port uint16, o *provider.DialOptions) attac
 		ResponderResources: o.ResponderResources, InitiatorDepth: o.InitiatorDepth,
 		RetryCount: o.RetryCount, RNRRetryCount: o.RNRRetryCount, MTU: o.MTU,
 		Timeout: o.Timeout, CMRetries: o.CMRetries, CMTimeout: o.CMTimeout, UseQP: daemonHandle(o.UseQP),
-		PortSpace: uint16(o.PortSpace),
+		PortSpace: uint16(o.PortSpace), SelfConnect: o.SelfConnect,
 	}
 }

@@ -362,6 +362,7 @@ type RequestResult struct {
 	H       uint32
 	Private []byte
 	Remote  netip.AddrPort
+	Params  *ConnParams `json:",omitempty"` // Request.Params (selfconnect.go)
 }
 
 // AcceptArgs accepts a connection request with nic.AcceptOptions.
@@ -371,6 +372,7 @@ type AcceptArgs struct {
 	ResponderResources, InitiatorDepth uint8
 	RNRRetryCount                      uint8
 	UseQP                              uint32 // AcceptOptions.UseQP's handle, 0 for a new QP
+	SelfConnect                        bool   `json:",omitempty"` // AcceptOptions.SelfConnect (selfconnect.go)
 }
 
 // RejectArgs is Request.Reject.
@@ -392,6 +394,7 @@ type DialArgs struct {
 	Timeout, CMRetries, CMTimeout      uint8
 	UseQP                              uint32 // DialOptions.UseQP's handle, 0 for a new QP
 	PortSpace                          uint16 `json:",omitempty"` // DialOptions.PortSpace, as ListenArgs'
+	SelfConnect                        bool   `json:",omitempty"` // DialOptions.SelfConnect (selfconnect.go)
 }
 
 // ConnResult answers dial and accept: the connection's handle, and its
@@ -401,6 +404,7 @@ type ConnResult struct {
 	QP      QPResult
 	Private []byte
 	Remote  netip.AddrPort
+	Params  *ConnParams `json:",omitempty"` // a dial with SelfConnect's (selfconnect.go)
 }
 
 // CancelArgs cancels the waiting call whose id is Target.

@@ -63,7 +63,7 @@ func (el *Listener) AcceptRequest(ctx context.Context) (provider.Request, error)
 			return nil, provider.ListenerClosed(el.l.port)
 		}
 		if id := el.h.nextRequest(el.l); id != nil {
-			return &Request{h: el.h, id: id, l: el}, nil
+			return &Request{h: el.h, id: id, l: el, psn: el.h.randomPSN()}, nil
 		}
 		select {
 		case <-el.l.ready:
@@ -84,9 +84,10 @@ func (el *Listener) Close() error {
 
 // Request is a request the engine received for the listener l.
 type Request struct {
-	h  *Host
-	id *cmID
-	l  *Listener
+	h   *Host
+	id  *cmID
+	l   *Listener
+	psn wire.PSN // the REP's Starting PSN, chosen before Params tells it
 }
 
 func (er *Request) Remote() netip.AddrPort { return er.id.peer }
@@ -129,15 +130,15 @@ func (er *Request) AcceptWith(opts *provider.AcceptOptions, cfg provider.QPConfi
 	if opts.RNRRetryCount > 7 {
 		return provider.Connection{}, fmt.Errorf("softnic: accept %v: RNR retry count %d > 7: %w", id.peer, opts.RNRRetryCount, mr.ErrInvalid)
 	}
-	rr := cmp.Or(opts.ResponderResources, min(provider.CMDefaultRdAtomic, req.InitiatorDepth))
-	rr = min(rr, qp.MaxRdAtomicLimit)
-	depth := min(cmp.Or(opts.InitiatorDepth, provider.CMDefaultRdAtomic), req.ResponderResources)
-	rnr := cmp.Or(opts.RNRRetryCount, provider.CMDefaultRetry)
+	if opts.SelfConnect && opts.UseQP == nil {
+		return provider.Connection{}, fmt.Errorf("softnic: accept %v: a QP its owner connects is the caller's (UseQP): %w", id.peer, mr.ErrInvalid)
+	}
+	rr, depth, rnr, params := er.terms(opts)
 
 	var eq QP
 	var err error
 	if opts.UseQP != nil {
-		eq, err = h.connQP(opts.UseQP)
+		eq, err = h.connQP(opts.UseQP, opts.SelfConnect)
 	} else {
 		eq, err = h.createConnQP(er.l.pd, cfg)
 	}
@@ -151,15 +152,9 @@ func (er *Request) AcceptWith(opts *provider.AcceptOptions, cfg provider.QPConfi
 	if opts.UseQP != nil {
 		drop = eq.Halt
 	}
-	// The REQ's Starting PSN is the one this side sends from, the REP's the
-	// one the dialer sends from, as Linux's CM has them (cm_req_handler
-	// makes the REQ's its sq_psn).
-	psn := h.randomPSN()
-	err = provider.Connect(eq, h.dev.MTU(), id.peer, req.LocalQPN, &provider.ConnectOptions{
-		LocalPSN: req.StartingPSN, RemotePSN: psn, MTU: req.PathMTU.Bytes(), Access: cmAccess(rr),
-		Timeout: min(req.PrimaryPath.LocalACKTimeout, cm.MaxHonouredTimeout), RetryCnt: req.RetryCount, RNRRetry: req.RNRRetryCount,
-		MinRNRTimer: provider.CMMinRNRTimer, MaxRdAtomic: depth, MaxDestRdAtomic: rr,
-	})
+	if !opts.SelfConnect {
+		err = provider.Connect(eq, h.dev.MTU(), params.Remote, params.RemoteQPN, &params.Options)
+	}
 	if err != nil {
 		drop()
 		er.Abandon(mad.RejectConsumer)
@@ -170,7 +165,7 @@ func (er *Request) AcceptWith(opts *provider.AcceptOptions, cfg provider.QPConfi
 	eq.OnFirstRequest(func() { h.run(func(e *cm.Engine, _ qp.Time, out *cm.Output) { e.CommEstablished(id.comm, out) }) })
 	h.run(func(e *cm.Engine, now qp.Time, out *cm.Output) {
 		err = e.Accept(now, id.comm, &cm.AcceptParams{
-			QPN: eq.Num(), PSN: psn, SRQ: cfg.SRQ != nil, Private: opts.PrivateData,
+			QPN: eq.Num(), PSN: er.psn, SRQ: cfg.SRQ != nil, Private: opts.PrivateData,
 			ResponderResources: rr, InitiatorDepth: depth, RNRRetryCount: rnr,
 		}, out)
 		if err == nil {
@@ -198,12 +193,44 @@ func (er *Request) AcceptWith(opts *provider.AcceptOptions, cfg provider.QPConfi
 	return h.newConn(id, eq, er.PrivateData(), opts.UseQP == nil), nil
 }
 
+// Params is what the QP accepting the request with the default options
+// is connected with.
+func (er *Request) Params() *provider.ConnParams {
+	if er.id.req == nil {
+		return nil
+	}
+	_, _, _, p := er.terms(&provider.AcceptOptions{})
+	return &p
+}
+
+// terms are what accepting the request with opts negotiates: the REP's
+// responder resources, initiator depth and RNR retry count, and what the
+// accepting QP is connected with. The REQ's Starting PSN is the one this
+// side sends from, the REP's the one the dialer sends from, as Linux's CM
+// has them (cm_req_handler makes the REQ's its sq_psn).
+func (er *Request) terms(opts *provider.AcceptOptions) (rr, depth, rnr uint8, p provider.ConnParams) {
+	req := er.id.req
+	rr = min(cmp.Or(opts.ResponderResources, min(provider.CMDefaultRdAtomic, req.InitiatorDepth)), qp.MaxRdAtomicLimit)
+	depth = min(cmp.Or(opts.InitiatorDepth, provider.CMDefaultRdAtomic), req.ResponderResources)
+	rnr = cmp.Or(opts.RNRRetryCount, provider.CMDefaultRetry)
+	p = provider.ConnParams{Remote: er.id.peer, RemoteQPN: req.LocalQPN, Options: provider.ConnectOptions{
+		LocalPSN: req.StartingPSN, RemotePSN: er.psn, MTU: req.PathMTU.Bytes(), Access: cmAccess(rr),
+		Timeout: min(req.PrimaryPath.LocalACKTimeout, cm.MaxHonouredTimeout), RetryCnt: req.RetryCount, RNRRetry: req.RNRRetryCount,
+		MinRNRTimer: provider.CMMinRNRTimer, MaxRdAtomic: depth, MaxDestRdAtomic: rr,
+	}}
+	return rr, depth, rnr, p
+}
+
 // connQP checks that q, a QP the caller brings to a connection, can make
-// one: an RC QP of this device in RESET or INIT.
-func (h *Host) connQP(q provider.QP) (QP, error) {
+// one: an RC QP of this device in RESET or INIT, or in any state if its
+// owner connects it (self), as rping -q has it in RTS before it accepts.
+func (h *Host) connQP(q provider.QP, self bool) (QP, error) {
 	eq, ok := h.dev.OwnQP(q)
-	if !ok {
+	if !ok || self && q.Type() != verbs.RC {
 		return nil, fmt.Errorf("a connection's QP must be an RC QP of its device: %w", mr.ErrInvalid)
+	}
+	if self {
+		return eq, nil
 	}
 	return eq, provider.CheckConnQP(q)
 }
@@ -299,11 +326,18 @@ func (h *Host) dialOnce(ctx context.Context, q QP, remote netip.AddrPort, port u
 	rr := min(o.ResponderResources, rep.InitiatorDepth)
 	// The dialer sends from the REP's Starting PSN and expects its own
 	// REQ's (see Accept).
-	err = provider.Connect(q, h.dev.MTU(), remote, rep.LocalQPN, &provider.ConnectOptions{
+	params := provider.ConnParams{Remote: remote, RemoteQPN: rep.LocalQPN, Options: provider.ConnectOptions{
 		LocalPSN: rep.StartingPSN, RemotePSN: psn, MTU: o.MTU, Access: cmAccess(rr),
 		Timeout: o.Timeout, RetryCnt: o.RetryCount, RNRRetry: rep.RNRRetryCount, MinRNRTimer: provider.CMMinRNRTimer,
 		MaxRdAtomic: min(o.InitiatorDepth, rep.ResponderResources), MaxDestRdAtomic: rr,
-	})
+	}}
+	if o.SelfConnect {
+		params.Options.SetDefaults(h.dev.MTU())
+		c := h.newConn(id, q, rep.PrivateData[:], false)
+		c.Params = &params
+		return c, nil
+	}
+	err = provider.Connect(q, h.dev.MTU(), remote, rep.LocalQPN, &params.Options)
 	h.run(func(e *cm.Engine, now qp.Time, out *cm.Output) {
 		if err != nil {
 			e.Abort(now, id.comm, out)
@@ -347,6 +381,14 @@ func (h *Host) newConn(id *cmID, q QP, private []byte, ownQP bool) provider.Conn
 
 func (ec *Conn) Done() <-chan struct{} { return ec.id.done }
 
+// Establish sends the RTU of a Dial with SelfConnect, whose caller has
+// connected its QP.
+func (ec *Conn) Establish() error {
+	var err error
+	ec.h.run(func(e *cm.Engine, _ qp.Time, out *cm.Output) { err = e.Establish(ec.id.comm, out) })
+	return err
+}
+
 func (ec *Conn) Err() error {
 	ec.h.mu.Lock()
 	defer ec.h.mu.Unlock()
@@ -358,6 +400,13 @@ func (ec *Conn) Disconnect() {
 	ec.qp.Halt()
 	var wait bool
 	h.run(func(e *cm.Engine, now qp.Time, out *cm.Output) {
+		if id.comm.State() == cm.RepRcvd {
+			// A Dial with SelfConnect closed before its Establish:
+			// the REP is refused (REJ), and the acceptor's accept fails.
+			e.Abort(now, id.comm, out)
+			e.End(id.comm, nil, out)
+			return
+		}
 		ended := id.ended
 		wait = e.Disconnect(now, id.comm, out) && !ended
 	})

@@ -207,6 +207,9 @@ type Request interface {
 	// PrivateData is the REQ's, after rdma_cm's header.
 	PrivateData() []byte
 	Accept(opts *AcceptOptions) (Connection, error)
+	// Params is what a QP accepting the request is connected with, by
+	// its owner when AcceptOptions.SelfConnect; nil for a resolution.
+	Params() *ConnParams
 	Reject(private []byte) error
 	// AcceptUD answers a request of a UD listener with the UD QP q, of
 	// Q_Key qkey.
@@ -218,6 +221,7 @@ type AcceptOptions struct {
 	PrivateData                                       []byte
 	ResponderResources, InitiatorDepth, RNRRetryCount uint8
 	UseQP                                             QP
+	SelfConnect                                       bool
 }
 
 // DialOptions are nic.DialOptions, with their defaults set, with providers.
@@ -231,6 +235,7 @@ type DialOptions struct {
 	Timeout, CMRetries, CMTimeout      uint8
 	UseQP                              QP
 	PortSpace                          mad.PortSpace
+	SelfConnect                        bool
 }
 
 // Connection is a connection Dial or Accept made: its QP (the caller's
@@ -241,6 +246,18 @@ type Connection struct {
 	Remote  netip.AddrPort
 	Private []byte
 	Conn    Conn
+	// Params is what the dialer's QP is connected with, by its owner, of
+	// a Dial with SelfConnect, which waits for Conn.Establish; else nil.
+	Params *ConnParams
+}
+
+// ConnParams are the attributes a connection's handshake negotiated for
+// one side's QP: its peer, the peer's QPN, and the rest of a
+// ConnectOptions.
+type ConnParams struct {
+	Remote    netip.AddrPort
+	RemoteQPN uint32
+	Options   ConnectOptions
 }
 
 // Conn is a connection's provider.
@@ -249,6 +266,8 @@ type Conn interface {
 	Err() error
 	// Disconnect is Conn.Close, called once.
 	Disconnect()
+	// Establish sends the RTU of a Dial with SelfConnect.
+	Establish() error
 }
 
 // Users counts the QPs that use a CQ or an SRQ, which cannot be destroyed
