@@ -555,24 +555,24 @@ func (c *attachedCQ) Resize(depth int) error {
 		return fmt.Errorf("completion queue depth %d: %w", depth, mr.ErrInvalid)
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.closed {
+		c.mu.Unlock()
 		return cm.ErrClosed
 	}
 	fds, err := c.a.call(context.Background(), attachproto.OpResizeCQ, attachproto.ResizeCQArgs{H: c.h, Depth: depth}, nil, nil)
 	if err != nil {
+		c.mu.Unlock()
 		return err
 	}
 	m, ring, err := mapRing(fds, shm.CQESize, depth)
 	if err != nil {
-		// The daemon unmapped the old ring: what it held is lost.
-		c.closed = true
-		c.m.Close()
-		c.ev.Close()
+		c.mu.Unlock()
+		c.close(false) // the daemon unmapped the old ring: what it held is lost
 		return err
 	}
 	c.m.Close()
 	c.m, c.ring, c.cons, c.depth = m, ring, 0, uint32(depth)
+	c.mu.Unlock()
 	return nil
 }
 
@@ -591,8 +591,8 @@ func (c *attachedCQ) Len() int {
 // device's do; a corrupt one ends what is kept.
 func (c *attachedCQ) close(keep bool) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.closed {
+		c.mu.Unlock()
 		return
 	}
 	if prod := c.ring.Producer().Load(); keep && prod-c.cons <= c.depth {
@@ -603,6 +603,10 @@ func (c *attachedCQ) close(keep bool) {
 	}
 	c.closed = true
 	c.m.Close()
+	c.mu.Unlock()
+	// Not under c.mu: a wait under way may be in its look (arm), which
+	// takes c.mu, and closing the descriptor waits for that wait to
+	// return; the look finds the CQ closed and ends it.
 	c.ev.Close()
 }
 

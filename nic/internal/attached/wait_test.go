@@ -241,3 +241,54 @@ func TestWaitLosesNoWakeup(t *testing.T) {
 		}
 	}
 }
+
+// TestCloseDuringLook: a CQ destroyed while a waiter is in its wait's
+// look (arm, which takes the CQ's lock) ends that wait, and the destroy
+// returns: close lets the lock go before it closes the wakeup descriptor,
+// whose Close waits for the wait under way. Holding it, ibv_destroy_cq
+// hung rdma_xclient while libsoftnic's goroutine for ibv_req_notify_cq
+// armed the CQ (about once in 150 runs on a loaded machine).
+func TestCloseDuringLook(t *testing.T) {
+	c, _ := newWaitCQ(t, -1)
+	var entered sync.Once
+	inLook, goOn := make(chan struct{}), make(chan struct{})
+	c.armFn = func() bool {
+		entered.Do(func() { close(inLook) })
+		<-goOn
+		return c.arm()
+	}
+	slept := make(chan error, 1)
+	go func() { slept <- c.sleep(context.Background(), nil) }()
+	<-inLook
+	closed := make(chan struct{})
+	go func() {
+		c.close(false)
+		close(closed)
+	}()
+	time.Sleep(50 * time.Millisecond) // for close to reach the descriptor's Close
+	close(goOn)
+	for _, ch := range []struct {
+		what string
+		done <-chan struct{}
+	}{{"the wait", waited(slept)}, {"close", closed}} {
+		select {
+		case <-ch.done:
+		case <-time.After(10 * time.Second):
+			// Deadlocked: the test's cleanups would hang on the same lock
+			// (they run on a test's failure, or its panic), so the panic
+			// comes from a goroutine of its own, which ends the process.
+			go panic(ch.what + " did not return in 10 s: close holds the lock the wait's look needs")
+			select {}
+		}
+	}
+}
+
+// waited turns a wait's result into a channel closed when it comes.
+func waited(errs <-chan error) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		<-errs
+		close(done)
+	}()
+	return done
+}
