@@ -18,6 +18,7 @@ import (
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/attachd/internal/admit"
 	"github.com/softnic/softnic/nic/attachd/internal/rings"
 	"github.com/softnic/softnic/nic/internal/attachproto"
 	"github.com/softnic/softnic/nic/internal/hooks"
@@ -224,7 +225,7 @@ func (s *Server) Serve(l net.Listener) error {
 // attach. Serve and ServeConn admit every connection; a control socket
 // that answers other commands too admits each before it reads anything.
 func (s *Server) Admit(c *net.UnixConn) (nic.PeerCred, error) {
-	cred, err := admit(c, s.cfg.AllowGroups)
+	cred, err := admit.Admit(c, s.cfg.AllowGroups)
 	if err != nil {
 		s.refused.Add(1)
 	}

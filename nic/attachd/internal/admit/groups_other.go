@@ -1,6 +1,6 @@
 //go:build !linux
 
-package attachd
+package admit
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package attachd
+package admit
 
 import (
 	"unsafe"

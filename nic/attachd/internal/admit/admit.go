@@ -1,4 +1,8 @@
-package attachd
+// Package admit decides who may attach to a daemon: its own user, root,
+// and the members of the groups it was told to admit, by the kernel's word
+// for who connected (SO_PEERCRED, SO_PEERGROUPS), whatever the socket
+// file's mode (see nic.DialControl for the client's side of the rule).
+package admit
 
 import (
 	"errors"
@@ -13,16 +17,10 @@ import (
 	"github.com/softnic/softnic/nic/internal/hooks"
 )
 
-// Who may attach: the daemon serves its own user, root, and the members of
-// the groups it was told to admit (Config.AllowGroups), and checks the
-// kernel's word for who connected (SO_PEERCRED) on every connection,
-// whatever the socket file's mode (see nic.DialControl for the client's
-// side of the rule).
-
-// admit returns who is at the other end of c, a connection to the
-// daemon's control socket, or nic.ErrAccess when that is neither the daemon's
-// user nor root nor a member of one of groups.
-func admit(c *net.UnixConn, groups []int) (nic.PeerCred, error) {
+// Admit returns who is at the other end of c, a connection to the
+// daemon's control socket, or nic.ErrAccess when that is neither the
+// daemon's user nor root nor a member of one of groups.
+func Admit(c *net.UnixConn, groups []int) (nic.PeerCred, error) {
 	cred, err := nic.PeerCredOf(c)
 	if err != nil {
 		return cred, err
