@@ -100,24 +100,31 @@ func TestGoldenCM(t *testing.T) {
 			t.Errorf("frame %d: a UD packet where none is expected", fr.N)
 			continue
 		}
-		if p.BTH.DestQP() != wire.GSIQPN || p.DETH.SrcQP() != wire.GSIQPN || p.DETH.QKey() != wire.GSIQKey || len(p.Payload) != MADSize {
-			t.Errorf("frame %d: %s is not a MAD from QP1 to QP1", fr.N, AppendPacketSummary(nil, &p))
-		}
-		var m MAD
-		if err := m.Decode(p.Payload); err != nil {
-			t.Fatalf("frame %d: MAD.Decode: %v", fr.N, err)
-		}
-		var got MADFields
-		m.Fields(&got)
-		if got != wantMAD {
-			t.Errorf("frame %d: decoded\n%+v\nwant\n%+v", fr.N, got, wantMAD)
-		}
-
-		checkRebuilt(t, fr, &p, &got)
+		checkGoldenMAD(t, fr, &p, &wantMAD)
 	}
 	if seen != len(want) {
 		t.Errorf("%d CM MADs in %s, want %d", seen, path, len(want))
 	}
+}
+
+// checkGoldenMAD checks the captured packet p of frame fr: a MAD from QP1
+// to QP1 that decodes to want, and whose packet its fields rebuild
+// (checkRebuilt).
+func checkGoldenMAD(t *testing.T, fr golden.Frame, p *wire.Packet, want *MADFields) {
+	t.Helper()
+	if p.BTH.DestQP() != wire.GSIQPN || p.DETH.SrcQP() != wire.GSIQPN || p.DETH.QKey() != wire.GSIQKey || len(p.Payload) != MADSize {
+		t.Errorf("frame %d: %s is not a MAD from QP1 to QP1", fr.N, AppendPacketSummary(nil, p))
+	}
+	var m MAD
+	if err := m.Decode(p.Payload); err != nil {
+		t.Fatalf("frame %d: MAD.Decode: %v", fr.N, err)
+	}
+	var got MADFields
+	m.Fields(&got)
+	if got != *want {
+		t.Errorf("frame %d: decoded\n%+v\nwant\n%+v", fr.N, got, *want)
+	}
+	checkRebuilt(t, fr, p, &got)
 }
 
 // checkRebuilt rebuilds the captured packet p of frame fr from its headers'

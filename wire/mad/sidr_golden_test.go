@@ -66,19 +66,7 @@ func TestGoldenSIDR(t *testing.T) {
 			continue
 		}
 		seen++
-		if p.BTH.DestQP() != wire.GSIQPN || p.DETH.SrcQP() != wire.GSIQPN || p.DETH.QKey() != wire.GSIQKey || len(p.Payload) != MADSize {
-			t.Errorf("frame %d: %s is not a MAD from QP1 to QP1", fr.N, AppendPacketSummary(nil, &p))
-		}
-		var m MAD
-		if err := m.Decode(p.Payload); err != nil {
-			t.Fatalf("frame %d: MAD.Decode: %v", fr.N, err)
-		}
-		var got MADFields
-		m.Fields(&got)
-		if got != wantMAD {
-			t.Errorf("frame %d: decoded\n%+v\nwant\n%+v", fr.N, got, wantMAD)
-		}
-		checkRebuilt(t, fr, &p, &got)
+		checkGoldenMAD(t, fr, &p, &wantMAD)
 	}
 	if seen != len(want) || data != 20 {
 		t.Errorf("%d SIDR MADs and %d datagrams in %s, want %d and 20", seen, data, path, len(want))
