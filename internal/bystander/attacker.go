@@ -50,9 +50,11 @@ type Attacker struct {
 
 // StartAttacker starts cmd, an attacker process (RunAttacker) whose
 // environment or arguments say what attack to make, and waits until it is
-// ready, idle. It is killed when the test ends.
+// ready, idle. It is killed when the test ends. It runs alone among the
+// machine's measurements (exclusive) from its start to its end.
 func StartAttacker(t testing.TB, cmd *exec.Cmd) *Attacker {
 	t.Helper()
+	exclusive(t)
 	cmd.Stderr = os.Stderr
 	a := &Attacker{lines: make(chan string, 16)}
 	var err error

@@ -142,8 +142,10 @@ const Tries = 3
 // little CPU to slow anything much: the daemon before its doorbell budget
 // tripled the bystander's p99 on an idle machine, and barely moved it
 // under a load of 15. Attack tests check what the daemon counts as well.)
+// It waits for the machine's other measurements to end (exclusive).
 func (b *Bystander) Check(t testing.TB, rounds int, per time.Duration, factor float64, attack func(on bool)) {
 	t.Helper()
+	exclusive(t)
 	var failed []string
 	for try := range Tries {
 		err := Within(t, b.UnderAttack(t, rounds, per, attack), factor)
