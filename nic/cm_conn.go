@@ -80,7 +80,8 @@ type Listener struct {
 // Listen starts accepting connection requests for rdma_cm port port: REQs
 // whose service ID is RDMA_PS_TCP's for the port (mad.RDMACMServiceID), or
 // that of opts.PortSpace. It returns ErrBusy if the port is already
-// listened on.
+// listened on. Port 0 picks a port not listened on, which Listener.Port
+// says, as rdma_listen does for an id bound to port 0.
 func (d *Device) Listen(port uint16, opts ListenOptions) (*Listener, error) {
 	ps, err := checkPortSpace(opts.PortSpace, PortSpaceTCP)
 	switch {

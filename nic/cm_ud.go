@@ -46,7 +46,7 @@ type ListenUDOptions struct {
 // Its requests, from AcceptRequest (Request.UD), are answered with
 // Request.AcceptUD or Request.Reject; Accept refuses them. A Listen on the
 // same port number is another listener. It returns ErrBusy if the port is
-// already listened on.
+// already listened on; port 0 picks a free one, as Listen does.
 func (d *Device) ListenUD(port uint16, opts ListenUDOptions) (*Listener, error) {
 	ps, err := checkPortSpace(opts.PortSpace, PortSpaceUDP)
 	if err != nil {

@@ -207,3 +207,48 @@ func TestListenerAfterCloseParity(t *testing.T) {
 		}
 	})
 }
+
+// TestListenFreePortParity: Listen and ListenUD on port 0 pick a port not
+// listened on, the same embedded and attached: two listeners of port 0
+// get two ports, which Listener.Port says and which a Listen of that
+// port then finds busy, and a peer dials it.
+func TestListenFreePortParity(t *testing.T) {
+	forEachProvider(t, func(t *testing.T, mode provider) {
+		srv, peer := mode.cmEnd(t, nic.Config{}), openCMEnd(t, nic.Config{})
+		opts := nic.ListenOptions{PD: srv.pd, QP: nic.QPConfig{SendCQ: srv.cq}}
+		var ports []uint16
+		for range 2 {
+			l, err := srv.dev.Listen(0, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			ports = append(ports, l.Port())
+		}
+		u, err := srv.dev.ListenUD(0, nic.ListenUDOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer u.Close()
+		if ports[0] == 0 || ports[1] == 0 || ports[0] == ports[1] || u.Port() == 0 {
+			t.Fatalf("listeners of port 0 got ports %d and %d, and of the UDP port space %d: want ports of their own", ports[0], ports[1], u.Port())
+		}
+		if _, err := srv.dev.Listen(ports[1], opts); !errors.Is(err, nic.ErrBusy) {
+			t.Errorf("Listen on port %d, which port 0's listener took: %v, want ErrBusy", ports[1], err)
+		}
+		l, err := srv.dev.Listen(0, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		r, dialed := takeRequest(t, peer, srv, l)
+		c, err := r.Accept(nic.AcceptOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if err := <-dialed; err != nil {
+			t.Errorf("dialing port %d of a listener of port 0: %v", l.Port(), err)
+		}
+	})
+}

@@ -58,8 +58,8 @@ const (
 	hopLimit = 64
 	// permissiveLID stands in for the LIDs RoCE does not have.
 	permissiveLID = 0xFFFF
-	// The rdma_cm source ports softnic picks for a REQ's CMA header:
-	// Linux's default ip_local_port_range.
+	// The rdma_cm ports softnic picks, for a REQ's CMA header and for a
+	// listener of port 0: Linux's default ip_local_port_range.
 	firstPort, lastPort = 32768, 60999
 )
 
@@ -1353,7 +1353,9 @@ type listenKey struct {
 }
 
 // Listen registers a listener for port of rdma_cm's port space ps, TCP or
-// IB, with room for backlog unanswered connection requests.
+// IB, with room for backlog unanswered connection requests. Port 0 asks
+// for a port not listened on, as rdma_listen on an id bound to port 0
+// gets one in Linux; the listener's Port says which.
 func (e *Engine) Listen(ps mad.PortSpace, port uint16, backlog int) (*Listener, error) {
 	if ps != mad.PortSpaceTCP && ps != mad.PortSpaceIB {
 		return nil, fmt.Errorf("connections are taken in the TCP and IB port spaces, not %v: %w", ps, mr.ErrInvalid)
@@ -1362,16 +1364,35 @@ func (e *Engine) Listen(ps mad.PortSpace, port uint16, backlog int) (*Listener, 
 }
 
 func (e *Engine) listen(ps mad.PortSpace, port uint16, backlog int, ud bool) (*Listener, error) {
+	if port == 0 {
+		port = e.freePort(ps)
+	}
 	k := listenKey{ps, port}
 	switch {
 	case e.closed:
 		return nil, ErrClosed
+	case port == 0:
+		return nil, fmt.Errorf("every port of %v from %d to %d is listened on (EADDRINUSE): %w", ps, firstPort, lastPort, mr.ErrBusy)
 	case e.listeners[k] != nil:
 		return nil, fmt.Errorf("%v port %d is already listened on (EADDRINUSE): %w", ps, port, mr.ErrBusy)
 	}
 	l := &Listener{port: port, ps: ps, ud: ud, max: backlog}
 	e.listeners[k] = l
 	return l, nil
+}
+
+// freePort returns a port of ps from firstPort to lastPort that no
+// listener has, from a random one on as Linux looks, or 0 if all are taken.
+func (e *Engine) freePort(ps mad.PortSpace) uint16 {
+	const span = lastPort - firstPort + 1
+	start := e.rng.IntN(span)
+	for i := range span {
+		port := uint16(firstPort + (start+i)%span)
+		if e.listeners[listenKey{ps, port}] == nil {
+			return port
+		}
+	}
+	return 0
 }
 
 // NextRequest takes the oldest request waiting in l's backlog, nil if none

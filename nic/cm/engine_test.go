@@ -2,6 +2,7 @@ package cm
 
 import (
 	"bytes"
+	"errors"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/wire"
 	"github.com/softnic/softnic/wire/mad"
@@ -426,5 +428,31 @@ func TestSIDRPeer(t *testing.T) {
 				t.Errorf("sidrPeer(%v, %#x) = %v, want %v", src, tc.resv, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestListenFreePort: a listener of port 0 gets a port of Linux's
+// ephemeral range that no listener of its port space has, each its own,
+// which an explicit Listen then finds busy; another port space's port of
+// the same number is free.
+func TestListenFreePort(t *testing.T) {
+	e := New(1, Limits{}, rand.New(rand.NewPCG(1, 1)))
+	taken := map[uint16]bool{}
+	for i := range 64 {
+		l, err := e.Listen(mad.PortSpaceTCP, 0, 1)
+		if err != nil {
+			t.Fatalf("listener %d of port 0: %v", i, err)
+		}
+		p := l.Port()
+		if p < firstPort || p > lastPort || taken[p] {
+			t.Fatalf("listener %d of port 0 got port %d (taken before: %v), want a free one of %d-%d", i, p, taken[p], firstPort, lastPort)
+		}
+		taken[p] = true
+		if _, err := e.Listen(mad.PortSpaceTCP, p, 1); !errors.Is(err, mr.ErrBusy) {
+			t.Errorf("Listen on port %d, taken by port 0's listener: %v, want ErrBusy", p, err)
+		}
+		if l, err := e.ListenUD(mad.PortSpaceUDP, p, 1); err != nil || l.Port() != p {
+			t.Errorf("ListenUD on port %d of the UDP port space: port %v, %v", p, l, err)
+		}
 	}
 }

@@ -37,7 +37,7 @@ func (h *Host) Listen(port uint16, opts *provider.ListenOptions) (provider.Liste
 	if err != nil {
 		return nil, 0, err
 	}
-	return &Listener{h: h, l: l, pd: opts.PD, qp: opts.QP}, port, nil
+	return &Listener{h: h, l: l, pd: opts.PD, qp: opts.QP}, l.port, nil
 }
 
 // listen registers a listener of the engine with listen (Listen or
@@ -53,7 +53,8 @@ func (h *Host) listen(ps mad.PortSpace, port uint16, backlog int, listen func(*c
 	if err != nil {
 		return nil, fmt.Errorf("softnic: listen: %w", err)
 	}
-	h.log.Debug("cm: listening", slog.Any("port", port), slog.Any("port space", ps), slog.Bool("ud", l.engine.UD()))
+	l.port = l.engine.Port() // port 0 asked for one
+	h.log.Debug("cm: listening", slog.Any("port", l.port), slog.Any("port space", ps), slog.Bool("ud", l.engine.UD()))
 	return l, nil
 }
 

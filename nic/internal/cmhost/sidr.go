@@ -25,7 +25,7 @@ func (h *Host) ListenUD(port uint16, ps mad.PortSpace, backlog int) (provider.Li
 	if err != nil {
 		return nil, 0, err
 	}
-	return &Listener{h: h, l: l}, port, nil
+	return &Listener{h: h, l: l}, l.port, nil
 }
 
 // AcceptUD answers a resolution with the UD QP q of this device, whose
