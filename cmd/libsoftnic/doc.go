@@ -50,6 +50,11 @@
 // ibv_fork_init does), and MAP_SHARED mappings and huge pages cannot be
 // registered (see package pages).
 //
+// fork: a Go runtime does not survive fork(), so in a child forked from a
+// process that loaded the library (without exec) the calls that open a
+// device fail with EOPNOTSUPP, said on stderr in C (verbs.c), rather than
+// wait for ever on the runtime's threads, which the child lacks.
+//
 // The connection manager: librdmacm's calls run on package nic's
 // connection manager (Device.Listen, Dial, Request.Accept and Reject,
 // Conn.Close), with the QP the program created on the rdma_cm_id;

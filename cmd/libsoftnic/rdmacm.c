@@ -45,9 +45,11 @@ static void cm_open(void)
 }
 
 /* sn_cm_verbs is the context of rdma_cm_ids, NULL (errno ENODEV) without a
- * daemon. */
+ * daemon, or EOPNOTSUPP in a forked child. */
 struct ibv_context *sn_cm_verbs(void)
 {
+	if (sn_refuse_forked("rdma_cm"))
+		return NULL;
 	pthread_once(&cm_once, cm_open);
 	if (!cm_verbs)
 		errno = ENODEV;
@@ -601,20 +603,38 @@ EXPORT __be16 rdma_get_dst_port(struct rdma_cm_id *id)
 	return port_of(&id->route.addr.dst_addr);
 }
 
+/* copy_addr sets *to to a copy of the address from of len bytes (none
+ * for none), returning 0, or ENOMEM. */
+static int copy_addr(struct sockaddr **to, socklen_t *to_len, const struct sockaddr *from, socklen_t len)
+{
+	if (!from)
+		return 0;
+	*to = malloc(len);
+	if (!*to)
+		return ENOMEM;
+	memcpy(*to, from, len);
+	*to_len = len;
+	return 0;
+}
+
 /* rdma_getaddrinfo resolves node and service as getaddrinfo does, for RC
  * connections of RDMA_PS_TCP and UD QPs of RDMA_PS_UDP, and either of
- * RDMA_PS_IB (RC unless ai_qp_type asks for UD). */
+ * RDMA_PS_IB (RC unless ai_qp_type asks for UD). The resolved address is
+ * the source of a passive result and the destination of an active one;
+ * the hints' source address (unless node and service resolved one) and
+ * destination address (with neither node nor service) are taken as
+ * given, as librdmacm does: libfabric's verbs provider names its
+ * endpoints so. */
 EXPORT int rdma_getaddrinfo(const char *node, const char *service, const struct rdma_addrinfo *hints,
 			    struct rdma_addrinfo **res)
 {
-	struct addrinfo h = { .ai_socktype = SOCK_STREAM }, *ai;
+	struct addrinfo h = { .ai_socktype = SOCK_STREAM }, *ai = NULL;
 	struct rdma_addrinfo *r;
-	struct sockaddr *sa;
 	int passive = hints && (hints->ai_flags & RAI_PASSIVE);
 	enum ibv_qp_type qp_type = hints ? hints->ai_qp_type : 0;
 	enum rdma_port_space ps = hints && hints->ai_port_space ? hints->ai_port_space
 					: qp_type == IBV_QPT_UD ? RDMA_PS_UDP : RDMA_PS_TCP;
-	int udp, err;
+	int err;
 
 	if (ps != RDMA_PS_TCP && ps != RDMA_PS_UDP && ps != RDMA_PS_IB) {
 		sn_unsupported("rdma_getaddrinfo with a port space other than RDMA_PS_TCP, RDMA_PS_UDP and RDMA_PS_IB");
@@ -625,38 +645,43 @@ EXPORT int rdma_getaddrinfo(const char *node, const char *service, const struct 
 		sn_unsupported("rdma_getaddrinfo for QP types other than RC (RDMA_PS_TCP, RDMA_PS_IB) and UD (RDMA_PS_UDP, RDMA_PS_IB)");
 		return -1;
 	}
-	udp = qp_type == IBV_QPT_UD;
-	if (udp)
-		h.ai_socktype = SOCK_DGRAM;
-	if (hints && (hints->ai_flags & RAI_NUMERICHOST))
-		h.ai_flags |= AI_NUMERICHOST;
-	if (passive)
-		h.ai_flags |= AI_PASSIVE;
-	h.ai_family = hints && hints->ai_family ? hints->ai_family : AF_INET;
-	err = getaddrinfo(node, service, &h, &ai);
-	if (err)
-		return fail(err == EAI_SYSTEM ? errno : EADDRNOTAVAIL);
+	if (node || service || !hints || (!hints->ai_src_addr && !hints->ai_dst_addr)) {
+		if (qp_type == IBV_QPT_UD)
+			h.ai_socktype = SOCK_DGRAM;
+		if (hints && (hints->ai_flags & RAI_NUMERICHOST))
+			h.ai_flags |= AI_NUMERICHOST;
+		if (passive)
+			h.ai_flags |= AI_PASSIVE;
+		h.ai_family = hints && hints->ai_family ? hints->ai_family : AF_INET;
+		err = getaddrinfo(node, service, &h, &ai);
+		if (err)
+			return fail(err == EAI_SYSTEM ? errno : EADDRNOTAVAIL);
+	}
 	r = calloc(1, sizeof(*r));
-	sa = calloc(1, ai->ai_addrlen);
-	if (!r || !sa) {
-		free(r);
-		free(sa);
+	if (!r) {
 		freeaddrinfo(ai);
 		return fail(ENOMEM);
 	}
-	memcpy(sa, ai->ai_addr, ai->ai_addrlen);
 	r->ai_flags = hints ? hints->ai_flags : 0;
-	r->ai_family = ai->ai_family;
 	r->ai_qp_type = qp_type;
 	r->ai_port_space = ps;
-	if (passive) {
-		r->ai_src_addr = sa;
-		r->ai_src_len = ai->ai_addrlen;
+	if (ai) {
+		r->ai_family = ai->ai_family;
+		if (passive)
+			err = copy_addr(&r->ai_src_addr, &r->ai_src_len, ai->ai_addr, ai->ai_addrlen);
+		else
+			err = copy_addr(&r->ai_dst_addr, &r->ai_dst_len, ai->ai_addr, ai->ai_addrlen);
+		freeaddrinfo(ai);
 	} else {
-		r->ai_dst_addr = sa;
-		r->ai_dst_len = ai->ai_addrlen;
+		r->ai_family = hints->ai_dst_addr ? hints->ai_dst_addr->sa_family : hints->ai_src_addr->sa_family;
+		err = copy_addr(&r->ai_dst_addr, &r->ai_dst_len, hints->ai_dst_addr, hints->ai_dst_len);
 	}
-	freeaddrinfo(ai);
+	if (!err && hints && !r->ai_src_addr)
+		err = copy_addr(&r->ai_src_addr, &r->ai_src_len, hints->ai_src_addr, hints->ai_src_len);
+	if (err) {
+		rdma_freeaddrinfo(r);
+		return fail(err);
+	}
 	*res = r;
 	return 0;
 }

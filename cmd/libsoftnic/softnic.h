@@ -105,6 +105,10 @@ struct sn_cm_event {
  * to EOPNOTSUPP. */
 void sn_unsupported(const char *name); /* in unsupported.c */
 
+/* sn_refuse_forked fails call (errno EOPNOTSUPP, returning 1) in a child
+ * fork() made: in verbs.c. */
+int sn_refuse_forked(const char *call);
+
 /* In rdmacm.c, for the Go side. */
 struct ibv_context *sn_cm_verbs(void);
 struct sn_cm_id *sn_new_child(struct sn_cm_id *listen);

@@ -88,6 +88,10 @@ EXPORT bool mlx5dv_is_supported(struct ibv_device *device) { return false; }
 ERRNO_STUB(int, efadv_query_device, struct ibv_context *ibvctx, struct efadv_device_attr *attr, uint32_t inlen)
 NULL_STUB(struct ibv_qp *, efadv_create_qp_ex, struct ibv_context *ibvctx, struct ibv_qp_init_attr_ex *attr_ex,
 	  struct efadv_qp_init_attr *efa_attr, uint32_t inlen)
+ERRNO_STUB(int, efadv_query_ah, struct ibv_ah *ibvah, struct efadv_ah_attr *attr, uint32_t inlen)
+NULL_STUB(struct ibv_cq_ex *, efadv_create_cq, struct ibv_context *ibvctx, struct ibv_cq_init_attr_ex *attr_ex,
+	  struct efadv_cq_init_attr *efa_attr, uint32_t inlen)
+NULL_STUB(struct efadv_cq *, efadv_cq_from_ibv_cq_ex, struct ibv_cq_ex *ibvcqx)
 
 /* rsockets: softnic has none. rpoll and rselect on ordinary descriptors
  * are poll and select. */

@@ -31,11 +31,47 @@ static struct ibv_device sn_device = {
 	.dev_name = "softnic0",
 };
 
+/* A child that fork() made (without exec) of a process that loaded the
+ * library cannot use it: the Go runtime's threads are not copied into the
+ * child, and a call into Go there waits for them for ever. So the calls
+ * that open a device fail there instead, with EOPNOTSUPP, naming why once
+ * on stderr (in C: the Go side cannot be called). The parent's objects are
+ * the parent's, as with rdma-core. */
+static volatile int sn_forked;
+
+static void sn_on_fork(void)
+{
+	sn_forked = 1;
+}
+
+__attribute__((constructor)) static void sn_watch_fork(void)
+{
+	pthread_atfork(NULL, NULL, sn_on_fork);
+}
+
+int sn_refuse_forked(const char *call)
+{
+	static int said;
+
+	if (!sn_forked)
+		return 0;
+	if (!said++)
+		fprintf(stderr, "softnic: %s: not supported in a child fork() made of a process that loaded libsoftnic "
+				"(its Go runtime does not survive fork); exec a program in the child instead\n",
+			call);
+	errno = EOPNOTSUPP;
+	return 1;
+}
+
 EXPORT struct ibv_device **ibv_get_device_list(int *num)
 {
-	int n = snDeviceCount();
-	struct ibv_device **list = calloc(2, sizeof(*list));
+	struct ibv_device **list;
+	int n;
 
+	if (sn_refuse_forked("ibv_get_device_list"))
+		return NULL;
+	n = snDeviceCount();
+	list = calloc(2, sizeof(*list));
 	if (!list) {
 		errno = ENOMEM;
 		return NULL;
@@ -235,10 +271,13 @@ static int sn_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_
 
 EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 {
-	struct sn_context *c = calloc(1, sizeof(*c));
+	struct sn_context *c;
 	struct ibv_context *ctx;
 	int p[2], err;
 
+	if (sn_refuse_forked("ibv_open_device"))
+		return NULL;
+	c = calloc(1, sizeof(*c));
 	if (!c) {
 		errno = ENOMEM;
 		return NULL;

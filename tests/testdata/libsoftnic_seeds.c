@@ -12,8 +12,10 @@
  * IBV_EVENT_SRQ_LIMIT_REACHED, ibv_query_srq shows it disarmed, and
  * ibv_destroy_srq takes back its event not read), ibv_resize_cq up and
  * down, rdma_migrate_id moving an id's event not yet read to the new
- * channel, and a synchronous id to a channel and back, and ibv_rereg_mr
- * changing a region's access and PD under a peer's WRITEs.
+ * channel, and a synchronous id to a channel and back, ibv_rereg_mr
+ * changing a region's access and PD under a peer's WRITEs,
+ * rdma_getaddrinfo taking its hints' addresses, and a forked child
+ * refused at once.
  *
  * Usage: libsoftnic_seeds IP PORT FILE, where IP is the daemon's address,
  * PORT a free rdma_cm port and FILE a scratch file. Each check prints a
@@ -28,6 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
+#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <infiniband/verbs.h>
@@ -651,6 +655,83 @@ static void rereg_mr(struct ibv_mr *src)
 		;
 }
 
+/* rdma_getaddrinfo takes the hints' addresses as given when neither node
+ * nor service names one, and the hints' source beside a resolved
+ * destination, as librdmacm does; rdma_bind_addr then takes that source
+ * (libfabric's verbs provider names its endpoints so). */
+static void getaddrinfo_hints(void)
+{
+	struct sockaddr_in src = { .sin_family = AF_INET, .sin_port = htons(7) }, dst = src;
+	struct rdma_addrinfo hints = { .ai_flags = RAI_PASSIVE, .ai_port_space = RDMA_PS_TCP }, *res;
+	struct rdma_cm_id *id;
+
+	MUST(inet_pton(AF_INET, cm_ip, &src.sin_addr) == 1);
+	dst.sin_port = htons(9);
+	hints.ai_src_addr = (struct sockaddr *)&src;
+	hints.ai_src_len = sizeof(src);
+	CHECK(!rdma_getaddrinfo(NULL, NULL, &hints, &res) && res->ai_src_addr && res->ai_src_len == sizeof(src) &&
+		      !memcmp(res->ai_src_addr, &src, sizeof(src)) && !res->ai_dst_addr && res->ai_family == AF_INET,
+	      "rdma_getaddrinfo(NULL, NULL) with a passive hint's source address returns that address");
+	MUST(!rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP));
+	CHECK(!rdma_bind_addr(id, res->ai_src_addr) && rdma_get_src_port(id) == htons(7),
+	      "rdma_bind_addr binds the address rdma_getaddrinfo returned");
+	rdma_destroy_id(id);
+	rdma_freeaddrinfo(res);
+
+	hints.ai_flags = 0;
+	hints.ai_dst_addr = (struct sockaddr *)&dst;
+	hints.ai_dst_len = sizeof(dst);
+	CHECK(!rdma_getaddrinfo(NULL, NULL, &hints, &res) && res->ai_dst_addr && !memcmp(res->ai_dst_addr, &dst, sizeof(dst)) &&
+		      res->ai_src_addr && !memcmp(res->ai_src_addr, &src, sizeof(src)),
+	      "rdma_getaddrinfo(NULL, NULL) with a hint's destination and source returns both");
+	rdma_freeaddrinfo(res);
+
+	hints.ai_dst_addr = NULL;
+	hints.ai_dst_len = 0;
+	CHECK(!rdma_getaddrinfo(cm_ip, "9", &hints, &res) && res->ai_dst_addr &&
+		      ((struct sockaddr_in *)res->ai_dst_addr)->sin_port == htons(9) && res->ai_src_addr &&
+		      !memcmp(res->ai_src_addr, &src, sizeof(src)),
+	      "rdma_getaddrinfo resolving a destination keeps the hint's source");
+	rdma_freeaddrinfo(res);
+}
+
+/* A child fork() made of this process, which loaded libsoftnic, cannot
+ * use it (its Go runtime does not survive fork): the calls that open a
+ * device fail there at once with EOPNOTSUPP instead of hanging, and the
+ * parent goes on as before. */
+static void forked_child(struct ibv_mr *src, struct ibv_mr *dst)
+{
+	int status;
+	pid_t pid;
+
+	fflush(stdout);
+	pid = fork();
+	MUST(pid >= 0);
+	if (!pid) {
+		int bad = 0;
+
+		alarm(10); /* a call that hangs fails the check */
+		errno = 0;
+		if (ibv_get_device_list(NULL) || errno != EOPNOTSUPP)
+			bad |= 1;
+		errno = 0;
+		if (ibv_open_device(ctx->device) || errno != EOPNOTSUPP)
+			bad |= 2;
+		errno = 0;
+		if (rdma_create_event_channel() || errno != EOPNOTSUPP)
+			bad |= 4;
+		_exit(bad);
+	}
+	MUST(waitpid(pid, &status, 0) == pid);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	      "in a forked child ibv_get_device_list, ibv_open_device and rdma_create_event_channel fail with EOPNOTSUPP "
+	      "(exit %d, signal %d)",
+	      WIFEXITED(status) ? WEXITSTATUS(status) : -1, WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+	strcpy(src->addr, "after the fork");
+	struct ibv_wc wc = rdma(IBV_WR_RDMA_WRITE, src->addr, 15, src->lkey, (uintptr_t)dst->addr, dst->rkey);
+	CHECK(wc.status == IBV_WC_SUCCESS && !strcmp(dst->addr, "after the fork"), "the parent WRITEs after its child's calls");
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 4) {
@@ -683,6 +764,8 @@ int main(int argc, char **argv)
 	resize_cq(src, dst);
 	migrate_id();
 	rereg_mr(src);
+	getaddrinfo_hints();
+	forked_child(src, dst);
 
 	printf("%d failed\n", failures);
 	return failures ? 1 : 0;
