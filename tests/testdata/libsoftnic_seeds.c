@@ -14,8 +14,8 @@
  * down, rdma_migrate_id moving an id's event not yet read to the new
  * channel, and a synchronous id to a channel and back, ibv_rereg_mr
  * changing a region's access and PD under a peer's WRITEs,
- * rdma_getaddrinfo taking its hints' addresses, and a forked child
- * refused at once.
+ * rdma_getaddrinfo taking its hints' addresses, rdma_listen on port 0
+ * picking a port, and a forked child refused at once.
  *
  * Usage: libsoftnic_seeds IP PORT FILE, where IP is the daemon's address,
  * PORT a free rdma_cm port and FILE a scratch file. Each check prints a
@@ -695,6 +695,27 @@ static void getaddrinfo_hints(void)
 	rdma_freeaddrinfo(res);
 }
 
+/* rdma_listen on an id bound to port 0 picks a free port, each its own,
+ * which rdma_get_src_port says, as Linux does. */
+static void listen_any_port(void)
+{
+	struct sockaddr_in any = { .sin_family = AF_INET };
+	struct rdma_cm_id *id[2];
+	int i;
+
+	MUST(inet_pton(AF_INET, cm_ip, &any.sin_addr) == 1);
+	for (i = 0; i < 2; i++) {
+		MUST(!rdma_create_id(NULL, &id[i], NULL, RDMA_PS_TCP));
+		MUST(!rdma_bind_addr(id[i], (struct sockaddr *)&any));
+		MUST(!rdma_listen(id[i], 1));
+	}
+	CHECK(rdma_get_src_port(id[0]) && rdma_get_src_port(id[1]) && rdma_get_src_port(id[0]) != rdma_get_src_port(id[1]),
+	      "two ids bound to port 0 listen on two ports of their own (%d, %d)", ntohs(rdma_get_src_port(id[0])),
+	      ntohs(rdma_get_src_port(id[1])));
+	for (i = 0; i < 2; i++)
+		rdma_destroy_id(id[i]);
+}
+
 /* A child fork() made of this process, which loaded libsoftnic, cannot
  * use it (its Go runtime does not survive fork): the calls that open a
  * device fail there at once with EOPNOTSUPP instead of hanging, and the
@@ -765,6 +786,7 @@ int main(int argc, char **argv)
 	migrate_id();
 	rereg_mr(src);
 	getaddrinfo_hints();
+	listen_any_port();
 	forked_child(src, dst);
 
 	printf("%d failed\n", failures);
