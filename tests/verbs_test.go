@@ -758,12 +758,12 @@ func TestVerbsSeeds(t *testing.T) {
 }
 
 // compileC compiles a C program of testdata against Debian's libibverbs
-// and librdmacm.
-func compileC(t *testing.T, src string) string {
+// and librdmacm, and the libraries libs names (-lfabric).
+func compileC(t *testing.T, src string, libs ...string) string {
 	t.Helper()
 	prog := filepath.Join(t.TempDir(), strings.TrimSuffix(filepath.Base(src), ".c"))
-	if out, err := exec.Command("gcc", "-Wall", "-Wextra", "-Werror", "-o", prog, src,
-		"-libverbs", "-lrdmacm", "-lpthread").CombinedOutput(); err != nil {
+	args := append([]string{"-Wall", "-Wextra", "-Werror", "-o", prog, src, "-libverbs", "-lrdmacm", "-lpthread"}, libs...)
+	if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, out)
 	}
 	return prog
