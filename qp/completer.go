@@ -144,11 +144,11 @@ func (c *completer) onProgress(n uint32, now Time) {
 	} else {
 		c.armTimer(now)
 	}
-	q.cc.onAck(n)
+	q.cc.OnAck(n)
 	if c.psn.After(q.req.psn) {
 		// Acknowledged past what the go-back-N has sent again: the
 		// originals arrived, and the timeout that started it was spurious.
-		q.cc.undo()
+		q.cc.Undo()
 	}
 }
 
@@ -175,7 +175,7 @@ func (c *completer) retry(now Time, timeout bool) {
 		c.retryLeft--
 	}
 	q.cnt.Inc(verbs.CompleterRetryErr)
-	q.cc.onLoss(timeout, c.retrying)
+	q.cc.OnLoss(timeout, c.retrying)
 	c.retrying = true
 	q.req.goBack(c.psn)
 	c.armTimer(now)

@@ -22,7 +22,7 @@
 // a type that owns its state (requester.go, completer.go, responder.go);
 // the QP composes them with the send and receive queues they share. Where
 // softnic departs from rxe the code says so: the requester paces itself
-// with a congestion window (congestion, which the completer feeds), the
+// with a congestion window (package cwnd, which the completer feeds), the
 // responder paces its READ responses (readPacer), and a refused R_Key
 // check always gets the same NAK (see Guard).
 //

@@ -3,6 +3,7 @@ package qp
 import (
 	"time"
 
+	"github.com/softnic/softnic/qp/internal/cwnd"
 	"github.com/softnic/softnic/wire"
 )
 
@@ -11,7 +12,7 @@ import (
 // a second; 100 µs rounds: 160,000).
 const (
 	paceRound = 100 * time.Microsecond
-	paceFloor = 2 * minWindow
+	paceFloor = 2 * cwnd.Min
 )
 
 // readPacer spaces the READ response packets of a responder. Unpaced, a

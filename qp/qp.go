@@ -5,6 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/qp/internal/cwnd"
 	"github.com/softnic/softnic/qp/verbcheck"
 	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
@@ -102,8 +103,8 @@ func (c *Config) setDefaults() error {
 	if c.Memory == nil || c.SendCQ == nil || c.RecvCQ == nil {
 		return fmt.Errorf("QP needs a region table and send and receive CQs: %w", ErrInvalid)
 	}
-	if c.Window < minWindow {
-		c.Window = minWindow
+	if c.Window < cwnd.Min {
+		c.Window = cwnd.Min
 	}
 	return nil
 }
@@ -127,7 +128,7 @@ type QP struct {
 	resp responder
 	// cc is the congestion window of an RC QP: the requester asks it
 	// whether it may send, the completer tells it what came back.
-	cc congestion
+	cc cwnd.Window
 
 	// fields is scratch space for encoding one packet.
 	fields wire.Fields
@@ -201,7 +202,7 @@ func (q *QP) Status() Status {
 		State: q.attr.State, SendPSN: q.req.psn, AckedPSN: q.comp.psn,
 		ExpectedPSN: q.resp.epsn, MSN: q.resp.msn,
 		SendQueued: int(q.sq.tail - q.sq.head), RecvQueued: q.rq.count,
-		Window: q.cc.window(), RetriesLeft: q.comp.retryLeft, RNRRetryLeft: q.comp.rnrLeft,
+		Window: int(q.cc.Packets()), RetriesLeft: q.comp.retryLeft, RNRRetryLeft: q.comp.rnrLeft,
 		Cause: q.cause,
 	}
 }
@@ -214,7 +215,7 @@ func (q *QP) resetState() {
 	q.rq.head, q.rq.count = 0, 0
 	q.resp.reset()
 	q.req = requester{q: q}
-	q.cc = newCongestion(q.cfg.Window)
+	q.cc = cwnd.New(q.cfg.Window)
 	q.comp = completer{q: q}
 	q.cause = verbs.Success
 	q.attr = verbs.Attr{State: verbs.Reset, PKey: 0xFFFF}

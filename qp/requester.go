@@ -106,12 +106,12 @@ func (r *requester) next(buf []byte, now Time) (int, netip.AddrPort) {
 // worth at a time and its packets leave together.
 func (r *requester) fits(w *sendWQE) bool {
 	cc, inFlight := &r.q.cc, r.psn.Sub(r.q.comp.psn)
-	if !cc.maySend(inFlight) {
+	if !cc.MaySend(inFlight) {
 		r.full = true
 		return false
 	}
 	if r.full && w.wr.Opcode == verbs.WRRead {
-		r.full = !cc.maySend(inFlight + int32(cc.ackEvery()) - 1)
+		r.full = !cc.MaySend(inFlight + int32(cc.AckEvery()) - 1)
 		return !r.full
 	}
 	return true
@@ -282,7 +282,7 @@ func (r *requester) encode(w *sendWQE, buf []byte, now Time) (int, netip.AddrPor
 	}
 	switch q.cfg.Type {
 	case verbs.RC:
-		f.BTH.AckReq = last || r.sinceAck+1 >= q.cc.ackEvery()
+		f.BTH.AckReq = last || r.sinceAck+1 >= q.cc.AckEvery()
 	case verbs.UC:
 		// Nothing acknowledges UC, but rxe sets AckReq as on RC (the last
 		// packet and every 64th): the same bits on the wire.
