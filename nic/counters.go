@@ -36,6 +36,7 @@ const (
 	CMRejectsDropped    DevCounter = embedded.CMRejectsDropped    // REQs dropped unanswered: their source had spent its REJs (cm.Limits.RejectRate)
 	PathMTUExceeded     DevCounter = embedded.PathMTUExceeded     // packets the kernel refused as larger than the route carries (EMSGSIZE): the path MTU toward that peer is lowered
 	SendBatches         DevCounter = embedded.SendBatches         // batches of packets handed to the socket, each in one sendmmsg (sent_pkts over it: how many a system call carries)
+	McastDropped        DevCounter = embedded.McastDropped        // packets for the multicast QPN to a group no QP of the device is attached to
 )
 
 // CounterValue is one named counter and its value, as Counters lists them;

@@ -33,7 +33,9 @@
 // CQ.Resize, ibv_modify_srq and ibv_query_srq → SRQ.Modify and SRQ.Attr
 // (the SRQ limit's event is Config.OnSRQLimit, as a QP's error is
 // Config.OnQPError), ibv_alloc_mw →
-// PD.AllocMW (bound by a qp.WRBindMW work request). Errors are
+// PD.AllocMW (bound by a qp.WRBindMW work request), ibv_attach_mcast and
+// ibv_detach_mcast → QP.AttachMulticast and QP.DetachMulticast (UD
+// multicast to IPv4 groups, as rxe's on RoCEv2). Errors are
 // errno-named sentinels of packages mr and qp, re-exported here, and work
 // completions carry ibv_wc_status names (qp.WCStatus).
 //

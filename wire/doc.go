@@ -29,6 +29,10 @@ import "errors"
 // UDPPort is the IANA-assigned UDP destination port of RoCEv2.
 const UDPPort = 4791
 
+// MulticastQPN is the destination QPN of a UD datagram to a multicast
+// group, which every QP attached to the group takes.
+const MulticastQPN = 0xFFFFFF
+
 // Errors returned by the decoders and encoders. Each parser's documentation
 // lists which of them it returns; wrap them with %w and test with errors.Is.
 var (

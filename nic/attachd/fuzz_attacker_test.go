@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"slices"
 	"sync"
 	"time"
@@ -249,6 +250,8 @@ var fuzzOps = []fuzzOp{
 		return attachproto.ModifyQPArgs{H: s.handle(in), Attr: s.attr(verbs.State(in.byte()%8), in), Mask: verbs.AttrMask(in.u32())}
 	}},
 	{op: attachproto.OpQueryQP, args: handleOf},
+	{op: attachproto.OpAttachMcast, args: mcastArgs},
+	{op: attachproto.OpDetachMcast, args: mcastArgs},
 	{op: attachproto.OpDestroyQP, args: handleOf},
 	{op: attachproto.OpAllocMW, args: func(s *fuzzSession, in *fuzzInput) any {
 		return attachproto.AllocMWArgs{PD: s.handle(in), Type: mr.WindowType(in.byte() % 4)}
@@ -286,6 +289,15 @@ var fuzzOps = []fuzzOp{
 	{op: attachproto.OpReregMR, args: func(s *fuzzSession, in *fuzzInput) any {
 		return attachproto.ReregMRArgs{H: s.handle(in), Flags: mr.ReregFlags(in.byte() % 16), PD: s.handle(in), Access: mr.Access(in.byte())}
 	}},
+}
+
+// fuzzGroups are the groups of attach_mcast and detach_mcast: two of
+// IPv4 (one as its mapped GID), a unicast GID, an IPv6 group, none.
+var fuzzGroups = []netip.Addr{netip.MustParseAddr("239.9.9.1"), netip.MustParseAddr("::ffff:239.9.9.2"),
+	netip.MustParseAddr("::ffff:10.0.0.1"), netip.MustParseAddr("ff0e::1"), {}}
+
+func mcastArgs(s *fuzzSession, in *fuzzInput) any {
+	return attachproto.McastArgs{H: s.handle(in), Group: fuzzGroups[int(in.byte())%len(fuzzGroups)]}
 }
 
 // request makes one request of fuzzOps, and keeps what the answer gives.

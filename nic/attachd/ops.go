@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"time"
 
 	"github.com/softnic/softnic/mr"
@@ -246,6 +247,39 @@ func (s *session) modifyQP(_ context.Context, raw json.RawMessage, _ []int) (any
 		return nil, nil, err
 	}
 	return attachproto.QueryQPResult{Attr: h.pub.Attr(), Status: h.pub.Status()}, nil, nil
+}
+
+// attachMcast attaches a UD QP of the process to a multicast group
+// (attach_mcast); the device checks the group and the QP, and detaches
+// the QP when it is destroyed.
+func (s *session) attachMcast(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
+	q, group, err := s.mcastArgs(raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	return nil, nil, q.AttachMulticast(group)
+}
+
+// detachMcast detaches a QP of the process from a group (detach_mcast).
+func (s *session) detachMcast(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
+	q, group, err := s.mcastArgs(raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	return nil, nil, q.DetachMulticast(group)
+}
+
+// mcastArgs reads the arguments of attach_mcast and detach_mcast.
+func (s *session) mcastArgs(raw json.RawMessage) (*nic.QP, netip.Addr, error) {
+	a, err := args[attachproto.McastArgs](raw)
+	if err != nil {
+		return nil, netip.Addr{}, err
+	}
+	h, err := lookup[*hostedQP](s, a.H)
+	if err != nil {
+		return nil, netip.Addr{}, err
+	}
+	return h.pub, a.Group, nil
 }
 
 func (s *session) queryQP(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {

@@ -972,6 +972,8 @@ var sessionOps = map[string]sessionOp{
 	attachproto.OpCreateQP:      {run: (*session).createQP},
 	attachproto.OpModifyQP:      {run: (*session).modifyQP},
 	attachproto.OpQueryQP:       {run: (*session).queryQP},
+	attachproto.OpAttachMcast:   {run: (*session).attachMcast},
+	attachproto.OpDetachMcast:   {run: (*session).detachMcast},
 	attachproto.OpDestroyQP:     {run: (*session).destroyQP},
 	attachproto.OpDestroyCQ:     {run: (*session).destroyCQ},
 	attachproto.OpDestroySRQ:    {run: (*session).destroySRQ},

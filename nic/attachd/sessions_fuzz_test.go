@@ -107,6 +107,10 @@ func fzPostWrite(op verbs.WROpcode, addr, lkey, raddr, rkey byte) []byte {
 	return []byte{fzPostSend, 0, 7, byte(op), byte(verbs.Signaled), addr, lkey, 4, raddr, rkey, 4, fzRing, 0, 1}
 }
 
+// fzMcast is a request of op (attach_mcast or detach_mcast) for the QP
+// handle pick h and the group fuzzGroups[g].
+func fzMcast(op string, h, g byte) []byte { return []byte{fzRequest, fzOp(op), h, g} }
+
 // fzProg joins program pieces.
 func fzProg(pieces ...[]byte) []byte { return bytes.Join(pieces, nil) }
 
@@ -160,6 +164,14 @@ var fuzzSessionSeeds = [][]byte{
 		fzRequest, fzOp(attachproto.OpModifySRQ), 2, 4, 3, 3, fzRequest, fzOp(attachproto.OpModifySRQ), 2, 0, 200, 3,
 		fzRequest, fzOp(attachproto.OpQuerySRQ), 2, fzRequest, fzOp(attachproto.OpResizeCQ), 1, 4,
 		fzRequest, fzOp(attachproto.OpResizeCQ), 1, 0, fzRequest, fzOp(attachproto.OpResizeCQ), 2, 4}),
+	// A UD QP attached to a group twice, its group's mapped GID once,
+	// refused a unicast GID, an IPv6 group and none; detached, refused a
+	// second detach; the RC QP and the victim's QP refused.
+	fzProg(fzPD, fzCQ, []byte{fzRequest, fzOp(attachproto.OpCreateQP), 3, 3, 3, 0, 2, 2, 1, 1, 0, 0}, fzQP,
+		fzMcast(attachproto.OpAttachMcast, 6, 0), fzMcast(attachproto.OpAttachMcast, 6, 0), fzMcast(attachproto.OpAttachMcast, 6, 1),
+		fzMcast(attachproto.OpAttachMcast, 6, 2), fzMcast(attachproto.OpAttachMcast, 6, 3), fzMcast(attachproto.OpAttachMcast, 6, 4),
+		fzMcast(attachproto.OpAttachMcast, 9, 0), fzMcast(attachproto.OpAttachMcast, 1, 0), fzMcast(attachproto.OpDetachMcast, 6, 0),
+		fzMcast(attachproto.OpDetachMcast, 6, 0), fzMcast(attachproto.OpDetachMcast, 1, 0)),
 	// A region moved into a second PD of the session with new access,
 	// its first PD deallocated; moved into the victim's PD handle, an
 	// edge handle, a CQ's handle re-registered; translation, no flags,

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -1026,6 +1027,24 @@ func (q *attachedQP) Modify(attr *verbs.Attr, mask verbs.AttrMask) error {
 	}
 	q.cache(&r)
 	return nil
+}
+
+// AttachMulticast has the daemon attach the QP to the group.
+func (q *attachedQP) AttachMulticast(group netip.Addr) error {
+	return q.mcast(attachproto.OpAttachMcast, group)
+}
+
+// DetachMulticast has the daemon detach the QP from the group.
+func (q *attachedQP) DetachMulticast(group netip.Addr) error {
+	return q.mcast(attachproto.OpDetachMcast, group)
+}
+
+func (q *attachedQP) mcast(op string, group netip.Addr) error {
+	if q.closed.Load() {
+		return cm.ErrClosed
+	}
+	_, err := q.a.call(context.Background(), op, attachproto.McastArgs{H: q.h, Group: group}, nil, nil)
+	return err
 }
 
 // checkSend refuses what the embedded QP refuses (verbcheck.SendCaps.Check):

@@ -202,6 +202,13 @@ const (
 // in place (ibv_rereg_mr); its handle and keys stay.
 const OpReregMR = "rereg_mr"
 
+// OpAttachMcast and OpDetachMcast attach a UD QP of the process to a
+// multicast group and detach it (ibv_attach_mcast, ibv_detach_mcast).
+const (
+	OpAttachMcast = "attach_mcast"
+	OpDetachMcast = "detach_mcast"
+)
+
 // Hello is the daemon's answer to the attach line.
 type Hello struct {
 	Addr     netip.AddrPort
@@ -331,6 +338,13 @@ type ModifyQPArgs struct {
 	H    uint32
 	Attr verbs.Attr
 	Mask verbs.AttrMask
+}
+
+// McastArgs names QP H and the multicast group of attach_mcast and
+// detach_mcast.
+type McastArgs struct {
+	H     uint32
+	Group netip.Addr
 }
 
 // QueryQPResult answers modify_qp and query_qp.

@@ -121,6 +121,7 @@ const (
 	CMRejectsDropped
 	PathMTUExceeded
 	SendBatches
+	McastDropped
 	numDevCounters
 )
 
@@ -129,6 +130,7 @@ var devCounterNames = [numDevCounters]string{
 	"fault_corrupted", "fault_delayed", "cm_tx_msgs", "cm_tx_retries", "cm_rx_msgs",
 	"cm_rx_duplicates", "cm_rx_dropped", "cm_established", "cm_disconnected",
 	"cm_rejected_busy", "cm_handshake_timeouts", "cm_rejects_dropped", "path_mtu_exceeded", "send_batches",
+	"mcast_dropped",
 }
 
 func (c DevCounter) String() string { return devCounterNames[c] }

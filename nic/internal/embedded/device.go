@@ -63,6 +63,8 @@ type Device struct {
 
 	cm *cmhost.Host // the connection manager and its QP1
 
+	groups groups // the multicast groups its QPs are attached to (mcast.go)
+
 	// poller, in a daemon that busy-polls, serves the attached processes
 	// whose queues its reader polls too.
 	poller atomic.Pointer[busyPollHook]
@@ -155,6 +157,7 @@ func (d *Device) Close() error {
 	d.closeOnce.Do(func() {
 		d.cm.Shutdown()
 		close(d.closing)
+		d.groups.close()
 		for i := range d.qps {
 			if q := d.qps[i].Load(); q != nil {
 				q.Destroy()
@@ -249,6 +252,11 @@ func (d *Device) receive(b []byte, src, dst netip.AddrPort, now qp.Time, in *inb
 		verdict = "dropped: " + err.Error()
 		return
 	}
+	if in.pkt.BTH.DestQP() == wire.MulticastQPN {
+		d.countReceived(len(b), now)
+		verdict = d.receiveMulticast(&env, now, in)
+		return
+	}
 	q := d.lookup(in.pkt.BTH.DestQP())
 	if q == nil {
 		d.devc.Inc(UnknownQP)
@@ -260,15 +268,25 @@ func (d *Device) receive(b []byte, src, dst netip.AddrPort, now qp.Time, in *inb
 		verdict = "dropped: not from the QP its receiver is connected to"
 		return
 	}
+	d.countReceived(len(b), now)
+	d.deliver(q, &env, now, in)
+}
+
+// countReceived counts a packet of n bytes that reaches a QP.
+func (d *Device) countReceived(n int, now qp.Time) {
 	d.qpc.Add(verbs.RcvdPkts, 1)
-	d.qpc.Add(verbs.RcvdBytes, uint64(len(b)))
+	d.qpc.Add(verbs.RcvdBytes, uint64(n))
 	d.silence.heard.Store(int64(now))
+}
+
+// deliver hands the packet in in.pkt, of envelope env, to q.
+func (d *Device) deliver(q *QP, env *wire.Envelope, now qp.Time, in *inbound) {
 	q.mu.Lock()
 	if !q.destroyed {
 		if q.queues != nil {
 			q.queues.PullRecvLocked()
 		}
-		q.qp.Receive(&in.pkt, &env, now)
+		q.qp.Receive(&in.pkt, env, now)
 		if q.commEst != nil && q.qp.Status().ExpectedPSN != q.commEstPSN {
 			f := q.commEst
 			q.commEst = nil

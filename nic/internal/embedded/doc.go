@@ -6,8 +6,9 @@
 // the answers sent in batches through the fault injector and the trace,
 // the path MTU lowered on EMSGSIZE), who processes packets when (the
 // reader goroutine, a poller or a CQ waiter: progress.go), the checks
-// between QPs of one device (local.go), and the device's counters and
-// ibv_query_device's answer. Its connection manager is package
+// between QPs of one device (local.go), the multicast groups its UD QPs
+// attach to, with a socket of each group's (mcast.go), and the device's
+// counters and ibv_query_device's answer. Its connection manager is package
 // nic/internal/cmhost's, hosted on the device's QP1: the device lends it
 // QPs, its clock, timers and counters, and serves Listen and Dial with it
 // (cm.go).

@@ -272,7 +272,7 @@ func (d *Device) drive() bool {
 	p.drained = n == 0
 	processed := err == nil && n > 0
 	if processed {
-		d.process(n)
+		d.process(p.msgs[:n])
 		// The poll lasted until now: a batch whose answers took longer
 		// than pollIdle to build and send does not make the reader think
 		// that polling stopped.
@@ -365,7 +365,7 @@ func (d *Device) processQueued(again bool) {
 		if err != nil || n == 0 {
 			return
 		}
-		d.process(n)
+		d.process(p.msgs[:n])
 		if n < len(p.msgs) && (!again || d.qpc.Get(verbs.SentPkts) == sent) {
 			return
 		}
@@ -397,7 +397,7 @@ func (d *Device) attend(c *CQ, ctx context.Context) (waited bool, err error) {
 	}
 	c.attending.Add(-1)
 	if n > 0 {
-		d.process(n)
+		d.process(p.msgs[:n])
 		p.role.Unlock()
 	}
 	p.lastAttend.Store(int64(d.now()))
@@ -457,7 +457,7 @@ func (d *Device) readLoop() {
 			p.readerWaits.Store(false)
 		}
 		if n > 0 {
-			d.process(n)
+			d.process(p.msgs[:n])
 			p.role.Unlock()
 			busy.idleSince = time.Time{}
 		}
@@ -536,14 +536,15 @@ func (d *Device) parkWhileYielded() bool {
 // (qp's ackEvery), and the ACK costs one small send.
 const answerEvery = 64
 
-// process hands the n datagrams of p.msgs to their QPs and sends the QPs'
-// answers, every answerEvery datagrams and at the end. p.role is held.
-func (d *Device) process(n int) {
+// process hands the datagrams of msgs (read from the device's socket or a
+// group's) to their QPs and sends the QPs' answers, every answerEvery
+// datagrams and at the end. p.role is held.
+func (d *Device) process(msgs []udp.Message) {
 	p := &d.prog
 	now := d.now()
 	taken := 0
-	for i := range n {
-		m := &p.msgs[i]
+	for i := range msgs {
+		m := &msgs[i]
 		local := m.Local
 		if !local.IsValid() {
 			local = d.local.Addr()
@@ -553,7 +554,7 @@ func (d *Device) process(n int) {
 			d.receive(dg, m.Addr, dst, now, &p.in)
 			taken++
 		}
-		if taken >= answerEvery && i < n-1 {
+		if taken >= answerEvery && i < len(msgs)-1 {
 			d.answer(now)
 			now, taken = d.now(), 0
 		}

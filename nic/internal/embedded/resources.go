@@ -639,6 +639,7 @@ func (q *QP) Destroy() error {
 	q.qp.Modify(&verbs.Attr{State: verbs.Reset}, verbs.AttrState)
 	q.destroyed = true
 	q.mu.Unlock()
+	q.dev.groups.detachAll(q)
 	for _, u := range q.uses {
 		u.Done()
 	}

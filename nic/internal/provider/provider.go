@@ -167,6 +167,10 @@ type QP interface {
 	RingDoorbell() error
 	PostRecv(wr *verbs.RecvWR) error
 	Destroy() error
+	// AttachMulticast and DetachMulticast attach the UD QP to an IPv4
+	// multicast group, checked by the façade, and detach it.
+	AttachMulticast(group netip.Addr) error
+	DetachMulticast(group netip.Addr) error
 }
 
 // TrafficCounter is the optional part of a QP that counts the QP's traffic

@@ -165,6 +165,7 @@ var help = map[string]string{
 	"icrc_ipid_verified":     "IPv4 packets whose ICRC verified with the identification a raw socket saw them carry.",
 	"path_mtu_exceeded":      "Packets the kernel refused as larger than the route carries (EMSGSIZE); the path MTU was lowered.",
 	"send_batches":           "Batches of packets sent, each in one sendmmsg system call.",
+	"mcast_dropped":          "Packets for the multicast QPN to a group no QP of the device is attached to.",
 	"cm_rejected_busy":       "Connection requests refused beyond the half-open limits (rejected, or dropped past the reject rate).",
 	"cm_rejects_dropped":     "Connection requests dropped unanswered: their source had spent its rejects.",
 	"cm_handshake_timeouts":  "Connection requests dropped when their handshake did not complete in time.",

@@ -1,0 +1,200 @@
+package nic_test
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"testing"
+
+	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/nic/nictest"
+	"github.com/softnic/softnic/verbs"
+)
+
+// mcastGroup is the group of the tests, given as rdma_cm gives it: the
+// IPv4-mapped GID of an IPv4 multicast address.
+var mcastGroup = netip.MustParseAddr("::ffff:239.5.6.7")
+
+// mcastPorts returns a port free on 127.0.0.1 and 127.0.0.2: multicast
+// goes to the group at the device's own port, so two devices of one host
+// that share a group share a port, on two loopback addresses.
+func mcastPorts(t *testing.T) (netip.AddrPort, netip.AddrPort) {
+	t.Helper()
+	for range 20 {
+		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := c.LocalAddr().(*net.UDPAddr).AddrPort().Port()
+		c2, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 2), Port: int(port)})
+		c.Close()
+		if err == nil {
+			c2.Close()
+			return netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), port), netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 2}), port)
+		}
+	}
+	t.Fatal("no port free on both 127.0.0.1 and 127.0.0.2")
+	return netip.AddrPort{}, netip.AddrPort{}
+}
+
+// mcastMember is a UD QP in RTS with a CQ of its own and receives posted.
+type mcastMember struct {
+	qp *nic.QP
+	cq *nic.CQ
+}
+
+func newMcastMember(t *testing.T, e *end, qkey uint32, recvs int) mcastMember {
+	t.Helper()
+	cq, err := e.dev.CreateCQ(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := e.pd.CreateQP(nic.QPConfig{Type: verbs.UD, SendCQ: cq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Connect(netip.AddrPort{}, 0, nic.ConnectOptions{QKey: qkey}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range recvs {
+		if err := q.PostRecv(&verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{e.mr.SGE(4096*(1+int(q.Num()%64)), 512)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return mcastMember{q, cq}
+}
+
+// TestMulticast: a UD send to a group reaches each QP attached to it on
+// each device that joined it (two QPs on one device, one on another), each
+// with a receive completion of its own naming the sender, and not a QP
+// attached with another Q_Key; a detached QP gets nothing more, the group
+// going on without the device whose QPs all left; and a datagram for the
+// multicast QPN not sent to a group is dropped and counted
+// (mcast_dropped). Loopback must carry multicast: the test
+// is skipped where the host cannot join a group on it.
+func TestMulticast(t *testing.T) {
+	forEachProvider(t, func(t *testing.T, p provider) {
+		addrA, addrB := mcastPorts(t)
+		a, b := p.end(t, nic.Config{Addr: addrA}), p.end(t, nic.Config{Addr: addrB})
+		const qkey = 0x11111111
+		other := newMcastMember(t, a, 0x22222222, 2) // attached first: delivered to first
+		a1, a2 := newMcastMember(t, a, qkey, 2), newMcastMember(t, a, qkey, 2)
+		b1 := newMcastMember(t, b, qkey, 3)
+		for _, m := range []mcastMember{other, a1, a2, b1} {
+			if err := m.qp.AttachMulticast(mcastGroup); err != nil {
+				if errors.Is(err, nic.ErrInvalid) || errors.Is(err, nic.ErrNotSupported) {
+					t.Fatal(err)
+				}
+				t.Skipf("this host cannot join a multicast group on loopback: %v", err)
+			}
+		}
+		sender := newMcastMember(t, b, qkey, 0)
+		dest := netip.AddrPortFrom(mcastGroup.Unmap(), addrA.Port())
+		sendTo := func(dest netip.AddrPort, qpn uint32) {
+			t.Helper()
+			wr := verbs.SendWR{Opcode: verbs.WRSend, Flags: verbs.Signaled, SGL: []verbs.SGE{b.mr.SGE(0, 100)}, Dest: dest, DestQPN: qpn, QKey: qkey}
+			if err := sender.qp.PostSend(&wr); err != nil {
+				t.Fatal(err)
+			}
+			if wc := nictest.Wait(t, sender.cq); wc.Status != verbs.Success {
+				t.Fatalf("the send to %v: %v", dest, &wc)
+			}
+		}
+		send := func() { t.Helper(); sendTo(dest, nic.MulticastQPN) }
+		got := func(name string, m mcastMember) {
+			t.Helper()
+			wc := nictest.Wait(t, m.cq)
+			if wc.Status != verbs.Success || wc.Opcode != verbs.WCRecv || wc.ByteLen != 40+100 || wc.SrcQPN != sender.qp.Num() || wc.Src.Addr() != addrB.Addr() {
+				t.Errorf("%s: %v, want a receive of 140 bytes from QP %#x at %v", name, &wc, sender.qp.Num(), addrB.Addr())
+			}
+		}
+		none := func(name string, m mcastMember) {
+			t.Helper()
+			var wcs [1]verbs.WC
+			if n, err := m.cq.Poll(wcs[:]); n != 0 || err != nil {
+				t.Errorf("%s: %d completions (%v), want none: %v", name, n, err, &wcs[0])
+			}
+		}
+		send()
+		got("first QP of the receiving device", a1)
+		got("second QP of the receiving device", a2)
+		got("QP of the sending device", b1)
+		none("QP of another Q_Key", other)
+
+		if err := a2.qp.DetachMulticast(mcastGroup); err != nil {
+			t.Fatal(err)
+		}
+		send()
+		got("first QP after the second detached", a1)
+		got("QP of the sending device, again", b1)
+		none("detached QP", a2)
+
+		for _, m := range []mcastMember{other, a1} {
+			if err := m.qp.DetachMulticast(mcastGroup); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if p.attached {
+			return // the daemon's device counts what it drops
+		}
+		// Device A left the group: B's QP still gets the group's
+		// datagrams; and a datagram for the multicast QPN sent to A's own
+		// address, which no QP can be attached to, is dropped there: once
+		// the datagram sent after it to a QP of A arrived, it was counted.
+		send()
+		got("QP of the sending device, the last one attached", b1)
+		dropped := counter(t, a.dev, "mcast_dropped")
+		if err := a1.qp.PostRecv(&verbs.RecvWR{SGL: []verbs.SGE{a.mr.SGE(0, 512)}}); err != nil {
+			t.Fatal(err)
+		}
+		sendTo(addrA, nic.MulticastQPN)
+		sendTo(addrA, a1.qp.Num())
+		got("first QP, sent to by its number", a1)
+		if n := counter(t, a.dev, "mcast_dropped"); n != dropped+1 {
+			t.Errorf("mcast_dropped went from %d to %d, want one more", dropped, n)
+		}
+	})
+}
+
+// TestMulticastErrors: what AttachMulticast and DetachMulticast refuse, as
+// ib_attach_mcast and rxe do.
+func TestMulticastErrors(t *testing.T) {
+	forEachProvider(t, func(t *testing.T, p provider) {
+		e := p.end(t, nic.Config{})
+		ud := newMcastMember(t, e, 0x11111111, 0)
+		for _, c := range []struct {
+			name   string
+			qp     *nic.QP
+			group  string
+			detach bool
+			want   error
+		}{
+			{name: "unicast IPv4-mapped GID", qp: ud.qp, group: "::ffff:10.0.0.1", want: nic.ErrInvalid},
+			{name: "unicast IPv4 address", qp: ud.qp, group: "192.0.2.1", want: nic.ErrInvalid},
+			{name: "an RC QP", qp: e.qp, group: "239.1.2.3", want: nic.ErrInvalid},
+			{name: "IPv6 group", qp: ud.qp, group: "ff0e::1", want: nic.ErrNotSupported},
+			{name: "detach from a group never attached to", qp: ud.qp, group: "239.1.2.3", detach: true, want: nic.ErrInvalid},
+			{name: "detach an RC QP", qp: e.qp, group: "239.1.2.3", detach: true, want: nic.ErrInvalid},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				call := c.qp.AttachMulticast
+				if c.detach {
+					call = c.qp.DetachMulticast
+				}
+				if err := call(netip.MustParseAddr(c.group)); !errors.Is(err, c.want) {
+					t.Errorf("%v, want %v", err, c.want)
+				}
+			})
+		}
+		// Attached twice, a QP is attached once (rxe): its second detach
+		// is EINVAL.
+		if err := ud.qp.AttachMulticast(mcastGroup); err != nil {
+			t.Skipf("this host cannot join a multicast group on loopback: %v", err)
+		}
+		for i, call := range []func(netip.Addr) error{ud.qp.AttachMulticast, ud.qp.DetachMulticast, ud.qp.DetachMulticast} {
+			if err := call(mcastGroup); (i == 2) != errors.Is(err, nic.ErrInvalid) {
+				t.Errorf("call %d after attaching: %v", i+1, err)
+			}
+		}
+	})
+}
