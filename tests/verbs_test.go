@@ -644,8 +644,7 @@ func TestVerbsUtils(t *testing.T) {
 }
 
 // TestVerbsUtilsFail: the programs of ibverbs-utils and rdmacm-utils that
-// need what softnic does not support (XRC, rdma_cm's multicast,
-// rsockets) fail at once with EOPNOTSUPP, saying so, rather
+// need what softnic does not support (XRC, rsockets) fail at once with EOPNOTSUPP, saying so, rather
 // than hang or crash; and rdma_client, connecting to a port nothing
 // listens on, fails as librdmacm's synchronous rdma_connect does, with
 // ECONNREFUSED.
@@ -656,7 +655,6 @@ func TestVerbsUtilsFail(t *testing.T) {
 	if err := os.WriteFile(src, []byte("data"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	const multicast = "softnic: rdma_join_multicast_ex: not supported"
 	const rsocket = "softnic: rsocket: not supported"
 	for _, c := range []struct {
 		args []string
@@ -664,7 +662,6 @@ func TestVerbsUtilsFail(t *testing.T) {
 	}{
 		{[]string{"ibv_xsrq_pingpong", "-g", "0", h.ip()}, "Couldn't Open the XRC Domain 95"},
 		{[]string{"rdma_xclient", "-c", "x", "-s", h.ip()}, "softnic: rdma_getaddrinfo for QP types other than RC (RDMA_PS_TCP, RDMA_PS_IB) and UD (RDMA_PS_UDP, RDMA_PS_IB): not supported"},
-		{[]string{"mckey", "-m", "239.1.1.1", "-b", h.ip()}, multicast},
 		{[]string{"rstream", "-s", h.ip()}, rsocket},
 		{[]string{"riostream", "-s", h.ip()}, rsocket},
 		{[]string{"rcopy", src, h.ip() + ":" + filepath.Join(t.TempDir(), "dst")}, rsocket},
@@ -678,6 +675,61 @@ func TestVerbsUtilsFail(t *testing.T) {
 			var exit *exec.ExitError
 			if ctx.Err() != nil || !errors.As(err, &exit) || exit.ExitCode() <= 0 || !strings.Contains(string(out), c.want) {
 				t.Errorf("%s: %v (%v), want a failure saying %q:\n%s", strings.Join(c.args, " "), err, ctx.Err(), c.want, out)
+			}
+		})
+	}
+}
+
+var groupSeq atomic.Int32
+
+// TestVerbsMckey: rdma_cm's multicast on RoCEv2. mckey joins a group
+// (rdma_join_multicast_ex: the group's IPv4-mapped GID, the multicast QPN
+// and RDMA_UDP_QKEY in MULTICAST_JOIN's param.ud) and receives ten
+// datagrams that a second mckey, joined to the group too, sends to it
+// with an address handle of the group's GID; both leave the group and
+// say 'return status 0', on one daemon (the sender's device loops the
+// group's datagrams back to itself) and on two in two network namespaces
+// (sent out on the veth, which the receiver's daemon joined the group on).
+func TestVerbsMckey(t *testing.T) {
+	bin, lib := needLibsoftnic(t, "mckey")
+	for _, topology := range []func(*testing.T, string, string) verbsTopology{oneDaemon, twoDaemons} {
+		tp := topology(t, bin, lib)
+		t.Run(tp.name, func(t *testing.T) {
+			n := os.Getpid()*7 + int(groupSeq.Add(1))
+			group := fmt.Sprintf("239.%d.%d.%d", 1+n/65536%254, n/256%256, 1+n%254)
+			recv := []string{"stdbuf", "-oL", "mckey", "-m", group, "-b", tp.server.ip()}
+			send := []string{"mckey", "-m", group, "-b", tp.client.ip(), "-s"}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			var rbuf lockedBuffer
+			r := tp.server.program(ctx, recv...)
+			r.Stdout, r.Stderr = &rbuf, &rbuf
+			if err := r.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- r.Wait() }()
+			// The sender's datagrams reach only receivers joined before.
+			for !strings.Contains(rbuf.String(), "mckey: joined dgid: ::ffff:"+group) {
+				select {
+				case err := <-done:
+					t.Fatalf("%s exited (%v) before it joined:\n%s", strings.Join(recv, " "), err, rbuf.String())
+				case <-ctx.Done():
+					t.Fatalf("%s did not join:\n%s", strings.Join(recv, " "), rbuf.String())
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+			sout, err := tp.client.program(ctx, send...).CombinedOutput()
+			if err != nil || !strings.Contains(string(sout), "return status 0") {
+				t.Errorf("%s: %v:\n%s", strings.Join(send, " "), err, sout)
+			}
+			select {
+			case err = <-done:
+			case <-ctx.Done():
+				err = ctx.Err()
+			}
+			if out := rbuf.String(); err != nil || !strings.Contains(out, "data transfers complete") || !strings.Contains(out, "return status 0") {
+				t.Errorf("%s: %v:\n%s", strings.Join(recv, " "), err, out)
 			}
 		})
 	}
@@ -742,7 +794,8 @@ func needPrograms(t *testing.T, programs ...string) {
 
 // TestVerbsSeeds compiles the C program of the seeds' rules
 // (testdata/libsoftnic_seeds.c), which checks too an SRQ's limit and its
-// IBV_EVENT_SRQ_LIMIT_REACHED and ibv_resize_cq, against Debian's headers
+// IBV_EVENT_SRQ_LIMIT_REACHED, ibv_resize_cq and multicast's errnos and
+// MULTICAST_JOIN event, against Debian's headers
 // and libraries, and runs it on libsoftnic: every check must pass.
 func TestVerbsSeeds(t *testing.T) {
 	bin, lib := needLibsoftnic(t)

@@ -42,6 +42,9 @@ type cmEvent struct {
 	ud        bool
 	qpn, qkey uint32
 	peer      netip.Addr
+	// context is a multicast join's, the program's, given back as
+	// param.ud's private_data (mcast.go).
+	context unsafe.Pointer
 }
 
 // eventChannel is the Go side of an rdma_event_channel: its queued events,
@@ -152,6 +155,7 @@ type cmID struct {
 	conn     *nic.Conn
 	cancel   context.CancelFunc // of a connect under way
 	ended    sync.Once          // DISCONNECTED is told once
+	groups   []mcJoin           // the multicast groups joined (mcast.go)
 }
 
 //export snCreateID

@@ -119,14 +119,18 @@ func resolvedEvent(p *nic.UDPeer, err error) cmEvent {
 	return cmEvent{typ: C.RDMA_CM_EVENT_CONNECT_ERROR, ud: true, status: -errnoOf(err)}
 }
 
-// fillUDEvent writes the rdma_ud_param of an event: the private data and,
-// for a resolution, the peer's QP, Q_Key and an address vector with its
-// GID (which ibv_create_ah takes).
+// fillUDEvent writes the rdma_ud_param of an event: the private data (a
+// multicast join's context) and, for a resolution or a join, the peer's
+// QP (the multicast QPN), Q_Key and an address vector with its GID (the
+// group's), which ibv_create_ah takes.
 func fillUDEvent(ev *C.struct_sn_cm_event, e *cmEvent) {
 	p := (*C.struct_rdma_ud_param)(unsafe.Pointer(&ev.ev.param))
 	if n := copy(unsafe.Slice((*byte)(unsafe.Pointer(&ev.private_data)), len(ev.private_data)), e.private); n > 0 {
 		p.private_data = unsafe.Pointer(&ev.private_data)
 		p.private_data_len = C.uint8_t(n)
+	}
+	if e.context != nil {
+		p.private_data = e.context
 	}
 	p.qp_num, p.qkey = C.uint32_t(e.qpn), C.uint32_t(e.qkey)
 	if !e.peer.IsValid() {

@@ -214,14 +214,17 @@ func htobe32(v uint32) uint32 {
 
 // peerOf turns the GID of an address vector into the UDP address of the
 // peer's device: its IP address, and RoCEv2's port 4791, or this device's
-// own port when the GID is this device's (two programs on one daemon).
+// own port when the GID is this device's (two programs on one daemon); a
+// multicast group's address at this device's port, where every device
+// of the group listens (4791, but for a test's daemons on one host).
 func (d *device) peerOf(gid *[16]byte) (netip.AddrPort, bool) {
 	a := netip.AddrFrom16(*gid).Unmap()
 	if !a.IsValid() || a.IsUnspecified() {
 		return netip.AddrPort{}, false
 	}
-	if own := d.dev.Addr(); own.Addr().Unmap() == a {
-		return own, true
+	own := d.dev.Addr()
+	if own.Addr().Unmap() == a || a.IsMulticast() {
+		return netip.AddrPortFrom(a, own.Port()), true
 	}
 	return netip.AddrPortFrom(a, wire.UDPPort), true
 }

@@ -72,6 +72,16 @@
 // names it) gets the attributes the handshake negotiated from
 // rdma_init_qp_attr, and rdma_establish sends the dialer's RTU after its
 // CONNECT_RESPONSE (cm_self.go, package nic's SelfConnect).
+//
+// Multicast (mcast.go) is rxe's and librdmacm's on RoCEv2:
+// ibv_attach_mcast and ibv_detach_mcast are package nic's
+// QP.AttachMulticast and DetachMulticast, and rdma_join_multicast (or
+// _ex, a full or send-only member) of a UD id needs no subnet
+// administrator: the group's GID is its IPv4-mapped address, its Q_Key
+// RDMA_UDP_QKEY, and RDMA_CM_EVENT_MULTICAST_JOIN carries them with the
+// multicast QPN and the program's context in param.ud, the id's QP
+// attached already; an address handle of the group's GID sends to the
+// group at the daemon's port.
 package main
 
 func main() {}

@@ -778,30 +778,43 @@ EXPORT int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
 	return -1;
 }
 
-EXPORT int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *context)
-{
-	(void)id;
-	(void)addr;
-	(void)context;
-	sn_unsupported("rdma_join_multicast");
-	return -1;
-}
-
+/* Multicast (mcast.go): the checks of librdmacm's rdma_join_multicast_ex
+ * here, the join on the Go side. */
 EXPORT int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex *attr, void *context)
 {
-	(void)id;
-	(void)attr;
-	(void)context;
-	sn_unsupported("rdma_join_multicast_ex");
-	return -1;
+	struct sn_addr a;
+	int err;
+
+	if (attr->comp_mask >= RDMA_CM_JOIN_MC_ATTR_RESERVED)
+		return fail(EOPNOTSUPP);
+	if (!(attr->comp_mask & RDMA_CM_JOIN_MC_ATTR_ADDRESS) || !(attr->comp_mask & RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS) ||
+	    attr->join_flags >= RDMA_MC_JOIN_FLAG_RESERVED || !attr->addr)
+		return fail(EINVAL);
+	err = to_addr(attr->addr, &a);
+	if (err)
+		return fail(err == EAFNOSUPPORT ? EINVAL : err);
+	return fail(snJoinMulticast((struct sn_cm_id *)id, &a,
+				    attr->join_flags == RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER, context));
+}
+
+EXPORT int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *context)
+{
+	struct rdma_cm_join_mc_attr_ex attr = {
+		.comp_mask = RDMA_CM_JOIN_MC_ATTR_ADDRESS | RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS,
+		.join_flags = RDMA_MC_JOIN_FLAG_FULLMEMBER,
+		.addr = addr,
+	};
+
+	return rdma_join_multicast_ex(id, &attr, context);
 }
 
 EXPORT int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
 {
-	(void)id;
-	(void)addr;
-	sn_unsupported("rdma_leave_multicast");
-	return -1;
+	struct sn_addr a;
+
+	if (!addr || to_addr(addr, &a))
+		return fail(EINVAL);
+	return fail(snLeaveMulticast((struct sn_cm_id *)id, &a));
 }
 
 EXPORT int rdma_create_srq(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_srq_init_attr *attr)

@@ -53,8 +53,6 @@ void sn_unsupported(const char *name)
 
 #pragma GCC diagnostic ignored "-Wunused-parameter"
 
-ERRNO_STUB(int, ibv_attach_mcast, struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
-ERRNO_STUB(int, ibv_detach_mcast, struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 ERRNO_STUB(int, ibv_resolve_eth_l2_from_gid, struct ibv_context *context, struct ibv_ah_attr *attr,
 	   uint8_t eth_mac[6], uint16_t *vid)
 NULL_STUB(struct ibv_context *, ibv_import_device, int cmd_fd)

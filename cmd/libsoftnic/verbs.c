@@ -738,6 +738,19 @@ EXPORT int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask, s
 	return 0;
 }
 
+/* Multicast (mcast.go): RoCE has no LIDs, which rxe ignores too. */
+EXPORT int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
+{
+	(void)lid;
+	return snMcast((struct sn_qp *)qp, (uint8_t *)gid->raw, 1);
+}
+
+EXPORT int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
+{
+	(void)lid;
+	return snMcast((struct sn_qp *)qp, (uint8_t *)gid->raw, 0);
+}
+
 EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
 {
 	uint32_t read;

@@ -15,7 +15,11 @@
  * channel, and a synchronous id to a channel and back, ibv_rereg_mr
  * changing a region's access and PD under a peer's WRITEs,
  * rdma_getaddrinfo taking its hints' addresses, rdma_listen on port 0
- * picking a port, and a forked child refused at once.
+ * picking a port, a forked child refused at once, and multicast: the
+ * errnos of ibv_attach_mcast and ibv_detach_mcast (as rxe's) and of
+ * rdma_join_multicast_ex and rdma_leave_multicast (as librdmacm's), and
+ * the MULTICAST_JOIN event of a UDP id, which a datagram to the group
+ * then reaches.
  *
  * Usage: libsoftnic_seeds IP PORT FILE, where IP is the daemon's address,
  * PORT a free rdma_cm port and FILE a scratch file. Each check prints a
@@ -753,6 +757,131 @@ static void forked_child(struct ibv_mr *src, struct ibv_mr *dst)
 	CHECK(wc.status == IBV_WC_SUCCESS && !strcmp(dst->addr, "after the fork"), "the parent WRITEs after its child's calls");
 }
 
+/* mgid_of writes the IPv4-mapped GID of the IPv4 address a. */
+static void mgid_of(union ibv_gid *g, const char *a)
+{
+	memset(g, 0, sizeof(*g));
+	g->raw[10] = g->raw[11] = 0xff;
+	MUST(inet_pton(AF_INET, a, &g->raw[12]) == 1);
+}
+
+static void verbs_multicast(void)
+{
+	struct ibv_qp_init_attr a = {
+		.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UD,
+		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 },
+	};
+	struct ibv_qp *ud = ibv_create_qp(pd, &a);
+	union ibv_gid mgid;
+
+	MUST(ud);
+	mgid_of(&mgid, "239.8.8.8");
+	CHECK(ibv_attach_mcast(ud, &gid, 0) == EINVAL, "ibv_attach_mcast of a unicast GID is EINVAL");
+	CHECK(ibv_attach_mcast(qa, &mgid, 0) == EINVAL, "ibv_attach_mcast of an RC QP is EINVAL");
+	CHECK(ibv_detach_mcast(ud, &mgid, 0) == EINVAL, "ibv_detach_mcast of a group not attached to is EINVAL");
+	CHECK(!ibv_attach_mcast(ud, &mgid, 0) && !ibv_attach_mcast(ud, &mgid, 0), "ibv_attach_mcast, twice");
+	CHECK(!ibv_detach_mcast(ud, &mgid, 0) && ibv_detach_mcast(ud, &mgid, 0) == EINVAL,
+	      "ibv_detach_mcast once, then EINVAL: attached twice is attached once");
+	MUST(!ibv_destroy_qp(ud));
+}
+
+/* join_is checks that rdma_join_multicast_ex fails with errno want. */
+static void join_is(struct rdma_cm_id *id, uint32_t mask, uint32_t flags, struct sockaddr *addr, int want, const char *what)
+{
+	struct rdma_cm_join_mc_attr_ex attr = { .comp_mask = mask, .join_flags = flags, .addr = addr };
+
+	errno = 0;
+	CHECK(rdma_join_multicast_ex(id, &attr, NULL) == -1 && errno == want, "rdma_join_multicast_ex %s is %s", what,
+	      strerror(want));
+}
+
+static void cm_multicast(void)
+{
+	const uint32_t both = RDMA_CM_JOIN_MC_ATTR_ADDRESS | RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS;
+	struct sockaddr_in group = { .sin_family = AF_INET }, other = group, unicast = group, local = group;
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_event *ev = NULL;
+	struct rdma_cm_id *id, *tcp;
+	union ibv_gid mgid;
+	int context;
+
+	MUST(ch && inet_pton(AF_INET, "239.8.8.9", &group.sin_addr) == 1 && inet_pton(AF_INET, "239.8.8.10", &other.sin_addr) == 1);
+	MUST(inet_pton(AF_INET, cm_ip, &unicast.sin_addr) == 1 && inet_pton(AF_INET, cm_ip, &local.sin_addr) == 1);
+	mgid_of(&mgid, "239.8.8.9");
+	MUST(!rdma_create_id(ch, &id, NULL, RDMA_PS_UDP) && !rdma_create_id(NULL, &tcp, NULL, RDMA_PS_TCP));
+	join_is(id, both, RDMA_MC_JOIN_FLAG_FULLMEMBER, (struct sockaddr *)&group, EINVAL, "before rdma_bind_addr");
+	MUST(!rdma_bind_addr(id, (struct sockaddr *)&local) && !rdma_bind_addr(tcp, (struct sockaddr *)&local));
+	join_is(tcp, both, RDMA_MC_JOIN_FLAG_FULLMEMBER, (struct sockaddr *)&group, EINVAL, "of an RDMA_PS_TCP id");
+	join_is(id, RDMA_CM_JOIN_MC_ATTR_RESERVED, 0, (struct sockaddr *)&group, EOPNOTSUPP, "with an unknown comp_mask bit");
+	join_is(id, RDMA_CM_JOIN_MC_ATTR_ADDRESS, 0, (struct sockaddr *)&group, EINVAL, "without JOIN_FLAGS");
+	join_is(id, both, RDMA_MC_JOIN_FLAG_RESERVED, (struct sockaddr *)&group, EINVAL, "with an unknown join flag");
+	join_is(id, both, RDMA_MC_JOIN_FLAG_FULLMEMBER, (struct sockaddr *)&unicast, EINVAL, "of a unicast address");
+
+	struct ibv_qp_init_attr qa_attr = {
+		.qp_type = IBV_QPT_UD, .cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 },
+	};
+	MUST(!rdma_create_qp(id, NULL, &qa_attr)); /* in a PD of the id's context */
+	char *buf = calloc(1, 4096);
+	struct ibv_mr *mr = ibv_reg_mr(id->pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_sge rsge = { .addr = (uintptr_t)buf, .length = 2048, .lkey = mr->lkey };
+	struct ibv_recv_wr rwr = { .wr_id = 1, .sg_list = &rsge, .num_sge = 1 }, *bad;
+	MUST(mr && !ibv_post_recv(id->qp, &rwr, &bad));
+
+	CHECK(!rdma_join_multicast(id, (struct sockaddr *)&group, &context), "rdma_join_multicast of an RDMA_PS_UDP id");
+	CHECK(!rdma_get_cm_event(ch, &ev) && ev->event == RDMA_CM_EVENT_MULTICAST_JOIN && ev->id == id &&
+		      ev->param.ud.private_data == &context && ev->param.ud.qp_num == 0xFFFFFF &&
+		      ev->param.ud.qkey == RDMA_UDP_QKEY && ev->param.ud.ah_attr.is_global &&
+		      !memcmp(&ev->param.ud.ah_attr.grh.dgid, &mgid, 16),
+	      "MULTICAST_JOIN: the context, the multicast QPN, RDMA_UDP_QKEY and the group's GID (%s)",
+	      ev ? rdma_event_str(ev->event) : "none");
+	struct ibv_ah *ah = ev ? ibv_create_ah(id->pd, &ev->param.ud.ah_attr) : NULL;
+	CHECK(ah != NULL, "ibv_create_ah of the group's address vector");
+	if (ev)
+		rdma_ack_cm_event(ev);
+
+	strcpy(buf + 3000, "to the group");
+	struct ibv_sge ssge = { .addr = (uintptr_t)buf + 3000, .length = 13, .lkey = mr->lkey };
+	struct ibv_send_wr swr = { .wr_id = 2, .sg_list = &ssge, .num_sge = 1, .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED,
+		.wr.ud = { .ah = ah, .remote_qpn = 0xFFFFFF, .remote_qkey = RDMA_UDP_QKEY } }, *sbad;
+	int got = 0;
+	CHECK(ah && !ibv_post_send(id->qp, &swr, &sbad), "a SEND to the group from the group's own QP");
+	for (int tries = 0; ah && got < 2 && tries < 10000; tries++) {
+		struct ibv_wc wc;
+		if (ibv_poll_cq(id->send_cq, 1, &wc) == 1 || ibv_poll_cq(id->recv_cq, 1, &wc) == 1) {
+			got++;
+			CHECK(wc.status == IBV_WC_SUCCESS && (wc.wr_id == 2 || !strcmp(buf + 40, "to the group")),
+			      "the SEND to the group completes, and the QP, attached to it, receives it (wr_id %llu)",
+			      (unsigned long long)wc.wr_id);
+		} else {
+			usleep(1000);
+		}
+	}
+	CHECK(got == 2, "two completions: the send and the receive");
+
+	errno = 0;
+	CHECK(rdma_leave_multicast(id, (struct sockaddr *)&other) == -1 && errno == EADDRNOTAVAIL,
+	      "rdma_leave_multicast of a group not joined is EADDRNOTAVAIL");
+	CHECK(!rdma_leave_multicast(id, (struct sockaddr *)&group) && ibv_detach_mcast(id->qp, &mgid, 0) == EINVAL,
+	      "rdma_leave_multicast detaches the QP");
+	struct rdma_cm_join_mc_attr_ex sendonly = { .comp_mask = both, .join_flags = RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER,
+		.addr = (struct sockaddr *)&group };
+	ev = NULL;
+	CHECK(!rdma_join_multicast_ex(id, &sendonly, NULL) && !rdma_get_cm_event(ch, &ev) &&
+		      ev->event == RDMA_CM_EVENT_MULTICAST_JOIN && ibv_detach_mcast(id->qp, &mgid, 0) == EINVAL,
+	      "RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER joins without attaching the QP");
+	if (ev)
+		rdma_ack_cm_event(ev);
+	CHECK(!rdma_leave_multicast(id, (struct sockaddr *)&group), "rdma_leave_multicast of the send-only join");
+	if (ah)
+		ibv_destroy_ah(ah);
+	rdma_destroy_qp(id);
+	MUST(!ibv_dereg_mr(mr));
+	free(buf);
+	rdma_destroy_id(id);
+	rdma_destroy_id(tcp);
+	rdma_destroy_event_channel(ch);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 4) {
@@ -788,6 +917,8 @@ int main(int argc, char **argv)
 	getaddrinfo_hints();
 	listen_any_port();
 	forked_child(src, dst);
+	verbs_multicast();
+	cm_multicast();
 
 	printf("%d failed\n", failures);
 	return failures ? 1 : 0;
