@@ -690,6 +690,9 @@ var groupSeq atomic.Int32
 // say 'return status 0', on one daemon (the sender's device loops the
 // group's datagrams back to itself) and on two in two network namespaces
 // (sent out on the veth, which the receiver's daemon joined the group on).
+// The namespaces need no route for 224.0.0.0/4: a daemon's socket is bound
+// to its address, and Linux sends a multicast datagram from a bound
+// address out of that address's interface (a veth is multicast-capable).
 func TestVerbsMckey(t *testing.T) {
 	bin, lib := needLibsoftnic(t, "mckey")
 	for _, topology := range []func(*testing.T, string, string) verbsTopology{oneDaemon, twoDaemons} {
