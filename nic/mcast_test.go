@@ -198,3 +198,80 @@ func TestMulticastErrors(t *testing.T) {
 		}
 	})
 }
+
+// TestMulticastLimits: past rxe's 56 QPs a group, or 64 groups a device,
+// AttachMulticast is ErrNoMem, and a detach makes room again.
+func TestMulticastLimits(t *testing.T) {
+	forEachProvider(t, func(t *testing.T, p provider) {
+		e := p.end(t, nic.Config{})
+		qps := make([]*nic.QP, 57)
+		for i := range qps {
+			qps[i] = newMcastMember(t, e, 0x11111111, 0).qp
+		}
+		for i, q := range qps[:56] {
+			if err := q.AttachMulticast(mcastGroup); err != nil {
+				if i == 0 && !errors.Is(err, nic.ErrNoMem) {
+					t.Skipf("this host cannot join a multicast group on loopback: %v", err)
+				}
+				t.Fatalf("QP %d: %v", i+1, err)
+			}
+		}
+		if err := qps[56].AttachMulticast(mcastGroup); !errors.Is(err, nic.ErrNoMem) {
+			t.Errorf("the 57th QP of a group: %v, want ErrNoMem", err)
+		}
+		if err := qps[0].DetachMulticast(mcastGroup); err != nil {
+			t.Fatal(err)
+		}
+		if err := qps[56].AttachMulticast(mcastGroup); err != nil {
+			t.Errorf("the 57th QP once the first left: %v", err)
+		}
+		// 63 groups more, and one too many.
+		for i := range 63 {
+			if err := qps[0].AttachMulticast(netip.AddrFrom4([4]byte{239, 5, 7, byte(i)})); err != nil {
+				t.Fatalf("group %d: %v", i+2, err)
+			}
+		}
+		if err := qps[0].AttachMulticast(netip.MustParseAddr("239.5.8.1")); !errors.Is(err, nic.ErrNoMem) {
+			t.Errorf("the 65th group: %v, want ErrNoMem", err)
+		}
+	})
+}
+
+// TestMulticastIPv6Device: a device on IPv6 has no IPv4 groups.
+func TestMulticastIPv6Device(t *testing.T) {
+	e := openEnd(t, nic.Config{Addr: netip.MustParseAddrPort("[::1]:0")})
+	ud := newMcastMember(t, e, 0x11111111, 0)
+	if err := ud.qp.AttachMulticast(mcastGroup); !errors.Is(err, nic.ErrNotSupported) {
+		t.Errorf("%v, want ErrNotSupported", err)
+	}
+}
+
+// TestMulticastLeavesGroup: the device's socket of a group is open while a
+// QP is attached to the group, and closed when the last QP detaches or is
+// destroyed.
+func TestMulticastLeavesGroup(t *testing.T) {
+	e := openEnd(t, nic.Config{})
+	a, b := newMcastMember(t, e, 0x11111111, 0), newMcastMember(t, e, 0x11111111, 0)
+	before := openDescriptors(t)
+	if err := a.qp.AttachMulticast(mcastGroup); err != nil {
+		t.Skipf("this host cannot join a multicast group on loopback: %v", err)
+	}
+	if err := b.qp.AttachMulticast(mcastGroup); err != nil {
+		t.Fatal(err)
+	}
+	if n := openDescriptors(t); n != before+1 {
+		t.Errorf("%d descriptors with two QPs attached to a group, want %d (one socket)", n, before+1)
+	}
+	if err := a.qp.DetachMulticast(mcastGroup); err != nil {
+		t.Fatal(err)
+	}
+	if n := openDescriptors(t); n != before+1 {
+		t.Errorf("%d descriptors with one QP left in the group, want %d", n, before+1)
+	}
+	if err := b.qp.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if n := openDescriptors(t); n != before {
+		t.Errorf("%d descriptors once the group's last QP was destroyed, want %d", n, before)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/nic/cm"
 	"github.com/softnic/softnic/nic/udp"
 	"github.com/softnic/softnic/qp"
 	"github.com/softnic/softnic/wire"
@@ -57,7 +58,10 @@ func (q *QP) AttachMulticast(group netip.Addr) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed || d.closed() {
-		return fmt.Errorf("softnic: attach to %v: the device is closed: %w", group, net.ErrClosed)
+		return fmt.Errorf("softnic: attach to %v: the device is closed: %w", group, cm.ErrClosed)
+	}
+	if !d.local.Addr().Unmap().Is4() {
+		return fmt.Errorf("softnic: attach to %v: an IPv6 device has no IPv4 groups: %w", group, mr.ErrNotSupported)
 	}
 	q.mu.Lock()
 	destroyed := q.destroyed
