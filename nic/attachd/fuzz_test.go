@@ -34,6 +34,11 @@ func FuzzAttachRequests(f *testing.F) {
 			`{"id":5,"op":"destroy_cq","args":{"H":2}}` + "\n" + `{"id":6,"op":"destroy_srq","args":{"H":3}}`,
 		`{"id":1,"op":"alloc_pd"}` + "\n" + `{"id":2,"op":"alloc_mw","args":{"PD":1,"Type":2}}` + "\n" +
 			`{"id":3,"op":"dealloc_pd","args":{"H":1}}` + "\n" + `{"id":4,"op":"dealloc_mw","args":{"H":2}}`,
+		`{"id":1,"op":"alloc_pd"}` + "\n" + `{"id":2,"op":"create_cq","args":{"Depth":4}}` + "\n" +
+			`{"id":3,"op":"create_qp","args":{"PD":1,"Config":{"Type":3,"SendCQ":2,"MaxSendWR":4}}}` + "\n" +
+			`{"id":4,"op":"attach_mcast","args":{"H":3,"Group":"239.1.1.1"}}` + "\n" +
+			`{"id":5,"op":"attach_mcast","args":{"H":3,"Group":"not an address"}}` + "\n" +
+			`{"id":6,"op":"detach_mcast","args":{"H":3,"Group":"::ffff:239.1.1.1"}}` + "\n" + `{"id":7,"op":"destroy_qp","args":{"H":3}}`,
 		`{"id":1,"op":"counters"}`, `{"id":7,"op":"no_such_op"}`, `{"op":"cancel","args":{"Target":99}}`, `not json`,
 	} {
 		f.Add([]byte(s))
