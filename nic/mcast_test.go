@@ -199,16 +199,24 @@ func TestMulticastErrors(t *testing.T) {
 	})
 }
 
-// TestMulticastLimits: past rxe's 56 QPs a group, or 64 groups a device,
-// AttachMulticast is ErrNoMem, and a detach makes room again.
+// TestMulticastLimits: past the QPs a group may have and the groups a
+// device may join, as Device.Query says them (rxe's 56 QPs a group; 64
+// groups, each a socket and a reader), AttachMulticast is ErrNoMem, and a
+// detach makes room again.
 func TestMulticastLimits(t *testing.T) {
 	forEachProvider(t, func(t *testing.T, p provider) {
 		e := p.end(t, nic.Config{})
-		qps := make([]*nic.QP, 57)
+		attr := e.dev.Query()
+		perGroup, groups := attr.MaxMcastQPAttach, attr.MaxMcastGrp
+		if perGroup != 56 || groups != 64 || attr.MaxTotalMcastQPAttach != perGroup*groups {
+			t.Fatalf("max_mcast_qp_attach %d, max_mcast_grp %d, max_total_mcast_qp_attach %d; want 56, 64, their product",
+				perGroup, groups, attr.MaxTotalMcastQPAttach)
+		}
+		qps := make([]*nic.QP, perGroup+1)
 		for i := range qps {
 			qps[i] = newMcastMember(t, e, 0x11111111, 0).qp
 		}
-		for i, q := range qps[:56] {
+		for i, q := range qps[:perGroup] {
 			if err := q.AttachMulticast(mcastGroup); err != nil {
 				if i == 0 && !errors.Is(err, nic.ErrNoMem) {
 					t.Skipf("this host cannot join a multicast group on loopback: %v", err)
@@ -216,23 +224,22 @@ func TestMulticastLimits(t *testing.T) {
 				t.Fatalf("QP %d: %v", i+1, err)
 			}
 		}
-		if err := qps[56].AttachMulticast(mcastGroup); !errors.Is(err, nic.ErrNoMem) {
-			t.Errorf("the 57th QP of a group: %v, want ErrNoMem", err)
+		if err := qps[perGroup].AttachMulticast(mcastGroup); !errors.Is(err, nic.ErrNoMem) {
+			t.Errorf("QP %d of a group: %v, want ErrNoMem", perGroup+1, err)
 		}
 		if err := qps[0].DetachMulticast(mcastGroup); err != nil {
 			t.Fatal(err)
 		}
-		if err := qps[56].AttachMulticast(mcastGroup); err != nil {
-			t.Errorf("the 57th QP once the first left: %v", err)
+		if err := qps[perGroup].AttachMulticast(mcastGroup); err != nil {
+			t.Errorf("QP %d once the first left: %v", perGroup+1, err)
 		}
-		// 63 groups more, and one too many.
-		for i := range 63 {
+		for i := range groups - 1 {
 			if err := qps[0].AttachMulticast(netip.AddrFrom4([4]byte{239, 5, 7, byte(i)})); err != nil {
 				t.Fatalf("group %d: %v", i+2, err)
 			}
 		}
 		if err := qps[0].AttachMulticast(netip.MustParseAddr("239.5.8.1")); !errors.Is(err, nic.ErrNoMem) {
-			t.Errorf("the 65th group: %v, want ErrNoMem", err)
+			t.Errorf("group %d: %v, want ErrNoMem", groups+1, err)
 		}
 	})
 }

@@ -391,7 +391,8 @@ func TestVerbsDevices(t *testing.T) {
 	}
 	// The device's limits are nic.Device.Query's.
 	for _, want := range []string{fmt.Sprintf(`max_qp_wr:\s+%d\n`, qp.MaxQPWR), fmt.Sprintf(`max_sge:\s+%d\n`, qp.MaxSGE),
-		fmt.Sprintf(`max_cqe:\s+%d\n`, qp.MaxCQE), fmt.Sprintf(`max_qp_init_rd_atom:\s+%d\n`, qp.MaxRdAtomicLimit), `atomic_cap:\s+ATOMIC_HCA`} {
+		fmt.Sprintf(`max_cqe:\s+%d\n`, qp.MaxCQE), fmt.Sprintf(`max_qp_init_rd_atom:\s+%d\n`, qp.MaxRdAtomicLimit), `atomic_cap:\s+ATOMIC_HCA`,
+		`max_mcast_grp:\s+64\n`, `max_mcast_qp_attach:\s+56\n`, `max_total_mcast_qp_attach:\s+3584\n`} {
 		if !regexp.MustCompile(want).Match(out) {
 			t.Errorf("ibv_devinfo -v does not match %q:\n%s", want, out)
 		}

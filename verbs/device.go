@@ -35,6 +35,11 @@ type DeviceAttr struct {
 	MaxSRQWR                                   int // max_srq_wr
 	MaxSRQSGE                                  int // max_srq_sge
 	MaxPKeys                                   int // max_pkeys
+	// MaxMcastGrp, MaxMcastQPAttach and MaxTotalMcastQPAttach bound the
+	// multicast groups of the device, the QPs attached to one group and
+	// the attachments of all (max_mcast_grp, max_mcast_qp_attach,
+	// max_total_mcast_qp_attach).
+	MaxMcastGrp, MaxMcastQPAttach, MaxTotalMcastQPAttach int
 	// LocalCAAckDelay is the exponent of the time the device takes to
 	// acknowledge (4.096 µs × 2^n; local_ca_ack_delay).
 	LocalCAAckDelay uint8

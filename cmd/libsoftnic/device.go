@@ -161,6 +161,9 @@ func snQueryDevice(ctx *C.struct_ibv_context, a *C.struct_ibv_device_attr) C.int
 	a.max_srq_wr = C.int(q.MaxSRQWR)
 	a.max_srq_sge = C.int(q.MaxSRQSGE)
 	a.max_pkeys = C.uint16_t(q.MaxPKeys)
+	a.max_mcast_grp = C.int(q.MaxMcastGrp)
+	a.max_mcast_qp_attach = C.int(q.MaxMcastQPAttach)
+	a.max_total_mcast_qp_attach = C.int(q.MaxTotalMcastQPAttach)
 	a.local_ca_ack_delay = C.uint8_t(q.LocalCAAckDelay)
 	a.phys_port_cnt = C.uint8_t(q.PhysPortCnt)
 	return 0

@@ -331,14 +331,17 @@ func (d *Device) Query() verbs.DeviceAttr {
 		MaxResRdAtom:    qp.MaxRdAtomicLimit * maxQP,
 		// What rxe reports, and all a program may count on: atomic among
 		// the device's own atomics.
-		AtomicCap:       verbs.AtomicHCA,
-		MaxMW:           mr.MaxKeys,
-		MaxSRQ:          math.MaxInt32,
-		MaxSRQWR:        qp.MaxSRQWR,
-		MaxSRQSGE:       qp.MaxSGE,
-		MaxPKeys:        1,
-		LocalCAAckDelay: 15, // rxe's
-		PhysPortCnt:     1,
+		AtomicCap:             verbs.AtomicHCA,
+		MaxMW:                 mr.MaxKeys,
+		MaxSRQ:                math.MaxInt32,
+		MaxSRQWR:              qp.MaxSRQWR,
+		MaxSRQSGE:             qp.MaxSGE,
+		MaxPKeys:              1,
+		MaxMcastGrp:           MaxMcastGroups,
+		MaxMcastQPAttach:      MaxMcastQPAttach,
+		MaxTotalMcastQPAttach: MaxMcastGroups * MaxMcastQPAttach,
+		LocalCAAckDelay:       15, // rxe's
+		PhysPortCnt:           1,
 	}
 }
 
