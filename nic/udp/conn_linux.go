@@ -311,6 +311,9 @@ func (c *Conn) close() error {
 	return err
 }
 
+// multicastTTL is the TTL of the datagrams sent to a multicast group.
+const multicastTTL = 64
+
 func (s *sysConn) configure(fd int, opt Options) error {
 	var err error
 	if s.rcvbuf, err = setBuffer(fd, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, opt.RecvBuffer); err != nil {
@@ -329,6 +332,14 @@ func (s *sysConn) configure(fd int, opt Options) error {
 	}
 	if err != nil {
 		return os.NewSyscallError("setsockopt MTU_DISCOVER", err)
+	}
+	// A datagram to a multicast group leaves with rxe's TTL, the hop
+	// limit of rdma_cm's address vector of a group (64), not the
+	// socket's default of 1.
+	if !s.v6 {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MULTICAST_TTL, multicastTTL); err != nil {
+			return os.NewSyscallError("setsockopt IP_MULTICAST_TTL", err)
+		}
 	}
 	switch {
 	case s.bound.IsValid():

@@ -296,6 +296,7 @@ func TestSocketOptions(t *testing.T) {
 		{name: "ipv4 DF", addr: "127.0.0.1:0", level: unix.IPPROTO_IP, opt: unix.IP_MTU_DISCOVER, want: unix.IP_PMTUDISC_DO},
 		{name: "ipv4 pktinfo", addr: "0.0.0.0:0", level: unix.IPPROTO_IP, opt: unix.IP_PKTINFO, want: 1},
 		{name: "ipv4 bound, no pktinfo", addr: "127.0.0.1:0", level: unix.IPPROTO_IP, opt: unix.IP_PKTINFO, want: 0},
+		{name: "ipv4 multicast TTL as rxe's", addr: "127.0.0.1:0", level: unix.IPPROTO_IP, opt: unix.IP_MULTICAST_TTL, want: 64},
 		{name: "ipv6 DF", addr: "[::1]:0", level: unix.IPPROTO_IPV6, opt: unix.IPV6_MTU_DISCOVER, want: unix.IPV6_PMTUDISC_DO},
 		{name: "ipv6 pktinfo", addr: "[::]:0", level: unix.IPPROTO_IPV6, opt: unix.IPV6_RECVPKTINFO, want: 1},
 		{name: "ipv6 bound, no pktinfo", addr: "[::1]:0", level: unix.IPPROTO_IPV6, opt: unix.IPV6_RECVPKTINFO, want: 0},
