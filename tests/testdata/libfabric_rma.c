@@ -37,6 +37,8 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 
+#include "check.h"
+
 #define NSIZES 3
 #define BIG (1 << 20)
 #define RMA_LEN (64 << 10)
@@ -65,7 +67,6 @@ struct op {
 	int done, err;
 };
 
-static int failures;
 static int rdm;
 static struct fid_fabric *fabric;
 static struct fid_domain *domain;
@@ -77,18 +78,6 @@ static struct fid_mr *mr;
 static void *desc;
 static fi_addr_t peer;
 static struct mem *m;
-
-#define CHECK(cond, ...)                              \
-	do {                                          \
-		if (cond) {                           \
-			printf("ok: " __VA_ARGS__);   \
-		} else {                              \
-			printf("FAIL: " __VA_ARGS__); \
-			failures++;                   \
-		}                                     \
-		printf("\n");                         \
-		fflush(stdout);                       \
-	} while (0)
 
 /* MUST ends the program when a libfabric call fails: nothing after it can
  * be checked. */

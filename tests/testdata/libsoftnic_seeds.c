@@ -42,19 +42,7 @@
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
 
-static int failures;
-
-#define CHECK(cond, ...)                                   \
-	do {                                               \
-		if (cond) {                                \
-			printf("ok: " __VA_ARGS__);        \
-		} else {                                   \
-			printf("FAIL: " __VA_ARGS__);      \
-			printf(" (errno %d: %s)", errno, strerror(errno)); \
-			failures++;                        \
-		}                                          \
-		printf("\n");                              \
-	} while (0)
+#include "check.h"
 
 #define MUST(x)                                                                 \
 	do {                                                                    \
