@@ -27,10 +27,16 @@ static inline struct sn_context *sn_context_of(struct ibv_context *ctx)
 struct sn_pd { struct ibv_pd pd; uintptr_t h; };
 struct sn_mr { struct ibv_mr mr; uintptr_t h; };
 struct sn_mw { struct ibv_mw mw; uintptr_t h; };
+/* A CQ: an ibv_cq, or the ibv_cq_ex of ibv_create_cq_ex, which begins
+ * with the members of an ibv_cq (verbs_ex.c). */
 struct sn_cq {
-	struct ibv_cq cq;
+	union {
+		struct ibv_cq cq;
+		struct ibv_cq_ex cqx;
+	};
 	uintptr_t h;
 	uint32_t events; /* events ibv_get_cq_event returned, for ibv_destroy_cq */
+	struct ibv_wc wc; /* the completion start_poll or next_poll took, for the read_ ops */
 };
 struct sn_srq {
 	struct ibv_srq srq;
@@ -108,6 +114,9 @@ void sn_unsupported(const char *name); /* in unsupported.c */
 /* sn_refuse_forked fails call (errno EOPNOTSUPP, returning 1) in a child
  * fork() made: in verbs.c. */
 int sn_refuse_forked(const char *call);
+
+/* sn_ex_ops sets the extended verbs of verbs_ex.c in vctx. */
+void sn_ex_ops(struct verbs_context *vctx);
 
 /* In rdmacm.c, for the Go side. */
 struct ibv_context *sn_cm_verbs(void);

@@ -305,6 +305,7 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	ctx->ops.alloc_mw = sn_alloc_mw;
 	ctx->ops.dealloc_mw = sn_dealloc_mw;
 	ctx->ops.bind_mw = sn_bind_mw;
+	sn_ex_ops(&c->vctx);
 	err = snOpen(c);
 	if (err) {
 		close(p[0]);

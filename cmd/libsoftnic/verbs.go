@@ -178,7 +178,7 @@ func snCreateCQ(ctx *C.struct_ibv_context, c *C.struct_sn_cq, cqe C.int) C.int {
 	if err != nil {
 		return errnoOf(err)
 	}
-	c.cq.cqe = cqe
+	(*C.struct_ibv_cq)(unsafe.Pointer(c)).cqe = cqe
 	c.h = C.uintptr_t(cgo.NewHandle(&cq{c: q, cq: c, dev: d}))
 	return 0
 }
@@ -191,7 +191,7 @@ func snResizeCQ(c *C.struct_sn_cq, cqe C.int) C.int {
 	if err := handleOf[*cq](c.h).c.Resize(int(cqe)); err != nil {
 		return errnoOf(err)
 	}
-	c.cq.cqe = cqe
+	(*C.struct_ibv_cq)(unsafe.Pointer(c)).cqe = cqe
 	return 0
 }
 

@@ -15,11 +15,12 @@
  * channel, and a synchronous id to a channel and back, ibv_rereg_mr
  * changing a region's access and PD under a peer's WRITEs,
  * rdma_getaddrinfo taking its hints' addresses, rdma_listen on port 0
- * picking a port, a forked child refused at once, and multicast: the
- * errnos of ibv_attach_mcast and ibv_detach_mcast (as rxe's) and of
- * rdma_join_multicast_ex and rdma_leave_multicast (as librdmacm's), and
- * the MULTICAST_JOIN event of a UDP id, which a datagram to the group
- * then reaches.
+ * picking a port, an extended CQ (ibv_create_cq_ex) polled with
+ * start_poll, next_poll and end_poll, a forked child refused at once, and
+ * multicast: the errnos of ibv_attach_mcast and ibv_detach_mcast (as
+ * rxe's) and of rdma_join_multicast_ex and rdma_leave_multicast (as
+ * librdmacm's), and the MULTICAST_JOIN event of a UDP id, which a
+ * datagram to the group then reaches.
  *
  * Usage: libsoftnic_seeds IP PORT FILE, where IP is the daemon's address,
  * PORT a free rdma_cm port and FILE a scratch file. Each check prints a
@@ -386,23 +387,33 @@ static void post_recvs(struct ibv_srq *srq, struct ibv_qp *qp, struct ibv_mr *mr
 	}
 }
 
+/* post_and_wait posts wr, signaled, on qp, whose send CQ is cq, and waits
+ * for its successful completion, which comes once the receiver's has been
+ * written. */
+static void post_and_wait(struct ibv_qp *qp, struct ibv_send_wr *wr)
+{
+	struct ibv_send_wr *bad;
+
+	MUST(!ibv_post_send(qp, wr, &bad));
+	for (;;) {
+		struct ibv_wc wc = wait_wc();
+
+		if (wc.wr_id == wr->wr_id) {
+			MUST(wc.status == IBV_WC_SUCCESS);
+			return;
+		}
+	}
+}
+
 /* send_from_qa sends 8 bytes of src from qa and waits for the SEND's
  * completion, which comes once the receiver's has been written. */
 static void send_from_qa(struct ibv_mr *src)
 {
 	struct ibv_sge sge = { .addr = (uintptr_t)src->addr, .length = 8, .lkey = src->lkey };
 	struct ibv_send_wr wr = { .wr_id = 0x5e4d, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
-				  .send_flags = IBV_SEND_SIGNALED }, *bad;
+				  .send_flags = IBV_SEND_SIGNALED };
 
-	MUST(!ibv_post_send(qa, &wr, &bad));
-	for (;;) {
-		struct ibv_wc wc = wait_wc();
-
-		if (wc.wr_id == 0x5e4d) {
-			MUST(wc.status == IBV_WC_SUCCESS);
-			return;
-		}
-	}
+	post_and_wait(qa, &wr);
 }
 
 /* srq_attr_is checks what ibv_query_srq answers. */
@@ -708,6 +719,93 @@ static void listen_any_port(void)
 		rdma_destroy_id(id[i]);
 }
 
+/* send_imm_from_qa sends len bytes of src with immediate data imm from qa
+ * and waits for the SEND's completion. */
+static void send_imm_from_qa(struct ibv_mr *src, uint32_t len, uint32_t imm)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)src->addr, .length = len, .lkey = src->lkey };
+	struct ibv_send_wr wr = { .wr_id = 0x1a, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND_WITH_IMM,
+				  .send_flags = IBV_SEND_SIGNALED, .imm_data = htonl(imm) };
+
+	post_and_wait(qa, &wr);
+}
+
+/* An extended CQ (ibv_create_cq_ex, as rxe's): the fields rxe offers,
+ * polled with start_poll, next_poll and end_poll; timestamps refused;
+ * and the same CQ through ibv_poll_cq and a completion channel. */
+static void cq_ex(struct ibv_mr *src, struct ibv_mr *dst)
+{
+	struct ibv_cq_init_attr_ex ts = { .cqe = 4, .wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP };
+	struct ibv_cq_init_attr_ex overrun = { .cqe = 4, .comp_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS,
+					       .flags = IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN };
+	struct ibv_cq_init_attr_ex narrow = { .cqe = 4, .wc_flags = IBV_WC_EX_WITH_BYTE_LEN };
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+	struct ibv_cq_init_attr_ex a = { .cqe = 16, .wc_flags = IBV_WC_STANDARD_FLAGS, .channel = ch,
+					 .cq_context = &a, .comp_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS,
+					 .flags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED };
+	struct ibv_cq_ex *cqx;
+	struct ibv_qp *peer;
+	uint64_t id = 0;
+
+	errno = 0;
+	CHECK(!ibv_create_cq_ex(ctx, &ts) && errno == EOPNOTSUPP,
+	      "ibv_create_cq_ex refuses completion timestamps with EOPNOTSUPP, as rxe");
+	errno = 0;
+	CHECK(!ibv_create_cq_ex(ctx, &overrun) && errno == EOPNOTSUPP,
+	      "ibv_create_cq_ex refuses IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN with EOPNOTSUPP, as rxe");
+	cqx = ibv_create_cq_ex(ctx, &narrow);
+	CHECK(cqx && cqx->read_byte_len && !cqx->read_imm_data && !cqx->read_qp_num && cqx->read_opcode &&
+		      !ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)),
+	      "ibv_create_cq_ex gives the read_ ops of the fields wc_flags asks for, and ibv_destroy_cq destroys it");
+
+	MUST(ch);
+	cqx = ibv_create_cq_ex(ctx, &a);
+	CHECK(cqx && ibv_cq_ex_to_cq(cqx)->cqe >= 16 && cqx->cq_context == &a && cqx->channel == ch,
+	      "ibv_create_cq_ex with IBV_WC_STANDARD_FLAGS and a completion channel");
+	MUST(cqx);
+	peer = peer_qp(ibv_cq_ex_to_cq(cqx), NULL);
+	post_recvs(NULL, peer, dst, 3, &id);
+	CHECK(ibv_start_poll(cqx, &(struct ibv_poll_cq_attr){ 0 }) == ENOENT, "ibv_start_poll of an empty CQ is ENOENT");
+	send_imm_from_qa(src, 5, 0xabcd);
+	send_imm_from_qa(src, 7, 0x1234);
+
+	int first = ibv_start_poll(cqx, &(struct ibv_poll_cq_attr){ 0 });
+	CHECK(!first && cqx->wr_id == 0 && cqx->status == IBV_WC_SUCCESS && ibv_wc_read_opcode(cqx) == IBV_WC_RECV &&
+		      ibv_wc_read_byte_len(cqx) == 5 && ibv_wc_read_imm_data(cqx) == htonl(0xabcd) &&
+		      (ibv_wc_read_wc_flags(cqx) & IBV_WC_WITH_IMM) && ibv_wc_read_qp_num(cqx) == peer->qp_num && cqx->read_src_qp &&
+		      ibv_wc_read_vendor_err(cqx) == 0 && ibv_wc_read_slid(cqx) == 0 && ibv_wc_read_sl(cqx) == 0 &&
+		      ibv_wc_read_dlid_path_bits(cqx) == 0,
+	      "ibv_start_poll takes the first RECV_WITH_IMM, each field read (wr_id %llu, opcode %d, byte_len %u)",
+	      (unsigned long long)cqx->wr_id, first ? -1 : (int)ibv_wc_read_opcode(cqx), first ? 0 : ibv_wc_read_byte_len(cqx));
+	if (!first) {
+		int next = ibv_next_poll(cqx);
+		CHECK(!next && cqx->wr_id == 1 && ibv_wc_read_byte_len(cqx) == 7 && ibv_wc_read_imm_data(cqx) == htonl(0x1234),
+		      "ibv_next_poll takes the second (wr_id %llu)", (unsigned long long)cqx->wr_id);
+		CHECK(ibv_next_poll(cqx) == ENOENT, "ibv_next_poll past the last is ENOENT");
+		ibv_end_poll(cqx);
+	}
+
+	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+	struct ibv_cq *evcq = NULL;
+	void *evctx = NULL;
+	struct ibv_wc wc = { 0 };
+
+	MUST(!ibv_req_notify_cq(ibv_cq_ex_to_cq(cqx), 0));
+	send_imm_from_qa(src, 3, 9);
+	CHECK(poll(&p, 1, 10000) == 1 && !ibv_get_cq_event(ch, &evcq, &evctx) && evcq == ibv_cq_ex_to_cq(cqx) &&
+		      evctx == &a,
+	      "the extended CQ's completion event comes through its channel");
+	if (evcq)
+		ibv_ack_cq_events(evcq, 1);
+	CHECK(ibv_poll_cq(ibv_cq_ex_to_cq(cqx), 1, &wc) == 1 && wc.wr_id == 2 && wc.byte_len == 3 &&
+		      (wc.wc_flags & IBV_WC_WITH_IMM) && wc.imm_data == htonl(9),
+	      "ibv_poll_cq polls the extended CQ (wr_id %llu)", (unsigned long long)wc.wr_id);
+	MUST(!ibv_destroy_qp(peer));
+	CHECK(!ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)) && !ibv_destroy_comp_channel(ch),
+	      "ibv_destroy_cq destroys the extended CQ, and then its channel can go");
+	connect_qps();
+}
+
 /* A child fork() made of this process, which loaded libsoftnic, cannot
  * use it (its Go runtime does not survive fork): the calls that open a
  * device fail there at once with EOPNOTSUPP instead of hanging, and the
@@ -904,6 +1002,7 @@ int main(int argc, char **argv)
 	rereg_mr(src);
 	getaddrinfo_hints();
 	listen_any_port();
+	cq_ex(src, dst);
 	forked_child(src, dst);
 	verbs_multicast();
 	cm_multicast();
