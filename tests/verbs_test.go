@@ -511,17 +511,15 @@ func TestVerbsRping(t *testing.T) {
 }
 
 // TestVerbsPingpong: ibv_rc_pingpong over GID 0, polling and with
-// completion events (-e); and the rdma_client/rdma_server examples.
+// completion events (-e), with ibv_post_send and with the ibv_wr_* API of
+// an extended QP (-N); and the rdma_client/rdma_server examples.
 func TestVerbsPingpong(t *testing.T) {
 	bin, lib := needLibsoftnic(t, "ibv_rc_pingpong", "rdma_server")
 	for _, topology := range []func(*testing.T, string, string) verbsTopology{oneDaemon, twoDaemons} {
 		tp := topology(t, bin, lib)
 		t.Run(tp.name, func(t *testing.T) {
-			for _, events := range []bool{false, true} {
-				args := []string{"ibv_rc_pingpong", "-g", "0", "-n", "200", "-p", freePort()}
-				if events {
-					args = append(args, "-e")
-				}
+			for _, extra := range [][]string{nil, {"-e"}, {"-N"}, {"-N", "-e"}} {
+				args := append([]string{"ibv_rc_pingpong", "-g", "0", "-n", "200", "-p", freePort()}, extra...)
 				_, out := runPair(t, tp, time.Minute, args, append(args, tp.server.ip()))
 				if !strings.Contains(out, "200 iters in") {
 					t.Errorf("%s:\n%s", strings.Join(args, " "), out)

@@ -69,7 +69,7 @@ func (e *asyncEvents) qpError(q *nic.QP, _ verbs.WCStatus) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if sq := e.qps[q]; sq != nil {
-		e.pushLocked(C.struct_sn_async_event{_type: C.IBV_EVENT_QP_FATAL, obj: unsafe.Pointer(&sq.qp)})
+		e.pushLocked(C.struct_sn_async_event{_type: C.IBV_EVENT_QP_FATAL, obj: unsafe.Pointer(sq)}) // its ibv_qp
 	}
 }
 
@@ -132,7 +132,7 @@ func (e *asyncEvents) removeQP(q *nic.QP) C.uint32_t {
 	if sq == nil {
 		return 0
 	}
-	e.dropLocked(unsafe.Pointer(&sq.qp))
+	e.dropLocked(unsafe.Pointer(sq)) // its ibv_qp
 	return sq.async_events
 }
 

@@ -73,7 +73,7 @@ func snCreateQP(pd *C.struct_sn_pd, q *C.struct_sn_qp, a *C.struct_ibv_qp_init_a
 	def(&a.cap.max_send_sge, qp.DefaultMaxSGE)
 	def(&a.cap.max_recv_sge, qp.DefaultMaxSGE)
 	def(&a.cap.max_inline_data, qp.DefaultMaxInline)
-	q.qp.qp_num = C.uint32_t(nq.Num())
+	(*C.struct_ibv_qp)(unsafe.Pointer(q)).qp_num = C.uint32_t(nq.Num())
 	d := deviceOf(pd.pd.context)
 	q.h = C.uintptr_t(cgo.NewHandle(&queuePair{q: nq, dev: d}))
 	d.async.addQP(nq, q)

@@ -43,11 +43,18 @@ struct sn_srq {
 	uintptr_t h;
 	uint32_t async_events; /* events ibv_get_async_event returned, for ibv_destroy_srq */
 };
+/* A QP: an ibv_qp, or for one of ibv_create_qp_ex the ibv_qp_ex that
+ * begins with it (verbs_ex.c). */
 struct sn_qp {
-	struct ibv_qp qp;
+	union {
+		struct ibv_qp qp;
+		struct ibv_qp_ex qpx;
+	};
 	uintptr_t h;
 	struct ibv_qp_cap cap; /* as created, for ibv_query_qp */
 	uint32_t async_events; /* events ibv_get_async_event returned, for ibv_destroy_qp */
+	int ex;                /* made by ibv_create_qp_ex: ibv_qp_to_qp_ex gives qpx */
+	struct sn_wr_batch *wrs; /* the ibv_wr_* API's state, one allocation; NULL without it */
 };
 
 /* An address handle: the peer's address as the Go side resolved it. */
@@ -115,8 +122,10 @@ void sn_unsupported(const char *name); /* in unsupported.c */
  * fork() made: in verbs.c. */
 int sn_refuse_forked(const char *call);
 
-/* sn_ex_ops sets the extended verbs of verbs_ex.c in vctx. */
+/* In verbs_ex.c: sn_ex_ops sets its extended verbs in vctx, and
+ * sn_free_wrs frees a QP's ibv_wr_* state, for ibv_destroy_qp. */
 void sn_ex_ops(struct verbs_context *vctx);
+void sn_free_wrs(struct sn_qp *qp);
 
 /* In rdmacm.c, for the Go side. */
 struct ibv_context *sn_cm_verbs(void);

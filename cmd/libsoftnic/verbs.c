@@ -766,6 +766,7 @@ EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
 	pthread_mutex_unlock(&qp->mutex);
 	pthread_mutex_destroy(&qp->mutex);
 	pthread_cond_destroy(&qp->cond);
+	sn_free_wrs((struct sn_qp *)qp);
 	free(qp);
 	return 0;
 }
@@ -917,13 +918,6 @@ EXPORT int ibv_dofork_range(void *base, size_t size)
 	(void)base;
 	(void)size;
 	return 0;
-}
-
-EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
-{
-	(void)qp;
-	sn_unsupported("ibv_qp_to_qp_ex (the work request API of ibv_wr_*)");
-	return NULL;
 }
 
 EXPORT int ibv_query_qp_data_in_order(struct ibv_qp *qp, enum ibv_wr_opcode op, uint32_t flags)

@@ -16,11 +16,12 @@
  * changing a region's access and PD under a peer's WRITEs,
  * rdma_getaddrinfo taking its hints' addresses, rdma_listen on port 0
  * picking a port, an extended CQ (ibv_create_cq_ex) polled with
- * start_poll, next_poll and end_poll, a forked child refused at once, and
- * multicast: the errnos of ibv_attach_mcast and ibv_detach_mcast (as
- * rxe's) and of rdma_join_multicast_ex and rdma_leave_multicast (as
- * librdmacm's), and the MULTICAST_JOIN event of a UDP id, which a
- * datagram to the group then reaches.
+ * start_poll, next_poll and end_poll, an extended QP's ibv_wr_* API
+ * (ibv_create_qp_ex), a forked child refused at once, and multicast: the
+ * errnos of ibv_attach_mcast and ibv_detach_mcast (as rxe's) and of
+ * rdma_join_multicast_ex and rdma_leave_multicast (as librdmacm's), and
+ * the MULTICAST_JOIN event of a UDP id, which a datagram to the group
+ * then reaches.
  *
  * Usage: libsoftnic_seeds IP PORT FILE, where IP is the daemon's address,
  * PORT a free rdma_cm port and FILE a scratch file. Each check prints a
@@ -78,7 +79,7 @@ static void connect_qp(struct ibv_qp *qp, uint32_t dest, union ibv_gid *gid)
 	MUST(!ibv_modify_qp(qp, &a, IBV_QP_STATE));
 	a.qp_state = IBV_QPS_INIT;
 	a.port_num = 1;
-	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
 	MUST(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS));
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTR;
@@ -806,6 +807,161 @@ static void cq_ex(struct ibv_mr *src, struct ibv_mr *dst)
 	connect_qps();
 }
 
+/* wait_wr_id polls cq until the completion of wr_id, which must be a
+ * success, skipping others. */
+static struct ibv_wc wait_wr_id(uint64_t wr_id)
+{
+	for (;;) {
+		struct ibv_wc wc = wait_wc();
+
+		if (wc.wr_id == wr_id)
+			return wc;
+	}
+}
+
+/* An extended QP (ibv_create_qp_ex with send_ops_flags, as rxe's): WRITE,
+ * READ, FETCH_ADD and SEND_WITH_IMM of inline data built with the
+ * ibv_wr_* API, a chain of two work requests posted by one wr_complete,
+ * wr_abort posting nothing, too many SGEs failing wr_complete, and send
+ * operations the QP type lacks refused. */
+static void qp_ex(struct ibv_mr *src, struct ibv_mr *dst)
+{
+	struct ibv_qp_init_attr_ex a = {
+		.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC, .pd = pd,
+		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 2, .max_recv_sge = 1, .max_inline_data = 64 },
+		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+		.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
+				  IBV_QP_EX_WITH_SEND_WITH_IMM,
+	};
+	struct ibv_qp_init_attr_ex bad = a;
+	char *tbuf = calloc(1, 4096), *sbuf = src->addr;
+	struct ibv_mr *t = ibv_reg_mr(pd, tbuf, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+						       IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
+	struct ibv_qp *qx;
+	struct ibv_qp_ex *x;
+	struct ibv_wc wc;
+	uint64_t id = 0;
+	int err;
+
+	MUST(t);
+	bad.send_ops_flags |= IBV_QP_EX_WITH_TSO;
+	errno = 0;
+	CHECK(!ibv_create_qp_ex(ctx, &bad) && errno == EOPNOTSUPP, "ibv_create_qp_ex refuses IBV_QP_EX_WITH_TSO with EOPNOTSUPP");
+	bad = a;
+	bad.qp_type = IBV_QPT_UD;
+	errno = 0;
+	CHECK(!ibv_create_qp_ex(ctx, &bad) && errno == EOPNOTSUPP, "ibv_create_qp_ex refuses RDMA_WRITE on a UD QP with EOPNOTSUPP");
+	CHECK(!ibv_qp_to_qp_ex(qa), "ibv_qp_to_qp_ex of a QP ibv_create_qp made is NULL");
+	qx = ibv_create_qp_ex(ctx, &a);
+	x = qx ? ibv_qp_to_qp_ex(qx) : NULL;
+	CHECK(x && x->wr_rdma_write && x->wr_send_imm && !x->wr_send && !x->wr_atomic_cmp_swp,
+	      "ibv_create_qp_ex with send_ops_flags: ibv_qp_to_qp_ex gives the builders asked for");
+	MUST(x);
+	connect_qp(qx, qb->qp_num, &gid);
+	connect_qp(qb, qx->qp_num, &gid);
+
+	strcpy(sbuf, "written by ibv_wr");
+	ibv_wr_start(x);
+	x->wr_id = 1;
+	x->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_write(x, t->rkey, (uintptr_t)tbuf);
+	ibv_wr_set_sge(x, src->lkey, (uintptr_t)sbuf, 18);
+	err = ibv_wr_complete(x);
+	wc = wait_wr_id(1);
+	CHECK(!err && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RDMA_WRITE && !strcmp(tbuf, "written by ibv_wr"),
+	      "ibv_wr_rdma_write (%s)", ibv_wc_status_str(wc.status));
+
+	strcpy(tbuf + 100, "read by ibv_wr");
+	ibv_wr_start(x);
+	x->wr_id = 2;
+	ibv_wr_rdma_read(x, t->rkey, (uintptr_t)tbuf + 100);
+	ibv_wr_set_sge(x, src->lkey, (uintptr_t)sbuf + 100, 15);
+	err = ibv_wr_complete(x);
+	wc = wait_wr_id(2);
+	CHECK(!err && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RDMA_READ && !strcmp(sbuf + 100, "read by ibv_wr"),
+	      "ibv_wr_rdma_read (%s)", ibv_wc_status_str(wc.status));
+
+	uint64_t *counter = (uint64_t *)(tbuf + 512), *old = (uint64_t *)(sbuf + 512);
+	*counter = 40;
+	*old = 0;
+	ibv_wr_start(x);
+	x->wr_id = 3;
+	ibv_wr_atomic_fetch_add(x, t->rkey, (uintptr_t)counter, 2);
+	ibv_wr_set_sge(x, src->lkey, (uintptr_t)old, 8);
+	err = ibv_wr_complete(x);
+	wc = wait_wr_id(3);
+	CHECK(!err && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_FETCH_ADD && *old == 40 && *counter == 42,
+	      "ibv_wr_atomic_fetch_add (%s, old %llu, new %llu)", ibv_wc_status_str(wc.status), (unsigned long long)*old,
+	      (unsigned long long)*counter);
+
+	char msg[16] = "inline";
+	int got = 0;
+
+	post_recvs(NULL, qb, dst, 1, &id);
+	ibv_wr_start(x);
+	x->wr_id = 4;
+	ibv_wr_send_imm(x, htonl(0x4242));
+	ibv_wr_set_inline_data(x, msg, 7);
+	memset(msg, 'x', sizeof(msg)); /* the data was copied */
+	err = ibv_wr_complete(x);
+	for (int n = 0; n < 2; n++) {
+		wc = wait_wc();
+		if (wc.wr_id == 4 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_SEND)
+			got |= 1;
+		if (wc.wr_id == 0 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV && wc.byte_len == 7 &&
+		    (wc.wc_flags & IBV_WC_WITH_IMM) && wc.imm_data == htonl(0x4242) && !strcmp(dst->addr, "inline"))
+			got |= 2;
+	}
+	CHECK(!err && got == 3, "ibv_wr_send_imm of inline data, copied at ibv_wr_set_inline_data (%d)", got);
+
+	struct ibv_sge two[2] = {
+		{ .addr = (uintptr_t)sbuf + 1000, .length = 5, .lkey = src->lkey },
+		{ .addr = (uintptr_t)sbuf + 2000, .length = 6, .lkey = src->lkey },
+	};
+	strcpy(sbuf + 1000, "chain");
+	strcpy(sbuf + 2000, "ed two");
+	strcpy(tbuf + 3000, "remote");
+	ibv_wr_start(x);
+	x->wr_id = 5;
+	x->wr_flags = 0;
+	ibv_wr_rdma_write(x, t->rkey, (uintptr_t)tbuf + 1000);
+	ibv_wr_set_sge_list(x, 2, two);
+	x->wr_id = 6;
+	x->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_read(x, t->rkey, (uintptr_t)tbuf + 3000);
+	ibv_wr_set_sge(x, src->lkey, (uintptr_t)sbuf + 3000, 7);
+	err = ibv_wr_complete(x);
+	wc = wait_wc();
+	CHECK(!err && wc.wr_id == 6 && wc.status == IBV_WC_SUCCESS && !strcmp(tbuf + 1000, "chained two") &&
+		      !strcmp(sbuf + 3000, "remote"),
+	      "one ibv_wr_complete posts a chain of two: an unsignaled WRITE of two SGEs, then a READ (wr_id %llu)",
+	      (unsigned long long)wc.wr_id);
+
+	strcpy(sbuf, "aborted");
+	ibv_wr_start(x);
+	x->wr_id = 7;
+	ibv_wr_rdma_write(x, t->rkey, (uintptr_t)tbuf);
+	ibv_wr_set_sge(x, src->lkey, (uintptr_t)sbuf, 8);
+	ibv_wr_abort(x);
+	usleep(200000);
+	CHECK(ibv_poll_cq(cq, 1, &wc) == 0 && !strcmp(tbuf, "written by ibv_wr"), "ibv_wr_abort posts nothing");
+
+	struct ibv_sge three[3] = { two[0], two[1], two[1] };
+	ibv_wr_start(x);
+	x->wr_id = 8;
+	ibv_wr_rdma_write(x, t->rkey, (uintptr_t)tbuf);
+	ibv_wr_set_sge_list(x, 3, three);
+	err = ibv_wr_complete(x);
+	usleep(200000);
+	CHECK(err == ENOSPC && ibv_poll_cq(cq, 1, &wc) == 0,
+	      "ibv_wr_complete of more SGEs than max_send_sge is ENOSPC, as rxe, and posts nothing (got %d)", err);
+
+	MUST(!ibv_destroy_qp(qx));
+	MUST(!ibv_dereg_mr(t));
+	free(tbuf);
+	connect_qps();
+}
+
 /* A child fork() made of this process, which loaded libsoftnic, cannot
  * use it (its Go runtime does not survive fork): the calls that open a
  * device fail there at once with EOPNOTSUPP instead of hanging, and the
@@ -1003,6 +1159,7 @@ int main(int argc, char **argv)
 	getaddrinfo_hints();
 	listen_any_port();
 	cq_ex(src, dst);
+	qp_ex(src, dst);
 	forked_child(src, dst);
 	verbs_multicast();
 	cm_multicast();
