@@ -2,8 +2,8 @@
 
 /*
  * libibverbs' extended verbs, as Linux rxe's provider offers them: the
- * inline ibv_create_cq_ex finds sn_create_cq_ex through the
- * verbs_context (sn_ex_ops).
+ * inlines ibv_query_device_ex, ibv_create_cq_ex and ibv_create_qp_ex find
+ * them through the verbs_context (sn_ex_ops).
  *
  * An extended CQ is an ordinary one (ibv_create_cq) whose ibv_cq_ex
  * members poll it one completion at a time through ops.poll_cq, the path
@@ -557,8 +557,32 @@ __attribute__((visibility("default"))) struct ibv_qp_ex *ibv_qp_to_qp_ex(struct 
 	return qp->ex ? &qp->qpx : NULL;
 }
 
+/* sn_query_device_ex is ibv_query_device_ex: ibv_query_device's
+ * attributes, and of the extended ones what rxe reports that softnic has
+ * (the capability flags in 64 bits, the port count); the rest
+ * (on-demand paging, timestamps, TSO, RSS, tag matching, CQ moderation,
+ * device memory, PCI atomics …) 0. attr_size is the size of the
+ * program's ibv_device_attr_ex, smaller in an older program. */
+static int sn_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_ex_input *input,
+			      struct ibv_device_attr_ex *attr, size_t attr_size)
+{
+	struct ibv_device_attr_ex a = { 0 };
+	int err;
+
+	if ((input && input->comp_mask) || attr_size < sizeof(a.orig_attr))
+		return EINVAL;
+	err = ibv_query_device(ctx, &a.orig_attr);
+	if (err)
+		return err;
+	a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
+	a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt;
+	memcpy(attr, &a, attr_size < sizeof(a) ? attr_size : sizeof(a));
+	return 0;
+}
+
 void sn_ex_ops(struct verbs_context *vctx)
 {
+	vctx->query_device_ex = sn_query_device_ex;
 	vctx->create_cq_ex = sn_create_cq_ex;
 	vctx->create_qp_ex = sn_create_qp_ex;
 }

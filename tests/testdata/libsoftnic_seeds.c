@@ -15,13 +15,13 @@
  * channel, and a synchronous id to a channel and back, ibv_rereg_mr
  * changing a region's access and PD under a peer's WRITEs,
  * rdma_getaddrinfo taking its hints' addresses, rdma_listen on port 0
- * picking a port, an extended CQ (ibv_create_cq_ex) polled with
- * start_poll, next_poll and end_poll, an extended QP's ibv_wr_* API
- * (ibv_create_qp_ex), a forked child refused at once, and multicast: the
- * errnos of ibv_attach_mcast and ibv_detach_mcast (as rxe's) and of
- * rdma_join_multicast_ex and rdma_leave_multicast (as librdmacm's), and
- * the MULTICAST_JOIN event of a UDP id, which a datagram to the group
- * then reaches.
+ * picking a port, ibv_query_device_ex, an extended CQ (ibv_create_cq_ex)
+ * polled with start_poll, next_poll and end_poll, an extended QP's
+ * ibv_wr_* API (ibv_create_qp_ex), a forked child refused at once, and
+ * multicast: the errnos of ibv_attach_mcast and ibv_detach_mcast (as
+ * rxe's) and of rdma_join_multicast_ex and rdma_leave_multicast (as
+ * librdmacm's), and the MULTICAST_JOIN event of a UDP id, which a
+ * datagram to the group then reaches.
  *
  * Usage: libsoftnic_seeds IP PORT FILE, where IP is the daemon's address,
  * PORT a free rdma_cm port and FILE a scratch file. Each check prints a
@@ -720,6 +720,25 @@ static void listen_any_port(void)
 		rdma_destroy_id(id[i]);
 }
 
+/* ibv_query_device_ex answers, rather than falling back to
+ * ibv_query_device (which would leave the extended part 0): the basic
+ * attributes, the capabilities in 64 bits and the port count. */
+static void query_device_ex(void)
+{
+	struct ibv_device_attr dev;
+	struct ibv_device_attr_ex ax;
+	struct ibv_query_device_ex_input in = { .comp_mask = 1 };
+
+	memset(&ax, 0xff, sizeof(ax));
+	MUST(!ibv_query_device(ctx, &dev));
+	CHECK(!ibv_query_device_ex(ctx, NULL, &ax) && ax.orig_attr.max_qp == dev.max_qp &&
+		      ax.orig_attr.node_guid == dev.node_guid && ax.device_cap_flags_ex == dev.device_cap_flags &&
+		      ax.phys_port_cnt_ex == 1 && ax.completion_timestamp_mask == 0 && ax.odp_caps.general_caps == 0,
+	      "ibv_query_device_ex (cap flags %#llx, ports %u)", (unsigned long long)ax.device_cap_flags_ex,
+	      ax.phys_port_cnt_ex);
+	CHECK(ibv_query_device_ex(ctx, &in, &ax) == EINVAL, "ibv_query_device_ex with an input comp_mask is EINVAL");
+}
+
 /* send_imm_from_qa sends len bytes of src with immediate data imm from qa
  * and waits for the SEND's completion. */
 static void send_imm_from_qa(struct ibv_mr *src, uint32_t len, uint32_t imm)
@@ -1158,6 +1177,7 @@ int main(int argc, char **argv)
 	rereg_mr(src);
 	getaddrinfo_hints();
 	listen_any_port();
+	query_device_ex();
 	cq_ex(src, dst);
 	qp_ex(src, dst);
 	forked_child(src, dst);
