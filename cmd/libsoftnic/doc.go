@@ -25,12 +25,18 @@
 // rdma_event_channel, rdma_cm_event), the entry points with their symbol
 // versions (libsoftnic.map), and the calls softnic does not support, each
 // answering EOPNOTSUPP (or NULL with errno set) and naming itself once on
-// stderr. Only one Go runtime can live in a process, so one file provides
-// both libraries: its SONAME is libibverbs.so.1, and librdmacm.so.1 is a
-// symbolic link to it, which the dynamic loader maps once (it recognises
-// the file). So are libmlx5.so.1 and libefa.so.1, the two provider
-// libraries Debian's perftest links against: their few entry points answer
-// EOPNOTSUPP, and none of rdma-core's libraries is loaded at all.
+// stderr. The extended verbs with rxe's behaviour (verbs_ex.c:
+// ibv_query_device_ex, ibv_create_cq_ex, ibv_create_qp_ex and its ibv_wr_*
+// work request API) are C over the ordinary ones: an extended CQ polls one
+// completion at a time through ibv_poll_cq's path, and an extended QP
+// builds the ibv_send_wr chain of ibv_post_send in arrays allocated with
+// it, posted at ibv_wr_complete. Only one Go runtime can live in a
+// process, so one file provides both libraries: its SONAME is
+// libibverbs.so.1, and librdmacm.so.1 is a symbolic link to it, which the
+// dynamic loader maps once (it recognises the file). So are libmlx5.so.1
+// and libefa.so.1, the two provider libraries Debian's perftest links
+// against: their few entry points answer EOPNOTSUPP, and none of
+// rdma-core's libraries is loaded at all.
 //
 // Memory: a C program registers memory it owns (malloc'd, stack, its data,
 // an anonymous mmap) and passes its own addresses in every work request
