@@ -347,20 +347,25 @@ static void destroy_cqs(struct sn_cm_id *id)
 	id->own_cqs = 0;
 }
 
-EXPORT int rdma_create_qp(struct rdma_cm_id *cid, struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+/* rdma_create_qp_ex creates the id's QP with ibv_create_qp_ex (an
+ * extended QP if attr asks for more than a PD), in the id's PD if attr
+ * names none, with CQs of its own if attr lacks them, as librdmacm. */
+EXPORT int rdma_create_qp_ex(struct rdma_cm_id *cid, struct ibv_qp_init_attr_ex *attr)
 {
 	struct sn_cm_id *id = (struct sn_cm_id *)cid;
-	struct ibv_qp_init_attr a = *attr;
+	struct ibv_qp_init_attr_ex a = *attr;
 	struct ibv_qp *qp;
 	int err;
 
 	if (!cid->verbs)
 		return fail(EINVAL);
-	if (!pd)
-		pd = cid->pd;
-	if (!pd) {
-		pd = cid->pd = ibv_alloc_pd(cid->verbs);
-		if (!pd)
+	if (!(a.comp_mask & IBV_QP_INIT_ATTR_PD) || !a.pd) {
+		a.comp_mask |= IBV_QP_INIT_ATTR_PD;
+		a.pd = cid->pd;
+	}
+	if (!a.pd) {
+		a.pd = cid->pd = ibv_alloc_pd(cid->verbs);
+		if (!a.pd)
 			return -1;
 	}
 	if (!a.send_cq || !a.recv_cq) {
@@ -382,7 +387,7 @@ EXPORT int rdma_create_qp(struct rdma_cm_id *cid, struct ibv_pd *pd, struct ibv_
 		id->own_cqs = 1;
 	}
 	a.qp_type = cid->qp_type;
-	qp = ibv_create_qp(pd, &a);
+	qp = ibv_create_qp_ex(cid->verbs, &a);
 	if (!qp) {
 		err = errno;
 		destroy_cqs(id);
@@ -404,26 +409,23 @@ EXPORT int rdma_create_qp(struct rdma_cm_id *cid, struct ibv_pd *pd, struct ibv_
 	return 0;
 }
 
-EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *ex)
+EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
-	struct ibv_qp_init_attr a = {
-		.qp_context = ex->qp_context,
-		.send_cq = ex->send_cq,
-		.recv_cq = ex->recv_cq,
-		.srq = ex->srq,
-		.cap = ex->cap,
-		.qp_type = ex->qp_type,
-		.sq_sig_all = ex->sq_sig_all,
+	struct ibv_qp_init_attr_ex a = {
+		.qp_context = attr->qp_context,
+		.send_cq = attr->send_cq,
+		.recv_cq = attr->recv_cq,
+		.srq = attr->srq,
+		.cap = attr->cap,
+		.qp_type = attr->qp_type,
+		.sq_sig_all = attr->sq_sig_all,
+		.comp_mask = IBV_QP_INIT_ATTR_PD,
+		.pd = pd,
 	};
-	int err;
+	int err = rdma_create_qp_ex(id, &a);
 
-	if (ex->comp_mask & ~IBV_QP_INIT_ATTR_PD) {
-		sn_unsupported("rdma_create_qp_ex with attributes other than the PD");
-		return -1;
-	}
-	err = rdma_create_qp(id, (ex->comp_mask & IBV_QP_INIT_ATTR_PD) ? ex->pd : NULL, &a);
 	if (!err)
-		ex->cap = a.cap;
+		attr->cap = a.cap;
 	return err;
 }
 

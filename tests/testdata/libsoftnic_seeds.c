@@ -17,11 +17,11 @@
  * rdma_getaddrinfo taking its hints' addresses, rdma_listen on port 0
  * picking a port, ibv_query_device_ex, an extended CQ (ibv_create_cq_ex)
  * polled with start_poll, next_poll and end_poll, an extended QP's
- * ibv_wr_* API (ibv_create_qp_ex), a forked child refused at once, and
- * multicast: the errnos of ibv_attach_mcast and ibv_detach_mcast (as
- * rxe's) and of rdma_join_multicast_ex and rdma_leave_multicast (as
- * librdmacm's), and the MULTICAST_JOIN event of a UDP id, which a
- * datagram to the group then reaches.
+ * ibv_wr_* API (ibv_create_qp_ex and rdma_create_qp_ex), a forked child
+ * refused at once, and multicast: the errnos of ibv_attach_mcast and
+ * ibv_detach_mcast (as rxe's) and of rdma_join_multicast_ex and
+ * rdma_leave_multicast (as librdmacm's), and the MULTICAST_JOIN event of
+ * a UDP id, which a datagram to the group then reaches.
  *
  * Usage: libsoftnic_seeds IP PORT FILE, where IP is the daemon's address,
  * PORT a free rdma_cm port and FILE a scratch file. Each check prints a
@@ -981,6 +981,34 @@ static void qp_ex(struct ibv_mr *src, struct ibv_mr *dst)
 	connect_qps();
 }
 
+/* rdma_create_qp_ex makes an extended QP when its attributes ask for
+ * send_ops_flags, as librdmacm's (through ibv_create_qp_ex), and refuses
+ * what ibv_create_qp_ex refuses. */
+static void cm_qp_ex(void)
+{
+	struct sockaddr_in addr = { .sin_family = AF_INET };
+	struct ibv_qp_init_attr_ex a = {
+		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 },
+		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+		.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_TSO,
+	};
+	struct rdma_cm_id *id;
+	struct ibv_qp_ex *x;
+
+	MUST(inet_pton(AF_INET, cm_ip, &addr.sin_addr) == 1);
+	MUST(!rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP));
+	MUST(!rdma_bind_addr(id, (struct sockaddr *)&addr));
+	errno = 0;
+	CHECK(rdma_create_qp_ex(id, &a) && errno == EOPNOTSUPP && !id->qp,
+	      "rdma_create_qp_ex refuses IBV_QP_EX_WITH_TSO with EOPNOTSUPP");
+	a.send_ops_flags = IBV_QP_EX_WITH_SEND;
+	CHECK(!rdma_create_qp_ex(id, &a) && id->qp && (x = ibv_qp_to_qp_ex(id->qp)) && x->wr_send && x->wr_start &&
+		      id->send_cq && id->recv_cq,
+	      "rdma_create_qp_ex with send_ops_flags makes an extended QP, and its CQs");
+	rdma_destroy_qp(id);
+	rdma_destroy_id(id);
+}
+
 /* A child fork() made of this process, which loaded libsoftnic, cannot
  * use it (its Go runtime does not survive fork): the calls that open a
  * device fail there at once with EOPNOTSUPP instead of hanging, and the
@@ -1180,6 +1208,7 @@ int main(int argc, char **argv)
 	query_device_ex();
 	cq_ex(src, dst);
 	qp_ex(src, dst);
+	cm_qp_ex();
 	forked_child(src, dst);
 	verbs_multicast();
 	cm_multicast();
