@@ -36,7 +36,8 @@ struct sn_cq {
 	};
 	uintptr_t h;
 	uint32_t events; /* events ibv_get_cq_event returned, for ibv_destroy_cq */
-	struct ibv_wc wc; /* the completion start_poll or next_poll took, for the read_ ops */
+	pthread_mutex_t poll_mu; /* held from start_poll to end_poll */
+	struct ibv_wc wc;        /* the completion start_poll or next_poll took, for the read_ ops */
 };
 struct sn_srq {
 	struct ibv_srq srq;

@@ -562,6 +562,7 @@ EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_c
 	cq->cq.channel = channel;
 	cq->cq.cq_context = cq_context;
 	pthread_mutex_init(&cq->cq.mutex, NULL);
+	pthread_mutex_init(&cq->poll_mu, NULL);
 	pthread_cond_init(&cq->cq.cond, NULL);
 	if (channel) {
 		pthread_mutex_lock(&ctx->mutex);
@@ -595,6 +596,7 @@ EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
 		pthread_cond_wait(&ibcq->cond, &ibcq->mutex);
 	pthread_mutex_unlock(&ibcq->mutex);
 	pthread_mutex_destroy(&ibcq->mutex);
+	pthread_mutex_destroy(&cq->poll_mu);
 	pthread_cond_destroy(&ibcq->cond);
 	free(cq);
 	return 0;

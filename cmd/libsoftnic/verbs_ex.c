@@ -58,13 +58,22 @@ static int sn_cq_take(struct ibv_cq_ex *cqx)
 	return errno;
 }
 
+/* sn_start_poll holds the CQ, as rxe does, until sn_end_poll, unless it
+ * fails: the completion it takes is the CQ's until then. */
 static int sn_start_poll(struct ibv_cq_ex *cqx, struct ibv_poll_cq_attr *attr)
 {
+	struct sn_cq *cq = sn_cq_of(cqx);
+	int err;
+
 	if (attr && attr->comp_mask) {
 		errno = EINVAL;
 		return EINVAL;
 	}
-	return sn_cq_take(cqx);
+	pthread_mutex_lock(&cq->poll_mu);
+	err = sn_cq_take(cqx);
+	if (err)
+		pthread_mutex_unlock(&cq->poll_mu);
+	return err;
 }
 
 static int sn_next_poll(struct ibv_cq_ex *cqx)
@@ -72,11 +81,10 @@ static int sn_next_poll(struct ibv_cq_ex *cqx)
 	return sn_cq_take(cqx);
 }
 
-/* sn_end_poll has nothing to do: each completion left the CQ as it was
- * taken. */
+/* sn_end_poll lets the CQ go: each completion left it as it was taken. */
 static void sn_end_poll(struct ibv_cq_ex *cqx)
 {
-	(void)cqx;
+	pthread_mutex_unlock(&sn_cq_of(cqx)->poll_mu);
 }
 
 static enum ibv_wc_opcode sn_read_opcode(struct ibv_cq_ex *cqx)
