@@ -981,6 +981,149 @@ static void qp_ex(struct ibv_mr *src, struct ibv_mr *dst)
 	connect_qps();
 }
 
+/* wait_wcs polls cq for n completions into wc. */
+static void wait_wcs(struct ibv_wc *wc, int n)
+{
+	for (int i = 0; i < n; i++)
+		wc[i] = wait_wc();
+}
+
+/* find_wc is the completion of wr_id among wc[0..n), or NULL. */
+static struct ibv_wc *find_wc(struct ibv_wc *wc, int n, uint64_t wr_id)
+{
+	for (int i = 0; i < n; i++)
+		if (wc[i].wr_id == wr_id)
+			return &wc[i];
+	return NULL;
+}
+
+/* The other builders of an RC extended QP with every send operation rxe
+ * offers: CMP_AND_SWP, WRITE_WITH_IMM, a SEND of an inline data list, a
+ * type 2 window bound with BIND_MW and invalidated with LOCAL_INV, and
+ * SEND_WITH_INV invalidating the receiver's window. */
+static void qp_ex_ops(struct ibv_mr *src, struct ibv_mr *dst)
+{
+	struct ibv_qp_init_attr_ex a = {
+		.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC, .pd = pd,
+		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1, .max_inline_data = 32 },
+		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+		.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
+				  IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+				  IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW |
+				  IBV_QP_EX_WITH_SEND_WITH_INV,
+	};
+	char *tbuf = calloc(1, 4096), *sbuf = src->addr;
+	struct ibv_mr *t = ibv_reg_mr(pd, tbuf, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+						       IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND);
+	struct ibv_mw *mw = ibv_alloc_mw(pd, IBV_MW_TYPE_2), *mw2 = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
+	struct ibv_qp *qx = ibv_create_qp_ex(ctx, &a);
+	struct ibv_qp_ex *x = qx ? ibv_qp_to_qp_ex(qx) : NULL;
+	struct ibv_wc wc[2], *w, *r;
+	uint64_t id = 0;
+	int err;
+
+	MUST(t && mw && mw2);
+	CHECK(x && x->wr_rdma_write && x->wr_rdma_write_imm && x->wr_send && x->wr_send_imm && x->wr_rdma_read &&
+		      x->wr_atomic_cmp_swp && x->wr_atomic_fetch_add && x->wr_local_inv && x->wr_bind_mw && x->wr_send_inv &&
+		      !x->wr_atomic_write && !x->wr_send_tso,
+	      "ibv_create_qp_ex with every send operation rxe offers on RC but ATOMIC_WRITE and FLUSH");
+	MUST(x);
+	connect_qp(qx, qb->qp_num, &gid);
+	connect_qp(qb, qx->qp_num, &gid);
+	x->wr_flags = IBV_SEND_SIGNALED;
+
+	uint64_t *word = (uint64_t *)(tbuf + 8), *old = (uint64_t *)(sbuf + 8);
+	*word = 5;
+	ibv_wr_start(x);
+	x->wr_id = 10;
+	ibv_wr_atomic_cmp_swp(x, t->rkey, (uintptr_t)word, 5, 9);
+	ibv_wr_set_sge(x, src->lkey, (uintptr_t)old, 8);
+	err = ibv_wr_complete(x);
+	wait_wcs(wc, 1);
+	CHECK(!err && wc[0].wr_id == 10 && wc[0].status == IBV_WC_SUCCESS && wc[0].opcode == IBV_WC_COMP_SWAP &&
+		      *old == 5 && *word == 9,
+	      "ibv_wr_atomic_cmp_swp (old %llu, new %llu)", (unsigned long long)*old, (unsigned long long)*word);
+
+	post_recvs(NULL, qb, dst, 1, &id);
+	strcpy(sbuf + 64, "with imm");
+	ibv_wr_start(x);
+	x->wr_id = 11;
+	ibv_wr_rdma_write_imm(x, t->rkey, (uintptr_t)tbuf + 64, htonl(0x77));
+	ibv_wr_set_sge(x, src->lkey, (uintptr_t)sbuf + 64, 9);
+	err = ibv_wr_complete(x);
+	wait_wcs(wc, 2);
+	w = find_wc(wc, 2, 11);
+	r = find_wc(wc, 2, id - 1);
+	CHECK(!err && w && w->status == IBV_WC_SUCCESS && r && r->opcode == IBV_WC_RECV_RDMA_WITH_IMM &&
+		      r->imm_data == htonl(0x77) && !strcmp(tbuf + 64, "with imm"),
+	      "ibv_wr_rdma_write_imm");
+
+	struct ibv_data_buf parts[2] = { { .addr = "in", .length = 2 }, { .addr = "line list", .length = 10 } };
+	post_recvs(NULL, qb, dst, 1, &id);
+	ibv_wr_start(x);
+	x->wr_id = 12;
+	ibv_wr_send(x);
+	ibv_wr_set_inline_data_list(x, 2, parts);
+	err = ibv_wr_complete(x);
+	wait_wcs(wc, 2);
+	r = find_wc(wc, 2, id - 1);
+	CHECK(!err && find_wc(wc, 2, 12) && r && r->status == IBV_WC_SUCCESS && r->byte_len == 12 &&
+		      !strcmp((char *)dst->addr + (id - 1) % 64 * 64, "inline list"),
+	      "ibv_wr_set_inline_data_list");
+
+	uint32_t key = ibv_inc_rkey(mw->rkey);
+	struct ibv_mw_bind_info info = { .mr = t, .addr = (uintptr_t)tbuf, .length = 256,
+					 .mw_access_flags = IBV_ACCESS_REMOTE_WRITE };
+	ibv_wr_start(x);
+	x->wr_id = 13;
+	ibv_wr_bind_mw(x, mw, key, &info);
+	err = ibv_wr_complete(x);
+	wait_wcs(wc, 1);
+	CHECK(!err && wc[0].wr_id == 13 && wc[0].status == IBV_WC_SUCCESS && wc[0].opcode == IBV_WC_BIND_MW,
+	      "ibv_wr_bind_mw binds a type 2 window (%s)", ibv_wc_status_str(wc[0].status));
+	strcpy(sbuf + 128, "through the window");
+	struct ibv_sge sge = { .addr = (uintptr_t)sbuf + 128, .length = 19, .lkey = src->lkey };
+	struct ibv_send_wr wr = { .wr_id = 14, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+				  .send_flags = IBV_SEND_SIGNALED };
+	wr.wr.rdma.remote_addr = (uintptr_t)tbuf + 128;
+	wr.wr.rdma.rkey = key;
+	post_and_wait(qb, &wr);
+	CHECK(!strcmp(tbuf + 128, "through the window"), "a peer WRITEs through the window ibv_wr_bind_mw bound");
+	ibv_wr_start(x);
+	x->wr_id = 15;
+	ibv_wr_local_inv(x, key);
+	err = ibv_wr_complete(x);
+	wait_wcs(wc, 1);
+	CHECK(!err && wc[0].wr_id == 15 && wc[0].status == IBV_WC_SUCCESS && wc[0].opcode == IBV_WC_LOCAL_INV,
+	      "ibv_wr_local_inv invalidates it (%s)", ibv_wc_status_str(wc[0].status));
+
+	/* A window bound at the receiver, qb, which the SEND invalidates. */
+	key = ibv_inc_rkey(mw2->rkey);
+	struct ibv_send_wr bind = { .wr_id = 16, .opcode = IBV_WR_BIND_MW, .send_flags = IBV_SEND_SIGNALED };
+	bind.bind_mw.mw = mw2;
+	bind.bind_mw.rkey = key;
+	bind.bind_mw.bind_info = info;
+	post_and_wait(qb, &bind);
+	post_recvs(NULL, qb, dst, 1, &id);
+	ibv_wr_start(x);
+	x->wr_id = 17;
+	ibv_wr_send_inv(x, key);
+	ibv_wr_set_sge(x, src->lkey, (uintptr_t)sbuf, 4);
+	err = ibv_wr_complete(x);
+	wait_wcs(wc, 2);
+	w = find_wc(wc, 2, 17);
+	r = find_wc(wc, 2, id - 1);
+	CHECK(!err && w && w->status == IBV_WC_SUCCESS && r && r->status == IBV_WC_SUCCESS &&
+		      (r->wc_flags & IBV_WC_WITH_INV) && r->invalidated_rkey == key,
+	      "ibv_wr_send_inv: the receiver's completion names the window's key it invalidated");
+
+	MUST(!ibv_destroy_qp(qx));
+	MUST(!ibv_dealloc_mw(mw) && !ibv_dealloc_mw(mw2));
+	MUST(!ibv_dereg_mr(t));
+	free(tbuf);
+	connect_qps();
+}
+
 /* rdma_create_qp_ex makes an extended QP when its attributes ask for
  * send_ops_flags, as librdmacm's (through ibv_create_qp_ex), and refuses
  * what ibv_create_qp_ex refuses. */
@@ -1208,6 +1351,7 @@ int main(int argc, char **argv)
 	query_device_ex();
 	cq_ex(src, dst);
 	qp_ex(src, dst);
+	qp_ex_ops(src, dst);
 	cm_qp_ex();
 	forked_child(src, dst);
 	verbs_multicast();
