@@ -1124,6 +1124,64 @@ static void qp_ex_ops(struct ibv_mr *src, struct ibv_mr *dst)
 	connect_qps();
 }
 
+/* ud_qp makes a UD QP on cq, in RTS with Q_Key 0x11, from attr if set. */
+static struct ibv_qp *ud_qp(struct ibv_qp_init_attr_ex *attr)
+{
+	struct ibv_qp_init_attr_ex a = {
+		.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UD, .pd = pd, .comp_mask = IBV_QP_INIT_ATTR_PD,
+		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 },
+	};
+	struct ibv_qp_attr m = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = 0x11 };
+	struct ibv_qp *qp = ibv_create_qp_ex(ctx, attr ? attr : &a);
+
+	MUST(qp);
+	MUST(!ibv_modify_qp(qp, &m, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY));
+	m.qp_state = IBV_QPS_RTR;
+	MUST(!ibv_modify_qp(qp, &m, IBV_QP_STATE));
+	m.qp_state = IBV_QPS_RTS;
+	MUST(!ibv_modify_qp(qp, &m, IBV_QP_STATE | IBV_QP_SQ_PSN));
+	return qp;
+}
+
+/* A UD extended QP: SEND_WITH_IMM to the address ibv_wr_set_ud_addr
+ * names; RDMA_WRITE refused on UD was checked in qp_ex. */
+static void qp_ex_ud(struct ibv_mr *src, struct ibv_mr *dst)
+{
+	struct ibv_qp_init_attr_ex a = {
+		.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UD, .pd = pd,
+		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 },
+		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+		.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM,
+	};
+	struct ibv_qp *qs = ud_qp(&a), *qr = ud_qp(NULL);
+	struct ibv_qp_ex *x = ibv_qp_to_qp_ex(qs);
+	struct ibv_ah_attr aa = { .is_global = 1, .port_num = 1, .grh = { .dgid = gid, .hop_limit = 64 } };
+	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
+	struct ibv_sge rsge = { .addr = (uintptr_t)dst->addr + 2048, .length = 40 + 64, .lkey = dst->lkey };
+	struct ibv_recv_wr rwr = { .wr_id = 30, .sg_list = &rsge, .num_sge = 1 }, *bad;
+	struct ibv_wc wc[2], *w, *r;
+	int err;
+
+	MUST(x && ah);
+	MUST(!ibv_post_recv(qr, &rwr, &bad));
+	strcpy(src->addr, "ud datagram");
+	ibv_wr_start(x);
+	x->wr_id = 31;
+	x->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_send_imm(x, htonl(0x5150));
+	ibv_wr_set_ud_addr(x, ah, qr->qp_num, 0x11);
+	ibv_wr_set_sge(x, src->lkey, (uintptr_t)src->addr, 12);
+	err = ibv_wr_complete(x);
+	wait_wcs(wc, 2);
+	w = find_wc(wc, 2, 31);
+	r = find_wc(wc, 2, 30);
+	CHECK(!err && w && w->status == IBV_WC_SUCCESS && r && r->status == IBV_WC_SUCCESS && r->byte_len == 40 + 12 &&
+		      r->src_qp == qs->qp_num && (r->wc_flags & IBV_WC_WITH_IMM) && r->imm_data == htonl(0x5150) &&
+		      !strcmp((char *)dst->addr + 2048 + 40, "ud datagram"),
+	      "ibv_wr_set_ud_addr: a UD SEND_WITH_IMM reaches the QP it names");
+	MUST(!ibv_destroy_qp(qs) && !ibv_destroy_qp(qr) && !ibv_destroy_ah(ah));
+}
+
 /* rdma_create_qp_ex makes an extended QP when its attributes ask for
  * send_ops_flags, as librdmacm's (through ibv_create_qp_ex), and refuses
  * what ibv_create_qp_ex refuses. */
@@ -1352,6 +1410,7 @@ int main(int argc, char **argv)
 	cq_ex(src, dst);
 	qp_ex(src, dst);
 	qp_ex_ops(src, dst);
+	qp_ex_ud(src, dst);
 	cm_qp_ex();
 	forked_child(src, dst);
 	verbs_multicast();
