@@ -758,3 +758,54 @@ func TestConnectOwnQP(t *testing.T) {
 		}
 	})
 }
+
+// TestPostSendBatchParity: PostSendBatch posts all of its work requests
+// or none, the same embedded and attached: a batch larger than the send
+// queue's room, or with a work request the QP refuses among valid ones,
+// posts nothing (no completion comes of it, and the queue takes a full
+// batch after it), and a batch that fits completes whole.
+func TestPostSendBatchParity(t *testing.T) {
+	forEachProvider(t, func(t *testing.T, mode provider) {
+		a, b := mode.connected(t, nic.Config{}, nic.ConnectOptions{})
+		write := func(i int) verbs.SendWR {
+			return verbs.SendWR{ID: uint64(i), Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{a.mr.SGE(i, 1)},
+				RemoteAddr: b.mr.Addr() + uint64(i), RKey: b.mr.RKey()}
+		}
+		batch := func(n int) []verbs.SendWR {
+			wrs := make([]verbs.SendWR, n)
+			for i := range wrs {
+				wrs[i] = write(i)
+			}
+			return wrs
+		}
+		if err := a.qp.PostSendBatch(batch(qp.DefaultMaxWR + 1)); !errors.Is(err, nic.ErrNoMem) {
+			t.Errorf("a batch of %d on a send queue of %d: %v, want ErrNoMem", qp.DefaultMaxWR+1, qp.DefaultMaxWR, err)
+		}
+		bad := batch(3)
+		bad[1].SGL = make([]verbs.SGE, qp.DefaultMaxSGE+1)
+		if err := a.qp.PostSendBatch(bad); !errors.Is(err, nic.ErrInvalid) {
+			t.Errorf("a batch with %d SGEs in its second WR: %v, want ErrInvalid", qp.DefaultMaxSGE+1, err)
+		}
+		for i := range qp.DefaultMaxWR {
+			a.mr.Bytes()[i] = byte(i + 1)
+		}
+		if err := a.qp.PostSendBatch(batch(qp.DefaultMaxWR)); err != nil {
+			t.Fatalf("a batch that fills the send queue after the refused ones: %v", err)
+		}
+		for i := range qp.DefaultMaxWR {
+			if wc := nictest.Wait(t, a.cq); wc.Status != verbs.Success || wc.ID != uint64(i) {
+				t.Fatalf("completion %d: %v, want WRITE %d", i, &wc, i)
+			}
+		}
+		var more [1]verbs.WC
+		if n, err := a.cq.Poll(more[:]); n != 0 || err != nil {
+			t.Errorf("after the batch: %d more completions (%v), want none of the refused batches", n, err)
+		}
+		syncMemory(b)
+		for i := range qp.DefaultMaxWR {
+			if got := b.mr.Bytes()[i]; got != byte(i+1) {
+				t.Fatalf("byte %d after the batch: %d, want %d", i, got, i+1)
+			}
+		}
+	})
+}

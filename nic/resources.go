@@ -439,6 +439,12 @@ func (q *QP) RingDoorbell() error { return q.prov.RingDoorbell() }
 // many were posted before an error (like ibv_post_send's bad_wr).
 func (q *QP) PostSends(wrs []verbs.SendWR) (int, error) { return q.prov.PostSends(wrs) }
 
+// PostSendBatch posts a list of send work requests as one batch, then
+// sends: all of them, or none if one is refused or the send queue lacks
+// room for them all (ErrNoMem), as ibv_wr_complete posts the work requests
+// built since ibv_wr_start.
+func (q *QP) PostSendBatch(wrs []verbs.SendWR) error { return q.prov.PostSendBatch(wrs) }
+
 // PostRecv posts a receive work request (ibv_post_recv).
 func (q *QP) PostRecv(wr *verbs.RecvWR) error { return q.prov.PostRecv(wr) }
 

@@ -338,6 +338,30 @@ func (q *QP) PostSend(wr *verbs.SendWR) error {
 	return nil
 }
 
+// PostSendBatch queues wrs as one batch (ibv_wr_complete): all of them,
+// or none if one is refused (as PostSend refuses it) or the send queue
+// lacks room for them all (ErrNoMem).
+func (q *QP) PostSendBatch(wrs []verbs.SendWR) error {
+	if !q.attr.State.TakesSends() {
+		return fmt.Errorf("QP %#x is %s; posting sends needs RTS: %w", q.num, q.attr.State, ErrInvalid)
+	}
+	caps := q.sendCaps()
+	for i := range wrs {
+		if err := caps.Check(&wrs[i]); err != nil {
+			return fmt.Errorf("QP %#x: work request %d of %d: %w", q.num, i+1, len(wrs), err)
+		}
+	}
+	if room := len(q.sq.slots) - int(q.sq.tail-q.sq.head); len(wrs) > room {
+		return fmt.Errorf("QP %#x: %d work requests, room for %d in the send queue (%d WRs): %w", q.num, len(wrs), room, len(q.sq.slots), ErrNoMem)
+	}
+	for i := range wrs {
+		if err := q.PostSend(&wrs[i]); err != nil {
+			return err // PostSend refuses what the checks above refused
+		}
+	}
+	return nil
+}
+
 // sendCaps returns what the QP's send queue takes now.
 func (q *QP) sendCaps() verbcheck.SendCaps {
 	return verbcheck.SendCaps{Type: q.cfg.Type, MaxSGE: q.cfg.MaxSendSGE, MaxInline: q.cfg.MaxInline, MTU: q.mtu, MaxRdAtomic: q.attr.MaxRdAtomic}

@@ -30,7 +30,7 @@
 // work request API) are C over the ordinary ones: an extended CQ polls one
 // completion at a time through ibv_poll_cq's path, and an extended QP
 // builds the ibv_send_wr chain of ibv_post_send in arrays allocated with
-// it, posted at ibv_wr_complete. Only one Go runtime can live in a
+// it, posted whole or not at all at ibv_wr_complete. Only one Go runtime can live in a
 // process, so one file provides both libraries: its SONAME is
 // libibverbs.so.1, and librdmacm.so.1 is a symbolic link to it, which the
 // dynamic loader maps once (it recognises the file). So are libmlx5.so.1

@@ -8,6 +8,7 @@ package main
 import "C"
 
 import (
+	"errors"
 	"net/netip"
 	"runtime/cgo"
 	"sync"
@@ -290,9 +291,44 @@ func snPostSend(q *C.struct_ibv_qp, wr *C.struct_ibv_send_wr, bad **C.struct_ibv
 	p := qpOf(q)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	failed, rc := p.convertSends(wr)
+	n, err := p.q.PostSends(p.sends)
+	if err != nil {
+		rc = errnoOf(err)
+		failed = nth(wr, n)
+	}
+	if rc != 0 && bad != nil {
+		*bad = failed
+	}
+	return rc
+}
+
+// snPostSendBatch posts the list as ibv_wr_complete does (verbs_ex.c): all
+// of it or, with an error, none; a send queue without room for it all is
+// ENOSPC, as rxe's builders say.
+//
+//export snPostSendBatch
+func snPostSendBatch(q *C.struct_ibv_qp, wr *C.struct_ibv_send_wr) C.int {
+	p := qpOf(q)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, rc := p.convertSends(wr); rc != 0 {
+		return rc
+	}
+	switch err := p.q.PostSendBatch(p.sends); {
+	case errors.Is(err, nic.ErrNoMem):
+		return C.ENOSPC
+	default:
+		return errnoOf(err)
+	}
+}
+
+// convertSends converts the list into p.sends, up to the first work
+// request it cannot (EINVAL: an opcode softnic lacks), which it returns.
+// p.mu is held.
+func (p *queuePair) convertSends(wr *C.struct_ibv_send_wr) (failed *C.struct_ibv_send_wr, rc C.int) {
 	p.sends, p.sges, p.inline, p.binds = p.sends[:0], p.sges[:0], p.inline[:0], p.binds[:0]
-	var rc C.int
-	failed := wr
+	failed = wr
 	for w := wr; w != nil; w = w.next {
 		op, ok := wrOpcodes[w.opcode]
 		if !ok {
@@ -356,15 +392,7 @@ func snPostSend(q *C.struct_ibv_qp, wr *C.struct_ibv_send_wr, bad **C.struct_ibv
 		}
 		p.sends = append(p.sends, s)
 	}
-	n, err := p.q.PostSends(p.sends)
-	if err != nil {
-		rc = errnoOf(err)
-		failed = nth(wr, n)
-	}
-	if rc != 0 && bad != nil {
-		*bad = failed
-	}
-	return rc
+	return failed, rc
 }
 
 func nth(wr *C.struct_ibv_send_wr, i int) *C.struct_ibv_send_wr {

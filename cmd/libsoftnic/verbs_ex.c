@@ -14,14 +14,12 @@
  * ibv_send_wr that ibv_post_send would take, in arrays allocated with
  * the QP (max_send_wr work requests, each with room for max_send_sge
  * SGEs and max_inline_data bytes, into which wr_set_inline_data copies):
- * wr_complete posts the chain through ops.post_send, wr_abort drops it.
+ * wr_complete posts the chain as one batch, wr_abort drops it.
  * As on rxe, the first error of a builder or setter (ENOSPC: more work
  * requests than the send queue holds, more SGEs or inline bytes than the
  * QP takes) drops the rest and is what wr_complete returns, posting
- * nothing; unlike rxe, whose check counts the work requests still in the
- * send queue, a chain that fits max_send_wr but not the room left in the
- * queue is refused at wr_complete by ibv_post_send (ENOMEM), which may
- * have posted its first work requests.
+ * nothing; and wr_complete posts the chain whole or not at all
+ * (snPostSendBatch: ENOSPC when the send queue lacks room for it all).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -29,6 +27,7 @@
 #include <string.h>
 
 #include "softnic.h"
+#include "_cgo_export.h"
 
 /* The completion fields rxe offers, and so softnic (as rxe, the SLID, SL
  * and DLID path bits are 0 on RoCE): a timestamp or any other is
@@ -214,14 +213,13 @@ static void sn_wr_start(struct ibv_qp_ex *qpx)
 static int sn_wr_complete(struct ibv_qp_ex *qpx)
 {
 	struct sn_wr_batch *b = sn_wrs_of(qpx);
-	struct ibv_send_wr *bad;
 	int err = b->err;
 
 	if (!err && b->n) {
 		for (uint32_t i = 0; i + 1 < b->n; i++)
 			b->wr[i].next = &b->wr[i + 1];
 		b->wr[b->n - 1].next = NULL;
-		err = ibv_post_send(&qpx->qp_base, b->wr, &bad);
+		err = snPostSendBatch(&qpx->qp_base, b->wr);
 	}
 	b->n = 0;
 	pthread_mutex_unlock(&b->mu);

@@ -1120,6 +1120,35 @@ func (q *attachedQP) PostSends(wrs []verbs.SendWR) (int, error) {
 	return n, err
 }
 
+// PostSendBatch writes wrs into the send ring and publishes them together,
+// or, if one is refused, none: the producer index the daemon reads goes
+// back to where the batch began, and the slots written are free again.
+func (q *attachedQP) PostSendBatch(wrs []verbs.SendWR) error {
+	a := q.a
+	q.sqMu.Lock()
+	start := q.sqProd
+	for i := range wrs {
+		if err := q.postSendLocked(&wrs[i]); err != nil {
+			q.sqProd = start
+			q.sqMu.Unlock()
+			return err
+		}
+	}
+	bell := false
+	if len(wrs) > 0 {
+		q.sq.Producer().Store(q.sqProd)
+		for i := range wrs {
+			a.bindPosted(&wrs[i])
+		}
+		bell = q.sq.Doorbell().Load() != 0
+	}
+	q.sqMu.Unlock()
+	if bell {
+		a.ringDoorbell(q.slot)
+	}
+	return nil
+}
+
 // RingDoorbell rings the doorbell for the send ring, if the daemon asks
 // for it: a QP with requests outstanding takes new ones without.
 func (q *attachedQP) RingDoorbell() error {

@@ -599,6 +599,21 @@ func (q *QP) PostSends(wrs []verbs.SendWR) (int, error) {
 	return n, err
 }
 
+func (q *QP) PostSendBatch(wrs []verbs.SendWR) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.destroyed {
+		return cm.ErrClosed
+	}
+	if err := q.qp.PostSendBatch(wrs); err != nil {
+		return err
+	}
+	if len(wrs) > 0 {
+		q.doorbellLocked()
+	}
+	return nil
+}
+
 func (q *QP) PostRecv(wr *verbs.RecvWR) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()

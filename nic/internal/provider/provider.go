@@ -164,6 +164,7 @@ type QP interface {
 	Modify(attr *verbs.Attr, mask verbs.AttrMask) error
 	PostSend(wr *verbs.SendWR, ring bool) error
 	PostSends(wrs []verbs.SendWR) (int, error)
+	PostSendBatch(wrs []verbs.SendWR) error
 	RingDoorbell() error
 	PostRecv(wr *verbs.RecvWR) error
 	Destroy() error
