@@ -283,14 +283,12 @@ func (r *requester) encode(w *sendWQE, buf []byte, now Time) (int, netip.AddrPor
 	switch q.cfg.Type {
 	case verbs.RC:
 		f.BTH.AckReq = last || r.sinceAck+1 >= q.cc.AckEvery()
-	case verbs.UC:
-		// Nothing acknowledges UC, but rxe sets AckReq as on RC (the last
-		// packet and every 64th): the same bits on the wire.
-		f.BTH.AckReq = last || r.sinceAck+1 >= 64
 	case verbs.UD:
-		// Nothing acknowledges a datagram, but rxe sets AckReq on the last
-		// packet of every message, UD included (the MADs of rping.pcap).
-		f.BTH.AckReq = true
+		// Nothing acknowledges UC or UD, and rxe asks for nothing there:
+		// its UC and UD packets carry no AckReq (ibv_uc_pingpong, udaddy
+		// and mckey between the rxe lab's guests), but its GSI QP's MADs
+		// do (rping.pcap), and so do QP1's here.
+		f.BTH.AckReq = q.num == wire.GSIQPN
 	}
 	hdr, err := f.EncodeHeaders(buf, payload)
 	if err != nil {
