@@ -47,11 +47,12 @@ var goldenCounts = map[string]struct{ roce, bad int }{
 	"host_dropack.pcap":        {11, 0},
 	"host_badicrc.pcap":        {580, 290}, // every ACK of the host peer corrupted
 	// paddedDir
-	"write_odd.pcap": {20, 0},
-	"read_odd.pcap":  {20, 0},
-	"send_odd.pcap":  {20, 0},
-	"send_tiny.pcap": {10, 0},
-	"imm_odd.pcap":   {66, 0},
+	"write_odd.pcap":      {20, 0},
+	"read_odd.pcap":       {20, 0},
+	"send_odd.pcap":       {20, 0},
+	"send_tiny.pcap":      {10, 0},
+	"imm_odd.pcap":        {66, 0},
+	"mcast_send_odd.pcap": {2, 0},
 }
 
 // hostPeer is the address of the userspace RoCEv2 peer in the host_*
@@ -342,5 +343,41 @@ func TestPcapngTshark(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestGoldenMulticast: what rxe puts on the wire for a datagram to a
+// multicast group (rdma_cm's mckey in a guest of the lab, which softnic's
+// UD requester sends alike): an IPv4 datagram to the group with DF, TTL 64
+// and DSCP 0, UDP port 4791 with checksum 0, a BTH with the multicast QPN
+// 0xFFFFFF, the default P_Key and no AckReq (nothing acknowledges a
+// datagram), PSNs counting up from 0, and a DETH with rdma_cm's Q_Key
+// (RDMA_UDP_QKEY) and the sending QP. The file is checked too by TestGolden
+// (ICRC, re-encoding) and TestGoldenFraming (the IPv4 and UDP headers).
+func TestGoldenMulticast(t *testing.T) {
+	group := netip.MustParseAddrPort("239.1.2.5:4791")
+	frames := golden.Frames(t, filepath.Join(paddedDir, "mcast_send_odd.pcap"))
+	if len(frames) != 2 {
+		t.Fatalf("%d RoCEv2 frames, want mckey's 2", len(frames))
+	}
+	var p wire.Packet
+	for i, fr := range frames {
+		ip := fr.IPUDP
+		if fr.Env.Dst != group || ip[1] != 0 || ip[6]&0x40 == 0 || ip[8] != 64 || binary.BigEndian.Uint16(ip[26:]) != 0 {
+			t.Errorf("frame %d: to %v, TOS %#x, flags %#x, TTL %d, UDP checksum %#04x; want to %v, TOS 0, DF, TTL 64, checksum 0",
+				fr.N, fr.Env.Dst, ip[1], ip[6], ip[8], binary.BigEndian.Uint16(ip[26:]), group)
+		}
+		if err := p.Decode(fr.Payload); err != nil {
+			t.Fatalf("frame %d: %v", fr.N, err)
+		}
+		var f wire.Fields
+		p.Fields(&f)
+		want := wire.Fields{
+			BTH:  wire.BTHFields{OpCode: wire.OpUDSendOnlyImm, PadCount: 3, PKey: 0xffff, DestQP: wire.MulticastQPN, PSN: wire.PSN(i)},
+			DETH: wire.DETHFields{QKey: 0x01234567, SrcQP: 0x14}, // g2's fourth QP since it booted
+		}
+		if f.BTH != want.BTH || f.DETH != want.DETH {
+			t.Errorf("frame %d: %+v %+v, want %+v %+v", fr.N, f.BTH, f.DETH, want.BTH, want.DETH)
+		}
 	}
 }
