@@ -32,6 +32,9 @@ import (
 //     in both directions, with the same checks on the daemon's counters;
 //     and Debian's udaddy (rdma_cm's UDP port space: SIDR, then UD
 //     datagrams) the same way, both ways, and against nothing listening;
+//     and Debian's mckey (UD multicast: each side joins a group, the
+//     client sends ten datagrams to it) both ways, comparing softnic's
+//     datagrams to the group on the wire with rxe's (mckeyPairs);
 //
 // at path MTU 1024 (Ethernet MTU 1500) and 4096 (9000). Every run must
 // exit 0 on both sides; softnic's side checks the data it can (see
@@ -315,9 +318,11 @@ func interopCases(mtu int) []interopCase {
 // libsoftnicPairs runs Debian's perftest through libsoftnic, on a softnic
 // daemon on the host, against rxe's perftest in g2, in both directions:
 // ib_write_bw, ib_read_bw and ib_write_lat with a message of several
-// packets and a pad, with the checks of runPair on the daemon's counters.
+// packets and a pad, with the checks of runPair on the daemon's counters;
+// then rdmacm-utils' udaddy (udaddyPair, udaddyRefused) and mckey
+// (mckeyPairs) the same way.
 func (l *rxeLab) libsoftnicPairs(t *testing.T, mtu int) {
-	bin, lib := needLibsoftnic(t, "ib_write_bw", "ib_read_bw", "ib_write_lat", "udaddy")
+	bin, lib := needLibsoftnic(t, "ib_write_bw", "ib_read_bw", "ib_write_lat", "udaddy", "mckey")
 	h := startVerbsHost(t, bin, lib, labNS, labHost+":4791")
 	args := fmt.Sprintf("-F -s %d -n 100 -u 20", 4*mtu+3) // the timeout as in interopCases
 	for _, softnicServer := range []bool{true, false} {
@@ -340,6 +345,7 @@ func (l *rxeLab) libsoftnicPairs(t *testing.T, mtu int) {
 		l.udaddyPair(t, bin, lib, h, softnicServer)
 	}
 	l.udaddyRefused(t, h)
+	l.mckeyPairs(t, h)
 }
 
 // udaddyRefused runs udaddy's client with nothing listening on the other

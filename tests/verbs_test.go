@@ -681,6 +681,13 @@ func TestVerbsUtilsFail(t *testing.T) {
 
 var groupSeq atomic.Int32
 
+// newGroup returns a multicast group of 239.0.0.0/8 that no other test
+// of this process, nor likely of another, has used.
+func newGroup() string {
+	n := os.Getpid()*7 + int(groupSeq.Add(1))
+	return fmt.Sprintf("239.%d.%d.%d", 1+n/65536%254, n/256%256, 1+n%254)
+}
+
 // TestVerbsMckey: rdma_cm's multicast on RoCEv2. mckey joins a group
 // (rdma_join_multicast_ex: the group's IPv4-mapped GID, the multicast QPN
 // and RDMA_UDP_QKEY in MULTICAST_JOIN's param.ud) and receives ten
@@ -697,8 +704,7 @@ func TestVerbsMckey(t *testing.T) {
 	for _, topology := range []func(*testing.T, string, string) verbsTopology{oneDaemon, twoDaemons} {
 		tp := topology(t, bin, lib)
 		t.Run(tp.name, func(t *testing.T) {
-			n := os.Getpid()*7 + int(groupSeq.Add(1))
-			group := fmt.Sprintf("239.%d.%d.%d", 1+n/65536%254, n/256%256, 1+n%254)
+			group := newGroup()
 			recv := []string{"stdbuf", "-oL", "mckey", "-m", group, "-b", tp.server.ip()}
 			send := []string{"mckey", "-m", group, "-b", tp.client.ip(), "-s"}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
