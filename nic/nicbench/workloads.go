@@ -2,6 +2,7 @@ package nicbench
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/softnic/softnic/verbs"
@@ -23,8 +24,9 @@ type Workload struct {
 	Size, Window, QPs int
 	By                Completion
 	// Series names the workloads whose figures are read against each
-	// other (the WRITEs over 1 to 64 QPs: "qps"), which softnic bench
-	// measures in turns; empty for the others.
+	// other (the WRITEs over 1 to 64 QPs: "qps"; a latency busy-polled
+	// and waited for: "write_8"), which softnic bench measures in turns;
+	// empty for the others.
 	Series string
 }
 
@@ -75,7 +77,7 @@ func latency(op verbs.WROpcode, by Completion) Workload {
 	if by == Wait {
 		name += " wait"
 	}
-	return Workload{Key: key, Name: name, Op: op, Size: 8, Window: 1, QPs: 1, By: by}
+	return Workload{Key: key, Name: name, Op: op, Size: 8, Window: 1, QPs: 1, By: by, Series: strings.TrimSuffix(key, "_"+by.String())}
 }
 
 func opName(op verbs.WROpcode) string {
@@ -89,9 +91,10 @@ func opName(op verbs.WROpcode) string {
 }
 
 // Workloads are the measurements softnic bench takes, in order: fi_rmabw's
-// (its throughputs with 64 in flight, its busy-polled latencies), the
-// same latencies learnt by waiting, FETCH_ADD with 16 in flight (softnic's
-// earlier figure), and 64 KiB WRITEs over more QPs, 64 in flight in all.
+// (its throughputs with 64 in flight, its busy-polled latencies, each
+// beside the same latency learnt by waiting), FETCH_ADD with 16 in flight
+// (softnic's earlier figure), and 64 KiB WRITEs over more QPs, 64 in
+// flight in all.
 var Workloads = []Workload{
 	throughput(verbs.WRWrite, SmallSize),
 	throughput(verbs.WRWrite, LargeSize),
@@ -99,10 +102,10 @@ var Workloads = []Workload{
 	throughput(verbs.WRRead, LargeSize),
 	fetchAdds(Window),
 	latency(verbs.WRWrite, Poll),
-	latency(verbs.WRRead, Poll),
-	latency(verbs.WRFetchAdd, Poll),
 	latency(verbs.WRWrite, Wait),
+	latency(verbs.WRRead, Poll),
 	latency(verbs.WRRead, Wait),
+	latency(verbs.WRFetchAdd, Poll),
 	latency(verbs.WRFetchAdd, Wait),
 	fetchAdds(16),
 	aggregate(1),
@@ -146,14 +149,20 @@ func (w Workload) Run(in *Initiator, lim Limit, rtts []time.Duration) (Figure, e
 		if n == 0 {
 			return Figure{}, fmt.Errorf("%s: no operation completed", w.Name)
 		}
-		l := Percentiles(rtts[:n])
-		return Figure{Value: micros(l.Median), P99: micros(l.P99), Ops: n}, nil
+		return DelayFigure(rtts[:n]), nil
 	case Rate:
 		n, d, err := in.FetchAdd(w.Window, w.By, lim)
 		return Figure{Value: float64(n) / d.Seconds(), Ops: n}, err
 	}
 	n, d, err := in.Throughput(w.Op, w.Size, w.Window, w.QPs, w.By, lim)
 	return Figure{Value: Gbps(n, w.Size, d), Ops: n}, err
+}
+
+// DelayFigure is the figure of a latency's round trips, in µs: their
+// median and 99th percentile (it sorts rtts).
+func DelayFigure(rtts []time.Duration) Figure {
+	l := Percentiles(rtts)
+	return Figure{Value: micros(l.Median), P99: micros(l.P99), Ops: len(rtts)}
 }
 
 func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

@@ -261,7 +261,7 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) (*Result, error) {
 				return nil, err
 			}
 			if len(series) > 1 {
-				if err := measureInTurns(ctx, series, in, cfg.Limit); err != nil {
+				if err := measureInTurns(ctx, series, in, cfg.Limit, rtts); err != nil {
 					return nil, err
 				}
 				continue
@@ -298,18 +298,22 @@ func seriesEnd(figs []benchFigures, i int) int {
 // turns is how many turns each workload of a series takes in a run.
 const turns = 4
 
-// measureInTurns measures the throughput workloads of one series, whose
-// figures are read against each other (16 QPs against one), in turns:
-// each runs for a quarter of lim, then the next, round and round, and its
-// figure is what all its turns moved in all their time. This VM's host
+// measureInTurns measures the workloads of one series, whose figures are
+// read against each other (16 QPs against one, busy-polling against
+// waiting), in turns: each runs for a quarter of lim, then the next,
+// round and round, and its figure is what all its turns moved in all
+// their time, or the percentiles of all their round trips. This VM's host
 // switches between two speeds every few tens of seconds, and one speed
 // change between two workloads measured one after the other made the
-// ratio of their figures 0.58 or 1.7; in turns, a change falls on each
-// of them alike. Each turn ends with its window completed, as a run does.
-func measureInTurns(ctx context.Context, series []benchFigures, in *nicbench.Initiator, lim nicbench.Limit) error {
+// ratio of their figures 0.58 or 1.7 (and put a busy-polled latency
+// above a waited one); in turns, a change falls on each of them alike.
+// Each turn ends with its window completed, as a run does. rtts is
+// scratch room for one turn's round trips.
+func measureInTurns(ctx context.Context, series []benchFigures, in *nicbench.Initiator, lim nicbench.Limit, rtts []time.Duration) error {
 	turn := nicbench.Limit{Time: lim.Time / turns, Ops: (lim.Ops + turns - 1) / turns}
 	ops := make([]int, len(series))
 	took := make([]time.Duration, len(series))
+	trips := make([][]time.Duration, len(series))
 	for range turns {
 		for i := range series {
 			f := &series[i]
@@ -318,18 +322,33 @@ func measureInTurns(ctx context.Context, series []benchFigures, in *nicbench.Ini
 			}
 			w := f.w
 			before := retryCounts(in.Dev)
-			n, d, err := in.Throughput(w.Op, w.Size, w.Window, w.QPs, w.By, turn)
+			var n int
+			var err error
+			if w.Kind() == nicbench.Delay {
+				n, err = in.Latency(w.Op, w.By, turn, rtts)
+				trips[i] = append(trips[i], rtts[:n]...)
+			} else {
+				var d time.Duration
+				n, d, err = in.Throughput(w.Op, w.Size, w.Window, w.QPs, w.By, turn)
+				took[i] += d
+			}
 			if err != nil {
 				return fmt.Errorf("%s: %w", w.Name, err)
 			}
 			f.countRetries(before, retryCounts(in.Dev))
 			ops[i] += n
-			took[i] += d
 		}
 	}
 	for i := range series {
 		f := &series[i]
-		f.runs = append(f.runs, nicbench.Figure{Value: nicbench.Gbps(ops[i], f.w.Size, took[i]), Ops: ops[i]})
+		switch {
+		case f.w.Kind() != nicbench.Delay:
+			f.runs = append(f.runs, nicbench.Figure{Value: nicbench.Gbps(ops[i], f.w.Size, took[i]), Ops: ops[i]})
+		case ops[i] == 0:
+			return fmt.Errorf("%s: no operation completed", f.w.Name)
+		default:
+			f.runs = append(f.runs, nicbench.DelayFigure(trips[i]))
+		}
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/softnic/softnic/nic/nicbench"
@@ -25,24 +26,34 @@ func TestSeriesEnd(t *testing.T) {
 	}
 }
 
-// The WRITEs over 1 to 64 QPs are one series, next to each other in
-// nicbench.Workloads, so that softnic bench measures them all in turns.
-func TestQPSeriesInTurns(t *testing.T) {
+// The WRITEs over 1 to 64 QPs are one series, and each 8-byte latency
+// busy-polled and waited for is one, next to each other in
+// nicbench.Workloads, so that softnic bench measures each in turns.
+func TestSeriesInTurns(t *testing.T) {
 	figs := make([]benchFigures, len(nicbench.Workloads))
-	first, n := -1, 0
 	for i, w := range nicbench.Workloads {
 		figs[i].w = w
-		if w.Series == "qps" {
-			n++
-			if first < 0 {
-				first = i
-			}
+	}
+	for _, tc := range []struct {
+		series string
+		keys   []string
+	}{
+		{"qps", []string{"write_64k_qps1_gbps", "write_64k_qps4_gbps", "write_64k_qps16_gbps", "write_64k_qps64_gbps"}},
+		{"write_8", []string{"write_8_poll", "write_8_wait"}},
+		{"read_8", []string{"read_8_poll", "read_8_wait"}},
+		{"fetch_add_8", []string{"fetch_add_8_poll", "fetch_add_8_wait"}},
+	} {
+		first := slices.IndexFunc(figs, func(f benchFigures) bool { return f.w.Series == tc.series })
+		if first < 0 {
+			t.Errorf("no workload of the %s series", tc.series)
+			continue
 		}
-	}
-	if n < 4 {
-		t.Fatalf("%d workloads in the qps series, want the four QP counts", n)
-	}
-	if end := seriesEnd(figs, first); end-first != n {
-		t.Errorf("the qps series' %d workloads are not next to each other: a run of %d from %s", n, end-first, nicbench.Workloads[first].Key)
+		var keys []string
+		for _, f := range figs[first:seriesEnd(figs, first)] {
+			keys = append(keys, f.w.Key)
+		}
+		if !slices.Equal(keys, tc.keys) {
+			t.Errorf("the %s series is measured in turns as %v, want %v next to each other", tc.series, keys, tc.keys)
+		}
 	}
 }
