@@ -86,57 +86,25 @@ static void sn_end_poll(struct ibv_cq_ex *cqx)
 	pthread_mutex_unlock(&sn_cq_of(cqx)->poll_mu);
 }
 
-static enum ibv_wc_opcode sn_read_opcode(struct ibv_cq_ex *cqx)
-{
-	return sn_cq_of(cqx)->wc.opcode;
-}
+/* SN_READ defines the read_ op of a field of the current completion. */
+#define SN_READ(type, field)                                   \
+	static type sn_read_##field(struct ibv_cq_ex *cqx)     \
+	{                                                      \
+		return sn_cq_of(cqx)->wc.field;                \
+	}
 
-static uint32_t sn_read_vendor_err(struct ibv_cq_ex *cqx)
-{
-	return sn_cq_of(cqx)->wc.vendor_err;
-}
-
-static uint32_t sn_read_byte_len(struct ibv_cq_ex *cqx)
-{
-	return sn_cq_of(cqx)->wc.byte_len;
-}
-
-/* sn_read_imm_data is the immediate data, or the invalidated rkey of a
- * SEND_WITH_INV, which shares its place in the ibv_wc (as on rxe). */
-static __be32 sn_read_imm_data(struct ibv_cq_ex *cqx)
-{
-	return sn_cq_of(cqx)->wc.imm_data;
-}
-
-static uint32_t sn_read_qp_num(struct ibv_cq_ex *cqx)
-{
-	return sn_cq_of(cqx)->wc.qp_num;
-}
-
-static uint32_t sn_read_src_qp(struct ibv_cq_ex *cqx)
-{
-	return sn_cq_of(cqx)->wc.src_qp;
-}
-
-static unsigned int sn_read_wc_flags(struct ibv_cq_ex *cqx)
-{
-	return sn_cq_of(cqx)->wc.wc_flags;
-}
-
-static uint32_t sn_read_slid(struct ibv_cq_ex *cqx)
-{
-	return sn_cq_of(cqx)->wc.slid;
-}
-
-static uint8_t sn_read_sl(struct ibv_cq_ex *cqx)
-{
-	return sn_cq_of(cqx)->wc.sl;
-}
-
-static uint8_t sn_read_dlid_path_bits(struct ibv_cq_ex *cqx)
-{
-	return sn_cq_of(cqx)->wc.dlid_path_bits;
-}
+SN_READ(enum ibv_wc_opcode, opcode)
+SN_READ(uint32_t, vendor_err)
+SN_READ(uint32_t, byte_len)
+/* The immediate data, or the invalidated rkey of a SEND_WITH_INV, which
+ * shares its place in the ibv_wc (as on rxe). */
+SN_READ(__be32, imm_data)
+SN_READ(uint32_t, qp_num)
+SN_READ(uint32_t, src_qp)
+SN_READ(unsigned int, wc_flags)
+SN_READ(uint32_t, slid)
+SN_READ(uint8_t, sl)
+SN_READ(uint8_t, dlid_path_bits)
 
 /* sn_create_cq_ex is ibv_create_cq_ex. As on rxe, the read_ ops of the
  * fields not asked for in wc_flags are NULL; IBV_CREATE_CQ_ATTR_
