@@ -272,9 +272,13 @@ func twoDaemons(t *testing.T, bin, lib string) verbsTopology {
 var portSeq atomic.Int32
 
 // freePort is a TCP or rdma_cm port for one pair of programs, distinct
-// within the run and unlikely to meet another run's.
+// within the run and unlikely to meet another run's: from 10000 to 32767,
+// below Linux's ephemeral ports (32768-60999), which the kernel hands to
+// connections' local ends and softnic to rdma_cm listeners of port 0, so
+// that a server never finds its port taken by one of them (perftest's
+// "Couldn't listen to port 35655" in a .ci/run).
 func freePort() string {
-	return fmt.Sprint(20000 + (os.Getpid()*37+int(portSeq.Add(1)))%20000)
+	return fmt.Sprint(10000 + (os.Getpid()*37+int(portSeq.Add(1)))%22768)
 }
 
 // notYetListening tells a client that found no server yet: perftest's or
