@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -147,9 +148,9 @@ func (g *groups) current() map[netip.Addr][]*QP {
 
 // publish replaces the members map old with one where group has qps.
 func (g *groups) publish(old map[netip.Addr][]*QP, group netip.Addr, qps []*QP) {
-	m := make(map[netip.Addr][]*QP, len(old)+1)
-	for k, v := range old {
-		m[k] = v
+	m := maps.Clone(old)
+	if m == nil {
+		m = make(map[netip.Addr][]*QP, 1)
 	}
 	if len(qps) == 0 {
 		delete(m, group)
@@ -175,14 +176,7 @@ func (g *groups) close() {
 // reads as the reader does the device's socket, holding the progress role.
 func (d *Device) groupLoop(c *udp.Conn) {
 	defer d.wg.Done()
-	size := qp.MaxPacketSize + 64
-	if c.Features().GRO {
-		size = 64 << 10
-	}
-	msgs := make([]udp.Message, udp.MaxBatch)
-	for i := range msgs {
-		msgs[i].Buf = make([]byte, size)
-	}
+	msgs := readBuffers(c.Features().GRO)
 	for {
 		n, err := c.ReadBatch(msgs)
 		if n > 0 {

@@ -151,6 +151,20 @@ type progress struct {
 	}
 }
 
+// readBuffers returns a batch of messages to read a socket into, each
+// buffer as large as a packet, or as a coalesced run of them with GRO.
+func readBuffers(gro bool) []udp.Message {
+	size := qp.MaxPacketSize + 64
+	if gro {
+		size = 64 << 10
+	}
+	msgs := make([]udp.Message, udp.MaxBatch)
+	for i := range msgs {
+		msgs[i].Buf = make([]byte, size)
+	}
+	return msgs
+}
+
 // inbound is the scratch state of one batch of received packets.
 type inbound struct {
 	pkt   wire.Packet
@@ -158,14 +172,7 @@ type inbound struct {
 }
 
 func (p *progress) init(gro bool) {
-	size := qp.MaxPacketSize + 64
-	if gro {
-		size = 64 << 10
-	}
-	p.msgs = make([]udp.Message, udp.MaxBatch)
-	for i := range p.msgs {
-		p.msgs[i].Buf = make([]byte, size)
-	}
+	p.msgs = readBuffers(gro)
 	p.out = newBatch()
 	p.due = make([]timers.Entry[wakeup], 0, 64)
 	p.resume = make(chan struct{}, 1)
