@@ -168,6 +168,7 @@ var attacks = map[string]func(control string) (step func() error, err error){
 	"doorbell-signals": doorbellFlood(false),
 	"doorbell-marks":   doorbellFlood(true),
 	"sessions":         sessionsFlood,
+	"attach-loop":      attachLoop,
 	"qps":              qpsFlood,
 	"mappings":         mappingsFlood,
 	"waits":            waitsFlood,

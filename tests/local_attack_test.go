@@ -81,6 +81,20 @@ func sessionsFlood(control string) (func() error, error) {
 	}, nil
 }
 
+// attachLoop attaches and detaches, as fast as the daemon lets it: paced
+// (attachd.AttachPace), it waits its turn, where it would cost the daemon
+// a session's setup and teardown at each step.
+func attachLoop(control string) (func() error, error) {
+	return func() error {
+		s, err := rawAttach(control)
+		if err != nil {
+			return err
+		}
+		s.Close()
+		return nil
+	}, nil
+}
+
 // qpsFlood attaches, creates QPs until refused, and detaches.
 func qpsFlood(control string) (func() error, error) {
 	return func() error {
@@ -276,6 +290,7 @@ func TestBystanderUnderLocalAttacks(t *testing.T) {
 		{"waits", "quota_refused_waits"},
 		{"hijack", "wrong_source"},
 		{"control-flood", "control_refused_busy"},
+		{"attach-loop", "attaches_paced"},
 	} {
 		t.Run(tt.attack, func(t *testing.T) {
 			t.Setenv(envAttackVictim, fmt.Sprint(by.QP.Num()))

@@ -59,6 +59,8 @@ func defineServe(fs *flag.FlagSet) func(*invocation) error {
 	doorbellRate := fs.Int("doorbell-rate", 0, "then heed `N` such wakeups a second (default 1000), and one more for each work request it posts")
 	doorbellSpin := fs.Duration("doorbell-spin", 0, "once it has taken an attached program's work requests, stay awake for its next post, driving the "+
 		"device, until `DURATION` after the program's last completion, twice that after the post at most (default 50us; negative: sleep at once)")
+	attachBurst := fs.Int("attach-burst", 0, "let one user's programs attach `N` times at once (default 64)")
+	attachRate := fs.Int("attach-rate", 0, "then `N` times a second (default 100): an attach beyond waits its turn")
 	logRate := fs.Int("log-rate", 0, "log at most `N` lines a second of each kind of event (a connection, a SEND, a program attaching ...), "+
 		"and count those left out (default 10)")
 	sendRate := fs.Int("send-rate", 0, "take at most `N` SENDs a second from the peers (default 10000), 64 at once: beyond, the receive buffers "+
@@ -98,10 +100,11 @@ func defineServe(fs *flag.FlagSet) func(*invocation) error {
 		if *doorbellSpin > time.Second {
 			return usagef("--doorbell-spin %v: want at most 1s, such as 50us", *doorbellSpin)
 		}
+		cfg.Attaches = attachd.AttachPace{Burst: *attachBurst, Rate: *attachRate}
 		cfg.LogRate, cfg.SendRate, cfg.StopGrace = *logRate, *sendRate, *stopGrace
-		if *doorbellBurst < 0 || *doorbellRate < 0 || *logRate < 0 || *sendRate < 0 || *stopGrace < 0 {
-			return usagef("--doorbell-burst %d, --doorbell-rate %d, --log-rate %d, --send-rate %d, --stop-grace %v: want 0 (the default) or more",
-				*doorbellBurst, *doorbellRate, *logRate, *sendRate, *stopGrace)
+		if *doorbellBurst < 0 || *doorbellRate < 0 || *attachBurst < 0 || *attachRate < 0 || *logRate < 0 || *sendRate < 0 || *stopGrace < 0 {
+			return usagef("--doorbell-burst %d, --doorbell-rate %d, --attach-burst %d, --attach-rate %d, --log-rate %d, --send-rate %d, --stop-grace %v: want 0 (the default) or more",
+				*doorbellBurst, *doorbellRate, *attachBurst, *attachRate, *logRate, *sendRate, *stopGrace)
 		}
 		if cfg.BusyPoll < 0 || cfg.BusyPoll > time.Second {
 			return usagef("--busy-poll %v: want a duration from 0 to 1s, such as 50us", cfg.BusyPoll)

@@ -7,8 +7,9 @@
 // queue, in memory the process and the daemon both map, which package
 // nic/attachd/internal/rings moves between the process and the device's
 // QPs; each process's doorbell and its budget; who may attach (package
-// nic/attachd/internal/admit) and what each process and user may hold
-// (package nic/quota). When a process detaches, exits or dies,
+// nic/attachd/internal/admit), how fast each user's processes may
+// (AttachPace), and what each process and user may hold (package
+// nic/quota). When a process detaches, exits or dies,
 // everything it made is destroyed.
 //
 // It drives the device through its public API and, for what a daemon

@@ -43,7 +43,7 @@ func FuzzAttachRequests(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	_, _, path := serveTest(f, Config{})
+	_, _, path := serveTest(f, Config{Attaches: unpaced})
 	f.Fuzz(func(t *testing.T, script []byte) {
 		c := attachRaw(t, path)
 		defer c.Close()

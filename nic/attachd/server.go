@@ -48,6 +48,9 @@ type Config struct {
 	// Doorbell bounds the wakeups a process that rings its doorbell for
 	// nothing costs the daemon (see DoorbellLimits).
 	Doorbell DoorbellLimits
+	// Attaches bounds how fast each user's processes attach (see
+	// AttachPace).
+	Attaches AttachPace
 }
 
 // Server lets other processes use a device as theirs: it is the
@@ -79,7 +82,9 @@ type Server struct {
 	// ledger keeps what each process and user holds, against the limits.
 	ledger *quota.Ledger
 	// accepts carries Serve through a process out of descriptors.
-	accepts  quota.Backoff
+	accepts quota.Backoff
+	// attaches paces each user's attaches.
+	attaches attachPacers
 	refused  atomic.Uint64   // connections of users not admitted
 	refusals quota.Sometimes // logs refused attaches
 	stop     chan struct{}   // closed by Close: Serve returns
@@ -114,7 +119,7 @@ func NewServer(d *nic.Device, cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = deviceLogger(d)
 	}
-	cfg.Doorbell = cfg.Doorbell.WithDefaults()
+	cfg.Doorbell, cfg.Attaches = cfg.Doorbell.WithDefaults(), cfg.Attaches.WithDefaults()
 	limits := cfg.Limits
 	if limits == nil {
 		l := quota.DefaultLimits(quota.Probe(d.MaxQPs()))
@@ -123,6 +128,7 @@ func NewServer(d *nic.Device, cfg Config) *Server {
 	s := &Server{dev: d, cfg: cfg, log: cfg.Logger, sessions: make(map[*session]struct{}), stop: make(chan struct{}),
 		ledger: quota.NewLedger(*limits, cfg.LimitFlag), unhook: func() {}}
 	s.accepts.Log = s.log
+	s.attaches.pace = cfg.Attaches
 	if e, ok := embedded(d); ok {
 		s.edev = e
 		s.unhook = e.SetBusyPoller(busyPoller{s})
@@ -324,6 +330,10 @@ func (s *Server) Close() error {
 	return nil
 }
 
+// PacedAttaches counts the attaches that waited for their user's turn
+// (AttachPace).
+func (s *Server) PacedAttaches() uint64 { return s.attaches.paced() }
+
 // Usage returns what the attached processes and their users hold, against
 // the limits.
 func (s *Server) Usage() quota.Usage { return s.ledger.Usage() }
@@ -443,13 +453,16 @@ type session struct {
 	polled bool
 }
 
-// newSession identifies the process at the other end of c, checks the
-// version its attach line names, sets up its doorbell and answers the
-// line.
+// newSession identifies the process at the other end of c, waits for its
+// user's turn (AttachPace), checks the version its attach line names, sets
+// up its doorbell and answers the line.
 func (s *Server) newSession(c *net.UnixConn, line []byte) (*session, error) {
 	cred, err := s.Admit(c)
 	if err != nil {
 		return nil, fmt.Errorf("attach: %w", err)
+	}
+	if !s.attaches.take(cred.UID, s.stop) {
+		return nil, fmt.Errorf("attach: %w", nic.ErrClosed)
 	}
 	req, err := attachproto.ParseAttachLine(line)
 	if err != nil {

@@ -197,7 +197,7 @@ type sessionFuzz struct {
 }
 
 func newSessionFuzz(f *testing.F) *sessionFuzz {
-	dev, srv, path := serveTest(f, Config{})
+	dev, srv, path := serveTest(f, Config{Attaches: unpaced})
 	fz := &sessionFuzz{dev: dev, srv: srv, path: path, victim: newFuzzVictim(f, srv, path)}
 	fz.victim.check(f)
 	return fz

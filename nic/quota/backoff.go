@@ -37,7 +37,7 @@ type Backoff struct {
 	delay    time.Duration // the next wait; 0 outside an episode
 	episodes Sometimes
 	// sleep waits d or until done is closed (a test's fake clock).
-	sleep func(d time.Duration, done <-chan struct{})
+	sleep func(d time.Duration, done <-chan struct{}) bool
 }
 
 // Accept returns the next connection of l. It returns an error only once
@@ -90,12 +90,14 @@ func (b *Backoff) Do(accept func() error, done <-chan struct{}) error {
 // Errors returns how many accepts failed and were retried.
 func (b *Backoff) Errors() uint64 { return b.errors.Load() }
 
-// sleepUnless waits d or until done is closed.
-func sleepUnless(d time.Duration, done <-chan struct{}) {
+// sleepUnless waits d and reports true, or false if done is closed first.
+func sleepUnless(d time.Duration, done <-chan struct{}) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
+		return true
 	case <-done:
+		return false
 	}
 }

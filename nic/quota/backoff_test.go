@@ -50,9 +50,10 @@ func TestBackoffRidesOutErrors(t *testing.T) {
 	var logged bytes.Buffer // one JSON object a line
 	var waits []time.Duration
 	clock := time.Unix(1e9, 0)
-	b := Backoff{Log: slog.New(slog.NewJSONHandler(&logged, &slog.HandlerOptions{Level: slog.LevelWarn})), What: "test socket", sleep: func(d time.Duration, _ <-chan struct{}) {
+	b := Backoff{Log: slog.New(slog.NewJSONHandler(&logged, &slog.HandlerOptions{Level: slog.LevelWarn})), What: "test socket", sleep: func(d time.Duration, _ <-chan struct{}) bool {
 		waits = append(waits, d)
 		clock = clock.Add(d)
+		return true
 	}}
 	b.episodes.now = func() time.Time { return clock }
 	done := make(chan struct{})

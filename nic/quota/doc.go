@@ -5,9 +5,11 @@
 // descriptors spent on their behalf), charged and released in one place
 // against limits per process, per user and in total (Ledger), with
 // defaults derived from the machine (DefaultLimits); the identity of a
-// process that survives the reuse of its PID (Identify); and the accept
+// process that survives the reuse of its PID (Identify); the accept
 // loop's way through errors that pass, such as a process out of
-// descriptors (Backoff).
+// descriptors (Backoff); and the pace of admissions, accepts and
+// attaches, that come faster than the daemon should spend on them
+// (Pacer).
 //
 // A refusal is a *LimitError naming the limit, its value and the setting
 // that raises it, and wrapping the errno-named sentinel of package mr the

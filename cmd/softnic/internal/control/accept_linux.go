@@ -32,7 +32,7 @@ func (s *Server) take() (*net.UnixConn, error) {
 		return nil, err
 	}
 	for {
-		if !s.pace.take(s.done) {
+		if !s.pace.Take(s.done) {
 			return nil, net.ErrClosed
 		}
 		var c *net.UnixConn

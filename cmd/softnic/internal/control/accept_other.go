@@ -17,7 +17,7 @@ import (
 func (s *Server) take() (*net.UnixConn, error) {
 	peer := nic.PeerCred{PID: -1, UID: -1}
 	for {
-		if !s.pace.take(s.done) {
+		if !s.pace.Take(s.done) {
 			return nil, net.ErrClosed
 		}
 		c, err := s.Accepts.Accept(s.Listener, s.done)

@@ -94,6 +94,11 @@ const (
 	Backlog     = 128
 )
 
+// paceBatch is how many accepts the accept loop waits for at once when
+// connections come faster than AcceptRate: a flood wakes it once per
+// batch, not per connection.
+const paceBatch = 32
+
 // Info is the result of info.
 type Info struct {
 	Version     string    `json:"version"`
@@ -223,7 +228,7 @@ type Server struct {
 	busy     atomic.Uint64
 	// pace paces the accepts; silent counts the connections closed
 	// without a word by the time they were accepted.
-	pace   pacer
+	pace   quota.Pacer
 	silent atomic.Uint64
 
 	mu      sync.Mutex
@@ -244,7 +249,7 @@ func (s *Server) Busy() uint64 { return s.busy.Load() }
 
 // Paced counts the times the accept loop waited for AcceptRate:
 // connections came faster.
-func (s *Server) Paced() uint64 { return s.pace.paced.Load() }
+func (s *Server) Paced() uint64 { return s.pace.Paced() }
 
 // Silent counts the connections whose client had closed without a word
 // by the time they were accepted: closed at once, before anything else.
@@ -258,7 +263,7 @@ func (s *Server) Start() {
 	if s.Cred == nil {
 		s.Cred = peerCred
 	}
-	s.pace = pacer{rate: AcceptRate, burst: AcceptBurst}
+	s.pace.Rate, s.pace.Burst, s.pace.Batch = AcceptRate, AcceptBurst, paceBatch
 	setBacklog(s.Listener, Backlog)
 	s.wg.Add(1) // before Close can Wait: the accept loop adds a count per request
 	go func() {

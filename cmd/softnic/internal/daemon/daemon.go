@@ -71,6 +71,7 @@ type Config struct {
 	CM         nic.CMLimits
 	Access     nic.AccessLimits       // --access-*: how fast a source may fail R_Key checks
 	Doorbell   attachd.DoorbellLimits // --doorbell-*: what ringing for nothing may cost
+	Attaches   attachd.AttachPace     // --attach-*: how fast each user's programs attach
 	LogRate    int                    // --log-rate: lines a second of each kind; 0 for DefaultLogRate
 	SendRate   int                    // --send-rate: SENDs a second the daemon takes; 0 for DefaultSendRate
 	StopGrace  time.Duration          // --stop-grace: the wait for the peers' DREPs; 0 for DefaultStopGrace
@@ -87,7 +88,7 @@ type Config struct {
 // setDefaults gives the limits left at zero their defaults, so that stat
 // shows what the daemon runs with.
 func (c *Config) setDefaults() {
-	c.CM, c.Access, c.Doorbell = c.CM.WithDefaults(), c.Access.WithDefaults(), c.Doorbell.WithDefaults()
+	c.CM, c.Access, c.Doorbell, c.Attaches = c.CM.WithDefaults(), c.Access.WithDefaults(), c.Doorbell.WithDefaults(), c.Attaches.WithDefaults()
 	c.LogRate, c.StopGrace = cmp.Or(c.LogRate, DefaultLogRate), cmp.Or(c.StopGrace, DefaultStopGrace)
 	c.SendRate = cmp.Or(c.SendRate, DefaultSendRate)
 }
@@ -291,7 +292,8 @@ func (d *daemon) start() error {
 	}
 	limits := quota.DefaultLimits(quota.Probe(d.dev.MaxQPs()))
 	cfg.Limits.Apply(&limits)
-	acfg := attachd.Config{Logger: libLog, Limits: &limits, LimitFlag: "softnic serve --limit", Doorbell: cfg.Doorbell}
+	acfg := attachd.Config{Logger: libLog, Limits: &limits, LimitFlag: "softnic serve --limit", Doorbell: cfg.Doorbell,
+		Attaches: cfg.Attaches}
 	if cfg.AllowGroup >= 0 {
 		acfg.AllowGroups = []int{cfg.AllowGroup}
 	}
@@ -748,6 +750,8 @@ func (d *daemon) limitCounters() control.Counters {
 		{Name: "limit_access_sources", Value: uint64(c.Access.Sources)},
 		{Name: "limit_doorbell_burst", Value: uint64(c.Doorbell.Burst)},
 		{Name: "limit_doorbell_rate", Value: uint64(c.Doorbell.Rate)},
+		{Name: "limit_attach_burst", Value: uint64(c.Attaches.Burst)},
+		{Name: "limit_attach_rate", Value: uint64(c.Attaches.Rate)},
 		{Name: "limit_log_rate", Value: uint64(c.LogRate)},
 		{Name: "limit_send_rate", Value: uint64(c.SendRate)},
 		{Name: "limit_stop_grace_ms", Value: uint64(c.StopGrace.Milliseconds())},
@@ -783,6 +787,7 @@ func (d *daemon) deviceCounters() control.Counters {
 		control.Counter{Name: "control_refused_busy", Value: d.ctl.Busy()},
 		control.Counter{Name: "control_refused_peers", Value: d.attach.RefusedPeers()},
 		control.Counter{Name: "control_refused_versions", Value: d.attach.RefusedVersions()},
+		control.Counter{Name: "attaches_paced", Value: d.attach.PacedAttaches()},
 		control.Counter{Name: "qps", Value: uint64(len(d.dev.QPs()))},
 	)
 	l = append(l, runtimeCounters()...)
