@@ -94,8 +94,21 @@ func (ch *eventChannel) take(owner *C.struct_sn_cm_id) []cmEvent {
 	return taken
 }
 
+// owner is the id whose rdma_destroy_id waits for the event's
+// acknowledgement: the listener of a CONNECT_REQUEST, else the event's id,
+// as librdmacm counts them.
+func (e *cmEvent) owner() *C.struct_sn_cm_id {
+	if e.listen != nil {
+		return e.listen
+	}
+	return e.id
+}
+
 // snNextEvent fills ev with the channel's oldest event, whose byte the
-// caller has read; EAGAIN if there is none, the byte a moved event's.
+// caller has read; EAGAIN if there is none, the byte a moved event's. The
+// event is counted as reported to its owner as it leaves the queue, under
+// the channel's lock, which rdma_destroy_id takes to remove the owner's
+// events still queued: each event is either removed or waited for.
 //
 //export snNextEvent
 func snNextEvent(c *C.struct_sn_event_channel, ev *C.struct_sn_cm_event) C.int {
@@ -107,12 +120,54 @@ func snNextEvent(c *C.struct_sn_event_channel, ev *C.struct_sn_cm_event) C.int {
 	}
 	e := ch.events[0]
 	ch.events = ch.events[1:]
+	idOf(e.owner()).acks.report()
 	ch.mu.Unlock()
 	fillEvent(ev, &e)
 	return 0
 }
 
+// snAckEvent counts ev acknowledged (rdma_ack_cm_event), which may let its
+// owner's rdma_destroy_id end: ev's owner is not touched after.
+//
+//export snAckEvent
+func snAckEvent(ev *C.struct_sn_cm_event) {
+	idOf(ev.owner).acks.complete()
+}
+
+// eventAcks counts the events of an id the program read and acknowledged:
+// as with librdmacm, rdma_destroy_id waits until every event it read is
+// acknowledged, so that a thread handling an event never finds its id
+// freed under it by another thread's rdma_destroy_id.
+type eventAcks struct {
+	mu                  sync.Mutex
+	cond                sync.Cond
+	reported, completed uint64
+}
+
+func (a *eventAcks) report() {
+	a.mu.Lock()
+	a.reported++
+	a.mu.Unlock()
+}
+
+func (a *eventAcks) complete() {
+	a.mu.Lock()
+	a.completed++
+	a.cond.Broadcast()
+	a.mu.Unlock()
+}
+
+// wait returns once every event reported is acknowledged.
+func (a *eventAcks) wait() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for a.completed < a.reported {
+		a.cond.Wait()
+	}
+}
+
 func fillEvent(ev *C.struct_sn_cm_event, e *cmEvent) {
+	ev.owner = e.owner()
 	ev.ev.id = &e.id.id
 	if e.listen != nil {
 		ev.ev.listen_id = &e.listen.id
@@ -142,7 +197,8 @@ type cmID struct {
 	chMu sync.Mutex
 	sync chan cmEvent // a synchronous id's events
 	dev  *device
-	done chan struct{} // closed by rdma_destroy_id
+	done chan struct{} // closed by rdma_destroy_id, under chMu
+	acks eventAcks     // of the events read from its channel
 
 	mu       sync.Mutex
 	local    netip.AddrPort // the bound address and rdma_cm port
@@ -161,6 +217,7 @@ type cmID struct {
 //export snCreateID
 func snCreateID(c *C.struct_sn_cm_id, ch *C.struct_sn_event_channel) {
 	id := &cmID{cid: c, sync: make(chan cmEvent, 16), done: make(chan struct{})}
+	id.acks.cond.L = &id.acks.mu
 	if ch != nil {
 		id.ch.Store(handleOf[*eventChannel](ch.h))
 	}
@@ -196,10 +253,16 @@ func (id *cmID) post(ev cmEvent) {
 	}
 }
 
-// deliver queues ev on the id's channel; false for a synchronous id.
+// deliver queues ev on the id's channel; false for a synchronous id. An
+// event of an id being destroyed is dropped.
 func (id *cmID) deliver(ev cmEvent) bool {
 	id.chMu.Lock()
 	defer id.chMu.Unlock()
+	select {
+	case <-id.done:
+		return true
+	default:
+	}
 	ch := id.ch.Load()
 	if ch != nil {
 		ch.push(ev)
@@ -263,10 +326,29 @@ func (ev cmEvent) errno(want C.enum_rdma_cm_event_type) C.int {
 	return C.ECONNREFUSED
 }
 
+// snDestroyID ends the id (rdma_destroy_id): no event of it is queued
+// after, those queued are removed, and it waits until the program has
+// acknowledged those it read; then its listener, request or connection
+// goes.
+//
 //export snDestroyID
 func snDestroyID(c *C.struct_sn_cm_id) {
 	id := idOf(c)
+	id.chMu.Lock()
 	close(id.done)
+	var queued []cmEvent
+	if ch := id.ch.Load(); ch != nil {
+		queued = ch.take(c)
+	}
+	id.chMu.Unlock()
+	for _, ev := range queued {
+		if ev.listen == c {
+			// A connection request the program never saw: its id goes
+			// with the listener, the request rejected.
+			C.rdma_destroy_id(&ev.id.id)
+		}
+	}
+	id.acks.wait()
 	id.mu.Lock()
 	l, pd, cq, req, conn, cancel := id.listener, id.lpd, id.lcq, id.req, id.conn, id.cancel
 	id.mu.Unlock()

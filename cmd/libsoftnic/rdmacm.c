@@ -528,6 +528,7 @@ EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_
 
 EXPORT int rdma_ack_cm_event(struct rdma_cm_event *event)
 {
+	snAckEvent((struct sn_cm_event *)event);
 	free(event);
 	return 0;
 }

@@ -109,10 +109,13 @@ struct sn_addr {
 	uint16_t port;
 };
 
-/* An rdma_cm event with the private data it carries. */
+/* An rdma_cm event with the private data it carries, and the id whose
+ * rdma_destroy_id waits for its rdma_ack_cm_event: ev.id's, or for a
+ * CONNECT_REQUEST its listener's. */
 struct sn_cm_event {
 	struct rdma_cm_event ev;
 	uint8_t private_data[256];
+	struct sn_cm_id *owner;
 };
 
 /* sn_unsupported names an unsupported call once on stderr and sets errno

@@ -15,7 +15,8 @@
  * channel, and a synchronous id to a channel and back, ibv_rereg_mr
  * changing a region's access and PD under a peer's WRITEs,
  * rdma_getaddrinfo taking its hints' addresses, rdma_listen on port 0
- * picking a port, ibv_query_device_ex, an extended CQ (ibv_create_cq_ex)
+ * picking a port, rdma_destroy_id dropping its events not yet read and
+ * waiting for those read to be acknowledged, ibv_query_device_ex, an extended CQ (ibv_create_cq_ex)
  * polled with start_poll, next_poll and end_poll, an extended QP's
  * ibv_wr_* API (ibv_create_qp_ex and rdma_create_qp_ex), a forked child
  * refused at once, and multicast: the errnos of ibv_attach_mcast and
@@ -720,6 +721,85 @@ static void listen_any_port(void)
 		rdma_destroy_id(id[i]);
 }
 
+/* rdma_destroy_id, as librdmacm's: the id's events still queued go with
+ * it, and it waits until the program has acknowledged those it read, so
+ * that a thread handling an event never has its id freed under it by
+ * another thread; a listener's connection requests not yet read go with
+ * it, rejected. */
+static int destroy_returned, connect_ended, connect_errno;
+
+static void *destroy_in_thread(void *id)
+{
+	rdma_destroy_id(id);
+	__atomic_store_n(&destroy_returned, 1, __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+static void *connect_in_thread(void *id)
+{
+	errno = 0;
+	connect_errno = rdma_connect(id, NULL) ? errno : 0;
+	__atomic_store_n(&connect_ended, 1, __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+static void destroy_id_events(void)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_addrinfo hints = { .ai_port_space = RDMA_PS_TCP }, *res;
+	struct sockaddr_in any = { .sin_family = AF_INET }, to;
+	struct ibv_qp_init_attr qa = { .cap = { .max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1 },
+				       .qp_type = IBV_QPT_RC };
+	struct rdma_cm_event *ev = NULL;
+	struct rdma_cm_id *id, *listener, *client;
+	struct pollfd p;
+	pthread_t t;
+	int i;
+
+	MUST(ch && !rdma_create_id(ch, &id, NULL, RDMA_PS_TCP));
+	p = (struct pollfd){ .fd = ch->fd, .events = POLLIN };
+	MUST(!rdma_getaddrinfo(cm_ip, cm_port, &hints, &res));
+	MUST(!rdma_resolve_addr(id, NULL, res->ai_dst_addr, 1000));
+	MUST(poll(&p, 1, 1000) == 1);
+	rdma_destroy_id(id);
+	CHECK(poll(&p, 1, 100) == 0, "rdma_destroy_id: the id's event not yet read goes with it");
+
+	MUST(!rdma_create_id(ch, &id, NULL, RDMA_PS_TCP));
+	MUST(!rdma_resolve_addr(id, NULL, res->ai_dst_addr, 1000));
+	rdma_freeaddrinfo(res);
+	MUST(!rdma_get_cm_event(ch, &ev) && ev->id == id);
+	MUST(!pthread_create(&t, NULL, destroy_in_thread, id));
+	usleep(100000);
+	CHECK(!__atomic_load_n(&destroy_returned, __ATOMIC_SEQ_CST) && ev->id->channel == ch,
+	      "rdma_destroy_id in another thread waits while an event of the id is read and not acknowledged");
+	rdma_ack_cm_event(ev);
+	MUST(!pthread_join(t, NULL));
+	CHECK(destroy_returned, "rdma_destroy_id returns once the event is acknowledged");
+
+	MUST(inet_pton(AF_INET, cm_ip, &any.sin_addr) == 1);
+	MUST(!rdma_create_id(ch, &listener, NULL, RDMA_PS_TCP));
+	MUST(!rdma_bind_addr(listener, (struct sockaddr *)&any) && !rdma_listen(listener, 4));
+	to = any;
+	to.sin_port = rdma_get_src_port(listener);
+	MUST(!rdma_create_id(NULL, &client, NULL, RDMA_PS_TCP));
+	MUST(!rdma_resolve_addr(client, NULL, (struct sockaddr *)&to, 1000) && !rdma_resolve_route(client, 1000));
+	MUST(!rdma_create_qp(client, NULL, &qa));
+	MUST(!pthread_create(&t, NULL, connect_in_thread, client));
+	CHECK(poll(&p, 1, 2000) == 1, "destroy_id: a CONNECT_REQUEST waits on the listener's channel");
+	rdma_destroy_id(listener);
+	for (i = 0; i < 500 && !__atomic_load_n(&connect_ended, __ATOMIC_SEQ_CST); i++)
+		usleep(10000);
+	CHECK(poll(&p, 1, 0) == 0 && connect_ended && connect_errno == ECONNREFUSED,
+	      "rdma_destroy_id of a listener rejects its connection request not yet read (rdma_connect: %s)",
+	      connect_ended ? strerror(connect_errno) : "still waiting after 5 s");
+	if (connect_ended) {
+		pthread_join(t, NULL);
+		rdma_destroy_qp(client);
+		rdma_destroy_id(client);
+	}
+	rdma_destroy_event_channel(ch);
+}
+
 /* ibv_query_device_ex answers, rather than falling back to
  * ibv_query_device (which would leave the extended part 0): the basic
  * attributes, the capabilities in 64 bits and the port count. */
@@ -1406,6 +1486,7 @@ int main(int argc, char **argv)
 	rereg_mr(src);
 	getaddrinfo_hints();
 	listen_any_port();
+	destroy_id_events();
 	query_device_ex();
 	cq_ex(src, dst);
 	qp_ex(src, dst);
