@@ -271,7 +271,9 @@ func (id *cmID) deliver(ev cmEvent) bool {
 }
 
 // snMigrateID moves the id, and its events not yet read, to the channel
-// to, or makes it synchronous if to is nil (rdma_migrate_id).
+// to, or makes it synchronous if to is nil (rdma_migrate_id); then, as
+// librdmacm's, it waits until the program has acknowledged the events of
+// the id it read, so that none is handled on the old channel after.
 //
 //export snMigrateID
 func snMigrateID(c *C.struct_sn_cm_id, to *C.struct_sn_event_channel) {
@@ -280,6 +282,13 @@ func snMigrateID(c *C.struct_sn_cm_id, to *C.struct_sn_event_channel) {
 	if to != nil {
 		dest = handleOf[*eventChannel](to.h)
 	}
+	id.migrate(dest)
+	id.acks.wait()
+}
+
+// migrate moves the id and its events not yet read to dest (nil:
+// synchronous).
+func (id *cmID) migrate(dest *eventChannel) {
 	id.chMu.Lock()
 	defer id.chMu.Unlock()
 	from := id.ch.Load()

@@ -12,7 +12,8 @@
  * IBV_EVENT_SRQ_LIMIT_REACHED, ibv_query_srq shows it disarmed, and
  * ibv_destroy_srq takes back its event not read), ibv_resize_cq up and
  * down, rdma_migrate_id moving an id's event not yet read to the new
- * channel, and a synchronous id to a channel and back, ibv_rereg_mr
+ * channel, and a synchronous id to a channel and back, waiting for the
+ * acknowledgement of an event read, ibv_rereg_mr
  * changing a region's access and PD under a peer's WRITEs,
  * rdma_getaddrinfo taking its hints' addresses, rdma_listen on port 0
  * picking a port, rdma_destroy_id dropping its events not yet read and
@@ -527,12 +528,23 @@ static void resize_cq(struct ibv_mr *src, struct ibv_mr *dst)
  * the new channel, whose descriptor polls readable, the old one not; a
  * synchronous id moved to a channel has its next event there
  * (ROUTE_RESOLVED), and moved back to none, none. */
+static struct rdma_event_channel *migrate_to;
+static int migrate_returned;
+
+static void *migrate_in_thread(void *id)
+{
+	MUST(!rdma_migrate_id(id, migrate_to));
+	__atomic_store_n(&migrate_returned, 1, __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
 static void migrate_id(void)
 {
 	struct rdma_event_channel *a = rdma_create_event_channel(), *b = rdma_create_event_channel();
 	struct rdma_addrinfo hints = { .ai_port_space = RDMA_PS_TCP }, *res;
 	struct rdma_cm_event *ev = NULL;
 	struct rdma_cm_id *id;
+	pthread_t t;
 
 	MUST(a && b && !rdma_create_id(a, &id, NULL, RDMA_PS_TCP));
 	MUST(!rdma_getaddrinfo(cm_ip, cm_port, &hints, &res));
@@ -545,8 +557,16 @@ static void migrate_id(void)
 	      "rdma_migrate_id: the event waits on the new channel, not on the old");
 	CHECK(!rdma_get_cm_event(b, &ev) && ev->id == id && ev->event == RDMA_CM_EVENT_ADDR_RESOLVED,
 	      "rdma_migrate_id: the new channel gives the id's ADDR_RESOLVED (%s)", ev ? rdma_event_str(ev->event) : "none");
-	if (ev)
+	if (ev) {
+		migrate_to = a;
+		MUST(!pthread_create(&t, NULL, migrate_in_thread, id));
+		usleep(100000);
+		CHECK(!__atomic_load_n(&migrate_returned, __ATOMIC_SEQ_CST),
+		      "rdma_migrate_id in another thread waits while an event of the id is read and not acknowledged");
 		rdma_ack_cm_event(ev);
+		MUST(!pthread_join(t, NULL));
+		CHECK(migrate_returned && id->channel == a, "rdma_migrate_id returns once the event is acknowledged");
+	}
 	rdma_destroy_id(id);
 
 	MUST(!rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP));
