@@ -645,6 +645,53 @@ func TestCQWaitReady(t *testing.T) {
 	})
 }
 
+// TestCQWaitSolicited: WaitSolicited waits past completions not
+// solicited, which stay in the CQ, and returns once the receive completion
+// of a SEND sent with verbs.Solicited is in it, leaving it for Poll.
+func TestCQWaitSolicited(t *testing.T) {
+	forEachProvider(t, func(t *testing.T, mode provider) {
+		a, b := mode.end(t, nic.Config{}), openEnd(t, nic.Config{})
+		connectEnds(t, a, b)
+		for i := range 2 {
+			if err := a.qp.PostRecv(&verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{a.mr.SGE(64*i, 64)}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		send := func(flags verbs.SendFlags) {
+			t.Helper()
+			w := verbs.SendWR{Opcode: verbs.WRSend, SGL: []verbs.SGE{b.mr.SGE(0, 8)}, Flags: verbs.Signaled | flags}
+			if err := b.qp.PostSend(&w); err != nil {
+				t.Fatal(err)
+			}
+			if wc := nictest.Wait(t, b.cq); wc.Status != verbs.Success {
+				t.Fatalf("the SEND: %v", &wc)
+			}
+		}
+		send(0)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := a.cq.WaitReady(ctx); err != nil {
+			t.Fatal(err)
+		}
+		short, cancelShort := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancelShort()
+		if err := a.cq.WaitSolicited(short); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("WaitSolicited with a completion not solicited in the CQ: %v, want DeadlineExceeded", err)
+		}
+		woken := make(chan error, 1)
+		go func() { woken <- a.cq.WaitSolicited(ctx) }()
+		send(verbs.Solicited)
+		if err := <-woken; err != nil {
+			t.Fatalf("WaitSolicited after a solicited SEND: %v", err)
+		}
+		var wc [3]verbs.WC
+		n, err := a.cq.Poll(wc[:])
+		if n != 2 || err != nil || wc[0].Flags&verbs.WCSolicited != 0 || wc[1].Flags&verbs.WCSolicited == 0 {
+			t.Fatalf("Poll after WaitSolicited: %d completions (%v): %v, %v; want the second solicited", n, err, &wc[0], &wc[1])
+		}
+	})
+}
+
 // TestCQWaitReadyDestroyed: a waiter of WaitReady, which looks at Len
 // and not at Poll's ErrClosed, returns ErrClosed once the CQ is destroyed,
 // whether it spins (Config.WaitSpin) or sleeps when that happens; a

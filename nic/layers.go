@@ -38,7 +38,7 @@ func (c *CQ) PollOnly(wcs []verbs.WC) (int, error) { return c.poll(wcs, false) }
 // with PollOnly; it is for a layer that turns them into completions of its
 // own under its own lock, where some work completions yield none.
 func (c *CQ) WaitPoll(ctx context.Context, poll func() (int, error)) (int, error) {
-	return c.wait(ctx, poll)
+	return c.wait(ctx, poll, c.held)
 }
 
 // addrOf is the address of b's first byte.

@@ -194,6 +194,9 @@ type CQ struct {
 	waiters atomic.Int32 // goroutines in wait
 	st      *provider.CQState
 	prov    provider.CQ
+	// held and solicited are what waits wait for (provider.CQ.Park's
+	// ready), bound once: a completion, a solicited one.
+	held, solicited func() bool
 }
 
 // CreateCQ creates a completion queue of depth entries (ibv_create_cq).
@@ -203,7 +206,9 @@ func (d *Device) CreateCQ(depth int) (*CQ, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &CQ{dev: d, st: st, prov: p}, nil
+	c := &CQ{dev: d, st: st, prov: p, solicited: p.HoldsSolicited}
+	c.held = func() bool { return p.Len() > 0 }
+	return c, nil
 }
 
 // Poll moves up to len(wcs) completions into wcs (ibv_poll_cq) without
@@ -228,7 +233,7 @@ func (c *CQ) Destroy() error { return c.prov.Destroy() }
 // len(wcs) of them. It returns early with ctx's error, or ErrClosed when
 // the device closes.
 func (c *CQ) Wait(ctx context.Context, wcs []verbs.WC) (int, error) {
-	return c.wait(ctx, func() (int, error) { return c.poll(wcs, false) })
+	return c.wait(ctx, func() (int, error) { return c.poll(wcs, false) }, c.held)
 }
 
 // WaitReady blocks until the CQ holds a completion, which it leaves for
@@ -237,12 +242,29 @@ func (c *CQ) Wait(ctx context.Context, wcs []verbs.WC) (int, error) {
 // completion already in the CQ counts too (a program that polls after each
 // event sees at most one event with nothing new).
 func (c *CQ) WaitReady(ctx context.Context) error {
-	_, err := c.wait(ctx, func() (int, error) { return c.Len(), nil })
+	_, err := c.wait(ctx, func() (int, error) { return c.Len(), nil }, c.held)
+	return err
+}
+
+// WaitSolicited blocks until the CQ holds a solicited completion (the
+// receive completion of a message sent with verbs.Solicited) or one in
+// error, which it leaves for Poll to take, or until ctx ends or the device
+// closes: what ibv_req_notify_cq with solicited_only waits for, save that
+// such a completion already in the CQ counts too. The other completions
+// that come meanwhile wait in the CQ.
+func (c *CQ) WaitSolicited(ctx context.Context) error {
+	_, err := c.wait(ctx, func() (int, error) {
+		if c.prov.HoldsSolicited() {
+			return 1, nil
+		}
+		return 0, nil
+	}, c.solicited)
 	return err
 }
 
 // wait calls poll until it finds completions (or fails), sleeping between
-// calls until the CQ is written to, ctx ends or the device closes.
+// calls until the CQ is ready (see provider.CQ.Park) or is written to, ctx
+// ends or the device closes.
 //
 // A waiter sleeps in c.st.Sleep, which the CQ's writes signal, unless the
 // provider's park put it to sleep already: an attached CQ's daemon
@@ -250,7 +272,7 @@ func (c *CQ) WaitReady(ctx context.Context) error {
 // and reads the eventfd, the others sleep in c.st.Sleep. One write wakes one
 // waiter, so a woken waiter that leaves while others wait passes the
 // wakeup on, and one of them takes its place.
-func (c *CQ) wait(ctx context.Context, poll func() (int, error)) (int, error) {
+func (c *CQ) wait(ctx context.Context, poll func() (int, error), ready func() bool) (int, error) {
 	c.waiters.Add(1)
 	defer c.waiters.Add(-1)
 	woken := false
@@ -265,7 +287,7 @@ func (c *CQ) wait(ctx context.Context, poll func() (int, error)) (int, error) {
 			passOn()
 			return n, err
 		}
-		slept, err := c.prov.Park(ctx, done)
+		slept, err := c.prov.Park(ctx, done, ready)
 		if !slept {
 			err = c.st.Sleep(ctx, done)
 		}

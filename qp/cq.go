@@ -28,6 +28,9 @@ type CQ struct {
 	// there until the loop is preempted.
 	count    atomic.Int64
 	overflow atomic.Bool
+	// solicited counts the completions held that wake a CQ armed for
+	// solicited ones (verbs.WC.WakesSolicited), under mu.
+	solicited int
 }
 
 // NewCQ returns a CQ that holds up to depth completions.
@@ -80,6 +83,15 @@ func (c *CQ) Len() int {
 	return int(c.count.Load())
 }
 
+// HoldsSolicited reports whether a completion waiting to be polled is
+// solicited or in error (verbs.WC.WakesSolicited): what a CQ armed for
+// solicited completions only wakes for.
+func (c *CQ) HoldsSolicited() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.solicited > 0
+}
+
 // Poll moves up to len(wcs) completions, oldest first, into wcs and
 // returns how many it moved. Once the queue is empty after an overflow it
 // returns ErrOverflow.
@@ -93,6 +105,9 @@ func (c *CQ) Poll(wcs []verbs.WC) (int, error) {
 	n := min(len(wcs), count)
 	for i := range wcs[:n] {
 		wcs[i] = c.ring[c.head]
+		if wcs[i].WakesSolicited() {
+			c.solicited--
+		}
 		c.head = (c.head + 1) % len(c.ring)
 	}
 	c.count.Store(int64(count - n))
@@ -113,6 +128,9 @@ func (c *CQ) push(wc *verbs.WC) bool {
 	}
 	c.ring[(c.head+count)%len(c.ring)] = *wc
 	c.count.Store(int64(count + 1))
+	if wc.WakesSolicited() {
+		c.solicited++
+	}
 	notify := c.notify
 	c.mu.Unlock()
 	if notify != nil {

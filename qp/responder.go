@@ -443,7 +443,7 @@ func (r *responder) placeSend(p *wire.Packet) (outcome, failure) {
 	if !op.IsLast() && !op.IsOnly() {
 		return executed, failure{}
 	}
-	wc := verbs.WC{ID: r.rwqe.id, Opcode: verbs.WCRecv, QPN: q.num, ByteLen: uint32(r.roff)}
+	wc := verbs.WC{ID: r.rwqe.id, Opcode: verbs.WCRecv, QPN: q.num, ByteLen: uint32(r.roff), Flags: solicited(p)}
 	if p.ImmDT != nil {
 		wc.Flags |= verbs.WCWithImm
 		wc.Imm = p.ImmDT.Imm()
@@ -467,6 +467,15 @@ func (r *responder) finishRecv(wc *verbs.WC) {
 	r.msg = msgNone
 	r.msn++
 	r.q.pushRecvWC(wc)
+}
+
+// solicited is WCSolicited if p, the last packet of a message, asks for a
+// solicited event (the BTH's SE bit), else 0.
+func solicited(p *wire.Packet) verbs.WCFlags {
+	if p.BTH.SE() {
+		return verbs.WCSolicited
+	}
+	return 0
 }
 
 // peer returns who asks for the memory a request p touches: the QP, its
@@ -525,7 +534,7 @@ func (r *responder) placeWrite(p *wire.Packet) (outcome, failure) {
 	}
 	if p.ImmDT != nil {
 		r.finishRecv(&verbs.WC{ID: r.rwqe.id, Opcode: verbs.WCRecvWriteImm, QPN: q.num, ByteLen: uint32(r.wlen),
-			Flags: verbs.WCWithImm, Imm: p.ImmDT.Imm()})
+			Flags: verbs.WCWithImm | solicited(p), Imm: p.ImmDT.Imm()})
 		return executed, failure{}
 	}
 	r.releaseMessage()
@@ -815,7 +824,7 @@ func (r *responder) receiveDatagram(p *wire.Packet, env *wire.Envelope) {
 		r.failRecv(f.status)
 		return
 	}
-	wc := verbs.WC{ID: r.rwqe.id, Opcode: verbs.WCRecv, QPN: q.num, Flags: verbs.WCGRH, SrcQPN: p.DETH.SrcQP(), Src: env.Src}
+	wc := verbs.WC{ID: r.rwqe.id, Opcode: verbs.WCRecv, QPN: q.num, Flags: verbs.WCGRH | solicited(p), SrcQPN: p.DETH.SrcQP(), Src: env.Src}
 	if wire.GRHSize+uint64(len(p.Payload)) > r.rcap {
 		wc.Status = verbs.LocLenErr
 	} else {

@@ -233,14 +233,23 @@ func WCOpcodeOf(o WROpcode) WCOpcode {
 	return WCSend
 }
 
-// WCFlags are ibv_wc_flags.
+// WCFlags are ibv_wc_flags, and WCSolicited.
 type WCFlags uint8
 
 const (
 	WCWithImm WCFlags = 1 << iota // Imm is valid
 	WCWithInv                     // InvalidatedRKey is valid
 	WCGRH                         // a UD receive: the first 40 bytes of the buffer hold the GRH / IP header
+	// WCSolicited marks the receive completion of a message whose sender
+	// asked for a solicited event (SendFlags' Solicited, the BTH's SE
+	// bit): a CQ armed for solicited completions only wakes for it
+	// (nic.CQ.WaitSolicited). ibv_wc_flags has no such bit.
+	WCSolicited
 )
+
+// WakesSolicited reports whether wc wakes a CQ armed for solicited
+// completions only: a solicited one, or one in error, as the IBTA has it.
+func (wc *WC) WakesSolicited() bool { return wc.Flags&WCSolicited != 0 || wc.Status != Success }
 
 // WC is a work completion (ibv_wc).
 type WC struct {

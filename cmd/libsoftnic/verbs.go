@@ -162,10 +162,11 @@ type cq struct {
 	mu  sync.Mutex
 	wcs []verbs.WC // Poll's scratch
 
-	armMu   sync.Mutex
-	armed   bool // a goroutine waits to write an event to the channel
-	stop    context.CancelFunc
-	stopped chan struct{}
+	armMu     sync.Mutex
+	armed     bool // a goroutine waits to write an event to the channel
+	solicited bool // for a solicited completion only
+	stop      context.CancelFunc
+	stopped   chan struct{}
 }
 
 //export snCreateCQ
@@ -281,35 +282,52 @@ func fillWC(out *C.struct_ibv_wc, w *verbs.WC) {
 }
 
 // snReqNotifyCQ is ops.req_notify_cq: the next time the CQ holds a
-// completion, a goroutine writes the CQ to its channel, for
-// ibv_get_cq_event. Completions already in the CQ count too (see
-// nic.CQ.WaitReady), and solicited_only is taken as any completion: a
-// program polls after each event, so it sees at most an event too many.
+// completion, with solicited_only a solicited one or one in error, a
+// goroutine writes the CQ to its channel, for ibv_get_cq_event.
+// Completions already in the CQ count too (see nic.CQ.WaitReady and
+// WaitSolicited): a program polls after each event, so it sees at most an
+// event too many. Arming for any completion a CQ armed for solicited ones
+// widens the arming, as in rxe; the other way it stays as wide.
 //
 //export snReqNotifyCQ
-func snReqNotifyCQ(c *C.struct_ibv_cq, _ C.int) C.int {
+func snReqNotifyCQ(c *C.struct_ibv_cq, solicitedOnly C.int) C.int {
 	if c.channel == nil {
 		return C.EINVAL
 	}
 	q := handleOf[*cq]((*C.struct_sn_cq)(unsafe.Pointer(c)).h)
-	q.armMu.Lock()
-	defer q.armMu.Unlock()
-	if q.armed {
-		return 0
+	solicited := solicitedOnly != 0
+	for {
+		q.armMu.Lock()
+		if !q.armed {
+			break
+		}
+		if !q.solicited || solicited {
+			q.armMu.Unlock()
+			return 0
+		}
+		stop, stopped := q.stop, q.stopped
+		q.armMu.Unlock()
+		stop()
+		<-stopped
 	}
-	q.armed = true
+	defer q.armMu.Unlock()
+	q.armed, q.solicited = true, solicited
 	ctx, cancel := context.WithCancel(context.Background())
 	q.stop, q.stopped = cancel, make(chan struct{})
 	w := int((*C.struct_sn_channel)(unsafe.Pointer(c.channel)).w)
-	go q.notify(ctx, w)
+	go q.notify(ctx, w, solicited)
 	return 0
 }
 
-// notify waits for the CQ to hold a completion, then writes the CQ's
-// address to the channel's pipe.
-func (q *cq) notify(ctx context.Context, w int) {
+// notify waits for the CQ to hold a completion, a solicited one if
+// solicited, then writes the CQ's address to the channel's pipe.
+func (q *cq) notify(ctx context.Context, w int, solicited bool) {
 	defer close(q.stopped)
-	err := q.c.WaitReady(ctx)
+	wait := q.c.WaitReady
+	if solicited {
+		wait = q.c.WaitSolicited
+	}
+	err := wait(ctx)
 	q.armMu.Lock()
 	q.armed = false
 	q.armMu.Unlock()

@@ -1,29 +1,31 @@
 /*
  * The man pages of ../shared/seeds, checked through libsoftnic with the
- * calls a C program makes: seed 001's registration rules (REMOTE_WRITE or
- * REMOTE_ATOMIC without LOCAL_WRITE is EINVAL, ibv_dereg_mr fails with
- * EBUSY while a memory window is bound, ZERO_BASED regions are addressed
- * from 0), memory a program owns (malloc'd, stack, a private file
- * mapping) registered where it lies, a bad rkey completing with
+ * calls a C program makes: seed 001's registration rules (REMOTE_WRITE
+ * or REMOTE_ATOMIC without LOCAL_WRITE is EINVAL, ibv_dereg_mr fails
+ * with EBUSY while a memory window is bound, ZERO_BASED regions are
+ * addressed from 0), memory a program owns (malloc'd, stack, a private
+ * file mapping) registered where it lies, a bad rkey completing with
  * IBV_WC_REM_ACCESS_ERR and raising IBV_EVENT_QP_FATAL for both QPs
- * (ibv_get_async_event), seed 002's rdma_post_read, whose context
- * comes back as the completion's wr_id, an SRQ's limit (ibv_modify_srq
- * arms it, SENDs that take the SRQ below it raise one
+ * (ibv_get_async_event), seed 002's rdma_post_read, whose context comes
+ * back as the completion's wr_id, an SRQ's limit (ibv_modify_srq arms
+ * it, SENDs that take the SRQ below it raise one
  * IBV_EVENT_SRQ_LIMIT_REACHED, ibv_query_srq shows it disarmed, and
  * ibv_destroy_srq takes back its event not read), ibv_resize_cq up and
- * down, rdma_migrate_id moving an id's event not yet read to the new
- * channel, and a synchronous id to a channel and back, waiting for the
- * acknowledgement of an event read, ibv_rereg_mr
- * changing a region's access and PD under a peer's WRITEs,
- * rdma_getaddrinfo taking its hints' addresses, rdma_listen on port 0
- * picking a port, rdma_destroy_id dropping its events not yet read and
- * waiting for those read to be acknowledged, ibv_query_device_ex, an extended CQ (ibv_create_cq_ex)
- * polled with start_poll, next_poll and end_poll, an extended QP's
- * ibv_wr_* API (ibv_create_qp_ex and rdma_create_qp_ex), a forked child
- * refused at once, and multicast: the errnos of ibv_attach_mcast and
- * ibv_detach_mcast (as rxe's) and of rdma_join_multicast_ex and
- * rdma_leave_multicast (as librdmacm's), and the MULTICAST_JOIN event of
- * a UDP id, which a datagram to the group then reaches.
+ * down, ibv_req_notify_cq for solicited completions only,
+ * rdma_migrate_id moving an id's event not yet read to the new channel,
+ * and a synchronous id to a channel and back, waiting for the
+ * acknowledgement of an event read, ibv_rereg_mr changing a region's
+ * access and PD under a peer's WRITEs, rdma_getaddrinfo taking its
+ * hints' addresses, rdma_listen on port 0 picking a port,
+ * rdma_destroy_id dropping its events not yet read and waiting for those
+ * read to be acknowledged, ibv_query_device_ex, an extended CQ
+ * (ibv_create_cq_ex) polled with start_poll, next_poll and end_poll, an
+ * extended QP's ibv_wr_* API (ibv_create_qp_ex and rdma_create_qp_ex), a
+ * forked child refused at once, and multicast: the errnos of
+ * ibv_attach_mcast and ibv_detach_mcast (as rxe's) and of
+ * rdma_join_multicast_ex and rdma_leave_multicast (as librdmacm's), and
+ * the MULTICAST_JOIN event of a UDP id, which a datagram to the group
+ * then reaches.
  *
  * Usage: libsoftnic_seeds IP PORT FILE, where IP is the daemon's address,
  * PORT a free rdma_cm port and FILE a scratch file. Each check prints a
@@ -524,6 +526,56 @@ static void resize_cq(struct ibv_mr *src, struct ibv_mr *dst)
 	connect_qps();
 }
 
+/* send_flags_from_qa sends 8 bytes of src from qa with flags and waits
+ * for the SEND's completion. */
+static void send_flags_from_qa(struct ibv_mr *src, unsigned int flags)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)src->addr, .length = 8, .lkey = src->lkey };
+	struct ibv_send_wr wr = { .wr_id = 0x5e4e, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+				  .send_flags = IBV_SEND_SIGNALED | flags };
+
+	post_and_wait(qa, &wr);
+}
+
+/* ibv_req_notify_cq with solicited_only: SENDs without IBV_SEND_SOLICITED
+ * raise no event, the next with it does; armed for any completion again,
+ * the CQ raises one for a plain SEND. */
+static void solicited_events(struct ibv_mr *src, struct ibv_mr *dst)
+{
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+	struct ibv_cq *rcq = ch ? ibv_create_cq(ctx, 16, NULL, ch, 0) : NULL, *got;
+	struct ibv_wc wc[8];
+	void *got_ctx;
+	uint64_t id = 0;
+
+	MUST(rcq);
+	struct ibv_qp *qr = peer_qp(rcq, NULL);
+	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+	post_recvs(NULL, qr, dst, 4, &id);
+	MUST(!ibv_req_notify_cq(rcq, 1));
+	send_from_qa(src);
+	send_from_qa(src);
+	CHECK(poll(&p, 1, 100) == 0, "armed for solicited completions only, two SENDs not solicited raise no event");
+	send_flags_from_qa(src, IBV_SEND_SOLICITED);
+	CHECK(poll(&p, 1, 2000) == 1 && !ibv_get_cq_event(ch, &got, &got_ctx) && got == rcq,
+	      "a solicited SEND raises the event");
+	ibv_ack_cq_events(rcq, 1);
+	int n = ibv_poll_cq(rcq, 8, wc);
+	CHECK(n == 3 && wc[0].wr_id == 0 && wc[2].wr_id == 2 && wc[2].status == IBV_WC_SUCCESS,
+	      "the CQ holds the three receive completions, in order (%d)", n);
+	MUST(!ibv_req_notify_cq(rcq, 1));
+	MUST(!ibv_req_notify_cq(rcq, 0));
+	send_from_qa(src);
+	CHECK(poll(&p, 1, 2000) == 1 && !ibv_get_cq_event(ch, &got, &got_ctx) && got == rcq,
+	      "armed for solicited completions, then for any, a SEND not solicited raises the event");
+	ibv_ack_cq_events(rcq, 1);
+	MUST(ibv_poll_cq(rcq, 8, wc) == 1);
+	MUST(!ibv_destroy_qp(qr));
+	MUST(!ibv_destroy_cq(rcq));
+	MUST(!ibv_destroy_comp_channel(ch));
+	connect_qps();
+}
+
 /* rdma_migrate_id moves the id's event not yet read (ADDR_RESOLVED) to
  * the new channel, whose descriptor polls readable, the old one not; a
  * synchronous id moved to a channel has its next event there
@@ -768,7 +820,7 @@ static void destroy_id_events(void)
 	struct rdma_event_channel *ch = rdma_create_event_channel();
 	struct rdma_addrinfo hints = { .ai_port_space = RDMA_PS_TCP }, *res;
 	struct sockaddr_in any = { .sin_family = AF_INET }, to;
-	struct ibv_qp_init_attr qa = { .cap = { .max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1 },
+	struct ibv_qp_init_attr attr = { .cap = { .max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1 },
 				       .qp_type = IBV_QPT_RC };
 	struct rdma_cm_event *ev = NULL;
 	struct rdma_cm_id *id, *listener, *client;
@@ -803,7 +855,7 @@ static void destroy_id_events(void)
 	to.sin_port = rdma_get_src_port(listener);
 	MUST(!rdma_create_id(NULL, &client, NULL, RDMA_PS_TCP));
 	MUST(!rdma_resolve_addr(client, NULL, (struct sockaddr *)&to, 1000) && !rdma_resolve_route(client, 1000));
-	MUST(!rdma_create_qp(client, NULL, &qa));
+	MUST(!rdma_create_qp(client, NULL, &attr));
 	MUST(!pthread_create(&t, NULL, connect_in_thread, client));
 	CHECK(poll(&p, 1, 2000) == 1, "destroy_id: a CONNECT_REQUEST waits on the listener's channel");
 	rdma_destroy_id(listener);
@@ -1502,6 +1554,7 @@ int main(int argc, char **argv)
 	post_read();
 	srq_limit(src, dst);
 	resize_cq(src, dst);
+	solicited_events(src, dst);
 	migrate_id();
 	rereg_mr(src);
 	getaddrinfo_hints();

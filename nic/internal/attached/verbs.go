@@ -289,6 +289,7 @@ type attachedCQ struct {
 	lead     sync.Mutex   // held by the one waiter that waits on ev
 	spinning *spin.Policy // how long a waiter watches the ring before it sleeps
 	armFn    func() bool  // c.arm, bound once for the lead waiter's wait
+	ready    func() bool  // what the lead waiter waits for (Park), under lead
 
 	mu     sync.Mutex
 	m      *shm.Mapping
@@ -376,8 +377,8 @@ func (c *attachedCQ) Destroy() error {
 // writes it into a ring no waiter armed, signals nothing. Then it lets
 // one waiter at a time, the one holding c.lead, arm the CQ and sleep on
 // its wakeup; the others sleep in CQState.Sleep.
-func (c *attachedCQ) Park(ctx context.Context, done <-chan struct{}) (bool, error) {
-	found, spun := c.spin()
+func (c *attachedCQ) Park(ctx context.Context, done <-chan struct{}, ready func() bool) (bool, error) {
+	found, spun := c.spin(ready)
 	if found {
 		return true, nil
 	}
@@ -386,32 +387,32 @@ func (c *attachedCQ) Park(ctx context.Context, done <-chan struct{}) (bool, erro
 	}
 	defer c.lead.Unlock()
 	start := time.Now()
+	c.ready = ready
 	err := c.sleep(ctx, done)
-	if c.Len() > 0 {
+	if ready() {
 		c.spinning.Slept(time.Since(start), spun)
 	}
 	return true, err
 }
 
 // spin watches the ring for the budget the CQ's spinning policy gives,
-// until it holds a completion (found), yielding the CPU between looks so
+// until it is ready (found; see Park), yielding the CPU between looks so
 // that on a host of few CPUs the daemon, which is to write the
 // completion, is not kept from running. A CQ closed meanwhile ends the
 // spin, not found: the sleep that follows reports it. spun says whether
 // it was given a budget.
-func (c *attachedCQ) spin() (found, spun bool) {
+func (c *attachedCQ) spin(ready func() bool) (found, spun bool) {
 	budget := c.spinning.Budget()
 	if budget == 0 {
 		return false, false
 	}
 	end := time.Now().Add(budget)
 	for {
-		held, closed := c.look()
 		switch {
-		case held:
+		case ready():
 			c.spinning.Spun(true)
 			return true, true
-		case closed || time.Now().After(end):
+		case c.isClosed() || time.Now().After(end):
 			c.spinning.Spun(false)
 			return false, true
 		}
@@ -419,15 +420,10 @@ func (c *attachedCQ) spin() (found, spun bool) {
 	}
 }
 
-// look reports whether the ring holds a completion, and whether the CQ is
-// closed.
-func (c *attachedCQ) look() (held, closed bool) {
+func (c *attachedCQ) isClosed() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
-		return len(c.kept) > 0, true
-	}
-	return c.ring.Producer().Load() != c.cons, false
+	return c.closed
 }
 
 // sleep arms the CQ and, unless completions came meanwhile, waits for the
@@ -531,8 +527,9 @@ func (c *attachedCQ) poll(wcs []verbs.WC) (int, error) {
 
 // arm is sleep's look, once the wait took the wakeups that came before
 // it: it asks the daemon to signal the next completion, and reports
-// whether the ring holds a completion already (the daemon writes one
-// before it looks whether the ring is armed), or the CQ is closed. The
+// whether the ring is ready already (c.ready: the daemon writes a
+// completion before it looks whether the ring is armed), or the CQ is
+// closed. The
 // arming must follow the take: a wakeup taken may be the daemon's answer
 // to an earlier arming, whose completion another thread polled (a
 // program's ibv_poll_cq while libsoftnic waits for its next event), and
@@ -540,12 +537,13 @@ func (c *attachedCQ) poll(wcs []verbs.WC) (int, error) {
 // other.
 func (c *attachedCQ) arm() bool {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.closed {
+		c.mu.Unlock()
 		return true
 	}
 	c.ring.Armed().Store(1)
-	return c.ring.Producer().Load() != c.cons
+	c.mu.Unlock()
+	return c.ready()
 }
 
 // Resize has the daemon resize the CQ, with polls held back meanwhile:
@@ -575,6 +573,30 @@ func (c *attachedCQ) Resize(depth int) error {
 	c.m, c.ring, c.cons, c.depth = m, ring, 0, uint32(depth)
 	c.mu.Unlock()
 	return nil
+}
+
+func (c *attachedCQ) HoldsSolicited() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		for i := range c.kept {
+			if c.kept[i].WakesSolicited() {
+				return true
+			}
+		}
+		return false
+	}
+	prod := c.ring.Producer().Load()
+	if prod-c.cons > c.depth {
+		return true // corrupt: the poll that follows reports it
+	}
+	var wc verbs.WC
+	for i := c.cons; i != prod; i++ {
+		if shm.DecodeCQE(c.ring.Slot(i), &wc) != nil || wc.WakesSolicited() {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *attachedCQ) Len() int {

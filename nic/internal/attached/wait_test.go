@@ -59,13 +59,16 @@ func newWaitCQ(t *testing.T, budget time.Duration) (*attachedCQ, *ringDaemon) {
 		t.Fatal(err)
 	}
 	c := &attachedCQ{st: provider.NewCQState(), depth: depth, ev: ev, spinning: spin.NewPolicy(budget), m: m, ring: ring}
-	c.armFn = c.arm
+	c.armFn, c.ready = c.arm, c.held
 	t.Cleanup(func() {
 		c.close(false)
 		shm.CloseFD(efd)
 	})
 	return c, &ringDaemon{ring: ring, efd: efd}
 }
+
+// held is what nic's CQ.Wait waits for (provider.CQ.Park's ready).
+func (c *attachedCQ) held() bool { return c.Len() > 0 }
 
 // write completes the work request id.
 func (d *ringDaemon) write(id uint64) {
@@ -95,7 +98,7 @@ func wait(t *testing.T, c *attachedCQ) verbs.WC {
 			}
 			return wcs[0]
 		}
-		slept, err := c.Park(ctx, nil)
+		slept, err := c.Park(ctx, nil, c.held)
 		if !slept && err == nil {
 			err = c.st.Sleep(ctx, nil)
 		}
@@ -159,7 +162,7 @@ func TestWaitWakesAfterSpin(t *testing.T) {
 // it does not sleep.
 func TestWaitSeesCompletionBeforeArming(t *testing.T) {
 	c, d := newWaitCQ(t, time.Microsecond)
-	if found, spun := c.spin(); found || !spun {
+	if found, spun := c.spin(c.held); found || !spun {
 		t.Fatalf("spin over an empty ring: found %v, spun %v; want a spin that found nothing", found, spun)
 	}
 	d.write(1)
@@ -200,7 +203,7 @@ func TestWaitOnClosedCQ(t *testing.T) {
 				if c.Len() != 0 {
 					t.Fatalf("Len %d after the CQ closed, with nothing written", c.Len())
 				}
-				slept, err := c.Park(ctx, nil)
+				slept, err := c.Park(ctx, nil, c.held)
 				if !slept {
 					t.Fatal("the waiter leading the CQ was sent to CQState.Sleep")
 				}

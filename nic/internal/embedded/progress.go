@@ -383,7 +383,7 @@ func (d *Device) processQueued(again bool) {
 // waits in the netpoller, unless another goroutine waits there already
 // (waited false), and processes the packets it reads, until it read some,
 // c was written to, ctx ended or the device closed.
-func (d *Device) attend(c *CQ, ctx context.Context) (waited bool, err error) {
+func (d *Device) attend(c *CQ, ctx context.Context, ready func() bool) (waited bool, err error) {
 	p := &d.prog
 	armed := d.conn.Rearm()
 	c.attending.Add(1)
@@ -394,7 +394,7 @@ func (d *Device) attend(c *CQ, ctx context.Context) (waited bool, err error) {
 	p.attended.Add(1)
 	n, waited := 0, true
 	switch {
-	case c.cq.Len() > 0 || c.st.Users.Gone():
+	case ready() || c.st.Users.Gone():
 	case ctx.Err() != nil:
 		err = ctx.Err()
 	case d.closed():

@@ -218,6 +218,8 @@ func (c *CQ) Destroy() error {
 
 func (c *CQ) Len() int { return c.cq.Len() }
 
+func (c *CQ) HoldsSolicited() bool { return c.cq.HoldsSolicited() }
+
 func (c *CQ) Resize(depth int) error { return c.cq.Resize(depth) }
 
 // Park first busy-polls, driving the device as an empty Poll does, for
@@ -228,7 +230,7 @@ func (c *CQ) Resize(depth int) error { return c.cq.Resize(depth) }
 // Config.BusyPoll the reader keeps the socket, and the waiter sleeps at
 // once, as it does, after its spin, where the socket's waits cannot be
 // interrupted.
-func (c *CQ) Park(ctx context.Context, done <-chan struct{}) (bool, error) {
+func (c *CQ) Park(ctx context.Context, done <-chan struct{}, ready func() bool) (bool, error) {
 	if c.st.Users.Gone() {
 		// The spin and attend end for a destroyed CQ as for a completion:
 		// WaitReady, which looks at Len and not at Poll's ErrClosed, is
@@ -239,7 +241,7 @@ func (c *CQ) Park(ctx context.Context, done <-chan struct{}) (bool, error) {
 	spun := false
 	if d.cfg.BusyPoll == 0 {
 		var found bool
-		if found, spun = c.spin(); found {
+		if found, spun = c.spin(ready); found {
 			return true, nil
 		}
 	}
@@ -248,8 +250,8 @@ func (c *CQ) Park(ctx context.Context, done <-chan struct{}) (bool, error) {
 		return false, nil
 	}
 	start := time.Now()
-	slept, err := c.attend(ctx, done)
-	if c.cq.Len() > 0 {
+	slept, err := c.attend(ctx, done, ready)
+	if ready() {
 		c.spinning.Slept(time.Since(start), spun)
 	}
 	return slept, err
@@ -257,13 +259,13 @@ func (c *CQ) Park(ctx context.Context, done <-chan struct{}) (bool, error) {
 
 // attend has the waiter wait for the device's socket and process what
 // arrives, or sleep on the CQ while another goroutine does (see Park).
-func (c *CQ) attend(ctx context.Context, done <-chan struct{}) (bool, error) {
+func (c *CQ) attend(ctx context.Context, done <-chan struct{}, ready func() bool) (bool, error) {
 	d := c.dev
 	p := &d.prog
 	p.lastAttend.Store(int64(d.now())) // the reader leaves the socket after its batch
 	d.stopPolling()
 	for {
-		if waited, err := d.attend(c, ctx); waited {
+		if waited, err := d.attend(c, ctx, ready); waited {
 			return true, err
 		}
 		// Another goroutine waits for the socket and will process what
@@ -280,17 +282,17 @@ func (c *CQ) attend(ctx context.Context, done <-chan struct{}) (bool, error) {
 }
 
 // spin busy-polls for the budget the CQ's spinning policy gives: it
-// drives the device as an empty Poll does until the CQ holds a completion
-// or was destroyed (found), or the budget has passed. spun says whether
-// it was given a budget.
-func (c *CQ) spin() (found, spun bool) {
+// drives the device as an empty Poll does until the CQ is ready (see
+// Park) or was destroyed (found), or the budget has passed. spun says
+// whether it was given a budget.
+func (c *CQ) spin(ready func() bool) (found, spun bool) {
 	budget := c.spinning.Budget()
 	if budget == 0 {
 		return false, false
 	}
 	end := time.Now().Add(budget)
 	for {
-		if c.cq.Len() > 0 || c.st.Users.Gone() {
+		if ready() || c.st.Users.Gone() {
 			c.spinning.Spun(true)
 			return true, true
 		}

@@ -135,12 +135,19 @@ type CQ interface {
 	// finds no completion (see nic's CQ.poll).
 	Poll(wcs []verbs.WC, drive bool) (int, error)
 	Len() int
+	// HoldsSolicited reports whether a completion waiting to be polled
+	// wakes a CQ armed for solicited completions only
+	// (verbs.WC.WakesSolicited).
+	HoldsSolicited() bool
 	// Destroy destroys the CQ unless a QP uses it (CQState.Retire).
 	Destroy() error
-	// Park prepares a waiter that found the CQ empty for its sleep. It
-	// reports whether it slept already (CQState.Sleep, or a wait of its
-	// own), and why it woke: false sends the waiter to CQState.Sleep.
-	Park(ctx context.Context, done <-chan struct{}) (slept bool, err error)
+	// Park prepares a waiter that found the CQ not ready for its sleep:
+	// ready says whether the CQ holds what it waits for (a completion,
+	// Len above 0, or a solicited one, HoldsSolicited), and ends its spin
+	// and its own wait; a write to the CQ ends a wait too. It reports
+	// whether it slept already (CQState.Sleep, or a wait of its own), and
+	// why it woke: false sends the waiter to CQState.Sleep.
+	Park(ctx context.Context, done <-chan struct{}, ready func() bool) (slept bool, err error)
 	// Resize is CQ.Resize.
 	Resize(depth int) error
 }

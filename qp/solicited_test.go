@@ -1,0 +1,58 @@
+package qp_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/softnic/softnic/verbs"
+)
+
+// TestSolicited: a receive completion carries WCSolicited when its message
+// was sent with verbs.Solicited (the SE bit of its last packet), whatever
+// its size and opcode, and a CQ holds a solicited completion
+// (HoldsSolicited) from its push until it is polled.
+func TestSolicited(t *testing.T) {
+	cq := newTestCQ(t, 16)
+	s, a, b := pairWithCQs(t, nil, cq)
+	for i := range 4 {
+		postRecv(t, b, &verbs.RecvWR{ID: uint64(10 + i), SGL: sgl(b.sge(4096, 3*testMTU))})
+	}
+	steps := []struct {
+		name      string
+		wr        verbs.SendWR
+		solicited bool
+		holds     bool // HoldsSolicited once it completed
+	}{
+		{"send", verbs.SendWR{Opcode: verbs.WRSend, SGL: sgl(a.sge(0, 8))}, false, false},
+		{"send of three packets, solicited", verbs.SendWR{Opcode: verbs.WRSend, Flags: verbs.Solicited, SGL: sgl(a.sge(0, 2*testMTU+1))}, true, true},
+		{"write-imm, solicited", verbs.SendWR{Opcode: verbs.WRWriteImm, Flags: verbs.Solicited, SGL: sgl(a.sge(0, 8)), Imm: 1, RemoteAddr: b.va(64), RKey: b.region.RKey()}, true, true},
+		{"send-imm", verbs.SendWR{Opcode: verbs.WRSendImm, SGL: sgl(a.sge(0, 8)), Imm: 2}, false, true},
+	}
+	for i, st := range steps {
+		post(t, a, &st.wr)
+		s.run(time.Second, func() bool { return cq.Len() == i+1 })
+		if got := cq.HoldsSolicited(); got != st.holds {
+			t.Errorf("after %s: HoldsSolicited %v, want %v", st.name, got, st.holds)
+		}
+	}
+	var wcs [2]verbs.WC
+	for _, poll := range []struct {
+		n     int
+		holds bool // HoldsSolicited after the poll
+	}{{2, true}, {1, false}, {1, false}} {
+		before := 4 - cq.Len()
+		n, err := cq.Poll(wcs[:poll.n])
+		if err != nil || n != poll.n {
+			t.Fatalf("Poll(%d) = %d, %v", poll.n, n, err)
+		}
+		for j, wc := range wcs[:n] {
+			st := steps[before+j]
+			if got := wc.Flags&verbs.WCSolicited != 0; got != st.solicited || wc.Status != verbs.Success {
+				t.Errorf("%s: completion %v, solicited %v, want %v", st.name, &wc, got, st.solicited)
+			}
+		}
+		if got := cq.HoldsSolicited(); got != poll.holds {
+			t.Errorf("with %d completions left: HoldsSolicited %v, want %v", cq.Len(), got, poll.holds)
+		}
+	}
+}
