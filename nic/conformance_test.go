@@ -692,6 +692,73 @@ func TestCQWaitSolicited(t *testing.T) {
 	})
 }
 
+// TestCQDiscard: Discard takes the completions of one QP out of a CQ that
+// two QPs complete into, wherever they lie in its ring (the CQ has gone
+// round it), and leaves the other QP's, in order, for Poll.
+func TestCQDiscard(t *testing.T) {
+	forEachProvider(t, func(t *testing.T, mode provider) {
+		a, b := mode.end(t, nic.Config{}), openEnd(t, nic.Config{})
+		cq, err := a.dev.CreateCQ(6)
+		if err != nil {
+			t.Fatal(err)
+		}
+		connected := func() *nic.QP {
+			t.Helper()
+			q, err := a.pd.CreateQP(nic.QPConfig{SendCQ: cq})
+			if err != nil {
+				t.Fatal(err)
+			}
+			bq, err := b.pd.CreateQP(nic.QPConfig{SendCQ: b.cq})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := q.Connect(b.dev.Addr(), bq.Num(), nic.ConnectOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if err := bq.Connect(a.dev.Addr(), q.Num(), nic.ConnectOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			return q
+		}
+		q1, q2 := connected(), connected()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		writeAndWait := func(ids map[*nic.QP][]uint64, n int) {
+			t.Helper()
+			for q, qids := range ids {
+				for _, id := range qids {
+					w := verbs.SendWR{ID: id, Opcode: verbs.WRWrite, SGL: []verbs.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey(), Flags: verbs.Signaled}
+					if err := q.PostSend(&w); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			for cq.Len() < n {
+				if ctx.Err() != nil {
+					t.Fatalf("%d completions in the CQ, want %d", cq.Len(), n)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+		wcs := make([]verbs.WC, 6)
+		writeAndWait(map[*nic.QP][]uint64{q2: {1, 2, 3, 4}}, 4)
+		if n, err := cq.Poll(wcs); n != 4 || err != nil {
+			t.Fatalf("Poll: %d, %v", n, err)
+		}
+		writeAndWait(map[*nic.QP][]uint64{q1: {10, 11, 12}, q2: {5, 6}}, 5)
+		if n := cq.Discard(q1.Num()); n != 3 {
+			t.Errorf("Discard of the QP with 3 completions in the CQ: %d", n)
+		}
+		if n := cq.Discard(q1.Num()); n != 0 {
+			t.Errorf("Discard again: %d", n)
+		}
+		n, err := cq.Poll(wcs)
+		if n != 2 || err != nil || wcs[0].ID != 5 || wcs[1].ID != 6 || wcs[0].QPN != q2.Num() {
+			t.Fatalf("Poll after Discard: %d completions (%v): %v, %v; want q2's 5 and 6", n, err, &wcs[0], &wcs[1])
+		}
+	})
+}
+
 // TestCQWaitReadyDestroyed: a waiter of WaitReady, which looks at Len
 // and not at Poll's ErrClosed, returns ErrClosed once the CQ is destroyed,
 // whether it spins (Config.WaitSpin) or sleeps when that happens; a

@@ -305,6 +305,14 @@ func (c *CQ) wait(ctx context.Context, poll func() (int, error), ready func() bo
 	}
 }
 
+// Discard removes the completions of the QP numbered qpn that wait to be
+// polled, keeping the others in order, and returns how many it removed.
+// A provider such as mlx5's does so when a program destroys a QP, which
+// may free the contexts of the QP's work requests with it: libsoftnic's
+// ibv_destroy_qp calls it on the QP's CQs. Destroy itself leaves them,
+// the work requests it flushed included, for Poll.
+func (c *CQ) Discard(qpn uint32) int { return c.prov.Discard(qpn) }
+
 // Len returns how many completions wait to be polled.
 func (c *CQ) Len() int { return c.prov.Len() }
 

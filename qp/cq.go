@@ -92,6 +92,30 @@ func (c *CQ) HoldsSolicited() bool {
 	return c.solicited > 0
 }
 
+// Discard removes the completions of the QP numbered qpn that wait to be
+// polled, keeping the others in order, and returns how many it removed.
+func (c *CQ) Discard(qpn uint32) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	count := int(c.count.Load())
+	kept := 0
+	for i := range count {
+		wc := &c.ring[(c.head+i)%len(c.ring)]
+		if wc.QPN == qpn {
+			if wc.WakesSolicited() {
+				c.solicited--
+			}
+			continue
+		}
+		if kept != i {
+			c.ring[(c.head+kept)%len(c.ring)] = *wc
+		}
+		kept++
+	}
+	c.count.Store(int64(kept))
+	return count - kept
+}
+
 // Poll moves up to len(wcs) completions, oldest first, into wcs and
 // returns how many it moved. Once the queue is empty after an overflow it
 // returns ErrOverflow.

@@ -8,9 +8,11 @@ package main
 import "C"
 
 import (
+	"cmp"
 	"errors"
 	"net/netip"
 	"runtime/cgo"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -26,6 +28,7 @@ import (
 type queuePair struct {
 	q   *nic.QP
 	dev *device
+	cqs []*cq // its send CQ, and its receive CQ if another, by address
 
 	mu     sync.Mutex
 	sends  []verbs.SendWR
@@ -53,8 +56,16 @@ func snCreateQP(pd *C.struct_sn_pd, q *C.struct_sn_qp, a *C.struct_ibv_qp_init_a
 		MaxSendSGE: int(a.cap.max_send_sge), MaxRecvSGE: int(a.cap.max_recv_sge), MaxInline: int(a.cap.max_inline_data),
 		SignalAll: a.sq_sig_all != 0,
 	}
+	cqs := []*cq{cqOf(a.send_cq)}
 	if a.recv_cq != nil {
 		cfg.RecvCQ = cqOf(a.recv_cq).c
+		if a.recv_cq != a.send_cq {
+			// In the order of their addresses, which snDestroyQP locks them in.
+			cqs = append(cqs, cqOf(a.recv_cq))
+			slices.SortFunc(cqs, func(x, y *cq) int {
+				return cmp.Compare(uintptr(unsafe.Pointer(x)), uintptr(unsafe.Pointer(y)))
+			})
+		}
 	}
 	if a.srq != nil {
 		cfg.SRQ = handleOf[*nic.SRQ]((*C.struct_sn_srq)(unsafe.Pointer(a.srq)).h)
@@ -76,7 +87,7 @@ func snCreateQP(pd *C.struct_sn_pd, q *C.struct_sn_qp, a *C.struct_ibv_qp_init_a
 	def(&a.cap.max_inline_data, qp.DefaultMaxInline)
 	(*C.struct_ibv_qp)(unsafe.Pointer(q)).qp_num = C.uint32_t(nq.Num())
 	d := deviceOf(pd.pd.context)
-	q.h = C.uintptr_t(cgo.NewHandle(&queuePair{q: nq, dev: d}))
+	q.h = C.uintptr_t(cgo.NewHandle(&queuePair{q: nq, dev: d, cqs: cqs}))
 	d.async.addQP(nq, q)
 	return 0
 }
@@ -89,13 +100,25 @@ func qpOf(q *C.struct_ibv_qp) *queuePair {
 
 // snDestroyQP destroys the QP and sets *read to the number of its
 // asynchronous events the program has read, whose acknowledgements
-// ibv_destroy_qp waits for.
+// ibv_destroy_qp waits for. As mlx5's provider does, it takes the QP's
+// completions out of its CQs: the program polls none after, flushed work
+// requests included, whose contexts it may free with the QP (libfabric's
+// verbs provider, closing an endpoint, frees the buffers it had posted to
+// it). The CQs' polls wait meanwhile, so that none takes a completion
+// between the QP's end and the discard.
 //
 //export snDestroyQP
 func snDestroyQP(q *C.struct_sn_qp, read *C.uint32_t) C.int {
 	p := handleOf[*queuePair](q.h)
+	for _, c := range p.cqs {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+	}
 	if err := p.q.Destroy(); err != nil {
 		return errnoOf(err)
+	}
+	for _, c := range p.cqs {
+		c.c.Discard(p.q.Num())
 	}
 	*read = p.dev.async.removeQP(p.q)
 	cgo.Handle(q.h).Delete()

@@ -11,18 +11,18 @@
  * it, SENDs that take the SRQ below it raise one
  * IBV_EVENT_SRQ_LIMIT_REACHED, ibv_query_srq shows it disarmed, and
  * ibv_destroy_srq takes back its event not read), ibv_resize_cq up and
- * down, ibv_req_notify_cq for solicited completions only,
- * rdma_migrate_id moving an id's event not yet read to the new channel,
- * and a synchronous id to a channel and back, waiting for the
- * acknowledgement of an event read, ibv_rereg_mr changing a region's
- * access and PD under a peer's WRITEs, rdma_getaddrinfo taking its
- * hints' addresses, rdma_listen on port 0 picking a port,
- * rdma_destroy_id dropping its events not yet read and waiting for those
- * read to be acknowledged, ibv_query_device_ex, an extended CQ
- * (ibv_create_cq_ex) polled with start_poll, next_poll and end_poll, an
- * extended QP's ibv_wr_* API (ibv_create_qp_ex and rdma_create_qp_ex), a
- * forked child refused at once, and multicast: the errnos of
- * ibv_attach_mcast and ibv_detach_mcast (as rxe's) and of
+ * down, ibv_req_notify_cq for solicited completions only, ibv_destroy_qp
+ * taking the QP's completions out of its CQ, rdma_migrate_id moving an
+ * id's event not yet read to the new channel, and a synchronous id to a
+ * channel and back, waiting for the acknowledgement of an event read,
+ * ibv_rereg_mr changing a region's access and PD under a peer's WRITEs,
+ * rdma_getaddrinfo taking its hints' addresses, rdma_listen on port 0
+ * picking a port, rdma_destroy_id dropping its events not yet read and
+ * waiting for those read to be acknowledged, ibv_query_device_ex, an
+ * extended CQ (ibv_create_cq_ex) polled with start_poll, next_poll and
+ * end_poll, an extended QP's ibv_wr_* API (ibv_create_qp_ex and
+ * rdma_create_qp_ex), a forked child refused at once, and multicast: the
+ * errnos of ibv_attach_mcast and ibv_detach_mcast (as rxe's) and of
  * rdma_join_multicast_ex and rdma_leave_multicast (as librdmacm's), and
  * the MULTICAST_JOIN event of a UDP id, which a datagram to the group
  * then reaches.
@@ -573,6 +573,27 @@ static void solicited_events(struct ibv_mr *src, struct ibv_mr *dst)
 	MUST(!ibv_destroy_qp(qr));
 	MUST(!ibv_destroy_cq(rcq));
 	MUST(!ibv_destroy_comp_channel(ch));
+	connect_qps();
+}
+
+/* ibv_destroy_qp takes the QP's completions out of its CQs, as mlx5's
+ * provider does: a receive completed and not polled, and the receives
+ * the destroy flushes, are not polled after it. */
+static void destroy_qp_discards(struct ibv_mr *src, struct ibv_mr *dst)
+{
+	struct ibv_cq *rcq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	struct ibv_wc wc[8];
+	uint64_t id = 0;
+
+	MUST(rcq);
+	struct ibv_qp *qr = peer_qp(rcq, NULL);
+	post_recvs(NULL, qr, dst, 4, &id);
+	send_from_qa(src);
+	MUST(!ibv_destroy_qp(qr));
+	int n = ibv_poll_cq(rcq, 8, wc);
+	CHECK(n == 0, "after ibv_destroy_qp, its CQ gives none of its completions (%d, the first %s)", n,
+	      n > 0 ? ibv_wc_status_str(wc[0].status) : "none");
+	MUST(!ibv_destroy_cq(rcq));
 	connect_qps();
 }
 
@@ -1555,6 +1576,7 @@ int main(int argc, char **argv)
 	srq_limit(src, dst);
 	resize_cq(src, dst);
 	solicited_events(src, dst);
+	destroy_qp_discards(src, dst);
 	migrate_id();
 	rereg_mr(src);
 	getaddrinfo_hints();

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -573,6 +574,44 @@ func (c *attachedCQ) Resize(depth int) error {
 	c.m, c.ring, c.cons, c.depth = m, ring, 0, uint32(depth)
 	c.mu.Unlock()
 	return nil
+}
+
+// Discard keeps the completions of other QPs than qpn, in order, in the
+// slots just below the producer index, and moves the consumer index up to
+// the first of them: the slots below it are the daemon's to write again,
+// those from the producer index on were never the process's to touch.
+func (c *attachedCQ) Discard(qpn uint32) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		n := len(c.kept)
+		c.kept = slices.DeleteFunc(c.kept, func(wc verbs.WC) bool { return wc.QPN == qpn })
+		return n - len(c.kept)
+	}
+	prod := c.ring.Producer().Load()
+	if prod-c.cons > c.depth {
+		return 0 // corrupt: Poll reports it
+	}
+	kept := make([]verbs.WC, 0, prod-c.cons)
+	for i := c.cons; i != prod; i++ {
+		var wc verbs.WC
+		if shm.DecodeCQE(c.ring.Slot(i), &wc) != nil {
+			return 0 // Poll reports it
+		}
+		if wc.QPN != qpn {
+			kept = append(kept, wc)
+		}
+	}
+	removed := int(prod-c.cons) - len(kept)
+	if removed == 0 {
+		return 0
+	}
+	c.cons = prod - uint32(len(kept))
+	for i := range kept {
+		shm.EncodeCQE(c.ring.Slot(c.cons+uint32(i)), &kept[i])
+	}
+	c.ring.Consumer().Store(c.cons)
+	return removed
 }
 
 func (c *attachedCQ) HoldsSolicited() bool {

@@ -220,6 +220,8 @@ func (c *CQ) Len() int { return c.cq.Len() }
 
 func (c *CQ) HoldsSolicited() bool { return c.cq.HoldsSolicited() }
 
+func (c *CQ) Discard(qpn uint32) int { return c.cq.Discard(qpn) }
+
 func (c *CQ) Resize(depth int) error { return c.cq.Resize(depth) }
 
 // Park first busy-polls, driving the device as an empty Poll does, for

@@ -139,6 +139,8 @@ type CQ interface {
 	// wakes a CQ armed for solicited completions only
 	// (verbs.WC.WakesSolicited).
 	HoldsSolicited() bool
+	// Discard is CQ.Discard.
+	Discard(qpn uint32) int
 	// Destroy destroys the CQ unless a QP uses it (CQState.Retire).
 	Destroy() error
 	// Park prepares a waiter that found the CQ not ready for its sleep:
