@@ -126,11 +126,13 @@ func connectEnds(t testing.TB, a, b *end) {
 	}
 }
 
-// newQPPair makes a QP on a with cfg (its CQ a's) and one on b, and
-// connects them.
+// newQPPair makes a QP on a with cfg (its CQ a's unless cfg names one)
+// and one on b, and connects them.
 func newQPPair(t testing.TB, a, b *end, cfg nic.QPConfig) (*nic.QP, *nic.QP) {
 	t.Helper()
-	cfg.SendCQ = a.cq
+	if cfg.SendCQ == nil {
+		cfg.SendCQ = a.cq
+	}
 	q, err := a.pd.CreateQP(cfg)
 	if err != nil {
 		t.Fatal(err)

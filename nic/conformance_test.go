@@ -702,25 +702,8 @@ func TestCQDiscard(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		connected := func() *nic.QP {
-			t.Helper()
-			q, err := a.pd.CreateQP(nic.QPConfig{SendCQ: cq})
-			if err != nil {
-				t.Fatal(err)
-			}
-			bq, err := b.pd.CreateQP(nic.QPConfig{SendCQ: b.cq})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := q.Connect(b.dev.Addr(), bq.Num(), nic.ConnectOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			if err := bq.Connect(a.dev.Addr(), q.Num(), nic.ConnectOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			return q
-		}
-		q1, q2 := connected(), connected()
+		q1, _ := newQPPair(t, a, b, nic.QPConfig{SendCQ: cq})
+		q2, _ := newQPPair(t, a, b, nic.QPConfig{SendCQ: cq})
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		writeAndWait := func(ids map[*nic.QP][]uint64, n int) {
