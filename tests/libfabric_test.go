@@ -97,8 +97,9 @@ func TestLibfabricRMA(t *testing.T) {
 var libfabricReady = regexp.MustCompile(`(?m)^ready$`)
 
 // runLibfabric runs libfabric_rma's server for endpoint type ep on
-// tp.server, then, once it says it is ready, its client on tp.client;
-// both must exit with status 0 within 30 s.
+// tp.server, then, once it says it is ready, its client on tp.client, and
+// closes the server's standard input once the client has exited; both
+// must exit with status 0 within 30 s.
 func runLibfabric(t *testing.T, tp verbsTopology, prog, ep string) (sout, cout string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -107,6 +108,10 @@ func runLibfabric(t *testing.T, tp verbsTopology, prog, ep string) (sout, cout s
 	var sbuf lockedBuffer
 	s := tp.server.program(ctx, prog, ep, "server", tp.server.ip(), port)
 	s.Stdout, s.Stderr = &sbuf, &sbuf
+	clientExited, err := s.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -122,6 +127,7 @@ func runLibfabric(t *testing.T, tp verbsTopology, prog, ep string) (sout, cout s
 		}
 	}
 	out, err := tp.client.program(ctx, prog, ep, "client", tp.client.ip(), port, tp.server.ip()).CombinedOutput()
+	clientExited.Close()
 	if err != nil {
 		cancel()
 	}

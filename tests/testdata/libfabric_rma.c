@@ -16,8 +16,9 @@
  * Usage: libfabric_rma msg|rdm server IP PORT
  *        libfabric_rma msg|rdm client MYIP PORT SERVERIP
  * IP is the address of the device to use. The server prints "ready" once
- * a client may start. Each check prints a line; the exit status is 0 only
- * if every check passed.
+ * a client may start, and ends once its standard input does, which the
+ * test closes once the client has exited. Each check prints a line; the
+ * exit status is 0 only if every check passed.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -369,6 +370,12 @@ static void server(const char *ip, const char *port)
 	CHECK(m->counter == m->ctrl_rx[0].expect, "the client's atomics: counter %llu, want %llu",
 	      (unsigned long long)m->counter, (unsigned long long)m->ctrl_rx[0].expect);
 	CHECK(send_wait(&m->ctrl_tx, sizeof m->ctrl_tx, "send end") == 0, "fi_send: the server's end");
+	/* The endpoint stays until the client has exited: closed before, it
+	 * would take the connection down under the server's end, which the
+	 * client may not have polled yet (a destroyed QP's completions go
+	 * with it). */
+	while (getchar() != EOF)
+		;
 	if (pep)
 		fi_close(&pep->fid);
 	fi_freeinfo(fi);
