@@ -534,7 +534,8 @@ func (q *QP) pushRecvWC(wc *verbs.WC) {
 // toError moves the QP to ERR because of an error completion with status
 // cause (Success when a verb or a CQ overflow is the cause): every
 // outstanding send and receive WR completes with WR_FLUSH_ERR and timers
-// stop. NAKs already queued are still sent, so the peer learns why.
+// stop. ACKs and NAKs already queued are still sent: the peer learns which
+// of its messages completed, and why the others did not.
 func (q *QP) toError(cause verbs.WCStatus) {
 	if q.attr.State == verbs.Err {
 		return

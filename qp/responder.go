@@ -140,15 +140,16 @@ func (r *responder) releaseMessage() {
 	}
 }
 
-// clearOut empties the output queue, keeping NAKs when keepNaks is set.
-func (r *responder) clearOut(keepNaks bool) {
+// clearOut empties the output queue, keeping ACKs and NAKs when
+// keepAnswers is set.
+func (r *responder) clearOut(keepAnswers bool) {
 	var kept []response // the error path only: it may allocate
 	for i := range r.outCount {
 		e := &r.out[(r.outHead+i)%len(r.out)]
 		if e.kind == respRead {
 			e.span.Release()
 		}
-		if keepNaks && e.kind == respNak {
+		if keepAnswers && (e.kind == respNak || e.kind == respAck) {
 			kept = append(kept, *e)
 		}
 		*e = response{}
@@ -156,8 +157,12 @@ func (r *responder) clearOut(keepNaks bool) {
 	r.outHead, r.outCount, r.rdPending = 0, copy(r.out, kept), 0
 }
 
-// abort drops the message in progress and every queued response but NAKs
-// when the QP enters the error state; a half-filled receive WR is flushed.
+// abort drops the message in progress and every queued response but ACKs
+// and NAKs when the QP enters the error state; a half-filled receive WR is
+// flushed. An ACK queued is owed for a message whose receive completion
+// the program may have polled already, and which may have been the
+// peer's last (rxe and a hardware NIC send it before the QP can change
+// state); a NAK tells the peer why.
 func (r *responder) abort() {
 	q := r.q
 	r.releaseMessage()

@@ -654,7 +654,7 @@ func (q *QP) Destroy() error {
 		return nil
 	}
 	q.qp.Modify(&verbs.Attr{State: verbs.Err}, verbs.AttrState)
-	q.flushNowLocked() // a NAK that explains an error still goes out
+	q.flushNowLocked() // the ACKs owed and a NAK that explains an error still go out
 	q.qp.Modify(&verbs.Attr{State: verbs.Reset}, verbs.AttrState)
 	q.destroyed = true
 	q.mu.Unlock()
