@@ -241,10 +241,7 @@ func (c *CQ) Wait(ctx context.Context, wcs []verbs.WC) (int, error) {
 // ibv_req_notify_cq followed by ibv_get_cq_event waits for, save that a
 // completion already in the CQ counts too (a program that polls after each
 // event sees at most one event with nothing new).
-func (c *CQ) WaitReady(ctx context.Context) error {
-	_, err := c.wait(ctx, func() (int, error) { return c.Len(), nil }, c.held)
-	return err
-}
+func (c *CQ) WaitReady(ctx context.Context) error { return c.waitUntil(ctx, c.held) }
 
 // WaitSolicited blocks until the CQ holds a solicited completion (the
 // receive completion of a message sent with verbs.Solicited) or one in
@@ -252,13 +249,16 @@ func (c *CQ) WaitReady(ctx context.Context) error {
 // closes: what ibv_req_notify_cq with solicited_only waits for, save that
 // such a completion already in the CQ counts too. The other completions
 // that come meanwhile wait in the CQ.
-func (c *CQ) WaitSolicited(ctx context.Context) error {
+func (c *CQ) WaitSolicited(ctx context.Context) error { return c.waitUntil(ctx, c.solicited) }
+
+// waitUntil is wait for the CQ to be ready, taking no completion.
+func (c *CQ) waitUntil(ctx context.Context, ready func() bool) error {
 	_, err := c.wait(ctx, func() (int, error) {
-		if c.prov.HoldsSolicited() {
+		if ready() {
 			return 1, nil
 		}
 		return 0, nil
-	}, c.solicited)
+	}, ready)
 	return err
 }
 

@@ -588,23 +588,16 @@ func (c *attachedCQ) Discard(qpn uint32) int {
 		c.kept = slices.DeleteFunc(c.kept, func(wc verbs.WC) bool { return wc.QPN == qpn })
 		return n - len(c.kept)
 	}
-	prod := c.ring.Producer().Load()
-	if prod-c.cons > c.depth {
-		return 0 // corrupt: Poll reports it
-	}
-	kept := make([]verbs.WC, 0, prod-c.cons)
-	for i := c.cons; i != prod; i++ {
-		var wc verbs.WC
-		if shm.DecodeCQE(c.ring.Slot(i), &wc) != nil {
-			return 0 // Poll reports it
-		}
+	var kept []verbs.WC
+	prod, ok := c.scanLocked(func(wc *verbs.WC) bool {
 		if wc.QPN != qpn {
-			kept = append(kept, wc)
+			kept = append(kept, *wc)
 		}
-	}
+		return true
+	})
 	removed := int(prod-c.cons) - len(kept)
-	if removed == 0 {
-		return 0
+	if !ok || removed == 0 {
+		return 0 // a corrupt ring Poll reports
 	}
 	c.cons = prod - uint32(len(kept))
 	for i := range kept {
@@ -618,24 +611,35 @@ func (c *attachedCQ) HoldsSolicited() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		for i := range c.kept {
-			if c.kept[i].WakesSolicited() {
-				return true
-			}
-		}
-		return false
+		return slices.ContainsFunc(c.kept, func(wc verbs.WC) bool { return wc.WakesSolicited() })
 	}
-	prod := c.ring.Producer().Load()
+	found := false
+	_, ok := c.scanLocked(func(wc *verbs.WC) bool {
+		found = wc.WakesSolicited()
+		return !found
+	})
+	return found || !ok // a corrupt ring: the poll that follows reports it
+}
+
+// scanLocked decodes the completions waiting to be polled, oldest first,
+// and hands each to fn until fn returns false. It returns the producer
+// index it read, and false if the ring is corrupt. c.mu is held; the CQ is
+// not closed.
+func (c *attachedCQ) scanLocked(fn func(wc *verbs.WC) bool) (prod uint32, ok bool) {
+	prod = c.ring.Producer().Load()
 	if prod-c.cons > c.depth {
-		return true // corrupt: the poll that follows reports it
+		return prod, false
 	}
 	var wc verbs.WC
 	for i := c.cons; i != prod; i++ {
-		if shm.DecodeCQE(c.ring.Slot(i), &wc) != nil || wc.WakesSolicited() {
-			return true
+		if shm.DecodeCQE(c.ring.Slot(i), &wc) != nil {
+			return prod, false
+		}
+		if !fn(&wc) {
+			break
 		}
 	}
-	return false
+	return prod, true
 }
 
 func (c *attachedCQ) Len() int {
