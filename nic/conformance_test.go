@@ -645,18 +645,24 @@ func TestCQWaitReady(t *testing.T) {
 	})
 }
 
-// TestCQWaitSolicited: WaitSolicited waits past completions not
-// solicited, which stay in the CQ, and returns once the receive completion
-// of a SEND sent with verbs.Solicited is in it, leaving it for Poll.
-func TestCQWaitSolicited(t *testing.T) {
+// TestCQNotify: a CQ armed with Notify wakes its Notification's Wait for
+// the next completion written to it, as ibv_req_notify_cq: not for one
+// already in the CQ when it was armed, but for one written after, even if
+// it was polled before the Wait; armed for solicited completions, not for
+// one not solicited, which stays in the CQ, but for the receive
+// completion of a SEND sent with verbs.Solicited. The arming outlives a
+// resize of the CQ, which an attached device's daemon does on a new ring.
+func TestCQNotify(t *testing.T) {
 	forEachProvider(t, func(t *testing.T, mode provider) {
 		a, b := mode.end(t, nic.Config{}), openEnd(t, nic.Config{})
 		connectEnds(t, a, b)
-		for i := range 2 {
+		for i := range 6 {
 			if err := a.qp.PostRecv(&verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{a.mr.SGE(64*i, 64)}}); err != nil {
 				t.Fatal(err)
 			}
 		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
 		send := func(flags verbs.SendFlags) {
 			t.Helper()
 			w := verbs.SendWR{Opcode: verbs.WRSend, SGL: []verbs.SGE{b.mr.SGE(0, 8)}, Flags: verbs.Signaled | flags}
@@ -666,29 +672,61 @@ func TestCQWaitSolicited(t *testing.T) {
 			if wc := nictest.Wait(t, b.cq); wc.Status != verbs.Success {
 				t.Fatalf("the SEND: %v", &wc)
 			}
+			if err := a.cq.WaitReady(ctx); err != nil {
+				t.Fatal(err)
+			}
 		}
+		notWoken := func(n nic.Notification, what string) {
+			t.Helper()
+			short, cancelShort := context.WithTimeout(ctx, 50*time.Millisecond)
+			defer cancelShort()
+			if err := n.Wait(short); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Wait %s: %v, want DeadlineExceeded", what, err)
+			}
+		}
+		poll := func(want int) []verbs.WC {
+			t.Helper()
+			wc := make([]verbs.WC, 4)
+			n, err := a.cq.Poll(wc)
+			if n != want || err != nil {
+				t.Fatalf("Poll: %d completions (%v), want %d", n, err, want)
+			}
+			return wc[:n]
+		}
+
 		send(0)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := a.cq.WaitReady(ctx); err != nil {
-			t.Fatal(err)
+		notWoken(a.cq.Notify(false), "with a completion in the CQ before it was armed")
+		n := a.cq.Notify(false)
+		send(0)
+		poll(2)
+		if err := n.Wait(ctx); err != nil {
+			t.Fatalf("Wait for a completion written after arming, polled since: %v", err)
 		}
-		short, cancelShort := context.WithTimeout(context.Background(), 50*time.Millisecond)
-		defer cancelShort()
-		if err := a.cq.WaitSolicited(short); !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("WaitSolicited with a completion not solicited in the CQ: %v, want DeadlineExceeded", err)
-		}
+
+		sol := a.cq.Notify(true)
+		send(0)
+		notWoken(sol, "armed for solicited completions, after a SEND not solicited")
 		woken := make(chan error, 1)
-		go func() { woken <- a.cq.WaitSolicited(ctx) }()
+		go func() { woken <- sol.Wait(ctx) }()
 		send(verbs.Solicited)
 		if err := <-woken; err != nil {
-			t.Fatalf("WaitSolicited after a solicited SEND: %v", err)
+			t.Fatalf("Wait after a solicited SEND: %v", err)
 		}
-		var wc [3]verbs.WC
-		n, err := a.cq.Poll(wc[:])
-		if n != 2 || err != nil || wc[0].Flags&verbs.WCSolicited != 0 || wc[1].Flags&verbs.WCSolicited == 0 {
-			t.Fatalf("Poll after WaitSolicited: %d completions (%v): %v, %v; want the second solicited", n, err, &wc[0], &wc[1])
+		if wc := poll(2); wc[0].Flags&verbs.WCSolicited != 0 || wc[1].Flags&verbs.WCSolicited == 0 {
+			t.Fatalf("Poll after the solicited SEND: %v, %v; want the second solicited", &wc[0], &wc[1])
 		}
+
+		send(0)
+		n = a.cq.Notify(false)
+		if err := a.cq.Resize(64); err != nil {
+			t.Fatal(err)
+		}
+		notWoken(n, "after a resize, with the completion written before arming")
+		send(0)
+		if err := n.Wait(ctx); err != nil {
+			t.Fatalf("Wait for a completion written after arming and a resize: %v", err)
+		}
+		poll(2)
 	})
 }
 

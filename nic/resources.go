@@ -194,9 +194,9 @@ type CQ struct {
 	waiters atomic.Int32 // goroutines in wait
 	st      *provider.CQState
 	prov    provider.CQ
-	// held and solicited are what waits wait for (provider.CQ.Park's
-	// ready), bound once: a completion, a solicited one.
-	held, solicited func() bool
+	// held is what Wait and WaitReady wait for (provider.CQ.Park's
+	// ready), bound once: a completion.
+	held func() bool
 }
 
 // CreateCQ creates a completion queue of depth entries (ibv_create_cq).
@@ -206,7 +206,7 @@ func (d *Device) CreateCQ(depth int) (*CQ, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &CQ{dev: d, st: st, prov: p, solicited: p.HoldsSolicited}
+	c := &CQ{dev: d, st: st, prov: p}
 	c.held = func() bool { return p.Len() > 0 }
 	return c, nil
 }
@@ -237,19 +237,48 @@ func (c *CQ) Wait(ctx context.Context, wcs []verbs.WC) (int, error) {
 }
 
 // WaitReady blocks until the CQ holds a completion, which it leaves for
-// Poll to take, or until ctx ends or the device closes: what
-// ibv_req_notify_cq followed by ibv_get_cq_event waits for, save that a
-// completion already in the CQ counts too (a program that polls after each
-// event sees at most one event with nothing new).
+// Poll to take, or until ctx ends or the device closes. A completion
+// already in the CQ ends it at once; Notify waits for the next one, as
+// ibv_req_notify_cq does.
 func (c *CQ) WaitReady(ctx context.Context) error { return c.waitUntil(ctx, c.held) }
 
-// WaitSolicited blocks until the CQ holds a solicited completion (the
-// receive completion of a message sent with verbs.Solicited) or one in
-// error, which it leaves for Poll to take, or until ctx ends or the device
-// closes: what ibv_req_notify_cq with solicited_only waits for, save that
-// such a completion already in the CQ counts too. The other completions
-// that come meanwhile wait in the CQ.
-func (c *CQ) WaitSolicited(ctx context.Context) error { return c.waitUntil(ctx, c.solicited) }
+// Notification is a CQ armed for its next completion (CQ.Notify).
+type Notification struct {
+	cq        *CQ
+	solicited bool
+	// all and solicited counts of the completions written when the CQ was
+	// armed (provider.CQ.Written)
+	all, sols uint32
+}
+
+// Notify arms the CQ for the next completion written to it, or with
+// solicitedOnly for the next solicited one (the receive completion of a
+// message sent with verbs.Solicited) or one in error, as
+// ibv_req_notify_cq does: the Notification's Wait returns once such a
+// completion was written after Notify, whether it was polled since or
+// not. The completions in the CQ when it is armed do not count, so a
+// program that arms before it polls what woke it is not woken again by
+// those.
+func (c *CQ) Notify(solicitedOnly bool) Notification {
+	all, sols := c.prov.Written()
+	return Notification{cq: c, solicited: solicitedOnly, all: all, sols: sols}
+}
+
+// Wait blocks until a completion the arming waits for was written to the
+// CQ (see CQ.Notify), or until ctx ends or the device closes. It takes no
+// completion: they wait in the CQ for Poll.
+func (n Notification) Wait(ctx context.Context) error {
+	return n.cq.waitUntil(ctx, n.written)
+}
+
+// written reports whether a completion the arming waits for was written.
+func (n Notification) written() bool {
+	all, sols := n.cq.prov.Written()
+	if n.solicited {
+		return sols != n.sols
+	}
+	return all != n.all
+}
 
 // waitUntil is wait for the CQ to be ready, taking no completion.
 func (c *CQ) waitUntil(ctx context.Context, ready func() bool) error {

@@ -28,9 +28,10 @@ type CQ struct {
 	// there until the loop is preempted.
 	count    atomic.Int64
 	overflow atomic.Bool
-	// solicited counts the completions held that wake a CQ armed for
-	// solicited ones (verbs.WC.WakesSolicited), under mu.
-	solicited int
+	// written and solicited count the completions pushed, ever, and those
+	// of them that wake a CQ armed for solicited ones
+	// (verbs.WC.WakesSolicited); they change under mu.
+	written, solicited atomic.Uint32
 }
 
 // NewCQ returns a CQ that holds up to depth completions.
@@ -83,13 +84,13 @@ func (c *CQ) Len() int {
 	return int(c.count.Load())
 }
 
-// HoldsSolicited reports whether a completion waiting to be polled is
-// solicited or in error (verbs.WC.WakesSolicited): what a CQ armed for
-// solicited completions only wakes for.
-func (c *CQ) HoldsSolicited() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.solicited > 0
+// Written returns how many completions were pushed into the CQ, ever
+// (wrapping at 2^32), and how many of them wake a CQ armed for solicited
+// completions (verbs.WC.WakesSolicited): a CQ armed for its next
+// completion (ibv_req_notify_cq) waits for a count to change, whether the
+// completion was polled since or not.
+func (c *CQ) Written() (all, solicited uint32) {
+	return c.written.Load(), c.solicited.Load()
 }
 
 // Discard removes the completions of the QP numbered qpn that wait to be
@@ -102,9 +103,6 @@ func (c *CQ) Discard(qpn uint32) int {
 	for i := range count {
 		wc := &c.ring[(c.head+i)%len(c.ring)]
 		if wc.QPN == qpn {
-			if wc.WakesSolicited() {
-				c.solicited--
-			}
 			continue
 		}
 		if kept != i {
@@ -129,9 +127,6 @@ func (c *CQ) Poll(wcs []verbs.WC) (int, error) {
 	n := min(len(wcs), count)
 	for i := range wcs[:n] {
 		wcs[i] = c.ring[c.head]
-		if wcs[i].WakesSolicited() {
-			c.solicited--
-		}
 		c.head = (c.head + 1) % len(c.ring)
 	}
 	c.count.Store(int64(count - n))
@@ -152,8 +147,9 @@ func (c *CQ) push(wc *verbs.WC) bool {
 	}
 	c.ring[(c.head+count)%len(c.ring)] = *wc
 	c.count.Store(int64(count + 1))
+	c.written.Add(1)
 	if wc.WakesSolicited() {
-		c.solicited++
+		c.solicited.Add(1)
 	}
 	notify := c.notify
 	c.mu.Unlock()

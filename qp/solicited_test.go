@@ -9,8 +9,9 @@ import (
 
 // TestSolicited: a receive completion carries WCSolicited when its message
 // was sent with verbs.Solicited (the SE bit of its last packet), whatever
-// its size and opcode, and a CQ holds a solicited completion
-// (HoldsSolicited) from its push until it is polled.
+// its size and opcode, and the CQ's counts of completions written
+// (Written) grow with each push, the solicited count with those that wake
+// a CQ armed for solicited ones, and stay as they are when it is polled.
 func TestSolicited(t *testing.T) {
 	cq := newTestCQ(t, 16)
 	s, a, b := pairWithCQs(t, nil, cq)
@@ -21,25 +22,22 @@ func TestSolicited(t *testing.T) {
 		name      string
 		wr        verbs.SendWR
 		solicited bool
-		holds     bool // HoldsSolicited once it completed
+		written   uint32 // Written's solicited count once it completed
 	}{
-		{"send", verbs.SendWR{Opcode: verbs.WRSend, SGL: sgl(a.sge(0, 8))}, false, false},
-		{"send of three packets, solicited", verbs.SendWR{Opcode: verbs.WRSend, Flags: verbs.Solicited, SGL: sgl(a.sge(0, 2*testMTU+1))}, true, true},
-		{"write-imm, solicited", verbs.SendWR{Opcode: verbs.WRWriteImm, Flags: verbs.Solicited, SGL: sgl(a.sge(0, 8)), Imm: 1, RemoteAddr: b.va(64), RKey: b.region.RKey()}, true, true},
-		{"send-imm", verbs.SendWR{Opcode: verbs.WRSendImm, SGL: sgl(a.sge(0, 8)), Imm: 2}, false, true},
+		{"send", verbs.SendWR{Opcode: verbs.WRSend, SGL: sgl(a.sge(0, 8))}, false, 0},
+		{"send of three packets, solicited", verbs.SendWR{Opcode: verbs.WRSend, Flags: verbs.Solicited, SGL: sgl(a.sge(0, 2*testMTU+1))}, true, 1},
+		{"write-imm, solicited", verbs.SendWR{Opcode: verbs.WRWriteImm, Flags: verbs.Solicited, SGL: sgl(a.sge(0, 8)), Imm: 1, RemoteAddr: b.va(64), RKey: b.region.RKey()}, true, 2},
+		{"send-imm", verbs.SendWR{Opcode: verbs.WRSendImm, SGL: sgl(a.sge(0, 8)), Imm: 2}, false, 2},
 	}
 	for i, st := range steps {
 		post(t, a, &st.wr)
 		s.run(time.Second, func() bool { return cq.Len() == i+1 })
-		if got := cq.HoldsSolicited(); got != st.holds {
-			t.Errorf("after %s: HoldsSolicited %v, want %v", st.name, got, st.holds)
+		if all, sol := cq.Written(); all != uint32(i+1) || sol != st.written {
+			t.Errorf("after %s: Written %d, %d, want %d, %d", st.name, all, sol, i+1, st.written)
 		}
 	}
 	var wcs [2]verbs.WC
-	for _, poll := range []struct {
-		n     int
-		holds bool // HoldsSolicited after the poll
-	}{{2, true}, {1, false}, {1, false}} {
+	for _, poll := range []struct{ n int }{{2}, {1}, {1}} {
 		before := 4 - cq.Len()
 		n, err := cq.Poll(wcs[:poll.n])
 		if err != nil || n != poll.n {
@@ -51,8 +49,8 @@ func TestSolicited(t *testing.T) {
 				t.Errorf("%s: completion %v, solicited %v, want %v", st.name, &wc, got, st.solicited)
 			}
 		}
-		if got := cq.HoldsSolicited(); got != poll.holds {
-			t.Errorf("with %d completions left: HoldsSolicited %v, want %v", cq.Len(), got, poll.holds)
+		if all, sol := cq.Written(); all != 4 || sol != 2 {
+			t.Errorf("with %d completions left: Written %d, %d, want 4, 2", cq.Len(), all, sol)
 		}
 	}
 }

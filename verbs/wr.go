@@ -243,7 +243,7 @@ const (
 	// WCSolicited marks the receive completion of a message whose sender
 	// asked for a solicited event (SendFlags' Solicited, the BTH's SE
 	// bit): a CQ armed for solicited completions only wakes for it
-	// (nic.CQ.WaitSolicited). ibv_wc_flags has no such bit.
+	// (nic.CQ.Notify). ibv_wc_flags has no such bit.
 	WCSolicited
 )
 

@@ -281,13 +281,14 @@ func fillWC(out *C.struct_ibv_wc, w *verbs.WC) {
 	}
 }
 
-// snReqNotifyCQ is ops.req_notify_cq: the next time the CQ holds a
-// completion, with solicited_only a solicited one or one in error, a
-// goroutine writes the CQ to its channel, for ibv_get_cq_event.
-// Completions already in the CQ count too (see nic.CQ.WaitReady and
-// WaitSolicited): a program polls after each event, so it sees at most an
-// event too many. Arming for any completion a CQ armed for solicited ones
-// widens the arming, as in rxe; the other way it stays as wide.
+// snReqNotifyCQ is ops.req_notify_cq: when the next completion is written
+// to the CQ, with solicited_only the next solicited one or one in error, a
+// goroutine writes the CQ to its channel, for ibv_get_cq_event. The
+// completions already in the CQ do not count (nic.CQ.Notify): a program
+// that arms the CQ again before it polls the completion that woke it is
+// not woken by that one again. Arming for any completion a CQ armed for
+// solicited ones widens the arming, as in rxe; the other way it stays as
+// wide.
 //
 //export snReqNotifyCQ
 func snReqNotifyCQ(c *C.struct_ibv_cq, solicitedOnly C.int) C.int {
@@ -315,19 +316,15 @@ func snReqNotifyCQ(c *C.struct_ibv_cq, solicitedOnly C.int) C.int {
 	ctx, cancel := context.WithCancel(context.Background())
 	q.stop, q.stopped = cancel, make(chan struct{})
 	w := int((*C.struct_sn_channel)(unsafe.Pointer(c.channel)).w)
-	go q.notify(ctx, w, solicited)
+	go q.notify(ctx, w, q.c.Notify(solicited))
 	return 0
 }
 
-// notify waits for the CQ to hold a completion, a solicited one if
-// solicited, then writes the CQ's address to the channel's pipe.
-func (q *cq) notify(ctx context.Context, w int, solicited bool) {
+// notify waits for the completion the CQ was armed for, then writes the
+// CQ's address to the channel's pipe.
+func (q *cq) notify(ctx context.Context, w int, armed nic.Notification) {
 	defer close(q.stopped)
-	wait := q.c.WaitReady
-	if solicited {
-		wait = q.c.WaitSolicited
-	}
-	err := wait(ctx)
+	err := armed.Wait(ctx)
 	q.armMu.Lock()
 	q.armed = false
 	q.armMu.Unlock()

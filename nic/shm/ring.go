@@ -7,10 +7,14 @@ import (
 	"unsafe"
 )
 
-// A ring's memory: a header of five words, each alone on a cache line so
-// that the two sides do not write the same line, then the slots.
+// A ring's memory: a header of words on five cache lines, so that the two
+// sides do not write the same line, then the slots.
 //
 //	  0  producer   uint32  slots filled, ever (written by the producer only)
+//	  4  written    uint32  completion rings: completions written, ever,
+//	                        across resizes (by the producer only)
+//	  8  solicited  uint32  completion rings: those of them that wake a CQ
+//	                        armed for solicited ones (by the producer only)
 //	 64  consumer   uint32  slots emptied, ever (written by the consumer only)
 //	128  armed      uint32  completion rings: the reader asks for an event
 //	192  overflow   uint32  completion rings: completions were lost
@@ -20,11 +24,13 @@ import (
 // Indexes run freely and wrap at 2^32; slot i lives at i mod n, and a ring
 // holds producer - consumer slots, at most n.
 const (
-	offProducer = 0
-	offConsumer = 64
-	offArmed    = 128
-	offOverflow = 192
-	offDoorbell = 256
+	offProducer  = 0
+	offWritten   = 4
+	offSolicited = 8
+	offConsumer  = 64
+	offArmed     = 128
+	offOverflow  = 192
+	offDoorbell  = 256
 	// HeaderSize is the bytes before the first slot.
 	HeaderSize = 320
 )
@@ -79,6 +85,16 @@ func (r Ring) word(off int) *atomic.Uint32 {
 // Producer is the count of slots filled; the producer stores it after
 // writing them, the consumer loads it before reading them.
 func (r Ring) Producer() *atomic.Uint32 { return r.word(offProducer) }
+
+// Written is a completion ring's count of completions written, ever: unlike
+// Producer, a resize does not start it again. The producer stores it
+// before Producer.
+func (r Ring) Written() *atomic.Uint32 { return r.word(offWritten) }
+
+// Solicited is a completion ring's count of the completions written, ever,
+// that wake a CQ armed for solicited completions only
+// (verbs.WC.WakesSolicited). The producer stores it before Producer.
+func (r Ring) Solicited() *atomic.Uint32 { return r.word(offSolicited) }
 
 // Consumer is the count of slots emptied; the consumer stores it once it
 // no longer needs them, the producer loads it before reusing them.

@@ -31,6 +31,8 @@ func TestRing(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.Producer().Store(7)
+	r.Written().Store(9)
+	r.Solicited().Store(3)
 	r.Consumer().Store(5)
 	r.Armed().Store(1)
 	r.Overflow().Store(1)
@@ -38,7 +40,7 @@ func TestRing(t *testing.T) {
 	for _, w := range []struct {
 		off  int
 		want byte
-	}{{offProducer, 7}, {offConsumer, 5}, {offArmed, 1}, {offOverflow, 1}, {offDoorbell, 1}} {
+	}{{offProducer, 7}, {offWritten, 9}, {offSolicited, 3}, {offConsumer, 5}, {offArmed, 1}, {offOverflow, 1}, {offDoorbell, 1}} {
 		if mem[w.off] != w.want {
 			t.Errorf("word at %d = %d, want %d", w.off, mem[w.off], w.want)
 		}

@@ -410,15 +410,21 @@ static void post_and_wait(struct ibv_qp *qp, struct ibv_send_wr *wr)
 	}
 }
 
-/* send_from_qa sends 8 bytes of src from qa and waits for the SEND's
- * completion, which comes once the receiver's has been written. */
-static void send_from_qa(struct ibv_mr *src)
+/* send_flags_from_qa sends 8 bytes of src from qa with flags and waits
+ * for the SEND's completion, which comes once the receiver's has been
+ * written. */
+static void send_flags_from_qa(struct ibv_mr *src, unsigned int flags)
 {
 	struct ibv_sge sge = { .addr = (uintptr_t)src->addr, .length = 8, .lkey = src->lkey };
 	struct ibv_send_wr wr = { .wr_id = 0x5e4d, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
-				  .send_flags = IBV_SEND_SIGNALED };
+				  .send_flags = IBV_SEND_SIGNALED | flags };
 
 	post_and_wait(qa, &wr);
+}
+
+static void send_from_qa(struct ibv_mr *src)
+{
+	send_flags_from_qa(src, 0);
 }
 
 /* srq_attr_is checks what ibv_query_srq answers. */
@@ -526,17 +532,6 @@ static void resize_cq(struct ibv_mr *src, struct ibv_mr *dst)
 	connect_qps();
 }
 
-/* send_flags_from_qa sends 8 bytes of src from qa with flags and waits
- * for the SEND's completion. */
-static void send_flags_from_qa(struct ibv_mr *src, unsigned int flags)
-{
-	struct ibv_sge sge = { .addr = (uintptr_t)src->addr, .length = 8, .lkey = src->lkey };
-	struct ibv_send_wr wr = { .wr_id = 0x5e4e, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
-				  .send_flags = IBV_SEND_SIGNALED | flags };
-
-	post_and_wait(qa, &wr);
-}
-
 /* ibv_req_notify_cq with solicited_only: SENDs without IBV_SEND_SOLICITED
  * raise no event, the next with it does; armed for any completion again,
  * the CQ raises one for a plain SEND. */
@@ -570,6 +565,40 @@ static void solicited_events(struct ibv_mr *src, struct ibv_mr *dst)
 	      "armed for solicited completions, then for any, a SEND not solicited raises the event");
 	ibv_ack_cq_events(rcq, 1);
 	MUST(ibv_poll_cq(rcq, 8, wc) == 1);
+	MUST(!ibv_destroy_qp(qr));
+	MUST(!ibv_destroy_cq(rcq));
+	MUST(!ibv_destroy_comp_channel(ch));
+	connect_qps();
+}
+
+/* ibv_req_notify_cq arms the CQ for its next completion: one already in
+ * the CQ raises no event, one written after the arming does, though the
+ * program polled it before reading the event. */
+static void notify_next_completion(struct ibv_mr *src, struct ibv_mr *dst)
+{
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+	struct ibv_cq *rcq = ch ? ibv_create_cq(ctx, 16, NULL, ch, 0) : NULL, *got;
+	struct ibv_wc wc[8];
+	void *got_ctx;
+	uint64_t id = 0;
+
+	MUST(rcq);
+	struct ibv_qp *qr = peer_qp(rcq, NULL);
+	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+	post_recvs(NULL, qr, dst, 3, &id);
+	MUST(!ibv_req_notify_cq(rcq, 0));
+	send_from_qa(src);
+	CHECK(poll(&p, 1, 2000) == 1 && !ibv_get_cq_event(ch, &got, &got_ctx) && got == rcq,
+	      "a SEND after the arming raises the event");
+	ibv_ack_cq_events(rcq, 1);
+	MUST(!ibv_req_notify_cq(rcq, 0));
+	CHECK(poll(&p, 1, 100) == 0, "armed again before polling, the completion in the CQ raises no event");
+	send_from_qa(src);
+	int n = ibv_poll_cq(rcq, 8, wc);
+	CHECK(n == 2, "the CQ holds both receive completions (%d)", n);
+	CHECK(poll(&p, 1, 2000) == 1 && !ibv_get_cq_event(ch, &got, &got_ctx) && got == rcq,
+	      "the SEND after the second arming raises the event, though its completion was polled");
+	ibv_ack_cq_events(rcq, 1);
 	MUST(!ibv_destroy_qp(qr));
 	MUST(!ibv_destroy_cq(rcq));
 	MUST(!ibv_destroy_comp_channel(ch));
@@ -1576,6 +1605,7 @@ int main(int argc, char **argv)
 	srq_limit(src, dst);
 	resize_cq(src, dst);
 	solicited_events(src, dst);
+	notify_next_completion(src, dst);
 	destroy_qp_discards(src, dst);
 	migrate_id();
 	rereg_mr(src);

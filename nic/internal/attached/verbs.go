@@ -298,6 +298,9 @@ type attachedCQ struct {
 	cons   uint32
 	closed bool
 	kept   []verbs.WC // what the ring held when the device closed, not polled yet
+	// written and solicited are the ring's counts of completions written
+	// (Written) as last read: what a closed CQ reports.
+	written, solicited uint32
 }
 
 func (a *attachment) CreateCQ(depth int, st *provider.CQState) (provider.CQ, error) {
@@ -588,16 +591,23 @@ func (c *attachedCQ) Discard(qpn uint32) int {
 		c.kept = slices.DeleteFunc(c.kept, func(wc verbs.WC) bool { return wc.QPN == qpn })
 		return n - len(c.kept)
 	}
+	prod := c.ring.Producer().Load()
+	if prod-c.cons > c.depth {
+		return 0 // a corrupt ring, which Poll reports
+	}
 	var kept []verbs.WC
-	prod, ok := c.scanLocked(func(wc *verbs.WC) bool {
-		if wc.QPN != qpn {
-			kept = append(kept, *wc)
+	var wc verbs.WC
+	for i := c.cons; i != prod; i++ {
+		if shm.DecodeCQE(c.ring.Slot(i), &wc) != nil {
+			return 0
 		}
-		return true
-	})
+		if wc.QPN != qpn {
+			kept = append(kept, wc)
+		}
+	}
 	removed := int(prod-c.cons) - len(kept)
-	if !ok || removed == 0 {
-		return 0 // a corrupt ring Poll reports
+	if removed == 0 {
+		return 0
 	}
 	c.cons = prod - uint32(len(kept))
 	for i := range kept {
@@ -607,39 +617,15 @@ func (c *attachedCQ) Discard(qpn uint32) int {
 	return removed
 }
 
-func (c *attachedCQ) HoldsSolicited() bool {
+// Written reads the counts of completions written that the daemon keeps
+// in the ring's header (shm.Ring.Written).
+func (c *attachedCQ) Written() (all, solicited uint32) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
-		return slices.ContainsFunc(c.kept, func(wc verbs.WC) bool { return wc.WakesSolicited() })
+	if !c.closed {
+		c.written, c.solicited = c.ring.Written().Load(), c.ring.Solicited().Load()
 	}
-	found := false
-	_, ok := c.scanLocked(func(wc *verbs.WC) bool {
-		found = wc.WakesSolicited()
-		return !found
-	})
-	return found || !ok // a corrupt ring: the poll that follows reports it
-}
-
-// scanLocked decodes the completions waiting to be polled, oldest first,
-// and hands each to fn until fn returns false. It returns the producer
-// index it read, and false if the ring is corrupt. c.mu is held; the CQ is
-// not closed.
-func (c *attachedCQ) scanLocked(fn func(wc *verbs.WC) bool) (prod uint32, ok bool) {
-	prod = c.ring.Producer().Load()
-	if prod-c.cons > c.depth {
-		return prod, false
-	}
-	var wc verbs.WC
-	for i := c.cons; i != prod; i++ {
-		if shm.DecodeCQE(c.ring.Slot(i), &wc) != nil {
-			return prod, false
-		}
-		if !fn(&wc) {
-			break
-		}
-	}
-	return prod, true
+	return c.written, c.solicited
 }
 
 func (c *attachedCQ) Len() int {
@@ -667,6 +653,7 @@ func (c *attachedCQ) close(keep bool) {
 			c.kept = append(c.kept, wc)
 		}
 	}
+	c.written, c.solicited = c.ring.Written().Load(), c.ring.Solicited().Load()
 	c.closed = true
 	c.m.Close()
 	c.mu.Unlock()

@@ -218,7 +218,7 @@ func (c *CQ) Destroy() error {
 
 func (c *CQ) Len() int { return c.cq.Len() }
 
-func (c *CQ) HoldsSolicited() bool { return c.cq.HoldsSolicited() }
+func (c *CQ) Written() (all, solicited uint32) { return c.cq.Written() }
 
 func (c *CQ) Discard(qpn uint32) int { return c.cq.Discard(qpn) }
 

@@ -135,17 +135,17 @@ type CQ interface {
 	// finds no completion (see nic's CQ.poll).
 	Poll(wcs []verbs.WC, drive bool) (int, error)
 	Len() int
-	// HoldsSolicited reports whether a completion waiting to be polled
-	// wakes a CQ armed for solicited completions only
-	// (verbs.WC.WakesSolicited).
-	HoldsSolicited() bool
+	// Written is qp.CQ.Written: the completions written to the CQ, ever,
+	// and those of them that wake a CQ armed for solicited ones, which
+	// CQ.Notify's arming waits for to change.
+	Written() (all, solicited uint32)
 	// Discard is CQ.Discard.
 	Discard(qpn uint32) int
 	// Destroy destroys the CQ unless a QP uses it (CQState.Retire).
 	Destroy() error
 	// Park prepares a waiter that found the CQ not ready for its sleep:
-	// ready says whether the CQ holds what it waits for (a completion,
-	// Len above 0, or a solicited one, HoldsSolicited), and ends its spin
+	// ready says whether the CQ has what it waits for (a completion, Len
+	// above 0, or one written since it was armed, Written), and ends its spin
 	// and its own wait; a write to the CQ ends a wait too. It reports
 	// whether it slept already (CQState.Sleep, or a wait of its own), and
 	// why it woke: false sends the waiter to CQState.Sleep.

@@ -23,9 +23,13 @@ type CQ struct {
 	ring   shm.Ring
 	efd    int    // signalled when the process armed the ring; the daemon's alone
 	epfd   int    // the process's wait for efd (shm.NewEpoll), -1 once taken
-	prod   uint32 // completions written, ever
+	prod   uint32 // slots filled, ever (a resize starts it again)
 	closed bool
 	wcs    [16]verbs.WC
+	// written and solicited count the completions written, ever, and
+	// those of them that wake a CQ armed for solicited ones, which
+	// publishLocked stores in the ring's header (shm.Ring.Written).
+	written, solicited uint32
 }
 
 // NewCQ makes the ring and wakeup of qcq, a CQ of depth entries of the
@@ -118,12 +122,18 @@ func (c *CQ) pushLocked(wc *verbs.WC) {
 	}
 	shm.EncodeCQE(c.ring.Slot(c.prod), wc)
 	c.prod++
+	c.written++
+	if wc.WakesSolicited() {
+		c.solicited++
+	}
 	c.cnt.CQEs.Add(1)
 }
 
 // publishLocked makes the completions written visible and wakes the
 // process if it waits for them.
 func (c *CQ) publishLocked() {
+	c.ring.Written().Store(c.written)
+	c.ring.Solicited().Store(c.solicited)
 	c.ring.Producer().Store(c.prod)
 	if armed := c.ring.Armed(); armed.Load() != 0 && armed.Swap(0) != 0 {
 		shm.Signal(c.efd)
@@ -135,7 +145,8 @@ func (c *CQ) publishLocked() {
 // and resizes the device's CQ alike (qp.CQ.Resize, whose errors it
 // returns); the old ring is unmapped, and the process, which polls
 // nothing meanwhile, maps the new one (TakeFD) and polls it from 0. The
-// ring's armed and overflow flags move with the completions.
+// ring's armed and overflow flags and its counts of completions written
+// move with the completions.
 func (c *CQ) Resize(depth int) error {
 	if depth <= 0 || depth > qp.MaxCQE {
 		return fmt.Errorf("completion queue depth %d: %w", depth, qp.ErrInvalid)
@@ -164,6 +175,8 @@ func (c *CQ) Resize(depth int) error {
 	for i := range held {
 		copy(ring.Slot(i), c.ring.Slot(cons+i))
 	}
+	ring.Written().Store(c.written)
+	ring.Solicited().Store(c.solicited)
 	ring.Producer().Store(held)
 	ring.Armed().Store(c.ring.Armed().Load())
 	ring.Overflow().Store(c.ring.Overflow().Load())
