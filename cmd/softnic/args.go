@@ -15,10 +15,13 @@ import (
 	"github.com/softnic/softnic/wire"
 )
 
-// defaultCMPort is the rdma_cm port softnic serve listens on and the
-// one-shot commands dial: 7471, the port librdmacm's examples (rping,
-// rdma_server, udaddy) use.
-const defaultCMPort = 7471
+// defaultCMPort is the rdma_cm port softnic serve accepts connections to
+// its regions on and the one-shot commands dial: 4791, the number of
+// RoCEv2's UDP port. The daemon shares its device's rdma_cm ports with the
+// programs attached to it, so it leaves free the ports those listen on by
+// default: librdmacm's examples' 7471 (rdma_server, rdma_client, cmtime)
+// and 7174 (rping, ucmatose, udaddy, mckey), and perftest's 18515.
+const defaultCMPort = 4791
 
 // resolvePeer turns HOST[:PORT] into the address of a softnic device; the
 // port defaults to 4791, RoCEv2's. A host name is looked up (within ctx).

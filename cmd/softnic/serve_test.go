@@ -380,7 +380,7 @@ func TestServeInspect(t *testing.T) {
 		cmd  string
 		want []string // each a line, as a regular expression
 	}{
-		{"info", []string{`listen \(UDP\) +` + regexp.QuoteMeta(d.ready.Listen), `rdma_cm port +7471`, `faults +seed=1`, `busy polling +100µs`, `connections +1`, `attached processes +0`}},
+		{"info", []string{`listen \(UDP\) +` + regexp.QuoteMeta(d.ready.Listen), fmt.Sprintf(`rdma_cm port +%d`, defaultCMPort), `faults +seed=1`, `busy polling +100µs`, `connections +1`, `attached processes +0`}},
 		{"stat", []string{`sent_pkts +\d+`, `bad_icrc +0`, `rejected_unknown_key +0`, `rejected_window_bound_to_another_qp +0`, `connections_active +1`}},
 		{"mr", []string{`NAME +LKEY +RKEY +PD +ACCESS +ADDR +LEN +KIND +PID +ODP RESIDENCY`,
 			fmt.Sprintf(`mem +%#x +%#x +\d+ +rwa +%#x +65536 +arena +%d +-`, mem.RKey, mem.RKey, mem.Addr, os.Getpid()),
