@@ -532,43 +532,72 @@ static void resize_cq(struct ibv_mr *src, struct ibv_mr *dst)
 	connect_qps();
 }
 
+/* event_cq is a CQ with a completion channel, and a QP connected to qa
+ * whose receives complete to it. */
+struct event_cq {
+	struct ibv_comp_channel *ch;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+};
+
+static struct event_cq open_event_cq(struct ibv_mr *dst, int recvs)
+{
+	struct event_cq e = { .ch = ibv_create_comp_channel(ctx) };
+	uint64_t id = 0;
+
+	e.cq = e.ch ? ibv_create_cq(ctx, 16, NULL, e.ch, 0) : NULL;
+	MUST(e.cq);
+	e.qp = peer_qp(e.cq, NULL);
+	post_recvs(NULL, e.qp, dst, recvs, &id);
+	return e;
+}
+
+/* cq_event waits up to ms for the CQ's event and, if it came, reads and
+ * acknowledges it; it is 1 if it came. */
+static int cq_event(struct event_cq *e, int ms)
+{
+	struct pollfd p = { .fd = e->ch->fd, .events = POLLIN };
+	struct ibv_cq *got;
+	void *got_ctx;
+
+	if (poll(&p, 1, ms) != 1)
+		return 0;
+	MUST(!ibv_get_cq_event(e->ch, &got, &got_ctx) && got == e->cq);
+	ibv_ack_cq_events(e->cq, 1);
+	return 1;
+}
+
+static void close_event_cq(struct event_cq *e)
+{
+	MUST(!ibv_destroy_qp(e->qp));
+	MUST(!ibv_destroy_cq(e->cq));
+	MUST(!ibv_destroy_comp_channel(e->ch));
+	connect_qps();
+}
+
 /* ibv_req_notify_cq with solicited_only: SENDs without IBV_SEND_SOLICITED
  * raise no event, the next with it does; armed for any completion again,
  * the CQ raises one for a plain SEND. */
 static void solicited_events(struct ibv_mr *src, struct ibv_mr *dst)
 {
-	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
-	struct ibv_cq *rcq = ch ? ibv_create_cq(ctx, 16, NULL, ch, 0) : NULL, *got;
+	struct event_cq e = open_event_cq(dst, 4);
 	struct ibv_wc wc[8];
-	void *got_ctx;
-	uint64_t id = 0;
 
-	MUST(rcq);
-	struct ibv_qp *qr = peer_qp(rcq, NULL);
-	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
-	post_recvs(NULL, qr, dst, 4, &id);
-	MUST(!ibv_req_notify_cq(rcq, 1));
+	MUST(!ibv_req_notify_cq(e.cq, 1));
 	send_from_qa(src);
 	send_from_qa(src);
-	CHECK(poll(&p, 1, 100) == 0, "armed for solicited completions only, two SENDs not solicited raise no event");
+	CHECK(!cq_event(&e, 100), "armed for solicited completions only, two SENDs not solicited raise no event");
 	send_flags_from_qa(src, IBV_SEND_SOLICITED);
-	CHECK(poll(&p, 1, 2000) == 1 && !ibv_get_cq_event(ch, &got, &got_ctx) && got == rcq,
-	      "a solicited SEND raises the event");
-	ibv_ack_cq_events(rcq, 1);
-	int n = ibv_poll_cq(rcq, 8, wc);
+	CHECK(cq_event(&e, 2000), "a solicited SEND raises the event");
+	int n = ibv_poll_cq(e.cq, 8, wc);
 	CHECK(n == 3 && wc[0].wr_id == 0 && wc[2].wr_id == 2 && wc[2].status == IBV_WC_SUCCESS,
 	      "the CQ holds the three receive completions, in order (%d)", n);
-	MUST(!ibv_req_notify_cq(rcq, 1));
-	MUST(!ibv_req_notify_cq(rcq, 0));
+	MUST(!ibv_req_notify_cq(e.cq, 1));
+	MUST(!ibv_req_notify_cq(e.cq, 0));
 	send_from_qa(src);
-	CHECK(poll(&p, 1, 2000) == 1 && !ibv_get_cq_event(ch, &got, &got_ctx) && got == rcq,
-	      "armed for solicited completions, then for any, a SEND not solicited raises the event");
-	ibv_ack_cq_events(rcq, 1);
-	MUST(ibv_poll_cq(rcq, 8, wc) == 1);
-	MUST(!ibv_destroy_qp(qr));
-	MUST(!ibv_destroy_cq(rcq));
-	MUST(!ibv_destroy_comp_channel(ch));
-	connect_qps();
+	CHECK(cq_event(&e, 2000), "armed for solicited completions, then for any, a SEND not solicited raises the event");
+	MUST(ibv_poll_cq(e.cq, 8, wc) == 1);
+	close_event_cq(&e);
 }
 
 /* ibv_req_notify_cq arms the CQ for its next completion: one already in
@@ -576,33 +605,19 @@ static void solicited_events(struct ibv_mr *src, struct ibv_mr *dst)
  * program polled it before reading the event. */
 static void notify_next_completion(struct ibv_mr *src, struct ibv_mr *dst)
 {
-	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
-	struct ibv_cq *rcq = ch ? ibv_create_cq(ctx, 16, NULL, ch, 0) : NULL, *got;
+	struct event_cq e = open_event_cq(dst, 3);
 	struct ibv_wc wc[8];
-	void *got_ctx;
-	uint64_t id = 0;
 
-	MUST(rcq);
-	struct ibv_qp *qr = peer_qp(rcq, NULL);
-	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
-	post_recvs(NULL, qr, dst, 3, &id);
-	MUST(!ibv_req_notify_cq(rcq, 0));
+	MUST(!ibv_req_notify_cq(e.cq, 0));
 	send_from_qa(src);
-	CHECK(poll(&p, 1, 2000) == 1 && !ibv_get_cq_event(ch, &got, &got_ctx) && got == rcq,
-	      "a SEND after the arming raises the event");
-	ibv_ack_cq_events(rcq, 1);
-	MUST(!ibv_req_notify_cq(rcq, 0));
-	CHECK(poll(&p, 1, 100) == 0, "armed again before polling, the completion in the CQ raises no event");
+	CHECK(cq_event(&e, 2000), "a SEND after the arming raises the event");
+	MUST(!ibv_req_notify_cq(e.cq, 0));
+	CHECK(!cq_event(&e, 100), "armed again before polling, the completion in the CQ raises no event");
 	send_from_qa(src);
-	int n = ibv_poll_cq(rcq, 8, wc);
+	int n = ibv_poll_cq(e.cq, 8, wc);
 	CHECK(n == 2, "the CQ holds both receive completions (%d)", n);
-	CHECK(poll(&p, 1, 2000) == 1 && !ibv_get_cq_event(ch, &got, &got_ctx) && got == rcq,
-	      "the SEND after the second arming raises the event, though its completion was polled");
-	ibv_ack_cq_events(rcq, 1);
-	MUST(!ibv_destroy_qp(qr));
-	MUST(!ibv_destroy_cq(rcq));
-	MUST(!ibv_destroy_comp_channel(ch));
-	connect_qps();
+	CHECK(cq_event(&e, 2000), "the SEND after the second arming raises the event, though its completion was polled");
+	close_event_cq(&e);
 }
 
 /* ibv_destroy_qp takes the QP's completions out of its CQs, as mlx5's
