@@ -93,19 +93,26 @@ func TestLibfabricRMA(t *testing.T) {
 	}
 }
 
-// libfabricReady is libfabric_rma's server's line saying it listens.
-var libfabricReady = regexp.MustCompile(`(?m)^ready$`)
+// libfabric_rma's server's lines saying it listens, and that its last
+// send completed.
+var (
+	libfabricReady = regexp.MustCompile(`(?m)^ready$`)
+	libfabricSent  = regexp.MustCompile(`(?m)^done sending$`)
+)
 
 // runLibfabric runs libfabric_rma's server for endpoint type ep on
-// tp.server, then, once it says it is ready, its client on tp.client, and
-// closes the server's standard input once the client has exited; both
-// must exit with status 0 within 30 s.
+// tp.server, then, once it says it is ready, its client on tp.client. It
+// closes the client's standard input once the server is done sending, and
+// the server's once the client has exited: the client keeps the
+// connection until the server has the completion of its last send, the
+// server until the client has polled it. Both must exit with status 0
+// within 30 s.
 func runLibfabric(t *testing.T, tp verbsTopology, prog, ep string) (sout, cout string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	port := freePort()
-	var sbuf lockedBuffer
+	var sbuf, cbuf lockedBuffer
 	s := tp.server.program(ctx, prog, ep, "server", tp.server.ip(), port)
 	s.Stdout, s.Stderr = &sbuf, &sbuf
 	clientExited, err := s.StdinPipe()
@@ -115,25 +122,45 @@ func runLibfabric(t *testing.T, tp verbsTopology, prog, ep string) (sout, cout s
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- s.Wait() }()
-	for !libfabricReady.MatchString(sbuf.String()) {
-		select {
-		case err := <-done:
-			t.Fatalf("server exited (%v) before it was ready:\n%s", err, sbuf.String())
-		case <-ctx.Done():
-			t.Fatalf("server not ready:\n%s", sbuf.String())
-		case <-time.After(20 * time.Millisecond):
+	sdone := make(chan error, 1)
+	go func() { sdone <- s.Wait() }()
+	waitFor := func(what *regexp.Regexp, exited <-chan error) bool {
+		for !what.MatchString(sbuf.String()) {
+			select {
+			case err := <-exited:
+				sdone <- err
+				return false
+			case <-ctx.Done():
+				return false
+			case <-time.After(20 * time.Millisecond):
+			}
 		}
+		return true
 	}
-	out, err := tp.client.program(ctx, prog, ep, "client", tp.client.ip(), port, tp.server.ip()).CombinedOutput()
+	if !waitFor(libfabricReady, sdone) {
+		t.Fatalf("server not ready:\n%s", sbuf.String())
+	}
+	c := tp.client.program(ctx, prog, ep, "client", tp.client.ip(), port, tp.server.ip())
+	c.Stdout, c.Stderr = &cbuf, &cbuf
+	serverSent, err := c.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	cdone := make(chan error, 1)
+	go func() { cdone <- c.Wait() }()
+	waitFor(libfabricSent, sdone)
+	serverSent.Close()
+	err = <-cdone
 	clientExited.Close()
 	if err != nil {
 		cancel()
 	}
-	serr := <-done
+	serr := <-sdone
 	if err != nil || serr != nil {
-		t.Fatalf("client: %v\n%s\nserver: %v\n%s", err, out, serr, sbuf.String())
+		t.Fatalf("client: %v\n%s\nserver: %v\n%s", err, cbuf.String(), serr, sbuf.String())
 	}
-	return sbuf.String(), string(out)
+	return sbuf.String(), cbuf.String()
 }

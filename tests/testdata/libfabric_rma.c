@@ -16,9 +16,11 @@
  * Usage: libfabric_rma msg|rdm server IP PORT
  *        libfabric_rma msg|rdm client MYIP PORT SERVERIP
  * IP is the address of the device to use. The server prints "ready" once
- * a client may start, and ends once its standard input does, which the
- * test closes once the client has exited. Each check prints a line; the
- * exit status is 0 only if every check passed.
+ * a client may start, and "done sending" once its last send completed.
+ * The client ends once its standard input does, which the test closes
+ * once the server is done sending, and the server once its own does,
+ * which the test closes once the client has exited. Each check prints a
+ * line; the exit status is 0 only if every check passed.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -370,6 +372,7 @@ static void server(const char *ip, const char *port)
 	CHECK(m->counter == m->ctrl_rx[0].expect, "the client's atomics: counter %llu, want %llu",
 	      (unsigned long long)m->counter, (unsigned long long)m->ctrl_rx[0].expect);
 	CHECK(send_wait(&m->ctrl_tx, sizeof m->ctrl_tx, "send end") == 0, "fi_send: the server's end");
+	printf("done sending\n");
 	/* The endpoint stays until the client has exited: closed before, it
 	 * would take the connection down under the server's end, which the
 	 * client may not have polled yet (a destroyed QP's completions go
@@ -496,6 +499,12 @@ static void client(const char *myip, const char *port, const char *serverip)
 	m->ctrl_tx = (struct ctrl){.expect = expect};
 	CHECK(send_wait(&m->ctrl_tx, sizeof m->ctrl_tx, "send end") == 0, "fi_send: the client's end");
 	CHECK(wait_op(&rx[NSIZES + 1], "fi_recv end") == 0, "fi_recv: the server's end");
+	/* The connection stays until the server has its end's completion:
+	 * closed before, its disconnection may reach the server's rxm before
+	 * that completion, and rxm then cancels the send (FI_ECANCELED), which
+	 * the peer received. */
+	while (getchar() != EOF)
+		;
 	fi_freeinfo(fi);
 }
 
