@@ -625,6 +625,48 @@ var utilsCases = []utilsCase{
 	},
 }
 
+// TestVerbsCmtime runs librdmacm's cmtime, which times each step of
+// setting up and tearing down connections, 50 at once, on one daemon and
+// on two, on its default port, 7471, which the daemon leaves to the
+// programs attached to it. Its server serves until it is stopped.
+func TestVerbsCmtime(t *testing.T) {
+	bin, lib := needLibsoftnic(t, "cmtime")
+	steps := regexp.MustCompile(`(?s)create id +:.*resolve addr +:.*create qp +:.*connect +:.*disconnect +:.*destroy +:`)
+	for _, topology := range []func(*testing.T, string, string) verbsTopology{oneDaemon, twoDaemons} {
+		tp := topology(t, bin, lib)
+		t.Run(tp.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			var sbuf lockedBuffer
+			s := tp.server.program(ctx, "cmtime", "-b", tp.server.ip(), "-c", "50")
+			s.Stdout, s.Stderr = &sbuf, &sbuf
+			if err := s.Start(); err != nil {
+				t.Fatal(err)
+			}
+			exited := make(chan error, 1)
+			go func() { exited <- s.Wait() }()
+			defer func() {
+				s.Process.Kill()
+				<-exited
+			}()
+			for listening := tp.server.listening("7471"); !listening(); {
+				select {
+				case err := <-exited:
+					exited <- err
+					t.Fatalf("cmtime's server exited (%v):\n%s", err, sbuf.String())
+				case <-ctx.Done():
+					t.Fatalf("cmtime's server does not listen:\n%s", sbuf.String())
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+			out, err := tp.client.program(ctx, "cmtime", "-s", tp.server.ip(), "-c", "50").CombinedOutput()
+			if err != nil || !steps.Match(out) {
+				t.Errorf("cmtime -s %s -c 50: %v\n%s\nserver:\n%s", tp.server.ip(), err, out, sbuf.String())
+			}
+		})
+	}
+}
+
 // TestVerbsUtils runs utilsCases on one daemon and on two: each server
 // and client must exit with status 0 and say it succeeded.
 func TestVerbsUtils(t *testing.T) {
