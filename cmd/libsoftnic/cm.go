@@ -354,7 +354,7 @@ func snDestroyID(c *C.struct_sn_cm_id) {
 		if ev.listen == c {
 			// A connection request the program never saw: its id goes
 			// with the listener, the request rejected.
-			C.rdma_destroy_id(&ev.id.id)
+			C.sn_abi_destroy_id(&ev.id.id)
 		}
 	}
 	id.acks.wait()
@@ -391,7 +391,7 @@ func setAddr(ss *C.struct_sockaddr_storage, ap netip.AddrPort) {
 	var a C.struct_sn_addr
 	*(*[16]byte)(unsafe.Pointer(&a.ip)) = ap.Addr().As16()
 	a.port = C.uint16_t(ap.Port())
-	C.sn_set_addr(ss, &a)
+	C.sn_abi_set_addr(ss, &a)
 }
 
 func (id *cmID) srcAddr() *C.struct_sockaddr_storage {
@@ -478,7 +478,7 @@ func (id *cmID) acceptLoop(l *nic.Listener) {
 		if err != nil {
 			return
 		}
-		c := C.sn_new_child(id.cid)
+		c := C.sn_abi_new_child(id.cid)
 		if c == nil {
 			r.Reject(nil)
 			continue

@@ -42,6 +42,12 @@ func socketPath() string {
 
 var hintOnce sync.Once
 
+// snLinkABI keeps the functions of the C entry points that the Go side
+// calls (struct sn_abi): they hand them over when they load this library.
+//
+//export snLinkABI
+func snLinkABI(a *C.struct_sn_abi) { C.sn_abi = *a }
+
 // snDeviceCount returns 1 if a daemon listens on the control socket, else
 // 0, saying once on stderr how to start one.
 //

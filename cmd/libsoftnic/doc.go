@@ -23,20 +23,25 @@
 // ibv_mr with its keys, ibv_cq, ibv_qp with qp_num and state, ibv_srq,
 // ibv_ah, ibv_comp_channel with a pollable descriptor; rdma_cm_id,
 // rdma_event_channel, rdma_cm_event), the entry points with their symbol
-// versions (libsoftnic.map), and the calls softnic does not support, each
+// versions (abi/libsoftnic.map), and the calls softnic does not support, each
 // answering EOPNOTSUPP (or NULL with errno set) and naming itself once on
-// stderr. The extended verbs with rxe's behaviour (verbs_ex.c:
+// stderr. The extended verbs with rxe's behaviour (abi/verbs_ex.c:
 // ibv_query_device_ex, ibv_create_cq_ex, ibv_create_qp_ex and its ibv_wr_*
 // work request API) are C over the ordinary ones: an extended CQ polls one
 // completion at a time through ibv_poll_cq's path, and an extended QP
 // builds the ibv_send_wr chain of ibv_post_send in arrays allocated with
-// it, posted whole or not at all at ibv_wr_complete. Only one Go runtime can live in a
-// process, so one file provides both libraries: its SONAME is
-// libibverbs.so.1, and librdmacm.so.1 is a symbolic link to it, which the
-// dynamic loader maps once (it recognises the file). So are libmlx5.so.1
-// and libefa.so.1, the two provider libraries Debian's perftest links
-// against: their few entry points answer EOPNOTSUPP, and none of
-// rdma-core's libraries is loaded at all.
+// it, posted whole or not at all at ibv_wr_complete. The C layer (abi/)
+// is a library of its own, the one programs load: one file provides both
+// libraries, its SONAME libibverbs.so.1, and librdmacm.so.1 is a symbolic
+// link to it, which the dynamic loader maps once (it recognises the file).
+// So are libmlx5.so.1 and libefa.so.1, the two provider libraries Debian's
+// perftest links against: their few entry points answer EOPNOTSUPP, and
+// none of rdma-core's libraries is loaded at all. This package is the Go
+// side, libsoftnic-go.so beside it, which the C layer loads (dlopen) at
+// the first call that needs it (abi/golib.c) and calls through pointers
+// (abi/golib.h; build.sh lists them from the Go library's header); it
+// calls back the few C functions it needs through the struct sn_abi the C
+// layer hands it then (snLinkABI).
 //
 // Memory: a C program registers memory it owns (malloc'd, stack, its data,
 // an anonymous mmap) and passes its own addresses in every work request
@@ -56,10 +61,12 @@
 // ibv_fork_init does), and MAP_SHARED mappings and huge pages cannot be
 // registered (see package pages).
 //
-// fork: a Go runtime does not survive fork(), so in a child forked from a
-// process that loaded the library (without exec) the calls that open a
-// device fail with EOPNOTSUPP, said on stderr in C (verbs.c), rather than
-// wait for ever on the runtime's threads, which the child lacks.
+// fork: a Go runtime does not survive fork(). The Go side is therefore
+// loaded at the first call, not with the program: a child forked before
+// it (a server that forks for each client, as qperf's) loads a runtime of
+// its own. In a child forked after it (without exec) the calls that open a
+// device fail with EOPNOTSUPP, said on stderr in C (abi/golib.c), rather
+// than wait for ever on the runtime's threads, which the child lacks.
 //
 // The connection manager: librdmacm's calls run on package nic's
 // connection manager (Device.Listen, Dial, Request.Accept and Reject,

@@ -326,7 +326,7 @@ func snPostSend(q *C.struct_ibv_qp, wr *C.struct_ibv_send_wr, bad **C.struct_ibv
 	return rc
 }
 
-// snPostSendBatch posts the list as ibv_wr_complete does (verbs_ex.c): all
+// snPostSendBatch posts the list as ibv_wr_complete does (abi/verbs_ex.c): all
 // of it or, with an error, none; a send queue without room for it all is
 // ENOSPC, as rxe's builders say.
 //

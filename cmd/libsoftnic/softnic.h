@@ -28,7 +28,7 @@ struct sn_pd { struct ibv_pd pd; uintptr_t h; };
 struct sn_mr { struct ibv_mr mr; uintptr_t h; };
 struct sn_mw { struct ibv_mw mw; uintptr_t h; };
 /* A CQ: an ibv_cq, or the ibv_cq_ex of ibv_create_cq_ex, which begins
- * with the members of an ibv_cq (verbs_ex.c). */
+ * with the members of an ibv_cq (abi/verbs_ex.c). */
 struct sn_cq {
 	union {
 		struct ibv_cq cq;
@@ -45,7 +45,7 @@ struct sn_srq {
 	uint32_t async_events; /* events ibv_get_async_event returned, for ibv_destroy_srq */
 };
 /* A QP: an ibv_qp, or for one of ibv_create_qp_ex the ibv_qp_ex that
- * begins with it (verbs_ex.c). */
+ * begins with it (abi/verbs_ex.c). */
 struct sn_qp {
 	union {
 		struct ibv_qp qp;
@@ -120,20 +120,46 @@ struct sn_cm_event {
 
 /* sn_unsupported names an unsupported call once on stderr and sets errno
  * to EOPNOTSUPP. */
-void sn_unsupported(const char *name); /* in unsupported.c */
+void sn_unsupported(const char *name); /* in abi/unsupported.c */
 
-/* sn_refuse_forked fails call (errno EOPNOTSUPP, returning 1) in a child
- * fork() made: in verbs.c. */
-int sn_refuse_forked(const char *call);
-
-/* In verbs_ex.c: sn_ex_ops sets its extended verbs in vctx, and
+/* In abi/verbs_ex.c: sn_ex_ops sets its extended verbs in vctx, and
  * sn_free_wrs frees a QP's ibv_wr_* state, for ibv_destroy_qp. */
 void sn_ex_ops(struct verbs_context *vctx);
 void sn_free_wrs(struct sn_qp *qp);
 
-/* In rdmacm.c, for the Go side. */
+/* In abi/rdmacm.c: sn_cm_verbs is the context of rdma_cm ids, sn_new_child
+ * makes the id of a connection request on listen, and sn_set_addr writes
+ * an address into a socket address. */
 struct ibv_context *sn_cm_verbs(void);
 struct sn_cm_id *sn_new_child(struct sn_cm_id *listen);
 void sn_set_addr(struct sockaddr_storage *ss, const struct sn_addr *a);
+
+/* The functions of the C entry points (abi/, libibverbs.so.1) that the Go
+ * side (libsoftnic-go.so) calls. The entry points load the Go library at
+ * their first call that needs it (abi/golib.c) and hand it these
+ * (snLinkABI), which it keeps in sn_abi and calls through the sn_abi_
+ * functions below. */
+struct sn_abi {
+	struct sn_cm_id *(*new_child)(struct sn_cm_id *listen);
+	void (*set_addr)(struct sockaddr_storage *ss, const struct sn_addr *a);
+	int (*destroy_id)(struct rdma_cm_id *id);
+};
+
+extern struct sn_abi sn_abi; /* the Go side's, in calls.c */
+
+static inline struct sn_cm_id *sn_abi_new_child(struct sn_cm_id *listen)
+{
+	return sn_abi.new_child(listen);
+}
+
+static inline void sn_abi_set_addr(struct sockaddr_storage *ss, const struct sn_addr *a)
+{
+	sn_abi.set_addr(ss, a);
+}
+
+static inline int sn_abi_destroy_id(struct rdma_cm_id *id)
+{
+	return sn_abi.destroy_id(id);
+}
 
 #endif

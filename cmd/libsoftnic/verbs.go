@@ -208,14 +208,14 @@ func snDestroyCQ(c *C.struct_sn_cq) C.int {
 }
 
 // snReschedule lets the calling thread's goroutine go through Go's
-// scheduler (see sn_data_path in verbs.c).
+// scheduler (see sn_data_path in abi/verbs.c).
 //
 //export snReschedule
 func snReschedule() { runtime.Gosched() }
 
 // snPollCQ is ops.poll_cq (ibv_poll_cq): CQ.Poll, which gives up the CPU
 // when it finds nothing; the caller naps too once the thread has waited
-// long (see sn_poll_cq in verbs.c).
+// long (see sn_poll_cq in abi/verbs.c).
 //
 //export snPollCQ
 func snPollCQ(c *C.struct_ibv_cq, n C.int, wc *C.struct_ibv_wc) C.int {

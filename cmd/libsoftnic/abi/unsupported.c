@@ -1,5 +1,3 @@
-//go:build libsoftnic
-
 /*
  * The calls softnic does not support: each names itself once on stderr and
  * fails as rdma-core fails a call the device cannot do (EOPNOTSUPP, or
@@ -17,7 +15,7 @@
 #include <rdma/rsocket.h>
 
 #include "softnic.h"
-#include "_cgo_export.h"
+#include "golib.h"
 
 #define EXPORT __attribute__((visibility("default")))
 

@@ -1,5 +1,3 @@
-//go:build libsoftnic
-
 /*
  * librdmacm's entry points. Identifiers, event channels and events are
  * allocated here; the connection manager's work is the Go side's
@@ -18,7 +16,7 @@
 #include <rdma/rdma_verbs.h>
 
 #include "softnic.h"
-#include "_cgo_export.h"
+#include "golib.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -48,7 +46,7 @@ static void cm_open(void)
  * daemon, or EOPNOTSUPP in a forked child. */
 struct ibv_context *sn_cm_verbs(void)
 {
-	if (sn_refuse_forked("rdma_cm"))
+	if (sn_refuse("rdma_cm"))
 		return NULL;
 	pthread_once(&cm_once, cm_open);
 	if (!cm_verbs)

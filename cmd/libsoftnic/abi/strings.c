@@ -1,10 +1,8 @@
-//go:build libsoftnic
-
 /* The names libibverbs gives its enums, and its rate conversions. */
 #include <stddef.h>
 
 #include "softnic.h"
-#include "_cgo_export.h"
+#include "golib.h"
 
 #define EXPORT __attribute__((visibility("default")))
 

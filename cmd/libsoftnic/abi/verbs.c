@@ -1,8 +1,6 @@
-//go:build libsoftnic
-
 /*
  * libibverbs' entry points. Each allocates or frees the object the program
- * sees and leaves the work to the Go side (_cgo_export.h).
+ * sees and leaves the work to the Go side (golib.h).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -16,7 +14,7 @@
 #include <unistd.h>
 
 #include "softnic.h"
-#include "_cgo_export.h"
+#include "golib.h"
 
 #undef ibv_query_port
 #undef ibv_reg_mr
@@ -31,44 +29,12 @@ static struct ibv_device sn_device = {
 	.dev_name = "softnic0",
 };
 
-/* A child that fork() made (without exec) of a process that loaded the
- * library cannot use it: the Go runtime's threads are not copied into the
- * child, and a call into Go there waits for them for ever. So the calls
- * that open a device fail there instead, with EOPNOTSUPP, naming why once
- * on stderr (in C: the Go side cannot be called). The parent's objects are
- * the parent's, as with rdma-core. */
-static volatile int sn_forked;
-
-static void sn_on_fork(void)
-{
-	sn_forked = 1;
-}
-
-__attribute__((constructor)) static void sn_watch_fork(void)
-{
-	pthread_atfork(NULL, NULL, sn_on_fork);
-}
-
-int sn_refuse_forked(const char *call)
-{
-	static int said;
-
-	if (!sn_forked)
-		return 0;
-	if (!said++)
-		fprintf(stderr, "softnic: %s: not supported in a child fork() made of a process that loaded libsoftnic "
-				"(its Go runtime does not survive fork); exec a program in the child instead\n",
-			call);
-	errno = EOPNOTSUPP;
-	return 1;
-}
-
 EXPORT struct ibv_device **ibv_get_device_list(int *num)
 {
 	struct ibv_device **list;
 	int n;
 
-	if (sn_refuse_forked("ibv_get_device_list"))
+	if (sn_refuse("ibv_get_device_list"))
 		return NULL;
 	n = snDeviceCount();
 	list = calloc(2, sizeof(*list));
@@ -275,7 +241,7 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	struct ibv_context *ctx;
 	int p[2], err;
 
-	if (sn_refuse_forked("ibv_open_device"))
+	if (sn_refuse("ibv_open_device"))
 		return NULL;
 	c = calloc(1, sizeof(*c));
 	if (!c) {

@@ -1,5 +1,3 @@
-//go:build libsoftnic
-
 /*
  * libibverbs' extended verbs, as Linux rxe's provider offers them: the
  * inlines ibv_query_device_ex, ibv_create_cq_ex and ibv_create_qp_ex find
@@ -27,7 +25,7 @@
 #include <string.h>
 
 #include "softnic.h"
-#include "_cgo_export.h"
+#include "golib.h"
 
 /* The completion fields rxe offers, and so softnic (as rxe, the SLID, SL
  * and DLID path bits are 0 on RoCE): a timestamp or any other is

@@ -1,0 +1,5 @@
+//go:build libsoftnic
+
+#include "softnic.h"
+
+struct sn_abi sn_abi;
