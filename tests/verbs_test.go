@@ -667,6 +667,53 @@ func TestVerbsCmtime(t *testing.T) {
 	}
 }
 
+// TestVerbsQperf runs qperf's RC tests through rdma_cm (-cm1, as on any
+// RoCE device: its tests without it address peers by LID), on one daemon
+// and on two. Its server forks a child for each test, which opens the
+// device (libsoftnic's Go side is loaded at the first call, so the child
+// starts a runtime of its own), binds an rdma_cm id to port 0 and tells the
+// client the port rdma_get_src_port gives before it listens.
+func TestVerbsQperf(t *testing.T) {
+	bin, lib := needLibsoftnic(t, "qperf")
+	tests := []string{"rc_bw", "rc_bi_bw", "rc_lat", "rc_rdma_read_bw", "rc_rdma_write_bw", "rc_rdma_write_lat", "rc_compare_swap_mr", "rc_fetch_add_mr"}
+	result := regexp.MustCompile(`(?m)^(\w+):\n +(bw|latency|msg_rate) += +[0-9.]+ \S+`)
+	for _, topology := range []func(*testing.T, string, string) verbsTopology{oneDaemon, twoDaemons} {
+		tp := topology(t, bin, lib)
+		t.Run(tp.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			port := freePort()
+			var sbuf lockedBuffer
+			s := tp.server.program(ctx, "qperf", "-lp", port)
+			s.Stdout, s.Stderr = &sbuf, &sbuf
+			if err := s.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				s.Process.Kill()
+				s.Wait()
+			}()
+			args := append([]string{"qperf", tp.server.ip(), "-lp", port, "-cm1", "-t", "1"}, tests...)
+			var out []byte
+			var err error
+			for range 50 { // until the server listens on its TCP port
+				out, err = tp.client.program(ctx, args...).CombinedOutput()
+				if !strings.Contains(string(out), "failed to connect") {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			var done []string
+			for _, m := range result.FindAllStringSubmatch(string(out), -1) {
+				done = append(done, m[1])
+			}
+			if err != nil || !slices.Equal(done, tests) {
+				t.Errorf("%s: %v: measured %v, want %v:\n%s\nserver:\n%s", strings.Join(args, " "), err, done, tests, out, sbuf.String())
+			}
+		})
+	}
+}
+
 // TestVerbsUtils runs utilsCases on one daemon and on two: each server
 // and client must exit with status 0 and say it succeeded.
 func TestVerbsUtils(t *testing.T) {

@@ -205,13 +205,16 @@ type cmID struct {
 	peer     netip.AddrPort // the peer's device (its UDP address)
 	rport    uint16         // the peer's rdma_cm port
 	listener *nic.Listener
-	lpd      *nic.PD // the listener's PD and CQ, which no QP uses:
-	lcq      *nic.CQ // accepted connections use the program's QPs
-	req      *nic.Request
-	conn     *nic.Conn
-	cancel   context.CancelFunc // of a connect under way
-	ended    sync.Once          // DISCONNECTED is told once
-	groups   []mcJoin           // the multicast groups joined (mcast.go)
+	// accepting says the listener's requests are taken (rdma_listen);
+	// before, it only holds the port (snReservePort).
+	accepting bool
+	lpd       *nic.PD // the listener's PD and CQ, which no QP uses:
+	lcq       *nic.CQ // accepted connections use the program's QPs
+	req       *nic.Request
+	conn      *nic.Conn
+	cancel    context.CancelFunc // of a connect under way
+	ended     sync.Once          // DISCONNECTED is told once
+	groups    []mcJoin           // the multicast groups joined (mcast.go)
 }
 
 //export snCreateID
@@ -432,9 +435,38 @@ func snListen(c *C.struct_sn_cm_id, backlog C.int) C.int {
 	if id.dev == nil || !id.local.IsValid() {
 		return C.EINVAL
 	}
-	if id.listener != nil {
-		return 0
+	if id.listener == nil {
+		if rc := id.listenLocked(backlog); rc != 0 {
+			return rc
+		}
 	}
+	if !id.accepting {
+		id.accepting = true
+		go id.acceptLoop(id.listener)
+	}
+	return 0
+}
+
+// snReservePort gives an id bound to port 0 (rdma_bind_addr) its port
+// now, for rdma_get_src_port, as Linux assigns one at the bind: it makes
+// the id's listener, whose requests it takes from rdma_listen on. An id
+// that is not bound so, listens already, or resolves a peer keeps its
+// port; a failure leaves it 0, for rdma_listen to report.
+//
+//export snReservePort
+func snReservePort(c *C.struct_sn_cm_id) {
+	id := idOf(c)
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.dev != nil && id.local.IsValid() && id.local.Port() == 0 && id.listener == nil && !id.peer.IsValid() {
+		id.listenLocked(0)
+	}
+}
+
+// listenLocked makes the id's listener on its bound port (0: a free one)
+// with room for backlog requests; id.mu is held. The listener holds the
+// port; its requests wait for the accept loop that snListen starts.
+func (id *cmID) listenLocked(backlog C.int) C.int {
 	if id.ud() {
 		return id.listenUDLocked(backlog)
 	}
@@ -461,13 +493,12 @@ func snListen(c *C.struct_sn_cm_id, backlog C.int) C.int {
 	return 0
 }
 
-// listening records the listener l of the id, whose mu is held, and
-// takes its requests.
+// listening records the listener l of the id, whose mu is held, and the
+// port it holds.
 func (id *cmID) listening(l *nic.Listener) {
 	id.listener = l
 	id.local = netip.AddrPortFrom(id.local.Addr(), l.Port())
 	setAddr(id.srcAddr(), id.local)
-	go id.acceptLoop(l)
 }
 
 // acceptLoop turns each connection request into a new id and a

@@ -837,23 +837,30 @@ static void getaddrinfo_hints(void)
 	rdma_freeaddrinfo(res);
 }
 
-/* rdma_listen on an id bound to port 0 picks a free port, each its own,
- * which rdma_get_src_port says, as Linux does. */
+/* An id bound to port 0 gets a free port, each its own, which
+ * rdma_get_src_port says, as Linux does: asked before rdma_listen (as
+ * qperf's server does, to tell its client), the port it then listens on. */
 static void listen_any_port(void)
 {
 	struct sockaddr_in any = { .sin_family = AF_INET };
 	struct rdma_cm_id *id[2];
+	__be16 before;
 	int i;
 
 	MUST(inet_pton(AF_INET, cm_ip, &any.sin_addr) == 1);
 	for (i = 0; i < 2; i++) {
 		MUST(!rdma_create_id(NULL, &id[i], NULL, RDMA_PS_TCP));
 		MUST(!rdma_bind_addr(id[i], (struct sockaddr *)&any));
-		MUST(!rdma_listen(id[i], 1));
 	}
+	before = rdma_get_src_port(id[0]);
+	for (i = 0; i < 2; i++)
+		MUST(!rdma_listen(id[i], 1));
 	CHECK(rdma_get_src_port(id[0]) && rdma_get_src_port(id[1]) && rdma_get_src_port(id[0]) != rdma_get_src_port(id[1]),
 	      "two ids bound to port 0 listen on two ports of their own (%d, %d)", ntohs(rdma_get_src_port(id[0])),
 	      ntohs(rdma_get_src_port(id[1])));
+	CHECK(before && before == rdma_get_src_port(id[0]),
+	      "rdma_get_src_port between rdma_bind_addr and rdma_listen gives the port listened on (%d, then %d)",
+	      ntohs(before), ntohs(rdma_get_src_port(id[0])));
 	for (i = 0; i < 2; i++)
 		rdma_destroy_id(id[i]);
 }

@@ -594,8 +594,13 @@ static __be16 port_of(const struct sockaddr *sa)
 	return 0;
 }
 
+/* rdma_get_src_port of an id bound to port 0 gives it its port now, as
+ * Linux does at the bind (snReservePort): a server that binds to port 0
+ * tells its clients the port before it listens (qperf -cm1). */
 EXPORT __be16 rdma_get_src_port(struct rdma_cm_id *id)
 {
+	if (!port_of(&id->route.addr.src_addr))
+		snReservePort((struct sn_cm_id *)id);
 	return port_of(&id->route.addr.src_addr);
 }
 
