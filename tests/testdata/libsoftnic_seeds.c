@@ -35,11 +35,13 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <arpa/inet.h>
 #include <unistd.h>
@@ -617,6 +619,67 @@ static void notify_next_completion(struct ibv_mr *src, struct ibv_mr *dst)
 	int n = ibv_poll_cq(e.cq, 8, wc);
 	CHECK(n == 2, "the CQ holds both receive completions (%d)", n);
 	CHECK(cq_event(&e, 2000), "the SEND after the second arming raises the event, though its completion was polled");
+	close_event_cq(&e);
+}
+
+/* A signal the program catches interrupts its wait in ibv_get_cq_event
+ * (-1, EINTR), as with libibverbs, whose programs end a test so (qperf's
+ * SIGALRM): it reaches the program's thread, not one of libsoftnic's Go
+ * runtime, and the wait is not taken up again. Should the signal not end
+ * it, a SEND two seconds later does, and the check fails. */
+static volatile sig_atomic_t alarmed;
+static pthread_mutex_t watchdog_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t watchdog_cond = PTHREAD_COND_INITIALIZER;
+static int watchdog_done;
+
+static void on_alarm(int sig)
+{
+	(void)sig;
+	alarmed = 1;
+}
+
+static void *watchdog(void *src)
+{
+	struct timespec end;
+	int done;
+
+	clock_gettime(CLOCK_REALTIME, &end);
+	end.tv_sec += 2;
+	pthread_mutex_lock(&watchdog_mu);
+	while (!watchdog_done && pthread_cond_timedwait(&watchdog_cond, &watchdog_mu, &end) == 0)
+		;
+	done = watchdog_done;
+	pthread_mutex_unlock(&watchdog_mu);
+	if (!done)
+		send_from_qa(src);
+	return NULL;
+}
+
+static void signal_interrupts_wait(struct ibv_mr *src, struct ibv_mr *dst)
+{
+	struct event_cq e = open_event_cq(dst, 1);
+	struct sigaction sa = { .sa_handler = on_alarm }, old;
+	struct itimerval in = { .it_value = { .tv_usec = 200000 } };
+	struct ibv_cq *got;
+	void *got_ctx;
+	pthread_t t;
+
+	MUST(!ibv_req_notify_cq(e.cq, 0));
+	MUST(!sigaction(SIGALRM, &sa, &old));
+	MUST(!pthread_create(&t, NULL, watchdog, src));
+	MUST(!setitimer(ITIMER_REAL, &in, NULL));
+	errno = 0;
+	int rc = ibv_get_cq_event(e.ch, &got, &got_ctx);
+	CHECK(rc == -1 && errno == EINTR && alarmed, "SIGALRM interrupts ibv_get_cq_event (%d, errno %d, caught %d)", rc,
+	      errno, alarmed);
+	pthread_mutex_lock(&watchdog_mu);
+	watchdog_done = 1;
+	pthread_cond_signal(&watchdog_cond);
+	pthread_mutex_unlock(&watchdog_mu);
+	MUST(!pthread_join(t, NULL));
+	if (rc == 0)
+		ibv_ack_cq_events(e.cq, 1);
+	MUST(!sigaction(SIGALRM, &old, NULL));
 	close_event_cq(&e);
 }
 
@@ -1664,6 +1727,7 @@ int main(int argc, char **argv)
 	resize_cq(src, dst);
 	solicited_events(src, dst);
 	notify_next_completion(src, dst);
+	signal_interrupts_wait(src, dst);
 	destroy_qp_discards(src, dst);
 	migrate_id();
 	rereg_mr(src);

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,13 +50,21 @@ static int sn_go_path(char *path, size_t size)
 static void sn_go_load(void)
 {
 	char path[PATH_MAX];
+	sigset_t all, mask;
 	void *lib;
 
 	if (sn_go_path(path, sizeof(path))) {
 		snprintf(sn_go_why, sizeof(sn_go_why), "the path of libsoftnic-go.so is too long");
 		return;
 	}
+	/* The Go runtime's threads start from this one, with its signal mask:
+	 * all signals blocked, they leave the program's signals (qperf's
+	 * SIGALRM, which must interrupt its ibv_get_cq_event) to the
+	 * program's threads. The runtime unblocks those it needs itself. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &mask);
 	lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	pthread_sigmask(SIG_SETMASK, &mask, NULL);
 	if (!lib) {
 		snprintf(sn_go_why, sizeof(sn_go_why), "%s", dlerror());
 		return;

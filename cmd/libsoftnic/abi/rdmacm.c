@@ -503,9 +503,7 @@ EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_
 	/* A byte with no event was one that rdma_migrate_id moved to another
 	 * channel: wait for the next. */
 	do {
-		do
-			n = read(channel->fd, &c, 1);
-		while (n < 0 && errno == EINTR);
+		n = read(channel->fd, &c, 1); /* a signal ends the wait (EINTR), as with librdmacm */
 		if (n == 0) {
 			/* Another thread destroyed the channel while this one
 			 * waited. With librdmacm the wait goes on (closing a
