@@ -88,12 +88,13 @@ func (r Ring) Producer() *atomic.Uint32 { return r.word(offProducer) }
 
 // Written is a completion ring's count of completions written, ever: unlike
 // Producer, a resize does not start it again. The producer stores it
-// before Producer.
+// after Producer, so that a reader that sees a count finds its
+// completions in the ring.
 func (r Ring) Written() *atomic.Uint32 { return r.word(offWritten) }
 
 // Solicited is a completion ring's count of the completions written, ever,
 // that wake a CQ armed for solicited completions only
-// (verbs.WC.WakesSolicited). The producer stores it before Producer.
+// (verbs.WC.WakesSolicited). The producer stores it after Producer.
 func (r Ring) Solicited() *atomic.Uint32 { return r.word(offSolicited) }
 
 // Consumer is the count of slots emptied; the consumer stores it once it

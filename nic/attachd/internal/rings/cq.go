@@ -131,10 +131,15 @@ func (c *CQ) pushLocked(wc *verbs.WC) {
 
 // publishLocked makes the completions written visible and wakes the
 // process if it waits for them.
+//
+// The counts of completions written follow the producer index: a reader
+// that sees a count finds its completions in the ring (an arming
+// satisfied by a count it saw, whose completion the poll that follows did
+// not find, would wait for a count that had already changed).
 func (c *CQ) publishLocked() {
+	c.ring.Producer().Store(c.prod)
 	c.ring.Written().Store(c.written)
 	c.ring.Solicited().Store(c.solicited)
-	c.ring.Producer().Store(c.prod)
 	if armed := c.ring.Armed(); armed.Load() != 0 && armed.Swap(0) != 0 {
 		shm.Signal(c.efd)
 	}
@@ -175,9 +180,9 @@ func (c *CQ) Resize(depth int) error {
 	for i := range held {
 		copy(ring.Slot(i), c.ring.Slot(cons+i))
 	}
+	ring.Producer().Store(held)
 	ring.Written().Store(c.written)
 	ring.Solicited().Store(c.solicited)
-	ring.Producer().Store(held)
 	ring.Armed().Store(c.ring.Armed().Load())
 	ring.Overflow().Store(c.ring.Overflow().Load())
 	c.m.Close()
