@@ -591,20 +591,11 @@ func (c *attachedCQ) Discard(qpn uint32) int {
 		c.kept = slices.DeleteFunc(c.kept, func(wc verbs.WC) bool { return wc.QPN == qpn })
 		return n - len(c.kept)
 	}
-	prod := c.ring.Producer().Load()
-	if prod-c.cons > c.depth {
+	waiting, prod, ok := c.waitingLocked()
+	if !ok {
 		return 0 // a corrupt ring, which Poll reports
 	}
-	var kept []verbs.WC
-	var wc verbs.WC
-	for i := c.cons; i != prod; i++ {
-		if shm.DecodeCQE(c.ring.Slot(i), &wc) != nil {
-			return 0
-		}
-		if wc.QPN != qpn {
-			kept = append(kept, wc)
-		}
-	}
+	kept := slices.DeleteFunc(waiting, func(wc verbs.WC) bool { return wc.QPN == qpn })
 	removed := int(prod-c.cons) - len(kept)
 	if removed == 0 {
 		return 0
@@ -615,6 +606,25 @@ func (c *attachedCQ) Discard(qpn uint32) int {
 	}
 	c.ring.Consumer().Store(c.cons)
 	return removed
+}
+
+// waitingLocked decodes the completions waiting to be polled, oldest
+// first, up to the producer index it returns; ok is false, and the
+// completions stop short, if the index or a completion is corrupt. c.mu is
+// held; the CQ is not closed.
+func (c *attachedCQ) waitingLocked() (wcs []verbs.WC, prod uint32, ok bool) {
+	prod = c.ring.Producer().Load()
+	if prod-c.cons > c.depth {
+		return nil, prod, false
+	}
+	var wc verbs.WC
+	for i := c.cons; i != prod; i++ {
+		if shm.DecodeCQE(c.ring.Slot(i), &wc) != nil {
+			return wcs, prod, false
+		}
+		wcs = append(wcs, wc)
+	}
+	return wcs, prod, true
 }
 
 // Written reads the counts of completions written that the daemon keeps
@@ -647,11 +657,8 @@ func (c *attachedCQ) close(keep bool) {
 		c.mu.Unlock()
 		return
 	}
-	if prod := c.ring.Producer().Load(); keep && prod-c.cons <= c.depth {
-		var wc verbs.WC
-		for ; c.cons != prod && shm.DecodeCQE(c.ring.Slot(c.cons), &wc) == nil; c.cons++ {
-			c.kept = append(c.kept, wc)
-		}
+	if keep {
+		c.kept, _, _ = c.waitingLocked()
 	}
 	c.written, c.solicited = c.ring.Written().Load(), c.ring.Solicited().Load()
 	c.closed = true
