@@ -180,6 +180,26 @@ func (h *verbsHost) program(ctx context.Context, args ...string) *exec.Cmd {
 	return h.command(ctx, append([]string{h.bin, "run", "--control", h.control, "--lib", h.lib, "--"}, args...)...)
 }
 
+// startServer starts a server program that serves until it is stopped, which
+// the test's cleanup does. It returns the program's output as it grows,
+// and its exit, which a reader that takes it must put back.
+func (h *verbsHost) startServer(t *testing.T, ctx context.Context, args ...string) (*lockedBuffer, chan error) {
+	t.Helper()
+	out := &lockedBuffer{}
+	s := h.program(ctx, args...)
+	s.Stdout, s.Stderr = out, out
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- s.Wait() }()
+	t.Cleanup(func() {
+		s.Process.Kill()
+		<-exited
+	})
+	return out, exited
+}
+
 // inspect asks the daemon with softnic info, stat, qp or mr --json.
 func (h *verbsHost) inspect(t *testing.T, what string, v any) {
 	t.Helper()
@@ -637,18 +657,7 @@ func TestVerbsCmtime(t *testing.T) {
 		t.Run(tp.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			var sbuf lockedBuffer
-			s := tp.server.program(ctx, "cmtime", "-b", tp.server.ip(), "-c", "50")
-			s.Stdout, s.Stderr = &sbuf, &sbuf
-			if err := s.Start(); err != nil {
-				t.Fatal(err)
-			}
-			exited := make(chan error, 1)
-			go func() { exited <- s.Wait() }()
-			defer func() {
-				s.Process.Kill()
-				<-exited
-			}()
+			sbuf, exited := tp.server.startServer(t, ctx, "cmtime", "-b", tp.server.ip(), "-c", "50")
 			for listening := tp.server.listening("7471"); !listening(); {
 				select {
 				case err := <-exited:
@@ -683,16 +692,7 @@ func TestVerbsQperf(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			port := freePort()
-			var sbuf lockedBuffer
-			s := tp.server.program(ctx, "qperf", "-lp", port)
-			s.Stdout, s.Stderr = &sbuf, &sbuf
-			if err := s.Start(); err != nil {
-				t.Fatal(err)
-			}
-			defer func() {
-				s.Process.Kill()
-				s.Wait()
-			}()
+			sbuf, _ := tp.server.startServer(t, ctx, "qperf", "-lp", port)
 			args := append([]string{"qperf", tp.server.ip(), "-lp", port, "-cm1", "-t", "1"}, tests...)
 			var out []byte
 			var err error
