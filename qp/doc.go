@@ -23,7 +23,7 @@
 // the QP composes them with the send and receive queues they share. Where
 // softnic departs from rxe the code says so: the requester paces itself
 // with a congestion window (package cwnd, which the completer feeds), the
-// responder paces its READ responses (readPacer), and a refused R_Key
+// responder paces its READ responses (package readpace), and a refused R_Key
 // check always gets the same NAK (see Guard).
 //
 // The transport never sees the link's faults: those are package netem's,

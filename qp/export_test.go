@@ -19,4 +19,4 @@ func DumpSQ(q *QP) string {
 
 // PaceWindow is the READ response packets q's responder sends a round; 0
 // while it does not pace.
-func PaceWindow(q *QP) int { return q.resp.pace.wnd }
+func PaceWindow(q *QP) int { return q.resp.pace.Window() }

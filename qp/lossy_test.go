@@ -199,7 +199,7 @@ func overlapsRead(inflight []*pending, dst, n uint64) bool {
 // figures of issue 14 (5% loss, 5 ms delay, 10% reorder). Every transfer
 // completes with the right data. On the clean path the first READ's 1024
 // responses overflow the queue; the loss it brings starts the responder's
-// pacer (readPacer), and the second READ loses nothing. The durations are
+// pacer (package readpace), and the second READ loses nothing. The durations are
 // logged in simulated time.
 func TestPacedReads(t *testing.T) {
 	netem := func(loss, reorder float64) *path {

@@ -2,8 +2,10 @@ package qp
 
 import (
 	"encoding/binary"
+	"time"
 
 	"github.com/softnic/softnic/mr"
+	"github.com/softnic/softnic/qp/internal/readpace"
 	"github.com/softnic/softnic/verbs"
 	"github.com/softnic/softnic/wire"
 )
@@ -93,7 +95,7 @@ type responder struct {
 	outCount  int
 	rdPending int // responses to new READ/ATOMIC requests in out
 
-	pace readPacer
+	pace readpace.Pacer
 }
 
 func (r *responder) init(q *QP) {
@@ -120,7 +122,7 @@ func (r *responder) reset() {
 
 // start readies the responder for INIT→RTR.
 func (r *responder) start(a verbs.Attr) {
-	r.pace = readPacer{}
+	r.pace = readpace.Pacer{}
 	r.epsn = a.RQPSN
 	n := max(1, int(a.MaxDestRdAtomic))
 	r.res = make([]resource, n)
@@ -592,7 +594,7 @@ func (r *responder) executeRead(p *wire.Packet) (outcome, failure) {
 	psn := p.BTH.PSN()
 	last := psn.Add(npkts - 1)
 	r.msn++ // a READ counts as completed when it is accepted (C9-148), as in rxe
-	r.pace.progress()
+	r.pace.Progress()
 	r.newResource(resource{kind: respRead, first: psn, last: last, rkey: rkey, va: va, length: length})
 	r.push(response{kind: respRead, psn: psn, first: psn, last: last, span: span, remain: length, msn: r.msn, fresh: true})
 	r.epsn = last.Add(1)
@@ -699,7 +701,7 @@ func (r *responder) duplicate(p *wire.Packet, psn wire.PSN, now Time) {
 			}
 			span = s
 		}
-		r.pace.lost(now, psn)
+		r.pace.Lost(time.Duration(now), psn)
 		if e := r.queuedRead(res.first); e != nil {
 			// Still sending this READ: restart it at the PSN asked for.
 			e.span.Release()
@@ -720,7 +722,8 @@ func (r *responder) duplicate(p *wire.Packet, psn wire.PSN, now Time) {
 // waits at the head of the queue.
 func (r *responder) timer() (Time, bool) {
 	if r.outCount > 0 && r.out[r.outHead].kind == respRead {
-		return r.pace.next()
+		at, ok := r.pace.Next()
+		return Time(at), ok
 	}
 	return 0, false
 }
@@ -744,10 +747,10 @@ func (r *responder) next(buf []byte, now Time) int {
 	}
 	e := &r.out[r.outHead]
 	if e.kind == respRead {
-		if !r.pace.allow(now) {
+		if !r.pace.Allow(time.Duration(now)) {
 			return 0
 		}
-		r.pace.sentAt(now, e.psn)
+		r.pace.SentAt(time.Duration(now), e.psn)
 	}
 	f := &q.fields
 	*f = wire.Fields{}

@@ -1,11 +1,5 @@
 package attachd
 
-import (
-	"sync"
-
-	"github.com/softnic/softnic/nic/quota"
-)
-
 // AttachPace bounds how fast the processes of one user may attach: Burst
 // attaches at once, then Rate a second. An attach beyond waits its turn
 // before the daemon sets anything up for it (Server.PacedAttaches counts
@@ -38,39 +32,4 @@ func (p AttachPace) WithDefaults() AttachPace {
 		p.Rate = DefaultAttachRate
 	}
 	return p
-}
-
-// attachPacers paces each user's attaches (AttachPace). A user's pacer is
-// made at its first attach and kept: the users admitted are few.
-type attachPacers struct {
-	pace  AttachPace
-	mu    sync.Mutex
-	users map[int]*quota.Pacer
-}
-
-// take waits for uid's turn to attach, and reports false if done is
-// closed first.
-func (a *attachPacers) take(uid int, done <-chan struct{}) bool {
-	a.mu.Lock()
-	p := a.users[uid]
-	if p == nil {
-		if a.users == nil {
-			a.users = make(map[int]*quota.Pacer)
-		}
-		p = &quota.Pacer{Rate: float64(a.pace.Rate), Burst: float64(a.pace.Burst)}
-		a.users[uid] = p
-	}
-	a.mu.Unlock()
-	return p.Take(done)
-}
-
-// paced counts the attaches that waited their turn.
-func (a *attachPacers) paced() uint64 {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var n uint64
-	for _, p := range a.users {
-		n += p.Paced()
-	}
-	return n
 }

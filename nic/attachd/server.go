@@ -84,7 +84,7 @@ type Server struct {
 	// accepts carries Serve through a process out of descriptors.
 	accepts quota.Backoff
 	// attaches paces each user's attaches.
-	attaches attachPacers
+	attaches quota.UserPacers
 	refused  atomic.Uint64   // connections of users not admitted
 	refusals quota.Sometimes // logs refused attaches
 	stop     chan struct{}   // closed by Close: Serve returns
@@ -128,7 +128,7 @@ func NewServer(d *nic.Device, cfg Config) *Server {
 	s := &Server{dev: d, cfg: cfg, log: cfg.Logger, sessions: make(map[*session]struct{}), stop: make(chan struct{}),
 		ledger: quota.NewLedger(*limits, cfg.LimitFlag), unhook: func() {}}
 	s.accepts.Log = s.log
-	s.attaches.pace = cfg.Attaches
+	s.attaches.Rate, s.attaches.Burst = float64(cfg.Attaches.Rate), float64(cfg.Attaches.Burst)
 	if e, ok := embedded(d); ok {
 		s.edev = e
 		s.unhook = e.SetBusyPoller(busyPoller{s})
@@ -332,7 +332,7 @@ func (s *Server) Close() error {
 
 // PacedAttaches counts the attaches that waited for their user's turn
 // (AttachPace).
-func (s *Server) PacedAttaches() uint64 { return s.attaches.paced() }
+func (s *Server) PacedAttaches() uint64 { return s.attaches.Paced() }
 
 // Usage returns what the attached processes and their users hold, against
 // the limits.
@@ -461,7 +461,7 @@ func (s *Server) newSession(c *net.UnixConn, line []byte) (*session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("attach: %w", err)
 	}
-	if !s.attaches.take(cred.UID, s.stop) {
+	if !s.attaches.Take(cred.UID, s.stop) {
 		return nil, fmt.Errorf("attach: %w", nic.ErrClosed)
 	}
 	req, err := attachproto.ParseAttachLine(line)

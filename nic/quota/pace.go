@@ -67,3 +67,41 @@ func (p *Pacer) take(now func() time.Time) time.Duration {
 
 // Paced counts the Takes that waited (each wait once).
 func (p *Pacer) Paced() uint64 { return p.paced.Load() }
+
+// UserPacers paces each user's admissions apart (one Pacer per uid, of
+// Rate and Burst): one user's flood waits on its own bucket, not on
+// another's. A user's pacer is made at its first Take and kept: the users
+// admitted are few. The zero value is ready to use once Rate and Burst
+// are set; it is safe for concurrent use.
+type UserPacers struct {
+	Rate, Burst float64
+
+	mu    sync.Mutex
+	users map[int]*Pacer
+}
+
+// Take waits for uid's turn, and reports false if done is closed first.
+func (u *UserPacers) Take(uid int, done <-chan struct{}) bool {
+	u.mu.Lock()
+	p := u.users[uid]
+	if p == nil {
+		if u.users == nil {
+			u.users = make(map[int]*Pacer)
+		}
+		p = &Pacer{Rate: u.Rate, Burst: u.Burst}
+		u.users[uid] = p
+	}
+	u.mu.Unlock()
+	return p.Take(done)
+}
+
+// Paced counts the Takes of every user that waited.
+func (u *UserPacers) Paced() uint64 {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var n uint64
+	for _, p := range u.users {
+		n += p.Paced()
+	}
+	return n
+}

@@ -104,3 +104,29 @@ func TestPacerConcurrent(t *testing.T) {
 		})
 	}
 }
+
+// TestUserPacers: each user has a bucket of its own, so one user's spent
+// burst does not make another's first take wait; a take that must wait
+// ends false once done is closed, and Paced counts it.
+func TestUserPacers(t *testing.T) {
+	u := &UserPacers{Rate: 0.001, Burst: 2} // a token every 1,000 s: a take past the burst waits
+	closed := make(chan struct{})
+	close(closed)
+	for _, uid := range []int{1000, 1000, 1001, 1001} {
+		if !u.Take(uid, closed) {
+			t.Fatalf("user %d's take within its burst of 2 waited", uid)
+		}
+	}
+	if u.Paced() != 0 {
+		t.Fatalf("Paced %d after takes within each burst", u.Paced())
+	}
+	if u.Take(1000, closed) {
+		t.Fatal("user 1000's third take did not wait for a token")
+	}
+	if !u.Take(1002, closed) {
+		t.Fatal("user 1002's first take waited on the other users' buckets")
+	}
+	if u.Paced() != 1 {
+		t.Errorf("Paced %d, want the one take that waited", u.Paced())
+	}
+}
