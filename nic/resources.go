@@ -268,11 +268,12 @@ func (c *CQ) Notify(solicitedOnly bool) Notification {
 // CQ (see CQ.Notify), or until ctx ends or the device closes. It takes no
 // completion: they wait in the CQ for Poll.
 func (n Notification) Wait(ctx context.Context) error {
-	return n.cq.waitUntil(ctx, n.written)
+	return n.cq.waitUntil(ctx, n.Written)
 }
 
-// written reports whether a completion the arming waits for was written.
-func (n Notification) written() bool {
+// Written reports whether a completion the arming waits for was written:
+// whether Wait would return at once.
+func (n Notification) Written() bool {
 	all, sols := n.cq.prov.Written()
 	if n.solicited {
 		return sols != n.sols

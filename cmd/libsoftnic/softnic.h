@@ -69,7 +69,8 @@ struct sn_ah {
  * event to w; context.fd, the read end, is what programs poll. */
 struct sn_channel {
 	struct ibv_comp_channel ch;
-	int w;
+	int w;		/* the pipe's write end */
+	int pending;	/* events written to the pipe and not read yet */
 };
 
 /* The members of ibv_send_wr's anonymous unions, named for Go. */

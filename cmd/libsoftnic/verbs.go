@@ -8,15 +8,12 @@ package main
 import "C"
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"runtime"
 	"runtime/cgo"
 	"sync"
 	"unsafe"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/softnic/softnic/cmd/libsoftnic/internal/pages"
 	"github.com/softnic/softnic/mr"
@@ -162,11 +159,9 @@ type cq struct {
 	mu  sync.Mutex
 	wcs []verbs.WC // Poll's scratch
 
-	armMu     sync.Mutex
-	armed     bool // a goroutine waits to write an event to the channel
-	solicited bool // for a solicited completion only
-	stop      context.CancelFunc
-	stopped   chan struct{}
+	reqMu  sync.Mutex // serialises the armings (snReqNotifyCQ, disarm)
+	armMu  sync.Mutex
+	arming *arming // the arming not delivered yet, if any
 }
 
 //export snCreateCQ
@@ -278,71 +273,5 @@ func fillWC(out *C.struct_ibv_wc, w *verbs.WC) {
 	}
 	if w.Flags&verbs.WCGRH != 0 {
 		out.wc_flags |= C.IBV_WC_GRH
-	}
-}
-
-// snReqNotifyCQ is ops.req_notify_cq: when the next completion is written
-// to the CQ, with solicited_only the next solicited one or one in error, a
-// goroutine writes the CQ to its channel, for ibv_get_cq_event. The
-// completions already in the CQ do not count (nic.CQ.Notify): a program
-// that arms the CQ again before it polls the completion that woke it is
-// not woken by that one again. Arming for any completion a CQ armed for
-// solicited ones widens the arming, as in rxe; the other way it stays as
-// wide.
-//
-//export snReqNotifyCQ
-func snReqNotifyCQ(c *C.struct_ibv_cq, solicitedOnly C.int) C.int {
-	if c.channel == nil {
-		return C.EINVAL
-	}
-	q := handleOf[*cq]((*C.struct_sn_cq)(unsafe.Pointer(c)).h)
-	solicited := solicitedOnly != 0
-	for {
-		q.armMu.Lock()
-		if !q.armed {
-			break
-		}
-		if !q.solicited || solicited {
-			q.armMu.Unlock()
-			return 0
-		}
-		stop, stopped := q.stop, q.stopped
-		q.armMu.Unlock()
-		stop()
-		<-stopped
-	}
-	defer q.armMu.Unlock()
-	q.armed, q.solicited = true, solicited
-	ctx, cancel := context.WithCancel(context.Background())
-	q.stop, q.stopped = cancel, make(chan struct{})
-	w := int((*C.struct_sn_channel)(unsafe.Pointer(c.channel)).w)
-	go q.notify(ctx, w, q.c.Notify(solicited))
-	return 0
-}
-
-// notify waits for the completion the CQ was armed for, then writes the
-// CQ's address to the channel's pipe.
-func (q *cq) notify(ctx context.Context, w int, armed nic.Notification) {
-	defer close(q.stopped)
-	err := armed.Wait(ctx)
-	q.armMu.Lock()
-	q.armed = false
-	q.armMu.Unlock()
-	if err != nil && ctx.Err() != nil {
-		return
-	}
-	var b [8]byte
-	*(*uintptr)(unsafe.Pointer(&b)) = uintptr(unsafe.Pointer(q.cq))
-	unix.Write(w, b[:])
-}
-
-// disarm stops the goroutine waiting for the CQ, if any.
-func (q *cq) disarm() {
-	q.armMu.Lock()
-	stop, stopped := q.stop, q.stopped
-	q.armMu.Unlock()
-	if stop != nil {
-		stop()
-		<-stopped
 	}
 }

@@ -11,7 +11,9 @@
  * it, SENDs that take the SRQ below it raise one
  * IBV_EVENT_SRQ_LIMIT_REACHED, ibv_query_srq shows it disarmed, and
  * ibv_destroy_srq takes back its event not read), ibv_resize_cq up and
- * down, ibv_req_notify_cq for solicited completions only, ibv_destroy_qp
+ * down, ibv_req_notify_cq for solicited completions only and for the
+ * next completion, ibv_get_cq_event's events (once each, blocking or
+ * not) and a signal ending its wait, ibv_destroy_qp
  * taking the QP's completions out of its CQ, rdma_migrate_id moving an
  * id's event not yet read to the new channel, and a synchronous id to a
  * channel and back, waiting for the acknowledgement of an event read,
@@ -622,11 +624,94 @@ static void notify_next_completion(struct ibv_mr *src, struct ibv_mr *dst)
 	close_event_cq(&e);
 }
 
+/* get_cq_event reads the channel's next event with ibv_get_cq_event,
+ * blocking unless the program made the channel non-blocking, and
+ * acknowledges it; it returns what ibv_get_cq_event did. */
+static int get_cq_event(struct event_cq *e)
+{
+	struct ibv_cq *got;
+	void *got_ctx;
+	int rc = ibv_get_cq_event(e->ch, &got, &got_ctx);
+
+	if (rc == 0) {
+		MUST(got == e->cq);
+		ibv_ack_cq_events(e->cq, 1);
+	}
+	return rc;
+}
+
+/* later_send sends from qa 20 ms from now, after a blocking
+ * ibv_get_cq_event stopped watching the CQs and sleeps. */
+static void *later_send(void *src)
+{
+	struct timespec t = { .tv_nsec = 20000000 };
+
+	nanosleep(&t, NULL);
+	send_from_qa(src);
+	return NULL;
+}
+
+/* A blocking ibv_get_cq_event returns the event whether the completion
+ * comes while it watches the channel's CQs or after it fell asleep on the
+ * channel, and each event once; a non-blocking channel with no event
+ * fails at once with EAGAIN. */
+static void wait_for_event(struct ibv_mr *src, struct ibv_mr *dst)
+{
+	struct event_cq e = open_event_cq(dst, 3);
+	struct ibv_wc wc[8];
+	pthread_t t;
+	uint64_t id = 100;
+	int failed = 0;
+
+	MUST(!ibv_req_notify_cq(e.cq, 0));
+	send_from_qa(src);
+	CHECK(get_cq_event(&e) == 0, "a blocking ibv_get_cq_event returns the event of a completion already written");
+	CHECK(!cq_event(&e, 100), "the event ibv_get_cq_event returned is not raised again");
+	MUST(ibv_poll_cq(e.cq, 8, wc) == 1);
+	/* A SEND posted just before the wait completes while libsoftnic
+	 * watches the CQ, or soon after it took to the channel. */
+	for (int i = 0; i < 20; i++) {
+		struct ibv_sge sge = { .addr = (uintptr_t)src->addr, .length = 8, .lkey = src->lkey };
+		struct ibv_send_wr wr = { .wr_id = 0x5e4d, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+					  .send_flags = IBV_SEND_SIGNALED }, *bad;
+		int n = 0;
+
+		MUST(!ibv_req_notify_cq(e.cq, 0));
+		post_recvs(NULL, e.qp, dst, 1, &id);
+		MUST(!ibv_post_send(qa, &wr, &bad));
+		failed += get_cq_event(&e) != 0;
+		for (int tries = 0; n == 0 && tries < 10000000; tries++)
+			n = ibv_poll_cq(e.cq, 8, wc);
+		MUST(n == 1 && wc[0].status == IBV_WC_SUCCESS);
+		MUST(wait_wc().status == IBV_WC_SUCCESS);
+	}
+	CHECK(!failed, "20 SENDs each end a blocking ibv_get_cq_event (%d did not)", failed);
+	CHECK(!cq_event(&e, 100), "and raise one event each");
+	MUST(!ibv_req_notify_cq(e.cq, 0));
+	MUST(!pthread_create(&t, NULL, later_send, src));
+	CHECK(get_cq_event(&e) == 0, "a blocking ibv_get_cq_event returns the event of a completion 20 ms later");
+	MUST(!pthread_join(t, NULL));
+	CHECK(!cq_event(&e, 100), "the later completion's event is raised once");
+	MUST(ibv_poll_cq(e.cq, 8, wc) == 1);
+	int flags = fcntl(e.ch->fd, F_GETFL);
+	MUST(flags >= 0 && !fcntl(e.ch->fd, F_SETFL, flags | O_NONBLOCK));
+	MUST(!ibv_req_notify_cq(e.cq, 0));
+	errno = 0;
+	int rc = get_cq_event(&e);
+	CHECK(rc == -1 && errno == EAGAIN, "a non-blocking channel with no event: %d, errno %d; want -1, EAGAIN", rc, errno);
+	send_from_qa(src);
+	CHECK(cq_event(&e, 2000), "a non-blocking channel raises the event");
+	close_event_cq(&e);
+}
+
 /* A signal the program catches interrupts its wait in ibv_get_cq_event
  * (-1, EINTR), as with libibverbs, whose programs end a test so (qperf's
  * SIGALRM): it reaches the program's thread, not one of libsoftnic's Go
- * runtime, and the wait is not taken up again. Should the signal not end
- * it, a SEND two seconds later does, and the check fails. */
+ * runtime, and the wait is not taken up again. The signal comes 200 ms
+ * into the wait, when libsoftnic sleeps on the channel, and 20 us into
+ * it, while it watches the channel's CQs first. Should the signal not end
+ * the wait, a SEND two seconds later does, and the check fails; the early
+ * signal may come before the wait begins, so it has three tries. */
 static volatile sig_atomic_t alarmed;
 static pthread_mutex_t watchdog_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t watchdog_cond = PTHREAD_COND_INITIALIZER;
@@ -655,30 +740,52 @@ static void *watchdog(void *src)
 	return NULL;
 }
 
-static void signal_interrupts_wait(struct ibv_mr *src, struct ibv_mr *dst)
+/* interrupted reports whether SIGALRM, due after us microseconds,
+ * interrupts a wait in ibv_get_cq_event that nothing else ends. */
+static int interrupted(struct event_cq *e, struct ibv_mr *src, long us)
 {
-	struct event_cq e = open_event_cq(dst, 1);
-	struct sigaction sa = { .sa_handler = on_alarm }, old;
-	struct itimerval in = { .it_value = { .tv_usec = 200000 } };
-	struct ibv_cq *got;
-	void *got_ctx;
+	struct itimerval in = { .it_value = { .tv_sec = us / 1000000, .tv_usec = us % 1000000 } };
 	pthread_t t;
 
-	MUST(!ibv_req_notify_cq(e.cq, 0));
-	MUST(!sigaction(SIGALRM, &sa, &old));
+	sigset_t alrm, mask;
+
+	MUST(!ibv_req_notify_cq(e->cq, 0));
+	alarmed = 0;
+	watchdog_done = 0;
+	/* The watchdog blocks SIGALRM, which is then the waiting thread's. */
+	sigemptyset(&alrm);
+	sigaddset(&alrm, SIGALRM);
+	MUST(!pthread_sigmask(SIG_BLOCK, &alrm, &mask));
 	MUST(!pthread_create(&t, NULL, watchdog, src));
+	MUST(!pthread_sigmask(SIG_SETMASK, &mask, NULL));
 	MUST(!setitimer(ITIMER_REAL, &in, NULL));
 	errno = 0;
-	int rc = ibv_get_cq_event(e.ch, &got, &got_ctx);
-	CHECK(rc == -1 && errno == EINTR && alarmed, "SIGALRM interrupts ibv_get_cq_event (%d, errno %d, caught %d)", rc,
-	      errno, alarmed);
+	int rc = get_cq_event(e);
+	int err = errno;
 	pthread_mutex_lock(&watchdog_mu);
 	watchdog_done = 1;
 	pthread_cond_signal(&watchdog_cond);
 	pthread_mutex_unlock(&watchdog_mu);
 	MUST(!pthread_join(t, NULL));
-	if (rc == 0)
-		ibv_ack_cq_events(e.cq, 1);
+	if (rc == 0) {
+		struct ibv_wc wc;
+
+		MUST(ibv_poll_cq(e->cq, 1, &wc) == 1);
+	}
+	return rc == -1 && err == EINTR && alarmed;
+}
+
+static void signal_interrupts_wait(struct ibv_mr *src, struct ibv_mr *dst)
+{
+	struct event_cq e = open_event_cq(dst, 4);
+	struct sigaction sa = { .sa_handler = on_alarm }, old;
+
+	MUST(!sigaction(SIGALRM, &sa, &old));
+	CHECK(interrupted(&e, src, 200000), "SIGALRM interrupts ibv_get_cq_event asleep on the channel");
+	int early = 0;
+	for (int try = 0; try < 3 && !early; try++)
+		early = interrupted(&e, src, 20);
+	CHECK(early, "SIGALRM interrupts ibv_get_cq_event while it watches the channel's CQs");
 	MUST(!sigaction(SIGALRM, &old, NULL));
 	close_event_cq(&e);
 }
@@ -1727,6 +1834,7 @@ int main(int argc, char **argv)
 	resize_cq(src, dst);
 	solicited_events(src, dst);
 	notify_next_completion(src, dst);
+	wait_for_event(src, dst);
 	signal_interrupts_wait(src, dst);
 	destroy_qp_discards(src, dst);
 	migrate_id();

@@ -100,6 +100,11 @@ __attribute__((constructor)) static void sn_watch_fork(void)
 	pthread_atfork(NULL, NULL, sn_on_fork);
 }
 
+int sn_go_callable(void)
+{
+	return __atomic_load_n(&sn_go_loaded, __ATOMIC_ACQUIRE) && !sn_forked_loaded;
+}
+
 int sn_refuse(const char *call)
 {
 	static int said_forked, said_load;

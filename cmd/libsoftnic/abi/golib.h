@@ -38,4 +38,9 @@ struct sn_go *sn_go_need(void);
  * as on one without an RDMA device. */
 int sn_refuse(const char *call);
 
+/* sn_go_callable reports whether the Go side is loaded and may be called
+ * (not in a child forked after the load), for a call that can do without
+ * it. */
+int sn_go_callable(void);
+
 #endif

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -568,17 +569,54 @@ EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
 	return 0;
 }
 
+/*
+ * sn_watch_channel is the start of a blocking ibv_get_cq_event: the thread
+ * watches the channel's armed CQs for a while (snGetCQEvent in events.go)
+ * and sets *cq to the one whose completion came, or, when none came,
+ * waits until the pipe holds an event and leaves *cq NULL. It watches
+ * with the program's signals blocked, and waits in ppoll with the
+ * program's mask back: a signal that comes while it watches is not lost
+ * but ends the wait (-1, EINTR), as one that comes while it waits. Not
+ * SIGURG, which the Go runtime sends a thread running Go code to preempt
+ * it: one sent while the thread watched waits until the wait is over,
+ * when the runtime's handler ignores it, instead of ending the wait with
+ * an EINTR the program did not cause (qperf's rc_lat failed so).
+ */
+static int sn_watch_channel(struct sn_channel *ch, struct sn_cq **cq)
+{
+	struct pollfd p = { .fd = ch->ch.fd, .events = POLLIN };
+	sigset_t all, mask, wait_mask;
+	int rc = 0;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &mask);
+	*cq = snGetCQEvent(ch);
+	wait_mask = mask;
+	sigaddset(&wait_mask, SIGURG);
+	if (!*cq && ppoll(&p, 1, NULL, &wait_mask) < 0)
+		rc = -1;
+	pthread_sigmask(SIG_SETMASK, &mask, NULL);
+	return rc;
+}
+
 EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cqp, void **cq_context)
 {
-	struct sn_cq *cq;
-	/* A signal ends the wait (EINTR), as with libibverbs: qperf's alarm
-	 * ends its test so. */
-	ssize_t n = read(channel->fd, &cq, sizeof(cq));
+	struct sn_channel *ch = (struct sn_channel *)channel;
+	struct sn_cq *cq = NULL;
+	ssize_t n;
 
-	if (n != sizeof(cq)) {
-		if (n >= 0)
-			errno = EIO;
+	if (sn_go_callable() && !(fcntl(channel->fd, F_GETFL) & O_NONBLOCK) && sn_watch_channel(ch, &cq))
 		return -1;
+	if (!cq) {
+		/* A signal ends the wait (EINTR), as with libibverbs: qperf's
+		 * alarm ends its test so. */
+		n = read(channel->fd, &cq, sizeof(cq));
+		if (n != sizeof(cq)) {
+			if (n >= 0)
+				errno = EIO;
+			return -1;
+		}
+		__atomic_sub_fetch(&ch->pending, 1, __ATOMIC_RELEASE);
 	}
 	pthread_mutex_lock(&cq->cq.mutex);
 	cq->events++;
