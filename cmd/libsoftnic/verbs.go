@@ -162,6 +162,9 @@ type cq struct {
 	reqMu  sync.Mutex // serialises the armings (snReqNotifyCQ, disarm)
 	armMu  sync.Mutex
 	arming *arming // the arming not delivered yet, if any
+	// notifying counts the goroutines of the CQ's armings (events.go),
+	// under reqMu.
+	notifying sync.WaitGroup
 }
 
 //export snCreateCQ
