@@ -683,6 +683,9 @@ func TestCQNotify(t *testing.T) {
 			if err := n.Wait(short); !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("Wait %s: %v, want DeadlineExceeded", what, err)
 			}
+			if n.Written() {
+				t.Fatalf("Written %s: true", what)
+			}
 		}
 		poll := func(want int) []verbs.WC {
 			t.Helper()
@@ -699,6 +702,9 @@ func TestCQNotify(t *testing.T) {
 		n := a.cq.Notify(false)
 		send(0)
 		poll(2)
+		if !n.Written() {
+			t.Fatal("Written after a completion written after arming, polled since: false")
+		}
 		if err := n.Wait(ctx); err != nil {
 			t.Fatalf("Wait for a completion written after arming, polled since: %v", err)
 		}
