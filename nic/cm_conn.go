@@ -67,6 +67,12 @@ type ListenOptions struct {
 	Backlog int
 	// PortSpace is the port's: PortSpaceTCP (default) or PortSpaceIB.
 	PortSpace PortSpace
+	// Held makes a listener that holds its port but takes no request
+	// until Open: a request for the port is refused as one for a port
+	// nobody listens on (ErrConnRefused at the dialer), as Linux refuses
+	// it for an rdma_cm id bound to the port and not listening yet.
+	// rdma_get_src_port gives such an id its port before rdma_listen.
+	Held bool
 }
 
 // Listener accepts connection requests for one rdma_cm port of a device.
@@ -96,7 +102,7 @@ func (d *Device) Listen(port uint16, opts ListenOptions) (*Listener, error) {
 	case opts.Backlog < 0:
 		return nil, fmt.Errorf("softnic: listen on port %d: backlog %d: %w", port, opts.Backlog, ErrInvalid)
 	}
-	p, port, err := d.prov.Listen(port, &provider.ListenOptions{PD: opts.PD.prov, QP: opts.QP.provider(), Backlog: opts.Backlog, PortSpace: ps})
+	p, port, err := d.prov.Listen(port, &provider.ListenOptions{PD: opts.PD.prov, QP: opts.QP.provider(), Backlog: opts.Backlog, PortSpace: ps, Held: opts.Held})
 	if err != nil {
 		return nil, err
 	}
@@ -142,6 +148,17 @@ func (l *Listener) AcceptRequest(ctx context.Context) (*Request, error) {
 // Close stops listening; requests not yet taken by AcceptRequest are
 // rejected (consumer reject). Connections already made stay.
 func (l *Listener) Close() error { return l.prov.Close() }
+
+// Open has a listener made with ListenOptions.Held (or
+// ListenUDOptions.Held) take requests, with room for backlog of them (0:
+// the default); on a listener that takes them already it sets the room,
+// as rdma_listen on a listening id does.
+func (l *Listener) Open(backlog int) error {
+	if backlog < 0 {
+		return fmt.Errorf("softnic: open the listener of port %d: backlog %d: %w", l.port, backlog, ErrInvalid)
+	}
+	return l.prov.Open(backlog)
+}
 
 // Request is a connection request a Listener received and the application
 // has not answered yet.

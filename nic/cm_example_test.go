@@ -189,3 +189,49 @@ func ExampleConn_Establish() {
 	// at the REP: RESET true
 	// established: RTS RTS
 }
+
+// Hold a port before taking connections on it, as an rdma_cm server that
+// binds to port 0, sends rdma_get_src_port's answer to its client and only
+// then calls rdma_listen: until Open, a connection to the port is refused
+// as one to a port nobody listens on.
+func ExampleListener_Open() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	server, spd, scq := openExampleDevice()
+	defer server.Close()
+	client, cpd, ccq := openExampleDevice()
+	defer client.Close()
+
+	l, err := server.Listen(0, nic.ListenOptions{PD: spd, QP: nic.QPConfig{SendCQ: scq}, Held: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Port() // a free port, held from now on
+	opts := nic.DialOptions{PD: cpd, QP: nic.QPConfig{SendCQ: ccq}}
+	_, err = client.Dial(ctx, server.Addr(), port, opts)
+	fmt.Println("held:", errors.Is(err, nic.ErrConnRefused))
+
+	if err := l.Open(16); err != nil {
+		log.Fatal(err)
+	}
+	accepted := make(chan *nic.Conn)
+	go func() {
+		conn, err := l.Accept(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		accepted <- conn
+	}()
+	conn, err := client.Dial(ctx, server.Addr(), port, opts)
+	if err != nil {
+		log.Fatal(err)
+	}
+	sconn := <-accepted
+	fmt.Println("open:", conn.QP().Attr().State, sconn.QP().Attr().State)
+	conn.Close()
+	sconn.Close()
+	// Output:
+	// held: true
+	// open: RTS RTS
+}

@@ -623,6 +623,66 @@ func TestListenBusy(t *testing.T) {
 	})
 }
 
+// TestListenHeld: a held listener keeps its port from other listeners
+// and refuses connections and resolutions as a port nobody listens on
+// does; once open, it takes them.
+func TestListenHeld(t *testing.T) {
+	forEachProvider(t, func(t *testing.T, p provider) {
+		nictest.CheckLeaks(t)
+		a, b := p.cmEnd(t, nic.Config{}), p.cmEnd(t, nic.Config{})
+		ctx := cmContext(t)
+		l, err := b.dev.Listen(cmPort, nic.ListenOptions{PD: b.pd, QP: nic.QPConfig{SendCQ: b.cq}, Held: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		ul, err := b.dev.ListenUD(udPort, nic.ListenUDOptions{Held: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ul.Close()
+		if _, err := b.dev.Listen(cmPort, nic.ListenOptions{PD: b.pd, QP: nic.QPConfig{SendCQ: b.cq}}); !errors.Is(err, nic.ErrBusy) {
+			t.Errorf("Listen on the held port: %v, want EBUSY", err)
+		}
+		if _, err := a.dev.Dial(ctx, b.dev.Addr(), cmPort, a.dialOptions()); !errors.Is(err, nic.ErrConnRefused) || !strings.Contains(err.Error(), "invalid service ID") {
+			t.Errorf("Dial to the held port: %v, want ECONNREFUSED, invalid service ID", err)
+		}
+		var sidr *nic.SIDRError
+		if _, err := a.dev.Resolve(ctx, b.dev.Addr(), udPort, resolveOptions("hello")); !errors.As(err, &sidr) || sidr.Status != mad.SIDRUnsupported {
+			t.Errorf("Resolve the held port: %v, want a SIDRError, service ID not supported", err)
+		}
+		if err := l.Open(-1); !errors.Is(err, nic.ErrInvalid) {
+			t.Errorf("Open(-1): %v, want ErrInvalid", err)
+		}
+		if err := l.Open(0); err != nil {
+			t.Fatal(err)
+		}
+		if err := ul.Open(0); err != nil {
+			t.Fatal(err)
+		}
+		done := acceptAsync(t, ctx, l, func(r *nic.Request) (*nic.Conn, error) { return r.Accept(nic.AcceptOptions{}) })
+		c, err := a.dev.Dial(ctx, b.dev.Addr(), cmPort, a.dialOptions())
+		if err != nil {
+			t.Fatalf("Dial once the listener is open: %v", err)
+		}
+		defer c.Close()
+		if sc := <-done; sc != nil {
+			defer sc.Close()
+		}
+		answered := answerUD(ctx, t, ul, func(r *nic.Request) error { return r.Reject(nil) })
+		if _, err := a.dev.Resolve(ctx, b.dev.Addr(), udPort, resolveOptions("hello")); !errors.As(err, &sidr) || sidr.Status != mad.SIDRReject {
+			t.Errorf("Resolve once the UD listener is open: %v, want the listener's reject", err)
+		}
+		if err := <-answered; err != nil {
+			t.Fatal(err)
+		}
+		l.Close()
+		if err := l.Open(0); !errors.Is(err, nic.ErrClosed) {
+			t.Errorf("Open after Close: %v, want ErrClosed", err)
+		}
+	})
+}
+
 func TestCMOptionErrors(t *testing.T) {
 	forEachProvider(t, func(t *testing.T, p provider) {
 		nictest.CheckLeaks(t)

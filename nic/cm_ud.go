@@ -38,6 +38,10 @@ type ListenUDOptions struct {
 	Backlog int
 	// PortSpace is the port's: PortSpaceUDP (default) or PortSpaceIB.
 	PortSpace PortSpace
+	// Held makes a listener that holds its port until Open, as
+	// ListenOptions.Held: resolutions meanwhile are refused as for a port
+	// nobody listens on.
+	Held bool
 }
 
 // ListenUD starts taking service ID resolutions for port of rdma_cm's UDP
@@ -55,7 +59,7 @@ func (d *Device) ListenUD(port uint16, opts ListenUDOptions) (*Listener, error) 
 	if opts.Backlog < 0 {
 		return nil, fmt.Errorf("softnic: listen on UDP port %d: backlog %d: %w", port, opts.Backlog, ErrInvalid)
 	}
-	p, port, err := d.prov.ListenUD(port, ps, opts.Backlog)
+	p, port, err := d.prov.ListenUD(port, ps, opts.Backlog, opts.Held)
 	if err != nil {
 		return nil, err
 	}

@@ -436,9 +436,11 @@ func snListen(c *C.struct_sn_cm_id, backlog C.int) C.int {
 		return C.EINVAL
 	}
 	if id.listener == nil {
-		if rc := id.listenLocked(backlog); rc != 0 {
+		if rc := id.listenLocked(backlog, false); rc != 0 {
 			return rc
 		}
+	} else if err := id.listener.Open(max(int(backlog), 0)); err != nil {
+		return errnoOf(err)
 	}
 	if !id.accepting {
 		id.accepting = true
@@ -449,9 +451,11 @@ func snListen(c *C.struct_sn_cm_id, backlog C.int) C.int {
 
 // snReservePort gives an id bound to port 0 (rdma_bind_addr) its port
 // now, for rdma_get_src_port, as Linux assigns one at the bind: it makes
-// the id's listener, whose requests it takes from rdma_listen on. An id
-// that is not bound so, listens already, or resolves a peer keeps its
-// port; a failure leaves it 0, for rdma_listen to report.
+// the id's listener held (nic.ListenOptions.Held), which refuses
+// requests as Linux does for a port bound and not listened on, until
+// rdma_listen opens it with its backlog. An id that is not bound so,
+// listens already, or resolves a peer keeps its port; a failure leaves it
+// 0, for rdma_listen to report.
 //
 //export snReservePort
 func snReservePort(c *C.struct_sn_cm_id) {
@@ -459,16 +463,16 @@ func snReservePort(c *C.struct_sn_cm_id) {
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	if id.dev != nil && id.local.IsValid() && id.local.Port() == 0 && id.listener == nil && !id.peer.IsValid() {
-		id.listenLocked(0)
+		id.listenLocked(0, true)
 	}
 }
 
 // listenLocked makes the id's listener on its bound port (0: a free one)
-// with room for backlog requests; id.mu is held. The listener holds the
-// port; its requests wait for the accept loop that snListen starts.
-func (id *cmID) listenLocked(backlog C.int) C.int {
+// with room for backlog requests, held if asked; id.mu is held. Its
+// requests wait for the accept loop that snListen starts.
+func (id *cmID) listenLocked(backlog C.int, held bool) C.int {
 	if id.ud() {
-		return id.listenUDLocked(backlog)
+		return id.listenUDLocked(backlog, held)
 	}
 	pd, err := id.dev.dev.AllocPD()
 	if err != nil {
@@ -479,7 +483,7 @@ func (id *cmID) listenLocked(backlog C.int) C.int {
 		pd.Dealloc()
 		return errnoOf(err)
 	}
-	l, err := id.dev.dev.Listen(id.local.Port(), nic.ListenOptions{PD: pd, QP: nic.QPConfig{SendCQ: cq}, Backlog: max(int(backlog), 0), PortSpace: id.portSpace()})
+	l, err := id.dev.dev.Listen(id.local.Port(), nic.ListenOptions{PD: pd, QP: nic.QPConfig{SendCQ: cq}, Backlog: max(int(backlog), 0), PortSpace: id.portSpace(), Held: held})
 	if err != nil {
 		cq.Destroy()
 		pd.Dealloc()

@@ -34,9 +34,9 @@ func (id *cmID) ud() bool { return id.cid.id.qp_type == C.IBV_QPT_UD }
 // connection or resolution carry.
 func (id *cmID) portSpace() nic.PortSpace { return nic.PortSpace(id.cid.id.ps) }
 
-// listenUDLocked listens for resolutions; id.mu is held.
-func (id *cmID) listenUDLocked(backlog C.int) C.int {
-	l, err := id.dev.dev.ListenUD(id.local.Port(), nic.ListenUDOptions{Backlog: max(int(backlog), 0), PortSpace: id.portSpace()})
+// listenUDLocked listens for resolutions, held if asked; id.mu is held.
+func (id *cmID) listenUDLocked(backlog C.int, held bool) C.int {
+	l, err := id.dev.dev.ListenUD(id.local.Port(), nic.ListenUDOptions{Backlog: max(int(backlog), 0), PortSpace: id.portSpace(), Held: held})
 	if err != nil {
 		if errors.Is(err, nic.ErrBusy) {
 			return C.EADDRINUSE

@@ -259,7 +259,8 @@ var fuzzOps = []fuzzOp{
 	{op: attachproto.OpDeallocMW, args: handleOf},
 	{op: attachproto.OpCounters},
 	{op: attachproto.OpListen, args: func(s *fuzzSession, in *fuzzInput) any {
-		return attachproto.ListenArgs{Port: 7000 + uint16(in.byte()%4), PD: s.handle(in), QP: attachproto.QPConfig{SendCQ: s.handle(in)}, Backlog: int(in.byte())}
+		return attachproto.ListenArgs{Port: 7000 + uint16(in.byte()%4), PD: s.handle(in), QP: attachproto.QPConfig{SendCQ: s.handle(in)}, Backlog: int(in.byte()),
+			Held: in.byte()%2 == 0}
 	}},
 	{op: attachproto.OpCloseListener, args: handleOf},
 	{op: attachproto.OpAcceptRequest, args: handleOf, waits: true},
@@ -281,13 +282,16 @@ var fuzzOps = []fuzzOp{
 	}},
 	{op: attachproto.OpQuerySRQ, args: handleOf},
 	{op: attachproto.OpListenUD, args: func(s *fuzzSession, in *fuzzInput) any {
-		return attachproto.ListenUDArgs{Port: 7000 + uint16(in.byte()%4), Backlog: int(in.byte())}
+		return attachproto.ListenUDArgs{Port: 7000 + uint16(in.byte()%4), Backlog: int(in.byte()), Held: in.byte()%2 == 0}
 	}},
 	{op: attachproto.OpAcceptUD, args: func(s *fuzzSession, in *fuzzInput) any {
 		return attachproto.AcceptUDArgs{Request: s.handle(in), QP: s.handle(in)}
 	}},
 	{op: attachproto.OpReregMR, args: func(s *fuzzSession, in *fuzzInput) any {
 		return attachproto.ReregMRArgs{H: s.handle(in), Flags: mr.ReregFlags(in.byte() % 16), PD: s.handle(in), Access: mr.Access(in.byte())}
+	}},
+	{op: attachproto.OpOpenListener, args: func(s *fuzzSession, in *fuzzInput) any {
+		return attachproto.OpenListenerArgs{H: s.handle(in), Backlog: int(int8(in.byte())) * 64}
 	}},
 }
 

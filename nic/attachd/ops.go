@@ -464,17 +464,14 @@ func (s *session) listen(_ context.Context, raw json.RawMessage, _ []int) (any, 
 		return nil, nil, err
 	}
 	return s.hostListener(a.Backlog, &hostedListener{pd: pd, cfg: a.QP}, func(backlog int) (*nic.Listener, error) {
-		return s.dev.Listen(a.Port, nic.ListenOptions{PD: pd, QP: cfg, Backlog: backlog, PortSpace: mad.PortSpace(a.PortSpace)})
+		return s.dev.Listen(a.Port, nic.ListenOptions{PD: pd, QP: cfg, Backlog: backlog, PortSpace: mad.PortSpace(a.PortSpace), Held: a.Held})
 	})
 }
 
 // hostListener makes hl's listener with listen, its backlog charged, and
 // hands it to the process.
 func (s *session) hostListener(backlog int, hl *hostedListener, listen func(backlog int) (*nic.Listener, error)) (any, []int, error) {
-	// A backlog beyond maxAttachBacklog is cut to it, as listen(2) cuts
-	// one beyond net.core.somaxconn; Listen refuses one below 0.
-	backlog = min(cmp.Or(backlog, defaultBacklog), maxAttachBacklog)
-	hl.bill = quota.Of(quota.Heap, int64(max(backlog, 0))*backlogHeap)
+	backlog, hl.bill = attachBacklog(backlog)
 	if err := s.acct.Charge(hl.bill); err != nil {
 		return nil, nil, err
 	}
@@ -493,6 +490,39 @@ func (s *session) hostListener(backlog int, hl *hostedListener, listen func(back
 	// server) reads to know that connections to the port are taken now.
 	s.log.Info("process listens for rdma_cm connections", slog.Int("port", int(l.Port())), slog.Bool("udp", hl.ud))
 	return attachproto.ListenResult{H: h, Port: l.Port()}, nil, nil
+}
+
+// attachBacklog returns the backlog a process's listener gets when it asks
+// for backlog, and its bill. A backlog beyond maxAttachBacklog is cut to
+// it, as listen(2) cuts one beyond net.core.somaxconn; Listen refuses one
+// below 0.
+func attachBacklog(backlog int) (int, quota.Bill) {
+	backlog = min(cmp.Or(backlog, defaultBacklog), maxAttachBacklog)
+	return backlog, quota.Of(quota.Heap, int64(max(backlog, 0))*backlogHeap)
+}
+
+// openListener has a held listener of the process take requests, its
+// backlog charged anew.
+func (s *session) openListener(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
+	a, err := args[attachproto.OpenListenerArgs](raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := lookup[*hostedListener](s, a.H)
+	if err != nil {
+		return nil, nil, err
+	}
+	backlog, bill := attachBacklog(a.Backlog)
+	if err := s.acct.Charge(bill); err != nil {
+		return nil, nil, err
+	}
+	if err := l.l.Open(backlog); err != nil {
+		s.acct.Release(bill)
+		return nil, nil, err
+	}
+	s.acct.Release(l.bill)
+	l.bill = bill
+	return nil, nil, nil
 }
 
 // The backlog of an attached process's listener: nic.ListenOptions's

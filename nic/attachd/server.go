@@ -998,6 +998,7 @@ var sessionOps = map[string]sessionOp{
 	attachproto.OpCounters:      {run: (*session).counters},
 	attachproto.OpListen:        {run: (*session).listen},
 	attachproto.OpCloseListener: {run: (*session).closeListener},
+	attachproto.OpOpenListener:  {run: (*session).openListener},
 	attachproto.OpReject:        {run: (*session).reject},
 	attachproto.OpAcceptRequest: {waits: true, run: (*session).acceptRequest},
 	attachproto.OpAccept:        {waits: true, run: (*session).accept},

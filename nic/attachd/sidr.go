@@ -20,7 +20,7 @@ func (s *session) listenUD(_ context.Context, raw json.RawMessage, _ []int) (any
 		return nil, nil, err
 	}
 	return s.hostListener(a.Backlog, &hostedListener{ud: true}, func(backlog int) (*nic.Listener, error) {
-		return s.dev.ListenUD(a.Port, nic.ListenUDOptions{Backlog: backlog, PortSpace: mad.PortSpace(a.PortSpace)})
+		return s.dev.ListenUD(a.Port, nic.ListenUDOptions{Backlog: backlog, PortSpace: mad.PortSpace(a.PortSpace), Held: a.Held})
 	})
 }
 

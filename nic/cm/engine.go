@@ -240,6 +240,7 @@ type Listener struct {
 	port    uint16
 	ps      mad.PortSpace
 	ud      bool // it takes SIDR_REQs (ListenUD), not REQs
+	held    bool // it holds its port and takes no request yet (Hold)
 	max     int  // the backlog's room
 	backlog []*ID
 	// Context is the driver's: the engine never looks at it.
@@ -980,7 +981,7 @@ func (e *Engine) receiveREQ(now qp.Time, src netip.AddrPort, mtu wire.MTU, m *ma
 	// anything is allocated for it, and costs a REJ at most (issueREJ).
 	ps, port, ok := r.ServiceID().RDMACM()
 	l := e.listeners[listenKey{ps, port}]
-	if !ok || l == nil || l.ud {
+	if !ok || l == nil || l.ud || l.held {
 		e.issueREJ(now, src, m, mad.RejectInvalidServiceID, nil, out)
 		return
 	}
@@ -1394,6 +1395,16 @@ func (e *Engine) freePort(ps mad.PortSpace) uint16 {
 	}
 	return 0
 }
+
+// Hold has l, just made, hold its port and take no request until Open:
+// a request for the port is refused as one for a port nobody listens on
+// (a REJ "invalid service ID", a SIDR_REP "service ID not supported"). An
+// rdma_cm id bound to a port holds it so in Linux until it listens.
+func (e *Engine) Hold(l *Listener) { l.held = true }
+
+// Open has l take requests, with room for backlog of them; on a listener
+// that takes them already it sets the room, as rdma_listen again does.
+func (e *Engine) Open(l *Listener, backlog int) { l.held, l.max = false, backlog }
 
 // NextRequest takes the oldest request waiting in l's backlog, nil if none
 // does.

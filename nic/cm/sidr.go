@@ -180,7 +180,7 @@ func (e *Engine) receiveSIDRREQ(now qp.Time, src netip.AddrPort, m *mad.MAD, out
 	}
 	ps, port, ok := r.ServiceID().RDMACM()
 	l := e.listeners[listenKey{ps, port}]
-	if !ok || l == nil || !l.ud {
+	if !ok || l == nil || !l.ud || l.held {
 		e.issueSIDRREP(now, src, m, mad.SIDRUnsupported, out)
 		return
 	}

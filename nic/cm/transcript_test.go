@@ -345,7 +345,17 @@ func (e *cmTranscript) run(t *testing.T, d *datadriven.TestData) string {
 		if err != nil {
 			return errOut(err)
 		}
+		if _, held := d.Arg("held"); held {
+			s.e.Hold(ln)
+		}
 		e.listeners[k] = ln
+	case "open":
+		s := e.side(t, d)
+		ln := e.listeners[e.lnKey(t, d, s)]
+		if ln == nil {
+			d.Fatalf(t, "open H [ud] [port=N] [backlog=N] needs a listener")
+		}
+		s.e.Open(ln, e.intArg(t, d, "backlog", 8))
 	case "unlisten":
 		s := e.side(t, d)
 		ln := e.listeners[e.lnKey(t, d, s)]

@@ -19,8 +19,10 @@
  * channel and back, waiting for the acknowledgement of an event read,
  * ibv_rereg_mr changing a region's access and PD under a peer's WRITEs,
  * rdma_getaddrinfo taking its hints' addresses, rdma_listen on port 0
- * picking a port, rdma_destroy_id dropping its events not yet read and
- * waiting for those read to be acknowledged, ibv_query_device_ex, an
+ * picking a port, which rdma_get_src_port gives between rdma_bind_addr
+ * and rdma_listen (a connection to it meanwhile rejected), rdma_destroy_id
+ * dropping its events not yet read and waiting for those read to be
+ * acknowledged, ibv_query_device_ex, an
  * extended CQ (ibv_create_cq_ex) polled with start_poll, next_poll and
  * end_poll, an extended QP's ibv_wr_* API (ibv_create_qp_ex and
  * rdma_create_qp_ex), a forked child refused at once, and multicast: the
@@ -1010,6 +1012,33 @@ static void getaddrinfo_hints(void)
 /* An id bound to port 0 gets a free port, each its own, which
  * rdma_get_src_port says, as Linux does: asked before rdma_listen (as
  * qperf's server does, to tell its client), the port it then listens on. */
+/* refused_before_listen connects to port of addr, which an id holds,
+ * bound and not listening yet: the request is rejected as Linux rejects
+ * it, as for a port nobody listens on (REJ "invalid service ID", 8). */
+static void refused_before_listen(struct sockaddr_in *addr, __be16 port)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct ibv_qp_init_attr attr = { .cap = { .max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1 },
+				       .qp_type = IBV_QPT_RC };
+	struct sockaddr_in to = *addr;
+	struct rdma_cm_event *ev;
+	struct rdma_cm_id *client;
+
+	to.sin_port = port;
+	MUST(ch && !rdma_create_id(NULL, &client, NULL, RDMA_PS_TCP));
+	MUST(!rdma_resolve_addr(client, NULL, (struct sockaddr *)&to, 1000) && !rdma_resolve_route(client, 1000));
+	MUST(!rdma_create_qp(client, NULL, &attr) && !rdma_migrate_id(client, ch));
+	MUST(!rdma_connect(client, NULL));
+	MUST(!rdma_get_cm_event(ch, &ev));
+	CHECK(ev->event == RDMA_CM_EVENT_REJECTED && ev->status == 8,
+	      "rdma_connect to a port bound and not listened on yet is rejected, invalid service ID (%s, status %d)",
+	      rdma_event_str(ev->event), ev->status);
+	rdma_ack_cm_event(ev);
+	rdma_destroy_qp(client);
+	rdma_destroy_id(client);
+	rdma_destroy_event_channel(ch);
+}
+
 static void listen_any_port(void)
 {
 	struct sockaddr_in any = { .sin_family = AF_INET };
@@ -1023,6 +1052,7 @@ static void listen_any_port(void)
 		MUST(!rdma_bind_addr(id[i], (struct sockaddr *)&any));
 	}
 	before = rdma_get_src_port(id[0]);
+	refused_before_listen(&any, before);
 	for (i = 0; i < 2; i++)
 		MUST(!rdma_listen(id[i], 1));
 	CHECK(rdma_get_src_port(id[0]) && rdma_get_src_port(id[1]) && rdma_get_src_port(id[0]) != rdma_get_src_port(id[1]),

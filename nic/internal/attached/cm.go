@@ -36,7 +36,7 @@ func (a *attachment) Listen(port uint16, opts *provider.ListenOptions) (provider
 		return nil, 0, fmt.Errorf("softnic: listen on port %d: %w", port, err)
 	}
 	var r attachproto.ListenResult
-	args := attachproto.ListenArgs{Port: port, PD: pd.h, QP: qpArgs(&opts.QP), Backlog: opts.Backlog, PortSpace: uint16(opts.PortSpace)}
+	args := attachproto.ListenArgs{Port: port, PD: pd.h, QP: qpArgs(&opts.QP), Backlog: opts.Backlog, PortSpace: uint16(opts.PortSpace), Held: opts.Held}
 	if _, err := a.call(context.Background(), attachproto.OpListen, args, nil, &r); err != nil {
 		return nil, 0, err
 	}
@@ -63,6 +63,15 @@ func (al *attachedListener) AcceptRequest(ctx context.Context) (provider.Request
 		return nil, err
 	}
 	return &attachedRequest{a: al.a, h: r.H, peer: r.Remote, private: r.Private, pd: al.pd, params: r.Params}, nil
+}
+
+// Open has the daemon's listener take requests.
+func (al *attachedListener) Open(backlog int) error {
+	if provider.IsClosed(al.closed) {
+		return provider.ListenerClosed(al.port)
+	}
+	_, err := al.a.call(context.Background(), attachproto.OpOpenListener, attachproto.OpenListenerArgs{H: al.h, Backlog: backlog}, nil, nil)
+	return err
 }
 
 // Close closes the listener at the daemon, once: closing it again returns

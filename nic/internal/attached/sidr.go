@@ -17,9 +17,9 @@ import (
 // Resolve waits for the daemon's SIDR_REP as Dial waits for its REP.
 
 // ListenUD listens on port of the UDP port space at the daemon.
-func (a *attachment) ListenUD(port uint16, ps mad.PortSpace, backlog int) (provider.Listener, uint16, error) {
+func (a *attachment) ListenUD(port uint16, ps mad.PortSpace, backlog int, held bool) (provider.Listener, uint16, error) {
 	var r attachproto.ListenResult
-	args := attachproto.ListenUDArgs{Port: port, Backlog: backlog, PortSpace: uint16(ps)}
+	args := attachproto.ListenUDArgs{Port: port, Backlog: backlog, PortSpace: uint16(ps), Held: held}
 	if _, err := a.call(context.Background(), attachproto.OpListenUD, args, nil, &r); err != nil {
 		return nil, 0, err
 	}

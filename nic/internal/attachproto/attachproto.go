@@ -180,6 +180,7 @@ const (
 	OpCounters      = "counters"
 	OpListen        = "listen"
 	OpCloseListener = "close_listener"
+	OpOpenListener  = "open_listener"  // a held listener takes requests (OpenListenerArgs)
 	OpAcceptRequest = "accept_request" // waits for a connection request
 	OpAccept        = "accept"         // waits for the RTU; replied with the QP's rings
 	OpReject        = "reject"
@@ -363,6 +364,16 @@ type ListenArgs struct {
 	// PortSpace is ListenOptions.PortSpace (0: the default). A daemon of
 	// before it ignores it, and listens in the TCP port space.
 	PortSpace uint16 `json:",omitempty"`
+	// Held is ListenOptions.Held. A daemon of before it ignores it and
+	// listens at once, and refuses open_listener as unknown.
+	Held bool `json:",omitempty"`
+}
+
+// OpenListenerArgs is Listener.Open: the held listener H takes requests,
+// with room for Backlog.
+type OpenListenerArgs struct {
+	H       uint32
+	Backlog int
 }
 
 // ListenResult answers listen.

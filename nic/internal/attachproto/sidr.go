@@ -18,6 +18,7 @@ type ListenUDArgs struct {
 	Port      uint16
 	Backlog   int
 	PortSpace uint16 `json:",omitempty"` // ListenUDOptions.PortSpace, as ListenArgs'
+	Held      bool   `json:",omitempty"` // ListenUDOptions.Held, as ListenArgs'
 }
 
 // AcceptUDArgs answers a request of a UD listener with the process's UD

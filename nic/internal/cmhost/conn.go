@@ -33,7 +33,7 @@ type Listener struct {
 
 // Listen is provider.Device's Listen.
 func (h *Host) Listen(port uint16, opts *provider.ListenOptions) (provider.Listener, uint16, error) {
-	l, err := h.listen(opts.PortSpace, port, opts.Backlog, (*cm.Engine).Listen)
+	l, err := h.listen(opts.PortSpace, port, opts.Backlog, opts.Held, (*cm.Engine).Listen)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -41,13 +41,16 @@ func (h *Host) Listen(port uint16, opts *provider.ListenOptions) (provider.Liste
 }
 
 // listen registers a listener of the engine with listen (Listen or
-// ListenUD).
-func (h *Host) listen(ps mad.PortSpace, port uint16, backlog int, listen func(*cm.Engine, mad.PortSpace, uint16, int) (*cm.Listener, error)) (*cmListener, error) {
+// ListenUD), held (cm.Engine.Hold) if asked.
+func (h *Host) listen(ps mad.PortSpace, port uint16, backlog int, held bool, listen func(*cm.Engine, mad.PortSpace, uint16, int) (*cm.Listener, error)) (*cmListener, error) {
 	l := &cmListener{port: port, ready: make(chan struct{}, 1), closed: make(chan struct{})}
 	var err error
 	h.run(func(e *cm.Engine, _ qp.Time, _ *cm.Output) {
 		if l.engine, err = listen(e, ps, port, cmp.Or(backlog, provider.CMDefaultBacklog)); err == nil {
 			l.engine.Context = l
+			if held {
+				e.Hold(l.engine)
+			}
 		}
 	})
 	if err != nil {
@@ -76,6 +79,16 @@ func (el *Listener) AcceptRequest(ctx context.Context) (provider.Request, error)
 			return nil, cm.ErrClosed
 		}
 	}
+}
+
+func (el *Listener) Open(backlog int) error {
+	if provider.IsClosed(el.l.closed) {
+		return provider.ListenerClosed(el.l.port)
+	}
+	el.h.run(func(e *cm.Engine, _ qp.Time, _ *cm.Output) {
+		e.Open(el.l.engine, cmp.Or(backlog, provider.CMDefaultBacklog))
+	})
+	return nil
 }
 
 func (el *Listener) Close() error {

@@ -20,8 +20,8 @@ import (
 
 // ListenUD is provider.Device's ListenUD. Its requests are answered with
 // AcceptUD (or Reject); Accept refuses them.
-func (h *Host) ListenUD(port uint16, ps mad.PortSpace, backlog int) (provider.Listener, uint16, error) {
-	l, err := h.listen(ps, port, backlog, (*cm.Engine).ListenUD)
+func (h *Host) ListenUD(port uint16, ps mad.PortSpace, backlog int, held bool) (provider.Listener, uint16, error) {
+	l, err := h.listen(ps, port, backlog, held, (*cm.Engine).ListenUD)
 	if err != nil {
 		return nil, 0, err
 	}

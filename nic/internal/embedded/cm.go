@@ -26,8 +26,8 @@ func (d *Device) Dial(ctx context.Context, remote netip.AddrPort, port uint16, o
 	return d.cm.Dial(ctx, remote, port, opts)
 }
 
-func (d *Device) ListenUD(port uint16, ps mad.PortSpace, backlog int) (provider.Listener, uint16, error) {
-	return d.cm.ListenUD(port, ps, backlog)
+func (d *Device) ListenUD(port uint16, ps mad.PortSpace, backlog int, held bool) (provider.Listener, uint16, error) {
+	return d.cm.ListenUD(port, ps, backlog, held)
 }
 
 func (d *Device) Resolve(ctx context.Context, remote netip.AddrPort, port uint16, o *provider.ResolveOptions) (provider.Resolution, error) {

@@ -71,8 +71,9 @@ type Device interface {
 	DialMTU(asked int, remote netip.AddrPort) int
 	Dial(ctx context.Context, remote netip.AddrPort, port uint16, o *DialOptions) (Connection, error)
 	// ListenUD listens on port of rdma_cm's port space ps (UDP or IB),
-	// whose requests are service ID resolutions (sidr.go).
-	ListenUD(port uint16, ps mad.PortSpace, backlog int) (Listener, uint16, error)
+	// whose requests are service ID resolutions (sidr.go); held, it only
+	// holds the port until Listener.Open (ListenOptions.Held).
+	ListenUD(port uint16, ps mad.PortSpace, backlog int, held bool) (Listener, uint16, error)
 	// Resolve resolves port of rdma_cm's port space o.PortSpace at remote
 	// to the UD QP that serves it.
 	Resolve(ctx context.Context, remote netip.AddrPort, port uint16, o *ResolveOptions) (Resolution, error)
@@ -204,6 +205,9 @@ type QPConfig struct {
 // Listener is a listener's provider.
 type Listener interface {
 	AcceptRequest(ctx context.Context) (Request, error)
+	// Open has a held listener take requests, with room for backlog
+	// (0: the default); on one that takes them it sets the room.
+	Open(backlog int) error
 	Close() error
 }
 
@@ -213,6 +217,7 @@ type ListenOptions struct {
 	QP        QPConfig
 	Backlog   int
 	PortSpace mad.PortSpace
+	Held      bool // nic.ListenOptions.Held
 }
 
 // Request is a connection request's provider.
