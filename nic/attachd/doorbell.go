@@ -3,7 +3,6 @@ package attachd
 import (
 	"fmt"
 	"log/slog"
-	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/softnic/softnic/nic"
 	"github.com/softnic/softnic/nic/internal/spin"
+	"github.com/softnic/softnic/nic/quota"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/verbs"
 )
@@ -125,7 +125,7 @@ type doorbell struct {
 	pollingSaid bool // the doorbell goroutine logged that it cannot listen
 
 	budgetMu sync.Mutex
-	budget   doorbellBudget
+	budget   quota.IdleBudget
 	// spinning is how long the doorbell goroutine stays awake after it
 	// took work requests (DoorbellLimits.Spin).
 	spinning *spin.Policy
@@ -262,7 +262,7 @@ func (b *doorbell) closeFDs() {
 // is not spent; then the doorbell is quiet until that time.
 func (b *doorbell) spend(now time.Time, work uint64, n int) time.Duration {
 	b.budgetMu.Lock()
-	pause := b.budget.spend(now, work, n)
+	pause := b.budget.Spend(now, work, n)
 	b.budgetMu.Unlock()
 	if pause > 0 {
 		b.quietUntil.Store(now.Add(pause).UnixNano())
@@ -276,52 +276,11 @@ func (b *doorbell) quiet() bool {
 	return u != 0 && time.Now().UnixNano() < u
 }
 
-// doorbellBudget is a token bucket of looks at a process's queues that
-// find nothing; see DoorbellLimits.
-type doorbellBudget struct {
-	burst, rate float64 // DoorbellLimits'
-	// resume is what the budget gets back to before the process is heard
-	// again: a quarter of the burst, but less than the rate, so that the
-	// pause is a second at most.
-	resume float64
-
-	tokens float64
-	at     time.Time // when tokens was brought up to date; zero: never
-	work   uint64    // the work requests taken then
-}
-
 // configure sets the doorbell's budget and spin to the limits l
 // (WithDefaults applied).
 func (b *doorbell) configure(l DoorbellLimits) {
-	b.budget = newDoorbellBudget(l)
+	b.budget = quota.NewIdleBudget(l.Burst, l.Rate)
 	b.spinning = spin.NewPolicy(l.Spin)
-}
-
-// newDoorbellBudget returns a full budget of the limits l (WithDefaults
-// applied).
-func newDoorbellBudget(l DoorbellLimits) doorbellBudget {
-	return doorbellBudget{burst: float64(l.Burst), rate: float64(l.Rate), resume: float64(min(l.Burst/4, l.Rate/2))}
-}
-
-// spend brings the budget up to date at now, with work the work requests
-// taken so far (each earns a token), and takes n tokens. It returns how
-// long the budget then takes to get back to b.resume tokens, 0 if it is
-// not below zero. The debt is capped so that this is a second at
-// most.
-func (b *doorbellBudget) spend(now time.Time, work uint64, n int) time.Duration {
-	if b.at.IsZero() {
-		b.tokens = b.burst
-	} else if now.After(b.at) {
-		b.tokens += now.Sub(b.at).Seconds()*b.rate + float64(work-b.work)
-	} else {
-		b.tokens += float64(work - b.work)
-	}
-	b.at, b.work = now, work
-	b.tokens = max(min(b.tokens, b.burst)-float64(n), b.resume-b.rate)
-	if b.tokens >= 0 {
-		return 0
-	}
-	return time.Duration(math.Ceil((b.resume - b.tokens) * float64(time.Second) / b.rate))
 }
 
 // doorbellLoop serves the process's doorbell: it takes the new work

@@ -1,7 +1,6 @@
 package attachd
 
 import (
-	"fmt"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -12,52 +11,6 @@ import (
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/verbs"
 )
-
-// TestDoorbellBudget spends budgets of the default limits and of others
-// with explicit times.
-func TestDoorbellBudget(t *testing.T) {
-	for _, l := range []DoorbellLimits{{}, {Burst: 16, Rate: 100}, {Burst: 4096, Rate: 10}, {Burst: 1, Rate: 1}} {
-		l = l.WithDefaults()
-		t.Run(fmt.Sprintf("%+v", l), func(t *testing.T) { testDoorbellBudget(t, l) })
-	}
-}
-
-func testDoorbellBudget(t *testing.T, l DoorbellLimits) {
-	t0 := time.Unix(1000, 0)
-	ms := func(n float64) time.Time { return t0.Add(time.Duration(n * float64(time.Millisecond))) }
-	burst, resume, work := l.Burst, min(l.Burst/4, l.Rate/2), uint64(min(l.Burst, 50))
-	// A token short waits until the budget is back at a quarter of the
-	// burst (half the rate if less).
-	short := time.Duration(resume+1) * (time.Second / time.Duration(l.Rate))
-	tick := 1000 / float64(l.Rate) // ms to earn a token
-	type spend struct {
-		at    time.Time
-		work  uint64
-		n     int
-		pause time.Duration
-	}
-	for _, tc := range []struct {
-		name  string
-		steps []spend
-	}{
-		{"a burst is free", []spend{{t0, 0, burst, 0}}},
-		{"one past the burst waits", []spend{{t0, 0, burst + 1, short}}},
-		{"time refills", []spend{{t0, 0, burst, 0}, {ms(float64(work) * tick), 0, int(work), 0}, {ms(float64(work) * tick), 0, 1, short}}},
-		{"refills no further than the burst", []spend{{t0, 0, 1, 0}, {ms(60000), 0, burst, 0}, {ms(60000), 0, 1, short}}},
-		{"work earns tokens", []spend{{t0, 0, burst, 0}, {t0, work, int(work), 0}, {t0, work, 1, short}}},
-		{"the pause is a second at most", []spend{{t0, 0, 1 << 20, time.Second}, {t0, 0, 1 << 20, time.Second}}},
-		{"a clock going back refills nothing", []spend{{t0, 0, burst, 0}, {ms(-500), 0, 1, short}}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			b := newDoorbellBudget(l)
-			for i, s := range tc.steps {
-				if got := b.spend(s.at, s.work, s.n); got != s.pause {
-					t.Errorf("step %d: spend(%v, work %d, %d) = %v, want %v", i, s.at.Sub(t0), s.work, s.n, got, s.pause)
-				}
-			}
-		})
-	}
-}
 
 // onlySession returns the one session of srv.
 func onlySession(t *testing.T, srv *Server) *session {

@@ -9,7 +9,8 @@
 // loop's way through errors that pass, such as a process out of
 // descriptors (Backoff); and the pace of admissions, accepts and
 // attaches, that come faster than the daemon should spend on them
-// (Pacer; UserPacers, one per user).
+// (Pacer; UserPacers, one per user), and of a process's requests for
+// nothing, such as doorbells that find no work (IdleBudget).
 //
 // A refusal is a *LimitError naming the limit, its value and the setting
 // that raises it, and wrapping the errno-named sentinel of package mr the
