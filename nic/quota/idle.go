@@ -8,11 +8,10 @@ import (
 // IdleBudget is a token bucket of a process's requests for nothing, such
 // as the looks at its queues that its doorbell causes and that find
 // nothing (the daemon's doorbell budget): burst of them at once, rate a
-// second after,
-// and one more for each piece of work the process gives. Once spent, the
-// process is not heard until the budget is back at a quarter of the
-// burst (at most half the rate), a second at most. It is not safe for
-// concurrent use.
+// second after, and one more for each piece of work the process gives.
+// Once spent, the process is not heard until the budget is back at a
+// quarter of the burst (at most half the rate), a second at most. It is
+// not safe for concurrent use.
 type IdleBudget struct {
 	burst, rate float64
 	// resume is what the budget gets back to before the process is heard
