@@ -27,7 +27,7 @@ import (
 // and which a program that waits in poll or epoll sees readable.
 //
 // A thread that waits in ibv_get_cq_event on a blocking channel first
-// watches the channel's armed CQs itself for eventSpin (snGetCQEvent),
+// watches the channel's armed CQs itself for channelWatch (snGetCQEvent),
 // and takes the first whose completion came. The goroutine is scheduled
 // only once another thread takes it from the processor the caller holds,
 // and the pipe then wakes the caller: two thread wakeups per event, which
@@ -38,13 +38,13 @@ import (
 // Each arming is delivered once: by the goroutine or by the watching
 // thread, whichever claims it first.
 
-// eventSpin is how long ibv_get_cq_event watches the armed CQs before it
+// channelWatch is how long ibv_get_cq_event watches the armed CQs before it
 // sleeps on the pipe. A program that waits for its peer's answer waits a
 // round trip and the peer's own turn; between two processes on one
 // daemon of a 2-CPU host that is often past nic.DefaultWaitSpin, 50 µs
 // (qperf's rc_lat, medians of ten runs: 45.0 µs watching 50 µs, 40.2 µs
 // watching 100 µs).
-const eventSpin = 100 * time.Microsecond
+const channelWatch = 100 * time.Microsecond
 
 // arming is a CQ armed for its next completion (ibv_req_notify_cq).
 type arming struct {
@@ -199,7 +199,7 @@ func (q *cq) disarm() {
 	q.notifying.Wait()
 }
 
-// snGetCQEvent watches the armed CQs of channel for eventSpin, giving up
+// snGetCQEvent watches the armed CQs of channel for channelWatch, giving up
 // the CPU between looks, and returns the first whose completion came,
 // its event taken; nil when none came, or when the pipe holds an event
 // already, for ibv_get_cq_event to wait on the pipe (sn_watch_channel in
@@ -208,7 +208,7 @@ func (q *cq) disarm() {
 //export snGetCQEvent
 func snGetCQEvent(channel *C.struct_sn_channel) *C.struct_sn_cq {
 	pending := (*int32)(unsafe.Pointer(&channel.pending))
-	end := time.Now().Add(eventSpin)
+	end := time.Now().Add(channelWatch)
 	for atomic.LoadInt32(pending) == 0 && time.Now().Before(end) {
 		if a := armings.ready(channel); a != nil && a.claim() {
 			a.stop()
