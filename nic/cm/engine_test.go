@@ -318,20 +318,26 @@ func TestMRAServiceTimeout(t *testing.T) {
 	}
 }
 
+// heldPort is the port of FuzzCMEngine's held listeners.
+const heldPort = 7472
+
 // FuzzCMEngine hands an engine that listens and has an established
 // connection arbitrary MADs from its peer and from a stranger: nothing
 // panics, every answer is a MAD that decodes, sent to the sender, and the
 // engine's tables stay consistent. The corpus starts with the MADs of a
-// whole connection's life.
+// whole connection's life. Its listeners on heldPort are held
+// (Engine.Hold): they take no request.
 func FuzzCMEngine(f *testing.F) {
 	l := newCMLink(f)
 	active, _ := l.handshake(time.Second)
 	l.call(l.a, func(e *Engine, now qp.Time, out *Output) { e.Disconnect(now, active, out) })
 	l.settle(time.Second)
 	p := l.dialParams()
-	p.Port = 9999 // no listener: REJ
-	l.connect(p)
-	l.settle(time.Second)
+	for _, port := range []uint16{9999, heldPort} { // no listener: REJ
+		p.Port = port
+		l.connect(p)
+		l.settle(time.Second)
+	}
 	// A resolution answered, and one for no listener.
 	ul, err := l.b.e.ListenUD(mad.PortSpaceUDP, 7174, 4)
 	if err != nil {
@@ -362,6 +368,16 @@ func FuzzCMEngine(f *testing.F) {
 		if _, err := l.b.e.ListenUD(mad.PortSpaceUDP, 7174, 4); err != nil {
 			t.Fatal(err)
 		}
+		held, err := l.b.e.Listen(mad.PortSpaceTCP, heldPort, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		uheld, err := l.b.e.ListenUD(mad.PortSpaceUDP, heldPort, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.b.e.Hold(held)
+		l.b.e.Hold(uheld)
 		from := l.a.addr
 		if stranger {
 			from = netip.MustParseAddrPort("10.0.0.9:4791")
@@ -374,6 +390,9 @@ func FuzzCMEngine(f *testing.F) {
 			if err := a.Decode(answer.MAD[:]); err != nil || answer.Dst != from && answer.Dst != l.a.addr {
 				t.Fatalf("answer to %v: %v to %v", from, err, answer.Dst)
 			}
+		}
+		if held.Backlog() != 0 || uheld.Backlog() != 0 {
+			t.Fatalf("held listeners took requests (backlogs %d, %d)", held.Backlog(), uheld.Backlog())
 		}
 		for local, id := range l.b.e.ids {
 			if id.local != local || id.state == Gone {
