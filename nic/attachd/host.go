@@ -371,6 +371,7 @@ type hostedListener struct {
 	pd   *nic.PD // nil for ud
 	cfg  attachproto.QPConfig
 	ud   bool       // of the UDP port space (listen_ud): its requests are resolutions
+	held bool       // made held, not opened yet (open_listener)
 	bill quota.Bill // its backlog
 }
 

@@ -463,7 +463,7 @@ func (s *session) listen(_ context.Context, raw json.RawMessage, _ []int) (any, 
 	if err != nil {
 		return nil, nil, err
 	}
-	return s.hostListener(a.Backlog, &hostedListener{pd: pd, cfg: a.QP}, func(backlog int) (*nic.Listener, error) {
+	return s.hostListener(a.Backlog, &hostedListener{pd: pd, cfg: a.QP, held: a.Held}, func(backlog int) (*nic.Listener, error) {
 		return s.dev.Listen(a.Port, nic.ListenOptions{PD: pd, QP: cfg, Backlog: backlog, PortSpace: mad.PortSpace(a.PortSpace), Held: a.Held})
 	})
 }
@@ -486,10 +486,19 @@ func (s *session) hostListener(backlog int, hl *hostedListener, listen func(back
 		hl.close(s)
 		return nil, nil, err
 	}
-	// The line an operator (or a test starting the client of an rdma_cm
-	// server) reads to know that connections to the port are taken now.
-	s.log.Info("process listens for rdma_cm connections", slog.Int("port", int(l.Port())), slog.Bool("udp", hl.ud))
+	if hl.held {
+		s.log.Debug("process holds an rdma_cm port, not listening yet", slog.Int("port", int(l.Port())), slog.Bool("udp", hl.ud))
+	} else {
+		hl.logListening(s)
+	}
 	return attachproto.ListenResult{H: h, Port: l.Port()}, nil, nil
+}
+
+// logListening says that the process listens on l's port. It is the line
+// an operator (or a test starting the client of an rdma_cm server) reads
+// to know that connections to the port are taken now.
+func (l *hostedListener) logListening(s *session) {
+	s.log.Info("process listens for rdma_cm connections", slog.Int("port", int(l.l.Port())), slog.Bool("udp", l.ud))
 }
 
 // attachBacklog returns the backlog a process's listener gets when it asks
@@ -522,6 +531,10 @@ func (s *session) openListener(_ context.Context, raw json.RawMessage, _ []int) 
 	}
 	s.acct.Release(l.bill)
 	l.bill = bill
+	if l.held {
+		l.held = false
+		l.logListening(s)
+	}
 	return nil, nil, nil
 }
 

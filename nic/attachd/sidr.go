@@ -19,7 +19,7 @@ func (s *session) listenUD(_ context.Context, raw json.RawMessage, _ []int) (any
 	if err != nil {
 		return nil, nil, err
 	}
-	return s.hostListener(a.Backlog, &hostedListener{ud: true}, func(backlog int) (*nic.Listener, error) {
+	return s.hostListener(a.Backlog, &hostedListener{ud: true, held: a.Held}, func(backlog int) (*nic.Listener, error) {
 		return s.dev.ListenUD(a.Port, nic.ListenUDOptions{Backlog: backlog, PortSpace: mad.PortSpace(a.PortSpace), Held: a.Held})
 	})
 }
