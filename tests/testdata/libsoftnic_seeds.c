@@ -710,19 +710,29 @@ static void wait_for_event(struct ibv_mr *src, struct ibv_mr *dst)
  * (-1, EINTR), as with libibverbs, whose programs end a test so (qperf's
  * SIGALRM): it reaches the program's thread, not one of libsoftnic's Go
  * runtime, and the wait is not taken up again. The signal comes 200 ms
- * into the wait, when libsoftnic sleeps on the channel, and 20 us into
- * it, while it watches the channel's CQs first. Should the signal not end
- * the wait, a SEND two seconds later does, and the check fails; the early
- * signal may come before the wait begins, so it has three tries. */
+ * into the wait, when libsoftnic sleeps on the channel, and 50 us into
+ * it, while it watches the channel's CQs first (for 100 us). Should the
+ * signal not end the wait, a SEND two seconds later does, and the check
+ * fails; an early signal that came before the call proves nothing, and
+ * the call is tried again, five times at most. */
 static volatile sig_atomic_t alarmed;
 static pthread_mutex_t watchdog_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t watchdog_cond = PTHREAD_COND_INITIALIZER;
 static int watchdog_done;
 
+static struct timespec alarmed_at, called_at;
+
 static void on_alarm(int sig)
 {
 	(void)sig;
 	alarmed = 1;
+	clock_gettime(CLOCK_MONOTONIC, &alarmed_at);
+}
+
+/* before reports whether a is before b. */
+static int before(struct timespec a, struct timespec b)
+{
+	return a.tv_sec < b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec < b.tv_nsec);
 }
 
 static void *watchdog(void *src)
@@ -743,13 +753,14 @@ static void *watchdog(void *src)
 }
 
 /* interrupted reports whether SIGALRM, due after us microseconds,
- * interrupts a wait in ibv_get_cq_event that nothing else ends. */
+ * interrupts a wait in ibv_get_cq_event that nothing else ends: 1 if it
+ * does, 0 if not, -1 if the signal came before the call (the thread was
+ * descheduled on the way), which proves nothing. */
 static int interrupted(struct event_cq *e, struct ibv_mr *src, long us)
 {
 	struct itimerval in = { .it_value = { .tv_sec = us / 1000000, .tv_usec = us % 1000000 } };
-	pthread_t t;
-
 	sigset_t alrm, mask;
+	pthread_t t;
 
 	MUST(!ibv_req_notify_cq(e->cq, 0));
 	alarmed = 0;
@@ -762,6 +773,7 @@ static int interrupted(struct event_cq *e, struct ibv_mr *src, long us)
 	MUST(!pthread_sigmask(SIG_SETMASK, &mask, NULL));
 	MUST(!setitimer(ITIMER_REAL, &in, NULL));
 	errno = 0;
+	clock_gettime(CLOCK_MONOTONIC, &called_at);
 	int rc = get_cq_event(e);
 	int err = errno;
 	pthread_mutex_lock(&watchdog_mu);
@@ -774,20 +786,23 @@ static int interrupted(struct event_cq *e, struct ibv_mr *src, long us)
 
 		MUST(ibv_poll_cq(e->cq, 1, &wc) == 1);
 	}
+	if (alarmed && before(alarmed_at, called_at))
+		return -1;
 	return rc == -1 && err == EINTR && alarmed;
 }
 
 static void signal_interrupts_wait(struct ibv_mr *src, struct ibv_mr *dst)
 {
-	struct event_cq e = open_event_cq(dst, 4);
+	struct event_cq e = open_event_cq(dst, 6);
 	struct sigaction sa = { .sa_handler = on_alarm }, old;
 
 	MUST(!sigaction(SIGALRM, &sa, &old));
-	CHECK(interrupted(&e, src, 200000), "SIGALRM interrupts ibv_get_cq_event asleep on the channel");
-	int early = 0;
-	for (int try = 0; try < 3 && !early; try++)
-		early = interrupted(&e, src, 20);
-	CHECK(early, "SIGALRM interrupts ibv_get_cq_event while it watches the channel's CQs");
+	CHECK(interrupted(&e, src, 200000) == 1, "SIGALRM interrupts ibv_get_cq_event asleep on the channel");
+	int early = -1;
+	for (int try = 0; try < 5 && early == -1; try++)
+		early = interrupted(&e, src, 50);
+	CHECK(early == 1, "SIGALRM interrupts ibv_get_cq_event while it watches the channel's CQs (%s)",
+	      early == 1 ? "interrupted" : early == 0 ? "not interrupted" : "the signal came before the call five times");
 	MUST(!sigaction(SIGALRM, &old, NULL));
 	close_event_cq(&e);
 }
