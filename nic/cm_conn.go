@@ -190,6 +190,11 @@ type AcceptOptions struct {
 	// RNRRetryCount is how often the requester's QP retries after an RNR
 	// NAK from this QP (default 7: forever).
 	RNRRetryCount uint8
+	// Timeout is this QP's local ACK timeout exponent, 4.096 µs ×
+	// 2^Timeout, at most 31 (default: the REQ's, which the dialer's
+	// DialOptions.Timeout set), as rdma_set_option's
+	// RDMA_OPTION_ID_ACK_TIMEOUT sets it for an accepting rdma_cm id.
+	Timeout uint8
 	// UseQP, if set, is the RC QP the connection is made with, one of the
 	// device in RESET or INIT (of any PD), instead of a new one: the QP a
 	// program created before it accepted (rdma_create_qp on the
@@ -217,6 +222,9 @@ func (r *Request) Accept(opts AcceptOptions) (*Conn, error) {
 	if opts.SelfConnect && (opts.UseQP == nil || r.Params() == nil) {
 		return nil, fmt.Errorf("softnic: accept %v: SelfConnect needs UseQP, and a device that tells Request.Params: %w", r.peer, ErrInvalid)
 	}
+	if opts.Timeout > 31 {
+		return nil, fmt.Errorf("softnic: accept %v: timeout exponent %d: at most 31: %w", r.peer, opts.Timeout, ErrInvalid)
+	}
 	c, err := r.prov.Accept(opts.provider())
 	if err != nil {
 		return nil, err
@@ -227,7 +235,7 @@ func (r *Request) Accept(opts AcceptOptions) (*Conn, error) {
 // provider is o with providers.
 func (o *AcceptOptions) provider() *provider.AcceptOptions {
 	p := &provider.AcceptOptions{PrivateData: o.PrivateData, ResponderResources: o.ResponderResources,
-		InitiatorDepth: o.InitiatorDepth, RNRRetryCount: o.RNRRetryCount, SelfConnect: o.SelfConnect}
+		InitiatorDepth: o.InitiatorDepth, RNRRetryCount: o.RNRRetryCount, Timeout: o.Timeout, SelfConnect: o.SelfConnect}
 	if o.UseQP != nil {
 		p.UseQP = o.UseQP.prov
 	}

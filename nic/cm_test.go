@@ -2,6 +2,7 @@ package nic_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -679,6 +680,44 @@ func TestListenHeld(t *testing.T) {
 		l.Close()
 		if err := l.Open(0); !errors.Is(err, nic.ErrClosed) {
 			t.Errorf("Open after Close: %v, want ErrClosed", err)
+		}
+	})
+}
+
+// TestAcceptTimeout: the accepting QP takes the REQ's local ACK timeout,
+// the dialer's, unless AcceptOptions.Timeout sets its own (rdma_cm's
+// RDMA_OPTION_ID_ACK_TIMEOUT on the accepting id); one past 31 is refused.
+func TestAcceptTimeout(t *testing.T) {
+	forEachProvider(t, func(t *testing.T, p provider) {
+		nictest.CheckLeaks(t)
+		a, b := p.cmEnd(t, nic.Config{}), p.cmEnd(t, nic.Config{})
+		l := b.listen(t, 0)
+		ctx := cmContext(t)
+		for _, tc := range []struct{ dial, accept, want uint8 }{{12, 0, 12}, {12, 9, 9}, {0, 18, 18}} {
+			done := acceptAsync(t, ctx, l, func(r *nic.Request) (*nic.Conn, error) {
+				if _, err := r.Accept(nic.AcceptOptions{Timeout: 32}); !errors.Is(err, nic.ErrInvalid) {
+					t.Errorf("Accept with timeout 32: %v, want ErrInvalid", err)
+				}
+				return r.Accept(nic.AcceptOptions{Timeout: tc.accept})
+			})
+			opts := a.dialOptions()
+			opts.Timeout = tc.dial
+			c, err := a.dev.Dial(ctx, b.dev.Addr(), cmPort, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sc := <-done
+			if sc == nil {
+				t.Fatal("not accepted")
+			}
+			if got := sc.QP().Attr().Timeout; got != tc.want {
+				t.Errorf("dial timeout %d, accept timeout %d: the accepting QP's is %d, want %d", tc.dial, tc.accept, got, tc.want)
+			}
+			if got, want := c.QP().Attr().Timeout, cmp.Or(tc.dial, 14); got != want {
+				t.Errorf("dial timeout %d: the dialing QP's is %d, want %d", tc.dial, got, want)
+			}
+			c.Close()
+			sc.Close()
 		}
 	})
 }

@@ -215,6 +215,10 @@ type cmID struct {
 	cancel    context.CancelFunc // of a connect under way
 	ended     sync.Once          // DISCONNECTED is told once
 	groups    []mcJoin           // the multicast groups joined (mcast.go)
+	// ackTimeout is the local ACK timeout exponent the program set
+	// (rdma_set_option's RDMA_OPTION_ID_ACK_TIMEOUT) for the QP this id
+	// connects; 0: not set, the default (or the REQ's) then.
+	ackTimeout uint8
 }
 
 //export snCreateID
@@ -640,11 +644,12 @@ func snConnect(c *C.struct_sn_cm_id, data unsafe.Pointer, n, rr, depth, retry, r
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	id.cancel = cancel
+	timeout := id.ackTimeout
 	id.mu.Unlock()
 	opts := nic.DialOptions{
 		PD: q.PD(), UseQP: q, PrivateData: C.GoBytes(data, n), ResponderResources: rdLimit(rr),
 		InitiatorDepth: rdLimit(depth), RetryCount: uint8(min(retry, 7)), RNRRetryCount: uint8(min(rnr, 7)),
-		PortSpace: id.portSpace(), SelfConnect: self,
+		Timeout: timeout, PortSpace: id.portSpace(), SelfConnect: self,
 	}
 	return id.establish(func() (*nic.Conn, error) { return dialListening(ctx, id.dev.dev, peer, rport, opts) },
 		opts.ResponderResources, opts.InitiatorDepth, self)
@@ -762,13 +767,13 @@ func snAccept(c *C.struct_sn_cm_id, data unsafe.Pointer, n, rr, depth, rnr C.int
 		return id.acceptUD(q, C.GoBytes(data, n))
 	}
 	id.mu.Lock()
-	r := id.req
+	r, timeout := id.req, id.ackTimeout
 	id.mu.Unlock()
 	if r == nil {
 		return C.EINVAL
 	}
 	opts := nic.AcceptOptions{PrivateData: C.GoBytes(data, n), ResponderResources: rdLimit(rr), InitiatorDepth: rdLimit(depth),
-		RNRRetryCount: uint8(min(rnr, 7)), UseQP: q, SelfConnect: self}
+		RNRRetryCount: uint8(min(rnr, 7)), Timeout: timeout, UseQP: q, SelfConnect: self}
 	// rdma_accept returns with the QP ready to send, as librdmacm's does
 	// (programs post at once, before ESTABLISHED): Accept returns once the
 	// peer's RTU came, a round trip after the REP, and the event follows.

@@ -8,6 +8,7 @@ package main
 import "C"
 
 import (
+	"cmp"
 	"unsafe"
 
 	"github.com/softnic/softnic/nic"
@@ -21,6 +22,31 @@ import (
 // the REP, which arrives as RDMA_CM_EVENT_CONNECT_RESPONSE rather than
 // ESTABLISHED; rdma_establish then sends the dialer's RTU, with no event
 // after, as librdmacm's.
+
+// snSetAckTimeout is rdma_set_option's RDMA_OPTION_ID_ACK_TIMEOUT: the
+// local ACK timeout exponent of the QP the id connects, for rdma_connect,
+// rdma_accept and rdma_init_qp_attr's RTS, as in Linux for an RC id; 0
+// takes the default back (a connection's QP has no infinite timeout
+// here). It fails with EINVAL past 31 or on a UD id.
+//
+//export snSetAckTimeout
+func snSetAckTimeout(c *C.struct_sn_cm_id, timeout C.uint8_t) C.int {
+	id := idOf(c)
+	if timeout > 31 || id.ud() {
+		return C.EINVAL
+	}
+	id.mu.Lock()
+	id.ackTimeout = uint8(timeout)
+	id.mu.Unlock()
+	return 0
+}
+
+// ackTimeoutOf is the timeout snSetAckTimeout set, 0 if none.
+func (id *cmID) ackTimeoutOf() uint8 {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.ackTimeout
+}
 
 // params are the negotiated attributes of the id's connection: the
 // dialer's once the REP came, else the acceptor's of its request.
@@ -41,7 +67,8 @@ func (id *cmID) params() *nic.ConnParams {
 //
 //export snInitQPAttr
 func snInitQPAttr(c *C.struct_sn_cm_id, a *C.struct_ibv_qp_attr, mask *C.int) C.int {
-	p := idOf(c).params()
+	id := idOf(c)
+	p := id.params()
 	if p == nil {
 		return C.EINVAL
 	}
@@ -60,7 +87,7 @@ func snInitQPAttr(c *C.struct_sn_cm_id, a *C.struct_ibv_qp_attr, mask *C.int) C.
 			C.IBV_QP_MAX_DEST_RD_ATOMIC | C.IBV_QP_MIN_RNR_TIMER
 	case C.IBV_QPS_RTS:
 		a.sq_psn = C.uint32_t(o.LocalPSN)
-		a.timeout = C.uint8_t(o.Timeout)
+		a.timeout = C.uint8_t(cmp.Or(id.ackTimeoutOf(), o.Timeout))
 		a.retry_cnt = C.uint8_t(o.RetryCnt)
 		a.rnr_retry = C.uint8_t(o.RNRRetry)
 		a.max_rd_atomic = C.uint8_t(o.MaxRdAtomic)

@@ -268,7 +268,9 @@ var fuzzOps = []fuzzOp{
 		return attachproto.CancelArgs{Target: s.id - uint64(in.byte()%4)}
 	}, waits: true},
 	{op: attachproto.OpReject, args: func(s *fuzzSession, in *fuzzInput) any { return attachproto.RejectArgs{Request: s.handle(in)} }},
-	{op: attachproto.OpAccept, args: func(s *fuzzSession, in *fuzzInput) any { return attachproto.AcceptArgs{Request: s.handle(in)} }, waits: true},
+	{op: attachproto.OpAccept, args: func(s *fuzzSession, in *fuzzInput) any {
+		return attachproto.AcceptArgs{Request: s.handle(in), Timeout: in.byte() % 40}
+	}, waits: true},
 	{op: attachproto.OpRegShared, fd: true, args: func(s *fuzzSession, in *fuzzInput) any {
 		return attachproto.RegSharedArgs{PD: s.handle(in), Off: int64(int8(in.byte())) * 4096, Len: fuzzSize(in), IOVA: s.addr(in), Access: mr.Access(in.byte())}
 	}},

@@ -596,7 +596,7 @@ func (s *session) accept(ctx context.Context, raw json.RawMessage, _ []int) (any
 		return nil, nil, err
 	}
 	opts := nic.AcceptOptions{PrivateData: a.PrivateData, ResponderResources: a.ResponderResources,
-		InitiatorDepth: a.InitiatorDepth, RNRRetryCount: a.RNRRetryCount, SelfConnect: a.SelfConnect}
+		InitiatorDepth: a.InitiatorDepth, RNRRetryCount: a.RNRRetryCount, Timeout: a.Timeout, SelfConnect: a.SelfConnect}
 	if a.UseQP != 0 {
 		opts.UseQP = h.pub
 	}

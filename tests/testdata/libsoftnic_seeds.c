@@ -7,7 +7,8 @@
  * file mapping) registered where it lies, a bad rkey completing with
  * IBV_WC_REM_ACCESS_ERR and raising IBV_EVENT_QP_FATAL for both QPs
  * (ibv_get_async_event), seed 002's rdma_post_read, whose context comes
- * back as the completion's wr_id, an SRQ's limit (ibv_modify_srq arms
+ * back as the completion's wr_id, over a connection whose two QPs have the
+ * local ACK timeouts rdma_set_option set, an SRQ's limit (ibv_modify_srq arms
  * it, SENDs that take the SRQ below it raise one
  * IBV_EVENT_SRQ_LIMIT_REACHED, ibv_query_srq shows it disarmed, and
  * ibv_destroy_srq takes back its event not read), ibv_resize_cq up and
@@ -300,6 +301,17 @@ static struct ibv_mr *server_mr;
 static pthread_mutex_t server_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t server_cond = PTHREAD_COND_INITIALIZER;
 static int server_ready, server_done;
+static uint8_t server_timeout; /* the accepted QP's local ACK timeout */
+
+/* qp_timeout returns the local ACK timeout of qp (ibv_query_qp). */
+static uint8_t qp_timeout(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr init;
+
+	MUST(!ibv_query_qp(qp, &a, IBV_QP_TIMEOUT, &init));
+	return a.timeout;
+}
 
 static void *server(void *arg)
 {
@@ -320,7 +332,10 @@ static void *server(void *arg)
 	MUST(!rdma_get_request(listen, &id));
 	server_mr = ibv_reg_mr(id->pd, server_buf, sizeof(server_buf), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
 	MUST(server_mr);
+	uint8_t timeout = 12;
+	MUST(!rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout, sizeof(timeout)));
 	MUST(!rdma_accept(id, NULL));
+	server_timeout = qp_timeout(id->qp);
 	pthread_mutex_lock(&server_mu);
 	while (!server_done)
 		pthread_cond_wait(&server_cond, &server_mu);
@@ -351,6 +366,15 @@ static void post_read(void)
 	rdma_freeaddrinfo(res);
 	struct ibv_mr *mr = rdma_reg_read(id, buf, sizeof(buf));
 	MUST(mr);
+	uint8_t timeout = 32;
+	int wide = 10;
+	CHECK(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout, sizeof(timeout)) == -1 &&
+		      errno == EINVAL,
+	      "RDMA_OPTION_ID_ACK_TIMEOUT 32 is EINVAL");
+	CHECK(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &wide, sizeof(wide)) == -1 && errno == EINVAL,
+	      "RDMA_OPTION_ID_ACK_TIMEOUT of an int's length is EINVAL");
+	timeout = 10;
+	MUST(!rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout, sizeof(timeout)));
 	MUST(!rdma_connect(id, NULL));
 	void *context = (void *)(uintptr_t)0x5eed0002;
 	MUST(!rdma_post_read(id, context, buf, 23, mr, IBV_SEND_SIGNALED, (uintptr_t)server_buf, server_mr->rkey));
@@ -360,6 +384,9 @@ static void post_read(void)
 	CHECK(wc.wr_id == (uintptr_t)context, "seed 002: the context comes back as the completion's wr_id (%#llx)",
 	      (unsigned long long)wc.wr_id);
 	CHECK(!strcmp(buf, server_buf), "seed 002: the READ brought the remote bytes");
+	CHECK(qp_timeout(id->qp) == 10 && server_timeout == 12,
+	      "RDMA_OPTION_ID_ACK_TIMEOUT sets each side's QP's local ACK timeout (%d, want 10; %d, want 12)",
+	      qp_timeout(id->qp), server_timeout);
 	pthread_mutex_lock(&server_mu);
 	server_done = 1;
 	pthread_cond_signal(&server_cond);

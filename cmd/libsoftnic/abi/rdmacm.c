@@ -557,12 +557,14 @@ EXPORT const char *rdma_event_str(enum rdma_cm_event_type event)
 
 EXPORT int rdma_set_option(struct rdma_cm_id *id, int level, int optname, void *optval, size_t optlen)
 {
-	(void)id;
-	(void)optval;
-	(void)optlen;
-	/* The type of service, address reuse, IPv6-only and the ACK timeout
-	 * have no effect on a softnic connection; they are accepted. */
-	if (level == RDMA_OPTION_ID && optname <= RDMA_OPTION_ID_ACK_TIMEOUT)
+	if (level == RDMA_OPTION_ID && optname == RDMA_OPTION_ID_ACK_TIMEOUT) {
+		if (!optval || optlen != sizeof(uint8_t))
+			return fail(EINVAL);
+		return fail(snSetAckTimeout((struct sn_cm_id *)id, *(uint8_t *)optval));
+	}
+	/* The type of service, address reuse and IPv6-only have no effect on
+	 * a softnic connection; they are accepted. */
+	if (level == RDMA_OPTION_ID && optname < RDMA_OPTION_ID_ACK_TIMEOUT)
 		return 0;
 	sn_unsupported("rdma_set_option (this option)");
 	return -1;

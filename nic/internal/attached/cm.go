@@ -127,7 +127,7 @@ func (ar *attachedRequest) Accept(opts *provider.AcceptOptions) (provider.Connec
 	var res attachproto.ConnResult
 	fds, err := a.call(context.Background(), attachproto.OpAccept, attachproto.AcceptArgs{
 		Request: ar.h, PrivateData: opts.PrivateData, ResponderResources: opts.ResponderResources,
-		InitiatorDepth: opts.InitiatorDepth, RNRRetryCount: opts.RNRRetryCount, UseQP: daemonHandle(opts.UseQP),
+		InitiatorDepth: opts.InitiatorDepth, RNRRetryCount: opts.RNRRetryCount, Timeout: opts.Timeout, UseQP: daemonHandle(opts.UseQP),
 		SelfConnect: opts.SelfConnect,
 	}, nil, &res)
 	if err != nil {

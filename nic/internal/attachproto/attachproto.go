@@ -396,8 +396,11 @@ type AcceptArgs struct {
 	PrivateData                        []byte
 	ResponderResources, InitiatorDepth uint8
 	RNRRetryCount                      uint8
-	UseQP                              uint32 // AcceptOptions.UseQP's handle, 0 for a new QP
-	SelfConnect                        bool   `json:",omitempty"` // AcceptOptions.SelfConnect (selfconnect.go)
+	// Timeout is AcceptOptions.Timeout. A daemon of before it ignores it:
+	// the QP takes the REQ's.
+	Timeout     uint8  `json:",omitempty"`
+	UseQP       uint32 // AcceptOptions.UseQP's handle, 0 for a new QP
+	SelfConnect bool   `json:",omitempty"` // AcceptOptions.SelfConnect (selfconnect.go)
 }
 
 // RejectArgs is Request.Reject.

@@ -229,7 +229,7 @@ func (er *Request) terms(opts *provider.AcceptOptions) (rr, depth, rnr uint8, p 
 	rnr = cmp.Or(opts.RNRRetryCount, provider.CMDefaultRetry)
 	p = provider.ConnParams{Remote: er.id.peer, RemoteQPN: req.LocalQPN, Options: provider.ConnectOptions{
 		LocalPSN: req.StartingPSN, RemotePSN: er.psn, MTU: req.PathMTU.Bytes(), Access: cmAccess(rr),
-		Timeout: min(req.PrimaryPath.LocalACKTimeout, cm.MaxHonouredTimeout), RetryCnt: req.RetryCount, RNRRetry: req.RNRRetryCount,
+		Timeout: cmp.Or(opts.Timeout, min(req.PrimaryPath.LocalACKTimeout, cm.MaxHonouredTimeout)), RetryCnt: req.RetryCount, RNRRetry: req.RNRRetryCount,
 		MinRNRTimer: provider.CMMinRNRTimer, MaxRdAtomic: depth, MaxDestRdAtomic: rr,
 	}}
 	return rr, depth, rnr, p

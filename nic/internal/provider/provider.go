@@ -239,6 +239,7 @@ type Request interface {
 type AcceptOptions struct {
 	PrivateData                                       []byte
 	ResponderResources, InitiatorDepth, RNRRetryCount uint8
+	Timeout                                           uint8 // 0: the REQ's
 	UseQP                                             QP
 	SelfConnect                                       bool
 }
