@@ -335,7 +335,10 @@ static void *server(void *arg)
 	uint8_t timeout = 12;
 	MUST(!rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout, sizeof(timeout)));
 	MUST(!rdma_accept(id, NULL));
+	pthread_mutex_lock(&server_mu);
 	server_timeout = qp_timeout(id->qp);
+	pthread_cond_signal(&server_cond);
+	pthread_mutex_unlock(&server_mu);
 	pthread_mutex_lock(&server_mu);
 	while (!server_done)
 		pthread_cond_wait(&server_cond, &server_mu);
@@ -384,6 +387,10 @@ static void post_read(void)
 	CHECK(wc.wr_id == (uintptr_t)context, "seed 002: the context comes back as the completion's wr_id (%#llx)",
 	      (unsigned long long)wc.wr_id);
 	CHECK(!strcmp(buf, server_buf), "seed 002: the READ brought the remote bytes");
+	pthread_mutex_lock(&server_mu);
+	while (!server_timeout) /* rdma_accept may return after the READ */
+		pthread_cond_wait(&server_cond, &server_mu);
+	pthread_mutex_unlock(&server_mu);
 	CHECK(qp_timeout(id->qp) == 10 && server_timeout == 12,
 	      "RDMA_OPTION_ID_ACK_TIMEOUT sets each side's QP's local ACK timeout (%d, want 10; %d, want 12)",
 	      qp_timeout(id->qp), server_timeout);
