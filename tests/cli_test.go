@@ -54,6 +54,23 @@ func (b *lockedBuffer) String() string {
 	return b.b.String()
 }
 
+// startUntilCleanup starts cmd, which the test's cleanup kills and waits
+// for. It returns cmd's exit, which a reader that takes it before the
+// cleanup must put back.
+func startUntilCleanup(t *testing.T, cmd *exec.Cmd) chan error {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-exited
+	})
+	return exited
+}
+
 // cliReady is the JSON line softnic serve prints when it is ready.
 type cliReady struct {
 	Listen  string `json:"listen"`
@@ -107,15 +124,7 @@ func TestCLI(t *testing.T) {
 	}
 	var serveErr lockedBuffer
 	serve.Stderr = &serveErr
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- serve.Wait() }()
-	t.Cleanup(func() {
-		serve.Process.Kill()
-		<-exited
-	})
+	exited := startUntilCleanup(t, serve)
 
 	lines := make(chan string, 1)
 	go func() {

@@ -188,16 +188,7 @@ func (h *verbsHost) startServer(t *testing.T, ctx context.Context, args ...strin
 	out := &lockedBuffer{}
 	s := h.program(ctx, args...)
 	s.Stdout, s.Stderr = out, out
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- s.Wait() }()
-	t.Cleanup(func() {
-		s.Process.Kill()
-		<-exited
-	})
-	return out, exited
+	return out, startUntilCleanup(t, s)
 }
 
 // inspect asks the daemon with softnic info, stat, qp or mr --json.
