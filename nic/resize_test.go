@@ -169,6 +169,7 @@ func TestCQResize(t *testing.T) {
 		id := uint64(0)
 		write := func(n int) {
 			t.Helper()
+			want := cq.Len() + n
 			for range n {
 				id++
 				wr := &verbs.SendWR{ID: id, Opcode: verbs.WRWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{b.mr.SGE(0, 8)},
@@ -178,7 +179,7 @@ func TestCQResize(t *testing.T) {
 				}
 			}
 			deadline := time.Now().Add(10 * time.Second)
-			for cq.Len() < n && time.Now().Before(deadline) {
+			for cq.Len() < want && time.Now().Before(deadline) {
 				time.Sleep(time.Millisecond)
 			}
 		}
