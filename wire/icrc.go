@@ -46,6 +46,9 @@ import (
 type Envelope struct {
 	Src, Dst netip.AddrPort // IPv4 (4-in-6 mapped addresses count as IPv4) or IPv6
 	IPID     uint16         // IPv4 identification: 0 for senders using unconnected UDP sockets with DF
+	// TrafficClass is the IPv4 TOS or IPv6 Traffic Class byte (DSCP and
+	// ECN). The ICRC masks it, so it may change on the way.
+	TrafficClass uint8
 }
 
 // icrcSeed is the CRC after the 8 bytes of 0xFF that stand in for the LRH.

@@ -1,11 +1,13 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
 	"net/netip"
 	"testing"
+	"time"
 )
 
 // IP and UDP headers of golden packets (../shared/golden, rxe on Linux 6.1),
@@ -197,6 +199,50 @@ func TestEnvelopeFieldsCovered(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if tt.env.ICRC(pkt) == want {
 				t.Errorf("ICRC unchanged")
+			}
+		})
+	}
+}
+
+// TestTrafficClass: an envelope's traffic class goes into the IP header a
+// capture shows (IPv4 TOS, IPv6 Traffic Class), is read back from it, and
+// leaves the ICRC alone, which masks it: a packet sealed with one class
+// checks under another.
+func TestTrafficClass(t *testing.T) {
+	for _, tt := range []struct{ name, src, dst string }{
+		{"IPv4", "10.0.0.1:49152", "10.0.0.2:4791"},
+		{"IPv6", "[fd00::1]:49152", "[fd00::2]:4791"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			plain := Envelope{Src: netip.MustParseAddrPort(tt.src), Dst: netip.MustParseAddrPort(tt.dst)}
+			marked := plain
+			marked.TrafficClass = 0xb9 // DSCP 46 (EF), ECN 01 (ECT(1))
+			pkt := encodeSample(t, OpRCSendOnly)
+			if plain.ICRC(pkt) != marked.ICRC(pkt) {
+				t.Error("the traffic class changes the ICRC")
+			}
+			marked.Seal(pkt)
+			if err := plain.Check(pkt); err != nil {
+				t.Errorf("sealed with class %#x, checked with 0: %v", marked.TrafficClass, err)
+			}
+			var buf bytes.Buffer
+			w, err := NewPcapWriter(&buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := w.WritePacket(time.Unix(1, 0), &marked, pkt); err != nil {
+				t.Fatal(err)
+			}
+			r, err := NewPcapReader(&buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := r.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f.Env != marked || f.ICRC != ICRCOK {
+				t.Errorf("captured envelope %+v, ICRC %v; want %+v, ICRCOK", f.Env, f.ICRC, marked)
 			}
 		})
 	}

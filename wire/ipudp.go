@@ -34,6 +34,7 @@ func (e *Envelope) putIPHeader(h []byte, udpLen int) int {
 		h = h[:ipv4HeaderSize]
 		clear(h)
 		h[0] = ipv4VersionIHL
+		h[1] = e.TrafficClass
 		binary.BigEndian.PutUint16(h[2:], uint16(ipv4HeaderSize+udpLen))
 		binary.BigEndian.PutUint16(h[4:], e.IPID)
 		binary.BigEndian.PutUint16(h[6:], ipv4FlagDF)
@@ -47,7 +48,8 @@ func (e *Envelope) putIPHeader(h []byte, udpLen int) int {
 	}
 	h = h[:ipv6HeaderSize]
 	clear(h)
-	h[0] = ipv6Version
+	h[0] = ipv6Version | e.TrafficClass>>4
+	h[1] = e.TrafficClass << 4
 	binary.BigEndian.PutUint16(h[4:], uint16(udpLen))
 	h[6] = ipProtoUDP
 	h[7] = ipTTL

@@ -393,6 +393,7 @@ func parseFrame(f *Frame, linkType uint32, data []byte) bool {
 	var (
 		src, dst netip.Addr
 		ipID     uint16
+		tclass   uint8
 		ipLen    int // IP header
 		totalLen int // IP header and payload, as the header says
 	)
@@ -407,14 +408,14 @@ func parseFrame(f *Frame, linkType uint32, data []byte) bool {
 		if ipLen < ipv4HeaderSize || data[9] != ipProtoUDP || fragment {
 			return false
 		}
-		ipID = binary.BigEndian.Uint16(data[4:])
+		ipID, tclass = binary.BigEndian.Uint16(data[4:]), data[1]
 		src = netip.AddrFrom4([4]byte(data[12:16]))
 		dst = netip.AddrFrom4([4]byte(data[16:20]))
 	case ethTypeIPv6:
 		if len(data) < ipv6HeaderSize || data[0]>>4 != 6 || data[6] != ipProtoUDP {
 			return false
 		}
-		ipLen = ipv6HeaderSize
+		ipLen, tclass = ipv6HeaderSize, data[0]<<4|data[1]>>4
 		totalLen = ipv6HeaderSize + int(binary.BigEndian.Uint16(data[4:]))
 		src = netip.AddrFrom16([16]byte(data[8:24]))
 		dst = netip.AddrFrom16([16]byte(data[24:40]))
@@ -434,7 +435,7 @@ func parseFrame(f *Frame, linkType uint32, data []byte) bool {
 	f.Env = Envelope{
 		Src:  netip.AddrPortFrom(src, sport),
 		Dst:  netip.AddrPortFrom(dst, dport),
-		IPID: ipID,
+		IPID: ipID, TrafficClass: tclass,
 	}
 	hdrEnd := ipLen + udpHeaderSize
 	f.IPUDP = data[:hdrEnd:hdrEnd]

@@ -351,6 +351,16 @@ func (s *sysConn) configure(fd int, opt Options) error {
 	if err != nil {
 		return os.NewSyscallError("setsockopt PKTINFO", err)
 	}
+	if opt.TrafficClass {
+		if s.v6 {
+			err = unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1)
+		} else {
+			err = unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_RECVTOS, 1)
+		}
+		if err != nil {
+			return os.NewSyscallError("setsockopt RECVTOS", err)
+		}
+	}
 	if !opt.DisableGSO {
 		// Readable since Linux 4.18, like the send side it stands for.
 		_, err := unix.GetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_SEGMENT)
@@ -376,10 +386,11 @@ func setBuffer(fd, force, plain, size int) (int, error) {
 
 func (c *Conn) features() Features {
 	f := Features{
-		GSO:        c.sys.gso.Load(),
-		GRO:        c.sys.gro,
-		RecvBuffer: c.sys.rcvbuf,
-		SendBuffer: c.sys.sndbuf,
+		GSO:          c.sys.gso.Load(),
+		GRO:          c.sys.gro,
+		RecvBuffer:   c.sys.rcvbuf,
+		SendBuffer:   c.sys.sndbuf,
+		TrafficClass: true,
 	}
 	if f.GSO {
 		f.MaxGSOSegments = MaxGSOSegments
@@ -580,7 +591,7 @@ func (c *Conn) collect(msgs []Message, n int) int {
 		m.N = int(h.Len)
 		m.Addr = sockaddrAddrPort(&r.names[i])
 		oob := r.oob[i*readOOBSpace:][:h.Hdr.Controllen]
-		m.Local, m.Segment = parseControl(oob)
+		m.Local, m.Segment, m.TrafficClass = parseControl(oob)
 		if c.sys.bound.IsValid() {
 			m.Local = c.sys.bound
 		}
@@ -675,11 +686,14 @@ func (w *writer) pack(chunk []Message, nr int, v6 bool) (int, syscall.Errno) {
 			w.iovs[i+j].SetLen(len(buf))
 		}
 		w.used = max(w.used, i+n)
+		segment := uint16(0)
 		if n > 1 {
-			oob := w.oob[r*writeOOBSpace:][:writeOOBSpace]
-			putSegmentControl(oob, uint16(len(first.Buf)))
+			segment = uint16(len(first.Buf))
+		}
+		oob := w.oob[r*writeOOBSpace:][:writeOOBSpace]
+		if l := putSendControl(oob, segment, first.TrafficClass, v6); l > 0 {
 			h.Control = unsafe.SliceData(oob)
-			h.SetControllen(writeOOBSpace)
+			h.SetControllen(l)
 		} else {
 			h.Control = nil
 			h.SetControllen(0)

@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"runtime"
@@ -56,6 +57,7 @@ type received struct {
 	from      netip.AddrPort
 	local     netip.Addr
 	coalesced bool // arrived in a Message with Segment > 0
+	tclass    uint8
 }
 
 // readDatagrams reads from c until want datagrams have arrived, splitting GRO
@@ -76,7 +78,7 @@ func readDatagrams(t *testing.T, c *Conn, want, bufSize int) []received {
 		}
 		for _, m := range msgs[:n] {
 			for d := range Segments(&m) {
-				got = append(got, received{bytes.Clone(d), m.Addr, m.Local, m.Segment > 0})
+				got = append(got, received{bytes.Clone(d), m.Addr, m.Local, m.Segment > 0, m.TrafficClass})
 			}
 		}
 	}
@@ -194,6 +196,100 @@ func TestRoundTrip(t *testing.T) {
 }
 
 func head(b []byte) []byte { return b[:min(len(b), 8)] }
+
+// TestTrafficClass: each datagram leaves with its Message's traffic class
+// in the IP header (IPv4 TOS, IPv6 Traffic Class), in a GSO run as alone,
+// and a class change ends a run; 0 leaves the header's 0. A plain socket
+// that asks the kernel for each datagram's class sees them, and so does a
+// Conn with Options.TrafficClass, with GRO (which merges only datagrams of
+// one class) and without; one without the option reports 0.
+func TestTrafficClass(t *testing.T) {
+	for _, tt := range []struct {
+		name, addr        string
+		level, recv, kind int
+	}{
+		{"ipv4", "127.0.0.1:0", unix.IPPROTO_IP, unix.IP_RECVTOS, unix.IP_TOS},
+		{"ipv6", "[::1]:0", unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, unix.IPV6_TCLASS},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tx := listen(t, tt.addr, Options{DisableGRO: true})
+			if !tx.Features().TrafficClass {
+				t.Fatalf("features %v: no per-datagram traffic class on Linux", tx.Features())
+			}
+			rx, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.MustParseAddrPort(tt.addr)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rx.Close()
+			raw, err := rx.SyscallConn()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var serr error
+			raw.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), tt.level, tt.recv, 1) })
+			if serr != nil {
+				t.Fatal(serr)
+			}
+			classes := []uint8{0, 0xb8, 0xb8, 0xb8, 0x02, 0}
+			msgs := make([]Message, len(classes))
+			for i, c := range classes {
+				msgs[i] = Message{Buf: bytes.Repeat([]byte{byte(i)}, 100), Addr: rx.LocalAddr().(*net.UDPAddr).AddrPort(), TrafficClass: c}
+			}
+			send := func(to netip.AddrPort) {
+				t.Helper()
+				for i := range msgs {
+					msgs[i].Addr = to
+				}
+				if n, err := tx.WriteBatch(msgs); n != len(msgs) || err != nil {
+					t.Fatalf("WriteBatch = %d, %v", n, err)
+				}
+			}
+			send(rx.LocalAddr().(*net.UDPAddr).AddrPort())
+			rx.SetReadDeadline(time.Now().Add(5 * time.Second))
+			buf, oob := make([]byte, 200), make([]byte, 64)
+			for i, want := range classes {
+				n, oobn, _, _, err := rx.ReadMsgUDP(buf, oob)
+				if err != nil {
+					t.Fatalf("datagram %d: %v", i, err)
+				}
+				got, ok := receivedClass(t, oob[:oobn], tt.level, tt.kind)
+				if n != 100 || buf[0] != byte(i) || !ok || got != want {
+					t.Errorf("datagram %d: %d bytes of %d, class %#x (reported %v), want 100 of %d, class %#x", i, n, buf[0], got, ok, i, want)
+				}
+			}
+			for _, o := range []Options{{TrafficClass: true}, {TrafficClass: true, DisableGRO: true}, {}} {
+				c := listen(t, tt.addr, o)
+				send(c.LocalAddr())
+				for i, r := range readDatagrams(t, c, len(classes), 1<<16) {
+					want := classes[i]
+					if !o.TrafficClass {
+						want = 0
+					}
+					if r.data[0] != byte(i) || r.tclass != want {
+						t.Errorf("%+v: datagram %d: %d with class %#x, want %d with %#x", o, i, r.data[0], r.tclass, i, want)
+					}
+				}
+			}
+		})
+	}
+}
+
+// receivedClass finds in oob the traffic class control message of
+// level and kind (the kernel writes IP_TOS's as a byte, IPV6_TCLASS's as
+// an int).
+func receivedClass(t *testing.T, oob []byte, level, kind int) (uint8, bool) {
+	t.Helper()
+	cmsgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range cmsgs {
+		if int(m.Header.Level) == level && int(m.Header.Type) == kind && len(m.Data) > 0 {
+			return m.Data[0], true
+		}
+	}
+	return 0, false
+}
 
 // TestLoneDatagramsGoBySendto: a batch of one datagram, not a GSO run,
 // leaves by sendto; anything else by sendmmsg. Each arrives byte for byte as

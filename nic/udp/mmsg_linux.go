@@ -12,14 +12,17 @@ import (
 )
 
 // Control message sizes. A received datagram carries its destination address
-// (IP_PKTINFO or IPV6_PKTINFO) and, with GRO, its segment size (UDP_GRO, an
-// int); a GSO send carries its segment size (UDP_SEGMENT, a uint16).
+// (IP_PKTINFO or IPV6_PKTINFO), with GRO its segment size (UDP_GRO, an int)
+// and, if asked, its traffic class (IP_TOS, a byte, or IPV6_TCLASS, an
+// int); a send carries its segment size if it is a GSO run (UDP_SEGMENT, a
+// uint16) and its traffic class if not 0 (IP_TOS or IPV6_TCLASS, an int).
 var (
-	// readOOBSpace is twice what pktinfo and GRO need, so that an unexpected
-	// control message cannot crowd them out (which would drop the datagram
-	// with MSG_CTRUNC). A multiple of 8, so every slot stays cmsghdr-aligned.
-	readOOBSpace  = 2 * (unix.CmsgSpace(unix.SizeofInet6Pktinfo) + unix.CmsgSpace(4))
-	writeOOBSpace = unix.CmsgSpace(2)
+	// readOOBSpace is twice what pktinfo, GRO and the traffic class need, so
+	// that an unexpected control message cannot crowd them out (which would
+	// drop the datagram with MSG_CTRUNC). A multiple of 8, so every slot
+	// stays cmsghdr-aligned.
+	readOOBSpace  = 2 * (unix.CmsgSpace(unix.SizeofInet6Pktinfo) + 2*unix.CmsgSpace(4))
+	writeOOBSpace = unix.CmsgSpace(2) + unix.CmsgSpace(4)
 )
 
 // recvmmsg reads up to len(hdrs) datagrams without blocking (the socket is
@@ -97,9 +100,10 @@ func getPort(p *uint16) uint16 {
 }
 
 // parseControl returns the destination address (IP_PKTINFO's ipi_addr, the
-// address in the IP header, or IPV6_PKTINFO's) and the GRO segment size
-// (0 without one) carried by the control messages of one received datagram.
-func parseControl(b []byte) (local netip.Addr, segment int) {
+// address in the IP header, or IPV6_PKTINFO's), the GRO segment size (0
+// without one) and the traffic class (0 without one) carried by the
+// control messages of one received datagram.
+func parseControl(b []byte) (local netip.Addr, segment int, tclass uint8) {
 	for len(b) >= unix.SizeofCmsghdr {
 		h, data, rest, err := unix.ParseOneSocketControlMessage(b)
 		if err != nil {
@@ -114,18 +118,46 @@ func parseControl(b []byte) (local netip.Addr, segment int) {
 			local = netip.AddrFrom16([16]byte(data[:16]))
 		case h.Level == unix.SOL_UDP && h.Type == unix.UDP_GRO && len(data) >= 4:
 			segment = int(binary.NativeEndian.Uint32(data))
+		case h.Level == unix.IPPROTO_IP && h.Type == unix.IP_TOS && len(data) >= 1:
+			tclass = data[0]
+		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_TCLASS && len(data) >= 4:
+			tclass = uint8(binary.NativeEndian.Uint32(data))
 		}
 		b = rest
 	}
-	return local, segment
+	return local, segment, tclass
 }
 
-// putSegmentControl writes a UDP_SEGMENT control message asking the kernel to
-// cut the send into datagrams of size bytes; b has writeOOBSpace bytes.
-func putSegmentControl(b []byte, size uint16) {
+// putSendControl writes into b, of writeOOBSpace bytes, the control
+// messages of a send and returns their length, 0 for none: with segment
+// above 0 a UDP_SEGMENT one, asking the kernel to cut the send into
+// datagrams of segment bytes; with tclass above 0 the traffic class of
+// the send's datagrams, IPV6_TCLASS on an IPv6 socket (v6), IP_TOS on an
+// IPv4 one.
+func putSendControl(b []byte, segment uint16, tclass uint8, v6 bool) int {
+	n := 0
+	if segment > 0 {
+		putCmsg(b, unix.SOL_UDP, unix.UDP_SEGMENT, 2)
+		binary.NativeEndian.PutUint16(b[unix.CmsgLen(0):], segment)
+		n = unix.CmsgSpace(2)
+	}
+	if tclass > 0 {
+		level, typ := unix.IPPROTO_IP, unix.IP_TOS
+		if v6 {
+			level, typ = unix.IPPROTO_IPV6, unix.IPV6_TCLASS
+		}
+		putCmsg(b[n:], int32(level), int32(typ), 4)
+		binary.NativeEndian.PutUint32(b[n+unix.CmsgLen(0):], uint32(tclass))
+		n += unix.CmsgSpace(4)
+	}
+	return n
+}
+
+// putCmsg writes at the start of b the header of a control message of
+// size bytes of data.
+func putCmsg(b []byte, level, typ int32, size int) {
 	h := (*unix.Cmsghdr)(unsafe.Pointer(unsafe.SliceData(b)))
-	h.Level = unix.SOL_UDP
-	h.Type = unix.UDP_SEGMENT
-	h.SetLen(unix.CmsgLen(2))
-	binary.NativeEndian.PutUint16(b[unix.CmsgLen(0):], size)
+	h.Level = level
+	h.Type = typ
+	h.SetLen(unix.CmsgLen(size))
 }

@@ -96,6 +96,10 @@ type Options struct {
 	// CAP_NET_RAW; Features says whether it has one; see ipid.go). Without
 	// the privilege the Conn works as without IPIDs.
 	IPIDs bool
+	// TrafficClass has reads report each datagram's traffic class
+	// (Message.TrafficClass), which costs a control message per read
+	// datagram (Linux).
+	TrafficClass bool
 }
 
 // withDefaults fills in the default buffer sizes and applies the environment
@@ -132,6 +136,9 @@ type Features struct {
 	// RecvBuffer and SendBuffer are the socket buffer sizes the kernel reports
 	// (Linux reports twice the size asked for: half is bookkeeping).
 	RecvBuffer, SendBuffer int
+	// TrafficClass is true when writes set each datagram's traffic class
+	// (Message.TrafficClass); elsewhere every datagram carries 0.
+	TrafficClass bool
 	// IPIDs is true when Options.IPIDs asked for the identifications of
 	// received IPv4 datagrams and the raw socket that shows them is open.
 	IPIDs bool
@@ -188,6 +195,12 @@ type Message struct {
 	Addr    netip.AddrPort // read: the sender; write: the destination
 	Local   netip.Addr     // read: our address the datagram was sent to
 	Segment int            // read: with GRO, Buf[:N] holds datagrams of Segment bytes (the last may be shorter); 0 = one datagram
+	// TrafficClass is the IP header's traffic class byte (the IPv4 TOS,
+	// the IPv6 Traffic Class: DSCP in the upper six bits, ECN in the lower
+	// two), where the platform has it per datagram (Features.TrafficClass).
+	// Write: the class to send with; 0 sends the socket's, 0. Read: the
+	// class the datagram came with, with Options.TrafficClass, else 0.
+	TrafficClass uint8
 }
 
 // Segments iterates over the datagrams a received Message holds: Buf[:N]
@@ -222,7 +235,8 @@ type gsoLimits struct {
 // stores the run lengths in runs; it returns how many runs it stored, and
 // covers as many leading messages as len(runs) runs can hold.
 //
-// A run is a maximal sequence of messages with the same destination, where
+// A run is a maximal sequence of messages with the same destination and
+// traffic class, where
 // every datagram has the length of the first and the last may be shorter but
 // not empty: the kernel cuts the concatenated payload every len(first) bytes,
 // so this is exactly what UDP_SEGMENT reproduces. A run ends after a shorter
@@ -238,7 +252,7 @@ func splitRuns(msgs []Message, lim gsoLimits, runs []int) int {
 			for j := i + 1; j < len(msgs) && n < lim.maxSegments; j++ {
 				next := &msgs[j]
 				l := len(next.Buf)
-				if next.Addr != first.Addr || l == 0 || l > seg || total+l > lim.maxBytes {
+				if next.Addr != first.Addr || next.TrafficClass != first.TrafficClass || l == 0 || l > seg || total+l > lim.maxBytes {
 					break
 				}
 				total += l

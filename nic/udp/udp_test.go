@@ -36,6 +36,7 @@ func TestSplitRuns(t *testing.T) {
 		name    string
 		sizes   []int
 		dsts    map[int]netip.AddrPort
+		classes map[int]uint8 // Message.TrafficClass, 0 unless given
 		lim     gsoLimits
 		maxRuns int
 		want    []int
@@ -57,11 +58,15 @@ func TestSplitRuns(t *testing.T) {
 		{name: "oversized datagram alone", sizes: []int{70000, 70000}, lim: gso, want: []int{1, 1}},
 		{name: "IPv4 beyond loopback is never coalesced (the IP ID trap)", sizes: repeat(3, 100), dsts: map[int]netip.AddrPort{0: remote4, 1: remote4, 2: remote4}, lim: gso, want: []int{1, 1, 1}},
 		{name: "IPv6 beyond loopback coalesces", sizes: repeat(3, 100), dsts: map[int]netip.AddrPort{0: remote6, 1: remote6, 2: remote6}, lim: gso, want: []int{3}},
+		{name: "traffic class change starts a run", sizes: repeat(4, 100), classes: map[int]uint8{2: 0xb8, 3: 0xb8}, lim: gso, want: []int{2, 2}},
 		{name: "runs slice full", sizes: repeat(4, 100), dsts: map[int]netip.AddrPort{1: dstB, 3: dstB}, lim: gso, maxRuns: 2, want: []int{1, 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			msgs := batch(tt.sizes, tt.dsts)
+			for i, c := range tt.classes {
+				msgs[i].TrafficClass = c
+			}
 			maxRuns := tt.maxRuns
 			if maxRuns == 0 {
 				maxRuns = max(len(msgs), 1)
