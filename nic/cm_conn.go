@@ -306,6 +306,11 @@ type DialOptions struct {
 	// connect it with, and Conn.Establish then sends the RTU, as
 	// rdma_connect and rdma_establish do for a QP rdma_cm did not make.
 	SelfConnect bool
+	// TrafficClass is the IP header's DSCP and ECN byte of both QPs'
+	// packets (verbs.Attr.TrafficClass; rdma_set_option's
+	// RDMA_OPTION_ID_TOS; default 0): it goes in the REQ's path, from
+	// which the accepting side takes it, as with Linux's rdma_cm.
+	TrafficClass uint8
 }
 
 func (o *DialOptions) setDefaults(d *Device, remote netip.AddrPort) error {
@@ -402,7 +407,7 @@ func (o *DialOptions) provider() *provider.DialOptions {
 		ResponderResources: o.ResponderResources, InitiatorDepth: o.InitiatorDepth,
 		RetryCount: o.RetryCount, RNRRetryCount: o.RNRRetryCount, MTU: o.MTU,
 		Timeout: o.Timeout, CMRetries: o.CMRetries, CMTimeout: o.CMTimeout, PortSpace: o.PortSpace,
-		SelfConnect: o.SelfConnect,
+		SelfConnect: o.SelfConnect, TrafficClass: o.TrafficClass,
 	}
 	if o.UseQP != nil {
 		p.UseQP = o.UseQP.prov

@@ -47,7 +47,8 @@ func TestAckReqUnacknowledged(t *testing.T) {
 			buf := make([]byte, qp.MaxPacketSize)
 			var got []bool
 			for {
-				size, dst := a.qp.Transmit(buf, 0)
+				size, route := a.qp.Transmit(buf, 0)
+				dst := route.Dst
 				if size == 0 {
 					break
 				}

@@ -31,7 +31,8 @@ func BenchmarkOp(b *testing.B) {
 			now := qp.Time(0)
 			move := func(from, to *host) {
 				for {
-					n, dst := from.qp.Transmit(buf, now)
+					n, route := from.qp.Transmit(buf, now)
+					dst := route.Dst
 					if n == 0 {
 						return
 					}

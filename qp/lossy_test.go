@@ -449,7 +449,8 @@ func newMover(t testing.TB) *mover { return &mover{t: t, buf: make([]byte, qp.Ma
 // from 0 in this call) that drop reports lost.
 func (m *mover) move(from, to *host, now qp.Time, drop func(i int, p *wire.Packet) bool) {
 	for i := 0; ; i++ {
-		n, dst := from.qp.Transmit(m.buf, now)
+		n, route := from.qp.Transmit(m.buf, now)
+		dst := route.Dst
 		if n == 0 {
 			return
 		}

@@ -53,7 +53,8 @@ func TestUDMulticast(t *testing.T) {
 	post(t, a, &verbs.SendWR{ID: 1, Opcode: verbs.WRSend, Flags: verbs.Signaled, SGL: sgl(a.sge(0, n)),
 		Dest: group, DestQPN: wire.MulticastQPN, QKey: udQKey})
 	buf := make([]byte, qp.MaxPacketSize)
-	size, dst := a.qp.Transmit(buf, 0)
+	size, route := a.qp.Transmit(buf, 0)
+	dst := route.Dst
 	if size == 0 || dst != group {
 		t.Fatalf("sent %d bytes to %v, want a packet to %v", size, dst, group)
 	}

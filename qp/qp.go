@@ -278,7 +278,7 @@ func (q *QP) applyAttr(a *verbs.Attr, m verbs.AttrMask) {
 		q.attr.QKey = a.QKey
 	}
 	if m&verbs.AttrRemote != 0 {
-		q.attr.Remote = a.Remote
+		q.attr.Remote, q.attr.TrafficClass = a.Remote, a.TrafficClass
 	}
 	if m&verbs.AttrPathMTU != 0 {
 		q.attr.PathMTU = a.PathMTU
@@ -442,17 +442,30 @@ func transportOf(t verbs.Type) wire.Transport {
 	return wire.TransportRC
 }
 
+// Route is where a packet goes: the peer's IP address and UDP port, and
+// the traffic class of the IP header it travels in (the address vector's
+// grh.traffic_class: DSCP in the upper six bits, ECN in the lower two).
+type Route struct {
+	Dst          netip.AddrPort
+	TrafficClass uint8
+}
+
+// route is the route of the QP's packets to its peer: its address vector.
+func (q *QP) route() Route { return Route{Dst: q.attr.Remote, TrafficClass: q.attr.TrafficClass} }
+
 // Transmit encodes the next packet the QP wants to send into buf (at least
-// MaxPacketSize bytes) and returns its length and destination; n is 0 when
-// the QP has nothing to send now. Responses (ACKs, NAKs, READ responses)
-// go before new requests. The ICRC field is left zero for the driver to
-// seal, since only the driver knows the IP header the packet will travel in.
-func (q *QP) Transmit(buf []byte, now Time) (n int, dst netip.AddrPort) {
+// MaxPacketSize bytes) and returns its length and route; n is 0 when the
+// QP has nothing to send now. Responses (ACKs, NAKs, READ responses) go
+// before new requests, to the QP's peer with its traffic class; a UD
+// datagram goes where its WR says, with the WR's class. The ICRC field is
+// left zero for the driver to seal, since only the driver knows the IP
+// header the packet will travel in.
+func (q *QP) Transmit(buf []byte, now Time) (n int, dst Route) {
 	if len(buf) < MaxPacketSize {
-		return 0, netip.AddrPort{}
+		return 0, Route{}
 	}
 	if n = q.resp.next(buf, now); n > 0 {
-		dst = q.attr.Remote
+		dst = q.route()
 	} else {
 		switch q.attr.State {
 		case verbs.RTS, verbs.SQD:

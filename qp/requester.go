@@ -2,7 +2,6 @@ package qp
 
 import (
 	"encoding/binary"
-	"net/netip"
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/verbs"
@@ -68,7 +67,7 @@ func (r *requester) retire(w *sendWQE) {
 }
 
 // next encodes the next request packet into buf.
-func (r *requester) next(buf []byte, now Time) (int, netip.AddrPort) {
+func (r *requester) next(buf []byte, now Time) (int, Route) {
 	q := r.q
 	r.catchUp(q.comp.psn)
 	for !r.halted && !r.rnrWait && q.sq.next != q.sq.tail {
@@ -81,7 +80,7 @@ func (r *requester) next(buf []byte, now Time) (int, netip.AddrPort) {
 			continue
 		case wqePosted:
 			if !r.start(w) {
-				return 0, netip.AddrPort{}
+				return 0, Route{}
 			}
 			if w.state != wqePending {
 				q.sq.next++
@@ -90,11 +89,11 @@ func (r *requester) next(buf []byte, now Time) (int, netip.AddrPort) {
 			}
 		}
 		if q.cfg.Type == verbs.RC && !r.fits(w) {
-			return 0, netip.AddrPort{}
+			return 0, Route{}
 		}
 		return r.encode(w, buf, now)
 	}
-	return 0, netip.AddrPort{}
+	return 0, Route{}
 }
 
 // fits reports whether the congestion window lets w's next packet leave.
@@ -229,7 +228,7 @@ func segmentOpcode(t verbs.Type, op verbs.WROpcode, i, n uint32) (wire.OpCode, b
 
 // encode builds packet r.pkt of WQE w into buf and advances the
 // requester.
-func (r *requester) encode(w *sendWQE, buf []byte, now Time) (int, netip.AddrPort) {
+func (r *requester) encode(w *sendWQE, buf []byte, now Time) (int, Route) {
 	q := r.q
 	op := w.wr.Opcode
 	i := r.pkt
@@ -238,7 +237,7 @@ func (r *requester) encode(w *sendWQE, buf []byte, now Time) (int, netip.AddrPor
 	f := &q.fields
 	*f = wire.Fields{}
 	f.BTH.PKey, f.BTH.DestQP, f.BTH.PSN = q.attr.PKey, q.attr.DestQPN, psn
-	dst := q.attr.Remote
+	dst := q.route()
 	payload := 0
 	psns := uint32(1)
 	last := true
@@ -277,7 +276,7 @@ func (r *requester) encode(w *sendWQE, buf []byte, now Time) (int, netip.AddrPor
 			}
 			f.DETH = wire.DETHFields{QKey: qkey, SrcQP: q.num}
 			f.BTH.DestQP = w.wr.DestQPN
-			dst = w.wr.Dest
+			dst = Route{Dst: w.wr.Dest, TrafficClass: w.wr.TrafficClass}
 		}
 	}
 	switch q.cfg.Type {
@@ -296,7 +295,7 @@ func (r *requester) encode(w *sendWQE, buf []byte, now Time) (int, netip.AddrPor
 		q.cnt.Inc(verbs.SendErr)
 		w.state, w.status = wqeError, verbs.LocQPOpErr
 		r.halted = true
-		return 0, netip.AddrPort{}
+		return 0, Route{}
 	}
 	if op == verbs.WRAtomicWrite {
 		binary.NativeEndian.PutUint64(buf[hdr:], w.wr.Swap)

@@ -252,7 +252,8 @@ func (s *sim) transmitAll() bool {
 	moved := false
 	for _, h := range []*host{s.a, s.b} {
 		for sent := 0; ; sent++ {
-			n, dst := h.qp.Transmit(s.txbuf, s.now)
+			n, route := h.qp.Transmit(s.txbuf, s.now)
+			dst := route.Dst
 			if n == 0 {
 				break
 			}

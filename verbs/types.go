@@ -86,8 +86,13 @@ type Attr struct {
 	PKey        uint16 // BTH partition key; 0xFFFF, the default partition, if never set
 	QKey        uint32 // UD: the Q_Key datagrams must carry
 	// Remote is the peer's IP address and UDP port (the address vector).
-	Remote  netip.AddrPort
-	PathMTU int // 256, 512, 1024, 2048 or 4096 bytes
+	Remote netip.AddrPort
+	// TrafficClass is the address vector's traffic class
+	// (grh.traffic_class), set with Remote: the IP header's DSCP (upper six
+	// bits) and ECN (lower two) of every packet the QP sends its peer, as
+	// rxe puts it in the IPv4 TOS or IPv6 Traffic Class. 0 by default.
+	TrafficClass uint8
+	PathMTU      int // 256, 512, 1024, 2048 or 4096 bytes
 	// Timeout is the local ACK timeout exponent: 4.096 µs × 2^Timeout, 0 = infinite.
 	Timeout uint8
 	// RetryCnt is how many times a request is retransmitted after an ACK

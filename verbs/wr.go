@@ -98,10 +98,13 @@ type SendWR struct {
 	CompareAdd uint64
 	Swap       uint64
 	// UD only: the destination's address, QPN and Q_Key (a Q_Key with the
-	// high bit set means "use the QP's own Q_Key", as in the specification).
-	Dest    netip.AddrPort
-	DestQPN uint32
-	QKey    uint32
+	// high bit set means "use the QP's own Q_Key", as in the specification),
+	// and the traffic class of the datagram's IP header (the address
+	// handle's grh.traffic_class, as in Attr.TrafficClass).
+	Dest         netip.AddrPort
+	DestQPN      uint32
+	QKey         uint32
+	TrafficClass uint8
 	// Bind describes a WRBindMW request.
 	Bind *mr.BindRequest
 }

@@ -688,7 +688,7 @@ func (s *session) dial(ctx context.Context, raw json.RawMessage, _ []int) (any, 
 		PD: pd, QP: cfg, PrivateData: a.Private, ResponderResources: a.ResponderResources,
 		InitiatorDepth: a.InitiatorDepth, RetryCount: a.RetryCount, RNRRetryCount: a.RNRRetryCount,
 		MTU: a.MTU, Timeout: a.Timeout, CMRetries: a.CMRetries, CMTimeout: a.CMTimeout,
-		PortSpace: mad.PortSpace(a.PortSpace), SelfConnect: a.SelfConnect,
+		PortSpace: mad.PortSpace(a.PortSpace), SelfConnect: a.SelfConnect, TrafficClass: a.TrafficClass,
 	}
 	if a.UseQP != 0 {
 		o.UseQP = h.pub

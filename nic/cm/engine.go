@@ -384,6 +384,8 @@ type DialParams struct {
 	ResponderResources, InitiatorDepth uint8
 	RetryCount, RNRRetryCount          uint8
 	ACKTimeout, CMTimeout, CMRetries   uint8
+	// TrafficClass is the path's, the IP traffic class both QPs send with.
+	TrafficClass uint8
 }
 
 // AcceptParams describe the answer to a REQ.
@@ -634,6 +636,7 @@ func (e *Engine) Connect(now qp.Time, p *DialParams, out *Output) (*ID, error) {
 			LocalGID:        wire.GIDFromAddr(p.Src),
 			RemoteGID:       wire.GIDFromAddr(p.Peer.Addr()),
 			FlowLabel:       flowLabel(srcPort, p.Port),
+			TrafficClass:    p.TrafficClass,
 			HopLimit:        hopLimit,
 			LocalACKTimeout: p.ACKTimeout,
 		},

@@ -78,6 +78,7 @@ func TestSendWQERoundTrip(t *testing.T) {
 		{"local invalidate", verbs.SendWR{ID: 10, Opcode: verbs.WRLocalInv, InvalidateRKey: 0x6600}},
 		{"UD send over IPv4", verbs.SendWR{ID: 11, Opcode: verbs.WRSendImm, SGL: sgl[:1], Dest: v4, DestQPN: 0x12, QKey: 0x11111111}},
 		{"UD send over IPv6", verbs.SendWR{ID: 12, Opcode: verbs.WRSend, SGL: sgl, Dest: v6, DestQPN: 1, QKey: 0x80010000}},
+		{"UD send with a traffic class", verbs.SendWR{ID: 14, Opcode: verbs.WRSend, SGL: sgl, Dest: v4, DestQPN: 1, QKey: 1, TrafficClass: 0xb8}},
 		{"bind a window", verbs.SendWR{ID: 13, Opcode: verbs.WRBindMW, Flags: verbs.Signaled | verbs.Fence, Bind: &mr.BindRequest{
 			WindowKey: 0x1234, NewKey: 0x1235, RegionKey: 0x5678, Addr: 0x7f0000000000, Length: 1 << 33, Access: mr.RemoteRead | mr.ZeroBased}}},
 	} {
@@ -120,7 +121,8 @@ func TestSendWQERefused(t *testing.T) {
 		{"inline beyond max_inline", func(s []byte) { s[9] = byte(verbs.Inline); s[10] = 0; le.PutUint32(s[12:], 17) }},
 		{"inline with SGEs", func(s []byte) { s[9] = byte(verbs.Inline); le.PutUint32(s[12:], 4) }},
 		{"inline length of 4 GiB", func(s []byte) { s[9] = byte(verbs.Inline); s[10] = 0; le.PutUint32(s[12:], ^uint32(0)) }},
-		{"reserved half-word", func(s []byte) { s[62] = 1 }},
+		{"traffic class without a destination", func(s []byte) { s[62] = 1 }},
+		{"reserved byte", func(s []byte) { s[63] = 1 }},
 		{"reserved tail", func(s []byte) { s[95] = 1 }},
 		{"unknown address family", func(s []byte) { s[11] = 5 }},
 		{"IPv4 that is not IPv4-mapped", func(s []byte) { s[11] = 4; s[64] = 0x20 }},

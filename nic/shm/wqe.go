@@ -37,7 +37,8 @@ var le = binary.LittleEndian
 //	48  swap         u64
 //	56  qkey         u32
 //	60  dest_port    u16
-//	62  reserved     u16  zero
+//	62  tclass       u8   the UD destination's traffic class; zero without one
+//	63  reserved     u8   zero
 //	64  dest_addr    16 bytes (IPv4 as IPv4-mapped IPv6)
 //	80  reserved     16 bytes, zero
 //	96  SGEs or inline data
@@ -96,7 +97,9 @@ func EncodeSend(slot []byte, wr *verbs.SendWR) error {
 	le.PutUint64(h[40:], wr.CompareAdd)
 	le.PutUint64(h[48:], wr.Swap)
 	le.PutUint32(h[56:], wr.QKey)
-	h[11] = putAddr(h[64:80], h[60:62], wr.Dest)
+	if h[11] = putAddr(h[64:80], h[60:62], wr.Dest); h[11] != 0 {
+		h[62] = wr.TrafficClass
+	}
 	if wr.Flags&verbs.Inline != 0 {
 		le.PutUint32(h[12:], uint32(len(wr.Inline)))
 		copy(slot[sendHeaderSize:], wr.Inline)
@@ -155,7 +158,7 @@ func DecodeSend(slot []byte, lim SendLimits, wr *verbs.SendWR, sgl []verbs.SGE, 
 		ID: le.Uint64(h[0:]), Opcode: verbs.WROpcode(h[8]), Flags: verbs.SendFlags(h[9]),
 		Imm: le.Uint32(h[16:]), InvalidateRKey: le.Uint32(h[20:]),
 		RemoteAddr: le.Uint64(h[24:]), RKey: le.Uint32(h[32:]), DestQPN: le.Uint32(h[36:]),
-		CompareAdd: le.Uint64(h[40:]), Swap: le.Uint64(h[48:]), QKey: le.Uint32(h[56:]),
+		CompareAdd: le.Uint64(h[40:]), Swap: le.Uint64(h[48:]), QKey: le.Uint32(h[56:]), TrafficClass: h[62],
 	}
 	nSGE, inlineLen := int(h[10]), le.Uint32(h[12:])
 	if wr.Opcode == verbs.WRBindMW {
@@ -166,12 +169,15 @@ func DecodeSend(slot []byte, lim SendLimits, wr *verbs.SendWR, sgl []verbs.SGE, 
 		return fmt.Errorf("send WQE opcode %d: %w", h[8], ErrCorrupt)
 	case wr.Flags&^sendFlags != 0:
 		return fmt.Errorf("send WQE flags %#x: %w", h[9], ErrCorrupt)
-	case le.Uint16(h[62:]) != 0 || !zero(h[80:96]):
+	case h[63] != 0 || !zero(h[80:96]):
 		return fmt.Errorf("send WQE reserved bytes set: %w", ErrCorrupt)
 	}
 	dest, err := getAddr(h[11], h[64:80], h[60:62])
-	if err != nil {
+	switch {
+	case err != nil:
 		return fmt.Errorf("send WQE destination: %w", err)
+	case !dest.IsValid() && wr.TrafficClass != 0:
+		return fmt.Errorf("send WQE traffic class without a destination: %w", ErrCorrupt)
 	}
 	wr.Dest = dest
 	body := slot[sendHeaderSize:]

@@ -311,6 +311,6 @@ func dialArgs(remote netip.AddrPort, port uint16, o *provider.DialOptions) attac
 		ResponderResources: o.ResponderResources, InitiatorDepth: o.InitiatorDepth,
 		RetryCount: o.RetryCount, RNRRetryCount: o.RNRRetryCount, MTU: o.MTU,
 		Timeout: o.Timeout, CMRetries: o.CMRetries, CMTimeout: o.CMTimeout, UseQP: daemonHandle(o.UseQP),
-		PortSpace: uint16(o.PortSpace), SelfConnect: o.SelfConnect,
+		PortSpace: uint16(o.PortSpace), SelfConnect: o.SelfConnect, TrafficClass: o.TrafficClass,
 	}
 }

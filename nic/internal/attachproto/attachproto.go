@@ -423,6 +423,7 @@ type DialArgs struct {
 	UseQP                              uint32 // DialOptions.UseQP's handle, 0 for a new QP
 	PortSpace                          uint16 `json:",omitempty"` // DialOptions.PortSpace, as ListenArgs'
 	SelfConnect                        bool   `json:",omitempty"` // DialOptions.SelfConnect (selfconnect.go)
+	TrafficClass                       uint8  `json:",omitempty"` // DialOptions.TrafficClass
 }
 
 // ConnResult answers dial and accept: the connection's handle, and its

@@ -231,6 +231,7 @@ func (er *Request) terms(opts *provider.AcceptOptions) (rr, depth, rnr uint8, p 
 		LocalPSN: req.StartingPSN, RemotePSN: er.psn, MTU: req.PathMTU.Bytes(), Access: cmAccess(rr),
 		Timeout: cmp.Or(opts.Timeout, min(req.PrimaryPath.LocalACKTimeout, cm.MaxHonouredTimeout)), RetryCnt: req.RetryCount, RNRRetry: req.RNRRetryCount,
 		MinRNRTimer: provider.CMMinRNRTimer, MaxRdAtomic: depth, MaxDestRdAtomic: rr,
+		TrafficClass: req.PrimaryPath.TrafficClass,
 	}}
 	return rr, depth, rnr, p
 }
@@ -308,6 +309,7 @@ func (h *Host) dialOnce(ctx context.Context, q QP, remote netip.AddrPort, port u
 		ResponderResources: o.ResponderResources, InitiatorDepth: o.InitiatorDepth,
 		RetryCount: o.RetryCount, RNRRetryCount: o.RNRRetryCount,
 		ACKTimeout: o.Timeout, CMTimeout: o.CMTimeout, CMRetries: o.CMRetries, PortSpace: o.PortSpace,
+		TrafficClass: o.TrafficClass,
 	}
 	var id *cmID
 	var err error
@@ -343,7 +345,7 @@ func (h *Host) dialOnce(ctx context.Context, q QP, remote netip.AddrPort, port u
 	params := provider.ConnParams{Remote: remote, RemoteQPN: rep.LocalQPN, Options: provider.ConnectOptions{
 		LocalPSN: rep.StartingPSN, RemotePSN: psn, MTU: o.MTU, Access: cmAccess(rr),
 		Timeout: o.Timeout, RetryCnt: o.RetryCount, RNRRetry: rep.RNRRetryCount, MinRNRTimer: provider.CMMinRNRTimer,
-		MaxRdAtomic: min(o.InitiatorDepth, rep.ResponderResources), MaxDestRdAtomic: rr,
+		MaxRdAtomic: min(o.InitiatorDepth, rep.ResponderResources), MaxDestRdAtomic: rr, TrafficClass: o.TrafficClass,
 	}}
 	if o.SelfConnect {
 		params.Options.SetDefaults(h.dev.MTU())

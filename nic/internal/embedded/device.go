@@ -99,6 +99,12 @@ func Open(cfg Config, up provider.Up) (provider.Device, error) {
 	if cfg.WaitSpin == 0 {
 		cfg.WaitSpin = DefaultWaitSpin
 	}
+	// A trace shows the traffic class each packet came with; else the
+	// kernel is not asked for it, which costs a control message per read
+	// datagram (a small datagram's send and busy-polled read on loopback:
+	// 4.51 against 4.38 µs, 2-CPU VM), and a UD receive's GRH carries
+	// class 0.
+	cfg.UDP.TrafficClass = cfg.UDP.TrafficClass || cfg.Trace != nil
 	conn, err := udp.Listen(cfg.Addr, cfg.UDP)
 	if err != nil {
 		return nil, fmt.Errorf("softnic: listen on %v: %w", cfg.Addr, err)
@@ -214,9 +220,10 @@ func (d *Device) sourceFor(dst netip.AddrPort) netip.AddrPort {
 	return netip.AddrPortFrom(d.routes.Get(dst.Addr()).Src, d.local.Port())
 }
 
-// receive checks one datagram and hands it to its QP.
-func (d *Device) receive(b []byte, src, dst netip.AddrPort, now qp.Time, in *inbound) {
-	env := wire.Envelope{Src: netip.AddrPortFrom(src.Addr().Unmap(), src.Port()), Dst: dst}
+// receive checks one datagram, which came with traffic class tclass, and
+// hands it to its QP.
+func (d *Device) receive(b []byte, src, dst netip.AddrPort, tclass uint8, now qp.Time, in *inbound) {
+	env := wire.Envelope{Src: netip.AddrPortFrom(src.Addr().Unmap(), src.Port()), Dst: dst, TrafficClass: tclass}
 	verdict := ""
 	defer func() {
 		if d.cfg.Trace != nil {

@@ -558,7 +558,7 @@ func (d *Device) process(msgs []udp.Message) {
 		}
 		dst := netip.AddrPortFrom(local, d.local.Port())
 		for dg := range udp.Segments(m) {
-			d.receive(dg, m.Addr, dst, now, &p.in)
+			d.receive(dg, m.Addr, dst, m.TrafficClass, now, &p.in)
 			taken++
 		}
 		if taken >= answerEvery && i < len(msgs)-1 {

@@ -2,7 +2,6 @@ package embedded
 
 import (
 	"log/slog"
-	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -115,7 +114,7 @@ func (q *QP) stageLocked(b *batch, now qp.Time) {
 			return
 		}
 		pkt := b.bufs[b.n][:l]
-		env := wire.Envelope{Src: d.sourceFor(dst), Dst: dst}
+		env := wire.Envelope{Src: d.sourceFor(dst.Dst), Dst: dst.Dst, TrafficClass: dst.TrafficClass}
 		env.Seal(pkt)
 		if d.sendsToPeer(q, pkt, &env) {
 			b.n = d.stage(b, q, pkt, &env)
@@ -183,7 +182,7 @@ func (d *Device) stage(b *batch, q *QP, pkt []byte, env *wire.Envelope) int {
 	}
 	d.trace(Sent, env, pkt, note)
 	for range copies {
-		b.msgs[n], b.owners[n] = udp.Message{Buf: pkt, Addr: env.Dst}, q
+		b.msgs[n], b.owners[n] = udp.Message{Buf: pkt, Addr: env.Dst, TrafficClass: env.TrafficClass}, q
 		n++
 	}
 	return n
@@ -251,9 +250,9 @@ func (d *Device) send(msgs []udp.Message) (sent int, err error) {
 }
 
 // sendOne sends a single packet outside any QP (delayed by the fault
-// injector).
-func (d *Device) sendOne(pkt []byte, dst netip.AddrPort) {
-	d.send([]udp.Message{{Buf: pkt, Addr: dst}})
+// injector) in env.
+func (d *Device) sendOne(pkt []byte, env *wire.Envelope) {
+	d.send([]udp.Message{{Buf: pkt, Addr: env.Dst, TrafficClass: env.TrafficClass}})
 }
 
 func (d *Device) trace(dir Direction, env *wire.Envelope, pkt []byte, note string) {

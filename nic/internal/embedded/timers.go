@@ -53,7 +53,7 @@ func (d *Device) timerLoop() {
 				continue
 			case e.q == nil:
 				d.trace(Sent, &e.env, e.pkt, NoteFaultReleased)
-				d.sendOne(e.pkt, e.env.Dst)
+				d.sendOne(e.pkt, &e.env)
 				continue
 			}
 			e.q.tick(due[i].At, now, out)

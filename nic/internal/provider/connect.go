@@ -34,6 +34,9 @@ type ConnectOptions struct {
 	MaxRdAtomic, MaxDestRdAtomic uint8
 	// QKey is a UD QP's Q_Key (default 0x11111111).
 	QKey uint32
+	// TrafficClass is the IP header's DSCP and ECN byte of the QP's packets
+	// (verbs.Attr.TrafficClass; default 0).
+	TrafficClass uint8
 }
 
 // SetDefaults sets o's zero fields to their defaults; pathMTU is the
@@ -74,8 +77,8 @@ func Connect(q QP, deviceMTU int, remote netip.AddrPort, remoteQPN uint32, o *Co
 		mask verbs.AttrMask
 	}{
 		{verbs.Attr{State: verbs.Init, AccessFlags: o.Access, QKey: o.QKey}, verbs.AttrState | verbs.AttrAccessFlags},
-		{verbs.Attr{State: verbs.RTR, Remote: remote, PathMTU: o.MTU, DestQPN: remoteQPN, RQPSN: o.RemotePSN,
-			MaxDestRdAtomic: o.MaxDestRdAtomic, MinRNRTimer: o.MinRNRTimer},
+		{verbs.Attr{State: verbs.RTR, Remote: remote, TrafficClass: o.TrafficClass, PathMTU: o.MTU, DestQPN: remoteQPN,
+			RQPSN: o.RemotePSN, MaxDestRdAtomic: o.MaxDestRdAtomic, MinRNRTimer: o.MinRNRTimer},
 			verbs.AttrState | verbs.AttrRemote | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN},
 		{verbs.Attr{State: verbs.RTS, SQPSN: o.LocalPSN, Timeout: o.Timeout, RetryCnt: o.RetryCnt,
 			RNRRetry: o.RNRRetry, MaxRdAtomic: o.MaxRdAtomic}, verbs.AttrState | verbs.AttrSQPSN},

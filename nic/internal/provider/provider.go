@@ -256,6 +256,7 @@ type DialOptions struct {
 	UseQP                              QP
 	PortSpace                          mad.PortSpace
 	SelfConnect                        bool
+	TrafficClass                       uint8
 }
 
 // Connection is a connection Dial or Accept made: its QP (the caller's

@@ -18,6 +18,8 @@ type PacketJSON struct {
 	Src       string    `json:"src"`
 	Dst       string    `json:"dst"`
 	IPID      uint16    `json:"ip_id"` // the IPv4 identification as captured
+	// TrafficClass is the IPv4 TOS or IPv6 Traffic Class byte: DSCP and ECN.
+	TrafficClass uint8 `json:"traffic_class"`
 	// ICRC is "ok", "BAD" or "recovered": verifying only under the IPv4
 	// identification SealedIPID.
 	ICRC       string  `json:"icrc"`
@@ -69,11 +71,11 @@ func newPacketJSON(n int, elapsed time.Duration, fr *wire.Frame, p *wire.Packet,
 		Timestamp: fr.Time,
 		Src:       fr.Env.Src.String(),
 		Dst:       fr.Env.Dst.String(),
-		IPID:      fr.Env.IPID,
-		ICRC:      fr.ICRC.String(),
-		Length:    len(fr.Payload),
-		Piece:     fr.Piece,
-		Pieces:    fr.Pieces,
+		IPID:      fr.Env.IPID, TrafficClass: fr.Env.TrafficClass,
+		ICRC:   fr.ICRC.String(),
+		Length: len(fr.Payload),
+		Piece:  fr.Piece,
+		Pieces: fr.Pieces,
 	}
 	if fr.ICRC == wire.ICRCRecovered {
 		id := fr.SealedIPID

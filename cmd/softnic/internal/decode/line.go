@@ -60,5 +60,12 @@ func appendLinePrefix(b []byte, t time.Duration, env *wire.Envelope) []byte {
 	b = env.Src.AppendTo(b)
 	b = append(b, " → "...)
 	b = env.Dst.AppendTo(b)
+	if c := env.TrafficClass; c != 0 {
+		// Only when set: the IP header's DSCP and ECN, as the QP's address
+		// vector gave them (grh.traffic_class).
+		const hex = "0123456789abcdef"
+		b = append(b, " tclass=0x"...)
+		b = append(b, hex[c>>4], hex[c&0xf])
+	}
 	return append(b, ' ')
 }
