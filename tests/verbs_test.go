@@ -118,11 +118,12 @@ type verbsHost struct {
 	stderr  lockedBuffer
 }
 
-// startVerbsHost starts softnic serve in ns (or here) listening on listen.
-func startVerbsHost(t *testing.T, bin, lib, ns, listen string) *verbsHost {
+// startVerbsHost starts softnic serve in ns (or here) listening on listen,
+// with the serve flags of extra.
+func startVerbsHost(t *testing.T, bin, lib, ns, listen string, extra ...string) *verbsHost {
 	t.Helper()
 	h := &verbsHost{ns: ns, control: filepath.Join(t.TempDir(), "ctl.sock"), bin: bin, lib: lib, exited: make(chan error, 1)}
-	h.serve = h.command(context.Background(), bin, "serve", "--listen", listen, "--control", h.control)
+	h.serve = h.command(context.Background(), append([]string{bin, "serve", "--listen", listen, "--control", h.control}, extra...)...)
 	stdout, err := h.serve.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

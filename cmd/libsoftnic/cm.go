@@ -219,6 +219,10 @@ type cmID struct {
 	// (rdma_set_option's RDMA_OPTION_ID_ACK_TIMEOUT) for the QP this id
 	// connects; 0: not set, the default (or the REQ's) then.
 	ackTimeout uint8
+	// tos is the type of service the program set (RDMA_OPTION_ID_TOS),
+	// the traffic class of the connection rdma_connect makes and of the
+	// address vectors of the id's UD events; 0 by default.
+	tos uint8
 }
 
 //export snCreateID
@@ -644,12 +648,12 @@ func snConnect(c *C.struct_sn_cm_id, data unsafe.Pointer, n, rr, depth, retry, r
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	id.cancel = cancel
-	timeout := id.ackTimeout
+	timeout, tos := id.ackTimeout, id.tos
 	id.mu.Unlock()
 	opts := nic.DialOptions{
 		PD: q.PD(), UseQP: q, PrivateData: C.GoBytes(data, n), ResponderResources: rdLimit(rr),
 		InitiatorDepth: rdLimit(depth), RetryCount: uint8(min(retry, 7)), RNRRetryCount: uint8(min(rnr, 7)),
-		Timeout: timeout, PortSpace: id.portSpace(), SelfConnect: self,
+		Timeout: timeout, PortSpace: id.portSpace(), SelfConnect: self, TrafficClass: tos,
 	}
 	return id.establish(func() (*nic.Conn, error) { return dialListening(ctx, id.dev.dev, peer, rport, opts) },
 		opts.ResponderResources, opts.InitiatorDepth, self)

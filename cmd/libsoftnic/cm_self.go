@@ -41,6 +41,26 @@ func snSetAckTimeout(c *C.struct_sn_cm_id, timeout C.uint8_t) C.int {
 	return 0
 }
 
+// snSetTOS is rdma_set_option's RDMA_OPTION_ID_TOS: the type of service,
+// the IP header's DSCP and ECN byte, of the connection rdma_connect makes
+// (which goes in the REQ's path, and the acceptor's QP takes it from
+// there, as in Linux) and of the address vectors of the id's UD events.
+//
+//export snSetTOS
+func snSetTOS(c *C.struct_sn_cm_id, tos C.uint8_t) {
+	id := idOf(c)
+	id.mu.Lock()
+	id.tos = uint8(tos)
+	id.mu.Unlock()
+}
+
+// tosOf is the type of service snSetTOS set, 0 if none.
+func (id *cmID) tosOf() uint8 {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.tos
+}
+
 // ackTimeoutOf is the timeout snSetAckTimeout set, 0 if none.
 func (id *cmID) ackTimeoutOf() uint8 {
 	id.mu.Lock()
@@ -77,6 +97,7 @@ func snInitQPAttr(c *C.struct_sn_cm_id, a *C.struct_ibv_qp_attr, mask *C.int) C.
 	case C.IBV_QPS_RTR:
 		a.ah_attr = C.struct_ibv_ah_attr{is_global: 1, port_num: 1}
 		a.ah_attr.grh.hop_limit = 64
+		a.ah_attr.grh.traffic_class = C.uint8_t(o.TrafficClass)
 		*(*[16]byte)(unsafe.Pointer(&a.ah_attr.grh.dgid)) = p.Remote.Addr().As16()
 		a.path_mtu = mtuEnum(o.MTU)
 		a.dest_qp_num = C.uint32_t(p.RemoteQPN)

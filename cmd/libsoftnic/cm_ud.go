@@ -139,5 +139,6 @@ func fillUDEvent(ev *C.struct_sn_cm_event, e *cmEvent) {
 	p.ah_attr.is_global = 1
 	p.ah_attr.port_num = 1
 	p.ah_attr.grh.hop_limit = 64
+	p.ah_attr.grh.traffic_class = C.uint8_t(idOf(e.id).tosOf())
 	*(*[16]byte)(unsafe.Pointer(&p.ah_attr.grh.dgid)) = e.peer.As16()
 }

@@ -168,7 +168,7 @@ func snModifyQP(q *C.struct_ibv_qp, a *C.struct_ibv_qp_attr, ibvMask C.int) C.in
 		if !ok {
 			return C.EINVAL
 		}
-		attr.Remote = peer
+		attr.Remote, attr.TrafficClass = peer, uint8(a.ah_attr.grh.traffic_class)
 	}
 	if err := p.q.Modify(&attr, mask); err != nil {
 		return errnoOf(err)
@@ -206,6 +206,7 @@ func snQueryQP(q *C.struct_ibv_qp, a *C.struct_ibv_qp_attr) C.int {
 		a.ah_attr.port_num = 1
 		gid := at.Remote.Addr().As16()
 		*(*[16]byte)(unsafe.Pointer(&a.ah_attr.grh.dgid)) = gid
+		a.ah_attr.grh.traffic_class = C.uint8_t(at.TrafficClass)
 	}
 	q.state = a.qp_state
 	return 0
@@ -225,6 +226,7 @@ func snCreateAH(pd *C.struct_sn_pd, ah *C.struct_sn_ah, a *C.struct_ibv_ah_attr)
 	ip := peer.Addr().As16()
 	*(*[16]byte)(unsafe.Pointer(&ah.ip)) = ip
 	ah.port = C.uint16_t(peer.Port())
+	ah.traffic_class = a.grh.traffic_class
 	return 0
 }
 
@@ -407,6 +409,7 @@ func (p *queuePair) convertSends(wr *C.struct_ibv_send_wr) (failed *C.struct_ibv
 				ah := (*C.struct_sn_ah)(unsafe.Pointer(u.ah))
 				ip := *(*[16]byte)(unsafe.Pointer(&ah.ip))
 				s.Dest = netip.AddrPortFrom(netip.AddrFrom16(ip).Unmap(), uint16(ah.port))
+				s.TrafficClass = uint8(ah.traffic_class)
 			}
 			s.DestQPN, s.QKey = uint32(u.remote_qpn), uint32(u.remote_qkey)
 		default:

@@ -63,6 +63,7 @@ struct sn_ah {
 	struct ibv_ah ah;
 	uint8_t ip[16]; /* IPv6, or IPv4-mapped */
 	uint16_t port;
+	uint8_t traffic_class; /* grh.traffic_class: the datagrams' IP DSCP and ECN */
 };
 
 /* A completion channel: the library writes a pointer to each CQ with an

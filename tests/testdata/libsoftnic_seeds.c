@@ -302,6 +302,7 @@ static pthread_mutex_t server_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t server_cond = PTHREAD_COND_INITIALIZER;
 static int server_ready, server_done;
 static uint8_t server_timeout; /* the accepted QP's local ACK timeout */
+static uint8_t server_tclass;  /* and its address vector's traffic class */
 
 /* qp_timeout returns the local ACK timeout of qp (ibv_query_qp). */
 static uint8_t qp_timeout(struct ibv_qp *qp)
@@ -311,6 +312,16 @@ static uint8_t qp_timeout(struct ibv_qp *qp)
 
 	MUST(!ibv_query_qp(qp, &a, IBV_QP_TIMEOUT, &init));
 	return a.timeout;
+}
+
+/* qp_tclass returns the traffic class of qp's address vector. */
+static uint8_t qp_tclass(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr init;
+
+	MUST(!ibv_query_qp(qp, &a, IBV_QP_AV, &init));
+	return a.ah_attr.grh.traffic_class;
 }
 
 static void *server(void *arg)
@@ -337,6 +348,7 @@ static void *server(void *arg)
 	MUST(!rdma_accept(id, NULL));
 	pthread_mutex_lock(&server_mu);
 	server_timeout = qp_timeout(id->qp);
+	server_tclass = qp_tclass(id->qp);
 	pthread_cond_signal(&server_cond);
 	pthread_mutex_unlock(&server_mu);
 	pthread_mutex_lock(&server_mu);
@@ -378,6 +390,10 @@ static void post_read(void)
 	      "RDMA_OPTION_ID_ACK_TIMEOUT of an int's length is EINVAL");
 	timeout = 10;
 	MUST(!rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout, sizeof(timeout)));
+	CHECK(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &wide, sizeof(wide)) == -1 && errno == EINVAL,
+	      "RDMA_OPTION_ID_TOS of an int's length is EINVAL");
+	uint8_t tos = 0xb8; /* DSCP 46, expedited forwarding */
+	MUST(!rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, sizeof(tos)));
 	MUST(!rdma_connect(id, NULL));
 	void *context = (void *)(uintptr_t)0x5eed0002;
 	MUST(!rdma_post_read(id, context, buf, 23, mr, IBV_SEND_SIGNALED, (uintptr_t)server_buf, server_mr->rkey));
@@ -394,6 +410,9 @@ static void post_read(void)
 	CHECK(qp_timeout(id->qp) == 10 && server_timeout == 12,
 	      "RDMA_OPTION_ID_ACK_TIMEOUT sets each side's QP's local ACK timeout (%d, want 10; %d, want 12)",
 	      qp_timeout(id->qp), server_timeout);
+	CHECK(qp_tclass(id->qp) == tos && server_tclass == tos,
+	      "RDMA_OPTION_ID_TOS is the traffic class of both QPs, the acceptor's from the REQ (%#x and %#x, want %#x)",
+	      qp_tclass(id->qp), server_tclass, tos);
 	pthread_mutex_lock(&server_mu);
 	server_done = 1;
 	pthread_cond_signal(&server_cond);

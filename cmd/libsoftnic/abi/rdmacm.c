@@ -562,8 +562,14 @@ EXPORT int rdma_set_option(struct rdma_cm_id *id, int level, int optname, void *
 			return fail(EINVAL);
 		return fail(snSetAckTimeout((struct sn_cm_id *)id, *(uint8_t *)optval));
 	}
-	/* The type of service, address reuse and IPv6-only have no effect on
-	 * a softnic connection; they are accepted. */
+	if (level == RDMA_OPTION_ID && optname == RDMA_OPTION_ID_TOS) {
+		if (!optval || optlen != sizeof(uint8_t))
+			return fail(EINVAL);
+		snSetTOS((struct sn_cm_id *)id, *(uint8_t *)optval);
+		return 0;
+	}
+	/* Address reuse and IPv6-only have no effect on a softnic connection,
+	 * whose ports are the device's: they are accepted. */
 	if (level == RDMA_OPTION_ID && optname < RDMA_OPTION_ID_ACK_TIMEOUT)
 		return 0;
 	sn_unsupported("rdma_set_option (this option)");
