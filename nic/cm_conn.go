@@ -309,7 +309,8 @@ type DialOptions struct {
 	// TrafficClass is the IP header's DSCP and ECN byte of both QPs'
 	// packets (verbs.Attr.TrafficClass; rdma_set_option's
 	// RDMA_OPTION_ID_TOS; default 0): it goes in the REQ's path, from
-	// which the accepting side takes it, as with Linux's rdma_cm.
+	// which the accepting side takes it, and the connection's CM messages
+	// go with it, as with Linux's rdma_cm.
 	TrafficClass uint8
 }
 

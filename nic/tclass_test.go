@@ -15,8 +15,7 @@ import (
 )
 
 // classes records the traffic classes of the packets a device sends and
-// receives, other than QP1's (whose MADs go with the CM's own), by
-// direction and BTH opcode.
+// receives, by direction and BTH opcode (QP1's MADs are UD SEND_ONLYs).
 type classes struct {
 	mu   sync.Mutex
 	seen map[string][]uint8
@@ -25,7 +24,7 @@ type classes struct {
 func (s *classes) config() nic.Config {
 	s.seen = map[string][]uint8{}
 	return nic.Config{Trace: func(p *nic.TracePacket) {
-		if len(p.Data) < wire.BTHSize || wire.BTH(p.Data).DestQP() == wire.GSIQPN {
+		if len(p.Data) < wire.BTHSize {
 			return
 		}
 		k := key(p.Dir, wire.BTH(p.Data).OpCode())
@@ -40,8 +39,8 @@ func (s *classes) config() nic.Config {
 func key(dir nic.Direction, op wire.OpCode) string { return fmt.Sprintf("%v %v", dir, op) }
 
 // expect fails unless the device sent and received packets of exactly
-// the directions and opcodes of want (key), not counting QP1's, each with
-// the class want gives.
+// the directions and opcodes of want (key), each with the class want
+// gives.
 func (s *classes) expect(t *testing.T, who string, want map[string]uint8) {
 	t.Helper()
 	// A completion may come before the trace of the packet that made it
@@ -168,8 +167,13 @@ func TestTrafficClass(t *testing.T) {
 				}
 			}
 			write(t, c.QP(), peer.mr, peer.cq, srv.mr)
-			cd.expect(t, "the dialer", map[string]uint8{key(nic.Sent, wire.OpRCWriteOnly): 0x60, key(nic.Received, wire.OpRCAck): 0x60})
-			cs.expect(t, "the acceptor", map[string]uint8{key(nic.Received, wire.OpRCWriteOnly): 0x60, key(nic.Sent, wire.OpRCAck): 0x60})
+			// The CM's MADs, UD SEND_ONLYs to QP1 both ways, go with the
+			// path's class too.
+			madOut, madIn := key(nic.Sent, wire.OpUDSendOnly), key(nic.Received, wire.OpUDSendOnly)
+			cd.expect(t, "the dialer", map[string]uint8{key(nic.Sent, wire.OpRCWriteOnly): 0x60, key(nic.Received, wire.OpRCAck): 0x60,
+				madOut: 0x60, madIn: 0x60})
+			cs.expect(t, "the acceptor", map[string]uint8{key(nic.Received, wire.OpRCWriteOnly): 0x60, key(nic.Sent, wire.OpRCAck): 0x60,
+				madOut: 0x60, madIn: 0x60})
 		})
 	})
 }

@@ -166,6 +166,7 @@ type ID struct {
 	remoteSrc netip.AddrPort
 
 	localQPN, remoteQPN uint32
+	tclass              uint8 // the path's traffic class, of the QPs and this communication's MADs
 
 	// timeout and retries govern the message we wait an answer for; the
 	// timewait lasts one ACK timeout of the path, as in Linux.
@@ -259,7 +260,11 @@ func (l *Listener) Backlog() int { return len(l.backlog) }
 // MAD is one MAD to send to QP1 at Dst.
 type MAD struct {
 	Dst netip.AddrPort
-	MAD [mad.MADSize]byte
+	// TrafficClass is the IP traffic class to send with: the path's of the
+	// communication (DialParams.TrafficClass, a REQ's primary path), as
+	// Linux's CM sends on the path's address vector; 0 for others.
+	TrafficClass uint8
+	MAD          [mad.MADSize]byte
 }
 
 // EventType says what an Event tells the driver.
@@ -563,10 +568,10 @@ func (e *Engine) newID(active bool, peer netip.AddrPort, ps mad.PortSpace, port 
 	return id
 }
 
-// send encodes f and queues it for dst. The headers built here always
-// encode.
-func (e *Engine) send(out *Output, dst netip.AddrPort, f *mad.MADFields) []byte {
-	out.MADs = append(out.MADs, MAD{Dst: dst})
+// send encodes f and queues it for dst, with traffic class tclass. The
+// headers built here always encode.
+func (e *Engine) send(out *Output, dst netip.AddrPort, tclass uint8, f *mad.MADFields) []byte {
+	out.MADs = append(out.MADs, MAD{Dst: dst, TrafficClass: tclass})
 	m := &out.MADs[len(out.MADs)-1]
 	if _, err := f.Encode(m.MAD[:]); err != nil {
 		out.MADs = out.MADs[:len(out.MADs)-1]
@@ -579,14 +584,14 @@ func (e *Engine) send(out *Output, dst netip.AddrPort, f *mad.MADFields) []byte 
 // sendAwaited sends the message id waits an answer for and arms its
 // retransmission timer.
 func (e *Engine) sendAwaited(now qp.Time, id *ID, f *mad.MADFields, out *Output) {
-	copy(id.msg[:], e.send(out, id.peer, f))
+	copy(id.msg[:], e.send(out, id.peer, id.tclass, f))
 	id.sends = 1
 	e.arm(id, now.Add(id.timeout))
 }
 
 // resend sends id.msg again.
 func (e *Engine) resend(id *ID, out *Output) {
-	out.MADs = append(out.MADs, MAD{Dst: id.peer, MAD: id.msg})
+	out.MADs = append(out.MADs, MAD{Dst: id.peer, TrafficClass: id.tclass, MAD: id.msg})
 	out.count(TxMsgs)
 }
 
@@ -607,7 +612,7 @@ func (e *Engine) Connect(now qp.Time, p *DialParams, out *Output) (*ID, error) {
 	}
 	id := e.newID(true, p.Peer, ps, p.Port)
 	id.tid = tidOf(id.local)
-	id.localQPN = p.QPN
+	id.localQPN, id.tclass = p.QPN, p.TrafficClass
 	// Linux waits twice the packet lifetime plus the peer's CM response
 	// time; the path's ACK timeout is twice its packet lifetime.
 	id.timeout = Duration(p.CMTimeout) + Duration(p.ACKTimeout)
@@ -684,7 +689,7 @@ func (e *Engine) handshakeError(id *ID) error {
 func (e *Engine) sendRTU(id *ID, out *Output) {
 	f := mad.MADFields{Header: mad.CMHeader(mad.AttrReadyToUse, id.tid)}
 	f.RTU = mad.RTUFields{LocalCommID: id.local, RemoteCommID: id.remote}
-	e.send(out, id.peer, &f)
+	e.send(out, id.peer, id.tclass, &f)
 }
 
 // Accept answers the REQ of id with a REP; the caller's QP is in RTS.
@@ -718,7 +723,7 @@ func (e *Engine) Accept(now qp.Time, id *ID, p *AcceptParams, out *Output) error
 	// 1 + the REQ's max CM retries of them. (Linux resends the REP on its
 	// own timer, and drops repeated REQs.) The timer armed when the REQ
 	// came bounds the wait for the RTU.
-	copy(id.msg[:], e.send(out, id.peer, &f))
+	copy(id.msg[:], e.send(out, id.peer, id.tclass, &f))
 	id.sends = 1
 	return nil
 }
@@ -759,7 +764,7 @@ func (e *Engine) sendREJ(id *ID, msg mad.CMMessage, reason mad.RejectReason, ari
 	}
 	copy(f.REJ.ARI[:], ari)
 	copy(f.REJ.PrivateData[:], private)
-	copy(id.msg[:], e.send(out, id.peer, &f))
+	copy(id.msg[:], e.send(out, id.peer, id.tclass, &f))
 }
 
 // Abort ends a handshake the local side gives up (the dialer's context
@@ -970,7 +975,7 @@ func (e *Engine) issueREJ(now qp.Time, src netip.AddrPort, m *mad.MAD, reason ma
 		Reason:          reason,
 	}
 	copy(f.REJ.ARI[:], ari)
-	e.send(out, peerAddr(src, m.REQ.LocalCAGUID()), &f)
+	e.send(out, peerAddr(src, m.REQ.LocalCAGUID()), m.REQ.PrimaryPath().TrafficClass(), &f)
 }
 
 func (e *Engine) receiveREQ(now qp.Time, src netip.AddrPort, mtu wire.MTU, m *mad.MAD, out *Output) {
@@ -1018,7 +1023,7 @@ func (e *Engine) receiveREQ(now qp.Time, src netip.AddrPort, mtu wire.MTU, m *ma
 	id := e.newID(false, peerAddr(src, req.LocalCAGUID), ps, port)
 	e.admit(id, src.Addr())
 	id.remote, id.tid, id.req = req.LocalCommID, m.Header.TransactionID(), &req
-	id.remoteQPN = req.LocalQPN
+	id.remoteQPN, id.tclass = req.LocalQPN, req.PrimaryPath.TrafficClass
 	id.remoteSrc = src
 	// The DREQ's wait and the timewait come from the requester's
 	// timeouts, as in Linux, within what the device honours.
@@ -1055,7 +1060,7 @@ func (e *Engine) duplicateREQ(now qp.Time, id *ID, out *Output) {
 			LocalCommID: id.local, RemoteCommID: id.remote,
 			MessageMRAed: mad.CMMessageREQ, ServiceTimeout: mraServiceTimeout(now, id),
 		}
-		e.send(out, id.peer, &f)
+		e.send(out, id.peer, id.tclass, &f)
 	case RepSent:
 		// The REP was lost: send it again at once. (Linux drops the
 		// duplicate and leaves the REP to its own retransmission timer.)
@@ -1262,7 +1267,7 @@ func (e *Engine) receiveDREQ(now qp.Time, src netip.AddrPort, m *mad.MAD, out *O
 		out.count(RxDuplicates)
 		f := mad.MADFields{Header: mad.CMHeader(mad.AttrDisconnectReply, m.Header.TransactionID())}
 		f.DREP = mad.DREPFields{LocalCommID: d.RemoteCommID(), RemoteCommID: d.LocalCommID()}
-		e.send(out, src, &f)
+		e.send(out, src, 0, &f)
 		return
 	}
 	if d.RemoteQPN() != id.localQPN {
@@ -1294,7 +1299,7 @@ func (e *Engine) receiveDREQ(now qp.Time, src netip.AddrPort, m *mad.MAD, out *O
 func (e *Engine) sendDREP(id *ID, out *Output) {
 	f := mad.MADFields{Header: mad.CMHeader(mad.AttrDisconnectReply, id.tid)}
 	f.DREP = mad.DREPFields{LocalCommID: id.local, RemoteCommID: id.remote}
-	e.send(out, id.peer, &f)
+	e.send(out, id.peer, id.tclass, &f)
 }
 
 func (e *Engine) receiveDREP(now qp.Time, src netip.AddrPort, d mad.DREP, out *Output) {

@@ -50,7 +50,7 @@ type cmLink struct {
 	// watch, if set, sees every step's output before its MADs go on the
 	// link, and onSend every MAD put on it (the transcripts print them).
 	watch  func(s *cmSide, out *Output)
-	onSend func(from *cmSide, m *mad.MAD, lost bool)
+	onSend func(from *cmSide, m *mad.MAD, tclass uint8, lost bool)
 }
 
 // result is the outcome of a handshake, as the events report it.
@@ -138,7 +138,7 @@ func (l *cmLink) emit(s *cmSide, out *Output) {
 		}
 		lost := l.drop != nil && l.drop(s, &mad)
 		if l.onSend != nil {
-			l.onSend(s, &mad, lost)
+			l.onSend(s, &mad, m.TrafficClass, lost)
 		}
 		if lost {
 			l.log = append(l.log, line+" (lost)")

@@ -223,7 +223,7 @@ func (e *Engine) issueSIDRREP(now qp.Time, src netip.AddrPort, m *mad.MAD, statu
 	r := m.SIDRREQ
 	f := mad.MADFields{Header: mad.CMHeader(mad.AttrServiceIDResReqResp, m.Header.TransactionID())}
 	f.SIDRREP = mad.SIDRREPFields{RequestID: r.RequestID(), Status: status, ServiceID: r.ServiceID()}
-	e.send(out, sidrPeer(src, r.Fields().Resv16), &f)
+	e.send(out, sidrPeer(src, r.Fields().Resv16), 0, &f)
 }
 
 // AcceptUD answers the SIDR_REQ of id with a SIDR_REP naming the UD QP
@@ -269,7 +269,7 @@ func (e *Engine) answerSIDR(now qp.Time, id *ID, status mad.SIDRStatus, qpn, qke
 		ServiceID: mad.RDMACMServiceID(id.ps, id.port),
 	}
 	copy(f.SIDRREP.PrivateData[:], private)
-	copy(id.msg[:], e.send(out, id.peer, &f))
+	copy(id.msg[:], e.send(out, id.peer, id.tclass, &f))
 	id.finished = true // answered: nothing waits for an outcome
 	e.settleHalfOpen(id)
 	e.dequeue(id)

@@ -179,9 +179,12 @@ func pattern(n int) []byte {
 	return b
 }
 
-// sent prints a MAD put on the link.
-func (e *cmTranscript) sent(from *cmSide, m *mad.MAD, lost bool) {
+// sent prints a MAD put on the link, with its traffic class if not 0.
+func (e *cmTranscript) sent(from *cmSide, m *mad.MAD, tclass uint8, lost bool) {
 	fmt.Fprintf(&e.out, "%v %s→%s %s", time.Duration(e.l.now), from.name, e.l.peer(from).name, e.describe(m))
+	if tclass != 0 {
+		fmt.Fprintf(&e.out, " tclass=%#x", tclass)
+	}
 	if lost {
 		e.out.WriteString(" (lost)")
 	}
@@ -377,6 +380,7 @@ func (e *cmTranscript) run(t *testing.T, d *datadriven.TestData) string {
 		p.CMRetries = uint8(e.intArg(t, d, "cm-retries", int(p.CMRetries)))
 		p.Private = e.private(t, d, "hello")
 		p.PortSpace = e.portSpace(t, d, 0)
+		p.TrafficClass = uint8(e.intArg(t, d, "tclass", 0))
 		name := d.CmdArgs[1].Key
 		var err error
 		out := l.step(s, func(en *Engine, now qp.Time, out *Output) {

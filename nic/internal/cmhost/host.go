@@ -272,7 +272,7 @@ func (h *Host) perform(ended []endedConn, mads []cm.MAD) {
 		m := &mads[i]
 		err := h.gsi.PostSend(&verbs.SendWR{
 			Opcode: verbs.WRSend, Flags: verbs.Inline, Inline: m.MAD[:],
-			Dest: m.Dst, DestQPN: wire.GSIQPN, QKey: wire.GSIQKey,
+			Dest: m.Dst, DestQPN: wire.GSIQPN, QKey: wire.GSIQKey, TrafficClass: m.TrafficClass,
 		}, true)
 		if err != nil {
 			// A full send queue or a closing device: the CM's
