@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/softnic/softnic/mr"
@@ -280,6 +281,47 @@ func (n Notification) Written() bool {
 	}
 	return all != n.all
 }
+
+// Wakeup is a CQ's wakeup descriptor (CQ.Wakeup).
+type Wakeup struct{ p provider.Wakeup }
+
+// Wakeup returns the CQ's wakeup descriptor, for a program that waits for
+// the CQ's completions in poll or epoll beside other descriptors, as
+// libibverbs's completion channels are waited on. An attached device's
+// daemon signals it itself: a thread asleep on it is woken by the daemon,
+// with no thread of this process in between. ok is false for an embedded
+// device, whose CQs wake their waiters within the process.
+//
+// The descriptor is the one Wait, WaitReady and Notification.Wait sleep
+// on: a CQ whose Wakeup is used must not be waited on so, or each would
+// take the other's wakeups.
+func (c *CQ) Wakeup() (w Wakeup, ok bool) {
+	p, ok := c.prov.(provider.Wakeup)
+	return Wakeup{p}, ok
+}
+
+// FD is the descriptor: readable once a completion the CQ was armed for
+// (Arm) was written, until Take takes the wakeup. It stays the CQ's: the
+// caller does not close it, and stops using it before Destroy.
+func (w Wakeup) FD() int { return w.p.WakeupFD() }
+
+// Arm asks for a wakeup at the next completion written to the CQ, or with
+// solicitedOnly at the next solicited one or one in error, as
+// ibv_req_notify_cq does; one wakeup, after which the CQ is to be armed
+// again. Arming for solicited completions only narrows an arming for any.
+// A completion written while Arm arms the CQ may come too early to be
+// signalled: a caller that must not miss it takes a Notification (Notify)
+// before Arm and looks at its Written after.
+func (w Wakeup) Arm(solicitedOnly bool) { w.p.ArmWakeup(solicitedOnly) }
+
+// Disarm withdraws the arming, unless it was signalled already: signalled
+// says a wakeup was signalled, or is on its way, for Take.
+func (w Wakeup) Disarm() (signalled bool) { return w.p.DisarmWakeup() }
+
+// Take takes the wakeups signalled, waiting up to wait for one when there
+// is none, and returns how many it took: the descriptor is not readable
+// after, until the next.
+func (w Wakeup) Take(wait time.Duration) int { return w.p.TakeWakeups(wait) }
 
 // waitUntil is wait for the CQ to be ready, taking no completion.
 func (c *CQ) waitUntil(ctx context.Context, ready func() bool) error {

@@ -5,6 +5,7 @@ package shm
 import (
 	"fmt"
 	"runtime"
+	"time"
 
 	"github.com/softnic/softnic/mr"
 )
@@ -55,5 +56,7 @@ func NewEpoll(...int) (int, error) {
 }
 
 func takeWakeups(int) int { return 0 }
+
+func takeWakeupsWaiting(int, time.Duration) int { return 0 }
 
 func setNonblock(int) error { return fmt.Errorf("epoll on %s: %w", platform(), mr.ErrNotSupported) }

@@ -101,9 +101,18 @@ func (r Ring) Solicited() *atomic.Uint32 { return r.word(offSolicited) }
 // no longer needs them, the producer loads it before reusing them.
 func (r Ring) Consumer() *atomic.Uint32 { return r.word(offConsumer) }
 
-// Armed is set by a completion ring's reader before it sleeps, and swapped
-// back to zero by the writer, which then signals the ring's eventfd.
+// Armed is set by a completion ring's reader before it sleeps, to ArmedAny
+// or ArmedSolicited, and swapped back to zero by the writer, which then
+// signals the ring's eventfd: at the next completion it publishes, or for
+// ArmedSolicited at the next that wakes a CQ armed for solicited
+// completions only (Solicited moves).
 func (r Ring) Armed() *atomic.Uint32 { return r.word(offArmed) }
+
+// The values of a completion ring's Armed word.
+const (
+	ArmedAny       = 1 // signal the next completion
+	ArmedSolicited = 2 // signal the next solicited completion, or one in error
+)
 
 // Overflow is set by a completion ring's writer when it found no room for
 // a completion.

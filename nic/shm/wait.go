@@ -97,6 +97,24 @@ func (w *Waiter) take(fd uintptr) bool {
 	return w.woke
 }
 
+// FD returns the epoll fd, for a caller that waits on it beside other
+// descriptors (in an epoll set of its own) instead of in Wait; it takes
+// what made it readable with Take.
+func (w *Waiter) FD() int {
+	fd := -1
+	w.raw.Control(func(f uintptr) { fd = int(f) })
+	return fd
+}
+
+// Take takes the wakeups signalled, waiting up to wait for one when none
+// was, and returns how many it took. It is for a caller that waits on FD,
+// not in Wait.
+func (w *Waiter) Take(wait time.Duration) int {
+	n := 0
+	w.raw.Control(func(fd uintptr) { n = takeWakeupsWaiting(int(fd), wait) })
+	return n
+}
+
 // SetDeadline ends a Wait under way, and those to come, at t (the zero
 // time: never).
 func (w *Waiter) SetDeadline(t time.Time) error { return w.f.SetReadDeadline(t) }

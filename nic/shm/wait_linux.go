@@ -4,6 +4,7 @@ package shm
 
 import (
 	"fmt"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -30,14 +31,20 @@ func NewEpoll(efds ...int) (int, error) {
 
 // takeWakeups takes the events queued in the epoll fd fd without waiting
 // (epoll_wait with a timeout of 0) and returns how many there were.
-func takeWakeups(fd int) int {
+func takeWakeups(fd int) int { return takeWakeupsWaiting(fd, 0) }
+
+// takeWakeupsWaiting is takeWakeups waiting up to wait (rounded up to a
+// millisecond) for the first event when none is queued.
+func takeWakeupsWaiting(fd int, wait time.Duration) int {
 	var evs [4]unix.EpollEvent
 	total := 0
+	ms := int((wait + time.Millisecond - 1) / time.Millisecond)
 	for {
-		n, err := unix.EpollWait(fd, evs[:], 0)
+		n, err := unix.EpollWait(fd, evs[:], ms)
 		if err == unix.EINTR {
 			continue
 		}
+		ms = 0
 		if n <= 0 {
 			return total
 		}

@@ -550,6 +550,36 @@ func (c *attachedCQ) arm() bool {
 	return c.ready()
 }
 
+// WakeupFD is provider.Wakeup's: the epoll fd the daemon's signals of the
+// CQ's armings make readable, Park's too (nic's CQ.Wakeup says which may
+// use it).
+func (c *attachedCQ) WakeupFD() int { return c.ev.FD() }
+
+// ArmWakeup is provider.Wakeup's: it arms the ring, as Park's look does,
+// for the next completion or the next solicited one.
+func (c *attachedCQ) ArmWakeup(solicitedOnly bool) {
+	armed := uint32(shm.ArmedAny)
+	if solicitedOnly {
+		armed = shm.ArmedSolicited
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.closed {
+		c.ring.Armed().Store(armed)
+	}
+}
+
+// DisarmWakeup is provider.Wakeup's: the daemon, which swaps the armed
+// word back to zero as it signals, has signalled if it is zero already.
+func (c *attachedCQ) DisarmWakeup() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.closed && c.ring.Armed().Swap(0) == 0
+}
+
+// TakeWakeups is provider.Wakeup's.
+func (c *attachedCQ) TakeWakeups(wait time.Duration) int { return c.ev.Take(wait) }
+
 // Resize has the daemon resize the CQ, with polls held back meanwhile:
 // the daemon moves the completions not polled to the start of a new ring,
 // which replaces this one.

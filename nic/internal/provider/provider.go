@@ -14,7 +14,7 @@
 // façade wrap each QP it makes (a connection's too), keeps the wrapper
 // (QP.Owner) and names QPs by it when it reports their errors. A provider
 // recognises only its own objects: another device's is ErrInvalid. What
-// one provider lacks is an optional interface (TrafficCounter,
+// one provider lacks is an optional interface (TrafficCounter, Wakeup,
 // RegionHolder, Shared) whose absence the façade turns into ErrNotSupported.
 package provider
 
@@ -24,6 +24,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/softnic/softnic/mr"
 	"github.com/softnic/softnic/nic/cm"
@@ -153,6 +154,22 @@ type CQ interface {
 	Park(ctx context.Context, done <-chan struct{}, ready func() bool) (slept bool, err error)
 	// Resize is CQ.Resize.
 	Resize(depth int) error
+}
+
+// Wakeup is the wakeup descriptor of a CQ whose provider has one (nic's
+// CQ.Wakeup): an attached CQ's, which its daemon signals.
+type Wakeup interface {
+	// WakeupFD is the descriptor, readable while a wakeup waits to be taken.
+	WakeupFD() int
+	// ArmWakeup asks for a wakeup at the next completion written to the
+	// CQ, or with solicitedOnly the next solicited one or one in error.
+	ArmWakeup(solicitedOnly bool)
+	// DisarmWakeup withdraws the arming, and reports whether a wakeup for
+	// it was signalled already (or is on its way).
+	DisarmWakeup() (signalled bool)
+	// TakeWakeups takes the wakeups signalled, waiting up to wait for one
+	// if there is none, and returns how many it took.
+	TakeWakeups(wait time.Duration) int
 }
 
 // SRQ is a shared receive queue's provider.

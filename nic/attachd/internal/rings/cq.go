@@ -28,8 +28,9 @@ type CQ struct {
 	wcs    [16]verbs.WC
 	// written and solicited count the completions written, ever, and
 	// those of them that wake a CQ armed for solicited ones, which
-	// publishLocked stores in the ring's header (shm.Ring.Written).
-	written, solicited uint32
+	// publishLocked stores in the ring's header (shm.Ring.Written);
+	// published is solicited as publishLocked last stored it.
+	written, solicited, published uint32
 }
 
 // NewCQ makes the ring and wakeup of qcq, a CQ of depth entries of the
@@ -136,12 +137,26 @@ func (c *CQ) pushLocked(wc *verbs.WC) {
 // that sees a count finds its completions in the ring (an arming
 // satisfied by a count it saw, whose completion the poll that follows did
 // not find, would wait for a count that had already changed).
+//
+// A ring armed for solicited completions (shm.ArmedSolicited) is signalled
+// only once the count of those moved; a process may widen the arming to
+// any completion meanwhile, which the compare-and-swap sees.
 func (c *CQ) publishLocked() {
+	solicited := c.solicited != c.published
+	c.published = c.solicited
 	c.ring.Producer().Store(c.prod)
 	c.ring.Written().Store(c.written)
 	c.ring.Solicited().Store(c.solicited)
-	if armed := c.ring.Armed(); armed.Load() != 0 && armed.Swap(0) != 0 {
-		shm.Signal(c.efd)
+	armed := c.ring.Armed()
+	for {
+		a := armed.Load()
+		if a == 0 || a == shm.ArmedSolicited && !solicited {
+			return
+		}
+		if armed.CompareAndSwap(a, 0) {
+			shm.Signal(c.efd)
+			return
+		}
 	}
 }
 
