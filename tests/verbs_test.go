@@ -904,6 +904,27 @@ func TestVerbsSeeds(t *testing.T) {
 	}
 }
 
+// TestVerbsEventPingpong runs a ping-pong whose two sides wait for each
+// receive through their CQs' completion channels
+// (testdata/event_pingpong.c), sleeping in poll(2) on the channel's
+// descriptor, as a program with an event loop does, and in
+// ibv_get_cq_event: every round trip must complete. It logs the round
+// trip's median and 99th percentile.
+func TestVerbsEventPingpong(t *testing.T) {
+	bin, lib := needLibsoftnic(t)
+	prog := compileC(t, "testdata/event_pingpong.c")
+	h := startVerbsHost(t, bin, lib, "", "127.0.0.1:0")
+	for _, mode := range []string{"poll", "block"} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		out, err := h.program(ctx, prog, mode, "2000").CombinedOutput()
+		cancel()
+		if err != nil {
+			t.Fatalf("event_pingpong %s: %v\n%s", mode, err, out)
+		}
+		t.Logf("%s", out)
+	}
+}
+
 // compileC compiles a C program of testdata against Debian's libibverbs
 // and librdmacm, and the libraries libs names (-lfabric).
 func compileC(t *testing.T, src string, libs ...string) string {

@@ -98,6 +98,7 @@ func (e *asyncEvents) watch(dev *nic.Device) {
 		e.pushLocked(C.struct_sn_async_event{_type: C.IBV_EVENT_DEVICE_FATAL})
 		e.gone = true
 		e.mu.Unlock()
+		deviceGone(dev)
 	case <-e.stop:
 	}
 }

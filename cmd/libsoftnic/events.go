@@ -8,7 +8,7 @@ package main
 import "C"
 
 import (
-	"context"
+	"runtime/cgo"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,40 +20,111 @@ import (
 	"github.com/softnic/softnic/nic/shm"
 )
 
-// A completion channel's events reach the program in one of two ways.
-//
-// A goroutine per armed CQ waits for the completion (nic.Notification)
-// and writes the CQ to the channel's pipe, which ibv_get_cq_event reads,
-// and which a program that waits in poll or epoll sees readable.
+// A completion channel is an epoll set, whose descriptor is the one
+// programs poll (ibv_comp_channel.fd). It holds the wakeup descriptor of
+// each of the channel's CQs (nic.CQ.Wakeup), which the daemon signals
+// itself when a CQ armed by ibv_req_notify_cq gets the completion it was
+// armed for: a program asleep on the channel, in ibv_get_cq_event, poll
+// or epoll, is woken by the daemon, with no thread of its own in between.
+// It holds too the read end of a pipe, for the events libsoftnic raises
+// itself (deliver): a completion that came while ibv_req_notify_cq armed
+// the CQ, which the daemon may not have seen armed, and the events of the
+// armed CQs once the daemon is gone.
 //
 // A thread that waits in ibv_get_cq_event on a blocking channel first
-// watches the channel's armed CQs itself for channelWatch (snGetCQEvent),
-// and takes the first whose completion came. The goroutine is scheduled
-// only once another thread takes it from the processor the caller holds,
-// and the pipe then wakes the caller: two thread wakeups per event, which
-// the watch saves (qperf's rc_lat with events, both ends on one daemon,
-// medians of ten runs: 64.3 µs through the pipe alone, 38.9 µs with the
-// watch; 25.2 µs polling).
+// watches the channel's armed CQs itself for channelWatch (snWatchChannel)
+// and takes the first whose completion came, with no system call; it
+// sleeps on the channel only after (sn_wait_channel in abi/verbs.c).
 //
-// Each arming is delivered once: by the goroutine or by the watching
-// thread, whichever claims it first.
+// Each arming is delivered once: by the thread that takes the daemon's
+// wakeup (snTakeWakeup), a watching thread, or libsoftnic itself, whichever
+// claims it first. One that claims it without the wakeup withdraws the
+// CQ's arming from the daemon, and takes the wakeup if the daemon had
+// signalled already (settle): the channel stays readable only while an
+// event waits.
 
 // channelWatch is how long ibv_get_cq_event watches the armed CQs before it
-// sleeps on the pipe. A program that waits for its peer's answer waits a
-// round trip and the peer's own turn; between two processes on one
+// sleeps on the channel. A program that waits for its peer's answer waits
+// a round trip and the peer's own turn; between two processes on one
 // daemon of a 2-CPU host that is often past nic.DefaultWaitSpin, 50 µs
 // (qperf's rc_lat, medians of ten runs: 45.0 µs watching 50 µs, 40.2 µs
 // watching 100 µs).
 const channelWatch = 100 * time.Microsecond
 
+// settleWait bounds how long a thread that claimed an arming the daemon
+// had just signalled waits for the signal, which the daemon sends right
+// after it disarms the CQ.
+const settleWait = 10 * time.Millisecond
+
+// channel is the Go side of a completion channel: its CQs, by the handle
+// their wakeups carry in the epoll set, and their armings not delivered.
+type channel struct {
+	c       *C.struct_sn_channel
+	mu      sync.Mutex
+	cqs     map[C.uintptr_t]*cq
+	armings []*arming
+}
+
+// channels are the open channels, for the events of a device gone.
+var channels sync.Map // *channel → struct{}
+
+// snCreateChannel makes the Go side of c, whose epoll set and pipe the
+// caller made.
+//
+//export snCreateChannel
+func snCreateChannel(c *C.struct_sn_channel) {
+	ch := &channel{c: c, cqs: make(map[C.uintptr_t]*cq)}
+	c.h = C.uintptr_t(cgo.NewHandle(ch))
+	channels.Store(ch, struct{}{})
+}
+
+// snDestroyChannel forgets c, which no CQ uses.
+//
+//export snDestroyChannel
+func snDestroyChannel(c *C.struct_sn_channel) {
+	channels.Delete(handleOf[*channel](c.h))
+	cgo.Handle(c.h).Delete()
+}
+
+// snAddCQ puts the wakeup of c, a CQ made with channel ch, in the
+// channel's epoll set.
+//
+//export snAddCQ
+func snAddCQ(ch *C.struct_sn_channel, c *C.struct_sn_cq) C.int {
+	q := handleOf[*cq](c.h)
+	w, ok := q.c.Wakeup()
+	if !ok {
+		return C.EOPNOTSUPP
+	}
+	q.wake, q.channel = w, handleOf[*channel](ch.h)
+	q.channel.mu.Lock()
+	defer q.channel.mu.Unlock()
+	ev := unix.EpollEvent{Events: unix.EPOLLIN}
+	*(*uint64)(unsafe.Pointer(&ev.Fd)) = uint64(c.h)
+	if err := unix.EpollCtl(int(ch.ch.fd), unix.EPOLL_CTL_ADD, w.FD(), &ev); err != nil {
+		return C.int(err.(unix.Errno))
+	}
+	q.channel.cqs[c.h] = q
+	return 0
+}
+
+// removeCQ takes q out of its channel's epoll set, before it is destroyed.
+func (ch *channel) removeCQ(q *cq) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	unix.EpollCtl(int(ch.c.ch.fd), unix.EPOLL_CTL_DEL, q.wake.FD(), nil)
+	delete(ch.cqs, q.cq.h)
+}
+
+// restoreCQ puts q back, its destruction refused.
+func (ch *channel) restoreCQ(q *cq) { snAddCQ(ch.c, q.cq) }
+
 // arming is a CQ armed for its next completion (ibv_req_notify_cq).
 type arming struct {
 	q         *cq
-	channel   *C.struct_sn_channel
-	armed     nic.Notification
+	armed     nic.Notification // what the program asked for, as it asked
 	solicited bool
 	claimed   atomic.Bool // the event is delivered, or the arming cancelled
-	stop      context.CancelFunc
 }
 
 // claim reports whether the caller is the one to deliver a's event (or to
@@ -63,62 +134,48 @@ func (a *arming) claim() bool {
 	if !a.claimed.CompareAndSwap(false, true) {
 		return false
 	}
-	a.q.armMu.Lock()
-	if a.q.arming == a {
-		a.q.arming = nil
+	q := a.q
+	q.armMu.Lock()
+	if q.arming == a {
+		q.arming = nil
 	}
-	a.q.armMu.Unlock()
-	armings.remove(a)
-	return true
-}
-
-// armings are the armings not yet delivered, by channel, for the threads
-// that watch them (snGetCQEvent).
-var armings armingSet
-
-type armingSet struct {
-	mu sync.Mutex
-	by map[*C.struct_sn_channel][]*arming
-}
-
-func (s *armingSet) add(a *arming) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.by == nil {
-		s.by = make(map[*C.struct_sn_channel][]*arming)
-	}
-	s.by[a.channel] = append(s.by[a.channel], a)
-}
-
-func (s *armingSet) remove(a *arming) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	all := s.by[a.channel]
-	for i, b := range all {
+	q.armMu.Unlock()
+	ch := q.channel
+	ch.mu.Lock()
+	for i, b := range ch.armings {
 		if b == a {
-			all[i] = all[len(all)-1]
-			all[len(all)-1] = nil
-			all = all[:len(all)-1]
+			ch.armings = append(ch.armings[:i], ch.armings[i+1:]...)
 			break
 		}
 	}
-	if len(all) == 0 {
-		delete(s.by, a.channel)
-	} else {
-		s.by[a.channel] = all
+	ch.mu.Unlock()
+	return true
+}
+
+// settle withdraws from the daemon the arming of q, whose event the caller
+// claimed without its wakeup, and takes the wakeup if the daemon signalled
+// it already.
+func (q *cq) settle() {
+	if q.wake.Disarm() {
+		q.wake.Take(settleWait)
 	}
 }
 
-// ready returns an arming of channel whose completion came, if any.
-func (s *armingSet) ready(channel *C.struct_sn_channel) *arming {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, a := range s.by[channel] {
-		if a.armed.Written() {
-			return a
-		}
-	}
-	return nil
+// deliver writes the CQ of a, an arming the caller claimed, to its
+// channel's pipe.
+func (a *arming) deliver() {
+	var b [8]byte
+	*(*uintptr)(unsafe.Pointer(&b)) = uintptr(unsafe.Pointer(a.q.cq))
+	c := a.q.channel.c
+	atomic.AddInt32((*int32)(unsafe.Pointer(&c.pending)), 1)
+	unix.Write(int(c.w), b[:])
+}
+
+// current returns the CQ's arming not delivered yet, if any.
+func (q *cq) current() *arming {
+	q.armMu.Lock()
+	defer q.armMu.Unlock()
+	return q.arming
 }
 
 // snReqNotifyCQ is ops.req_notify_cq: the next completion written to the
@@ -138,83 +195,128 @@ func snReqNotifyCQ(c *C.struct_ibv_cq, solicitedOnly C.int) C.int {
 	solicited := solicitedOnly != 0
 	q.reqMu.Lock()
 	defer q.reqMu.Unlock()
-	q.armMu.Lock()
-	old := q.arming
-	q.armMu.Unlock()
-	if old != nil && !old.claimed.Load() { // one claimed is over: its event is on its way
-		if !old.solicited || solicited {
+	if old := q.current(); old != nil {
+		// As wide already, or its completion came: its event is on its way.
+		if !old.solicited || solicited || old.armed.Written() {
 			return 0
 		}
-		old.cancel()
+		old.claim() // widened: the new arming overwrites the daemon's
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	a := &arming{q: q, channel: (*C.struct_sn_channel)(unsafe.Pointer(c.channel)),
-		armed: q.c.Notify(solicited), solicited: solicited, stop: cancel}
+	a := &arming{q: q, armed: q.c.Notify(solicited), solicited: solicited}
 	q.armMu.Lock()
 	q.arming = a
 	q.armMu.Unlock()
-	armings.add(a)
-	q.notifying.Go(func() { a.notify(ctx) })
+	ch := q.channel
+	ch.mu.Lock()
+	ch.armings = append(ch.armings, a)
+	ch.mu.Unlock()
+	q.wake.Arm(solicited)
+	// A completion written while the CQ was being armed may have found it
+	// not armed yet, and the daemon signalled nothing.
+	if a.armed.Written() && a.claim() {
+		q.settle()
+		a.deliver()
+	}
 	return 0
 }
 
-// notify waits for the completion a is armed for, then, unless a thread
-// watching the channel took it, writes the CQ's address to the channel's
-// pipe.
-func (a *arming) notify(ctx context.Context) {
-	if err := a.armed.Wait(ctx); err != nil && ctx.Err() != nil {
-		return
-	}
-	if a.claim() {
-		a.deliver()
-	}
-}
-
-// deliver writes a's event to its channel's pipe.
-func (a *arming) deliver() {
-	var b [8]byte
-	*(*uintptr)(unsafe.Pointer(&b)) = uintptr(unsafe.Pointer(a.q.cq))
-	atomic.AddInt32((*int32)(unsafe.Pointer(&a.channel.pending)), 1)
-	unix.Write(int(a.channel.w), b[:])
-}
-
-// cancel ends a without an event, unless it was delivered already.
-func (a *arming) cancel() {
-	if a.claim() {
-		a.stop()
-	}
-}
-
-// disarm ends the CQ's arming, if any, without an event, and waits for
-// the goroutines of its armings, one that is writing its event too.
+// disarm ends the CQ's arming, if any, without an event, before the CQ is
+// destroyed.
 func (q *cq) disarm() {
 	q.reqMu.Lock()
 	defer q.reqMu.Unlock()
-	q.armMu.Lock()
-	a := q.arming
-	q.armMu.Unlock()
-	if a != nil {
-		a.cancel()
+	if a := q.current(); a != nil {
+		a.claim()
 	}
-	q.notifying.Wait()
 }
 
-// snGetCQEvent watches the armed CQs of channel for channelWatch, giving up
-// the CPU between looks, and returns the first whose completion came,
+// snWatchChannel watches the armed CQs of channel for channelWatch, giving
+// up the CPU between looks, and returns the first whose completion came,
 // its event taken; nil when none came, or when the pipe holds an event
-// already, for ibv_get_cq_event to wait on the pipe (sn_watch_channel in
-// abi/verbs.c).
+// already, for ibv_get_cq_event to sleep on the channel (sn_wait_channel
+// in abi/verbs.c).
 //
-//export snGetCQEvent
-func snGetCQEvent(channel *C.struct_sn_channel) *C.struct_sn_cq {
-	pending := (*int32)(unsafe.Pointer(&channel.pending))
+//export snWatchChannel
+func snWatchChannel(c *C.struct_sn_channel) *C.struct_sn_cq {
+	ch := handleOf[*channel](c.h)
+	pending := (*int32)(unsafe.Pointer(&c.pending))
 	end := time.Now().Add(channelWatch)
 	for atomic.LoadInt32(pending) == 0 && time.Now().Before(end) {
-		if a := armings.ready(channel); a != nil && a.claim() {
-			a.stop()
+		if a := ch.ready(); a != nil && a.claim() {
+			a.q.settle()
 			return a.q.cq
 		}
 		shm.Yield()
 	}
 	return nil
+}
+
+// ready returns an arming of ch whose completion came, if any.
+func (ch *channel) ready() *arming {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	for _, a := range ch.armings {
+		if a.armed.Written() {
+			return a
+		}
+	}
+	return nil
+}
+
+// snTakeWakeup takes the wakeup the daemon signalled for the CQ of handle h
+// of channel c, which the channel's epoll set reported, and returns the CQ
+// if it delivers its arming's event; nil for a wakeup of an arming
+// delivered already, or of a CQ destroyed meanwhile. A wakeup that finds
+// the arming's completion not come yet (a daemon that signals a CQ armed
+// for solicited completions at any) arms the CQ again.
+//
+//export snTakeWakeup
+func snTakeWakeup(c *C.struct_sn_channel, h C.uintptr_t) *C.struct_sn_cq {
+	ch := handleOf[*channel](c.h)
+	ch.mu.Lock()
+	q := ch.cqs[h]
+	ch.mu.Unlock()
+	if q == nil {
+		return nil
+	}
+	q.wake.Take(0)
+	a := q.current()
+	if a == nil {
+		return nil
+	}
+	if !a.armed.Written() {
+		q.wake.Arm(a.solicited)
+		if !a.armed.Written() {
+			return nil
+		}
+	}
+	if !a.claim() {
+		return nil
+	}
+	// An arming whose wakeup came late (settle gave up on it) leaves the
+	// next one armed: withdraw it, or its wakeup would come for nothing.
+	q.wake.Disarm()
+	return q.cq
+}
+
+// deviceGone delivers the events of every arming of dev's CQs: the daemon
+// is gone, and no completion will come, nor any wakeup.
+func deviceGone(dev *nic.Device) {
+	channels.Range(func(k, _ any) bool {
+		ch := k.(*channel)
+		ch.mu.Lock()
+		var gone []*arming
+		for _, a := range ch.armings {
+			if a.q.dev == dev {
+				gone = append(gone, a)
+			}
+		}
+		ch.mu.Unlock()
+		for _, a := range gone {
+			if a.claim() {
+				a.deliver()
+			}
+		}
+		return true
+	})
 }

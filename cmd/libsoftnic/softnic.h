@@ -66,12 +66,15 @@ struct sn_ah {
 	uint8_t traffic_class; /* grh.traffic_class: the datagrams' IP DSCP and ECN */
 };
 
-/* A completion channel: the library writes a pointer to each CQ with an
- * event to w; context.fd, the read end, is what programs poll. */
+/* A completion channel (events.go): ch.fd, what programs poll, is an
+ * epoll set of the wakeups of the channel's CQs, whose data is the CQ's
+ * handle, and of the read end r of a pipe, data 0, to which the library
+ * writes a pointer to each CQ with an event it raises itself. */
 struct sn_channel {
 	struct ibv_comp_channel ch;
-	int w;		/* the pipe's write end */
+	int r, w;	/* the pipe, both ends non-blocking */
 	int pending;	/* events written to the pipe and not read yet */
+	uintptr_t h;	/* the Go side's handle */
 };
 
 /* The members of ibv_send_wr's anonymous unions, named for Go. */

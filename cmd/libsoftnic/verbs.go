@@ -159,12 +159,13 @@ type cq struct {
 	mu  sync.Mutex
 	wcs []verbs.WC // Poll's scratch
 
-	reqMu  sync.Mutex // serialises the armings (snReqNotifyCQ, disarm)
-	armMu  sync.Mutex
-	arming *arming // the arming not delivered yet, if any
-	// notifying counts the goroutines of the CQ's armings (events.go),
-	// under reqMu.
-	notifying sync.WaitGroup
+	// A CQ made with a completion channel (events.go): its wakeup, in the
+	// channel's epoll set, and its arming not delivered yet, if any.
+	channel *channel
+	wake    nic.Wakeup
+	reqMu   sync.Mutex // serialises the armings (snReqNotifyCQ, disarm)
+	armMu   sync.Mutex
+	arming  *arming
 }
 
 //export snCreateCQ
@@ -197,10 +198,18 @@ func snResizeCQ(c *C.struct_sn_cq, cqe C.int) C.int {
 //export snDestroyCQ
 func snDestroyCQ(c *C.struct_sn_cq) C.int {
 	q := handleOf[*cq](c.h)
+	if q.channel != nil {
+		q.channel.removeCQ(q)
+	}
 	if err := q.c.Destroy(); err != nil {
+		if q.channel != nil {
+			q.channel.restoreCQ(q)
+		}
 		return errnoOf(err)
 	}
-	q.disarm()
+	if q.channel != nil {
+		q.disarm()
+	}
 	cgo.Handle(c.h).Delete()
 	return 0
 }

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -476,19 +477,39 @@ EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *a
 EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *ctx)
 {
 	struct sn_channel *ch = calloc(1, sizeof(*ch));
-	int p[2];
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 0 };
+	int p[2], ep, err;
 
 	if (!ch) {
 		errno = ENOMEM;
 		return NULL;
 	}
-	if (pipe2(p, O_CLOEXEC)) {
+	ep = epoll_create1(EPOLL_CLOEXEC);
+	if (ep < 0) {
 		free(ch);
 		return NULL;
 	}
+	if (pipe2(p, O_CLOEXEC | O_NONBLOCK)) {
+		err = errno;
+		close(ep);
+		free(ch);
+		errno = err;
+		return NULL;
+	}
+	if (epoll_ctl(ep, EPOLL_CTL_ADD, p[0], &ev)) {
+		err = errno;
+		close(ep);
+		close(p[0]);
+		close(p[1]);
+		free(ch);
+		errno = err;
+		return NULL;
+	}
 	ch->ch.context = ctx;
-	ch->ch.fd = p[0];
+	ch->ch.fd = ep;
+	ch->r = p[0];
 	ch->w = p[1];
+	snCreateChannel(ch);
 	return &ch->ch;
 }
 
@@ -498,7 +519,9 @@ EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
 
 	if (channel->refcnt)
 		return EBUSY;
+	snDestroyChannel(ch);
 	close(channel->fd);
+	close(ch->r);
 	close(ch->w);
 	free(ch);
 	return 0;
@@ -524,6 +547,15 @@ EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_c
 		free(cq);
 		errno = err;
 		return NULL;
+	}
+	if (channel) {
+		err = snAddCQ((struct sn_channel *)channel, cq);
+		if (err) {
+			snDestroyCQ(cq);
+			free(cq);
+			errno = err;
+			return NULL;
+		}
 	}
 	cq->cq.context = ctx;
 	cq->cq.channel = channel;
@@ -569,32 +601,54 @@ EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
 	return 0;
 }
 
-/*
- * sn_watch_channel is the start of a blocking ibv_get_cq_event: the thread
- * watches the channel's armed CQs for a while (snGetCQEvent in events.go)
- * and sets *cq to the one whose completion came, or, when none came,
- * waits until the pipe holds an event and leaves *cq NULL. It watches
- * with the program's signals blocked, and waits in ppoll with the
- * program's mask back: a signal that comes while it watches is not lost
- * but ends the wait (-1, EINTR), as one that comes while it waits. Not
- * SIGURG, which the Go runtime sends a thread running Go code to preempt
- * it: one sent while the thread watched waits until the wait is over,
- * when the runtime's handler ignores it, instead of ending the wait with
- * an EINTR the program did not cause (qperf's rc_lat failed so).
- */
-static int sn_watch_channel(struct sn_channel *ch, struct sn_cq **cq)
+/* sn_read_pipe takes the next event libsoftnic raised itself, NULL if
+ * another thread took it first. */
+static struct sn_cq *sn_read_pipe(struct sn_channel *ch)
 {
-	struct pollfd p = { .fd = ch->ch.fd, .events = POLLIN };
+	struct sn_cq *cq;
+
+	if (read(ch->r, &cq, sizeof(cq)) != sizeof(cq))
+		return NULL;
+	__atomic_sub_fetch(&ch->pending, 1, __ATOMIC_RELEASE);
+	return cq;
+}
+
+/*
+ * sn_wait_channel sets *cq to the CQ of the channel's next event (events.go
+ * says where events come from). A blocking wait first watches the
+ * channel's armed CQs for a while (snWatchChannel), then sleeps on the
+ * channel's epoll set; a non-blocking one looks at the set once and fails
+ * with EAGAIN if it holds no event. It watches with the program's signals
+ * blocked, and sleeps in epoll_pwait with the program's mask back: a
+ * signal that comes while it watches is not lost but ends the wait (-1,
+ * EINTR), as one that comes while it sleeps, as with libibverbs (qperf's
+ * alarm ends its test so). Not SIGURG, which the Go runtime sends a thread
+ * running Go code to preempt it: one sent while the thread watched waits
+ * until the wait is over, when the runtime's handler ignores it, instead
+ * of ending the wait with an EINTR the program did not cause (qperf's
+ * rc_lat failed so).
+ */
+static int sn_wait_channel(struct sn_channel *ch, int block, struct sn_cq **cq)
+{
 	sigset_t all, mask, wait_mask;
-	int rc = 0;
+	struct epoll_event ev;
+	int rc = 0, n;
 
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, &mask);
-	*cq = snGetCQEvent(ch);
 	wait_mask = mask;
 	sigaddset(&wait_mask, SIGURG);
-	if (!*cq && ppoll(&p, 1, NULL, &wait_mask) < 0)
-		rc = -1;
+	*cq = block ? snWatchChannel(ch) : NULL;
+	while (!*cq) {
+		n = epoll_pwait(ch->ch.fd, &ev, 1, block ? -1 : 0, &wait_mask);
+		if (n == 0)
+			errno = EAGAIN;
+		if (n <= 0) {
+			rc = -1;
+			break;
+		}
+		*cq = ev.data.u64 ? snTakeWakeup(ch, (uintptr_t)ev.data.u64) : sn_read_pipe(ch);
+	}
 	pthread_sigmask(SIG_SETMASK, &mask, NULL);
 	return rc;
 }
@@ -602,22 +656,12 @@ static int sn_watch_channel(struct sn_channel *ch, struct sn_cq **cq)
 EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cqp, void **cq_context)
 {
 	struct sn_channel *ch = (struct sn_channel *)channel;
-	struct sn_cq *cq = NULL;
-	ssize_t n;
+	struct sn_cq *cq;
 
-	if (sn_go_callable() && !(fcntl(channel->fd, F_GETFL) & O_NONBLOCK) && sn_watch_channel(ch, &cq))
+	if (sn_refuse("ibv_get_cq_event"))
 		return -1;
-	if (!cq) {
-		/* A signal ends the wait (EINTR), as with libibverbs: qperf's
-		 * alarm ends its test so. */
-		n = read(channel->fd, &cq, sizeof(cq));
-		if (n != sizeof(cq)) {
-			if (n >= 0)
-				errno = EIO;
-			return -1;
-		}
-		__atomic_sub_fetch(&ch->pending, 1, __ATOMIC_RELEASE);
-	}
+	if (sn_wait_channel(ch, !(fcntl(channel->fd, F_GETFL) & O_NONBLOCK), &cq))
+		return -1;
 	pthread_mutex_lock(&cq->cq.mutex);
 	cq->events++;
 	pthread_mutex_unlock(&cq->cq.mutex);
