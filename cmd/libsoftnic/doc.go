@@ -76,12 +76,12 @@
 // waits in a blocking ibv_get_cq_event first watches the channel's armed
 // CQs itself for a few round trips, and takes the event with no thread
 // woken; whichever claims an arming first delivers its event, once.
-// (testdata/event_pingpong.c in package tests, 2,000 round trips of 8-byte
+// (testdata/event_pingpong.c in package tests, 3,000 round trips of 8-byte
 // SENDs, both sides on one daemon of a 2-CPU VM, five runs of each,
-// alternating: sleeping in poll, medians 66-73 µs and 99th percentiles
-// 111-142 µs, where a goroutine per arming that wrote the CQ to a pipe
-// took 98-198 and 332-393 µs; in ibv_get_cq_event, medians 45-55 µs
-// either way, 99th percentiles 101-149 against 175-373 µs.) A signal that
+// alternating: sleeping in poll, medians 51-62 µs and 99th percentiles
+// 100-150 µs, where a goroutine per arming that wrote the CQ to a pipe
+// took 69-218 and 349-419 µs; in ibv_get_cq_event, medians 29-31 against
+// 32-34 µs, 99th percentiles 73-125 against 182-379 µs.) A signal that
 // comes while the thread watches ends the wait with EINTR, as one that
 // comes while it sleeps.
 //
