@@ -139,8 +139,11 @@ func (c *CQ) pushLocked(wc *verbs.WC) {
 // not find, would wait for a count that had already changed).
 //
 // A ring armed for solicited completions (shm.ArmedSolicited) is signalled
-// only once the count of those moved; a process may widen the arming to
-// any completion meanwhile, which the compare-and-swap sees.
+// only once the count of those moved. The process may change the arming
+// meanwhile (widen it to any completion, withdraw it), which the
+// compare-and-swap sees: the word is then taken as it is, whatever the
+// process wrote, and not looked at again, so that a process writing it
+// without end cannot hold the daemon here.
 func (c *CQ) publishLocked() {
 	solicited := c.solicited != c.published
 	c.published = c.solicited
@@ -148,15 +151,12 @@ func (c *CQ) publishLocked() {
 	c.ring.Written().Store(c.written)
 	c.ring.Solicited().Store(c.solicited)
 	armed := c.ring.Armed()
-	for {
-		a := armed.Load()
-		if a == 0 || a == shm.ArmedSolicited && !solicited {
-			return
-		}
-		if armed.CompareAndSwap(a, 0) {
-			shm.Signal(c.efd)
-			return
-		}
+	a := armed.Load()
+	if a == 0 || a == shm.ArmedSolicited && !solicited {
+		return
+	}
+	if armed.CompareAndSwap(a, 0) || armed.Swap(0) != 0 {
+		shm.Signal(c.efd)
 	}
 }
 
