@@ -613,12 +613,37 @@ static struct sn_cq *sn_read_pipe(struct sn_channel *ch)
 	return cq;
 }
 
+/* sn_take_event takes the event of ev, which the channel's epoll set
+ * reported: NULL if there was none after all (events.go). */
+static struct sn_cq *sn_take_event(struct sn_channel *ch, struct epoll_event *ev)
+{
+	return ev->data.u64 ? snTakeWakeup(ch, (uintptr_t)ev->data.u64) : sn_read_pipe(ch);
+}
+
+/* sn_poll_channel sets *cq to the CQ of the channel's next event, or
+ * fails with EAGAIN if the channel holds none: a non-blocking channel's
+ * ibv_get_cq_event, which a program calls when poll or epoll found the
+ * channel readable. */
+static int sn_poll_channel(struct sn_channel *ch, struct sn_cq **cq)
+{
+	struct epoll_event ev;
+	int n;
+
+	do {
+		n = epoll_wait(ch->ch.fd, &ev, 1, 0);
+		if (n == 0)
+			errno = EAGAIN;
+		if (n <= 0)
+			return -1;
+	} while (!(*cq = sn_take_event(ch, &ev)));
+	return 0;
+}
+
 /*
  * sn_wait_channel sets *cq to the CQ of the channel's next event (events.go
- * says where events come from). A blocking wait first watches the
- * channel's armed CQs for a while (snWatchChannel), then sleeps on the
- * channel's epoll set; a non-blocking one looks at the set once and fails
- * with EAGAIN if it holds no event. It watches with the program's signals
+ * says where events come from): a blocking channel's ibv_get_cq_event. It
+ * first watches the channel's armed CQs for a while (snWatchChannel), then
+ * sleeps on the channel's epoll set. It watches with the program's signals
  * blocked, and sleeps in epoll_pwait with the program's mask back: a
  * signal that comes while it watches is not lost but ends the wait (-1,
  * EINTR), as one that comes while it sleeps, as with libibverbs (qperf's
@@ -628,26 +653,23 @@ static struct sn_cq *sn_read_pipe(struct sn_channel *ch)
  * of ending the wait with an EINTR the program did not cause (qperf's
  * rc_lat failed so).
  */
-static int sn_wait_channel(struct sn_channel *ch, int block, struct sn_cq **cq)
+static int sn_wait_channel(struct sn_channel *ch, struct sn_cq **cq)
 {
 	sigset_t all, mask, wait_mask;
 	struct epoll_event ev;
-	int rc = 0, n;
+	int rc = 0;
 
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, &mask);
 	wait_mask = mask;
 	sigaddset(&wait_mask, SIGURG);
-	*cq = block ? snWatchChannel(ch) : NULL;
+	*cq = snWatchChannel(ch);
 	while (!*cq) {
-		n = epoll_pwait(ch->ch.fd, &ev, 1, block ? -1 : 0, &wait_mask);
-		if (n == 0)
-			errno = EAGAIN;
-		if (n <= 0) {
+		if (epoll_pwait(ch->ch.fd, &ev, 1, -1, &wait_mask) < 0) {
 			rc = -1;
 			break;
 		}
-		*cq = ev.data.u64 ? snTakeWakeup(ch, (uintptr_t)ev.data.u64) : sn_read_pipe(ch);
+		*cq = sn_take_event(ch, &ev);
 	}
 	pthread_sigmask(SIG_SETMASK, &mask, NULL);
 	return rc;
@@ -660,7 +682,7 @@ EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq
 
 	if (sn_refuse("ibv_get_cq_event"))
 		return -1;
-	if (sn_wait_channel(ch, !(fcntl(channel->fd, F_GETFL) & O_NONBLOCK), &cq))
+	if (fcntl(channel->fd, F_GETFL) & O_NONBLOCK ? sn_poll_channel(ch, &cq) : sn_wait_channel(ch, &cq))
 		return -1;
 	pthread_mutex_lock(&cq->cq.mutex);
 	cq->events++;
