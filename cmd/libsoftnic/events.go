@@ -162,13 +162,18 @@ func (q *cq) settle() {
 }
 
 // deliver writes the CQ of a, an arming the caller claimed, to its
-// channel's pipe.
+// channel's pipe, unless the CQ is being destroyed.
 func (a *arming) deliver() {
 	var b [8]byte
 	*(*uintptr)(unsafe.Pointer(&b)) = uintptr(unsafe.Pointer(a.q.cq))
-	c := a.q.channel.c
-	atomic.AddInt32((*int32)(unsafe.Pointer(&c.pending)), 1)
-	unix.Write(int(c.w), b[:])
+	ch := a.q.channel
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if a.q.destroyed {
+		return
+	}
+	atomic.AddInt32((*int32)(unsafe.Pointer(&ch.c.pending)), 1)
+	unix.Write(int(ch.c.w), b[:])
 }
 
 // current returns the CQ's arming not delivered yet, if any.
@@ -220,14 +225,45 @@ func snReqNotifyCQ(c *C.struct_ibv_cq, solicitedOnly C.int) C.int {
 	return 0
 }
 
-// disarm ends the CQ's arming, if any, without an event, before the CQ is
-// destroyed.
+// disarm ends the CQ's arming, if any, without an event, as the CQ is
+// destroyed, and takes its events not read out of the channel's pipe, as
+// libibverbs's kernel drops a destroyed CQ's events not read: the channel
+// never gives a CQ destroyed.
 func (q *cq) disarm() {
 	q.reqMu.Lock()
 	defer q.reqMu.Unlock()
 	if a := q.current(); a != nil {
 		a.claim()
 	}
+	q.channel.purge(q)
+}
+
+// purge marks q destroyed, so that no event of its is delivered from now
+// on, and takes those delivered out of the channel's pipe, putting the
+// others back in order. A reader that finds the pipe empty meanwhile
+// waits for the next event (sn_read_pipe).
+func (ch *channel) purge(q *cq) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	q.destroyed = true
+	cq := q.cq
+	var kept [][8]byte
+	dropped := int32(0)
+	for {
+		var b [8]byte
+		if n, _ := unix.Read(int(ch.c.r), b[:]); n != len(b) {
+			break
+		}
+		if *(*uintptr)(unsafe.Pointer(&b)) == uintptr(unsafe.Pointer(cq)) {
+			dropped++
+		} else {
+			kept = append(kept, b)
+		}
+	}
+	for _, b := range kept {
+		unix.Write(int(ch.c.w), b[:])
+	}
+	atomic.AddInt32((*int32)(unsafe.Pointer(&ch.c.pending)), -dropped)
 }
 
 // snWatchChannel watches the armed CQs of channel for channelWatch, giving

@@ -166,6 +166,9 @@ type cq struct {
 	reqMu   sync.Mutex // serialises the armings (snReqNotifyCQ, disarm)
 	armMu   sync.Mutex
 	arming  *arming
+	// destroyed is set, under the channel's lock, once the CQ is
+	// destroyed: its events are no longer delivered (channel.purge).
+	destroyed bool
 }
 
 //export snCreateCQ
