@@ -909,7 +909,9 @@ func TestVerbsSeeds(t *testing.T) {
 // (testdata/event_pingpong.c), sleeping in poll(2) on the channel's
 // descriptor, as a program with an event loop does, and in
 // ibv_get_cq_event: every round trip must complete. It logs the round
-// trip's median and 99th percentile.
+// trip's median and 99th percentile. When the daemon stops under it, the
+// waiting sides wake and the program fails (exit status 1), rather than
+// sleep for ever.
 func TestVerbsEventPingpong(t *testing.T) {
 	bin, lib := needLibsoftnic(t)
 	prog := compileC(t, "testdata/event_pingpong.c")
@@ -922,6 +924,10 @@ func TestVerbsEventPingpong(t *testing.T) {
 			t.Fatalf("event_pingpong %s: %v\n%s", mode, err, out)
 		}
 		t.Logf("%s", out)
+		_, err = whenDaemonStops(t, bin, lib, "connected", prog, mode, "1000000000")
+		if exit := (*exec.ExitError)(nil); !errors.As(err, &exit) || exit.ExitCode() != 1 {
+			t.Errorf("event_pingpong %s when the daemon stopped: %v, want exit status 1", mode, err)
+		}
 	}
 }
 
