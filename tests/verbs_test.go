@@ -894,7 +894,9 @@ func needPrograms(t *testing.T, programs ...string) {
 func TestVerbsSeeds(t *testing.T) {
 	bin, lib := needLibsoftnic(t)
 	prog := compileC(t, "testdata/libsoftnic_seeds.c")
-	h := startVerbsHost(t, bin, lib, "", "127.0.0.1:0")
+	// Traced, the daemon reads each datagram's traffic class, which a UD
+	// receive's GRH then carries.
+	h := startVerbsHost(t, bin, lib, "", "127.0.0.1:0", "--pcap", filepath.Join(t.TempDir(), "seeds.pcap"))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	out, err := h.program(ctx, prog, h.ip(), freePort(), filepath.Join(t.TempDir(), "scratch")).Output()

@@ -26,7 +26,8 @@
  * acknowledged, ibv_query_device_ex, an
  * extended CQ (ibv_create_cq_ex) polled with start_poll, next_poll and
  * end_poll, an extended QP's ibv_wr_* API (ibv_create_qp_ex and
- * rdma_create_qp_ex), a forked child refused at once, and multicast: the
+ * rdma_create_qp_ex), a UD datagram's traffic class given back by
+ * ibv_init_ah_from_wc, a forked child refused at once, and multicast: the
  * errnos of ibv_attach_mcast and ibv_detach_mcast (as rxe's) and of
  * rdma_join_multicast_ex and rdma_leave_multicast (as librdmacm's), and
  * the MULTICAST_JOIN event of a UDP id, which a datagram to the group
@@ -1636,7 +1637,10 @@ static struct ibv_qp *ud_qp(struct ibv_qp_init_attr_ex *attr)
 }
 
 /* A UD extended QP: SEND_WITH_IMM to the address ibv_wr_set_ud_addr
- * names; RDMA_WRITE refused on UD was checked in qp_ex. */
+ * names, with the address handle's traffic class, which the receive's GRH
+ * gives back through ibv_init_ah_from_wc (the daemon traces, so it reads
+ * each datagram's class); RDMA_WRITE refused on UD was checked in
+ * qp_ex. */
 static void qp_ex_ud(struct ibv_mr *src, struct ibv_mr *dst)
 {
 	struct ibv_qp_init_attr_ex a = {
@@ -1647,8 +1651,9 @@ static void qp_ex_ud(struct ibv_mr *src, struct ibv_mr *dst)
 	};
 	struct ibv_qp *qs = ud_qp(&a), *qr = ud_qp(NULL);
 	struct ibv_qp_ex *x = ibv_qp_to_qp_ex(qs);
-	struct ibv_ah_attr aa = { .is_global = 1, .port_num = 1, .grh = { .dgid = gid, .hop_limit = 64 } };
+	struct ibv_ah_attr aa = { .is_global = 1, .port_num = 1, .grh = { .dgid = gid, .hop_limit = 64, .traffic_class = 0x48 } };
 	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
+	struct ibv_ah_attr back;
 	struct ibv_sge rsge = { .addr = (uintptr_t)dst->addr + 2048, .length = 40 + 64, .lkey = dst->lkey };
 	struct ibv_recv_wr rwr = { .wr_id = 30, .sg_list = &rsge, .num_sge = 1 }, *bad;
 	struct ibv_wc wc[2], *w, *r;
@@ -1671,6 +1676,10 @@ static void qp_ex_ud(struct ibv_mr *src, struct ibv_mr *dst)
 		      r->src_qp == qs->qp_num && (r->wc_flags & IBV_WC_WITH_IMM) && r->imm_data == htonl(0x5150) &&
 		      !strcmp((char *)dst->addr + 2048 + 40, "ud datagram"),
 	      "ibv_wr_set_ud_addr: a UD SEND_WITH_IMM reaches the QP it names");
+	CHECK(r && !ibv_init_ah_from_wc(ctx, 1, r, (struct ibv_grh *)((char *)dst->addr + 2048), &back) &&
+		      back.is_global && !memcmp(&back.grh.dgid, &gid, sizeof(gid)) && back.grh.traffic_class == 0x48,
+	      "ibv_init_ah_from_wc: the sender's address and the traffic class it sent with (%#x, want 0x48)",
+	      back.grh.traffic_class);
 	MUST(!ibv_destroy_qp(qs) && !ibv_destroy_qp(qr) && !ibv_destroy_ah(ah));
 }
 

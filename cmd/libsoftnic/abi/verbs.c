@@ -3,6 +3,7 @@
  * sees and leaves the work to the Go side (golib.h).
  */
 #define _GNU_SOURCE
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -888,8 +889,10 @@ EXPORT int ibv_init_ah_from_wc(struct ibv_context *ctx, uint8_t port, struct ibv
 
 		ah->grh.dgid.raw[10] = ah->grh.dgid.raw[11] = 0xff;
 		memcpy(&ah->grh.dgid.raw[12], ip + 12, 4);
+		ah->grh.traffic_class = ip[1];
 	} else {
 		ah->grh.dgid = grh->sgid;
+		ah->grh.traffic_class = (be32toh(grh->version_tclass_flow) >> 20) & 0xff;
 	}
 	return 0;
 }
