@@ -1677,9 +1677,11 @@ static void qp_ex_ud(struct ibv_mr *src, struct ibv_mr *dst)
 		      !strcmp((char *)dst->addr + 2048 + 40, "ud datagram"),
 	      "ibv_wr_set_ud_addr: a UD SEND_WITH_IMM reaches the QP it names");
 	CHECK(r && !ibv_init_ah_from_wc(ctx, 1, r, (struct ibv_grh *)((char *)dst->addr + 2048), &back) &&
-		      back.is_global && !memcmp(&back.grh.dgid, &gid, sizeof(gid)) && back.grh.traffic_class == 0x48,
-	      "ibv_init_ah_from_wc: the sender's address and the traffic class it sent with (%#x, want 0x48)",
-	      back.grh.traffic_class);
+		      back.is_global && !memcmp(&back.grh.dgid, &gid, sizeof(gid)) && back.grh.traffic_class == 0x48 &&
+		      back.grh.hop_limit == 64,
+	      "ibv_init_ah_from_wc: the sender's address, and the traffic class and hop limit it came with (%#x, %d; "
+	      "want 0x48, 64)",
+	      back.grh.traffic_class, back.grh.hop_limit);
 	MUST(!ibv_destroy_qp(qs) && !ibv_destroy_qp(qr) && !ibv_destroy_ah(ah));
 }
 

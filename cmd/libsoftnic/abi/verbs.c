@@ -882,7 +882,8 @@ EXPORT int ibv_init_ah_from_wc(struct ibv_context *ctx, uint8_t port, struct ibv
 		return -1;
 	}
 	ah->is_global = 1;
-	ah->grh.hop_limit = 0xff;
+	/* The sender's address, and the hop limit and traffic class the
+	 * datagram came with, as libibverbs takes them from the header. */
 	if ((((const uint8_t *)grh)[20] >> 4) == 4) {
 		/* An IPv4 header in the last 20 bytes of the GRH space. */
 		const uint8_t *ip = (const uint8_t *)grh + 20;
@@ -890,9 +891,14 @@ EXPORT int ibv_init_ah_from_wc(struct ibv_context *ctx, uint8_t port, struct ibv
 		ah->grh.dgid.raw[10] = ah->grh.dgid.raw[11] = 0xff;
 		memcpy(&ah->grh.dgid.raw[12], ip + 12, 4);
 		ah->grh.traffic_class = ip[1];
+		ah->grh.hop_limit = ip[8];
 	} else {
+		uint32_t flow = be32toh(grh->version_tclass_flow);
+
 		ah->grh.dgid = grh->sgid;
-		ah->grh.traffic_class = (be32toh(grh->version_tclass_flow) >> 20) & 0xff;
+		ah->grh.traffic_class = (flow >> 20) & 0xff;
+		ah->grh.flow_label = flow & 0xfffff;
+		ah->grh.hop_limit = grh->hop_limit;
 	}
 	return 0;
 }
