@@ -20,6 +20,7 @@ func definePerftest(fs *flag.FlagSet) func(*invocation) error {
 	iters := fs.Int("n", 0, "`ITERS` messages (default 5000 for the bandwidth tests, 1000 for write_lat)")
 	atomic := fs.String("A", "FETCH_AND_ADD", "the atomic_bw `OPERATION`: FETCH_AND_ADD or CMP_AND_SWAP")
 	timeout := fs.Uint("u", perftest.DefaultQPTimeout, "the QP's ACK `TIMEOUT` exponent: 4.096 µs × 2^TIMEOUT before it sends again (14: 67 ms)")
+	tclass := fs.Uint("tclass", 0, "the IP traffic `CLASS` of the QP's packets, DSCP and ECN, 0 to 255 (perftest's --tclass)")
 	mtu := addMTUFlag(fs, 0, "the path `MTU` offered: 256 to 4096 (default: what the interface carries, as rxe derives it: 1024 on 1500-byte Ethernet)")
 	port := fs.Uint("port", uint(wire.UDPPort), "the RoCEv2 UDP `PORT` of the device, and where the peer's is (Linux rxe's is 4791)")
 	oobPort := fs.Uint("oob-port", perftest.DefaultOOBPort, "perftest's TCP `PORT` for the out-of-band exchange")
@@ -58,6 +59,10 @@ func definePerftest(fs *flag.FlagSet) func(*invocation) error {
 			return usagef("-u %d: want a timeout exponent from 0 to 31", *timeout)
 		}
 		cfg.Timeout = uint8(*timeout)
+		if *tclass > 255 {
+			return usagef("--tclass %d: want a traffic class from 0 to 255", *tclass)
+		}
+		cfg.TrafficClass = uint8(*tclass)
 		if *cqMod < 0 {
 			return usagef("-Q %d: want a positive number of messages per completion", *cqMod)
 		}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/softnic/softnic/nic"
+	"github.com/softnic/softnic/wire"
 )
 
 // freePorts returns a UDP port free on 127.0.0.1 and 127.0.0.2 and a TCP
@@ -193,6 +195,54 @@ func TestPerftestLoopback(t *testing.T) {
 	}
 }
 
+// TestPerftestTrafficClass: --tclass is the IP traffic class of the QP's
+// packets (perftest's): the client's capture shows its WRITEs and the
+// server's ACKs with the class each side asked for.
+func TestPerftestTrafficClass(t *testing.T) {
+	udp, tcp := freePorts(t)
+	pcap := filepath.Join(t.TempDir(), "client.pcap")
+	common := []string{"perftest", "write_bw", "-s", "4096", "-n", "100", "--mtu", "1024", "--port", fmt.Sprint(udp), "--oob-port", fmt.Sprint(tcp)}
+	runPair(t,
+		append(append([]string{}, common...), "--bind", "127.0.0.1", "--tclass", "40"),
+		append(append([]string{}, common...), "--bind", "127.0.0.2", "--tclass", "184", "--pcap", pcap, "127.0.0.1"), nil)
+	f, err := os.Open(pcap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := wire.NewPcapReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	classes := map[string]map[uint8]int{}
+	for {
+		fr, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !fr.RoCE || len(fr.Payload) < wire.BTHSize {
+			continue
+		}
+		op := wire.BTH(fr.Payload).OpCode()
+		kind := "ack"
+		if op.IsWrite() {
+			kind = "write"
+		} else if !op.IsAck() {
+			continue
+		}
+		if classes[kind] == nil {
+			classes[kind] = map[uint8]int{}
+		}
+		classes[kind][fr.Env.TrafficClass]++
+	}
+	if w, a := classes["write"], classes["ack"]; len(w) != 1 || w[184] == 0 || len(a) != 1 || a[40] == 0 {
+		t.Errorf("the client's capture: WRITEs by class %v, ACKs %v; want 184 and 40 alone", w, a)
+	}
+}
+
 // TestPerftestAttached runs write_lat and write_bw between two softnic
 // perftests attached to one daemon (SOFTNIC_SOCKET), as
 // cmd/libsoftnic/bench.sh compares them with perftest through libsoftnic:
@@ -363,6 +413,7 @@ func TestPerftestBadUsage(t *testing.T) {
 		{"latency of one", []string{"write_lat", "-n", "1"}, "write_lat: at least 2"},
 		{"port", []string{"write_bw", "--port", "0"}, "--port 0"},
 		{"timeout", []string{"write_bw", "-u", "32"}, "-u 32: want a timeout exponent from 0 to 31"},
+		{"traffic class", []string{"write_bw", "--tclass", "256"}, "--tclass 256: want a traffic class from 0 to 255"},
 		{"oob port", []string{"write_bw", "--oob-port", "70000"}, "--oob-port 70000"},
 		{"mtu", []string{"write_bw", "--mtu", "1500"}, "--mtu 1500: want 256, 512, 1024, 2048 or 4096"},
 	}

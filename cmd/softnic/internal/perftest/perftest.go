@@ -111,18 +111,21 @@ const (
 
 // Config is one side's test: softnic perftest's command line.
 type Config struct {
-	Test     Test
-	Host     string     // the server to connect to; empty for the server
-	Bind     netip.Addr // the local address; the invalid Addr for any
-	Size     int
-	Iters    int
-	Atomic   AtomicOp
-	MTU      int    // 0: what the interface carries
-	Timeout  uint8  // the QP's local ACK timeout exponent
-	Port     uint16 // the RoCEv2 UDP port of both sides
-	OOBPort  uint16 // perftest's TCP port
-	Counters bool
-	Pcap     string
+	Test    Test
+	Host    string     // the server to connect to; empty for the server
+	Bind    netip.Addr // the local address; the invalid Addr for any
+	Size    int
+	Iters   int
+	Atomic  AtomicOp
+	MTU     int   // 0: what the interface carries
+	Timeout uint8 // the QP's local ACK timeout exponent
+	// TrafficClass is the IP traffic class of the QP's packets (perftest's
+	// --tclass).
+	TrafficClass uint8
+	Port         uint16 // the RoCEv2 UDP port of both sides
+	OOBPort      uint16 // perftest's TCP port
+	Counters     bool
+	Pcap         string
 	// CQMod is how often a bandwidth test's client asks for a completion
 	// (-Q): every CQMod-th message and the last. 0 is perftest's default:
 	// every 100th, every one for messages larger than 8 KiB.

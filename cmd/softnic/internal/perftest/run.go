@@ -317,12 +317,13 @@ func (s *perfSession) connect() error {
 	mtu := s.params.mtu.Bytes()
 	err = s.qp.Connect(dst, s.remote.QPN, nic.ConnectOptions{
 		LocalPSN: s.local.PSN, RemotePSN: s.remote.PSN, MTU: mtu,
-		Access:      mr.RemoteRead | mr.RemoteWrite | mr.RemoteAtomic,
-		Timeout:     s.cfg.Timeout,
-		RetryCnt:    7,
-		RNRRetry:    7,
-		MinRNRTimer: 12,
-		MaxRdAtomic: uint8(min(max(int(s.remote.OutReads), 1), qp.MaxRdAtomicLimit)),
+		Access:       mr.RemoteRead | mr.RemoteWrite | mr.RemoteAtomic,
+		Timeout:      s.cfg.Timeout,
+		TrafficClass: s.cfg.TrafficClass,
+		RetryCnt:     7,
+		RNRRetry:     7,
+		MinRNRTimer:  12,
+		MaxRdAtomic:  uint8(min(max(int(s.remote.OutReads), 1), qp.MaxRdAtomicLimit)),
 		// OutReads is at most MaxRdAtomicLimit, which fits.
 		MaxDestRdAtomic: uint8(s.local.OutReads),
 	})
