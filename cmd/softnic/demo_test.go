@@ -133,6 +133,22 @@ func TestDemo(t *testing.T) {
 	}
 }
 
+// openCapture opens the capture at path for reading; the file is closed
+// when the test ends.
+func openCapture(t *testing.T, path string) *wire.PcapReader {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	r, err := wire.NewPcapReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 // capturedPackets reads a capture of the demo and returns each packet's
 // line as the demo prints it, without the time. The demo's NICs use ports
 // other than 4791, which wire.PcapReader does not take for RoCEv2, so the
@@ -140,15 +156,7 @@ func TestDemo(t *testing.T) {
 // are taken apart here.
 func capturedPackets(t *testing.T, path string) []string {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := wire.NewPcapReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := openCapture(t, path)
 	const eth, ip, udp = 14, 20, 8
 	var (
 		lines []string

@@ -205,15 +205,7 @@ func TestPerftestTrafficClass(t *testing.T) {
 	runPair(t,
 		append(append([]string{}, common...), "--bind", "127.0.0.1", "--tclass", "40"),
 		append(append([]string{}, common...), "--bind", "127.0.0.2", "--tclass", "184", "--pcap", pcap, "127.0.0.1"), nil)
-	f, err := os.Open(pcap)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := wire.NewPcapReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := openCapture(t, pcap)
 	classes := map[string]map[uint8]int{}
 	for {
 		fr, err := r.Next()
