@@ -39,8 +39,12 @@ type Device struct {
 	log   *slog.Logger
 	conn  *udp.Conn
 	local netip.AddrPort
-	mem   *mr.Table
-	epoch time.Time
+	// classes says whether the socket sends each datagram's traffic class
+	// (udp.Features.TrafficClass); where it does not, every packet leaves,
+	// and is traced, with class 0.
+	classes bool
+	mem     *mr.Table
+	epoch   time.Time
 
 	qpc   verbs.Counters
 	devc  DevCounters
@@ -115,6 +119,7 @@ func Open(cfg Config, up provider.Up) (provider.Device, error) {
 		log:     cfg.Logger,
 		conn:    conn,
 		local:   conn.LocalAddr(),
+		classes: conn.Features().TrafficClass,
 		mem:     mr.NewTable(mr.Config{Logger: cfg.Logger}),
 		epoch:   time.Now(),
 		qps:     make([]atomic.Pointer[QP], cfg.MaxQPs),

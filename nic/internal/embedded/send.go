@@ -114,7 +114,10 @@ func (q *QP) stageLocked(b *batch, now qp.Time) {
 			return
 		}
 		pkt := b.bufs[b.n][:l]
-		env := wire.Envelope{Src: d.sourceFor(dst.Dst), Dst: dst.Dst, TrafficClass: dst.TrafficClass}
+		env := wire.Envelope{Src: d.sourceFor(dst.Dst), Dst: dst.Dst}
+		if d.classes {
+			env.TrafficClass = dst.TrafficClass
+		}
 		env.Seal(pkt)
 		if d.sendsToPeer(q, pkt, &env) {
 			b.n = d.stage(b, q, pkt, &env)
