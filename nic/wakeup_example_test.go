@@ -70,7 +70,11 @@ func ExampleCQ_Wakeup() {
 		}
 		if !armed.Written() {
 			fds := []unix.PollFd{{Fd: int32(w.FD()), Events: unix.POLLIN}, {Fd: int32(other[0]), Events: unix.POLLIN}}
-			must(unix.Poll(fds, -1))
+			_, err := unix.Poll(fds, -1)
+			for err == unix.EINTR { // a signal, such as the runtime's preemption
+				_, err = unix.Poll(fds, -1)
+			}
+			must(0, err)
 		}
 		w.Take(0)
 		armed = arm()

@@ -29,6 +29,9 @@ func TestCQWakeup(t *testing.T) {
 	readable := func(ms int) bool {
 		p := []unix.PollFd{{Fd: int32(w.FD()), Events: unix.POLLIN}}
 		n, err := unix.Poll(p, ms)
+		for err == unix.EINTR { // the runtime's preemption signal
+			n, err = unix.Poll(p, ms)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
