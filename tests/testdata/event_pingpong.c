@@ -13,6 +13,7 @@
  * gone (a completion channel's waiter wakes then, and ibv_poll_cq fails).
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
@@ -144,8 +145,13 @@ static void wait_recv(struct side *s)
 			break;
 		if (use_poll) {
 			struct pollfd p = { .fd = s->ch->fd, .events = POLLIN };
+			int n;
 
-			if (poll(&p, 1, 10000) != 1) {
+			/* A signal may end the wait: libsoftnic's Go runtime
+			 * preempts a thread that ran Go code with SIGURG. */
+			while ((n = poll(&p, 1, 10000)) < 0 && errno == EINTR)
+				;
+			if (n != 1) {
 				fprintf(stderr, "no event in 10 s\n");
 				exit(1);
 			}
