@@ -265,6 +265,10 @@ func (c *CQ) Notify(solicitedOnly bool) Notification {
 	return Notification{cq: c, solicited: solicitedOnly, all: all, sols: sols}
 }
 
+// SolicitedOnly reports whether the arming waits for a solicited
+// completion (or one in error) rather than any: Notify's solicitedOnly.
+func (n Notification) SolicitedOnly() bool { return n.solicited }
+
 // Wait blocks until a completion the arming waits for was written to the
 // CQ (see CQ.Notify), or until ctx ends or the device closes. It takes no
 // completion: they wait in the CQ for Poll.

@@ -102,7 +102,10 @@ func snAddCQ(ch *C.struct_sn_channel, c *C.struct_sn_cq) C.int {
 	ev := unix.EpollEvent{Events: unix.EPOLLIN}
 	*(*uint64)(unsafe.Pointer(&ev.Fd)) = uint64(c.h)
 	if err := unix.EpollCtl(int(ch.ch.fd), unix.EPOLL_CTL_ADD, w.FD(), &ev); err != nil {
-		return C.int(err.(unix.Errno))
+		if errno, ok := err.(unix.Errno); ok {
+			return C.int(errno)
+		}
+		return C.EINVAL
 	}
 	q.channel.cqs[c.h] = q
 	return 0
@@ -121,10 +124,9 @@ func (ch *channel) restoreCQ(q *cq) { snAddCQ(ch.c, q.cq) }
 
 // arming is a CQ armed for its next completion (ibv_req_notify_cq).
 type arming struct {
-	q         *cq
-	armed     nic.Notification // what the program asked for, as it asked
-	solicited bool
-	claimed   atomic.Bool // the event is delivered, or the arming cancelled
+	q       *cq
+	armed   nic.Notification // what the program asked for, as it asked
+	claimed atomic.Bool      // the event is delivered, or the arming cancelled
 }
 
 // claim reports whether the caller is the one to deliver a's event (or to
@@ -202,12 +204,12 @@ func snReqNotifyCQ(c *C.struct_ibv_cq, solicitedOnly C.int) C.int {
 	defer q.reqMu.Unlock()
 	if old := q.current(); old != nil {
 		// As wide already, or its completion came: its event is on its way.
-		if !old.solicited || solicited || old.armed.Written() {
+		if !old.armed.SolicitedOnly() || solicited || old.armed.Written() {
 			return 0
 		}
 		old.claim() // widened: the new arming overwrites the daemon's
 	}
-	a := &arming{q: q, armed: q.c.Notify(solicited), solicited: solicited}
+	a := &arming{q: q, armed: q.c.Notify(solicited)}
 	q.armMu.Lock()
 	q.arming = a
 	q.armMu.Unlock()
@@ -321,7 +323,7 @@ func snTakeWakeup(c *C.struct_sn_channel, h C.uintptr_t) *C.struct_sn_cq {
 		return nil
 	}
 	if !a.armed.Written() {
-		q.wake.Arm(a.solicited)
+		q.wake.Arm(a.armed.SolicitedOnly())
 		if !a.armed.Written() {
 			return nil
 		}
