@@ -211,12 +211,11 @@ var fuzzActions = [8]func(s *fuzzSession, in *fuzzInput) error{
 }
 
 // fuzzOp is a request an attacker makes: its op, its arguments from the
-// input, whether it carries a descriptor, whether it waits.
+// input, whether it carries a descriptor.
 type fuzzOp struct {
-	op    string
-	args  func(s *fuzzSession, in *fuzzInput) any
-	fd    bool
-	waits bool
+	op   string
+	args func(s *fuzzSession, in *fuzzInput) any
+	fd   bool
 }
 
 func handleOf(s *fuzzSession, in *fuzzInput) any { return attachproto.HandleArgs{H: s.handle(in)} }
@@ -263,18 +262,18 @@ var fuzzOps = []fuzzOp{
 			Held: in.byte()%2 == 0}
 	}},
 	{op: attachproto.OpCloseListener, args: handleOf},
-	{op: attachproto.OpAcceptRequest, args: handleOf, waits: true},
+	{op: attachproto.OpAcceptRequest, args: handleOf},
 	{op: attachproto.OpCancel, args: func(s *fuzzSession, in *fuzzInput) any {
 		return attachproto.CancelArgs{Target: s.id - uint64(in.byte()%4)}
-	}, waits: true},
+	}},
 	{op: attachproto.OpReject, args: func(s *fuzzSession, in *fuzzInput) any { return attachproto.RejectArgs{Request: s.handle(in)} }},
 	{op: attachproto.OpAccept, args: func(s *fuzzSession, in *fuzzInput) any {
 		return attachproto.AcceptArgs{Request: s.handle(in), Timeout: in.byte() % 40}
-	}, waits: true},
+	}},
 	{op: attachproto.OpRegShared, fd: true, args: func(s *fuzzSession, in *fuzzInput) any {
 		return attachproto.RegSharedArgs{PD: s.handle(in), Off: int64(int8(in.byte())) * 4096, Len: fuzzSize(in), IOVA: s.addr(in), Access: mr.Access(in.byte())}
 	}},
-	{op: attachproto.OpDisconnect, args: handleOf, waits: true},
+	{op: attachproto.OpDisconnect, args: handleOf},
 	{op: attachproto.OpResizeCQ, args: func(s *fuzzSession, in *fuzzInput) any {
 		return attachproto.ResizeCQArgs{H: s.handle(in), Depth: fuzzDepth(in)}
 	}},
@@ -320,7 +319,10 @@ func (s *fuzzSession) request(in *fuzzInput) error {
 			return err
 		}
 	}
-	r, ok, err := s.call(o.op, args, fd, o.waits)
+	// Answers that wait for the network are not waited for, nor that of a
+	// cancel, which has none.
+	waits := attachproto.WaitsForNetwork(o.op) || o.op == attachproto.OpCancel
+	r, ok, err := s.call(o.op, args, fd, waits)
 	if !ok || err != nil || r.m.Error != "" {
 		shm.CloseFDs(r.fds)
 		if region != nil {

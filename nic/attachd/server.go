@@ -922,7 +922,7 @@ func (s *session) handle(m *attachproto.Msg, fds []int) {
 		s.reply(m.ID, nil, nil, fmt.Errorf("%s takes %d descriptors, not %d: %w", m.Op, op.fds, len(fds), nic.ErrInvalid))
 		return
 	}
-	if !op.waits {
+	if !attachproto.WaitsForNetwork(m.Op) {
 		res, out, err := op.run(s, s.ctx, m.Args, fds)
 		s.answer(m.ID, res, out, err)
 		return
@@ -965,11 +965,10 @@ func (s *session) answer(id uint64, res any, fds []int, err error) {
 type answeredHook interface{ answered() }
 
 // sessionOp is one operation of the protocol: how many descriptors its
-// request carries, whether it waits for the network, and what it does.
+// request carries and what it does.
 type sessionOp struct {
-	fds   int
-	waits bool
-	run   func(s *session, ctx context.Context, args json.RawMessage, fds []int) (res any, out []int, err error)
+	fds int
+	run func(s *session, ctx context.Context, args json.RawMessage, fds []int) (res any, out []int, err error)
 }
 
 var sessionOps = map[string]sessionOp{
@@ -1000,13 +999,13 @@ var sessionOps = map[string]sessionOp{
 	attachproto.OpCloseListener: {run: (*session).closeListener},
 	attachproto.OpOpenListener:  {run: (*session).openListener},
 	attachproto.OpReject:        {run: (*session).reject},
-	attachproto.OpAcceptRequest: {waits: true, run: (*session).acceptRequest},
-	attachproto.OpAccept:        {waits: true, run: (*session).accept},
-	attachproto.OpDial:          {waits: true, run: (*session).dial},
-	attachproto.OpDisconnect:    {waits: true, run: (*session).disconnect},
+	attachproto.OpAcceptRequest: {run: (*session).acceptRequest},
+	attachproto.OpAccept:        {run: (*session).accept},
+	attachproto.OpDial:          {run: (*session).dial},
+	attachproto.OpDisconnect:    {run: (*session).disconnect},
 	attachproto.OpListenUD:      {run: (*session).listenUD},
 	attachproto.OpAcceptUD:      {run: (*session).acceptUD},
-	attachproto.OpResolve:       {waits: true, run: (*session).resolve},
+	attachproto.OpResolve:       {run: (*session).resolve},
 	attachproto.OpEstablish:     {run: (*session).establish},
 }
 

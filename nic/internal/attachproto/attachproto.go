@@ -191,6 +191,18 @@ const (
 	EvQPError       = "qp_error"
 )
 
+// WaitsForNetwork reports whether the daemon answers op only once
+// something comes from the network (a connection request, a REP, an RTU, a
+// DREP, a SIDR_REP), however long that takes; it answers every other
+// operation at once, from what it holds, in the order they came.
+func WaitsForNetwork(op string) bool {
+	switch op {
+	case OpAcceptRequest, OpAccept, OpDial, OpDisconnect, OpResolve:
+		return true
+	}
+	return false
+}
+
 // The operations and event on the sizes and limits of CQs and SRQs.
 const (
 	OpResizeCQ  = "resize_cq"  // replied with the new ring's memfd
