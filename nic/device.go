@@ -154,7 +154,13 @@ type Config struct {
 	// a loaded machine costs a spin per 256 waits at most. 0 takes
 	// DefaultWaitSpin, a negative value never spins, more than a second
 	// is an error (ErrInvalid); an embedded device that busy-polls
-	// (BusyPoll) does not spin in Wait.
+	// (BusyPoll) does not spin in Wait. Unless it is negative, an attached
+	// device's calls that the daemon answers at once (allocating a PD,
+	// registering a region, creating, modifying or destroying a CQ or QP)
+	// also watch for the answer, for up to 200 µs, before they sleep: a
+	// verb of a program's set-up then takes one round trip to the daemon
+	// (35–50 µs on loopback), where woken it took twice as long; the same
+	// policy stops those spins while answers come late.
 	WaitSpin time.Duration
 	// OnQPError, if set, is called each time one of the device's QPs
 	// enters the error state by itself: an error completion moved it

@@ -2,7 +2,9 @@
  * What ibv_reg_mr and ibv_dereg_mr cost through libsoftnic, which moves
  * the registered pages onto a memfd and back (cmd/libsoftnic/doc.go): for
  * each size, the median of 9 registrations of a malloc'd, written buffer,
- * and of their deregistrations, beside a memcpy of the same size.
+ * and of their deregistrations, beside a memcpy of the same size. Then
+ * what a verb costs that is one round trip to the daemon and nothing
+ * else: the median of 1001 ibv_alloc_pd and of their ibv_dealloc_pd.
  *
  * Usage: libsoftnic_regcost, through softnic run (cmd/libsoftnic/bench.sh
  * compiles and runs it).
@@ -15,6 +17,7 @@
 #include <infiniband/verbs.h>
 
 #define REPS 9
+#define CALLS 1001
 
 static double now_us(void)
 {
@@ -31,10 +34,36 @@ static int cmp(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-static double median(double *v)
+static double median(double *v, size_t n)
 {
-	qsort(v, REPS, sizeof(*v), cmp);
-	return v[REPS / 2];
+	qsort(v, n, sizeof(*v), cmp);
+	return v[n / 2];
+}
+
+/* calls prints the medians of CALLS ibv_alloc_pd and ibv_dealloc_pd. */
+static int calls(struct ibv_context *ctx)
+{
+	static double alloc[CALLS], dealloc[CALLS];
+
+	for (int r = 0; r < CALLS; r++) {
+		double t0 = now_us();
+		struct ibv_pd *pd = ibv_alloc_pd(ctx);
+		double t1 = now_us();
+
+		if (!pd) {
+			perror("ibv_alloc_pd");
+			return 1;
+		}
+		if (ibv_dealloc_pd(pd)) {
+			perror("ibv_dealloc_pd");
+			return 1;
+		}
+		alloc[r] = t1 - t0;
+		dealloc[r] = now_us() - t1;
+	}
+	printf("%12s %12s\n", "alloc_pd_us", "dealloc_pd_us");
+	printf("%12.1f %12.1f\n", median(alloc, CALLS), median(dealloc, CALLS));
+	return 0;
 }
 
 int main(void)
@@ -78,11 +107,13 @@ int main(void)
 			reg[r] = t1 - t0;
 			dereg[r] = t2 - t1;
 		}
-		printf("%10zu %12.1f %12.1f %12.1f\n", n, median(reg), median(dereg), median(cpy));
+		printf("%10zu %12.1f %12.1f %12.1f\n", n, median(reg, REPS), median(dereg, REPS), median(cpy, REPS));
 		free(buf);
 		free(copy);
 	}
 	ibv_dealloc_pd(pd);
+	if (calls(ctx))
+		return 1;
 	ibv_close_device(ctx);
 	return 0;
 }

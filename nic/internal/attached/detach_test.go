@@ -37,17 +37,9 @@ func TestDetachFromHungDaemon(t *testing.T) {
 		if err != nil {
 			return
 		}
-		conn := shm.NewConn(c, attachproto.MaxLine)
-		if _, err := conn.ReadLine(); err != nil {
+		if !greet(shm.NewConn(c, attachproto.MaxLine)) {
 			return
 		}
-		bell, _ := shm.NewEventFD()
-		page, _ := shm.Create("hung-doorbell", shm.DoorbellSize)
-		hello, _ := json.Marshal(attachproto.Hello{Addr: netip.MustParseAddrPort("127.0.0.1:4791"), MTU: 1024, Version: attachproto.Version})
-		line, _ := json.Marshal(attachproto.Msg{FDs: 2, Result: hello})
-		conn.Send(line, []int{bell, page.FD()})
-		shm.CloseFDs([]int{bell})
-		page.Close()
 		hung <- c // read nothing more, close nothing
 	}()
 	uc, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
@@ -68,6 +60,23 @@ func TestDetachFromHungDaemon(t *testing.T) {
 	if _, err := dev.AllocPD(nil); !errors.Is(err, cm.ErrClosed) {
 		t.Errorf("AllocPD after Close: %v, want ErrClosed", err)
 	}
+}
+
+// greet reads the attach line on c and answers it as a daemon does: a
+// hello, with a doorbell's eventfd and page. It reports whether the line
+// came.
+func greet(c *shm.Conn) bool {
+	if _, err := c.ReadLine(); err != nil {
+		return false
+	}
+	bell, _ := shm.NewEventFD()
+	page, _ := shm.Create("test-doorbell", shm.DoorbellSize)
+	hello, _ := json.Marshal(attachproto.Hello{Addr: netip.MustParseAddrPort("127.0.0.1:4791"), MTU: 1024, Version: attachproto.Version})
+	line, _ := json.Marshal(attachproto.Msg{FDs: 2, Result: hello})
+	c.Send(line, []int{bell, page.FD()})
+	shm.CloseFDs([]int{bell})
+	page.Close()
+	return true
 }
 
 // mustHaveAttach skips t unless attach mode works here, as

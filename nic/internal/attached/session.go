@@ -23,6 +23,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -33,6 +34,7 @@ import (
 	"github.com/softnic/softnic/nic/cm"
 	"github.com/softnic/softnic/nic/internal/attachproto"
 	"github.com/softnic/softnic/nic/internal/provider"
+	"github.com/softnic/softnic/nic/internal/spin"
 	"github.com/softnic/softnic/nic/shm"
 	"github.com/softnic/softnic/nic/udp"
 	"github.com/softnic/softnic/verbs"
@@ -52,6 +54,9 @@ type attachment struct {
 	// waitSpin is how long a CQ waiter watches its ring before it sleeps
 	// (nic.Config.WaitSpin; not positive: it never spins).
 	waitSpin time.Duration
+	// answering is the spinning of calls the daemon answers at once (see
+	// call); it never spins where waitSpin is not positive.
+	answering *spin.Policy
 
 	// The doorbell is rung under bellMu's read lock and closed under its
 	// write lock, so that a post racing Close never touches the unmapped
@@ -117,7 +122,7 @@ func Open(c *net.UnixConn, path string, log *slog.Logger, waitSpin time.Duration
 	bell, _ := shm.NewDoorbell(page.Bytes())
 	a := &attachment{
 		up: up, t: t, path: path, hello: hello, attr: attr, log: log, closing: make(chan struct{}), waitSpin: waitSpin,
-		bellFD: fds[0], bellMap: page, bell: bell, needWake: bell.NeedWake(),
+		answering: spin.NewPolicy(answerSpin(waitSpin)), bellFD: fds[0], bellMap: page, bell: bell, needWake: bell.NeedWake(),
 		calls: make(map[uint64]chan attachReply), conns: make(map[uint32]*attachedConn), unknownEnds: make(map[uint32]error),
 		qps: make(map[*attachedQP]struct{}), cqs: make(map[*attachedCQ]struct{}),
 		srqs: make(map[*attachedSRQ]struct{}), mrs: make(map[*attachedMR]struct{}), bufs: make(map[*sharedBuf]struct{}),
@@ -347,13 +352,19 @@ func (a *attachment) call(ctx context.Context, op string, args any, fds []int, r
 		a.mu.Unlock()
 		return nil, fmt.Errorf("softnic: %s: %v: %w", op, err, cm.ErrClosed)
 	}
-	var r attachReply
-	select {
-	case r = <-ch:
-	case <-ctx.Done():
-		cancel, _ := json.Marshal(&attachproto.Msg{Op: attachproto.OpCancel, Args: mustJSON(attachproto.CancelArgs{Target: m.ID})})
-		a.t.Send(cancel, nil)
-		r = <-ch
+	r, found, spun := a.spinFor(op, ch)
+	if !found {
+		start := time.Now()
+		select {
+		case r = <-ch:
+		case <-ctx.Done():
+			cancel, _ := json.Marshal(&attachproto.Msg{Op: attachproto.OpCancel, Args: mustJSON(attachproto.CancelArgs{Target: m.ID})})
+			a.t.Send(cancel, nil)
+			r = <-ch
+		}
+		if !attachproto.WaitsForNetwork(op) {
+			a.answering.Slept(time.Since(start), spun)
+		}
 	}
 	if n := answerFDs[op]; len(r.fds) > n {
 		shm.CloseFDs(r.fds[n:])
@@ -377,6 +388,50 @@ func (a *attachment) call(ctx context.Context, op string, args any, fds []int, r
 // more, which no caller would.
 var answerFDs = map[string]int{attachproto.OpCreateCQ: 2, attachproto.OpCreateSRQ: 1, attachproto.OpCreateQP: 2, attachproto.OpAccept: 2, attachproto.OpDial: 2,
 	attachproto.OpResizeCQ: 1, attachproto.OpModifySRQ: 1}
+
+// answerSpin is how long a call the daemon answers at once watches for
+// its answer before it sleeps, given the device's nic.Config.WaitSpin: a
+// few of the answers' round trips, which take about 40 µs between two
+// processes on loopback. Asleep, the caller waits for one more thread
+// wakeup, its own, after the reader's, which made each call twice as long;
+// a program's set-up (its PDs, regions, CQs, QPs and their modifications)
+// is a run of such calls. The reader needs a P of its own meanwhile: with
+// GOMAXPROCS 1 calls never spin.
+func answerSpin(waitSpin time.Duration) time.Duration {
+	if waitSpin <= 0 || runtime.GOMAXPROCS(0) < 2 {
+		return 0
+	}
+	return answerBudget
+}
+
+var answerBudget = 200 * time.Microsecond
+
+// spinFor watches ch for the answer to a call of op for the budget the
+// answering policy gives, yielding the CPU between looks to the daemon
+// and the reader, unless op waits for the network. found reports whether
+// the answer came, spun whether it was given a budget.
+func (a *attachment) spinFor(op string, ch chan attachReply) (r attachReply, found, spun bool) {
+	if attachproto.WaitsForNetwork(op) {
+		return r, false, false
+	}
+	budget := a.answering.Budget()
+	if budget == 0 {
+		return r, false, false
+	}
+	for end := time.Now().Add(budget); ; {
+		select {
+		case r = <-ch:
+			a.answering.Spun(true)
+			return r, true, true
+		default:
+		}
+		if time.Now().After(end) {
+			a.answering.Spun(false)
+			return r, false, true
+		}
+		shm.Yield()
+	}
+}
 
 func mustJSON(v any) json.RawMessage {
 	b, _ := json.Marshal(v)
