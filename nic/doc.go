@@ -25,7 +25,7 @@
 //
 // The verbs of libibverbs map onto methods: ibv_query_device →
 // Device.Query, ibv_alloc_pd → Device.AllocPD,
-// ibv_reg_mr → PD.RegMR, ibv_rereg_mr → MR.Rereg, ibv_create_cq → Device.CreateCQ, ibv_create_qp →
+// ibv_reg_mr → PD.RegMR, ibv_rereg_mr → MR.Rereg, ibv_advise_mr → MR.Prefetch, ibv_create_cq → Device.CreateCQ, ibv_create_qp →
 // PD.CreateQP, ibv_modify_qp → QP.Modify (or QP.Connect), ibv_post_send →
 // QP.PostSend, ibv_poll_cq → CQ.Poll (CQ.Wait blocks), ibv_destroy_qp,
 // ibv_destroy_cq and ibv_destroy_srq → QP.Destroy, CQ.Destroy and

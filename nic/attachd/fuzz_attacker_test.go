@@ -291,6 +291,9 @@ var fuzzOps = []fuzzOp{
 	{op: attachproto.OpReregMR, args: func(s *fuzzSession, in *fuzzInput) any {
 		return attachproto.ReregMRArgs{H: s.handle(in), Flags: mr.ReregFlags(in.byte() % 16), PD: s.handle(in), Access: mr.Access(in.byte())}
 	}},
+	{op: attachproto.OpPrefetchMR, args: func(s *fuzzSession, in *fuzzInput) any {
+		return attachproto.PrefetchMRArgs{H: s.handle(in), Addr: s.addr(in), Len: uint64(fuzzSize(in))}
+	}},
 	{op: attachproto.OpOpenListener, args: func(s *fuzzSession, in *fuzzInput) any {
 		return attachproto.OpenListenerArgs{H: s.handle(in), Backlog: int(int8(in.byte())) * 64}
 	}},

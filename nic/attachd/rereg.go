@@ -9,6 +9,8 @@ import (
 	"github.com/softnic/softnic/nic/internal/attachproto"
 )
 
+// The operations on a registered region of the process.
+
 // reregMR re-registers a region of the process in place (rereg_mr): the
 // region and, with mr.ReregPD, the new PD must be the process's own, and
 // the table makes the checks of a registration (mr.Table.Rereg). Memory
@@ -41,4 +43,19 @@ func (s *session) reregMR(_ context.Context, raw json.RawMessage, _ []int) (any,
 		return nil, nil, s.dev.Memory().MoveArena(m.buf.arena, to)
 	}
 	return nil, nil, nil
+}
+
+// prefetchMR makes pages of an on-demand paging region of the process
+// resident (prefetch_mr; mr.Table.Prefetch, which refuses a region without
+// ON_DEMAND and a range outside the region).
+func (s *session) prefetchMR(_ context.Context, raw json.RawMessage, _ []int) (any, []int, error) {
+	a, err := args[attachproto.PrefetchMRArgs](raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := lookup[*hostedMR](s, a.H)
+	if err != nil {
+		return nil, nil, err
+	}
+	return nil, nil, s.dev.Memory().Prefetch(m.r, a.Addr, a.Len)
 }

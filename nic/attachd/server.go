@@ -979,6 +979,7 @@ var sessionOps = map[string]sessionOp{
 	attachproto.OpRegShared:     {fds: 1, run: (*session).regShared},
 	attachproto.OpDeregMR:       {run: (*session).deregMR},
 	attachproto.OpReregMR:       {run: (*session).reregMR},
+	attachproto.OpPrefetchMR:    {run: (*session).prefetchMR},
 	attachproto.OpCreateCQ:      {run: (*session).createCQ},
 	attachproto.OpCreateSRQ:     {run: (*session).createSRQ},
 	attachproto.OpCreateQP:      {run: (*session).createQP},

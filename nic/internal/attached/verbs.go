@@ -254,6 +254,12 @@ func (m *attachedMR) Rereg(flags mr.ReregFlags, pd provider.PD, access mr.Access
 	return nil
 }
 
+// Prefetch has the daemon make the region's pages resident.
+func (m *attachedMR) Prefetch(addr, n uint64) error {
+	_, err := m.a.call(context.Background(), attachproto.OpPrefetchMR, attachproto.PrefetchMRArgs{H: m.h, Addr: addr, Len: n}, nil, nil)
+	return err
+}
+
 // unrefLocked drops a reference to b and unmaps it with the last.
 func (a *attachment) unrefLocked(b *sharedBuf) {
 	if b.refs--; b.refs == 0 && a.bufs != nil {

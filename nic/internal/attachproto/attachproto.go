@@ -215,6 +215,17 @@ const (
 // in place (ibv_rereg_mr); its handle and keys stay.
 const OpReregMR = "rereg_mr"
 
+// OpPrefetchMR makes pages of an on-demand paging region of the process
+// resident ahead of use (ibv_advise_mr's prefetch advice).
+const OpPrefetchMR = "prefetch_mr"
+
+// PrefetchMRArgs names region H and the range [Addr, Addr+Len) of its
+// address space to prefetch (prefetch_mr).
+type PrefetchMRArgs struct {
+	H         uint32
+	Addr, Len uint64
+}
+
 // OpAttachMcast and OpDetachMcast attach a UD QP of the process to a
 // multicast group and detach it (ibv_attach_mcast, ibv_detach_mcast).
 const (

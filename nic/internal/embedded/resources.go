@@ -150,6 +150,8 @@ func (m *MR) Rereg(flags mr.ReregFlags, pd provider.PD, access mr.Access) error 
 	return nil
 }
 
+func (m *MR) Prefetch(addr, n uint64) error { return m.dev.mem.Prefetch(m.r, addr, n) }
+
 // CQ is a CQ of package qp the embedded device completes to.
 type CQ struct {
 	dev *Device

@@ -109,6 +109,8 @@ type MR interface {
 	// Rereg is MR.Rereg; pd is the new PD when flags has mr.ReregPD, and
 	// may be another device's, which Rereg refuses.
 	Rereg(flags mr.ReregFlags, pd PD, access mr.Access) error
+	// Prefetch is MR.Prefetch.
+	Prefetch(addr, n uint64) error
 }
 
 // RegionHolder is the optional part of an MR whose region is in this
