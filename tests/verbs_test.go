@@ -430,8 +430,10 @@ type perftestCase struct {
 
 // perftestCases are perftest's bandwidth and latency tests at the sizes
 // that matter at path MTU mtu: 1 byte, one packet, several packets and a
-// pad, 1 MiB; the atomics, which have one size; and, with rdma_cm (-R) and
-// with four QPs (-q 4), the bandwidth tests. To keep the run short, each
+// pad, 1 MiB; the atomics, which have one size; and, with rdma_cm (-R),
+// with four QPs (-q 4) and on on-demand paging regions (--odp, which
+// perftest runs once ibv_query_device_ex offers ODP; its atomics refuse
+// it), the bandwidth tests. To keep the run short, each
 // topology (0 or 1) takes half the sizes of each test, the other half
 // another's, so that both see every size and every test.
 func perftestCases(mtu, topology int) []perftestCase {
@@ -462,7 +464,8 @@ func perftestCases(mtu, topology int) []perftestCase {
 	)
 	for _, tool := range []string{"ib_write_bw", "ib_read_bw", "ib_send_bw"} {
 		cs = append(cs, perftestCase{tool, []string{"-s", fmt.Sprint(3*mtu + 3), "-n", "100", "-R"}},
-			perftestCase{tool, []string{"-s", fmt.Sprint(3*mtu + 3), "-n", "100", "-q", "4"}})
+			perftestCase{tool, []string{"-s", fmt.Sprint(3*mtu + 3), "-n", "100", "-q", "4"}},
+			perftestCase{tool, []string{"-s", fmt.Sprint(3*mtu + 3), "-n", "100", "--odp"}})
 	}
 	return append(cs, perftestCase{"ib_write_lat", []string{"-s", "8", "-n", "20", "-R"}})
 }

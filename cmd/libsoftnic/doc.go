@@ -26,8 +26,9 @@
 // versions (abi/libsoftnic.map), and the calls softnic does not support, each
 // answering EOPNOTSUPP (or NULL with errno set) and naming itself once on
 // stderr. The extended verbs with rxe's behaviour (abi/verbs_ex.c:
-// ibv_query_device_ex, ibv_create_cq_ex, ibv_create_qp_ex and its ibv_wr_*
-// work request API) are C over the ordinary ones: an extended CQ polls one
+// ibv_query_device_ex, ibv_advise_mr, ibv_create_cq_ex, ibv_create_qp_ex
+// and its ibv_wr_* work request API) are C over the ordinary ones and a
+// few Go calls (snPrefetchMR): an extended CQ polls one
 // completion at a time through ibv_poll_cq's path, and an extended QP
 // builds the ibv_send_wr chain of ibv_post_send in arrays allocated with
 // it, posted whole or not at all at ibv_wr_complete. The C layer (abi/)

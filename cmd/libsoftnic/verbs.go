@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"runtime/cgo"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/softnic/softnic/cmd/libsoftnic/internal/pages"
@@ -52,11 +53,20 @@ var (
 	shadowErr  error
 )
 
-// region is the Go side of an ibv_mr: the pages it shares and the region.
+// region is the Go side of an ibv_mr: the pages it shares, the region,
+// and its access flags.
 type region struct {
-	m    *nic.MR
-	addr uintptr
-	n    uintptr
+	m      *nic.MR
+	addr   uintptr
+	n      uintptr
+	access atomic.Uint32 // mr.Access
+}
+
+// regions finds the process's regions by their lkey, for the verbs that
+// name a region by an SGE (ibv_advise_mr).
+var regions struct {
+	sync.Mutex
+	byKey map[uint32]*region
 }
 
 // snRegMR registers length bytes at addr at address iova (ibv_reg_mr,
@@ -92,7 +102,15 @@ func snRegMR(pd *C.struct_sn_pd, m *C.struct_sn_mr, addr unsafe.Pointer, length 
 		return errnoOf(err)
 	}
 	m.mr.lkey, m.mr.rkey = C.uint32_t(r.LKey()), C.uint32_t(r.RKey())
-	m.h = C.uintptr_t(cgo.NewHandle(&region{m: r, addr: a, n: n}))
+	reg := &region{m: r, addr: a, n: n}
+	reg.access.Store(uint32(access))
+	m.h = C.uintptr_t(cgo.NewHandle(reg))
+	regions.Lock()
+	if regions.byKey == nil {
+		regions.byKey = make(map[uint32]*region)
+	}
+	regions.byKey[r.LKey()] = reg
+	regions.Unlock()
 	return 0
 }
 
@@ -102,6 +120,11 @@ func snDeregMR(m *C.struct_sn_mr) C.int {
 	if err := r.m.Dereg(); err != nil {
 		return errnoOf(err)
 	}
+	regions.Lock()
+	if regions.byKey[r.m.LKey()] == r { // not the key's next region's, registered meanwhile
+		delete(regions.byKey, r.m.LKey())
+	}
+	regions.Unlock()
 	shadow.Unshare(r.addr, r.n)
 	cgo.Handle(m.h).Delete()
 	return 0
@@ -123,11 +146,32 @@ func snReregMR(m *C.struct_sn_mr, flags C.int, pd *C.struct_sn_pd, access C.int)
 		p = handleOf[*nic.PD](pd.h)
 	}
 	r := handleOf[*region](m.h)
-	if err := r.m.Rereg(mr.ReregFlags(flags), p, mr.Access(access&^C.IBV_ACCESS_OPTIONAL_RANGE)); err != nil {
+	access &^= C.IBV_ACCESS_OPTIONAL_RANGE
+	if err := r.m.Rereg(mr.ReregFlags(flags), p, mr.Access(access)); err != nil {
 		return errnoOf(err)
+	}
+	if flags&C.IBV_REREG_MR_CHANGE_ACCESS != 0 {
+		r.access.Store(uint32(access))
 	}
 	m.mr.lkey, m.mr.rkey = C.uint32_t(r.m.LKey()), C.uint32_t(r.m.RKey())
 	return 0
+}
+
+// snPrefetchMR makes the pages behind an SGE of an on-demand paging
+// region of pd resident (ibv_advise_mr's prefetch advices; nic's
+// MR.Prefetch). As rxe, the SGE's lkey must name a region of pd with
+// LOCAL_WRITE (EINVAL otherwise), the region must be ON_DEMAND and the
+// range in it (EINVAL).
+//
+//export snPrefetchMR
+func snPrefetchMR(pd *C.struct_sn_pd, lkey C.uint32_t, addr C.uint64_t, length C.uint32_t) C.int {
+	regions.Lock()
+	r := regions.byKey[uint32(lkey)]
+	regions.Unlock()
+	if r == nil || r.m.PD() != handleOf[*nic.PD](pd.h) || mr.Access(r.access.Load())&mr.LocalWrite == 0 {
+		return C.EINVAL
+	}
+	return errnoOf(r.m.Prefetch(uint64(addr), int(length)))
 }
 
 //export snAllocMW

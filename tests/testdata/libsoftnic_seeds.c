@@ -1226,10 +1226,68 @@ static void query_device_ex(void)
 	MUST(!ibv_query_device(ctx, &dev));
 	CHECK(!ibv_query_device_ex(ctx, NULL, &ax) && ax.orig_attr.max_qp == dev.max_qp &&
 		      ax.orig_attr.node_guid == dev.node_guid && ax.device_cap_flags_ex == dev.device_cap_flags &&
-		      ax.phys_port_cnt_ex == 1 && ax.completion_timestamp_mask == 0 && ax.odp_caps.general_caps == 0,
+		      ax.phys_port_cnt_ex == 1 && ax.completion_timestamp_mask == 0 &&
+		      ax.odp_caps.general_caps == IBV_ODP_SUPPORT &&
+		      ax.odp_caps.per_transport_caps.rc_odp_caps ==
+			      (IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ |
+			       IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV) &&
+		      ax.odp_caps.per_transport_caps.uc_odp_caps == 0 &&
+		      ax.odp_caps.per_transport_caps.ud_odp_caps ==
+			      (IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV),
 	      "ibv_query_device_ex (cap flags %#llx, ports %u)", (unsigned long long)ax.device_cap_flags_ex,
 	      ax.phys_port_cnt_ex);
 	CHECK(ibv_query_device_ex(ctx, &in, &ax) == EINVAL, "ibv_query_device_ex with an input comp_mask is EINVAL");
+}
+
+/* on_demand_paging: a region registered with IBV_ACCESS_ON_DEMAND takes a
+ * peer's WRITE, and ibv_advise_mr prefetches its pages, with rxe's errnos
+ * for what it refuses. */
+static void on_demand_paging(struct ibv_mr *src)
+{
+	char *buf = aligned_alloc(4096, 3 * 4096), *plain = aligned_alloc(4096, 4096);
+	struct ibv_mr *odp = ibv_reg_mr(pd, buf, 3 * 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_ON_DEMAND);
+	struct ibv_mr *ro = ibv_reg_mr(pd, plain, 4096, IBV_ACCESS_REMOTE_READ | IBV_ACCESS_ON_DEMAND);
+
+	MUST(buf && plain && odp && ro);
+	strcpy(src->addr, "paged in");
+	struct ibv_wc wc = rdma(IBV_WR_RDMA_WRITE, src->addr, 9, src->lkey, (uintptr_t)buf + 4096, odp->rkey);
+	CHECK(wc.status == IBV_WC_SUCCESS && !strcmp(buf + 4096, "paged in"), "a WRITE into an ON_DEMAND region (%s)",
+	      ibv_wc_status_str(wc.status));
+
+	struct ibv_sge in = { .addr = (uintptr_t)buf + 100, .length = 2 * 4096, .lkey = odp->lkey };
+	struct ibv_sge past = { .addr = (uintptr_t)buf + 4096, .length = 3 * 4096, .lkey = odp->lkey };
+	struct ibv_sge pinned = { .addr = (uintptr_t)src->addr, .length = 64, .lkey = src->lkey };
+	struct ibv_sge unknown = { .addr = (uintptr_t)buf, .length = 64, .lkey = odp->lkey ^ 0x5a5a00 };
+	struct ibv_sge readonly = { .addr = (uintptr_t)plain, .length = 64, .lkey = ro->lkey };
+	struct ibv_sge two[2] = { in, past };
+	struct {
+		const char *what;
+		int advice;
+		uint32_t flags;
+		struct ibv_sge *sge;
+		uint32_t n;
+		int want;
+	} cases[] = {
+		{ "PREFETCH_WRITE, flushed", IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IBV_ADVISE_MR_FLAG_FLUSH, &in, 1, 0 },
+		{ "PREFETCH", IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &in, 1, 0 },
+		{ "PREFETCH_NO_FAULT", IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT, 0, &in, 1, 0 },
+		{ "an advice that is no prefetch", 17, 0, &in, 1, EOPNOTSUPP },
+		{ "an unknown flag", IBV_ADVISE_MR_ADVICE_PREFETCH, 1u << 7, &in, 1, EINVAL },
+		{ "no SGE", IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &in, 0, EINVAL },
+		{ "a range past the region", IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &past, 1, EINVAL },
+		{ "a second SGE past the region", IBV_ADVISE_MR_ADVICE_PREFETCH, 0, two, 2, EINVAL },
+		{ "a region without ON_DEMAND", IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &pinned, 1, EINVAL },
+		{ "an lkey of no region", IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &unknown, 1, EINVAL },
+		{ "a region without LOCAL_WRITE", IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &readonly, 1, EINVAL },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int err = ibv_advise_mr(pd, cases[i].advice, cases[i].flags, cases[i].sge, cases[i].n);
+
+		CHECK(err == cases[i].want, "ibv_advise_mr, %s: %d, want %d", cases[i].what, err, cases[i].want);
+	}
+	MUST(!ibv_dereg_mr(odp) && !ibv_dereg_mr(ro));
+	free(buf);
+	free(plain);
 }
 
 /* send_imm_from_qa sends len bytes of src with immediate data imm from qa
@@ -1952,6 +2010,7 @@ int main(int argc, char **argv)
 	listen_any_port();
 	destroy_id_events();
 	query_device_ex();
+	on_demand_paging(src);
 	cq_ex(src, dst);
 	qp_ex(src, dst);
 	qp_ex_ops(src, dst);

@@ -531,10 +531,12 @@ __attribute__((visibility("default"))) struct ibv_qp_ex *ibv_qp_to_qp_ex(struct 
 
 /* sn_query_device_ex is ibv_query_device_ex: ibv_query_device's
  * attributes, and of the extended ones what rxe reports that softnic has
- * (the capability flags in 64 bits, the port count); the rest
- * (on-demand paging, timestamps, TSO, RSS, tag matching, CQ moderation,
- * device memory, PCI atomics …) 0. attr_size is the size of the
- * program's ibv_device_attr_ex, smaller in an older program. */
+ * (the capability flags in 64 bits, the port count, on-demand paging as
+ * rxe has it since Linux 6.15: explicit regions, for every operation of
+ * RC and UD but UC's); the rest (implicit ODP, timestamps, TSO, RSS, tag
+ * matching, CQ moderation, device memory, PCI atomics …) 0. attr_size is
+ * the size of the program's ibv_device_attr_ex, smaller in an older
+ * program. */
 static int sn_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_ex_input *input,
 			      struct ibv_device_attr_ex *attr, size_t attr_size)
 {
@@ -548,13 +550,40 @@ static int sn_query_device_ex(struct ibv_context *ctx, const struct ibv_query_de
 		return err;
 	a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
 	a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt;
+	a.odp_caps.general_caps = IBV_ODP_SUPPORT;
+	a.odp_caps.per_transport_caps.rc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+						    IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
+	a.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
 	memcpy(attr, &a, attr_size < sizeof(a) ? attr_size : sizeof(a));
+	return 0;
+}
+
+/* sn_advise_mr is ibv_advise_mr, as rxe takes it: the three prefetch
+ * advices (others EOPNOTSUPP), no flag but IBV_ADVISE_MR_FLAG_FLUSH and
+ * at least one SGE (EINVAL), each SGE's range in an on-demand paging
+ * region of pd (snPrefetchMR). softnic's memory is always there, so the
+ * prefetch is done when the call returns, flushed or not. */
+static int sn_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags, struct ibv_sge *sg_list,
+			uint32_t num_sge)
+{
+	if (advice != IBV_ADVISE_MR_ADVICE_PREFETCH && advice != IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE &&
+	    advice != IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT)
+		return EOPNOTSUPP;
+	if ((flags & ~(uint32_t)IBV_ADVISE_MR_FLAG_FLUSH) || !sg_list || !num_sge)
+		return EINVAL;
+	for (uint32_t i = 0; i < num_sge; i++) {
+		int err = snPrefetchMR((struct sn_pd *)pd, sg_list[i].lkey, sg_list[i].addr, sg_list[i].length);
+
+		if (err)
+			return err;
+	}
 	return 0;
 }
 
 void sn_ex_ops(struct verbs_context *vctx)
 {
 	vctx->query_device_ex = sn_query_device_ex;
+	vctx->advise_mr = sn_advise_mr;
 	vctx->create_cq_ex = sn_create_cq_ex;
 	vctx->create_qp_ex = sn_create_qp_ex;
 }
