@@ -156,6 +156,45 @@ func TestTrafficClass(t *testing.T) {
 			}
 			c.expect(t, "the UD QP's device", map[dirOp]uint8{dirOp{nic.Sent, wire.OpUDSendOnly}: 0x48, dirOp{nic.Received, wire.OpUDSendOnly}: 0x48})
 		})
+		t.Run("UD receive", func(t *testing.T) {
+			// Neither device traces: the receiver's socket reports the
+			// class once it has a UD QP, for the GRH.
+			a, b := p.end(t, nic.Config{}), p.end(t, nic.Config{})
+			var ud [2]*nic.QP
+			for i, e := range []*end{a, b} {
+				q, err := e.pd.CreateQP(nic.QPConfig{Type: verbs.UD, SendCQ: e.cq})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := q.Connect(netip.AddrPort{}, 0, nic.ConnectOptions{QKey: 7}); err != nil {
+					t.Fatal(err)
+				}
+				ud[i] = q
+			}
+			if err := ud[1].PostRecv(&verbs.RecvWR{ID: 2, SGL: []verbs.SGE{b.mr.SGE(0, wire.GRHSize+8)}}); err != nil {
+				t.Fatal(err)
+			}
+			wr := verbs.SendWR{Opcode: verbs.WRSend, Flags: verbs.Signaled, SGL: []verbs.SGE{a.mr.SGE(0, 8)},
+				Dest: b.dev.Addr(), DestQPN: ud[1].Num(), QKey: 7, TrafficClass: 0x48}
+			if err := ud[0].PostSend(&wr); err != nil {
+				t.Fatal(err)
+			}
+			if wc := nictest.Wait(t, a.cq); wc.Status != verbs.Success {
+				t.Fatalf("UD SEND: %v", &wc)
+			}
+			if wc := nictest.Wait(t, b.cq); wc.Status != verbs.Success || wc.Flags&verbs.WCGRH == 0 {
+				t.Fatalf("UD receive: %v", &wc)
+			}
+			want := uint8(0x48)
+			if !carriesClass(t) {
+				want = 0
+			}
+			// Over IPv4 the GRH is 20 zero bytes and the IPv4 header,
+			// whose second byte is the TOS.
+			if got := b.mr.Bytes()[20+1]; got != want {
+				t.Errorf("the receive's GRH holds traffic class %#x, want %#x", got, want)
+			}
+		})
 		t.Run("dial", func(t *testing.T) {
 			var cs, cd classes
 			srv, peer := p.cmEnd(t, cs.config()), p.cmEnd(t, cd.config())

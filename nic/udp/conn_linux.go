@@ -311,6 +311,25 @@ func (c *Conn) close() error {
 	return err
 }
 
+// recvTrafficClass has the kernel tell each datagram's traffic class.
+func (s *sysConn) recvTrafficClass(fd int) error {
+	var err error
+	if s.v6 {
+		err = unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1)
+	} else {
+		err = unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_RECVTOS, 1)
+	}
+	return os.NewSyscallError("setsockopt RECVTOS", err)
+}
+
+func (c *Conn) readTrafficClass() error {
+	var err error
+	if cerr := c.sys.control(func(fd int) { err = c.sys.recvTrafficClass(fd) }); cerr != nil {
+		return cerr
+	}
+	return err
+}
+
 // multicastTTL is the TTL of the datagrams sent to a multicast group.
 const multicastTTL = 64
 
@@ -352,13 +371,8 @@ func (s *sysConn) configure(fd int, opt Options) error {
 		return os.NewSyscallError("setsockopt PKTINFO", err)
 	}
 	if opt.TrafficClass {
-		if s.v6 {
-			err = unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1)
-		} else {
-			err = unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_RECVTOS, 1)
-		}
-		if err != nil {
-			return os.NewSyscallError("setsockopt RECVTOS", err)
+		if err := s.recvTrafficClass(fd); err != nil {
+			return err
 		}
 	}
 	if !opt.DisableGSO {

@@ -202,7 +202,8 @@ func head(b []byte) []byte { return b[:min(len(b), 8)] }
 // and a class change ends a run; 0 leaves the header's 0. A plain socket
 // that asks the kernel for each datagram's class sees them, and so does a
 // Conn with Options.TrafficClass, with GRO (which merges only datagrams of
-// one class) and without; one without the option reports 0.
+// one class) and without, and one that asked later (ReadTrafficClass);
+// one without either reports 0.
 func TestTrafficClass(t *testing.T) {
 	for _, tt := range []struct {
 		name, addr        string
@@ -257,16 +258,24 @@ func TestTrafficClass(t *testing.T) {
 					t.Errorf("datagram %d: %d bytes of %d, class %#x (reported %v), want 100 of %d, class %#x", i, n, buf[0], got, ok, i, want)
 				}
 			}
-			for _, o := range []Options{{TrafficClass: true}, {TrafficClass: true, DisableGRO: true}, {}} {
-				c := listen(t, tt.addr, o)
+			for _, rc := range []struct {
+				o     Options
+				later bool // ReadTrafficClass before the datagrams come
+			}{{Options{TrafficClass: true}, false}, {Options{TrafficClass: true, DisableGRO: true}, false}, {Options{}, false}, {Options{}, true}} {
+				c := listen(t, tt.addr, rc.o)
+				if rc.later {
+					if err := c.ReadTrafficClass(); err != nil {
+						t.Fatal(err)
+					}
+				}
 				send(c.LocalAddr())
 				for i, r := range readDatagrams(t, c, len(classes), 1<<16) {
 					want := classes[i]
-					if !o.TrafficClass {
+					if !rc.o.TrafficClass && !rc.later {
 						want = 0
 					}
 					if r.data[0] != byte(i) || r.tclass != want {
-						t.Errorf("%+v: datagram %d: %d with class %#x, want %d with %#x", o, i, r.data[0], r.tclass, i, want)
+						t.Errorf("%+v (ReadTrafficClass: %v): datagram %d: %d with class %#x, want %d with %#x", rc.o, rc.later, i, r.data[0], r.tclass, i, want)
 					}
 				}
 			}

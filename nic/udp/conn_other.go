@@ -144,6 +144,8 @@ func (c *Conn) rearm() uint64 { return 0 }
 
 func (c *Conn) stopWaiting() {}
 
+func (c *Conn) readTrafficClass() error { return nil }
+
 func (c *Conn) close() error { return c.uc.Close() }
 
 func (c *Conn) writeBatch(msgs []Message) (int, error) {

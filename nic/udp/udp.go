@@ -402,6 +402,12 @@ func (c *Conn) Interrupt() { c.interrupt() }
 // after this call, and at none before it, is given.
 func (c *Conn) Rearm() (armed uint64) { return c.rearm() }
 
+// ReadTrafficClass has the reads from now on report each datagram's
+// traffic class, as Options.TrafficClass has them from the start, for a
+// user that needs the class only once something asks for it. Where the
+// platform carries no class (Features.TrafficClass) it does nothing.
+func (c *Conn) ReadTrafficClass() error { return c.readTrafficClass() }
+
 // StopWaiting takes the socket out of Go's netpoller until the next
 // ReadBatch or ReadBatchTurn waits for it: a process that polls the socket
 // with TryReadBatch, and has no goroutine waiting for it, is then not

@@ -450,6 +450,9 @@ func (p *PD) createNumbered(cfg provider.QPConfig, num uint32) (*QP, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Type == verbs.UD {
+		d.readClasses()
+	}
 	q, err := d.newQP(p.owner, cfg.Queues, qc, num)
 	if err != nil {
 		for _, u := range uses {
