@@ -38,11 +38,9 @@
 package pages
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -266,65 +264,6 @@ func sortSpans(sp []span) {
 			sp[j], sp[j-1] = sp[j-1], sp[j]
 		}
 	}
-}
-
-// vma is a line of /proc/self/maps.
-type vma struct {
-	start, end uintptr
-	perms      string // "rw-p"
-	off        int64
-	ino        uint64
-	path       string
-}
-
-// readMaps returns the mappings that cover [start, end), in order. A
-// hole fails with ErrFault.
-func readMaps(start, end uintptr) ([]vma, error) {
-	f, err := os.Open("/proc/self/maps")
-	if err != nil {
-		return nil, fmt.Errorf("reading /proc/self/maps: %w", err)
-	}
-	defer f.Close()
-	var out []vma
-	at := start
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 4096), 1<<20)
-	for sc.Scan() && at < end {
-		v, ok := parseMapsLine(sc.Text())
-		if !ok || v.end <= at {
-			continue
-		}
-		if v.start > at {
-			break
-		}
-		out = append(out, v)
-		at = v.end
-	}
-	if at < end {
-		return nil, fmt.Errorf("no mapping at %#x: %w", at, ErrFault)
-	}
-	return out, nil
-}
-
-// parseMapsLine parses "start-end perms offset dev inode path".
-func parseMapsLine(line string) (vma, bool) {
-	f := strings.Fields(line)
-	if len(f) < 5 {
-		return vma{}, false
-	}
-	lo, hi, ok := strings.Cut(f[0], "-")
-	a, err1 := strconv.ParseUint(lo, 16, 64)
-	b, err2 := strconv.ParseUint(hi, 16, 64)
-	off, err3 := strconv.ParseInt(f[2], 16, 64)
-	ino, err4 := strconv.ParseUint(f[4], 10, 64)
-	if !ok || err1 != nil || err2 != nil || err3 != nil || err4 != nil || len(f[1]) != 4 {
-		return vma{}, false
-	}
-	v := vma{start: uintptr(a), end: uintptr(b), perms: f[1], off: off, ino: ino}
-	if len(f) > 5 {
-		v.path = strings.Join(f[5:], " ")
-	}
-	return v, true
 }
 
 // shadow reports whether v maps the shadow memfd fd at offsets equal to

@@ -110,8 +110,7 @@ func TestShareInPlace(t *testing.T) {
 func TestShareRefuses(t *testing.T) {
 	s := openShadow(t)
 	shared := mapAnon(t, 1, unix.MAP_SHARED)
-	holed := mapAnon(t, 3, unix.MAP_PRIVATE)
-	munmap(addr(holed[pageSize:]), pageSize)
+	holed, holedStart, holedEnd := holedRange(t)
 	none := mapAnon(t, 2, unix.MAP_PRIVATE)
 	mprotect(addr(none[pageSize:]), pageSize, unix.PROT_NONE)
 	for _, tc := range []struct {
@@ -121,7 +120,7 @@ func TestShareRefuses(t *testing.T) {
 		want error
 	}{
 		{"MAP_SHARED anonymous memory", addr(shared), 8, ErrShared},
-		{"a range with an unmapped page", addr(holed), 3 * pageSize, ErrFault},
+		{"a range with an unmapped page", holedStart, holedEnd - holedStart, ErrFault},
 		{"a range ending in a PROT_NONE page", addr(none), 2 * pageSize, ErrFault},
 		{"zero bytes", addr(none), 0, ErrFault},
 		{"a range that wraps", ^uintptr(0) - 10, 100, ErrFault},
@@ -130,7 +129,7 @@ func TestShareRefuses(t *testing.T) {
 			t.Errorf("%s: Share = %v, want %v", tc.name, err, tc.want)
 		}
 	}
-	if shadowed(t, s, holed[:pageSize]) || shadowed(t, s, none[:pageSize]) {
+	if shadowed(t, s, holed) || shadowed(t, s, none[:pageSize]) {
 		t.Error("a refused range moved some of its pages")
 	}
 }
