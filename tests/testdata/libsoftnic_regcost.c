@@ -4,7 +4,9 @@
  * each size, the median of 9 registrations of a malloc'd, written buffer,
  * and of their deregistrations, beside a memcpy of the same size. Then
  * what a verb costs that is one round trip to the daemon and nothing
- * else: the median of 1001 ibv_alloc_pd and of their ibv_dealloc_pd.
+ * else: the median of 1001 ibv_alloc_pd and of their ibv_dealloc_pd. Last,
+ * a 4 KiB registration of a page mapped before 20,000 other mappings,
+ * which lie below it (libsoftnic looks up the mappings it moves).
  *
  * Usage: libsoftnic_regcost, through softnic run (cmd/libsoftnic/bench.sh
  * compiles and runs it).
@@ -13,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
 
 #include <infiniband/verbs.h>
 
@@ -38,6 +41,40 @@ static double median(double *v, size_t n)
 {
 	qsort(v, n, sizeof(*v), cmp);
 	return v[n / 2];
+}
+
+/* above_mappings prints the medians of REPS registrations of a page mapped
+ * before 20,000 mappings made after it, and of their deregistrations. */
+static int above_mappings(struct ibv_pd *pd)
+{
+	char *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	double reg[REPS], dereg[REPS];
+
+	if (page == MAP_FAILED)
+		return 1;
+	memset(page, 1, 4096);
+	for (int i = 0; i < 10000; i++) {
+		/* Two pages of two protections: two mappings the kernel cannot merge. */
+		char *m = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+		if (m == MAP_FAILED || mprotect(m, 4096, PROT_READ))
+			return 1;
+	}
+	for (int r = 0; r < REPS; r++) {
+		double t0 = now_us();
+		struct ibv_mr *mr = ibv_reg_mr(pd, page, 4096, IBV_ACCESS_LOCAL_WRITE);
+		double t1 = now_us();
+
+		if (!mr || ibv_dereg_mr(mr)) {
+			perror("ibv_reg_mr above 20,000 mappings");
+			return 1;
+		}
+		reg[r] = t1 - t0;
+		dereg[r] = now_us() - t1;
+	}
+	printf("%26s %12s\n", "reg_mr_us_above_20000_maps", "dereg_mr_us");
+	printf("%26.1f %12.1f\n", median(reg, REPS), median(dereg, REPS));
+	return 0;
 }
 
 /* calls prints the medians of CALLS ibv_alloc_pd and ibv_dealloc_pd. */
@@ -111,9 +148,9 @@ int main(void)
 		free(buf);
 		free(copy);
 	}
-	ibv_dealloc_pd(pd);
-	if (calls(ctx))
+	if (calls(ctx) || above_mappings(pd))
 		return 1;
+	ibv_dealloc_pd(pd);
 	ibv_close_device(ctx);
 	return 0;
 }
