@@ -44,7 +44,8 @@
 #
 # Then it runs tests/testdata/libsoftnic_regcost.c, the cost of
 # ibv_reg_mr and ibv_dereg_mr of malloc'd memory (the pages move onto a
-# memfd and back) beside a memcpy of the same size.
+# memfd and back) beside a memcpy of the same size, of ibv_alloc_pd (one
+# call to the daemon), and of a registration above 20,000 mappings.
 #
 # It prints each run's figure (BW average in MB/s, t_typical or the
 # median round trip in µs) with the packets the daemon resent during it,
