@@ -228,8 +228,6 @@ func (d *Device) sourceFor(dst netip.AddrPort) netip.AddrPort {
 	return netip.AddrPortFrom(d.routes.Get(dst.Addr()).Src, d.local.Port())
 }
 
-// receive checks one datagram, which came with traffic class tclass, and
-// hands it to its QP.
 // readClasses has the socket report each datagram's traffic class from
 // the first UD QP on, so that a UD receive's GRH carries the class its
 // datagram came with, as rxe's does (ibv_init_ah_from_wc answers with
@@ -245,6 +243,8 @@ func (d *Device) readClasses() {
 	}
 }
 
+// receive checks one datagram, which came with traffic class tclass, and
+// hands it to its QP.
 func (d *Device) receive(b []byte, src, dst netip.AddrPort, tclass uint8, now qp.Time, in *inbound) {
 	env := wire.Envelope{Src: netip.AddrPortFrom(src.Addr().Unmap(), src.Port()), Dst: dst, TrafficClass: tclass}
 	verdict := ""

@@ -150,6 +150,7 @@ func (m *MR) Rereg(flags mr.ReregFlags, pd provider.PD, access mr.Access) error 
 	return nil
 }
 
+// Prefetch makes pages of the region resident (mr.Table.Prefetch).
 func (m *MR) Prefetch(addr, n uint64) error { return m.dev.mem.Prefetch(m.r, addr, n) }
 
 // CQ is a CQ of package qp the embedded device completes to.
