@@ -25,10 +25,19 @@ var (
 	writeOOBSpace = unix.CmsgSpace(2) + unix.CmsgSpace(4)
 )
 
-// recvmmsg reads up to len(hdrs) datagrams without blocking (the socket is
-// non-blocking; the Go netpoller does the waiting).
+// The three calls on the socket never block (it is non-blocking; the Go
+// netpoller, or poll(2), does the waiting), so they are raw system calls:
+// the runtime's bookkeeping of a call that may block, which lets it hand
+// the calling thread's P on, buys nothing here and cost a busy poller a
+// thread handoff now and then. A busy-polled 8-byte ping-pong of raw UDP
+// between two processes took a 99th percentile of 31 µs with it and 9 µs
+// without (median 7.5 and 7.3 µs); softnic's busy-polled 8-byte WRITE
+// took 0.26 µs less, 64 KiB and 4 KiB WRITEs moved 3-7% more (softnic
+// bench, alternated runs, 2-CPU VM).
+
+// recvmmsg reads up to len(hdrs) datagrams without blocking.
 func recvmmsg(fd int, hdrs []unix.Mmsghdr) (int, syscall.Errno) {
-	n, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(fd),
+	n, _, errno := unix.RawSyscall6(unix.SYS_RECVMMSG, uintptr(fd),
 		uintptr(unsafe.Pointer(unsafe.SliceData(hdrs))), uintptr(len(hdrs)), 0, 0, 0)
 	if errno != 0 {
 		return 0, errno
@@ -39,7 +48,7 @@ func recvmmsg(fd int, hdrs []unix.Mmsghdr) (int, syscall.Errno) {
 // sendmmsg sends up to len(hdrs) entries without blocking and returns how many
 // went out; the kernel reports an entry's error only when it is the first.
 func sendmmsg(fd int, hdrs []unix.Mmsghdr) (int, syscall.Errno) {
-	n, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(fd),
+	n, _, errno := unix.RawSyscall6(unix.SYS_SENDMMSG, uintptr(fd),
 		uintptr(unsafe.Pointer(unsafe.SliceData(hdrs))), uintptr(len(hdrs)), 0, 0, 0)
 	if errno != 0 {
 		return 0, errno
@@ -49,7 +58,7 @@ func sendmmsg(fd int, hdrs []unix.Mmsghdr) (int, syscall.Errno) {
 
 // sendto sends b, one datagram, to the address h names, without blocking.
 func sendto(fd int, b []byte, h *unix.Msghdr) syscall.Errno {
-	_, _, errno := unix.Syscall6(unix.SYS_SENDTO, uintptr(fd),
+	_, _, errno := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(fd),
 		uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)), 0,
 		uintptr(unsafe.Pointer(h.Name)), uintptr(h.Namelen))
 	return errno
