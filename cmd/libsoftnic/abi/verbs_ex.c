@@ -532,11 +532,11 @@ __attribute__((visibility("default"))) struct ibv_qp_ex *ibv_qp_to_qp_ex(struct 
 /* sn_query_device_ex is ibv_query_device_ex: ibv_query_device's
  * attributes, and of the extended ones what rxe reports that softnic has
  * (the capability flags in 64 bits, the port count, on-demand paging as
- * rxe has it since Linux 6.15: explicit regions, for every operation of
- * RC and UD but UC's); the rest (implicit ODP, timestamps, TSO, RSS, tag
- * matching, CQ moderation, device memory, PCI atomics …) 0. attr_size is
- * the size of the program's ibv_device_attr_ex, smaller in an older
- * program. */
+ * rxe reports it since it gained ODP in 2025: explicit regions, for every
+ * operation of RC and UD but UC's); the rest (implicit ODP, timestamps,
+ * TSO, RSS, tag matching, CQ moderation, device memory, PCI atomics …) 0.
+ * attr_size is the size of the program's ibv_device_attr_ex, smaller in
+ * an older program. */
 static int sn_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_ex_input *input,
 			      struct ibv_device_attr_ex *attr, size_t attr_size)
 {
