@@ -734,6 +734,33 @@ func (id *cmID) connected(conn *nic.Conn) error {
 	return nil
 }
 
+// snNotify is rdma_notify: the program passes a QP event on to the
+// connection manager. The one Linux's CM acts on, IBV_EVENT_COMM_EST (the
+// QP took a request before the RTU came), establishes the connection; here
+// the QP's first request does that by itself, as the RTU does, and
+// rdma_accept returns and ESTABLISHED comes only after one of them. So an
+// id's connection is established whenever a program can notify it, and
+// the answer is Linux's for that: EISCONN. EINVAL for an id without a
+// connection open, and for the other events (Linux takes LID_CHANGE to
+// move to an alternate path, which softnic's connections do not have).
+//
+//export snNotify
+func snNotify(c *C.struct_sn_cm_id, event C.int) C.int {
+	id := idOf(c)
+	id.mu.Lock()
+	conn := id.conn
+	id.mu.Unlock()
+	if event != C.IBV_EVENT_COMM_EST || conn == nil {
+		return C.EINVAL
+	}
+	select {
+	case <-conn.Done():
+		return C.EINVAL
+	default:
+		return C.EISCONN
+	}
+}
+
 // disconnected tells the program once that the connection ended.
 func (id *cmID) disconnected() {
 	id.ended.Do(func() { id.post(cmEvent{typ: C.RDMA_CM_EVENT_DISCONNECTED}) })

@@ -301,7 +301,7 @@ static char server_buf[256] = "read by rdma_post_read";
 static struct ibv_mr *server_mr;
 static pthread_mutex_t server_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t server_cond = PTHREAD_COND_INITIALIZER;
-static int server_ready, server_done;
+static int server_ready, server_done, server_notify;
 static uint8_t server_timeout; /* the accepted QP's local ACK timeout */
 static uint8_t server_tclass;  /* and its address vector's traffic class */
 
@@ -347,7 +347,9 @@ static void *server(void *arg)
 	uint8_t timeout = 12;
 	MUST(!rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout, sizeof(timeout)));
 	MUST(!rdma_accept(id, NULL));
+	int notified = rdma_notify(id, IBV_EVENT_COMM_EST) ? errno : 0;
 	pthread_mutex_lock(&server_mu);
+	server_notify = notified;
 	server_timeout = qp_timeout(id->qp);
 	server_tclass = qp_tclass(id->qp);
 	pthread_cond_signal(&server_cond);
@@ -395,7 +397,12 @@ static void post_read(void)
 	      "RDMA_OPTION_ID_TOS of an int's length is EINVAL");
 	uint8_t tos = 0xb8; /* DSCP 46, expedited forwarding */
 	MUST(!rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, sizeof(tos)));
+	CHECK(rdma_notify(id, IBV_EVENT_COMM_EST) == -1 && errno == EINVAL, "rdma_notify before a connection is EINVAL");
 	MUST(!rdma_connect(id, NULL));
+	CHECK(rdma_notify(id, IBV_EVENT_COMM_EST) == -1 && errno == EISCONN,
+	      "rdma_notify of IBV_EVENT_COMM_EST on a connection established is EISCONN");
+	CHECK(rdma_notify(id, IBV_EVENT_LID_CHANGE) == -1 && errno == EINVAL,
+	      "rdma_notify of another event is EINVAL (no alternate path)");
 	void *context = (void *)(uintptr_t)0x5eed0002;
 	MUST(!rdma_post_read(id, context, buf, 23, mr, IBV_SEND_SIGNALED, (uintptr_t)server_buf, server_mr->rkey));
 	int n = rdma_get_send_comp(id, &wc);
@@ -414,11 +421,13 @@ static void post_read(void)
 	CHECK(qp_tclass(id->qp) == tos && server_tclass == tos,
 	      "RDMA_OPTION_ID_TOS is the traffic class of both QPs, the acceptor's from the REQ (%#x and %#x, want %#x)",
 	      qp_tclass(id->qp), server_tclass, tos);
+	CHECK(server_notify == EISCONN, "rdma_notify after rdma_accept is EISCONN (%d)", server_notify);
 	pthread_mutex_lock(&server_mu);
 	server_done = 1;
 	pthread_cond_signal(&server_cond);
 	pthread_mutex_unlock(&server_mu);
 	rdma_disconnect(id);
+	CHECK(rdma_notify(id, IBV_EVENT_COMM_EST) == -1 && errno == EINVAL, "rdma_notify after rdma_disconnect is EINVAL");
 	rdma_dereg_mr(mr);
 	rdma_destroy_ep(id);
 	pthread_join(t, NULL);

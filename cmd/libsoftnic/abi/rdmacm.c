@@ -784,10 +784,7 @@ EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *cha
 
 EXPORT int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
 {
-	(void)id;
-	(void)event;
-	sn_unsupported("rdma_notify");
-	return -1;
+	return fail(snNotify((struct sn_cm_id *)id, event));
 }
 
 /* Multicast (mcast.go): the checks of librdmacm's rdma_join_multicast_ex
