@@ -112,11 +112,15 @@ func (ps *pageSet) stats() ODPStats {
 // resident ahead of use, like ibv_advise_mr(3) with
 // IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE on an SGE of r. addr is in the
 // region's address space (an offset for zero-based regions). It fails with
-// ErrInvalid if r is not an ODP region or the range is outside it, and with
-// ErrFault if an implicit ODP range resolves to no memory of r's PD.
+// ErrInvalid if r is not an ODP region, has no LocalWrite (rxe looks up an
+// advice's region as a local write would) or the range is outside it, and
+// with ErrFault if an implicit ODP range resolves to no memory of r's PD.
 func (t *Table) Prefetch(r *Region, addr, length uint64) error {
 	if r.odp == nil {
 		return fmt.Errorf("prefetch on a region without ON_DEMAND: %w", ErrInvalid)
+	}
+	if r.access()&LocalWrite == 0 {
+		return fmt.Errorf("prefetch on a region without LOCAL_WRITE: %w", ErrInvalid)
 	}
 	if !r.live() {
 		return fmt.Errorf("prefetch on a deregistered region: %w", ErrInvalid)

@@ -67,6 +67,7 @@ func TestPrefetch(t *testing.T) {
 	pd := allocPD(t, tb)
 	r := register(t, tb, pd, pageAligned(4*PageSize), rw|OnDemand|ZeroBased)
 	plain := register(t, tb, pd, make([]byte, PageSize), rw)
+	readOnly := register(t, tb, pd, pageAligned(PageSize), RemoteRead|OnDemand)
 	tests := []struct {
 		name      string
 		r         *Region
@@ -79,6 +80,7 @@ func TestPrefetch(t *testing.T) {
 		{"zero length does nothing", r, 0, 0, nil, ODPStats{Prefetched: 2, ResidentPages: 2}},
 		{"prefetch past the region", r, 3 * PageSize, PageSize + 1, ErrInvalid, ODPStats{Prefetched: 2, ResidentPages: 2}},
 		{"prefetch of a region without ON_DEMAND", plain, plain.Addr(), 8, ErrInvalid, ODPStats{}},
+		{"prefetch of a region without LOCAL_WRITE", readOnly, readOnly.Addr(), 8, ErrInvalid, ODPStats{}},
 	}
 	for _, tc := range tests {
 		wantErr(t, tc.name, tb.Prefetch(tc.r, tc.addr, tc.n), tc.want)

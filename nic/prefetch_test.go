@@ -37,6 +37,10 @@ func TestMRPrefetch(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		readOnly, err := pd.AllocMR(4096, mr.RemoteRead|mr.OnDemand)
+		if err != nil {
+			t.Fatal(err)
+		}
 		stats := func() mr.ODPStats {
 			r, ok := table.Region(odp.LKey())
 			if !ok {
@@ -59,6 +63,7 @@ func TestMRPrefetch(t *testing.T) {
 			{"before the start", odp, odp.Addr() - 4096, 4096, mr.ErrInvalid, mr.ODPStats{Prefetched: 3, ResidentPages: 3}},
 			{"a negative length", odp, odp.Addr(), -1, mr.ErrInvalid, mr.ODPStats{Prefetched: 3, ResidentPages: 3}},
 			{"a region without ON_DEMAND", pinned, pinned.Addr(), 4096, mr.ErrInvalid, mr.ODPStats{Prefetched: 3, ResidentPages: 3}},
+			{"a region without LOCAL_WRITE", readOnly, readOnly.Addr(), 4096, mr.ErrInvalid, mr.ODPStats{Prefetched: 3, ResidentPages: 3}},
 		}
 		for _, tc := range tests {
 			if err := tc.m.Prefetch(tc.addr, tc.n); !errors.Is(err, tc.want) {

@@ -194,8 +194,9 @@ func (m *MR) Rereg(flags mr.ReregFlags, pd *PD, access mr.Access) error {
 // prefetch advice does: the first access to each page then takes no page
 // fault (softnic's memory is always there; what it models, and counts in
 // mr.RegionInfo.ODP, is what an ODP NIC does). addr is in the region's
-// address space, as an SGE's. ErrInvalid for a region without ON_DEMAND,
-// or a range outside it; an attached device's daemon makes the same checks.
+// address space, as an SGE's. ErrInvalid for a region without ON_DEMAND or
+// without LOCAL_WRITE (rxe's rule), or a range outside it; an attached
+// device's daemon makes the same checks.
 func (m *MR) Prefetch(addr uint64, n int) error {
 	if n < 0 {
 		return fmt.Errorf("prefetch of %d bytes: %w", n, ErrInvalid)

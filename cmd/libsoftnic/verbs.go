@@ -13,7 +13,6 @@ import (
 	"runtime"
 	"runtime/cgo"
 	"sync"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/softnic/softnic/cmd/libsoftnic/internal/pages"
@@ -53,13 +52,11 @@ var (
 	shadowErr  error
 )
 
-// region is the Go side of an ibv_mr: the pages it shares, the region,
-// and its access flags.
+// region is the Go side of an ibv_mr: the pages it shares and the region.
 type region struct {
-	m      *nic.MR
-	addr   uintptr
-	n      uintptr
-	access atomic.Uint32 // mr.Access
+	m    *nic.MR
+	addr uintptr
+	n    uintptr
 }
 
 // regions finds the process's regions by their lkey, for the verbs that
@@ -103,7 +100,6 @@ func snRegMR(pd *C.struct_sn_pd, m *C.struct_sn_mr, addr unsafe.Pointer, length 
 	}
 	m.mr.lkey, m.mr.rkey = C.uint32_t(r.LKey()), C.uint32_t(r.RKey())
 	reg := &region{m: r, addr: a, n: n}
-	reg.access.Store(uint32(access))
 	m.h = C.uintptr_t(cgo.NewHandle(reg))
 	regions.Lock()
 	if regions.byKey == nil {
@@ -146,12 +142,8 @@ func snReregMR(m *C.struct_sn_mr, flags C.int, pd *C.struct_sn_pd, access C.int)
 		p = handleOf[*nic.PD](pd.h)
 	}
 	r := handleOf[*region](m.h)
-	access &^= C.IBV_ACCESS_OPTIONAL_RANGE
-	if err := r.m.Rereg(mr.ReregFlags(flags), p, mr.Access(access)); err != nil {
+	if err := r.m.Rereg(mr.ReregFlags(flags), p, mr.Access(access&^C.IBV_ACCESS_OPTIONAL_RANGE)); err != nil {
 		return errnoOf(err)
-	}
-	if flags&C.IBV_REREG_MR_CHANGE_ACCESS != 0 {
-		r.access.Store(uint32(access))
 	}
 	m.mr.lkey, m.mr.rkey = C.uint32_t(r.m.LKey()), C.uint32_t(r.m.RKey())
 	return 0
@@ -159,16 +151,16 @@ func snReregMR(m *C.struct_sn_mr, flags C.int, pd *C.struct_sn_pd, access C.int)
 
 // snPrefetchMR makes the pages behind an SGE of an on-demand paging
 // region of pd resident (ibv_advise_mr's prefetch advices; nic's
-// MR.Prefetch). As rxe, the SGE's lkey must name a region of pd with
-// LOCAL_WRITE (EINVAL otherwise), the region must be ON_DEMAND and the
-// range in it (EINVAL).
+// MR.Prefetch). As rxe, the SGE's lkey must name a region of pd (EINVAL
+// otherwise), with LOCAL_WRITE and ON_DEMAND, the range in it (EINVAL,
+// mr.Table.Prefetch's checks).
 //
 //export snPrefetchMR
 func snPrefetchMR(pd *C.struct_sn_pd, lkey C.uint32_t, addr C.uint64_t, length C.uint32_t) C.int {
 	regions.Lock()
 	r := regions.byKey[uint32(lkey)]
 	regions.Unlock()
-	if r == nil || r.m.PD() != handleOf[*nic.PD](pd.h) || mr.Access(r.access.Load())&mr.LocalWrite == 0 {
+	if r == nil || r.m.PD() != handleOf[*nic.PD](pd.h) {
 		return C.EINVAL
 	}
 	return errnoOf(r.m.Prefetch(uint64(addr), int(length)))
