@@ -9,8 +9,6 @@ import (
 	"github.com/softnic/softnic/nic/internal/attachproto"
 )
 
-// The operations on a registered region of the process.
-
 // reregMR re-registers a region of the process in place (rereg_mr): the
 // region and, with mr.ReregPD, the new PD must be the process's own, and
 // the table makes the checks of a registration (mr.Table.Rereg). Memory

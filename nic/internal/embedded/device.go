@@ -234,7 +234,7 @@ func (d *Device) sourceFor(dst netip.AddrPort) netip.AddrPort {
 // it). Connected QPs need no class of what they receive: a device with
 // none but them is spared the cost.
 func (d *Device) readClasses() {
-	if d.classesRead.Load() || !d.classesRead.CompareAndSwap(false, true) {
+	if !d.classesRead.CompareAndSwap(false, true) {
 		return
 	}
 	if err := d.conn.ReadTrafficClass(); err != nil {

@@ -22,7 +22,7 @@ import (
 // above 20,000 mappings took 10.7 ms that way, 0.15 ms asking
 // (tests/testdata/libsoftnic_regcost.c).
 func readMaps(start, end uintptr) ([]vma, error) {
-	if out, err, ok := queryMaps(start, end); ok {
+	if out, ok, err := queryMaps(start, end); ok {
 		return out, err
 	}
 	return scanMaps(start, end)
@@ -62,7 +62,7 @@ var mapsQuery struct {
 
 // queryMaps is readMaps through PROCMAP_QUERY; ok is false where the
 // kernel does not answer it (before Linux 6.11).
-func queryMaps(start, end uintptr) (out []vma, err error, ok bool) {
+func queryMaps(start, end uintptr) (out []vma, ok bool, err error) {
 	mapsQuery.once.Do(func() {
 		f, err := os.Open("/proc/self/maps")
 		if err != nil {
@@ -76,20 +76,20 @@ func queryMaps(start, end uintptr) (out []vma, err error, ok bool) {
 		}
 	})
 	if mapsQuery.f == nil {
-		return nil, nil, false
+		return nil, false, nil
 	}
 	for at := start; at < end; {
 		v, err := queryOne(at)
 		switch {
 		case errors.Is(err, unix.ENOENT) || err == nil && v.start > at:
-			return nil, fmt.Errorf("no mapping at %#x: %w", at, ErrFault), true
+			return nil, true, fmt.Errorf("no mapping at %#x: %w", at, ErrFault)
 		case err != nil:
-			return nil, fmt.Errorf("PROCMAP_QUERY at %#x: %w", at, err), true
+			return nil, true, fmt.Errorf("PROCMAP_QUERY at %#x: %w", at, err)
 		}
 		out = append(out, v)
 		at = v.end
 	}
-	return out, nil, true
+	return out, true, nil
 }
 
 // queryOne returns the mapping that covers addr, or the first above it.

@@ -18,7 +18,7 @@ import (
 // and a range with a hole, or below every mapping, fails with ErrFault
 // either way.
 func TestQueryMapsAgreesWithScan(t *testing.T) {
-	if _, _, ok := queryMaps(0, 1); !ok {
+	if _, ok, _ := queryMaps(0, 1); !ok {
 		t.Skip("the kernel does not answer PROCMAP_QUERY (Linux 6.11): readMaps reads /proc/self/maps, which the other tests cover")
 	}
 	s := openShadow(t)
@@ -54,7 +54,7 @@ func TestQueryMapsAgreesWithScan(t *testing.T) {
 		if tc.start == 0 {
 			_, tc.start, tc.end = holedRange(t)
 		}
-		queried, qerr, _ := queryMaps(tc.start, tc.end)
+		queried, _, qerr := queryMaps(tc.start, tc.end)
 		scanned, serr := scanMaps(tc.start, tc.end)
 		if tc.vmas == 0 {
 			if !errors.Is(qerr, ErrFault) || !errors.Is(serr, ErrFault) {
